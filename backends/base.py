@@ -1,0 +1,57 @@
+"""The `Backend` template every algorithm follows (Flower-style: `solve` drives overridable steps)."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from fedmodel.certificate import kkt_certificate
+from fedmodel.compiler.codegen import Plan
+from fedmodel.result import Result
+
+
+class Backend:
+    """Base class. Subclasses implement `run(problem, topology, executor, callback, verbose,
+    checkpoint...) -> dict` with at least `status`, `values`, `iterations`, `history`,
+    `multipliers`; `solve` adds timing, objective, violation and the KKT certificate."""
+
+    name = "backend"
+
+    def solve(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+              checkpoint=None, checkpoint_every=None, resume=False) -> Result:
+        start = time.perf_counter()
+        outcome = self.run(problem, topology=topology, executor=executor, callback=callback,
+                           verbose=verbose, checkpoint=checkpoint,
+                           checkpoint_every=checkpoint_every, resume=resume)
+        wall_time = time.perf_counter() - start
+        return finish_result(problem, self.name, outcome, wall_time)
+
+    def run(self, problem, **kwargs) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def objective_and_violation(problem, values: dict[int, np.ndarray]) -> tuple[float, float]:
+    """Total objective and the largest constraint violation (global and local) at `values`."""
+    variables = problem.variables()
+    if any(v.uid not in values for v in variables):
+        return float("nan"), float("nan")
+    outputs = [problem.objective] + [c.expr for c in problem.constraints]
+    evaluated = Plan(outputs, variables)(*[values[v.uid] for v in variables])
+    violation = max([0.0] + [c.violation(val) for c, val in zip(problem.constraints, evaluated[1:])])
+    return float(evaluated[0]), violation
+
+
+def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time: float) -> Result:
+    values = outcome["values"]
+    objective, violation = objective_and_violation(problem, values)
+    certificate = outcome.get("certificate")
+    if certificate is None and values and np.isfinite(objective):
+        certificate = kkt_certificate(problem, values, outcome.get("multipliers", {}))
+    result = Result(status=outcome["status"], values=values, objective=objective,
+                    max_violation=violation, backend=backend_name,
+                    iterations=outcome.get("iterations", {}), multipliers=outcome.get("multipliers", {}),
+                    ledger=outcome.get("ledger"), certificate=certificate, wall_time=wall_time,
+                    info=outcome.get("info", {}), problem=problem)
+    result.history.extend(outcome.get("history", []))
+    return result

@@ -1,0 +1,544 @@
+"""Elementwise atoms. Each derivative is written in the IR, so gradients can be differentiated again."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import FedModelError
+from ..expression import Constant, Expression, as_expr
+from .affine import broadcast_to, multiply, sum_to, add, neg
+from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom,
+                   broadcast_shapes, constant_value, vectorize_sympy)
+
+_special = None
+
+
+def _expit(x: np.ndarray) -> np.ndarray:
+    global _special
+    if _special is None:
+        import scipy.special as _special_module
+        _special = _special_module
+    return _special.expit(x)
+
+
+def _sign_of(expr: Expression) -> tuple[bool, bool]:
+    from ..analysis import sign
+    return sign(expr)
+
+
+def _by_sign(expr: Expression) -> str:
+    """Monotonicity of an even function (|x|, x², …): increasing where the argument is ≥ 0."""
+    nonneg, nonpos = _sign_of(expr)
+    return INCREASING if nonneg else DECREASING if nonpos else NONMONOTONE
+
+
+class Elementwise(Atom):
+    """A scalar function applied entry by entry."""
+
+    def derivative(self, x: Expression) -> Expression | None:
+        """f'(x) as an expression (None when identically zero)."""
+        raise NotImplementedError
+
+    def vjp(self, index, upstream):
+        slope = self.derivative(self.args[0])
+        return None if slope is None else multiply(upstream, slope)
+
+    def sympy_scalar(self, x):
+        raise NotImplementedError
+
+    def to_sympy(self, x):
+        if getattr(x, "is_Matrix", False):
+            import sympy
+            return sympy.Function(self.display)(x)
+        return self.sympy_scalar(x)
+
+    def to_sympy_explicit(self, x):
+        return vectorize_sympy(self.sympy_scalar, x)
+
+
+class Exp(Elementwise):
+    display, curvature = "exp", CONVEX
+
+    def numeric(self, x):
+        return np.exp(x)
+
+    def derivative(self, x):
+        return self
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def sign(self):
+        return (True, False)
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.exp(x)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.exp(x)
+
+
+class Log(Elementwise):
+    display, curvature = "log", CONCAVE
+
+    def numeric(self, x):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(x)
+
+    def derivative(self, x):
+        return power(x, -1)
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.log(x)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.log(x)
+
+
+class Power(Elementwise):
+    """x**p for a constant p (CVXPY's rules: p > 1 convex, 0 < p < 1 concave, p < 0 convex)."""
+
+    display = "power"
+
+    def __init__(self, x, p):
+        self.p = float(p)
+        super().__init__(x)
+
+    def params(self):
+        return (self.p,)
+
+    @property
+    def _even(self) -> bool:
+        return self.p == int(self.p) and int(self.p) % 2 == 0
+
+    @property
+    def curvature(self):
+        p = self.p
+        if p == 1:
+            return AFFINE
+        if p > 1 or p < 0:
+            return CONVEX
+        return CONCAVE  # 0 < p < 1
+
+    def numeric(self, x):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.p == 2:
+                return x * x
+            if self.p == -1:
+                return 1.0 / x
+            if self.p == 0.5:
+                return np.sqrt(x)
+            return np.power(x, self.p)
+
+    def derivative(self, x):
+        if self.p == 2:
+            return multiply(2.0, x)
+        return multiply(self.p, power(x, self.p - 1))
+
+    def monotonicity(self, index):
+        if self.p < 0:
+            return DECREASING
+        if self._even:
+            return _by_sign(self.args[0])
+        return INCREASING
+
+    def sign(self):
+        if self._even or self.p != int(self.p):
+            return (True, False)
+        return _sign_of(self.args[0])  # odd integer powers keep the sign
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.power(x, self.p)
+
+    def sympy_scalar(self, x):
+        import sympy
+        p = sympy.nsimplify(self.p)
+        return x ** p
+
+    def to_sympy(self, x):
+        import sympy
+        if getattr(x, "is_Matrix", False):
+            return sympy.Function("power")(x, sympy.nsimplify(self.p))
+        return self.sympy_scalar(x)
+
+    def render(self):
+        return f"power({self.args[0]}, {self.p:g})"
+
+
+def power(x: Any, p: Any) -> Expression:
+    x = as_expr(x)
+    if isinstance(p, Expression):
+        value = constant_value(p)
+        if value is None or value.size != 1:
+            raise FedModelError(f"the exponent of {x} ** {p} must be a scalar constant")
+        p = float(value)
+    if not np.isscalar(p) or not np.isfinite(float(p)):
+        raise FedModelError(f"the exponent of power({x}, {p!r}) must be a finite number")
+    p = float(p)
+    if p == 1:
+        return x
+    if p == 0:
+        return Constant(np.ones(x.shape))
+    if isinstance(x, Power) and (p == int(p) and x.p == int(x.p) and not x._even):
+        return power(x.args[0], x.p * p)
+    return Power(x, p)
+
+
+def sqrt(x: Any) -> Expression:
+    return Sqrt(as_expr(x))
+
+
+class Sqrt(Elementwise):
+    display, curvature = "sqrt", CONCAVE
+
+    def numeric(self, x):
+        with np.errstate(invalid="ignore"):
+            return np.sqrt(x)
+
+    def derivative(self, x):
+        return multiply(0.5, power(self, -1))
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def sign(self):
+        return (True, False)
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.sqrt(x)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.sqrt(x)
+
+
+class Square(Elementwise):
+    display, curvature = "square", CONVEX
+
+    def numeric(self, x):
+        return x * x
+
+    def derivative(self, x):
+        return multiply(2.0, x)
+
+    def monotonicity(self, index):
+        return _by_sign(self.args[0])
+
+    def sign(self):
+        return (True, False)
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.square(x)
+
+    def sympy_scalar(self, x):
+        return x ** 2
+
+    @staticmethod
+    def prox(v: np.ndarray, t: float) -> np.ndarray:
+        return v / (1.0 + 2.0 * t)
+
+
+class Abs(Elementwise):
+    display, curvature, smooth = "abs", CONVEX, False
+
+    def numeric(self, x):
+        return np.abs(x)
+
+    def derivative(self, x):
+        return Sign(x)
+
+    def monotonicity(self, index):
+        return _by_sign(self.args[0])
+
+    def sign(self):
+        return (True, False)
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.abs(x)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.Abs(x)
+
+    @staticmethod
+    def prox(v: np.ndarray, t: float) -> np.ndarray:
+        return np.sign(v) * np.maximum(np.abs(v) - t, 0.0)
+
+
+class Logistic(Elementwise):
+    """log(1 + eˣ), evaluated as logaddexp(0, x): no overflow for any finite x."""
+
+    display, curvature = "logistic", CONVEX
+
+    def numeric(self, x):
+        return np.logaddexp(0.0, x)
+
+    def derivative(self, x):
+        return Sigmoid(x)
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def sign(self):
+        return (True, False)
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.logistic(x)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.log(1 + sympy.exp(x))
+
+
+class Pos(Elementwise):
+    display, curvature, smooth = "pos", CONVEX, False
+
+    def numeric(self, x):
+        return np.maximum(x, 0.0)
+
+    def derivative(self, x):
+        return Step(x)
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def sign(self):
+        return (True, False)
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.pos(x)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.Max(x, 0)
+
+
+class Huber(Elementwise):
+    """x² for |x| ≤ M, 2M|x| − M² otherwise (CVXPY's definition); C¹."""
+
+    display, curvature = "huber", CONVEX
+
+    def __init__(self, x, M=1.0):
+        self.M = float(M)
+        if not self.M > 0:
+            raise FedModelError(f"huber threshold M must be positive, got {M}")
+        super().__init__(x)
+
+    def params(self):
+        return (self.M,)
+
+    def numeric(self, x):
+        a = np.abs(x)
+        return np.where(a <= self.M, x * x, 2 * self.M * a - self.M ** 2)
+
+    def derivative(self, x):
+        return multiply(2.0, Clip(x, -self.M, self.M))
+
+    def monotonicity(self, index):
+        return _by_sign(self.args[0])
+
+    def sign(self):
+        return (True, False)
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.huber(x, self.M)
+
+    def sympy_scalar(self, x):
+        import sympy
+        M = sympy.nsimplify(self.M)
+        return sympy.Piecewise((x ** 2, sympy.Abs(x) <= M), (2 * M * sympy.Abs(x) - M ** 2, True))
+
+    def render(self):
+        return f"huber({self.args[0]}, {self.M:g})"
+
+
+class Maximum(Atom):
+    """Elementwise maximum of two expressions (broadcasting)."""
+
+    display, curvature, smooth = "maximum", CONVEX, False
+
+    def shape_from_args(self):
+        return broadcast_shapes(self.args[0], self.args[1], "take the maximum of")
+
+    def numeric(self, a, b):
+        return np.maximum(a, b)
+
+    def vjp(self, index, upstream):
+        a, b = self.args
+        mask = GreaterEqual(a, b)
+        if index == 1:
+            mask = add(1.0, neg(mask))
+        return sum_to(multiply(upstream, mask), self.args[index].shape)
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def sign(self):
+        (p0, n0), (p1, n1) = _sign_of(self.args[0]), _sign_of(self.args[1])
+        return (p0 or p1, n0 and n1)
+
+    def to_cvxpy(self, a, b):
+        import cvxpy as cp
+        return cp.maximum(a, b)
+
+    def to_sympy(self, a, b):
+        import sympy
+        if getattr(a, "is_Matrix", False) or getattr(b, "is_Matrix", False):
+            return sympy.Function("maximum")(a, b)
+        return sympy.Max(a, b)
+
+    def to_sympy_explicit(self, a, b):
+        import sympy
+        return vectorize_sympy(sympy.Max, a, b)
+
+
+# ---- internal atoms: they appear in derived gradients only --------------------------------
+class Sigmoid(Elementwise):
+    display, curvature, internal = "sigmoid", UNKNOWN, True
+
+    def numeric(self, x):
+        return _expit(x)
+
+    def derivative(self, x):
+        return multiply(self, add(1.0, neg(self)))
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def sign(self):
+        return (True, False)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return 1 / (1 + sympy.exp(-x))
+
+
+class _ZeroSlope(Elementwise):
+    """Piecewise-constant functions: derivative zero almost everywhere."""
+
+    curvature, internal, smooth = UNKNOWN, True, False
+
+    def derivative(self, x):
+        return None
+
+
+class Sign(_ZeroSlope):
+    display = "sign"
+
+    def numeric(self, x):
+        return np.sign(x)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.sign(x)
+
+
+class Step(_ZeroSlope):
+    """1 where x > 0, else 0."""
+
+    display = "step"
+
+    def numeric(self, x):
+        return (x > 0).astype(float)
+
+    def sign(self):
+        return (True, False)
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.Heaviside(x, 0)
+
+
+class GreaterEqual(Atom):
+    """1 where a ≥ b, else 0 (the selector in the derivative of `maximum`)."""
+
+    display, curvature, internal, smooth = "ge", UNKNOWN, True, False
+
+    def shape_from_args(self):
+        return broadcast_shapes(self.args[0], self.args[1], "compare")
+
+    def numeric(self, a, b):
+        return (a >= b).astype(float)
+
+    def vjp(self, index, upstream):
+        return None
+
+    def sign(self):
+        return (True, False)
+
+    def to_sympy_explicit(self, a, b):
+        import sympy
+        return vectorize_sympy(lambda u, v: sympy.Piecewise((1, u >= v), (0, True)), a, b)
+
+
+class Clip(Elementwise):
+    display, curvature, internal, smooth = "clip", UNKNOWN, True, False
+
+    def __init__(self, x, lower, upper):
+        self.lower, self.upper = float(lower), float(upper)
+        super().__init__(x)
+
+    def params(self):
+        return (self.lower, self.upper)
+
+    def numeric(self, x):
+        return np.clip(x, self.lower, self.upper)
+
+    def derivative(self, x):
+        return add(Step(add(x, -self.lower)), neg(Step(add(x, -self.upper))))
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def sympy_scalar(self, x):
+        import sympy
+        return sympy.Min(sympy.Max(x, self.lower), self.upper)
+
+
+# ---- constructor functions (the public atom names) -----------------------------------------
+def exp(x: Any) -> Expression:
+    return Exp(as_expr(x))
+
+
+def log(x: Any) -> Expression:
+    return Log(as_expr(x))
+
+
+def square(x: Any) -> Expression:
+    return Square(as_expr(x))
+
+
+def abs(x: Any) -> Expression:  # noqa: A001 - CVXPY-style name
+    return Abs(as_expr(x))
+
+
+def logistic(x: Any) -> Expression:
+    """log(1 + exp(x)) entry-wise, computed stably."""
+    return Logistic(as_expr(x))
+
+
+def pos(x: Any) -> Expression:
+    return Pos(as_expr(x))
+
+
+def huber(x: Any, M: float = 1.0) -> Expression:
+    return Huber(as_expr(x), M)
+
+
+def maximum(a: Any, b: Any) -> Expression:
+    return Maximum(as_expr(a), as_expr(b))

@@ -1,0 +1,346 @@
+"""Atoms that reduce an array to a scalar (or along an axis): norms, sums of squares,
+quadratic forms, log-sum-exp. Norms of matrices are entry-wise (‖vec X‖)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import FedModelError, ShapeError
+from ..expression import Constant, Expression, as_expr
+from .affine import _axis, add, broadcast_to, multiply, neg, reshape, sum as sum_, matmul
+from .base import CONVEX, INCREASING, NONMONOTONE, DECREASING, UNKNOWN, Atom, vectorize_sympy
+from .elementwise import Sign, power
+
+
+def _sign_of(expr: Expression) -> tuple[bool, bool]:
+    from ..analysis import sign
+    return sign(expr)
+
+
+def _even_monotonicity(expr: Expression) -> str:
+    nonneg, nonpos = _sign_of(expr)
+    return INCREASING if nonneg else DECREASING if nonpos else NONMONOTONE
+
+
+def _flat(x):
+    import cvxpy as cp
+    return cp.vec(x, order="C") if len(getattr(x, "shape", ())) > 1 else x
+
+
+class Reduction(Atom):
+    curvature = CONVEX
+
+    def shape_from_args(self):
+        return ()
+
+    def sign(self):
+        return (True, False)
+
+    def monotonicity(self, index):
+        return _even_monotonicity(self.args[0])
+
+
+class SumSquares(Reduction):
+    display = "sum_squares"
+
+    def numeric(self, x):
+        x = np.asarray(x)
+        return float(np.vdot(x, x))
+
+    def vjp(self, index, upstream):
+        return multiply(multiply(2.0, upstream), self.args[0])
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.sum_squares(x)
+
+    def to_sympy(self, x):
+        import sympy
+        if getattr(x, "is_Matrix", False):
+            return sympy.Function("sum_squares")(x)
+        return x ** 2
+
+    def to_sympy_explicit(self, x):
+        return np.asarray(np.sum(x * x), dtype=object)
+
+    @staticmethod
+    def prox(v: np.ndarray, t: float) -> np.ndarray:
+        return v / (1.0 + 2.0 * t)
+
+
+class Norm1(Reduction):
+    display, smooth = "norm1", False
+
+    def numeric(self, x):
+        return float(np.abs(x).sum())
+
+    def vjp(self, index, upstream):
+        return multiply(upstream, Sign(self.args[0]))
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.norm1(_flat(x))
+
+    def to_sympy(self, x):
+        import sympy
+        if getattr(x, "is_Matrix", False):
+            return sympy.Function("norm1")(x)
+        return sympy.Abs(x)
+
+    def to_sympy_explicit(self, x):
+        import sympy
+        return np.asarray(np.sum(vectorize_sympy(sympy.Abs, x)), dtype=object)
+
+    @staticmethod
+    def prox(v: np.ndarray, t: float) -> np.ndarray:
+        """Soft-thresholding."""
+        return np.sign(v) * np.maximum(np.abs(v) - t, 0.0)
+
+    @staticmethod
+    def subdifferential_distance(x: np.ndarray, g: np.ndarray, t: float) -> np.ndarray:
+        """Entry-wise distance of −g to t·∂‖x‖₁ (for KKT certificates)."""
+        inside = np.where(x == 0, np.maximum(np.abs(g) - t, 0.0), np.abs(g + t * np.sign(x)))
+        return inside
+
+
+class Norm2(Reduction):
+    display, smooth = "norm2", False
+
+    def numeric(self, x):
+        return float(np.linalg.norm(np.ravel(x)))
+
+    def vjp(self, index, upstream):
+        return multiply(upstream, multiply(power(self, -1), self.args[0]))
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.norm(_flat(x), 2)
+
+    def to_sympy(self, x):
+        import sympy
+        if getattr(x, "is_Matrix", False):
+            return sympy.Function("norm2")(x)
+        return sympy.Abs(x)
+
+    def to_sympy_explicit(self, x):
+        import sympy
+        return np.asarray(sympy.sqrt(np.sum(x * x)), dtype=object)
+
+    @staticmethod
+    def prox(v: np.ndarray, t: float) -> np.ndarray:
+        """Block soft-thresholding."""
+        norm = np.linalg.norm(v)
+        return np.zeros_like(v) if norm <= t else (1.0 - t / norm) * v
+
+
+class NormInf(Reduction):
+    display, smooth = "norm_inf", False
+
+    def numeric(self, x):
+        return float(np.abs(x).max())
+
+    def vjp(self, index, upstream):
+        return multiply(upstream, ArgmaxAbs(self.args[0]))
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.norm_inf(_flat(x))
+
+    def to_sympy_explicit(self, x):
+        import sympy
+        return np.asarray(sympy.Max(*[sympy.Abs(e) for e in np.ravel(x)]), dtype=object)
+
+
+class ArgmaxAbs(Atom):
+    """sign(x_j) at the first entry of largest |x_j|, zero elsewhere: a subgradient of ‖x‖∞."""
+
+    display, curvature, internal, smooth = "argmax_abs", UNKNOWN, True, False
+
+    def numeric(self, x):
+        out = np.zeros(np.shape(x))
+        flat = np.abs(x).argmax()
+        out.flat[flat] = np.sign(np.ravel(x)[flat])
+        return out
+
+    def vjp(self, index, upstream):
+        return None
+
+
+class QuadForm(Reduction):
+    """xᵀ P x for a constant matrix P (convex when P is PSD, concave when NSD)."""
+
+    display = "quad_form"
+
+    def __init__(self, x, P):
+        super().__init__(x, P)
+        n = x.shape[0] if x.ndim == 1 else None
+        if x.ndim != 1 or P.shape != (n, n):
+            raise ShapeError(f"quad_form needs a vector x and a square P of matching size: got "
+                             f"x {x.shape}, P {P.shape}")
+        if not P.is_constant():
+            raise FedModelError(f"quad_form({x}, {P}): P must be constant")
+
+    def _eigs(self):
+        if not hasattr(self, "_eig_cache"):
+            value = self.args[1].value
+            self._eig_cache = None if value is None else np.linalg.eigvalsh((value + value.T) / 2)
+        return self._eig_cache
+
+    @property
+    def curvature(self):
+        eigs = self._eigs()
+        if eigs is None:
+            return UNKNOWN
+        scale = max(1.0, float(np.abs(eigs).max()))
+        if eigs.min() >= -1e-10 * scale:
+            return CONVEX
+        if eigs.max() <= 1e-10 * scale:
+            return "concave"
+        return UNKNOWN
+
+    def sign(self):
+        c = self.curvature
+        return (c == CONVEX, c == "concave")
+
+    def monotonicity(self, index):
+        if index == 1:
+            return NONMONOTONE
+        P = self.args[1].value
+        if P is not None and np.all(P >= 0):
+            return _even_monotonicity(self.args[0])
+        return NONMONOTONE
+
+    def numeric(self, x, P):
+        return float(x @ P @ x)
+
+    def vjp(self, index, upstream):
+        x, P = self.args
+        if index == 1:
+            return None
+        symmetric = Constant(P.value + P.value.T) if P.value is not None else add(P, P.T)
+        return multiply(upstream, matmul(symmetric, x))
+
+    def to_cvxpy(self, x, P):
+        import cvxpy as cp
+        value = np.asarray(P.value if hasattr(P, "value") and P.value is not None else P)
+        return cp.quad_form(x, cp.psd_wrap((value + value.T) / 2)) if self.curvature == CONVEX \
+            else cp.quad_form(x, (value + value.T) / 2)
+
+    def to_sympy(self, x, P):
+        import sympy
+        return (sympy.Transpose(x) * P * x) if getattr(x, "is_Matrix", False) else P * x ** 2
+
+    def to_sympy_explicit(self, x, P):
+        return np.asarray(np.dot(x, np.dot(P, x)), dtype=object)
+
+    def render(self):
+        return f"quad_form({self.args[0]}, {self.args[1]})"
+
+
+class LogSumExp(Atom):
+    """log Σ exp(x) (optionally along an axis), shifted by the max so it never overflows."""
+
+    display, curvature = "log_sum_exp", CONVEX
+
+    def __init__(self, x, axis=None):
+        self.axis = axis
+        super().__init__(x)
+
+    def params(self):
+        return (self.axis,)
+
+    def shape_from_args(self):
+        shape = self.args[0].shape
+        return () if self.axis is None else shape[:self.axis] + shape[self.axis + 1:]
+
+    def numeric(self, x):
+        x = np.asarray(x)
+        top = np.max(x, axis=self.axis, keepdims=True)
+        out = np.log(np.sum(np.exp(x - top), axis=self.axis, keepdims=True)) + top
+        return out.reshape(self.shape) if self.shape else float(out.ravel()[0])
+
+    def vjp(self, index, upstream):
+        shape = self.args[0].shape
+        if self.axis is not None and self.axis < len(shape) - 1:
+            upstream = reshape(upstream, shape[:self.axis] + (1,) + shape[self.axis + 1:])
+        return multiply(broadcast_to(upstream, shape), Softmax(self.args[0], self.axis))
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def to_cvxpy(self, x):
+        import cvxpy as cp
+        return cp.log_sum_exp(x, axis=self.axis)
+
+    def to_sympy_explicit(self, x):
+        import sympy
+        out = np.apply_along_axis(lambda r: sympy.log(sympy.Add(*[sympy.exp(e) for e in r])),
+                                  self.axis, x) if self.axis is not None else \
+            sympy.log(sympy.Add(*[sympy.exp(e) for e in np.ravel(x)]))
+        return np.asarray(out, dtype=object)
+
+
+class Softmax(Atom):
+    """exp(x − lse(x)) along an axis (all entries when axis is None): the gradient of lse."""
+
+    display, curvature, internal = "softmax", UNKNOWN, True
+
+    def __init__(self, x, axis=None):
+        self.axis = axis
+        super().__init__(x)
+
+    def params(self):
+        return (self.axis,)
+
+    def numeric(self, x):
+        x = np.asarray(x)
+        z = np.exp(x - np.max(x, axis=self.axis, keepdims=True))
+        return z / np.sum(z, axis=self.axis, keepdims=True)
+
+    def vjp(self, index, upstream):
+        # J^T g = s ∘ (g − Σ_axis g∘s)
+        shape = self.args[0].shape
+        inner = sum_(multiply(upstream, self), self.axis)
+        if self.axis is not None and self.axis < len(shape) - 1:
+            inner = reshape(inner, shape[:self.axis] + (1,) + shape[self.axis + 1:])
+        return multiply(self, add(upstream, neg(broadcast_to(inner, shape))))
+
+    def sign(self):
+        return (True, False)
+
+    def to_sympy_explicit(self, x):
+        import sympy
+        def soft(r):
+            exps = [sympy.exp(e) for e in r]
+            total = sympy.Add(*exps)
+            return np.array([e / total for e in exps], dtype=object)
+        if self.axis is None:
+            return soft(np.ravel(x)).reshape(np.shape(x))
+        return np.apply_along_axis(soft, self.axis, x)
+
+
+# ---- constructor functions ---------------------------------------------------------------
+def sum_squares(x: Any) -> Expression:
+    return SumSquares(as_expr(x))
+
+
+def norm1(x: Any) -> Expression:
+    return Norm1(as_expr(x))
+
+
+def norm2(x: Any) -> Expression:
+    return Norm2(as_expr(x))
+
+
+def norm_inf(x: Any) -> Expression:
+    return NormInf(as_expr(x))
+
+
+def quad_form(x: Any, P: Any) -> Expression:
+    return QuadForm(as_expr(x), as_expr(P))
+
+
+def log_sum_exp(x: Any, axis: int | None = None) -> Expression:
+    x = as_expr(x)
+    return LogSumExp(x, _axis(axis, x.ndim))

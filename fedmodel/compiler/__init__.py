@@ -1,0 +1,1 @@
+"""Compiler passes: differentiation, code generation, owner split, canonicalization, merit functions."""

@@ -1,0 +1,29 @@
+"""Built-in example models for `fedmodel run` (each returns the problem and its main variable)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def neyman_pearson(n_clients: int = 5, threshold: float = 0.2, seed: int = 0):
+    """Neyman-Pearson classification (paper 1, eq. 30) on scikit-learn's bundled breast-cancer
+    data (WDBC; benign = class 0, malignant = class 1), split per class equally over clients:
+    minimize the mean class-0 logistic loss s.t. each client's class-1 loss ≤ `threshold`."""
+    import fedmodel as fm
+    from fedmodel.datasets import load_sklearn_breast_cancer, per_class_equal_split
+    data = load_sklearn_breast_cancer()
+    X = (data.X - data.X.mean(axis=0)) / data.X.std(axis=0)
+    parts = per_class_equal_split(data.y, n_clients, seed=seed)
+    w = fm.Variable(X.shape[1], name="w")
+    prob = fm.Problem(name="neyman-pearson")
+    for i, rows in enumerate(parts):
+        client = prob.add_client(f"c{i}")
+        X0 = client.data(X[rows][data.y[rows] == 0], name=f"X0_{i}")
+        X1 = client.data(X[rows][data.y[rows] == 1], name=f"X1_{i}")
+        client.minimize(fm.mean(fm.logistic(X0 @ w)) / n_clients)
+        client.subject_to((fm.mean(fm.logistic(-(X1 @ w))) <= threshold).named(f"np[{client.name}]"))
+    return prob, w
+
+
+EXAMPLES: dict[str, Callable] = {"neyman-pearson": neyman_pearson}

@@ -1,0 +1,360 @@
+"""The expression IR: a DAG of leaves (variables, parameters, constants, owned data) and atoms.
+
+Every expression knows its shape and, through its atom, its value, derivative rule, curvature,
+sign, smoothness and lowerings. Operators build atoms lazily (see `fedmodel.atoms`), so this
+module holds only the base class and the leaves.
+"""
+from __future__ import annotations
+
+import itertools
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .errors import DataError, FedModelError, ShapeError
+
+Shape = tuple[int, ...]
+_ids = itertools.count()
+
+
+def as_shape(shape: int | tuple | list | None) -> Shape:
+    """Normalize an int / tuple shape; () is a scalar."""
+    if shape is None:
+        return ()
+    if isinstance(shape, numbers.Integral):
+        shape = (int(shape),)
+    shape = tuple(int(s) for s in shape)
+    if len(shape) > 2 or any(s <= 0 for s in shape):
+        raise ShapeError(f"shape {shape} is not supported: use a positive int or a 1- or 2-tuple")
+    return shape
+
+
+def size_of(shape: Shape) -> int:
+    return int(np.prod(shape)) if shape else 1
+
+
+class Expression:
+    """Base of every node of the IR. Subclasses: `Leaf` kinds and `fedmodel.atoms.Atom`."""
+
+    __array_priority__ = 100  # numpy defers `A @ w`, `A * w` to our reflected operators
+    shape: Shape
+    args: tuple["Expression", ...] = ()
+
+    # ---- structure -------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return size_of(self.shape)
+
+    def leaves(self) -> list["Leaf"]:
+        """Distinct leaves of the DAG, in first-visit order."""
+        seen: dict[int, Leaf] = {}
+        stack: list[Expression] = [self]
+        visited: set[int] = set()
+        while stack:
+            node = stack.pop()
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            if isinstance(node, Leaf):
+                seen.setdefault(node.uid, node)
+            else:
+                stack.extend(reversed(node.args))
+        return list(seen.values())
+
+    def variables(self) -> list["Variable"]:
+        return [leaf for leaf in self.leaves() if isinstance(leaf, Variable)]
+
+    def parameters(self) -> list["Parameter"]:
+        return [leaf for leaf in self.leaves() if isinstance(leaf, Parameter)]
+
+    def data_owners(self) -> set[str]:
+        """Names of the blocks whose data this expression reads (not counting plain constants)."""
+        return {leaf.owner for leaf in self.leaves() if isinstance(leaf, Data)}
+
+    def is_constant(self) -> bool:
+        """True when no Variable occurs (parameters count as constants, as in CVXPY)."""
+        return not self.variables()
+
+    # ---- analysis (delegated to atoms; see fedmodel/analysis.py) ---------------------------
+    def is_convex(self) -> bool:
+        from .analysis import curvature
+        return curvature(self) in ("constant", "affine", "convex")
+
+    def is_concave(self) -> bool:
+        from .analysis import curvature
+        return curvature(self) in ("constant", "affine", "concave")
+
+    def is_affine(self) -> bool:
+        from .analysis import curvature
+        return curvature(self) in ("constant", "affine")
+
+    def is_dcp(self) -> bool:
+        return self.is_convex() or self.is_concave()
+
+    def is_smooth(self) -> bool:
+        from .analysis import is_smooth
+        return is_smooth(self)
+
+    def is_nonneg(self) -> bool:
+        from .analysis import sign
+        return sign(self)[0]
+
+    def is_nonpos(self) -> bool:
+        from .analysis import sign
+        return sign(self)[1]
+
+    # ---- value ----------------------------------------------------------------------------
+    @property
+    def value(self) -> np.ndarray | float | None:
+        """Numeric value when every leaf has one (after a solve, or set by hand), else None."""
+        from .compiler.codegen import evaluate
+        try:
+            return evaluate(self)
+        except _MissingValue:
+            return None
+
+    # ---- operators ------------------------------------------------------------------------
+    def __add__(self, other: Any) -> "Expression":
+        from .atoms import add
+        return add(self, other)
+
+    def __radd__(self, other: Any) -> "Expression":
+        from .atoms import add
+        return add(other, self)
+
+    def __sub__(self, other: Any) -> "Expression":
+        from .atoms import add, neg
+        return add(self, neg(other))
+
+    def __rsub__(self, other: Any) -> "Expression":
+        from .atoms import add, neg
+        return add(other, neg(self))
+
+    def __neg__(self) -> "Expression":
+        from .atoms import neg
+        return neg(self)
+
+    def __pos__(self) -> "Expression":
+        return self
+
+    def __mul__(self, other: Any) -> "Expression":
+        from .atoms import scalar_or_elementwise_mul
+        return scalar_or_elementwise_mul(self, other)
+
+    def __rmul__(self, other: Any) -> "Expression":
+        from .atoms import scalar_or_elementwise_mul
+        return scalar_or_elementwise_mul(other, self)
+
+    def __truediv__(self, other: Any) -> "Expression":
+        from .atoms import divide
+        return divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> "Expression":
+        from .atoms import divide
+        return divide(other, self)
+
+    def __matmul__(self, other: Any) -> "Expression":
+        from .atoms import matmul
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> "Expression":
+        from .atoms import matmul
+        return matmul(other, self)
+
+    def __pow__(self, p: Any) -> "Expression":
+        from .atoms import power
+        return power(self, p)
+
+    def __getitem__(self, key: Any) -> "Expression":
+        from .atoms import index
+        return index(self, key)
+
+    @property
+    def T(self) -> "Expression":
+        from .atoms import transpose
+        return transpose(self)
+
+    # comparisons build constraints (fedmodel/constraints.py)
+    def __le__(self, other: Any):
+        from .constraints import Inequality
+        return Inequality(self, other)
+
+    def __ge__(self, other: Any):
+        from .constraints import Inequality
+        return Inequality(other, self)
+
+    def __eq__(self, other: Any):  # type: ignore[override]
+        from .constraints import Equality
+        return Equality(self, other)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        raise FedModelError(
+            "an expression has no truth value; did you use `and`/`or`/`if` on a constraint? "
+            "Pass constraints to subject_to(...) one by one")
+
+    # ---- rendering ------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self}, shape={self.shape})"
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self) -> str:  # overridden by leaves and atoms
+        raise NotImplementedError
+
+
+class _MissingValue(Exception):
+    """Internal: a leaf without a value was reached while evaluating `.value`."""
+
+
+class Leaf(Expression):
+    """A node without arguments. `uid` identifies it across copies and processes."""
+
+    def __init__(self, shape: Shape, name: str | None):
+        self.shape = as_shape(shape)
+        self.uid = next(_ids)
+        self.name = name if name is not None else f"{self._prefix}{self.uid}"
+        if not isinstance(self.name, str) or not self.name:
+            raise FedModelError(f"name {name!r} must be a non-empty string")
+
+    _prefix = "x"
+
+    def render(self) -> str:
+        return self.name
+
+    def __getstate__(self) -> dict:
+        return self.__dict__.copy()
+
+
+def _check_numeric(value: Any, what: str) -> np.ndarray:
+    try:
+        array = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{what} is not numeric ({exc}); convert it to a float array first") from exc
+    if not np.all(np.isfinite(array)):
+        bad = np.argwhere(~np.isfinite(array))
+        where = tuple(int(i) for i in bad[0]) if array.ndim else ()
+        raise DataError(
+            f"{what} has {len(bad)} non-finite entr{'y' if len(bad) == 1 else 'ies'} "
+            f"(first at index {where}); remove or impute NaN/inf before building the model")
+    return array
+
+
+class Variable(Leaf):
+    """An optimization variable: shared (consensus across nodes) unless made by `client.variable`.
+
+    >>> w = Variable(3, name="w"); w.shape
+    (3,)
+    """
+
+    _prefix = "var"
+
+    def __init__(self, shape: int | tuple = (), name: str | None = None):
+        super().__init__(as_shape(shape), name)
+        self.owner: str | None = None  # set for client-private variables
+        self._value: np.ndarray | None = None
+
+    @property
+    def value(self):
+        return self._value
+
+    @value.setter
+    def value(self, val) -> None:
+        if val is None:
+            self._value = None
+            return
+        array = _check_numeric(val, f"value of variable {self.name!r}")
+        self._value = _fit_shape(array, self.shape, f"variable {self.name!r}")
+
+
+class Parameter(Leaf):
+    """A value that can change between evaluations or solves without recompiling."""
+
+    _prefix = "param"
+
+    def __init__(self, shape: int | tuple = (), name: str | None = None, value: Any = None):
+        super().__init__(as_shape(shape), name)
+        self._value: np.ndarray | None = None
+        if value is not None:
+            self.value = value
+
+    @property
+    def value(self):
+        return self._value
+
+    @value.setter
+    def value(self, val) -> None:
+        if val is None:
+            self._value = None
+            return
+        array = _check_numeric(val, f"value of parameter {self.name!r}")
+        self._value = _fit_shape(array, self.shape, f"parameter {self.name!r}")
+
+
+def _fit_shape(array: np.ndarray, shape: Shape, what: str) -> np.ndarray:
+    if array.shape == shape:
+        return array
+    if array.size == size_of(shape) and array.squeeze().shape == tuple(s for s in shape if s != 1):
+        return array.reshape(shape)
+    raise ShapeError(f"{what} has shape {shape} but was given a value of shape {array.shape}")
+
+
+class Constant(Leaf):
+    """A numeric constant (numpy arrays and Python numbers are wrapped into this)."""
+
+    _prefix = "const"
+
+    def __init__(self, value: Any, name: str | None = None):
+        array = _check_numeric(value, "constant" if name is None else f"constant {name!r}")
+        if array.ndim > 2:
+            raise ShapeError(f"constant of shape {array.shape}: only scalars, vectors and matrices")
+        self._array = array
+        super().__init__(array.shape if array.ndim else (), name)
+        self.shape = array.shape
+
+    @property
+    def value(self) -> np.ndarray:
+        return self._array
+
+    def render(self) -> str:
+        if self.name.startswith(self._prefix) and self._array.size == 1:
+            return f"{float(self._array):g}"
+        return self.name
+
+
+class Data(Constant):
+    """A constant owned by one block (a client or the server): it never leaves its owner."""
+
+    _prefix = "data"
+
+    def __init__(self, value: Any, owner: str, name: str | None = None):
+        self.owner = owner
+        try:
+            super().__init__(value, name)
+        except DataError as exc:
+            raise DataError(f"data {name or ''} of block {owner!r}: {exc}") from None
+        if self._array.size == 0:
+            raise DataError(f"data {self.name!r} of block {owner!r} is empty (shape {self._array.shape})")
+
+    def render(self) -> str:
+        return self.name
+
+
+def as_expr(value: Any) -> Expression:
+    """Wrap numbers and arrays as `Constant`; pass expressions through."""
+    if isinstance(value, Expression):
+        return value
+    if hasattr(value, "toarray") and not isinstance(value, np.ndarray):  # scipy.sparse
+        value = value.toarray()
+    if isinstance(value, (numbers.Number, np.ndarray, list, tuple, np.generic)):
+        return Constant(value)
+    raise FedModelError(
+        f"cannot use a {type(value).__name__} in an expression; use numbers, numpy arrays or "
+        "fedmodel expressions")

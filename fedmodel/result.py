@@ -1,0 +1,65 @@
+"""`Result`: what every backend returns (API.md §5)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import FedModelError
+from .expression import Variable
+
+
+@dataclass
+class Certificate:
+    """KKT residuals in the ∞-norm (paper 1, Definition 1)."""
+
+    stationarity: float
+    feasibility: float
+
+    def __str__(self) -> str:
+        return f"stationarity {self.stationarity:.2e}, feasibility {self.feasibility:.2e}"
+
+
+class History(list):
+    """One dict per outer iteration / round; `.to_frame()` gives a pandas DataFrame."""
+
+    def to_frame(self):
+        import pandas as pd
+        return pd.DataFrame(list(self))
+
+
+@dataclass
+class Result:
+    status: str
+    values: dict[int, np.ndarray]
+    objective: float
+    max_violation: float
+    backend: str
+    iterations: dict[str, int] = field(default_factory=dict)
+    history: History = field(default_factory=History)
+    multipliers: dict[str, np.ndarray] = field(default_factory=dict)
+    ledger: Any = None
+    certificate: Certificate | None = None
+    wall_time: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+    problem: Any = field(default=None, repr=False)
+
+    def value(self, var: Variable) -> np.ndarray:
+        """The solution value of a variable of the solved problem."""
+        if not isinstance(var, Variable):
+            raise FedModelError(f"Result.value takes a Variable, got {type(var).__name__}")
+        if var.uid not in self.values:
+            raise FedModelError(f"variable {var.name!r} is not part of the problem this result solves")
+        return self.values[var.uid]
+
+    def __str__(self) -> str:
+        lines = [f"{self.backend}: {self.status} in {self._iterations()} ({self.wall_time:.3g} s)",
+                 f"  objective      {self.objective:.6g}",
+                 f"  max violation  {self.max_violation:.2e}"]
+        if self.certificate is not None:
+            lines.append(f"  KKT            {self.certificate}")
+        return "\n".join(lines)
+
+    def _iterations(self) -> str:
+        return ", ".join(f"{v} {k}" for k, v in self.iterations.items()) or "-"
