@@ -69,5 +69,14 @@ def is_smooth(expr: Expression) -> bool:
         seen.add(id(node))
         if not node.smooth:
             return False
+        if _is_squared_pos(node):  # [x]₊² is C¹: the inequality AL term is smooth
+            stack.append(node.args[0].args[0])
+            continue
         stack.extend(node.args)
     return True
+
+
+def _is_squared_pos(node: Expression) -> bool:
+    from .atoms import Pos, Power, Square, SumSquares
+    squares = isinstance(node, (Square, SumSquares)) or (isinstance(node, Power) and node.p == 2)
+    return squares and isinstance(node.args[0], Pos)

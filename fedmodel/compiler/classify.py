@@ -16,3 +16,27 @@ def prox_term(term: Expression):
     if isinstance(term, PROXABLE) and isinstance(term.args[0], Variable) and weight >= 0:
         return type(term), term.args[0], weight
     return None
+
+
+def polynomial_degree(expr: Expression) -> float:
+    """Degree of `expr` as a polynomial in the variables (inf when not polynomial).
+
+    Degree ≤ 2 means a quadratic: its Hessian is constant and a subproblem is one linear solve.
+    """
+    from ..atoms import (BroadcastTo, Index, MatMul, Mean, Neg, Power, QuadForm, Reshape, Square,
+                         Sum, SumSquares, SumTo, Transpose, Add, Multiply)
+    from ..expression import Leaf
+    if isinstance(expr, Variable):
+        return 1
+    if isinstance(expr, Leaf):
+        return 0
+    degrees = [polynomial_degree(a) for a in expr.args]
+    if isinstance(expr, Add):
+        return max(degrees)
+    if isinstance(expr, (Neg, Transpose, Index, Reshape, BroadcastTo, Sum, Mean, SumTo)):
+        return degrees[0]
+    if isinstance(expr, (Multiply, MatMul)):
+        return sum(degrees)
+    if isinstance(expr, (Square, SumSquares, QuadForm)) or (isinstance(expr, Power) and expr.p == 2):
+        return 2 * degrees[0]
+    return 0 if all(d == 0 for d in degrees) else float("inf")

@@ -1,0 +1,58 @@
+"""Helpers shared by backends: topology checks, collecting results, progress display."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from fedmodel.errors import TopologyError
+
+
+def require_star(problem, topology, backend: str):
+    """Backends with a server need a star-like topology with a server node (DESIGN.md)."""
+    import topologies
+    if topology is None:
+        return topologies.star(problem)
+    topologies.validate(topology, problem, need_server=True)
+    return topology
+
+
+def gather_values(executor, problem, shared_flat: np.ndarray) -> tuple[dict, dict]:
+    """Solution values by variable uid and multipliers by constraint name, collected from the
+    nodes through local reporting messages."""
+    server = executor.programs["server"] if hasattr(executor, "programs") else None
+    layout = executor.layout if hasattr(executor, "layout") else server.shared
+    values = dict(zip([v.uid for v in layout.variables], layout.unpack(shared_flat)))
+    multipliers: dict[str, Any] = {}
+    for node in executor.nodes:
+        values.update(executor.call(node, "private_values")["values"])
+        multipliers.update(executor.call(node, "multipliers")["multipliers"])
+    return values, multipliers
+
+
+class _Silent:
+    def update(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Bar:
+    def __init__(self, total: int, label: str):
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, desc=label, leave=False, file=sys.stderr)
+
+    def update(self, record: dict) -> None:
+        self.bar.set_postfix(obj=f"{record.get('objective', float('nan')):.4g}",
+                             viol=f"{record.get('violation', float('nan')):.1e}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def progress(total: int, verbose: bool, label: str):
+    """A tqdm bar with objective and violation when `verbose` and on a terminal; else silent."""
+    return _Bar(total, label) if verbose and sys.stderr.isatty() else _Silent()

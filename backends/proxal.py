@@ -1,0 +1,217 @@
+"""Proximal augmented Lagrangian with inexact ADMM (He, Peng, Sun: "Federated learning with
+convex global and local constraints"), Algorithms 1–3. Equation numbers refer to that paper
+(../shared/seeds/fl_convex_global_local_constraints.txt); see ../shared/spec/fl_constraints.md.
+
+Algorithm 1 (outer): τ_k = s̄/(k+1)²; w^{k+1} = Algorithm 2(τ_k, w̃⁰ = w^k); μ_i ← [μ_i + β c_i]₊ on
+each node (the multipliers never leave their owner); stop on (11).
+Algorithm 2 (inner, consensus ADMM on Σ_i P_i(u_i) + P_0(w) + h(w), u_i = w): server step (18),
+client steps (19)–(21), certificate (22), stop (23). Client steps run on the clients as node
+procedures; the server only sees ũ_i (a model-sized vector) and scalars.
+
+Options beyond the paper (defaults keep the paper's algorithm):
+- `rho_rule="samples"`: ρ_i = a·m_i (Remark 4.2), `a = rho`;
+- `adaptive_rho=True`: each client rebalances its ρ_i between ADMM steps by residual balancing.
+  The certificate (22) stays valid because ε̃_{i,t+1} uses the ρ_i^t the server used in (18),
+  and ũ_i^{t+1} = u_i^{t+1} + λ_i^{t+1}/ρ_i^{t+1} (21) is formed with the new ρ (see `_admm_step`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from fedmodel.errors import FedModelError
+from fedmodel.runtime import make_executor
+from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.program import NodeProgram, compile_programs
+from .base import Backend
+from .common import gather_values, progress, require_star
+
+
+# ---- client-side procedures (run on the client; state in program.state) ---------------------
+@procedure("proxal_admm_init", {"w": "x", "rho": "1"}, {"u_tilde": "x"})
+def _admm_init(program: NodeProgram, w, rho):
+    """Step 1 of Algorithm 2: u⁰ = w̃⁰, λ⁰ = −∇P_i(w̃⁰), ũ⁰ = w̃⁰ − ∇P_i(w̃⁰)/ρ_i."""
+    grad = program.merit(w)["grad"]
+    program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": float(rho), "w": w.copy()}
+    return {"u_tilde": w - grad / rho}
+
+
+@procedure("proxal_admm_step", {"w": "x", "eps": "1", "adaptive": "1", "solver": "str"},
+           {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1"})
+def _admm_step(program: NodeProgram, w, eps, adaptive=0.0, solver="auto"):
+    s = program.state["admm"]
+    u, lam, rho = s["u"], s["lam"], s["rho"]
+    # (22) with the OLD λ_i^t, u_i^t and the ρ_i^t the server used in (18)
+    eps_tilde = float(np.max(np.abs(program.merit(w)["grad"] + lam - rho * (w - u)), initial=0.0))
+    # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², to ‖∇φ_i‖∞ ≤ ε_{t+1}
+    out = program.solve_local(linear=lam, weight=rho, anchor=w, x0=u, tol=eps, method=solver)
+    u_new = out["x"]
+    lam = lam + rho * (u_new - w)                                  # (20)
+    if adaptive:
+        rho = _balance(rho, primal=np.max(np.abs(u_new - w)), dual=rho * np.max(np.abs(w - s["w"])))
+    program.state["admm"] = {"u": u_new, "lam": lam, "rho": rho, "w": w.copy()}
+    return {"u_tilde": u_new + lam / rho, "eps_tilde": eps_tilde,  # (21)
+            "rho": rho, "steps": out["steps"]}
+
+
+def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor: float = 2.0) -> float:
+    """Residual balancing (Boyd et al. §3.4.1): keep primal and dual residuals within `ratio`."""
+    if primal > ratio * dual:
+        return rho * factor
+    if dual > ratio * primal:
+        return rho / factor
+    return rho
+
+
+# ---- the backend ------------------------------------------------------------------------------
+class ProxAL(Backend):
+    """Algorithm 1 with Algorithm 2 (paper defaults: NP experiment, β=300, ρ=0.01, s̄=1e-3).
+
+    >>> res = prob.solve(ProxAL(beta=300.0, rho=0.01), topology=topologies.star(prob))  # doctest: +SKIP
+    """
+
+    name = "proxal"
+
+    def __init__(self, beta: float = 300.0, rho: float = 0.01, s_bar: float = 1e-3, q: float = 0.9,
+                 tol: tuple[float, float] = (1e-3, 1e-3), max_outer: int = 100,
+                 max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = False,
+                 local_solver: str = "auto", w0: Any = None, inner: Any = None):
+        if beta <= 0 or rho <= 0 or s_bar <= 0 or not 0 < q < 1:
+            raise FedModelError(f"ProxAL needs beta > 0, rho > 0, s_bar > 0 and 0 < q < 1 (got "
+                                f"beta={beta}, rho={rho}, s_bar={s_bar}, q={q})")
+        if rho_rule not in ("constant", "samples"):
+            raise FedModelError(f"rho_rule must be 'constant' or 'samples', got {rho_rule!r}")
+        self.beta, self.rho, self.s_bar, self.q = float(beta), float(rho), float(s_bar), float(q)
+        self.eps1, self.eps2 = tol
+        self.max_outer, self.max_inner = int(max_outer), int(max_inner)
+        self.rho_rule, self.adaptive_rho = rho_rule, bool(adaptive_rho)
+        self.local_solver, self.w0, self.inner = local_solver, w0, inner
+
+    # Algorithm 1 --------------------------------------------------------------------------------
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False, **_):
+        require_star(problem, topology, self.name)
+        programs = compile_programs(problem)
+        ex = make_executor(executor).start(programs)
+        clients = ex.clients
+        n = len(clients)
+        d = programs["server"].n_shared
+        w = np.zeros(d) if self.w0 is None else np.asarray(self.w0, float).ravel().copy()
+        rho = self._client_rhos(problem)
+        history, total_inner, status = [], 0, "max_iterations"
+        omega = 1.0 / ((n + 1) * self.beta)            # proximal weight of each P_{i,k} (13)–(14)
+        bar = progress(self.max_outer, verbose, "ProxAL")
+        certificate_log = []
+        start = time.perf_counter()
+        for k in range(self.max_outer):
+            tau = self.s_bar / (k + 1) ** 2                                       # step 2
+            ex.map("configure", {node: {"beta": self.beta, "prox_weight": omega, "center": w}
+                                 for node in ex.nodes})
+            w_next, inner_steps, certificate, rho = self._admm(ex, w, tau, rho)   # steps 3–4
+            total_inner += inner_steps
+            certificate_log.append((tau, certificate))
+            changes = ex.map("update_multipliers", {node: {"x": w_next} for node in ex.nodes})  # 5, 7–8
+            dmu = max(r["dmu"] for r in changes.values())
+            dw = max(float(np.max(np.abs(w_next - w), initial=0.0)),
+                     max(r["dy"] for r in changes.values()))
+            w = w_next
+            record = self._record(ex, w, k, inner_steps, certificate, tau, dw, dmu, start)
+            history.append(record)
+            if callback:
+                callback(record)
+            bar.update(record)
+            if dw + self.beta * tau <= self.beta * self.eps1 and dmu <= self.beta * self.eps2:  # (11)
+                status = "converged"
+                break
+        bar.close()
+        values, multipliers = gather_values(ex, problem, w)
+        ex.ledger.rounds = total_inner + len(history)
+        ex.close()
+        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
+                "iterations": {"outer": len(history), "inner": total_inner}, "ledger": ex.ledger,
+                "info": {"admm_certificates": certificate_log, "rho": rho}}
+
+    def _client_rhos(self, problem) -> dict[str, float]:
+        if self.rho_rule == "constant":
+            return {c.name: self.rho for c in problem.clients}
+        rhos = {}
+        for client in problem.clients:      # ρ_i = a·m_i (Remark 4.2): m_i = local sample count
+            samples = max([d.shape[0] for d in client.data_items if d.ndim >= 1] or [1])
+            rhos[client.name] = self.rho * samples
+        return rhos
+
+    # Algorithm 2 --------------------------------------------------------------------------------
+    def _admm(self, ex, w_start, tau, rho):
+        clients = ex.clients
+        replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c]} for c in clients})
+        u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
+        w = w_start
+        certificate = np.inf
+        for t in range(self.max_inner):
+            eps = max(self.q ** t, 1e-10)                                            # step 3
+            total_rho = sum(rho.values())
+            anchor = sum(rho[c] * u_tilde[c] for c in clients) / total_rho if clients else w
+            w = ex.call("server", "solve_local", linear=None, weight=total_rho, anchor=anchor,
+                        x0=w, tol=eps, method=self.local_solver)["x"]                # (18)
+            replies = ex.map("proxal_admm_step", {c: {"w": w, "eps": eps, "adaptive": float(self.adaptive_rho),
+                                                      "solver": self.local_solver} for c in clients})  # (19)–(22)
+            u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
+            rho = {c: r["rho"] for c, r in replies.items()}
+            certificate = eps + sum(r["eps_tilde"] for r in replies.values())
+            if certificate <= tau:                                                   # (23)
+                return w, t + 1, certificate, rho
+        return w, self.max_inner, certificate, rho
+
+    def _record(self, ex, w, k, inner_steps, certificate, tau, dw, dmu, start) -> dict:
+        reports = ex.map("report", {node: {"x": w} for node in ex.nodes})
+        return {"iteration": k + 1, "objective": sum(r["objective"] for r in reports.values()),
+                "violation": max(r["violation"] for r in reports.values()),
+                "client_objective": {c: reports[c]["objective"] for c in ex.clients},
+                "client_violation": {c: reports[c]["violation"] for c in ex.clients},
+                "inner": inner_steps, "certificate": certificate, "tau": tau,
+                "primal_change": dw, "multiplier_change": dmu, "time": time.perf_counter() - start}
+
+
+class CentralizedProxAL(Backend):
+    """Algorithm 3 (cProx-AL): the same proximal AL with the subproblem solved centrally to
+    dist∞(0, ∂ℓ_k) ≤ τ_k — the paper's baseline. Pools every block's data in one program."""
+
+    name = "cproxal"
+
+    def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-3, 1e-3),
+                 max_outer: int = 100, local_solver: str = "auto", w0: Any = None):
+        self.beta, self.s_bar = float(beta), float(s_bar)
+        self.eps1, self.eps2 = tol
+        self.max_outer, self.local_solver, self.w0 = int(max_outer), local_solver, w0
+
+    def run(self, problem, callback=None, verbose=False, **_):
+        shared = problem.shared_variables()
+        private = [v for v in problem.variables() if v.owner is not None]
+        terms = [t for b in problem.blocks for t in b.terms]
+        program = NodeProgram("centralized", "server", terms, problem.constraints, shared, private)
+        w = np.zeros(program.n_shared) if self.w0 is None else np.asarray(self.w0, float).ravel().copy()
+        history, status, total = [], "max_iterations", 0
+        start = time.perf_counter()
+        for k in range(self.max_outer):
+            tau = self.s_bar / (k + 1) ** 2
+            program.configure(self.beta, 1.0 / self.beta, w)
+            out = program.solve_local(None, 0.0, None, w, tau, method=self.local_solver)
+            total += int(out["steps"])
+            change = program.update_multipliers(out["x"])
+            dw = max(float(np.max(np.abs(out["x"] - w), initial=0.0)), change["dy"])
+            w = out["x"]
+            report = program.report(w)
+            record = {"iteration": k + 1, "objective": report["objective"], "violation": report["violation"],
+                      "inner": int(out["steps"]), "tau": tau, "primal_change": dw,
+                      "multiplier_change": change["dmu"], "time": time.perf_counter() - start}
+            history.append(record)
+            if callback:
+                callback(record)
+            if dw + self.beta * tau <= self.beta * self.eps1 and change["dmu"] <= self.beta * self.eps2:
+                status = "converged"
+                break
+        values = dict(zip([v.uid for v in shared], program.shared.unpack(w)))
+        values.update(program.private_values()["values"])
+        return {"status": status, "values": values, "multipliers": program.multipliers()["multipliers"],
+                "history": history, "iterations": {"outer": len(history), "inner": total}}

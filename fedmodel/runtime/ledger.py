@@ -1,0 +1,126 @@
+"""Declared message kinds and the communication ledger.
+
+Every request a backend sends to a node program, and every reply, is one of the kinds declared
+here with the sizes of its array fields ("x": the flat shared model, "1": a scalar). A payload
+that does not match its declaration is refused, so no client array can leave a client by
+accident. Each message (sender, receiver, kind, number of floats) is recorded in the ledger.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import FedModelError
+
+
+@dataclass(frozen=True)
+class MessageKind:
+    """A method a node program offers, with the sizes of its request and reply arrays."""
+
+    name: str
+    request: dict[str, str]
+    reply: dict[str, str]
+    local: bool = False  # served by the node for the server itself (no network traffic)
+
+
+def _kinds(*kinds: MessageKind) -> dict[str, MessageKind]:
+    return {k.name: k for k in kinds}
+
+
+# Sizes: "x" = shared model size, "x|1" = model-sized or scalar, "1" = scalar.
+MESSAGES = _kinds(
+    MessageKind("configure", {"beta": "1", "prox_weight": "1", "center": "x"}, {}),
+    MessageKind("merit", {"x": "x"}, {"value": "1", "grad": "x"}),
+    MessageKind("solve_local", {"linear": "x", "weight": "x|1", "anchor": "x", "x0": "x", "tol": "1",
+                                "method": "str", "max_steps": "1", "lr": "1"},
+                {"x": "x", "steps": "1", "grad_norm": "1"}),
+    MessageKind("update_multipliers", {"x": "x"}, {"dmu": "1", "dy": "1"}),
+    # reporting and bookkeeping, served locally (the harness's metrics, not the algorithm's traffic)
+    MessageKind("report", {"x": "x"}, {"objective": "1", "violation": "1"}, local=True),
+    MessageKind("multipliers", {}, {"multipliers": "opaque"}, local=True),
+    MessageKind("private_values", {}, {"values": "opaque"}, local=True),
+    MessageKind("save_state", {}, {"state": "opaque"}, local=True),
+    MessageKind("load_state", {"state": "opaque"}, {}, local=True),
+)
+
+# Node-side procedures of backends (Flower's client `fit`): kind name -> function(program, **payload).
+PROCEDURES: dict = {}
+
+
+def register(kind: MessageKind, procedure=None) -> None:
+    """Declare a message kind; with `procedure(program, **payload) -> reply`, a node-side step of
+    a backend. It runs on the node with the node program's API only (never raw data) and keeps
+    its own state in `program.state`. Procedures must be module-level functions (picklable)."""
+    if kind.name in MESSAGES and MESSAGES[kind.name] != kind:
+        raise FedModelError(f"message kind {kind.name!r} is already declared differently")
+    MESSAGES[kind.name] = kind
+    if procedure is not None:
+        PROCEDURES[kind.name] = procedure
+
+
+def procedure(name: str, request: dict[str, str], reply: dict[str, str]):
+    """Decorator form of `register` for node-side procedures."""
+    def wrap(fn):
+        register(MessageKind(name, request, reply), fn)
+        return fn
+    return wrap
+
+
+def check_payload(kind: MessageKind, fields: dict[str, str], payload: dict[str, Any],
+                  model_size: int, direction: str) -> int:
+    """Refuse fields that are undeclared or larger than declared; return the float count."""
+    floats = 0
+    for key, value in payload.items():
+        if key not in fields:
+            raise FedModelError(f"{direction} of message {kind.name!r} carries undeclared field "
+                                f"{key!r}; declared: {sorted(fields)}")
+        spec = fields[key]
+        if spec in ("str", "opaque") or value is None:
+            continue
+        size = int(np.size(value))
+        allowed = {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec]
+        if size not in allowed:
+            raise FedModelError(
+                f"{direction} of message {kind.name!r}: field {key!r} has {size} numbers but is "
+                f"declared as {spec!r} (allowed sizes {allowed}); refusing to send it")
+        floats += size
+    return floats
+
+
+@dataclass
+class Ledger:
+    """Messages and floats per direction, per node and per kind."""
+
+    messages: Counter = field(default_factory=Counter)
+    floats: Counter = field(default_factory=Counter)
+    rounds: int = 0
+
+    def record(self, sender: str, receiver: str, kind: str, floats: int) -> None:
+        self.messages[(sender, receiver, kind)] += 1
+        self.floats[(sender, receiver, kind)] += floats
+
+    def total(self, direction: str | None = None) -> dict[str, int]:
+        """{"messages": …, "floats": …}; direction "down" (server→clients) or "up"."""
+        keep = (lambda s, r: True) if direction is None else \
+            (lambda s, r: (s == "server") == (direction == "down"))
+        messages = sum(n for (s, r, _), n in self.messages.items() if keep(s, r))
+        floats = sum(n for (s, r, _), n in self.floats.items() if keep(s, r))
+        return {"messages": messages, "floats": floats}
+
+    def kinds(self) -> set[str]:
+        return {k for (_, _, k) in self.messages}
+
+    def per_node(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for (sender, receiver, _), n in self.floats.items():
+            for node, key in ((sender, "floats_sent"), (receiver, "floats_received")):
+                out.setdefault(node, {"floats_sent": 0, "floats_received": 0})[key] += n
+        return out
+
+    def __str__(self) -> str:
+        down, up = self.total("down"), self.total("up")
+        return (f"{self.rounds} rounds; server→nodes {down['messages']} messages / {down['floats']} "
+                f"floats; nodes→server {up['messages']} messages / {up['floats']} floats")

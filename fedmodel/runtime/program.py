@@ -1,0 +1,285 @@
+"""`NodeProgram`: the compiled unit of one node (a client or the server).
+
+It holds the node's data (inside its compiled plans), its private variables, and its
+multipliers, and answers the requests declared in `ledger.MESSAGES`. Backends never hold a
+NodeProgram's data: they send requests through an executor and get model-sized replies.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..atoms import add, multiply, sum as sum_
+from ..compiler.classify import polynomial_degree
+from ..compiler.codegen import Plan
+from ..compiler.differentiate import grad
+from ..compiler.merit import build_merit
+from ..constraints import Constraint, Equality
+from ..errors import FedModelError, SmoothnessError
+from ..expression import Parameter, Variable
+from . import solvers
+
+
+class Layout:
+    """Packs a list of variables into one flat vector and back."""
+
+    def __init__(self, variables: list[Variable]):
+        self.variables = variables
+        self.offsets = np.cumsum([0] + [v.size for v in variables])
+        self.size = int(self.offsets[-1])
+
+    def unpack(self, flat: np.ndarray) -> list[np.ndarray]:
+        return [flat[self.offsets[i]:self.offsets[i + 1]].reshape(v.shape)
+                for i, v in enumerate(self.variables)]
+
+    def pack(self, values: list[Any]) -> np.ndarray:
+        if not values:
+            return np.zeros(0)
+        return np.concatenate([np.ravel(np.broadcast_to(np.asarray(v, dtype=float), var.shape))
+                               for v, var in zip(values, self.variables)])
+
+
+class NodeProgram:
+    """Compiled merit P_i, its gradient, constraints and objective of one node."""
+
+    def __init__(self, name: str, role: str, terms: list, constraints: list[Constraint],
+                 shared: list[Variable], private: list[Variable]):
+        self.name, self.role = name, role
+        self.constraints = constraints
+        self.shared, self.private = Layout(shared), Layout(private)
+        self.n_shared, self.n_private = self.shared.size, self.private.size
+        self.variables = shared + private
+        self.merit_ir = build_merit(terms, constraints, self.variables, name)
+        m = self.merit_ir
+        for atom_type, var, _ in m.prox_terms:
+            if var.owner is not None or not hasattr(atom_type, "prox"):
+                raise SmoothnessError(f"term {atom_type.display}({var.name}) of {name!r} is "
+                                      "nonsmooth and has no prox on the shared variables")
+        if not m.expression.is_smooth():
+            raise SmoothnessError(
+                f"node {name!r} has a nonsmooth term or constraint without a prox "
+                f"({_first_nonsmooth(terms, constraints)}); gradient-based backends need smooth "
+                "functions or prox-able terms such as λ·norm1(w) on the server")
+        self._value_grad = Plan([m.expression] + [grad(m.expression, v) for v in self.variables],
+                                self.variables)
+        self._residuals = Plan([c.expr for c in constraints], self.variables)
+        self._objective = Plan([m.objective], self.variables)
+        self.quadratic = polynomial_degree(m.expression) <= 2
+        self._hvp_plan = None
+        self._hessian_cache: tuple | None = None
+        self.y = np.zeros(self.n_private)
+        self._y_center = np.zeros(self.n_private)
+        self.state: dict[str, Any] = {}   # node-side state of backend procedures (e.g. ADMM's u, λ)
+
+    # ---- evaluation helpers -----------------------------------------------------------------
+    def _values(self, x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+        return self.shared.unpack(x) + self.private.unpack(y)
+
+    def _split(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return z[:self.n_shared], z[self.n_shared:]
+
+    def value_grad(self, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """P_i and its gradient with respect to z = (x, y)."""
+        out = self._value_grad(*self._values(x, y))
+        g = np.concatenate([np.ravel(np.broadcast_to(gi, v.shape))
+                            for gi, v in zip(out[1:], self.variables)]) if self.variables else np.zeros(0)
+        return float(out[0]), g
+
+    def hessian(self, z: np.ndarray) -> np.ndarray:
+        """∇²P_i(z), column by column from the derived Hessian-vector product."""
+        if self._hvp_plan is None:
+            directions = [Parameter(v.shape, name=f"dir[{v.name}]") for v in self.variables]
+            g = [grad(self.merit_ir.expression, v) for v in self.variables]
+            gv = add(*[sum_(multiply(gi, di)) for gi, di in zip(g, directions)])
+            self._hvp_plan = (Plan([grad(gv, v) for v in self.variables], self.variables), directions)
+        plan, directions = self._hvp_plan
+        layout = Layout(self.variables)
+        values = layout.unpack(z)
+        n = layout.size
+        H = np.empty((n, n))
+        for j in range(n):
+            e = np.zeros(n)
+            e[j] = 1.0
+            for d, dv in zip(directions, layout.unpack(e)):
+                d.value = dv
+            H[:, j] = layout.pack(plan(*values))
+        return 0.5 * (H + H.T)
+
+    # ---- requests (see ledger.MESSAGES) ------------------------------------------------------
+    def configure(self, beta: float, prox_weight: float, center: np.ndarray) -> dict:
+        """Set β, the proximal weight ω on the shared variables and the center x̄; the private
+        variables' center is their current value, with weight 1/β (they live in one block)."""
+        m = self.merit_ir
+        m.beta.value = beta
+        m.prox_weight.value = prox_weight
+        m.private_weight.value = (1.0 / beta) if self.n_private else 0.0
+        self._y_center = self.y.copy()
+        for var, value in zip(self.variables, self._values(np.asarray(center, float), self._y_center)):
+            m.centers[var.uid].value = value
+        self._hessian_cache = None
+        return {}
+
+    def merit(self, x: np.ndarray) -> dict:
+        value, g = self.value_grad(np.asarray(x, float), self.y)
+        return {"value": value, "grad": g[:self.n_shared]}
+
+    def solve_local(self, linear, weight, anchor, x0, tol, method="auto", max_steps=1000, lr=None) -> dict:
+        """argmin_{x,y} P_i(x, y) + linearᵀx + ½ Σ_j weight_j (x_j − anchor_j)² (+ h on the
+        server) to ‖∇‖∞ ≤ tol, warm-started at (x0, current y)."""
+        linear = np.zeros(self.n_shared) if linear is None else np.asarray(linear, float)
+        anchor = np.zeros(self.n_shared) if anchor is None else np.asarray(anchor, float)
+        weight_x = np.broadcast_to(np.asarray(weight, float), (self.n_shared,))
+        n_x = self.n_shared
+
+        def fun_grad(z):
+            x, y = z[:n_x], z[n_x:]
+            value, g = self.value_grad(x, y)
+            diff = x - anchor
+            value += float(linear @ x + 0.5 * np.sum(weight_x * diff * diff))
+            g = g.copy()
+            g[:n_x] += linear + weight_x * diff
+            return value, g
+
+        z0 = np.concatenate([np.asarray(x0, float), self.y])
+        method = self._choose(method)
+        if method == "prox":
+            z, steps, residual = self._solve_prox(fun_grad, z0, tol, weight_x, max_steps)
+        elif method == "exact":
+            H = self._constant_hessian(z0, weight_x)
+            g0 = fun_grad(z0)[1]
+            z = z0 - np.linalg.solve(H, g0)
+            steps, residual = 1, float(np.max(np.abs(fun_grad(z)[1]), initial=0.0))
+            if residual > tol:  # ill-conditioned: polish
+                z, more, residual = solvers.newton(fun_grad, lambda _: H, z, tol, max_steps)
+                steps += more
+        elif method == "newton":
+            def hess(z):
+                H = self.hessian(z)
+                H[np.diag_indices(n_x)] += weight_x
+                return H
+            z, steps, residual = solvers.newton(fun_grad, hess, z0, tol, max_steps)
+        elif method == "gd":
+            z, steps, residual = solvers.gradient_descent(fun_grad, z0, lr, int(max_steps))
+        elif method == "lbfgs":
+            z, steps, residual = solvers.lbfgs(fun_grad, z0, tol, max_steps)
+        else:
+            raise FedModelError(f"unknown local solver {method!r}")
+        self.y = z[n_x:].copy()
+        return {"x": z[:n_x], "steps": steps, "grad_norm": residual}
+
+    def _choose(self, method: str) -> str:
+        if method != "auto":
+            return method
+        if self.merit_ir.prox_terms:
+            return "prox"
+        if self.quadratic:
+            return "exact"
+        return "newton" if self.n_shared + self.n_private <= 200 else "lbfgs"
+
+    def _constant_hessian(self, z, weight_x) -> np.ndarray:
+        key = (float(self.merit_ir.beta.value), tuple(np.atleast_1d(weight_x[:1])), float(np.ptp(weight_x)))
+        if self._hessian_cache is None or self._hessian_cache[0] != key:
+            H = self.hessian(z)
+            H[np.diag_indices(self.n_shared)] += weight_x
+            self._hessian_cache = (key, H)
+        return self._hessian_cache[1]
+
+    def _solve_prox(self, fun_grad, z0, tol, weight_x, max_steps):
+        n_x = self.n_shared
+        terms = self.merit_ir.prox_terms
+
+        def prox(z, t):
+            out = z.copy()
+            parts = self.shared.unpack(out[:n_x])
+            for atom_type, var, w in terms:
+                i = self.shared.variables.index(var)
+                parts[i] = atom_type.prox(parts[i], t * w)
+            out[:n_x] = self.shared.pack(parts)
+            return out
+
+        lipschitz = float(np.max(weight_x, initial=1.0))
+        return solvers.prox_gradient(fun_grad, prox, z0, tol, lipschitz, max_steps=100_000)
+
+    def update_multipliers(self, x: np.ndarray) -> dict:
+        """μ_I ← [μ_I + β c_I]₊, μ_E ← μ_E + β c_E at (x, y); reply ‖Δμ‖∞ and ‖Δy‖∞."""
+        m = self.merit_ir
+        beta = float(m.beta.value)
+        residuals = self._residuals(*self._values(np.asarray(x, float), self.y)) if self.constraints else []
+        change = 0.0
+        for constraint, c_value in zip(self.constraints, residuals):
+            mu = m.multipliers[constraint.name]
+            new = mu.value + beta * np.asarray(c_value)
+            if not isinstance(constraint, Equality):
+                new = np.maximum(new, 0.0)
+            change = max(change, float(np.max(np.abs(new - mu.value), initial=0.0)))
+            mu.value = new
+        dy = float(np.max(np.abs(self.y - self._y_center), initial=0.0))
+        return {"dmu": change, "dy": dy}
+
+    def report(self, x: np.ndarray) -> dict:
+        """Objective f_i (with prox-able terms) and the largest violation of this node's constraints."""
+        values = self._values(np.asarray(x, float), self.y)
+        objective = float(self._objective(*values)[0])
+        for atom_type, var, w in self.merit_ir.prox_terms:
+            objective += w * float(atom_type(var).numeric(values[self.variables.index(var)]))
+        residuals = self._residuals(*values) if self.constraints else []
+        violation = max([0.0] + [c.violation(r) for c, r in zip(self.constraints, residuals)])
+        return {"objective": objective, "violation": violation}
+
+    def multipliers(self) -> dict:
+        return {"multipliers": {name: p.value.copy() for name, p in self.merit_ir.multipliers.items()}}
+
+    def private_values(self) -> dict:
+        return {"values": {v.uid: val.copy() for v, val in zip(self.private.variables, self.private.unpack(self.y))}}
+
+    def set_multipliers(self, multipliers: dict[str, np.ndarray]) -> None:
+        for name, value in multipliers.items():
+            self.merit_ir.multipliers[name].value = np.asarray(value, float)
+
+    def save_state(self) -> dict:
+        m = self.merit_ir
+        return {"state": {"y": self.y.copy(), "y_center": self._y_center.copy(),
+                          "mu": self.multipliers()["multipliers"], "beta": m.beta.value,
+                          "procedures": _copy_state(self.state),
+                          "prox_weight": m.prox_weight.value,
+                          "centers": {uid: p.value.copy() for uid, p in m.centers.items()}}}
+
+    def load_state(self, state: dict) -> dict:
+        m = self.merit_ir
+        self.y, self._y_center = state["y"].copy(), state["y_center"].copy()
+        self.state = _copy_state(state.get("procedures", {}))
+        for name, value in state["mu"].items():
+            m.multipliers[name].value = value
+        m.beta.value, m.prox_weight.value = state["beta"], state["prox_weight"]
+        m.private_weight.value = (1.0 / float(state["beta"])) if self.n_private else 0.0
+        for uid, value in state["centers"].items():
+            m.centers[uid].value = value
+        self._hessian_cache = None
+        return {}
+
+
+def _copy_state(state: dict) -> dict:
+    import copy
+    return copy.deepcopy(state)
+
+
+def _first_nonsmooth(terms, constraints) -> str:
+    for term in terms:
+        if not term.is_smooth():
+            return f"objective term {term}"
+    for constraint in constraints:
+        if not constraint.expr.is_smooth():
+            return f"constraint {constraint.name!r}: {constraint!r}"
+    return "?"
+
+
+def compile_programs(problem) -> dict[str, NodeProgram]:
+    """One NodeProgram per block (server first, then clients in order)."""
+    shared = problem.shared_variables()
+    programs = {}
+    for block in problem.blocks:
+        private = list(getattr(block, "private_variables", []))
+        role = "server" if block is problem.server else "client"
+        programs[block.name] = NodeProgram(block.name, role, block.terms, block.constraints, shared, private)
+    return programs

@@ -1,0 +1,91 @@
+"""Local solvers for a node's smooth, strongly convex subproblems (paper 1, eqs. 18–19).
+
+Each stops on the ∞-norm of the gradient (or of a subgradient for prox steps), warm-started:
+- `exact`: quadratic subproblems, one linear solve with the (constant) Hessian;
+- `newton`: Newton with the Hessian assembled from derived Hessian-vector products, for small
+  dimensions, with backtracking;
+- `lbfgs`: scipy's L-BFGS-B with analytic gradients (its `gtol` is an ∞-norm test);
+- `gd`: a fixed number of gradient steps (FedAvg/FedADMM-style local work);
+- `prox_gradient`: accelerated proximal gradient for a smooth part plus a prox-able term.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+FunGrad = Callable[[np.ndarray], tuple[float, np.ndarray]]
+
+
+def lbfgs(fun_grad: FunGrad, x0: np.ndarray, tol: float, max_steps: int = 1000) -> tuple[np.ndarray, int, float]:
+    from scipy.optimize import minimize
+    value, g = fun_grad(x0)
+    if np.max(np.abs(g), initial=0.0) <= tol:
+        return x0, 0, float(np.max(np.abs(g), initial=0.0))
+    res = minimize(fun_grad, x0, jac=True, method="L-BFGS-B",
+                   options={"gtol": tol, "ftol": 1e-15, "maxiter": max_steps, "maxcor": 20})
+    _, g = fun_grad(res.x)
+    return res.x, int(res.nit), float(np.max(np.abs(g), initial=0.0))
+
+
+def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray], np.ndarray], x0: np.ndarray,
+           tol: float, max_steps: int = 100) -> tuple[np.ndarray, int, float]:
+    """Damped Newton with Armijo backtracking; falls back to a gradient step if H is not PD."""
+    x = x0.copy()
+    value, g = fun_grad(x)
+    steps = 0
+    while np.max(np.abs(g), initial=0.0) > tol and steps < max_steps:
+        H = hessian(x)
+        try:
+            direction = -np.linalg.solve(H, g)
+        except np.linalg.LinAlgError:
+            direction = -g
+        slope = float(g @ direction)
+        if slope >= 0:
+            direction, slope = -g, -float(g @ g)
+        t = 1.0
+        while True:
+            candidate = x + t * direction
+            new_value, new_g = fun_grad(candidate)
+            if new_value <= value + 1e-4 * t * slope or t < 1e-12:
+                break
+            t *= 0.5
+        x, value, g = candidate, new_value, new_g
+        steps += 1
+    return x, steps, float(np.max(np.abs(g), initial=0.0))
+
+
+def gradient_descent(fun_grad: FunGrad, x0: np.ndarray, lr: float, steps: int) -> tuple[np.ndarray, int, float]:
+    x = x0.copy()
+    g = fun_grad(x)[1]
+    for _ in range(steps):
+        x = x - lr * g
+        g = fun_grad(x)[1]
+    return x, steps, float(np.max(np.abs(g), initial=0.0))
+
+
+def prox_gradient(fun_grad: FunGrad, prox: Callable[[np.ndarray, float], np.ndarray],
+                  x0: np.ndarray, tol: float, lipschitz: float, max_steps: int = 10_000
+                  ) -> tuple[np.ndarray, int, float]:
+    """FISTA with backtracking on L. Stops when the subgradient
+    ∇g(x⁺) − ∇g(y) + L(y − x⁺) ∈ ∂(g + h)(x⁺) is ≤ tol in the ∞-norm."""
+    x, y, t_k = x0.copy(), x0.copy(), 1.0
+    L = max(lipschitz, 1e-12)
+    residual = np.inf
+    steps = 0
+    for steps in range(1, max_steps + 1):
+        fy, gy = fun_grad(y)
+        while True:
+            x_new = prox(y - gy / L, 1.0 / L)
+            f_new, g_new = fun_grad(x_new)
+            diff = x_new - y
+            if f_new <= fy + gy @ diff + 0.5 * L * (diff @ diff) + 1e-12 * abs(fy):
+                break
+            L *= 2.0
+        residual = float(np.max(np.abs(g_new - gy - L * diff), initial=0.0))
+        t_next = 0.5 * (1 + np.sqrt(1 + 4 * t_k * t_k))
+        y = x_new + ((t_k - 1) / t_next) * (x_new - x)
+        x, t_k = x_new, t_next
+        if residual <= tol:
+            break
+    return x, steps, residual
