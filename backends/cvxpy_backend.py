@@ -12,18 +12,29 @@ from typing import Any
 import numpy as np
 
 from fedmodel.constraints import Equality
-from fedmodel.errors import CurvatureError
+from fedmodel.errors import CurvatureError, FedModelError
 from .base import Backend
 
 FALLBACK_CHAIN = ("CLARABEL", "ECOS", "SCS")
+# A reference solve should be more accurate than the federated answers it certifies: Clarabel's
+# default tolerances (1e-8) leave ~1e-4 errors in the solution of exponential-cone models
+# (logistic, log), so it runs first with tight tolerances and, if those cannot be met, again
+# with its defaults. SCS (first order) is the last resort.
+ATTEMPTS = (("CLARABEL", {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}),
+            ("CLARABEL", {}),
+            ("ECOS", {}),
+            ("SCS", {"eps": 1e-9, "max_iters": 200_000}))
 SOLVER_OPTIONS = {"SCS": {"eps": 1e-9, "max_iters": 200_000}}
 STATUS = {"optimal": "converged", "optimal_inaccurate": "converged",
           "infeasible": "infeasible", "infeasible_inaccurate": "infeasible",
           "unbounded": "unbounded", "unbounded_inaccurate": "unbounded"}
+FINAL = ("optimal", "infeasible", "unbounded")
 
 
 class CVXPY(Backend):
-    """Centralized exact solve. `solver=None` tries Clarabel, ECOS, then SCS until one succeeds.
+    """Centralized exact solve. `solver=None` tries Clarabel (tight tolerances, then defaults),
+    ECOS, then SCS until one succeeds; `solver="SCS"` (etc.) with `**solver_options` uses that
+    solver only.
 
     >>> backend = CVXPY(solver="SCS", eps=1e-8)
     """
@@ -31,8 +42,24 @@ class CVXPY(Backend):
     name = "cvxpy"
 
     def __init__(self, solver: str | None = None, **solver_options: Any):
-        self.solver = solver
+        if solver is not None and not isinstance(solver, str):
+            raise FedModelError(f"solver must be a CVXPY solver name such as 'CLARABEL' or 'SCS', "
+                                f"got {solver!r}")
+        self.solver = solver.upper() if solver else None
         self.solver_options = solver_options
+
+    def attempts(self) -> list[tuple[str, dict[str, Any]]]:
+        """(solver, options) pairs to try in order."""
+        import cvxpy as cp
+        installed = set(cp.installed_solvers())
+        if self.solver:
+            if self.solver not in installed:
+                raise FedModelError(f"CVXPY solver {self.solver!r} is not installed; installed "
+                                    f"solvers: {sorted(installed)} (or solver=None for the "
+                                    "default chain)")
+            return [(self.solver, dict(self.solver_options))]
+        return [(solver, {**options, **self.solver_options})
+                for solver, options in ATTEMPTS if solver in installed]
 
     def run(self, problem, **_: Any) -> dict[str, Any]:
         import cvxpy as cp
@@ -43,39 +70,86 @@ class CVXPY(Backend):
                 f"CVXPY cannot solve problem {problem.name!r}: it is not DCP (convex) — "
                 f"{_nonconvex_parts(problem)}. Use a federated backend (the KKT certificate still "
                 "applies) or reformulate")
-        installed = set(cp.installed_solvers())
-        chain = [self.solver] if self.solver else [s for s in FALLBACK_CHAIN if s in installed]
-        attempts = []
-        for solver in chain:
-            options = {**SOLVER_OPTIONS.get(solver, {}), **self.solver_options} \
-                if not self.solver else self.solver_options
+        variables = problem.variables()
+        attempts, candidates, option_errors = [], [], []
+        for solver, options in self.attempts():
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    cvx_problem.solve(solver=solver, **options)
+                    # warm_start=False: CVXPY would otherwise reuse the cached Clarabel
+                    # solver of the previous attempt, with that attempt's tolerances
+                    cvx_problem.solve(solver=solver, warm_start=False, **options)
+            except TypeError as exc:           # an option this solver does not take
+                option_errors.append(f"{solver}: {str(exc).splitlines()[0][:160]}")
+                attempts.append(f"{solver}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+                continue
             except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
                 attempts.append(f"{solver}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
                 continue
             attempts.append(f"{solver}: {cvx_problem.status}")
-            if cvx_problem.status in ("optimal", "infeasible", "unbounded"):
+            candidates.append(self._snapshot(problem, cvx_problem, context, lowered, variables))
+            if cvx_problem.status in FINAL:
                 break
-            if cvx_problem.status.endswith("inaccurate") and solver == chain[-1]:
-                break
+        if not candidates and option_errors and len(option_errors) == len(attempts):
+            raise FedModelError(f"CVXPY solver options {sorted(self.solver_options)} were "
+                                f"rejected: {'; '.join(option_errors)}")
+        best = _best(problem, candidates)
+        return {"status": best["status"] if best else "failed",
+                "values": best["values"] if best else {},
+                "multipliers": best["multipliers"] if best else {},
+                "iterations": {"solver": best["iterations"] if best else 0},
+                "info": {"solver": best["solver"] if best else None,
+                         "cvxpy_status": best["cvxpy_status"] if best else None,
+                         "attempts": attempts}}
+
+    @staticmethod
+    def _snapshot(problem, cvx_problem, context, lowered, variables) -> dict[str, Any]:
         status = STATUS.get(cvx_problem.status, "failed")
         values, multipliers = {}, {}
         if status == "converged":
-            for var in problem.variables():
-                values[var.uid] = np.asarray(context.variable(var).value, dtype=float).reshape(var.shape)
+            for var in variables:
+                value = context.variable(var).value
+                if value is None:
+                    status = "failed"
+                    break
+                values[var.uid] = np.asarray(value, dtype=float).reshape(var.shape)
             for constraint in problem.constraints:
                 dual = lowered[constraint.name].dual_value
                 if dual is not None:
                     dual = np.asarray(dual, dtype=float).reshape(constraint.shape)
                     multipliers[constraint.name] = dual if isinstance(constraint, Equality) \
                         else np.maximum(dual, 0.0)
-        return {"status": status, "values": values, "multipliers": multipliers,
-                "iterations": {"solver": int(getattr(cvx_problem.solver_stats, "num_iters", 0) or 0)},
-                "info": {"solver": cvx_problem.solver_stats.solver_name if cvx_problem.solver_stats else None,
-                         "cvxpy_status": cvx_problem.status, "attempts": attempts}}
+        stats = cvx_problem.solver_stats
+        return {"status": status, "values": values if status == "converged" else {},
+                "multipliers": multipliers if status == "converged" else {},
+                "cvxpy_status": cvx_problem.status,
+                "solver": stats.solver_name if stats else None,
+                "iterations": int(getattr(stats, "num_iters", 0) or 0)}
+
+
+def _best(problem, candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Among the answers, the one with the smallest KKT residual: an "inaccurate" answer at
+    tight tolerances is often better than an "optimal" one at default tolerances, and
+    Clarabel's and SCS's inaccurate answers differ a lot by model. Infeasible / unbounded
+    verdicts count only when no attempt found a solution."""
+    if not candidates:
+        return None
+    converged = [c for c in candidates if c["status"] == "converged"]
+    if not converged:
+        final = [c for c in candidates if c["cvxpy_status"] in FINAL]
+        return final[-1] if final else candidates[-1]
+    if len(converged) == 1:
+        return converged[0]
+    from fedmodel.certificate import kkt_certificate
+
+    def score(candidate):
+        try:
+            cert = kkt_certificate(problem, candidate["values"], candidate["multipliers"])
+            value = max(cert.stationarity, cert.feasibility)
+            return value if np.isfinite(value) else np.inf
+        except (ValueError, ArithmeticError, FloatingPointError):
+            return np.inf
+    return min(converged, key=score)
 
 
 def _nonconvex_parts(problem) -> str:

@@ -15,15 +15,23 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{prob.name}: {len(prob.clients)} clients, {w.size} shared parameters; backend {args.backend}")
     options = {}
     if args.topology and args.backend != "cvxpy":
-        options["topology"] = getattr(fm.topologies, args.topology)(prob)
+        builder = getattr(fm.topologies, args.topology, None)
+        if args.topology.startswith("_") or not callable(builder):
+            print(f"unknown topology {args.topology!r}; try star, path, ring or complete",
+                  file=sys.stderr)
+            return 2
+        options["topology"] = builder(prob)
     result = prob.solve(args.backend, verbose=sys.stdout.isatty(), **options)
     print(result)
+    ok = result.status == "converged"
     if args.verify:
-        print(fm.verify(result))
+        report = fm.verify(result)
+        print(report)
+        ok = ok and report.ok
     if args.plot:
         paths = fm.plot(result, args.plot)
         print("plots:", ", ".join(map(str, paths)))
-    return 0 if result.status in ("converged",) else 1
+    return 0 if ok else 1
 
 
 def _examples(_: argparse.Namespace) -> int:
@@ -34,11 +42,27 @@ def _examples(_: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from fedmodel.reproductions import REPRODUCTIONS
+    try:
+        from fedmodel.reproductions import REPRODUCTIONS
+    except ModuleNotFoundError as exc:
+        if exc.name != "fedmodel.reproductions":
+            raise
+        print("no paper reproductions are available in this installation", file=sys.stderr)
+        return 2
     if args.name not in REPRODUCTIONS:
         print(f"unknown reproduction {args.name!r}; choose one of {sorted(REPRODUCTIONS)}", file=sys.stderr)
         return 2
     return REPRODUCTIONS[args.name](full=args.full)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1 client, got {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("example", nargs="?", default="neyman-pearson")
     run.add_argument("--backend", default="cvxpy")
     run.add_argument("--topology", default=None, help="star, path, ring, complete, …")
-    run.add_argument("--clients", type=int, default=5)
+    run.add_argument("--clients", type=_positive_int, default=5)
     run.add_argument("--verify", action="store_true", help="print the verification table")
     run.add_argument("--plot", default=None, metavar="DIR", help="write convergence plots to DIR")
     run.set_defaults(func=_run)

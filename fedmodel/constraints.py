@@ -29,6 +29,13 @@ class Constraint:
 
     def named(self, name: str) -> "Constraint":
         """Give the constraint a name (used for multipliers and reports)."""
+        if not isinstance(name, str) or not name:
+            from .errors import FedModelError
+            raise FedModelError(f"constraint {self!r}: name {name!r} must be a non-empty string")
+        if self.owner is not None:
+            from .errors import FedModelError
+            raise FedModelError(f"constraint {self!r} is already in block {self.owner!r}; name "
+                                "it before passing it to subject_to")
         self.name = name
         return self
 

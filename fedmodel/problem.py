@@ -9,7 +9,7 @@ import numpy as np
 
 from .atoms import add
 from .constraints import Constraint
-from .errors import DataError, FedModelError
+from .errors import DataError, FedModelError, ShapeError
 from .expression import Constant, Data, Expression, Variable, as_expr
 
 _problem_ids = itertools.count()
@@ -41,6 +41,7 @@ class Block:
         if isinstance(array, Expression):
             raise DataError(f"data {name!r} of block {self.name!r} must be a numeric array, not "
                             "an expression")
+        array = _numeric_array(array, f"data {name!r} of block {self.name!r}")
         item = Data(array, owner=self.name, name=name)
         item.problem_id = self.problem.uid
         self.data_items.append(item)
@@ -56,15 +57,30 @@ class Block:
         self.terms.append(expr)
 
     def subject_to(self, *constraints: Constraint) -> None:
-        """Add constraints (`a <= b`, `a >= b`, `a == b`) owned by this block."""
-        for constraint in _flatten(constraints):
+        """Add constraints (`a <= b`, `a >= b`, `a == b`) owned by this block.
+
+        All constraints are checked before any is added, so a bad one leaves the block unchanged.
+        """
+        constraints = _flatten(constraints)
+        names: set[str] = set()
+        for constraint in constraints:
             if not isinstance(constraint, Constraint):
                 raise FedModelError(f"subject_to on block {self.name!r} takes constraints such as "
                                     f"`expr <= 0`, got {constraint!r}")
             self._check_access(constraint.expr, f"constraint {constraint!r}")
+            if constraint.owner is not None or any(constraint is c for c in self.constraints):
+                raise FedModelError(f"constraint {constraint!r} was already added to block "
+                                    f"{constraint.owner!r}; build a new constraint instead")
+            if constraint.name is not None:
+                if constraint.name in names:
+                    raise FedModelError(f"constraint name {constraint.name!r} is used twice in "
+                                        f"one subject_to call on block {self.name!r}")
+                self.problem.check_constraint_name(constraint.name, self.name)
+                names.add(constraint.name)
+        for constraint in constraints:
             if constraint.name is None:
                 constraint.name = self.problem.fresh_constraint_name(self.name)
-            self.problem.claim_constraint_name(constraint.name)
+            self.problem.claim_constraint_name(constraint.name, self.name)
             constraint.owner = self.name
             self.constraints.append(constraint)
 
@@ -93,6 +109,36 @@ class Block:
                                     f"private to client {var.owner!r}")
 
 
+def _numeric_array(array: Any, what: str) -> np.ndarray:
+    """`array` as a real numpy array of at most 2 dimensions, or a DataError / ShapeError that
+    names the block and the data (NaN/inf and non-numeric entries are caught by `Data`)."""
+    if array is None:
+        raise DataError(f"{what} is None; pass a numeric array")
+    if hasattr(array, "toarray") and not isinstance(array, np.ndarray):  # scipy.sparse
+        array = array.toarray()
+    try:
+        out = np.asarray(array)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{what} is not a rectangular numeric array ({exc}); convert it to a "
+                        "float array first") from None
+    if out.dtype.kind == "c":
+        raise DataError(f"{what} is complex; fedmodel works with real numbers (split it into "
+                        "real and imaginary parts)")
+    if out.dtype.kind in "OUSV":
+        try:
+            out = out.astype(float)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{what} is not numeric ({exc}); convert it to a float array "
+                            "first") from None
+    if out.size == 0:
+        raise DataError(f"{what} is empty (shape {out.shape}); give every block non-empty data "
+                        "or remove the block")
+    if out.ndim > 2:
+        raise ShapeError(f"{what} has shape {out.shape}: only scalars, vectors and matrices are "
+                         "supported; reshape it to 2-D")
+    return out
+
+
 def _flatten(items) -> list:
     out = []
     for item in items:
@@ -110,6 +156,15 @@ class Client(Block):
 
     def __init__(self, problem: "Problem", name: str, weight: float | None = None):
         super().__init__(problem, name)
+        if weight is not None:
+            try:
+                weight = float(weight)
+            except (TypeError, ValueError):
+                raise FedModelError(f"weight of client {name!r} must be a positive number, got "
+                                    f"{weight!r}") from None
+            if not np.isfinite(weight) or weight <= 0:
+                raise FedModelError(f"weight of client {name!r} must be a positive number, got "
+                                    f"{weight!r}")
         self.weight = weight
 
     def variable(self, shape: int | tuple = (), name: str | None = None) -> Variable:
@@ -146,7 +201,7 @@ class Problem:
         self.clients: list[Client] = []
         self.server = Server(self, "server")
         self.slacks: list[Variable] = []
-        self._constraint_names: set[str] = set()
+        self._constraint_names: dict[str, str] = {}   # name -> owning block
         self._counters: dict[str, int] = {}
 
     def __repr__(self) -> str:
@@ -203,10 +258,20 @@ class Problem:
             if name not in self._constraint_names:
                 return name
 
-    def claim_constraint_name(self, name: str) -> None:
+    def check_constraint_name(self, name: str, owner: str) -> None:
+        """Raise when `name` is taken (constraint names are unique across the whole problem)."""
+        if not isinstance(name, str) or not name:
+            raise FedModelError(f"constraint name {name!r} (block {owner!r}) must be a non-empty "
+                                "string")
         if name in self._constraint_names:
-            raise FedModelError(f"constraint name {name!r} is used twice in problem {self.name!r}")
-        self._constraint_names.add(name)
+            raise FedModelError(
+                f"constraint name {name!r} is used twice in problem {self.name!r}: block "
+                f"{self._constraint_names[name]!r} already has a constraint of that name (adding "
+                f"it to block {owner!r}); constraint names are unique across the problem")
+
+    def claim_constraint_name(self, name: str, owner: str = "?") -> None:
+        self.check_constraint_name(name, owner)
+        self._constraint_names[name] = owner
 
     def add_slack(self, slack: Variable) -> None:
         slack.problem_id = self.uid
@@ -234,10 +299,18 @@ class Problem:
         names: dict[str, Variable] = {}
         for var in variables:
             if var.name in names:
-                raise FedModelError(f"two different variables are named {var.name!r} in problem "
-                                    f"{self.name!r}; give them distinct names")
+                raise FedModelError(
+                    f"two different variables are named {var.name!r} in problem {self.name!r} "
+                    f"(used in {self._users_of(names[var.name])} and {self._users_of(var)}); "
+                    "give them distinct names")
             names[var.name] = var
         return [v for v in variables if v.owner is None] + [v for v in variables if v.owner is not None]
+
+    def _users_of(self, var: Variable) -> str:
+        users = [b.name for b in self.blocks
+                 if any(var.uid == v.uid for e in b.terms + [c.expr for c in b.constraints]
+                        for v in e.variables())]
+        return "block " + ", ".join(map(repr, users)) if users else "slacks"
 
     def shared_variables(self) -> list[Variable]:
         return [v for v in self.variables() if v.owner is None]
@@ -252,6 +325,14 @@ class Problem:
                                 "give it a term (client.minimize) or remove it")
         if not self.variables():
             raise FedModelError(f"problem {self.name!r} has no variables")
+        for block in self.blocks:
+            exprs = block.terms + [c.expr for c in block.constraints]
+            for expr in exprs:
+                for param in expr.parameters():
+                    if param.value is None:
+                        raise FedModelError(
+                            f"parameter {param.name!r} (used in {expr} of block {block.name!r}) "
+                            f"has no value; set {param.name}.value before solving")
 
     def is_convex(self) -> bool:
         return self.objective.is_convex() and all(c.is_dcp() for c in self.constraints)
@@ -272,7 +353,6 @@ class Problem:
         result = solver.solve(self, topology=topology, executor=executor, callback=callback,
                               verbose=verbose, checkpoint=checkpoint,
                               checkpoint_every=checkpoint_every, resume=resume)
-        for var in self.variables():
-            if var.uid in result.values:
-                var.value = result.values[var.uid]
+        for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
+            var.value = result.values.get(var.uid)
         return result

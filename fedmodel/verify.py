@@ -53,9 +53,8 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
     problem = result.problem
     notes: list[str] = []
     if reference is None and problem is not None:
-        if problem.is_convex():
-            reference = problem.solve("cvxpy")
-        else:
+        reference = _reference(problem, notes) if problem.is_convex() else None
+        if reference is None and not notes:
             notes.append("the model is not convex: CVXPY cannot certify it; only the KKT "
                          "certificate applies")
             warnings.warn("verify: nonconvex model — no CVXPY reference, KKT certificate only")
@@ -81,6 +80,19 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
     return Report(objective_gap=gap, solution_distance=distance, max_violation=result.max_violation,
                   kkt=result.certificate, ok=bool(ok), rtol=rtol, result=result,
                   reference=reference, notes=notes)
+
+
+def _reference(problem, notes: list[str]) -> Result | None:
+    """A fresh CVXPY solve, or None (with a note and a warning) when CVXPY rejects the model."""
+    from backends import make_backend
+    from .errors import CurvatureError
+    try:   # through the backend, not problem.solve: the variables keep the result's values
+        problem.validate()
+        return make_backend("cvxpy").solve(problem)
+    except CurvatureError as exc:   # our rules said convex, CVXPY's lowering disagrees
+        notes.append(f"CVXPY cannot certify the model ({exc}); only the KKT certificate applies")
+        warnings.warn(f"verify: CVXPY rejected the model — KKT certificate only: {exc}")
+        return None
 
 
 def _variable(problem, uid):

@@ -8,13 +8,15 @@ PROXABLE = (Norm1,)
 
 
 def prox_term(term: Expression):
-    """(atom class, variable, weight) when `term` is `weight · atom(variable)` with a prox and
-    a subdifferential we know exactly (e.g. λ‖w‖₁), else None."""
+    """A `ProxTerm` when `term` is `weight · atom(variable)` with a prox and a subdifferential
+    we know exactly (λ‖w‖₁ on a shared variable), else None."""
+    from .sets import norm1_term
     weight = 1.0
     if isinstance(term, Multiply) and type(term.args[0]) is Constant and term.args[0].size == 1:
         weight, term = float(term.args[0].value), term.args[1]
-    if isinstance(term, PROXABLE) and isinstance(term.args[0], Variable) and weight >= 0:
-        return type(term), term.args[0], weight
+    if isinstance(term, PROXABLE) and isinstance(term.args[0], Variable) and weight >= 0 \
+            and term.args[0].owner is None:
+        return norm1_term(term.args[0], weight)
     return None
 
 

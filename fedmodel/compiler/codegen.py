@@ -4,10 +4,18 @@ The plan computes every shared subexpression once (structural CSE across all out
 `X @ w` once for a loss and its gradient), folds constant subtrees at compile time (e.g. `X.T`),
 and reads Parameter values at call time, so changing a multiplier or a proximal center never
 recompiles.
+
+The steps are emitted as the body of one generated Python function (locals instead of a slot
+list, one direct call per step), so a plan costs what the equivalent hand-written numpy costs
+(benchmarks/bench_gradient.py): an array intermediate is deleted right after its last use, as a
+hand-written temporary would be (keeping them all alive until the end made glibc hand the heap
+back to the OS after every call and page-fault it in again on the next: 3× slower at
+m = 10⁵), and scalar constants and parameters enter as numpy scalars, not 0-d arrays, whose
+arithmetic costs four times as much.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -54,6 +62,7 @@ class Plan:
         key_to_slot: dict[tuple, int] = {}
         node_slot: dict[int, int] = {}
         steps: list[tuple] = []
+        self._slot_size: dict[int, int] = {}    # size of each step's result (scalars: 1)
 
         def new_slot(value: Any = None) -> int:
             template.append(value)
@@ -89,34 +98,96 @@ class Plan:
                 else:
                     slot = new_slot()
                     steps.append((node.numeric, arg_slots, slot))
+                    self._slot_size[slot] = node.size
                 key_to_slot[key] = slot
             node_slot[id(node)] = slot
-        self._template = template
         self._steps = steps
         self._out_slots = [node_slot[id(o)] for o in self.outputs]
+        used = set(self._out_slots).union(*(args for _, args, _ in steps))
+        for slot in constant_slots - used:   # folded away into other constants: drop them
+            template[slot] = None
+        self._template = template
+        self._constant_slots = constant_slots & used
         self.n_steps = len(steps)
+        self._run = self._generate()
 
     def __call__(self, *values: Any) -> list[Any]:
-        slots = list(self._template)
-        for i, value in enumerate(values):
-            slots[i] = value
+        if len(values) != len(self.inputs):
+            raise FedModelError(
+                f"this plan takes {len(self.inputs)} value(s), one per input "
+                f"{[leaf.name for leaf in self.inputs]}, but was called with {len(values)}")
+        return self._run(*values)
+
+    # ---- code generation ----------------------------------------------------------------
+    def _generate(self) -> Callable[..., list[Any]]:
+        """Emit the steps as one Python function over locals; returns that function.
+
+        Names: `v{i}` the i-th input, `s{k}` slot k (a step's result or a parameter's value),
+        `c{k}` a constant, `f{j}` the j-th step's numeric function, `p{k}` a parameter object.
+        """
+        n_inputs = len(self.inputs)
+        bound: dict[str, Any] = {"_missing": _missing}
+        name: dict[int, str] = {i: f"v{i}" for i in range(n_inputs)}
+        out_name: dict[int, str] = dict(name)   # what an output returns (leaves: as stored)
+        body: list[str] = []
+        for slot in sorted(self._constant_slots):
+            value = self._template[slot]
+            name[slot] = out_name[slot] = f"c{slot}"
+            bound[f"c{slot}"] = value
+            if isinstance(value, np.ndarray) and value.ndim == 0:
+                name[slot] = f"k{slot}"            # numpy scalar for the arithmetic
+                bound[f"k{slot}"] = value[()]
         for slot, param in self._params:
-            if param.value is None:
-                raise FedModelError(f"parameter {param.name!r} has no value; set .value first")
-            slots[slot] = param.value
-        for fn, args, out in self._steps:
-            if len(args) == 1:
-                slots[out] = fn(slots[args[0]])
-            elif len(args) == 2:
-                slots[out] = fn(slots[args[0]], slots[args[1]])
+            bound[f"p{slot}"] = param
+            body += [f"r{slot} = p{slot}.value",
+                     f"if r{slot} is None: _missing(p{slot})"]
+            out_name[slot] = f"r{slot}"
+            if param.shape == ():
+                body.append(f"s{slot} = r{slot}[()]")
+                name[slot] = f"s{slot}"
             else:
-                slots[out] = fn(*[slots[a] for a in args])
-        return [slots[s] for s in self._out_slots]
+                name[slot] = f"r{slot}"
+        last_use: dict[int, int] = {}
+        for j, (_, args, _) in enumerate(self._steps):
+            for a in args:
+                last_use[a] = j
+        keep = set(self._out_slots)
+        for j, (fn, args, out) in enumerate(self._steps):
+            bound[f"f{j}"] = fn
+            name[out] = out_name[out] = f"s{out}"
+            body.append(f"s{out} = f{j}({', '.join(name[a] for a in args)})")
+            dead = [f"s{a}" for a in dict.fromkeys(args) if last_use[a] == j
+                    and a in self._slot_size and self._slot_size[a] > 1 and a not in keep]
+            if dead:
+                body.append(f"del {', '.join(dead)}")
+        body.append(f"return [{', '.join(out_name[s] for s in self._out_slots)}]")
+        inputs = ", ".join(f"v{i}" for i in range(n_inputs))
+        source = (f"def _make({', '.join(bound)}):\n"
+                  f"    def plan({inputs}):\n"
+                  + "".join(f"        {line}\n" for line in body)
+                  + "    return plan\n")
+        namespace: dict[str, Any] = {}
+        exec(compile(source, "<fedmodel plan>", "exec"), namespace)
+        self._source = source
+        return namespace["_make"](**bound)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_run"], state["_source"]   # generated code does not pickle; rebuilt below
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._run = self._generate()
 
     def describe(self) -> str:
         """One line per step, for inspection."""
         return "\n".join(f"s{out} = {fn.__self__.display}({', '.join(f's{a}' for a in args)})"
                          for fn, args, out in self._steps)
+
+
+def _missing(param: Parameter) -> None:
+    raise FedModelError(f"parameter {param.name!r} has no value; set .value first")
 
 
 def evaluate(expr: Expression) -> Any:

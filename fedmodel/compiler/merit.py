@@ -10,7 +10,8 @@ eqs. 12–14, with DESIGN.md's conventions):
 
 x are the shared variables, y the block's private ones. β, μ, ω, ω_y and the centers x̄, ȳ are
 Parameters: an outer iteration changes their values and never recompiles. Prox-able terms
-(e.g. the server's λ‖w‖₁) are left out and returned separately for the prox step.
+(e.g. the server's λ‖w‖₁) are left out and returned separately for the prox step, and so are
+simple constraints on a shared variable (norm ball, bounds) when `project=True`.
 """
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from ..atoms import add, multiply, pos, power, sum as sum_, sum_squares
 from ..constraints import Constraint, Equality
 from ..expression import Constant, Expression, Parameter, Variable
 from .classify import prox_term
+from .sets import ProxTerm, simple_set
 
 
 @dataclass
 class Merit:
     expression: Expression                    # P_i
     objective: Expression                     # f_i (smooth part)
-    prox_terms: list                          # [(atom class, variable, weight)]
+    prox_terms: list[ProxTerm]                # prox-able terms and projected constraints
     beta: Parameter
     multipliers: dict[str, Parameter]         # by constraint name
     prox_weight: Parameter                    # ω (shared variables)
@@ -37,12 +39,16 @@ class Merit:
 
 
 def build_merit(terms: list[Expression], constraints: list[Constraint],
-                variables: list[Variable], name: str) -> Merit:
+                variables: list[Variable], name: str, project: bool = False) -> Merit:
     """The merit P_i of one block, as an IR expression over `variables`."""
     smooth, proxable = [], []
     for term in terms:
         found = prox_term(term)
         (proxable if found else smooth).append(found or term)
+    if project:
+        sets = {id(c): simple_set(c) for c in constraints}
+        proxable.extend(s for s in sets.values() if s is not None)
+        constraints = [c for c in constraints if sets[id(c)] is None]
     objective = add(*smooth) if smooth else Constant(0.0)
     beta = Parameter((), name=f"beta_{name}", value=1.0)
     half_over_beta = multiply(0.5, power(beta, -1))

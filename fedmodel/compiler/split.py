@@ -85,6 +85,11 @@ def split_constraint(problem: "Problem", constraint: Constraint) -> None:
         problem.block(owner).subject_to(constraint)
         return
     name = constraint.name or problem.fresh_constraint_name(SERVER)
+    # check every name before changing the model, so an error leaves it as it was
+    problem.check_constraint_name(name, SERVER)
+    for owner in parties:
+        if owner != SERVER:
+            problem.check_constraint_name(f"{name}[{owner}]", owner)
     global_terms: list[Expression] = list(groups.get(SERVER, [])) if SERVER not in parties else []
     for owner in parties:
         if owner == SERVER:

@@ -44,18 +44,16 @@ class NodeProgram:
     """Compiled merit P_i, its gradient, constraints and objective of one node."""
 
     def __init__(self, name: str, role: str, terms: list, constraints: list[Constraint],
-                 shared: list[Variable], private: list[Variable]):
+                 shared: list[Variable], private: list[Variable], project: bool = False):
         self.name, self.role = name, role
-        self.constraints = constraints
         self.shared, self.private = Layout(shared), Layout(private)
         self.n_shared, self.n_private = self.shared.size, self.private.size
         self.variables = shared + private
-        self.merit_ir = build_merit(terms, constraints, self.variables, name)
+        self.merit_ir = build_merit(terms, constraints, self.variables, name, project=project)
         m = self.merit_ir
-        for atom_type, var, _ in m.prox_terms:
-            if var.owner is not None or not hasattr(atom_type, "prox"):
-                raise SmoothnessError(f"term {atom_type.display}({var.name}) of {name!r} is "
-                                      "nonsmooth and has no prox on the shared variables")
+        projected = {id(p.constraint) for p in m.prox_terms if p.constraint is not None}
+        self.constraints = [c for c in constraints if id(c) not in projected]  # handled by the AL
+        self.all_constraints = constraints
         if not m.expression.is_smooth():
             raise SmoothnessError(
                 f"node {name!r} has a nonsmooth term or constraint without a prox "
@@ -63,7 +61,8 @@ class NodeProgram:
                 "functions or prox-able terms such as λ·norm1(w) on the server")
         self._value_grad = Plan([m.expression] + [grad(m.expression, v) for v in self.variables],
                                 self.variables)
-        self._residuals = Plan([c.expr for c in constraints], self.variables)
+        self._residuals = Plan([c.expr for c in self.constraints], self.variables)
+        self._all_residuals = Plan([c.expr for c in constraints], self.variables)
         self._objective = Plan([m.objective], self.variables)
         self.quadratic = polynomial_degree(m.expression) <= 2
         self._hvp_plan = None
@@ -190,11 +189,13 @@ class NodeProgram:
         terms = self.merit_ir.prox_terms
 
         def prox(z, t):
+            # Terms on the same variable are applied in sequence: exact for λ‖x‖₁ and for a
+            # single set, and for λ‖x‖₁ with a ball or bounds (the prox of the sum factors).
             out = z.copy()
             parts = self.shared.unpack(out[:n_x])
-            for atom_type, var, w in terms:
-                i = self.shared.variables.index(var)
-                parts[i] = atom_type.prox(parts[i], t * w)
+            for term in terms:
+                i = self.shared.variables.index(term.variable)
+                parts[i] = term.prox(parts[i], t)
             out[:n_x] = self.shared.pack(parts)
             return out
 
@@ -221,10 +222,10 @@ class NodeProgram:
         """Objective f_i (with prox-able terms) and the largest violation of this node's constraints."""
         values = self._values(np.asarray(x, float), self.y)
         objective = float(self._objective(*values)[0])
-        for atom_type, var, w in self.merit_ir.prox_terms:
-            objective += w * float(atom_type(var).numeric(values[self.variables.index(var)]))
-        residuals = self._residuals(*values) if self.constraints else []
-        violation = max([0.0] + [c.violation(r) for c, r in zip(self.constraints, residuals)])
+        for term in self.merit_ir.prox_terms:
+            objective += term.value(values[self.variables.index(term.variable)])
+        residuals = self._all_residuals(*values) if self.all_constraints else []
+        violation = max([0.0] + [c.violation(r) for c, r in zip(self.all_constraints, residuals)])
         return {"objective": objective, "violation": violation}
 
     def multipliers(self) -> dict:
@@ -274,12 +275,14 @@ def _first_nonsmooth(terms, constraints) -> str:
     return "?"
 
 
-def compile_programs(problem) -> dict[str, NodeProgram]:
-    """One NodeProgram per block (server first, then clients in order)."""
+def compile_programs(problem, project: bool = True) -> dict[str, NodeProgram]:
+    """One NodeProgram per block (server first, then clients in order). With `project`, simple
+    constraints on the shared variables held by the server are handled by projection."""
     shared = problem.shared_variables()
     programs = {}
     for block in problem.blocks:
         private = list(getattr(block, "private_variables", []))
         role = "server" if block is problem.server else "client"
-        programs[block.name] = NodeProgram(block.name, role, block.terms, block.constraints, shared, private)
+        programs[block.name] = NodeProgram(block.name, role, block.terms, block.constraints, shared,
+                                           private, project=project and role == "server")
     return programs
