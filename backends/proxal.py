@@ -77,10 +77,12 @@ class ProxAL(Backend):
     def __init__(self, beta: float = 300.0, rho: float = 0.01, s_bar: float = 1e-3, q: float = 0.9,
                  tol: tuple[float, float] = (1e-3, 1e-3), max_outer: int = 100,
                  max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = False,
-                 local_solver: str = "auto", w0: Any = None, inner: Any = None):
-        if beta <= 0 or rho <= 0 or s_bar <= 0 or not 0 < q < 1:
-            raise FedModelError(f"ProxAL needs beta > 0, rho > 0, s_bar > 0 and 0 < q < 1 (got "
-                                f"beta={beta}, rho={rho}, s_bar={s_bar}, q={q})")
+                 local_solver: str = "auto", w0: Any = None, inner: Any = None,
+                 check_certificate: bool = False):
+        if beta <= 0 or rho <= 0 or s_bar <= 0 or not 0 < q < 1 or max_outer < 1 or max_inner < 1:
+            raise FedModelError(f"ProxAL needs beta > 0, rho > 0, s_bar > 0, 0 < q < 1 and "
+                                f"max_outer, max_inner ≥ 1 (got beta={beta}, rho={rho}, "
+                                f"s_bar={s_bar}, q={q}, max_outer={max_outer}, max_inner={max_inner})")
         if rho_rule not in ("constant", "samples"):
             raise FedModelError(f"rho_rule must be 'constant' or 'samples', got {rho_rule!r}")
         self.beta, self.rho, self.s_bar, self.q = float(beta), float(rho), float(s_bar), float(q)
@@ -88,6 +90,8 @@ class ProxAL(Backend):
         self.max_outer, self.max_inner = int(max_outer), int(max_inner)
         self.rho_rule, self.adaptive_rho = rho_rule, bool(adaptive_rho)
         self.local_solver, self.w0, self.inner = local_solver, w0, inner
+        # diagnostic: at each ADMM stop also compute the true ‖∇ℓ_k(w)‖∞ (one extra round)
+        self.check_certificate = bool(check_certificate)
 
     # Algorithm 1 --------------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False, **_):
@@ -108,15 +112,17 @@ class ProxAL(Backend):
             tau = self.s_bar / (k + 1) ** 2                                       # step 2
             ex.map("configure", {node: {"beta": self.beta, "prox_weight": omega, "center": w}
                                  for node in ex.nodes})
-            w_next, inner_steps, certificate, rho = self._admm(ex, w, tau, rho)   # steps 3–4
-            total_inner += inner_steps
-            certificate_log.append((tau, certificate))
+            w_next, trace, rho = self._admm(ex, w, tau, rho)                     # steps 3–4
+            total_inner += len(trace)
+            true_residual = self._true_residual(ex, w_next) if self.check_certificate else None
+            certificate_log.append((tau, trace[-1]))
             changes = ex.map("update_multipliers", {node: {"x": w_next} for node in ex.nodes})  # 5, 7–8
             dmu = max(r["dmu"] for r in changes.values())
             dw = max(float(np.max(np.abs(w_next - w), initial=0.0)),
                      max(r["dy"] for r in changes.values()))
             w = w_next
-            record = self._record(ex, w, k, inner_steps, certificate, tau, dw, dmu, start)
+            record = self._record(ex, w, k, trace, tau, dw, dmu, start)
+            record["true_residual"] = true_residual
             history.append(record)
             if callback:
                 callback(record)
@@ -147,7 +153,7 @@ class ProxAL(Backend):
         replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c]} for c in clients})
         u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
         w = w_start
-        certificate = np.inf
+        certificate, trace = np.inf, []
         for t in range(self.max_inner):
             eps = max(self.q ** t, 1e-10)                                            # step 3
             total_rho = sum(rho.values())
@@ -159,17 +165,27 @@ class ProxAL(Backend):
             u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
             rho = {c: r["rho"] for c, r in replies.items()}
             certificate = eps + sum(r["eps_tilde"] for r in replies.values())
+            trace.append(certificate)
             if certificate <= tau:                                                   # (23)
-                return w, t + 1, certificate, rho
-        return w, self.max_inner, certificate, rho
+                break
+        return w, trace, rho
 
-    def _record(self, ex, w, k, inner_steps, certificate, tau, dw, dmu, start) -> dict:
+    @staticmethod
+    def _true_residual(ex, w) -> float | None:
+        """‖∇ℓ_k(w)‖∞ = ‖Σ_{i=0}^n ∇P_{i,k}(w)‖∞, which (23) bounds (Theorem 4.1); None when
+        the server has a prox term or a projection (then ∂ℓ_k is a set)."""
+        if ex.programs["server"].merit_ir.prox_terms:
+            return None
+        grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})
+        return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))
+
+    def _record(self, ex, w, k, trace, tau, dw, dmu, start) -> dict:
         reports = ex.map("report", {node: {"x": w} for node in ex.nodes})
         return {"iteration": k + 1, "objective": sum(r["objective"] for r in reports.values()),
                 "violation": max(r["violation"] for r in reports.values()),
                 "client_objective": {c: reports[c]["objective"] for c in ex.clients},
                 "client_violation": {c: reports[c]["violation"] for c in ex.clients},
-                "inner": inner_steps, "certificate": certificate, "tau": tau,
+                "inner": len(trace), "certificate": trace[-1], "inner_certificates": trace, "tau": tau,
                 "primal_change": dw, "multiplier_change": dmu, "time": time.perf_counter() - start}
 
 

@@ -66,7 +66,7 @@ class NodeProgram:
         self._objective = Plan([m.objective], self.variables)
         self.quadratic = polynomial_degree(m.expression) <= 2
         self._hvp_plan = None
-        self._hessian_cache: tuple | None = None
+        self._hessian_cache: np.ndarray | None = None
         self.y = np.zeros(self.n_private)
         self._y_center = np.zeros(self.n_private)
         self.state: dict[str, Any] = {}   # node-side state of backend procedures (e.g. ADMM's u, λ)
@@ -144,17 +144,9 @@ class NodeProgram:
         method = self._choose(method)
         if method == "prox":
             z, steps, residual = self._solve_prox(fun_grad, z0, tol, weight_x, max_steps)
-        elif method == "exact":
-            H = self._constant_hessian(z0, weight_x)
-            g0 = fun_grad(z0)[1]
-            z = z0 - np.linalg.solve(H, g0)
-            steps, residual = 1, float(np.max(np.abs(fun_grad(z)[1]), initial=0.0))
-            if residual > tol:  # ill-conditioned: polish
-                z, more, residual = solvers.newton(fun_grad, lambda _: H, z, tol, max_steps)
-                steps += more
-        elif method == "newton":
-            def hess(z):
-                H = self.hessian(z)
+        elif method in ("exact", "newton"):
+            def hess(z, fresh):
+                H = self._merit_hessian(z, fresh and method == "newton")
                 H[np.diag_indices(n_x)] += weight_x
                 return H
             z, steps, residual = solvers.newton(fun_grad, hess, z0, tol, max_steps)
@@ -176,13 +168,12 @@ class NodeProgram:
             return "exact"
         return "newton" if self.n_shared + self.n_private <= 200 else "lbfgs"
 
-    def _constant_hessian(self, z, weight_x) -> np.ndarray:
-        key = (float(self.merit_ir.beta.value), tuple(np.atleast_1d(weight_x[:1])), float(np.ptp(weight_x)))
-        if self._hessian_cache is None or self._hessian_cache[0] != key:
-            H = self.hessian(z)
-            H[np.diag_indices(self.n_shared)] += weight_x
-            self._hessian_cache = (key, H)
-        return self._hessian_cache[1]
+    def _merit_hessian(self, z: np.ndarray, fresh: bool) -> np.ndarray:
+        """∇²P_i, cached until the merit's parameters change (configure, multiplier updates) or a
+        Newton step asks for a fresh one. Constant for quadratic merits, so "exact" is one solve."""
+        if fresh or self._hessian_cache is None:
+            self._hessian_cache = self.hessian(z)
+        return self._hessian_cache.copy()
 
     def _solve_prox(self, fun_grad, z0, tol, weight_x, max_steps):
         n_x = self.n_shared
@@ -215,6 +206,7 @@ class NodeProgram:
                 new = np.maximum(new, 0.0)
             change = max(change, float(np.max(np.abs(new - mu.value), initial=0.0)))
             mu.value = new
+        self._hessian_cache = None
         dy = float(np.max(np.abs(self.y - self._y_center), initial=0.0))
         return {"dmu": change, "dy": dy}
 
@@ -237,6 +229,7 @@ class NodeProgram:
     def set_multipliers(self, multipliers: dict[str, np.ndarray]) -> None:
         for name, value in multipliers.items():
             self.merit_ir.multipliers[name].value = np.asarray(value, float)
+        self._hessian_cache = None
 
     def save_state(self) -> dict:
         m = self.merit_ir

@@ -28,14 +28,19 @@ def lbfgs(fun_grad: FunGrad, x0: np.ndarray, tol: float, max_steps: int = 1000) 
     return res.x, int(res.nit), float(np.max(np.abs(g), initial=0.0))
 
 
-def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray], np.ndarray], x0: np.ndarray,
+def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray], x0: np.ndarray,
            tol: float, max_steps: int = 100) -> tuple[np.ndarray, int, float]:
-    """Damped Newton with Armijo backtracking; falls back to a gradient step if H is not PD."""
+    """Damped Newton with Armijo backtracking; a gradient step when H is not positive definite.
+
+    `hessian(x, fresh)` may return a matrix computed at an earlier point (a chord step, which
+    saves assembling H in every step of a warm-started sequence of similar subproblems); it is
+    asked for a fresh one (`fresh=True`) when a step cuts the gradient by less than half."""
     x = x0.copy()
     value, g = fun_grad(x)
-    steps = 0
-    while np.max(np.abs(g), initial=0.0) > tol and steps < max_steps:
-        H = hessian(x)
+    residual = float(np.max(np.abs(g), initial=0.0))
+    steps, fresh = 0, False
+    while residual > tol and steps < max_steps:
+        H = hessian(x, fresh)
         try:
             direction = -np.linalg.solve(H, g)
         except np.linalg.LinAlgError:
@@ -47,12 +52,23 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray], np.ndarray], x0: n
         while True:
             candidate = x + t * direction
             new_value, new_g = fun_grad(candidate)
-            if new_value <= value + 1e-4 * t * slope or t < 1e-12:
+            # Armijo; or, near the solution where values stop resolving, a full step that
+            # halves the gradient
+            if new_value <= value + 1e-4 * t * slope or \
+                    (t == 1.0 and np.max(np.abs(new_g), initial=0.0) <= 0.5 * residual):
                 break
             t *= 0.5
+            if t < 1e-10:  # no descent left at this precision: fresh H, or stop if it was fresh
+                if fresh:
+                    return x, steps, residual
+                candidate, new_value, new_g = x, value, g
+                break
         x, value, g = candidate, new_value, new_g
+        new_residual = float(np.max(np.abs(g), initial=0.0))
+        fresh = not new_residual <= 0.5 * residual
+        residual = new_residual
         steps += 1
-    return x, steps, float(np.max(np.abs(g), initial=0.0))
+    return x, steps, residual
 
 
 def gradient_descent(fun_grad: FunGrad, x0: np.ndarray, lr: float, steps: int) -> tuple[np.ndarray, int, float]:
