@@ -10,6 +10,8 @@ procedures; the server only sees ũ_i (a model-sized vector) and scalars.
 
 Options beyond the paper (defaults keep the paper's algorithm):
 - `rho_rule="samples"`: ρ_i = a·m_i (Remark 4.2), `a = rho`;
+- the local tolerance ε_{t+1} = q^t is floored at τ_k/100 (the authors' code floors it at 1e-10):
+  solving far below the certificate's own tolerance only burns local steps at round-off level;
 - `adaptive_rho=True`: each client rebalances its ρ_i between ADMM steps by residual balancing.
   The certificate (22) stays valid because ε̃_{i,t+1} uses the ρ_i^t the server used in (18),
   and ũ_i^{t+1} = u_i^{t+1} + λ_i^{t+1}/ρ_i^{t+1} (21) is formed with the new ρ (see `_admm_step`).
@@ -155,7 +157,7 @@ class ProxAL(Backend):
         w = w_start
         certificate, trace = np.inf, []
         for t in range(self.max_inner):
-            eps = max(self.q ** t, 1e-10)                                            # step 3
+            eps = max(self.q ** t, 1e-2 * tau)  # step 3; floor: see the module docstring
             total_rho = sum(rho.values())
             anchor = sum(rho[c] * u_tilde[c] for c in clients) / total_rho if clients else w
             w = ex.call("server", "solve_local", linear=None, weight=total_rho, anchor=anchor,
