@@ -7,12 +7,15 @@ import sys
 
 def _run(args: argparse.Namespace) -> int:
     import fedmodel as fm
-    from fedmodel.examples import EXAMPLES
+    from fedmodel.examples import EXAMPLES, backend_options
     if args.example not in EXAMPLES:
         print(f"unknown example {args.example!r}; choose one of {sorted(EXAMPLES)}", file=sys.stderr)
         return 2
     prob, w = EXAMPLES[args.example](n_clients=args.clients)
     print(f"{prob.name}: {len(prob.clients)} clients, {w.size} shared parameters; backend {args.backend}")
+    backend = args.backend.lower()
+    if backend in fm.backends.REGISTRY:
+        backend = fm.backends.make_backend(backend, **backend_options(args.example, backend))
     options = {}
     if args.topology and args.backend != "cvxpy":
         builder = getattr(fm.topologies, args.topology, None)
@@ -21,7 +24,7 @@ def _run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         options["topology"] = builder(prob)
-    result = prob.solve(args.backend, verbose=sys.stdout.isatty(), **options)
+    result = prob.solve(backend, verbose=True, **options)  # the bar shows only on a terminal
     print(result)
     ok = result.status == "converged"
     if args.verify:
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run an example model end to end")
     run.add_argument("example", nargs="?", default="neyman-pearson")
-    run.add_argument("--backend", default="cvxpy")
+    run.add_argument("--backend", default="proxal", help="proxal (default), cvxpy, dald, …")
     run.add_argument("--topology", default=None, help="star, path, ring, complete, …")
     run.add_argument("--clients", type=_positive_int, default=5)
     run.add_argument("--verify", action="store_true", help="print the verification table")

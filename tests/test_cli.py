@@ -46,15 +46,15 @@ def test_examples_lists_neyman_pearson(capsys):
 def test_run_prints_result_and_verification_table(capsys, with_tiny):
     assert cli.main(["run", "tiny", "--clients", "4", "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "tiny: 4 clients, 3 shared parameters; backend cvxpy" in out
-    assert "cvxpy: converged" in out and "objective" in out and "KKT" in out
+    assert "tiny: 4 clients, 3 shared parameters; backend proxal" in out
+    assert "proxal: converged" in out and "objective" in out and "KKT" in out
     assert "objective gap" in out and "solution distance" in out
     verdict = [line for line in out.splitlines() if line.startswith("verdict")]
     assert len(verdict) == 1 and verdict[0].endswith(": OK")
 
 
 def test_run_without_verify_prints_no_table(capsys, with_tiny):
-    assert cli.main(["run", "tiny"]) == 0
+    assert cli.main(["run", "tiny", "--backend", "cvxpy"]) == 0
     out = capsys.readouterr().out
     assert "cvxpy: converged" in out and "verdict" not in out
 
@@ -92,6 +92,7 @@ def test_neyman_pearson_example_model():
     assert [c.name for c in prob.clients] == ["c0", "c1", "c2", "c3"]
     assert w.shape == (30,)
     assert [c.name for c in prob.constraints] == ["ball"] + [f"np[c{i}]" for i in range(4)]
+    assert len(prob.server.terms) == 1                     # the ridge term
     for client in prob.clients:
         assert len(client.terms) == 1 and client.terms[0].data_owners() == {client.name}
     result = prob.solve("cvxpy")
@@ -106,7 +107,7 @@ def test_neyman_pearson_example_model():
 def test_run_default_example_with_verify(capsys):
     assert cli.main(["run", "--verify"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("neyman-pearson: 5 clients, 30 shared parameters; backend cvxpy")
-    assert "cvxpy: converged" in out and "objective gap" in out
+    assert out.startswith("neyman-pearson: 5 clients, 30 shared parameters; backend proxal")
+    assert "proxal: converged" in out and "objective gap" in out
     verdict = [line for line in out.splitlines() if line.startswith("verdict")]
     assert len(verdict) == 1 and verdict[0].endswith(": OK")
