@@ -1,0 +1,25 @@
+"""Fast subsets of the paper reproductions (the full tables: `fedmodel reproduce NAME --full`)."""
+import numpy as np
+import pytest
+
+from fedmodel.reproductions import table4
+
+
+def test_table4_instance_recipe_matches_the_spec_kkt_optima():
+    # ../shared/spec/fl_constraints.md §4.3: exact KKT optima of the code-recipe instances
+    assert table4.kkt_optimum(1, 100, 1) == pytest.approx(-0.232525, abs=1e-6)
+    assert table4.kkt_optimum(5, 100, 1) == pytest.approx(9.813036, abs=1e-6)
+    assert table4.kkt_optimum(10, 100, 1) == pytest.approx(49.396706, abs=1e-6)
+    w0 = table4.start_point(100, 0)
+    assert np.linalg.norm(w0) == pytest.approx(1.0) and np.all(w0 >= 0)
+
+
+def test_table4_row_n5_d100_meets_the_issue_targets():
+    row = table4.solve_case(5, 100, 1, trial=0)
+    alg1 = row["alg1"]
+    assert alg1["status"] == "converged"
+    assert row["gap_to_kkt"] <= 1e-3                   # objective within 1e-3 of the KKT optimum
+    assert alg1["violation"] <= 1e-3
+    assert 11 <= alg1["outer"] <= 13                   # the paper's 11 outer iterations
+    assert row["cprox"]["violation"] <= 1e-3
+    assert row["rel_diff"] <= 2e-3                     # paper: 1.09e-3
