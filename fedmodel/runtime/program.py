@@ -67,6 +67,7 @@ class NodeProgram:
         self.quadratic = polynomial_degree(m.expression) <= 2
         self._hvp_plan = None
         self._hessian_cache: np.ndarray | None = None
+        self._factor_cache: tuple | None = None
         self.y = np.zeros(self.n_private)
         self._y_center = np.zeros(self.n_private)
         self.state: dict[str, Any] = {}   # node-side state of backend procedures (e.g. ADMM's u, λ)
@@ -116,7 +117,7 @@ class NodeProgram:
         self._y_center = self.y.copy()
         for var, value in zip(self.variables, self._values(np.asarray(center, float), self._y_center)):
             m.centers[var.uid].value = value
-        self._hessian_cache = None
+        self._forget_hessian()
         return {}
 
     def merit(self, x: np.ndarray) -> dict:
@@ -146,9 +147,7 @@ class NodeProgram:
             z, steps, residual = self._solve_prox(fun_grad, z0, tol, weight_x, max_steps)
         elif method in ("exact", "newton"):
             def hess(z, fresh):
-                H = self._merit_hessian(z, fresh and method == "newton")
-                H[np.diag_indices(n_x)] += weight_x
-                return H
+                return self._newton_matrix(z, weight_x, fresh and method == "newton")
             z, steps, residual = solvers.newton(fun_grad, hess, z0, tol, max_steps)
         elif method == "gd":
             z, steps, residual = solvers.gradient_descent(fun_grad, z0, lr, int(max_steps))
@@ -168,12 +167,27 @@ class NodeProgram:
             return "exact"
         return "newton" if self.n_shared + self.n_private <= 200 else "lbfgs"
 
-    def _merit_hessian(self, z: np.ndarray, fresh: bool) -> np.ndarray:
-        """∇²P_i, cached until the merit's parameters change (configure, multiplier updates) or a
-        Newton step asks for a fresh one. Constant for quadratic merits, so "exact" is one solve."""
+    def _newton_matrix(self, z: np.ndarray, weight_x: np.ndarray, fresh: bool):
+        """Cholesky factor (or, if not positive definite, the matrix) of ∇²P_i + diag(weight).
+        ∇²P_i is cached until the merit's parameters change (configure, multiplier updates) or a
+        Newton step asks for a fresh one; it is constant for quadratic merits, so "exact" costs
+        one factorization per outer iteration and one back-substitution per solve."""
+        from scipy.linalg import cho_factor
         if fresh or self._hessian_cache is None:
-            self._hessian_cache = self.hessian(z)
-        return self._hessian_cache.copy()
+            self._hessian_cache, self._factor_cache = self.hessian(z), None
+        key = weight_x.tobytes()
+        if self._factor_cache is None or self._factor_cache[0] != key:
+            H = self._hessian_cache.copy()
+            H[np.diag_indices(self.n_shared)] += weight_x
+            try:
+                factor = cho_factor(H)
+            except np.linalg.LinAlgError:
+                factor = H
+            self._factor_cache = (key, factor)
+        return self._factor_cache[1]
+
+    def _forget_hessian(self) -> None:
+        self._hessian_cache, self._factor_cache = None, None
 
     def _solve_prox(self, fun_grad, z0, tol, weight_x, max_steps):
         n_x = self.n_shared
@@ -206,7 +220,7 @@ class NodeProgram:
                 new = np.maximum(new, 0.0)
             change = max(change, float(np.max(np.abs(new - mu.value), initial=0.0)))
             mu.value = new
-        self._hessian_cache = None
+        self._forget_hessian()
         dy = float(np.max(np.abs(self.y - self._y_center), initial=0.0))
         return {"dmu": change, "dy": dy}
 
@@ -229,7 +243,7 @@ class NodeProgram:
     def set_multipliers(self, multipliers: dict[str, np.ndarray]) -> None:
         for name, value in multipliers.items():
             self.merit_ir.multipliers[name].value = np.asarray(value, float)
-        self._hessian_cache = None
+        self._forget_hessian()
 
     def save_state(self) -> dict:
         m = self.merit_ir
@@ -249,7 +263,7 @@ class NodeProgram:
         m.private_weight.value = (1.0 / float(state["beta"])) if self.n_private else 0.0
         for uid, value in state["centers"].items():
             m.centers[uid].value = value
-        self._hessian_cache = None
+        self._forget_hessian()
         return {}
 
 

@@ -32,7 +32,7 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
            tol: float, max_steps: int = 100) -> tuple[np.ndarray, int, float]:
     """Damped Newton with Armijo backtracking; a gradient step when H is not positive definite.
 
-    `hessian(x, fresh)` may return a matrix computed at an earlier point (a chord step, which
+    `hessian(x, fresh)` returns H or its Cholesky factor; it may be computed at an earlier point (a chord step, which
     saves assembling H in every step of a warm-started sequence of similar subproblems); it is
     asked for a fresh one (`fresh=True`) when a step cuts the gradient by less than half."""
     x = x0.copy()
@@ -40,11 +40,7 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
     residual = float(np.max(np.abs(g), initial=0.0))
     steps, fresh = 0, False
     while residual > tol and steps < max_steps:
-        H = hessian(x, fresh)
-        try:
-            direction = -np.linalg.solve(H, g)
-        except np.linalg.LinAlgError:
-            direction = -g
+        direction = _newton_direction(hessian(x, fresh), g)
         slope = float(g @ direction)
         if slope >= 0:
             direction, slope = -g, -float(g @ g)
@@ -69,6 +65,15 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
         residual = new_residual
         steps += 1
     return x, steps, residual
+
+
+def _newton_direction(H, g: np.ndarray) -> np.ndarray:
+    """−H⁻¹g for a matrix or a `scipy.linalg.cho_factor` factor; −g when H is singular."""
+    from scipy.linalg import cho_solve
+    try:
+        return -(cho_solve(H, g) if isinstance(H, tuple) else np.linalg.solve(H, g))
+    except np.linalg.LinAlgError:
+        return -g
 
 
 def gradient_descent(fun_grad: FunGrad, x0: np.ndarray, lr: float, steps: int) -> tuple[np.ndarray, int, float]:
