@@ -148,6 +148,8 @@ class NodeProgram:
         elif method in ("exact", "newton"):
             def hess(z, fresh):
                 return self._newton_matrix(z, weight_x, fresh and method == "newton")
+            if method == "exact":   # a quadratic: solve it exactly (one step and one refinement),
+                tol, max_steps = 0.0, 2   # whatever tolerance was allowed — it costs the same
             z, steps, residual = solvers.newton(fun_grad, hess, z0, tol, max_steps)
         elif method == "gd":
             z, steps, residual = solvers.gradient_descent(fun_grad, z0, lr, int(max_steps))
