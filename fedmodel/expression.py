@@ -325,7 +325,7 @@ class Constant(Leaf):
 
     def render(self) -> str:
         if self.name.startswith(self._prefix) and self._array.size == 1:
-            return f"{float(self._array):g}"
+            return f"{self._array.item():g}"   # .item(): also for shapes (1,) and (1, 1)
         return self.name
 
 

@@ -22,7 +22,7 @@ def _sign(expr: Expression) -> tuple[bool, bool]:
 
 
 def _is_plain_constant(expr: Expression, value: float) -> bool:
-    return (type(expr) is Constant and expr.value.size == 1 and float(expr.value) == value)
+    return (type(expr) is Constant and expr.value.size == 1 and expr.value.item() == value)
 
 
 # ------------------------------------------------------------------------------------------
@@ -60,7 +60,11 @@ class Add(Atom):
         return out
 
     def to_sympy(self, *args):
-        return _sympy_broadcast_add(args)
+        from ..lowering.to_sympy import broadcast
+        import sympy
+        if not self.shape:
+            return sympy.Add(*args)
+        return sympy.MatAdd(*[broadcast(v, a.shape, self.shape) for v, a in zip(args, self.args)])
 
     def to_sympy_explicit(self, *args):
         out = args[0]
@@ -87,17 +91,6 @@ def _broadcastable(a: Shape, b: Shape) -> bool:
 def _raise_shape(op: str, a: Expression, b: Expression):
     raise ShapeError(f"cannot {op} {a} (shape {a.shape}) and {b} (shape {b.shape}): the shapes "
                      "do not broadcast; reshape one operand or index it")
-
-
-def _sympy_broadcast_add(args):
-    import sympy
-    matrices = [a for a in args if isinstance(a, sympy.MatrixBase) or getattr(a, "is_Matrix", False)]
-    if not matrices:
-        return sympy.Add(*args)
-    ones = sympy.OneMatrix(*matrices[0].shape)
-    lifted = [a if (isinstance(a, sympy.MatrixBase) or getattr(a, "is_Matrix", False)) else a * ones
-              for a in args]
-    return sympy.MatAdd(*lifted)
 
 
 def add(*terms: Any) -> Expression:
@@ -157,6 +150,8 @@ def neg(x: Any) -> Expression:
         return x.args[0]
     if type(x) is Constant:
         return Constant(-x.value)
+    if isinstance(x, Multiply) and x.args[0].shape == () and x.args[1].shape == x.shape:
+        return multiply(neg(x.args[0]), x.args[1])  # -(c·v) = (-c)·v: negate the scalar, not v
     return Neg(x)
 
 
@@ -199,8 +194,11 @@ class Multiply(Atom):
 
     def to_sympy(self, a, b):
         import sympy
+        from ..lowering.to_sympy import as_scalar, broadcast
+        a, b = (as_scalar(v) if e.size == 1 else v for v, e in zip((a, b), self.args))
         if _is_matrix(a) and _is_matrix(b):
-            return sympy.HadamardProduct(a, b)
+            return sympy.HadamardProduct(broadcast(a, self.args[0].shape, self.shape),
+                                         broadcast(b, self.args[1].shape, self.shape))
         return a * b
 
     def to_sympy_explicit(self, a, b):
@@ -230,7 +228,8 @@ def multiply(a: Any, b: Any) -> Expression:
             return multiply(x.args[0], y)  # scalar · y, without materializing the broadcast
     if type(a) is Constant and a.value.size == 1 and isinstance(b, Multiply) \
             and type(b.args[0]) is Constant and b.args[0].value.size == 1:
-        return multiply(Constant(float(a.value) * float(b.args[0].value)), b.args[1])
+        folded = multiply(Constant(a.value.item() * b.args[0].value.item()), b.args[1])
+        return broadcast_to(folded, shape)   # a (1, 1) factor still adds its axes
     if type(b) is Constant and b.value.size == 1 and not (type(a) is Constant):
         a, b = b, a  # scalar constant first: c * x
     if isinstance(b, Neg):
@@ -319,6 +318,9 @@ class MatMul(Atom):
         out = sympy.MatMul(a, b) if (_is_matrix(a) or _is_matrix(b)) else a * b
         if a_vec and not b_vec and _is_matrix(out):
             return sympy.Transpose(out)
+        if not self.shape:
+            from ..lowering.to_sympy import as_scalar
+            return as_scalar(out)
         return out
 
     def to_sympy_explicit(self, a, b):
@@ -330,7 +332,9 @@ class MatMul(Atom):
 
 def _wrap(expr: Expression) -> str:
     text = str(expr)
-    return f"({text})" if isinstance(expr, (Add, Multiply)) else text
+    compound = isinstance(expr, Multiply) or (   # an Add renders its own parentheses
+        isinstance(expr, Neg) and isinstance(expr.args[0], (Add, Multiply, MatMul)))
+    return f"({text})" if compound else text
 
 
 def matmul(a: Any, b: Any) -> Expression:
@@ -393,7 +397,12 @@ def _normalize_key(key: Any, shape: Shape) -> tuple:
                 raise ShapeError(f"index {k} is out of range for an axis of length {n}")
             normalized.append(int(k) % n)
         elif isinstance(k, slice):
-            normalized.append(slice(*k.indices(n)))
+            start, stop, step = k.indices(n)
+            if step < 0 and stop < 0:
+                stop = None               # runs down to index 0; a stop of -1 would mean n − 1
+            if len(range(*k.indices(n))) == 0:
+                raise ShapeError(f"the slice {k} selects no entries of an axis of length {n}")
+            normalized.append(slice(start, stop, step))
         elif isinstance(k, (list, np.ndarray)):
             arr = np.asarray(k)
             if arr.dtype == bool or arr.ndim != 1 or (arr.size and (arr.min() < -n or arr.max() >= n)):
@@ -443,8 +452,18 @@ class Index(Atom):
         return x[_numpy_key(self.key)]
 
     def to_sympy(self, x):
-        import sympy
-        return sympy.Function("index")(x, sympy.Symbol(str(_hashable(self.key))))
+        from ..lowering.to_sympy import function
+        if builtins.any(isinstance(k, tuple) or (isinstance(k, slice) and k.step < 0)
+                        for k in self.key) or not _is_matrix(x):   # beyond sympy's slices
+            return function("index", self.shape, x, *map(str, _hashable(self.key)))
+        key = self.key + (slice(None),) * (2 - len(self.key))   # vectors are n×1 columns
+        if self.args[0].ndim == 1:
+            key = (self.key[0], 0)
+        out = x[key]
+        if self.shape and len(self.shape) == 1 and isinstance(key[0], int):
+            import sympy
+            return sympy.Transpose(out)      # a row X[i, :] has our shape (n,): a column
+        return out
 
     def to_sympy_explicit(self, x):
         return np.asarray(x[_numpy_key(self.key)], dtype=object)
@@ -452,7 +471,8 @@ class Index(Atom):
     def render(self):
         def fmt(k):
             if isinstance(k, slice):
-                return f"{k.start}:{k.stop}" + (f":{k.step}" if k.step != 1 else "")
+                stop = "" if k.stop is None else k.stop
+                return f"{k.start}:{stop}" + (f":{k.step}" if k.step != 1 else "")
             return str(list(k)) if isinstance(k, tuple) else str(k)
         return f"{_wrap(self.args[0])}[{', '.join(fmt(k) for k in self.key)}]"
 
@@ -487,7 +507,7 @@ class IndexAdjoint(Atom):
     def to_sympy_explicit(self, g):
         import sympy
         out = np.full(self.target, sympy.Integer(0), dtype=object)
-        out[_numpy_key(self.key)] = g
+        np.add.at(out, _numpy_key(self.key), g)   # repeated indices accumulate, as in numeric
         return out
 
 
@@ -495,7 +515,10 @@ def index(x: Any, key: Any) -> Expression:
     x = as_expr(x)
     if not x.shape:
         raise ShapeError(f"cannot index the scalar {x}")
-    return Index(x, _normalize_key(key, x.shape))
+    try:
+        return Index(x, _normalize_key(key, x.shape))
+    except ShapeError as exc:
+        raise ShapeError(f"cannot index {x} (shape {x.shape}) with {key!r}: {exc}") from None
 
 
 # ------------------------------------------------------------------------------------------
@@ -529,7 +552,10 @@ class Reshape(Atom):
         return cp.reshape(x, self.target, order="C")
 
     def to_sympy(self, x):
-        return x
+        from ..lowering.to_sympy import function
+        if len(self.target) <= 1 and self.args[0].ndim <= 1:
+            return x                          # (n,) ↔ (n,) or scalars: the same sympy object
+        return function("reshape", self.target, x)
 
     def to_sympy_explicit(self, x):
         return np.reshape(x, self.target)
@@ -586,7 +612,8 @@ class BroadcastTo(Atom):
             else x + np.zeros(self.target)
 
     def to_sympy(self, x):
-        return x
+        from ..lowering.to_sympy import broadcast
+        return broadcast(x, self.args[0].shape, self.target)
 
     def to_sympy_explicit(self, x):
         return np.asarray(np.broadcast_to(x, self.target), dtype=object)
@@ -653,12 +680,15 @@ def sum_to(x: Expression, shape: Shape) -> Expression:
 
 
 # ------------------------------------------------------------------------------------------
-def _axis(axis: int | None, ndim: int) -> int | None:
+def _axis(axis: int | None, x: Expression) -> int | None:
     if axis is None:
         return None
-    if not -ndim <= axis < max(ndim, 1):
-        raise ShapeError(f"axis {axis} is out of range for an expression with {ndim} dimensions")
-    return axis % ndim if ndim else None
+    ndim = x.ndim
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"axis {axis!r} is out of range for {x} (shape {x.shape}, {ndim} "
+                         f"dimension{'s' if ndim != 1 else ''}); use None or an axis in "
+                         f"[{-ndim}, {max(ndim - 1, 0)}]")
+    return int(axis) % ndim if ndim else None
 
 
 class Sum(Atom):
@@ -678,11 +708,11 @@ class Sum(Atom):
         return (self.axis,)
 
     def numeric(self, x):
-        return np.sum(x, axis=self.axis)
+        return np.add.reduce(x, axis=self.axis)   # np.sum without its wrapper (same numbers)
 
     def vjp(self, index, upstream):
         shape = self.args[0].shape
-        if self.axis is not None and self.axis < len(shape) - 1:
+        if self.axis is not None and self.axis > 0:   # keep the reduced axis as 1 so it broadcasts
             upstream = reshape(upstream, shape[:self.axis] + (1,) + shape[self.axis + 1:])
         return broadcast_to(upstream, shape)
 
@@ -697,8 +727,9 @@ class Sum(Atom):
         return cp.sum(x, axis=self.axis)
 
     def to_sympy(self, x):
-        import sympy
-        return sympy.Function("sum")(x)
+        from ..lowering.to_sympy import function
+        extra = () if self.axis is None else (self.axis,)
+        return function(self.display, self.shape, x, *extra)
 
     def to_sympy_explicit(self, x):
         out = np.sum(x, axis=self.axis)
@@ -711,7 +742,7 @@ class Sum(Atom):
 def sum(x: Any, axis: int | None = None) -> Expression:  # noqa: A001 - numpy-style name
     """Sum of the entries (optionally along one axis)."""
     x = as_expr(x)
-    axis = _axis(axis, x.ndim)
+    axis = _axis(axis, x)
     if x.shape == () and axis is None:
         return x
     return Sum(x, axis)
@@ -720,7 +751,7 @@ def sum(x: Any, axis: int | None = None) -> Expression:  # noqa: A001 - numpy-st
 def mean(x: Any, axis: int | None = None) -> Expression:
     """Mean of the entries (optionally along one axis): `sum(x, axis) / count`."""
     x = as_expr(x)
-    axis = _axis(axis, x.ndim)
+    axis = _axis(axis, x)
     count = x.size if axis is None else x.shape[axis]
     return Mean(x, axis, count)
 
@@ -735,17 +766,13 @@ class Mean(Sum):
         super().__init__(x, axis)
 
     def numeric(self, x):
-        return np.mean(x, axis=self.axis)
+        return np.add.reduce(x, axis=self.axis) / self.count   # what np.mean computes
 
     def vjp(self, index, upstream):
         return super().vjp(index, multiply(Constant(1.0 / self.count), upstream))
 
     def to_cvxpy(self, x):
         return super().to_cvxpy(x) / self.count
-
-    def to_sympy(self, x):
-        import sympy
-        return sympy.Function("mean")(x)
 
     def to_sympy_explicit(self, x):
         import sympy

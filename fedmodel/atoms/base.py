@@ -59,9 +59,10 @@ class Atom(Expression):
                             "gradients, which CVXPY does not need)")
 
     def to_sympy(self, *args: Any) -> Any:
-        """Symbolic rendering over MatrixSymbols; reads like the formula in a paper."""
-        import sympy
-        return sympy.Function(self.display)(*args)
+        """Symbolic rendering over MatrixSymbols; reads like the formula in a paper.
+        The default is `display(args)`, a scalar or a matrix expression of this atom's shape."""
+        from ..lowering.to_sympy import function
+        return function(self.display, self.shape, *args)
 
     def to_sympy_explicit(self, *args: np.ndarray) -> np.ndarray:
         """Entry-wise lowering: arguments and result are numpy object arrays of sympy scalars."""

@@ -49,8 +49,8 @@ class Elementwise(Atom):
 
     def to_sympy(self, x):
         if getattr(x, "is_Matrix", False):
-            import sympy
-            return sympy.Function(self.display)(x)
+            from ..lowering.to_sympy import function
+            return function(self.display, self.shape, x)
         return self.sympy_scalar(x)
 
     def to_sympy_explicit(self, x):
@@ -104,7 +104,10 @@ class Log(Elementwise):
 
 
 class Power(Elementwise):
-    """x**p for a constant p (CVXPY's rules: p > 1 convex, 0 < p < 1 concave, p < 0 convex)."""
+    """x**p for a constant p, with CVXPY's rules: p > 1 convex, 0 < p < 1 concave, p < 0 convex.
+    As in CVXPY, only p ∈ {2, 4, 8, …} is taken on all of ℝ; any other p (3, 1.5, −1, …) is
+    analysed on its domain x ≥ 0 (nonnegative, increasing or decreasing there), which is what
+    makes `power(x, 3)` convex. The value is numpy's x**p everywhere."""
 
     display = "power"
 
@@ -118,6 +121,13 @@ class Power(Elementwise):
     @property
     def _even(self) -> bool:
         return self.p == int(self.p) and int(self.p) % 2 == 0
+
+    @property
+    def _power_of_two(self) -> bool:
+        """p ∈ {2, 4, 8, …}: CVXPY's test for a power defined (and even) on all of ℝ; other
+        p ≠ 1 are defined on x ≥ 0 only (CVXPY adds that domain), so they are increasing."""
+        p = self.p
+        return p >= 2 and p == int(p) and (int(p) & (int(p) - 1)) == 0
 
     @property
     def curvature(self):
@@ -146,14 +156,14 @@ class Power(Elementwise):
     def monotonicity(self, index):
         if self.p < 0:
             return DECREASING
-        if self._even:
+        if self._power_of_two:
             return _by_sign(self.args[0])
         return INCREASING
 
     def sign(self):
-        if self._even or self.p != int(self.p):
-            return (True, False)
-        return _sign_of(self.args[0])  # odd integer powers keep the sign
+        if self.p == 1:
+            return _sign_of(self.args[0])
+        return (True, False)  # as CVXPY: powers other than 2, 4, 8, … live on x ≥ 0
 
     def to_cvxpy(self, x):
         import cvxpy as cp
@@ -167,7 +177,7 @@ class Power(Elementwise):
     def to_sympy(self, x):
         import sympy
         if getattr(x, "is_Matrix", False):
-            return sympy.Function("power")(x, sympy.nsimplify(self.p))
+            return sympy.HadamardPower(x, sympy.nsimplify(self.p))
         return self.sympy_scalar(x)
 
     def render(self):
@@ -180,10 +190,16 @@ def power(x: Any, p: Any) -> Expression:
         value = constant_value(p)
         if value is None or value.size != 1:
             raise FedModelError(f"the exponent of {x} ** {p} must be a scalar constant")
-        p = float(value)
-    if not np.isscalar(p) or not np.isfinite(float(p)):
-        raise FedModelError(f"the exponent of power({x}, {p!r}) must be a finite number")
-    p = float(p)
+        p = value.item()
+    if isinstance(p, np.ndarray) and p.size == 1:
+        p = p.item()
+    try:
+        p = float(p) if np.isscalar(p) and not isinstance(p, str) else None
+    except (TypeError, ValueError):
+        p = None
+    if p is None or not np.isfinite(p):
+        raise FedModelError(f"the exponent of power({x}, p) must be a finite number, "
+                            "a scalar constant")
     if p == 1:
         return x
     if p == 0:
@@ -316,7 +332,7 @@ class Pos(Elementwise):
         return INCREASING
 
     def sign(self):
-        return (True, False)
+        return (True, _sign_of(self.args[0])[1])  # pos of a nonpositive argument is zero
 
     def to_cvxpy(self, x):
         import cvxpy as cp
@@ -399,7 +415,8 @@ class Maximum(Atom):
     def to_sympy(self, a, b):
         import sympy
         if getattr(a, "is_Matrix", False) or getattr(b, "is_Matrix", False):
-            return sympy.Function("maximum")(a, b)
+            from ..lowering.to_sympy import function
+            return function("maximum", self.shape, a, b)
         return sympy.Max(a, b)
 
     def to_sympy_explicit(self, a, b):

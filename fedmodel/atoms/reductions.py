@@ -8,8 +8,9 @@ import numpy as np
 
 from ..errors import FedModelError, ShapeError
 from ..expression import Constant, Expression, as_expr
-from .affine import _axis, add, broadcast_to, multiply, neg, reshape, sum as sum_, matmul
-from .base import CONVEX, INCREASING, NONMONOTONE, DECREASING, UNKNOWN, Atom, vectorize_sympy
+from .affine import _axis, add, broadcast_to, multiply, neg, reshape, sum as sum_, matmul, transpose
+from .base import (CONVEX, INCREASING, NONMONOTONE, DECREASING, UNKNOWN, Atom, constant_value,
+                   vectorize_sympy)
 from .elementwise import Sign, power
 
 
@@ -58,7 +59,8 @@ class SumSquares(Reduction):
     def to_sympy(self, x):
         import sympy
         if getattr(x, "is_Matrix", False):
-            return sympy.Function("sum_squares")(x)
+            from ..lowering.to_sympy import function
+            return function("sum_squares", (), x)
         return x ** 2
 
     def to_sympy_explicit(self, x):
@@ -85,7 +87,8 @@ class Norm1(Reduction):
     def to_sympy(self, x):
         import sympy
         if getattr(x, "is_Matrix", False):
-            return sympy.Function("norm1")(x)
+            from ..lowering.to_sympy import function
+            return function("norm1", (), x)
         return sympy.Abs(x)
 
     def to_sympy_explicit(self, x):
@@ -120,7 +123,8 @@ class Norm2(Reduction):
     def to_sympy(self, x):
         import sympy
         if getattr(x, "is_Matrix", False):
-            return sympy.Function("norm2")(x)
+            from ..lowering.to_sympy import function
+            return function("norm2", (), x)
         return sympy.Abs(x)
 
     def to_sympy_explicit(self, x):
@@ -166,6 +170,16 @@ class ArgmaxAbs(Atom):
     def vjp(self, index, upstream):
         return None
 
+    def to_sympy_explicit(self, x):
+        import sympy
+        flat = [sympy.Abs(e) for e in np.ravel(x)]
+        out = []
+        for j, e in enumerate(np.ravel(x)):   # sign(x_j) where |x_j| is the first largest
+            first = sympy.And(*[flat[j] > flat[i] for i in range(j)],
+                              *[flat[j] >= flat[i] for i in range(j + 1, len(flat))])
+            out.append(sympy.Piecewise((sympy.sign(e), first), (0, True)))
+        return np.array(out, dtype=object).reshape(np.shape(x))
+
 
 class QuadForm(Reduction):
     """xᵀ P x for a constant matrix P (convex when P is PSD, concave when NSD)."""
@@ -176,14 +190,19 @@ class QuadForm(Reduction):
         super().__init__(x, P)
         n = x.shape[0] if x.ndim == 1 else None
         if x.ndim != 1 or P.shape != (n, n):
-            raise ShapeError(f"quad_form needs a vector x and a square P of matching size: got "
-                             f"x {x.shape}, P {P.shape}")
+            raise ShapeError(f"quad_form(x, P) needs a vector x and a square P of matching size: "
+                             f"got x = {x} (shape {x.shape}) and P = {P} (shape {P.shape})")
         if not P.is_constant():
             raise FedModelError(f"quad_form({x}, {P}): P must be constant")
 
+    def _fixed_P(self) -> np.ndarray | None:
+        """P's value when it is fixed (no Parameter in it), else None: a Parameter's value
+        may change after the expression is built, so nothing may be baked in from it."""
+        return constant_value(self.args[1])
+
     def _eigs(self):
         if not hasattr(self, "_eig_cache"):
-            value = self.args[1].value
+            value = self._fixed_P()
             self._eig_cache = None if value is None else np.linalg.eigvalsh((value + value.T) / 2)
         return self._eig_cache
 
@@ -204,11 +223,18 @@ class QuadForm(Reduction):
         return (c == CONVEX, c == "concave")
 
     def monotonicity(self, index):
+        # ∇ₓ(xᵀPx) = (P + Pᵀ)x: of one sign when x and P (entry-wise) have signs, as in CVXPY
         if index == 1:
             return NONMONOTONE
-        P = self.args[1].value
-        if P is not None and np.all(P >= 0):
-            return _even_monotonicity(self.args[0])
+        P = self._fixed_P()
+        if P is None:
+            return NONMONOTONE
+        x_nonneg, x_nonpos = _sign_of(self.args[0])
+        P_nonneg, P_nonpos = bool(np.all(P >= 0)), bool(np.all(P <= 0))
+        if (x_nonneg and P_nonneg) or (x_nonpos and P_nonpos):
+            return INCREASING
+        if (x_nonneg and P_nonpos) or (x_nonpos and P_nonneg):
+            return DECREASING
         return NONMONOTONE
 
     def numeric(self, x, P):
@@ -218,18 +244,22 @@ class QuadForm(Reduction):
         x, P = self.args
         if index == 1:
             return None
-        symmetric = Constant(P.value + P.value.T) if P.value is not None else add(P, P.T)
+        fixed = self._fixed_P()
+        symmetric = Constant(fixed + fixed.T) if fixed is not None else add(P, transpose(P))
         return multiply(upstream, matmul(symmetric, x))
 
     def to_cvxpy(self, x, P):
         import cvxpy as cp
+        if self._fixed_P() is None:
+            return x @ (P @ x)   # P holds a Parameter: same value, and (like ours) not DCP
         value = np.asarray(P.value if hasattr(P, "value") and P.value is not None else P)
         return cp.quad_form(x, cp.psd_wrap((value + value.T) / 2)) if self.curvature == CONVEX \
             else cp.quad_form(x, (value + value.T) / 2)
 
     def to_sympy(self, x, P):
         import sympy
-        return (sympy.Transpose(x) * P * x) if getattr(x, "is_Matrix", False) else P * x ** 2
+        from ..lowering.to_sympy import as_scalar
+        return as_scalar(sympy.Transpose(x) * P * x) if getattr(x, "is_Matrix", False) else P * x ** 2
 
     def to_sympy_explicit(self, x, P):
         return np.asarray(np.dot(x, np.dot(P, x)), dtype=object)
@@ -262,16 +292,23 @@ class LogSumExp(Atom):
 
     def vjp(self, index, upstream):
         shape = self.args[0].shape
-        if self.axis is not None and self.axis < len(shape) - 1:
+        if self.axis is not None and self.axis > 0:   # keep the reduced axis as 1 so it broadcasts
             upstream = reshape(upstream, shape[:self.axis] + (1,) + shape[self.axis + 1:])
         return multiply(broadcast_to(upstream, shape), Softmax(self.args[0], self.axis))
 
     def monotonicity(self, index):
         return INCREASING
 
+    def sign(self):
+        return (_sign_of(self.args[0])[0], False)  # lse(x) ≥ max(x)
+
     def to_cvxpy(self, x):
         import cvxpy as cp
         return cp.log_sum_exp(x, axis=self.axis)
+
+    def to_sympy(self, x):
+        from ..lowering.to_sympy import function
+        return function(self.display, self.shape, x, *(() if self.axis is None else (self.axis,)))
 
     def to_sympy_explicit(self, x):
         import sympy
@@ -302,7 +339,7 @@ class Softmax(Atom):
         # J^T g = s ∘ (g − Σ_axis g∘s)
         shape = self.args[0].shape
         inner = sum_(multiply(upstream, self), self.axis)
-        if self.axis is not None and self.axis < len(shape) - 1:
+        if self.axis is not None and self.axis > 0:   # keep the reduced axis as 1 so it broadcasts
             inner = reshape(inner, shape[:self.axis] + (1,) + shape[self.axis + 1:])
         return multiply(self, add(upstream, neg(broadcast_to(inner, shape))))
 
@@ -343,4 +380,4 @@ def quad_form(x: Any, P: Any) -> Expression:
 
 def log_sum_exp(x: Any, axis: int | None = None) -> Expression:
     x = as_expr(x)
-    return LogSumExp(x, _axis(axis, x.ndim))
+    return LogSumExp(x, _axis(axis, x))

@@ -79,8 +79,15 @@ class Plan:
                         slot = key_to_slot[key] = new_slot()
                         self._params.append((slot, node))
                 elif isinstance(node, Constant):
-                    slot = new_slot(node.value)
-                    constant_slots.add(slot)
+                    # one slot per array: `X @ w` in two terms built from the same numpy X
+                    # (two Constant leaves around one array) is still computed once
+                    key = ("const", id(node.value)) if node.value.ndim else None
+                    slot = key_to_slot.get(key) if key else None
+                    if slot is None:
+                        slot = new_slot(node.value)
+                        constant_slots.add(slot)
+                        if key:
+                            key_to_slot[key] = slot
                 else:
                     raise FedModelError(
                         f"variable {node.name!r} occurs in the compiled expressions but is not an "
@@ -153,13 +160,20 @@ class Plan:
                 last_use[a] = j
         keep = set(self._out_slots)
         for j, (fn, args, out) in enumerate(self._steps):
-            bound[f"f{j}"] = fn
+            arg_names = [name[a] for a in args]
+            inline = _inline(fn.__self__, arg_names)
             name[out] = out_name[out] = f"s{out}"
-            body.append(f"s{out} = f{j}({', '.join(name[a] for a in args)})")
+            if inline is None:
+                bound[f"f{j}"] = fn
+                inline = f"f{j}({', '.join(arg_names)})"
+            body.append(f"s{out} = {inline}")
             dead = [f"s{a}" for a in dict.fromkeys(args) if last_use[a] == j
                     and a in self._slot_size and self._slot_size[a] > 1 and a not in keep]
             if dead:
                 body.append(f"del {', '.join(dead)}")
+        for slot in set(self._out_slots) & self._constant_slots:
+            if isinstance(self._template[slot], np.ndarray) and self._template[slot].ndim:
+                out_name[slot] = f"c{slot}.copy()"   # a caller may update a result in place
         body.append(f"return [{', '.join(out_name[s] for s in self._out_slots)}]")
         inputs = ", ".join(f"v{i}" for i in range(n_inputs))
         source = (f"def _make({', '.join(bound)}):\n"
@@ -180,10 +194,41 @@ class Plan:
         self.__dict__.update(state)
         self._run = self._generate()
 
+    @property
+    def source(self) -> str:
+        """The generated Python source of the plan (for inspection and tests)."""
+        return self._source
+
     def describe(self) -> str:
         """One line per step, for inspection."""
         return "\n".join(f"s{out} = {fn.__self__.display}({', '.join(f's{a}' for a in args)})"
                          for fn, args, out in self._steps)
+
+
+def _inline(node: Expression, args: list[str]) -> str | None:
+    """Python source computing `node.numeric(*args)` without a call, for the atoms that are a
+    single operator (the same operator their `numeric` applies, so results are identical).
+    A plan is mostly such steps on small arrays or scalars, where the call frame per step is
+    a visible share of the time (benchmarks/bench_gradient.py, m = 100)."""
+    from ..atoms import Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose
+    kind = type(node)
+    if kind is Add:
+        return " + ".join(args)
+    if kind is Multiply:
+        return f"{args[0]} * {args[1]}"
+    if kind is Neg:
+        return f"-{args[0]}"
+    if kind is MatMul:
+        return f"{args[0]} @ {args[1]}"
+    if kind is Transpose:
+        return f"{args[0]}.T"
+    if kind is Square:
+        return f"{args[0]} * {args[0]}"
+    if kind is Step and node.shape == ():
+        return f"(1.0 if {args[0]} > 0 else 0.0)"
+    if kind is Pos and node.shape == ():
+        return f"max({args[0]}, 0.0)"          # keeps a NaN, as np.maximum does
+    return None
 
 
 def _missing(param: Parameter) -> None:

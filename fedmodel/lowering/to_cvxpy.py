@@ -42,6 +42,7 @@ def to_cvxpy(expr: Expression, context: CvxpyContext | None = None) -> Any:
     >>> fm.to_cvxpy(fm.norm1(w)).is_convex()
     True
     """
+    import cvxpy as cp
     context = context or CvxpyContext()
     memo: dict[int, Any] = {}
     for node in _postorder([expr]):
@@ -49,4 +50,7 @@ def to_cvxpy(expr: Expression, context: CvxpyContext | None = None) -> Any:
             memo[id(node)] = context.leaf(node)
         else:
             memo[id(node)] = node.to_cvxpy(*[memo[id(a)] for a in node.args])
-    return memo[id(expr)]
+    result = memo[id(expr)]
+    if not isinstance(result, cp.Expression):   # scalar constants are kept as floats inside
+        result = cp.Constant(result)
+    return result
