@@ -1,6 +1,8 @@
 """Compiler pass: classify terms as smooth, prox-able (nonsmooth with a known prox) or other."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..atoms import Multiply, Norm1
 from ..expression import Constant, Expression, Variable
 
@@ -13,7 +15,7 @@ def prox_term(term: Expression):
     from .sets import norm1_term
     weight = 1.0
     if isinstance(term, Multiply) and type(term.args[0]) is Constant and term.args[0].size == 1:
-        weight, term = float(term.args[0].value), term.args[1]
+        weight, term = float(np.asarray(term.args[0].value).item()), term.args[1]
     if isinstance(term, PROXABLE) and isinstance(term.args[0], Variable) and weight >= 0 \
             and term.args[0].owner is None:
         return norm1_term(term.args[0], weight)

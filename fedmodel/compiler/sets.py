@@ -87,7 +87,7 @@ def simple_set(constraint: Constraint) -> ProxTerm | None:
     core = others[0]
     shared = lambda e: isinstance(e, Variable) and e.owner is None  # noqa: E731
     if isinstance(core, Norm2) and shared(core.args[0]) and offset.size == 1 and -offset > 0:
-        return _ball(core.args[0], float(-offset), constraint)
+        return _ball(core.args[0], float(-offset.item()), constraint)
     if shared(core):                                   # x + c <= 0  ->  x <= -c
         return _upper(core, np.broadcast_to(-offset, core.shape).copy(), constraint)
     if isinstance(core, Neg) and shared(core.args[0]):  # -x + c <= 0  ->  x >= c
