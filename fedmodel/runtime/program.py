@@ -68,6 +68,7 @@ class NodeProgram:
         self._hvp_plan = None
         self._hessian_cache: np.ndarray | None = None
         self._factor_cache: tuple | None = None
+        self._hessian_key: tuple | None = None
         self.y = np.zeros(self.n_private)
         self._y_center = np.zeros(self.n_private)
         self.state: dict[str, Any] = {}   # node-side state of backend procedures (e.g. ADMM's u, λ)
@@ -189,7 +190,12 @@ class NodeProgram:
         return self._factor_cache[1]
 
     def _forget_hessian(self) -> None:
-        self._hessian_cache, self._factor_cache = None, None
+        """Drop ∇²P_i after its parameters change. A quadratic merit's Hessian depends only on
+        β and the proximal weights (no inequality terms, whose active set would matter)."""
+        m = self.merit_ir
+        key = (float(m.beta.value), float(m.prox_weight.value), float(m.private_weight.value))
+        if not self.quadratic or key != self._hessian_key:
+            self._hessian_cache, self._factor_cache, self._hessian_key = None, None, key
 
     def _solve_prox(self, fun_grad, z0, tol, weight_x, max_steps):
         n_x = self.n_shared
