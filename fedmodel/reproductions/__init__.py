@@ -9,6 +9,7 @@ import importlib
 from typing import Callable
 
 _MODULES = {
+    "table1": "fedmodel.reproductions.table1",
     "table4": "fedmodel.reproductions.table4",
 }
 
