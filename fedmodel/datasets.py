@@ -1,0 +1,307 @@
+"""Datasets the papers use, and the partitioners that split them over clients.
+
+Files are read from a data directory — `root=` when given, else `$FEDMODEL_DATA`, else
+`../shared/data` beside the repository — and are never copied into the project. Each file is
+checked against the directory's `SHA256SUMS` on first use. A missing or corrupted file raises
+`DataError` naming the file and the directory it was looked for in.
+
+    >>> data = load_uci121("breast-cancer-wisc")            # doctest: +SKIP
+    >>> parts = per_class_equal_split(data.y, 5, seed=10)   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Features `X` (float64, samples × features), labels or targets `y`, and a description."""
+
+    X: np.ndarray
+    y: np.ndarray
+    name: str
+    info: dict = field(default_factory=dict)
+
+
+# ---- files ---------------------------------------------------------------------------------
+def data_dir(root: str | os.PathLike | None = None) -> Path:
+    """The data directory: `root`, else `$FEDMODEL_DATA`, else `../shared/data`."""
+    if root is not None:
+        return Path(root)
+    if os.environ.get("FEDMODEL_DATA"):
+        return Path(os.environ["FEDMODEL_DATA"])
+    return Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+_VERIFIED: set[Path] = set()
+
+
+def data_file(relative: str, root: str | os.PathLike | None = None, verify: bool = True) -> Path:
+    """Path of a data file, checked to exist and (with `verify`) to match `SHA256SUMS`."""
+    directory = data_dir(root)
+    path = directory / relative
+    if not path.is_file():
+        raise DataError(f"dataset file {relative!r} not found in {directory} (set FEDMODEL_DATA "
+                        "to the directory holding the reference datasets, or pass root=...)")
+    if verify:
+        verify_checksum(relative, root)
+    return path
+
+
+def verify_checksum(relative: str, root: str | os.PathLike | None = None) -> None:
+    """Compare a file's SHA-256 with its line in `SHA256SUMS` (no-op if that file is absent or
+    does not list it); raise `DataError` on a mismatch."""
+    directory = data_dir(root)
+    path = (directory / relative).resolve()
+    if path in _VERIFIED:
+        return
+    sums = directory / "SHA256SUMS"
+    if not sums.is_file():
+        return
+    expected = None
+    for line in sums.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and os.path.normpath(parts[1].lstrip("*")) == os.path.normpath(relative):
+            expected = parts[0].lower()
+    if expected is None:
+        return
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise DataError(f"dataset file {relative!r} in {directory} does not match its SHA256SUMS "
+                        "checksum; the copy is corrupted or a different version")
+    _VERIFIED.add(path)
+
+
+# ---- loaders -------------------------------------------------------------------------------
+def load_uci121(name: str, split: str | None = None, root=None, verify: bool = True) -> Dataset:
+    """A dataset of the 121-UCI collection (z-scored features, integer classes).
+
+    `split` is None for single-file sets (`<name>_R.dat`), or "train" / "test" for sets that
+    come split (`<name>_train_R.dat`), e.g. adult and the monks problems."""
+    suffix = "_R.dat" if split is None else f"_{split}_R.dat"
+    relative = f"uci121/{name}/{name}{suffix}"
+    path = data_file(relative, root, verify)
+    table = np.loadtxt(path, skiprows=1, dtype=float)     # header, then: index f1..fd class
+    X, y = table[:, 1:-1], table[:, -1].astype(int)
+    return Dataset(X, y, name, {"file": relative, "classes": np.bincount(y).tolist()})
+
+
+def load_breast_cancer_wisc(root=None) -> Dataset:
+    """UCI Wisconsin breast cancer (original, 699×9; 458 benign = 0 / 241 malignant = 1)."""
+    return load_uci121("breast-cancer-wisc", root=root)
+
+
+def load_monks(k: int = 1, split: str = "train", root=None) -> Dataset:
+    """MONK's problem k (121-UCI encoding; train 124 rows for monks-1, test 432)."""
+    return load_uci121(f"monks-{k}", split=split, root=root)
+
+
+def load_adult_uci121(split: str = "train", root=None) -> Dataset:
+    """Adult in the 121-UCI encoding (train 32561×14; 24720 ≤50K = 0 / 7841 >50K = 1)."""
+    return load_uci121("adult", split=split, root=root)
+
+
+def load_a9a(split: str = "train", root=None) -> Dataset:
+    """LIBSVM a9a (123 binary features), labels +1 → 1, −1 → 0."""
+    from sklearn.datasets import load_svmlight_file
+    relative = "libsvm/a9a" if split == "train" else "libsvm/a9a.t"
+    X, y = load_svmlight_file(str(data_file(relative, root)), n_features=123)
+    return Dataset(np.asarray(X.todense()), (y > 0).astype(int), "a9a", {"file": relative})
+
+
+ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status",
+                 "occupation", "relationship", "race", "sex", "capital-gain", "capital-loss",
+                 "hours-per-week", "native-country"]
+_ADULT_NUMERIC = {"age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"}
+
+
+def load_adult_raw(split: str = "train", root=None) -> Dataset:
+    """Raw UCI Adult (`adult.data` / `adult.test`): rows with '?' dropped, numeric columns
+    as is, categorical columns one-hot (columns named in info["features"]); y = 1 for >50K.
+    info["sex"] (1 = Male) and info["race"] keep the sensitive attributes."""
+    relative = "uci121/adult/adult.data" if split == "train" else "uci121/adult/adult.test"
+    rows = []
+    for line in data_file(relative, root).read_text().splitlines():
+        fields = [f.strip() for f in line.replace(",", " ").split()]
+        if len(fields) != 15 or "?" in fields or line.startswith("|"):
+            continue
+        rows.append(fields)
+    if not rows:
+        raise DataError(f"no rows could be read from {relative!r}")
+    table = np.array(rows, dtype=object)
+    columns, names = [], []
+    for j, column in enumerate(ADULT_COLUMNS):
+        values = table[:, j]
+        if column in _ADULT_NUMERIC:
+            columns.append(values.astype(float)[:, None])
+            names.append(column)
+        else:
+            levels = sorted(set(values))
+            columns.append((values[:, None] == np.array(levels)[None, :]).astype(float))
+            names.extend(f"{column}={level}" for level in levels)
+    y = np.array([label.rstrip(".") == ">50K" for label in table[:, 14]], dtype=int)
+    info = {"file": relative, "features": names, "sex": (table[:, 9] == "Male").astype(int),
+            "race": table[:, 8].astype(str)}
+    return Dataset(np.hstack(columns), y, "adult-raw", info)
+
+
+def load_mnist(split: str = "train", scale: bool = True, root=None) -> Dataset:
+    """MNIST (official order): X 60000×784 (train) or 10000×784 (test), in [0, 1] with `scale`."""
+    relative = "mnist_train.npz" if split == "train" else "mnist_test.npz"
+    with np.load(data_file(relative, root)) as archive:
+        X, y = archive["X"], archive["y"].astype(int)
+    return Dataset(X / 255.0 if scale else X.astype(float), y, f"mnist-{split}", {"file": relative})
+
+
+def load_mnist37(scale: bool = True, root=None) -> Dataset:
+    """MNIST training digits 3 (y = 0) and 7 (y = 1) in original order; info["idx"] = rows in
+    the 60k training set."""
+    with np.load(data_file("mnist37_train.npz", root)) as archive:
+        X, digits, idx = archive["X"], archive["y"].astype(int), archive["idx"]
+    y = (digits == 7).astype(int)
+    return Dataset(X / 255.0 if scale else X.astype(float), y, "mnist37", {"idx": idx})
+
+
+def load_regression(name: str, root=None) -> Dataset:
+    """Regression sets of the DALD paper's Table I: "cal_housing", "winequality-red",
+    "winequality-white", "winequality" (red + white), "abalone" (sex one-hot), "power-plant",
+    "diabetes" (bundled with scikit-learn)."""
+    if name == "diabetes":
+        return load_diabetes()
+    if name == "cal_housing":
+        table = np.loadtxt(data_file("regression/cal_housing.data", root), delimiter=",")
+        lon, lat, age, rooms, bedrooms, population, households, income, value = table.T
+        X = np.column_stack([income, age, rooms / households, bedrooms / households, population,
+                             population / households, lat, lon])     # scikit-learn's layout
+        return Dataset(X, value / 1e5, name)
+    if name in ("winequality-red", "winequality-white"):
+        table = np.loadtxt(data_file(f"regression/{name}.csv", root), delimiter=";", skiprows=1)
+        return Dataset(table[:, :-1], table[:, -1], name)
+    if name == "winequality":
+        red, white = load_regression("winequality-red", root), load_regression("winequality-white", root)
+        return Dataset(np.vstack([red.X, white.X]), np.concatenate([red.y, white.y]), name)
+    if name == "abalone":
+        raw = np.loadtxt(data_file("regression/abalone.data", root), dtype=str)
+        sex = raw[:, 0]
+        onehot = (sex[:, None] == np.array(["F", "I", "M"])[None, :]).astype(float)
+        numeric = raw[:, 1:].astype(float)
+        return Dataset(np.hstack([onehot, numeric[:, :-1]]), numeric[:, -1], name)
+    if name == "power-plant":
+        table = np.loadtxt(data_file("regression/gal_uci/power-plant/data.txt", root))
+        return Dataset(table[:, :-1], table[:, -1], name)
+    raise DataError(f"unknown regression dataset {name!r}; choose cal_housing, winequality-red, "
+                    "winequality-white, winequality, abalone, power-plant or diabetes")
+
+
+def load_sklearn_breast_cancer() -> Dataset:
+    """scikit-learn's bundled WDBC (569×30): benign = class 0 (357), malignant = class 1 (212).
+    (scikit-learn's own target is the reverse: 0 = malignant.)"""
+    from sklearn.datasets import load_breast_cancer
+    bunch = load_breast_cancer()
+    return Dataset(np.asarray(bunch.data, float), 1 - bunch.target, "wdbc",
+                   {"features": list(bunch.feature_names)})
+
+
+def load_diabetes() -> Dataset:
+    """scikit-learn's bundled diabetes regression set (442×10)."""
+    from sklearn.datasets import load_diabetes as sklearn_diabetes
+    bunch = sklearn_diabetes()
+    return Dataset(np.asarray(bunch.data, float), np.asarray(bunch.target, float), "diabetes")
+
+
+# ---- partitioners --------------------------------------------------------------------------
+def _check_clients(n_clients: int, available: int, what: str) -> None:
+    if not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
+        raise DataError(f"n_clients must be a positive integer, got {n_clients!r}")
+    if n_clients > available:
+        raise DataError(f"cannot give each of {n_clients} clients at least one sample: only "
+                        f"{available} {what}")
+
+
+def per_class_equal_split(y, n_clients: int, seed: int = 10) -> list[np.ndarray]:
+    """The constrained-FL paper's split (spec §4.1, authors' code): for each class, shuffle its
+    samples with `seed` and give every client floor(N_class / n) of them; leftovers are dropped.
+    Every client gets the same number of samples of each class. Rows sorted per client."""
+    y = np.asarray(y)
+    classes = np.unique(y)
+    smallest = min(int(np.sum(y == c)) for c in classes) if len(classes) else 0
+    _check_clients(n_clients, smallest, "samples in the smallest class")
+    rng = np.random.RandomState(seed)
+    parts: list[list[int]] = [[] for _ in range(n_clients)]
+    for c in classes:
+        rows = np.flatnonzero(y == c)
+        rng.shuffle(rows)
+        share = len(rows) // n_clients
+        for i in range(n_clients):
+            parts[i].extend(rows[i * share:(i + 1) * share])
+    return [np.sort(np.array(p, dtype=int)) for p in parts]
+
+
+def iid_split(n_samples: int, n_clients: int, seed: int = 0, drop_leftover: bool = True) -> list[np.ndarray]:
+    """Uniformly random equal parts (the leftover rows dropped, or spread with `drop_leftover=False`)."""
+    _check_clients(n_clients, n_samples, "samples")
+    rows = np.random.default_rng(seed).permutation(n_samples)
+    if drop_leftover:
+        share = n_samples // n_clients
+        return [np.sort(rows[i * share:(i + 1) * share]) for i in range(n_clients)]
+    return [np.sort(part) for part in np.array_split(rows, n_clients)]
+
+
+def label_skew_split(y, n_clients: int, classes_per_client: int = 2, seed: int = 0) -> list[np.ndarray]:
+    """Label-sorted shards (McMahan et al.; FedADMM's MNIST split, spec §4): sort by label, cut
+    into n·k equal shards, give each client k shards drawn without replacement. With MNIST's
+    20,000 → 200 shards of 50 images for 100 clients, each client sees at most 2 labels."""
+    y = np.asarray(y)
+    shards = n_clients * classes_per_client
+    _check_clients(shards, len(y), "samples for the shards")
+    order = np.argsort(y, kind="stable")
+    size = len(y) // shards
+    pieces = [order[s * size:(s + 1) * size] for s in range(shards)]
+    assignment = np.random.default_rng(seed).permutation(shards).reshape(n_clients, classes_per_client)
+    return [np.sort(np.concatenate([pieces[s] for s in row])) for row in assignment]
+
+
+def dirichlet_split(y, n_clients: int, alpha: float = 0.5, seed: int = 0, min_size: int = 1,
+                    max_tries: int = 100) -> list[np.ndarray]:
+    """Per class, proportions over clients ~ Dirichlet(alpha) (small alpha: strong skew);
+    redrawn until every client has at least `min_size` samples."""
+    if alpha <= 0:
+        raise DataError(f"alpha must be positive, got {alpha}")
+    y = np.asarray(y)
+    _check_clients(n_clients, len(y) // max(min_size, 1), f"samples for min_size={min_size}")
+    rng = np.random.default_rng(seed)
+    for _ in range(max_tries):
+        parts: list[list[int]] = [[] for _ in range(n_clients)]
+        for c in np.unique(y):
+            rows = rng.permutation(np.flatnonzero(y == c))
+            cuts = (np.cumsum(rng.dirichlet(alpha * np.ones(n_clients)))[:-1] * len(rows)).astype(int)
+            for i, piece in enumerate(np.split(rows, cuts)):
+                parts[i].extend(piece)
+        if min(len(p) for p in parts) >= min_size:
+            return [np.sort(np.array(p, dtype=int)) for p in parts]
+    raise DataError(f"no Dirichlet(alpha={alpha}) split gave every one of {n_clients} clients "
+                    f"{min_size} samples in {max_tries} draws; use a larger alpha or fewer clients")
+
+
+def strided_split(y, n_clients: int, ratio: int = 4) -> list[np.ndarray]:
+    """DALD Table II's non-IID partition, the literal reading R1 (spec dald.md): with X0, X1 the
+    rows of class 0 (digit 3) and 1 (digit 7) in order, even clients i get X0[i::n] ∪ X1[i::4n]
+    (4:1) and odd clients X0[i::4n] ∪ X1[i::n] (1:4). Disjoint; uses about 5/8 of the data."""
+    y = np.asarray(y)
+    _check_clients(n_clients, int(min(np.sum(y == 0), np.sum(y == 1))), "samples in a class")
+    zeros, ones = np.flatnonzero(y == 0), np.flatnonzero(y == 1)
+    parts = []
+    for i in range(n_clients):
+        many, few = (zeros, ones) if i % 2 == 0 else (ones, zeros)
+        parts.append(np.sort(np.concatenate([many[i::n_clients], few[i::ratio * n_clients]])))
+    return parts
