@@ -106,6 +106,22 @@ def load_monks(k: int = 1, split: str = "train", root=None) -> Dataset:
     return load_uci121(f"monks-{k}", split=split, root=root)
 
 
+def load_monks_onehot(k: int = 1, splits: tuple[str, ...] = ("train", "test"), root=None) -> Dataset:
+    """MONK's problem k from the original files (`monks-k.train` / `.test`, concatenated in
+    `splits` order), the six attributes one-hot encoded (3+3+2+3+4+2 = 17 columns) — the
+    encoding under which MONK-1's rule (a1 = a2 or a5 = 1) is nearly linear."""
+    rows = []
+    for split in splits:
+        for line in data_file(f"uci121/monks-{k}/monks-{k}.{split}", root).read_text().splitlines():
+            if line.strip():
+                rows.append([int(v) for v in line.split()[:7]])
+    table = np.array(rows)
+    levels = (3, 3, 2, 3, 4, 2)
+    X = np.hstack([(table[:, j + 1:j + 2] == np.arange(1, m + 1)).astype(float)
+                   for j, m in enumerate(levels)])
+    return Dataset(X, table[:, 0], f"monks-{k}", {"splits": splits})
+
+
 def load_adult_uci121(split: str = "train", root=None) -> Dataset:
     """Adult in the 121-UCI encoding (train 32561×14; 24720 ≤50K = 0 / 7841 >50K = 1)."""
     return load_uci121("adult", split=split, root=root)

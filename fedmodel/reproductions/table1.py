@@ -5,8 +5,10 @@
 φ the logistic loss, no intercept, data split per class equally over n clients (seed 10,
 leftovers dropped), trial t starting both methods from w⁰ = rand(d)/‖·‖ under seed t
 (../shared/spec/fl_constraints.md §4.1). Data: the 121-UCI files in ../shared/data (z-scored):
-breast-cancer-wisc (699×9), adult (train, 32561×14) and monks-1 (train + test, 556×6). The
-paper's own preprocessing (20/21/21 features, 695/32555/550 samples) is not public.
+breast-cancer-wisc (699×9), adult (train, 32561×14), and monks-1 from its original files
+(train + test, 556 rows) one-hot encoded (17 columns): with the 121-UCI file's 6 ordinal columns
+and no intercept, the constraint class-1 loss ≤ 0.2 is infeasible. The paper's own
+preprocessing (20/21/21 features, 695/32555/550 samples) is not public.
 
 Settings: the paper's β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3), q = 0.9, ρ_i⁰ = 0.01 — with
 residual balancing of ρ_i (`adaptive_rho`), because the paper's fixed ρ_i = 0.01 needs ~10⁴ inner
@@ -50,8 +52,9 @@ def load(name: str):
         data = load_uci121("adult", split="train")
         return data.X, data.y
     if name == "monks-1":
-        parts = [load_uci121("monks-1", split=s) for s in ("train", "test")]
-        return np.vstack([p.X for p in parts]), np.concatenate([p.y for p in parts])
+        from fedmodel.datasets import load_monks_onehot
+        data = load_monks_onehot(1)
+        return data.X, data.y
     data = load_uci121(name)
     return data.X, data.y
 
