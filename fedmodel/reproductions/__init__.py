@@ -23,7 +23,14 @@ _MODULES = {
 
 def _lazy(module: str) -> Callable[..., int]:
     def run(full: bool = False) -> int:
-        return importlib.import_module(module).run(full=full)
+        try:
+            loaded = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            from fedmodel.errors import FedModelError
+            raise FedModelError(f"reproduction module {module} is not part of this version") from None
+        return loaded.run(full=full)
     run.__doc__ = f"run {module}"
     return run
 
