@@ -17,13 +17,20 @@ class Backend:
     `multipliers`; `solve` adds timing, objective, violation and the KKT certificate."""
 
     name = "backend"
+    checkpointing = False   # True: `run` takes a `checkpointer` (docs/checkpoints.md)
 
     def solve(self, problem, topology=None, executor="serial", callback=None, verbose=False,
               checkpoint=None, checkpoint_every=None, resume=False) -> Result:
+        from fedmodel.runtime.checkpoint import Checkpointer
+        checkpointer = Checkpointer.create(self, problem, checkpoint, checkpoint_every, resume)
+        extra = {"checkpointer": checkpointer} if self.checkpointing else {}
         start = time.perf_counter()
-        outcome = self.run(problem, topology=topology, executor=executor, callback=callback,
-                           verbose=verbose, checkpoint=checkpoint,
-                           checkpoint_every=checkpoint_every, resume=resume)
+        outcome = checkpointer.finished()       # resuming a run that had already finished
+        if outcome is None:
+            outcome = self.run(problem, topology=topology, executor=executor, callback=callback,
+                               verbose=verbose, checkpoint=checkpoint,
+                               checkpoint_every=checkpoint_every, resume=resume, **extra)
+            checkpointer.finish(outcome)
         wall_time = time.perf_counter() - start
         return finish_result(problem, self.name, outcome, wall_time)
 

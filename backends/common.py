@@ -45,14 +45,34 @@ class _Bar:
         self.bar = tqdm(total=total, desc=label, leave=False, file=sys.stderr)
 
     def update(self, record: dict) -> None:
-        self.bar.set_postfix(obj=f"{record.get('objective', float('nan')):.4g}",
-                             viol=f"{record.get('violation', float('nan')):.1e}", refresh=False)
-        self.bar.update(1)
+        fields = {"obj": f"{_number(record.get('objective')):.4g}",
+                  "viol": f"{_number(record.get('violation')):.1e}"}
+        for key, label in _RESIDUALS:       # whichever residuals this backend reports
+            if record.get(key) is not None:
+                fields[label] = f"{_number(record[key]):.1e}"
+        self.bar.set_postfix(fields, refresh=False)
+        # position from the record (inner steps, rounds or outer iterations) when it has one, so
+        # that a resumed run continues where it stopped; else one step per record
+        position = next((record[k] for k in ("inner_total", "round", "iteration")
+                         if isinstance(record.get(k), (int, np.integer))), None)
+        self.bar.update(1 if position is None else max(int(position) - self.bar.n, 0))
 
     def close(self) -> None:
         self.bar.close()
 
 
+_RESIDUALS = (("primal_residual", "pri"), ("dual_residual", "dual"), ("primal_change", "Δx"),
+              ("multiplier_change", "Δμ"), ("certificate", "cert"))
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 def progress(total: int, verbose: bool, label: str):
-    """A tqdm bar with objective and violation when `verbose` and on a terminal; else silent."""
+    """A tqdm bar with objective, violation and the residuals the backend reports (primal /
+    dual residuals, changes, certificate) when `verbose` and stderr is a terminal; else silent."""
     return _Bar(total, label) if verbose and sys.stderr.isatty() else _Silent()

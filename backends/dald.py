@@ -209,6 +209,7 @@ class DALD(Backend):
     """
 
     name = "dald"
+    checkpointing = True
 
     def __init__(self, rho: Any = 1.0, inner_rule: str = "B4", v_max: int = 1,
                  eps_primal: float = 1e-5, eps_dual: float = 1e-5, solver: str = "auto",
@@ -217,7 +218,9 @@ class DALD(Backend):
                  warm_start: bool = True, mode: str = "auto", order: Sequence[str] | None = None,
                  server_host: str | None = None, participation: float = 1.0, seed: int | None = None,
                  eps_schedule: Callable[[int], float] | None = None,
-                 v_max_schedule: Callable[[int], int] | None = None, x0: Any = None):
+                 v_max_schedule: Callable[[int], int] | None = None, x0: Any = None,
+                 monitor: Callable[[int, dict], None] | None = None,
+                 availability: Callable[[int], Sequence[str]] | None = None):
         if inner_rule not in RULES:
             raise FedModelError(f"inner_rule must be one of {RULES}, got {inner_rule!r}")
         if solver not in SOLVERS:
@@ -240,6 +243,12 @@ class DALD(Backend):
         self.eps_schedule = eps_schedule or (lambda k: max(self.eps_dual, 1e-2 * 0.5 ** k))
         self.v_max_schedule = v_max_schedule or (lambda k: self.v_max + k)
         self.x0 = x0
+        # monitor(inner_total, {node: x_node}) after every outer step: the coordinator's view of
+        # the model iterates (e.g. per-client accuracy curves) without storing them in history
+        self.monitor = monitor
+        # availability(t) → the nodes reachable at inner iteration t (partial cycle: a client
+        # that drops out keeps its iterate and multipliers until it returns); None: all nodes
+        self.availability = availability
         self.dual_updates = True          # False: distributed PA / FedProx (μ ≡ 0), see special_cases
         self.require_consensus = True     # outer stop also needs ‖C‖∞ ≤ ε_pri
 
@@ -298,7 +307,10 @@ class DALD(Backend):
                                 "and no client–client edges; use topologies.star(problem) or mode='dc'")
         return G, U, mode
 
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False, **_):
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+            checkpointer=None, **_):
+        from fedmodel.runtime.checkpoint import NO_CHECKPOINT
+        self._ckpt = checkpointer or NO_CHECKPOINT         # resume: docs/checkpoints.md
         G, U, mode = self._topology(problem, topology)
         programs = compile_programs(problem)
         d = programs["server"].n_shared
@@ -315,8 +327,13 @@ class DALD(Backend):
         out["info"]["mode"] = mode
         return out
 
-    def _participants(self, nodes: list[str]) -> list[str]:
-        if self.coordination == "full" or self.participation >= 1.0:
+    def _participants(self, nodes: list[str], total: int = 0) -> list[str]:
+        if self.coordination == "full":
+            return list(nodes)
+        if self.availability is not None:
+            up = set(self.availability(total))
+            nodes = [n for n in nodes if n in up or n == "server"] or list(nodes)
+        if self.participation >= 1.0:
             return list(nodes)
         keep = [n for n in nodes if self._rng.random() < self.participation]
         return keep or [nodes[int(self._rng.integers(len(nodes)))]]
@@ -335,13 +352,17 @@ class DALD(Backend):
         history, total, status, k = [], 0, "max_iterations", 0
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
+        saved = self._ckpt.restore(ex)
+        if saved:
+            k, total, xhat, x, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
+            history, self._rng.bit_generator.state = saved["history"], saved["rng"]
         while total < self.max_iterations:
             k += 1
             v, dual, active = 0, np.inf, set()
             while True:                                                  # inner loop (Step 1)
                 v += 1
                 total += 1
-                part = self._participants(clients)
+                part = self._participants(clients, total)
                 active.update(part)
                 replies = ex.map("dald_cc_solve", {c: {"xhat": xhat, **opts} for c in part})   # (13)
                 for c, r in replies.items():
@@ -375,10 +396,14 @@ class DALD(Backend):
             history.append(record)
             if callback:
                 callback(record)
+            if self.monitor:
+                self.monitor(total, x)
             bar.update(record)
             if self._converged(primal, dual, dmu):
                 status = "converged"
                 break
+            self._ckpt.save(ex, k, {"k": k, "total": total, "xhat": xhat, "x": x, "mu_sum": mu_sum,
+                                    "history": history, "rng": self._rng.bit_generator.state})
         bar.close()
         values, multipliers = gather_values(ex, problem, xhat)
         ex.ledger.rounds = total
@@ -448,6 +473,10 @@ class DALD(Backend):
         history, total, status, k = [], 0, "max_iterations", 0
         bar = progress(self.max_iterations, verbose, "DALD-DC")
         opts = self._opts()
+        saved = self._ckpt.restore(ex)
+        if saved:
+            k, total, x, history = saved["k"], saved["total"], saved["x"], saved["history"]
+            self._rng.bit_generator.state = saved["rng"]
         while total < self.max_iterations:
             k += 1
             v = 0
@@ -455,7 +484,7 @@ class DALD(Backend):
                 v += 1
                 total += 1
                 previous = dict(x)
-                part = set(self._participants(order))
+                part = set(self._participants(order, total))
                 for batch in batches:                                    # Gauss–Seidel over S (20)
                     replies = ex.map("dald_dc_solve", {n: dict(opts) for n in batch if n in part})
                     for n, r in replies.items():
@@ -476,10 +505,14 @@ class DALD(Backend):
             history.append(record)
             if callback:
                 callback(record)
+            if self.monitor:
+                self.monitor(total, x)
             bar.update(record)
             if self._converged(primal, dual, dmu):
                 status = "converged"
                 break
+            self._ckpt.save(ex, k, {"k": k, "total": total, "x": x, "history": history,
+                                    "rng": self._rng.bit_generator.state})
         bar.close()
         clients = [n for n in order if n != "server"]
         shared = x["server"] if "server" in x and server_used else sum(x[c] for c in clients) / len(clients)

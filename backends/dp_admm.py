@@ -382,6 +382,7 @@ class DPADMM(Backend):
     """
 
     name = "dp-admm"
+    checkpointing = True
 
     def __init__(self, epsilon: float = float("inf"), variant: str = "objT", delta: float = 1e-6,
                  rho_schedule: Any = "mnist", a: float = 1.0, max_rounds: int = 20000,
@@ -462,7 +463,10 @@ class DPADMM(Backend):
         return self.delta if self.variant == "outP" and math.isfinite(self.epsilon) else 0.0
 
     # -- run ------------------------------------------------------------------------------------
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False, **_):
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+            checkpointer=None, **_):
+        from fedmodel.runtime.checkpoint import NO_CHECKPOINT
+        self._ckpt = checkpointer or NO_CHECKPOINT         # resume: docs/checkpoints.md
         require_star(problem, topology, self.name)
         self._check_model(problem)
         programs = compile_programs(problem)
@@ -532,7 +536,10 @@ class DPADMM(Backend):
         history, status, t, rho = [], "max_iterations", 0, math.nan
         bar = progress(self.max_rounds, verbose, "DP-ADMM")
         start = time.perf_counter()
-        for t in range(1, self.max_rounds + 1):
+        saved = self._ckpt.restore(ex)      # client RNGs and noise logs come back with the nodes
+        if saved:
+            t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
+        for t in range(t + 1, self.max_rounds + 1):
             rho = self.rho(t)                                                  # (21)
             step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
             if self.variant == "objP":
@@ -579,6 +586,7 @@ class DPADMM(Backend):
             if done:
                 status = "converged"
                 break
+            self._ckpt.save(ex, t, {"t": t, "w": w, "z": z, "lam": lam, "rho": rho, "history": history})
         bar.close()
         rounds = t if status != "diverged" else t - 1
         info = self._info(ex, z, lam, rho, records, per_round, t, history)   # t rounds released z

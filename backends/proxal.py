@@ -75,6 +75,7 @@ class ProxAL(Backend):
     """
 
     name = "proxal"
+    checkpointing = True
 
     def __init__(self, beta: float = 300.0, rho: float = 0.01, s_bar: float = 1e-3, q: float = 0.9,
                  tol: tuple[float, float] = (1e-3, 1e-3), max_outer: int = 100,
@@ -96,7 +97,9 @@ class ProxAL(Backend):
         self.check_certificate = bool(check_certificate)
 
     # Algorithm 1 --------------------------------------------------------------------------------
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False, **_):
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+            checkpointer=None, **_):
+        from fedmodel.runtime.checkpoint import NO_CHECKPOINT
         require_star(problem, topology, self.name)
         programs = compile_programs(problem)
         ex = make_executor(executor).start(programs)
@@ -110,11 +113,22 @@ class ProxAL(Backend):
         bar = progress(self.max_outer, verbose, "ProxAL")
         certificate_log = []
         start = time.perf_counter()
-        for k in range(self.max_outer):
+        ckpt = checkpointer or NO_CHECKPOINT           # resume: docs/checkpoints.md
+        saved = ckpt.restore(ex)
+        if saved:
+            w, rho, total_inner = saved["w"], saved["rho"], saved["total_inner"]
+            certificate_log, history = saved["certificate_log"], saved["history"]
+        for k in range(len(history), self.max_outer):
             tau = self.s_bar / (k + 1) ** 2                                       # step 2
             ex.map("configure", {node: {"beta": self.beta, "prox_weight": omega, "center": w}
                                  for node in ex.nodes})
-            w_next, trace, rho = self._admm(ex, w, tau, rho)                     # steps 3–4
+            # steps 3–4: Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace
+            # holds upper bounds on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
+            subproblem = self._admm if self.inner is None else getattr(self.inner, "solve_subproblem", None)
+            if subproblem is None:
+                raise FedModelError(f"inner={self.inner!r} cannot solve ProxAL's subproblems; use "
+                                    "inner=None (Algorithm 2) or inner=backends.FedADMM(...)")
+            w_next, trace, rho = subproblem(ex, w, tau, rho)
             total_inner += len(trace)
             true_residual = self._true_residual(ex, w_next) if self.check_certificate else None
             certificate_log.append((tau, trace[-1]))
@@ -132,6 +146,8 @@ class ProxAL(Backend):
             if dw + self.beta * tau <= self.beta * self.eps1 and dmu <= self.beta * self.eps2:  # (11)
                 status = "converged"
                 break
+            ckpt.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner,
+                                  "certificate_log": certificate_log, "history": history})
         bar.close()
         values, multipliers = gather_values(ex, problem, w)
         ex.ledger.rounds = total_inner + len(history)

@@ -1,4 +1,5 @@
-"""FedProx and FedAvg as special cases of Fed-DALD-CC (DALD paper, Sec. V-B2; spec §2.9).
+"""FedProx, FedAvg, distributed GD and the proximal algorithm as special cases of Fed-DALD-CC
+(DALD paper, Sec. V-B; spec §2.9).
 
 Distributed PA (51)–(53): Fed-DALD-CC with μ_i ≡ 0 (no multiplier step (15)), uniform penalty,
 inner rule B4 with v_max = 1, and the server taking x̂ = Σ p_i x_i with p_i = 1/n:
@@ -31,7 +32,7 @@ class _DistributedPA(DALD):
     """Fed-DALD-CC with μ ≡ 0 and x̂ = mean(x_i) (distributed PA, (51)–(53))."""
 
     def __init__(self, prox: float, step: float, local_steps: int | None, max_rounds: int,
-                 tol: float, x0: Any = None, beta: float = 2.0):
+                 tol: float, x0: Any = None, beta: float = 2.0, warm_start: bool = False):
         if prox < 0 or step <= 0 or max_rounds < 1 or tol < 0:
             raise FedModelError(f"{type(self).__name__} needs mu ≥ 0, step > 0, max_rounds ≥ 1 "
                                 f"and tol ≥ 0 (got mu={prox}, step={step}, max_rounds={max_rounds})")
@@ -41,7 +42,8 @@ class _DistributedPA(DALD):
                          eps_primal=tol, eps_dual=tol,
                          solver="exact" if local_steps is None else "gd", step=step,
                          local_steps=1 if local_steps is None else int(local_steps),
-                         max_iterations=max_rounds, warm_start=False, mode="cc", beta=beta, x0=x0)
+                         max_iterations=max_rounds, warm_start=warm_start, mode="cc", beta=beta,
+                         x0=x0)
         self.dual_updates = False
         self.require_consensus = False
         self.mu, self.max_rounds, self.tol = float(prox), int(max_rounds), float(tol)
@@ -65,13 +67,18 @@ class _DistributedPA(DALD):
 class FedProx(_DistributedPA):
     """FedProx (Li et al.) as distributed PA: proximal weight `mu` = 1/α = 2ρ² (the DALD paper's
     ρ = 1 gives mu = 2), `local_steps` GD steps of size `step` from x̂ (None: exact prox solve),
-    `max_rounds` rounds. Paper defaults: ρ = 1, α = 1e-4, one local step, 1000 iterations."""
+    `max_rounds` rounds. Paper defaults: ρ = 1, α = 1e-4, one local step, 1000 iterations.
+    `warm_start=True` starts the local steps from the client's own previous x_i instead of x̂
+    (the DALD solver layer's x^{k,v,0} = x^{k,v−1}; Fed-DALD-CC with μ ≡ 0 — the reading of the
+    paper's FedProx baseline in Table II). With one local step from x̂ the proximal term is
+    zero at the start point, so `mu` would have no effect."""
 
     name = "fedprox"
 
     def __init__(self, mu: float = 2.0, step: float = 1e-4, local_steps: int | None = 1,
-                 max_rounds: int = 1000, tol: float = 1e-8, x0: Any = None):
-        super().__init__(mu, step, local_steps, max_rounds, tol, x0)
+                 max_rounds: int = 1000, tol: float = 1e-8, x0: Any = None,
+                 warm_start: bool = False):
+        super().__init__(mu, step, local_steps, max_rounds, tol, x0, warm_start=warm_start)
 
 
 class FedAvg(_DistributedPA):
@@ -85,3 +92,47 @@ class FedAvg(_DistributedPA):
         if local_steps is None:
             raise FedModelError("FedAvg needs local_steps ≥ 1")
         super().__init__(0.0, step, local_steps, max_rounds, tol, x0)
+
+
+class DistributedGD(_DistributedPA):
+    """Distributed gradient descent (DGD, (55)/(81), App. D): distributed PA with one local
+    gradient step whose size equals the proximal parameter α, warm-started at the client's own
+    iterate. The step x_i − α(∇f_i(x_i) + (x_i − x̂)/α) = x̂ − α∇f_i(x_i) gives
+
+        x_i^{k+1} = Σ_j p_ij x_j^k − α∇f_i(x_i^k),   p_ij = 1/n  (averaging through the server).
+
+    With a constant α the clients settle at an O(α) neighbourhood of the optimum (textbook DGD)."""
+
+    name = "dgd"
+
+    def __init__(self, step: float = 1e-2, max_rounds: int = 1000, tol: float = 1e-8, x0: Any = None):
+        if step <= 0:
+            raise FedModelError(f"DistributedGD needs step > 0, got {step}")
+        super().__init__(1.0 / step, step, 1, max_rounds, tol, x0, warm_start=True)
+
+
+class ProximalAlgorithm(DALD):
+    """The proximal algorithm (PA, (30)–(33)) as Fed-DALD-CC with a single client: with n = 1,
+    (68) forces μ ≡ 0 and (29) gives x̂ = x, so each inner iteration is
+
+        x^{k+1} = argmin_x f(x) + (1/2α)‖x − x^k‖²,     α = 1/(2ρ²).
+
+    Exact local solves; stops when ‖x^{k+1} − x^k‖∞ ≤ tol."""
+
+    name = "pa"
+
+    def __init__(self, alpha: float = 1.0, max_iterations: int = 1000, tol: float = 1e-8,
+                 x0: Any = None):
+        if alpha <= 0 or tol < 0:
+            raise FedModelError(f"ProximalAlgorithm needs alpha > 0 and tol ≥ 0 (got {alpha}, {tol})")
+        super().__init__(rho=float(np.sqrt(1.0 / (2.0 * alpha))), inner_rule="B4", v_max=1,
+                         eps_primal=tol, eps_dual=tol, solver="exact", max_iterations=max_iterations,
+                         mode="cc", x0=x0)
+        self.alpha = float(alpha)
+
+    def run(self, problem, **kwargs):
+        if len(problem.clients) != 1 or problem.server.terms or problem.server.constraints:
+            raise FedModelError("ProximalAlgorithm is DALD with one client and an empty server "
+                                f"block; this problem has {len(problem.clients)} clients (use "
+                                "backends.DALD or FedProx for several)")
+        return super().run(problem, **kwargs)

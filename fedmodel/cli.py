@@ -32,8 +32,9 @@ def _run(args: argparse.Namespace) -> int:
         print(report)
         ok = ok and report.ok
     if args.plot:
-        paths = fm.plot(result, args.plot)
-        print("plots:", ", ".join(map(str, paths)))
+        paths = fm.plot(result, args.plot, topology=options.get("topology"))
+        print("plots:", ", ".join(map(str, paths)) if paths else
+              f"none (backend {result.backend} records no convergence history)")
     return 0 if ok else 1
 
 

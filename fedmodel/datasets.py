@@ -171,6 +171,53 @@ def load_adult_raw(split: str = "train", root=None) -> Dataset:
     return Dataset(np.hstack(columns), y, "adult-raw", info)
 
 
+# "adult-b" groupings (spec fl_constraints.md §4.4, the ml-bias-fairness notebook recipe)
+_WORKCLASS_GROUPS = {"govt": ("Federal-gov", "Local-gov", "State-gov"), "private": ("Private",),
+                     "self_employed": ("Self-emp-inc", "Self-emp-not-inc"),
+                     "without_pay": ("Without-pay", "Never-worked")}
+_COUPLE = ("Married-civ-spouse", "Married-AF-spouse")   # living with a spouse; all others single
+_ADULT_B_ZSCORED = ("age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week")
+
+
+def load_adult_b(server_fraction: float = 0.2, seed: int = 10, root=None) -> tuple[Dataset, Dataset]:
+    """The fairness experiment's "adult-b" rebuilt from raw `adult.data` (no public copy exists):
+    (clients' pool, server's data). 30,162 rows without '?' → 38 features: 6 z-scored numerics
+    (age, fnlwgt, education-num, capital-gain, capital-loss, hours-per-week), marital-status
+    single (1) / couple (0), native-country non-US (1) / US (0), workclass in 4 groups,
+    occupation (14), relationship (6) and race (5) one-hot, education dropped (education-num
+    keeps it), and sex (1 = Male) LAST, as the authors' code orders it. A seeded shuffle
+    (`seed`) puts round(server_fraction · N) rows on the server (6,032) and the rest (24,130)
+    in the clients' pool. y = 1 for >50K. Names in info["features"]."""
+    raw = load_adult_raw("train", root)
+    names = raw.info["features"]
+
+    def column(name: str) -> np.ndarray:
+        return raw.X[:, names.index(name)]
+
+    def any_of(prefix: str, levels) -> np.ndarray:
+        found = [column(f"{prefix}={v}") for v in levels if f"{prefix}={v}" in names]
+        return np.sum(found, axis=0) if found else np.zeros(len(raw.y))
+
+    def one_hot(prefix: str) -> list[tuple[str, np.ndarray]]:
+        return [(n, column(n)) for n in names if n.startswith(prefix + "=")]
+
+    numeric = [(n, (column(n) - column(n).mean()) / column(n).std()) for n in _ADULT_B_ZSCORED]
+    parts = numeric + [("single", 1.0 - any_of("marital-status", _COUPLE)),
+                       ("non-US", 1.0 - any_of("native-country", ("United-States",)))]
+    parts += [(f"workclass={g}", any_of("workclass", levels)) for g, levels in _WORKCLASS_GROUPS.items()]
+    for prefix in ("occupation", "relationship", "race"):
+        parts += one_hot(prefix)
+    parts.append(("sex", raw.info["sex"].astype(float)))
+    X = np.column_stack([values for _, values in parts])
+    features = [name for name, _ in parts]
+    order = np.random.RandomState(seed).permutation(len(raw.y))
+    cut = int(round(server_fraction * len(order)))
+    server_rows, client_rows = np.sort(order[:cut]), np.sort(order[cut:])
+    info = {"features": features, "sex_column": len(features) - 1, "source": raw.info["file"]}
+    return (Dataset(X[client_rows], raw.y[client_rows], "adult-b-clients", {**info, "rows": client_rows}),
+            Dataset(X[server_rows], raw.y[server_rows], "adult-b-server", {**info, "rows": server_rows}))
+
+
 def load_mnist(split: str = "train", scale: bool = True, root=None) -> Dataset:
     """MNIST (official order): X 60000×784 (train) or 10000×784 (test), in [0, 1] with `scale`."""
     relative = "mnist_train.npz" if split == "train" else "mnist_test.npz"

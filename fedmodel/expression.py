@@ -232,6 +232,18 @@ class Leaf(Expression):
     def __getstate__(self) -> dict:
         return self.__dict__.copy()
 
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        _reserve_uid(self.uid)
+
+
+def _reserve_uid(uid: int) -> None:
+    """Leaves unpickled in another process (a Ray worker) keep their uids; later leaves made
+    there (e.g. a merit's parameters) must not reuse them, or plans would confuse the two."""
+    global _ids
+    following = next(_ids)
+    _ids = itertools.count(max(following, uid + 1))
+
 
 def _check_numeric(value: Any, what: str) -> np.ndarray:
     try:
@@ -329,13 +341,26 @@ class Constant(Leaf):
         return self.name
 
 
+class RemoteDataError(DataError):
+    """Data produced on a worker by a loader was needed on the driver (evaluation, CVXPY)."""
+
+
 class Data(Constant):
-    """A constant owned by one block (a client or the server): it never leaves its owner."""
+    """A constant owned by one block (a client or the server): it never leaves its owner.
+
+    With `loader` (a picklable callable returning the array) instead of a value, the data is
+    produced where the node program runs: the driver knows only its `shape` (docs/ray.md)."""
 
     _prefix = "data"
 
-    def __init__(self, value: Any, owner: str, name: str | None = None):
+    def __init__(self, value: Any, owner: str, name: str | None = None, loader: Any = None,
+                 shape: Any = None):
         self.owner = owner
+        self.loader = loader
+        if loader is not None:
+            Leaf.__init__(self, as_shape(shape), name)
+            self._array = None   # filled by `load()` on the node that owns the data
+            return
         try:
             super().__init__(value, name)
         except DataError as exc:
@@ -343,8 +368,52 @@ class Data(Constant):
         if self._array.size == 0:
             raise DataError(f"data {self.name!r} of block {owner!r} is empty (shape {self._array.shape})")
 
+    @property
+    def remote(self) -> bool:
+        """True while the data has a loader that has not run in this process."""
+        return self._array is None
+
+    @property
+    def value(self) -> np.ndarray:
+        if self._array is None:
+            raise RemoteDataError(
+                f"data {self.name!r} of {_owner(self.owner)} is produced on the worker by its "
+                "loader and is not held here, so it cannot be evaluated, lowered to CVXPY or "
+                "verified in this process. Solve with a federated backend (node programs load "
+                "it where they run), or call prob.load_data() to load it here")
+        return self._array
+
+    def load(self) -> np.ndarray:
+        """Run the loader (on the node that owns the data) and check what it returns; a
+        failure is a DataError naming the block, never the loader's own traceback."""
+        if self._array is not None:
+            return self._array
+        where = f"data {self.name!r} of {_owner(self.owner)}"
+        try:
+            out = self.loader()
+        except Exception as exc:   # any failure of user code becomes a DataError naming the client
+            raise DataError(f"the loader of {where} raised {type(exc).__name__}: {exc}") from None
+        if hasattr(out, "toarray") and not isinstance(out, np.ndarray):   # scipy.sparse
+            out = out.toarray()
+        array = _check_numeric(out, f"{where} (returned by its loader)")
+        if array.shape != self.shape:
+            raise DataError(f"the loader of {where} returned shape {array.shape}, but the data "
+                            f"was declared with shape={self.shape}")
+        self._array = array
+        return array
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if self.loader is not None:   # never ship loaded data: it is produced where it lives
+            state["_array"] = None
+        return state
+
     def render(self) -> str:
         return self.name
+
+
+def _owner(owner: str) -> str:
+    return "the server" if owner == "server" else f"client {owner!r}"
 
 
 def as_expr(value: Any) -> Expression:

@@ -32,17 +32,38 @@ class Block:
         return f"{type(self).__name__}({self.name!r}, terms={len(self.terms)}, constraints={len(self.constraints)})"
 
     # ---- declarations ---------------------------------------------------------------------
-    def data(self, array: Any, name: str | None = None) -> Data:
-        """A constant owned by this block: it never leaves the node that holds it."""
+    def data(self, array: Any = None, name: str | None = None, *, loader: Any = None,
+             shape: Any = None) -> Data:
+        """A constant owned by this block: it never leaves the node that holds it.
+
+        `data(loader=f, shape=s)` instead of an array: `f()` is called where the node program
+        runs (a Ray worker; in-process for the serial executor), so the driver never holds it."""
         name = name if name is not None else f"{self.name}_data{len(self.data_items)}"
         if any(d.name == name for d in self.data_items):
             raise FedModelError(f"block {self.name!r} already has data named {name!r}; "
                                 "use a different name")
+        if loader is not None or shape is not None:
+            return self._loader_data(array, name, loader, shape)
         if isinstance(array, Expression):
             raise DataError(f"data {name!r} of block {self.name!r} must be a numeric array, not "
                             "an expression")
         array = _numeric_array(array, f"data {name!r} of block {self.name!r}")
         item = Data(array, owner=self.name, name=name)
+        item.problem_id = self.problem.uid
+        self.data_items.append(item)
+        return item
+
+    def _loader_data(self, array: Any, name: str, loader: Any, shape: Any) -> Data:
+        what = f"data {name!r} of block {self.name!r}"
+        if array is not None:
+            raise FedModelError(f"{what}: give either an array or loader=..., not both")
+        if not callable(loader):
+            raise DataError(f"{what}: loader must be a callable returning the array, got "
+                            f"{type(loader).__name__}")
+        if shape is None:
+            raise ShapeError(f"{what}: a loader needs shape=... (the driver never sees the "
+                             "array, but the model needs its shape)")
+        item = Data(None, owner=self.name, name=name, loader=loader, shape=shape)
         item.problem_id = self.problem.uid
         self.data_items.append(item)
         return item
@@ -333,6 +354,17 @@ class Problem:
                         raise FedModelError(
                             f"parameter {param.name!r} (used in {expr} of block {block.name!r}) "
                             f"has no value; set {param.name}.value before solving")
+
+    def remote_data(self) -> list[Data]:
+        """Data items produced on the workers by loaders and not loaded in this process."""
+        return [d for b in self.blocks for d in b.data_items if d.remote]
+
+    def load_data(self) -> "Problem":
+        """Run every loader in this process (to verify or lower to CVXPY a model whose data is
+        produced on the workers — only where this process may hold the data)."""
+        for item in self.remote_data():
+            item.load()
+        return self
 
     def is_convex(self) -> bool:
         return self.objective.is_convex() and all(c.is_dcp() for c in self.constraints)

@@ -22,11 +22,24 @@ class Certificate:
 
 
 class History(list):
-    """One dict per outer iteration / round; `.to_frame()` gives a pandas DataFrame."""
+    """One dict per outer iteration / round; `.to_frame()` gives a pandas DataFrame.
+
+    It stays a list (backends append records); `to_frame()` builds the table on demand."""
 
     def to_frame(self):
+        """One row per record, one column per key. Per-client dicts (e.g. `client_objective`)
+        become one column per client, `client_objective[c0]`; lists stay as cells."""
         import pandas as pd
-        return pd.DataFrame(list(self))
+        rows = []
+        for record in self:
+            row = {}
+            for key, value in record.items():
+                if isinstance(value, dict):
+                    row.update({f"{key}[{k}]": v for k, v in value.items()})
+                else:
+                    row[key] = value
+            rows.append(row)
+        return pd.DataFrame(rows)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import FedModelError
 from .ledger import MESSAGES, PROCEDURES, Ledger, check_payload
-from .program import NodeProgram
+from .program import NodeProgram, ProgramSpec
 
 
 class Executor:
@@ -22,7 +22,9 @@ class Executor:
         self.model_size = 0
 
     def start(self, programs: dict[str, NodeProgram]) -> "Executor":
-        self.programs = programs
+        # blocks with loader data arrive as specs: in-process executors load and compile them here
+        self.programs = {name: p.build() if isinstance(p, ProgramSpec) else p
+                         for name, p in programs.items()}
         self.model_size = next(iter(programs.values())).n_shared if programs else 0
         self.ledger = Ledger()
         return self
@@ -43,19 +45,26 @@ class Executor:
         declared = MESSAGES.get(kind)
         if declared is None:
             raise FedModelError(f"message kind {kind!r} is not declared in fedmodel.runtime.ledger")
-        replies = {}
+        networked = {}
         for node, payload in payloads.items():
             if node not in self.programs:
                 raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
-            networked = not declared.local and node != "server"  # the server's own steps are local
-            if networked:
+            networked[node] = not declared.local and node != "server"  # server steps are local
+            if networked[node]:
                 self.ledger.record("server", node, kind, floats)
-            replies[node] = self._dispatch(node, kind, payload)
+        # all requests of one kind go out together, then we wait for every reply
+        replies = self._dispatch_batch(kind, payloads)
+        for node in payloads:
             floats = check_payload(declared, declared.reply, replies[node], self.model_size, "reply")
-            if networked:
+            if networked[node]:
                 self.ledger.record(node, "server", kind, floats)
-        return replies
+        return {node: replies[node] for node in payloads}
+
+    def _dispatch_batch(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Serve checked requests of one kind (one per node) and return the replies by node.
+        Executors override this (concurrent dispatch) or `_dispatch` (one request at a time)."""
+        return {node: self._dispatch(node, kind, payload) for node, payload in payloads.items()}
 
     def _dispatch(self, node: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError

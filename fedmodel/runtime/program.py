@@ -290,14 +290,51 @@ def _first_nonsmooth(terms, constraints) -> str:
     return "?"
 
 
-def compile_programs(problem, project: bool = True) -> dict[str, NodeProgram]:
+class ProgramSpec:
+    """The source of one node's program — its block's terms and constraints — to be compiled
+    where the node runs. A block whose data comes from a loader (`client.data(loader=...)`) stays
+    a spec on the driver; executors `build()` it (the serial one in-process, Ray on the actor).
+    It carries the layout, so backends can read `n_shared` and `shared` from it."""
+
+    def __init__(self, name: str, role: str, terms: list, constraints: list[Constraint],
+                 shared: list[Variable], private: list[Variable], project: bool = False):
+        self.name, self.role, self.project = name, role, project
+        self.terms, self.constraints = list(terms), list(constraints)
+        self.shared, self.private = Layout(shared), Layout(private)
+        self.n_shared, self.n_private = self.shared.size, self.private.size
+
+    def loader_data(self) -> list:
+        """Data leaves with a loader read by this block (loaded or not)."""
+        from ..expression import Data
+        exprs = self.terms + [c.expr for c in self.constraints]
+        found = {leaf.uid: leaf for e in exprs for leaf in e.leaves()
+                 if isinstance(leaf, Data) and leaf.loader is not None}
+        return list(found.values())
+
+    @property
+    def remote(self) -> bool:
+        return any(d.remote for d in self.loader_data())
+
+    def build(self) -> NodeProgram:
+        """Run the block's loaders here (DataError naming the block on failure), then compile."""
+        for item in self.loader_data():
+            item.load()
+        program = NodeProgram(self.name, self.role, self.terms, self.constraints,
+                              self.shared.variables, self.private.variables, project=self.project)
+        program.spec = self
+        return program
+
+
+def compile_programs(problem, project: bool = True) -> dict[str, "NodeProgram | ProgramSpec"]:
     """One NodeProgram per block (server first, then clients in order). With `project`, simple
-    constraints on the shared variables held by the server are handled by projection."""
+    constraints on the shared variables held by the server are handled by projection. A block
+    whose data is produced on its worker stays a `ProgramSpec` (the executor builds it there)."""
     shared = problem.shared_variables()
-    programs = {}
+    programs: dict = {}
     for block in problem.blocks:
         private = list(getattr(block, "private_variables", []))
         role = "server" if block is problem.server else "client"
-        programs[block.name] = NodeProgram(block.name, role, block.terms, block.constraints, shared,
-                                           private, project=project and role == "server")
+        spec = ProgramSpec(block.name, role, block.terms, block.constraints, shared, private,
+                           project=project and role == "server")
+        programs[block.name] = spec if spec.remote else spec.build()
     return programs

@@ -1,0 +1,425 @@
+"""FedADMM, FedADMM-In and FedADMM-InSa (Song, Wang, Zuazua, "FedADMM-InSa: an inexact and
+self-adaptive ADMM for federated learning", arXiv 2402.13989). Equation numbers refer to that
+paper (../shared/seeds/fedadmm_insa.txt); see ../shared/spec/fedadmm_insa.md.
+
+Consensus form (2.5) of min Σ_i α_i f̃_i(z) with the augmented Lagrangian (2.6)
+    L_{β_i}(u_i, λ_i, z) = f̃_i(u_i) − λ_iᵀ(u_i − z) + (β_i/2)‖u_i − z‖².
+One round k (Algorithms 1 and 3):
+  client i ∈ M^k: u_i^{k+1} ≈ argmin_u L_{β_i^k}(u, λ_i^k, z^k) by gradient steps started at z^k
+      — E fixed steps (2.9, vanilla) or until ‖e_i^k(u)‖ ≤ σ_i^k ‖e_i^k(ref)‖ (3.7) with at most
+      `local_steps` steps (In / InSa), where e_i^k(u) = ∇_u L_{β_i^k}(u, λ_i^k, z^k) (3.6);
+      λ_i^{k+1} = λ_i^k − β_i^k(u_i^{k+1} − z^k) (2.8b); send w_i = β_i^k u_i^{k+1} − λ_i^{k+1}, β_i^k;
+      InSa: β_i^{k+1} from the residuals (3.14)–(3.15), σ_i^{k+1} from (3.18).
+  server: ẑ = Σ_i α_i w_i / Σ_i α_i β_i over ALL clients (absent ones' cached messages) (3.1a);
+      z^{k+1} = (ẑ + δ z^k)/(1 + δ) (3.1b).
+
+The model as written is solved: the paper's α_i (Σ α_i = 1) only sets the scale of each client's
+local function f̃_i = f_i / α_i, in which β, lr and σ are defined, so Σ_i α_i f̃_i = Σ_i f_i for
+every choice of α. Server terms h(z) (λ‖z‖₁, a ball, smooth server terms) enter the z-step (3.2):
+z^{k+1} = argmin_z P_0(z) + h(z) + ((1+δ) Σα_iβ_i / 2) ‖z − (ẑ + δ z^k)/(1+δ)‖².
+
+Readings where the paper and its experiments differ (defaults: the paper's experiments):
+- `reference="z"`: the criterion's right-hand side uses z^k (Remark 3.4, all experiments);
+  `reference="u"` uses the previous local model u_i^k (3.7), the setting of Theorem 3.3;
+- `sigma=None`: σ_i = sigma_factor·√2/(√2 + √(β_i/c_i)) (3.9)/(3.18), the bound itself as in
+  Algorithm 3 line 21 (sigma_factor = 0.999 reproduces the authors' code); a number fixes σ;
+- `penalty_rule="paper"`: p = ‖u^{k+1} − u^k‖; "code": p = β‖u^{k+1} − u^k‖ (authors' code);
+- `memory=None`: δ = 0 for vanilla, 0.01 for In / InSa (as in the experiments).
+Algorithm 2 (In) has no body in the text; it is Algorithm 3 with β fixed (spec §2.4).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedmodel.errors import FedModelError, SmoothnessError
+from fedmodel.runtime import make_executor
+from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.program import NodeProgram, compile_programs
+from .base import Backend
+from .common import gather_values, progress, require_star
+
+
+def sigma_bound(beta: float, c: float = 1.0) -> float:
+    """√2/(√2 + √(β/c)): the bound (3.8)/(3.9) on σ for strong-convexity constant c."""
+    return math.sqrt(2.0) / (math.sqrt(2.0) + math.sqrt(beta / c))
+
+
+def adapt_penalty(beta: float, primal: float, dual: float, mu: float, tau: float) -> float:
+    """(3.15): β·τ if d > μp; β/τ if p > μd; else β (p, d: the residuals (3.14))."""
+    if dual > mu * primal:
+        return beta * tau
+    if primal > mu * dual:
+        return beta / tau
+    return beta
+
+
+# ---- client-side procedures (run on the client; state in program.state["fedadmm"]) ------------
+_CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "local_steps": "1",
+           "inexact": "1", "sigma": "1", "sigma_factor": "1", "c": "1", "reference": "str",
+           "adaptive": "1", "mu": "1", "tau": "1", "penalty_rule": "str", "beta_min": "1", "beta_max": "1"}
+
+
+@procedure("fedadmm_init", _CONFIG, {})
+def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
+    """u_i^0 = z^0, λ_i^0 = 0 (the authors' code) or ∇f̃_i(z^0) ("gradient", used by ProxAL's
+    composition: the multiplier's value at a solution, λ_i* = ∇f̃_i(z*)); β_i^0."""
+    z = np.asarray(z, float)
+    old = program.state.get("fedadmm")
+    if beta is None:                  # keep an adapted β from a previous run (composition)
+        beta = old["beta"] if old else 1.0
+    lam = np.zeros_like(z)
+    if lam_start == "gradient":
+        lam = program.value_grad(z, program.y)[1][:program.n_shared] / alpha
+    program.state["fedadmm"] = {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha),
+                                **config, "last": {}}
+    return {}
+
+
+def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """e_i^k at x = (u, y) (3.6): ∇f̃_i(u, y) − λ_i^k + β_i^k (u − z^k) (zero padding for y)."""
+    n = program.n_shared
+    g = program.value_grad(x[:n], x[n:])[1] / s["alpha"]
+    g[:n] += -s["lam"] + s["beta"] * (x[:n] - z)
+    return g
+
+
+@procedure("fedadmm_round", {"z": "x"}, {"w": "x", "beta": "1", "steps": "1", "drift": "1"})
+def _round(program: NodeProgram, z):
+    """One client update of Algorithm 1 / 3 at the received z^k; replies w_i and β_i^k.
+    A diverging local run (lr too large) replies NaN; the server stops with status "diverged"."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _client_update(program, program.state["fedadmm"], np.asarray(z, float))
+
+
+def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
+    z = np.asarray(z, float)
+    n = program.n_shared
+    beta, cap, lr = s["beta"], int(s["local_steps"]), s["lr"]
+    x = np.concatenate([z, program.y])            # û := z^k (private variables: their last value)
+    e = _residual(program, s, x, z)
+    steps, bound = 0, None
+    if s["inexact"]:
+        sigma = s["sigma"] if s["sigma"] is not None else \
+            s["sigma_factor"] * sigma_bound(beta, s["c"])                        # (3.9)/(3.18)
+        if s["reference"] == "z":                                                # Remark 3.4
+            ref = float(np.linalg.norm(e))
+        else:                                                                    # (3.7): u_i^k
+            ref = float(np.linalg.norm(_residual(program, s, np.concatenate([s["u"], program.y]), z)))
+        bound = sigma * ref
+        while float(np.linalg.norm(e)) > bound and steps < cap:   # test, then step (spec §2.3)
+            x = x - lr * e                                        # (2.9): the residual is the step
+            e = _residual(program, s, x, z)
+            steps += 1
+    else:
+        for _ in range(cap):                                      # E steps of (2.9)
+            x = x - lr * _residual(program, s, x, z)
+            steps += 1
+    if not np.all(np.isfinite(x)):
+        return {"w": np.full(n, np.nan), "beta": beta, "steps": steps, "drift": math.inf}
+    u = x[:n]
+    program.y = x[n:].copy()
+    lam = s["lam"] - beta * (u - z)                                              # (2.8b)
+    w = beta * u - lam
+    primal = float(np.linalg.norm(u - s["u"]))                                   # (3.14a)
+    dual = float(np.linalg.norm(u - z))                                          # (3.14b)
+    s["last"] = {"steps": steps, "bound": bound, "residual": float(np.linalg.norm(e)) if s["inexact"]
+                 else None, "beta": beta, "primal": primal, "dual": dual}
+    if s["adaptive"]:
+        p = beta * primal if s["penalty_rule"] == "code" else primal
+        # (3.15); the paper has no bounds on β, `beta_range` (default unbounded) adds them
+        s["beta"] = float(np.clip(adapt_penalty(beta, p, dual, s["mu"], s["tau"]), s["beta_min"], s["beta_max"]))
+    s["u"], s["lam"] = u.copy(), lam
+    return {"w": w, "beta": beta, "steps": steps, "drift": float(np.max(np.abs(u - z), initial=0.0))}
+
+
+# ---- the backend ------------------------------------------------------------------------------
+class FedADMM(Backend):
+    """FedADMM (Algorithm 1), FedADMM-In (`inexact=True`), FedADMM-InSa (`inexact=True,
+    adaptive=True`). Defaults: the paper's experiments (β = 2, E = 10, lr = 0.01, μ = 20, τ = 2,
+    criterion reference z^k); full participation unless `participation` < 1 (paper: 0.1).
+
+    >>> res = prob.solve(FedADMM(inexact=True, adaptive=True, participation=0.1, seed=0))  # doctest: +SKIP
+    """
+
+    name = "fedadmm"
+
+    def __init__(self, beta: float = 2.0, local_steps: int = 10, lr: float = 0.01,
+                 inexact: bool = False, sigma: float | None = None, adaptive: bool = False,
+                 mu: float = 20.0, tau: float = 2.0, memory: float | None = None,
+                 participation: float = 1.0, max_rounds: int = 100, seed: int | None = 0,
+                 reference: str = "z", sigma_factor: float = 1.0, strong_convexity: float = 1.0,
+                 penalty_rule: str = "paper", alpha: Any = "uniform", tol: float | None = None,
+                 w0: Any = None, server_tol: float = 1e-12,
+                 beta_range: tuple[float, float] = (0.0, math.inf)):
+        problems = []
+        for label, value in (("beta", beta), ("lr", lr), ("mu", mu), ("tau", tau),
+                             ("sigma_factor", sigma_factor), ("strong_convexity", strong_convexity),
+                             ("server_tol", server_tol)):
+            if not _positive(value):
+                problems.append(f"{label} must be a positive finite number (got {value!r})")
+        for label, value in (("local_steps", local_steps), ("max_rounds", max_rounds)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                problems.append(f"{label} must be an integer ≥ 1 (got {value!r})")
+        if sigma is not None and not (_positive(sigma) and sigma < 1):
+            problems.append(f"sigma must be None (the bound (3.9)) or in (0, 1) (got {sigma!r})")
+        if memory is not None and not (_positive(memory) or memory == 0):
+            problems.append(f"memory δ must be None or a number ≥ 0 (got {memory!r})")
+        if not (_positive(participation) and participation <= 1):
+            problems.append(f"participation must be a fraction in (0, 1] (got {participation!r})")
+        if _positive(mu) and mu <= 1 or _positive(tau) and tau <= 1:
+            problems.append(f"the adaptive penalty (3.15) needs mu > 1 and tau > 1 (got mu={mu}, tau={tau})")
+        if reference not in ("z", "u"):
+            problems.append(f"reference must be 'z' (Remark 3.4) or 'u' (criterion (3.7)), got {reference!r}")
+        if penalty_rule not in ("paper", "code"):
+            problems.append(f"penalty_rule must be 'paper' or 'code', got {penalty_rule!r}")
+        if tol is not None and not _positive(tol):
+            problems.append(f"tol must be None or a positive number (got {tol!r})")
+        try:
+            low, high = (float(v) for v in beta_range)
+            assert 0 <= low < high
+        except (TypeError, ValueError, AssertionError):
+            problems.append(f"beta_range must be (low, high) with 0 ≤ low < high (got {beta_range!r})")
+            low, high = 0.0, math.inf
+        if problems:
+            raise FedModelError("FedADMM: " + "; ".join(problems))
+        self.beta_range = (low, high)
+        self.beta, self.local_steps, self.lr = float(beta), int(local_steps), float(lr)
+        self.inexact, self.adaptive = bool(inexact), bool(adaptive)
+        self.sigma = None if sigma is None else float(sigma)
+        self.mu, self.tau = float(mu), float(tau)
+        # vanilla FedADMM has no server memory; In / InSa use δ = 0.01 (spec §2.1, §2.7)
+        self.memory = float(memory) if memory is not None else (0.01 if self.inexact else 0.0)
+        self.participation, self.max_rounds, self.seed = float(participation), int(max_rounds), seed
+        self.reference, self.sigma_factor = reference, float(sigma_factor)
+        self.strong_convexity, self.penalty_rule = float(strong_convexity), penalty_rule
+        self.alpha, self.tol, self.w0, self.server_tol = alpha, tol, w0, float(server_tol)
+
+    @property
+    def variant(self) -> str:
+        return "FedADMM-InSa" if self.inexact and self.adaptive else \
+            "FedADMM-In" if self.inexact else "FedADMM" + ("-Sa" if self.adaptive else "")
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    def _weights(self, problem) -> np.ndarray:
+        """α_i, normalized to sum 1: uniform, the clients' `weight`s, or given numbers."""
+        m = len(problem.clients)
+        if isinstance(self.alpha, str):
+            if self.alpha == "uniform":
+                return np.full(m, 1.0 / m)
+            if self.alpha == "weights":
+                missing = [c.name for c in problem.clients if c.weight is None]
+                if missing:
+                    raise FedModelError(f"alpha='weights' needs a weight on every client; "
+                                        f"missing on {missing} (prob.add_client(name, weight=N_i))")
+                raw = np.array([c.weight for c in problem.clients], float)
+                return raw / raw.sum()
+            raise FedModelError(f"alpha must be 'uniform', 'weights' or {m} positive numbers, "
+                                f"got {self.alpha!r}")
+        raw = np.asarray(self.alpha, float).ravel()
+        if raw.shape != (m,) or not np.all(np.isfinite(raw)) or np.any(raw <= 0):
+            raise FedModelError(f"alpha must be {m} positive finite numbers (one per client), "
+                                f"got {self.alpha!r}")
+        return raw / raw.sum()
+
+    def _check_model(self, problem, programs) -> None:
+        for client in problem.clients:
+            if client.constraints:
+                raise FedModelError(
+                    f"FedADMM handles unconstrained clients only; client {client.name!r} has local "
+                    f"constraints {[c.name for c in client.constraints]}. Use "
+                    "backends.ProxAL(inner=backends.FedADMM(...)) (constraints by a proximal AL, "
+                    "FedADMM on its subproblems) or backends.ProxAL / DALD")
+            if programs[client.name].merit_ir.prox_terms:
+                raise SmoothnessError(
+                    f"client {client.name!r} has a nonsmooth term (e.g. norm1); FedADMM's local "
+                    "gradient steps need smooth client objectives — move λ‖w‖₁ to the server "
+                    "(prob.server.minimize(...)), where it is handled by its prox")
+        if programs["server"].constraints:
+            raise FedModelError(
+                f"FedADMM's server step handles only constraints it can project on (bounds, a norm "
+                f"ball, nonnegativity); the server has {[c.name for c in programs['server'].constraints]}. "
+                "Use backends.ProxAL(inner=backends.FedADMM(...)) or backends.ProxAL")
+
+    def _client_config(self, z, alpha_i, beta, lam_start="zero") -> dict:
+        return {"z": z, "beta": beta, "alpha": float(alpha_i), "lam_start": lam_start, "lr": self.lr,
+                "local_steps": float(self.local_steps), "inexact": float(self.inexact),
+                "sigma": self.sigma, "sigma_factor": self.sigma_factor, "c": self.strong_convexity,
+                "reference": self.reference, "adaptive": float(self.adaptive), "mu": self.mu,
+                "tau": self.tau, "penalty_rule": self.penalty_rule, "beta_min": self.beta_range[0],
+                "beta_max": self.beta_range[1]}
+
+    # ---- the rounds -----------------------------------------------------------------------------
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False, **_):
+        require_star(problem, topology, self.name)
+        if not problem.clients:
+            raise FedModelError("FedADMM needs at least one client")
+        programs = compile_programs(problem)
+        self._check_model(problem, programs)
+        alpha = self._weights(problem)
+        ex = make_executor(executor).start(programs)
+        d = programs["server"].n_shared
+        z = np.zeros(d) if self.w0 is None else _start_point(self.w0, d)
+        bar = progress(self.max_rounds, verbose, self.variant)
+        try:
+            z, history, status, steps = self._rounds(ex, z, alpha, self.max_rounds, callback, bar)
+        finally:
+            bar.close()
+        values, multipliers = gather_values(ex, problem, z)
+        ex.ledger.rounds = len(history)
+        ex.close()
+        betas = {c: ex.programs[c].state["fedadmm"]["beta"] for c in ex.clients} \
+            if hasattr(ex, "programs") and ex.programs else {}
+        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
+                "iterations": {"rounds": len(history), "local_steps": steps}, "ledger": ex.ledger,
+                "info": {"variant": self.variant, "alpha": alpha, "memory": self.memory,
+                         "final_beta": betas}}
+
+    def _rounds(self, ex, z, alpha, max_rounds, callback, bar, lam_start="zero", keep_beta=False,
+                stop=None, report=True):
+        """The loop of Algorithms 1/3 from z^0 = z. State: round k, z, the server's caches of w_i
+        and β_i, the sampling rng (plain variables, for a later checkpoint mechanism).
+        `stop(z, record, z_bar, weight, residual) -> bool` replaces the `tol` test (ProxAL's
+        composition; z_bar, weight: the z-step's anchor and quadratic weight (3.2); residual: the
+        ∞-norm residual of the server's solve)."""
+        clients = ex.clients
+        m = len(clients)
+        rng = np.random.default_rng(self.seed)
+        beta0 = None if keep_beta else self.beta
+        ex.map("fedadmm_init", {c: self._client_config(z, alpha[j], beta0, lam_start)
+                                for j, c in enumerate(clients)})
+        betas = np.array([ex.programs[c].state["fedadmm"]["beta"] for c in clients]) \
+            if keep_beta else np.full(m, self.beta)
+        # server caches: the last w_i = β_i u_i − λ_i and β_i of every client (u^0 = z^0, λ^0 = 0)
+        w_cache = betas[:, None] * z[None, :]
+        if lam_start == "gradient":   # λ_i^0 ≠ 0: absent clients' cached w_i must include it
+            w_cache = w_cache - np.array([ex.programs[c].state["fedadmm"]["lam"] for c in clients])
+        b_cache = betas.copy()
+        size = max(1, math.ceil(self.participation * m))
+        has_server_step = stop is not None or _server_has_terms(ex.programs["server"])
+        history, status, total_steps, elapsed = [], "max_iterations", 0, 0.0
+        for k in range(max_rounds):
+            start = time.perf_counter()
+            chosen = sorted(rng.choice(m, size=size, replace=False)) if size < m else list(range(m))
+            replies = ex.map("fedadmm_round", {clients[j]: {"z": z} for j in chosen})
+            for j in chosen:
+                w_cache[j], b_cache[j] = replies[clients[j]]["w"], replies[clients[j]]["beta"]
+            s_beta = float(alpha @ b_cache)
+            z_hat = (alpha @ w_cache) / s_beta                                        # (3.1a)
+            z_bar = (z_hat + self.memory * z) / (1.0 + self.memory)                   # (3.1b)
+            server_residual = 0.0
+            if has_server_step:                                                       # (3.2) + h
+                out = ex.call("server", "solve_local", linear=None, weight=(1 + self.memory) * s_beta,
+                              anchor=z_bar, x0=z, tol=self.server_tol, method="auto")
+                z_new, server_residual = out["x"], float(out["grad_norm"])
+            else:
+                z_new = z_bar
+            step_counts = {clients[j]: int(replies[clients[j]]["steps"]) for j in chosen}
+            total_steps += sum(step_counts.values())
+            if not np.all(np.isfinite(z_new)):
+                status = "diverged"
+                break
+            change = float(np.max(np.abs(z_new - z), initial=0.0))
+            drift = max(float(replies[clients[j]]["drift"]) for j in chosen)
+            z = z_new
+            elapsed += time.perf_counter() - start
+            record = {"round": k + 1, "local_steps": sum(step_counts.values()),
+                      "client_steps": step_counts, "participants": [clients[j] for j in chosen],
+                      "mean_beta": float(np.mean(b_cache)), "z_change": change, "drift": drift,
+                      "time": elapsed}
+            if report:
+                reports = ex.map("report", {node: {"x": z} for node in ex.nodes})
+                record["objective"] = sum(r["objective"] for r in reports.values())
+                record["violation"] = max(r["violation"] for r in reports.values())
+            history.append(record)
+            if callback:
+                callback(record)
+            bar.update(record)
+            if stop is not None:
+                if stop(z, record, z_bar, (1 + self.memory) * s_beta, server_residual):
+                    status = "converged"
+                    break
+                continue
+            if self.tol is not None and max(change, drift) <= self.tol:
+                status = "converged"
+                break
+        return z, history, status, total_steps
+
+
+    # ---- composition: FedADMM as ProxAL's subproblem solver -------------------------------------
+    def solve_subproblem(self, ex, w: np.ndarray, tau: float, rho: dict) -> tuple[np.ndarray, list, dict]:
+        """Step 3 of ProxAL's Algorithm 1: w^{k+1} ≈ argmin ℓ_k = Σ_{i=0}^n P_{i,k} (+ h), by
+        FedADMM rounds on the merit functions P_{i,k} that ProxAL has configured on the nodes
+        (client i's local function is P_{i,k}/α_i; the server's P_0 + h enter the z-step (3.2)),
+        started at z^0 = w^k with λ_i^0 = ∇P_{i,k}(w^k)/α_i and, for InSa, the β_i adapted in
+        the previous subproblems.
+
+        Certificate (returned per round in `trace`; the loop stops once it is ≤ τ_k): at the new
+        z with the clients' private variables y_i,
+            max(‖Σ_{i≥1} ∇_x P_i(z, y_i) − W (z − z̄)‖∞ + r_0, max_i ‖∇_y P_i(z, y_i)‖∞),
+        where z = argmin P_0 + h + (W/2)‖· − z̄‖² up to the server solve's residual r_0, so
+        −W(z − z̄) + r ∈ ∇P_0(z) + ∂h(z) with ‖r‖∞ ≤ r_0: the certificate bounds
+        dist∞(0, ∂ℓ_k(z, y)) from above, which is what Theorem 4.1 and ProxAL's stop (11) need.
+        It costs one gradient of P_i per client and round (message `fedadmm_certificate`).
+        `rho` (ProxAL's ADMM penalties) is returned unchanged: FedADMM uses its own β."""
+        clients = ex.clients
+        if isinstance(self.alpha, str) and self.alpha != "uniform":
+            raise FedModelError("inside ProxAL, FedADMM's alpha must be 'uniform' or numbers "
+                                f"(got {self.alpha!r})")
+        m = len(clients)
+        alpha = np.full(m, 1.0 / m) if isinstance(self.alpha, str) else np.asarray(self.alpha, float) / np.sum(self.alpha)
+        keep = all("fedadmm" in ex.programs[c].state for c in clients) if hasattr(ex, "programs") else False
+        trace: list[float] = []
+
+        def certified(z, record, z_bar, weight, residual) -> bool:
+            replies = ex.map("fedadmm_certificate", {c: {"x": z} for c in clients})
+            g = sum(r["grad"] for r in replies.values()) - weight * (z - z_bar)
+            private = max([r["private"] for r in replies.values()], default=0.0)
+            certificate = max(float(np.max(np.abs(g), initial=0.0)) + residual, private)
+            record["certificate"] = certificate
+            trace.append(certificate)
+            return certificate <= tau
+
+        from .common import _Silent
+        z, history, status, steps = self._rounds(ex, np.asarray(w, float), alpha, self.max_rounds, None,
+                                                 _Silent(), lam_start="gradient",
+                                                 keep_beta=keep and self.adaptive, stop=certified,
+                                                 report=False)
+        if getattr(self, "_executor", None) is not ex:     # a new ProxAL solve: a fresh log
+            self._executor, self.subproblem_log = ex, []
+        self.subproblem_log.append({"tau": tau, "rounds": len(history), "local_steps": steps,
+                                    "certificate": trace[-1] if trace else np.inf,
+                                    "solved": status == "converged"})
+        return z, trace or [np.inf], rho
+
+
+@procedure("fedadmm_certificate", {"x": "x"}, {"grad": "x", "private": "1"})
+def _certificate(program: NodeProgram, x):
+    """∇_x P_i(x, y_i) and ‖∇_y P_i(x, y_i)‖∞ at the client's current private variables."""
+    g = program.value_grad(np.asarray(x, float), program.y)[1]
+    return {"grad": g[:program.n_shared], "private": float(np.max(np.abs(g[program.n_shared:]), initial=0.0))}
+
+
+def _positive(value) -> bool:
+    try:
+        return bool(np.isfinite(value) and value > 0) and not isinstance(value, bool)
+    except TypeError:
+        return False
+
+
+def _start_point(w0, d: int) -> np.ndarray:
+    z = np.asarray(w0, float).ravel().copy()
+    if z.shape != (d,) or not np.all(np.isfinite(z)):
+        raise FedModelError(f"w0 must be {d} finite numbers (the flattened shared variables)")
+    return z
+
+
+def _server_has_terms(server: NodeProgram) -> bool:
+    """Whether the z-step needs the server's own solve (terms, prox terms, projections)."""
+    from fedmodel.expression import Constant
+    m = server.merit_ir
+    empty = isinstance(m.objective, Constant) and not np.any(m.objective.value)
+    return bool(m.prox_terms or server.constraints or not empty)

@@ -1,0 +1,164 @@
+"""FedADMM-InSa, Example 2 (Song, Wang, Zuazua, arXiv 2402.13989, Sec. 4.4, Table 2 and Fig. 3;
+../shared/spec/fedadmm_insa.md §4.2): MNIST, m = 100 clients with the pathological label-sorted
+shard split (200 shards of 50 same-label images, 2 per client), 10 % of the clients per round,
+full-batch gradient steps with lr 0.01, K = 200 rounds, α_i = 0.01.
+
+    min_z Σ_i α_i f_i(z),  f_i = mean softmax cross-entropy of client i's 100 images
+
+Algorithms (`backends.FedADMM`): vanilla FedADMM β = 2 with E = 2, 5, 10 (δ = 0), FedADMM-In
+(β = 2, criterion with reference z^k, σ = √2/(√2+√β), ≤ 10 steps, δ = 0.01) and FedADMM-InSa
+(β^0 = 2, μ = 20, τ = 2). Reported as Table 2: test accuracy and training loss at round K, total
+local steps, and the steps reduction against E = 10.
+
+Differences from the paper (each explained in docs/REPRODUCTION.md):
+- Model: multinomial logistic regression (784 pixels + a bias column → 10 classes, 7,850
+  parameters) instead of the paper's 784-200-200-10 ReLU MLP: the modeling language has no relu
+  atom, so the MLP cannot be written. The problem is convex here; the paper's is not.
+- Data: the balanced subset the spec infers (first 1,000 training and first 100 test images of
+  each class, as the authors' `get_subset`); pixels /255 (the code also standardizes with
+  mean 0.1307, std 0.3081: that multiplies the logistic model's curvature by ≈10 and makes
+  GD at lr 0.01 unstable, so it is not used).
+- z^0 = 0 (the paper: PyTorch's random initialization of the MLP). One seed for the shard
+  assignment and the client sampling (the paper states neither).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .models import error_rate, softmax_loss, softmax_regression
+
+CLIENTS, ROUNDS, CLASSES = 100, 200, 10
+# Table 2: test accuracy (%), training loss, local update steps (MLP, their seed)
+PAPER = {
+    "FedADMM (E = 2)": (81.6, 0.528, 4000),
+    "FedADMM (E = 5)": (71.9, 0.762, 10000),
+    "FedADMM (E = 10)": (62.6, 0.955, 20000),
+    "FedADMM-In": (70.9, 0.730, 10036),
+    "FedADMM-InSa": (87.8, 0.325, 7139),
+}
+
+
+def balanced_subset(X: np.ndarray, y: np.ndarray, per_class: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `per_class` images of each class, in file order (the authors' `get_subset`)."""
+    rows = np.sort(np.concatenate([np.flatnonzero(y == c)[:per_class] for c in range(CLASSES)]))
+    return X[rows], y[rows]
+
+
+def with_bias(X: np.ndarray) -> np.ndarray:
+    """X with a trailing column of ones (the bias row of W)."""
+    return np.column_stack([X, np.ones(len(X))])
+
+
+def load(train_per_class: int = 1000, test_per_class: int = 100, clients: int = CLIENTS,
+         seed: int = 0, root=None):
+    """Client parts from the label-sorted shards (2 per client) and the test set."""
+    from fedmodel.datasets import label_skew_split, load_mnist
+    train, test = load_mnist("train", root=root), load_mnist("test", root=root)
+    X, y = balanced_subset(train.X, train.y, train_per_class)
+    Xt, yt = balanced_subset(test.X, test.y, test_per_class)
+    X, Xt = with_bias(X), with_bias(Xt)
+    parts = [(X[r], y[r]) for r in label_skew_split(y, clients, 2, seed=seed)]
+    return parts, (X, y), (Xt, yt)
+
+
+def algorithms(beta: float = 2.0, steps=(2, 5, 10)) -> dict[str, dict]:
+    """FedADMM constructor options of each row of Table 2."""
+    algos = {f"FedADMM (E = {e})": dict(beta=beta, local_steps=e) for e in steps}
+    algos["FedADMM-In"] = dict(beta=beta, local_steps=10, inexact=True)
+    algos["FedADMM-InSa"] = dict(beta=beta, local_steps=10, inexact=True, adaptive=True, mu=20.0, tau=2.0)
+    return algos
+
+
+def solve(parts, options: dict, rounds: int, seed: int = 0, participation: float = 0.1) -> dict:
+    """One FedADMM run on Σ α_i f_i (α_i = 1/m); loss per round from the history."""
+    from backends.fedadmm import FedADMM
+    alpha = [1.0 / len(parts)] * len(parts)
+    prob, W = softmax_regression(parts, CLASSES, scale="client", alpha=alpha, name="insa-mnist")
+    algo = FedADMM(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)
+    start = time.perf_counter()
+    res = prob.solve(algo)
+    h = res.history
+    first = res.history[0]["participants"][0] if h else None
+    return {"W": res.value(W), "loss": np.array([r["objective"] for r in h]),
+            "steps": np.cumsum([r["local_steps"] for r in h]), "total_steps": res.iterations["local_steps"],
+            "mean_beta": np.array([r["mean_beta"] for r in h]), "status": res.status,
+            "client_steps": [r["client_steps"].get(first) for r in h], "seconds": time.perf_counter() - start}
+
+
+def plot(results: dict, path: Path) -> Path:
+    """Training loss per round and mean β (Fig. 3b, 3c)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, out in results.items():
+        rounds = np.arange(1, len(out["loss"]) + 1)
+        a.plot(rounds, out["loss"], label=name)
+        b.plot(rounds, out["mean_beta"], label=name)
+    a.set_xlabel("round k")
+    a.set_ylabel("training loss Σα_i f_i(z^k)")
+    a.set_yscale("log")
+    b.set_xlabel("round k")
+    b.set_ylabel("mean β_i over the 100 clients")
+    a.legend(fontsize=8)
+    a.set_title("MNIST, label shards, multinomial LR")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(full: bool = False, rounds: int | None = None, seed: int = 0, plot_dir=None, root=None) -> int:
+    """Fast subset (full=False): the same 100 clients and split, K = 25 rounds. full=True: the
+    paper's K = 200."""
+    rounds = rounds or (ROUNDS if full else 25)
+    parts, (X, y), (Xt, yt) = load(seed=seed, root=root)
+    print(f"FedADMM-InSa Table 2 (MNIST): {len(y)} training / {len(yt)} test images (first 1000 / "
+          f"100 per class), 100 clients × 2 label shards of 50, 10 % participation, lr 0.01, "
+          f"K = {rounds} (paper: {ROUNDS}), β = 2, multinomial LR (7,850 parameters; the paper: "
+          f"MLP 784-200-200-10), z^0 = 0, seed {seed}")
+    results = {name: solve(parts, options, rounds, seed) for name, options in algorithms().items()}
+    base = results["FedADMM (E = 10)"]["total_steps"]
+    header = (f"{'algorithm':<18} | {'test acc %':>10} {'paper':>6} | {'train loss':>10} {'paper':>6} | "
+              f"{'local steps':>11} {'paper':>6} | {'reduction':>9} {'paper':>6} | {'β̄ end':>6} {'s':>5}")
+    print(header)
+    print("-" * len(header))
+    for name, out in results.items():
+        acc = 100 * (1 - error_rate(out["W"], Xt, yt))
+        out["accuracy"] = acc
+        p_acc, p_loss, p_steps = PAPER[name]
+        red = 1 - out["total_steps"] / base
+        print(f"{name:<18} | {acc:>10.1f} {p_acc:>6.1f} | {out['loss'][-1]:>10.3f} {p_loss:>6.3f} | "
+              f"{out['total_steps']:>11d} {p_steps * rounds // ROUNDS:>6d} | {100 * red:>8.1f}% "
+              f"{100 * (1 - p_steps / 20000):>5.1f}% | {out['mean_beta'][-1]:>6.3f} {out['seconds']:>5.1f}")
+    if not full:
+        print("(paper's step counts scaled to our K; its accuracies and losses are after 200 rounds)")
+    if plot_dir is not None:
+        print("plot:", plot(results, Path(plot_dir) / "insa_mnist_loss.png"))
+    insa, vanilla10 = results["FedADMM-InSa"], results["FedADMM (E = 10)"]
+    selected = math.ceil(0.1 * len(parts)) * rounds
+    numpy_loss = float(np.mean([softmax_loss(insa["W"], Xi, yi) for Xi, yi in parts]))
+    checks = [
+        ("history loss = numpy Σα_i f_i(z^K) (rel 1e-9)", abs(insa["loss"][-1] - numpy_loss) <= 1e-9 * numpy_loss),
+        (f"vanilla step counts are exactly {selected}·E (paper: 4000 / 10000 / 20000 at K = 200)",
+         all(results[f"FedADMM (E = {e})"]["total_steps"] == selected * e for e in (2, 5, 10))),
+        ("In and InSa take fewer local steps than vanilla E = 10",
+         max(results["FedADMM-In"]["total_steps"], insa["total_steps"]) < vanilla10["total_steps"]),
+        ("InSa's training loss at K ≤ vanilla E = 10's", insa["loss"][-1] <= vanilla10["loss"][-1]),
+        ("every run learns (test accuracy > 50 %)", all(o["accuracy"] > 50 for o in results.values())),
+    ]
+    ok = True
+    for what, passed in checks:
+        print(f"  [{'ok' if passed else 'FAIL'}] {what}")
+        ok &= passed
+    print("\nNotes: the model is multinomial logistic regression, not the paper's MLP (no relu atom), "
+          "so the accuracies/losses are not the paper's; the step counts and the ordering of the "
+          "computational load are the comparable part. See docs/REPRODUCTION.md.")
+    print("result:", "OK" if ok else "MISMATCH")
+    return 0 if ok else 1

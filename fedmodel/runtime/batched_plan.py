@@ -1,0 +1,379 @@
+"""A compiled `Plan` evaluated for many clients at once (the batched executor's engine).
+
+Clients that share one model structure compile to plans with the same steps and different
+constants (their data). `BatchedPlan` takes those plans and runs each step once for all of
+them, on a *flat* representation: a per-client value of shape s_i is stored as the
+concatenation of the clients' raveled values (a segmented vector). This covers ragged client
+sizes (X_i: m_i × d with different m_i) without padding:
+
+- elementwise atoms act on the concatenation directly (entry i of every client at once);
+- broadcasting within a client: uniform shapes use a stacked view (n, *s); a per-client scalar
+  against a ragged value is repeated over its segment;
+- reductions (sum, mean, sum_squares, norms, log_sum_exp) are segment reductions
+  (`np.add.reduceat`), or row reductions of the stacked view when every client has one shape;
+- `data @ v` with per-client data is one sparse matrix-vector product with the block-diagonal
+  matrix diag(X_1, …, X_n) (CSR, zeros dropped — MNIST pixels are ~80% zeros), so one pass
+  gives every X_i v_i and, with the folded Xᵢᵀ, every X_iᵀ r_i;
+- any other atom (indexing, quad_form, softmax, …) runs client by client with that client's
+  own node (`loop` rule): correct for every atom, just not faster.
+
+Results equal the per-client plans up to summation order (sparse vs BLAS dot products,
+segment vs pairwise sums): a few ulps.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import atoms as A
+from ..atoms.elementwise import Elementwise
+from ..compiler.codegen import Plan
+from ..errors import FedModelError
+
+
+class Seg:
+    """Per-client shapes of one slot and the offsets of their segments in the flat vector."""
+
+    def __init__(self, shapes: Sequence[tuple]):
+        self.shapes = [tuple(s) for s in shapes]
+        self.n = len(self.shapes)
+        self.sizes = np.array([int(np.prod(s)) for s in self.shapes], dtype=np.intp)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.intp)
+        self.total = int(self.offsets[-1])
+        first = self.shapes[0]
+        self.uniform = first if all(s == first for s in self.shapes) else None
+        self.scalar = self.uniform == ()
+
+    def stack(self, flat: np.ndarray) -> np.ndarray:
+        return flat.reshape((self.n,) + self.uniform)
+
+    def split(self, flat: np.ndarray) -> list[np.ndarray]:
+        o = self.offsets
+        return [flat[o[i]:o[i + 1]].reshape(s) for i, s in enumerate(self.shapes)]
+
+    def segment_reduce(self, ufunc: np.ufunc, flat: np.ndarray, empty: float = 0.0) -> np.ndarray:
+        """ufunc-reduction of each client's segment → (n,)."""
+        if self.uniform is not None:
+            return ufunc.reduce(flat.reshape(self.n, -1), axis=1) if self.sizes[0] else \
+                np.full(self.n, empty)
+        out = np.full(self.n, empty)
+        keep = self.sizes > 0
+        if keep.any():
+            out[keep] = ufunc.reduceat(flat, self.offsets[:-1][keep])
+        return out
+
+    def repeat(self, per_client: np.ndarray) -> np.ndarray:
+        """Per-client scalars (n,) spread over each client's segment."""
+        return np.repeat(per_client, self.sizes)
+
+
+class _Common:
+    """A value equal for every client (a constant shared by all clients' plans)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _same_structure(plans: Sequence[Plan]) -> bool:
+    return len({plan_signature(p) for p in plans}) == 1
+
+
+def plan_signature(plan: Plan) -> tuple:
+    """Structure of a plan (its steps and slots), without its constants' values or shapes:
+    two clients with the same model and different data have the same signature."""
+    steps = tuple((type(fn.__self__), fn.__self__.params(), args, out) for fn, args, out in plan._steps)
+    params = tuple((slot, p.shape) for slot, p in plan._params)
+    return (steps, params, tuple(sorted(plan._constant_slots)), tuple(plan._out_slots),
+            tuple(v.shape for v in plan.inputs))
+
+
+def _block_diag(blocks: list[np.ndarray]):
+    """diag(B_1, …, B_n) as CSR without the zero entries (2-D blocks; 1-D blocks as rows)."""
+    import scipy.sparse as sp
+    blocks = [b.reshape(1, -1) if b.ndim == 1 else b for b in blocks]
+    heights = np.array([b.shape[0] for b in blocks])
+    widths = np.array([b.shape[1] for b in blocks])
+    if len(set(widths.tolist())) > 1 and len(set(heights.tolist())) == 1:
+        return _block_diag([b.T for b in blocks]).T.tocsr()     # Xᵢᵀ blocks: via diag(Xᵢ)ᵀ
+    if len(set(widths.tolist())) == 1:
+        # equal widths (clients' X_i with m_i rows): one nonzero scan of the stacked rows, in
+        # row-major order, which is already CSR order
+        stacked = np.concatenate(blocks, axis=0) if blocks else np.zeros((0, 0))
+        rows, cols = np.nonzero(stacked)
+        owner = np.repeat(np.arange(len(blocks)), heights)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=stacked.shape[0]))])
+        return sp.csr_matrix((stacked[rows, cols].astype(float), cols + owner[rows] * int(widths[0]), indptr),
+                             shape=(int(heights.sum()), int(widths.sum())))
+    row0 = np.concatenate([[0], np.cumsum(heights)])
+    col0 = np.concatenate([[0], np.cumsum(widths)])
+    rows, cols, data = [], [], []
+    for b, r, c in zip(blocks, row0, col0):
+        i, j = np.nonzero(b)
+        rows.append(i + r)
+        cols.append(j + c)
+        data.append(b[i, j])
+    coo = sp.coo_matrix((np.concatenate(data).astype(float), (np.concatenate(rows), np.concatenate(cols))),
+                        shape=(int(row0[-1]), int(col0[-1])))
+    return coo.tocsr()
+
+
+class BatchedPlan:
+    """`plans` (one per client, same structure) evaluated together on flat per-client inputs.
+
+    Call with one flat array per plan input (the clients' values concatenated, see `Seg`); get
+    one flat array per output. `input_segs` / `output_segs` give the layouts."""
+
+    def __init__(self, plans: Sequence[Plan], cache: dict | None = None):
+        if not plans or not _same_structure(plans):
+            raise FedModelError("BatchedPlan needs plans of the same structure")
+        self.plans = list(plans)
+        self.n = n = len(plans)
+        first = plans[0]
+        self.kind: dict[int, str] = {}           # slot -> "B" (per client) | "C" (common)
+        self.seg: dict[int, Seg] = {}
+        self.common: dict[int, Any] = {}
+        for i, leaf in enumerate(first.inputs):
+            self.kind[i] = "B"
+            self.seg[i] = Seg([p.inputs[i].shape for p in plans])
+        for slot in first._constant_slots:
+            values = [np.asarray(p._template[slot]) for p in plans]
+            if all(v is values[0] or (v.shape == values[0].shape and np.array_equal(v, values[0]))
+                   for v in values):
+                self.kind[slot] = "C"
+                v = values[0]
+                self.common[slot] = v[()] if v.ndim == 0 else v
+            else:
+                self.kind[slot] = "B"
+                self.seg[slot] = Seg([v.shape for v in values])
+                self.common[slot] = values            # per-client arrays; flattened lazily
+        self._const_flat: dict[int, np.ndarray] = {}
+        # block-diagonal matrices by (ids of the blocks, transposed): shared between the plans
+        # of one group (value-gradient and objective read the same data arrays)
+        self._bd: dict[tuple, Any] = {} if cache is None else cache
+        self._param_slots = [slot for slot, _ in first._params]
+        self._params = [[dict(p._params)[slot] for p in plans] for slot in self._param_slots]
+        for slot, params in zip(self._param_slots, self._params):
+            self.kind[slot] = "B"
+            self.seg[slot] = Seg([q.shape for q in params])
+        self._param_cache: dict[int, tuple] = {}
+        self._ops: list[Callable] = []
+        self.rules: list[str] = []               # which rule serves each step (for tests/docs)
+        for j, (fn, args, out) in enumerate(first._steps):
+            nodes = [p._steps[j][0].__self__ for p in plans]
+            self.kind[out] = "B"
+            self.seg[out] = Seg([node.shape for node in nodes])
+            rule, op = self._rule(nodes, args, out)
+            self.rules.append(f"{type(nodes[0]).__name__}:{rule}")
+            self._ops.append(op)
+        self.out_slots = list(first._out_slots)
+        self.output_segs = [self.seg.get(s) or Seg([np.shape(self.common[s])] * n) for s in self.out_slots]
+        self.input_segs = [self.seg[i] for i in range(len(first.inputs))]
+
+    # ---- runtime -----------------------------------------------------------------------------
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        vals: dict[int, Any] = {i: v for i, v in enumerate(inputs)}
+        for slot, params in zip(self._param_slots, self._params):
+            vals[slot] = self._gather_params(slot, params)
+        for op in self._ops:
+            op(vals)
+        return [self._flat_output(s, vals) for s in self.out_slots]
+
+    def _gather_params(self, slot: int, params: list) -> np.ndarray:
+        """Current values of one parameter of every client, flat; reused while every client
+        still holds the very same value objects (a multiplier step assigns new arrays)."""
+        values = [p.value for p in params]
+        cached = self._param_cache.get(slot)
+        if cached is not None and all(a is b for a, b in zip(values, cached[0])):
+            return cached[1]
+        if any(v is None for v in values):
+            raise FedModelError(f"parameter {params[0].name!r} has no value; set .value first")
+        flat = np.concatenate([np.ravel(v) for v in values]).astype(float, copy=False) \
+            if values else np.zeros(0)
+        self._param_cache[slot] = (values, flat)
+        return flat
+
+    def _flat_output(self, slot: int, vals: dict) -> np.ndarray:
+        if slot in vals:
+            return vals[slot]
+        return self._value(slot, vals, self.seg.get(slot))
+
+    def _const(self, slot: int) -> np.ndarray:
+        if slot not in self._const_flat:
+            self._const_flat[slot] = np.concatenate([np.ravel(v) for v in self.common[slot]]).astype(float)
+        return self._const_flat[slot]
+
+    def _value(self, slot: int, vals: dict, seg: Seg | None):
+        """Flat per-client value of a slot (a common constant is tiled when `seg` needs it)."""
+        if self.kind[slot] == "B":
+            return vals[slot] if slot in vals else self._const(slot)
+        value = np.asarray(self.common[slot], float)
+        return np.tile(value.ravel(), self.n)
+
+    # ---- rules -------------------------------------------------------------------------------
+    def _arg(self, slot: int):
+        """Accessor of an argument at run time: ("C", value) or ("B", seg)."""
+        if self.kind[slot] == "C":
+            return "C", self.common[slot]
+        if isinstance(self.common.get(slot), list):     # per-client constant (data)
+            return "K", self.seg[slot]
+        return "B", self.seg[slot]
+
+    def _rule(self, nodes: list, args: tuple, out: int) -> tuple[str, Callable]:
+        node = nodes[0]
+        out_seg = self.seg[out]
+        kinds = [self._arg(a) for a in args]
+        get = self._getter(args)
+        if all(k == "C" for k, _ in kinds):            # only parameters could make this per client
+            value = node.numeric(*[v for _, v in kinds])
+            self.kind[out] = "C"
+            self.common[out] = value
+            del self.seg[out]
+            return "common", lambda vals: None
+        if isinstance(node, (Elementwise, A.Neg)) and len(args) == 1:
+            fn = node.numeric
+            g = get[0]
+            return "elementwise", lambda vals: vals.__setitem__(out, fn(g(vals)))
+        if isinstance(node, (A.Add, A.Multiply, A.Maximum, A.GreaterEqual)):
+            return self._broadcast_rule(node, args, kinds, out_seg, out, get)
+        if isinstance(node, (A.Transpose, A.Reshape)) and \
+                (isinstance(node, A.Reshape) or len(node.args[0].shape) < 2):
+            g = get[0]                                  # row-major: the flat vector is unchanged
+            return "view", lambda vals: vals.__setitem__(out, g(vals))
+        if type(node) in (A.Sum, A.Mean) and node.axis is None:
+            seg = kinds[0][1]
+            g = get[0]
+            if type(node) is A.Mean:
+                counts = np.array([float(nd.count) for nd in nodes])
+                return "segment-mean", lambda vals: vals.__setitem__(
+                    out, seg.segment_reduce(np.add, g(vals)) / counts)
+            return "segment-sum", lambda vals: vals.__setitem__(out, seg.segment_reduce(np.add, g(vals)))
+        if type(node) in (A.Sum, A.Mean) and kinds[0][1].uniform is not None:
+            seg, axis, g = kinds[0][1], node.axis + 1, get[0]
+            scale = 1.0 / np.array([float(nd.count) for nd in nodes]) if type(node) is A.Mean else None
+            if scale is None:
+                return "row-sum", lambda vals: vals.__setitem__(
+                    out, np.add.reduce(seg.stack(g(vals)), axis=axis).ravel())
+            counts = np.array([float(nd.count) for nd in nodes]).reshape((-1,) + (1,) * len(out_seg.uniform))
+            return "row-mean", lambda vals: vals.__setitem__(
+                out, (np.add.reduce(seg.stack(g(vals)), axis=axis) / counts).ravel())
+        if type(node) in (A.SumSquares, A.Norm1, A.Norm2, A.NormInf) and kinds[0][0] != "C":
+            seg, g = kinds[0][1], get[0]
+            reduce = {A.SumSquares: lambda v: seg.segment_reduce(np.add, v * v),
+                      A.Norm1: lambda v: seg.segment_reduce(np.add, np.abs(v)),
+                      A.Norm2: lambda v: np.sqrt(seg.segment_reduce(np.add, v * v)),
+                      A.NormInf: lambda v: seg.segment_reduce(np.maximum, np.abs(v), -np.inf)}[type(node)]
+            return "segment-norm", lambda vals: vals.__setitem__(out, reduce(g(vals)))
+        if type(node) is A.LogSumExp and node.axis is None and kinds[0][0] != "C":
+            seg, g = kinds[0][1], get[0]
+
+            def lse(vals):
+                x = g(vals)
+                top = seg.segment_reduce(np.maximum, x, -np.inf)
+                vals[out] = np.log(seg.segment_reduce(np.add, np.exp(x - seg.repeat(top)))) + top
+            return "segment-lse", lse
+        if type(node) is A.MatMul:
+            rule = self._matmul_rule(nodes, args, kinds, out, get)
+            if rule is not None:
+                return rule
+        if type(node) is A.BroadcastTo and kinds[0][0] == "B" and kinds[0][1].uniform is not None \
+                and out_seg.uniform is not None:
+            seg, g, target = kinds[0][1], get[0], out_seg.uniform
+            lead = (1,) * (len(target) - len(seg.uniform))
+            return "broadcast", lambda vals: vals.__setitem__(out, np.broadcast_to(
+                g(vals).reshape((self.n,) + lead + seg.uniform), (self.n,) + tuple(target)).ravel())
+        return "loop", self._loop(nodes, args, out, get)
+
+    def _getter(self, args: tuple) -> list[Callable]:
+        """Per argument, a function vals -> flat per-client array (or a common value)."""
+        out = []
+        for a in args:
+            if self.kind[a] == "C":
+                value = self.common[a]
+                out.append(lambda vals, v=value: v)
+            elif isinstance(self.common.get(a), list):          # per-client constant
+                out.append(lambda vals, a=a: self._const(a))
+            else:
+                out.append(lambda vals, a=a: vals[a])
+        return out
+
+    def _broadcast_rule(self, node, args, kinds, out_seg: Seg, out: int, get) -> tuple[str, Callable]:
+        fn = node.numeric
+        if all(k == "C" and np.ndim(v) == 0 or k != "C" and v.shapes == out_seg.shapes
+               for k, v in kinds):                        # same shapes: entry by entry
+            return "elementwise", lambda vals: vals.__setitem__(out, fn(*[g(vals) for g in get]))
+        if out_seg.uniform is not None and all(k == "C" or v.uniform is not None for k, v in kinds):
+            n, rank = self.n, len(out_seg.uniform)
+            shapers = []
+            for k, v in kinds:
+                if k == "C":
+                    shapers.append(None)
+                else:
+                    shapers.append((n,) + (1,) * (rank - len(v.uniform)) + v.uniform)
+
+            def stacked(vals):
+                parts = [g(vals) if s is None else g(vals).reshape(s) for g, s in zip(get, shapers)]
+                vals[out] = np.ascontiguousarray(np.broadcast_to(fn(*parts), (n,) + out_seg.uniform)).ravel()
+            return "stacked", stacked
+        if all((k == "C" and np.ndim(v) == 0) or (k != "C" and (v.shapes == out_seg.shapes or v.scalar))
+               for k, v in kinds):                        # ragged: repeat per-client scalars
+            spread = [k != "C" and v.scalar and not out_seg.scalar for k, v in kinds]
+
+            def ragged(vals):
+                parts = [out_seg.repeat(g(vals)) if s else g(vals) for g, s in zip(get, spread)]
+                vals[out] = fn(*parts)
+            return "ragged", ragged
+        return "loop", self._loop(None, args, out, get)
+
+    def _matmul_rule(self, nodes, args, kinds, out, get):
+        (ka, sa), (kb, sb) = kinds
+        n = self.n
+        # per-client data @ per-client vector/matrix: one block-diagonal sparse product
+        if ka == "K" and kb == "B" and all(len(s) in (1, 2) for s in sa.shapes):
+            k = sb.shapes[0][1:] if all(len(s) == 2 for s in sb.shapes) else ()
+            if all(s[1:] == k for s in sb.shapes):
+                bd = self._block(args[0], transpose=False)
+                g = get[1]
+                if k:
+                    return "block-diagonal", lambda vals: vals.__setitem__(out, (bd @ g(vals).reshape(-1, k[0])).ravel())
+                return "block-diagonal", lambda vals: vals.__setitem__(out, bd @ g(vals))
+        if ka == "B" and kb == "K" and all(len(s) == 1 for s in sa.shapes):
+            bd = self._block(args[1], transpose=True)     # v @ B = Bᵀ v
+            g = get[0]
+            return "block-diagonal", lambda vals: vals.__setitem__(out, bd @ g(vals))
+        # a matrix shared by every client
+        if ka == "C" and np.ndim(sa) == 2 and kb == "B" and sb.uniform is not None and len(sb.uniform) == 1:
+            M, g = np.asarray(sa), get[1]
+            return "shared-matrix", lambda vals: vals.__setitem__(out, (g(vals).reshape(n, -1) @ M.T).ravel())
+        if kb == "C" and np.ndim(sb) == 2 and ka == "B" and sa.uniform is not None and len(sa.uniform) == 1:
+            M, g = np.asarray(sb), get[0]
+            return "shared-matrix", lambda vals: vals.__setitem__(out, (g(vals).reshape(n, -1) @ M).ravel())
+        return None
+
+    def _block(self, slot: int, transpose: bool):
+        key = (tuple(id(v) for v in self.common[slot]), transpose)
+        if key not in self._bd:
+            blocks = [np.asarray(v, float) for v in self.common[slot]]
+            if transpose:
+                blocks = [b.T if b.ndim == 2 else b for b in blocks]   # 1-D: v @ c = c as a row
+            self._bd[key] = _block_diag(blocks)
+        return self._bd[key]
+
+    def _loop(self, nodes, args, out: int, get) -> Callable:
+        """Client by client with each client's own node (any atom)."""
+        if nodes is None:                       # broadcast fallback: the step's nodes by client
+            j = next(i for i, o in enumerate(self.plans[0]._steps) if o[2] == out)
+            nodes = [p._steps[j][0].__self__ for p in self.plans]
+        segs = [self.seg.get(a) if self.kind[a] == "B" else None for a in args]
+        out_seg = self.seg[out]
+
+        def loop(vals):
+            parts = [g(vals) if s is None else s.split(g(vals)) for g, s in zip(get, segs)]
+            results = []
+            for i, node in enumerate(nodes):
+                r = node.numeric(*[p if s is None else p[i] for p, s in zip(parts, segs)])
+                results.append(np.ravel(np.broadcast_to(r, out_seg.shapes[i])))
+            vals[out] = np.concatenate(results).astype(float) if results else np.zeros(0)
+        return loop
