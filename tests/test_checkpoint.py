@@ -260,7 +260,7 @@ def test_other_problem_or_options_are_refused(tmp_path):
     prob, w = least_squares(0)
     path = tmp_path / "run.ckpt"
     make = lambda **o: backends.FedProx(**{"mu": 1.0, "step": 0.05, "max_rounds": 4, "tol": 0.0, **o})  # noqa: E731
-    prob.solve(make(), checkpoint=path)
+    first = prob.solve(make(), checkpoint=path)
     other_data, _ = least_squares(1)               # same structure, different data
     with pytest.raises(ck.CheckpointError, match="problem .* or the options"):
         other_data.solve(make(), checkpoint=path, resume=True)
@@ -268,8 +268,10 @@ def test_other_problem_or_options_are_refused(tmp_path):
         prob.solve(make(mu=2.0), checkpoint=path, resume=True)
     with pytest.raises(fm.FedModelError):
         prob.solve(backends.DALD(max_iterations=4), checkpoint=path, resume=True)
-    same_again, _ = least_squares(0)               # rebuilt identically (new uids): accepted
-    assert same_again.solve(make(), checkpoint=path, resume=True).status == "max_iterations"
+    same_again, w_again = least_squares(0)         # rebuilt identically (new uids): accepted
+    assert w_again.uid != w.uid
+    again = same_again.solve(make(), checkpoint=path, resume=True)
+    assert np.array_equal(again.value(w_again), first.value(w))   # values re-keyed to new uids
 
 
 def test_bad_checkpoint_arguments_raise_clear_errors(tmp_path):

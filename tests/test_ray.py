@@ -203,10 +203,11 @@ def _killer(ex, node, at):
 
 
 @pytest.mark.parametrize("snapshot_every", [0, 3])
-def test_killed_actor_does_not_kill_the_run(ray_cluster, snapshot_every):
+def test_killed_actor_does_not_kill_the_run(shared_executor, snapshot_every):
     prob, w = _model(_parts())
     make = lambda: backends.DALD(rho=1.0, max_iterations=500, eps_primal=1e-6, eps_dual=1e-6)
-    ex = _ray_executor(snapshot_every=snapshot_every, timeout=60)
+    ex = shared_executor
+    ex.snapshot_every, ex.timeout = snapshot_every, 60.0
     res = prob.solve(make(), executor=ex, callback=_killer(ex, "c1", at=5))
     assert [f["node"] for f in ex.faults] == ["c1"] and ex.faults[0]["recovered"]
     assert ex.recovery.total()["messages"] >= 1           # the replay is booked separately
@@ -218,6 +219,10 @@ def test_killed_actor_does_not_kill_the_run(ray_cluster, snapshot_every):
     clean = prob.solve(make())
     np.testing.assert_allclose(res.value(w), clean.value(w), atol=1e-9)
     assert res.iterations == clean.iterations
+    # the replacement actor serves the next run
+    again = _run(CASES["dald-cc"][0](), prob, ex)
+    np.testing.assert_allclose(again["values"][w.uid], _run(CASES["dald-cc"][0](), prob, "serial")["values"][w.uid],
+                               atol=1e-10)
 
 
 def test_node_failure_after_max_restarts(ray_cluster):

@@ -135,7 +135,9 @@ def solve_case(n: int, trials=range(1, 2), data=None, fraction: int = 1) -> dict
             pooled[method].extend(objectives[method])
             feas[method][0].append(disparity.mean())
             feas[method][1].append(disparity.max())
-            runs[method].append({"status": res.status, "outer": res.iterations["outer"],
+            # ProxAL's (11) can pass on tiny steps of an ADMM that hit its cap: check (23) held
+            admm_ok = all(h["certificate"] <= h["tau"] for h in res.history) if method == "alg1" else True
+            runs[method].append({"status": res.status, "admm_ok": admm_ok, "outer": res.iterations["outer"],
                                  "inner": res.iterations["inner"], "seconds": res.wall_time,
                                  "stationarity": res.certificate.stationarity,
                                  "kkt_feasibility": res.certificate.feasibility})
@@ -184,10 +186,9 @@ def run(full: bool = False, clients=None, trials=None) -> int:
               f"{paper[3]:>9.2f}/{paper[4]:.2f}      {row['feas_mean_alg1']:>6.4f}/{row['feas_max_alg1']:.4f} "
               f"{row['feas_mean_cprox']:>6.4f}/{row['feas_max_cprox']:.4f} | {np.mean(alg1['outer']):>5.1f} "
               f"{np.mean(alg1['inner']):>6.0f} {np.mean(alg1['seconds']):>6.1f} | "
-              f"{max(alg1['stationarity']):>9.1e} / {max(alg1['kkt_feasibility']):.1e}")
+              f"{max(alg1['stationarity']):>9.1e} / {max(alg1['kkt_feasibility']):.1e}", flush=True)
         ok &= row["worst_feas_alg1"] <= THRESHOLD + 1e-3 and row["worst_feas_cprox"] <= THRESHOLD + 1e-3
-        ok &= all(status == "converged" for status in alg1["status"])
-        print(end="", flush=True)
+        ok &= all(status == "converged" for status in alg1["status"]) and all(alg1["admm_ok"])
     print(f"\ncheck: every block's |loss disparity| ≤ {THRESHOLD} + 1e-3 (clients and server, both "
-          f"methods) and Alg. 1 converged: {'PASS' if ok else 'FAIL'}")
+          f"methods) and Alg. 1 converged with every ADMM call meeting (23): {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1

@@ -105,8 +105,13 @@ def _block_diag(blocks: list[np.ndarray]):
         rows, cols = np.nonzero(stacked)
         owner = np.repeat(np.arange(len(blocks)), heights)
         indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=stacked.shape[0]))])
-        return sp.csr_matrix((stacked[rows, cols].astype(float), cols + owner[rows] * int(widths[0]), indptr),
-                             shape=(int(heights.sum()), int(widths.sum())))
+        shape = (int(heights.sum()), int(widths.sum()))
+        # one index dtype for indices and indptr: scipy would otherwise convert them on every
+        # product (a copy of the index arrays, 3× the cost of the product itself)
+        index = np.int32 if max(len(rows), *shape) < 2**31 - 1 else np.int64
+        return sp.csr_matrix((stacked[rows, cols].astype(float),
+                              (cols + owner[rows] * int(widths[0])).astype(index),
+                              indptr.astype(index)), shape=shape)
     row0 = np.concatenate([[0], np.cumsum(heights)])
     col0 = np.concatenate([[0], np.cumsum(widths)])
     rows, cols, data = [], [], []
@@ -252,8 +257,7 @@ class BatchedPlan:
             return "segment-sum", lambda vals: vals.__setitem__(out, seg.segment_reduce(np.add, g(vals)))
         if type(node) in (A.Sum, A.Mean) and kinds[0][1].uniform is not None:
             seg, axis, g = kinds[0][1], node.axis + 1, get[0]
-            scale = 1.0 / np.array([float(nd.count) for nd in nodes]) if type(node) is A.Mean else None
-            if scale is None:
+            if type(node) is A.Sum:
                 return "row-sum", lambda vals: vals.__setitem__(
                     out, np.add.reduce(seg.stack(g(vals)), axis=axis).ravel())
             counts = np.array([float(nd.count) for nd in nodes]).reshape((-1,) + (1,) * len(out_seg.uniform))
@@ -353,13 +357,22 @@ class BatchedPlan:
         return None
 
     def _block(self, slot: int, transpose: bool):
-        key = (tuple(id(v) for v in self.common[slot]), transpose)
+        """diag(C_1, …, C_n) of a per-client constant (transposed: diag(C_1ᵀ, …)). A folded
+        `X.T` is a view of X: its matrix is diag(X_i)ᵀ, sharing the data of diag(X_i), so the
+        gradient's Xᵀr reads the same memory as Xw (half the traffic, one copy of the data)."""
+        blocks = [np.asarray(v, float) for v in self.common[slot]]
+        if transpose:
+            blocks = [b.T if b.ndim == 2 else b for b in blocks]   # 1-D: v @ c = c as a row
+        if all(b.ndim == 2 and b.base is not None and b.base.ndim == 2 and b.base.T.shape == b.shape
+               and np.shares_memory(b, b.base) and b.strides == b.base.T.strides for b in blocks):
+            return self._block_of([b.base for b in blocks]).T   # CSC view of the same arrays
+        return self._block_of(blocks)
+
+    def _block_of(self, blocks: list[np.ndarray]):
+        key = tuple(id(b) for b in blocks)
         if key not in self._bd:
-            blocks = [np.asarray(v, float) for v in self.common[slot]]
-            if transpose:
-                blocks = [b.T if b.ndim == 2 else b for b in blocks]   # 1-D: v @ c = c as a row
-            self._bd[key] = _block_diag(blocks)
-        return self._bd[key]
+            self._bd[key] = (_block_diag(blocks), blocks)   # keep the blocks: ids stay unique
+        return self._bd[key][0]
 
     def _loop(self, nodes, args, out: int, get) -> Callable:
         """Client by client with each client's own node (any atom)."""

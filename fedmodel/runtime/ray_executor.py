@@ -175,9 +175,14 @@ class RayExecutor(Executor):
             res = None                           # a per-client dict without this client
         return dict(res) if res else None
 
-    def _await_build(self, name: str, ref) -> None:
+    def _await_build(self, name: str, ref, respawn: bool = True) -> None:
         try:
             info = ray.get(ref, timeout=self.start_timeout)
+        except RayActorError:
+            if not respawn:
+                raise NodeFailure(f"client {name!r}: its actor died while loading its data and "
+                                  "compiling its program") from None
+            return self._await_build(name, self._spawn(name), respawn=False)   # a dead kept actor
         except GetTimeoutError:
             raise NodeFailure(
                 f"client {name!r}: its actor did not start and load its data within "

@@ -1,0 +1,158 @@
+"""Executors compared (issue 6, item 5): per-round overhead of Ray vs serial vs batched, and the
+communication per round from the ledger vs each algorithm's theoretical minimum.
+
+1. Per-round time. FedAvg (1 local GD step, tol = 0 so every round runs) on least squares,
+   d = 5, 10 rows per client, n clients. Time per round = (T(R2) − T(R1)) / (R2 − R1) with
+   R1 < R2 rounds, so start-up (compilation, actor start) cancels; the Ray executor is started
+   once beforehand (`persistent=True`; its cold start is reported on its own). The ratios to the
+   serial executor are what to read; all runs happen in this one process, one after the other.
+2. Floats per round per client, each way, divided by the model size d, from the ledger of a
+   serial run (the Ray executor books the same ledger, checked in tests/test_ray.py), for
+   ProxAL, DALD-CC and FedProx on a constrained (ProxAL, DALD) or plain (FedProx) model.
+   Theoretical minimum: one model vector each way per client per round (ratio 1.0).
+
+    python benchmarks/bench_executors.py [--sizes 10,100,1000] [--ray-max 100] [--rounds 3,13]
+
+Ray runs on a local cluster (`ray.init(num_cpus=2)`, loopback). Sizes above --ray-max are not
+run on Ray (one worker process per client: ~100 MB of memory and ~1 s of start-up each).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import fedmodel as fm  # noqa: E402
+from backends import DALD, FedAvg, FedProx, ProxAL  # noqa: E402
+
+D, ROWS = 5, 10
+
+
+def model(n: int, constrained: bool = False, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem(name=f"ls-{n}")
+    for i in range(n):
+        c = prob.add_client(f"c{i}")
+        A, b = c.data(rng.normal(size=(ROWS, D)), name="A"), c.data(rng.normal(size=ROWS), name="b")
+        c.minimize(0.5 * fm.sum_squares(A @ w - b) / n)
+        if constrained:
+            c.subject_to(fm.sum(w) <= 0.3)
+    if constrained:
+        prob.server.subject_to(fm.norm2(w) <= 0.6)
+    return prob
+
+
+def run_seconds(prob, executor, rounds: int) -> float:
+    backend = FedAvg(step=0.1, local_steps=1, max_rounds=rounds, tol=0.0)
+    start = time.perf_counter()
+    out = backend.run(prob, executor=executor)
+    seconds = time.perf_counter() - start
+    assert out["iterations"]["rounds"] == rounds, out["iterations"]
+    return seconds
+
+
+def per_round(prob, make_executor, r1: int, r2: int, repeats: int = 2) -> float:
+    """Median over repeats of (T(r2) − T(r1)) / (r2 − r1)."""
+    samples = [(run_seconds(prob, make_executor(), r2) - run_seconds(prob, make_executor(), r1)) / (r2 - r1)
+               for _ in range(repeats)]
+    return float(np.median(samples))
+
+
+def overhead_table(sizes, ray_max: int, r1: int, r2: int) -> list[dict]:
+    have_batched = importlib.util.find_spec("fedmodel.runtime.batched") is not None
+    have_ray = importlib.util.find_spec("ray") is not None
+    rows = []
+    if have_ray:
+        import ray
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    for n in sizes:
+        prob = model(n)
+        row = {"n": n, "serial": per_round(prob, lambda: "serial", r1, r2)}
+        row["batched"] = per_round(prob, lambda: "batched", r1, r2) if have_batched else None
+        row["ray"] = row["ray_start"] = None
+        if have_ray and n <= ray_max:
+            from fedmodel.runtime.program import compile_programs
+            from fedmodel.runtime.ray_executor import RayExecutor
+            ex = RayExecutor(persistent=True, start_timeout=1800)
+            start = time.perf_counter()
+            ex.start(compile_programs(prob))
+            row["ray_start"] = time.perf_counter() - start
+            row["ray"] = per_round(prob, lambda: ex, r1, r2)
+            ex.shutdown()
+        rows.append(row)
+        print(_overhead_line(row), flush=True)
+    if have_ray:
+        ray.shutdown()
+    return rows
+
+
+def _ms(x):
+    return "—" if x is None else f"{1e3 * x:.2f}"
+
+
+def _ratio(a, b):
+    return "—" if a is None or b is None else f"{a / b:.2f}"
+
+
+def _overhead_line(row) -> str:
+    return (f"| {row['n']} | {_ms(row['serial'])} | {_ms(row['batched'])} | {_ms(row['ray'])} | "
+            f"{_ratio(row['batched'], row['serial'])} | {_ratio(row['ray'], row['serial'])} | "
+            f"{'—' if row['ray_start'] is None else round(row['ray_start'], 1)} |")
+
+
+def communication_table(n: int = 10) -> list[dict]:
+    """Floats per client per round, each way, in units of the model size d."""
+    cases = {
+        "proxal": (ProxAL(beta=10.0, rho=1.0, max_outer=5, max_inner=50), True),
+        "dald-cc": (DALD(rho=1.0, max_iterations=50), True),
+        "fedprox": (FedProx(mu=1.0, step=0.1, local_steps=1, max_rounds=50, tol=0.0), False),
+    }
+    rows = []
+    for name, (backend, constrained) in cases.items():
+        prob = model(n, constrained=constrained)
+        out = backend.run(prob, executor="serial")
+        ledger = out["ledger"]
+        down, up = ledger.total("down"), ledger.total("up")
+        rounds = ledger.rounds
+        row = {"backend": name, "rounds": rounds,
+               "down": down["floats"] / (rounds * n * D), "up": up["floats"] / (rounds * n * D),
+               "down_msgs": down["messages"] / (rounds * n), "up_msgs": up["messages"] / (rounds * n),
+               "bytes_per_round": 8 * (down["floats"] + up["floats"]) / rounds,
+               "kinds": sorted(ledger.kinds())}
+        rows.append(row)
+        print(f"| {name} | {rounds} | {row['down']:.2f} | {row['up']:.2f} | {row['down_msgs']:.2f} | "
+              f"{row['up_msgs']:.2f} | {row['bytes_per_round']:.0f} | {2 * 8 * n * D} |", flush=True)
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--ray-max", type=int, default=100)
+    parser.add_argument("--rounds", default="3,13")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    r1, r2 = (int(s) for s in args.rounds.split(","))
+    print(f"FedAvg rounds, d = {D}, {ROWS} rows per client; per-round time = (T({r2}) − T({r1}))"
+          f"/{r2 - r1}; Ray: local cluster, 2 CPUs")
+    print("| n | serial ms/round | batched ms/round | Ray ms/round | batched/serial | Ray/serial | "
+          "Ray start s |")
+    print("|---|---|---|---|---|---|---|")
+    overhead_table(sizes, args.ray_max, r1, r2)
+    print()
+    print("n = 10 clients, d = 5; floats per client per round in units of d (minimum 1.0 each way)")
+    print("| backend | rounds | down (×d) | up (×d) | down msgs | up msgs | bytes/round | minimum "
+          "bytes/round |")
+    print("|---|---|---|---|---|---|---|---|")
+    communication_table()
+
+
+if __name__ == "__main__":
+    main()
