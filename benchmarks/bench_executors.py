@@ -34,13 +34,13 @@ from backends import DALD, FedAvg, FedProx, ProxAL  # noqa: E402
 D, ROWS = 5, 10
 
 
-def model(n: int, constrained: bool = False, seed: int = 0):
+def model(n: int, constrained: bool = False, seed: int = 0, d: int = D):
     rng = np.random.default_rng(seed)
-    w = fm.Variable(D, name="w")
+    w = fm.Variable(d, name="w")
     prob = fm.Problem(name=f"ls-{n}")
     for i in range(n):
         c = prob.add_client(f"c{i}")
-        A, b = c.data(rng.normal(size=(ROWS, D)), name="A"), c.data(rng.normal(size=ROWS), name="b")
+        A, b = c.data(rng.normal(size=(ROWS, d)), name="A"), c.data(rng.normal(size=ROWS), name="b")
         c.minimize(0.5 * fm.sum_squares(A @ w - b) / n)
         if constrained:
             c.subject_to(fm.sum(w) <= 0.3)
@@ -107,8 +107,9 @@ def _overhead_line(row) -> str:
             f"{'—' if row['ray_start'] is None else round(row['ray_start'], 1)} |")
 
 
-def communication_table(n: int = 10) -> list[dict]:
-    """Floats per client per round, each way, in units of the model size d."""
+def communication_table(n: int = 10, d: int = 50) -> list[dict]:
+    """Floats per client per round, each way, in units of the model size d, and the floats of
+    one message of each kind (k·d + scalars)."""
     cases = {
         "proxal": (ProxAL(beta=10.0, rho=1.0, max_outer=5, max_inner=50), True),
         "dald-cc": (DALD(rho=1.0, max_iterations=50), True),
@@ -116,20 +117,36 @@ def communication_table(n: int = 10) -> list[dict]:
     }
     rows = []
     for name, (backend, constrained) in cases.items():
-        prob = model(n, constrained=constrained)
+        prob = model(n, constrained=constrained, d=d)
         out = backend.run(prob, executor="serial")
         ledger = out["ledger"]
         down, up = ledger.total("down"), ledger.total("up")
         rounds = ledger.rounds
         row = {"backend": name, "rounds": rounds,
-               "down": down["floats"] / (rounds * n * D), "up": up["floats"] / (rounds * n * D),
+               "down": down["floats"] / (rounds * n * d), "up": up["floats"] / (rounds * n * d),
                "down_msgs": down["messages"] / (rounds * n), "up_msgs": up["messages"] / (rounds * n),
                "bytes_per_round": 8 * (down["floats"] + up["floats"]) / rounds,
-               "kinds": sorted(ledger.kinds())}
+               "per_kind": _per_kind(ledger)}
         rows.append(row)
         print(f"| {name} | {rounds} | {row['down']:.2f} | {row['up']:.2f} | {row['down_msgs']:.2f} | "
-              f"{row['up_msgs']:.2f} | {row['bytes_per_round']:.0f} | {2 * 8 * n * D} |", flush=True)
+              f"{row['up_msgs']:.2f} | {row['bytes_per_round']:.0f} | {2 * 8 * n * d} |", flush=True)
+    for row in rows:
+        print(f"  {row['backend']}: floats per message by kind (down / up): " +
+              "; ".join(f"{k} {a:g} / {b:g} ×{m}" for k, (a, b, m) in row["per_kind"].items()))
     return rows
+
+
+def _per_kind(ledger) -> dict:
+    """kind -> (floats per request, floats per reply, requests) over networked messages."""
+    out = {}
+    for (sender, receiver, kind), count in ledger.messages.items():
+        if sender == "server":
+            up = sum(f for (s, r, k), f in ledger.floats.items() if k == kind and r == "server")
+            ups = sum(m for (s, r, k), m in ledger.messages.items() if k == kind and r == "server")
+            down = sum(f for (s, r, k), f in ledger.floats.items() if k == kind and s == "server")
+            downs = sum(m for (s, r, k), m in ledger.messages.items() if k == kind and s == "server")
+            out[kind] = (down / downs, up / max(ups, 1), downs)
+    return out
 
 
 def main(argv=None) -> None:
@@ -147,7 +164,7 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|---|")
     overhead_table(sizes, args.ray_max, r1, r2)
     print()
-    print("n = 10 clients, d = 5; floats per client per round in units of d (minimum 1.0 each way)")
+    print("n = 10 clients, d = 50; floats per client per round in units of d (minimum 1.0 each way)")
     print("| backend | rounds | down (×d) | up (×d) | down msgs | up msgs | bytes/round | minimum "
           "bytes/round |")
     print("|---|---|---|---|---|---|---|---|")
