@@ -153,7 +153,7 @@ class FedADMM(Backend):
                  participation: float = 1.0, max_rounds: int = 100, seed: int | None = 0,
                  reference: str = "z", sigma_factor: float = 1.0, strong_convexity: float = 1.0,
                  penalty_rule: str = "paper", alpha: Any = "uniform", tol: float | None = None,
-                 w0: Any = None, server_tol: float = 1e-12,
+                 w0: Any = None, server_tol: float = 1e-10,
                  beta_range: tuple[float, float] = (0.0, math.inf)):
         problems = []
         for label, value in (("beta", beta), ("lr", lr), ("mu", mu), ("tau", tau),
@@ -279,7 +279,7 @@ class FedADMM(Backend):
                          "final_beta": betas}}
 
     def _rounds(self, ex, z, alpha, max_rounds, callback, bar, lam_start="zero", keep_beta=False,
-                stop=None, report=True):
+                stop=None, report=True, server_tol=None):
         """The loop of Algorithms 1/3 from z^0 = z. State: round k, z, the server's caches of w_i
         and β_i, the sampling rng (plain variables, for a later checkpoint mechanism).
         `stop(z, record, z_bar, weight, residual) -> bool` replaces the `tol` test (ProxAL's
@@ -313,7 +313,8 @@ class FedADMM(Backend):
             server_residual = 0.0
             if has_server_step:                                                       # (3.2) + h
                 out = ex.call("server", "solve_local", linear=None, weight=(1 + self.memory) * s_beta,
-                              anchor=z_bar, x0=z, tol=self.server_tol, method="auto")
+                              anchor=z_bar, x0=z, method="auto",
+                              tol=self.server_tol if server_tol is None else server_tol)
                 z_new, server_residual = out["x"], float(out["grad_norm"])
             else:
                 z_new = z_bar
@@ -387,7 +388,7 @@ class FedADMM(Backend):
         z, history, status, steps = self._rounds(ex, np.asarray(w, float), alpha, self.max_rounds, None,
                                                  _Silent(), lam_start="gradient",
                                                  keep_beta=keep and self.adaptive, stop=certified,
-                                                 report=False)
+                                                 report=False, server_tol=max(self.server_tol, 0.01 * tau))
         if getattr(self, "_executor", None) is not ex:     # a new ProxAL solve: a fresh log
             self._executor, self.subproblem_log = ex, []
         self.subproblem_log.append({"tau": tau, "rounds": len(history), "local_steps": steps,

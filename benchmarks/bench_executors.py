@@ -2,16 +2,17 @@
 communication per round from the ledger vs each algorithm's theoretical minimum.
 
 1. Per-round time. FedAvg (1 local GD step, tol = 0 so every round runs) on least squares,
-   d = 5, 10 rows per client, n clients. Time per round = (T(R2) − T(R1)) / (R2 − R1) with
-   R1 < R2 rounds, so start-up (compilation, actor start) cancels; the Ray executor is started
-   once beforehand (`persistent=True`; its cold start is reported on its own). The ratios to the
-   serial executor are what to read; all runs happen in this one process, one after the other.
+   d = 5, 10 rows per client, n clients, R rounds. Time per round = median of the differences
+   of the rounds' time stamps (`history[k]["time"]`), so start-up (compilation, actor start)
+   is excluded and a slow spell on the shared machine moves few samples; the Ray executor's
+   cold start (actors + data + compilation) is reported on its own. The ratios to the serial
+   executor are what to read; all runs happen in this one process, one after the other.
 2. Floats per round per client, each way, divided by the model size d, from the ledger of a
    serial run (the Ray executor books the same ledger, checked in tests/test_ray.py), for
    ProxAL, DALD-CC and FedProx on a constrained (ProxAL, DALD) or plain (FedProx) model.
    Theoretical minimum: one model vector each way per client per round (ratio 1.0).
 
-    python benchmarks/bench_executors.py [--sizes 10,100,1000] [--ray-max 100] [--rounds 3,13]
+    python benchmarks/bench_executors.py [--sizes 10,100,1000] [--ray-max 100] [--rounds 15]
 
 Ray runs on a local cluster (`ray.init(num_cpus=2)`, loopback). Sizes above --ray-max are not
 run on Ray (one worker process per client: ~100 MB of memory and ~1 s of start-up each).
@@ -49,23 +50,15 @@ def model(n: int, constrained: bool = False, seed: int = 0, d: int = D):
     return prob
 
 
-def run_seconds(prob, executor, rounds: int) -> float:
+def per_round(prob, executor, rounds: int) -> float:
+    """Median seconds between consecutive FedAvg rounds (time stamps of the history)."""
     backend = FedAvg(step=0.1, local_steps=1, max_rounds=rounds, tol=0.0)
-    start = time.perf_counter()
     out = backend.run(prob, executor=executor)
-    seconds = time.perf_counter() - start
     assert out["iterations"]["rounds"] == rounds, out["iterations"]
-    return seconds
+    return float(np.median(np.diff([record["time"] for record in out["history"]])))
 
 
-def per_round(prob, make_executor, r1: int, r2: int, repeats: int = 2) -> float:
-    """Median over repeats of (T(r2) − T(r1)) / (r2 − r1)."""
-    samples = [(run_seconds(prob, make_executor(), r2) - run_seconds(prob, make_executor(), r1)) / (r2 - r1)
-               for _ in range(repeats)]
-    return float(np.median(samples))
-
-
-def overhead_table(sizes, ray_max: int, r1: int, r2: int) -> list[dict]:
+def overhead_table(sizes, ray_max: int, rounds: int) -> list[dict]:
     have_batched = importlib.util.find_spec("fedmodel.runtime.batched") is not None
     have_ray = importlib.util.find_spec("ray") is not None
     rows = []
@@ -74,8 +67,8 @@ def overhead_table(sizes, ray_max: int, r1: int, r2: int) -> list[dict]:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     for n in sizes:
         prob = model(n)
-        row = {"n": n, "serial": per_round(prob, lambda: "serial", r1, r2)}
-        row["batched"] = per_round(prob, lambda: "batched", r1, r2) if have_batched else None
+        row = {"n": n, "serial": per_round(prob, "serial", rounds)}
+        row["batched"] = per_round(prob, "batched", rounds) if have_batched else None
         row["ray"] = row["ray_start"] = None
         if have_ray and n <= ray_max:
             from fedmodel.runtime.program import compile_programs
@@ -84,7 +77,7 @@ def overhead_table(sizes, ray_max: int, r1: int, r2: int) -> list[dict]:
             start = time.perf_counter()
             ex.start(compile_programs(prob))
             row["ray_start"] = time.perf_counter() - start
-            row["ray"] = per_round(prob, lambda: ex, r1, r2)
+            row["ray"] = per_round(prob, ex, rounds)
             ex.shutdown()
         rows.append(row)
         print(_overhead_line(row), flush=True)
@@ -153,16 +146,15 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000")
     parser.add_argument("--ray-max", type=int, default=100)
-    parser.add_argument("--rounds", default="3,13")
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    r1, r2 = (int(s) for s in args.rounds.split(","))
-    print(f"FedAvg rounds, d = {D}, {ROWS} rows per client; per-round time = (T({r2}) − T({r1}))"
-          f"/{r2 - r1}; Ray: local cluster, 2 CPUs")
+    print(f"FedAvg, d = {D}, {ROWS} rows per client; time per round = median over {args.rounds} "
+          "rounds; Ray: local cluster, 2 CPUs")
     print("| n | serial ms/round | batched ms/round | Ray ms/round | batched/serial | Ray/serial | "
           "Ray start s |")
     print("|---|---|---|---|---|---|---|")
-    overhead_table(sizes, args.ray_max, r1, r2)
+    overhead_table(sizes, args.ray_max, args.rounds)
     print()
     print("n = 10 clients, d = 50; floats per client per round in units of d (minimum 1.0 each way)")
     print("| backend | rounds | down (×d) | up (×d) | down msgs | up msgs | bytes/round | minimum "

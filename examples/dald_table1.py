@@ -1,4 +1,4 @@
-"""Reproduce Table I (regression, AIO vs Fed-DALD-DC on a 3-node chain) of "Distributed optimization: designed for federated learning" (DALD).
+"""Reproduce Table I (regression: AIO vs Fed-DALD-DC on a 3-node chain) of the DALD paper.
 Same as `fedmodel reproduce tableI [--full]`."""
 import sys
 

@@ -1,4 +1,4 @@
-"""Reproduce Table II (MNIST 3 vs 7, FedProx vs Fed-DALD-CC / -DC) of "Distributed optimization: designed for federated learning" (DALD).
+"""Reproduce Table II (MNIST 3 vs 7: FedProx vs Fed-DALD-CC / -DC) of the DALD paper.
 Same as `fedmodel reproduce tableII [--full]`."""
 import sys
 

@@ -148,6 +148,24 @@ def test_local_constraint_model_matches_serial():
     assert any(np.any(v != 0) for v in serial.multipliers.values())      # constraint active
 
 
+def test_private_variables_match_serial():
+    """Clients with private variables y_i (re-centred proximal term every local solve)."""
+    rng = np.random.default_rng(4)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem()
+    for i in range(4):
+        m = 9 + i
+        c = prob.add_client(f"c{i}")
+        s = c.variable(2, name=f"s{i}")
+        X, b = c.data(_data(rng, m), name="X"), c.data(rng.normal(size=m), name="b")
+        c.minimize(fm.sum_squares(X @ w - b) / m + fm.sum_squares(s - w[:2]) + 0.1 * fm.sum_squares(s))
+    for backend in (backends.DALD(solver="prox-grad", step=0.05, max_iterations=20),
+                    backends.DALD(solver="gd", step=0.05, local_steps=2, max_iterations=20)):
+        serial, batched, ex = _solve_both(prob, backend)
+        _assert_same(serial, batched)
+        assert _batched(ex, "dald_cc_solve") == 4 * 20
+
+
 def test_two_structures_form_two_groups():
     prob, _ = _logistic(two_kinds=True, l1_on="server")
     serial, batched, ex = _solve_both(prob, backends.DALD(solver="prox-grad", step=0.2, max_iterations=20))

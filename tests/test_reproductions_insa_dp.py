@@ -26,6 +26,8 @@ def test_softmax_model_objective_and_minimizer_match_numpy_and_scipy():
     prob, W = models.softmax_regression(parts, 3, beta=beta, scale="total")
     W.value = rng.normal(size=(4, 3))
     numpy_value = models.softmax_loss(W.value, X, y) + beta * np.sum(W.value ** 2)
+    model_value = sum(float(t.value) for c in prob.clients for t in c.terms)
+    assert model_value == pytest.approx(numpy_value, rel=1e-12)
 
     def f(w):                                          # independent: scipy on the same loss
         Wm = w.reshape(4, 3)

@@ -137,8 +137,12 @@ class RayExecutor(Executor):
         # a persistent executor's actors (same client) rebuild their program in place
         pending = {name: self._rebuild(name) if name in self.actors else self._spawn(name)
                    for name in remote}
-        for name, ref in pending.items():
-            self._await_build(name, ref)
+        try:
+            for name, ref in pending.items():
+                self._await_build(name, ref)
+        except BaseException:   # a bad loader or unplaceable client: backends never get to close()
+            self.close()
+            raise
         return self
 
     def _connect(self) -> None:
