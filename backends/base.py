@@ -51,10 +51,18 @@ def objective_and_violation(problem, values: dict[int, np.ndarray]) -> tuple[flo
 
 def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time: float) -> Result:
     values = outcome["values"]
-    objective, violation = objective_and_violation(problem, values)
     certificate = outcome.get("certificate")
-    if certificate is None and values and np.isfinite(objective):
-        certificate = kkt_certificate(problem, values, outcome.get("multipliers", {}))
+    if problem.remote_data():
+        # The data lives on the workers (loaders): the driver cannot evaluate the model, so the
+        # objective and violation are the nodes' own last report and there is no KKT certificate
+        # here (docs/ray.md); prob.load_data() then fm.verify(result) gives both.
+        last = outcome.get("history") or [{}]
+        objective = float(last[-1].get("objective", float("nan")))
+        violation = float(last[-1].get("violation", float("nan")))
+    else:
+        objective, violation = objective_and_violation(problem, values)
+        if certificate is None and values and np.isfinite(objective):
+            certificate = kkt_certificate(problem, values, outcome.get("multipliers", {}))
     result = Result(status=outcome["status"], values=values, objective=objective,
                     max_violation=violation, backend=backend_name,
                     iterations=outcome.get("iterations", {}), multipliers=outcome.get("multipliers", {}),

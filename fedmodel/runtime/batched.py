@@ -146,7 +146,12 @@ class Group:
         """Every client's prox step (in term order, as `dald._apply_prox`)."""
         for cols, weights, k in self.prox:
             if weights is not None:     # λ‖w‖₁: soft-thresholding at t·λ_i, all clients at once
-                Z[:, cols] = Norm1.prox(Z[:, cols], (t * weights)[:, None])
+                v = Z[:, cols]          # Norm1.prox, sign(v)·max(|v| − tλ, 0), in place
+                shrunk = np.abs(v)
+                shrunk -= (t * weights)[:, None]
+                np.maximum(shrunk, 0.0, out=shrunk)
+                shrunk *= np.sign(v)
+                Z[:, cols] = shrunk
             else:
                 for i, p in enumerate(self.programs):
                     term = p.merit_ir.prox_terms[k]
@@ -316,9 +321,11 @@ def _private(group: Group) -> np.ndarray:
 
 
 def _add_shared(G: np.ndarray, n_x: int, extra: np.ndarray) -> np.ndarray:
-    """G with `extra` added to its shared columns, as a new array (G may be a cached value)."""
+    """G with `extra` (a fresh array) added to its shared columns, as a new array (G may be a
+    cached value)."""
     if G.shape[1] == n_x:
-        return G + extra
+        extra += G
+        return extra
     out = G.copy()
     out[:, :n_x] += extra
     return out
@@ -329,10 +336,17 @@ def _local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: floa
     """W steps z ← z − α(∇P_i(z) + linear + weight∘(x − anchor)) for every client, followed by
     the prox step when `prox` (dald._prox_grad; solvers.gradient_descent without it)."""
     n_x = group.n_x
+    Z = np.array(Z, dtype=float)             # ours: updated in place below
     for _ in range(steps):
         _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])
-        G = _add_shared(G, n_x, linear + weight * (Z[:, :n_x] - anchor))
-        Z = Z - step * G
+        # in place on fresh arrays, the serial operations in the same order up to commuted
+        # operands (exact in IEEE arithmetic): each (n, d) temporary costs a pass over memory
+        extra = np.subtract(Z[:, :n_x], anchor)
+        extra *= weight
+        extra += linear
+        G = _add_shared(G, n_x, extra)
+        G *= step
+        Z -= G
         if prox:
             Z = group.apply_prox(Z, step)
     return Z

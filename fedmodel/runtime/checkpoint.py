@@ -269,7 +269,11 @@ def _expr_token(node, leaves: dict[int, int], memo: dict[int, str], h) -> str:
         if node.uid not in leaves:           # first visit: number it and hash its value
             leaves[node.uid] = len(leaves)
             h.update(f"|leaf{leaves[node.uid]} {type(node).__name__} {node.shape}".encode())
-            if isinstance(node, (Constant, Parameter)):
+            if getattr(node, "remote", False):   # loader data: identified by its loader, not read
+                loader = node.loader
+                h.update(f"|loader {getattr(loader, '__module__', '')}."
+                         f"{getattr(loader, '__qualname__', type(loader).__name__)}".encode())
+            elif isinstance(node, (Constant, Parameter)):
                 value = node.value
                 _update(h, None if value is None else np.asarray(value, float))
         token = f"L{leaves[node.uid]}"
