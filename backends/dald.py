@@ -204,7 +204,9 @@ class DALD(Backend):
     "prox-grad" (BCPG (63)–(64)). coordination: "full" (full cycle) or "partial" (each node
     takes part in an inner iteration with probability `participation` (seeded by `seed`); a dropped
     node keeps its iterate and its multipliers; a DC edge multiplier moves only when both ends took
-    part — client dropout). order: the coordination sequence S
+    part — client dropout; `availability(t)` names the nodes reachable at inner iteration t, e.g.
+    a client that drops out and returns). `monitor(t, {node: x})` sees the iterates after every
+    outer step. order: the coordination sequence S
     for DC (default: a hierarchy DiGraph's solve order, else the problem's client order).
     """
 
