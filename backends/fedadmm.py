@@ -43,6 +43,9 @@ from .base import Backend
 from .common import gather_values, progress, require_star
 
 
+LOCAL_SOLVERS = ("gd", "auto", "newton", "exact", "lbfgs")
+
+
 def sigma_bound(beta: float, c: float = 1.0) -> float:
     """√2/(√2 + √(β/c)): the bound (3.8)/(3.9) on σ for strong-convexity constant c."""
     return math.sqrt(2.0) / (math.sqrt(2.0) + math.sqrt(beta / c))
@@ -60,7 +63,7 @@ def adapt_penalty(beta: float, primal: float, dual: float, mu: float, tau: float
 # ---- client-side procedures (run on the client; state in program.state["fedadmm"]) ------------
 _CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "local_steps": "1",
            "inexact": "1", "sigma": "1", "sigma_factor": "1", "c": "1", "reference": "str",
-           "adaptive": "1", "mu": "1", "tau": "1", "penalty_rule": "str", "beta_min": "1", "beta_max": "1"}
+           "adaptive": "1", "mu": "1", "tau": "1", "penalty_rule": "str", "beta_min": "1", "beta_max": "1", "solver": "str", "start": "str"}
 
 
 @procedure("fedadmm_init", _CONFIG, {})
@@ -95,11 +98,23 @@ def _round(program: NodeProgram, z):
         return _client_update(program, program.state["fedadmm"], np.asarray(z, float))
 
 
+def _solve(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, tol: float, cap: int):
+    """argmin_u L_{β_i}(u, λ_i, z) by the node's own solver (Newton / exact / L-BFGS) to
+    ‖e‖∞ ≤ tol, from α_i·L = P_i(u, y) − α_iλ_iᵀu + (α_iβ_i/2)‖u − z‖² (+ const); ‖e‖₂ ≤ √N‖e‖∞."""
+    n, alpha = program.n_shared, s["alpha"]
+    program.y = x[n:].copy()
+    out = program.solve_local(linear=-alpha * s["lam"], weight=alpha * s["beta"], anchor=z, x0=x[:n],
+                              tol=alpha * tol, method=s["solver"], max_steps=cap)
+    x = np.concatenate([out["x"], program.y])
+    return x, _residual(program, s, x, z), int(out["steps"])
+
+
 def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
     z = np.asarray(z, float)
     n = program.n_shared
     beta, cap, lr = s["beta"], int(s["local_steps"]), s["lr"]
-    x = np.concatenate([z, program.y])            # û := z^k (private variables: their last value)
+    # û := z^k (Algorithms 1, 3) or u_i^k (`local_start="u"`); private variables: their last value
+    x = np.concatenate([z if s["start"] == "z" else s["u"], program.y])
     e = _residual(program, s, x, z)
     steps, bound = 0, None
     if s["inexact"]:
@@ -110,10 +125,14 @@ def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
         else:                                                                    # (3.7): u_i^k
             ref = float(np.linalg.norm(_residual(program, s, np.concatenate([s["u"], program.y]), z)))
         bound = sigma * ref
+        if s["solver"] != "gd":
+            x, e, steps = _solve(program, s, x, z, bound / math.sqrt(x.size), cap)
         while float(np.linalg.norm(e)) > bound and steps < cap:   # test, then step (spec §2.3)
             x = x - lr * e                                        # (2.9): the residual is the step
             e = _residual(program, s, x, z)
             steps += 1
+    elif s["solver"] != "gd":                                     # exact ADMM (2.8a)
+        x, e, steps = _solve(program, s, x, z, 1e-10, cap)
     else:
         for _ in range(cap):                                      # E steps of (2.9)
             x = x - lr * _residual(program, s, x, z)
@@ -154,7 +173,8 @@ class FedADMM(Backend):
                  reference: str = "z", sigma_factor: float = 1.0, strong_convexity: float = 1.0,
                  penalty_rule: str = "paper", alpha: Any = "uniform", tol: float | None = None,
                  w0: Any = None, server_tol: float = 1e-10,
-                 beta_range: tuple[float, float] = (0.0, math.inf)):
+                 beta_range: tuple[float, float] = (0.0, math.inf), local_solver: str = "gd",
+                 local_start: str = "z"):
         problems = []
         for label, value in (("beta", beta), ("lr", lr), ("mu", mu), ("tau", tau),
                              ("sigma_factor", sigma_factor), ("strong_convexity", strong_convexity),
@@ -174,6 +194,10 @@ class FedADMM(Backend):
             problems.append(f"the adaptive penalty (3.15) needs mu > 1 and tau > 1 (got mu={mu}, tau={tau})")
         if reference not in ("z", "u"):
             problems.append(f"reference must be 'z' (Remark 3.4) or 'u' (criterion (3.7)), got {reference!r}")
+        if local_solver not in LOCAL_SOLVERS:
+            problems.append(f"local_solver must be one of {LOCAL_SOLVERS}, got {local_solver!r}")
+        if local_start not in ("z", "u"):
+            problems.append(f"local_start must be 'z' (the paper) or 'u' (warm start), got {local_start!r}")
         if penalty_rule not in ("paper", "code"):
             problems.append(f"penalty_rule must be 'paper' or 'code', got {penalty_rule!r}")
         if tol is not None and not _positive(tol):
@@ -186,7 +210,7 @@ class FedADMM(Backend):
             low, high = 0.0, math.inf
         if problems:
             raise FedModelError("FedADMM: " + "; ".join(problems))
-        self.beta_range = (low, high)
+        self.beta_range, self.local_solver, self.local_start = (low, high), local_solver, local_start
         self.beta, self.local_steps, self.lr = float(beta), int(local_steps), float(lr)
         self.inexact, self.adaptive = bool(inexact), bool(adaptive)
         self.sigma = None if sigma is None else float(sigma)
@@ -250,7 +274,8 @@ class FedADMM(Backend):
                 "sigma": self.sigma, "sigma_factor": self.sigma_factor, "c": self.strong_convexity,
                 "reference": self.reference, "adaptive": float(self.adaptive), "mu": self.mu,
                 "tau": self.tau, "penalty_rule": self.penalty_rule, "beta_min": self.beta_range[0],
-                "beta_max": self.beta_range[1]}
+                "beta_max": self.beta_range[1], "solver": self.local_solver,
+                "start": self.local_start}
 
     # ---- the rounds -----------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False, **_):
@@ -311,6 +336,9 @@ class FedADMM(Backend):
             z_hat = (alpha @ w_cache) / s_beta                                        # (3.1a)
             z_bar = (z_hat + self.memory * z) / (1.0 + self.memory)                   # (3.1b)
             server_residual = 0.0
+            if not np.all(np.isfinite(z_bar)):      # a client diverged (lr too large for its f̃_i)
+                status = "diverged"
+                break
             if has_server_step:                                                       # (3.2) + h
                 out = ex.call("server", "solve_local", linear=None, weight=(1 + self.memory) * s_beta,
                               anchor=z_bar, x0=z, method="auto",
@@ -386,7 +414,7 @@ class FedADMM(Backend):
 
         from .common import _Silent
         z, history, status, steps = self._rounds(ex, np.asarray(w, float), alpha, self.max_rounds, None,
-                                                 _Silent(), lam_start="gradient",
+                                                 _Silent(), lam_start="zero",
                                                  keep_beta=keep and self.adaptive, stop=certified,
                                                  report=False, server_tol=max(self.server_tol, 0.01 * tau))
         if getattr(self, "_executor", None) is not ex:     # a new ProxAL solve: a fresh log

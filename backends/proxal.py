@@ -15,6 +15,11 @@ Options beyond the paper (defaults keep the paper's algorithm):
 - `adaptive_rho=True`: each client rebalances its ρ_i between ADMM steps by residual balancing.
   The certificate (22) stays valid because ε̃_{i,t+1} uses the ρ_i^t the server used in (18),
   and ũ_i^{t+1} = u_i^{t+1} + λ_i^{t+1}/ρ_i^{t+1} (21) is formed with the new ρ (see `_admm_step`).
+- `beta_growth=γ > 1`: between outer iterations β_{k+1} = min(γ β_k, `beta_max`) when the
+  constraint change ‖μ^{k+1} − μ^k‖∞/β_k exceeds ε2 and has not fallen below a quarter of the
+  previous one (the standard augmented-Lagrangian penalty update). Iteration k uses β_k
+  throughout: multiplier step, proximal weight ω_k = 1/((n+1)β_k) of (13)–(14) and rule (11),
+  so (11) still certifies an (ε1, ε2)-KKT point; (22)–(23) are per subproblem and unaffected.
 """
 from __future__ import annotations
 
@@ -81,7 +86,10 @@ class ProxAL(Backend):
                  tol: tuple[float, float] = (1e-3, 1e-3), max_outer: int = 100,
                  max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = False,
                  local_solver: str = "auto", w0: Any = None, inner: Any = None,
-                 check_certificate: bool = False):
+                 check_certificate: bool = False, beta_growth: float = 1.0, beta_max: float = 1e4):
+        if beta_growth < 1 or beta_max < beta:
+            raise FedModelError(f"ProxAL needs beta_growth ≥ 1 and beta_max ≥ beta (got "
+                                f"beta_growth={beta_growth}, beta_max={beta_max}, beta={beta})")
         if beta <= 0 or rho <= 0 or s_bar <= 0 or not 0 < q < 1 or max_outer < 1 or max_inner < 1:
             raise FedModelError(f"ProxAL needs beta > 0, rho > 0, s_bar > 0, 0 < q < 1 and "
                                 f"max_outer, max_inner ≥ 1 (got beta={beta}, rho={rho}, "
@@ -95,6 +103,7 @@ class ProxAL(Backend):
         self.local_solver, self.w0, self.inner = local_solver, w0, inner
         # diagnostic: at each ADMM stop also compute the true ‖∇ℓ_k(w)‖∞ (one extra round)
         self.check_certificate = bool(check_certificate)
+        self.beta_growth, self.beta_max = float(beta_growth), float(beta_max)
 
     # Algorithm 1 --------------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
@@ -109,7 +118,7 @@ class ProxAL(Backend):
         w = np.zeros(d) if self.w0 is None else np.asarray(self.w0, float).ravel().copy()
         rho = self._client_rhos(problem)
         history, total_inner, status = [], 0, "max_iterations"
-        omega = 1.0 / ((n + 1) * self.beta)            # proximal weight of each P_{i,k} (13)–(14)
+        beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
         bar = progress(self.max_outer, verbose, "ProxAL")
         certificate_log = []
         start = time.perf_counter()
@@ -118,9 +127,11 @@ class ProxAL(Backend):
         if saved:
             w, rho, total_inner = saved["w"], saved["rho"], saved["total_inner"]
             certificate_log, history = saved["certificate_log"], saved["history"]
+            beta, last_change = saved.get("beta", beta), saved.get("last_change", last_change)
         for k in range(len(history), self.max_outer):
             tau = self.s_bar / (k + 1) ** 2                                       # step 2
-            ex.map("configure", {node: {"beta": self.beta, "prox_weight": omega, "center": w}
+            omega = 1.0 / ((n + 1) * beta)         # proximal weight of each P_{i,k} (13)–(14)
+            ex.map("configure", {node: {"beta": beta, "prox_weight": omega, "center": w}
                                  for node in ex.nodes})
             # steps 3–4: Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace
             # holds upper bounds on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
@@ -138,15 +149,20 @@ class ProxAL(Backend):
                      max(r["dy"] for r in changes.values()))
             w = w_next
             record = self._record(ex, w, k, trace, tau, dw, dmu, start)
-            record["true_residual"] = true_residual
+            record["true_residual"], record["beta"] = true_residual, beta
             history.append(record)
             if callback:
                 callback(record)
             bar.update(record)
-            if dw + self.beta * tau <= self.beta * self.eps1 and dmu <= self.beta * self.eps2:  # (11)
+            if dw + beta * tau <= beta * self.eps1 and dmu <= beta * self.eps2:  # (11) with β_k
                 status = "converged"
                 break
-            ckpt.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner,
+            change = dmu / beta                    # the constraint change, ≈ the violation
+            if self.beta_growth > 1 and change > self.eps2 and change > 0.25 * last_change:
+                beta = min(self.beta_growth * beta, self.beta_max)      # too slow: raise β
+            last_change = change
+            ckpt.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
+                                  "last_change": last_change,
                                   "certificate_log": certificate_log, "history": history})
         bar.close()
         values, multipliers = gather_values(ex, problem, w)

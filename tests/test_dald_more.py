@@ -40,8 +40,10 @@ def _lasso(n, lam=0.05, seed=0):
     return prob, w
 
 
-def _l1_logistic(n, lam=0.02, seed=1):
-    """Σ_i (1/M)Σ_j log(1 + exp(−y_ij a_ijᵀw)) + (λ/n)‖w‖₁ per client (prox-able client term)."""
+def _l1_logistic(n, lam=None, seed=1):
+    """Σ_i (1/M)Σ_j log(1 + exp(−y_ij a_ijᵀw)) + (λ/n)‖w‖₁ per client (prox-able client term);
+    λ = 0.01·n keeps one coefficient of the optimum at zero for n = 5, 6, 7."""
+    lam = 0.01 * n if lam is None else lam
     rng = np.random.default_rng(seed)
     truth = np.array([2.0, -1.5, 0.0, 0.0, 1.0])
     w = fm.Variable(D, name="w")

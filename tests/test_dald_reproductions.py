@@ -93,3 +93,16 @@ def test_paper_table_is_parsed():
     assert len(t2.PAPER) == 24
     assert t2.PAPER[(1000, 1e-3)]["fedprox"][2] == 88.21        # the text says 87.21
     assert t2.PAPER[(10, 0.0)]["dald-dc"] == (98.80, 2.14, 99.04, 1.50)
+
+
+def test_fig5_curves_and_png(mnist10, tmp_path):
+    """Curves are recorded at iteration 1 and every `every`-th, equal the Table II models at
+    the same iteration, and the PNG is written."""
+    from fedmodel.reproductions import dald_fig5
+    data = dald_fig5.curves(10, iterations=20, every=10, exp=mnist10)
+    k, mean, std = data["dald-dc"]
+    assert list(k) == [1, 10, 20] and np.all(std >= 0)
+    models = t2.run_reference("dald-dc", mnist10, dald_fig5.LAMBDA, 20, (20,))[20]
+    assert mean[-1] == pytest.approx(100 * np.mean(t2.accuracies(mnist10, models)), abs=1e-12)
+    path = dald_fig5.plot({10: data}, tmp_path / "fig5.png")
+    assert path.stat().st_size > 10_000

@@ -68,6 +68,19 @@ def test_l2_logistic_reaches_cvxpy_optimum(variant):
     assert close_to(res, ref, w), (res.value(w), ref.value(w))
 
 
+@pytest.mark.parametrize("options", [
+    {"reference": "u", "sigma": 0.9 * sigma_bound(2.0, 0.1), "strong_convexity": 0.1},  # Theorem 3.3
+    {"local_solver": "newton", "local_start": "u"},                     # node's solver meets (3.7)
+    {"penalty_rule": "code", "sigma_factor": 0.999, "adaptive": True}])  # the authors' code
+def test_other_readings_reach_cvxpy_optimum(options):
+    prob, w = logistic_model(4)
+    ref = prob.solve("cvxpy")
+    res = prob.solve(FedADMM(beta=1.0, lr=0.5, max_rounds=3000, tol=1e-11, inexact=True,
+                             local_steps=100, **options))
+    assert res.status == "converged"
+    assert close_to(res, ref, w), (res.value(w), ref.value(w))
+
+
 @pytest.mark.parametrize("alpha", ["uniform", "weights"])
 def test_unequal_client_sizes_solve_the_model_as_written(alpha):
     """α_i = N_i/N or 1/m only rescales the local functions: the answer is CVXPY's Σ_i f_i."""
@@ -261,7 +274,7 @@ def test_ten_percent_participation_converges_and_seeds_reproduce():
     {"sigma": 1.0}, {"sigma": 0}, {"mu": 1.0}, {"tau": 0.5}, {"memory": -0.1},
     {"participation": 0}, {"participation": 1.5}, {"max_rounds": 0}, {"reference": "x"},
     {"penalty_rule": "?"}, {"tol": -1}, {"beta": "2"}, {"beta_range": (2.0, 1.0)},
-    {"beta_range": 3.0}])
+    {"beta_range": 3.0}, {"local_solver": "sgd"}, {"local_start": "w"}])
 def test_bad_options_raise(options):
     with pytest.raises(fm.FedModelError):
         FedADMM(**options)

@@ -71,7 +71,9 @@ def _newton_direction(H, g: np.ndarray) -> np.ndarray:
     """−H⁻¹g for a matrix or a `scipy.linalg.cho_factor` factor; −g when H is singular."""
     from scipy.linalg import cho_solve
     try:
-        return -(cho_solve(H, g) if isinstance(H, tuple) else np.linalg.solve(H, g))
+        # check_finite=False: g is finite here (a non-finite one fails every Armijo test and
+        # ends the solve), and the check costs ~5 % of a small client's ADMM step
+        return -(cho_solve(H, g, check_finite=False) if isinstance(H, tuple) else np.linalg.solve(H, g))
     except np.linalg.LinAlgError:
         return -g
 
