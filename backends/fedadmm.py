@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +66,7 @@ _CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "
            "adaptive": "1", "mu": "1", "tau": "1", "penalty_rule": "str", "beta_min": "1", "beta_max": "1", "solver": "str", "start": "str"}
 
 
-@procedure("fedadmm_init", _CONFIG, {})
+@procedure("fedadmm_init", _CONFIG, {"w": "x", "beta": "1"})
 def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
     """u_i^0 = z^0, λ_i^0 = 0 (the authors' code) or ∇f̃_i(z^0) ("gradient", used by ProxAL's
     composition: the multiplier's value at a solution, λ_i* = ∇f̃_i(z*)); β_i^0."""
@@ -79,7 +79,7 @@ def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
         lam = program.value_grad(z, program.y)[1][:program.n_shared] / alpha
     program.state["fedadmm"] = {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha),
                                 **config, "last": {}}
-    return {}
+    return {"w": float(beta) * z - lam, "beta": float(beta)}   # the server's first cache entry
 
 
 def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -296,8 +296,8 @@ class FedADMM(Backend):
         values, multipliers = gather_values(ex, problem, z)
         ex.ledger.rounds = len(history)
         ex.close()
-        betas = {c: ex.programs[c].state["fedadmm"]["beta"] for c in ex.clients} \
-            if hasattr(ex, "programs") and ex.programs else {}
+        # the clients' current β_i (InSa), where the executor keeps the programs in process
+        betas = {c: ex.programs[c].state.get("fedadmm", {}).get("beta") for c in ex.clients}
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"rounds": len(history), "local_steps": steps}, "ledger": ex.ledger,
                 "info": {"variant": self.variant, "alpha": alpha, "memory": self.memory,
@@ -314,14 +314,11 @@ class FedADMM(Backend):
         m = len(clients)
         rng = np.random.default_rng(self.seed)
         beta0 = None if keep_beta else self.beta
-        ex.map("fedadmm_init", {c: self._client_config(z, alpha[j], beta0, lam_start)
-                                for j, c in enumerate(clients)})
-        betas = np.array([ex.programs[c].state["fedadmm"]["beta"] for c in clients]) \
-            if keep_beta else np.full(m, self.beta)
-        # server caches: the last w_i = β_i u_i − λ_i and β_i of every client (u^0 = z^0, λ^0 = 0)
-        w_cache = betas[:, None] * z[None, :]
-        if lam_start == "gradient":   # λ_i^0 ≠ 0: absent clients' cached w_i must include it
-            w_cache = w_cache - np.array([ex.programs[c].state["fedadmm"]["lam"] for c in clients])
+        # server caches: the last w_i = β_i u_i − λ_i and β_i of every client (u^0 = z^0)
+        first = ex.map("fedadmm_init", {c: self._client_config(z, alpha[j], beta0, lam_start)
+                                        for j, c in enumerate(clients)})
+        w_cache = np.array([first[c]["w"] for c in clients], float).reshape(m, -1)
+        betas = np.array([first[c]["beta"] for c in clients], float)
         b_cache = betas.copy()
         size = max(1, math.ceil(self.participation * m))
         has_server_step = stop is not None or _server_has_terms(ex.programs["server"])

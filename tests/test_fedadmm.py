@@ -328,3 +328,12 @@ def test_ledger_shows_only_declared_model_sized_messages():
             per = floats / count
             assert per == (d if sender == "server" else d + 3)     # z down; w, β, steps, drift up
     assert res.ledger.messages[("server", "c0", "fedadmm_round")] == 5
+
+
+def test_batched_executor_gives_the_same_run():
+    prob, w = ridge_model(ridge_data())
+    opts = dict(lr=0.2, max_rounds=30, inexact=True, adaptive=True, participation=0.5, seed=2)
+    a = prob.solve(FedADMM(**opts))
+    b = prob.solve(FedADMM(**opts), executor="batched")
+    np.testing.assert_array_equal(a.value(w), b.value(w))
+    assert a.iterations == b.iterations

@@ -1,7 +1,6 @@
 """ProxAL(inner=FedADMM(...)): FedADMM-InSa solves ProxAL's subproblems (Algorithm 1, step 3) on a
 model with local and global constraints; verified against CVXPY, and the certificate it returns
 bounds the true ‖∇ℓ_k‖∞ (so ProxAL's stop rule and Theorem 4.1 stay sound)."""
-import numpy as np
 import pytest
 
 import fedmodel as fm
