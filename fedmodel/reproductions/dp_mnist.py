@@ -130,11 +130,15 @@ def plot(results: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
     eps = sorted({float(k.split("ε=")[1]) for k in results if "ε=" in k})
     fig, axes = plt.subplots(1, len(eps), figsize=(4 * len(eps), 3.2), squeeze=False)
+    names = sorted({label.split(" ε")[0] for label in results})
+    colour = {name: f"C{i}" for i, name in enumerate(names)}          # same colour in every panel
     for ax, e in zip(axes[0], eps):
         for label, r in results.items():
             if label.endswith(f"ε={e:g}") or label.startswith("non-private"):
                 rounds, cost = zip(*r["cost"])
-                ax.plot(rounds, cost, label=label.split(" ε")[0])
+                name = label.split(" ε")[0]
+                ax.plot(rounds, cost, label=name, color=colour[name],
+                        linestyle="--" if name.startswith("non-private") else "-")
         ax.set_title(f"ε̄ = {e:g}")
         ax.set_xlabel("round t")
         ax.set_yscale("log")
