@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,10 +19,15 @@ class Backend:
 
     name = "backend"
     checkpointing = False   # True: `run` takes a `checkpointer` (docs/checkpoints.md)
+    convergence_needs_convexity = True   # its guarantees assume a convex model (warn otherwise)
 
     def solve(self, problem, topology=None, executor="serial", callback=None, verbose=False,
               checkpoint=None, checkpoint_every=None, resume=False) -> Result:
         from fedmodel.runtime.checkpoint import Checkpointer
+        if self.convergence_needs_convexity and not problem.is_convex():
+            warnings.warn(f"{self.name}: the model is not convex (DCP rules), so the algorithm's "
+                          "convergence guarantees do not apply and CVXPY cannot certify the "
+                          "result; the KKT certificate on the Result still does", stacklevel=3)
         checkpointer = Checkpointer.create(self, problem, checkpoint, checkpoint_every, resume)
         extra = {"checkpointer": checkpointer} if self.checkpointing else {}
         start = time.perf_counter()

@@ -40,6 +40,7 @@ class CVXPY(Backend):
     """
 
     name = "cvxpy"
+    convergence_needs_convexity = False   # it refuses a nonconvex model with CurvatureError
 
     def __init__(self, solver: str | None = None, **solver_options: Any):
         if solver is not None and not isinstance(solver, str):

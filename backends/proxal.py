@@ -154,7 +154,11 @@ class ProxAL(Backend):
             if callback:
                 callback(record)
             bar.update(record)
-            if dw + beta * tau <= beta * self.eps1 and dmu <= beta * self.eps2:  # (11) with β_k
+            # (11) with β_k; it certifies a KKT point only if the subproblem was solved to τ_k
+            # (23) — an inner loop stopped by max_inner leaves w barely moved and (11) would
+            # hold vacuously
+            solved = trace[-1] <= tau
+            if solved and dw + beta * tau <= beta * self.eps1 and dmu <= beta * self.eps2:
                 status = "converged"
                 break
             change = dmu / beta                    # the constraint change, ≈ the violation

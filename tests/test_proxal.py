@@ -1,5 +1,7 @@
 """ProxAL (Algorithms 1–2) and CentralizedProxAL (Algorithm 3) against CVXPY and the paper's
 certificate (Theorem 4.1)."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -175,3 +177,33 @@ def test_nonconvex_model_warns_and_still_certifies():
     with pytest.warns(UserWarning, match="nonconvex|not convex"):
         report = fm.verify(res)
     assert report.kkt.stationarity <= 1e-3
+
+
+def test_backends_warn_on_a_nonconvex_model_when_solving():
+    w = fm.Variable(2, name="w")
+    prob = fm.Problem()
+    c = prob.add_client("c0")
+    c.minimize(fm.sum_squares(w - 1.0))
+    c.subject_to((-fm.sum_squares(w) <= -2.0).named("outside"))     # nonconvex: ‖w‖² ≥ 2
+    with pytest.warns(UserWarning, match="not convex.*guarantees do not apply"):
+        prob.solve(backends.CentralizedProxAL(beta=10.0, max_outer=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # a convex model: no warning
+        convex = fm.Problem()
+        convex.add_client("c0").minimize(fm.sum_squares(w - 1.0))
+        convex.solve(backends.CentralizedProxAL(beta=10.0, max_outer=3))
+
+
+def test_an_inner_loop_stopped_by_its_cap_is_never_reported_converged():
+    # With a tiny ρ and max_inner = 2 the ADMM cannot reach τ_k: w barely moves, so rule (11)
+    # alone would hold; the status must say the run did not converge.
+    rng = np.random.default_rng(3)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for i in range(2):
+        c = prob.add_client(f"c{i}")
+        A = c.data(rng.normal(size=(10, 3)), name=f"A{i}")
+        c.minimize(fm.sum_squares(A @ w - 1.0))
+    res = prob.solve(backends.ProxAL(beta=10.0, rho=1e8, max_inner=2, max_outer=5))
+    assert all(r["certificate"] > r["tau"] for r in res.history)
+    assert res.status == "max_iterations"

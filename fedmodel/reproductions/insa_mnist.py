@@ -146,7 +146,8 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, plot_dir=N
     numpy_loss = float(np.mean([softmax_loss(insa["W"], Xi, yi) for Xi, yi in parts]))
     # implementation checks (the exit code) ...
     checks = [
-        ("history loss = numpy Σα_i f_i(z^K) (rel 1e-9)", abs(insa["loss"][-1] - numpy_loss) <= 1e-9 * numpy_loss),
+        ("history loss = numpy Σα_i f_i(z^K) (rel 1e-9)",
+         abs(insa["loss"][-1] - numpy_loss) <= 1e-9 * numpy_loss),
         (f"vanilla step counts are exactly {selected}·E (paper: 4000 / 10000 / 20000 at K = 200)",
          all(results[f"FedADMM (E = {e})"]["total_steps"] == selected * e for e in (2, 5, 10))),
         ("In and InSa take fewer local steps than vanilla E = 10 (the cap is 10)",
