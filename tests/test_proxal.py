@@ -207,3 +207,10 @@ def test_an_inner_loop_stopped_by_its_cap_is_never_reported_converged():
     res = prob.solve(backends.ProxAL(beta=10.0, rho=1e8, max_inner=2, max_outer=5))
     assert all(r["certificate"] > r["tau"] for r in res.history)
     assert res.status == "max_iterations"
+
+
+def test_prox_gradient_stops_on_a_non_finite_point():
+    from fedmodel.runtime import solvers
+    x, steps, residual = solvers.prox_gradient(
+        lambda z: (float("nan"), np.full_like(z, np.nan)), lambda z, t: z, np.zeros(3), 1e-8, 1.0)
+    assert steps == 1 and residual == float("inf")

@@ -104,6 +104,8 @@ def prox_gradient(fun_grad: FunGrad, prox: Callable[[np.ndarray, float], np.ndar
             diff = x_new - y
             if f_new <= fy + gy @ diff + 0.5 * L * (diff @ diff) + 1e-12 * abs(fy):
                 break
+            if not (np.isfinite(fy) and np.isfinite(L)):   # no descent to find: stop, the
+                return x_new, steps, float("inf")          # caller sees a non-finite residual
             L *= 2.0
         residual = float(np.max(np.abs(g_new - gy - L * diff), initial=0.0))
         t_next = 0.5 * (1 + np.sqrt(1 + 4 * t_k * t_k))
