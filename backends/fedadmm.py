@@ -37,6 +37,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError, SmoothnessError
 from fedmodel.runtime import make_executor
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from .base import Backend
@@ -165,6 +166,7 @@ class FedADMM(Backend):
     """
 
     name = "fedadmm"
+    checkpointing = True
 
     def __init__(self, beta: float = 2.0, local_steps: int = 10, lr: float = 0.01,
                  inexact: bool = False, sigma: float | None = None, adaptive: bool = False,
@@ -278,7 +280,8 @@ class FedADMM(Backend):
                 "start": self.local_start}
 
     # ---- the rounds -----------------------------------------------------------------------------
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False, **_):
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+            checkpointer=None, **_):
         require_star(problem, topology, self.name)
         if not problem.clients:
             raise FedModelError("FedADMM needs at least one client")
@@ -290,7 +293,8 @@ class FedADMM(Backend):
         z = np.zeros(d) if self.w0 is None else _start_point(self.w0, d)
         bar = progress(self.max_rounds, verbose, self.variant)
         try:
-            z, history, status, steps = self._rounds(ex, z, alpha, self.max_rounds, callback, bar)
+            z, history, status, steps = self._rounds(ex, z, alpha, self.max_rounds, callback, bar,
+                                                     checkpointer=checkpointer)
         finally:
             bar.close()
         values, multipliers = gather_values(ex, problem, z)
@@ -304,9 +308,9 @@ class FedADMM(Backend):
                          "final_beta": betas}}
 
     def _rounds(self, ex, z, alpha, max_rounds, callback, bar, lam_start="zero", keep_beta=False,
-                stop=None, report=True, server_tol=None):
+                stop=None, report=True, server_tol=None, checkpointer=None):
         """The loop of Algorithms 1/3 from z^0 = z. State: round k, z, the server's caches of w_i
-        and β_i, the sampling rng (plain variables, for a later checkpoint mechanism).
+        and β_i, the sampling rng — saved by `checkpointer` after every round (docs/checkpoints.md).
         `stop(z, record, z_bar, weight, residual) -> bool` replaces the `tol` test (ProxAL's
         composition; z_bar, weight: the z-step's anchor and quadratic weight (3.2); residual: the
         ∞-norm residual of the server's solve)."""
@@ -323,7 +327,13 @@ class FedADMM(Backend):
         size = max(1, math.ceil(self.participation * m))
         has_server_step = stop is not None or _server_has_terms(ex.programs["server"])
         history, status, total_steps, elapsed = [], "max_iterations", 0, 0.0
-        for k in range(max_rounds):
+        ckpt = checkpointer or NO_CHECKPOINT
+        saved = ckpt.restore(ex)
+        if saved:
+            z, w_cache, b_cache = saved["z"], saved["w_cache"], saved["b_cache"]
+            history, total_steps, elapsed = saved["history"], saved["total_steps"], saved["elapsed"]
+            rng.bit_generator.state = saved["rng"]
+        for k in range(len(history), max_rounds):
             start = time.perf_counter()
             chosen = sorted(rng.choice(m, size=size, replace=False)) if size < m else list(range(m))
             replies = ex.map("fedadmm_round", {clients[j]: {"z": z} for j in chosen})
@@ -372,6 +382,9 @@ class FedADMM(Backend):
             if self.tol is not None and max(change, drift) <= self.tol:
                 status = "converged"
                 break
+            ckpt.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
+                                  "total_steps": total_steps, "elapsed": elapsed,
+                                  "rng": rng.bit_generator.state})
         return z, history, status, total_steps
 
 

@@ -142,6 +142,13 @@ def test_dp_admm_resume_restores_client_noise_generators(tmp_path):
     assert np.ptp([r["noise_magnitude"] for r in ref.history]) > 0     # noise was really drawn
 
 
+def test_fedadmm_insa_resume_with_seeded_participation(tmp_path):
+    prob, w = least_squares(2, n_clients=5)
+    make = lambda: backends.FedADMM(beta=2.0, adaptive=True, inexact=True, lr=0.05,  # noqa: E731
+                                    participation=0.4, max_rounds=12, seed=5, tol=None)
+    _check_resume(tmp_path, prob, make, stop_at=6, every=2)
+
+
 def test_resume_without_a_file_starts_fresh_and_no_checkpoint_costs_nothing(tmp_path):
     prob, w = least_squares()
     make = lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=2, max_rounds=6, tol=0.0)  # noqa: E731
