@@ -16,6 +16,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "dald": ("backends.dald", "DALD"),
     "fedprox": ("backends.special_cases", "FedProx"),
     "fedavg": ("backends.special_cases", "FedAvg"),
+    "dgd": ("backends.special_cases", "DistributedGD"),
+    "pa": ("backends.special_cases", "ProximalAlgorithm"),
     "fedadmm": ("backends.fedadmm", "FedADMM"),
     "dp-admm": ("backends.dp_admm", "DPADMM"),
 }

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.errors import TopologyError
 
 
 def require_star(problem, topology, backend: str):

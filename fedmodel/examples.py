@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
 
 def neyman_pearson(n_clients: int = 5, threshold: float = 0.2, seed: int = 0,
                    radius: float | None = 10.0, ridge: float = 1e-2):

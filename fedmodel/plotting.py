@@ -73,6 +73,16 @@ def plot(result, path: str | Path, threshold: float = 1e-3, reference: Any = Non
     return paths
 
 
+def save_figure(figure, path: str | Path, dpi: int = 110) -> Path:
+    """Write `figure` to the PNG `path` (creating its directory) and close it."""
+    import matplotlib.pyplot as plt
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi)
+    plt.close(figure)
+    return path
+
+
 def _series(history, key) -> np.ndarray:
     return np.array([_float(r.get(key)) for r in history])
 

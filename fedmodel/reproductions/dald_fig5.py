@@ -45,6 +45,8 @@ def plot(results: dict[int, dict], path: str | Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from fedmodel.plotting import save_figure
     fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 3.8), squeeze=False)
     for ax, (n, data) in zip(axes[0], results.items()):
         for method, (k, mean, std) in data.items():
@@ -58,11 +60,7 @@ def plot(results: dict[int, dict], path: str | Path) -> Path:
         ax.legend(loc="lower right", fontsize=8)
     fig.suptitle("MNIST 3 vs 7, non-IID strided split: mean ± std over clients", fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run(full: bool = False, plot_dir=None, engine: str = "reference", executor: str = "serial") -> int:

@@ -128,6 +128,8 @@ def plot(results: dict, path: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from fedmodel.plotting import save_figure
     eps = sorted({float(k.split("ε=")[1]) for k in results if "ε=" in k})
     fig, axes = plt.subplots(1, len(eps), figsize=(4 * len(eps), 3.2), squeeze=False)
     names = sorted({label.split(" ε")[0] for label in results})
@@ -145,11 +147,7 @@ def plot(results: dict, path: Path) -> Path:
     axes[0][0].set_ylabel("training cost at w")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def checks(results: dict, epsilons, fast: bool) -> list[tuple[str, bool]]:

@@ -76,6 +76,8 @@ def plot(results: dict, optimum: float, path: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from fedmodel.plotting import save_figure
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     for name, out in results.items():
         rounds = np.arange(1, len(out["loss"]) + 1)
@@ -89,11 +91,7 @@ def plot(results: dict, optimum: float, path: Path) -> Path:
     a.legend(fontsize=8)
     a.set_title("Example 1 (synthetic ridge), β = 2")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run(full: bool = False, rounds: int | None = None, seed: int = 0, beta: float = 2.0,

@@ -24,7 +24,6 @@ mean over trials.
 """
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np

@@ -25,7 +25,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..atoms import Norm1
 from ..compiler.sets import norm1_term
 from ..expression import Variable
 from .batched_plan import BatchedPlan, plan_signature
@@ -362,7 +361,7 @@ def _cc_solve(group: Group, members: list[str], payloads: dict):
     if any(s is None or s.get("rho2") is None for s in states):
         return None
     has_prox = bool(group.prox)
-    n, n_x = group.n, group.n_x
+    n_x = group.n_x
     X = group.gather("x", states, n_x)
     MU = group.gather("mu", states, n_x)
     RHO2 = group.gather("rho2", states, n_x)
