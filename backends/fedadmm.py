@@ -38,7 +38,7 @@ import numpy as np
 from fedmodel.errors import FedModelError, SmoothnessError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from .base import Backend
 from .common import gather_values, progress, require_star
@@ -89,6 +89,15 @@ def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np
     g = program.value_grad(x[:n], x[n:])[1] / s["alpha"]
     g[:n] += -s["lam"] + s["beta"] * (x[:n] - z)
     return g
+
+
+def _penalty(program: NodeProgram):
+    """The client's current β_i (None before its first round): reporting, and ProxAL's
+    composition carrying β_i from one subproblem to the next."""
+    return {"beta": program.state.get("fedadmm", {}).get("beta")}
+
+
+register(MessageKind("fedadmm_beta", {}, {"beta": "1"}, local=True), _penalty)
 
 
 @procedure("fedadmm_round", {"z": "x"}, {"w": "x", "beta": "1", "steps": "1", "drift": "1"})
@@ -298,10 +307,9 @@ class FedADMM(Backend):
         finally:
             bar.close()
         values, multipliers = gather_values(ex, problem, z)
+        betas = {c: r["beta"] for c, r in ex.map("fedadmm_beta", {c: {} for c in ex.clients}).items()}
         ex.ledger.rounds = len(history)
         ex.close()
-        # the clients' current β_i (InSa), where the executor keeps the programs in process
-        betas = {c: ex.programs[c].state.get("fedadmm", {}).get("beta") for c in ex.clients}
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"rounds": len(history), "local_steps": steps}, "ledger": ex.ledger,
                 "info": {"variant": self.variant, "alpha": alpha, "memory": self.memory,
@@ -410,7 +418,7 @@ class FedADMM(Backend):
                                 f"(got {self.alpha!r})")
         m = len(clients)
         alpha = np.full(m, 1.0 / m) if isinstance(self.alpha, str) else np.asarray(self.alpha, float) / np.sum(self.alpha)
-        keep = all("fedadmm" in ex.programs[c].state for c in clients) if hasattr(ex, "programs") else False
+        keep = all(r["beta"] is not None for r in ex.map("fedadmm_beta", {c: {} for c in clients}).values())
         trace: list[float] = []
 
         def certified(z, record, z_bar, weight, residual) -> bool:

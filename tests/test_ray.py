@@ -103,6 +103,8 @@ CASES = {
     "fedprox": (lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=3, max_rounds=15), False, None),
     "fedavg": (lambda: backends.FedAvg(step=0.05, local_steps=2, max_rounds=15), False, None),
     "dp-admm": (lambda: backends.DPADMM(epsilon=1.0, max_rounds=15, seed=3, tol=0), False, None),
+    "fedadmm-insa": (lambda: backends.FedADMM(adaptive=True, inexact=True, participation=0.5,
+                                              max_rounds=15, seed=2), False, None),
 }
 
 
@@ -236,11 +238,14 @@ def test_node_failure_after_max_restarts(ray_cluster):
 
 @procedure("test_ray_slow_echo", {"x": "x", "marker": "str"}, {"x": "x"})
 def _slow_echo(program, x, marker):
-    """Hangs the first time it runs anywhere (the marker file does not exist yet)."""
-    if not os.path.exists(marker):
-        open(marker, "w").close()
-        import time
-        time.sleep(60)
+    """Hangs the first time it runs anywhere: exactly one caller creates the marker file
+    (O_EXCL is atomic, so two actors racing cannot both hang)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return {"x": 2.0 * x}
+    import time
+    time.sleep(60)
     return {"x": 2.0 * x}
 
 
