@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 
 
-
 def require_star(problem, topology, backend: str):
     """Backends with a server need a star-like topology with a server node (DESIGN.md)."""
     import topologies

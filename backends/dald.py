@@ -38,6 +38,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime import make_executor
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from .base import Backend
@@ -310,9 +311,7 @@ class DALD(Backend):
         return G, U, mode
 
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-            checkpointer=None, **_):
-        from fedmodel.runtime.checkpoint import NO_CHECKPOINT
-        self._ckpt = checkpointer or NO_CHECKPOINT         # resume: docs/checkpoints.md
+            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         G, U, mode = self._topology(problem, topology)
         programs = compile_programs(problem)
         d = programs["server"].n_shared
@@ -323,7 +322,7 @@ class DALD(Backend):
         start = time.perf_counter()
         try:
             loop = self._cc if mode == "cc" else self._dc
-            out = loop(problem, G, U, ex, x0, d, server_used, callback, verbose, start)
+            out = loop(problem, G, U, ex, x0, d, server_used, callback, verbose, start, checkpointer)
         finally:
             ex.close()
         out["info"]["mode"] = mode
@@ -341,7 +340,7 @@ class DALD(Backend):
         return keep or [nodes[int(self._rng.integers(len(nodes)))]]
 
     # -- Algorithm 2: Fed-DALD-CC --------------------------------------------------------------
-    def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start):
+    def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):
         clients, beta = ex.clients, self._beta()
         rho2 = {c: self._rho(c, d) ** 2 for c in clients}
         ex.map("dald_cc_init", {c: {"x0": xhat, "beta": beta, "rho": np.sqrt(rho2[c])} for c in clients})
@@ -354,7 +353,7 @@ class DALD(Backend):
         history, total, status, k = [], 0, "max_iterations", 0
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
-        saved = self._ckpt.restore(ex)
+        saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
         if saved:
             k, total, xhat, x, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
             history, self._rng.bit_generator.state = saved["history"], saved["rng"]
@@ -404,7 +403,7 @@ class DALD(Backend):
             if self._converged(primal, dual, dmu):
                 status = "converged"
                 break
-            self._ckpt.save(ex, k, {"k": k, "total": total, "xhat": xhat, "x": x, "mu_sum": mu_sum,
+            ckpt.save(ex, k, {"k": k, "total": total, "xhat": xhat, "x": x, "mu_sum": mu_sum,
                                     "history": history, "rng": self._rng.bit_generator.state})
         bar.close()
         values, multipliers = gather_values(ex, problem, xhat)
@@ -460,7 +459,7 @@ class DALD(Backend):
                 batches.append([node])
         return H, order, batches
 
-    def _dc(self, problem, G, U, ex, x0, d, server_used, callback, verbose, start):
+    def _dc(self, problem, G, U, ex, x0, d, server_used, callback, verbose, start, ckpt):
         H, order, batches = self._dc_graph(problem, G, U, server_used)
         beta = self._beta()
         position = {n: i for i, n in enumerate(order)}
@@ -475,7 +474,7 @@ class DALD(Backend):
         history, total, status, k = [], 0, "max_iterations", 0
         bar = progress(self.max_iterations, verbose, "DALD-DC")
         opts = self._opts()
-        saved = self._ckpt.restore(ex)
+        saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
         if saved:
             k, total, x, history = saved["k"], saved["total"], saved["x"], saved["history"]
             self._rng.bit_generator.state = saved["rng"]
@@ -513,7 +512,7 @@ class DALD(Backend):
             if self._converged(primal, dual, dmu):
                 status = "converged"
                 break
-            self._ckpt.save(ex, k, {"k": k, "total": total, "x": x, "history": history,
+            ckpt.save(ex, k, {"k": k, "total": total, "x": x, "history": history,
                                     "rng": self._rng.bit_generator.state})
         bar.close()
         clients = [n for n in order if n != "server"]

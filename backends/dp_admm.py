@@ -62,6 +62,7 @@ from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError
 from fedmodel.expression import Data, Leaf, Variable
 from fedmodel.runtime import make_executor
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import compile_programs
 from .base import Backend
@@ -464,16 +465,14 @@ class DPADMM(Backend):
 
     # -- run ------------------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-            checkpointer=None, **_):
-        from fedmodel.runtime.checkpoint import NO_CHECKPOINT
-        self._ckpt = checkpointer or NO_CHECKPOINT         # resume: docs/checkpoints.md
+            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         require_star(problem, topology, self.name)
         self._check_model(problem)
         programs = compile_programs(problem)
         d = programs["server"].n_shared
         ex = make_executor(executor).start(programs)
         try:
-            return self._loop(problem, ex, d, callback, verbose)
+            return self._loop(problem, ex, d, callback, verbose, checkpointer)
         finally:
             ex.close()
 
@@ -519,7 +518,7 @@ class DPADMM(Backend):
         return ex.call("server", "solve_local", linear=None, weight=len(z) * rho, anchor=anchor,
                        x0=w, tol=1e-12, method="auto")["x"]
 
-    def _loop(self, problem, ex, d, callback, verbose):
+    def _loop(self, problem, ex, d, callback, verbose, checkpointer):
         clients = ex.clients
         w = np.zeros(d)
         if self.w0 is not None:
@@ -536,7 +535,7 @@ class DPADMM(Backend):
         history, status, t, rho = [], "max_iterations", 0, math.nan
         bar = progress(self.max_rounds, verbose, "DP-ADMM")
         start = time.perf_counter()
-        saved = self._ckpt.restore(ex)      # client RNGs and noise logs come back with the nodes
+        saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
         if saved:
             t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
         for t in range(t + 1, self.max_rounds + 1):
@@ -586,7 +585,7 @@ class DPADMM(Backend):
             if done:
                 status = "converged"
                 break
-            self._ckpt.save(ex, t, {"t": t, "w": w, "z": z, "lam": lam, "rho": rho, "history": history})
+            checkpointer.save(ex, t, {"t": t, "w": w, "z": z, "lam": lam, "rho": rho, "history": history})
         bar.close()
         rounds = t if status != "diverged" else t - 1
         info = self._info(ex, z, lam, rho, records, per_round, t, history)   # t rounds released z

@@ -37,7 +37,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError, SmoothnessError
 from fedmodel.runtime import make_executor
-from fedmodel.runtime.checkpoint import NO_CHECKPOINT
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from .base import Backend
@@ -290,7 +290,7 @@ class FedADMM(Backend):
 
     # ---- the rounds -----------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-            checkpointer=None, **_):
+            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         require_star(problem, topology, self.name)
         if not problem.clients:
             raise FedModelError("FedADMM needs at least one client")
@@ -316,7 +316,7 @@ class FedADMM(Backend):
                          "final_beta": betas}}
 
     def _rounds(self, ex, z, alpha, max_rounds, callback, bar, lam_start="zero", keep_beta=False,
-                stop=None, report=True, server_tol=None, checkpointer=None):
+                stop=None, report=True, server_tol=None, checkpointer: Checkpointer = NO_CHECKPOINT):
         """The loop of Algorithms 1/3 from z^0 = z. State: round k, z, the server's caches of w_i
         and β_i, the sampling rng — saved by `checkpointer` after every round (docs/checkpoints.md).
         `stop(z, record, z_bar, weight, residual) -> bool` replaces the `tol` test (ProxAL's
@@ -335,8 +335,7 @@ class FedADMM(Backend):
         size = max(1, math.ceil(self.participation * m))
         has_server_step = stop is not None or _server_has_terms(ex.programs["server"])
         history, status, total_steps, elapsed = [], "max_iterations", 0, 0.0
-        ckpt = checkpointer or NO_CHECKPOINT
-        saved = ckpt.restore(ex)
+        saved = checkpointer.restore(ex)
         if saved:
             z, w_cache, b_cache = saved["z"], saved["w_cache"], saved["b_cache"]
             history, total_steps, elapsed = saved["history"], saved["total_steps"], saved["elapsed"]
@@ -390,7 +389,7 @@ class FedADMM(Backend):
             if self.tol is not None and max(change, drift) <= self.tol:
                 status = "converged"
                 break
-            ckpt.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
+            checkpointer.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
                                   "total_steps": total_steps, "elapsed": elapsed,
                                   "rng": rng.bit_generator.state})
         return z, history, status, total_steps

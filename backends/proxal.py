@@ -30,6 +30,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from fedmodel.runtime import make_executor
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from .base import Backend
@@ -100,6 +101,9 @@ class ProxAL(Backend):
         self.eps1, self.eps2 = tol
         self.max_outer, self.max_inner = int(max_outer), int(max_inner)
         self.rho_rule, self.adaptive_rho = rho_rule, bool(adaptive_rho)
+        if inner is not None and not callable(getattr(inner, "solve_subproblem", None)):
+            raise FedModelError(f"inner={inner!r} cannot solve ProxAL's subproblems; use "
+                                "inner=None (Algorithm 2) or inner=backends.FedADMM(...)")
         self.local_solver, self.w0, self.inner = local_solver, w0, inner
         # diagnostic: at each ADMM stop also compute the true ‖∇ℓ_k(w)‖∞ (one extra round)
         self.check_certificate = bool(check_certificate)
@@ -107,8 +111,7 @@ class ProxAL(Backend):
 
     # Algorithm 1 --------------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-            checkpointer=None, **_):
-        from fedmodel.runtime.checkpoint import NO_CHECKPOINT
+            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         require_star(problem, topology, self.name)
         programs = compile_programs(problem)
         ex = make_executor(executor).start(programs)
@@ -122,24 +125,20 @@ class ProxAL(Backend):
         bar = progress(self.max_outer, verbose, "ProxAL")
         certificate_log = []
         start = time.perf_counter()
-        ckpt = checkpointer or NO_CHECKPOINT           # resume: docs/checkpoints.md
-        saved = ckpt.restore(ex)
+        saved = checkpointer.restore(ex)               # resume: docs/checkpoints.md
         if saved:
             w, rho, total_inner = saved["w"], saved["rho"], saved["total_inner"]
             certificate_log, history = saved["certificate_log"], saved["history"]
             beta, last_change = saved.get("beta", beta), saved.get("last_change", last_change)
+        # Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace holds upper bounds
+        # on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
+        subproblem = self._admm if self.inner is None else self.inner.solve_subproblem
         for k in range(len(history), self.max_outer):
             tau = self.s_bar / (k + 1) ** 2                                       # step 2
             omega = 1.0 / ((n + 1) * beta)         # proximal weight of each P_{i,k} (13)–(14)
             ex.map("configure", {node: {"beta": beta, "prox_weight": omega, "center": w}
                                  for node in ex.nodes})
-            # steps 3–4: Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace
-            # holds upper bounds on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
-            subproblem = self._admm if self.inner is None else getattr(self.inner, "solve_subproblem", None)
-            if subproblem is None:
-                raise FedModelError(f"inner={self.inner!r} cannot solve ProxAL's subproblems; use "
-                                    "inner=None (Algorithm 2) or inner=backends.FedADMM(...)")
-            w_next, trace, rho = subproblem(ex, w, tau, rho)
+            w_next, trace, rho = subproblem(ex, w, tau, rho)                      # steps 3–4
             total_inner += len(trace)
             true_residual = self._true_residual(ex, w_next) if self.check_certificate else None
             certificate_log.append((tau, trace[-1]))
@@ -165,7 +164,7 @@ class ProxAL(Backend):
             if self.beta_growth > 1 and change > self.eps2 and change > 0.25 * last_change:
                 beta = min(self.beta_growth * beta, self.beta_max)      # too slow: raise β
             last_change = change
-            ckpt.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
+            checkpointer.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
                                   "last_change": last_change,
                                   "certificate_log": certificate_log, "history": history})
         bar.close()
