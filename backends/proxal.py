@@ -20,10 +20,18 @@ Options beyond the paper (defaults keep the paper's algorithm):
   previous one (the standard augmented-Lagrangian penalty update). Iteration k uses β_k
   throughout: multiplier step, proximal weight ω_k = 1/((n+1)β_k) of (13)–(14) and rule (11),
   so (11) still certifies an (ε1, ε2)-KKT point; (22)–(23) are per subproblem and unaffected.
+  If β reaches `beta_max` and the violation stops falling, ProxAL stops early (see `_stalled`).
+- `anderson=m`: Anderson acceleration of the ADMM with memory m (backends/anderson.py): the
+  server mixes the last m + 1 iterates with coefficients computed from the inner products of
+  the clients' residuals; each client mixes its own (u_i, λ_i/ρ_i). (22) bounds ‖∇ℓ_k(w)‖∞ for
+  ANY client states (u_i, λ_i) as long as the server's (18) used ũ_i = u_i + λ_i/ρ_i of the same
+  states, so the mixed iterates keep (23) sound; restarts and a fall-back to plain ADMM keep the
+  iteration convergent.
 """
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -33,35 +41,52 @@ from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram, compile_programs
+from .anderson import MAX_MEMORY, ClientHistory, ServerMixer
 from .base import Backend
 from .common import gather_values, progress, require_star
 
 
+STALL_OUTER = 3   # outer iterations without progress at β_max before giving up (see _stalled)
+
+
 # ---- client-side procedures (run on the client; state in program.state) ---------------------
-@procedure("proxal_admm_init", {"w": "x", "rho": "1"}, {"u_tilde": "x"})
-def _admm_init(program: NodeProgram, w, rho):
+@procedure("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1"}, {"u_tilde": "x"})
+def _admm_init(program: NodeProgram, w, rho, anderson=0.0):
     """Step 1 of Algorithm 2: u⁰ = w̃⁰, λ⁰ = −∇P_i(w̃⁰), ũ⁰ = w̃⁰ − ∇P_i(w̃⁰)/ρ_i."""
     grad = program.merit(w)["grad"]
-    program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": float(rho), "w": w.copy()}
+    program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": float(rho), "w": w.copy(),
+                             "history": ClientHistory(int(anderson)) if anderson else None}
     return {"u_tilde": w - grad / rho}
 
 
-@procedure("proxal_admm_step", {"w": "x", "eps": "1", "adaptive": "1", "solver": "str"},
-           {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1"})
-def _admm_step(program: NodeProgram, w, eps, adaptive=0.0, solver="auto"):
+@procedure("proxal_admm_step", {"w": "x", "eps": "1", "adaptive": "1", "solver": "str",
+                                "mix": f"<={MAX_MEMORY}", "restart": "1"},
+           {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1", "products": f"<={MAX_MEMORY + 1}"})
+def _admm_step(program: NodeProgram, w, eps, adaptive=0.0, solver="auto", mix=None, restart=0.0):
     s = program.state["admm"]
-    u, lam, rho = s["u"], s["lam"], s["rho"]
+    u, lam, rho, history = s["u"], s["lam"], s["rho"], s["history"]
+    if history is not None:            # Anderson acceleration (backends/anderson.py)
+        if restart:
+            history.clear()
+        if mix is not None and len(mix):   # the state x_i = (u_i, λ_i/ρ_i) the server mixed ũ_i of
+            x = history.mix(np.asarray(mix, float))
+            u, lam = x[:u.size], rho * x[u.size:]
     # (22) with the OLD λ_i^t, u_i^t and the ρ_i^t the server used in (18)
     eps_tilde = float(np.max(np.abs(program.merit(w)["grad"] + lam - rho * (w - u)), initial=0.0))
     # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², to ‖∇φ_i‖∞ ≤ ε_{t+1}
     out = program.solve_local(linear=lam, weight=rho, anchor=w, x0=u, tol=eps, method=solver)
     u_new = out["x"]
-    lam = lam + rho * (u_new - w)                                  # (20)
+    lam_new = lam + rho * (u_new - w)                                  # (20)
+    reply = {"u_tilde": u_new + lam_new / rho, "eps_tilde": eps_tilde, "steps": out["steps"]}  # (21)
+    if history is not None:
+        reply["products"] = history.push(np.concatenate([u_new, lam_new / rho]),
+                                         np.concatenate([u, lam / rho]))
     if adaptive:
         rho = _balance(rho, primal=np.max(np.abs(u_new - w)), dual=rho * np.max(np.abs(w - s["w"])))
-    program.state["admm"] = {"u": u_new, "lam": lam, "rho": rho, "w": w.copy()}
-    return {"u_tilde": u_new + lam / rho, "eps_tilde": eps_tilde,  # (21)
-            "rho": rho, "steps": out["steps"]}
+        reply["u_tilde"] = u_new + lam_new / rho                         # (21) with the new ρ
+    program.state["admm"] = {"u": u_new, "lam": lam_new, "rho": rho, "w": w.copy(), "history": history}
+    reply["rho"] = rho
+    return reply
 
 
 def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor: float = 2.0) -> float:
@@ -87,7 +112,8 @@ class ProxAL(Backend):
                  tol: tuple[float, float] = (1e-3, 1e-3), max_outer: int = 100,
                  max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = False,
                  local_solver: str = "auto", w0: Any = None, inner: Any = None,
-                 check_certificate: bool = False, beta_growth: float = 1.0, beta_max: float = 1e4):
+                 check_certificate: bool = False, beta_growth: float = 1.0, beta_max: float = 1e4,
+                 anderson: int = 0):
         if beta_growth < 1 or beta_max < beta:
             raise FedModelError(f"ProxAL needs beta_growth ≥ 1 and beta_max ≥ beta (got "
                                 f"beta_growth={beta_growth}, beta_max={beta_max}, beta={beta})")
@@ -95,6 +121,8 @@ class ProxAL(Backend):
             raise FedModelError(f"ProxAL needs beta > 0, rho > 0, s_bar > 0, 0 < q < 1 and "
                                 f"max_outer, max_inner ≥ 1 (got beta={beta}, rho={rho}, "
                                 f"s_bar={s_bar}, q={q}, max_outer={max_outer}, max_inner={max_inner})")
+        if not 0 <= anderson <= MAX_MEMORY:
+            raise FedModelError(f"anderson (the Anderson memory) must be in 0..{MAX_MEMORY}, got {anderson}")
         if rho_rule not in ("constant", "samples"):
             raise FedModelError(f"rho_rule must be 'constant' or 'samples', got {rho_rule!r}")
         self.beta, self.rho, self.s_bar, self.q = float(beta), float(rho), float(s_bar), float(q)
@@ -108,6 +136,7 @@ class ProxAL(Backend):
         # diagnostic: at each ADMM stop also compute the true ‖∇ℓ_k(w)‖∞ (one extra round)
         self.check_certificate = bool(check_certificate)
         self.beta_growth, self.beta_max = float(beta_growth), float(beta_max)
+        self.anderson = int(anderson)
 
     # Algorithm 1 --------------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
@@ -123,7 +152,7 @@ class ProxAL(Backend):
         history, total_inner, status = [], 0, "max_iterations"
         beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
         bar = progress(self.max_outer, verbose, "ProxAL")
-        certificate_log = []
+        certificate_log, info = [], {}
         start = time.perf_counter()
         saved = checkpointer.restore(ex)               # resume: docs/checkpoints.md
         if saved:
@@ -160,6 +189,13 @@ class ProxAL(Backend):
             if solved and dw + beta * tau <= beta * self.eps1 and dmu <= beta * self.eps2:
                 status = "converged"
                 break
+            if self._stalled(history):
+                info["stalled"] = (f"stopped after {k + 1} outer iterations: at β = β_max the largest "
+                                   f"violation stayed at {record['violation']:.3g} for {STALL_OUTER} "
+                                   "outer iterations; the model is probably infeasible (fm.verify "
+                                   "with a CVXPY reference can tell)")
+                warnings.warn(info["stalled"], stacklevel=2)
+                break
             change = dmu / beta                    # the constraint change, ≈ the violation
             if self.beta_growth > 1 and change > self.eps2 and change > 0.25 * last_change:
                 beta = min(self.beta_growth * beta, self.beta_max)      # too slow: raise β
@@ -173,7 +209,18 @@ class ProxAL(Backend):
         ex.close()
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"outer": len(history), "inner": total_inner}, "ledger": ex.ledger,
-                "info": {"admm_certificates": certificate_log, "rho": rho}}
+                "info": {"admm_certificates": certificate_log, "rho": rho, **info}}
+
+    def _stalled(self, history: list[dict]) -> bool:
+        """With β growth, β has reached β_max and the largest violation has fallen by less than
+        1 % in each of the last STALL_OUTER outer iterations: the multipliers grow without
+        bound, the signature of an infeasible model (a feasible one's violation falls fast at a
+        large β). Without β growth the paper's algorithm runs to max_outer."""
+        if self.beta_growth <= 1 or len(history) <= STALL_OUTER or \
+                any(r["beta"] < self.beta_max for r in history[-STALL_OUTER:]):
+            return False
+        recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
+        return all(b > 0.99 * a for a, b in zip(recent, recent[1:])) and recent[-1] > self.eps2
 
     def _client_rhos(self, problem) -> dict[str, float]:
         if self.rho_rule == "constant":
@@ -187,8 +234,11 @@ class ProxAL(Backend):
     # Algorithm 2 --------------------------------------------------------------------------------
     def _admm(self, ex, w_start, tau, rho):
         clients = ex.clients
-        replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c]} for c in clients})
+        replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c], "anderson": self.anderson}
+                                              for c in clients})
         u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
+        mixer = ServerMixer(self.anderson) if self.anderson else None
+        mix, restart = np.zeros(0), False
         w = w_start
         certificate, trace = np.inf, []
         for t in range(self.max_inner):
@@ -197,14 +247,21 @@ class ProxAL(Backend):
             anchor = sum(rho[c] * u_tilde[c] for c in clients) / total_rho if clients else w
             w = ex.call("server", "solve_local", linear=None, weight=total_rho, anchor=anchor,
                         x0=w, tol=eps, method=self.local_solver)["x"]                # (18)
-            replies = ex.map("proxal_admm_step", {c: {"w": w, "eps": eps, "adaptive": float(self.adaptive_rho),
-                                                      "solver": self.local_solver} for c in clients})  # (19)–(22)
+            step = {"w": w, "eps": eps, "adaptive": float(self.adaptive_rho), "solver": self.local_solver}
+            if mixer:
+                step.update(mix=mix, restart=float(restart))
+            replies = ex.map("proxal_admm_step", {c: step for c in clients})      # (19)–(22)
             u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
-            rho = {c: r["rho"] for c, r in replies.items()}
+            new_rho = {c: r["rho"] for c, r in replies.items()}
             certificate = eps + sum(r["eps_tilde"] for r in replies.values())
             trace.append(certificate)
             if certificate <= tau:                                                   # (23)
+                rho = new_rho
                 break
+            if mixer:   # the clients' next states, mixed (backends/anderson.py)
+                products = sum(r["products"] for r in replies.values())
+                mix, restart, u_tilde = mixer.step(u_tilde, products, changed=new_rho != rho)
+            rho = new_rho
         return w, trace, rho
 
     @staticmethod

@@ -69,6 +69,7 @@ class NodeProgram:
         self._hessian_cache: np.ndarray | None = None
         self._factor_cache: tuple | None = None
         self._hessian_key: tuple | None = None
+        self._recent: dict[bytes, tuple[float, np.ndarray]] = {}   # see value_grad
         self.y = np.zeros(self.n_private)
         self._y_center = np.zeros(self.n_private)
         self.state: dict[str, Any] = {}   # node-side state of backend procedures (e.g. ADMM's u, λ)
@@ -81,10 +82,19 @@ class NodeProgram:
         return z[:self.n_shared], z[self.n_shared:]
 
     def value_grad(self, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """P_i and its gradient with respect to z = (x, y)."""
+        """P_i and its gradient with respect to z = (x, y). The last two evaluations are kept
+        (until a parameter of the merit changes): ADMM-type steps evaluate the merit at a point
+        and then start a local solve there, or restart from where the last solve ended."""
+        key = x.tobytes() + y.tobytes()
+        hit = self._recent.get(key)
+        if hit is not None:
+            return hit[0], hit[1].copy()
         out = self._value_grad(*self._values(x, y))
         g = np.concatenate([np.ravel(np.broadcast_to(gi, v.shape))
                             for gi, v in zip(out[1:], self.variables)]) if self.variables else np.zeros(0)
+        if len(self._recent) >= 2:
+            del self._recent[next(iter(self._recent))]
+        self._recent[key] = (float(out[0]), g.copy())
         return float(out[0]), g
 
     def hessian(self, z: np.ndarray) -> np.ndarray:
@@ -172,9 +182,11 @@ class NodeProgram:
 
     def _newton_matrix(self, z: np.ndarray, weight_x: np.ndarray, fresh: bool):
         """Cholesky factor (or, if not positive definite, the matrix) of ∇²P_i + diag(weight).
-        ∇²P_i is cached until the merit's parameters change (configure, multiplier updates) or a
-        Newton step asks for a fresh one; it is constant for quadratic merits, so "exact" costs
-        one factorization per outer iteration and one back-substitution per solve."""
+        ∇²P_i is cached until a Newton step asks for a fresh one (the chord rule in
+        `solvers.newton`), also across parameter changes: an earlier Hessian is only a chord
+        matrix, and the first step that makes too little progress replaces it. A quadratic
+        merit's Hessian is constant until β or a proximal weight changes, so "exact" costs one
+        factorization per change and one back-substitution per solve."""
         from scipy.linalg import cho_factor
         if fresh or self._hessian_cache is None:
             self._hessian_cache, self._factor_cache = self.hessian(z), None
@@ -190,11 +202,14 @@ class NodeProgram:
         return self._factor_cache[1]
 
     def _forget_hessian(self) -> None:
-        """Drop ∇²P_i after its parameters change. A quadratic merit's Hessian depends only on
-        β and the proximal weights (no inequality terms, whose active set would matter)."""
+        """After the merit's parameters change: forget recent evaluations, and the Hessian of a
+        quadratic merit if β or a proximal weight changed ("exact" needs the exact matrix; it
+        has no inequality terms, whose active set would matter). Other merits keep theirs as a
+        chord matrix (see `_newton_matrix`)."""
         m = self.merit_ir
+        self._recent.clear()
         key = (float(m.beta.value), float(m.prox_weight.value), float(m.private_weight.value))
-        if not self.quadratic or key != self._hessian_key:
+        if self.quadratic and key != self._hessian_key:
             self._hessian_cache, self._factor_cache, self._hessian_key = None, None, key
 
     def _solve_prox(self, fun_grad, z0, tol, weight_x, max_steps):
