@@ -107,9 +107,10 @@ def _check_resume(tmp_path, prob, make, stop_at, every=1, topology=None):
     return reference
 
 
-def test_proxal_resume_equals_uninterrupted(tmp_path):
+@pytest.mark.parametrize("anderson", [0, 5])
+def test_proxal_resume_equals_uninterrupted(tmp_path, anderson):
     prob, w = constrained_model()
-    ref = _check_resume(tmp_path, prob, lambda: backends.ProxAL(**PROXAL), stop_at=6, every=2)
+    ref = _check_resume(tmp_path, prob, lambda: backends.ProxAL(**PROXAL, anderson=anderson), stop_at=6, every=2)
     assert len(ref.history) >= 8 and ref.max_violation < 1e-2      # a real, nontrivial run
 
 

@@ -98,6 +98,8 @@ def _assert_same(a, b, w, tol=1e-10):
 
 CASES = {
     "proxal": (lambda: backends.ProxAL(beta=10.0, rho=1.0, max_outer=4, max_inner=30), True, None),
+    "proxal-anderson": (lambda: backends.ProxAL(beta=10.0, rho=1.0, max_outer=4, max_inner=30, anderson=5),
+                        True, None),
     "dald-cc": (lambda: backends.DALD(rho=1.0, max_iterations=15), True, None),
     "dald-dc": (lambda: backends.DALD(rho=1.0, max_iterations=10), True, "ring"),
     "fedprox": (lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=3, max_rounds=15), False, None),
