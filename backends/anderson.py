@@ -22,6 +22,14 @@ import numpy as np
 MAX_MEMORY = 15   # the inner-product message is declared as "<=16" numbers
 
 
+def extrapolate(outputs: list[np.ndarray], gamma: np.ndarray) -> np.ndarray:
+    """The Anderson mix g_k − Σ_j γ_j (g_{j+1} − g_j) of the outputs g_0..g_k."""
+    x = outputs[-1].copy()
+    for j, coefficient in enumerate(gamma):
+        x -= coefficient * (outputs[j + 1] - outputs[j])
+    return x
+
+
 class ClientHistory:
     """A client's last m + 1 outputs g_j = T(x_j) and residuals f_j = g_j − x_j."""
 
@@ -36,11 +44,7 @@ class ClientHistory:
 
     def mix(self, gamma: np.ndarray) -> np.ndarray:
         """x = g_k − Σ_j γ_j (g_{j+1} − g_j) over the kept outputs."""
-        g = self.outputs
-        x = g[-1].copy()
-        for j, coefficient in enumerate(gamma):
-            x -= coefficient * (g[j + 1] - g[j])
-        return x
+        return extrapolate(self.outputs, gamma)
 
     def push(self, output: np.ndarray, state: np.ndarray) -> np.ndarray:
         """Keep g = `output` and f = g − `state`; return ⟨f, f_j⟩ for every kept f_j (f last)."""
@@ -97,12 +101,7 @@ class ServerMixer:
         if not np.all(np.isfinite(gamma)):
             return self._restart(points)
         self.mixed += 1
-        mixed = {}
-        for client, last in points.items():
-            x = last.copy()
-            for j, coefficient in enumerate(gamma):
-                x -= coefficient * (self.points[j + 1][client] - self.points[j][client])
-            mixed[client] = x
+        mixed = {client: extrapolate([p[client] for p in self.points], gamma) for client in points}
         return gamma, False, mixed
 
     def _restart(self, points, failed: bool = True):
