@@ -17,8 +17,11 @@ from ..compiler.differentiate import grad
 from ..compiler.merit import build_merit
 from ..constraints import Constraint, Equality
 from ..errors import FedModelError, SmoothnessError
-from ..expression import Parameter, Variable
+from ..expression import Constant, Parameter, Variable
 from . import solvers
+
+
+HESSIAN_PLAN_MAX = 64   # unknowns up to which `NodeProgram.hessian` compiles all columns in one plan
 
 
 class Layout:
@@ -98,23 +101,40 @@ class NodeProgram:
         return float(out[0]), g
 
     def hessian(self, z: np.ndarray) -> np.ndarray:
-        """∇²P_i(z), column by column from the derived Hessian-vector product."""
-        if self._hvp_plan is None:
-            directions = [Parameter(v.shape, name=f"dir[{v.name}]") for v in self.variables]
-            g = [grad(self.merit_ir.expression, v) for v in self.variables]
-            gv = add(*[sum_(multiply(gi, di)) for gi, di in zip(g, directions)])
-            self._hvp_plan = (Plan([grad(gv, v) for v in self.variables], self.variables), directions)
-        plan, directions = self._hvp_plan
+        """∇²P_i(z) from derived Hessian-vector products. Up to HESSIAN_PLAN_MAX unknowns one
+        plan computes all n columns (∇(∇P·e_j) for the unit vectors e_j) in one call, sharing
+        the first-order intermediates (X w, σ(X w), …) between the columns: ~6× faster than n
+        calls of one HVP plan (adult, n = 14). Larger layouts use the HVP plan column by column."""
         layout = Layout(self.variables)
-        values = layout.unpack(z)
-        n = layout.size
-        H = np.empty((n, n))
-        for j in range(n):
-            e = np.zeros(n)
-            e[j] = 1.0
-            for d, dv in zip(directions, layout.unpack(e)):
-                d.value = dv
-            H[:, j] = layout.pack(plan(*values))
+        values, n = layout.unpack(z), layout.size
+        if self._hvp_plan is None:
+            g = [grad(self.merit_ir.expression, v) for v in self.variables]
+            if n <= HESSIAN_PLAN_MAX:
+                columns = []
+                for j in range(n):
+                    e = np.zeros(n)
+                    e[j] = 1.0
+                    gv = add(*[sum_(multiply(gi, Constant(di))) for gi, di in zip(g, layout.unpack(e))
+                               if np.any(di)])
+                    columns += [grad(gv, v) for v in self.variables]
+                self._hvp_plan = (Plan(columns, self.variables), None)
+            else:
+                directions = [Parameter(v.shape, name=f"dir[{v.name}]") for v in self.variables]
+                gv = add(*[sum_(multiply(gi, di)) for gi, di in zip(g, directions)])
+                self._hvp_plan = (Plan([grad(gv, v) for v in self.variables], self.variables), directions)
+        plan, directions = self._hvp_plan
+        k = len(self.variables)
+        if directions is None:
+            out = plan(*values)
+            H = np.column_stack([layout.pack(out[j * k:(j + 1) * k]) for j in range(n)]) if n else np.zeros((0, 0))
+        else:
+            H = np.empty((n, n))
+            for j in range(n):
+                e = np.zeros(n)
+                e[j] = 1.0
+                for d, dv in zip(directions, layout.unpack(e)):
+                    d.value = dv
+                H[:, j] = layout.pack(plan(*values))
         return 0.5 * (H + H.T)
 
     # ---- requests (see ledger.MESSAGES) ------------------------------------------------------
