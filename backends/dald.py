@@ -27,6 +27,12 @@ to it by one consensus edge and solved right after it in S.
 
 Messages between peers are relayed by the coordinator (the executor has no peer-to-peer
 channel), so the ledger books a peer message i → j as coordinator → j.
+
+The node side (solver layer and the procedures behind the messages) is in dald_nodes.py. The
+coordinator keeps the clients' models as one (n, d) array and sends each request to all clients
+as one group request (`Executor.map_stacked`; a DC inner iteration is one `Executor.sweep`),
+so the batched executor can serve it as one block; the serial and Ray executors split it into
+the same per-node messages.
 """
 from __future__ import annotations
 
@@ -39,157 +45,32 @@ import numpy as np
 from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
-from fedmodel.runtime.ledger import MessageKind, procedure, register
-from fedmodel.runtime.program import NodeProgram, compile_programs
+from fedmodel.runtime.program import compile_programs
+from . import dald_nodes  # noqa: F401  (the node-side procedures: solver layer, (13), (15), (20), (21))
 from .base import Backend
 from .common import gather_values, progress
 
 SOLVERS = ("auto", "exact", "gd", "newton", "prox-grad")
 RULES = ("B1", "B2", "B3", "B4")
-_OPTS = {"tol": "1", "solver": "str", "step": "1", "local_steps": "1", "warm": "1"}
 
 
-# ---- solver layer (runs on the node) ----------------------------------------------------------
-def _apply_prox(program: NodeProgram, z: np.ndarray, t: float) -> np.ndarray:
-    n_x = program.n_shared
-    out = z.copy()
-    parts = program.shared.unpack(out[:n_x])
-    for term in program.merit_ir.prox_terms:
-        i = program.shared.variables.index(term.variable)
-        parts[i] = term.prox(parts[i], t)
-    out[:n_x] = program.shared.pack(parts)
-    return out
 
 
-def _prox_grad(program, linear, weight, anchor, x0, step, steps):
-    """W proximal-gradient steps (63)/(64): z ← prox_{αΠ}(z − α∇Ψ(z)) (Ψ: smooth part + AL)."""
-    n_x = program.n_shared
-    z = np.concatenate([x0, program.y])
-    weight = np.broadcast_to(weight, (n_x,))
-    for _ in range(steps):
-        _, g = program.value_grad(z[:n_x], z[n_x:])
-        g = g.copy()
-        g[:n_x] += linear + weight * (z[:n_x] - anchor)
-        z = _apply_prox(program, z - step * g, step)
-    program.y = z[n_x:].copy()
-    return z[:n_x], steps
+def _weighted_sum(RHO2, A, uniform, scale=1.0, rows=None, row=None) -> np.ndarray:
+    """Σ_i scale·ρ_i∘ρ_i∘a_i over the rows of A (the clients `rows`, default all)."""
+    if uniform:
+        return (scale * RHO2[0]) * A.sum(axis=0)
+    R = RHO2 if rows is None or len(rows) == len(RHO2) else RHO2[[row[c] for c in rows]]
+    return ((scale * R) * A).sum(axis=0)
 
 
-def local_argmin(program: NodeProgram, linear, weight, anchor, x0, tol, solver, step, local_steps):
-    """x_i ≈ argmin P_i(x) + linearᵀx + ½Σ weight_j(x_j − anchor_j)² by the chosen solver layer.
-    "gd" on a node with a prox-able term (λ‖w‖₁) becomes prox-gradient steps (GD would ignore it);
-    "newton" on such a node uses the node's exact prox solver."""
-    if tol is None or tol < 0:  # default: 1e-10 for quadratic nodes (one linear solve); 1e-8
-        # otherwise — Newton's Armijo test cannot see decreases below rounding (|f|·1e-16)
-        tol = 1e-10 if program.quadratic else 1e-8
-    if program.n_private:      # re-center the private variables' proximal term (weight 1/β)
-        program.configure(float(program.merit_ir.beta.value), 0.0, x0)
-    has_prox = bool(program.merit_ir.prox_terms)
-    if solver == "prox-grad" or (solver == "gd" and has_prox):
-        x, steps = _prox_grad(program, linear, weight, anchor, x0, float(step), int(local_steps))
-        return x, steps
-    method = {"auto": "auto", "exact": "auto", "newton": "prox" if has_prox else "newton",
-              "gd": "gd"}[solver]
-    out = program.solve_local(linear=linear, weight=weight, anchor=anchor, x0=x0, tol=float(tol),
-                              method=method, max_steps=int(local_steps) if solver == "gd" else 1000,
-                              lr=float(step))
-    return out["x"], out["steps"]
+class ClientModels(dict):
+    """{client: x_i} (rows of one (n, d) array, which `array` holds in client order) — what a
+    Fed-DALD-CC `monitor` receives."""
 
-
-def _init_state(program, x0, beta, rho2):
-    program.configure(float(beta), 0.0, x0)
-    program.state["dald"] = {"x": np.array(x0, float), "rho2": rho2, "edges": {}, "mu": np.zeros_like(x0)}
-
-
-# ---- Fed-DALD-CC client procedures ------------------------------------------------------------
-@procedure("dald_cc_init", {"x0": "x", "beta": "1", "rho": "x|1"}, {})
-def _cc_init(program, x0, beta, rho):
-    _init_state(program, np.asarray(x0, float), beta, np.asarray(rho, float) ** 2)
-    return {}
-
-
-@procedure("dald_cc_solve", {"xhat": "x", **_OPTS}, {"x": "x", "steps": "1"})
-def _cc_solve(program, xhat, tol, solver, step, local_steps, warm=1.0):
-    """(13): x_i = argmin f_i(x_i) + μ_iᵀ(x̂ − x_i) + ‖ρ_i∘(x̂ − x_i)‖², warm-started at x_i."""
-    s = program.state["dald"]
-    x0 = s["x"] if warm else xhat
-    x, steps = local_argmin(program, -s["mu"], 2.0 * s["rho2"], xhat, x0, tol, solver, step, local_steps)
-    s["x"] = x
-    return {"x": x, "steps": steps}
-
-
-@procedure("dald_cc_dual", {"xhat": "x", "consensus": "1"}, {"dmu": "1"})
-def _cc_dual(program, xhat, consensus=1.0):
-    """(15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i); the node's own constraint multipliers likewise (Step 2)."""
-    s = program.state["dald"]
-    if consensus:
-        s["mu"] = s["mu"] + 2.0 * s["rho2"] * (xhat - s["x"])
-    change = program.update_multipliers(s["x"])["dmu"] if program.constraints else 0.0
-    return {"dmu": change}
-
-
-# ---- Fed-DALD-DC node procedures --------------------------------------------------------------
-@procedure("dald_dc_init", {"x0": "x", "beta": "1"}, {})
-def _dc_init(program, x0, beta):
-    _init_state(program, np.asarray(x0, float), beta, None)
-    return {}
-
-
-@procedure("dald_dc_link", {"neighbor": "str", "rho": "x|1", "after": "1", "x": "x"}, {})
-def _dc_link(program, neighbor, rho, after, x):
-    """Edge to `neighbor`; `after` = 1 when the neighbour comes later in S (C = x_self − x_nbr)."""
-    program.state["dald"]["edges"][neighbor] = {
-        "rho2": np.asarray(rho, float) ** 2, "sign": 1.0 if after else -1.0,
-        "mu": np.zeros_like(x, dtype=float), "x": np.array(x, float)}
-    return {}
-
-
-@procedure("dald_dc_receive", {"neighbor": "str", "x": "x"}, {})
-def _dc_receive(program, neighbor, x):
-    edge = program.state["dald"]["edges"][neighbor]
-    edge["x"], edge["fresh"] = np.array(x, float), True
-    return {}
-
-
-@procedure("dald_dc_solve", dict(_OPTS), {"x": "x", "steps": "1"})
-def _dc_solve(program, tol, solver, step, local_steps, warm=1.0):
-    """(20): argmin f_s + Σ_{j>s}[μ_sjᵀ(x_s − x_j) + ‖ρ_sj∘(x_s − x_j)‖²]
-                       + Σ_{e<s}[μ_esᵀ(x_e − x_s) + ‖ρ_es∘(x_e − x_s)‖²], newest neighbour copies."""
-    s = program.state["dald"]
-    edges = s["edges"].values()
-    linear = sum(e["sign"] * e["mu"] for e in edges)
-    weight = sum(2.0 * e["rho2"] * np.ones_like(e["x"]) for e in edges)
-    anchor = sum(2.0 * e["rho2"] * e["x"] for e in edges) / weight
-    x0 = s["x"] if warm else anchor
-    x, steps = local_argmin(program, linear, weight, anchor, x0, tol, solver, step, local_steps)
-    s["x"], s["solved"] = x, True
-    return {"x": x, "steps": steps}
-
-
-@procedure("dald_dc_dual", {"consensus": "1"}, {"primal": "1", "dmu": "1"})
-def _dc_dual(program, consensus=1.0):
-    """(21) on every incident edge (the edge multiplier is mirrored at both ends; both ends hold
-    the same x_i, x_j after a full sweep, so the copies stay equal)."""
-    s = program.state["dald"]
-    primal = 0.0
-    for e in s["edges"].values():
-        c = e["sign"] * (s["x"] - e["x"])                   # C_ij = x_i − x_j, i before j
-        primal = max(primal, float(np.max(np.abs(c), initial=0.0)))
-        if consensus and s.get("solved") and e.get("fresh"):   # both ends took part (dropout)
-            e["mu"] = e["mu"] + 2.0 * e["rho2"] * c
-        e["fresh"] = False
-    s["solved"] = False
-    change = program.update_multipliers(s["x"])["dmu"] if program.constraints else 0.0
-    return {"primal": primal, "dmu": change}
-
-
-def _state(program):
-    s = program.state.get("dald", {})
-    mu = {k: e["mu"].copy() for k, e in s.get("edges", {}).items()} if s.get("edges") else s.get("mu")
-    return {"mu": mu}
-
-
-register(MessageKind("dald_state", {}, {"mu": "opaque"}, local=True), _state)
+    def __init__(self, names, array):
+        super().__init__(zip(names, array))
+        self.array = array
 
 
 # ---- the backend ------------------------------------------------------------------------------
@@ -207,7 +88,9 @@ class DALD(Backend):
     node keeps its iterate and its multipliers; a DC edge multiplier moves only when both ends took
     part — client dropout; `availability(t)` names the nodes reachable at inner iteration t, e.g.
     a client that drops out and returns). `monitor(t, {node: x})` sees the iterates after every
-    outer step. order: the coordination sequence S
+    outer step. report_every: the history's objective / violation (the harness's metric, not the
+    algorithm's traffic: one more pass over every node's data) every k-th outer step and at the
+    last, NaN in between. order: the coordination sequence S
     for DC (default: a hierarchy DiGraph's solve order, else the problem's client order).
     """
 
@@ -223,7 +106,7 @@ class DALD(Backend):
                  eps_schedule: Callable[[int], float] | None = None,
                  v_max_schedule: Callable[[int], int] | None = None, x0: Any = None,
                  monitor: Callable[[int, dict], None] | None = None,
-                 availability: Callable[[int], Sequence[str]] | None = None):
+                 availability: Callable[[int], Sequence[str]] | None = None, report_every: int = 1):
         if inner_rule not in RULES:
             raise FedModelError(f"inner_rule must be one of {RULES}, got {inner_rule!r}")
         if solver not in SOLVERS:
@@ -252,6 +135,11 @@ class DALD(Backend):
         # availability(t) → the nodes reachable at inner iteration t (partial cycle: a client
         # that drops out keeps its iterate and multipliers until it returns); None: all nodes
         self.availability = availability
+        # the history's objective / violation (the harness's metric, one more pass over every
+        # node's data) every `report_every` outer iterations and at the last; NaN in between
+        self.report_every = int(report_every)
+        if self.report_every < 1:
+            raise FedModelError(f"report_every must be ≥ 1, got {report_every}")
         self.dual_updates = True          # False: distributed PA / FedProx (μ ≡ 0), see special_cases
         self.require_consensus = True     # outer stop also needs ‖C‖∞ ≤ ε_pri
 
@@ -341,21 +229,27 @@ class DALD(Backend):
 
     # -- Algorithm 2: Fed-DALD-CC --------------------------------------------------------------
     def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):
+        """The server's view is kept as (n, d) arrays in client order: X (the x_i it received),
+        RHO2 (ρ_i∘ρ_i); every request to the clients is one group request (`map_stacked`)."""
         clients, beta = ex.clients, self._beta()
-        rho2 = {c: self._rho(c, d) ** 2 for c in clients}
-        ex.map("dald_cc_init", {c: {"x0": xhat, "beta": beta, "rho": np.sqrt(rho2[c])} for c in clients})
+        row = {c: i for i, c in enumerate(clients)}
+        RHO2 = np.array([self._rho(c, d) ** 2 for c in clients]).reshape(len(clients), d)
+        uniform = bool(np.all(RHO2 == RHO2[:1]))          # one ρ for all: Σρ_i²x_i = ρ²Σx_i
+        ex.map_stacked("dald_cc_init", clients, rows={"rho": np.sqrt(RHO2)}, common={"x0": xhat, "beta": beta})
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
-        total_rho2 = sum(rho2.values())
+        total_rho2 = RHO2.sum(axis=0)
         if self.dual_updates and np.any(total_rho2 <= 0):
             raise FedModelError("Fed-DALD-CC needs Σ_i ρ_i∘ρ_i > 0 in every coordinate")
-        x = {c: xhat.copy() for c in clients}
+        X = np.tile(xhat, (len(clients), 1))
         mu_sum = np.zeros(d)           # server's mirror of Σ_i μ_i (each term is known to it)
         history, total, status, k = [], 0, "max_iterations", 0
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
         saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
         if saved:
-            k, total, xhat, x, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
+            k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
+            if isinstance(X, dict):
+                X = np.array([X[c] for c in clients])
             history, self._rng.bit_generator.state = saved["history"], saved["rng"]
         while total < self.max_iterations:
             k += 1
@@ -365,10 +259,13 @@ class DALD(Backend):
                 total += 1
                 part = self._participants(clients, total)
                 active.update(part)
-                replies = ex.map("dald_cc_solve", {c: {"xhat": xhat, **opts} for c in part})   # (13)
-                for c, r in replies.items():
-                    x[c] = r["x"]
-                new = self._server_step(ex, x, rho2, total_rho2, mu_sum, xhat, server_used)  # (14)/(29)
+                reply = ex.map_stacked("dald_cc_solve", part, common={"xhat": xhat, **opts})   # (13)
+                if len(part) == len(clients):
+                    X = reply["x"]                   # never written in place: the executor's copy
+                else:
+                    X = X.copy()
+                    X[[row[c] for c in part]] = reply["x"]
+                new = self._server_step(ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used)  # (14)/(29)
                 finite = bool(np.all(np.isfinite(new)))
                 if not finite:
                     break
@@ -379,45 +276,51 @@ class DALD(Backend):
             if not finite:          # keep the last finite iterate; the caller sees "diverged"
                 status = "diverged"
                 break
-            primal = max(float(np.max(np.abs(xhat - x[c]), initial=0.0)) for c in clients)   # C_i
+            C = np.subtract(xhat, X)                                     # C_i = x̂ − x_i
+            primal = max(float(np.max(C, initial=0.0)), -float(np.min(C, initial=0.0)))
             # Step 2: multiplier step (15) on the clients, mirrored by the server
-            replies = ex.map("dald_cc_dual", {c: {"xhat": xhat, "consensus": float(self.dual_updates)}
-                                              for c in active})
+            active = [c for c in clients if c in active]
+            replies = ex.map_stacked("dald_cc_dual", active,
+                                     common={"xhat": xhat, "consensus": float(self.dual_updates)})
             if self.dual_updates:
-                for c in active:
-                    mu_sum += 2.0 * rho2[c] * (xhat - x[c])
-            dmu = max([r["dmu"] for r in replies.values()] + [0.0])
+                mu_sum += _weighted_sum(RHO2, C if len(active) == len(clients) else
+                                        C[[row[c] for c in active]], uniform, 2.0, active, row)
+            dmu = max(float(np.max(replies["dmu"], initial=0.0)), 0.0)
             if problem.server.constraints:
                 dmu = max(dmu, ex.call("server", "update_multipliers", x=xhat)["dmu"])
-            mus = ex.map("dald_state", {c: {} for c in clients})
-            sum_mu = float(np.max(np.abs(sum(m["mu"] for m in mus.values())), initial=0.0))
-            record = self._record(ex, {n: xhat for n in ex.nodes}, k, v, total, primal, dual,
-                                  dmu / self._beta(), start)
+            sum_mu = 0.0                       # Σμ_i as the clients hold it (μ ≡ 0 without (15))
+            if self.dual_updates:
+                mus = ex.map_stacked("dald_state", clients)["mu"]
+                sum_mu = float(np.max(np.abs(np.sum(mus, axis=0)), initial=0.0))
+            last = self._converged(primal, dual, dmu) or total >= self.max_iterations
+            record = self._record_cc(ex, clients, xhat, k, v, total, primal, dual, dmu / self._beta(), start,
+                                     last or k % self.report_every == 0)
             record["sum_mu"] = sum_mu
             history.append(record)
             if callback:
                 callback(record)
             if self.monitor:
-                self.monitor(total, x)
+                self.monitor(total, ClientModels(clients, X))
             bar.update(record)
             if self._converged(primal, dual, dmu):
                 status = "converged"
                 break
-            ckpt.save(ex, k, {"k": k, "total": total, "xhat": xhat, "x": x, "mu_sum": mu_sum,
+            ckpt.save(ex, k, {"k": k, "total": total, "xhat": xhat, "x": X, "mu_sum": mu_sum,
                                     "history": history, "rng": self._rng.bit_generator.state})
         bar.close()
         values, multipliers = gather_values(ex, problem, xhat)
         ex.ledger.rounds = total
-        consensus = {c: m["mu"] for c, m in ex.map("dald_state", {c: {} for c in clients}).items()}
+        mus = ex.map_stacked("dald_state", clients)["mu"]
+        consensus = {c: np.array(m, float) for c, m in zip(clients, mus)}
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger,
-                "info": {"consensus_multipliers": consensus, "client_values": x}}
+                "info": {"consensus_multipliers": consensus,
+                         "client_values": {c: X[i].copy() for i, c in enumerate(clients)}}}
 
-    def _server_step(self, ex, x, rho2, total_rho2, mu_sum, xhat, server_used):
-        clients = list(x)
+    def _server_step(self, ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used):
         if not self.dual_updates:                                   # distributed PA (53), p_i = 1/n
-            return sum(x.values()) / len(clients)
-        weighted = sum(rho2[c] * x[c] for c in clients)
+            return X.sum(axis=0) / len(X)
+        weighted = _weighted_sum(RHO2, X, uniform)                 # Σ_i ρ_i∘ρ_i∘x_i
         if not server_used:                                           # closed form (29)
             return (weighted - 0.5 * mu_sum) / total_rho2
         # argmin P_0(x̂) + (Σμ_i)ᵀx̂ + Σ‖ρ_i∘(x̂ − x_i)‖²  (14) with the server's own terms
@@ -460,23 +363,28 @@ class DALD(Backend):
         return H, order, batches
 
     def _dc(self, problem, G, U, ex, x0, d, server_used, callback, verbose, start, ckpt):
+        """The coordinator's view of the iterates is one (N, d) array X, rows in the order S;
+        each inner iteration is one Gauss–Seidel sweep request (`Executor.sweep`)."""
         H, order, batches = self._dc_graph(problem, G, U, server_used)
         beta = self._beta()
         position = {n: i for i, n in enumerate(order)}
+        neighbors = {n: list(H.neighbors(n)) for n in order}
         ex.map("dald_dc_init", {n: {"x0": x0, "beta": beta} for n in order})
         for n in order:
-            for j in H.neighbors(n):
+            for j in neighbors[n]:
                 edge = (n, j) if position[n] < position[j] else (j, n)
                 ex.call(n, "dald_dc_link", neighbor=j, rho=self._rho(edge, d),
                         after=float(position[j] > position[n]), x=x0)
-        bottom = {n for n in order if all(position[j] > position[n] for j in H.neighbors(n))}
-        x = {n: x0.copy() for n in order}
+        moving = np.array([any(position[j] < position[n] for j in neighbors[n]) for n in order])
+        X = np.tile(x0, (len(order), 1))          # not the bottom nodes: they enter D (80)
         history, total, status, k = [], 0, "max_iterations", 0
         bar = progress(self.max_iterations, verbose, "DALD-DC")
         opts = self._opts()
         saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
         if saved:
-            k, total, x, history = saved["k"], saved["total"], saved["x"], saved["history"]
+            k, total, X, history = saved["k"], saved["total"], saved["x"], saved["history"]
+            if isinstance(X, dict):
+                X = np.array([X[n] for n in order])
             self._rng.bit_generator.state = saved["rng"]
         while total < self.max_iterations:
             k += 1
@@ -484,39 +392,48 @@ class DALD(Backend):
             while True:                                                  # inner loop (Step 1)
                 v += 1
                 total += 1
-                previous = dict(x)
+                previous = X
                 part = set(self._participants(order, total))
-                for batch in batches:                                    # Gauss–Seidel over S (20)
-                    replies = ex.map("dald_dc_solve", {n: dict(opts) for n in batch if n in part})
-                    for n, r in replies.items():
-                        x[n] = r["x"]
-                        ex.map("dald_dc_receive", {j: {"neighbor": n, "x": x[n]} for j in H.neighbors(n)})
-                dual = max([float(np.max(np.abs(x[n] - previous[n]), initial=0.0))   # (80)
-                            for n in order if n not in bottom] + [0.0])
-                finite = all(np.all(np.isfinite(x[n])) for n in order)
+                sweep = [[n for n in batch if n in part] for batch in batches]
+                sweep = [batch for batch in sweep if batch]
+                reply = ex.sweep("dald_dc_solve", sweep, opts, "dald_dc_receive", neighbors)  # (20) in S
+                solved = [n for batch in sweep for n in batch]
+                if len(solved) == len(order):
+                    X = reply["x"]                   # never written in place: the executor's copy
+                else:
+                    X = X.copy()
+                    X[[position[n] for n in solved]] = reply["x"]
+                change = np.subtract(X, previous)                            # (80)
+                dual = max(float(np.max(change.max(axis=1)[moving], initial=0.0)),
+                           -float(np.min(change.min(axis=1)[moving], initial=0.0))) if change.size else 0.0
+                finite = bool(np.all(np.isfinite(X)))
                 if not finite or self._inner_done(k, v, dual) or total >= self.max_iterations:
                     break
             if not finite:          # keep the last finite sweep; the caller sees "diverged"
-                status, x = "diverged", previous
+                status, X = "diverged", previous
                 break
-            replies = ex.map("dald_dc_dual", {n: {"consensus": float(self.dual_updates)} for n in order})  # (21)
-            primal = max(r["primal"] for r in replies.values())
-            dmu = max(r["dmu"] for r in replies.values())
-            record = self._record(ex, x, k, v, total, primal, dual, dmu / beta, start)
+            replies = ex.map_stacked("dald_dc_dual", order, common={"consensus": float(self.dual_updates)})  # (21)
+            primal = float(np.max(replies["primal"]))
+            dmu = float(np.max(replies["dmu"]))
+            last = self._converged(primal, dual, dmu) or total >= self.max_iterations
+            record = self._record_dc(ex, order, X, k, v, total, primal, dual, dmu / beta, start,
+                                     last or k % self.report_every == 0)
             history.append(record)
             if callback:
                 callback(record)
             if self.monitor:
-                self.monitor(total, x)
+                self.monitor(total, ClientModels(order, X))
             bar.update(record)
             if self._converged(primal, dual, dmu):
                 status = "converged"
                 break
-            ckpt.save(ex, k, {"k": k, "total": total, "x": x, "history": history,
+            ckpt.save(ex, k, {"k": k, "total": total, "x": X, "history": history,
                                     "rng": self._rng.bit_generator.state})
         bar.close()
         clients = [n for n in order if n != "server"]
-        shared = x["server"] if "server" in x and server_used else sum(x[c] for c in clients) / len(clients)
+        rows = [position[c] for c in clients]
+        shared = X[position["server"]].copy() if "server" in position and server_used else \
+            X[rows].sum(axis=0) / len(clients)
         values, multipliers = gather_values(ex, problem, shared)
         ex.ledger.rounds = total
         consensus = {}
@@ -526,13 +443,30 @@ class DALD(Backend):
                     consensus[(n, j)] = mu
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger,
-                "info": {"consensus_multipliers": consensus, "order": order, "client_values": x}}
+                "info": {"consensus_multipliers": consensus, "order": order,
+                         "client_values": {n: X[i].copy() for i, n in enumerate(order)}}}
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _record(self, ex, points, k, v, total, primal, dual, constraint, start) -> dict:
-        reports = ex.map("report", {n: {"x": points[n]} for n in points if n in ex.programs})
-        return {"iteration": k, "inner": v, "inner_total": total,
-                "objective": sum(r["objective"] for r in reports.values()),
-                "violation": max(r["violation"] for r in reports.values()),
-                "primal_residual": primal, "dual_residual": dual,
+    def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report=True) -> dict:
+        """One history record; objective and violation at x̂ on every node (the clients' reports
+        as one group request) when `report`, else NaN."""
+        objective = violation = float("nan")
+        if report:
+            reports = ex.map_stacked("report", clients, common={"x": xhat})
+            objective, violation = float(np.sum(reports["objective"])), float(np.max(reports["violation"], initial=0.0))
+            if "server" in ex.programs:
+                server = ex.call("server", "report", x=xhat)
+                objective, violation = objective + server["objective"], max(violation, server["violation"])
+        return {"iteration": k, "inner": v, "inner_total": total, "objective": objective,
+                "violation": violation, "primal_residual": primal, "dual_residual": dual,
+                "constraint_residual": constraint, "time": time.perf_counter() - start}
+
+    def _record_dc(self, ex, order, X, k, v, total, primal, dual, constraint, start, report=True) -> dict:
+        """`_record_cc` at each node's own iterate (the rows of X)."""
+        objective = violation = float("nan")
+        if report:
+            reports = ex.map_stacked("report", order, rows={"x": X})
+            objective, violation = float(np.sum(reports["objective"])), float(np.max(reports["violation"], initial=0.0))
+        return {"iteration": k, "inner": v, "inner_total": total, "objective": objective,
+                "violation": violation, "primal_residual": primal, "dual_residual": dual,
                 "constraint_residual": constraint, "time": time.perf_counter() - start}

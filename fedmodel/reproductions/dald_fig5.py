@@ -17,9 +17,11 @@ from . import dald_table2 as t2
 LAMBDA, ITERATIONS = 1e-3, 300
 
 
-def curves(n: int, iterations: int = ITERATIONS, every: int = 1, engine: str = "reference",
-           executor: str = "serial", exp: t2.Experiment | None = None) -> dict:
-    """{method: (iterations, mean %, std %-points)} every `every` iterations."""
+def curves(n: int, iterations: int = ITERATIONS, every: int = 1, engine: str = "backend",
+           executor: str | None = None, exp: t2.Experiment | None = None) -> dict:
+    """{method: (iterations, mean %, std %-points)} every `every` iterations; engine "backend"
+    (`backends.DALD` / `FedProx`, executor "batched" when available) or "reference"."""
+    executor = executor or ("batched" if t2.have_batched() else "serial")
     exp = exp or t2.experiment(n)
     out = {}
     for method in t2.METHODS:
@@ -30,7 +32,8 @@ def curves(n: int, iterations: int = ITERATIONS, every: int = 1, engine: str = "
                 acc = t2.accuracies(exp, X)
                 points.append((total, 100 * float(np.mean(acc)), 100 * float(np.std(acc))))
         if engine == "backend":
-            t2.run_backend(method, exp, LAMBDA, iterations, monitor=watch, executor=executor)
+            t2.run_backend(method, exp, LAMBDA, iterations, monitor=watch, executor=executor,
+                           report_every=iterations)
         else:
             t2.run_reference(method, exp, LAMBDA, iterations, monitor=watch)
         k, mean, std = (np.array(v) for v in zip(*points))
@@ -63,7 +66,7 @@ def plot(results: dict[int, dict], path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
-def run(full: bool = False, plot_dir=None, engine: str = "reference", executor: str = "serial") -> int:
+def run(full: bool = False, plot_dir=None, engine: str = "backend", executor: str | None = None) -> int:
     """full: n = 100 and 500, accuracy at every iteration; fast: n = 100, every 10th."""
     clients, every = ((100, 500), 1) if full else ((100,), 10)
     print(f"DALD paper, Fig. 5: first {ITERATIONS} iterations, λ = {LAMBDA:g}, n = {clients}; "

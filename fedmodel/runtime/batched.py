@@ -14,13 +14,21 @@ back and get the serial answer. To avoid re-stacking n small arrays in every rou
 keeps the stacked (n, d) arrays it last wrote and stores *row views* of them in the clients'
 state; while every client still holds exactly those row objects the stack is reused.
 
-Batched procedures (hot paths of DALD-CC, FedProx and FedAvg): `dald_cc_solve` with the "gd"
-and "prox-grad" solver layers (W local steps, soft-thresholding for λ‖w‖₁), `dald_cc_dual`,
-`report` (objective of unconstrained clients) and `solve_local` with method "gd".
+Group requests (`Executor.map_stacked`: one request to many nodes, model-sized fields as one
+(n, d) block) to the nodes of one group are served by the kind's stacked procedure (`STACKED`)
+without building per-node payloads; the blocks are checked once and the ledger books the n
+messages from a count. A Fed-DALD-DC sweep (`Executor.sweep`) of one group is served by
+`batched_dc`.
+
+Batched procedures (hot paths of DALD-CC, FedProx and FedAvg): here `report` (objective of
+unconstrained clients) and `solve_local` with method "gd"; in batched_cc.py `dald_cc_solve`
+with the "gd" and "prox-grad" solver layers (W local steps, soft-thresholding for λ‖w‖₁),
+`dald_cc_dual` and `dald_state`; in batched_dc.py the Fed-DALD-DC sweep and `dald_dc_dual`.
 """
 from __future__ import annotations
 
 from collections import Counter
+from operator import is_, itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -29,13 +37,18 @@ from ..compiler.sets import norm1_term
 from ..expression import Variable
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
-from .executor import Executor, run_on_node
+from .executor import Executor, block_floats, run_on_node
 from .ledger import MESSAGES, check_payload
 from .program import NodeProgram
 
 # kind -> batched procedure(group, members, payloads) -> replies by member, or None (not covered:
 # the executor then serves those members one by one)
 BATCHED: dict[str, Callable] = {}
+
+# kind -> stacked procedure(group, rows, block_fields, common) -> stacked replies, or None (not
+# covered: `map_stacked` then splits the request into per-node payloads); `rows` are the group
+# indices of the request's nodes, `block_fields` their per-node fields as (len(rows), …) blocks
+STACKED: dict[str, Callable] = {}
 
 _NORM1_CODE = norm1_term(Variable(1, name="_probe"), 1.0).prox.__code__
 
@@ -44,6 +57,14 @@ def batched_procedure(kind: str):
     """Register the vectorized form of the node-side procedure `kind`."""
     def wrap(fn):
         BATCHED[kind] = fn
+        return fn
+    return wrap
+
+
+def stacked_procedure(kind: str):
+    """Register the group-request (`Executor.map_stacked`) form of the node-side procedure `kind`."""
+    def wrap(fn):
+        STACKED[kind] = fn
         return fn
     return wrap
 
@@ -86,6 +107,8 @@ class Group:
         self._plans: dict[str, BatchedPlan] = {}
         self._blocks: dict = {}             # block-diagonal data matrices shared by the plans
         self._stacks: dict[str, tuple[list, np.ndarray]] = {}
+        self._twice: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._checked: dict[str, list] = {}     # state lists a procedure already validated
 
     # -- plans ---------------------------------------------------------------------------------
     def plan(self, which: str) -> BatchedPlan:
@@ -121,36 +144,46 @@ class Group:
         rows = [np.ravel(np.broadcast_to(v, shape)) for v in seg.split(flat)]
         return np.array(rows, dtype=float).reshape(self.n, size)
 
+    def twice(self, key: str, stack: np.ndarray) -> np.ndarray:
+        """2·stack, computed once per published stack (e.g. the weights 2ρ_i∘ρ_i)."""
+        cached = self._twice.get(key)
+        if cached is None or cached[0] is not stack:
+            cached = self._twice[key] = (stack, 2.0 * stack)
+        return cached[1]
+
     # -- stacked state -------------------------------------------------------------------------
-    def gather(self, key: str, states: list[dict], width: int) -> np.ndarray:
-        """(n, width) stack of the clients' `state[key]` rows. Reused while every client still
-        holds the row views last published; otherwise stacked afresh and published."""
-        rows = [s[key] for s in states]
-        cached = self._stacks.get(key)
-        if cached is not None and all(a is b for a, b in zip(rows, cached[0])):
+    def gather(self, key: str, states: list[dict], width: int, slot: str | None = None) -> np.ndarray:
+        """(len(states), width) stack of the `state[key]` rows (the clients' states, or any list
+        of dicts, cached under `slot`, default `key`). Reused while every dict still holds the
+        row views last published; otherwise stacked afresh and published."""
+        rows = list(map(itemgetter(key), states))
+        cached = self._stacks.get(slot or key)
+        if cached is not None and len(rows) == len(cached[0]) and all(map(is_, rows, cached[0])):
             return cached[1]
         stack = np.array([np.broadcast_to(np.asarray(r, float), (width,)) for r in rows], dtype=float) \
-            if rows else np.zeros((0, width))
-        self.publish(key, stack, states)
+            .reshape(len(rows), width)
+        self.publish(key, stack, states, slot)
         return stack
 
-    def publish(self, key: str, stack: np.ndarray, states: list[dict]) -> None:
-        """Hand each client its row (a view) as `state[key]`; remember the stack."""
+    def publish(self, key: str, stack: np.ndarray, states: list[dict], slot: str | None = None) -> None:
+        """Hand each dict its row (a view) as `state[key]`; remember the stack."""
         views = list(stack)
         for state, view in zip(states, views):
             state[key] = view
-        self._stacks[key] = (views, stack)
+        self._stacks[slot or key] = (views, stack)
 
     def apply_prox(self, Z: np.ndarray, t: float) -> np.ndarray:
-        """Every client's prox step (in term order, as `dald._apply_prox`)."""
+        """Every client's prox step (in term order, as `dald_nodes._apply_prox`)."""
         for cols, weights, k in self.prox:
             if weights is not None:     # λ‖w‖₁: soft-thresholding at t·λ_i, all clients at once
                 v = Z[:, cols]          # Norm1.prox, sign(v)·max(|v| − tλ, 0), in place
-                shrunk = np.abs(v)
+                if np.all(weights == weights[0]):   # one λ: v − clip(v, −tλ, tλ), two passes
+                    v -= np.clip(v, -t * weights[0], t * weights[0])
+                    continue
+                shrunk = np.abs(v)      # (copysign: the same numbers, up to the sign of a zero)
                 shrunk -= (t * weights)[:, None]
                 np.maximum(shrunk, 0.0, out=shrunk)
-                shrunk *= np.sign(v)
-                Z[:, cols] = shrunk
+                np.copysign(shrunk, v, out=v)
             else:
                 for i, p in enumerate(self.programs):
                     term = p.merit_ir.prox_terms[k]
@@ -213,6 +246,50 @@ class BatchedExecutor(Executor):
                 record(node, "server", kind, floats)
             out[node] = reply
         return out
+
+    def map_stacked(self, kind: str, nodes, rows=None, common=None) -> dict[str, Any]:
+        """`Executor.map_stacked` served as one block when every node belongs to one group and
+        `kind` has a stacked procedure: the request's blocks are checked once, the ledger books
+        the n messages each way from a count, and no per-node payload is built."""
+        procedure = STACKED.get(kind)
+        group = self._group_of(nodes) if procedure is not None else None
+        if group is None:
+            return super().map_stacked(kind, nodes, rows, common)
+        declared, nodes, rows, common = self._check_stacked(kind, nodes, rows, common)
+        index = np.array([group.index[node] for node in nodes], dtype=np.intp)
+        replies = procedure(group, index, rows, common)
+        if replies is None:                     # options the stacked form does not cover
+            return super().map_stacked(kind, nodes, rows, common)
+        self.stats[(kind, "batched")] += len(nodes)
+        if not declared.local:
+            floats = check_payload(declared, declared.request, common, self.model_size, "request")
+            floats += sum(block_floats(declared, declared.request, k, b, len(nodes), self.model_size,
+                                       "request") for k, b in rows.items())
+            self.ledger.record_group(tuple(nodes), kind, floats, down=True)
+        up = sum(block_floats(declared, declared.reply, k, b, len(nodes), self.model_size, "reply")
+                 for k, b in replies.items())
+        if not declared.local:
+            self.ledger.record_group(tuple(nodes), kind, up, down=False)
+        return replies
+
+    def sweep(self, kind, batches, common, relay, neighbors) -> dict[str, Any]:
+        """`Executor.sweep` of one group served by `batched_dc` (one batched ∇P for every node,
+        then the sequential neighbour terms); anything it does not cover goes node by node."""
+        from .batched_dc import serve_sweep
+        replies = serve_sweep(self, kind, batches, dict(common), relay, neighbors)
+        return replies if replies is not None else super().sweep(kind, batches, common, relay, neighbors)
+
+    def _group_of(self, nodes) -> "Group | None":
+        """The group holding every node of `nodes` (at least `min_group` of them), else None."""
+        if len(nodes) < self.min_group:
+            return None
+        first = nodes[0]
+        for group in self.groups:
+            if first in group.index:
+                index = group.index
+                return group if all(node in index for node in nodes) and \
+                    len(set(nodes)) == len(nodes) else None
+        return None
 
     def _dispatch_batch(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         replies: dict[str, dict[str, Any]] = {}
@@ -331,105 +408,63 @@ def _add_shared(G: np.ndarray, n_x: int, extra: np.ndarray) -> np.ndarray:
 
 
 def _local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: float, steps: int,
-                 prox: bool) -> np.ndarray:
+                 prox: bool, subtract_linear: bool = False) -> np.ndarray:
     """W steps z ← z − α(∇P_i(z) + linear + weight∘(x − anchor)) for every client, followed by
-    the prox step when `prox` (dald._prox_grad; solvers.gradient_descent without it)."""
+    the prox step when `prox` (dald_nodes._prox_grad; solvers.gradient_descent without it).
+    `subtract_linear`: `linear` holds −linear (DALD's −μ_i, without a pass to negate it).
+    Z is not written (it may be the clients' published state); the result is a fresh array."""
     n_x = group.n_x
-    Z = np.array(Z, dtype=float)             # ours: updated in place below
     for _ in range(steps):
         _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])
         # in place on fresh arrays, the serial operations in the same order up to commuted
         # operands (exact in IEEE arithmetic): each (n, d) temporary costs a pass over memory
         extra = np.subtract(Z[:, :n_x], anchor)
         extra *= weight
-        extra += linear
+        if subtract_linear:
+            extra -= linear             # t + (−μ) = t − μ exactly
+        else:
+            extra += linear
         G = _add_shared(G, n_x, extra)
         G *= step
-        Z -= G
+        Z = np.subtract(Z, G, out=G)   # G is ours (fresh): reuse its memory
         if prox:
             Z = group.apply_prox(Z, step)
     return Z
 
 
-@batched_procedure("dald_cc_solve")
-def _cc_solve(group: Group, members: list[str], payloads: dict):
-    """`dald._cc_solve` (13) with the "gd" / "prox-grad" solver layers for a whole group."""
-    opts = _same(payloads, members, ("tol", "solver", "step", "local_steps", "warm"))
-    if opts is None or opts["solver"] not in ("gd", "prox-grad"):
+def _report_block(group: Group, X: np.ndarray, common: np.ndarray | None = None) -> np.ndarray | None:
+    """`NodeProgram.report` objectives for clients without constraints: f_i(x, y) + prox-able
+    terms; `common`: the one model every row of X holds (its λ‖x‖₁ is computed once)."""
+    if group.constrained or any(weights is None for _, weights, _ in group.prox):
         return None
-    states = [p.state.get("dald") for p in group.programs]
-    if any(s is None or s.get("rho2") is None for s in states):
-        return None
-    has_prox = bool(group.prox)
-    n_x = group.n_x
-    X = group.gather("x", states, n_x)
-    MU = group.gather("mu", states, n_x)
-    RHO2 = group.gather("rho2", states, n_x)
-    XHAT = _rows(group, members, payloads, "xhat", X)
-    x0 = X if opts.get("warm", 1.0) else XHAT
-    if group.n_y:              # re-center the private variables' proximal term (local_argmin)
-        for m in members:
-            p = group.programs[group.index[m]]
-            p.configure(float(p.merit_ir.beta.value), 0.0, x0[group.index[m]])
-    Z = np.concatenate([x0, _private(group)], axis=1)
-    prox = opts["solver"] == "prox-grad" or has_prox
-    Z = _local_steps(group, Z, -MU, 2.0 * RHO2, XHAT, float(opts["step"]), int(opts["local_steps"]), prox)
-    rows = [group.index[m] for m in members]
-    if len(rows) == group.n:
-        new_x = np.ascontiguousarray(Z[:, :n_x])
-    else:                       # clients that did not take part keep their x_i
-        new_x = X.copy()
-        new_x[rows] = Z[rows, :n_x]
-    group.publish("x", new_x, states)
-    if group.n_y:
-        for i in rows:
-            group.programs[i].y = Z[i, n_x:].copy()
-    steps = int(opts["local_steps"])
-    return {m: {"x": new_x[group.index[m]], "steps": steps} for m in members}
-
-
-@batched_procedure("dald_cc_dual")
-def _cc_dual(group: Group, members: list[str], payloads: dict):
-    """`dald._cc_dual` (15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i) for a whole group; a node's own
-    constraint multipliers (Step 2) are updated client by client."""
-    opts = _same(payloads, members, ("consensus",))
-    states = [p.state.get("dald") for p in group.programs]
-    if opts is None or any(s is None or s.get("rho2") is None for s in states):
-        return None
-    n_x = group.n_x
-    X = group.gather("x", states, n_x)
-    MU = group.gather("mu", states, n_x)
-    RHO2 = group.gather("rho2", states, n_x)
-    if opts.get("consensus", 1.0):
-        XHAT = _rows(group, members, payloads, "xhat", X)
-        rows = [group.index[m] for m in members]
-        step = MU + 2.0 * RHO2 * (XHAT - X)
-        if len(rows) == group.n:
-            new = step
-        else:
-            new = MU.copy()
-            new[rows] = step[rows]
-        group.publish("mu", new, states)
-    replies = {}
-    for m in members:
-        p = group.programs[group.index[m]]
-        change = p.update_multipliers(p.state["dald"]["x"])["dmu"] if p.constraints else 0.0
-        replies[m] = {"dmu": change}
-    return replies
+    values = group.objective(np.asarray(X), _private(group))
+    for cols, weights, k in group.prox:
+        norm = np.abs(X[:, cols]).sum(axis=1) if common is None else np.abs(common[cols]).sum()
+        values = values + weights * norm
+    return values
 
 
 @batched_procedure("report")
 def _report(group: Group, members: list[str], payloads: dict):
-    """`NodeProgram.report` for clients without constraints: f_i(x, y) + prox-able terms."""
-    if group.constrained:
+    values = _report_block(group, _rows(group, members, payloads, "x", np.zeros((group.n, group.n_x))))
+    if values is None:
         return None
-    X = _rows(group, members, payloads, "x", np.zeros((group.n, group.n_x)))
-    values = group.objective(np.asarray(X), _private(group))
-    for cols, weights, k in group.prox:
-        if weights is None:
-            return None
-        values = values + weights * np.abs(X[:, cols]).sum(axis=1)
     return {m: {"objective": float(values[group.index[m]]), "violation": 0.0} for m in members}
+
+
+@stacked_procedure("report")
+def _report_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+    if "x" in blocks:
+        X = np.zeros((group.n, group.n_x))
+        X[rows] = blocks["x"]
+    elif "x" in common:
+        X = np.broadcast_to(np.asarray(common["x"], float), (group.n, group.n_x))
+    else:
+        return None
+    values = _report_block(group, X, None if "x" in blocks else np.asarray(common["x"], float))
+    if values is None:
+        return None
+    return {"objective": values[rows], "violation": np.zeros(len(rows))}
 
 
 @batched_procedure("solve_local")
@@ -462,11 +497,5 @@ def _solve_local(group: Group, members: list[str], payloads: dict):
     return replies
 
 
-@batched_procedure("dald_state")
-def _dald_state(group: Group, members: list[str], payloads: dict):
-    """`dald._state` for Fed-DALD-CC clients (μ_i, the array the client holds), without a
-    procedure call per client; DC nodes (edge multipliers) take the serial path."""
-    states = [group.programs[group.index[m]].state.get("dald") for m in members]
-    if any(s is None or s.get("edges") for s in states):
-        return None
-    return {m: {"mu": s.get("mu")} for m, s in zip(members, states)}
+# the DALD procedures' batched forms (registered on import)
+from . import batched_cc, batched_dc  # noqa: E402,F401

@@ -22,6 +22,7 @@ segment vs pairwise sums): a few ulps.
 """
 from __future__ import annotations
 
+from operator import attrgetter, is_
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -30,6 +31,9 @@ from .. import atoms as A
 from ..atoms.elementwise import Elementwise
 from ..compiler.codegen import Plan
 from ..errors import FedModelError
+
+
+_VALUE = attrgetter("value")
 
 
 class Seg:
@@ -176,22 +180,83 @@ class BatchedPlan:
         self.out_slots = list(first._out_slots)
         self.output_segs = [self.seg.get(s) or Seg([np.shape(self.common[s])] * n) for s in self.out_slots]
         self.input_segs = [self.seg[i] for i in range(len(first.inputs))]
+        # per-client scalar parameters whose value 0 (for every client) switches terms off, e.g.
+        # the proximal weight ω of a merit that DALD configures with ω = 0: a pruned op list each
+        self._zero_variants: list[tuple[int, list[Callable], list[int | None]]] = []
+        for slot, params in zip(self._param_slots, self._params):
+            if all(q.shape == () for q in params):
+                variant = self._prune_zero(slot)
+                if variant is not None:
+                    self._zero_variants.append((slot, *variant))
 
     # ---- runtime -----------------------------------------------------------------------------
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         vals: dict[int, Any] = {i: v for i, v in enumerate(inputs)}
         for slot, params in zip(self._param_slots, self._params):
             vals[slot] = self._gather_params(slot, params)
+        for slot, ops, outs in self._zero_variants:
+            if not vals[slot].any():            # the parameter is 0 for every client
+                for op in ops:
+                    op(vals)
+                return [np.zeros(seg.total) if s is None else self._flat_output(s, vals)
+                        for s, seg in zip(outs, self.output_segs)]
         for op in self._ops:
             op(vals)
         return [self._flat_output(s, vals) for s in self.out_slots]
 
+    _ZERO_PRESERVING = (A.Multiply, A.Neg, A.Sum, A.SumSquares, A.MatMul, A.Reshape, A.Transpose,
+                        A.BroadcastTo)
+
+    def _prune_zero(self, zero_slot: int):
+        """The steps left when parameter `zero_slot` is 0: a product with (or a sum, reshape,
+        sum of squares of) a zero is zero, an addition of a zero forwards its other operand (same
+        layout). Returns (ops, output slots with None for an output that is zero), or None when
+        the parameter reaches a step these rules do not cover. Equal to the full plan for finite
+        values (the full plan computes 0·v)."""
+        first = self.plans[0]
+        zero, alias, kept = {zero_slot}, {}, []
+        for j, (fn, args, out) in enumerate(first._steps):
+            node = fn.__self__
+            args = tuple(alias.get(a, a) for a in args)
+            hit = [a in zero for a in args]
+            if not any(hit):
+                kept.append((j, args, out))
+            elif isinstance(node, self._ZERO_PRESERVING) and not isinstance(node, A.Add):
+                zero.add(out)
+            elif isinstance(node, A.Add):
+                rest = [a for a, h in zip(args, hit) if not h]
+                if not rest:
+                    zero.add(out)
+                elif len(rest) == 1 and self.kind.get(rest[0]) == "B" and rest[0] in self.seg and \
+                        out in self.seg and self.seg[rest[0]].shapes == self.seg[out].shapes and \
+                        not isinstance(self.common.get(rest[0]), list):
+                    alias[out] = rest[0]
+                else:
+                    return None
+            else:
+                return None
+        if not any(out in zero or out in alias for _, _, out in kept) and \
+                len(kept) == len(first._steps):
+            return None
+        outs = [None if s in zero else alias.get(s, s) for s in self.out_slots]
+        live = {s for s in outs if s is not None}
+        needed = []
+        for j, args, out in reversed(kept):      # drop steps whose results nobody reads
+            if out in live:
+                needed.append((j, args, out))
+                live.update(args)
+        ops = []
+        for j, args, out in reversed(needed):
+            nodes = [p._steps[j][0].__self__ for p in self.plans]
+            ops.append(self._ops[j] if args == first._steps[j][1] else self._rule(nodes, args, out)[1])
+        return ops, outs
+
     def _gather_params(self, slot: int, params: list) -> np.ndarray:
         """Current values of one parameter of every client, flat; reused while every client
         still holds the very same value objects (a multiplier step assigns new arrays)."""
-        values = [p.value for p in params]
+        values = list(map(_VALUE, params))
         cached = self._param_cache.get(slot)
-        if cached is not None and all(a is b for a, b in zip(values, cached[0])):
+        if cached is not None and all(map(is_, values, cached[0])):
             return cached[1]
         if any(v is None for v in values):
             raise FedModelError(f"parameter {params[0].name!r} has no value; set .value first")

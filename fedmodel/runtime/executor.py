@@ -6,15 +6,19 @@ kind and recorded in the ledger.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from ..errors import FedModelError
-from .ledger import MESSAGES, PROCEDURES, Ledger, check_payload
+from .ledger import MESSAGES, PROCEDURES, Ledger, MessageKind, check_payload
 from .program import NodeProgram, ProgramSpec
 
 
 class Executor:
-    """Interface: `start(programs)`, `call(node, kind, **payload)`, `map(kind, payloads)`."""
+    """Interface: `start(programs)`, `call(node, kind, **payload)`, `map(kind, payloads)`,
+    `map_stacked(kind, nodes, rows, common)` (one request to a group of nodes whose model-sized
+    fields are the rows of one (n, d) array; replies stacked the same way)."""
 
     def __init__(self):
         self.programs: dict[str, NodeProgram] = {}
@@ -61,6 +65,57 @@ class Executor:
                 self.ledger.record(node, "server", kind, floats)
         return {node: replies[node] for node in payloads}
 
+    def map_stacked(self, kind: str, nodes: Sequence[str], rows: dict[str, np.ndarray] | None = None,
+                    common: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send `kind` to every node of `nodes` (conceptually in parallel): node k's payload is
+        `common` plus row k of each block in `rows` (arrays with len(nodes) rows). Returns the
+        replies stacked: per reply field an array with one row per node, in `nodes` order
+        (scalars: shape (n,); "str" / "opaque" fields: a list). The ledger books n messages each
+        way, as `map` would. This default splits the group request into per-node messages
+        (`map`); the batched executor serves it as one block."""
+        declared, nodes, rows, common = self._check_stacked(kind, nodes, rows, common)
+        payloads = {node: dict(common) for node in nodes}
+        for key, block in rows.items():
+            for node, row in zip(nodes, block):
+                payloads[node][key] = row
+        replies = self.map(kind, payloads)
+        return stack_replies(declared, [replies[node] for node in nodes])
+
+    def sweep(self, kind: str, batches: Sequence[Sequence[str]], common: dict[str, Any],
+              relay: str, neighbors: dict[str, Sequence[str]]) -> dict[str, Any]:
+        """A Gauss–Seidel sweep (DALD-DC's coordination sequence): the batches one after
+        another, each a `map(kind, …)` with payload `common` to its nodes (nodes of one batch
+        share no edge), every reply's "x" relayed to the node's `neighbors` (message `relay`,
+        {"neighbor": node, "x": x}) before the next batch starts. Returns the replies stacked
+        (`map_stacked` layout) in sweep order: the nodes of `batches`, flattened. The batched
+        executor serves a whole sweep of one group in one call."""
+        replies = []
+        for batch in batches:
+            out = self.map(kind, {node: dict(common) for node in batch})
+            for node in batch:
+                replies.append(out[node])
+                self.map(relay, {j: {"neighbor": node, "x": out[node]["x"]} for j in neighbors[node]})
+        return stack_replies(MESSAGES[kind], replies)
+
+    def _check_stacked(self, kind, nodes, rows, common):
+        """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
+        match its declaration (checked once for the whole block); return the normalized request."""
+        declared = MESSAGES.get(kind)
+        if declared is None:
+            raise FedModelError(f"message kind {kind!r} is not declared in fedmodel.runtime.ledger")
+        nodes = list(nodes)
+        for node in nodes:
+            if node not in self.programs:
+                raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
+        rows, common = dict(rows or {}), dict(common or {})
+        check_payload(declared, declared.request, common, self.model_size, "request")
+        for key, block in rows.items():
+            if key in common:
+                raise FedModelError(f"request of message {kind!r}: field {key!r} given both per node "
+                                    "and in common")
+            block_floats(declared, declared.request, key, block, len(nodes), self.model_size, "request")
+        return declared, nodes, rows, common
+
     def _dispatch_batch(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Serve checked requests of one kind (one per node) and return the replies by node.
         Executors override this (concurrent dispatch) or `_dispatch` (one request at a time)."""
@@ -86,6 +141,43 @@ def run_on_node(program: NodeProgram, kind: str, payload: dict[str, Any]) -> dic
     if procedure is not None:
         return procedure(program, **payload)
     return getattr(program, kind)(**payload)
+
+
+def block_floats(kind: MessageKind, fields: dict[str, str], key: str, block: Any, n: int,
+                 model_size: int, direction: str) -> int:
+    """Floats per node of a stacked field (a block with one row per node), checking its shape
+    once: an undeclared field or a row larger than declared is refused, like `check_payload`."""
+    if key not in fields:
+        raise FedModelError(f"{direction} of message {kind.name!r} carries undeclared field {key!r}; "
+                            f"declared: {sorted(fields)}")
+    spec = fields[key]
+    if spec in ("str", "opaque"):
+        if len(block) != n:
+            raise FedModelError(f"{direction} of message {kind.name!r}: field {key!r} has "
+                                f"{len(block)} entries for {n} nodes")
+        return 0
+    shape = np.shape(block)
+    width = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    allowed = {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec]
+    if not shape or shape[0] != n or width not in allowed:
+        raise FedModelError(
+            f"{direction} of message {kind.name!r}: field {key!r} is a block of shape {shape} for "
+            f"{n} nodes but is declared as {spec!r} (allowed: {n} rows of {allowed} numbers); "
+            "refusing to send it")
+    return width
+
+
+def stack_replies(kind: MessageKind, replies: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-node replies → one block per field (rows in the order of `replies`)."""
+    keys = list(replies[0]) if replies else list(kind.reply)
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [r.get(key) for r in replies]
+        if kind.reply.get(key) in ("str", "opaque") or any(v is None for v in values):
+            out[key] = values
+        else:
+            out[key] = np.array(values, dtype=float)
+    return out
 
 
 def make_executor(executor: Any) -> Executor:

@@ -8,7 +8,7 @@ accident. Each message (sender, receiver, kind, number of floats) is recorded in
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,8 @@ def _kinds(*kinds: MessageKind) -> dict[str, MessageKind]:
     return {k.name: k for k in kinds}
 
 
-# Sizes: "x" = shared model size, "x|1" = model-sized or scalar, "1" = scalar.
+# Sizes: "x" = shared model size, "x|1" = model-sized or scalar, "1" = scalar, "<=k" = a short
+# vector of at most k numbers (statistics such as inner products, never data-sized).
 MESSAGES = _kinds(
     MessageKind("configure", {"beta": "1", "prox_weight": "1", "center": "x"}, {}),
     MessageKind("merit", {"x": "x"}, {"value": "1", "grad": "x"}),
@@ -81,7 +82,8 @@ def check_payload(kind: MessageKind, fields: dict[str, str], payload: dict[str, 
         if spec in ("str", "opaque") or value is None:
             continue
         size = int(np.size(value))
-        allowed = {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec]
+        allowed = (range(int(spec[2:]) + 1) if spec.startswith("<=") else
+                   {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec])
         if size not in allowed:
             raise FedModelError(
                 f"{direction} of message {kind.name!r}: field {key!r} has {size} numbers but is "
@@ -90,17 +92,57 @@ def check_payload(kind: MessageKind, fields: dict[str, str], payload: dict[str, 
     return floats
 
 
-@dataclass
 class Ledger:
-    """Messages and floats per direction, per node and per kind."""
+    """Messages and floats per direction, per node and per kind.
 
-    messages: Counter = field(default_factory=Counter)
-    floats: Counter = field(default_factory=Counter)
-    rounds: int = 0
+    `record` books one message; `record_group` books one message per node of a group request
+    (`Executor.map_stacked`) from a count: it is kept as one pending entry and spread over the
+    per-node counters only when `messages` / `floats` are read."""
+
+    def __init__(self, messages: Counter | None = None, floats: Counter | None = None, rounds: int = 0):
+        self._messages = Counter() if messages is None else messages
+        self._floats = Counter() if floats is None else floats
+        self.rounds = rounds
+        self._pending: Counter = Counter()     # (nodes, kind, direction, floats each) -> repeats
 
     def record(self, sender: str, receiver: str, kind: str, floats: int) -> None:
-        self.messages[(sender, receiver, kind)] += 1
-        self.floats[(sender, receiver, kind)] += floats
+        self._messages[(sender, receiver, kind)] += 1
+        self._floats[(sender, receiver, kind)] += floats
+
+    def record_group(self, nodes: tuple[str, ...], kind: str, floats: int, down: bool) -> None:
+        """One message of `floats` floats between the server and each of `nodes` (down:
+        server → node, else node → server), booked in O(1)."""
+        self._pending[(tuple(nodes), kind, bool(down), int(floats))] += 1
+
+    def _fold(self) -> None:
+        pending, self._pending = self._pending, Counter()
+        for (nodes, kind, down, floats), times in pending.items():
+            for node in nodes:
+                key = ("server", node, kind) if down else (node, "server", kind)
+                self._messages[key] += times
+                self._floats[key] += times * floats
+
+    @property
+    def messages(self) -> Counter:
+        if self._pending:
+            self._fold()
+        return self._messages
+
+    @property
+    def floats(self) -> Counter:
+        if self._pending:
+            self._fold()
+        return self._floats
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Ledger) and (self.messages, self.floats, self.rounds) == \
+            (other.messages, other.floats, other.rounds)
+
+    def __setstate__(self, state: dict) -> None:      # checkpoints written before record_group
+        state.setdefault("_pending", Counter())
+        if "messages" in state:
+            state["_messages"], state["_floats"] = state.pop("messages"), state.pop("floats")
+        self.__dict__.update(state)
 
     def total(self, direction: str | None = None) -> dict[str, int]:
         """{"messages": …, "floats": …}; direction "down" (server→clients) or "up"."""

@@ -1,0 +1,175 @@
+"""Fed-DALD-CC, FedProx and FedAvg client steps for a whole group on the batched executor: the
+vectorized forms of `backends.dald_nodes`'s `dald_cc_solve` (13) (solver layers "gd" and
+"prox-grad"), `dald_cc_dual` (15) and `dald_state`, per-node payloads (`map`) and group
+requests (`map_stacked`). The clients' x_i, μ_i, ρ_i∘ρ_i stay in their `program.state["dald"]`
+as row views of the group's stacks (`Group.gather` / `Group.publish`).
+"""
+from __future__ import annotations
+
+from operator import is_
+
+import numpy as np
+
+from .batched import Group, _local_steps, _private, _rows, _same, batched_procedure, stacked_procedure
+
+_SOLVE_OPTS = ("tol", "solver", "step", "local_steps", "warm")
+
+
+def _cc_states(group: Group) -> list[dict] | None:
+    """The clients' Fed-DALD-CC states (None unless every client ran `dald_cc_init`); the check
+    is skipped while every client still holds the state dict checked last time."""
+    states = list(map(_dald_state_of, group.programs))
+    known = group._checked.get("cc")
+    if known is not None and len(known) == len(states) and all(map(is_, states, known)):
+        return states
+    if any(s is None or s.get("rho2") is None for s in states):
+        return None
+    group._checked["cc"] = states
+    return states
+
+
+def _dald_state_of(program) -> dict | None:
+    return program.state.get("dald")
+
+
+def _cc_stacks(group: Group):
+    """(states, x_i, μ_i, ρ_i∘ρ_i stacks) of the group's DALD-CC clients, or None (not covered)."""
+    states = _cc_states(group)
+    if states is None:
+        return None
+    return (states, group.gather("x", states, group.n_x), group.gather("mu", states, group.n_x),
+            group.gather("rho2", states, group.n_x))
+
+
+def _cc_solve_block(group: Group, rows: np.ndarray, xhat: np.ndarray, opts: dict) -> np.ndarray | None:
+    """`dald_nodes._cc_solve` (13) with the "gd" / "prox-grad" solver layers for the group's clients
+    `rows` (indices); `xhat` is one model for all or an (n_group, d) stack. Returns the new
+    (n_group, d) stack of x_i (clients outside `rows` keep theirs), published as their state."""
+    if opts["solver"] not in ("gd", "prox-grad"):
+        return None
+    stacks = _cc_stacks(group)
+    if stacks is None:
+        return None
+    states, X, MU, RHO2 = stacks
+    n_x = group.n_x
+    XHAT = np.broadcast_to(np.asarray(xhat, float), X.shape) if np.ndim(xhat) == 1 else xhat
+    x0 = X if opts.get("warm", 1.0) else XHAT
+    if group.n_y:              # re-center the private variables' proximal term (local_argmin)
+        for i in rows:
+            p = group.programs[i]
+            p.configure(float(p.merit_ir.beta.value), 0.0, x0[i])
+    Z = np.concatenate([x0, _private(group)], axis=1) if group.n_y else x0
+    prox = opts["solver"] == "prox-grad" or bool(group.prox)
+    Z = _local_steps(group, Z, MU, group.twice("rho2", RHO2), XHAT, float(opts["step"]),
+                     int(opts["local_steps"]), prox, subtract_linear=True)
+    if len(rows) == group.n:
+        new_x = np.ascontiguousarray(Z[:, :n_x])
+    else:                       # clients that did not take part keep their x_i
+        new_x = X.copy()
+        new_x[rows] = Z[rows, :n_x]
+    group.publish("x", new_x, states)
+    if group.n_y:
+        for i in rows:
+            group.programs[i].y = Z[i, n_x:].copy()
+    return new_x
+
+
+@batched_procedure("dald_cc_solve")
+def _cc_solve(group: Group, members: list[str], payloads: dict):
+    opts = _same(payloads, members, _SOLVE_OPTS)
+    states = _cc_states(group)
+    if opts is None or states is None:
+        return None
+    rows = np.array([group.index[m] for m in members], dtype=np.intp)
+    X = group.gather("x", states, group.n_x)
+    new_x = _cc_solve_block(group, rows, _rows(group, members, payloads, "xhat", X), opts)
+    if new_x is None:
+        return None
+    steps = int(opts["local_steps"])
+    return {m: {"x": new_x[group.index[m]], "steps": steps} for m in members}
+
+
+@stacked_procedure("dald_cc_solve")
+def _cc_solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+    if not all(k in common for k in ("xhat", "solver", "step", "local_steps")) or \
+            set(blocks) - {"xhat"} or ("xhat" in blocks) == ("xhat" in common):
+        return None
+    xhat = common.get("xhat")
+    if "xhat" in blocks:
+        states = _cc_states(group)
+        if states is None:
+            return None
+        xhat = group.gather("x", states, group.n_x).copy()
+        xhat[rows] = blocks["xhat"]
+    new_x = _cc_solve_block(group, rows, xhat, common)
+    if new_x is None:
+        return None
+    return {"x": new_x if len(rows) == group.n else new_x[rows],
+            "steps": np.full(len(rows), float(int(common["local_steps"])))}
+
+
+def _cc_dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np.ndarray | None:
+    """`dald_nodes._cc_dual` (15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i) for the group's clients `rows`; a
+    node's own constraint multipliers (Step 2) are updated client by client. Returns dmu per row."""
+    stacks = _cc_stacks(group)
+    if stacks is None:
+        return None
+    states, X, MU, RHO2 = stacks
+    if consensus:
+        XHAT = np.broadcast_to(np.asarray(xhat, float), X.shape) if np.ndim(xhat) == 1 else xhat
+        step = np.subtract(XHAT, X)          # MU + 2ρ²∘(x̂ − x) in three passes
+        step *= group.twice("rho2", RHO2)
+        step += MU
+        if len(rows) == group.n:
+            new = step
+        else:
+            new = MU.copy()
+            new[rows] = step[rows]
+        group.publish("mu", new, states)
+    dmu = np.zeros(len(rows))
+    if group.constrained:
+        for k, i in enumerate(rows):
+            p = group.programs[i]
+            dmu[k] = p.update_multipliers(p.state["dald"]["x"])["dmu"] if p.constraints else 0.0
+    return dmu
+
+
+@batched_procedure("dald_cc_dual")
+def _cc_dual(group: Group, members: list[str], payloads: dict):
+    opts = _same(payloads, members, ("consensus",))
+    states = _cc_states(group)
+    if opts is None or states is None:
+        return None
+    consensus = opts.get("consensus", 1.0)
+    xhat = _rows(group, members, payloads, "xhat", group.gather("x", states, group.n_x)) if consensus else None
+    dmu = _cc_dual_block(group, np.array([group.index[m] for m in members], dtype=np.intp), xhat, consensus)
+    return {m: {"dmu": float(v)} for m, v in zip(members, dmu)}
+
+
+@stacked_procedure("dald_cc_dual")
+def _cc_dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+    if blocks or (common.get("consensus", 1.0) and "xhat" not in common):
+        return None
+    dmu = _cc_dual_block(group, rows, common.get("xhat"), common.get("consensus", 1.0))
+    return None if dmu is None else {"dmu": dmu}
+
+
+@stacked_procedure("dald_state")
+def _dald_state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+    """μ_i of Fed-DALD-CC clients as the group's (n, d) stack (rows of the request)."""
+    states = _cc_states(group)
+    if blocks or common or states is None or any(s.get("edges") for s in states):
+        return None
+    MU = group.gather("mu", states, group.n_x)
+    return {"mu": MU if len(rows) == group.n else MU[rows]}
+
+
+@batched_procedure("dald_state")
+def _dald_state(group: Group, members: list[str], payloads: dict):
+    """`dald_nodes._state` for Fed-DALD-CC clients (μ_i, the array the client holds), without a
+    procedure call per client; DC nodes (edge multipliers) take the serial path."""
+    states = [group.programs[group.index[m]].state.get("dald") for m in members]
+    if any(s is None or s.get("edges") for s in states):
+        return None
+    return {m: {"mu": s.get("mu")} for m, s in zip(members, states)}
+
