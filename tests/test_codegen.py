@@ -223,3 +223,16 @@ def test_value_property_uses_the_same_numbers():
     x0 = RNG.standard_normal(4)
     x.value = x0
     assert fm.Plan([f], [x])(x0)[0] == f.value
+
+
+def test_plans_of_the_same_structure_compile_once_and_keep_their_own_data():
+    """Two clients' plans differ only in their data: one compiled source, separate constants."""
+    from fedmodel.compiler import codegen
+    w = fm.Variable(3, name="w")
+    A1, A2 = np.arange(6.0).reshape(2, 3), -np.ones((2, 3))
+    p1 = codegen.Plan([fm.sum_squares(A1 @ w)], [w])
+    p2 = codegen.Plan([fm.sum_squares(A2 @ w)], [w])
+    assert p1.source == p2.source and codegen._COMPILED[p1.source] is not None
+    x = np.array([1.0, -1.0, 2.0])
+    assert p1(x)[0] == pytest.approx(np.sum((A1 @ x) ** 2))
+    assert p2(x)[0] == pytest.approx(np.sum((A2 @ x) ** 2))
