@@ -38,7 +38,7 @@ from ..expression import Variable
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
 from .executor import Executor, block_floats, run_on_node
-from .ledger import MESSAGES, check_payload
+from .ledger import MESSAGES, allowed_sizes, check_payload
 from .program import NodeProgram
 
 # kind -> batched procedure(group, members, payloads) -> replies by member, or None (not covered:
@@ -336,8 +336,9 @@ def _keep_large_arrays_on_the_heap() -> None:
 
 
 def _fast_count(fields: dict[str, str], payload: dict[str, Any], model_size: int) -> int | None:
-    """Float count of a payload that `ledger.check_payload` accepts (same rules: declared
-    fields only, "x" = model size, "1" = one number, "x|1", "0|1"); None for anything else."""
+    """Float count of a payload that `ledger.check_payload` accepts (same rules: declared fields
+    only, sizes by `ledger.allowed_sizes`), without its per-field error handling; None for
+    anything else (the caller then lets `check_payload` say what is wrong)."""
     floats = 0
     for key, value in payload.items():
         spec = fields.get(key)
@@ -351,17 +352,7 @@ def _fast_count(fields: dict[str, str], payload: dict[str, Any], model_size: int
             size = 1
         else:
             return None
-        if spec == "x":
-            ok = size == model_size
-        elif spec == "1":
-            ok = size == 1
-        elif spec == "x|1":
-            ok = size == model_size or size == 1
-        elif spec == "0|1":
-            ok = size <= 1
-        else:
-            return None
-        if not ok:
+        if size not in allowed_sizes(spec, model_size):
             return None
         floats += size
     return floats

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import FedModelError
-from .ledger import MESSAGES, PROCEDURES, Ledger, MessageKind, check_payload
+from .ledger import MESSAGES, PROCEDURES, Ledger, MessageKind, allowed_sizes, check_payload
 from .program import NodeProgram, ProgramSpec
 
 
@@ -158,7 +158,7 @@ def block_floats(kind: MessageKind, fields: dict[str, str], key: str, block: Any
         return 0
     shape = np.shape(block)
     width = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-    allowed = {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec]
+    allowed = allowed_sizes(spec, model_size)
     if not shape or shape[0] != n or width not in allowed:
         raise FedModelError(
             f"{direction} of message {kind.name!r}: field {key!r} is a block of shape {shape} for "

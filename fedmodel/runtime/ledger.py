@@ -70,6 +70,13 @@ def procedure(name: str, request: dict[str, str], reply: dict[str, str]):
     return wrap
 
 
+def allowed_sizes(spec: str, model_size: int):
+    """The float counts a field declared as `spec` may carry (one place for the size rules)."""
+    if spec.startswith("<="):
+        return range(int(spec[2:]) + 1)
+    return {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec]
+
+
 def check_payload(kind: MessageKind, fields: dict[str, str], payload: dict[str, Any],
                   model_size: int, direction: str) -> int:
     """Refuse fields that are undeclared or larger than declared; return the float count."""
@@ -82,8 +89,7 @@ def check_payload(kind: MessageKind, fields: dict[str, str], payload: dict[str, 
         if spec in ("str", "opaque") or value is None:
             continue
         size = int(np.size(value))
-        allowed = (range(int(spec[2:]) + 1) if spec.startswith("<=") else
-                   {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec])
+        allowed = allowed_sizes(spec, model_size)
         if size not in allowed:
             raise FedModelError(
                 f"{direction} of message {kind.name!r}: field {key!r} has {size} numbers but is "
