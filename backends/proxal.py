@@ -77,15 +77,14 @@ def _admm_step(program: NodeProgram, w, eps, adaptive=0.0, solver="auto", mix=No
     out = program.solve_local(linear=lam, weight=rho, anchor=w, x0=u, tol=eps, method=solver)
     u_new = out["x"]
     lam_new = lam + rho * (u_new - w)                                  # (20)
-    reply = {"u_tilde": u_new + lam_new / rho, "eps_tilde": eps_tilde, "steps": out["steps"]}  # (21)
-    if history is not None:
+    reply = {"eps_tilde": eps_tilde, "steps": out["steps"]}
+    if history is not None:            # the iterate in the ρ it was computed with
         reply["products"] = history.push(np.concatenate([u_new, lam_new / rho]),
                                          np.concatenate([u, lam / rho]))
     if adaptive:
         rho = _balance(rho, primal=np.max(np.abs(u_new - w)), dual=rho * np.max(np.abs(w - s["w"])))
-        reply["u_tilde"] = u_new + lam_new / rho                         # (21) with the new ρ
     program.state["admm"] = {"u": u_new, "lam": lam_new, "rho": rho, "w": w.copy(), "history": history}
-    reply["rho"] = rho
+    reply.update(u_tilde=u_new + lam_new / rho, rho=rho)                  # (21), with the new ρ
     return reply
 
 
@@ -255,13 +254,12 @@ class ProxAL(Backend):
             new_rho = {c: r["rho"] for c, r in replies.items()}
             certificate = eps + sum(r["eps_tilde"] for r in replies.values())
             trace.append(certificate)
-            if certificate <= tau:                                                   # (23)
-                rho = new_rho
-                break
-            if mixer:   # the clients' next states, mixed (backends/anderson.py)
+            if mixer and certificate > tau:   # the clients' next states, mixed (backends/anderson.py)
                 products = sum(r["products"] for r in replies.values())
                 mix, restart, u_tilde = mixer.step(u_tilde, products, changed=new_rho != rho)
             rho = new_rho
+            if certificate <= tau:                                                   # (23)
+                break
         return w, trace, rho
 
     @staticmethod
