@@ -116,6 +116,26 @@ def test_dc_sweep_is_batched_and_equals_the_node_by_node_sweep(topology, options
     assert ex.stats[("dald_dc_dual", "batched")] == 30 * 7
 
 
+def test_dc_sweep_with_per_coordinate_rho_and_a_box_equals_the_node_by_node_sweep():
+    """The compiled sweep's other branches: a ρ vector per edge (weights per coordinate) and a
+    prox term that is not λ‖w‖₁ (the box w ≤ 0.3: projection, node by node)."""
+    prob, w = _logistic(n=6, l1_on="clients")
+    for c in prob.clients:
+        c.subject_to(w <= 0.3)
+    G = topologies.ring(prob)
+    rho = {e: np.linspace(0.5, 1.5, D) * (1 + 0.1 * k) for k, e in enumerate(G.edges)}
+
+    def algo():
+        return backends.DALD(rho=rho, step=0.05, solver="prox-grad", max_iterations=25,
+                             eps_primal=0.0, eps_dual=0.0)
+    serial = prob.solve(algo(), topology=G, executor="serial")
+    ex = BatchedExecutor()
+    batched = prob.solve(algo(), topology=G, executor=ex)
+    _assert_same(serial, batched)
+    assert ex.stats[("dald_dc_solve", "batched")] == 25 * 6 and ex.stats[("dald_dc_solve", "serial")] == 0
+    assert max(np.max(v) for v in batched.values.values()) <= 0.3 + 1e-12
+
+
 def test_dc_sweep_with_several_local_steps_takes_the_node_by_node_path():
     prob, _ = _logistic(n=5, l1_on="clients")
     algo = backends.DALD(solver="prox-grad", step=0.05, local_steps=2, max_iterations=8,

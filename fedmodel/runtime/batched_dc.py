@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .batched import Group, STACKED, stacked_procedure
+from .kernels import gauss_seidel_soft
 
 # kind of the solve -> (procedure(group, rows, common) -> (new stack, solved rows), relay kind)
 SWEEPS: dict[str, tuple] = {}
@@ -81,7 +82,8 @@ class EdgeLayout:
 
     def plan(self, order: np.ndarray, step: float, n: int):
         """For one sweep order: which end of each node's edges was solved earlier in the sweep
-        (use the new model) or not (the copy held now), as a sparse product for the latter."""
+        (use the new model) or not (the copy held now). Returns (later: a sparse product for
+        the latter, early: (ptr, source, weight) per node for `kernels.gauss_seidel_soft`)."""
         key = (order.tobytes(), step)
         if self._plan is not None and self._plan[0] == key:
             return self._plan[1]
@@ -99,12 +101,14 @@ class EdgeLayout:
         K = step * self.twice_rho2                                           # α·2ρ² per edge
         if self.scalar:
             later = sp.csr_matrix((K[weights, 0] if weights else np.zeros(0), (rows, cols)), shape=(n, n))
-            early = [[(float(K[e, 0]), j) for e, j in pairs] for pairs in early]
         else:
             later = (sp.csr_matrix((np.ones(len(rows)), (rows, np.arange(len(rows)))), shape=(n, len(rows))),
                      np.array(cols, dtype=np.intp), K[weights])
-            early = [[(K[e], j) for e, j in pairs] for pairs in early]
-        self._plan = (key, (later, early))
+        ptr = np.cumsum([0] + [len(pairs) for pairs in early])
+        edge = np.array([e for pairs in early for e, _ in pairs], dtype=np.intp)
+        source = np.array([j for pairs in early for _, j in pairs], dtype=np.intp)
+        weight = np.ascontiguousarray(K[edge, :1] if self.scalar else K[edge]).reshape(len(edge), 1 if self.scalar else K.shape[1])
+        self._plan = (key, (later, (ptr, source, weight)))
         return self._plan[1]
 
 
@@ -197,27 +201,15 @@ def dc_sweep(group: Group, order: np.ndarray, common: dict) -> np.ndarray | None
         incidence, cols, K = later
         B += incidence @ (K * X[cols])
     weights = [w for _, w, _ in group.prox]
-    simple = prox and len(group.prox) == 1 and weights[0] is not None
-    cols = group.prox[0][0] if simple else None
-    thresholds = (step * weights[0]).tolist() if simple else None
-    tmp, cut = np.empty(group.n_x), np.empty(group.n_x)
-    whole = simple and cols == slice(0, group.n_x)
-    rows = list(B)                                       # row views
-    multiply, maximum, minimum = np.multiply, np.maximum, np.minimum
-    for i in order.tolist():                             # the sequential part: S in order
-        z = rows[i]
-        for k, j in early[i]:
-            multiply(rows[j], k, out=tmp)
-            z += tmp
-        if simple:                                       # λ‖w‖₁: z − clip(z, −αλ, αλ)
-            t = thresholds[i]
-            v = z if whole else z[cols]
-            c = cut if whole else np.empty(v.shape)
-            maximum(v, -t, out=c)
-            minimum(c, t, out=c)
-            v -= c
-        elif prox:
-            _prox_row(group, z, i, step)
+    simple = len(group.prox) == 1 and weights[0] is not None           # λ‖w‖₁: soft-thresholding
+    cols = np.arange(group.n_x)[group.prox[0][0]] if simple else np.zeros(0, dtype=np.intp)
+    threshold = step * weights[0] if simple else np.full(group.n, -1.0)
+    if simple or not prox:                               # the sequential part: S in order
+        gauss_seidel_soft(B, order, *early, cols, threshold)
+    else:                                                # another prox: node by node
+        for k, i in enumerate(order.tolist()):
+            gauss_seidel_soft(B, order[k:k + 1], *early, cols, threshold)
+            _prox_row(group, B[i], i, step)
     if len(order) < group.n:                             # nodes that sat out keep their model
         out = np.setdiff1d(np.arange(group.n), order)
         B[out] = X[out]
