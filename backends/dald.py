@@ -43,7 +43,7 @@ import networkx as nx
 import numpy as np
 
 from fedmodel.errors import FedModelError, TopologyError
-from fedmodel.runtime import make_executor
+from fedmodel.runtime import kernels, make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import compile_programs
 from . import dald_nodes  # noqa: F401  (the node-side procedures: solver layer, (13), (15), (20), (21))
@@ -56,12 +56,11 @@ RULES = ("B1", "B2", "B3", "B4")
 
 
 
-def _weighted_sum(RHO2, A, uniform, scale=1.0, rows=None, row=None) -> np.ndarray:
-    """Σ_i scale·ρ_i∘ρ_i∘a_i over the rows of A (the clients `rows`, default all)."""
+def _weighted_sum(RHO2, A, uniform) -> np.ndarray:
+    """Σ_i ρ_i∘ρ_i∘a_i over the rows of A."""
     if uniform:
-        return (scale * RHO2[0]) * A.sum(axis=0)
-    R = RHO2 if rows is None or len(rows) == len(RHO2) else RHO2[[row[c] for c in rows]]
-    return ((scale * R) * A).sum(axis=0)
+        return RHO2[0] * A.sum(axis=0)
+    return (RHO2 * A).sum(axis=0)
 
 
 class ClientModels(dict):
@@ -235,6 +234,7 @@ class DALD(Backend):
         row = {c: i for i, c in enumerate(clients)}
         RHO2 = np.array([self._rho(c, d) ** 2 for c in clients]).reshape(len(clients), d)
         uniform = bool(np.all(RHO2 == RHO2[:1]))          # one ρ for all: Σρ_i²x_i = ρ²Σx_i
+        twice_rho2 = 2.0 * (RHO2[:, :1] if np.all(RHO2 == RHO2[:, :1]) else RHO2)   # (n, 1): scalar ρ_i
         ex.map_stacked("dald_cc_init", clients, rows={"rho": np.sqrt(RHO2)}, common={"x0": xhat, "beta": beta})
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
         total_rho2 = RHO2.sum(axis=0)
@@ -276,26 +276,25 @@ class DALD(Backend):
             if not finite:          # keep the last finite iterate; the caller sees "diverged"
                 status = "diverged"
                 break
-            C = np.subtract(xhat, X)                                     # C_i = x̂ − x_i
-            primal = max(float(np.max(C, initial=0.0)), -float(np.min(C, initial=0.0)))
-            # Step 2: multiplier step (15) on the clients, mirrored by the server
+            # C_i = x̂ − x_i: ‖C‖∞, and the server's mirror of Step 2: Σμ_i += Σ_(active) 2ρ_i∘ρ_i∘C_i
+            member = np.array([c in active for c in clients])
+            gap, primal = kernels.consensus_gap(X, xhat, twice_rho2, member)
+            # Step 2: multiplier step (15) on the clients
             active = [c for c in clients if c in active]
             replies = ex.map_stacked("dald_cc_dual", active,
                                      common={"xhat": xhat, "consensus": float(self.dual_updates)})
             if self.dual_updates:
-                mu_sum += _weighted_sum(RHO2, C if len(active) == len(clients) else
-                                        C[[row[c] for c in active]], uniform, 2.0, active, row)
+                mu_sum += gap
             dmu = max(float(np.max(replies["dmu"], initial=0.0)), 0.0)
             if problem.server.constraints:
                 dmu = max(dmu, ex.call("server", "update_multipliers", x=xhat)["dmu"])
-            sum_mu = 0.0                       # Σμ_i as the clients hold it (μ ≡ 0 without (15))
-            if self.dual_updates:
-                mus = ex.map_stacked("dald_state", clients)["mu"]
-                sum_mu = float(np.max(np.abs(np.sum(mus, axis=0)), initial=0.0))
             last = self._converged(primal, dual, dmu) or total >= self.max_iterations
+            report = last or k % self.report_every == 0
             record = self._record_cc(ex, clients, xhat, k, v, total, primal, dual, dmu / self._beta(), start,
-                                     last or k % self.report_every == 0)
-            record["sum_mu"] = sum_mu
+                                     report)
+            # Σμ_i as the clients hold it (μ ≡ 0 without (15)): a diagnostic, on reported records
+            record["sum_mu"] = 0.0 if not self.dual_updates else float("nan") if not report else \
+                float(np.max(np.abs(np.sum(ex.map_stacked("dald_state", clients)["mu"], axis=0)), initial=0.0))
             history.append(record)
             if callback:
                 callback(record)
@@ -375,7 +374,7 @@ class DALD(Backend):
                 edge = (n, j) if position[n] < position[j] else (j, n)
                 ex.call(n, "dald_dc_link", neighbor=j, rho=self._rho(edge, d),
                         after=float(position[j] > position[n]), x=x0)
-        moving = np.array([any(position[j] < position[n] for j in neighbors[n]) for n in order])
+        moving_rows = np.flatnonzero([any(position[j] < position[n] for j in neighbors[n]) for n in order])
         X = np.tile(x0, (len(order), 1))          # not the bottom nodes: they enter D (80)
         history, total, status, k = [], 0, "max_iterations", 0
         bar = progress(self.max_iterations, verbose, "DALD-DC")
@@ -403,10 +402,7 @@ class DALD(Backend):
                 else:
                     X = X.copy()
                     X[[position[n] for n in solved]] = reply["x"]
-                change = np.subtract(X, previous)                            # (80)
-                dual = max(float(np.max(change.max(axis=1)[moving], initial=0.0)),
-                           -float(np.min(change.min(axis=1)[moving], initial=0.0))) if change.size else 0.0
-                finite = bool(np.all(np.isfinite(X)))
+                dual, finite = kernels.largest_change(X, previous, moving_rows)   # D (80)
                 if not finite or self._inner_done(k, v, dual) or total >= self.max_iterations:
                     break
             if not finite:          # keep the last finite sweep; the caller sees "diverged"

@@ -35,9 +35,10 @@ import numpy as np
 
 from ..compiler.sets import norm1_term
 from ..expression import Variable
+from . import kernels
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
-from .executor import Executor, block_floats, run_on_node
+from .executor import Executor, block_floats, node_steps, run_on_node
 from .ledger import MESSAGES, allowed_sizes, check_payload
 from .program import NodeProgram
 
@@ -106,11 +107,24 @@ class Group:
             self.prox.append((cols, None if None in weights else np.array(weights), k))
         self._plans: dict[str, BatchedPlan] = {}
         self._blocks: dict = {}             # block-diagonal data matrices shared by the plans
-        self._stacks: dict[str, tuple[list, np.ndarray]] = {}
+        self._stacks: dict[str, tuple[list | None, np.ndarray]] = {}    # slot -> (row views, stack)
+        self._pending: dict[str, tuple[str, list[dict]]] = {}          # slot -> (key, dicts) to hand over
+        self._write_backs: dict[str, Callable[[], None]] = {}
         self._twice: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._checked: dict[str, list] = {}     # state lists a procedure already validated
+        self._checked: dict[str, tuple] = {}    # family -> (executor.node_steps(), what it validated)
 
     # -- plans ---------------------------------------------------------------------------------
+    def checked(self, family: str, validate: Callable[[], Any]) -> Any:
+        """`validate()` (the members' states as a procedure family needs them, or None), reused
+        while no node was served node by node (`executor.node_steps`) since."""
+        known = self._checked.get(family)
+        if known is not None and known[0] == node_steps():
+            return known[1]
+        result = validate()
+        if result is not None:
+            self._checked[family] = (node_steps(), result)
+        return result
+
     def plan(self, which: str) -> BatchedPlan:
         if which not in self._plans:   # built on first use: stacking data costs one pass over it
             self._plans[which] = BatchedPlan([getattr(p, which) for p in self.programs], self._blocks)
@@ -145,19 +159,27 @@ class Group:
         return np.array(rows, dtype=float).reshape(self.n, size)
 
     def twice(self, key: str, stack: np.ndarray) -> np.ndarray:
-        """2·stack, computed once per published stack (e.g. the weights 2ρ_i∘ρ_i)."""
+        """2·stack, computed once per published stack (e.g. the weights 2ρ_i∘ρ_i); (n, 1) when
+        every row is one number repeated (a scalar ρ_i: the kernels then read no (n, d) array)."""
         cached = self._twice.get(key)
         if cached is None or cached[0] is not stack:
-            cached = self._twice[key] = (stack, 2.0 * stack)
+            rows_constant = stack.shape[1] > 0 and bool(np.all(stack == stack[:, :1]))
+            cached = self._twice[key] = (stack, 2.0 * (stack[:, :1] if rows_constant else stack))
         return cached[1]
 
     # -- stacked state -------------------------------------------------------------------------
     def gather(self, key: str, states: list[dict], width: int, slot: str | None = None) -> np.ndarray:
         """(len(states), width) stack of the `state[key]` rows (the clients' states, or any list
         of dicts, cached under `slot`, default `key`). Reused while every dict still holds the
-        row views last published; otherwise stacked afresh and published."""
+        row views last published (or their hand-over is pending); otherwise stacked afresh."""
+        slot = slot or key
+        cached = self._stacks.get(slot)
+        if slot in self._pending:
+            if self._pending[slot][1] is states:
+                return cached[1]
+            self.sync()
+            cached = self._stacks[slot]
         rows = list(map(itemgetter(key), states))
-        cached = self._stacks.get(slot or key)
         if cached is not None and len(rows) == len(cached[0]) and all(map(is_, rows, cached[0])):
             return cached[1]
         stack = np.array([np.broadcast_to(np.asarray(r, float), (width,)) for r in rows], dtype=float) \
@@ -166,11 +188,49 @@ class Group:
         return stack
 
     def publish(self, key: str, stack: np.ndarray, states: list[dict], slot: str | None = None) -> None:
-        """Hand each dict its row (a view) as `state[key]`; remember the stack."""
-        views = list(stack)
-        for state, view in zip(states, views):
-            state[key] = view
-        self._stacks[slot or key] = (views, stack)
+        """Make `stack` the rows of `state[key]` of the dicts `states`. The dicts get their row
+        views on `sync`, which the executor runs before anything reads them (a request served
+        node by node or by a per-member procedure, `close`): a batched run does not touch
+        n dicts per step."""
+        slot = slot or key
+        self._stacks[slot] = (None, stack)
+        self._pending[slot] = (key, states)
+        self._hold()
+
+    def on_sync(self, name: str, write_back: Callable[[], None]) -> None:
+        """Run `write_back()` at the next `sync`, after the pending stacks (once per name)."""
+        self._write_backs[name] = write_back
+        self._hold()
+
+    def _hold(self) -> None:
+        """Mark the members as having state here that their dicts lack (`run_on_node` syncs)."""
+        if self.programs[0].holder is not self:
+            for program in self.programs:
+                if program.holder is not None and program.holder is not self:
+                    program.holder.sync()       # another executor's group: its state first
+                program.holder = self
+
+    def sync(self) -> None:
+        """Hand the pending stacks' row views to their dicts, then run the write-backs."""
+        for slot, (key, states) in self._pending.items():
+            stack = self._stacks[slot][1]
+            views = list(stack)
+            for state, view in zip(states, views):
+                state[key] = view
+            self._stacks[slot] = (views, stack)
+        self._pending.clear()
+        for program in self.programs:
+            program.holder = None
+        write_backs, self._write_backs = self._write_backs, {}
+        for write_back in write_backs.values():
+            write_back()
+
+    def shrink_thresholds(self, t: float) -> tuple[np.ndarray, slice] | None:
+        """(tλ_i per client, its columns) when the only prox term is λ_i‖w‖₁ (soft-thresholding,
+        which the compiled kernels do in their pass), else None."""
+        if len(self.prox) == 1 and self.prox[0][1] is not None:
+            return t * self.prox[0][1], self.prox[0][0]
+        return None
 
     def apply_prox(self, Z: np.ndarray, t: float) -> np.ndarray:
         """Every client's prox step (in term order, as `dald_nodes._apply_prox`)."""
@@ -299,18 +359,24 @@ class BatchedExecutor(Executor):
                 members = [n for n in group.names if n in payloads]
                 if len(members) < self.min_group:
                     continue
+                group.sync()                # per-member procedures read the clients' dicts
                 out = procedure(group, members, payloads)
                 if out is not None:
                     replies.update(out)
                     self.stats[(kind, "batched")] += len(members)
         for node, payload in payloads.items():
             if node not in replies:
-                replies[node] = run_on_node(self.programs[node], kind, payload)
+                replies[node] = self._dispatch(node, kind, payload)
                 self.stats[(kind, "serial")] += 1
         return replies
 
     def _dispatch(self, node, kind, payload):
         return run_on_node(self.programs[node], kind, payload)
+
+    def close(self) -> None:
+        for group in self.groups:
+            group.sync()
+        super().close()
 
 
 _MALLOC_TUNED = False
@@ -403,22 +469,17 @@ def _local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: floa
     """W steps z ← z − α(∇P_i(z) + linear + weight∘(x − anchor)) for every client, followed by
     the prox step when `prox` (dald_nodes._prox_grad; solvers.gradient_descent without it).
     `subtract_linear`: `linear` holds −linear (DALD's −μ_i, without a pass to negate it).
+    Each step is one compiled pass over the stacks (`kernels.prox_grad_step`), the serial
+    operations in the same order; λ‖w‖₁ is applied in that pass, any other prox term after it.
     Z is not written (it may be the clients' published state); the result is a fresh array."""
     n_x = group.n_x
+    shrink = group.shrink_thresholds(step) if prox else None
+    threshold, cols = shrink or (np.full(group.n, -1.0), slice(0, 0))
     for _ in range(steps):
         _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])
-        # in place on fresh arrays, the serial operations in the same order up to commuted
-        # operands (exact in IEEE arithmetic): each (n, d) temporary costs a pass over memory
-        extra = np.subtract(Z[:, :n_x], anchor)
-        extra *= weight
-        if subtract_linear:
-            extra -= linear             # t + (−μ) = t − μ exactly
-        else:
-            extra += linear
-        G = _add_shared(G, n_x, extra)
-        G *= step
-        Z = np.subtract(Z, G, out=G)   # G is ours (fresh): reuse its memory
-        if prox:
+        Z = kernels.prox_grad_step(Z, G, weight, anchor, linear, -1.0 if subtract_linear else 1.0,
+                                   step, n_x, threshold, cols)
+        if prox and shrink is None:
             Z = group.apply_prox(Z, step)
     return Z
 

@@ -6,30 +6,21 @@ as row views of the group's stacks (`Group.gather` / `Group.publish`).
 """
 from __future__ import annotations
 
-from operator import is_
-
 import numpy as np
 
+from . import kernels
 from .batched import Group, _local_steps, _private, _rows, _same, batched_procedure, stacked_procedure
 
 _SOLVE_OPTS = ("tol", "solver", "step", "local_steps", "warm")
 
 
 def _cc_states(group: Group) -> list[dict] | None:
-    """The clients' Fed-DALD-CC states (None unless every client ran `dald_cc_init`); the check
-    is skipped while every client still holds the state dict checked last time."""
-    states = list(map(_dald_state_of, group.programs))
-    known = group._checked.get("cc")
-    if known is not None and len(known) == len(states) and all(map(is_, states, known)):
-        return states
-    if any(s is None or s.get("rho2") is None for s in states):
-        return None
-    group._checked["cc"] = states
-    return states
-
-
-def _dald_state_of(program) -> dict | None:
-    return program.state.get("dald")
+    """The clients' Fed-DALD-CC states (None unless every client ran `dald_cc_init`), checked
+    once until a client is next served node by node."""
+    def validate():
+        states = [p.state.get("dald") for p in group.programs]
+        return None if any(s is None or s.get("rho2") is None for s in states) else states
+    return group.checked("cc", validate)
 
 
 def _cc_stacks(group: Group):
@@ -116,10 +107,7 @@ def _cc_dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np
         return None
     states, X, MU, RHO2 = stacks
     if consensus:
-        XHAT = np.broadcast_to(np.asarray(xhat, float), X.shape) if np.ndim(xhat) == 1 else xhat
-        step = np.subtract(XHAT, X)          # MU + 2ρ²∘(x̂ − x) in three passes
-        step *= group.twice("rho2", RHO2)
-        step += MU
+        step = kernels.consensus_dual(MU, X, xhat, group.twice("rho2", RHO2))   # one pass
         if len(rows) == group.n:
             new = step
         else:
@@ -130,7 +118,7 @@ def _cc_dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np
     if group.constrained:
         for k, i in enumerate(rows):
             p = group.programs[i]
-            dmu[k] = p.update_multipliers(p.state["dald"]["x"])["dmu"] if p.constraints else 0.0
+            dmu[k] = p.update_multipliers(X[i])["dmu"] if p.constraints else 0.0
     return dmu
 
 

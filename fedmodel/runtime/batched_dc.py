@@ -21,14 +21,14 @@ a neighbour outside the group such as a hosted server block) takes the per-node 
 """
 from __future__ import annotations
 
+from functools import partial
 from operator import is_, itemgetter
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .batched import Group, STACKED, stacked_procedure
-from .kernels import gauss_seidel_soft
+from . import kernels
 
 # kind of the solve -> (procedure(group, rows, common) -> (new stack, solved rows), relay kind)
 SWEEPS: dict[str, tuple] = {}
@@ -37,7 +37,8 @@ SWEEPS: dict[str, tuple] = {}
 class EdgeLayout:
     """The group's edges. Ends: node i's edges in its dict order, nodes in group order (owner
     row, neighbour row, the end's dict). Edges: one row per undirected edge {i, j}, i before j in
-    S (its "+" end at i, "−" end at j), with 2ρ², and the signed incidence that sums Σ sign μ."""
+    S (its "+" end at i, "−" end at j), with 2ρ² ((E, 1) when one number per edge, else (E, d)).
+    `adjacency`: every node's ends as (ptr, edge, neighbour, sign), CSR over the nodes."""
 
     def __init__(self, group: Group, states: list[dict]):
         self.ends, owner, nbr, signs = [], [], [], []
@@ -57,59 +58,24 @@ class EdgeLayout:
         self.b = np.array([where.get((nbr[k], owner[k]), 0) for k in plus], dtype=np.intp)
         self.i, self.j = self.owner[self.a], self.nbr[self.a]               # edge i → j
         E = len(plus)
-        self.twice_rho2 = np.array([2.0 * np.broadcast_to(self.ends[k]["rho2"], (d,)) for k in plus]).reshape(E, d)
-        self.signed = sp.csr_matrix((np.r_[np.ones(E), -np.ones(E)], (np.r_[self.i, self.j], np.r_[np.arange(E), np.arange(E)])),
-                                    shape=(n, E))
-        # node weight Σ_e 2ρ_e², summed in the order `dald_nodes._dc_solve` sums it
-        self.node_weight = np.zeros((n, d))
-        for k in range(m):
-            o = owner[k]
-            self.node_weight[o] = self.node_weight[o] + 2.0 * np.broadcast_to(self.ends[k]["rho2"], (d,))
-        self.scalar = bool(np.all(self.twice_rho2 == self.twice_rho2[:, :1])) if d else True
-        self.uniform = bool(E and d and np.all(self.twice_rho2 == self.twice_rho2[0, 0]))
-        self.chain = bool(E == n - 1 and np.array_equal(self.i, np.arange(E)) and
-                          np.array_equal(self.j, np.arange(1, E + 1)))
+        twice_rho2 = np.array([2.0 * np.broadcast_to(self.ends[k]["rho2"], (d,)) for k in plus]).reshape(E, d)
+        scalar = bool(np.all(twice_rho2 == twice_rho2[:, :1])) if d else True
+        self.twice_rho2 = np.ascontiguousarray(twice_rho2[:, :1]) if scalar and d else twice_rho2
+        edge = np.zeros(m, dtype=np.intp)
+        edge[self.a] = np.arange(E)
+        edge[self.b] = np.arange(E)
+        ptr = np.zeros(n + 1, dtype=np.intp)
+        np.add.at(ptr, self.owner + 1, 1)
+        self.adjacency = (np.cumsum(ptr), edge, self.nbr, np.array(signs))
         self.tables = [state["edges"] for state in states]
         self.counts = [len(t) for t in self.tables]
         self.ends_a = [self.ends[k] for k in self.a]
         self.ends_b = [self.ends[k] for k in self.b]
-        self._plan = None
 
     def valid(self, states: list[dict]) -> bool:
         """Still the same edge tables with as many edges: `dald_dc_init` makes a new table and
         `dald_dc_link` adds to it, both before the first sweep of a run."""
         return len(states) == len(self.tables) and all(map(_same_table, states, self.tables, self.counts))
-
-    def plan(self, order: np.ndarray, step: float, n: int):
-        """For one sweep order: which end of each node's edges was solved earlier in the sweep
-        (use the new model) or not (the copy held now). Returns (later: a sparse product for
-        the latter, early: (ptr, source, weight) per node for `kernels.gauss_seidel_soft`)."""
-        key = (order.tobytes(), step)
-        if self._plan is not None and self._plan[0] == key:
-            return self._plan[1]
-        position = np.full(n, -1)
-        position[order] = np.arange(len(order))
-        rows, cols, weights, early = [], [], [], [[] for _ in range(n)]
-        for e in range(len(self.a)):
-            for o, j in ((self.i[e], self.j[e]), (self.j[e], self.i[e])):
-                if 0 <= position[j] < position[o]:
-                    early[o].append((e, j))
-                else:
-                    rows.append(o)
-                    cols.append(j)
-                    weights.append(e)
-        K = step * self.twice_rho2                                           # α·2ρ² per edge
-        if self.scalar:
-            later = sp.csr_matrix((K[weights, 0] if weights else np.zeros(0), (rows, cols)), shape=(n, n))
-        else:
-            later = (sp.csr_matrix((np.ones(len(rows)), (rows, np.arange(len(rows)))), shape=(n, len(rows))),
-                     np.array(cols, dtype=np.intp), K[weights])
-        ptr = np.cumsum([0] + [len(pairs) for pairs in early])
-        edge = np.array([e for pairs in early for e, _ in pairs], dtype=np.intp)
-        source = np.array([j for pairs in early for _, j in pairs], dtype=np.intp)
-        weight = np.ascontiguousarray(K[edge, :1] if self.scalar else K[edge]).reshape(len(edge), 1 if self.scalar else K.shape[1])
-        self._plan = (key, (later, (ptr, source, weight)))
-        return self._plan[1]
 
 
 def _same_table(state: dict, table: dict, count: int) -> bool:
@@ -140,6 +106,7 @@ def _edge_state(group: Group, layout: EdgeLayout, states: list[dict]):
     shared row views. None when they differ (then: per-node path)."""
     n_x = group.n_x
     X = group.gather("x", states, n_x)
+    group.sync()                                 # (a fresh stack's row views are handed over)
     views = group._stacks["x"][0]
     nbr_views = [views[j] for j in layout.nbr]
     if not all(map(is_, map(itemgetter("x"), layout.ends), nbr_views)):
@@ -156,23 +123,40 @@ def _edge_state(group: Group, layout: EdgeLayout, states: list[dict]):
     return X, MU
 
 
-def _soft_rows(group: Group, Z: np.ndarray, t: float) -> None:
-    """Every row's prox step in place; λ‖w‖₁ as z − clip(z, −tλ, tλ) (= sign(z)·max(|z| − tλ, 0))."""
-    for cols, weights, k in group.prox:
-        if weights is None or not np.all(weights == weights[0]):
-            group.apply_prox(Z, t)
-            return
-        v = Z[:, cols]
-        v -= np.clip(v, -t * weights[0], t * weights[0])
+class SweepState:
+    """What a batched Fed-DALD-DC run keeps as arrays instead of per-node dict entries: which
+    nodes solved since the last multiplier step (`state["solved"]`) and which ends received
+    their neighbour's new model (`end["fresh"]`). Read from the dicts when the states are
+    validated; written back (with the relayed copies `end["x"]`) on the group's next sync."""
+
+    def __init__(self, group: Group, states: list[dict], layout: EdgeLayout):
+        self.group, self.states, self.layout = group, states, layout
+        self.solved = np.array([bool(s.get("solved")) for s in states])
+        self.fresh = np.array([bool(e.get("fresh")) for e in layout.ends])
+
+    def write_back(self) -> None:
+        views = self.group._stacks["x"][0]
+        for end, j, fresh in zip(self.layout.ends, self.layout.nbr.tolist(), self.fresh.tolist()):
+            end["x"] = views[j]                  # the relays (a node that sat out: the same numbers)
+            end["fresh"] = fresh
+        for state, solved in zip(self.states, self.solved.tolist()):
+            state["solved"] = solved
 
 
 def _dc_stacks(group: Group):
-    """(states, edge layout, x_i stack, edge μ stack) of the group's DALD-DC nodes, or None (not
-    covered)."""
-    states = _dc_states(group)
-    layout = None if states is None else _layout(group, states)
-    known = None if layout is None else _edge_state(group, layout, states)
-    return None if known is None else (states, layout, *known)
+    """(sweep state, x_i stack, edge μ stack) of the group's DALD-DC nodes, or None (not
+    covered). The states are validated once until a node is next served node by node; the
+    batched procedures keep the invariants (they publish the stacks and the sweep state)."""
+    def validate():
+        states = _dc_states(group)
+        layout = None if states is None else _layout(group, states)
+        known = None if layout is None else _edge_state(group, layout, states)
+        return None if known is None else SweepState(group, states, layout)
+    sweep = group.checked("dc", validate)
+    if sweep is None:
+        return None
+    return sweep, group.gather("x", sweep.states, group.n_x), \
+        group.gather("mu", sweep.layout.ends_a, group.n_x, slot="edge:mu+")
 
 
 def dc_sweep(group: Group, order: np.ndarray, common: dict) -> np.ndarray | None:
@@ -185,44 +169,20 @@ def dc_sweep(group: Group, order: np.ndarray, common: dict) -> np.ndarray | None
     known = _dc_stacks(group)
     if known is None:
         return None
-    states, layout, X, MU = known
+    sweep, X, MU = known
+    layout = sweep.layout
     step = float(common["step"])
     _, G = group.value_grad(X, np.zeros((group.n, 0)))     # ∇P_s at every warm start
-    later, early = layout.plan(order, step, group.n)
-    # B = x − α(∇P + Σ sign μ + w∘x) + α Σ_(later ends) 2ρ²∘x_e; the loop adds the early ends
-    B = layout.signed @ MU
-    B += G
-    B += layout.node_weight * X
-    B *= -step
-    B += X
-    if layout.scalar:
-        B += later @ X
-    else:
-        incidence, cols, K = later
-        B += incidence @ (K * X[cols])
-    weights = [w for _, w, _ in group.prox]
-    simple = len(group.prox) == 1 and weights[0] is not None           # λ‖w‖₁: soft-thresholding
-    cols = np.arange(group.n_x)[group.prox[0][0]] if simple else np.zeros(0, dtype=np.intp)
-    threshold = step * weights[0] if simple else np.full(group.n, -1.0)
-    if simple or not prox:                               # the sequential part: S in order
-        gauss_seidel_soft(B, order, *early, cols, threshold)
-    else:                                                # another prox: node by node
-        for k, i in enumerate(order.tolist()):
-            gauss_seidel_soft(B, order[k:k + 1], *early, cols, threshold)
-            _prox_row(group, B[i], i, step)
-    if len(order) < group.n:                             # nodes that sat out keep their model
-        out = np.setdiff1d(np.arange(group.n), order)
-        B[out] = X[out]
-    group.publish("x", B, states)
-    views = group._stacks["x"][0]
-    for i in order:
-        states[i]["solved"] = True
+    shrink = group.shrink_thresholds(step) if prox else None
+    threshold, cols = shrink or (np.full(group.n, -1.0), slice(0, 0))
+    B = kernels.gauss_seidel_sweep(X, G, MU, order, layout.adjacency, layout.twice_rho2, step, threshold,
+                                   cols, None if shrink or not prox else partial(_prox_row, group, t=step))
+    group.publish("x", B, sweep.states)
     solved = np.zeros(group.n, dtype=bool)
     solved[order] = True
-    for end, j, fresh in zip(layout.ends, layout.nbr.tolist(), solved[layout.nbr].tolist()):
-        end["x"] = views[j]                              # the relays (unsolved: the same numbers)
-        if fresh:
-            end["fresh"] = True
+    sweep.solved |= solved
+    sweep.fresh |= solved[layout.nbr]                   # every solve is relayed to the neighbours
+    group.on_sync("dc", sweep.write_back)
     return B
 
 
@@ -249,39 +209,28 @@ def _dc_dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict)
     known = _dc_stacks(group)
     if known is None:
         return None
-    states, layout, X, MU = known
-    if layout.chain:                                     # edges (0,1), (1,2), …: no gathers
-        C = np.subtract(X[:-1], X[1:])
+    sweep, X, MU = known
+    layout = sweep.layout
+    consensus = bool(common.get("consensus", 1.0))
+    if consensus:
+        move = sweep.solved[layout.i] & sweep.solved[layout.j] & sweep.fresh[layout.a] & sweep.fresh[layout.b]
     else:
-        C = X[layout.i]
-        C -= X[layout.j]
-    size = np.maximum(C.max(axis=1), -C.min(axis=1)) if group.n_x else np.zeros(len(layout.a))
+        move = np.zeros(len(layout.a), dtype=bool)
+    new, size = kernels.edge_dual(X, MU, layout.i, layout.j, layout.twice_rho2, move)
     primal = np.zeros(group.n)
     np.maximum.at(primal, layout.i, size)
     np.maximum.at(primal, layout.j, size)
-    if common.get("consensus", 1.0):
-        solved = np.array([bool(s.get("solved")) for s in states])
-        fresh_a = np.array([bool(e.get("fresh")) for e in layout.ends_a], dtype=bool)
-        fresh_b = np.array([bool(e.get("fresh")) for e in layout.ends_b], dtype=bool)
-        move = solved[layout.i] & solved[layout.j] & fresh_a & fresh_b
-        step = C
-        step *= float(layout.twice_rho2[0, 0]) if layout.uniform else layout.twice_rho2
-        if move.all():
-            new = MU + step
-        else:
-            new = MU.copy()
-            new[move] += step[move]
+    if consensus:
         group.publish("mu", new, layout.ends_a, slot="edge:mu+")
         group.publish("mu", new, layout.ends_b, slot="edge:mu-")
-    for end in layout.ends:
-        end["fresh"] = False
-    for s in states:
-        s["solved"] = False
+    sweep.solved[:] = False
+    sweep.fresh[:] = False
+    group.on_sync("dc", sweep.write_back)
     dmu = np.zeros(group.n)
     if group.constrained:
         for i in rows:
             p = group.programs[i]
-            dmu[i] = p.update_multipliers(p.state["dald"]["x"])["dmu"] if p.constraints else 0.0
+            dmu[i] = p.update_multipliers(X[i])["dmu"] if p.constraints else 0.0
     return {"primal": primal[rows], "dmu": dmu[rows]}
 
 
@@ -303,7 +252,8 @@ def serve_sweep(executor, kind: str, batches, common: dict, relay: str, neighbor
     executor.stats[(kind, "batched")] += len(nodes)
     ledger, d = executor.ledger, executor.model_size
     ledger.record_group(tuple(nodes), kind, check_payload(declared, declared.request, common, d, "request"), down=True)
-    replies = {"x": new[order], "steps": np.ones(len(order))}
+    in_order = len(order) == group.n and bool(np.all(order[1:] > order[:-1]))
+    replies = {"x": new if in_order else new[order], "steps": np.ones(len(order))}   # (not a copy: read only)
     ledger.record_group(tuple(nodes), kind, d + 1, down=False)
     receivers = tuple(j for n in nodes for j in neighbors[n])
     relayed = MESSAGES[relay]

@@ -76,6 +76,12 @@ class NodeProgram:
         self.y = np.zeros(self.n_private)
         self._y_center = np.zeros(self.n_private)
         self.state: dict[str, Any] = {}   # node-side state of backend procedures (e.g. ADMM's u, λ)
+        self.holder = None   # a batched executor's group holding newer state (`run_on_node` syncs it)
+
+    def __getstate__(self) -> dict:
+        if self.holder is not None:         # a copy (Ray, checkpoints) gets the newest state
+            self.holder.sync()
+        return dict(self.__dict__, holder=None)
 
     # ---- evaluation helpers -----------------------------------------------------------------
     def _values(self, x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
