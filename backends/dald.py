@@ -277,10 +277,11 @@ class DALD(Backend):
                 status = "diverged"
                 break
             # C_i = x̂ − x_i: ‖C‖∞, and the server's mirror of Step 2: Σμ_i += Σ_(active) 2ρ_i∘ρ_i∘C_i
-            member = np.array([c in active for c in clients])
+            everyone = len(active) == len(clients)
+            member = np.ones(len(clients), dtype=bool) if everyone else np.array([c in active for c in clients])
             gap, primal = kernels.consensus_gap(X, xhat, twice_rho2, member)
             # Step 2: multiplier step (15) on the clients
-            active = [c for c in clients if c in active]
+            active = clients if everyone else [c for c in clients if c in active]
             replies = ex.map_stacked("dald_cc_dual", active,
                                      common={"xhat": xhat, "consensus": float(self.dual_updates)})
             if self.dual_updates:

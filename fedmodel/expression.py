@@ -290,6 +290,7 @@ class Parameter(Leaf):
     """A value that can change between evaluations or solves without recompiling."""
 
     _prefix = "param"
+    assignments = 0      # values set so far (all parameters): compiled caches compare it
 
     def __init__(self, shape: int | tuple = (), name: str | None = None, value: Any = None):
         super().__init__(as_shape(shape), name)
@@ -303,6 +304,7 @@ class Parameter(Leaf):
 
     @value.setter
     def value(self, val) -> None:
+        Parameter.assignments += 1
         if val is None:
             self._value = None
             return

@@ -8,11 +8,16 @@ members of a group is served for the whole group at once; everything else — ot
 singleton groups, the server, options a batched procedure does not cover — goes through the
 serial per-node path (`run_on_node`), so every backend runs on it unchanged.
 
-Per-client state stays where the serial procedures keep it (`program.state`, `program.y`, the
+Per-client state belongs where the serial procedures keep it (`program.state`, `program.y`, the
 merit's Parameters), so a run can switch executors midway, checkpoint, or read multipliers
-back and get the serial answer. To avoid re-stacking n small arrays in every round, each group
-keeps the stacked (n, d) arrays it last wrote and stores *row views* of them in the clients'
-state; while every client still holds exactly those row objects the stack is reused.
+back and get the serial answer. To avoid touching n small arrays and dicts in every round, each
+group keeps the stacked (n, d) arrays it last wrote and hands *row views* of them to the
+clients' state lazily (`Group.sync`): before any node is served one by one (`run_on_node`, on
+any executor of this process), before a per-member procedure, when a program is pickled, and
+at `close`. While every client still holds exactly those row objects the stack is reused, and
+a procedure's check of the clients' states holds until a node is next served one by one
+(`executor.node_steps`). The elementwise work of a step is done by compiled kernels
+(`kernels`), one pass over the stacks each.
 
 Group requests (`Executor.map_stacked`: one request to many nodes, model-sized fields as one
 (n, d) block) to the nodes of one group are served by the kind's stacked procedure (`STACKED`)
@@ -262,6 +267,7 @@ class BatchedExecutor(Executor):
         self.min_group = int(min_group)
         self.tune_malloc = bool(tune_malloc)
         self.groups: list[Group] = []
+        self._resolved: dict[tuple, tuple] = {}
         self.stats: Counter = Counter()
 
     def start(self, programs) -> "BatchedExecutor":
@@ -274,6 +280,7 @@ class BatchedExecutor(Executor):
                 by_signature.setdefault(program_signature(program), []).append(name)
         self.groups = [Group(names, [self.programs[n] for n in names])
                        for names in by_signature.values() if len(names) >= self.min_group]
+        self._resolved: dict[tuple, tuple] = {}
         self.stats = Counter()
         return self
 
@@ -312,11 +319,10 @@ class BatchedExecutor(Executor):
         `kind` has a stacked procedure: the request's blocks are checked once, the ledger books
         the n messages each way from a count, and no per-node payload is built."""
         procedure = STACKED.get(kind)
-        group = self._group_of(nodes) if procedure is not None else None
+        group, index, key = self.group_rows(nodes) if procedure is not None else (None, None, None)
         if group is None:
             return super().map_stacked(kind, nodes, rows, common)
         declared, nodes, rows, common = self._check_stacked(kind, nodes, rows, common)
-        index = np.array([group.index[node] for node in nodes], dtype=np.intp)
         replies = procedure(group, index, rows, common)
         if replies is None:                     # options the stacked form does not cover
             return super().map_stacked(kind, nodes, rows, common)
@@ -325,11 +331,11 @@ class BatchedExecutor(Executor):
             floats = check_payload(declared, declared.request, common, self.model_size, "request")
             floats += sum(block_floats(declared, declared.request, k, b, len(nodes), self.model_size,
                                        "request") for k, b in rows.items())
-            self.ledger.record_group(tuple(nodes), kind, floats, down=True)
+            self.ledger.record_group(key, kind, floats, down=True)
         up = sum(block_floats(declared, declared.reply, k, b, len(nodes), self.model_size, "reply")
                  for k, b in replies.items())
         if not declared.local:
-            self.ledger.record_group(tuple(nodes), kind, up, down=False)
+            self.ledger.record_group(key, kind, up, down=False)
         return replies
 
     def sweep(self, kind, batches, common, relay, neighbors) -> dict[str, Any]:
@@ -338,6 +344,19 @@ class BatchedExecutor(Executor):
         from .batched_dc import serve_sweep
         replies = serve_sweep(self, kind, batches, dict(common), relay, neighbors)
         return replies if replies is not None else super().sweep(kind, batches, common, relay, neighbors)
+
+    def group_rows(self, nodes) -> tuple["Group | None", np.ndarray | None, tuple]:
+        """(the group holding every node of `nodes` or None, their rows in it, the nodes as a
+        tuple); remembered for the last few node lists (a run sends the same lists every round)."""
+        key = tuple(nodes)
+        hit = self._resolved.get(key)
+        if hit is None:
+            group = self._group_of(key)
+            hit = (group, None if group is None else np.array([group.index[n] for n in key], dtype=np.intp))
+            if len(self._resolved) >= 8:
+                self._resolved.clear()
+            self._resolved[key] = hit
+        return (*hit, key)
 
     def _group_of(self, nodes) -> "Group | None":
         """The group holding every node of `nodes` (at least `min_group` of them), else None."""

@@ -10,14 +10,15 @@ one proximal-gradient step (W = 1) warm-started at its own previous iterate x_s:
 where x_e is the newest copy of the neighbour's model. The expensive part, ∇P_s(x_s) (a pass
 over the node's data), depends on nothing but the node's own state, so every node can compute
 it before its turn (what a real node would do while it waits); only the cheap neighbour terms
-are sequential. So: one batched ∇P for the group, the edge sums as sparse incidence products,
-and a loop over S of a few length-d operations per node — the same numbers as the node-by-node
-sweep up to rounding (the neighbour term is summed as Σ 2ρ²x_e instead of weight·anchor).
+are sequential. So: one batched ∇P for the group, then one compiled loop over S
+(`kernels.gauss_seidel_sweep`) — the same numbers as the node-by-node sweep up to rounding.
 
-Per-node state stays in `program.state["dald"]` (its edges' μ_e and neighbour copies as row views
-of stacks, as `batched.Group.publish` does for Fed-DALD-CC), so the serial path, checkpoints and
-a change of executor see the same state. Anything else (W > 1, a cold start, private variables,
-a neighbour outside the group such as a hosted server block) takes the per-node path.
+Per-node state belongs in `program.state["dald"]` (its edges' μ_e and neighbour copies as row
+views of stacks), so the serial path, checkpoints and a change of executor see the same state.
+While a run stays on the batched path the stacks and `SweepState`'s arrays are authoritative;
+`Group.sync` writes them back before anything reads the dicts. Anything else (W > 1, a cold
+start, private variables, a neighbour outside the group such as a hosted server block) takes
+the per-node path.
 """
 from __future__ import annotations
 
@@ -237,29 +238,28 @@ def _dc_dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict)
 def serve_sweep(executor, kind: str, batches, common: dict, relay: str, neighbors) -> dict[str, Any] | None:
     """`Executor.sweep` for a sweep whose nodes all belong to one group, or None (per-node path)."""
     entry = SWEEPS.get(kind)
-    nodes = [n for batch in batches for n in batch]
     if entry is None or entry[1] != relay:
         return None
-    group = executor._group_of(nodes)
+    group, order, nodes = executor.group_rows([n for batch in batches for n in batch])
     if group is None:
         return None
-    declared, nodes, _, common = executor._check_stacked(kind, nodes, None, common)
-    order = np.array([group.index[n] for n in nodes], dtype=np.intp)
+    declared, _, _, common = executor._check_stacked(kind, nodes, None, common)
     new = entry[0](group, order, common)
     if new is None:
         return None
     from .ledger import MESSAGES, check_payload
     executor.stats[(kind, "batched")] += len(nodes)
     ledger, d = executor.ledger, executor.model_size
-    ledger.record_group(tuple(nodes), kind, check_payload(declared, declared.request, common, d, "request"), down=True)
+    ledger.record_group(nodes, kind, check_payload(declared, declared.request, common, d, "request"), down=True)
     in_order = len(order) == group.n and bool(np.all(order[1:] > order[:-1]))
     replies = {"x": new if in_order else new[order], "steps": np.ones(len(order))}   # (not a copy: read only)
-    ledger.record_group(tuple(nodes), kind, d + 1, down=False)
-    receivers = tuple(j for n in nodes for j in neighbors[n])
-    relayed = MESSAGES[relay]
-    if not relayed.local:
-        ledger.record_group(receivers, relay, d, down=True)
-        ledger.record_group(receivers, relay, 0, down=False)
+    ledger.record_group(nodes, kind, d + 1, down=False)
+    if not MESSAGES[relay].local:
+        known = getattr(group, "_receivers", None)      # (the same sweep every round)
+        if known is None or known[0] != nodes or known[1] is not neighbors:
+            known = group._receivers = (nodes, neighbors, tuple(j for n in nodes for j in neighbors[n]))
+        ledger.record_group(known[2], relay, d, down=True)
+        ledger.record_group(known[2], relay, 0, down=False)
     return replies
 
 

@@ -31,6 +31,7 @@ from .. import atoms as A
 from ..atoms.elementwise import Elementwise
 from ..compiler.codegen import Plan
 from ..errors import FedModelError
+from ..expression import Parameter
 
 
 _VALUE = attrgetter("_value")      # Parameter.value without the property call (1000s per step)
@@ -252,17 +253,20 @@ class BatchedPlan:
         return ops, outs
 
     def _gather_params(self, slot: int, params: list) -> np.ndarray:
-        """Current values of one parameter of every client, flat; reused while every client
-        still holds the very same value objects (a multiplier step assigns new arrays)."""
-        values = list(map(_VALUE, params))
+        """Current values of one parameter of every client, flat; reused while no parameter
+        was assigned since, or every client still holds the very same value objects."""
         cached = self._param_cache.get(slot)
-        if cached is not None and all(map(is_, values, cached[0])):
+        if cached is not None and cached[2] == Parameter.assignments:
             return cached[1]
-        if any(v is None for v in values):
+        values = list(map(_VALUE, params))
+        if cached is not None and all(map(is_, values, cached[0])):
+            flat = cached[1]
+        elif any(v is None for v in values):
             raise FedModelError(f"parameter {params[0].name!r} has no value; set .value first")
-        flat = np.concatenate([np.ravel(v) for v in values]).astype(float, copy=False) \
-            if values else np.zeros(0)
-        self._param_cache[slot] = (values, flat)
+        else:
+            flat = np.concatenate([np.ravel(v) for v in values]).astype(float, copy=False) \
+                if values else np.zeros(0)
+        self._param_cache[slot] = (values, flat, Parameter.assignments)
         return flat
 
     def _flat_output(self, slot: int, vals: dict) -> np.ndarray:
