@@ -125,6 +125,7 @@ class Group:
         known = self._checked.get(family)
         if known is not None and known[0] == node_steps():
             return known[1]
+        self.refresh()
         result = validate()
         if result is not None:
             self._checked[family] = (node_steps(), result)
@@ -178,12 +179,12 @@ class Group:
         of dicts, cached under `slot`, default `key`). Reused while every dict still holds the
         row views last published (or their hand-over is pending); otherwise stacked afresh."""
         slot = slot or key
+        if slot in self._pending and self._pending[slot][1] is states:
+            return self._stacks[slot][1]
+        if any(k == key for k, _ in self._pending.values()):
+            self.sync()                             # our newer `key` rows, held under another slot
+        self.refresh(others_only=True)
         cached = self._stacks.get(slot)
-        if slot in self._pending:
-            if self._pending[slot][1] is states:
-                return cached[1]
-            self.sync()
-            cached = self._stacks[slot]
         rows = list(map(itemgetter(key), states))
         if cached is not None and len(rows) == len(cached[0]) and all(map(is_, rows, cached[0])):
             return cached[1]
@@ -206,6 +207,13 @@ class Group:
         """Run `write_back()` at the next `sync`, after the pending stacks (once per name)."""
         self._write_backs[name] = write_back
         self._hold()
+
+    def refresh(self, others_only: bool = False) -> None:
+        """Bring the members' dicts up to date before reading them: sync this group and any
+        other executor's group that holds newer state of them (`others_only`: just those)."""
+        for program in self.programs:
+            if program.holder is not None and not (others_only and program.holder is self):
+                program.holder.sync()
 
     def _hold(self) -> None:
         """Mark the members as having state here that their dicts lack (`run_on_node` syncs)."""
@@ -378,7 +386,7 @@ class BatchedExecutor(Executor):
                 members = [n for n in group.names if n in payloads]
                 if len(members) < self.min_group:
                     continue
-                group.sync()                # per-member procedures read the clients' dicts
+                group.refresh()             # per-member procedures read the clients' dicts
                 out = procedure(group, members, payloads)
                 if out is not None:
                     replies.update(out)

@@ -34,6 +34,11 @@ def _compiled() -> SimpleNamespace:
         return A[i] if A.shape[0] > 1 else A[0]
 
     @jit
+    def larger(a, b):
+        """max(a, b), NaN as soon as either is NaN (as np.max)."""
+        return a if (a != a or a >= b) else b
+
+    @jit
     def shrink(row, t, lo, hi):
         """row[lo:hi] ← row − clip(row, −t, t), in place (t < 0: nothing)."""
         if t >= 0.0:
@@ -83,7 +88,7 @@ def _compiled() -> SimpleNamespace:
             xi, xj, m, w, o = X[tail[e]], X[head[e]], MU[e], pick(weight, e), out[e]
             largest = 0.0
             for c in range(X.shape[1]):
-                largest = max(largest, abs(xi[c] - xj[c]))
+                largest = larger(largest, abs(xi[c] - xj[c]))
             size[e] = largest
             if not move[e]:
                 for c in range(X.shape[1]):
@@ -137,7 +142,7 @@ def _compiled() -> SimpleNamespace:
         for i in range(n):
             x = X[i]
             for c in range(d):
-                largest = max(largest, abs(h[c] - x[c]))
+                largest = larger(largest, abs(h[c] - x[c]))
             if member[i]:
                 w = pick(weight, i)
                 if wide:
@@ -160,7 +165,7 @@ def _compiled() -> SimpleNamespace:
         for r in range(rows.shape[0]):
             x, p = X[rows[r]], previous[rows[r]]
             for c in range(X.shape[1]):
-                largest = max(largest, abs(x[c] - p[c]))
+                largest = larger(largest, abs(x[c] - p[c]))
         return largest, finite
 
     return SimpleNamespace(prox_grad_step=prox_grad_step, consensus_dual=consensus_dual,
@@ -186,9 +191,21 @@ def _operand(a, rows: int, cols: int, widen: bool = False) -> np.ndarray:
     return a if a.flags.c_contiguous and a.flags.writeable else np.array(a, dtype=float, order="C")
 
 
-def _rows_of(X: np.ndarray) -> np.ndarray:
-    """X as a C-ordered writable float stack (no copy for the executor's own stacks)."""
+def _stack(X: np.ndarray, shape: tuple) -> np.ndarray:
+    """X, of exactly `shape`, as a C-ordered writable float array (no copy for the executor's
+    own stacks). The kernels do not check bounds: the wrappers check every shape and index."""
+    if np.shape(X) != tuple(shape):
+        raise ValueError(f"array of shape {np.shape(X)} where {tuple(shape)} is needed")
     return X if X.flags.c_contiguous and X.flags.writeable and X.dtype == float else np.array(X, dtype=float)
+
+
+def _index(a, bound: int, size: int | None = None) -> np.ndarray:
+    """Indices into `bound` rows (and `size` of them, if given) as a C-ordered intp array."""
+    a = np.ascontiguousarray(a, dtype=np.intp).ravel()
+    if (size is not None and len(a) != size) or (len(a) and (a.min() < 0 or a.max() >= bound)):
+        raise ValueError(f"{len(a)} indices in [{a.min() if len(a) else 0}, {a.max() if len(a) else 0}] "
+                         f"where {size if size is not None else 'any number of'} in [0, {bound}) are needed")
+    return a
 
 
 def prox_grad_step(Z: np.ndarray, G: np.ndarray, weight, anchor, linear, sign: float, step: float,
@@ -203,9 +220,11 @@ def prox_grad_step(Z: np.ndarray, G: np.ndarray, weight, anchor, linear, sign: f
     """
     n = Z.shape[0]
     out = np.empty(Z.shape)
-    _compiled().prox_grad_step(_rows_of(Z), _rows_of(G), _operand(weight, n, n_x),
+    if not 0 <= n_x <= Z.shape[1]:
+        raise ValueError(f"n_x = {n_x} for {Z.shape[1]} columns")
+    _compiled().prox_grad_step(_stack(Z, Z.shape), _stack(G, Z.shape), _operand(weight, n, n_x),
                                _operand(anchor, n, n_x, widen=True), _operand(linear, n, n_x, widen=True),
-                               float(sign), float(step), int(n_x), _operand(threshold, 1, n).ravel(),
+                               float(sign), float(step), int(n_x), _operand(threshold, 1, n, widen=True).ravel(),
                                *_bounds(cols, Z.shape[1]), out)
     return out
 
@@ -218,7 +237,7 @@ def consensus_dual(MU: np.ndarray, X: np.ndarray, xhat, weight) -> np.ndarray:
     """
     n, d = X.shape
     out = np.empty((n, d))
-    _compiled().consensus_dual(_rows_of(MU), _rows_of(X), _operand(xhat, n, d, widen=True),
+    _compiled().consensus_dual(_stack(MU, (n, d)), _stack(X, (n, d)), _operand(xhat, n, d, widen=True),
                                _operand(weight, n, d), out)
     return out
 
@@ -227,9 +246,10 @@ def edge_dual(X: np.ndarray, MU: np.ndarray, tail: np.ndarray, head: np.ndarray,
               move: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(new edge multipliers, ‖x_tail − x_head‖∞ per edge) of DALD-DC's step (21)."""
     m, d = MU.shape
+    n = len(X)
     out, size = np.empty((m, d)), np.empty(m)
-    _compiled().edge_dual(_rows_of(X), _rows_of(MU), _index(tail), _index(head), _operand(weight, m, d),
-                          np.asarray(move, dtype=np.bool_), out, size)
+    _compiled().edge_dual(_stack(X, (n, d)), _stack(MU, (m, d)), _index(tail, n, m), _index(head, n, m),
+                          _operand(weight, m, d), _flags(move, m), out, size)
     return out, size
 
 
@@ -254,14 +274,20 @@ def gauss_seidel_sweep(X: np.ndarray, G: np.ndarray, MU: np.ndarray, order: np.n
     [0.5, 1.25, 1.625]
     """
     n, d = X.shape
-    order = _index(order)
+    m = len(MU)
+    order = _index(order, n)
     rank = np.full(n, -1, dtype=np.intp)
     rank[order] = np.arange(len(order))
+    if np.count_nonzero(rank >= 0) != len(order):
+        raise ValueError("a node appears twice in the sweep order")
     B = np.empty((n, d)) if len(order) == n else np.array(X, dtype=float)
     ptr, edge, nbr, sign = adjacency
-    args = (_rows_of(X), _rows_of(G), _rows_of(MU))
-    rest = (rank, _index(ptr), _index(edge), _index(nbr), _operand(sign, 1, len(sign)).ravel(),
-            _operand(weight, len(MU), d), float(step), _operand(threshold, 1, n).ravel())
+    ptr = _index(ptr, len(edge) + 1, n + 1)
+    if np.any(np.diff(ptr) < 0) or ptr[0] != 0 or ptr[-1] != len(edge):
+        raise ValueError("adjacency pointers must rise from 0 to the number of ends")
+    args = (_stack(X, (n, d)), _stack(G, (n, d)), _stack(MU, (m, d)))
+    rest = (rank, ptr, _index(edge, m), _index(nbr, n, len(edge)), _operand(sign, 1, len(edge), widen=True).ravel(),
+            _operand(weight, m, d), float(step), _operand(threshold, 1, n, widen=True).ravel())
     run = _compiled().gauss_seidel_sweep
     if prox_row is None:
         run(*args, order, *rest, *_bounds(cols, d), B)
@@ -282,8 +308,8 @@ def consensus_gap(X: np.ndarray, xhat: np.ndarray, weight, member: np.ndarray) -
     """
     n, d = X.shape
     total = np.zeros(d)
-    largest = _compiled().consensus_gap(_rows_of(X), _operand(xhat, 1, d, widen=True), _operand(weight, n, d),
-                                        np.asarray(member, dtype=np.bool_), total)
+    largest = _compiled().consensus_gap(_stack(X, (n, d)), _operand(xhat, 1, d, widen=True), _operand(weight, n, d),
+                                        _flags(member, n), total)
     return total, float(largest)
 
 
@@ -294,12 +320,16 @@ def largest_change(X: np.ndarray, previous: np.ndarray, rows: np.ndarray) -> tup
     >>> largest_change(np.array([[1.0], [np.inf]]), np.zeros((2, 1)), np.array([0]))
     (1.0, False)
     """
-    largest, finite = _compiled().largest_change(_rows_of(X), _rows_of(previous), _index(rows))
+    largest, finite = _compiled().largest_change(_stack(X, X.shape), _stack(previous, X.shape),
+                                                 _index(rows, len(X)))
     return float(largest), bool(finite)
 
 
-def _index(a) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.intp)
+def _flags(a, size: int) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=np.bool_).ravel()
+    if len(a) != size:
+        raise ValueError(f"{len(a)} flags for {size} rows")
+    return a
 
 
 def _bounds(cols: slice, width: int) -> tuple[int, int]:
