@@ -375,7 +375,7 @@ class DALD(Backend):
                 edge = (n, j) if position[n] < position[j] else (j, n)
                 ex.call(n, "dald_dc_link", neighbor=j, rho=self._rho(edge, d),
                         after=float(position[j] > position[n]), x=x0)
-        moving_rows = np.flatnonzero([any(position[j] < position[n] for j in neighbors[n]) for n in order])
+        moving = np.array([any(position[j] < position[n] for j in neighbors[n]) for n in order], dtype=bool)
         X = np.tile(x0, (len(order), 1))          # not the bottom nodes: they enter D (80)
         history, total, status, k = [], 0, "max_iterations", 0
         bar = progress(self.max_iterations, verbose, "DALD-DC")
@@ -403,7 +403,7 @@ class DALD(Backend):
                 else:
                     X = X.copy()
                     X[[position[n] for n in solved]] = reply["x"]
-                dual, finite = kernels.largest_change(X, previous, moving_rows)   # D (80)
+                dual, finite = kernels.largest_change(X, previous, moving)   # D (80)
                 if not finite or self._inner_done(k, v, dual) or total >= self.max_iterations:
                     break
             if not finite:          # keep the last finite sweep; the caller sees "diverged"

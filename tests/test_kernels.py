@@ -170,9 +170,9 @@ def test_largest_change_equals_its_formula(n, d, seed):
     """max over the listed rows of ‖x_i − previous_i‖∞ (0 for no rows); X finite."""
     rng = np.random.default_rng(seed)
     X, previous = rng.normal(size=(n, d)), rng.normal(size=(n, d))
-    rows = np.flatnonzero(rng.random(n) < 0.6)
-    largest, finite = kernels.largest_change(X, previous, rows)
-    assert largest == np.max(np.abs(X[rows] - previous[rows]), initial=0.0)
+    member = rng.random(n) < 0.6
+    largest, finite = kernels.largest_change(X, previous, member)
+    assert largest == np.max(np.abs(X[member] - previous[member]), initial=0.0)
     assert finite is True
 
 
@@ -182,15 +182,18 @@ def test_largest_change_flags_a_non_finite_entry_in_any_row(bad):
     rng = np.random.default_rng(3)
     X, previous = rng.normal(size=(5, 4)), rng.normal(size=(5, 4))
     rows = np.array([0, 2])
+    member = np.isin(np.arange(5), rows)
     want = float(np.max(np.abs(X[rows] - previous[rows])))
     for r, c in [(1, 0), (4, 3), (0, 1)]:       # unlisted rows, then a listed one
         Y = X.copy()
         Y[r, c] = bad
-        largest, finite = kernels.largest_change(Y, previous, rows)
+        largest, finite = kernels.largest_change(Y, previous, member)
         assert finite is False
         if r not in rows:
             assert largest == want
-    assert kernels.largest_change(X, np.full_like(X, np.nan), rows)[1] is True   # only X is checked
+        else:                                   # as np.max: NaN wins, else inf
+            np.testing.assert_array_equal(largest, np.max(np.abs(Y[rows] - previous[rows])))
+    assert kernels.largest_change(X, np.full_like(X, np.nan), member)[1] is True   # only X is checked
 
 
 # ---- Gauss–Seidel sweep -----------------------------------------------------------------------

@@ -15,8 +15,8 @@ group keeps the stacked (n, d) arrays it last wrote and hands *row views* of the
 clients' state lazily (`Group.sync`): before any node is served one by one (`run_on_node`, on
 any executor of this process), before a per-member procedure, when a program is pickled, and
 at `close`. While every client still holds exactly those row objects the stack is reused, and
-a procedure's check of the clients' states holds until a node is next served one by one
-(`executor.node_steps`). The elementwise work of a step is done by compiled kernels
+a procedure's check of the clients' states holds until a member is next served one by one
+(`Group.served`). The elementwise work of a step is done by compiled kernels
 (`kernels`), one pass over the stacks each.
 
 Group requests (`Executor.map_stacked`: one request to many nodes, model-sized fields as one
@@ -43,7 +43,7 @@ from ..expression import Variable
 from . import kernels
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
-from .executor import Executor, block_floats, node_steps, run_on_node
+from .executor import Executor, block_floats, run_on_node
 from .ledger import MESSAGES, allowed_sizes, check_payload
 from .program import NodeProgram
 
@@ -116,19 +116,27 @@ class Group:
         self._pending: dict[str, tuple[str, list[dict]]] = {}          # slot -> (key, dicts) to hand over
         self._write_backs: dict[str, Callable[[], None]] = {}
         self._twice: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._checked: dict[str, tuple] = {}    # family -> (executor.node_steps(), what it validated)
+        self._checked: dict[str, tuple] = {}    # family -> (epoch, what it validated)
+        self._epoch = 0                         # members served node by node so far (`served`)
+        for program in programs:
+            program.observers.add(self)
 
     # -- plans ---------------------------------------------------------------------------------
+    def served(self) -> None:
+        """A member was served node by node (`run_on_node`, by any executor): its state may
+        have changed in any way, so the procedures' checks of the members' states are void."""
+        self._epoch += 1
+
     def checked(self, family: str, validate: Callable[[], Any]) -> Any:
         """`validate()` (the members' states as a procedure family needs them, or None), reused
-        while no node was served node by node (`executor.node_steps`) since."""
+        while no member was served node by node since."""
         known = self._checked.get(family)
-        if known is not None and known[0] == node_steps():
+        if known is not None and known[0] == self._epoch:
             return known[1]
         self.refresh()
         result = validate()
         if result is not None:
-            self._checked[family] = (node_steps(), result)
+            self._checked[family] = (self._epoch, result)
         return result
 
     def plan(self, which: str) -> BatchedPlan:

@@ -135,22 +135,12 @@ class SerialExecutor(Executor):
         return run_on_node(self.programs[node], kind, payload)
 
 
-_node_steps = 0
-
-
-def node_steps() -> int:
-    """How many requests `run_on_node` served in this process. Node state can change only
-    through them, so a batched procedure's check of the nodes' states holds while this number
-    is unchanged (`batched.Group.checked`)."""
-    return _node_steps
-
-
 def run_on_node(program: NodeProgram, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     """Serve one request on a node program (used by every executor, wherever the node lives)."""
-    global _node_steps
-    _node_steps += 1
     if program.holder is not None:          # a batched group has newer state for it: hand it over
         program.holder.sync()
+    for group in program.observers:         # batched groups' checks of its state are now void
+        group.served()
     procedure = PROCEDURES.get(kind)
     if procedure is not None:
         return procedure(program, **payload)

@@ -39,6 +39,19 @@ def _compiled() -> SimpleNamespace:
         return a if (a != a or a >= b) else b
 
     @jit
+    def max_abs_diff(a, b):
+        """max_c |a_c − b_c| as np.max computes it (NaN if any difference is NaN)."""
+        largest, bad = 0.0, False
+        for c in range(a.shape[0]):
+            v = abs(a[c] - b[c])
+            largest = max(largest, v)           # (faster than `larger`)
+            bad |= v * 0.0 != 0.0               # an inf or NaN difference
+        if bad:
+            for c in range(a.shape[0]):
+                largest = larger(largest, abs(a[c] - b[c]))
+        return largest
+
+    @jit
     def shrink(row, t, lo, hi):
         """row[lo:hi] ← row − clip(row, −t, t), in place (t < 0: nothing)."""
         if t >= 0.0:
@@ -86,10 +99,7 @@ def _compiled() -> SimpleNamespace:
         wide = weight.shape[1] > 1
         for e in range(tail.shape[0]):
             xi, xj, m, w, o = X[tail[e]], X[head[e]], MU[e], pick(weight, e), out[e]
-            largest = 0.0
-            for c in range(X.shape[1]):
-                largest = larger(largest, abs(xi[c] - xj[c]))
-            size[e] = largest
+            size[e] = max_abs_diff(xi, xj)
             if not move[e]:
                 for c in range(X.shape[1]):
                     o[c] = m[c]
@@ -141,8 +151,7 @@ def _compiled() -> SimpleNamespace:
         largest = 0.0
         for i in range(n):
             x = X[i]
-            for c in range(d):
-                largest = larger(largest, abs(h[c] - x[c]))
+            largest = larger(largest, max_abs_diff(h, x))
             if member[i]:
                 w = pick(weight, i)
                 if wide:
@@ -155,18 +164,16 @@ def _compiled() -> SimpleNamespace:
         return largest
 
     @jit
-    def largest_change(X, previous, rows):
-        """(max_(i in rows) ‖x_i − previous_i‖∞, whether every entry of X is finite)."""
-        finite = True
+    def largest_change(X, previous, member):
+        """(max_(member i) ‖x_i − previous_i‖∞, whether every entry of X is finite)."""
+        bad, largest = False, 0.0
         for i in range(X.shape[0]):
-            for v in X[i]:
-                finite &= np.isfinite(v)
-        largest = 0.0
-        for r in range(rows.shape[0]):
-            x, p = X[rows[r]], previous[rows[r]]
+            x = X[i]
             for c in range(X.shape[1]):
-                largest = larger(largest, abs(x[c] - p[c]))
-        return largest, finite
+                bad |= x[c] * 0.0 != 0.0            # an inf or NaN entry
+            if member[i]:
+                largest = larger(largest, max_abs_diff(x, previous[i]))
+        return largest, not bad
 
     return SimpleNamespace(prox_grad_step=prox_grad_step, consensus_dual=consensus_dual,
                            edge_dual=edge_dual, gauss_seidel_sweep=gauss_seidel_sweep,
@@ -313,15 +320,15 @@ def consensus_gap(X: np.ndarray, xhat: np.ndarray, weight, member: np.ndarray) -
     return total, float(largest)
 
 
-def largest_change(X: np.ndarray, previous: np.ndarray, rows: np.ndarray) -> tuple[float, bool]:
-    """(max_(i in rows) ‖x_i − previous_i‖∞, whether X is all finite) in one pass: Fed-DALD-DC's
-    dual residual (80) and its divergence check.
+def largest_change(X: np.ndarray, previous: np.ndarray, member: np.ndarray) -> tuple[float, bool]:
+    """(max_(member i) ‖x_i − previous_i‖∞, whether X is all finite) in one pass: Fed-DALD-DC's
+    dual residual (80) and its divergence check. member: bool per row.
 
-    >>> largest_change(np.array([[1.0], [np.inf]]), np.zeros((2, 1)), np.array([0]))
+    >>> largest_change(np.array([[1.0], [np.inf]]), np.zeros((2, 1)), np.array([True, False]))
     (1.0, False)
     """
     largest, finite = _compiled().largest_change(_stack(X, X.shape), _stack(previous, X.shape),
-                                                 _index(rows, len(X)))
+                                                 _flags(member, len(X)))
     return float(largest), bool(finite)
 
 
