@@ -143,6 +143,43 @@ def test_a_second_batched_executor_continues_from_the_newest_state():
     assert second.stats[("dald_cc_solve", "batched")] == 2 * len(clients)
     np.testing.assert_allclose(traces[0], traces[1], rtol=0, atol=TOL)
 
+def test_closing_a_superseded_executor_leaves_the_newer_hold():
+    """After a second batched executor took the programs over, closing the first one must not
+    release the second one's hold: a serial request then still sees the second one's state."""
+    prob, _ = _logistic(l1_on="clients")
+    programs = compile_programs(prob)
+    first, second = BatchedExecutor().start(programs), BatchedExecutor().start(programs)
+    reference = SerialExecutor().start(compile_programs(prob))
+    clients = first.clients
+    for a, b in ((first, second), (reference, reference)):
+        _cc_init(a, clients)
+        _cc_rounds(b, clients, _cc_rounds(a, clients, np.full(D, 0.1), 2)[-1], 2)
+    first.close()
+    group, = second.groups
+    assert all(programs[c].holder is group for c in clients)
+    mus = SerialExecutor().start(programs).map("dald_state", {c: {} for c in clients})
+    want = reference.map("dald_state", {c: {} for c in clients})
+    np.testing.assert_allclose([mus[c]["mu"] for c in clients], [want[c]["mu"] for c in clients],
+                               rtol=0, atol=TOL)
+
+
+def test_a_server_step_keeps_the_clients_checks_and_hold():
+    """Only a member served node by node voids a group's checks: a server request between
+    batched rounds leaves the validated client states cached and the dicts held."""
+    prob, _ = _logistic(l1_on="server")
+    programs, batched, _ = _shared_programs(prob)
+    clients = batched.clients
+    _cc_init(batched, clients)
+    xhat = _cc_rounds(batched, clients, np.full(D, 0.1), 2)[-1]
+    group, = batched.groups
+    checked = dict(group._checked)
+    batched.call("server", "report", x=xhat)
+    assert group._epoch == checked["cc"][0] and all(programs[c].holder is group for c in clients)
+    batched.call(clients[0], "report", x=xhat)              # a member: checks void, state handed over
+    assert group._epoch != checked["cc"][0]
+    assert all(programs[c].holder is None for c in clients)
+
+
 # ---- Fed-DALD-DC: relayed copies, edge multipliers and flags written back ---------------------
 def _dc_start(ex, clients, graph):
     """`dald_dc_init` and `dald_dc_link` on a graph of the clients, order S = clients."""

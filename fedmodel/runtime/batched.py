@@ -233,6 +233,8 @@ class Group:
 
     def sync(self) -> None:
         """Hand the pending stacks' row views to their dicts, then run the write-backs."""
+        if not self._pending and not self._write_backs:
+            return
         for slot, (key, states) in self._pending.items():
             stack = self._stacks[slot][1]
             views = list(stack)
@@ -241,7 +243,8 @@ class Group:
             self._stacks[slot] = (views, stack)
         self._pending.clear()
         for program in self.programs:
-            program.holder = None
+            if program.holder is self:
+                program.holder = None
         write_backs, self._write_backs = self._write_backs, {}
         for write_back in write_backs.values():
             write_back()

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .batched import Group, STACKED, stacked_procedure
 from . import kernels
+from .batched import Group, STACKED, stacked_procedure
 
 # kind of the solve -> (procedure(group, rows, common) -> (new stack, solved rows), relay kind)
 SWEEPS: dict[str, tuple] = {}

@@ -7,7 +7,6 @@ NodeProgram's data: they send requests through an executor and get model-sized r
 from __future__ import annotations
 
 import weakref
-
 from typing import Any
 
 import numpy as np
