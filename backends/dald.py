@@ -88,8 +88,9 @@ class DALD(Backend):
     part — client dropout; `availability(t)` names the nodes reachable at inner iteration t, e.g.
     a client that drops out and returns). `monitor(t, {node: x})` sees the iterates after every
     outer step. report_every: the history's objective / violation (the harness's metric, not the
-    algorithm's traffic: one more pass over every node's data) every k-th outer step and at the
-    last, NaN in between. order: the coordination sequence S
+    algorithm's traffic: one more pass over every node's data) and, for CC, "sum_mu" (‖Σμ_i‖∞
+    as the clients hold it) every k-th outer step and at the last, NaN in between. order: the
+    coordination sequence S
     for DC (default: a hierarchy DiGraph's solve order, else the problem's client order).
     """
 

@@ -160,6 +160,9 @@ def test_report_every_only_thins_the_history_objective(topology):
     every, thin = run(1), run(4)
     objectives = [r["objective"] for r in thin.history]
     assert [np.isnan(v) for v in objectives] == [k % 4 != 0 for k in range(1, 10)] + [False]
+    if topology == "star":                               # the Σμ_i diagnostic on the same records
+        assert [np.isnan(r["sum_mu"]) for r in thin.history] == [np.isnan(v) for v in objectives]
+        assert max(r["sum_mu"] for r in every.history) <= 1e-12
     for a, b in zip(every.history, thin.history):
         if not np.isnan(b["objective"]):
             assert b["objective"] == a["objective"]
