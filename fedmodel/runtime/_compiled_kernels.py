@@ -1,0 +1,165 @@
+"""The numba-compiled loops behind `kernels` (imported by `kernels._compiled` on first use, so
+that `import fedmodel` does not load numba). Module-level functions, so that numba's on-disk
+cache finds them again in the next process. Bounds are not checked here: the wrappers in
+`kernels` check every shape and index."""
+import numba
+import numpy as np
+
+jit = numba.njit(cache=True, nogil=True)
+
+
+@jit
+def pick(A, i):
+    """Row i of an operand with n rows, or its only row."""
+    return A[i] if A.shape[0] > 1 else A[0]
+
+
+@jit
+def larger(a, b):
+    """max(a, b), NaN as soon as either is NaN (as np.max)."""
+    return a if (a != a or a >= b) else b
+
+
+@jit
+def max_abs_diff(a, b):
+    """max_c |a_c − b_c| as np.max computes it (NaN if any difference is NaN)."""
+    largest, bad = 0.0, False
+    for c in range(a.shape[0]):
+        v = abs(a[c] - b[c])
+        largest = max(largest, v)           # (faster than `larger`)
+        bad |= v * 0.0 != 0.0               # an inf or NaN difference
+    if bad:
+        for c in range(a.shape[0]):
+            largest = larger(largest, abs(a[c] - b[c]))
+    return largest
+
+
+@jit
+def shrink(row, t, lo, hi):
+    """row[lo:hi] ← row − clip(row, −t, t), in place (t < 0: nothing)."""
+    if t >= 0.0:
+        for c in range(lo, hi):
+            z = row[c]
+            clipped = -t if z < -t else z     # np.clip's order: max with −t, then min with t
+            row[c] = z - (t if clipped > t else clipped)
+
+
+@jit
+def prox_grad_step(Z, G, weight, anchor, linear, sign, step, n_x, threshold, lo, hi, out):
+    """out[i] ← Z[i] − α(G[i] + weight∘(Z[i] − anchor[i]) + sign·linear[i]) on the first n_x
+    columns (the rest: Z − αG), then soft-thresholded."""
+    wide = weight.shape[1] > 1
+    for i in range(Z.shape[0]):
+        z, g, a, l, w, o = Z[i], G[i], pick(anchor, i), pick(linear, i), pick(weight, i), out[i]
+        if wide:
+            for c in range(n_x):
+                o[c] = z[c] - (((z[c] - a[c]) * w[c] + sign * l[c]) + g[c]) * step
+        else:
+            w0 = w[0]
+            for c in range(n_x):
+                o[c] = z[c] - (((z[c] - a[c]) * w0 + sign * l[c]) + g[c]) * step
+        for c in range(n_x, Z.shape[1]):
+            o[c] = z[c] - g[c] * step
+        shrink(o, threshold[i], lo, hi)
+
+
+@jit
+def consensus_dual(MU, X, xhat, weight, out):
+    """out[i] ← μ_i + w_i∘(x̂[i] − x_i) (DALD-CC (15): w = 2ρ_i∘ρ_i)."""
+    wide = weight.shape[1] > 1
+    for i in range(X.shape[0]):
+        m, x, h, w, o = MU[i], X[i], pick(xhat, i), pick(weight, i), out[i]
+        if wide:
+            for c in range(X.shape[1]):
+                o[c] = (h[c] - x[c]) * w[c] + m[c]
+        else:
+            w0 = w[0]
+            for c in range(X.shape[1]):
+                o[c] = (h[c] - x[c]) * w0 + m[c]
+
+
+@jit
+def edge_dual(X, MU, tail, head, weight, move, out, size):
+    """Per edge e = (tail, head): C = x_tail − x_head, size[e] = ‖C‖∞, out[e] ← μ_e + w_e∘C
+    where move[e] (DALD-DC (21)), else μ_e."""
+    wide = weight.shape[1] > 1
+    for e in range(tail.shape[0]):
+        xi, xj, m, w, o = X[tail[e]], X[head[e]], MU[e], pick(weight, e), out[e]
+        size[e] = max_abs_diff(xi, xj)
+        if not move[e]:
+            for c in range(X.shape[1]):
+                o[c] = m[c]
+        elif wide:
+            for c in range(X.shape[1]):
+                o[c] = m[c] + (xi[c] - xj[c]) * w[c]
+        else:
+            w0 = w[0]
+            for c in range(X.shape[1]):
+                o[c] = m[c] + (xi[c] - xj[c]) * w0
+
+
+@jit
+def gauss_seidel_sweep(X, G, MU, order, rank, ptr, edge, nbr, sign, weight, step, threshold,
+                       lo, hi, B):
+    """Nodes `order` of a sweep of (20), one proximal-gradient step each, into B:
+    B[i] ← shrink(x_i − α(∇P_i + Σ_e sign_e μ_e + Σ_e w_e∘(x_i − x_e))), where node i's
+    edges are edge[ptr[i]:ptr[i+1]] to nbr[…] and x_e is the neighbour's new model B[nbr]
+    when it comes earlier in the sweep (0 ≤ rank[nbr] < rank[i]), else its model X[nbr]."""
+    d = X.shape[1]
+    wide = weight.shape[1] > 1
+    g = np.empty(d)                          # node i's gradient of (20), then its step
+    for s in range(order.shape[0]):
+        i = order[s]
+        x, grad = X[i], G[i]
+        for c in range(d):
+            g[c] = grad[c]
+        for k in range(ptr[i], ptr[i + 1]):
+            e, j = edge[k], nbr[k]
+            other = B[j] if 0 <= rank[j] < rank[i] else X[j]
+            m, sg, w = MU[e], sign[k], pick(weight, e)
+            if wide:
+                for c in range(d):
+                    g[c] += sg * m[c] + w[c] * (x[c] - other[c])
+            else:
+                w0 = w[0]
+                for c in range(d):
+                    g[c] += sg * m[c] + w0 * (x[c] - other[c])
+        b = B[i]
+        for c in range(d):
+            b[c] = x[c] - step * g[c]
+        shrink(b, threshold[i], lo, hi)
+
+
+@jit
+def consensus_gap(X, xhat, weight, member, total):
+    """total ← Σ_(member i) w_i∘(x̂ − x_i) (rows in order); returns max_i ‖x̂ − x_i‖∞."""
+    n, d = X.shape
+    wide = weight.shape[1] > 1
+    h = xhat[0]
+    largest = 0.0
+    for i in range(n):
+        x = X[i]
+        largest = larger(largest, max_abs_diff(h, x))
+        if member[i]:
+            w = pick(weight, i)
+            if wide:
+                for c in range(d):
+                    total[c] += w[c] * (h[c] - x[c])
+            else:
+                w0 = w[0]
+                for c in range(d):
+                    total[c] += w0 * (h[c] - x[c])
+    return largest
+
+
+@jit
+def largest_change(X, previous, member):
+    """(max_(member i) ‖x_i − previous_i‖∞, whether every entry of X is finite)."""
+    bad, largest = False, 0.0
+    for i in range(X.shape[0]):
+        x = X[i]
+        for c in range(X.shape[1]):
+            bad |= x[c] * 0.0 != 0.0            # an inf or NaN entry
+        if member[i]:
+            largest = larger(largest, max_abs_diff(x, previous[i]))
+    return largest, not bad
