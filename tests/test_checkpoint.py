@@ -87,17 +87,17 @@ def _same(a, b):
     assert a.ledger.messages == b.ledger.messages and a.ledger.floats == b.ledger.floats
 
 
-def _check_resume(tmp_path, prob, make, stop_at, every=1, topology=None):
-    reference = prob.solve(make(), topology=topology)
+def _check_resume(tmp_path, prob, make, stop_at, every=1, topology=None, executor="serial"):
+    reference = prob.solve(make(), topology=topology, executor=executor)
     path = tmp_path / "run.ckpt"
     with pytest.raises(Stop):
-        prob.solve(make(), topology=topology, checkpoint=path, checkpoint_every=every,
+        prob.solve(make(), topology=topology, executor=executor, checkpoint=path, checkpoint_every=every,
                    callback=_stop_after(stop_at))
     saved = ck.read(path)
     done = (stop_at - 1) // every * every          # the last multiple of `every` before the stop
     assert saved["iteration"] == done and saved["outcome"] is None
     seen = []
-    resumed = prob.solve(make(), topology=topology, checkpoint=path, resume=True,
+    resumed = prob.solve(make(), topology=topology, executor=executor, checkpoint=path, resume=True,
                          callback=seen.append)
     assert len(seen) == len(reference.history) - len(saved["loop"]["history"]) > 0
     _same(resumed, reference)
@@ -127,6 +127,18 @@ def test_dald_dc_resume_on_a_path(tmp_path):
     make = lambda: backends.DALD(rho=2.0, coordination="partial", participation=0.7,  # noqa: E731
                                  seed=5, max_iterations=20)
     _check_resume(tmp_path, prob, make, stop_at=7, every=3, topology=topologies.path(prob))
+
+
+@pytest.mark.parametrize("topology", ["star", "path"])
+def test_dald_resume_on_the_batched_executor(tmp_path, topology):
+    """Checkpoints taken while the batched executor holds the clients' state (stacks not yet
+    handed to the dicts, DC sweep flags as arrays) resume bitwise like the uninterrupted run."""
+    from test_batched import _logistic
+    prob, _ = _logistic(n=6, l1_on="clients")
+    make = lambda: backends.DALD(solver="prox-grad", step=0.05, max_iterations=14,  # noqa: E731
+                                 eps_primal=0.0, eps_dual=0.0)
+    _check_resume(tmp_path, prob, make, stop_at=8, every=3, topology=getattr(topologies, topology)(prob),
+                  executor="batched")
 
 
 def test_fedprox_resume(tmp_path):
