@@ -65,9 +65,11 @@ def _weighted_sum(RHO2, A, uniform) -> np.ndarray:
 
 class ClientModels(dict):
     """{client: x_i} (rows of one (n, d) array, which `array` holds in client order) — what a
-    Fed-DALD-CC `monitor` receives."""
+    DALD `monitor` receives. Read-only: the rows may be the nodes' own state (batched executor)."""
 
     def __init__(self, names, array):
+        array = array.view()
+        array.flags.writeable = False
         super().__init__(zip(names, array))
         self.array = array
 
@@ -262,7 +264,7 @@ class DALD(Backend):
                 active.update(part)
                 reply = ex.map_stacked("dald_cc_solve", part, common={"xhat": xhat, **opts})   # (13)
                 if len(part) == len(clients):
-                    X = reply["x"]                   # never written in place: the executor's copy
+                    X = reply["x"]                   # never written in place (may be read-only)
                 else:
                     X = X.copy()
                     X[[row[c] for c in part]] = reply["x"]
@@ -400,7 +402,7 @@ class DALD(Backend):
                 reply = ex.sweep("dald_dc_solve", sweep, opts, "dald_dc_receive", neighbors)  # (20) in S
                 solved = [n for batch in sweep for n in batch]
                 if len(solved) == len(order):
-                    X = reply["x"]                   # never written in place: the executor's copy
+                    X = reply["x"]                   # never written in place (may be read-only)
                 else:
                     X = X.copy()
                     X[[position[n] for n in solved]] = reply["x"]

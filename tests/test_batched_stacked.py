@@ -94,6 +94,39 @@ def test_ledger_group_booking_equals_single_bookings_and_survives_pickling():
     assert restored == one and restored.total("down") == {"messages": 9, "floats": 63}
 
 
+def test_stacked_replies_follow_the_request_order():
+    """A group request listing every member in another order gets its rows in that order
+    (the batched replies are the group's stack only when the order is the group's)."""
+    prob, _ = _logistic(l1_on="clients")
+    got = []
+    for make in (BatchedExecutor, SerialExecutor):
+        ex = _started(make(), prob)
+        clients = ex.clients[::-1]
+        x = ex.map_stacked("dald_cc_solve", clients, common={"xhat": np.full(D, 0.3), "tol": -1.0,
+                                                             "solver": "prox-grad", "step": 0.1,
+                                                             "local_steps": 1, "warm": 1.0})["x"]
+        ex.map_stacked("dald_cc_dual", clients, common={"xhat": np.full(D, 0.3), "consensus": 1.0})
+        got.append((x, ex.map_stacked("dald_state", clients)["mu"]))
+    for a, b in zip(*got):
+        np.testing.assert_allclose(a, b, rtol=0, atol=TOL)
+
+
+def test_a_monitor_cannot_write_the_clients_models():
+    """The DALD monitor's rows may be the nodes' own state on the batched executor: they are
+    read-only on every executor."""
+    prob, _ = _logistic(n=4, l1_on="clients")
+
+    def monitor(t, models):
+        with pytest.raises(ValueError, match="read-only"):
+            models[next(iter(models))][0] = 1.0
+        seen.append(models.array.copy())
+    for executor in ("serial", "batched"):
+        seen = []
+        prob.solve(backends.DALD(solver="prox-grad", step=0.05, max_iterations=3, monitor=monitor),
+                   executor=executor)
+        assert len(seen) == 3
+
+
 # ---- Fed-DALD-DC sweeps on the batched executor ----------------------------------------------
 @pytest.mark.parametrize("topology", ["path", "ring", "erdos_renyi"])
 @pytest.mark.parametrize("options", [dict(solver="prox-grad"), dict(solver="gd"),

@@ -273,3 +273,57 @@ def test_dc_solve_leaves_consistent_node_state():
             edge = (name, nbr) if (name, nbr) in multipliers else (nbr, name)
             np.testing.assert_allclose(end["mu"], multipliers[edge], rtol=0, atol=TOL)
             assert bool(end["fresh"]) is False
+
+
+def _path(clients):
+    return nx.relabel_nodes(nx.path_graph(len(clients)), dict(enumerate(clients)))
+
+
+DC_STEP = {**SOLVE, "step": 0.05, "local_steps": 1}
+
+
+def test_dc_two_batched_executors_on_the_same_programs():
+    """A second executor's batched sweep in between: the first executor's cached sweep state
+    (solved / fresh flags) is void once the other group takes the programs over, so its
+    multiplier step still moves μ_e as the serial run's does."""
+    prob, _ = _logistic(n=6, l1_on="clients")
+
+    def run(first, second, clients):
+        neighbors = _dc_start(first, clients, _path(clients))
+        first.sweep("dald_dc_solve", [[c] for c in clients], DC_STEP, "dald_dc_receive", neighbors)
+        first.map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
+        second.sweep("dald_dc_solve", [[c] for c in clients], DC_STEP, "dald_dc_receive", neighbors)
+        first.map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
+        first.close()
+        second.close()
+    programs = compile_programs(prob)
+    first, second = BatchedExecutor().start(programs), BatchedExecutor().start(programs)
+    run(first, second, first.clients)
+    assert first.stats[("dald_dc_dual", "batched")] == 12 and second.stats[("dald_dc_solve", "batched")] == 6
+    reference = SerialExecutor().start(compile_programs(prob))
+    run(reference, reference, reference.clients)
+    _, got, _ = _dc_view(programs, first.clients)
+    _, want, _ = _dc_view(reference.programs, first.clients)
+    assert max(float(np.abs(got[e][1] - want[e][1]).max()) for e in want) <= TOL
+    assert max(float(np.abs(want[e][1]).max()) for e in want) > 1e-3        # μ moved
+
+
+def test_dc_relinking_an_edge_rebuilds_the_batched_layout():
+    """`dald_dc_link` again for existing neighbours (a new ρ) replaces the end dicts: the
+    batched sweep must use the new ends and their 2ρ², as the serial sweep does."""
+    prob, _ = _logistic(n=6, l1_on="clients")
+    sweeps = []
+    for ex in (BatchedExecutor(), SerialExecutor()):
+        ex.start(compile_programs(prob))
+        clients = ex.clients
+        neighbors = _dc_start(ex, clients, _path(clients))
+        ex.sweep("dald_dc_solve", [[c] for c in clients], DC_STEP, "dald_dc_receive", neighbors)
+        ex.close()
+        x = {c: np.array(ex.programs[c].state["dald"]["x"]) for c in clients}
+        for i, c in enumerate(clients):
+            for j in neighbors[c]:
+                ex.call(c, "dald_dc_link", neighbor=j, rho=3.0, after=float(clients.index(j) > i), x=x[j])
+        sweeps.append(np.array(ex.sweep("dald_dc_solve", [[c] for c in clients], DC_STEP,
+                                        "dald_dc_receive", neighbors)["x"]))
+    np.testing.assert_allclose(sweeps[0], sweeps[1], rtol=0, atol=TOL)
+    assert np.abs(sweeps[1]).max() > 1e-3

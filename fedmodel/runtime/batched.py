@@ -15,8 +15,8 @@ group keeps the stacked (n, d) arrays it last wrote and hands *row views* of the
 clients' state lazily (`Group.sync`): before any node is served one by one (`run_on_node`, on
 any executor of this process), before a per-member procedure, when a program is pickled, and
 at `close`. While every client still holds exactly those row objects the stack is reused, and
-a procedure's check of the clients' states holds until a member is next served one by one
-(`Group.served`). The elementwise work of a step is done by compiled kernels
+a procedure's check of the clients' states holds until a member is next served one by one or
+another executor's group takes it over (`Group.served`). The elementwise work of a step is done by compiled kernels
 (`kernels`), one pass over the stacks each.
 
 Group requests (`Executor.map_stacked`: one request to many nodes, model-sized fields as one
@@ -117,19 +117,22 @@ class Group:
         self._write_backs: dict[str, Callable[[], None]] = {}
         self._twice: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._checked: dict[str, tuple] = {}    # family -> (epoch, what it validated)
-        self._epoch = 0                         # members served node by node so far (`served`)
+        self._epoch = 0                         # members changed elsewhere so far (`served`)
+        self._dc_layout = None                  # batched_dc.EdgeLayout of the last DC run
+        self._receivers = None                  # batched_dc.serve_sweep: (nodes, neighbors, relay targets)
         for program in programs:
             program.observers.add(self)
 
     # -- plans ---------------------------------------------------------------------------------
     def served(self) -> None:
-        """A member was served node by node (`run_on_node`, by any executor): its state may
-        have changed in any way, so the procedures' checks of the members' states are void."""
+        """A member's state may have changed in any way — it was served node by node
+        (`run_on_node`, by any executor) or another executor's group took it over (`_hold`) —
+        so the procedures' checks of the members' states are void."""
         self._epoch += 1
 
     def checked(self, family: str, validate: Callable[[], Any]) -> Any:
         """`validate()` (the members' states as a procedure family needs them, or None), reused
-        while no member was served node by node since."""
+        while no member's state changed outside this group since (`served`)."""
         known = self._checked.get(family)
         if known is not None and known[0] == self._epoch:
             return known[1]
@@ -224,12 +227,16 @@ class Group:
                 program.holder.sync()
 
     def _hold(self) -> None:
-        """Mark the members as having state here that their dicts lack (`run_on_node` syncs)."""
+        """Mark the members as having state here that their dicts lack (`run_on_node` syncs);
+        other executors' groups of the same programs must check their states again."""
         if self.programs[0].holder is not self:
             for program in self.programs:
                 if program.holder is not None and program.holder is not self:
                     program.holder.sync()       # another executor's group: its state first
                 program.holder = self
+                for other in program.observers:
+                    if other is not self:
+                        other.served()
 
     def sync(self) -> None:
         """Hand the pending stacks' row views to their dicts, then run the write-backs."""
@@ -299,7 +306,7 @@ class BatchedExecutor(Executor):
                 by_signature.setdefault(program_signature(program), []).append(name)
         self.groups = [Group(names, [self.programs[n] for n in names])
                        for names in by_signature.values() if len(names) >= self.min_group]
-        self._resolved: dict[tuple, tuple] = {}
+        self._resolved = {}
         self.stats = Counter()
         return self
 
@@ -371,7 +378,10 @@ class BatchedExecutor(Executor):
         hit = self._resolved.get(key)
         if hit is None:
             group = self._group_of(key)
-            hit = (group, None if group is None else np.array([group.index[n] for n in key], dtype=np.intp))
+            rows = None if group is None else np.array([group.index[n] for n in key], dtype=np.intp)
+            if rows is not None:
+                rows.flags.writeable = False    # shared by every request with this node list
+            hit = (group, rows)
             if len(self._resolved) >= 8:
                 self._resolved.clear()
             self._resolved[key] = hit
@@ -463,6 +473,19 @@ def _fast_count(fields: dict[str, str], payload: dict[str, Any], model_size: int
 
 
 # ---- batched procedures ------------------------------------------------------------------------
+def in_group_order(rows: np.ndarray, n: int) -> bool:
+    """`rows` are all n rows of a group, in group order (a stack can then be replied as is)."""
+    return len(rows) == n and bool(np.all(rows[1:] > rows[:-1]))
+
+
+def read_only(stack: np.ndarray) -> np.ndarray:
+    """A read-only view of a group's stack, for a reply: the caller cannot write the clients'
+    state through it."""
+    view = stack.view()
+    view.flags.writeable = False
+    return view
+
+
 def _same(payloads: dict, members: list[str], keys: tuple[str, ...]) -> dict | None:
     """The members' common options, or None when they differ (then: serial path)."""
     first = payloads[members[0]]
@@ -508,7 +531,8 @@ def _local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: floa
     the prox step when `prox` (dald_nodes._prox_grad; solvers.gradient_descent without it).
     `subtract_linear`: `linear` holds −linear (DALD's −μ_i, without a pass to negate it).
     Each step is one compiled pass over the stacks (`kernels.prox_grad_step`), the serial
-    operations in the same order; λ‖w‖₁ is applied in that pass, any other prox term after it.
+    operations in the same order; when λ‖w‖₁ is the only prox term it is applied in that pass,
+    otherwise every prox term after it (`Group.apply_prox`).
     Z is not written (it may be the clients' published state); the result is a fresh array."""
     n_x = group.n_x
     shrink = group.shrink_thresholds(step) if prox else None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .batched import Group, _local_steps, _private, _rows, _same, batched_procedure, stacked_procedure
+from .batched import (Group, _local_steps, _private, _rows, _same, batched_procedure, in_group_order, read_only,
+                      stacked_procedure)
 
 _SOLVE_OPTS = ("tol", "solver", "step", "local_steps", "warm")
 
@@ -95,7 +96,7 @@ def _cc_solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict
     new_x = _cc_solve_block(group, rows, xhat, common)
     if new_x is None:
         return None
-    return {"x": new_x if len(rows) == group.n else new_x[rows],
+    return {"x": read_only(new_x) if in_group_order(rows, group.n) else new_x[rows],
             "steps": np.full(len(rows), float(int(common["local_steps"])))}
 
 
@@ -149,7 +150,7 @@ def _dald_state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: di
     if blocks or common or states is None or any(s.get("edges") for s in states):
         return None
     MU = group.gather("mu", states, group.n_x)
-    return {"mu": MU if len(rows) == group.n else MU[rows]}
+    return {"mu": read_only(MU) if in_group_order(rows, group.n) else MU[rows]}
 
 
 @batched_procedure("dald_state")

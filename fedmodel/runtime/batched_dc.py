@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from . import kernels
-from .batched import Group, STACKED, stacked_procedure
+from .batched import Group, STACKED, in_group_order, read_only, stacked_procedure
 
-# kind of the solve -> (procedure(group, rows, common) -> (new stack, solved rows), relay kind)
+# kind of the solve -> (procedure(group, rows, common) -> new (n, d) stack or None, relay kind)
 SWEEPS: dict[str, tuple] = {}
 
 
@@ -74,9 +74,10 @@ class EdgeLayout:
         self.ends_b = [self.ends[k] for k in self.b]
 
     def valid(self, states: list[dict]) -> bool:
-        """Still the same edge tables with as many edges: `dald_dc_init` makes a new table and
-        `dald_dc_link` adds to it, both before the first sweep of a run."""
-        return len(states) == len(self.tables) and all(map(_same_table, states, self.tables, self.counts))
+        """Still the same edge tables holding the same end dicts: `dald_dc_init` makes a new
+        table, `dald_dc_link` adds an end (or replaces one, e.g. with a new ρ)."""
+        return len(states) == len(self.tables) and all(map(_same_table, states, self.tables, self.counts)) \
+            and all(map(is_, (end for table in self.tables for end in table.values()), self.ends))
 
 
 def _same_table(state: dict, table: dict, count: int) -> bool:
@@ -92,7 +93,7 @@ def _dc_states(group: Group) -> list[dict] | None:
 
 
 def _layout(group: Group, states: list[dict]) -> EdgeLayout | None:
-    layout = getattr(group, "_dc_layout", None)
+    layout = group._dc_layout
     if layout is None or not layout.valid(states):
         if any(name not in group.index for s in states for name in s["edges"]):
             return None                          # an edge leaves the group: per-node path
@@ -251,11 +252,10 @@ def serve_sweep(executor, kind: str, batches, common: dict, relay: str, neighbor
     executor.stats[(kind, "batched")] += len(nodes)
     ledger, d = executor.ledger, executor.model_size
     ledger.record_group(nodes, kind, check_payload(declared, declared.request, common, d, "request"), down=True)
-    in_order = len(order) == group.n and bool(np.all(order[1:] > order[:-1]))
-    replies = {"x": new if in_order else new[order], "steps": np.ones(len(order))}   # (not a copy: read only)
+    replies = {"x": read_only(new) if in_group_order(order, group.n) else new[order], "steps": np.ones(len(order))}
     ledger.record_group(nodes, kind, d + 1, down=False)
     if not MESSAGES[relay].local:
-        known = getattr(group, "_receivers", None)      # (the same sweep every round)
+        known = group._receivers                        # (the same sweep every round)
         if known is None or known[0] != nodes or known[1] is not neighbors:
             known = group._receivers = (nodes, neighbors, tuple(j for n in nodes for j in neighbors[n]))
         ledger.record_group(known[2], relay, d, down=True)

@@ -47,11 +47,22 @@ def _operand(a, rows: int, cols: int, widen: bool = False) -> np.ndarray:
 
 
 def _stack(X: np.ndarray, shape: tuple) -> np.ndarray:
-    """X, of exactly `shape`, as a C-ordered writable float array (no copy for the executor's
-    own stacks). The kernels do not check bounds: the wrappers check every shape and index."""
+    """An input X, of exactly `shape`, as a C-ordered writable float array (one signature per
+    kernel): no copy for the executor's own stacks, nor for a read-only view of one (replies
+    are read-only views; the kernels only read their inputs). The kernels do not check bounds:
+    the wrappers check every shape and index."""
     if np.shape(X) != tuple(shape):
         raise ValueError(f"array of shape {np.shape(X)} where {tuple(shape)} is needed")
-    return X if X.flags.c_contiguous and X.flags.writeable and X.dtype == float else np.array(X, dtype=float)
+    if isinstance(X, np.ndarray) and X.flags.c_contiguous and X.dtype == float:
+        if X.flags.writeable:
+            return X
+        view = X.view()
+        try:
+            view.flags.writeable = True      # allowed when the memory underneath is writable
+            return view
+        except ValueError:
+            pass
+    return np.array(X, dtype=float)
 
 
 def _index(a, bound: int, size: int | None = None) -> np.ndarray:
