@@ -348,7 +348,19 @@ def test_operand_layouts():
     assert _operand(np.ones((3, 1)), 3, 4, widen=True).shape == (3, 4)
 
 
-@pytest.mark.parametrize("shape", [(4, 4), (2, 4), (3, 5), (5,), (3, 2)])
+@pytest.mark.parametrize("shape", [(4, 4), (2, 4), (3, 5), (5,), (3, 2), (3, 4, 1)])
 def test_operand_refuses_a_shape_that_does_not_broadcast(shape):
     with pytest.raises(ValueError, match="does not broadcast"):
         _operand(np.ones(shape), 3, 4)
+
+
+def test_a_read_only_view_of_a_stack_is_read_without_a_copy():
+    """Group replies are read-only views of the executor's stacks: the kernels read them in
+    place (one signature, no copy) and give the same numbers."""
+    X = np.random.default_rng(0).normal(size=(4, 3))
+    view = X.view()
+    view.flags.writeable = False
+    passed = kernels._stack(view, X.shape)
+    assert np.shares_memory(passed, X) and passed.flags.writeable
+    assert kernels.largest_change(view, np.zeros_like(X), np.ones(4, bool)) == \
+        kernels.largest_change(X, np.zeros_like(X), np.ones(4, bool))

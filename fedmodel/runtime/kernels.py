@@ -35,34 +35,39 @@ def _operand(a, rows: int, cols: int, widen: bool = False) -> np.ndarray:
     (stride 0) is reduced to its one row or column first."""
     a = np.asarray(a, dtype=float)
     a = a.reshape(1, -1) if a.ndim < 2 else a
-    if a.shape[0] > 1 and a.strides[0] == 0:
+    if a.ndim == 2 and a.shape[0] > 1 and a.strides[0] == 0:
         a = a[:1]
-    if a.shape[1] > 1 and a.strides[1] == 0:
+    if a.ndim == 2 and a.shape[1] > 1 and a.strides[1] == 0:
         a = a[:, :1]
-    if a.shape[0] not in (1, rows) or a.shape[1] not in (1, cols):
+    if a.ndim != 2 or a.shape[0] not in (1, rows) or a.shape[1] not in (1, cols):
         raise ValueError(f"operand of shape {a.shape} does not broadcast to ({rows}, {cols})")
     if widen and a.shape[1] != cols:
         a = np.broadcast_to(a, (a.shape[0], cols))
-    return a if a.flags.c_contiguous and a.flags.writeable else np.array(a, dtype=float, order="C")
+    return _writable(a)
 
 
 def _stack(X: np.ndarray, shape: tuple) -> np.ndarray:
-    """An input X, of exactly `shape`, as a C-ordered writable float array (one signature per
-    kernel): no copy for the executor's own stacks, nor for a read-only view of one (replies
-    are read-only views; the kernels only read their inputs). The kernels do not check bounds:
-    the wrappers check every shape and index."""
+    """An input X of exactly `shape` (see `_writable`). The kernels do not check bounds: the
+    wrappers check every shape and index."""
     if np.shape(X) != tuple(shape):
         raise ValueError(f"array of shape {np.shape(X)} where {tuple(shape)} is needed")
-    if isinstance(X, np.ndarray) and X.flags.c_contiguous and X.dtype == float:
-        if X.flags.writeable:
-            return X
-        view = X.view()
+    return _writable(X)
+
+
+def _writable(a) -> np.ndarray:
+    """`a` as a C-ordered writable float array, so that each kernel has one signature: no copy
+    for the executor's own stacks, nor for a read-only view of one (group replies are read-only
+    views; the kernels only read their inputs)."""
+    if isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == float:
+        if a.flags.writeable:
+            return a
+        view = a.view()
         try:
             view.flags.writeable = True      # allowed when the memory underneath is writable
             return view
         except ValueError:
             pass
-    return np.array(X, dtype=float)
+    return np.array(a, dtype=float, order="C")
 
 
 def _index(a, bound: int, size: int | None = None) -> np.ndarray:
