@@ -146,7 +146,7 @@ class SweepState:
 
 
 def _dc_stacks(group: Group):
-    """(sweep state, x_i stack, edge μ stack) of the group's DALD-DC nodes, or None (not
+    """(sweep state, edge layout, x_i stack, edge μ stack) of the group's DALD-DC nodes, or None (not
     covered). The states are validated once until a node is next served node by node; the
     batched procedures keep the invariants (they publish the stacks and the sweep state)."""
     def validate():
@@ -157,7 +157,7 @@ def _dc_stacks(group: Group):
     sweep = group.checked("dc", validate)
     if sweep is None:
         return None
-    return sweep, group.gather("x", sweep.states, group.n_x), \
+    return sweep, sweep.layout, group.gather("x", sweep.states, group.n_x), \
         group.gather("mu", sweep.layout.ends_a, group.n_x, slot="edge:mu+")
 
 
@@ -165,14 +165,12 @@ def dc_sweep(group: Group, order: np.ndarray, common: dict) -> np.ndarray | None
     """`dald_nodes._dc_solve` (20) for the group rows `order`, one after another (Gauss–Seidel), with
     the neighbour relays in between. Returns the new (n, d) model stack, or None (not covered)."""
     solver, prox = common.get("solver"), bool(group.prox)
-    if not (solver == "prox-grad" or (solver == "gd" and prox)) or int(common.get("local_steps", 0)) != 1 \
-            or not common.get("warm", 1.0) or group.n_y or group.n < 2:
-        return None
-    known = _dc_stacks(group)
+    covered = (solver == "prox-grad" or (solver == "gd" and prox)) and int(common.get("local_steps", 0)) == 1 \
+        and common.get("warm", 1.0) and not group.n_y and group.n >= 2
+    known = _dc_stacks(group) if covered else None
     if known is None:
         return None
-    sweep, X, MU = known
-    layout = sweep.layout
+    sweep, layout, X, MU = known
     step = float(common["step"])
     _, G = group.value_grad(X, np.zeros((group.n, 0)))     # ∇P_s at every warm start
     shrink = group.shrink_thresholds(step) if prox else None
@@ -206,13 +204,10 @@ SWEEPS["dald_dc_solve"] = (dc_sweep, "dald_dc_receive")
 def _dc_dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
     """`dald_nodes._dc_dual` (21) for every node of the group, one row per edge: C_ij = x_i − x_j,
     μ_ij += 2ρ²∘C_ij when both ends took part (a dropout keeps μ), ‖C‖∞ per node."""
-    if blocks or len(rows) != group.n or group.n_y:
-        return None
-    known = _dc_stacks(group)
+    known = None if blocks or len(rows) != group.n or group.n_y else _dc_stacks(group)
     if known is None:
         return None
-    sweep, X, MU = known
-    layout = sweep.layout
+    sweep, layout, X, MU = known
     consensus = bool(common.get("consensus", 1.0))
     if consensus:
         move = sweep.solved[layout.i] & sweep.solved[layout.j] & sweep.fresh[layout.a] & sweep.fresh[layout.b]
