@@ -272,6 +272,15 @@ MODELS = {
 }
 
 
+def _assert_value_grad_per_client(group, programs, X):
+    """The group's P_i and ∇P_i at the rows of X equal each client's own plan's (to TOL)."""
+    values, G = group.value_grad(X, np.zeros((len(programs), 0)))
+    for i, p in enumerate(programs):
+        value, g = p.value_grad(X[i], p.y)
+        assert values[i] == pytest.approx(value, rel=TOL, abs=TOL)
+        np.testing.assert_allclose(G[i], g, rtol=TOL, atol=TOL)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_batched_plan_equals_per_client_plans(name):
     programs = _client_programs(MODELS[name])
@@ -283,11 +292,7 @@ def test_batched_plan_equals_per_client_plans(name):
     assert len({program_signature(p) for p in programs}) == 1
     group = Group([p.name for p in programs], programs)
     X = np.random.default_rng(5).normal(size=(len(programs), D))
-    values, G = group.value_grad(X, np.zeros((len(programs), 0)))
-    for i, p in enumerate(programs):
-        value, g = p.value_grad(X[i], p.y)
-        assert values[i] == pytest.approx(value, rel=TOL, abs=TOL)
-        np.testing.assert_allclose(G[i], g, rtol=TOL, atol=TOL)
+    _assert_value_grad_per_client(group, programs, X)
     objective = group.objective(X, np.zeros((len(programs), 0)))
     for i, p in enumerate(programs):
         assert objective[i] == pytest.approx(float(p._objective(X[i])[0]), rel=TOL, abs=TOL)

@@ -13,7 +13,7 @@ from fedmodel.runtime.batched import BatchedExecutor, Group
 from fedmodel.runtime.executor import SerialExecutor
 from fedmodel.runtime.ledger import Ledger
 from fedmodel.runtime.program import compile_programs
-from test_batched import D, MODELS, TOL, _assert_same, _client_programs, _logistic
+from test_batched import D, MODELS, TOL, _assert_same, _assert_value_grad_per_client, _client_programs, _logistic
 
 
 def _started(executor, prob, rho=1.0):
@@ -221,11 +221,7 @@ def test_plan_with_a_zero_proximal_weight_equals_the_per_client_plans(name):
     plan = group.plan("_value_grad")
     assert plan._zero_variants and len(plan._zero_variants[0][1]) < len(plan._ops)
     X = np.random.default_rng(5).normal(size=(len(programs), D))
-    values, G = group.value_grad(X, np.zeros((len(programs), 0)))
-    for i, p in enumerate(programs):
-        value, g = p.value_grad(X[i], p.y)
-        assert values[i] == pytest.approx(value, rel=TOL, abs=TOL)
-        np.testing.assert_allclose(G[i], g, rtol=TOL, atol=TOL)
+    _assert_value_grad_per_client(group, programs, X)
     programs[1].merit_ir.prox_weight.value = 0.5         # not zero for every client: full plan
     X = X + 0.1                                          # (a point the programs did not cache)
     values, G = group.value_grad(X, np.zeros((len(programs), 0)))

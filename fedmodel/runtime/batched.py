@@ -16,8 +16,8 @@ clients' state lazily (`Group.sync`): before any node is served one by one (`run
 any executor of this process), before a per-member procedure, when a program is pickled, and
 at `close`. While every client still holds exactly those row objects the stack is reused, and
 a procedure's check of the clients' states holds until a member is next served one by one or
-another executor's group takes it over (`Group.served`). The elementwise work of a step is done by compiled kernels
-(`kernels`), one pass over the stacks each.
+another executor's group takes it over (`Group.served`). The elementwise work of a step is
+done by compiled kernels (`kernels`), one pass over the stacks each.
 
 Group requests (`Executor.map_stacked`: one request to many nodes, model-sized fields as one
 (n, d) block) to the nodes of one group are served by the kind's stacked procedure (`STACKED`)
@@ -256,12 +256,14 @@ class Group:
         for write_back in write_backs.values():
             write_back()
 
-    def shrink_thresholds(self, t: float) -> tuple[np.ndarray, slice] | None:
-        """(tλ_i per client, its columns) when the only prox term is λ_i‖w‖₁ (soft-thresholding,
-        which the compiled kernels do in their pass), else None."""
-        if len(self.prox) == 1 and self.prox[0][1] is not None:
-            return t * self.prox[0][1], self.prox[0][0]
-        return None
+    def kernel_prox(self, t: float, prox: bool) -> tuple[np.ndarray, slice, bool]:
+        """How a compiled step applies the prox at step t: (threshold tλ_i per client, its
+        columns, whether the prox terms must still be applied after the kernel). The kernels
+        soft-threshold when the only prox term is λ_i‖w‖₁; otherwise (threshold −1: none) the
+        caller applies every prox term itself, or none when `prox` is False."""
+        if prox and len(self.prox) == 1 and self.prox[0][1] is not None:
+            return t * self.prox[0][1], self.prox[0][0], False
+        return np.full(self.n, -1.0), slice(0, 0), prox
 
     def apply_prox(self, Z: np.ndarray, t: float) -> np.ndarray:
         """Every client's prox step (in term order, as `dald_nodes._apply_prox`)."""
@@ -535,13 +537,12 @@ def _local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: floa
     otherwise every prox term after it (`Group.apply_prox`).
     Z is not written (it may be the clients' published state); the result is a fresh array."""
     n_x = group.n_x
-    shrink = group.shrink_thresholds(step) if prox else None
-    threshold, cols = shrink or (np.full(group.n, -1.0), slice(0, 0))
+    threshold, cols, prox_after = group.kernel_prox(step, prox)
     for _ in range(steps):
         _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])
         Z = kernels.prox_grad_step(Z, G, weight, anchor, linear, -1.0 if subtract_linear else 1.0,
                                    step, n_x, threshold, cols)
-        if prox and shrink is None:
+        if prox_after:
             Z = group.apply_prox(Z, step)
     return Z
 

@@ -173,10 +173,9 @@ def dc_sweep(group: Group, order: np.ndarray, common: dict) -> np.ndarray | None
     sweep, layout, X, MU = known
     step = float(common["step"])
     _, G = group.value_grad(X, np.zeros((group.n, 0)))     # ∇P_s at every warm start
-    shrink = group.shrink_thresholds(step) if prox else None
-    threshold, cols = shrink or (np.full(group.n, -1.0), slice(0, 0))
+    threshold, cols, prox_after = group.kernel_prox(step, prox)
     B = kernels.gauss_seidel_sweep(X, G, MU, order, layout.adjacency, layout.twice_rho2, step, threshold,
-                                   cols, None if shrink or not prox else partial(_prox_row, group, t=step))
+                                   cols, partial(_prox_row, group, t=step) if prox_after else None)
     group.publish("x", B, sweep.states)
     solved = np.zeros(group.n, dtype=bool)
     solved[order] = True
