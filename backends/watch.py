@@ -1,0 +1,55 @@
+"""Divergence watch shared by every backend: a run whose iterates or residuals become
+non-finite or grow without bound stops with status "diverged", a warning, and a message that
+names the quantity, the iteration and the setting to change — never a number returned as if it
+were an answer.
+
+>>> watch = DivergenceWatch("FedADMM", hint="lower lr or raise beta")
+>>> watch.check(1, z=np.ones(3)), watch.check(2, z=np.full(3, 1e9))
+(False, True)
+>>> watch.message.split(":")[0]
+'FedADMM diverged at iteration 2'
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+GROWTH = 1e6     # a quantity this many times its smallest size so far (floored at FLOOR) diverges
+FLOOR = 1.0      # sizes below this count as this: a residual falling to 1e-9 and back to 1e-3 is fine
+
+
+class DivergenceWatch:
+    """Records quantities (iterates, residuals, multipliers) iteration by iteration and says when
+    one of them diverged: a non-finite entry, or an ∞-norm above `growth` × max(`floor`, its
+    smallest ∞-norm so far). `message` then says what, where and what to change (`hint`)."""
+
+    def __init__(self, backend: str, hint: str, growth: float = GROWTH, floor: float = FLOOR):
+        self.backend, self.hint = backend, hint
+        self.growth, self.floor = float(growth), float(floor)
+        self.smallest: dict[str, float] = {}
+        self.message: str | None = None
+
+    def check(self, iteration: int, **quantities) -> bool:
+        """True (and `message` set) when one of `quantities` (name=array or number) diverged."""
+        for name, value in quantities.items():
+            array = np.asarray(value, dtype=float)
+            if not np.all(np.isfinite(array)):
+                return self._stop(iteration, f"{name} has non-finite entries")
+            size = float(np.max(np.abs(array), initial=0.0))
+            smallest = self.smallest.get(name, size)
+            if size > self.growth * max(smallest, self.floor):
+                return self._stop(iteration, f"‖{name}‖∞ grew to {size:.3g} (from at most "
+                                             f"{max(smallest, self.floor):.3g})")
+            self.smallest[name] = min(smallest, size)
+        return False
+
+    def _stop(self, iteration: int, what: str) -> bool:
+        self.message = f"{self.backend} diverged at iteration {iteration}: {what}; {self.hint}"
+        return True
+
+    def report(self, info: dict) -> str:
+        """Status "diverged": warn once with the message and keep it in `info["diverged"]`."""
+        info["diverged"] = self.message
+        warnings.warn(self.message, RuntimeWarning, stacklevel=3)
+        return "diverged"
