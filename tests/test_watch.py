@@ -1,0 +1,37 @@
+"""DivergenceWatch: the one rule every backend uses to say "diverged"."""
+
+import numpy as np
+import pytest
+
+from backends.watch import DivergenceWatch
+
+
+def test_non_finite_is_divergence_and_named():
+    watch = DivergenceWatch("X", hint="lower lr")
+    assert not watch.check(1, z=np.ones(2))
+    assert watch.check(2, z=np.array([1.0, np.nan]))
+    assert watch.message == "X diverged at iteration 2: z has non-finite entries; lower lr"
+
+
+def test_growth_is_measured_from_the_smallest_size_floored():
+    watch = DivergenceWatch("X", hint="h", growth=100.0, floor=1.0)
+    # falling to 1e-9 and coming back to 50 is not divergence: sizes below the floor count as 1
+    assert not any(watch.check(k, r=s) for k, s in enumerate([10.0, 1e-9, 50.0], 1))
+    assert watch.check(4, r=101.0)
+    assert "‖r‖∞ grew to 101" in watch.message and "iteration 4" in watch.message
+
+
+def test_quantities_are_tracked_separately():
+    watch = DivergenceWatch("X", hint="h", growth=10.0)
+    assert not watch.check(1, a=5.0, b=1.0)
+    assert not watch.check(2, a=9.0, b=9.0)
+    assert watch.check(3, a=9.0, b=11.0) and "‖b‖∞" in watch.message
+
+
+def test_report_warns_and_records():
+    watch = DivergenceWatch("X", hint="h")
+    watch.check(7, z=np.inf)
+    info = {}
+    with pytest.warns(RuntimeWarning, match="iteration 7"):
+        assert watch.report(info) == "diverged"
+    assert info["diverged"] == watch.message
