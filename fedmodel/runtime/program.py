@@ -303,12 +303,18 @@ class NodeProgram:
         self._forget_hessian()
 
     def save_state(self) -> dict:
+        """Everything a later request depends on (checkpoints, Ray recovery), the chord Hessian
+        caches included: a resumed Newton solve must start from the same (stale) matrix as the
+        uninterrupted one to reproduce it bitwise. `_recent` and the plans are left out: they
+        only memoize deterministic evaluations."""
         m = self.merit_ir
         return {"state": {"y": self.y.copy(), "y_center": self._y_center.copy(),
                           "mu": self.multipliers()["multipliers"], "beta": m.beta.value,
                           "procedures": _copy_state(self.state),
                           "prox_weight": m.prox_weight.value,
-                          "centers": {uid: p.value.copy() for uid, p in m.centers.items()}}}
+                          "centers": {uid: p.value.copy() for uid, p in m.centers.items()},
+                          "hessian": _copy_state((self._hessian_cache, self._factor_cache,
+                                                  self._hessian_key))}}
 
     def load_state(self, state: dict) -> dict:
         m = self.merit_ir
@@ -321,6 +327,8 @@ class NodeProgram:
         for uid, value in state["centers"].items():
             m.centers[uid].value = value
         self._forget_hessian()
+        if "hessian" in state:     # absent in checkpoints written before it was saved
+            self._hessian_cache, self._factor_cache, self._hessian_key = _copy_state(state["hessian"])
         return {}
 
 
