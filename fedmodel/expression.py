@@ -226,6 +226,14 @@ class Leaf(Expression):
 
     _prefix = "x"
 
+    @property
+    def label(self) -> str:
+        """The leaf's problem-wide name: `client.name` for a client's private variable or data
+        (their names are scoped to the client, so two clients may both have an `s`), the bare
+        name for everything else (shared variables, parameters, the server's data)."""
+        owner = getattr(self, "owner", None)
+        return f"{owner}.{self.name}" if owner is not None and owner != "server" else self.name
+
     def render(self) -> str:
         return self.name
 
@@ -273,6 +281,9 @@ class Variable(Leaf):
         self.owner: str | None = None  # set for client-private variables
         self._value: np.ndarray | None = None
 
+    def render(self) -> str:
+        return self.label     # a private `s` of client c3 reads `c3.s` wherever it is shown
+
     @property
     def value(self):
         return self._value
@@ -282,8 +293,8 @@ class Variable(Leaf):
         if val is None:
             self._value = None
             return
-        array = _check_numeric(val, f"value of variable {self.name!r}")
-        self._value = _fit_shape(array, self.shape, f"variable {self.name!r}")
+        array = _check_numeric(val, f"value of variable {self.label!r}")
+        self._value = _fit_shape(array, self.shape, f"variable {self.label!r}")
 
 
 class Parameter(Leaf):

@@ -130,6 +130,38 @@ class Block:
                                     f"private to client {var.owner!r}")
 
 
+def _check_names(problem: "Problem", variables: list[Variable]) -> None:
+    """Shared variables need problem-wide unique names; a private variable's name is scoped to
+    its client (unique there, and not the name of a shared variable the client could also use)."""
+    shared: dict[str, Variable] = {}
+    for var in variables:
+        if var.owner is None:
+            if var.name in shared:
+                raise FedModelError(
+                    f"two different shared variables are named {var.name!r} in problem "
+                    f"{problem.name!r} (used in {problem._users_of(shared[var.name])} and "
+                    f"{problem._users_of(var)}); shared variables need problem-wide unique names "
+                    "(client.variable makes a private one, named within its client)")
+            shared[var.name] = var
+    private: dict[tuple[str, str], Variable] = {}
+    for var in variables:
+        if var.owner is None:
+            continue
+        if var.name in shared:
+            raise FedModelError(
+                f"variable {var.label!r} private to client {var.owner!r} has the name of the shared "
+                f"variable {var.name!r}: inside client {var.owner!r} the name would be ambiguous; "
+                "rename one of them")
+        if var.label in shared:   # a shared variable literally named "c0.s"
+            raise FedModelError(f"the shared variable {var.label!r} would be shown like the private "
+                                f"variable {var.name!r} of client {var.owner!r}; rename the shared one")
+        key = (var.owner, var.name)
+        if key in private:
+            raise FedModelError(f"client {var.owner!r} has two private variables named "
+                                f"{var.name!r}; give them distinct names")
+        private[key] = var
+
+
 def _numeric_array(array: Any, what: str) -> np.ndarray:
     """`array` as a real numpy array of at most 2 dimensions, or a DataError / ShapeError that
     names the block and the data (NaN/inf and non-numeric entries are caught by `Data`)."""
@@ -189,8 +221,15 @@ class Client(Block):
         self.weight = weight
 
     def variable(self, shape: int | tuple = (), name: str | None = None) -> Variable:
-        """A variable private to this client (no consensus), e.g. a slack."""
+        """A variable private to this client (no consensus), e.g. a slack.
+
+        Its name is scoped to the client: every client may declare its own `s`, shown as
+        `client.s` (`var.label`). Within one client names are unique, and a private name may
+        not repeat a shared variable's name (inside the client `s` would be ambiguous)."""
         name = name if name is not None else f"{self.name}_var{len(self.private_variables)}"
+        if any(v.name == name for v in self.private_variables):
+            raise FedModelError(f"client {self.name!r} already has a private variable named "
+                                f"{name!r}; give this one a different name")
         var = Variable(shape, name=name)
         var.owner = self.name
         var.problem_id = self.problem.uid
@@ -317,14 +356,7 @@ class Problem:
         for slack in self.slacks:
             seen.setdefault(slack.uid, slack)
         variables = list(seen.values())
-        names: dict[str, Variable] = {}
-        for var in variables:
-            if var.name in names:
-                raise FedModelError(
-                    f"two different variables are named {var.name!r} in problem {self.name!r} "
-                    f"(used in {self._users_of(names[var.name])} and {self._users_of(var)}); "
-                    "give them distinct names")
-            names[var.name] = var
+        _check_names(self, variables)
         return [v for v in variables if v.owner is None] + [v for v in variables if v.owner is not None]
 
     def _users_of(self, var: Variable) -> str:
@@ -332,6 +364,14 @@ class Problem:
                  if any(var.uid == v.uid for e in b.terms + [c.expr for c in b.constraints]
                         for v in e.variables())]
         return "block " + ", ".join(map(repr, users)) if users else "slacks"
+
+    def variable_by_label(self, label: str) -> Variable:
+        """The variable shown as `label`: `"w"` for a shared one, `"c3.s"` for a private one."""
+        for var in self.variables():
+            if var.label == label:
+                return var
+        raise FedModelError(f"problem {self.name!r} has no variable {label!r}; its variables are "
+                            f"{[v.label for v in self.variables()]}")
 
     def shared_variables(self) -> list[Variable]:
         return [v for v in self.variables() if v.owner is None]

@@ -59,12 +59,22 @@ class Result:
     problem: Any = field(default=None, repr=False)
 
     def value(self, var: Variable) -> np.ndarray:
-        """The solution value of a variable of the solved problem."""
+        """The solution value of a variable (shared, private or slack) of the solved problem.
+
+        Values are keyed by the variable object (its uid), never by name: each client's private
+        `s` has its own value."""
         if not isinstance(var, Variable):
             raise FedModelError(f"Result.value takes a Variable, got {type(var).__name__}")
         if var.uid not in self.values:
-            raise FedModelError(f"variable {var.name!r} is not part of the problem this result solves")
+            raise FedModelError(f"variable {var.label!r} is not part of the problem this result "
+                                "solves")
         return self.values[var.uid]
+
+    def values_by_label(self) -> dict[str, np.ndarray]:
+        """{label: value} for display: `w` for a shared variable, `c3.s` for client c3's `s`."""
+        if self.problem is None:
+            raise FedModelError("this result does not know its problem; use result.value(var)")
+        return {v.label: self.values[v.uid] for v in self.problem.variables() if v.uid in self.values}
 
     def __str__(self) -> str:
         lines = [f"{self.backend}: {self.status} in {self._iterations()} ({self.wall_time:.3g} s)",

@@ -10,7 +10,8 @@ from ..compiler.codegen import _postorder
 
 
 class CvxpyContext:
-    """Maps our leaves to CVXPY leaves, so one model lowers to one consistent problem."""
+    """Maps our leaves (by uid, never by name) to CVXPY leaves, so one model lowers to one
+    consistent problem; CVXPY names are the labels (`c3.s` for client c3's private `s`)."""
 
     def __init__(self):
         self.leaves: dict[int, Any] = {}
@@ -19,9 +20,9 @@ class CvxpyContext:
         import cvxpy as cp
         if node.uid not in self.leaves:
             if isinstance(node, Variable):
-                self.leaves[node.uid] = cp.Variable(node.shape, name=node.name)
+                self.leaves[node.uid] = cp.Variable(node.shape, name=node.label)
             elif isinstance(node, Parameter):
-                param = cp.Parameter(node.shape, name=node.name)
+                param = cp.Parameter(node.shape, name=node.label)
                 if node.value is not None:
                     param.value = node.value
                 self.leaves[node.uid] = param

@@ -128,7 +128,23 @@ def as_scalar(value: Any) -> Any:
 
 
 
-def _symbolic_leaf(node: Leaf) -> Any:
+def symbol_names(leaves: list[Leaf]) -> dict[int, str]:
+    """A distinct sympy name per leaf uid: the leaf as it renders (`w`, `c3.s`, data `X0`),
+    its label (`c0.X0`) where two leaves render alike (two clients' data `X0`), and the uid
+    appended where even that is ambiguous — sympy merges symbols of equal name, so two
+    different leaves must never share one."""
+    unique = {leaf.uid: leaf for leaf in leaves}.values()
+    names = {leaf.uid: leaf.render() if isinstance(leaf, Variable) else leaf.name for leaf in unique}
+    for rename in (lambda leaf: leaf.label, lambda leaf: f"{leaf.label}#{leaf.uid}"):
+        counts: dict[str, int] = {}
+        for name in names.values():
+            counts[name] = counts.get(name, 0) + 1
+        names = {leaf.uid: rename(leaf) if counts[names[leaf.uid]] > 1 else names[leaf.uid]
+                 for leaf in unique}
+    return names
+
+
+def _symbolic_leaf(node: Leaf, name: str) -> Any:
     import sympy
     if isinstance(node, Constant) and not isinstance(node, Data):
         value = node.value
@@ -137,18 +153,20 @@ def _symbolic_leaf(node: Leaf) -> Any:
             return sympy.Float(number) if number != int(number) else sympy.Integer(int(number))
     rows, cols = (node.shape + (1, 1))[:2] if node.shape else (1, 1)
     if not node.shape:
-        return sympy.Symbol(node.name)
-    return sympy.MatrixSymbol(node.name, rows, cols)
+        return sympy.Symbol(name)
+    return sympy.MatrixSymbol(name, rows, cols)
 
 
-def entry_symbols(var: Leaf) -> np.ndarray:
-    """Object array of scalar symbols for a variable's entries (names like w_0 or W_1_2)."""
+def entry_symbols(var: Leaf, name: str | None = None) -> np.ndarray:
+    """Object array of scalar symbols for a variable's entries (names like w_0 or W_1_2;
+    `name` defaults to the variable's label, e.g. `c3.s` for a client's private `s`)."""
     import sympy
+    name = var.label if name is None else name
     if not var.shape:
-        return np.asarray(sympy.Symbol(var.name), dtype=object)
+        return np.asarray(sympy.Symbol(name), dtype=object)
     out = np.empty(var.shape, dtype=object)
     for idx in np.ndindex(*var.shape):
-        out[idx] = sympy.Symbol(f"{var.name}_{'_'.join(map(str, idx))}", real=True)
+        out[idx] = sympy.Symbol(f"{name}_{'_'.join(map(str, idx))}", real=True)
     return out
 
 
@@ -157,13 +175,15 @@ def to_sympy(expr: Expression, explicit: bool = False, symbols: dict | None = No
     import sympy
     symbols = {} if symbols is None else symbols
     memo: dict[int, Any] = {}
-    for node in _postorder([expr]):
+    nodes = _postorder([expr])
+    names = symbol_names([node for node in nodes if isinstance(node, Leaf)])
+    for node in nodes:
         if isinstance(node, Leaf):
             if not explicit:
-                memo[id(node)] = _symbolic_leaf(node)
+                memo[id(node)] = _symbolic_leaf(node, names[node.uid])
             elif isinstance(node, (Variable, Parameter)):
                 if node.uid not in symbols:
-                    symbols[node.uid] = entry_symbols(node)
+                    symbols[node.uid] = entry_symbols(node, names[node.uid])
                 memo[id(node)] = symbols[node.uid]
             else:
                 value = np.asarray(node.value, dtype=float)
