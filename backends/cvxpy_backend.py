@@ -25,9 +25,13 @@ ATTEMPTS = (("CLARABEL", {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas"
             ("ECOS", {}),
             ("SCS", {"eps": 1e-9, "max_iters": 200_000}))
 SOLVER_OPTIONS = {"SCS": {"eps": 1e-9, "max_iters": 200_000}}
+# cvxpy's statuses in ours (API.md §5); anything else (solver_error, unknown,
+# infeasible_or_unbounded, no answer at all) is "stalled": the solver could not decide.
 STATUS = {"optimal": "converged", "optimal_inaccurate": "converged",
           "infeasible": "infeasible", "infeasible_inaccurate": "infeasible",
-          "unbounded": "unbounded", "unbounded_inaccurate": "unbounded"}
+          "unbounded": "unbounded", "unbounded_inaccurate": "unbounded",
+          "user_limit": "max_iterations"}
+UNDECIDED = "stalled"
 FINAL = ("optimal", "infeasible", "unbounded")
 
 
@@ -95,7 +99,7 @@ class CVXPY(Backend):
             raise FedModelError(f"CVXPY solver options {sorted(self.solver_options)} were "
                                 f"rejected: {'; '.join(option_errors)}")
         best = _best(problem, candidates)
-        return {"status": best["status"] if best else "failed",
+        return {"status": best["status"] if best else UNDECIDED,
                 "values": best["values"] if best else {},
                 "multipliers": best["multipliers"] if best else {},
                 "iterations": {"solver": best["iterations"] if best else 0},
@@ -105,13 +109,13 @@ class CVXPY(Backend):
 
     @staticmethod
     def _snapshot(problem, cvx_problem, context, lowered, variables) -> dict[str, Any]:
-        status = STATUS.get(cvx_problem.status, "failed")
+        status = STATUS.get(cvx_problem.status, UNDECIDED)
         values, multipliers = {}, {}
         if status == "converged":
             for var in variables:
                 value = context.variable(var).value
                 if value is None:
-                    status = "failed"
+                    status = UNDECIDED
                     break
                 values[var.uid] = np.asarray(value, dtype=float).reshape(var.shape)
             for constraint in problem.constraints:

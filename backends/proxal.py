@@ -8,7 +8,9 @@ Algorithm 2 (inner, consensus ADMM on Σ_i P_i(u_i) + P_0(w) + h(w), u_i = w): s
 client steps (19)–(21), certificate (22), stop (23). Client steps run on the clients as node
 procedures; the server only sees ũ_i (a model-sized vector) and scalars.
 
-Options beyond the paper (defaults keep the paper's algorithm):
+Defaults are the fastest robust setting we know (adaptive ρ from `rho`, Anderson acceleration,
+β growth, q = 0.3, ε2 = 1e-4, infeasibility / unboundedness detection); `ProxAL.paper()` is the
+paper's exact setting (`fedmodel.examples.PAPER_PROXAL`). Options beyond the paper:
 - `rho_rule="samples"`: ρ_i = a·m_i (Remark 4.2), `a = rho`;
 - the local tolerance ε_{t+1} = q^t is floored at τ_k/100 (the authors' code floors it at 1e-10):
   solving far below the certificate's own tolerance only burns local steps at round-off level;
@@ -20,7 +22,10 @@ Options beyond the paper (defaults keep the paper's algorithm):
   previous one (the standard augmented-Lagrangian penalty update). Iteration k uses β_k
   throughout: multiplier step, proximal weight ω_k = 1/((n+1)β_k) of (13)–(14) and rule (11),
   so (11) still certifies an (ε1, ε2)-KKT point; (22)–(23) are per subproblem and unaffected.
-  If β reaches `beta_max` and the violation stops falling, ProxAL stops early (see `_stalled`).
+  If β reaches `beta_max` and the violation stops falling, ProxAL stops early with status
+  "infeasible" (or "stalled"), naming the violated constraints (see `_verdict`); an objective that
+  falls by the same amount at every outer iteration while the iterates move by the same distance
+  (a proximal point method on a model with no minimizer) stops with "unbounded".
 - `anderson=m`: Anderson acceleration of the ADMM with memory m (backends/anderson.py): the
   server mixes the last m + 1 iterates with coefficients computed from the inner products of
   the clients' residuals; each client mixes its own (u_i, λ_i/ρ_i). (22) bounds ‖∇ℓ_k(w)‖∞ for
@@ -43,10 +48,120 @@ from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from .anderson import MAX_MEMORY, ClientHistory, ServerMixer
 from .base import Backend
-from .common import gather_values, progress, require_star
+from .common import check_choice, check_count, check_number, gather_values, progress, require_star
+from .watch import DivergenceWatch
 
 
-STALL_OUTER = 3   # outer iterations without progress at β_max before giving up (see _stalled)
+STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeasible (see _verdict)
+UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
+SOLVERS = ("auto", "newton", "exact", "lbfgs", "gd", "prox")
+DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxAL)"
+
+
+def _check_common(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0) -> dict:
+    """The options ProxAL and cProx-AL share, validated (FedModelError naming the option)."""
+    if not (isinstance(tol, (tuple, list)) and len(tol) == 2):
+        raise FedModelError(f"tol must be a pair (eps1, eps2) of positive numbers, got {tol!r}")
+    inf = float("inf")
+    options = dict(beta=check_number("beta", beta, 0, inf), s_bar=check_number("s_bar", s_bar, 0, inf),
+                   eps1=check_number("tol[0] (eps1)", tol[0], 0, inf),
+                   eps2=check_number("tol[1] (eps2)", tol[1], 0, inf),
+                   max_outer=check_count("max_outer", max_outer),
+                   beta_growth=check_number("beta_growth", beta_growth, 1, inf, low_closed=True),
+                   beta_max=check_number("beta_max", beta_max, 0, inf),
+                   local_solver=check_choice("local_solver", local_solver, SOLVERS))
+    if options["beta_max"] < options["beta"]:
+        raise FedModelError(f"ProxAL needs beta_max ≥ beta (beta_growth raises β up to beta_max): "
+                            f"got beta_max={beta_max}, beta={beta}")
+    if w0 is not None:
+        w0 = np.asarray(w0, dtype=float).ravel()
+        if not np.all(np.isfinite(w0)):
+            raise FedModelError("w0 (the starting point) has non-finite entries")
+    options["w0"] = w0
+    return options
+
+
+def _start(w0, size: int) -> np.ndarray:
+    """The starting point: zeros, or w0 when it has the model's size."""
+    if w0 is None:
+        return np.zeros(size)
+    if w0.size != size:
+        raise FedModelError(f"w0 has {w0.size} entries but the shared variables have {size}")
+    return w0.copy()
+
+
+def _next_beta(beta: float, change: float, last_change: float, growth: float, beta_max: float,
+               eps2: float) -> float:
+    """The AL penalty update: raise β (up to β_max) when the constraint change ‖Δμ‖∞/β is above
+    ε2 and fell by less than 4× since the previous outer iteration."""
+    if growth > 1 and change > eps2 and change > 0.25 * last_change:
+        return min(growth * beta, beta_max)
+    return beta
+
+
+def _verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:
+    """The verdict on a run from its outer records: "infeasible", "stalled", "unbounded" or None.
+
+    Infeasible: β has reached β_max and over the last STALL_OUTER outer iterations (in which β
+    was raised to β_max or stayed there) the largest violation fell by less than 1 % in each
+    while staying above ε2 — the multipliers then grow by β_k·violation per iteration, faster
+    and faster, which a feasible model's method of multipliers needs only when its optimal
+    multipliers are huge (a nearly infeasible model: then this verdict can be premature).
+    Stalled: at β_max for 3·STALL_OUTER iterations, the violation still above ε2 but
+    falling by less than 2× over them. Unbounded: for UNBOUNDED_OUTER outer iterations, feasible,
+    the objective fell by at least 0.9× the previous decrease (and by more than ε1) while the
+    iterate moved at least 0.9× the previous distance — a proximal point step on a convex model
+    only keeps its length when the model has no minimizer."""
+    if growth > 1 and len(history) > STALL_OUTER and history[-1]["beta"] >= beta_max:
+        recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
+        if recent[-1] > eps2 and all(b > 0.99 * a for a, b in zip(recent, recent[1:])):
+            return "infeasible"
+        window = history[-3 * STALL_OUTER - 1:]
+        if len(window) > 3 * STALL_OUTER and all(r["beta"] >= beta_max for r in window[1:]) \
+                and recent[-1] > max(eps2, 0.5 * window[0]["violation"]):
+            return "stalled"
+    if len(history) > UNBOUNDED_OUTER:
+        window = history[-UNBOUNDED_OUTER - 1:]
+        drops = [a["objective"] - b["objective"] for a, b in zip(window, window[1:])]
+        steps = [r["primal_change"] for r in window]
+        if all(r["violation"] <= eps2 for r in window) and min(drops) > eps1 \
+                and all(b >= 0.9 * a for a, b in zip(drops, drops[1:])) \
+                and all(b >= 0.9 * a > 0 for a, b in zip(steps[1:], steps[2:])):
+            return "unbounded"
+    return None
+
+
+VERDICTS = {"infeasible": "the largest violation stayed at {v:.3g} for {k} outer iterations at β = "
+                          "β_max: the model is infeasible (no point satisfies every constraint); "
+                          "the returned point is the least violating one found",
+            "stalled": "the violation stayed above ε2 (at {v:.3g}) at β = β_max: the model may be "
+                       "infeasible or badly scaled (fm.verify with a CVXPY reference can tell)",
+            "unbounded": "the objective fell by about the same amount at each of the last {k} "
+                         "outer iterations (now {o:.4g}) while the iterates moved without slowing: "
+                         "the model is unbounded below"}
+
+
+@procedure("proxal_violations", {"x": "x", "tol": "1"}, {"violated": "opaque"})
+def _violations(program: NodeProgram, x, tol=0.0):
+    """This node's constraints violated by more than `tol` at `x` (rendered form → violation)."""
+    constraints = program.all_constraints
+    if not constraints:
+        return {"violated": {}}
+    residuals = program._all_residuals(*program._values(np.asarray(x, float), program.y))
+    return {"violated": {repr(c): c.violation(r) for c, r in zip(constraints, residuals)
+                         if c.violation(r) > tol}}
+
+
+def _conclude(status: str, history: list[dict], violated: dict[str, float], info: dict) -> None:
+    """info[status] (a readable message) and info["violated"] for a detected verdict; warns."""
+    last = history[-1]
+    message = VERDICTS[status].format(v=last["violation"], k=len(history), o=last["objective"])
+    info[status] = f"stopped after {len(history)} outer iterations: {message}"
+    if violated:
+        info["violated"] = dict(sorted(violated.items(), key=lambda item: -item[1]))
+        info[status] += "; violated: " + ", ".join(f"{name} (by {v:.3g})" for name, v in
+                                                    list(info["violated"].items())[:5])
+    warnings.warn(info[status], RuntimeWarning, stacklevel=3)
 
 
 # ---- client-side procedures (run on the client; state in program.state) ---------------------
@@ -99,43 +214,51 @@ def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor
 
 # ---- the backend ------------------------------------------------------------------------------
 class ProxAL(Backend):
-    """Algorithm 1 with Algorithm 2 (paper defaults: NP experiment, β=300, ρ=0.01, s̄=1e-3).
+    """Algorithm 1 with Algorithm 2. Defaults: the fast robust setting (β = 300, adaptive ρ_i from
+    0.1, q = 0.3, ε = (1e-3, 1e-4), β growth ×4 up to 1e4, Anderson memory 5; it equals
+    `fedmodel.examples.FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting (fixed ρ_i = 0.01,
+    q = 0.9, fixed β).
 
-    >>> res = prob.solve(ProxAL(beta=300.0, rho=0.01), topology=topologies.star(prob))  # doctest: +SKIP
+    >>> res = prob.solve(ProxAL(), topology=topologies.star(prob))  # doctest: +SKIP
     """
 
     name = "proxal"
     checkpointing = True
 
-    def __init__(self, beta: float = 300.0, rho: float = 0.01, s_bar: float = 1e-3, q: float = 0.9,
-                 tol: tuple[float, float] = (1e-3, 1e-3), max_outer: int = 100,
-                 max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = False,
+    def __init__(self, beta: float = 300.0, rho: float = 0.1, s_bar: float = 1e-3, q: float = 0.3,
+                 tol: tuple[float, float] = (1e-3, 1e-4), max_outer: int = 100,
+                 max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = True,
                  local_solver: str = "auto", w0: Any = None, inner: Any = None,
-                 check_certificate: bool = False, beta_growth: float = 1.0, beta_max: float = 1e4,
-                 anderson: int = 0):
-        if beta_growth < 1 or beta_max < beta:
-            raise FedModelError(f"ProxAL needs beta_growth ≥ 1 and beta_max ≥ beta (got "
-                                f"beta_growth={beta_growth}, beta_max={beta_max}, beta={beta})")
-        if beta <= 0 or rho <= 0 or s_bar <= 0 or not 0 < q < 1 or max_outer < 1 or max_inner < 1:
-            raise FedModelError(f"ProxAL needs beta > 0, rho > 0, s_bar > 0, 0 < q < 1 and "
-                                f"max_outer, max_inner ≥ 1 (got beta={beta}, rho={rho}, "
-                                f"s_bar={s_bar}, q={q}, max_outer={max_outer}, max_inner={max_inner})")
-        if not 0 <= anderson <= MAX_MEMORY:
-            raise FedModelError(f"anderson (the Anderson memory) must be in 0..{MAX_MEMORY}, got {anderson}")
-        if rho_rule not in ("constant", "samples"):
-            raise FedModelError(f"rho_rule must be 'constant' or 'samples', got {rho_rule!r}")
-        self.beta, self.rho, self.s_bar, self.q = float(beta), float(rho), float(s_bar), float(q)
-        self.eps1, self.eps2 = tol
-        self.max_outer, self.max_inner = int(max_outer), int(max_inner)
-        self.rho_rule, self.adaptive_rho = rho_rule, bool(adaptive_rho)
+                 check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e4,
+                 anderson: int = 5):
+        options = _check_common(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
+        self.beta, self.s_bar, self.eps1, self.eps2 = (options[k] for k in ("beta", "s_bar", "eps1", "eps2"))
+        self.beta_growth, self.beta_max = options["beta_growth"], options["beta_max"]
+        self.max_outer, self.local_solver, self.w0 = options["max_outer"], local_solver, options["w0"]
+        self.rho = check_number("rho (the initial ADMM penalty ρ_i)", rho, 0, float("inf"))
+        self.q = check_number("q (the local tolerance ratio)", q, 0, 1)
+        self.max_inner = check_count("max_inner", max_inner)
+        if not isinstance(anderson, (int, np.integer)) or isinstance(anderson, bool) \
+                or not 0 <= anderson <= MAX_MEMORY:
+            raise FedModelError(f"anderson (the Anderson memory) must be an integer in 0..{MAX_MEMORY}, "
+                                f"got {anderson!r}")
+        self.rho_rule = check_choice("rho_rule", rho_rule, ("constant", "samples"))
+        self.adaptive_rho = bool(adaptive_rho)
         if inner is not None and not callable(getattr(inner, "solve_subproblem", None)):
             raise FedModelError(f"inner={inner!r} cannot solve ProxAL's subproblems; use "
                                 "inner=None (Algorithm 2) or inner=backends.FedADMM(...)")
-        self.local_solver, self.w0, self.inner = local_solver, w0, inner
+        self.inner = inner
         # diagnostic: at each ADMM stop also compute the true ‖∇ℓ_k(w)‖∞ (one extra round)
         self.check_certificate = bool(check_certificate)
-        self.beta_growth, self.beta_max = float(beta_growth), float(beta_max)
         self.anderson = int(anderson)
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> "ProxAL":
+        """The paper's exact NP setting (`fedmodel.examples.PAPER_PROXAL`: β = 300, fixed
+        ρ_i = 0.01, q = 0.9, s̄ = 1e-3, ε = (1e-3, 1e-3), no β growth, no Anderson), with
+        `overrides` on top (e.g. `w0=`, `max_outer=`)."""
+        from fedmodel.examples import PAPER_PROXAL
+        return cls(**{**PAPER_PROXAL, **overrides})
 
     # Algorithm 1 --------------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
@@ -146,8 +269,9 @@ class ProxAL(Backend):
         clients = ex.clients
         n = len(clients)
         d = programs["server"].n_shared
-        w = np.zeros(d) if self.w0 is None else np.asarray(self.w0, float).ravel().copy()
+        w = _start(self.w0, d)
         rho = self._client_rhos(problem)
+        watch = DivergenceWatch("ProxAL", DIVERGENCE_HINT)
         history, total_inner, status = [], 0, "max_iterations"
         beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
         bar = progress(self.max_outer, verbose, "ProxAL")
@@ -158,6 +282,7 @@ class ProxAL(Backend):
             w, rho, total_inner = saved["w"], saved["rho"], saved["total_inner"]
             certificate_log, history = saved["certificate_log"], saved["history"]
             beta, last_change = saved.get("beta", beta), saved.get("last_change", last_change)
+            watch.smallest = dict(saved.get("watch", {}))   # the growth test's memory
         # Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace holds upper bounds
         # on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
         subproblem = self._admm if self.inner is None else self.inner.solve_subproblem
@@ -174,6 +299,9 @@ class ProxAL(Backend):
             dmu = max(r["dmu"] for r in changes.values())
             dw = max(float(np.max(np.abs(w_next - w), initial=0.0)),
                      max(r["dy"] for r in changes.values()))
+            if watch.check(k + 1, w=w_next, multiplier_change=dmu, certificate=trace[-1]):
+                status = watch.report(info)     # keep the last finite iterate as the answer
+                break
             w = w_next
             record = self._record(ex, w, k, trace, tau, dw, dmu, start)
             record["true_residual"], record["beta"] = true_residual, beta
@@ -188,19 +316,18 @@ class ProxAL(Backend):
             if solved and dw + beta * tau <= beta * self.eps1 and dmu <= beta * self.eps2:
                 status = "converged"
                 break
-            if self._stalled(history):
-                info["stalled"] = (f"stopped after {k + 1} outer iterations: at β = β_max the largest "
-                                   f"violation stayed at {record['violation']:.3g} for {STALL_OUTER} "
-                                   "outer iterations; the model is probably infeasible (fm.verify "
-                                   "with a CVXPY reference can tell)")
-                warnings.warn(info["stalled"], stacklevel=2)
+            verdict = _verdict(history, self.beta_growth, self.beta_max, self.eps1, self.eps2)
+            if verdict:
+                replies = ex.map("proxal_violations", {node: {"x": w, "tol": self.eps2} for node in ex.nodes})
+                violated = {name: v for r in replies.values() for name, v in r["violated"].items()}
+                _conclude(verdict, history, violated, info)
+                status = verdict
                 break
             change = dmu / beta                    # the constraint change, ≈ the violation
-            if self.beta_growth > 1 and change > self.eps2 and change > 0.25 * last_change:
-                beta = min(self.beta_growth * beta, self.beta_max)      # too slow: raise β
+            beta = _next_beta(beta, change, last_change, self.beta_growth, self.beta_max, self.eps2)
             last_change = change
             checkpointer.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
-                                  "last_change": last_change,
+                                  "last_change": last_change, "watch": dict(watch.smallest),
                                   "certificate_log": certificate_log, "history": history})
         bar.close()
         values, multipliers = gather_values(ex, problem, w)
@@ -209,17 +336,6 @@ class ProxAL(Backend):
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"outer": len(history), "inner": total_inner}, "ledger": ex.ledger,
                 "info": {"admm_certificates": certificate_log, "rho": rho, **info}}
-
-    def _stalled(self, history: list[dict]) -> bool:
-        """With β growth, β has reached β_max and the largest violation has fallen by less than
-        1 % in each of the last STALL_OUTER outer iterations: the multipliers grow without
-        bound, the signature of an infeasible model (a feasible one's violation falls fast at a
-        large β). Without β growth the paper's algorithm runs to max_outer."""
-        if self.beta_growth <= 1 or len(history) <= STALL_OUTER or \
-                any(r["beta"] < self.beta_max for r in history[-STALL_OUTER:]):
-            return False
-        recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
-        return all(b > 0.99 * a for a, b in zip(recent, recent[1:])) and recent[-1] > self.eps2
 
     def _client_rhos(self, problem) -> dict[str, float]:
         if self.rho_rule == "constant":
@@ -254,6 +370,8 @@ class ProxAL(Backend):
             new_rho = {c: r["rho"] for c, r in replies.items()}
             certificate = eps + sum(r["eps_tilde"] for r in replies.values())
             trace.append(certificate)
+            if not np.isfinite(certificate):      # blown up: the outer DivergenceWatch reports it
+                break
             if mixer and certificate > tau:   # the clients' next states, mixed (backends/anderson.py)
                 products = sum(r["products"] for r in replies.values())
                 mix, restart, u_tilde = mixer.step(u_tilde, products, changed=new_rho != rho)
@@ -283,43 +401,70 @@ class ProxAL(Backend):
 
 class CentralizedProxAL(Backend):
     """Algorithm 3 (cProx-AL): the same proximal AL with the subproblem solved centrally to
-    dist∞(0, ∂ℓ_k) ≤ τ_k — the paper's baseline. Pools every block's data in one program."""
+    dist∞(0, ∂ℓ_k) ≤ τ_k — the paper's baseline. Pools every block's data in one program.
+    Defaults add ProxAL's β growth (×4 up to 1e4, which also detects infeasible / unbounded
+    models) and ε2 = 1e-4; `CentralizedProxAL.paper()` is the paper's fixed-β setting."""
 
     name = "cproxal"
 
-    def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-3, 1e-3),
-                 max_outer: int = 100, local_solver: str = "auto", w0: Any = None):
-        self.beta, self.s_bar = float(beta), float(s_bar)
-        self.eps1, self.eps2 = tol
-        self.max_outer, self.local_solver, self.w0 = int(max_outer), local_solver, w0
+    def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-3, 1e-4),
+                 max_outer: int = 100, local_solver: str = "auto", w0: Any = None,
+                 beta_growth: float = 4.0, beta_max: float = 1e4):
+        options = _check_common(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
+        for key, value in options.items():
+            setattr(self, key, value)
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> "CentralizedProxAL":
+        """The paper's cProx-AL setting (`fedmodel.examples.PAPER_CPROXAL`: β = 300, s̄ = 1e-3,
+        ε = (1e-3, 1e-3), fixed β), with `overrides` on top."""
+        from fedmodel.examples import PAPER_CPROXAL
+        return cls(**{**PAPER_CPROXAL, **overrides})
 
     def run(self, problem, callback=None, verbose=False, **_):
         shared = problem.shared_variables()
         private = [v for v in problem.variables() if v.owner is not None]
         terms = [t for b in problem.blocks for t in b.terms]
         program = NodeProgram("centralized", "server", terms, problem.constraints, shared, private)
-        w = np.zeros(program.n_shared) if self.w0 is None else np.asarray(self.w0, float).ravel().copy()
-        history, status, total = [], "max_iterations", 0
+        w = _start(self.w0, program.n_shared)
+        history, status, total, info = [], "max_iterations", 0, {}
+        beta, last_change = self.beta, np.inf
+        watch = DivergenceWatch("cProx-AL", "lower beta or start from a smaller w0 "
+                                            "(backends.CentralizedProxAL)")
         start = time.perf_counter()
         for k in range(self.max_outer):
             tau = self.s_bar / (k + 1) ** 2
-            program.configure(self.beta, 1.0 / self.beta, w)
+            program.configure(beta, 1.0 / beta, w)
+            gradient = program.merit(w)["grad"]      # a non-finite start would crash the solver
+            if not np.all(np.isfinite(gradient)) and watch.check(k, merit_gradient=gradient):
+                status = watch.report(info)
+                break
             out = program.solve_local(None, 0.0, None, w, tau, method=self.local_solver)
             total += int(out["steps"])
             change = program.update_multipliers(out["x"])
+            if watch.check(k + 1, w=out["x"], multiplier_change=change["dmu"]):
+                status = watch.report(info)
+                break
             dw = max(float(np.max(np.abs(out["x"] - w), initial=0.0)), change["dy"])
             w = out["x"]
             report = program.report(w)
             record = {"iteration": k + 1, "objective": report["objective"], "violation": report["violation"],
-                      "inner": int(out["steps"]), "tau": tau, "primal_change": dw,
+                      "inner": int(out["steps"]), "tau": tau, "primal_change": dw, "beta": beta,
                       "multiplier_change": change["dmu"], "time": time.perf_counter() - start}
             history.append(record)
             if callback:
                 callback(record)
-            if dw + self.beta * tau <= self.beta * self.eps1 and change["dmu"] <= self.beta * self.eps2:
+            if dw + beta * tau <= beta * self.eps1 and change["dmu"] <= beta * self.eps2:
                 status = "converged"
                 break
+            verdict = _verdict(history, self.beta_growth, self.beta_max, self.eps1, self.eps2)
+            if verdict:
+                _conclude(verdict, history, _violations(program, w, self.eps2)["violated"], info)
+                status = verdict
+                break
+            last_change, beta = change["dmu"] / beta, _next_beta(beta, change["dmu"] / beta, last_change,
+                                                                  self.beta_growth, self.beta_max, self.eps2)
         values = dict(zip([v.uid for v in shared], program.shared.unpack(w)))
         values.update(program.private_values()["values"])
         return {"status": status, "values": values, "multipliers": program.multipliers()["multipliers"],
-                "history": history, "iterations": {"outer": len(history), "inner": total}}
+                "history": history, "iterations": {"outer": len(history), "inner": total}, "info": info}

@@ -59,11 +59,15 @@ EXAMPLES: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 #   the multiplier step, the proximal weight and (11). On near-degenerate models (adult at
 #   n = 5: 36 → 6 outer iterations) it is what makes ProxAL fast; elsewhere β stays 300. On an
 #   infeasible model the violation then stalls at β_max and ProxAL stops after 3 such outer
-#   iterations (status "max_iterations", info["stalled"]);
+#   iterations (status "infeasible", info["infeasible"] and info["violated"]);
 # - anderson = 5: Anderson acceleration of the ADMM (backends/anderson.py; ρ changes restart
 #   it). The certificate (22) holds for any client state, so (23) stays sound; on the NP models
 #   it cuts the ADMM iterations 2–6× (docs/BENCHMARKS.md).
-PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3))
+# `backends.ProxAL()` defaults equal FAST_PROXAL; `backends.ProxAL.paper()` is PAPER_PROXAL (its
+# fixed-ρ, fixed-β, no-Anderson options are spelled out so that changing defaults cannot touch it).
+PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), adaptive_rho=False,
+                    beta_growth=1.0, anderson=0)
+PAPER_CPROXAL = dict(beta=300.0, s_bar=1e-3, tol=(1e-3, 1e-3), beta_growth=1.0)
 FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, tol=(1e-3, 1e-4),
                    beta_growth=4.0, beta_max=1e4, anderson=5)
 DEFAULT_OPTIONS: dict[str, dict] = {"proxal": FAST_PROXAL}

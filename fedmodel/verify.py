@@ -74,12 +74,26 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
     if reference is not None and reference.status == "converged":
         ok = ok and gap <= rtol
     elif reference is not None:
-        ok = False
+        ok = _same_verdict(result, reference, notes)
     if result.certificate is not None and reference is None:
         ok = ok and max(result.certificate.stationarity, result.certificate.feasibility) <= rtol
     return Report(objective_gap=gap, solution_distance=distance, max_violation=result.max_violation,
                   kkt=result.certificate, ok=bool(ok), rtol=rtol, result=result,
                   reference=reference, notes=notes)
+
+
+VERDICTS = ("infeasible", "unbounded")
+
+
+def _same_verdict(result: Result, reference: Result, notes: list[str]) -> bool:
+    """Both say the model is infeasible (or both unbounded): they agree, there is nothing to
+    compare numerically. Anything else against a reference without an answer is not ok."""
+    if reference.status in VERDICTS and result.status == reference.status:
+        notes.append(f"both say the model is {reference.status}: they agree")
+        return True
+    if reference.status in VERDICTS and result.status == "stalled":
+        notes.append(f"the reference says {reference.status}; this run stalled without deciding")
+    return False
 
 
 def _reference(problem, notes: list[str]) -> Result | None:

@@ -111,10 +111,10 @@ def solve_case(name: str, n: int, trials=range(1), data=None) -> dict:
         w0 = np.random.RandomState(trial).rand(X.shape[1])
         w0 /= np.linalg.norm(w0)
         start = time.perf_counter()
-        alg1 = prob.solve(ProxAL(w0=w0, **SETTINGS))
+        alg1 = prob.solve(ProxAL.paper(w0=w0, **SETTINGS))
         seconds.append(time.perf_counter() - start)
-        cprox = prob.solve(CentralizedProxAL(w0=w0, beta=SETTINGS["beta"], s_bar=SETTINGS["s_bar"],
-                                             tol=SETTINGS["tol"]))
+        cprox = prob.solve(CentralizedProxAL.paper(w0=w0, beta=SETTINGS["beta"],
+                                                   s_bar=SETTINGS["s_bar"], tol=SETTINGS["tol"]))
         obj_f, feas = client_losses(alg1.value(w), X, y, parts)
         obj_c, _ = client_losses(cprox.value(w), X, y, parts)
         pooled["alg1"].extend(obj_f)

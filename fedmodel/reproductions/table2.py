@@ -129,8 +129,8 @@ def solve_case(n: int, trials=range(1, 2), data=None, fraction: int = 1) -> dict
     runs = {"alg1": [], "cprox": []}
     for trial in trials:
         w0 = start_point(d, trial)
-        results = {"alg1": prob.solve(ProxAL(w0=w0, **SETTINGS)),
-                   "cprox": prob.solve(CentralizedProxAL(w0=w0, beta=SETTINGS["beta"],
+        results = {"alg1": prob.solve(ProxAL.paper(w0=w0, **SETTINGS)),
+                   "cprox": prob.solve(CentralizedProxAL.paper(w0=w0, beta=SETTINGS["beta"],
                                                          s_bar=SETTINGS["s_bar"], tol=SETTINGS["tol"]))}
         objectives = {}
         for method, res in results.items():

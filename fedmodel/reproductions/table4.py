@@ -94,8 +94,8 @@ def solve_case(n: int, d: int, m: int, trial: int = 0) -> dict:
     prob, w = build(n, d, m)
     w0 = start_point(d, trial)
     row = {"kkt": kkt_optimum(n, d, m)}
-    for label, backend in (("alg1", ProxAL(w0=w0, **SETTINGS)),
-                           ("cprox", CentralizedProxAL(w0=w0, beta=SETTINGS["beta"],
+    for label, backend in (("alg1", ProxAL.paper(w0=w0, **SETTINGS)),
+                           ("cprox", CentralizedProxAL.paper(w0=w0, beta=SETTINGS["beta"],
                                                        s_bar=SETTINGS["s_bar"], tol=SETTINGS["tol"],
                                                        local_solver="exact"))):
         start = time.perf_counter()
