@@ -19,6 +19,8 @@ import fedmodel as fm
 import topologies
 from fedmodel import backends
 from fedmodel.runtime import checkpoint as ck
+from fedmodel.runtime.batched import BatchedExecutor
+from fedmodel.runtime.executor import Executor
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -48,6 +50,12 @@ CASES = {
     "proxal-anderson": (logistic_model, lambda: backends.ProxAL(
         beta=10.0, rho=1.0, s_bar=0.01, q=0.7, adaptive_rho=True, anderson=3, beta_growth=2.0,
         tol=(1e-4, 1e-4), max_outer=8), {}),
+    # the batched executor holds client state in stacks between requests
+    "proxal-batched": (logistic_model, lambda: backends.ProxAL(beta=10.0, rho=1.0, max_outer=8),
+                       {"executor": "batched"}),
+    "dald-batched": (logistic_model, lambda: backends.DALD(max_iterations=8), {"executor": "batched"}),
+    "dald-dc-batched": (logistic_model, lambda: backends.DALD(max_iterations=8),
+                        {"executor": "batched", "topology": "path"}),
     "dald-cc": (lambda: constrained_model(1, server_l1=False), lambda: backends.DALD(
         rho=2.0, coordination="partial", participation=0.6, seed=3, max_iterations=12), {}),
     "dald-dc": (lambda: constrained_model(2, server_l1=False), lambda: backends.DALD(
@@ -88,36 +96,71 @@ def solve(name: str, **options):
     return prob.solve(make(), **extra, **options)
 
 
-# The child: SIGKILL itself at callback k ("callback"), or in the os.replace of the k-th checkpoint
-# write ("write": the new file is complete but not yet renamed over the old one).
-CHILD = textwrap.dedent("""
-    import os, signal, sys
-    sys.path.insert(0, {here!r})
-    import test_resume_kill as t
-    from fedmodel.runtime import checkpoint as ck
-    name, k, where, path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def _die_at(name: str, k: int, where: str, path: str) -> None:
+    """Run case `name` with checkpoints and SIGKILL this process at callback k ("callback"), in
+    the os.replace of the k-th checkpoint write ("write": the new file is complete but not yet
+    renamed over the old one), or at the k-th request the driver sends to the nodes ("request":
+    mid-iteration, between two checkpoints). Runs in a forked process (see `forker`)."""
     count = [0]
+
     def die(*_):
         count[0] += 1
         if count[0] == k:
             os.kill(os.getpid(), signal.SIGKILL)
+
     if where == "write":
         replace = os.replace
+
         def killing_replace(src, dst):
             die()
             replace(src, dst)
         ck.os = type(os)("os_with_kill")
         ck.os.__dict__.update(os.__dict__, replace=killing_replace)
-    t.solve(name, checkpoint=path, checkpoint_every=1, callback=None if where == "write" else die)
-    sys.exit(3)   # not killed: the run had fewer than k callbacks
+    if where == "request":
+        def killing(send):
+            def map(self, kind, payloads):
+                die()
+                return send(self, kind, payloads)
+            return map
+        Executor.map, BatchedExecutor.map = killing(Executor.map), killing(BatchedExecutor.map)
+    solve(name, checkpoint=path, checkpoint_every=1, callback=die if where == "callback" else None)
+
+
+# A process that has imported everything once and forks one child per kill: a real process killed
+# by a real SIGKILL, without paying the import time for every case. Replies the raw wait status.
+SERVER = textwrap.dedent("""
+    import os, sys, traceback
+    sys.path.insert(0, {here!r})
+    import test_resume_kill as t
+    import backends.proxal, backends.dald, backends.fedadmm, backends.dp_admm, backends.special_cases
+    for line in sys.stdin:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                name, k, where, path = line.split()
+                t._die_at(name, int(k), where, path)
+            except BaseException:
+                traceback.print_exc()
+            os._exit(3)       # not killed: the run had fewer than k callbacks / writes / requests
+        print(os.waitpid(pid, 0)[1], flush=True)
 """)
 
 
-def _killed_run(name: str, k: int, where: str, path: Path) -> None:
+@pytest.fixture(scope="module")
+def forker():
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", CHILD.format(here=str(HERE)), name, str(k), where,
-                           str(path)], env=env, timeout=120, capture_output=True, text=True)
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
+    proc = subprocess.Popen([sys.executable, "-c", SERVER.format(here=str(HERE))], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def killed_run(name: str, k: int, where: str, path: Path) -> None:
+        proc.stdin.write(f"{name} {k} {where} {path}\n")
+        proc.stdin.flush()
+        status = int(proc.stdout.readline())
+        assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL, \
+            f"the run was not killed (exit code {os.waitstatus_to_exitcode(status)})"
+    yield killed_run
+    proc.stdin.close()
+    proc.wait(timeout=30)
 
 
 def _same(a, b) -> None:
@@ -144,48 +187,67 @@ def _reference(name: str):
     return _REFERENCES[name]
 
 
-def _check(tmp_path, name: str, k: int, where: str = "callback"):
+def _check(killed_run, tmp_path, name: str, k: int, where: str = "callback"):
     reference = _reference(name)
     n = len(reference.history)
     k = {-1: n - 1, -2: n - 2}.get(k, k)          # negative k: counted from the end
-    assert 1 <= k < n, f"case {name!r} has only {n} iterations"
+    assert 1 <= k and (k < n or where == "request"), f"case {name!r} has only {n} iterations"
     path = tmp_path / "run.ckpt"
-    _killed_run(name, k, where, path)
+    killed_run(name, k, where, path)
     # callback k runs before checkpoint k is written; a kill in write k keeps checkpoint k − 1
-    assert (ck.read(path)["iteration"] if path.exists() else 0) == k - 1
+    done = ck.read(path)["iteration"] if path.exists() else 0
+    assert done == k - 1 if where != "request" else 0 < done < n
     _same(solve(name, checkpoint=path, resume=True), reference)
     return reference
 
 
 @pytest.mark.parametrize("name, k", [(name, k) for name in ("proxal", "proxal-logistic") for k in (1, 2, -1)]
                          + [(name, k) for name in ("dald-cc", "fedadmm-insa", "dp-admm") for k in (2, -1)])
-def test_sigkill_in_a_callback_then_resume_is_bitwise(tmp_path, name, k):
-    _check(tmp_path, name, k)
+def test_sigkill_in_a_callback_then_resume_is_bitwise(forker, tmp_path, name, k):
+    _check(forker, tmp_path, name, k)
 
 
-@pytest.mark.parametrize("name", ["proxal-anderson", "dald-dc", "fedprox", "fedavg"])
-def test_sigkill_in_a_callback_other_backends(tmp_path, name):
-    _check(tmp_path, name, 3)
+@pytest.mark.parametrize("name", ["proxal-anderson", "proxal-batched", "dald-dc", "dald-dc-batched",
+                                  "fedprox", "fedavg"])
+def test_sigkill_in_a_callback_other_backends(forker, tmp_path, name):
+    _check(forker, tmp_path, name, 3)
 
 
 @pytest.mark.filterwarnings("ignore:DALD diverged:RuntimeWarning")
-def test_sigkill_before_a_divergence_reports_it_at_the_same_round(tmp_path):
-    reference = _check(tmp_path, "fedavg-diverging", 5)
+def test_sigkill_before_a_divergence_reports_it_at_the_same_round(forker, tmp_path):
+    reference = _check(forker, tmp_path, "fedavg-diverging", 5)
     assert reference.status == "diverged" and len(reference.history) > 6
 
 
 @pytest.mark.parametrize("name", sorted(DEFAULTS))
-def test_sigkill_with_default_options(tmp_path, name):
-    _check(tmp_path, name, 2)
+def test_sigkill_with_default_options(forker, tmp_path, name):
+    _check(forker, tmp_path, name, 2)
 
 
 @pytest.mark.parametrize("name", ["proxal", "dald-cc"])
-def test_sigkill_inside_a_checkpoint_write_keeps_the_previous_one(tmp_path, name):
-    _check(tmp_path, name, 3, where="write")
+def test_sigkill_inside_a_checkpoint_write_keeps_the_previous_one(forker, tmp_path, name):
+    _check(forker, tmp_path, name, 3, where="write")
+
+
+@pytest.mark.parametrize("name, k", [("proxal-logistic", 70), ("proxal-batched", 100), ("dald-cc", 50),
+                                     ("fedadmm-insa", 20), ("dp-admm", 20)])
+def test_sigkill_between_two_requests_mid_iteration(forker, tmp_path, name, k):
+    _check(forker, tmp_path, name, k, where="request")
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:DALD diverged:RuntimeWarning")
 @pytest.mark.parametrize("k", [1, 2, 3, 5, -2, -1])
 @pytest.mark.parametrize("name", sorted(ALL))
-def test_sigkill_sweep(tmp_path, name, k):
-    _check(tmp_path, name, k)
+def test_sigkill_sweep(forker, tmp_path, name, k):
+    if k > len(_reference(name).history) - 1:
+        pytest.skip(f"{name} has fewer than {k + 1} iterations")
+    _check(forker, tmp_path, name, k)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:DALD diverged:RuntimeWarning")
+@pytest.mark.parametrize("k", [3, 11, 25, 40])
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_sigkill_sweep_mid_iteration(forker, tmp_path, name, k):
+    _check(forker, tmp_path, name, k, where="request")
