@@ -165,3 +165,62 @@ def test_shared_name_equal_to_a_private_label_is_refused():
     c.minimize(fm.square(s - 1) + fm.square(fake))
     with pytest.raises(fm.FedModelError, match=r"shared variable 'c0.s'.*client 'c0'"):
         prob.solve("cvxpy")
+
+
+def _intercept_model(same_names: bool):
+    """Unconstrained clients, each with a private intercept `s`: min Σ_i ‖A_i w + s_i − b_i‖²/8
+    + 0.05 s_i² + 0.05‖w‖² (the model DALD and FedADMM accept)."""
+    rng = np.random.default_rng(1)
+    w = fm.Variable(DIM, name="w")
+    prob, slacks = fm.Problem(name="intercepts"), []
+    for i in range(N_CLIENTS):
+        c = prob.add_client()
+        A, b = c.data(rng.standard_normal((8, DIM)), name="A"), c.data(rng.standard_normal(8) + 2 * i, name="b")
+        s = c.variable((), name="s" if same_names else f"s{i}")
+        c.minimize(fm.sum_squares(A @ w + s - b) / 8 + 0.05 * fm.square(s))
+        slacks.append(s)
+    prob.server.minimize(0.05 * fm.sum_squares(w))
+    return prob, w, slacks
+
+
+@pytest.mark.parametrize("backend", ["proxal", "dald", "fedadmm"])
+def test_same_private_names_under_consensus_backends(backend):
+    prob, w, slacks = _intercept_model(same_names=False)
+    ref = prob.solve("cvxpy")
+    s_ref = [float(ref.value(s)) for s in slacks]
+    assert min(abs(a - b) for a in s_ref for b in s_ref if a != b) > 0.5   # distinct intercepts
+    prob, v, same = _intercept_model(same_names=True)
+    res = prob.solve(backend)
+    assert res.status == "converged"
+    assert res.objective == pytest.approx(ref.objective, rel=1e-5)
+    np.testing.assert_allclose(res.value(v), ref.value(w), atol=1e-4)
+    np.testing.assert_allclose([float(res.value(s)) for s in same], s_ref, atol=1e-4)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_checkpoint_resume_and_batched_keep_each_clients_s(tmp_path):
+    """Checkpoints store values by position in problem.variables() and the batched executor
+    stacks clients: neither may mix up the three `s`."""
+    prob, w, slacks, _ = _model(same_names=True)
+    make = lambda: fm.backends.ProxAL(max_outer=40)      # noqa: E731
+    reference = prob.solve(make())
+    batched = prob.solve(make(), executor="batched")
+    calls = [0]
+
+    def stop_after_two(record):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise _Stop
+
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(_Stop):
+        prob.solve(make(), checkpoint=path, checkpoint_every=1, callback=stop_after_two)
+    resumed = prob.solve(make(), checkpoint=path, resume=True)
+    for res in (batched, resumed):
+        assert res.status == reference.status
+        for var in [w, *slacks]:
+            np.testing.assert_allclose(res.value(var), reference.value(var), rtol=0, atol=1e-12)
+    assert len({round(float(reference.value(s)), 3) for s in slacks}) == N_CLIENTS
