@@ -147,3 +147,29 @@ def test_verify_does_not_accept_a_different_verdict():
     assert result.status == "max_iterations"
     report = fm.verify(result)
     assert not report.ok and "infeasible" in str(report)
+
+
+def _records(violations, betas, objectives=None, steps=None):
+    objectives = objectives or [0.0] * len(violations)
+    steps = steps or [1.0] * len(violations)
+    return [{"violation": v, "beta": b, "objective": o, "primal_change": s}
+            for v, b, o, s in zip(violations, betas, objectives, steps)]
+
+
+def test_verdict_rules_on_synthetic_histories():
+    """The stopping rules alone: a flat violation while β reaches β_max is infeasible; a slow
+    (< 2× over 9 iterations) fall at β_max is stalled; equal objective drops with equal steps
+    are unbounded; a falling violation or shrinking steps are none of these."""
+    from backends.proxal import _verdict
+    args = dict(growth=4.0, beta_max=1e4, eps1=1e-3, eps2=1e-4)
+    assert _verdict(_records([0.43] * 5, [300, 300, 1200, 4800, 1e4]), **args) == "infeasible"
+    assert _verdict(_records([0.43] * 4, [300, 1200, 4800, 4800]), **args) is None      # β not at max
+    assert _verdict(_records([0.43] * 5, [300] * 5), **dict(args, growth=1.0)) is None  # paper: no verdict
+    slow = [0.1 * 0.95 ** k for k in range(10)]
+    assert _verdict(_records(slow, [1e4] * 10), **args) == "stalled"
+    assert _verdict(_records([0.1 * 0.5 ** k for k in range(10)], [1e4] * 10), **args) is None
+    drops = _records([0.0] * 6, [300] * 6, objectives=[-10.0 * k for k in range(6)], steps=[5.0] * 6)
+    assert _verdict(drops, **args) == "unbounded"
+    shrinking = _records([0.0] * 6, [300] * 6, objectives=[-10.0 * (1 - 0.5 ** k) for k in range(6)],
+                         steps=[5.0 * 0.5 ** k for k in range(6)])
+    assert _verdict(shrinking, **args) is None
