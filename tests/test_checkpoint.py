@@ -299,8 +299,6 @@ def test_bad_checkpoint_arguments_raise_clear_errors(tmp_path):
     fedprox = backends.FedProx(max_rounds=2)
     with pytest.raises(fm.FedModelError, match="does not support checkpoints"):
         prob.solve("cvxpy", checkpoint=tmp_path / "x.ckpt")
-    with pytest.raises(fm.FedModelError, match="does not support checkpoints"):
-        prob.solve(backends.CentralizedProxAL(), checkpoint=tmp_path / "x.ckpt")
     with pytest.raises(fm.FedModelError, match="need checkpoint=PATH"):
         prob.solve(fedprox, resume=True)
     with pytest.raises(fm.FedModelError, match="checkpoint_every"):

@@ -76,7 +76,8 @@ class Checkpointer:
             return NO_CHECKPOINT
         if not getattr(backend, "checkpointing", False):
             raise CheckpointError(f"backend {backend.name!r} does not support checkpoints; "
-                                  "use proxal, dald, fedprox, fedavg, fedadmm or dp-admm, or drop checkpoint=")
+                                  "use proxal, cproxal, dald, fedprox, fedavg, fedadmm or dp-admm, or drop "
+                                  "checkpoint=")
         if not isinstance(checkpoint, (str, os.PathLike)):
             raise CheckpointError(f"checkpoint must be a file path, got {type(checkpoint).__name__}")
         every = 1 if checkpoint_every is None else checkpoint_every
