@@ -74,3 +74,40 @@ def progress(total: int, verbose: bool, label: str):
     """A tqdm bar with objective, violation and the residuals the backend reports (primal /
     dual residuals, changes, certificate) when `verbose` and stderr is a terminal; else silent."""
     return _Bar(total, label) if verbose and sys.stderr.isatty() else _Silent()
+
+
+# ---- option validation (backends check their options when they are built) --------------------
+def check_number(label: str, value, low: float, high: float, closed: bool = False,
+                 low_closed: bool = False) -> float:
+    """`value` as a float between low and high (ends included when `low_closed` / `closed`), else
+    a FedModelError saying which option, which interval and what was given."""
+    from fedmodel.errors import FedModelError
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok and (low < value or (low_closed and value == low)) and (value < high or (closed and value == high)):
+        return float(value)
+    interval = f"{'[' if low_closed else '('}{low:g}, {high:g}{']' if closed else ')'}"
+    raise FedModelError(f"{label} must be a number in {interval}, got {value!r}")
+
+
+def check_count(label: str, value, low: int = 1) -> int:
+    """`value` as an int ≥ `low` (bools and floats refused), else a FedModelError."""
+    from fedmodel.errors import FedModelError
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low:
+        return int(value)
+    raise FedModelError(f"{label} must be an integer ≥ {low}, got {value!r}")
+
+
+def check_choice(label: str, value, choices: tuple) -> Any:
+    """`value` if it is one of `choices`, else a FedModelError listing them."""
+    from fedmodel.errors import FedModelError
+    if isinstance(value, str) and value in choices:
+        return value
+    raise FedModelError(f"{label} must be one of {choices}, got {value!r}")
+
+
+def check_callable(label: str, value) -> Any:
+    """`value` if it is None or callable, else a FedModelError."""
+    from fedmodel.errors import FedModelError
+    if value is None or callable(value):
+        return value
+    raise FedModelError(f"{label} must be a callable or None, got {value!r}")
