@@ -2,8 +2,12 @@
 
 stationarity = dist∞(0, ∇f(x) + ∂h(x) + Σ_j ∇c_j(x) μ_j) over all variables, with the
 subdifferential of prox-able terms (`t·norm1(x)`) and the normal cones of simple constraints
-(norm ball, bounds on a shared variable) applied in turn — an upper bound on the distance to
-their sum, exact for one of them; other nonsmooth terms contribute their (sub)gradient at x. feasibility = max_j of [c_j]₊ and the complementarity
+(norm balls, bounds on a shared variable) applied in turn — an upper bound on the distance to
+their sum, exact for one of them; other nonsmooth terms contribute their (sub)gradient at x.
+Terms and constraints are classified by the compiler's canonical pass (`compiler.canonical`),
+as in the node programs; a constraint the compiler splits (`abs(a) <= t` → `±a <= t`) is
+scored by its pieces when the multipliers are the pieces' (federated backends), else as
+written (CVXPY's multipliers). feasibility = max_j of [c_j]₊ and the complementarity
 min(μ_j, |c_j|) for inequalities, |c_j| for equalities. This equals dist∞(c_j, N(μ_j)) of
 Definition 1 when μ_j = 0 or μ_j ≥ |c_j|, and does not jump when a solver returns a tiny
 positive multiplier (1e-9) for an inactive constraint, which Definition 1 would score as |c_j|.
@@ -15,8 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .atoms import add, multiply, sum as sum_
-from .compiler.classify import prox_term
-from .compiler.sets import simple_set
+from .compiler.canonical import canonical_constraints, classify_objective, split_names
 from .compiler.codegen import Plan
 from .compiler.differentiate import grad
 from .constraints import Equality
@@ -31,31 +34,31 @@ def kkt_certificate(problem: "Problem", values: dict[int, np.ndarray],
                     multipliers: dict[str, np.ndarray]) -> Certificate:
     variables = problem.variables()
     inputs = [values[v.uid] for v in variables]
-    smooth_terms, prox_terms = [], []
-    for block in problem.blocks:
-        for term in block.terms:
-            found = prox_term(term)
-            (prox_terms if found else smooth_terms).append(found or term)
-    lagrangian_terms = list(smooth_terms)
+    # the objective's canonical classification, the same as the compiled programs'
+    classified = classify_objective([t for block in problem.blocks for t in block.terms])
+    lagrangian_terms, prox_terms = list(classified.smooth), list(classified.prox)
     feasibility = 0.0
     residual_plan = Plan([c.expr for c in problem.constraints], variables)
     residuals = residual_plan(*inputs) if problem.constraints else []
     for constraint, c_value in zip(problem.constraints, residuals):
-        as_set = simple_set(constraint)
-        if as_set is not None:
-            prox_terms.append(as_set)
-            feasibility = max(feasibility, constraint.violation(c_value))
-            continue
-        mu = np.broadcast_to(np.asarray(multipliers.get(constraint.name, 0.0), dtype=float),
-                             constraint.shape).copy()
-        c_value = np.asarray(c_value, dtype=float)
-        if isinstance(constraint, Equality):
-            dist = np.abs(c_value)
-        else:
-            dist = np.maximum(np.maximum(c_value, 0.0), np.minimum(np.maximum(mu, 0.0), np.abs(c_value)))
-        feasibility = max(feasibility, float(np.max(dist, initial=0.0)))
-        if np.any(mu != 0):
-            lagrangian_terms.append(sum_(multiply(Constant(mu), constraint.expr)))
+        feasibility = max(feasibility, constraint.violation(c_value))
+        canonical = canonical_constraints([constraint], project=True)
+        prox_terms.extend(canonical.sets)
+        pieces = canonical.smooth
+        if len(pieces) > 1 and not any(n in multipliers for n in split_names(constraint)):
+            pieces = [constraint]   # multipliers of the user's form (e.g. from CVXPY)
+        for piece in pieces:
+            mu = np.broadcast_to(np.asarray(multipliers.get(piece.name, 0.0), dtype=float),
+                                 piece.shape).copy()
+            value = np.asarray(c_value if piece is constraint
+                               else Plan([piece.expr], variables)(*inputs)[0], dtype=float)
+            if isinstance(piece, Equality):
+                dist = np.abs(value)
+            else:
+                dist = np.minimum(np.maximum(mu, 0.0), np.abs(value))   # complementarity
+            feasibility = max(feasibility, float(np.max(dist, initial=0.0)))
+            if np.any(mu != 0):
+                lagrangian_terms.append(sum_(multiply(Constant(mu), piece.expr)))
     lagrangian = add(*lagrangian_terms) if lagrangian_terms else Constant(0.0)
     gradients = Plan([grad(lagrangian, v) for v in variables], variables)(*inputs)
     stationarity = 0.0

@@ -1,25 +1,15 @@
 """Compiler pass: classify terms as smooth, prox-able (nonsmooth with a known prox) or other."""
 from __future__ import annotations
 
-import numpy as np
-
-from ..atoms import Multiply, Norm1
-from ..expression import Constant, Expression, Variable
-
-PROXABLE = (Norm1,)
+from ..expression import Expression, Variable
 
 
 def prox_term(term: Expression):
-    """A `ProxTerm` when `term` is `weight · atom(variable)` with a prox and a subdifferential
-    we know exactly (λ‖w‖₁ on a shared variable), else None."""
-    from .sets import norm1_term
-    weight = 1.0
-    if isinstance(term, Multiply) and type(term.args[0]) is Constant and term.args[0].size == 1:
-        weight, term = float(np.asarray(term.args[0].value).item()), term.args[1]
-    if isinstance(term, PROXABLE) and isinstance(term.args[0], Variable) and weight >= 0 \
-            and term.args[0].owner is None:
-        return norm1_term(term.args[0], weight)
-    return None
+    """A `ProxTerm` when `term` alone is prox-able (λ‖w‖₁ on a shared variable, λ ≥ 0, in any
+    canonical spelling: see `canonical.classify_objective`), else None."""
+    from .canonical import classify_objective
+    found = classify_objective([term])
+    return found.prox[0] if found.prox and not found.smooth else None
 
 
 def polynomial_degree(expr: Expression) -> float:

@@ -9,9 +9,11 @@ eqs. 12–14, with DESIGN.md's conventions):
               + (ω/2) ‖x − x̄‖² + (ω_y/2) ‖y − ȳ‖²              (proximal terms)
 
 x are the shared variables, y the block's private ones. β, μ, ω, ω_y and the centers x̄, ȳ are
-Parameters: an outer iteration changes their values and never recompiles. Prox-able terms
-(e.g. the server's λ‖w‖₁) are left out and returned separately for the prox step, and so are
-simple constraints on a shared variable (norm ball, bounds) when `project=True`.
+Parameters: an outer iteration changes their values and never recompiles. Terms and
+constraints are first put in canonical form (`canonical`): prox-able terms (λ‖w‖₁ on a shared
+variable, on any node) are left out and returned separately for the prox step, and so are
+simple constraints on a shared variable (norm balls, bounds) when `project=True`; nonsmooth
+constraints with a smooth equivalent are rewritten.
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ import numpy as np
 from ..atoms import add, multiply, pos, power, sum as sum_, sum_squares
 from ..constraints import Constraint, Equality
 from ..expression import Constant, Expression, Parameter, Variable
-from .classify import prox_term
-from .sets import ProxTerm, simple_set
+from .canonical import (canonical_constraints, classify_objective, constraint_fix,
+                        how_to_fix)
+from .sets import ProxTerm
 
 
 @dataclass
@@ -36,20 +39,20 @@ class Merit:
     prox_weight: Parameter                    # ω (shared variables)
     private_weight: Parameter                 # ω_y
     centers: dict[int, Parameter] = field(default_factory=dict)   # variable uid -> center
+    constraints: list[Constraint] = field(default_factory=list)    # those in the AL (canonical)
+    unsupported: list[str] = field(default_factory=list)   # terms with no prox nor gradient, why
 
 
 def build_merit(terms: list[Expression], constraints: list[Constraint],
                 variables: list[Variable], name: str, project: bool = False) -> Merit:
     """The merit P_i of one block, as an IR expression over `variables`."""
-    smooth, proxable = [], []
-    for term in terms:
-        found = prox_term(term)
-        (proxable if found else smooth).append(found or term)
-    if project:
-        sets = {id(c): simple_set(c) for c in constraints}
-        proxable.extend(s for s in sets.values() if s is not None)
-        constraints = [c for c in constraints if sets[id(c)] is None]
-    objective = add(*smooth) if smooth else Constant(0.0)
+    classified = classify_objective(terms)
+    sorted_constraints = canonical_constraints(constraints, project)
+    proxable = classified.prox + sorted_constraints.sets
+    constraints = sorted_constraints.smooth
+    unsupported = [how_to_fix(t) for t in classified.unsupported] + \
+        [constraint_fix(c) for c in sorted_constraints.unsupported]
+    objective = classified.objective
     beta = Parameter((), name=f"beta_{name}", value=1.0)
     half_over_beta = multiply(0.5, power(beta, -1))
     parts = [objective]
@@ -73,4 +76,4 @@ def build_merit(terms: list[Expression], constraints: list[Constraint],
         parts.append(multiply(multiply(0.5, weight), sum_squares(add(var, multiply(-1.0, center)))))
     return Merit(expression=add(*parts), objective=objective, prox_terms=proxable, beta=beta,
                  multipliers=multipliers, prox_weight=prox_weight, private_weight=private_weight,
-                 centers=centers)
+                 centers=centers, constraints=constraints, unsupported=unsupported)

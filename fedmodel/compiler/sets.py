@@ -1,19 +1,22 @@
 """Compiler pass: recognize simple constraints on a shared variable — a norm ball
-`norm2(x) <= r`, bounds `x <= u`, `x >= l`, nonnegativity — so a backend can handle them by
+`norm2(x) <= r`, `norm1(x) <= r`, `norm_inf(x) <= r`, bounds `x <= u`, `x >= l`,
+nonnegativity — so a backend can handle them by
 projection (a prox step on the server) instead of the augmented Lagrangian, and the KKT
 certificate can use their normal cones exactly.
 
 Each prox-able piece (these sets, and terms like λ‖x‖₁) is a `ProxTerm` with the same small
-interface: `prox(v, t)`, `value(x)`, `remainder(x, g)` (g + the element of t∂ closest to −g).
+interface: `prox(v, t)`, `value(x)`, `remainder(x, g)` (g + the element of t∂ closest to −g),
+and a `kind` ("norm1", "ball2", "ball1", "ballinf", "upper", "lower") with, for "norm1", the
+current weight λ (`weight()`), so vectorized code can apply the prox without inspecting it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
-from ..atoms import Add, Neg, Norm1, Norm2
+from ..atoms import Add, Neg, Norm1, Norm2, NormInf
 from ..constraints import Constraint, Inequality
 from ..expression import Constant, Expression, Variable
 
@@ -28,13 +31,25 @@ class ProxTerm:
     remainder: Callable[[np.ndarray, np.ndarray], np.ndarray]
     label: str
     constraint: Constraint | None = None
+    kind: str = ""
+    weight: Callable[[], float] | None = None   # λ of a "norm1" term, at its current value
 
 
-def norm1_term(var: Variable, weight: float) -> ProxTerm:
+def norm1_term(var: Variable, weight: Any) -> ProxTerm:
+    """λ‖var‖₁; `weight` is a float or a scalar expression over Parameters (read at each use,
+    so changing a Parameter's value needs no recompile)."""
+    from .canonical import coefficient_value
+    if isinstance(weight, (int, float, np.floating)):
+        weight = float(weight)
+    lam = lambda: coefficient_value(weight)  # noqa: E731
+
     def remainder(x, g):
-        return np.where(x != 0, g + weight * np.sign(x), np.sign(g) * np.maximum(np.abs(g) - weight, 0.0))
-    return ProxTerm(var, lambda v, t: Norm1.prox(v, t * weight),
-                    lambda x: weight * float(np.abs(x).sum()), remainder, f"{weight:g}·norm1({var.name})")
+        w = lam()
+        return np.where(x != 0, g + w * np.sign(x), np.sign(g) * np.maximum(np.abs(g) - w, 0.0))
+    label = f"{weight:g}" if isinstance(weight, float) else f"({weight})"
+    return ProxTerm(var, lambda v, t: Norm1.prox(v, t * lam()),
+                    lambda x: lam() * float(np.abs(x).sum()), remainder,
+                    f"{label}·norm1({var.name})", kind="norm1", weight=lam)
 
 
 def _ball(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
@@ -48,7 +63,47 @@ def _ball(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
             return g
         unit = x / norm
         return g + max(0.0, -float(np.vdot(g, unit))) * unit
-    return ProxTerm(var, project, lambda x: 0.0, remainder, f"‖{var.name}‖₂ ≤ {radius:g}", constraint)
+    return ProxTerm(var, project, lambda x: 0.0, remainder, f"‖{var.name}‖₂ ≤ {radius:g}",
+                    constraint, kind="ball2")
+
+
+def project_l1_ball(v: np.ndarray, radius: float) -> np.ndarray:
+    """Euclidean projection onto {x : ‖x‖₁ ≤ radius} (sort-based, Duchi et al. 2008)."""
+    a = np.abs(np.ravel(v))
+    if a.sum() <= radius:
+        return v
+    u = np.sort(a)[::-1]
+    cumulative = np.cumsum(u) - radius
+    k = np.nonzero(u * np.arange(1, u.size + 1) > cumulative)[0][-1]
+    theta = cumulative[k] / (k + 1.0)
+    return np.sign(v) * np.maximum(np.abs(v) - theta, 0.0)
+
+
+def _ball1(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
+    def remainder(x, g):
+        # N(x) = {λ s : λ ≥ 0, s ∈ ∂‖x‖₁} on the boundary: the λ that minimizes ‖g + λ s‖∞
+        if np.abs(x).sum() < radius * (1 - ACTIVE):
+            return g
+        zero = np.abs(x) <= ACTIVE * max(1.0, float(np.max(np.abs(x))))
+
+        def residual(lam):
+            return np.where(zero, np.sign(g) * np.maximum(np.abs(g) - lam, 0.0), g + lam * np.sign(x))
+        from scipy.optimize import minimize_scalar   # a convex function of one variable
+        worst = lambda lam: float(np.max(np.abs(residual(lam)), initial=0.0))  # noqa: E731
+        top = float(np.max(np.abs(g), initial=0.0))
+        found = minimize_scalar(worst, bounds=(0.0, top), method="bounded",
+                                options={"xatol": 1e-12 * max(1.0, top)}).x if top > 0 else 0.0
+        return residual(min((0.0, found), key=worst))
+    return ProxTerm(var, lambda v, t: project_l1_ball(v, radius), lambda x: 0.0, remainder,
+                    f"‖{var.name}‖₁ ≤ {radius:g}", constraint, kind="ball1")
+
+
+def _ballinf(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
+    def remainder(x, g):
+        active = np.abs(x) >= radius * (1 - ACTIVE)
+        return np.where(active, g + np.maximum(0.0, -g * np.sign(x)) * np.sign(x), g)
+    return ProxTerm(var, lambda v, t: np.clip(v, -radius, radius), lambda x: 0.0, remainder,
+                    f"‖{var.name}‖∞ ≤ {radius:g}", constraint, kind="ballinf")
 
 
 def _upper(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm:
@@ -56,7 +111,7 @@ def _upper(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm
         active = x >= bound - ACTIVE * np.maximum(1.0, np.abs(bound))
         return np.where(active, np.maximum(g, 0.0), g)
     return ProxTerm(var, lambda v, t: np.minimum(v, bound), lambda x: 0.0, remainder,
-                    f"{var.name} ≤ u", constraint)
+                    f"{var.name} ≤ u", constraint, kind="upper")
 
 
 def _lower(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm:
@@ -64,7 +119,7 @@ def _lower(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm
         active = x <= bound + ACTIVE * np.maximum(1.0, np.abs(bound))
         return np.where(active, np.minimum(g, 0.0), g)
     return ProxTerm(var, lambda v, t: np.maximum(v, bound), lambda x: 0.0, remainder,
-                    f"{var.name} ≥ l", constraint)
+                    f"{var.name} ≥ l", constraint, kind="lower")
 
 
 def _constant(expr: Expression) -> np.ndarray | None:
@@ -86,8 +141,9 @@ def simple_set(constraint: Constraint) -> ProxTerm | None:
     offset = _constant(constants[0]) if constants else np.zeros(())
     core = others[0]
     shared = lambda e: isinstance(e, Variable) and e.owner is None  # noqa: E731
-    if isinstance(core, Norm2) and shared(core.args[0]) and offset.size == 1 and -offset > 0:
-        return _ball(core.args[0], float(-offset.item()), constraint)
+    balls = {Norm2: _ball, Norm1: _ball1, NormInf: _ballinf}
+    if type(core) in balls and shared(core.args[0]) and offset.size == 1 and -offset > 0:
+        return balls[type(core)](core.args[0], float(-offset.item()), constraint)
     if shared(core):                                   # x + c <= 0  ->  x <= -c
         return _upper(core, np.broadcast_to(-offset, core.shape).copy(), constraint)
     if isinstance(core, Neg) and shared(core.args[0]):  # -x + c <= 0  ->  x >= c

@@ -38,8 +38,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..compiler.sets import norm1_term
-from ..expression import Variable
 from . import kernels
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
@@ -55,9 +53,6 @@ BATCHED: dict[str, Callable] = {}
 # covered: `map_stacked` then splits the request into per-node payloads); `rows` are the group
 # indices of the request's nodes, `block_fields` their per-node fields as (len(rows), …) blocks
 STACKED: dict[str, Callable] = {}
-
-_NORM1_CODE = norm1_term(Variable(1, name="_probe"), 1.0).prox.__code__
-
 
 def batched_procedure(kind: str):
     """Register the vectorized form of the node-side procedure `kind`."""
@@ -86,11 +81,8 @@ def program_signature(program: NodeProgram) -> tuple:
 
 
 def _norm1_weight(term) -> float | None:
-    """λ of a λ‖w‖₁ prox term (built by `compiler.sets.norm1_term`), else None."""
-    code = getattr(term.prox, "__code__", None)
-    if code is not _NORM1_CODE:
-        return None
-    return float(term.prox.__closure__[code.co_freevars.index("weight")].cell_contents)
+    """λ of a λ‖w‖₁ prox term (kind "norm1", see `compiler.sets.ProxTerm`), else None."""
+    return term.weight() if term.kind == "norm1" else None
 
 
 class Group:

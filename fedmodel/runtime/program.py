@@ -23,6 +23,7 @@ from . import solvers
 
 
 HESSIAN_PLAN_MAX = 64   # unknowns up to which `NodeProgram.hessian` compiles all columns in one plan
+ACTIVE_SET_MAX = 500    # unknowns up to which a quadratic + λ‖w‖₁ subproblem is solved exactly
 
 
 class Layout:
@@ -55,14 +56,13 @@ class NodeProgram:
         self.variables = shared + private
         self.merit_ir = build_merit(terms, constraints, self.variables, name, project=project)
         m = self.merit_ir
-        projected = {id(p.constraint) for p in m.prox_terms if p.constraint is not None}
-        self.constraints = [c for c in constraints if id(c) not in projected]  # handled by the AL
+        self.constraints = m.constraints   # handled by the AL (canonical: rewritten if nonsmooth)
         self.all_constraints = constraints
-        if not m.expression.is_smooth():
+        if m.unsupported or not m.expression.is_smooth():
+            reasons = m.unsupported or ["the merit function is not smooth"]
             raise SmoothnessError(
-                f"node {name!r} has a nonsmooth term or constraint without a prox "
-                f"({_first_nonsmooth(terms, constraints)}); gradient-based backends need smooth "
-                "functions or prox-able terms such as λ·norm1(w) on the server")
+                f"node {name!r} has a nonsmooth term or constraint without a prox: "
+                + "; ".join(reasons))
         self._value_grad = Plan([m.expression] + [grad(m.expression, v) for v in self.variables],
                                 self.variables)
         self._residuals = Plan([c.expr for c in self.constraints], self.variables)
@@ -261,8 +261,30 @@ class NodeProgram:
             out[:n_x] = self.shared.pack(parts)
             return out
 
+        exact = self._solve_quadratic_l1(fun_grad, z0, tol, weight_x)
+        if exact is not None:
+            return exact
         lipschitz = float(np.max(weight_x, initial=1.0))
         return solvers.prox_gradient(fun_grad, prox, z0, tol, lipschitz, max_steps=100_000)
+
+    def _solve_quadratic_l1(self, fun_grad, z0, tol, weight_x):
+        """A quadratic merit whose prox terms are all λ‖w‖₁: solved exactly by feature-sign
+        search on the cached Hessian (`active_set`), else None (then FISTA)."""
+        from .active_set import feature_sign
+        terms = self.merit_ir.prox_terms
+        if not (self.quadratic and terms and all(t.kind == "norm1" for t in terms)
+                and z0.size <= ACTIVE_SET_MAX):
+            return None
+        if self._hessian_cache is None:
+            self._hessian_cache, self._factor_cache = self.hessian(z0), None
+        H = self._hessian_cache.copy()
+        H[np.diag_indices(self.n_shared)] += weight_x
+        c = fun_grad(z0)[1] - H @ z0
+        lam = np.zeros(z0.size)
+        for term in terms:
+            i = self.shared.variables.index(term.variable)
+            lam[self.shared.offsets[i]:self.shared.offsets[i + 1]] += term.weight()
+        return feature_sign(H, c, lam, z0, tol)
 
     def update_multipliers(self, x: np.ndarray) -> dict:
         """μ_I ← [μ_I + β c_I]₊, μ_E ← μ_E + β c_E at (x, y); reply ‖Δμ‖∞ and ‖Δy‖∞."""
@@ -337,16 +359,6 @@ def _copy_state(state: dict) -> dict:
     return copy.deepcopy(state)
 
 
-def _first_nonsmooth(terms, constraints) -> str:
-    for term in terms:
-        if not term.is_smooth():
-            return f"objective term {term}"
-    for constraint in constraints:
-        if not constraint.expr.is_smooth():
-            return f"constraint {constraint.name!r}: {constraint!r}"
-    return "?"
-
-
 class ProgramSpec:
     """The source of one node's program — its block's terms and constraints — to be compiled
     where the node runs. A block whose data comes from a loader (`client.data(loader=...)`) stays
@@ -386,12 +398,18 @@ def compile_programs(problem, project: bool = True) -> dict[str, "NodeProgram | 
     """One NodeProgram per block (server first, then clients in order). With `project`, simple
     constraints on the shared variables held by the server are handled by projection. A block
     whose data is produced on its worker stays a `ProgramSpec` (the executor builds it there)."""
+    from ..compiler.canonical import needs_projection
     shared = problem.shared_variables()
+    # a client's constraint on the shared variables alone with no smooth form (a ‖·‖₁ ball) is
+    # the same constraint on the server, where it is projected (clients' solves do not project)
+    moved = [c for b in problem.clients for c in b.constraints if needs_projection(c)]
     programs: dict = {}
     for block in problem.blocks:
         private = list(getattr(block, "private_variables", []))
         role = "server" if block is problem.server else "client"
-        spec = ProgramSpec(block.name, role, block.terms, block.constraints, shared, private,
+        constraints = block.constraints + moved if role == "server" else \
+            [c for c in block.constraints if not any(c is m for m in moved)]
+        spec = ProgramSpec(block.name, role, block.terms, constraints, shared, private,
                            project=project and role == "server")
         programs[block.name] = spec if spec.remote else spec.build()
     return programs
