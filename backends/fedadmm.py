@@ -42,6 +42,7 @@ from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from .base import Backend
 from .common import gather_values, progress, require_star
+from .watch import DivergenceWatch
 
 
 LOCAL_SOLVERS = ("gd", "auto", "newton", "exact", "lbfgs")
@@ -64,7 +65,8 @@ def adapt_penalty(beta: float, primal: float, dual: float, mu: float, tau: float
 # ---- client-side procedures (run on the client; state in program.state["fedadmm"]) ------------
 _CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "local_steps": "1",
            "inexact": "1", "sigma": "1", "sigma_factor": "1", "c": "1", "reference": "str",
-           "adaptive": "1", "mu": "1", "tau": "1", "penalty_rule": "str", "beta_min": "1", "beta_max": "1", "solver": "str", "start": "str"}
+           "adaptive": "1", "mu": "1", "tau": "1", "penalty_rule": "str", "beta_min": "1", "beta_max": "1", "solver": "str", "start": "str",
+           "safe": "1"}
 
 
 @procedure("fedadmm_init", _CONFIG, {"w": "x", "beta": "1"})
@@ -78,8 +80,13 @@ def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
     lam = np.zeros_like(z)
     if lam_start == "gradient":
         lam = program.value_grad(z, program.y)[1][:program.n_shared] / alpha
-    program.state["fedadmm"] = {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha),
-                                **config, "last": {}}
+    s = {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha), **config, "last": {},
+         "auto_lr": config.get("lr") is None, "curvature": None}
+    if s["safe"] or s["auto_lr"]:
+        s["curvature"] = _curvature(program, s, np.concatenate([z, program.y]))
+        if s["auto_lr"]:
+            s["lr"] = 1.0 / (s["curvature"] + float(beta))
+    program.state["fedadmm"] = s
     return {"w": float(beta) * z - lam, "beta": float(beta)}   # the server's first cache entry
 
 
@@ -91,13 +98,34 @@ def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np
     return g
 
 
+def _curvature(program: NodeProgram, s: dict, x: np.ndarray, iterations: int = 8) -> float:
+    """An estimate of L̃_i, the largest curvature of f̃_i near x: power iteration on gradient
+    differences (exact for quadratics, from below; the local loop's backtracking corrects an
+    underestimate). Costs `iterations` + 1 gradients, once per client."""
+    g0 = program.value_grad(x[:program.n_shared], x[program.n_shared:])[1] / s["alpha"]
+    v = np.cos(np.arange(1, x.size + 1))                   # deterministic, no zero coordinate
+    estimate = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(iterations):
+            v = v / np.linalg.norm(v)
+            h = 1e-4 * max(1.0, float(np.max(np.abs(x), initial=0.0)))
+            y = x + h * v
+            hv = (program.value_grad(y[:program.n_shared], y[program.n_shared:])[1] / s["alpha"] - g0) / h
+            size = float(np.linalg.norm(hv))
+            if not np.isfinite(size) or size == 0.0:
+                break
+            estimate, v = size, hv
+    return estimate
+
+
 def _penalty(program: NodeProgram):
-    """The client's current β_i (None before its first round): reporting, and ProxAL's
-    composition carrying β_i from one subproblem to the next."""
-    return {"beta": program.state.get("fedadmm", {}).get("beta")}
+    """The client's current β_i and step η_i (None before its first round): reporting, and
+    ProxAL's composition carrying β_i from one subproblem to the next."""
+    s = program.state.get("fedadmm", {})
+    return {"beta": s.get("beta"), "lr": s.get("lr")}
 
 
-register(MessageKind("fedadmm_beta", {}, {"beta": "1"}, local=True), _penalty)
+register(MessageKind("fedadmm_beta", {}, {"beta": "1", "lr": "1"}, local=True), _penalty)
 
 
 @procedure("fedadmm_round", {"z": "x"}, {"w": "x", "beta": "1", "steps": "1", "drift": "1"})
@@ -119,10 +147,28 @@ def _solve(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, tol: flo
     return x, _residual(program, s, x, z), int(out["steps"])
 
 
+def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.ndarray):
+    """One local step x − η e (2.9). Safeguard (`safe`): for a convex L-smooth L_β, gradient
+    descent with η ≤ 2/(L̃+β) never increases ‖e‖ (co-coercivity), so a step that does proves η
+    too large: it is rejected and η_i halved for this and later rounds (the paper has no such
+    test; a too-large η makes the local run, and then the whole run, diverge)."""
+    x_new = x - s["lr"] * e
+    e_new = _residual(program, s, x_new, z)
+    if s["safe"]:
+        norm, norm_new = float(np.linalg.norm(e)), float(np.linalg.norm(e_new))
+        if not (norm_new <= norm * (1 + 1e-9) + 1e-300):
+            s["lr"] *= 0.5
+            if s["curvature"] is not None:       # the automatic step keeps η = 1/(L̂ + β)
+                s["curvature"] = max(s["curvature"], 1.0 / s["lr"] - s["beta"])
+            s["halvings"] = s.get("halvings", 0) + 1
+            return x, e
+    return x_new, e_new
+
+
 def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
     z = np.asarray(z, float)
     n = program.n_shared
-    beta, cap, lr = s["beta"], int(s["local_steps"]), s["lr"]
+    beta, cap = s["beta"], int(s["local_steps"])
     # û := z^k (Algorithms 1, 3) or u_i^k (`local_start="u"`); private variables: their last value
     x = np.concatenate([z if s["start"] == "z" else s["u"], program.y])
     e = _residual(program, s, x, z)
@@ -138,14 +184,13 @@ def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
         if s["solver"] != "gd":
             x, e, steps = _solve(program, s, x, z, bound / math.sqrt(x.size), cap)
         while float(np.linalg.norm(e)) > bound and steps < cap:   # test, then step (spec §2.3)
-            x = x - lr * e                                        # (2.9): the residual is the step
-            e = _residual(program, s, x, z)
+            x, e = _gd_step(program, s, x, e, z)                  # (2.9): the residual is the step
             steps += 1
     elif s["solver"] != "gd":                                     # exact ADMM (2.8a)
         x, e, steps = _solve(program, s, x, z, 1e-10, cap)
     else:
         for _ in range(cap):                                      # E steps of (2.9)
-            x = x - lr * _residual(program, s, x, z)
+            x, e = _gd_step(program, s, x, e, z)
             steps += 1
     if not np.all(np.isfinite(x)):
         return {"w": np.full(n, np.nan), "beta": beta, "steps": steps, "drift": math.inf}
@@ -158,36 +203,64 @@ def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
     s["last"] = {"steps": steps, "bound": bound, "residual": float(np.linalg.norm(e)) if s["inexact"]
                  else None, "beta": beta, "primal": primal, "dual": dual}
     if s["adaptive"]:
-        p = beta * primal if s["penalty_rule"] == "code" else primal
-        # (3.15); the paper has no bounds on β, `beta_range` (default unbounded) adds them
-        s["beta"] = float(np.clip(adapt_penalty(beta, p, dual, s["mu"], s["tau"]), s["beta_min"], s["beta_max"]))
+        s["beta"] = _adapt(s, beta, primal, dual, scale=float(np.max(np.abs(z), initial=1.0)))
     s["u"], s["lam"] = u.copy(), lam
     return {"w": w, "beta": beta, "steps": steps, "drift": float(np.max(np.abs(u - z), initial=0.0))}
+
+
+def _adapt(s: dict, beta: float, primal: float, dual: float, scale: float) -> float:
+    """β_i^{k+1} by (3.15) within `beta_range`. Safeguards (`safe`): residuals at round-off
+    (both ≤ 1e-12·max(1, ‖z‖∞)) leave β alone (their ratio is noise: the paper's rule then
+    drifts β to 1e-27 or 1e+30); with the automatic η, η follows β: η = 1/(L̂ + β) (with the
+    user's η, a β that makes the local steps unstable is caught by `_gd_step`, which halves η)."""
+    if s["safe"] and max(primal, dual) <= 1e-12 * scale:
+        return beta
+    p = beta * primal if s["penalty_rule"] == "code" else primal
+    new = float(np.clip(adapt_penalty(beta, p, dual, s["mu"], s["tau"]), s["beta_min"], s["beta_max"]))
+    if s["auto_lr"]:
+        s["lr"] = 1.0 / (s["curvature"] + new)
+    return new
 
 
 # ---- the backend ------------------------------------------------------------------------------
 class FedADMM(Backend):
     """FedADMM (Algorithm 1), FedADMM-In (`inexact=True`), FedADMM-InSa (`inexact=True,
-    adaptive=True`). Defaults: the paper's experiments (β = 2, E = 10, lr = 0.01, μ = 20, τ = 2,
-    criterion reference z^k); full participation unless `participation` < 1 (paper: 0.1).
+    adaptive=True`).
 
-    >>> res = prob.solve(FedADMM(inexact=True, adaptive=True, participation=0.1, seed=0))  # doctest: +SKIP
+    Defaults: FedADMM-InSa with the safeguards (docs/fedadmm.md): the automatic local step
+    η_i = 1/(L̂_i + β_i) (`lr=None`, L̂_i estimated on the client), rejected steps that increase
+    the local residual, β_i within `beta_range` = β⁰·[1e-3, 1e3], and a stop at `tol`.
+    `FedADMM.paper()` is the paper's experimental setting (vanilla, β = 2, E = 10, η = 0.01,
+    no safeguards, no stop): the reproductions use it. Full participation unless
+    `participation` < 1 (paper: 0.1).
+
+    >>> res = prob.solve(FedADMM())                                          # doctest: +SKIP
+    >>> res = prob.solve(FedADMM.paper(inexact=True, adaptive=True, participation=0.1))  # doctest: +SKIP
     """
 
     name = "fedadmm"
     checkpointing = True
+    #: the paper's experiments (spec §2.7): what `FedADMM.paper()` starts from
+    PAPER = {"beta": 2.0, "local_steps": 10, "lr": 0.01, "inexact": False, "adaptive": False,
+             "tol": None, "max_rounds": 100, "beta_range": (0.0, math.inf), "safeguard": False}
 
-    def __init__(self, beta: float = 2.0, local_steps: int = 10, lr: float = 0.01,
-                 inexact: bool = False, sigma: float | None = None, adaptive: bool = False,
+    @classmethod
+    def paper(cls, **overrides) -> "FedADMM":
+        """The paper's setting (β = 2, E = 10, η = 0.01, vanilla, 100 rounds, no stop, no
+        safeguards), with `overrides` (e.g. `inexact=True, adaptive=True` for its InSa)."""
+        return cls(**{**cls.PAPER, **overrides})
+
+    def __init__(self, beta: float = 1.0, local_steps: int = 50, lr: float | None = None,
+                 inexact: bool = True, sigma: float | None = None, adaptive: bool = True,
                  mu: float = 20.0, tau: float = 2.0, memory: float | None = None,
-                 participation: float = 1.0, max_rounds: int = 100, seed: int | None = 0,
+                 participation: float = 1.0, max_rounds: int = 1000, seed: int | None = 0,
                  reference: str = "z", sigma_factor: float = 1.0, strong_convexity: float = 1.0,
-                 penalty_rule: str = "paper", alpha: Any = "uniform", tol: float | None = None,
+                 penalty_rule: str = "paper", alpha: Any = "uniform", tol: float | None = 1e-8,
                  w0: Any = None, server_tol: float = 1e-10,
-                 beta_range: tuple[float, float] = (0.0, math.inf), local_solver: str = "gd",
-                 local_start: str = "z"):
+                 beta_range: tuple[float, float] | None = None, local_solver: str = "gd",
+                 local_start: str = "z", safeguard: bool = True):
         problems = []
-        for label, value in (("beta", beta), ("lr", lr), ("mu", mu), ("tau", tau),
+        for label, value in (("beta", beta), ("lr", 1.0 if lr is None else lr), ("mu", mu), ("tau", tau),
                              ("sigma_factor", sigma_factor), ("strong_convexity", strong_convexity),
                              ("server_tol", server_tol)):
             if not _positive(value):
@@ -213,6 +286,11 @@ class FedADMM(Backend):
             problems.append(f"penalty_rule must be 'paper' or 'code', got {penalty_rule!r}")
         if tol is not None and not _positive(tol):
             problems.append(f"tol must be None or a positive number (got {tol!r})")
+        for label, value in (("inexact", inexact), ("adaptive", adaptive), ("safeguard", safeguard)):
+            if not isinstance(value, (bool, np.bool_)):
+                problems.append(f"{label} must be True or False (got {value!r})")
+        if beta_range is None:       # safeguard: β stays within 1e±3 of β⁰ (the paper: unbounded)
+            beta_range = (1e-3 * beta, 1e3 * beta) if safeguard and _positive(beta) else (0.0, math.inf)
         try:
             low, high = (float(v) for v in beta_range)
             assert 0 <= low < high
@@ -222,7 +300,8 @@ class FedADMM(Backend):
         if problems:
             raise FedModelError("FedADMM: " + "; ".join(problems))
         self.beta_range, self.local_solver, self.local_start = (low, high), local_solver, local_start
-        self.beta, self.local_steps, self.lr = float(beta), int(local_steps), float(lr)
+        self.beta, self.local_steps = float(beta), int(local_steps)
+        self.lr, self.safeguard = None if lr is None else float(lr), bool(safeguard)
         self.inexact, self.adaptive = bool(inexact), bool(adaptive)
         self.sigma = None if sigma is None else float(sigma)
         self.mu, self.tau = float(mu), float(tau)
@@ -286,7 +365,15 @@ class FedADMM(Backend):
                 "reference": self.reference, "adaptive": float(self.adaptive), "mu": self.mu,
                 "tau": self.tau, "penalty_rule": self.penalty_rule, "beta_min": self.beta_range[0],
                 "beta_max": self.beta_range[1], "solver": self.local_solver,
-                "start": self.local_start}
+                "start": self.local_start, "safe": float(self.safeguard)}
+
+    def _hint(self) -> str:
+        """What to change when a run diverges (the divergence message's last part)."""
+        guard = "" if self.safeguard else "; or turn the safeguards on (safeguard=True, beta_range=None)"
+        if self.lr is not None:
+            return (f"lower lr (now {self.lr:g}) or leave lr=None for the automatic step "
+                    f"1/(L̂+β), or raise beta (now {self.beta:g}){guard}")
+        return f"raise beta (now {self.beta:g}) or check the model's scaling{guard}"
 
     # ---- the rounds -----------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
@@ -302,26 +389,31 @@ class FedADMM(Backend):
         z = np.zeros(d) if self.w0 is None else _start_point(self.w0, d)
         bar = progress(self.max_rounds, verbose, self.variant)
         try:
+            info = {"variant": self.variant, "alpha": alpha, "memory": self.memory}
             z, history, status, steps = self._rounds(ex, z, alpha, self.max_rounds, callback, bar,
-                                                     checkpointer=checkpointer)
+                                                     checkpointer=checkpointer, info=info)
         finally:
             bar.close()
         values, multipliers = gather_values(ex, problem, z)
-        betas = {c: r["beta"] for c, r in ex.map("fedadmm_beta", {c: {} for c in ex.clients}).items()}
+        final = ex.map("fedadmm_beta", {c: {} for c in ex.clients})
+        info["final_beta"] = {c: r["beta"] for c, r in final.items()}
+        info["final_lr"] = {c: r["lr"] for c, r in final.items()}    # after the safeguard's halvings
         ex.ledger.rounds = len(history)
         ex.close()
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"rounds": len(history), "local_steps": steps}, "ledger": ex.ledger,
-                "info": {"variant": self.variant, "alpha": alpha, "memory": self.memory,
-                         "final_beta": betas}}
+                "info": info}
 
     def _rounds(self, ex, z, alpha, max_rounds, callback, bar, lam_start="zero", keep_beta=False,
-                stop=None, report=True, server_tol=None, checkpointer: Checkpointer = NO_CHECKPOINT):
+                stop=None, report=True, server_tol=None, checkpointer: Checkpointer = NO_CHECKPOINT,
+                info: dict | None = None):
         """The loop of Algorithms 1/3 from z^0 = z. State: round k, z, the server's caches of w_i
         and β_i, the sampling rng — saved by `checkpointer` after every round (docs/checkpoints.md).
         `stop(z, record, z_bar, weight, residual) -> bool` replaces the `tol` test (ProxAL's
         composition; z_bar, weight: the z-step's anchor and quadratic weight (3.2); residual: the
-        ∞-norm residual of the server's solve)."""
+        ∞-norm residual of the server's solve). Divergence (non-finite or 1e6-fold growth of z,
+        the clients' messages w_i = β_i u_i − λ_i or their drift ‖u_i − z‖∞) stops the loop with
+        status "diverged", the last sound z, a RuntimeWarning and `info["diverged"]`."""
         clients = ex.clients
         m = len(clients)
         rng = np.random.default_rng(self.seed)
@@ -335,11 +427,15 @@ class FedADMM(Backend):
         size = max(1, math.ceil(self.participation * m))
         has_server_step = stop is not None or _server_has_terms(ex.programs["server"])
         history, status, total_steps, elapsed = [], "max_iterations", 0, 0.0
+        watch = DivergenceWatch(self.variant, hint=self._hint())
         saved = checkpointer.restore(ex)
         if saved:
             z, w_cache, b_cache = saved["z"], saved["w_cache"], saved["b_cache"]
             history, total_steps, elapsed = saved["history"], saved["total_steps"], saved["elapsed"]
             rng.bit_generator.state = saved["rng"]
+            watch.smallest = dict(saved.get("watch", {}))   # the growth test's memory
+        else:                       # the sizes at the start: the growth test's baseline
+            watch.check(0, client_messages=w_cache, z=z)
         for k in range(len(history), max_rounds):
             start = time.perf_counter()
             chosen = sorted(rng.choice(m, size=size, replace=False)) if size < m else list(range(m))
@@ -350,8 +446,9 @@ class FedADMM(Backend):
             z_hat = (alpha @ w_cache) / s_beta                                        # (3.1a)
             z_bar = (z_hat + self.memory * z) / (1.0 + self.memory)                   # (3.1b)
             server_residual = 0.0
-            if not np.all(np.isfinite(z_bar)):      # a client diverged (lr too large for its f̃_i)
-                status = "diverged"
+            drift = max(float(replies[clients[j]]["drift"]) for j in chosen)
+            if watch.check(k + 1, client_messages=w_cache[chosen], client_drift=drift, z=z_bar):
+                status = watch.report({} if info is None else info)
                 break
             if has_server_step:                                                       # (3.2) + h
                 out = ex.call("server", "solve_local", linear=None, weight=(1 + self.memory) * s_beta,
@@ -362,11 +459,10 @@ class FedADMM(Backend):
                 z_new = z_bar
             step_counts = {clients[j]: int(replies[clients[j]]["steps"]) for j in chosen}
             total_steps += sum(step_counts.values())
-            if not np.all(np.isfinite(z_new)):
-                status = "diverged"
+            if watch.check(k + 1, z=z_new):
+                status = watch.report({} if info is None else info)
                 break
             change = float(np.max(np.abs(z_new - z), initial=0.0))
-            drift = max(float(replies[clients[j]]["drift"]) for j in chosen)
             z = z_new
             elapsed += time.perf_counter() - start
             record = {"round": k + 1, "local_steps": sum(step_counts.values()),
@@ -391,7 +487,7 @@ class FedADMM(Backend):
                 break
             checkpointer.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
                                   "total_steps": total_steps, "elapsed": elapsed,
-                                  "rng": rng.bit_generator.state})
+                                  "rng": rng.bit_generator.state, "watch": dict(watch.smallest)})
         return z, history, status, total_steps
 
 
@@ -430,15 +526,17 @@ class FedADMM(Backend):
             return certificate <= tau
 
         from .common import _Silent
+        info: dict = {}
         z, history, status, steps = self._rounds(ex, np.asarray(w, float), alpha, self.max_rounds, None,
                                                  _Silent(), lam_start="zero",
                                                  keep_beta=keep and self.adaptive, stop=certified,
-                                                 report=False, server_tol=max(self.server_tol, 0.01 * tau))
+                                                 report=False, server_tol=max(self.server_tol, 0.01 * tau),
+                                                 info=info)
         if getattr(self, "_executor", None) is not ex:     # a new ProxAL solve: a fresh log
             self._executor, self.subproblem_log = ex, []
         self.subproblem_log.append({"tau": tau, "rounds": len(history), "local_steps": steps,
                                     "certificate": trace[-1] if trace else np.inf,
-                                    "solved": status == "converged"})
+                                    "solved": status == "converged", "diverged": info.get("diverged")})
         return z, trace or [np.inf], rho
 
 

@@ -72,8 +72,8 @@ def main(quick: bool = False) -> None:
     rows = []
     for participation in (1.0, 0.1):
         common = dict(lr=0.01, beta=2.0, participation=participation, max_rounds=rounds, seed=0)
-        vanilla, gv, _ = to_targets(prob, f_star, FedADMM(local_steps=10, **common))
-        insa, gi, ri = to_targets(prob, f_star, FedADMM(inexact=True, adaptive=True, **common))
+        vanilla, gv, _ = to_targets(prob, f_star, FedADMM.paper(local_steps=10, **common))
+        insa, gi, ri = to_targets(prob, f_star, FedADMM.paper(inexact=True, adaptive=True, **common))
         rows.append(ri.info["final_beta"])
         for target in TARGETS:
             v, i = vanilla[target], insa[target]

@@ -10,7 +10,8 @@ from backends.fedadmm import FedADMM, adapt_penalty, sigma_bound
 from fedmodel.runtime import SerialExecutor
 from fedmodel.runtime.program import compile_programs
 
-VARIANTS = {"vanilla": {}, "in": {"inexact": True}, "insa": {"inexact": True, "adaptive": True}}
+VARIANTS = {"vanilla": {"inexact": False, "adaptive": False}, "in": {"inexact": True, "adaptive": False},
+            "insa": {"inexact": True, "adaptive": True}}
 
 
 def ridge_data(seed=0, m=4, d=5, sizes=None):
@@ -171,7 +172,7 @@ def test_matches_a_direct_implementation_of_the_algorithm_box(variant):
     data = ridge_data(7, m=3, d=4)
     prob, w = ridge_model(data)
     opts = VARIANTS[variant]
-    backend = FedADMM(lr=0.3, max_rounds=25, mu=2.0, **opts)   # μ = 2: β moves within 25 rounds
+    backend = FedADMM.paper(lr=0.3, max_rounds=25, mu=2.0, **opts)   # μ = 2: β moves within 25 rounds
     trace = []
     programs = compile_programs(prob)
     ex = SerialExecutor().start(programs)
@@ -219,7 +220,7 @@ def test_one_insa_round_by_hand():
     prob.add_client().minimize(0.5 * fm.sum_squares(w - a))
     programs = compile_programs(prob)
     ex = SerialExecutor().start(programs)
-    backend = FedADMM(lr=0.5, inexact=True, adaptive=True)
+    backend = FedADMM.paper(lr=0.5, inexact=True, adaptive=True)
     from backends.common import _Silent
     z, history, _, steps = backend._rounds(ex, np.zeros(2), np.ones(1), 1, None, _Silent(), report=False)
     state = programs["c0"].state["fedadmm"]
@@ -303,16 +304,17 @@ def test_bad_models_and_weights_raise():
 
 def test_beta_range_bounds_the_adaptive_penalty():
     prob, w = ridge_model(ridge_data(7, m=3, d=4))
-    free = prob.solve(FedADMM(lr=0.05, mu=1.5, max_rounds=25, inexact=True, adaptive=True))
+    free = prob.solve(FedADMM.paper(lr=0.05, mu=1.5, max_rounds=25, inexact=True, adaptive=True))
     assert min(free.info["final_beta"].values()) < 1e-3          # the paper's rule, unbounded
-    bounded = prob.solve(FedADMM(lr=0.05, mu=1.5, max_rounds=25, inexact=True, adaptive=True,
+    bounded = prob.solve(FedADMM.paper(lr=0.05, mu=1.5, max_rounds=25, inexact=True, adaptive=True,
                                  beta_range=(0.5, 8.0)))
     assert min(bounded.info["final_beta"].values()) == 0.5
 
 
 def test_divergence_is_reported_not_nan():
     prob, w = ridge_model(ridge_data())
-    res = prob.solve(FedADMM(lr=50.0, max_rounds=50))
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        res = prob.solve(FedADMM.paper(lr=50.0, max_rounds=50))
     assert res.status == "diverged"
     assert np.all(np.isfinite(res.value(w)))
 

@@ -78,7 +78,7 @@ def solve(parts, options: dict, rounds: int, seed: int = 0, participation: float
     from backends.fedadmm import FedADMM
     alpha = [1.0 / len(parts)] * len(parts)
     prob, W = softmax_regression(parts, CLASSES, scale="client", alpha=alpha, name="insa-mnist")
-    algo = FedADMM(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)
+    algo = FedADMM.paper(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)
     start = time.perf_counter()
     res = prob.solve(algo)
     h = res.history

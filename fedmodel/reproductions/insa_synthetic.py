@@ -55,7 +55,7 @@ def solve(parts, options: dict, rounds: int = ROUNDS, seed: int = 0, participati
     """One FedADMM run; loss per round (Σα_i f_i(z^k), from the history) and local steps."""
     from backends.fedadmm import FedADMM
     prob, u = ridge_regression(parts, GAMMA, name="insa-synthetic")
-    algo = FedADMM(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)
+    algo = FedADMM.paper(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)
     start = time.perf_counter()
     res = prob.solve(algo)
     h = res.history

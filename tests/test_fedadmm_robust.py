@@ -1,0 +1,169 @@
+"""FedADMM robustness (issue 13, points 3–4): divergence reported, never returned as an answer;
+FedADMM-InSa's safeguarded rule converges on a heterogeneous ridge grid; fast defaults with the
+paper's setting one preset away; options checked when the backend is built. The reference is the
+closed-form ridge solution (normal equations), not another solver run."""
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from backends.fedadmm import FedADMM
+
+GAMMA = 0.1
+SIZES = [8, 12, 16, 20, 25, 30, 40, 50, 60, 80]            # heterogeneous clients: sizes …
+SCALES = np.linspace(0.3, 2.0, 10)                          # … and feature scales (L_i ≈ 0.1 … 56)
+
+
+def hetero_ridge(seed: int = 0, d: int = 5):
+    """10 clients, f_i(w) = ‖A_i w − b_i‖²/(2N_i) + (γ/2)‖w‖²; the closed-form minimizer of Σ f_i."""
+    rng = np.random.default_rng(seed)
+    w = fm.Variable(d, name="w")
+    prob = fm.Problem(name="hetero-ridge")
+    H, g = np.zeros((d, d)), np.zeros(d)
+    for n, s in zip(SIZES, SCALES):
+        A, b = s * rng.normal(size=(n, d)), rng.normal(size=n)
+        prob.add_client().minimize(0.5 * fm.sum_squares(prob.clients[-1].data(A) @ w - b) / n
+                                   + 0.5 * GAMMA * fm.sum_squares(w))
+        H += A.T @ A / n + GAMMA * np.eye(d)
+        g += A.T @ b / n
+    return prob, w, np.linalg.solve(H, g)
+
+
+@pytest.fixture(scope="module")
+def ridge():
+    return hetero_ridge()
+
+
+def outcome(prob, backend):
+    """(status, result, warnings raised) of one run."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = prob.solve(backend)
+    return res.status, res, [str(c.message) for c in caught if c.category is RuntimeWarning]
+
+
+def assert_converged_or_diverged(res, said, w, w_star, where):
+    """The only acceptable outcomes: the closed form to 1e-6, or "diverged" with its message."""
+    if res.status == "diverged":
+        assert res.info["diverged"] and said, where
+        return
+    assert res.status == "converged", (where, res.status)
+    error = np.max(np.abs(res.value(w) - w_star))
+    assert error <= 1e-6 * max(1.0, np.max(np.abs(w_star))), (where, error)
+
+
+# ---- the grid: InSa with the safeguards (the defaults) converges everywhere -----------------------
+GRID = list(itertools.product([0.1, 1.0, 10.0], [0.01, 0.05], [1, 10, 50]))
+
+
+def test_insa_grid_converges_to_the_closed_form(ridge):
+    """β ∈ {0.1, 1, 10}, lr ∈ {0.01, 0.05}, E ∈ {1, 10, 50}: with η forced by the user (up to 2.8/L_i
+    on the stiffest client, so the paper's rule diverges on 8 of the 18 cells, see the slow test)
+    the safeguarded rule converges on every cell — the safeguard may only lower η."""
+    prob, w, w_star = ridge
+    for beta, lr, steps in GRID:
+        backend = FedADMM(beta=beta, lr=lr, local_steps=steps, inexact=True, adaptive=True,
+                          max_rounds=1500, tol=1e-10)
+        status, res, said = outcome(prob, backend)
+        assert status == "converged", (beta, lr, steps, status, res.info.get("diverged"))
+        assert_converged_or_diverged(res, said, w, w_star, (beta, lr, steps))
+        assert all(v <= lr for v in res.info["final_lr"].values())
+        low, high = 1e-3 * beta, 1e3 * beta                    # the default beta_range
+        assert all(low <= b <= high for b in res.info["final_beta"].values())
+
+
+@pytest.mark.slow
+def test_paper_rule_on_the_grid_converges_or_says_diverged(ridge):
+    """The paper's rule (no safeguard, unbounded β) on the same grid: each cell either reaches the
+    closed form or stops with "diverged" (before: max_iterations with iterates of 1e152)."""
+    prob, w, w_star = ridge
+    verdicts = []
+    for beta, lr, steps in GRID:
+        backend = FedADMM.paper(beta=beta, lr=lr, local_steps=steps, inexact=True, adaptive=True,
+                                max_rounds=1500, tol=1e-10)
+        status, res, said = outcome(prob, backend)
+        assert_converged_or_diverged(res, said, w, w_star, (beta, lr, steps))
+        verdicts.append(status)
+    assert verdicts.count("diverged") >= 1 and verdicts.count("converged") >= 1, verdicts
+
+
+def test_the_issue_case_converges_by_default_and_is_reported_under_the_paper_rule(ridge):
+    """backends.FedADMM(beta=1, lr=0.05, local_steps=10, inexact=True, adaptive=True): the
+    issue's silent divergence. Safeguarded: the closed form. Paper rule: "diverged", a warning and
+    a message naming the quantity, the iteration and what to change."""
+    prob, w, w_star = ridge
+    options = dict(beta=1.0, lr=0.05, local_steps=10, inexact=True, adaptive=True)
+    status, res, said = outcome(prob, FedADMM(**options))
+    assert status == "converged"
+    np.testing.assert_allclose(res.value(w), w_star, atol=1e-7)
+    status, res, said = outcome(prob, FedADMM.paper(**options, max_rounds=100))
+    assert status == "diverged" and len(res.history) < 100
+    message = res.info["diverged"]
+    assert said == [message]
+    assert "FedADMM-InSa diverged at iteration" in message
+    assert "client_messages" in message or "z" in message
+    assert "lower lr (now 0.05)" in message and "safeguard=True" in message
+    assert np.all(np.isfinite(res.value(w)))          # the last sound iterate, flagged diverged
+
+
+def test_non_finite_local_run_is_reported_with_the_quantity():
+    prob, w, _ = hetero_ridge(1)
+    status, res, said = outcome(prob, FedADMM.paper(lr=1e3, max_rounds=20))
+    assert status == "diverged" and said
+    assert "non-finite" in res.info["diverged"] or "grew to" in res.info["diverged"]
+
+
+def test_safeguard_halves_a_too_large_lr_and_still_solves(ridge):
+    """lr = 5 is 280/L on the stiffest client: each rejected step (the local residual grew, which
+    cannot happen for η ≤ 2/(L+β)) halves η_i; the run still ends at the closed form."""
+    prob, w, w_star = ridge
+    res = prob.solve(FedADMM(lr=5.0, max_rounds=1500, tol=1e-10))
+    assert res.status == "converged"
+    np.testing.assert_allclose(res.value(w), w_star, atol=1e-7)
+    assert max(res.info["final_lr"].values()) < 5.0
+    # the stiffest client (L ≈ 56 in α-scaled units: f̃_i = 10 f_i) ends with η(L̂+β) ≤ 2
+    assert min(res.info["final_lr"].values()) <= 2.0 / 50
+
+
+# ---- defaults and the paper preset --------------------------------------------------------------
+def test_paper_preset_is_the_papers_setting_and_takes_overrides():
+    paper = FedADMM.paper()
+    assert (paper.beta, paper.local_steps, paper.lr, paper.inexact, paper.adaptive, paper.tol,
+            paper.max_rounds, paper.memory, paper.safeguard) == (2.0, 10, 0.01, False, False, None,
+                                                                 100, 0.0, False)
+    assert paper.beta_range == (0.0, np.inf)
+    insa = FedADMM.paper(inexact=True, adaptive=True, participation=0.1)
+    assert (insa.variant, insa.memory, insa.participation, insa.lr) == ("FedADMM-InSa", 0.01, 0.1, 0.01)
+    default = FedADMM()
+    assert default.variant == "FedADMM-InSa" and default.safeguard and default.lr is None
+    assert default.tol == 1e-8 and default.beta_range == (1e-3, 1e3)
+
+
+def test_defaults_solve_faster_than_the_paper_preset(ridge):
+    """Default (InSa, automatic η, stop at tol) vs the paper's vanilla β = 2, E = 10, η = 0.01:
+    the default reaches the closed form to 1e-7; the paper preset's 100 rounds do not."""
+    prob, w, w_star = ridge
+    fast = prob.solve(FedADMM())
+    assert fast.status == "converged"
+    assert np.max(np.abs(fast.value(w) - w_star)) <= 1e-7
+    paper = prob.solve(FedADMM.paper())
+    assert paper.status == "max_iterations" and len(paper.history) == 100
+    assert np.max(np.abs(paper.value(w) - w_star)) > 1e-5
+    assert fast.iterations["local_steps"] < paper.iterations["local_steps"]
+
+
+# ---- options checked when built -----------------------------------------------------------------
+@pytest.mark.parametrize("options, name", [
+    ({"beta": 0.0}, "beta"), ({"beta": -1.0}, "beta"), ({"beta": float("inf")}, "beta"),
+    ({"lr": 0.0}, "lr"), ({"lr": -0.1}, "lr"), ({"lr": "0.1"}, "lr"),
+    ({"local_steps": 0}, "local_steps"), ({"local_steps": 2.5}, "local_steps"),
+    ({"local_steps": True}, "local_steps"), ({"max_rounds": 10.0}, "max_rounds"),
+    ({"inexact": "yes"}, "inexact"), ({"adaptive": 1}, "adaptive"), ({"safeguard": None}, "safeguard"),
+    ({"tol": 0.0}, "tol"), ({"beta_range": (0.0, -1.0)}, "beta_range")])
+def test_bad_options_name_the_option(options, name):
+    with pytest.raises(fm.FedModelError, match=name):
+        FedADMM(**options)
+    with pytest.raises(fm.FedModelError, match=name):
+        FedADMM.paper(**options)
