@@ -9,6 +9,8 @@ import numpy as np
 
 from fedmodel.certificate import kkt_certificate
 from fedmodel.compiler.codegen import Plan
+from fedmodel.errors import DataError
+from fedmodel.expression import Constant, Parameter
 from fedmodel.result import Result
 
 
@@ -28,6 +30,7 @@ class Backend:
             warnings.warn(f"{self.name}: the model is not convex (DCP rules), so the algorithm's "
                           "convergence guarantees do not apply and CVXPY cannot certify the "
                           "result; the KKT certificate on the Result still does", stacklevel=3)
+        check_scaling(problem)
         checkpointer = Checkpointer.create(self, problem, checkpoint, checkpoint_every, resume)
         extra = {"checkpointer": checkpointer} if self.checkpointing else {}
         start = time.perf_counter()
@@ -44,15 +47,67 @@ class Backend:
         raise NotImplementedError
 
 
-def objective_and_violation(problem, values: dict[int, np.ndarray]) -> tuple[float, float]:
-    """Total objective and the largest constraint violation (global and local) at `values`."""
+# Data whose entries exceed HUGE overflow squared losses and their gradients (1e155² > 1.8e308) or
+# leave no digits for the backends' absolute tolerances: refused. Above LARGE: a warning.
+HUGE, LARGE = 1e100, 1e20
+
+
+def check_scaling(problem) -> None:
+    """One pass over every block's data, constants and parameter values before a run: non-finite
+    entries (e.g. data changed in place after `client.data`) or entries above HUGE raise
+    DataError, entries above LARGE warn — naming the block and the item, with a hint to rescale —
+    instead of a run that overflows, never ends or returns a meaningless answer."""
+    seen: set[int] = set()
+    for block in problem.blocks:
+        leaves = list(block.data_items)
+        for expr in block.terms + [c.expr for c in block.constraints]:
+            leaves += [leaf for leaf in expr.leaves() if isinstance(leaf, (Constant, Parameter))]
+        for leaf in leaves:
+            if id(leaf) in seen or getattr(leaf, "remote", False) or leaf.value is None:
+                continue
+            seen.add(id(leaf))
+            array = np.asarray(leaf.value, dtype=float)
+            largest = max(float(np.max(array)), -float(np.min(array)))   # no |array| copy
+            what = f"{type(leaf).__name__.lower()} {getattr(leaf, 'label', leaf.name)!r} of block {block.name!r}"
+            if not np.isfinite(largest):
+                raise DataError(f"{what} has non-finite entries (NaN or inf); remove or impute them "
+                                "before solving")
+            if largest > HUGE:
+                raise DataError(f"{what} has entries as large as {largest:.3g}: squared losses and "
+                                "gradients overflow in double precision. Rescale it (e.g. divide by "
+                                "its largest entry or standardize its columns) and solve again")
+            if largest > LARGE:
+                warnings.warn(f"{what} has entries as large as {largest:.3g}: badly scaled data make "
+                              "the backends' absolute tolerances meaningless and may overflow; "
+                              "consider rescaling it", RuntimeWarning, stacklevel=4)
+
+
+def _evaluate(problem, values: dict[int, np.ndarray]) -> tuple[float, list[float]] | None:
+    """Total objective and each constraint's violation at `values` (None: a value is missing)."""
     variables = problem.variables()
     if any(v.uid not in values for v in variables):
-        return float("nan"), float("nan")
+        return None
     outputs = [problem.objective] + [c.expr for c in problem.constraints]
     evaluated = Plan(outputs, variables)(*[values[v.uid] for v in variables])
-    violation = max([0.0] + [c.violation(val) for c, val in zip(problem.constraints, evaluated[1:])])
-    return float(evaluated[0]), violation
+    return float(evaluated[0]), [c.violation(val) for c, val in zip(problem.constraints, evaluated[1:])]
+
+
+def objective_and_violation(problem, values: dict[int, np.ndarray]) -> tuple[float, float]:
+    """Total objective and the largest constraint violation (global and local) at `values`."""
+    evaluated = _evaluate(problem, values)
+    if evaluated is None:
+        return float("nan"), float("nan")
+    return evaluated[0], max([0.0] + evaluated[1])
+
+
+def violated_constraints(problem, values: dict[int, np.ndarray], tol: float = 0.0) -> dict[str, float]:
+    """{constraint name: violation} of the constraints violated by more than `tol` at `values`,
+    largest first (an infeasible or stalled run names them)."""
+    evaluated = _evaluate(problem, values)
+    if evaluated is None:
+        return {}
+    pairs = [(c.name or str(c), v) for c, v in zip(problem.constraints, evaluated[1]) if v > tol]
+    return dict(sorted(pairs, key=lambda pair: -pair[1]))
 
 
 def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time: float) -> Result:

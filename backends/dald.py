@@ -37,6 +37,7 @@ the same per-node messages.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 import networkx as nx
@@ -47,11 +48,16 @@ from fedmodel.runtime import kernels, make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import compile_programs
 from . import dald_nodes  # noqa: F401  (the node-side procedures: solver layer, (13), (15), (20), (21))
-from .base import Backend
-from .common import gather_values, progress
+from .base import Backend, violated_constraints
+from .watch import DivergenceWatch
+from .common import check_callable, check_choice, check_count, check_number, gather_values, progress
 
 SOLVERS = ("auto", "exact", "gd", "newton", "prox-grad")
 RULES = ("B1", "B2", "B3", "B4")
+# `DALD.paper()`: the paper's exact setting. The constructor's defaults are the same apart from
+# stall detection: no other fixed setting measured faster across models (docs/dald.md).
+PAPER_DALD = dict(rho=1.0, inner_rule="B4", v_max=1, eps_primal=1e-5, eps_dual=1e-5, step=1e-4,
+                  local_steps=1, max_iterations=1000, stall_window=None)
 
 
 
@@ -61,6 +67,63 @@ def _weighted_sum(RHO2, A, uniform) -> np.ndarray:
     if uniform:
         return RHO2[0] * A.sum(axis=0)
     return (RHO2 * A).sum(axis=0)
+
+
+def _check_rho(rho) -> None:
+    """ρ: a positive scalar, a vector of positive entries (one per model coordinate), or a dict
+    client → ρ_i (CC) / edge (u, v) → ρ_uv (DC) of those (0 only for the μ ≡ 0 special cases)."""
+    values = rho.values() if isinstance(rho, dict) else [rho]
+    for value in values:
+        try:
+            array = np.asarray(value, dtype=float)
+        except (TypeError, ValueError):
+            array = None
+        if array is None or array.ndim > 1 or array.size == 0 or isinstance(value, (bool, str)) \
+                or not np.all(np.isfinite(array)) or np.any(array < 0):
+            raise FedModelError(
+                f"rho must be positive and finite: a scalar, a vector with one entry per model "
+                f"coordinate, or a dict client → ρ_i (star) / edge (u, v) → ρ_uv (other graphs); "
+                f"got {value!r}")
+
+
+def _check_options(o: dict) -> None:
+    """Every DALD option, checked when the backend is built (FedModelError naming the option)."""
+    _check_rho(o["rho"])
+    check_choice("inner_rule", o["inner_rule"], RULES)
+    check_choice("solver", o["solver"], SOLVERS)
+    check_choice("coordination", o["coordination"], ("full", "partial"))
+    check_choice("mode", o["mode"], ("auto", "cc", "dc"))
+    check_count("v_max", o["v_max"])
+    check_count("max_iterations", o["max_iterations"])
+    check_count("local_steps", o["local_steps"])
+    check_count("report_every", o["report_every"])
+    if o["stall_window"] is not None:
+        check_count("stall_window", o["stall_window"])
+    check_number("participation", o["participation"], 0.0, 1.0, closed=True)
+    check_number("eps_primal", o["eps_primal"], 0.0, np.inf, low_closed=True)
+    check_number("eps_dual", o["eps_dual"], 0.0, np.inf, low_closed=True)
+    check_number("step", o["step"], 0.0, np.inf)
+    if o["beta"] is not None:
+        check_number("beta (penalty of the nodes' own constraints)", o["beta"], 0.0, np.inf)
+    if o["local_tol"] is not None:
+        check_number("local_tol", o["local_tol"], 0.0, np.inf)
+    if o["seed"] is not None:
+        check_count("seed", o["seed"], low=0)
+    for name in ("eps_schedule", "v_max_schedule", "monitor", "availability"):
+        check_callable(name, o[name])
+    if o["server_host"] is not None and not isinstance(o["server_host"], str):
+        raise FedModelError(f"server_host must be a client name or None, got {o['server_host']!r}")
+    if o["order"] is not None and (isinstance(o["order"], str) or
+                                   not all(isinstance(n, str) for n in o["order"])):
+        raise FedModelError(f"order must be a sequence of node names or None, got {o['order']!r}")
+    if o["x0"] is not None:
+        try:
+            x0 = np.asarray(o["x0"], dtype=float)
+        except (TypeError, ValueError):
+            x0 = np.array(np.nan)
+        if not np.all(np.isfinite(x0)):
+            raise FedModelError(f"x0 must be finite numbers (a scalar or the shared variables, "
+                                f"flattened), got {o['x0']!r}")
 
 
 class ClientModels(dict):
@@ -108,19 +171,9 @@ class DALD(Backend):
                  eps_schedule: Callable[[int], float] | None = None,
                  v_max_schedule: Callable[[int], int] | None = None, x0: Any = None,
                  monitor: Callable[[int, dict], None] | None = None,
-                 availability: Callable[[int], Sequence[str]] | None = None, report_every: int = 1):
-        if inner_rule not in RULES:
-            raise FedModelError(f"inner_rule must be one of {RULES}, got {inner_rule!r}")
-        if solver not in SOLVERS:
-            raise FedModelError(f"solver must be one of {SOLVERS}, got {solver!r}")
-        if coordination not in ("full", "partial"):
-            raise FedModelError(f"coordination must be 'full' or 'partial', got {coordination!r}")
-        if mode not in ("auto", "cc", "dc"):
-            raise FedModelError(f"mode must be 'auto', 'cc' or 'dc', got {mode!r}")
-        if int(v_max) < 1 or int(max_iterations) < 1 or not 0 < participation <= 1:
-            raise FedModelError("DALD needs v_max ≥ 1, max_iterations ≥ 1 and 0 < participation ≤ 1")
-        if eps_primal < 0 or eps_dual < 0 or (solver in ("gd", "prox-grad") and (step <= 0 or local_steps < 1)):
-            raise FedModelError("DALD needs eps ≥ 0, and step > 0, local_steps ≥ 1 for gd / prox-grad")
+                 availability: Callable[[int], Sequence[str]] | None = None, report_every: int = 1,
+                 stall_window: int | None = 20):
+        _check_options(locals())
         self.rho, self.inner_rule, self.v_max = rho, inner_rule, int(v_max)
         self.eps_primal, self.eps_dual = float(eps_primal), float(eps_dual)
         self.solver, self.step, self.local_steps = solver, float(step), int(local_steps)
@@ -140,10 +193,18 @@ class DALD(Backend):
         # the history's objective / violation (the harness's metric, one more pass over every
         # node's data) every `report_every` outer iterations and at the last; NaN in between
         self.report_every = int(report_every)
-        if self.report_every < 1:
-            raise FedModelError(f"report_every must be ≥ 1, got {report_every}")
+        # constrained models: residuals flat for 2 × stall_window outer steps → "infeasible" /
+        # "stalled" (not in the paper; None: off, as in DALD.paper())
+        self.stall_window = stall_window
         self.dual_updates = True          # False: distributed PA / FedProx (μ ≡ 0), see special_cases
         self.require_consensus = True     # outer stop also needs ‖C‖∞ ≤ ε_pri
+
+    @classmethod
+    def paper(cls, **overrides) -> "DALD":
+        """The paper's setting (Guo et al., §VI): ρ = 1, inner rule B4 with v_max = 1,
+        ε_pri = ε_dual = 1e-5, step α = 1e-4 for gd / prox-grad, 1000 iterations, and no stall
+        detection (not in the paper). `overrides` change any option, e.g. solver="prox-grad"."""
+        return cls(**{**PAPER_DALD, **overrides})
 
     # -- parameters ---------------------------------------------------------------------------
     def _rho(self, key, d: int) -> np.ndarray:
@@ -157,9 +218,13 @@ class DALD(Backend):
                 raise FedModelError(f"rho has no entry for {key!r}; give one per client (CC) or "
                                     "per edge (u, v) (DC), or a single scalar / vector")
         rho = np.asarray(rho, float)
-        if rho.size not in (1, d) or np.any(rho < 0) or not np.all(np.isfinite(rho)):
-            raise FedModelError(f"rho must be nonnegative, a scalar or a vector of the model size "
-                                f"{d}; got {rho.size} values")
+        _check_rho(rho)
+        if self.dual_updates and not np.any(rho > 0):
+            raise FedModelError(f"rho must be positive: ρ for {key!r} is 0, so that "
+                                f"{'client' if isinstance(key, str) else 'edge'} is never coupled")
+        if rho.size not in (1, d):
+            raise FedModelError(f"rho for {key!r} has {rho.size} entries but the model has {d} "
+                                f"shared coordinates: give a positive scalar or {d} positive entries")
         return np.broadcast_to(rho.ravel() if rho.size == d else rho.reshape(()), (d,)).copy()
 
     def _beta(self) -> float:
@@ -168,6 +233,49 @@ class DALD(Backend):
         if isinstance(self.rho, dict):
             return 2.0
         return max(2.0 * float(np.mean(np.square(np.asarray(self.rho, float)))), 1e-12)
+
+    def _watch(self) -> DivergenceWatch:
+        """The divergence watch, with the settings a user should change in its message."""
+        if self.solver in ("gd", "prox-grad"):
+            hint = (f"lower step (now {self.step:g}) below 1/L of the local objectives, or use "
+                    "solver='auto' (exact local solves)")
+        else:
+            hint = f"raise rho (now {self.rho!r}) or check the model's scaling"
+        return DivergenceWatch("DALD", hint=hint)
+
+    def _stall(self, history: list[dict]) -> str | None:
+        """"infeasible" / "stalled" when the consensus and constraint residuals have not improved
+        by 0.1% over the last `stall_window` outer steps and stay well above the tolerance:
+        the augmented-Lagrangian signature of an infeasible model (the iterates settle at a
+        least-violation point while the multipliers grow linearly). "infeasible" needs the
+        iterates settled and exact local solves; with gd / prox-grad a slow run looks the same,
+        so it says "stalled"."""
+        W = self.stall_window
+        if W is None or len(history) < 2 * W:
+            return None
+        r = [max(h["primal_residual"], h["constraint_residual"]) for h in history[-2 * W:]]
+        before, recent = min(r[:W]), min(r[W:])
+        if recent < (1.0 - 1e-3) * before or recent <= max(100.0 * self.eps_primal, 1e-6):
+            return None
+        settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
+        return "infeasible" if settled and self.solver not in ("gd", "prox-grad") else "stalled"
+
+    def _stall_report(self, problem, status: str, values: dict, info: dict, k: int) -> None:
+        """For an infeasible / stalled run: the violated constraints by name (at the returned
+        point, the least-violation point found) in info["violated"], a message and a warning."""
+        if status not in ("infeasible", "stalled"):
+            return
+        violated = violated_constraints(problem, values, tol=self.eps_primal)
+        what = ("the model looks infeasible (the iterates settled while the multipliers grow)"
+                if status == "infeasible" else "no progress")
+        info["violated"] = violated
+        info[status] = (f"DALD stopped at outer iteration {k}: the consensus / constraint residuals "
+                        f"did not improve over {2 * self.stall_window} outer iterations — {what}. "
+                        f"Violated at the point returned: "
+                        + (", ".join(f"{n} (by {v:.3g})" for n, v in violated.items()) or "none")
+                        + ". Check these constraints together (and against the other clients' "
+                        "constraints: the model variables are shared), or pass stall_window=None")
+        warnings.warn(info[status], RuntimeWarning, stacklevel=4)
 
     def _inner_done(self, k: int, v: int, dual: float) -> bool:
         rule = self.inner_rule
@@ -245,15 +353,18 @@ class DALD(Backend):
             raise FedModelError("Fed-DALD-CC needs Σ_i ρ_i∘ρ_i > 0 in every coordinate")
         X = np.tile(xhat, (len(clients), 1))
         mu_sum = np.zeros(d)           # server's mirror of Σ_i μ_i (each term is known to it)
-        history, total, status, k = [], 0, "max_iterations", 0
+        history, total, status, k, info = [], 0, "max_iterations", 0, {}
+        constrained = bool(problem.constraints)
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
+        watch = self._watch()
         saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
         if saved:
             k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
             if isinstance(X, dict):
                 X = np.array([X[c] for c in clients])
             history, self._rng.bit_generator.state = saved["history"], saved["rng"]
+            watch.smallest = dict(saved.get("watch", {}))
         while total < self.max_iterations:
             k += 1
             v, dual, active = 0, np.inf, set()
@@ -269,15 +380,15 @@ class DALD(Backend):
                     X = X.copy()
                     X[[row[c] for c in part]] = reply["x"]
                 new = self._server_step(ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used)  # (14)/(29)
-                finite = bool(np.all(np.isfinite(new)))
+                finite = not watch.check(total, **{"x̂ (server model)": new, "x_i (client models)": X})
                 if not finite:
                     break
                 dual = float(np.max(np.abs(new - xhat), initial=0.0))       # D = x̂^{k,v} − x̂^{k,v−1}
                 xhat = new
                 if self._inner_done(k, v, dual) or total >= self.max_iterations:
                     break
-            if not finite:          # keep the last finite iterate; the caller sees "diverged"
-                status = "diverged"
+            if not finite:          # keep the last sound iterate x̂; the caller sees "diverged"
+                status = watch.report(info)
                 break
             # C_i = x̂ − x_i: ‖C‖∞, and the server's mirror of Step 2: Σμ_i += Σ_(active) 2ρ_i∘ρ_i∘C_i
             everyone = len(active) == len(clients)
@@ -308,17 +419,22 @@ class DALD(Backend):
             if self._converged(primal, dual, dmu):
                 status = "converged"
                 break
+            if constrained and (stop := self._stall(history)):
+                status = stop
+                break
             ckpt.save(ex, k, {"k": k, "total": total, "xhat": xhat, "x": X, "mu_sum": mu_sum,
-                                    "history": history, "rng": self._rng.bit_generator.state})
+                                    "history": history, "rng": self._rng.bit_generator.state,
+                                    "watch": dict(watch.smallest)})
         bar.close()
         values, multipliers = gather_values(ex, problem, xhat)
         ex.ledger.rounds = total
         mus = ex.map_stacked("dald_state", clients)["mu"]
         consensus = {c: np.array(m, float) for c, m in zip(clients, mus)}
+        self._stall_report(problem, status, values, info, k)
+        info.update(consensus_multipliers=consensus,
+                    client_values={c: X[i].copy() for i, c in enumerate(clients)})
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger,
-                "info": {"consensus_multipliers": consensus,
-                         "client_values": {c: X[i].copy() for i, c in enumerate(clients)}}}
+                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger, "info": info}
 
     def _server_step(self, ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used):
         if not self.dual_updates:                                   # distributed PA (53), p_i = 1/n
@@ -380,15 +496,18 @@ class DALD(Backend):
                         after=float(position[j] > position[n]), x=x0)
         moving = np.array([any(position[j] < position[n] for j in neighbors[n]) for n in order], dtype=bool)
         X = np.tile(x0, (len(order), 1))          # not the bottom nodes: they enter D (80)
-        history, total, status, k = [], 0, "max_iterations", 0
+        history, total, status, k, info = [], 0, "max_iterations", 0, {}
+        constrained = bool(problem.constraints)
         bar = progress(self.max_iterations, verbose, "DALD-DC")
         opts = self._opts()
+        watch = self._watch()
         saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
         if saved:
             k, total, X, history = saved["k"], saved["total"], saved["x"], saved["history"]
             if isinstance(X, dict):
                 X = np.array([X[n] for n in order])
             self._rng.bit_generator.state = saved["rng"]
+            watch.smallest = dict(saved.get("watch", {}))
         while total < self.max_iterations:
             k += 1
             v = 0
@@ -406,11 +525,12 @@ class DALD(Backend):
                 else:
                     X = X.copy()
                     X[[position[n] for n in solved]] = reply["x"]
-                dual, finite = kernels.largest_change(X, previous, moving)   # D (80)
+                dual, _ = kernels.largest_change(X, previous, moving)   # D (80)
+                finite = not watch.check(total, **{"x_i (node models)": X})   # non-finite or growth
                 if not finite or self._inner_done(k, v, dual) or total >= self.max_iterations:
                     break
-            if not finite:          # keep the last finite sweep; the caller sees "diverged"
-                status, X = "diverged", previous
+            if not finite:          # keep the last sound sweep; the caller sees "diverged"
+                status, X = watch.report(info), previous
                 break
             replies = ex.map_stacked("dald_dc_dual", order, common={"consensus": float(self.dual_updates)})  # (21)
             primal = float(np.max(replies["primal"]))
@@ -427,8 +547,11 @@ class DALD(Backend):
             if self._converged(primal, dual, dmu):
                 status = "converged"
                 break
+            if constrained and (stop := self._stall(history)):
+                status = stop
+                break
             ckpt.save(ex, k, {"k": k, "total": total, "x": X, "history": history,
-                                    "rng": self._rng.bit_generator.state})
+                                    "rng": self._rng.bit_generator.state, "watch": dict(watch.smallest)})
         bar.close()
         clients = [n for n in order if n != "server"]
         rows = [position[c] for c in clients]
@@ -441,10 +564,11 @@ class DALD(Backend):
             for j, mu in (m["mu"] or {}).items():
                 if position[n] < position[j]:
                     consensus[(n, j)] = mu
+        self._stall_report(problem, status, values, info, k)
+        info.update(consensus_multipliers=consensus, order=order,
+                    client_values={n: X[i].copy() for i, n in enumerate(order)})
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger,
-                "info": {"consensus_multipliers": consensus, "order": order,
-                         "client_values": {n: X[i].copy() for i, n in enumerate(order)}}}
+                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger, "info": info}
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report=True) -> dict:

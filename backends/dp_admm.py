@@ -66,7 +66,8 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import compile_programs
 from .base import Backend
-from .common import gather_values, progress, require_star
+from .watch import DivergenceWatch
+from .common import check_count, check_number as _number, gather_values, progress, require_star
 
 VARIANTS = ("objT", "objP", "outP")
 
@@ -90,6 +91,11 @@ class RhoSchedule:
 
 
 RHO_PRESETS = {"mnist": RhoSchedule(2.0, 5.0, 1e4), "femnist": RhoSchedule(0.005, 0.05, 2e3)}
+# `DPADMM.paper()`. The constructor's defaults are the fast non-private configuration instead:
+# ε̄ = ∞, ObjP with a = 10, stop at tol — ObjT with δ^t = a/t² freezes the clients (Σδ^t = aπ²/6)
+# and never reaches the optimum without noise (docs/dp_admm.md).
+PAPER_DPADMM = dict(variant="objT", rho_schedule="mnist", a=1.0, max_rounds=20000,
+                    trust_radius="paper", trust_norm="inf", tol=0.0)
 
 
 def composition(epsilons, deltas=0.0, delta_prime: float = 1e-6) -> dict[str, tuple[float, float]]:
@@ -366,11 +372,14 @@ register(MessageKind("dp_admm_log", {}, {"log": "opaque"}, local=True), _client_
 
 # ---- the backend --------------------------------------------------------------------------------
 class DPADMM(Backend):
-    """DP-IADMM: ObjT (Algorithm 2, default), ObjP (Algorithm 1) and the OutP baseline.
+    """DP-IADMM: ObjT (Algorithm 2), ObjP (Algorithm 1, default) and the OutP baseline.
 
+    Defaults: the fastest robust non-private configuration (ε̄ = ∞, ObjP, a = 10, stop at tol);
+    the paper's exact setting is `DPADMM.paper(epsilon=...)` (ObjT, a = 1, δ^t = a/t², T = 2e4).
     epsilon: ε̄ per round and client (∞: non-private IADMM). delta: OutP's δ̄ (1e-6).
     rho_schedule: "mnist" (c1=2, c2=5, T_c=1e4; default) | "femnist" | a RhoSchedule | a number
-    (static ρ) | a callable (t, ε̄) -> ρ. a: scales η^t = a/√t (ObjP), δ^t (ObjT) and η̂^t (OutP).
+    (static ρ) | a callable (t, ε̄) -> ρ. a: scales η^t = a/√t (ObjP; default 10, paper 1), δ^t (ObjT)
+    and η̂^t (OutP).
     max_rounds: T (paper: 2e4). seed: per-client generators spawned from it (None: each client
     seeds itself). trust_radius: "paper" (a/t²) | "code" (a) | callable t -> δ^t.
     trust_norm: "inf" | "2". sensitivity: "paper" | "replace" | number | {client: number}.
@@ -385,8 +394,8 @@ class DPADMM(Backend):
     name = "dp-admm"
     checkpointing = True
 
-    def __init__(self, epsilon: float = float("inf"), variant: str = "objT", delta: float = 1e-6,
-                 rho_schedule: Any = "mnist", a: float = 1.0, max_rounds: int = 20000,
+    def __init__(self, epsilon: float = float("inf"), variant: str = "objP", delta: float = 1e-6,
+                 rho_schedule: Any = "mnist", a: float = 10.0, max_rounds: int = 20000,
                  seed: int | None = None, trust_radius: Any = "paper", trust_norm: str = "inf",
                  sensitivity: Any = "paper", outp_std: str = "sigma",
                  outp_constants: tuple[float, float] | None = None,
@@ -401,7 +410,7 @@ class DPADMM(Backend):
         if composition_delta is not None:
             composition_delta = _number("composition_delta", composition_delta, 0.0, 1.0)
         a, tol = _number("a", a, 0.0, math.inf), _number("tol", tol, 0.0, math.inf, low_closed=True)
-        max_rounds, log_every = _count("max_rounds", max_rounds), _count("log_every", log_every)
+        max_rounds, log_every = check_count("max_rounds", max_rounds), check_count("log_every", log_every)
         if trust_radius not in ("paper", "code") and not callable(trust_radius):
             raise FedModelError("trust_radius must be 'paper' (δ^t = a/t²), 'code' (δ^t = a) or a "
                                 f"callable t -> δ^t, got {trust_radius!r}")
@@ -424,6 +433,21 @@ class DPADMM(Backend):
         self.composition_delta = composition_delta if composition_delta is not None else delta
         self.tol, self.log_every = tol, log_every
         self.record_noise, self.w0 = bool(record_noise), w0
+        if w0 is not None:
+            try:
+                finite = bool(np.all(np.isfinite(np.asarray(w0, dtype=float))))
+            except (TypeError, ValueError):
+                finite = False
+            if not finite:
+                raise FedModelError(f"w0 must be finite numbers (a scalar or the shared variables, "
+                                    f"flattened), got {w0!r}")
+
+    @classmethod
+    def paper(cls, **overrides) -> "DPADMM":
+        """The paper's setting (Ryu & Kim, MNIST experiments): ObjT (Algorithm 2), ρ̂^t of (21)
+        with the MNIST constants, a = 1, trust radius δ^t = a/t², T = 20,000 rounds run in full
+        (tol = 0). ε̄ is the experiment's variable: pass `epsilon=` (default ∞, IADMM)."""
+        return cls(**{**PAPER_DPADMM, **overrides})
 
     # -- public schedules ---------------------------------------------------------------------
     def rho(self, t: int) -> float:
@@ -532,12 +556,14 @@ class DPADMM(Backend):
         lam = {c: np.zeros(d) for c in clients}                         # λ_p^1 = 0
         server_used = bool(problem.server.terms or problem.server.constraints)
         per_round = (self.epsilon, self._round_delta())
-        history, status, t, rho = [], "max_iterations", 0, math.nan
+        history, status, t, rho, diverged = [], "max_iterations", 0, math.nan, {}
         bar = progress(self.max_rounds, verbose, "DP-ADMM")
         start = time.perf_counter()
+        watch = DivergenceWatch("DP-ADMM", hint=self._hint())
         saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
         if saved:
             t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
+            watch.smallest = dict(saved.get("watch", {}))
         for t in range(t + 1, self.max_rounds + 1):
             rho = self.rho(t)                                                  # (21)
             step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
@@ -557,8 +583,9 @@ class DPADMM(Backend):
                 replies = ex.map("dp_admm_step", {c: {"w": w_new, "lam": lam[c], **step}
                                                   for c in clients})            # (8) / (9)
                 z_new = {c: r["z"] for c, r in replies.items()}
-            if not (np.all(np.isfinite(w_new)) and all(np.all(np.isfinite(v)) for v in z_new.values())):
-                status = "diverged"
+            if watch.check(t, **{"w (server model)": w_new,
+                                 "z_p (client models)": np.array(list(z_new.values()))}):
+                status = watch.report(diverged)
                 break
             for c in clients:
                 lam[c] = lam[c] + rho * (w_new - z_new[c])                      # (4c)
@@ -585,14 +612,24 @@ class DPADMM(Backend):
             if done:
                 status = "converged"
                 break
-            checkpointer.save(ex, t, {"t": t, "w": w, "z": z, "lam": lam, "rho": rho, "history": history})
+            checkpointer.save(ex, t, {"t": t, "w": w, "z": z, "lam": lam, "rho": rho, "history": history,
+                                      "watch": dict(watch.smallest)})
         bar.close()
         rounds = t if status != "diverged" else t - 1
-        info = self._info(ex, z, lam, rho, records, per_round, t, history)   # t rounds released z
+        info = self._info(ex, z, lam, rho, records, per_round, t, history) | diverged   # t rounds released z
         values, multipliers = gather_values(ex, problem, w)
         ex.ledger.rounds = rounds
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"rounds": rounds}, "ledger": ex.ledger, "info": info}
+
+    def _hint(self) -> str:
+        """What to change when a run diverges: the z-step is stable when ρ^t (plus ObjP's √t/a)
+        dominates the clients' gradient Lipschitz constants."""
+        if self.variant == "objT":
+            return ("raise rho_schedule so that ρ^t > 2·L_p (L_p: Lipschitz constant of the "
+                    "clients' gradients) or lower a (the trust radius)")
+        return (f"raise rho_schedule above the clients' gradient Lipschitz constants, or lower a "
+                f"(now {self.a:g}) so the proximal weight √t/a dominates them sooner")
 
     def _report(self, ex, w) -> dict:
         reports = ex.map("report", {n: {"x": w} for n in ex.nodes})
@@ -651,19 +688,3 @@ def _check_sensitivity(value):
     if not all(isinstance(b, (int, float)) and 0 <= b < math.inf for b in bounds):
         raise FedModelError(f"a sensitivity bound must be a finite nonnegative number, got {value!r}")
     return dict(value) if isinstance(value, dict) else float(value)
-
-
-def _number(label: str, value, low: float, high: float, closed: bool = False,
-            low_closed: bool = False) -> float:
-    """`value` as a float between low and high (ends included when `low_closed` / `closed`)."""
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if ok and (low < value or (low_closed and value == low)) and (value < high or (closed and value == high)):
-        return float(value)
-    interval = f"{'[' if low_closed else '('}{low:g}, {high:g}{']' if closed else ')'}"
-    raise FedModelError(f"{label} must be a number in {interval}, got {value!r}")
-
-
-def _count(label: str, value) -> int:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
-        return int(value)
-    raise FedModelError(f"{label} must be a positive integer, got {value!r}")

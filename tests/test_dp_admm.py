@@ -99,7 +99,7 @@ def _rel(res, ref, w):
 
 # ---- non-private: the CVXPY optimum ----------------------------------------------------------
 @pytest.mark.parametrize("kind, options", [
-    ("ridge", dict(variant="objP")),                           # paper defaults: a = 1, ρ̂ "mnist"
+    ("ridge", dict(variant="objP", a=1.0)),                    # paper: a = 1, ρ̂ "mnist"
     ("ridge", dict(variant="objT", trust_radius="code", rho_schedule=4.0)),   # ρ > 2·max L_p ≈ 3
     ("ridge", dict(variant="outP")),
     ("logistic", dict(variant="objP", a=10.0)),
@@ -139,8 +139,8 @@ def test_paper_trust_radius_freezes_the_clients():
     of the optimum; δ^t = a (the authors' code) reaches it (spec 2.5)."""
     prob, w, _ = _model("logistic")
     ref = prob.solve("cvxpy")
-    paper = prob.solve(DPADMM(variant="objT", max_rounds=400, tol=0))
-    code = prob.solve(DPADMM(variant="objT", trust_radius="code", max_rounds=400, tol=0))
+    paper = prob.solve(DPADMM(variant="objT", a=1.0, max_rounds=400, tol=0))
+    code = prob.solve(DPADMM(variant="objT", a=1.0, trust_radius="code", max_rounds=400, tol=0))
     assert sum(r["step"] for r in paper.history) <= math.pi ** 2 / 6
     assert paper.history[-1]["radius"] == pytest.approx(1 / 400 ** 2)
     assert _rel(paper, ref, w) > 0.1 and _rel(code, ref, w) < 1e-4
@@ -175,7 +175,7 @@ def test_objective_perturbation_enters_the_linear_term(variant):
     """The recorded ξ̃ replayed in the hand-coded (8)/(9) gives the run's iterates, and each
     round's Δ̄_p^t is the paper's (20) at z_p^t."""
     prob, w, parts = _model("logistic")
-    backend = DPADMM(variant=variant, epsilon=1.0, trust_radius="code", max_rounds=25, tol=0,
+    backend = DPADMM(variant=variant, a=1.0, epsilon=1.0, trust_radius="code", max_rounds=25, tol=0,
                      seed=7, record_noise=True)
     res = prob.solve(backend)
     noise = [res.info["noise"][f"c{p}"] for p in range(P)]
@@ -214,7 +214,7 @@ def test_output_perturbation_adds_gaussian_noise_of_the_documented_scale():
     1/η̂ = c3 + 2(c1/I_p)√(t ln(1.25/δ̄))/ε̄, c1 = I_p, c3 = I_p/4 (spec 2.6); 'sigma2' uses σ²."""
     eps, T = 1.0, 60
     prob, w, parts = _model("ridge")
-    backend = DPADMM(variant="outP", epsilon=eps, max_rounds=T, tol=0, seed=5, record_noise=True)
+    backend = DPADMM(variant="outP", a=1.0, epsilon=eps, max_rounds=T, tol=0, seed=5, record_noise=True)
     res = prob.solve(backend)
     log_term = math.log(1.25e6)
     rho1 = 2.0 + 5.0 / eps
@@ -229,7 +229,7 @@ def test_output_perturbation_adds_gaussian_noise_of_the_documented_scale():
     hw, _, _ = _hand_iadmm("ridge", parts, "outP", T, backend.rho, noise=noise,
                            outp=lambda t, r: backend.outp_parameters(t, r, M))
     assert np.allclose(res.value(w), hw, rtol=0, atol=1e-12)            # noise on the output
-    code = prob.solve(DPADMM(variant="outP", epsilon=eps, max_rounds=1, tol=0, seed=5,
+    code = prob.solve(DPADMM(variant="outP", a=1.0, epsilon=eps, max_rounds=1, tol=0, seed=5,
                              outp_std="sigma2"))
     assert code.info["noise_std"]["c0"][0] == pytest.approx(sigma1 ** 2, rel=1e-12)
     assert res.info["privacy"]["per_round"] == (eps, 1e-6)
@@ -383,7 +383,7 @@ def test_objT_iterates_respect_the_trust_region(options):
 
 def test_messages_are_model_sized_and_noise_stays_on_the_client():
     prob, _, _ = _model("ridge")
-    res = prob.solve(DPADMM(epsilon=1.0, max_rounds=10, tol=0, seed=0, record_noise=True))
+    res = prob.solve(DPADMM(variant="objT", a=1.0, epsilon=1.0, max_rounds=10, tol=0, seed=0, record_noise=True))
     ledger = res.ledger
     assert ledger.kinds() >= {"dp_admm_init", "dp_admm_step"}
     assert "dp_admm_log" not in ledger.kinds()                          # local debugging only

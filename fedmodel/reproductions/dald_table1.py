@@ -82,8 +82,7 @@ def dald(X: np.ndarray, y: np.ndarray, iterations: int = 1000, seed: int = 0,
     import topologies
     from backends.dald import DALD
     prob, _ = build_problem(X, y, seed=seed)
-    algo = DALD(rho=1.0, inner_rule="B4", v_max=1, eps_primal=0.0, eps_dual=0.0,
-                max_iterations=iterations, solver="exact")
+    algo = DALD.paper(eps_primal=0.0, eps_dual=0.0, max_iterations=iterations, solver="exact")
     res = prob.solve(algo, topology=topologies.hierarchy(HIERARCHY, prob), executor=executor)
     assert res.info["order"] == ["c0", "c1", "c2"]
     return res.info["client_values"]

@@ -146,8 +146,8 @@ def run_backend(method: str, exp: Experiment, lam: float, iterations: int,
         algo = FedProx(mu=2.0, step=STEP, local_steps=1, max_rounds=iterations, tol=0.0, warm_start=True)
         topology = topologies.star(prob)
     else:
-        algo = DALD(rho=1.0, inner_rule="B4", v_max=1, eps_primal=EPS, eps_dual=EPS,
-                    solver="prox-grad", step=STEP, local_steps=1, max_iterations=iterations)
+        algo = DALD.paper(eps_primal=EPS, eps_dual=EPS, solver="prox-grad", step=STEP,
+                          local_steps=1, max_iterations=iterations)
         topology = topologies.star(prob) if method == "dald-cc" else topologies.path(prob)
     algo.monitor = watch
     algo.report_every = report_every

@@ -58,9 +58,9 @@ def solve(parts, variant: str, epsilon: float, rounds: int, seed: int = 0,
     from backends.dp_admm import DPADMM
     scale = "client" if variant == "outP" else "total"          # the code's loss scalings
     prob, W = softmax_regression(parts, CLASSES, beta=BETA, scale=scale, name="dp-mnist")
-    algo = DPADMM(epsilon=epsilon, variant=variant, rho_schedule="mnist", a=1.0,
-                  max_rounds=rounds, seed=seed, trust_radius=trust_radius, tol=0.0,
-                  log_every=log_every or max(1, rounds // 20), outp_std=outp_std)
+    algo = DPADMM.paper(epsilon=epsilon, variant=variant, max_rounds=rounds, seed=seed,
+                        trust_radius=trust_radius, log_every=log_every or max(1, rounds // 20),
+                        outp_std=outp_std)
     start = time.perf_counter()
     res = prob.solve(algo)
     return {"W": res.value(W), "history": res.history, "status": res.status,
