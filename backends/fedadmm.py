@@ -98,11 +98,12 @@ def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np
     return g
 
 
-def _curvature(program: NodeProgram, s: dict, x: np.ndarray, iterations: int = 8) -> float:
-    """An estimate of L̃_i, the largest curvature of f̃_i near x: power iteration on gradient
-    differences (exact for quadratics, from below; the local loop's backtracking corrects an
-    underestimate). Costs `iterations` + 1 gradients, once per client."""
-    g0 = program.value_grad(x[:program.n_shared], x[program.n_shared:])[1] / s["alpha"]
+def local_curvature(program: NodeProgram, x: np.ndarray, scale: float = 1.0, iterations: int = 8) -> float:
+    """An estimate of the largest curvature of the node's objective / `scale` near x = (shared,
+    private): power iteration on gradient differences (exact for quadratics, from below; the
+    callers' safeguards correct an underestimate). Costs `iterations` + 1 gradients."""
+    n = program.n_shared
+    g0 = program.value_grad(x[:n], x[n:])[1] / scale
     v = np.cos(np.arange(1, x.size + 1))                   # deterministic, no zero coordinate
     estimate = 0.0
     with np.errstate(over="ignore", invalid="ignore"):
@@ -110,12 +111,17 @@ def _curvature(program: NodeProgram, s: dict, x: np.ndarray, iterations: int = 8
             v = v / np.linalg.norm(v)
             h = 1e-4 * max(1.0, float(np.max(np.abs(x), initial=0.0)))
             y = x + h * v
-            hv = (program.value_grad(y[:program.n_shared], y[program.n_shared:])[1] / s["alpha"] - g0) / h
+            hv = (program.value_grad(y[:n], y[n:])[1] / scale - g0) / h
             size = float(np.linalg.norm(hv))
             if not np.isfinite(size) or size == 0.0:
                 break
             estimate, v = size, hv
     return estimate
+
+
+def _curvature(program: NodeProgram, s: dict, x: np.ndarray) -> float:
+    """L̂_i of f̃_i = f_i/α_i near x, computed on the client once per run."""
+    return local_curvature(program, x, s["alpha"])
 
 
 def _penalty(program: NodeProgram):

@@ -17,6 +17,13 @@ point of FedProx / FedAvg is not the minimizer of Σ f_i (client drift); with on
 are gradient descent on (1/n)Σ f_i and converge to it.
 Stop: ‖x̂^k − x̂^{k−1}‖∞ ≤ tol (the dual residual D of (70)); no consensus test (C ≠ 0 at the
 fixed point when clients differ). Local constraints keep their AL multiplier step each round.
+
+Defaults (issue 13): `step=None` picks the step 1/max_i L̂_i from the clients' curvature
+(estimated once per run, `backends.fedadmm.local_curvature`), with one local step (gradient
+descent on (1/n)Σ f_i: no client drift) and a stop at `tol`; `FedProx.paper()` / `FedAvg.paper()`
+are the DALD paper's baseline settings (α = 1e-4, one step, 1000 rounds). Divergence (non-finite
+or 1e6-fold growth) stops with status "diverged" through DALD's DivergenceWatch, whose message
+here names the backend and its `step`.
 """
 from __future__ import annotations
 
@@ -25,19 +32,61 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
+from fedmodel.runtime.program import compile_programs
 from .dald import DALD
+from .watch import DivergenceWatch
+
+#: the DALD paper's FedProx / FedAvg baseline (Sec. V-B): ρ = 1 (μ = 2), α = 1e-4, one step, 1000 rounds
+PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, "tol": 1e-8}
+
+
+def _count(label: str, value, allow_none: bool = False) -> None:
+    """An integer ≥ 1 (bools and floats refused), else a FedModelError naming the option."""
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise FedModelError(f"{label} must be an integer ≥ 1{' or None' if allow_none else ''}, "
+                            f"got {value!r}")
+
+
+def _number(label: str, value, low_closed: bool = False, allow_none: bool = False) -> None:
+    """A finite number > 0 (≥ 0 when `low_closed`), else a FedModelError naming the option."""
+    if allow_none and value is None:
+        return
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+        and np.isfinite(value) and (value > 0 or (low_closed and value == 0))
+    if not ok:
+        raise FedModelError(f"{label} must be a finite number {'≥' if low_closed else '>'} 0"
+                            f"{' or None' if allow_none else ''}, got {value!r}")
+
+
+def curvature_step(problem, x0: Any = None) -> float:
+    """1/max_i L̂_i: a gradient step every client's objective tolerates (L̂_i: the clients'
+    largest curvature near x0, by `local_curvature`); 1.0 when no client has curvature."""
+    from .fedadmm import local_curvature
+    programs = compile_programs(problem)
+    d = programs["server"].n_shared
+    x = np.zeros(d) if x0 is None else np.broadcast_to(np.asarray(x0, float).ravel(), (d,))
+    largest = max((local_curvature(programs[c.name], np.concatenate([x, programs[c.name].y]))
+                   for c in problem.clients), default=0.0)
+    return 1.0 / largest if largest > 0 else 1.0
 
 
 class _DistributedPA(DALD):
     """Fed-DALD-CC with μ ≡ 0 and x̂ = mean(x_i) (distributed PA, (51)–(53))."""
 
-    def __init__(self, prox: float, step: float, local_steps: int | None, max_rounds: int,
+    def __init__(self, prox: float, step: float | None, local_steps: int | None, max_rounds: int,
                  tol: float, x0: Any = None, beta: float = 2.0, warm_start: bool = False):
-        if prox < 0 or step <= 0 or max_rounds < 1 or tol < 0:
-            raise FedModelError(f"{type(self).__name__} needs mu ≥ 0, step > 0, max_rounds ≥ 1 "
-                                f"and tol ≥ 0 (got mu={prox}, step={step}, max_rounds={max_rounds})")
-        if local_steps is not None and int(local_steps) < 1:
-            raise FedModelError(f"local_steps must be ≥ 1 or None (exact local solve), got {local_steps}")
+        name = type(self).__name__
+        _number(f"{name}: mu", prox, low_closed=True)
+        _number(f"{name}: step", step, allow_none=True)
+        _count(f"{name}: local_steps", local_steps, allow_none=True)
+        _count(f"{name}: max_rounds", max_rounds)
+        _number(f"{name}: tol", tol, low_closed=True)
+        if not isinstance(warm_start, (bool, np.bool_)):
+            raise FedModelError(f"{name}: warm_start must be True or False, got {warm_start!r}")
+        self.step_option = step          # None: 1/max_i L̂_i, chosen at each run
+        step = 1.0 if step is None else step
         super().__init__(rho=float(np.sqrt(prox / 2.0)), inner_rule="B4", v_max=1,
                          eps_primal=tol, eps_dual=tol,
                          solver="exact" if local_steps is None else "gd", step=step,
@@ -49,6 +98,25 @@ class _DistributedPA(DALD):
         self.mu, self.max_rounds, self.tol = float(prox), int(max_rounds), float(tol)
         self.exact_local = local_steps is None
 
+    @classmethod
+    def paper(cls, **overrides):
+        """The DALD paper's baseline setting (ρ = 1, α = 1e-4, one local step, 1000 rounds), with
+        `overrides`; the reproductions use it."""
+        allowed = {k: v for k, v in PAPER_FEDPROX.items() if k in cls._options()}
+        return cls(**{**allowed, **overrides})
+
+    @classmethod
+    def _options(cls) -> tuple:
+        import inspect
+        return tuple(inspect.signature(cls.__init__).parameters)[1:]
+
+    def _watch(self) -> DivergenceWatch:
+        """DALD's watch, with this backend's name and the settings to change."""
+        hint = (f"lower step (now {self.step:g}; step=None picks 1/L̂ from the data) or use "
+                "local_steps=None (exact local solves)" if not self.exact_local else
+                "raise mu or check the model's scaling")
+        return DivergenceWatch(type(self).__name__, hint=hint)
+
     def run(self, problem, **kwargs):
         if problem.server.terms or problem.server.constraints:
             raise FedModelError(f"{type(self).__name__} has no server step for the server block's "
@@ -57,7 +125,14 @@ class _DistributedPA(DALD):
         if self.exact_local and self.mu == 0:
             raise FedModelError("FedAvg with exact local solves needs local_steps ≥ 1 (an exact "
                                 "local argmin of f_i alone is one-shot averaging)")
-        out = super().run(problem, **kwargs)
+        automatic = self.step_option is None and not self.exact_local
+        if automatic:
+            self.step = curvature_step(problem, self.x0)
+        try:
+            out = super().run(problem, **kwargs)
+        finally:
+            step, self.step = self.step, (1.0 if automatic else self.step)
+        out["info"]["step"] = step          # the local gradient step used (chosen when step=None)
         out["iterations"] = {"rounds": out["iterations"]["inner"]}
         for record in out["history"]:
             record["round"] = record.pop("iteration")
@@ -67,7 +142,8 @@ class _DistributedPA(DALD):
 class FedProx(_DistributedPA):
     """FedProx (Li et al.) as distributed PA: proximal weight `mu` = 1/α = 2ρ² (the DALD paper's
     ρ = 1 gives mu = 2), `local_steps` GD steps of size `step` from x̂ (None: exact prox solve),
-    `max_rounds` rounds. Paper defaults: ρ = 1, α = 1e-4, one local step, 1000 iterations.
+    `max_rounds` rounds. Defaults: the step 1/max_i L̂_i from the data (`step=None`), one local
+    step, a stop at `tol`; `FedProx.paper()`: ρ = 1, α = 1e-4, one local step, 1000 iterations.
     `warm_start=True` starts the local steps from the client's own previous x_i instead of x̂
     (the DALD solver layer's x^{k,v,0} = x^{k,v−1}; Fed-DALD-CC with μ ≡ 0 — the reading of the
     paper's FedProx baseline in Table II). With one local step from x̂ the proximal term is
@@ -75,19 +151,20 @@ class FedProx(_DistributedPA):
 
     name = "fedprox"
 
-    def __init__(self, mu: float = 2.0, step: float = 1e-4, local_steps: int | None = 1,
-                 max_rounds: int = 1000, tol: float = 1e-8, x0: Any = None,
+    def __init__(self, mu: float = 2.0, step: float | None = None, local_steps: int | None = 1,
+                 max_rounds: int = 10000, tol: float = 1e-8, x0: Any = None,
                  warm_start: bool = False):
         super().__init__(mu, step, local_steps, max_rounds, tol, x0, warm_start=warm_start)
 
 
 class FedAvg(_DistributedPA):
     """FedAvg (McMahan et al.) as FedProx with ρ → 0⁺: `local_steps` GD steps of size `step`
-    on f_i from x̂, then x̂ = mean of the client models."""
+    on f_i from x̂, then x̂ = mean of the client models. Defaults as FedProx's (`step=None`:
+    1/max_i L̂_i); `FedAvg.paper()`: α = 1e-4, one local step, 1000 rounds."""
 
     name = "fedavg"
 
-    def __init__(self, step: float = 1e-4, local_steps: int = 1, max_rounds: int = 1000,
+    def __init__(self, step: float | None = None, local_steps: int = 1, max_rounds: int = 10000,
                  tol: float = 1e-8, x0: Any = None):
         if local_steps is None:
             raise FedModelError("FedAvg needs local_steps ≥ 1")
@@ -106,8 +183,7 @@ class DistributedGD(_DistributedPA):
     name = "dgd"
 
     def __init__(self, step: float = 1e-2, max_rounds: int = 1000, tol: float = 1e-8, x0: Any = None):
-        if step <= 0:
-            raise FedModelError(f"DistributedGD needs step > 0, got {step}")
+        _number("DistributedGD: step", step)
         super().__init__(1.0 / step, step, 1, max_rounds, tol, x0, warm_start=True)
 
 
@@ -123,8 +199,9 @@ class ProximalAlgorithm(DALD):
 
     def __init__(self, alpha: float = 1.0, max_iterations: int = 1000, tol: float = 1e-8,
                  x0: Any = None):
-        if alpha <= 0 or tol < 0:
-            raise FedModelError(f"ProximalAlgorithm needs alpha > 0 and tol ≥ 0 (got {alpha}, {tol})")
+        _number("ProximalAlgorithm: alpha", alpha)
+        _number("ProximalAlgorithm: tol", tol, low_closed=True)
+        _count("ProximalAlgorithm: max_iterations", max_iterations)
         super().__init__(rho=float(np.sqrt(1.0 / (2.0 * alpha))), inner_rule="B4", v_max=1,
                          eps_primal=tol, eps_dual=tol, solver="exact", max_iterations=max_iterations,
                          mode="cc", x0=x0)

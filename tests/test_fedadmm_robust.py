@@ -10,6 +10,7 @@ import pytest
 
 import fedmodel as fm
 from backends.fedadmm import FedADMM
+from backends.special_cases import DistributedGD, FedAvg, FedProx, ProximalAlgorithm
 
 GAMMA = 0.1
 SIZES = [8, 12, 16, 20, 25, 30, 40, 50, 60, 80]            # heterogeneous clients: sizes …
@@ -167,3 +168,66 @@ def test_bad_options_name_the_option(options, name):
         FedADMM(**options)
     with pytest.raises(fm.FedModelError, match=name):
         FedADMM.paper(**options)
+
+
+# ---- FedProx / FedAvg / DGD / PA (backends/special_cases.py) --------------------------------------
+def largest_client_curvature(seed: int = 0, d: int = 5) -> float:
+    """max_i λ_max(A_iᵀA_i/N_i) + γ for hetero_ridge's data, computed directly."""
+    rng = np.random.default_rng(seed)
+    largest = 0.0
+    for n, s in zip(SIZES, SCALES):
+        A, _ = s * rng.normal(size=(n, d)), rng.normal(size=n)
+        largest = max(largest, np.linalg.eigvalsh(A.T @ A / n)[-1] + GAMMA)
+    return largest
+
+
+@pytest.mark.parametrize("make", [FedProx, FedAvg])
+def test_fedprox_fedavg_defaults_take_the_step_from_the_data(ridge, make):
+    """step=None → 1/max_i L_i (one local step: gradient descent on (1/n)Σ f_i, no client drift);
+    the closed form within 1e-6, where the paper preset (α = 1e-4, 1000 rounds) is still 2e-2 off."""
+    prob, w, w_star = ridge
+    res = prob.solve(make())
+    assert res.status == "converged" and res.iterations["rounds"] < 1000
+    # power iteration approaches L from below: the step is at most 1% above 1/L, far below 2/L
+    assert 1.0 <= res.info["step"] * largest_client_curvature() <= 1.01
+    assert np.max(np.abs(res.value(w) - w_star)) <= 1e-6
+    paper = prob.solve(make.paper())
+    assert paper.status == "max_iterations" and paper.iterations["rounds"] == 1000
+    assert np.max(np.abs(paper.value(w) - w_star)) > 1e-3
+
+
+def test_fedprox_fedavg_paper_presets():
+    prox, avg = FedProx.paper(), FedAvg.paper(local_steps=3)
+    assert (prox.mu, prox.step, prox.local_steps, prox.max_rounds, prox.tol) == (2.0, 1e-4, 1, 1000, 1e-8)
+    assert (avg.mu, avg.step, avg.local_steps, avg.max_rounds) == (0.0, 1e-4, 3, 1000)
+    assert FedProx().step_option is None and FedProx.paper(step=0.1).step == 0.1
+
+
+@pytest.mark.parametrize("make", [lambda: FedProx(step=5.0, max_rounds=200),
+                                  lambda: FedAvg(step=5.0, local_steps=3, max_rounds=200),
+                                  lambda: DistributedGD(step=5.0, max_rounds=200)])
+def test_special_cases_report_divergence(ridge, make):
+    """A step far above 2/L: status "diverged" within a few rounds, a RuntimeWarning and a
+    message naming the backend, the quantity, the iteration and the step to lower."""
+    prob, w, _ = ridge
+    backend = make()
+    status, res, said = outcome(prob, backend)
+    assert status == "diverged" and res.iterations["rounds"] < 50, res.iterations
+    message = res.info["diverged"]
+    assert said == [message]
+    assert message.startswith(f"{type(backend).__name__} diverged at iteration")
+    assert "lower step (now 5" in message
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: FedProx(step=0.0), "step"), (lambda: FedProx(step=-1.0), "step"),
+    (lambda: FedProx(step=float("nan")), "step"), (lambda: FedProx(local_steps=2.5), "local_steps"),
+    (lambda: FedProx(local_steps=0), "local_steps"), (lambda: FedProx(max_rounds=10.0), "max_rounds"),
+    (lambda: FedProx(tol=-1.0), "tol"), (lambda: FedProx(mu=-1.0), "mu"),
+    (lambda: FedProx(warm_start="no"), "warm_start"), (lambda: FedAvg(step="0.1"), "step"),
+    (lambda: FedAvg(local_steps=True), "local_steps"), (lambda: DistributedGD(step=0.0), "step"),
+    (lambda: ProximalAlgorithm(alpha=0.0), "alpha"), (lambda: ProximalAlgorithm(max_iterations=0), "max_iterations"),
+    (lambda: ProximalAlgorithm(tol=float("nan")), "tol")])
+def test_special_case_options_are_checked_when_built(make, name):
+    with pytest.raises(fm.FedModelError, match=name):
+        make()
