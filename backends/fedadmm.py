@@ -494,6 +494,8 @@ class FedADMM(Backend):
             checkpointer.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
                                   "total_steps": total_steps, "elapsed": elapsed,
                                   "rng": rng.bit_generator.state, "watch": dict(watch.smallest)})
+        if status == "max_iterations" and stop is None and _sustained_growth(history, watch):
+            status = watch.report({} if info is None else info)
         return z, history, status, total_steps
 
 
@@ -551,6 +553,23 @@ def _certificate(program: NodeProgram, x):
     """∇_x P_i(x, y_i) and ‖∇_y P_i(x, y_i)‖∞ at the client's current private variables."""
     g = program.value_grad(np.asarray(x, float), program.y)[1]
     return {"grad": g[:program.n_shared], "private": float(np.max(np.abs(g[program.n_shared:]), initial=0.0))}
+
+
+def _sustained_growth(history: list[dict], watch: DivergenceWatch, window: int = 20,
+                      factor: float = 2.0) -> bool:
+    """A run that hit max_rounds while diverging slowly (below the watch's 1e6-fold test): the
+    round's change ‖z^{k+1} − z^k‖∞ rose in every one of the last `window` rounds, by ≥ `factor`
+    overall. Sets `watch.message`; a converging run's changes do not rise like that."""
+    changes = [r["z_change"] for r in history[-window - 1:]]
+    if len(changes) <= window or not all(b > a for a, b in zip(changes, changes[1:])):
+        return False
+    if changes[-1] < factor * changes[0]:
+        return False
+    watch.message = (f"{watch.backend} diverged at iteration {history[-1]['round']}: the change "
+                     f"‖z^(k+1) − z^k‖∞ rose in each of the last {window} rounds, "
+                     f"{changes[-1] / changes[0]:.3g}-fold to {changes[-1]:.3g} (sustained growth); "
+                     f"{watch.hint}")
+    return True
 
 
 def _positive(value) -> bool:

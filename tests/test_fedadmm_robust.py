@@ -116,6 +116,18 @@ def test_non_finite_local_run_is_reported_with_the_quantity():
     assert "non-finite" in res.info["diverged"] or "grew to" in res.info["diverged"]
 
 
+def test_slow_divergence_at_max_rounds_is_reported(ridge):
+    """The paper's vanilla rounds at β = 10, η = 0.05, E = 1 diverge slowly (×1.11 a round: 1e2 off
+    after 100 rounds, far below the 1e6-fold test): the rising changes ‖z^(k+1) − z^k‖∞ of the
+    last 20 rounds turn max_iterations into "diverged"; a converging run cut short stays
+    max_iterations (test_defaults_solve_faster_than_the_paper_preset)."""
+    prob, w, w_star = ridge
+    status, res, said = outcome(prob, FedADMM.paper(beta=10.0, lr=0.05, local_steps=1))
+    assert np.max(np.abs(res.value(w) - w_star)) > 1.0          # the number is wrong …
+    assert status == "diverged" and said                         # … and said to be
+    assert "sustained growth" in res.info["diverged"] and "iteration 100" in res.info["diverged"]
+
+
 def test_safeguard_halves_a_too_large_lr_and_still_solves(ridge):
     """lr = 5 is 280/L on the stiffest client: each rejected step (the local residual grew, which
     cannot happen for η ≤ 2/(L+β)) halves η_i; the run still ends at the closed form."""
