@@ -85,6 +85,15 @@ def _cc_solve(program, xhat, tol, solver, step, local_steps, warm=1.0):
     return {"x": x, "steps": steps}
 
 
+@procedure("dald_cc_rescale", {"factor": "1"}, {})
+def _cc_rescale(program, factor):
+    """Adaptive penalty (DALD(adaptive_rho=True)): ρ_i∘ρ_i ← factor·ρ_i∘ρ_i; μ_i is unscaled, so
+    it stays as it is."""
+    s = program.state["dald"]
+    s["rho2"] = s["rho2"] * float(factor)
+    return {}
+
+
 @procedure("dald_cc_dual", {"xhat": "x", "consensus": "1"}, {"dmu": "1"})
 def _cc_dual(program, xhat, consensus=1.0):
     """(15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i); the node's own constraint multipliers likewise (Step 2)."""

