@@ -1,7 +1,8 @@
-"""Exact resume after SIGKILL (issue 13 point 6, docs/checkpoints.md): a solving subprocess kills
-itself with SIGKILL at callback k (or inside a checkpoint write); resuming from its last
-checkpoint in another process gives bitwise the iterates, multipliers and history of the
-uninterrupted run (the independent answer: that run itself, computed in this process).
+"""Exact resume after SIGKILL (issue 13 point 6, docs/checkpoints.md): a solving process kills
+itself with SIGKILL at callback k, at the k-th request to the nodes (mid-iteration) or inside the
+k-th checkpoint write; resuming from its last checkpoint in another process gives bitwise the
+iterates, multipliers, history and ledger of the uninterrupted run (the independent answer: that
+run itself, computed in this process).
 
 Every backend with `checkpointing = True` is covered, with a small explicit option set and
 with its constructor defaults (which other changes may retune: the test takes whatever they are)."""
@@ -26,8 +27,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from test_checkpoint import constrained_model, least_squares  # noqa: E402
 
+
 def logistic_model(seed: int = 0, n_clients: int = 3, d: int = 4):
-    """Logistic regression with a disk on each client and a private slack: non-quadratic merits,
+    """Logistic regression with a disk on each client and a server constraint: non-quadratic merits,
     so Newton's chord Hessians carry over between subproblems (state a resume must restore)."""
     rng = np.random.default_rng(seed)
     w = fm.Variable(d, name="w")
@@ -212,7 +214,7 @@ def _check(killed_run, tmp_path, name: str, k: int, where: str = "callback"):
 @pytest.mark.parametrize("name, k", [(name, k) for name in ("proxal", "proxal-logistic", "cproxal")
                                      for k in (1, 2, -1)]
                          + [(name, k) for name in ("dald-cc", "fedadmm-insa", "dp-admm") for k in (2, -1)]
-                         + [("dald-batched", -1)])     # after adaptive ρ halved ρ (round 6)
+                         + [("dald-batched", -1)])     # resumed after adaptive ρ changed ρ
 def test_sigkill_in_a_callback_then_resume_is_bitwise(forker, tmp_path, name, k):
     _check(forker, tmp_path, name, k)
 
