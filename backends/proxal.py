@@ -406,6 +406,7 @@ class CentralizedProxAL(Backend):
     models) and ε2 = 1e-4; `CentralizedProxAL.paper()` is the paper's fixed-β setting."""
 
     name = "cproxal"
+    checkpointing = True
 
     def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-3, 1e-4),
                  max_outer: int = 100, local_solver: str = "auto", w0: Any = None,
@@ -421,7 +422,7 @@ class CentralizedProxAL(Backend):
         from fedmodel.examples import PAPER_CPROXAL
         return cls(**{**PAPER_CPROXAL, **overrides})
 
-    def run(self, problem, callback=None, verbose=False, **_):
+    def run(self, problem, callback=None, verbose=False, checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         shared = problem.shared_variables()
         private = [v for v in problem.variables() if v.owner is not None]
         terms = [t for b in problem.blocks for t in b.terms]
@@ -432,7 +433,12 @@ class CentralizedProxAL(Backend):
         watch = DivergenceWatch("cProx-AL", "lower beta or start from a smaller w0 "
                                             "(backends.CentralizedProxAL)")
         start = time.perf_counter()
-        for k in range(self.max_outer):
+        ex = make_executor("serial").start({"centralized": program})   # for the checkpointer
+        saved = checkpointer.restore(ex)               # resume: docs/checkpoints.md
+        if saved:
+            w, history, total = saved["w"], saved["history"], saved["total"]
+            beta, last_change, watch.smallest = saved["beta"], saved["last_change"], dict(saved["watch"])
+        for k in range(len(history), self.max_outer):
             tau = self.s_bar / (k + 1) ** 2
             program.configure(beta, 1.0 / beta, w)
             gradient = program.merit(w)["grad"]      # a non-finite start would crash the solver
@@ -464,6 +470,8 @@ class CentralizedProxAL(Backend):
                 break
             last_change, beta = change["dmu"] / beta, _next_beta(beta, change["dmu"] / beta, last_change,
                                                                   self.beta_growth, self.beta_max, self.eps2)
+            checkpointer.save(ex, k + 1, {"w": w, "history": history, "total": total, "beta": beta,
+                                          "last_change": last_change, "watch": dict(watch.smallest)})
         values = dict(zip([v.uid for v in shared], program.shared.unpack(w)))
         values.update(program.private_values()["values"])
         return {"status": status, "values": values, "multipliers": program.multipliers()["multipliers"],
