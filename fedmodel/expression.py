@@ -354,6 +354,19 @@ class Constant(Leaf):
         return self.name
 
 
+SKINNY_COLUMNS = 64   # data with at most this many columns is stored column-major (`_matvec_layout`)
+
+
+def _matvec_layout(array: np.ndarray) -> np.ndarray:
+    """A tall, skinny data matrix in column-major order: `X @ w` and `X.T @ r` are then
+    column-wise BLAS passes instead of one short dot product per row, ~1.6× faster at 14
+    columns (adult), and the gradient of a model over it is mostly these products. Wider
+    matrices keep their layout (no copy): row dot products are long enough there."""
+    if array.ndim == 2 and array.shape[1] <= SKINNY_COLUMNS < array.shape[0] and not array.flags.f_contiguous:
+        return np.asfortranarray(array)
+    return array
+
+
 class RemoteDataError(DataError):
     """Data produced on a worker by a loader was needed on the driver (evaluation, CVXPY)."""
 
@@ -380,6 +393,7 @@ class Data(Constant):
             raise DataError(f"data {name or ''} of block {owner!r}: {exc}") from None
         if self._array.size == 0:
             raise DataError(f"data {self.name!r} of block {owner!r} is empty (shape {self._array.shape})")
+        self._array = _matvec_layout(self._array)
 
     @property
     def remote(self) -> bool:
@@ -412,8 +426,8 @@ class Data(Constant):
         if array.shape != self.shape:
             raise DataError(f"the loader of {where} returned shape {array.shape}, but the data "
                             f"was declared with shape={self.shape}")
-        self._array = array
-        return array
+        self._array = _matvec_layout(array)
+        return self._array
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -1,0 +1,81 @@
+"""The vectorized logistic / sigmoid kernels and the column-major layout of skinny data
+(issue 13: the speed of default ProxAL on adult), checked against independent references."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.special
+
+import fedmodel as fm
+from fedmodel.atoms.elementwise import _logistic, _sigmoid
+from fedmodel.expression import SKINNY_COLUMNS
+
+WIDE = np.concatenate([np.linspace(-740.0, 740.0, 200_001), [0.0, -0.0, 1e-300, -1e-300]])
+
+
+def test_logistic_matches_logaddexp_everywhere():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # no overflow / invalid warnings
+        value = _logistic(WIDE)
+    reference = np.logaddexp(0.0, WIDE)
+    np.testing.assert_allclose(value, reference, rtol=4.5e-16, atol=0)
+    assert _logistic(np.array([np.inf, -np.inf])).tolist() == [np.inf, 0.0]
+    assert np.isnan(_logistic(np.array([np.nan]))).all()
+
+
+def test_sigmoid_matches_expit_relatively_everywhere():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = _sigmoid(WIDE)
+    reference = scipy.special.expit(WIDE)
+    normal = reference > 1e-300                     # below that expit flushes subnormals to 0
+    np.testing.assert_allclose(value[normal], reference[normal], rtol=1e-15, atol=0)
+    assert np.all(value[~normal] < 1e-300)
+    assert _sigmoid(np.array([np.inf, -np.inf])).tolist() == [1.0, 0.0]
+    assert np.isnan(_sigmoid(np.array([np.nan]))).all()
+
+
+@pytest.mark.parametrize("x", [-3.0, 0.0, 2.5, np.float64(-40.0), np.array(1.5), 7])
+def test_scalars_and_integers_match_too(x):
+    assert float(_logistic(x)) == pytest.approx(float(np.logaddexp(0.0, x)), rel=1e-15)
+    assert float(_sigmoid(x)) == pytest.approx(float(scipy.special.expit(x)), rel=1e-15)
+    ints = np.array([-3, 0, 4])
+    np.testing.assert_allclose(_logistic(ints), np.logaddexp(0.0, ints), rtol=1e-15)
+    np.testing.assert_allclose(_sigmoid(ints), scipy.special.expit(ints), rtol=1e-15)
+
+
+def test_kernels_do_not_modify_their_argument():
+    x = np.array([-2.0, 0.5, 3.0])
+    before = x.copy()
+    _logistic(x), _sigmoid(x)
+    assert np.array_equal(x, before)
+
+
+def test_skinny_data_is_column_major_and_wide_data_is_kept():
+    rng = np.random.default_rng(0)
+    prob = fm.Problem()
+    client = prob.add_client("c0")
+    tall = rng.normal(size=(SKINNY_COLUMNS + 100, 5))
+    wide = rng.normal(size=(SKINNY_COLUMNS + 100, SKINNY_COLUMNS + 1))
+    short = rng.normal(size=(10, 5))
+    X, W, S = (client.data(a, name=n) for a, n in ((tall, "X"), (wide, "W"), (short, "S")))
+    assert X.value.flags.f_contiguous and np.array_equal(X.value, tall)
+    assert W.value is wide or W.value.flags.c_contiguous
+    assert S.value.flags.c_contiguous
+
+
+def test_logistic_model_gradient_on_skinny_data_matches_closed_form():
+    """value and derived gradient of mean(logistic(X w)) over column-major data, against the
+    closed form Xᵀσ(Xw)/m computed on the row-major array."""
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(500, 7))
+    w = fm.Variable(7, name="w")
+    prob = fm.Problem()
+    X = prob.add_client("c0").data(A, name="X")
+    f = fm.mean(fm.logistic(X @ w))
+    w.value = rng.normal(size=7)
+    z = A @ w.value
+    assert f.value == pytest.approx(np.mean(np.logaddexp(0.0, z)), rel=1e-14)
+    np.testing.assert_allclose(fm.grad(f, w).value, A.T @ scipy.special.expit(z) / 500, rtol=1e-12)
