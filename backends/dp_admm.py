@@ -362,20 +362,10 @@ def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0):
 
 @procedure("dp_admm_curvature", {"z": "x"}, {"L": "1"})
 def _client_curvature(program, z):
-    """L̂_p: the largest curvature of f_p at z by power iteration on finite differences of the
-    gradient (20 gradients; deterministic start). For rho_schedule="auto" (non-private default)."""
-    z = np.asarray(z, float)
-    g0 = program.merit(z)["grad"]
-    h = 1e-4 * max(1.0, float(np.max(np.abs(z), initial=0.0)))
-    v = np.random.default_rng(0).normal(size=z.shape)
-    L = 0.0
-    for _ in range(20):
-        v = v / max(float(np.linalg.norm(v)), 1e-300)
-        v = (program.merit(z + h * v)["grad"] - g0) / h
-        L = float(np.linalg.norm(v))
-        if L == 0.0 or not np.isfinite(L):
-            break
-    return {"L": L if np.isfinite(L) else 0.0}
+    """L̂_p: the largest curvature of f_p near z (`fedmodel`'s one client-side estimate,
+    `backends.fedadmm.local_curvature`), for rho_schedule="auto" in non-private runs."""
+    from .fedadmm import local_curvature
+    return {"L": local_curvature(program, np.concatenate([np.asarray(z, float), program.y]), iterations=20)}
 
 
 def _client_log(program):
