@@ -243,3 +243,17 @@ def test_special_cases_report_divergence(ridge, make):
 def test_special_case_options_are_checked_when_built(make, name):
     with pytest.raises(fm.FedModelError, match=name):
         make()
+
+
+def test_fedprox_keeps_its_fixed_prox_weight_and_no_stall_verdict():
+    """DALD's adaptive ρ and stall verdict are off for FedProx: with a client constraint the
+    consensus residual stays ≠ 0 at FedProx's fixed point (clients differ), which DALD's stall
+    test read as "stalled" after 40 rounds; the run now stops at tol, feasible."""
+    prob, w, _ = hetero_ridge()
+    for client in prob.clients:
+        client.subject_to(fm.sum(w) <= 0.1)
+    backend = FedProx()
+    assert backend.adaptive_rho is False and backend.stall_window is None
+    res = prob.solve(backend)
+    assert res.status == "converged", res.info
+    assert np.sum(res.value(w)) <= 0.1 + 1e-6
