@@ -79,3 +79,32 @@ def test_logistic_model_gradient_on_skinny_data_matches_closed_form():
     z = A @ w.value
     assert f.value == pytest.approx(np.mean(np.logaddexp(0.0, z)), rel=1e-14)
     np.testing.assert_allclose(fm.grad(f, w).value, A.T @ scipy.special.expit(z) / 500, rtol=1e-12)
+
+
+@pytest.mark.parametrize("gradient_first", [False, True])
+def test_plan_fuses_logistic_and_sigmoid_of_one_argument_bitwise(gradient_first):
+    """A logistic loss's value and gradient need logistic(Xw) and sigmoid(Xw): the plan computes
+    them in one kernel call, with exactly the bits of the two separate kernels, whichever of
+    the two steps comes first."""
+    import re
+
+    from fedmodel.compiler.codegen import Plan, evaluate
+    rng = np.random.default_rng(2)
+    A = rng.normal(size=(300, 4)) * 30.0                 # large margins on both sides
+    w = fm.Variable(4, name="w")
+    f = fm.mean(fm.logistic(fm.Constant(A) @ w))
+    g = fm.grad(f, w)
+    outputs = [g, f] if gradient_first else [f, g]
+    plan = Plan(outputs, [w])
+    assert len(re.findall(r"s\d+, s\d+ = f\d+\(", plan.source)) == 1
+    w.value = rng.normal(size=4)
+    fused = plan(w.value)
+    for got, expr in zip(fused, outputs):
+        assert np.array_equal(np.asarray(got), np.asarray(evaluate(expr)))
+
+
+def test_logistic_and_sigmoid_kernel_equals_the_two_kernels():
+    from fedmodel.atoms.elementwise import logistic_and_sigmoid
+    value, slope = logistic_and_sigmoid(WIDE)
+    assert np.array_equal(value, _logistic(WIDE)) and np.array_equal(slope, _sigmoid(WIDE))
+    assert logistic_and_sigmoid(-2.0) == (_logistic(-2.0), _sigmoid(-2.0))

@@ -42,6 +42,23 @@ def _sigmoid(x: Any) -> Any:
     return numerator
 
 
+def logistic_and_sigmoid(x: Any) -> tuple[Any, Any]:
+    """(log(1 + eˣ), 1/(1 + e^{−x})) sharing e^{−|x|}: bitwise what `_logistic` and `_sigmoid`
+    return (the same operations in the same order). A logistic loss's value and gradient need
+    both at the same point; plans call this once for the pair (`codegen._fused_pairs`)."""
+    if np.ndim(x) == 0:
+        return _logistic(x), _sigmoid(x)
+    e = np.abs(x, dtype=float)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    value = np.log1p(e)
+    value += np.maximum(x, 0.0)
+    slope = np.exp(np.minimum(x, 0.0))
+    e += 1.0
+    slope /= e
+    return value, slope
+
+
 def _sign_of(expr: Expression) -> tuple[bool, bool]:
     from ..analysis import sign
     return sign(expr)

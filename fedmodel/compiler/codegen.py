@@ -165,14 +165,23 @@ class Plan:
             for a in args:
                 last_use[a] = j
         keep = set(self._out_slots)
+        fused = _fused_pairs(self._steps)
         for j, (fn, args, out) in enumerate(self._steps):
             arg_names = [name[a] for a in args]
-            inline = _inline(fn.__self__, arg_names)
             name[out] = out_name[out] = f"s{out}"
-            if inline is None:
-                bound[f"f{j}"] = fn
-                inline = f"f{j}({', '.join(arg_names)})"
-            body.append(f"s{out} = {inline}")
+            if j in fused:                # one kernel for two steps: emitted at the first
+                if fused[j] is not None:
+                    kernel, outs = fused[j]
+                    bound[f"f{j}"] = kernel
+                    for o in outs:
+                        name[o] = out_name[o] = f"s{o}"
+                    body.append(f"{', '.join(f's{o}' for o in outs)} = f{j}({', '.join(arg_names)})")
+            else:
+                inline = _inline(fn.__self__, arg_names)
+                if inline is None:
+                    bound[f"f{j}"] = fn
+                    inline = f"f{j}({', '.join(arg_names)})"
+                body.append(f"s{out} = {inline}")
             dead = [f"s{a}" for a in dict.fromkeys(args) if last_use[a] == j
                     and a in self._slot_size and self._slot_size[a] > 1 and a not in keep]
             if dead:
@@ -214,6 +223,26 @@ class Plan:
         """One line per step, for inspection."""
         return "\n".join(f"s{out} = {fn.__self__.display}({', '.join(f's{a}' for a in args)})"
                          for fn, args, out in self._steps)
+
+
+def _fused_pairs(steps: list[tuple]) -> dict[int, tuple | None]:
+    """Steps that one kernel computes together: logistic(a) and sigmoid(a) of the same slot (a
+    logistic loss's value and derivative) share e^{−|a|} (`logistic_and_sigmoid`, bitwise the
+    same results). Maps the pair's first step to (kernel, (logistic slot, sigmoid slot)) and
+    its second to None (nothing left to emit there)."""
+    from ..atoms.elementwise import Logistic, Sigmoid, logistic_and_sigmoid
+    by_argument: dict[int, dict[type, tuple[int, int]]] = {}
+    for j, (fn, args, out) in enumerate(steps):
+        kind = type(fn.__self__)
+        if kind is Logistic or kind is Sigmoid:
+            by_argument.setdefault(args[0], {})[kind] = (j, out)
+    fused: dict[int, tuple | None] = {}
+    for found in by_argument.values():
+        if len(found) == 2:
+            (j_value, value), (j_slope, slope) = found[Logistic], found[Sigmoid]
+            fused[min(j_value, j_slope)] = (logistic_and_sigmoid, (value, slope))
+            fused[max(j_value, j_slope)] = None
+    return fused
 
 
 def _inline(node: Expression, args: list[str]) -> str | None:
