@@ -108,3 +108,32 @@ def test_logistic_and_sigmoid_kernel_equals_the_two_kernels():
     value, slope = logistic_and_sigmoid(WIDE)
     assert np.array_equal(value, _logistic(WIDE)) and np.array_equal(slope, _sigmoid(WIDE))
     assert logistic_and_sigmoid(-2.0) == (_logistic(-2.0), _sigmoid(-2.0))
+
+
+def test_newton_direction_from_a_cholesky_factor_equals_cho_solve():
+    from scipy.linalg import cho_factor, cho_solve
+
+    from fedmodel.runtime.solvers import _newton_direction
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(30, 6))
+    H, g = A.T @ A + np.eye(6), rng.normal(size=6)
+    for lower in (False, True):
+        factor = cho_factor(H, lower=lower)
+        np.testing.assert_array_equal(_newton_direction(factor, g), -cho_solve(factor, g))
+    np.testing.assert_allclose(_newton_direction(H, g), -np.linalg.solve(H, g), rtol=1e-12)
+    assert np.array_equal(_newton_direction(np.zeros((6, 6)), g), -g)   # singular: a gradient step
+
+
+def test_value_grad_flattens_the_gradient_of_a_matrix_variable():
+    """NodeProgram.value_grad's fast path (one variable, a gradient of its shape) returns the
+    flat gradient in the layout's order, against the closed form 2(W − B)."""
+    from fedmodel.runtime.program import compile_programs
+    W = fm.Variable((2, 3), name="W")
+    prob = fm.Problem()
+    client = prob.add_client("c0")
+    client.minimize(fm.sum_squares(W - client.data(np.arange(6.0).reshape(2, 3), name="B")))
+    program = compile_programs(prob)["c0"]
+    program.configure(beta=1.0, prox_weight=0.0, center=np.zeros(6))
+    value, g = program.value_grad(np.ones(6), np.zeros(0))
+    B = np.arange(6.0)
+    assert value == pytest.approx(np.sum((1 - B) ** 2)) and np.allclose(g, 2 * (1 - B))
