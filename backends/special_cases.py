@@ -33,31 +33,12 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.program import compile_programs
+from .common import check_count, check_number
 from .dald import DALD
 from .watch import DivergenceWatch
 
 #: the DALD paper's FedProx / FedAvg baseline (Sec. V-B): ρ = 1 (μ = 2), α = 1e-4, one step, 1000 rounds
 PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, "tol": 1e-8}
-
-
-def _count(label: str, value, allow_none: bool = False) -> None:
-    """An integer ≥ 1 (bools and floats refused), else a FedModelError naming the option."""
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise FedModelError(f"{label} must be an integer ≥ 1{' or None' if allow_none else ''}, "
-                            f"got {value!r}")
-
-
-def _number(label: str, value, low_closed: bool = False, allow_none: bool = False) -> None:
-    """A finite number > 0 (≥ 0 when `low_closed`), else a FedModelError naming the option."""
-    if allow_none and value is None:
-        return
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
-        and np.isfinite(value) and (value > 0 or (low_closed and value == 0))
-    if not ok:
-        raise FedModelError(f"{label} must be a finite number {'≥' if low_closed else '>'} 0"
-                            f"{' or None' if allow_none else ''}, got {value!r}")
 
 
 def curvature_step(problem, x0: Any = None) -> float:
@@ -78,11 +59,13 @@ class _DistributedPA(DALD):
     def __init__(self, prox: float, step: float | None, local_steps: int | None, max_rounds: int,
                  tol: float, x0: Any = None, beta: float = 2.0, warm_start: bool = False):
         name = type(self).__name__
-        _number(f"{name}: mu", prox, low_closed=True)
-        _number(f"{name}: step", step, allow_none=True)
-        _count(f"{name}: local_steps", local_steps, allow_none=True)
-        _count(f"{name}: max_rounds", max_rounds)
-        _number(f"{name}: tol", tol, low_closed=True)
+        check_number(f"{name}: mu", prox, 0.0, np.inf, low_closed=True)
+        if step is not None:
+            check_number(f"{name}: step", step, 0.0, np.inf)
+        if local_steps is not None:
+            check_count(f"{name}: local_steps", local_steps)
+        check_count(f"{name}: max_rounds", max_rounds)
+        check_number(f"{name}: tol", tol, 0.0, np.inf, low_closed=True)
         if not isinstance(warm_start, (bool, np.bool_)):
             raise FedModelError(f"{name}: warm_start must be True or False, got {warm_start!r}")
         self.step_option = step          # None: 1/max_i L̂_i, chosen at each run
@@ -185,7 +168,7 @@ class DistributedGD(_DistributedPA):
     name = "dgd"
 
     def __init__(self, step: float = 1e-2, max_rounds: int = 1000, tol: float = 1e-8, x0: Any = None):
-        _number("DistributedGD: step", step)
+        check_number("DistributedGD: step", step, 0.0, np.inf)
         super().__init__(1.0 / step, step, 1, max_rounds, tol, x0, warm_start=True)
 
 
@@ -201,9 +184,9 @@ class ProximalAlgorithm(DALD):
 
     def __init__(self, alpha: float = 1.0, max_iterations: int = 1000, tol: float = 1e-8,
                  x0: Any = None):
-        _number("ProximalAlgorithm: alpha", alpha)
-        _number("ProximalAlgorithm: tol", tol, low_closed=True)
-        _count("ProximalAlgorithm: max_iterations", max_iterations)
+        check_number("ProximalAlgorithm: alpha", alpha, 0.0, np.inf)
+        check_number("ProximalAlgorithm: tol", tol, 0.0, np.inf, low_closed=True)
+        check_count("ProximalAlgorithm: max_iterations", max_iterations)
         super().__init__(rho=float(np.sqrt(1.0 / (2.0 * alpha))), inner_rule="B4", v_max=1, adaptive_rho=False,
                          eps_primal=tol, eps_dual=tol, solver="exact", max_iterations=max_iterations,
                          mode="cc", x0=x0)      # adaptive_rho=False: α = 1/(2ρ²) is the algorithm
