@@ -12,6 +12,9 @@ from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE,
                    broadcast_shapes, constant_value, vectorize_sympy)
 
 
+_ONE = Constant(1.0)
+
+
 def _logistic(x: Any) -> Any:
     """log(1 + eˣ) as max(x, 0) + log1p(e^{−|x|}): no overflow for any finite x, within an ulp
     or two of `np.logaddexp(0, x)` and ~4× faster (numpy's logaddexp is a scalar loop; this
@@ -469,7 +472,9 @@ class Sigmoid(Elementwise):
         return _sigmoid(x)
 
     def derivative(self, x):
-        return multiply(self, add(1.0, neg(self)))
+        # one shared 1.0: the plans' CSE merges σ(1 − σ) across the columns of a Hessian only
+        # when the constant is the same node (a new Constant per column is a new slot)
+        return multiply(self, add(_ONE, neg(self)))
 
     def monotonicity(self, index):
         return INCREASING
