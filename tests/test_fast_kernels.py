@@ -155,5 +155,7 @@ def test_hessian_plan_computes_sigmoid_curvature_once_and_matches_closed_form():
     H = program.hessian(z)
     s = scipy.special.expit(A @ z)
     np.testing.assert_allclose(H, A.T @ (A * (s * (1 - s))[:, None]) / 200, rtol=1e-12, atol=1e-15)
-    steps = [line.split(" = ")[1] for line in program._hvp_plan[0].describe().splitlines()]
-    assert sum(step.startswith("add(") for step in steps) == 1
+    steps = dict(line.split(" = ") for line in program._hvp_plan[0].describe().splitlines())
+    negated = [slot for slot, step in steps.items() if step.startswith("neg(")]     # −σ
+    assert len(negated) == 1
+    assert sum(step.startswith("add(") and negated[0] in step for step in steps.values()) == 1
