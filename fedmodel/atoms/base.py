@@ -86,6 +86,10 @@ class Atom(Expression):
 
 
 def broadcast_shapes(a: Expression, b: Expression, op: str) -> Shape:
+    if a.shape == b.shape or b.shape == ():   # most nodes of derived gradients; numpy's
+        return a.shape                        # broadcast_shapes costs µs per node built
+    if a.shape == ():
+        return b.shape
     try:
         return tuple(np.broadcast_shapes(a.shape, b.shape))
     except ValueError:

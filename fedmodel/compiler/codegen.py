@@ -15,6 +15,7 @@ arithmetic costs four times as much.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -245,12 +246,20 @@ def _fused_pairs(steps: list[tuple]) -> dict[int, tuple | None]:
     return fused
 
 
+@functools.lru_cache(maxsize=None)
+def _inline_kinds() -> tuple:
+    """The atom classes `_inline` knows (imported once: an import statement per plan step was
+    ~5 % of compiling a Hessian plan)."""
+    from ..atoms import Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose
+    return Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose
+
+
 def _inline(node: Expression, args: list[str]) -> str | None:
     """Python source computing `node.numeric(*args)` without a call, for the atoms that are a
     single operator (the same operator their `numeric` applies, so results are identical).
     A plan is mostly such steps on small arrays or scalars, where the call frame per step is
     a visible share of the time (benchmarks/bench_gradient.py, m = 100)."""
-    from ..atoms import Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose
+    Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose = _inline_kinds()
     kind = type(node)
     if kind is Add:
         return " + ".join(args)
