@@ -184,9 +184,9 @@ class NodeProgram:
             x, y = z[:n_x], z[n_x:]
             value, g = self.value_grad(x, y)
             diff = x - anchor
-            value += float(linear @ x + 0.5 * np.sum(weight_x * diff * diff))
-            g = g.copy()
-            g[:n_x] += linear + weight_x * diff
+            scaled = weight_x * diff
+            value += float(linear @ x + 0.5 * (diff @ scaled))
+            g[:n_x] += linear + scaled        # g is ours: value_grad returns a fresh array
             return value, g
 
         z0 = np.concatenate([np.asarray(x0, float), self.y])
