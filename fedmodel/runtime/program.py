@@ -143,7 +143,10 @@ class NodeProgram:
         k = len(self.variables)
         if directions is None:
             out = plan(*values)
-            H = np.column_stack([layout.pack(out[j * k:(j + 1) * k]) for j in range(n)]) if n else np.zeros((0, 0))
+            if k == 1 and all(np.shape(o) == self.variables[0].shape for o in out):
+                H = np.column_stack([np.ravel(o) for o in out])   # one variable: no pack per column
+            else:
+                H = np.column_stack([layout.pack(out[j * k:(j + 1) * k]) for j in range(n)]) if n else np.zeros((0, 0))
         else:
             H = np.empty((n, n))
             for j in range(n):
