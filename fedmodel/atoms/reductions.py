@@ -46,6 +46,9 @@ class SumSquares(Reduction):
     display = "sum_squares"
 
     def numeric(self, x):
+        if isinstance(x, float):      # a scalar (an AL term's [μ + βc]₊): no array round trip;
+            x = float(x)              # Python floats overflow to inf silently, as vdot does
+            return x * x
         x = np.asarray(x)
         return float(np.vdot(x, x))
 
