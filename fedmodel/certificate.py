@@ -67,20 +67,6 @@ def kkt_certificate(problem: "Problem", values: dict[int, np.ndarray],
         remainder = g
         for term in prox_terms:
             if term.variable is var:
-                remainder = term.remainder(_snap(values[var.uid], term), remainder)
+                remainder = term.residual(values[var.uid], remainder)
         stationarity = max(stationarity, float(np.max(np.abs(remainder), initial=0.0)))
     return Certificate(stationarity=stationarity, feasibility=feasibility)
-
-
-ZERO = 1e-8   # |x_j| ≤ ZERO·max(1, ‖x‖∞) counts as 0 in the subdifferential of a nonsmooth term
-
-
-def _snap(x: np.ndarray, term) -> np.ndarray:
-    """Entries an interior-point solver leaves at 1e-11 instead of 0 are zeros of `t·norm1(x)`:
-    scored at x itself, sign(1e-11) = 1 would charge them the full weight t. (Scoring them at 0
-    takes the smaller of the two residuals, i.e. the exact residual of a point within ZERO.)"""
-    if term.constraint is not None:        # normal cones of sets have their own tolerance
-        return x
-    x = np.asarray(x, dtype=float)
-    tol = ZERO * max(1.0, float(np.max(np.abs(x), initial=0.0)))
-    return np.where(np.abs(x) <= tol, 0.0, x)

@@ -86,8 +86,12 @@ def flatten(expr: Expression, coefficient: Coefficient = 1.0) -> list[Term]:
             c = _scalar(side)
             if c is not None and other.shape == expr.shape:
                 return flatten(other, _times(coefficient, c))
-    if isinstance(expr, BroadcastTo) and expr.args[0].size == 1:
-        return flatten(expr.args[0], coefficient)
+    if isinstance(expr, BroadcastTo):
+        return [Term(t.coefficient, broadcast_to(t.atom, expr.shape) if t.atom.size > 1 else t.atom)
+                for t in flatten(expr.args[0], coefficient)]
+    if isinstance(expr, Sum) and isinstance(expr.args[0], Add) \
+            and all(a.shape == expr.args[0].shape for a in expr.args[0].args):
+        return [t for arg in expr.args[0].args for t in flatten(expr.with_args(arg), coefficient)]
     return [Term(coefficient, _normalize(expr))]
 
 

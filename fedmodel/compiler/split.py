@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from ..atoms import Add, BroadcastTo, Mean, Multiply, Neg, Sum, add, broadcast_to, multiply, neg
+from ..atoms import add
 from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Data, Expression, Variable
@@ -23,21 +23,10 @@ SERVER = "server"
 
 
 def linear_terms(expr: Expression) -> list[Expression]:
-    """Terms whose sum is `expr`, expanding +, −, constant scaling, sum/mean and broadcasts."""
-    if isinstance(expr, Add):
-        return [t for arg in expr.args for t in linear_terms(arg)]
-    if isinstance(expr, Neg):
-        return [neg(t) for t in linear_terms(expr.args[0])]
-    if isinstance(expr, Multiply):
-        for const, other in ((expr.args[0], expr.args[1]), (expr.args[1], expr.args[0])):
-            if const.is_constant() and not const.data_owners() and const.shape == ():
-                return [multiply(const, t) for t in linear_terms(other)]
-    if isinstance(expr, BroadcastTo):
-        return [broadcast_to(t, expr.shape) for t in linear_terms(expr.args[0])]
-    if isinstance(expr, Sum) and isinstance(expr.args[0], Add) \
-            and all(a.shape == expr.args[0].shape for a in expr.args[0].args):
-        return [t for arg in expr.args[0].args for t in linear_terms(expr.with_args(arg))]
-    return [expr]
+    """Terms whose sum is `expr`: the canonical flattening (`canonical.flatten`: +, −, scalar
+    multiples and divisions, sums of sums, broadcasts), each term as one expression."""
+    from .canonical import flatten
+    return [term.expression() for term in flatten(expr)]
 
 
 def owners_of(expr: Expression) -> set[str]:

@@ -273,6 +273,17 @@ class NodeProgram:
         lipschitz = float(np.max(weight_x, initial=1.0))
         return solvers.prox_gradient(fun_grad, prox, z0, tol, lipschitz, max_steps=100_000)
 
+    def prox_remainder(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """g (a gradient in the shared variables at x) plus the element of the prox terms'
+        subdifferentials (λ∂‖w‖₁, normal cones) closest to −g, term by term: the optimality
+        residual of a node with prox terms (g itself when it has none)."""
+        parts = self.shared.unpack(np.asarray(g, float).copy())
+        values = self.shared.unpack(np.asarray(x, float))
+        for term in self.merit_ir.prox_terms:
+            i = self.shared.variables.index(term.variable)
+            parts[i] = term.residual(values[i], parts[i])
+        return self.shared.pack(parts)
+
     def _solve_quadratic_l1(self, fun_grad, z0, tol, weight_x):
         """A quadratic merit whose prox terms are all λ‖w‖₁: solved exactly by feature-sign
         search on the cached Hessian (`active_set`), else None (then FISTA)."""
