@@ -188,7 +188,7 @@ def _admm_step(program: NodeProgram, w, eps, adaptive=0.0, solver="auto", mix=No
             u, lam = x[:u.size], rho * x[u.size:]
     # (22) with the OLD λ_i^t, u_i^t and the ρ_i^t the server used in (18)
     eps_tilde = float(np.max(np.abs(program.prox_remainder(   # a client's λ‖w‖₁: its ∂ counts
-        w, program.merit(w)["grad"] + lam - rho * (w - u))), initial=0.0))
+        w, program.gradient(w) + lam - rho * (w - u))), initial=0.0))
     # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², to ‖∇φ_i‖∞ ≤ ε_{t+1}
     out = program.solve_local(linear=lam, weight=rho, anchor=w, x0=u, tol=eps, method=solver)
     u_new = out["x"]

@@ -159,3 +159,31 @@ def test_hessian_plan_computes_sigmoid_curvature_once_and_matches_closed_form():
     negated = [slot for slot, step in steps.items() if step.startswith("neg(")]     # −σ
     assert len(negated) == 1
     assert sum(step.startswith("add(") and negated[0] in step for step in steps.values()) == 1
+
+
+def test_gradient_alone_equals_the_merit_gradient_bitwise():
+    """NodeProgram.gradient (a plan without the loss value, used by ProxAL's test (22)) gives
+    exactly the bits of merit(x)["grad"], on a Neyman-Pearson client (logistic objective, an
+    active logistic constraint in the AL term), and matches the closed form."""
+    from fedmodel.runtime.program import compile_programs
+    rng = np.random.default_rng(6)
+    A0, A1 = rng.normal(size=(300, 5)), rng.normal(size=(120, 5))
+    w = fm.Variable(5, name="w")
+    prob = fm.Problem()
+    client = prob.add_client("c0")
+    X0, X1 = client.data(A0, name="X0"), client.data(A1, name="X1")
+    client.minimize(fm.mean(fm.logistic(X0 @ w)))
+    client.subject_to((fm.mean(fm.logistic(-(X1 @ w))) <= 0.2).named("np"))
+    program = compile_programs(prob)["c0"]
+    program.configure(beta=300.0, prox_weight=0.01, center=np.zeros(5))
+    program.set_multipliers({"np": np.array(0.7)})
+    x = rng.normal(size=5)
+    alone = program.gradient(x)
+    program._recent.clear()                       # no memoized evaluation: the full plan runs
+    assert np.array_equal(alone, program.merit(x)["grad"])
+    # closed form: ∇f + [μ + βc]₊ ∇c + ω (x − center)
+    s0, s1 = scipy.special.expit(A0 @ x), scipy.special.expit(-(A1 @ x))
+    c = np.mean(np.logaddexp(0.0, -(A1 @ x))) - 0.2
+    expected = A0.T @ s0 / 300 + max(0.7 + 300.0 * c, 0.0) * (-(A1.T @ s1) / 120) + 0.01 * x
+    np.testing.assert_allclose(alone, expected, rtol=1e-10)
+    assert np.array_equal(program.prox_remainder(x, alone), alone)   # no prox terms: g itself

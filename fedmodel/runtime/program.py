@@ -107,15 +107,31 @@ class NodeProgram:
         if hit is not None:
             return hit[0], hit[1].copy()
         out = self._value_grad(*self._values(x, y))
-        if len(self.variables) == 1 and np.shape(out[1]) == self.variables[0].shape:
-            g = np.array(out[1], dtype=float).ravel()   # the common case, without broadcast_to (~2 %)
-        else:
-            g = np.concatenate([np.ravel(np.broadcast_to(gi, v.shape))
-                                for gi, v in zip(out[1:], self.variables)]) if self.variables else np.zeros(0)
+        g = self._flatten(out[1:])
         if len(self._recent) >= 2:
             del self._recent[next(iter(self._recent))]
         self._recent[key] = (float(out[0]), g.copy())
         return float(out[0]), g
+
+    def gradient(self, x: np.ndarray) -> np.ndarray:
+        """∇ₓP_i at (x, current y) without P_i's value: bitwise `merit(x)["grad"]`, from a plan
+        that skips the loss itself (the logistic values: ~15 % of an evaluation), for callers
+        that need only the gradient (ProxAL's test (22), once per ADMM step and client)."""
+        x = np.asarray(x, float)
+        hit = self._recent.get(x.tobytes() + self.y.tobytes())
+        if hit is not None:
+            return hit[1][:self.n_shared].copy()
+        plan = self.__dict__.get("_gradient_plan")
+        if plan is None:     # compiled on first use (the derived gradients are the merit plan's)
+            plan = self._gradient_plan = Plan(self._value_grad.outputs[1:], self.variables)
+        return self._flatten(plan(*self._values(x, self.y)))[:self.n_shared]
+
+    def _flatten(self, parts: list) -> np.ndarray:
+        """The per-variable gradients as one new flat vector (broadcast to each variable's shape)."""
+        if len(self.variables) == 1 and np.shape(parts[0]) == self.variables[0].shape:
+            return np.array(parts[0], dtype=float).ravel()   # the common case, without broadcast_to
+        return np.concatenate([np.ravel(np.broadcast_to(gi, v.shape))
+                               for gi, v in zip(parts, self.variables)]) if self.variables else np.zeros(0)
 
     def hessian(self, z: np.ndarray) -> np.ndarray:
         """∇²P_i(z) from derived Hessian-vector products. Up to HESSIAN_PLAN_MAX unknowns one
@@ -277,6 +293,8 @@ class NodeProgram:
         """g (a gradient in the shared variables at x) plus the element of the prox terms'
         subdifferentials (λ∂‖w‖₁, normal cones) closest to −g, term by term: the optimality
         residual of a node with prox terms (g itself when it has none)."""
+        if not self.merit_ir.prox_terms:
+            return np.array(g, dtype=float)
         parts = self.shared.unpack(np.asarray(g, float).copy())
         values = self.shared.unpack(np.asarray(x, float))
         for term in self.merit_ir.prox_terms:
