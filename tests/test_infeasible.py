@@ -173,3 +173,78 @@ def test_verdict_rules_on_synthetic_histories():
     shrinking = _records([0.0] * 6, [300] * 6, objectives=[-10.0 * (1 - 0.5 ** k) for k in range(6)],
                          steps=[5.0 * 0.5 ** k for k in range(6)])
     assert _verdict(shrinking, **args) is None
+
+
+def lasso(upper: float):
+    """The 4-client lasso of issue 13 (client objectives with a λ‖w‖₁ term) with the server
+    constraints sum(w) ≥ 1 and sum(w) ≤ upper: infeasible for upper < 1."""
+    rng = np.random.default_rng(0)
+    As = [rng.normal(size=(20, 5)) for _ in range(4)]
+    bs = [A @ rng.normal(size=5) + 0.1 * rng.normal(size=20) for A in As]
+    w = fm.Variable(5, name="w")
+    prob = fm.Problem(name="lasso")
+    for i, (A, b) in enumerate(zip(As, bs)):
+        client = prob.add_client(f"c{i}")
+        client.minimize(fm.sum_squares(client.data(A, name="A") @ w - client.data(b, name="b")) / 80
+                        + 0.05 * fm.norm1(w))
+    prob.server.subject_to((fm.sum(w) >= 1).named("lo"), (fm.sum(w) <= upper).named("hi"))
+    return prob, w
+
+
+def test_contradictory_lasso_is_infeasible_about_as_fast_as_its_feasible_neighbour():
+    """Default ProxAL on the client-ℓ1 lasso: the inner certificate (22) cycles near a kink of
+    λ‖w‖₁ on the infeasible model; the inner stall rule bounds each ADMM run, so the verdict
+    costs at most ~5× the feasible variant's solve (8× allowed for timing noise, 0.5 s floor)."""
+    feasible, w = lasso(1.5)
+    quiet_solve(feasible, ProxAL())                     # warm-up: imports, first plan compiles
+    ok, ok_seconds, warned = quiet_solve(feasible, ProxAL())
+    assert ok.status == "converged" and not warned
+    np.testing.assert_allclose(ok.value(w), feasible.solve("cvxpy").value(w), atol=1e-3)
+    infeasible, w = lasso(-1.0)
+    assert infeasible.solve("cvxpy").status == "infeasible"
+    result, seconds, warned = quiet_solve(infeasible, ProxAL())
+    assert result.status == "infeasible" and any("infeasible" in m for m in warned)
+    assert seconds <= 8 * ok_seconds + 0.5, (seconds, ok_seconds)
+    # the first ADMM run cycles (certificate ≈ 0.028 ↔ 0.37 > τ) and the stall rule ends it
+    # after two windows of 50 (without the rule: 164 iterations here, and 1000 = max_inner in
+    # every outer iteration before (22) counted the client's λ∂‖w‖₁)
+    first = result.history[0]
+    assert first["certificate"] > first["tau"] and first["inner"] <= 150
+    # the least violation of sum(w) ≥ 1, sum(w) ≤ −1 is 1, at sum(w) = 0
+    assert abs(float(np.sum(result.value(w)))) <= 1e-3
+    assert result.max_violation == pytest.approx(1.0, abs=1e-3)
+    assert {name.split(":")[0] for name in result.info["violated"]} == {"lo", "hi"}
+
+
+def test_neyman_pearson_infeasible_wall_time_ratio(monks_ordinal):
+    """monks-1 NP without an intercept (infeasible) against the same model with one (feasible):
+    default ProxAL's verdict takes at most ~5× the feasible solve (8× + 0.5 s for noise)."""
+    X, y = monks_ordinal
+    infeasible, _, _ = table1.build(X, y, 5)
+    feasible, _, _ = table1.build(np.hstack([X, np.ones((len(X), 1))]), y, 5)
+    quiet_solve(feasible, ProxAL(max_outer=1))          # warm-up: imports, first plan compiles
+    ok, ok_seconds, _ = quiet_solve(feasible, ProxAL())
+    assert ok.status == "converged"
+    result, seconds, _ = quiet_solve(infeasible, ProxAL())
+    assert result.status == "infeasible"
+    assert seconds <= 8 * ok_seconds + 0.5, (seconds, ok_seconds)
+
+
+def test_inner_stall_rule():
+    """`_stalled` fires when the best certificate of the last `window` iterations is not 1 %
+    below the best of the `window` before them; a slow steady fall, or one after an early
+    transient dip (monks-1 without Anderson), goes on; 0 turns it off; the paper preset has no
+    stall rule; the option is validated."""
+    from backends.proxal import _stalled
+    from fedmodel.errors import FedModelError
+    cycling = [1.0, 0.1] + [0.37, 0.028] * 6                 # 14 entries
+    assert _stalled(cycling, 6) and not _stalled(cycling, 8)   # 8: shorter than two windows
+    assert not _stalled(cycling, 0)
+    assert not _stalled([0.37, 0.03] * 3 + [0.37, 0.0296] * 3, 6)   # 0.0296 is 1 % below 0.03
+    assert _stalled([0.37, 0.03] * 3 + [0.37, 0.0298] * 3, 6)       # 0.0298 is not
+    assert not _stalled([0.98 ** t for t in range(200)], 50)       # slow but steady fall
+    dip = [1.0, 0.1, 0.0025] + [0.019 * 0.96 ** t for t in range(97)]   # like monks-1's
+    assert not _stalled(dip, 50)
+    assert ProxAL.paper().inner_stall == 0 and ProxAL().inner_stall == 50
+    with pytest.raises(FedModelError, match="inner_stall"):
+        ProxAL(inner_stall=-1)
