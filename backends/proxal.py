@@ -111,7 +111,9 @@ def _verdict(history: list[dict], growth: float, beta_max: float, eps1: float, e
     falling by less than 2× over them. Unbounded: for UNBOUNDED_OUTER outer iterations, feasible,
     the objective fell by at least 0.9× the previous decrease (and by more than ε1) while the
     iterate moved at least 0.9× the previous distance — a proximal point step on a convex model
-    only keeps its length when the model has no minimizer."""
+    only keeps its length when the model has no minimizer — and over them the objective fell by
+    more than its own size (and at least 1): a loss bounded below whose infimum is not attained
+    (logistic regression on separable data) keeps its steps too, but its decreases are small."""
     if growth > 1 and len(history) > STALL_OUTER and history[-1]["beta"] >= beta_max:
         recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
         if recent[-1] > eps2 and all(b > 0.99 * a for a, b in zip(recent, recent[1:])):
@@ -125,6 +127,7 @@ def _verdict(history: list[dict], growth: float, beta_max: float, eps1: float, e
         drops = [a["objective"] - b["objective"] for a, b in zip(window, window[1:])]
         steps = [r["primal_change"] for r in window]
         if all(r["violation"] <= eps2 for r in window) and min(drops) > eps1 \
+                and sum(drops) > max(1.0, abs(window[0]["objective"])) \
                 and all(b >= 0.9 * a for a, b in zip(drops, drops[1:])) \
                 and all(b >= 0.9 * a > 0 for a, b in zip(steps[1:], steps[2:])):
             return "unbounded"

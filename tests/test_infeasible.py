@@ -173,6 +173,11 @@ def test_verdict_rules_on_synthetic_histories():
     shrinking = _records([0.0] * 6, [300] * 6, objectives=[-10.0 * (1 - 0.5 ** k) for k in range(6)],
                          steps=[5.0 * 0.5 ** k for k in range(6)])
     assert _verdict(shrinking, **args) is None
+    # logistic regression on separable data: bounded below (by 0), no minimizer, steps that keep
+    # their length and small equal drops — not unbounded (the drops total less than 1)
+    separable = _records([0.0] * 6, [300] * 6, objectives=[0.05 - 0.0015 * k for k in range(6)],
+                         steps=[5.0] * 6)
+    assert _verdict(separable, **args) is None
 
 
 def lasso(upper: float):
