@@ -17,6 +17,10 @@ The model as written is solved: the paper's α_i (Σ α_i = 1) only sets the sca
 local function f̃_i = f_i / α_i, in which β, lr and σ are defined, so Σ_i α_i f̃_i = Σ_i f_i for
 every choice of α. Server terms h(z) (λ‖z‖₁, a ball, smooth server terms) enter the z-step (3.2):
 z^{k+1} = argmin_z P_0(z) + h(z) + ((1+δ) Σα_iβ_i / 2) ‖z − (ẑ + δ z^k)/(1+δ)‖².
+Client constraints that are simple sets C_i on the shared variables (‖·‖₂/‖·‖₁/‖·‖∞ balls,
+bounds) are kept on the client and projected: f̃_i + ι_{C_i} is the local function, the local steps
+are projected gradient steps u ← Π_{C_i}(u − η e) and e is the projected-gradient mapping, so the
+consensus converges to a minimizer over ∩C_i. Other client constraints are refused (ProxAL's).
 
 Readings where the paper and its experiments differ (defaults: the paper's experiments):
 - `reference="z"`: the criterion's right-hand side uses z^k (Remark 3.4, all experiments);
@@ -91,11 +95,23 @@ def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
 
 
 def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """e_i^k at x = (u, y) (3.6): ∇f̃_i(u, y) − λ_i^k + β_i^k (u − z^k) (zero padding for y)."""
+    """e_i^k at x = (u, y) (3.6): ∇f̃_i(u, y) − λ_i^k + β_i^k (u − z^k) (zero padding for y).
+    A client with local sets C_i (u ∈ C_i, projected): the projected-gradient mapping
+    (x − Π_C(x − η e))/η instead, which is e inside C_i away from its boundary and 0 exactly at
+    the constrained minimizer, so the criterion (3.7) and the step x − η·e keep their meaning."""
     n = program.n_shared
     g = program.value_grad(x[:n], x[n:])[1] / s["alpha"]
     g[:n] += -s["lam"] + s["beta"] * (x[:n] - z)
+    if _projects(program):
+        g = (x - program.apply_prox(x - s["lr"] * g, s["lr"] / s["alpha"])) / s["lr"]
     return g
+
+
+def _projects(program: NodeProgram) -> bool:
+    """Whether the client's local solves are over sets C_i (simple constraints on the shared
+    variables compiled as projections: `compile_programs(client_sets=True)`)."""
+    terms = program.merit_ir.prox_terms
+    return bool(terms) and all(t.constraint is not None for t in terms)
 
 
 def local_curvature(program: NodeProgram, x: np.ndarray, scale: float = 1.0, iterations: int = 8) -> float:
@@ -147,8 +163,9 @@ def _solve(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, tol: flo
     ‖e‖∞ ≤ tol, from α_i·L = P_i(u, y) − α_iλ_iᵀu + (α_iβ_i/2)‖u − z‖² (+ const); ‖e‖₂ ≤ √N‖e‖∞."""
     n, alpha = program.n_shared, s["alpha"]
     program.y = x[n:].copy()
+    method = "prox" if _projects(program) else s["solver"]     # Newton etc. do not project
     out = program.solve_local(linear=-alpha * s["lam"], weight=alpha * s["beta"], anchor=z, x0=x[:n],
-                              tol=alpha * tol, method=s["solver"], max_steps=cap)
+                              tol=alpha * tol, method=method, max_steps=cap)
     x = np.concatenate([out["x"], program.y])
     return x, _residual(program, s, x, z), int(out["steps"])
 
@@ -159,6 +176,8 @@ def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.
     too large: it is rejected and η_i halved for this and later rounds (the paper has no such
     test; a too-large η makes the local run, and then the whole run, diverge)."""
     x_new = x - s["lr"] * e
+    if _projects(program):          # = Π_C(x − η∇): feasible to the last bit
+        x_new = program.apply_prox(x_new, s["lr"] / s["alpha"])
     e_new = _residual(program, s, x_new, z)
     if s["safe"]:
         norm, norm_new = float(np.linalg.norm(e)), float(np.linalg.norm(e_new))
@@ -167,7 +186,8 @@ def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.
             if s["curvature"] is not None:       # the automatic step keeps η = 1/(L̂ + β)
                 s["curvature"] = max(s["curvature"], 1.0 / s["lr"] - s["beta"])
             s["halvings"] = s.get("halvings", 0) + 1
-            return x, e
+            # the projected mapping depends on η (for a smooth client it does not)
+            return x, (_residual(program, s, x, z) if _projects(program) else e)
     return x_new, e_new
 
 
@@ -346,14 +366,28 @@ class FedADMM(Backend):
         return raw / raw.sum()
 
     def _check_model(self, problem, programs) -> None:
+        """Clients: smooth objectives, and constraints only simple sets on the shared variables
+        (‖·‖₂/‖·‖₁/‖·‖∞ balls, bounds: projected in the local solves), at most one ball per
+        variable (a ball with other sets: their projections in sequence are not the projection
+        onto the intersection; bounds and ‖·‖∞ balls are intervals per coordinate, where they are)."""
         for client in problem.clients:
-            if client.constraints:
+            program = programs[client.name]
+            if program.constraints:       # what the compiler could not make a projection
                 raise FedModelError(
-                    f"FedADMM handles unconstrained clients only; client {client.name!r} has local "
-                    f"constraints {[c.name for c in client.constraints]}. Use "
+                    f"FedADMM handles client constraints only as projections (norm balls, bounds, "
+                    f"nonnegativity on shared variables); client {client.name!r} has "
+                    f"{[c.name for c in program.constraints]}. Use "
                     "backends.ProxAL(inner=backends.FedADMM(...)) (constraints by a proximal AL, "
                     "FedADMM on its subproblems) or backends.ProxAL / DALD")
-            if programs[client.name].merit_ir.prox_terms:
+            sets = [t for t in program.merit_ir.prox_terms if t.constraint is not None]
+            for var in {t.variable.uid: t.variable for t in sets}.values():
+                mine = [t for t in sets if t.variable is var]
+                if len(mine) > 1 and any(t.kind in ("ball2", "ball1") for t in mine):
+                    raise FedModelError(
+                        f"client {client.name!r} has {[t.label for t in mine]} on {var.name!r}: FedADMM "
+                        "projects onto one norm ball per variable and client (alone, or bounds); put "
+                        "the other set on another client or use backends.ProxAL(inner=backends.FedADMM(...))")
+            if len(sets) < len(program.merit_ir.prox_terms):
                 raise SmoothnessError(
                     f"client {client.name!r} has a nonsmooth term (e.g. norm1); FedADMM's local "
                     "gradient steps need smooth client objectives — move λ‖w‖₁ to the server "
@@ -387,7 +421,7 @@ class FedADMM(Backend):
         require_star(problem, topology, self.name)
         if not problem.clients:
             raise FedModelError("FedADMM needs at least one client")
-        programs = compile_programs(problem)
+        programs = compile_programs(problem, client_sets=True)   # clients project onto their sets
         self._check_model(problem, programs)
         alpha = self._weights(problem)
         ex = make_executor(executor).start(programs)

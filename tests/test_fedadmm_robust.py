@@ -257,3 +257,100 @@ def test_fedprox_keeps_its_fixed_prox_weight_and_no_stall_verdict():
     res = prob.solve(backend)
     assert res.status == "converged", res.info
     assert np.sum(res.value(w)) <= 0.1 + 1e-6
+
+
+# ---- client sets projected in the local solves (issue 13, point 1) --------------------------------
+def constrained_ridge(sets: dict, m: int = 5, d: int = 4, seed: int = 1):
+    """m clients, f_i(w) = ‖A_i w − b_i‖²/(2·20) + 0.05‖w‖² with data pulling w towards 1 (so the
+    sets below are active); `sets[i]` makes client i's constraints from w (fm) and from CVXPY's
+    variable (the reference). Returns the problem, w, CVXPY's minimizer, and (H, g) of Σ f_i."""
+    import cvxpy as cp
+    rng = np.random.default_rng(seed)
+    w, cw = fm.Variable(d, name="w"), cp.Variable(d)
+    prob = fm.Problem(name="constrained-ridge")
+    H, g, objective, constraints = np.zeros((d, d)), np.zeros(d), 0, []
+    for i in range(m):
+        A = rng.normal(size=(20, d))
+        b = A @ np.ones(d) + 0.1 * rng.normal(size=20)
+        client = prob.add_client()
+        client.minimize(0.5 * fm.sum_squares(client.data(A) @ w - b) / 20 + 0.05 * fm.sum_squares(w))
+        objective += 0.5 * cp.sum_squares(A @ cw - b) / 20 + 0.05 * cp.sum_squares(cw)
+        H += A.T @ A / 20 + 0.1 * np.eye(d)
+        g += A.T @ b / 20
+        for make in sets.get(i, []):
+            client.subject_to(make(w))
+            constraints.append(make(cw))
+    cp.Problem(cp.Minimize(objective), constraints).solve(solver=cp.CLARABEL)
+    return prob, w, cw.value, (H, g)
+
+
+def ball_minimizer(H: np.ndarray, g: np.ndarray, radius: float) -> np.ndarray:
+    """argmin ½wᵀHw − gᵀw over ‖w‖₂ ≤ radius when the ball is active: w(μ) = (H + μI)⁻¹g with
+    ‖w(μ)‖ = radius (the KKT conditions; ‖w(μ)‖ decreases in μ), μ by bisection."""
+    from scipy.optimize import brentq
+    eye = np.eye(len(g))
+    mu = brentq(lambda mu: np.linalg.norm(np.linalg.solve(H + mu * eye, g)) - radius, 0.0, 1e8, xtol=1e-15)
+    return np.linalg.solve(H + mu * eye, g)
+
+
+@pytest.mark.parametrize("options", [{}, {"local_solver": "newton"}, {"inexact": False, "adaptive": False}])
+def test_client_norm2_ball_is_projected_not_refused(options):
+    """‖w‖₂ ≤ 0.5 on clients 0, 2, 4 (active: the unconstrained minimizer has norm ≈ 2): the
+    consensus lies in the ball and is the constrained minimizer — to 1e-4 of CVXPY and 1e-7 of the
+    KKT solution (CVXPY-Clarabel itself is ~6e-6 off here)."""
+    ball = lambda v: fm.norm2(v) <= 0.5 if isinstance(v, fm.Variable) else __import__("cvxpy").norm(v, 2) <= 0.5  # noqa: E731
+    prob, w, reference, (H, g) = constrained_ridge({0: [ball], 2: [ball], 4: [ball]})
+    assert np.linalg.norm(np.linalg.solve(H, g)) > 1.0             # the ball is active
+    res = prob.solve(FedADMM(**options))
+    assert res.status == "converged", res.info
+    assert np.max(np.abs(res.value(w) - reference)) <= 1e-4
+    assert np.max(np.abs(res.value(w) - ball_minimizer(H, g, 0.5))) <= 1e-7
+    assert res.max_violation <= 1e-6
+
+
+def test_client_box_is_projected_not_refused():
+    """−0.2 ≤ w ≤ 0.2 on clients 1 and 3 (every bound active: the data pull w to 1)."""
+    prob, w, reference, _ = constrained_ridge({1: [lambda v: v <= 0.2, lambda v: v >= -0.2],
+                                               3: [lambda v: v <= 0.2, lambda v: v >= -0.2]})
+    res = prob.solve(FedADMM())
+    assert res.status == "converged", res.info
+    assert np.max(np.abs(res.value(w) - reference)) <= 1e-6
+    assert res.max_violation <= 1e-6
+    assert np.sum(np.abs(reference - 0.2) < 1e-6) >= 1               # an active bound
+
+
+@pytest.mark.parametrize("name", ["norm1", "norm_inf", "nonneg-and-ball"])
+def test_other_client_sets_are_projected(name):
+    """A ‖·‖₁ ball (before: moved to the server), a ‖·‖∞ ball, and different sets on different
+    clients (the consensus is in their intersection): CVXPY's minimizer to 1e-6."""
+    import cvxpy as cp
+    fm_or_cp = lambda v, a, b: a(v) if isinstance(v, fm.Variable) else b(v)  # noqa: E731
+    sets = {
+        "norm1": {0: [lambda v: fm_or_cp(v, fm.norm1, lambda u: cp.norm(u, 1)) <= 0.6]},
+        "norm_inf": {3: [lambda v: fm_or_cp(v, fm.norm_inf, lambda u: cp.norm(u, "inf")) <= 0.3]},
+        "nonneg-and-ball": {0: [lambda v: fm_or_cp(v, fm.norm2, lambda u: cp.norm(u, 2)) <= 0.5],
+                            1: [lambda v: v >= 0.15]},
+    }[name]
+    prob, w, reference, (H, g) = constrained_ridge(sets)
+    res = prob.solve(FedADMM())
+    assert res.status == "converged", res.info
+    # CVXPY's second-order-cone answers are ~1e-5 off (see above); its LP ones are not
+    assert np.max(np.abs(res.value(w) - reference)) <= (1e-4 if "ball" in name else 1e-6)
+    objective = lambda v: 0.5 * v @ H @ v - g @ v                       # noqa: E731  Σ f_i + const
+    assert objective(res.value(w)) <= objective(reference) + 1e-10
+    assert res.max_violation <= 1e-6
+
+
+def test_client_constraints_without_projection_are_refused_clearly():
+    """A linear constraint (no cheap projection in FedADMM's local steps), and a ball together
+    with bounds on one client (sequential projections are not the projection onto the
+    intersection): FedModelError naming the client and pointing to ProxAL(inner=FedADMM)."""
+    prob, w, _, _ = constrained_ridge({})
+    prob.clients[1].subject_to(fm.sum(w) <= 1.0)
+    with pytest.raises(fm.FedModelError, match=r"client 'c1'.*ProxAL\(inner=backends.FedADMM"):
+        prob.solve(FedADMM())
+    prob, w, _, _ = constrained_ridge({})
+    prob.clients[0].subject_to(fm.norm2(w) <= 0.5)
+    prob.clients[0].subject_to(w <= 0.2)
+    with pytest.raises(fm.FedModelError, match=r"client 'c0'.*one norm ball"):
+        prob.solve(FedADMM())

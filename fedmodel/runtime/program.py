@@ -269,25 +269,25 @@ class NodeProgram:
             self._hessian_cache, self._factor_cache, self._hessian_key = None, None, key
 
     def _solve_prox(self, fun_grad, z0, tol, weight_x, max_steps):
-        n_x = self.n_shared
-        terms = self.merit_ir.prox_terms
-
-        def prox(z, t):
-            # Terms on the same variable are applied in sequence: exact for λ‖x‖₁ and for a
-            # single set, and for λ‖x‖₁ with a ball or bounds (the prox of the sum factors).
-            out = z.copy()
-            parts = self.shared.unpack(out[:n_x])
-            for term in terms:
-                i = self.shared.variables.index(term.variable)
-                parts[i] = term.prox(parts[i], t)
-            out[:n_x] = self.shared.pack(parts)
-            return out
-
         exact = self._solve_quadratic_l1(fun_grad, z0, tol, weight_x)
         if exact is not None:
             return exact
         lipschitz = float(np.max(weight_x, initial=1.0))
-        return solvers.prox_gradient(fun_grad, prox, z0, tol, lipschitz, max_steps=100_000)
+        return solvers.prox_gradient(fun_grad, self.apply_prox, z0, tol, lipschitz, max_steps=100_000)
+
+    def apply_prox(self, z: np.ndarray, t: float) -> np.ndarray:
+        """prox_{t·g} of the node's prox terms g on the shared part of z = (x, y) (a copy; y is
+        left as is); for set terms, the projection. Terms on the same variable are applied in
+        sequence: exact for λ‖x‖₁ and for a single set, for bounds and ‖·‖∞ balls together
+        (intervals per coordinate), and for λ‖x‖₁ with a ball or bounds (the prox factors)."""
+        n_x = self.n_shared
+        out = np.array(z, dtype=float)
+        parts = self.shared.unpack(out[:n_x])
+        for term in self.merit_ir.prox_terms:
+            i = self.shared.variables.index(term.variable)
+            parts[i] = term.prox(parts[i], t)
+        out[:n_x] = self.shared.pack(parts)
+        return out
 
     def prox_remainder(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         """g (a gradient in the shared variables at x) plus the element of the prox terms'
@@ -429,15 +429,19 @@ class ProgramSpec:
         return program
 
 
-def compile_programs(problem, project: bool = True) -> dict[str, "NodeProgram | ProgramSpec"]:
+def compile_programs(problem, project: bool = True,
+                     client_sets: bool = False) -> dict[str, "NodeProgram | ProgramSpec"]:
     """One NodeProgram per block (server first, then clients in order). With `project`, simple
-    constraints on the shared variables held by the server are handled by projection. A block
-    whose data is produced on its worker stays a `ProgramSpec` (the executor builds it there)."""
+    constraints on the shared variables held by the server are handled by projection; with
+    `client_sets` also those held by clients, on the client (for backends whose client solves
+    project, e.g. FedADMM). A block whose data is produced on its worker stays a `ProgramSpec`
+    (the executor builds it there)."""
     from ..compiler.canonical import needs_projection
     shared = problem.shared_variables()
     # a client's constraint on the shared variables alone with no smooth form (a ‖·‖₁ ball) is
-    # the same constraint on the server, where it is projected (clients' solves do not project)
-    moved = [c for b in problem.clients for c in b.constraints if needs_projection(c)]
+    # the same constraint on the server, where it is projected (unless clients' solves project)
+    moved = [] if client_sets else \
+        [c for b in problem.clients for c in b.constraints if needs_projection(c)]
     programs: dict = {}
     for block in problem.blocks:
         private = list(getattr(block, "private_variables", []))
@@ -445,6 +449,6 @@ def compile_programs(problem, project: bool = True) -> dict[str, "NodeProgram | 
         constraints = block.constraints + moved if role == "server" else \
             [c for c in block.constraints if not any(c is m for m in moved)]
         spec = ProgramSpec(block.name, role, block.terms, constraints, shared, private,
-                           project=project and role == "server")
+                           project=project and (role == "server" or client_sets))
         programs[block.name] = spec if spec.remote else spec.build()
     return programs
