@@ -128,7 +128,8 @@ def test_centralized_proxal_matches_cvxpy_and_federated():
     assert fm.verify(central, reference=ref).ok
     fed = prob.solve(backends.ProxAL(**FAST))
     np.testing.assert_allclose(fed.value(w), central.value(w), atol=2e-3)
-    assert central.iterations["outer"] >= 1 and central.iterations["inner"] >= central.iterations["outer"]
+    # a warm-started proximal Newton subproblem may already be solved: 0 inner steps that time
+    assert central.iterations["outer"] >= 1 and central.iterations["inner"] >= 1
 
 
 def test_history_reports_per_client_values():
