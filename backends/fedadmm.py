@@ -20,7 +20,9 @@ z^{k+1} = argmin_z P_0(z) + h(z) + ((1+δ) Σα_iβ_i / 2) ‖z − (ẑ + δ z^
 Client constraints that are simple sets C_i on the shared variables (‖·‖₂/‖·‖₁/‖·‖∞ balls,
 bounds) are kept on the client and projected: f̃_i + ι_{C_i} is the local function, the local steps
 are projected gradient steps u ← Π_{C_i}(u − η e) and e is the projected-gradient mapping, so the
-consensus converges to a minimizer over ∩C_i. Other client constraints are refused (ProxAL's).
+consensus converges to a minimizer over ∩C_i. A client λ‖w‖₁ term is handled the same way, by
+its prox (soft-thresholding) in place of the projection: proximal gradient steps, and e the
+proximal-gradient mapping. Other client constraints are refused (ProxAL's).
 
 Readings where the paper and its experiments differ (defaults: the paper's experiments):
 - `reference="z"`: the criterion's right-hand side uses z^k (Remark 3.4, all experiments);
@@ -39,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.errors import FedModelError, SmoothnessError
+from fedmodel.errors import FedModelError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import MessageKind, procedure, register
@@ -108,10 +110,10 @@ def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np
 
 
 def _projects(program: NodeProgram) -> bool:
-    """Whether the client's local solves are over sets C_i (simple constraints on the shared
-    variables compiled as projections: `compile_programs(client_sets=True)`)."""
-    terms = program.merit_ir.prox_terms
-    return bool(terms) and all(t.constraint is not None for t in terms)
+    """Whether the client's local solves are proximal: over sets C_i (simple constraints on the
+    shared variables compiled as projections: `compile_programs(client_sets=True)`) and/or with
+    a λ‖w‖₁ term (its prox, soft-thresholding, in place of the projection)."""
+    return bool(program.merit_ir.prox_terms)
 
 
 def local_curvature(program: NodeProgram, x: np.ndarray, scale: float = 1.0, iterations: int = 8) -> float:
@@ -387,11 +389,6 @@ class FedADMM(Backend):
                         f"client {client.name!r} has {[t.label for t in mine]} on {var.name!r}: FedADMM "
                         "projects onto one norm ball per variable and client (alone, or bounds); put "
                         "the other set on another client or use backends.ProxAL(inner=backends.FedADMM(...))")
-            if len(sets) < len(program.merit_ir.prox_terms):
-                raise SmoothnessError(
-                    f"client {client.name!r} has a nonsmooth term (e.g. norm1); FedADMM's local "
-                    "gradient steps need smooth client objectives — move λ‖w‖₁ to the server "
-                    "(prob.server.minimize(...)), where it is handled by its prox")
         if programs["server"].constraints:
             raise FedModelError(
                 f"FedADMM's server step handles only constraints it can project on (bounds, a norm "

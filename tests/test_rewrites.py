@@ -154,10 +154,13 @@ def test_rewrites_solve_to_the_same_answer(spec, style):
     assert ref_other.objective == pytest.approx(ref_plain.objective, rel=1e-6, abs=1e-9)
     fed_plain, fed_other = plain.solve("proxal"), other.solve("proxal")
     assert fed_plain.status == fed_other.status == "converged"
-    # the compiler sees one canonical model: the runs agree to well within the solver's
-    # tolerance (a different summation order can move the last inner iteration's stop)
-    assert np.max(np.abs(fed_other.value(v) - fed_plain.value(w))) <= 1e-4
     assert _distance(fed_plain, ref_plain, w) <= TOL
+    assert _distance(fed_other, ref_plain, v, w) <= TOL
+    if style != "central":
+        # the compiler sees one canonical model: the same run up to round-off. (Written
+        # centrally, λ‖w‖₁ reads no client data and goes to the server: another federated
+        # split of the same model, which agrees with CVXPY, not bit for bit with the clients'.)
+        assert np.max(np.abs(fed_other.value(v) - fed_plain.value(w))) <= 1e-8
 
 
 @SETTINGS
