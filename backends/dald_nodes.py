@@ -17,15 +17,6 @@ _OPTS = {"tol": "1", "solver": "str", "step": "1", "local_steps": "1", "warm": "
 
 
 # ---- solver layer (runs on the node) ----------------------------------------------------------
-def _apply_prox(program: NodeProgram, z: np.ndarray, t: float) -> np.ndarray:
-    n_x = program.n_shared
-    out = z.copy()
-    parts = program.shared.unpack(out[:n_x])
-    for term in program.merit_ir.prox_terms:
-        i = program.shared.variables.index(term.variable)
-        parts[i] = term.prox(parts[i], t)
-    out[:n_x] = program.shared.pack(parts)
-    return out
 
 
 def _prox_grad(program, linear, weight, anchor, x0, step, steps):
@@ -37,7 +28,7 @@ def _prox_grad(program, linear, weight, anchor, x0, step, steps):
         _, g = program.value_grad(z[:n_x], z[n_x:])
         g = g.copy()
         g[:n_x] += linear + weight * (z[:n_x] - anchor)
-        z = _apply_prox(program, z - step * g, step)
+        z = program.apply_prox(z - step * g, step)
     program.y = z[n_x:].copy()
     return z[:n_x], steps
 

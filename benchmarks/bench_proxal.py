@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
 from backends import CentralizedProxAL, ProxAL  # noqa: E402
+from benchmarks.common import timed  # noqa: E402
 from fedmodel.examples import FAST_PROXAL, PAPER_PROXAL  # noqa: E402
 from fedmodel.reproductions import table1  # noqa: E402
 
@@ -52,16 +53,6 @@ def full_gradient_seconds(X, y, w, repeats: int = 20) -> float:
     del value, grad
     return (time.process_time() - start) / repeats
 
-
-def timed(fn, repeats: int = 1):
-    """(result, CPU seconds, wall seconds), the fastest of `repeats` runs (CPU time)."""
-    best = None
-    for _ in range(repeats):
-        cpu, wall = time.process_time(), time.perf_counter()
-        out = fn()
-        run = (out, time.process_time() - cpu, time.perf_counter() - wall)
-        best = run if best is None or run[1] < best[1] else best
-    return best
 
 
 def main(quick: bool = False) -> None:

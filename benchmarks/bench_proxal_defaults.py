@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
 from backends import CVXPY, ProxAL  # noqa: E402
+from benchmarks.common import timed  # noqa: E402
 from fedmodel.reproductions import table1  # noqa: E402
 
 CASES = [("monks-1", 5), ("adult-a", 1), ("adult-a", 5)]
@@ -36,16 +37,6 @@ CASES = [("monks-1", 5), ("adult-a", 1), ("adult-a", 5)]
 class _Capped(Exception):
     """Raised from the callback when the paper preset has used up its time."""
 
-
-def timed(fn, repeats: int = 1):
-    """(result, CPU seconds, wall seconds) of the fastest (CPU) of `repeats` runs."""
-    best = None
-    for _ in range(repeats):
-        cpu, wall = time.process_time(), time.perf_counter()
-        out = fn()
-        run = (out, time.process_time() - cpu, time.perf_counter() - wall)
-        best = run if best is None or run[1] < best[1] else best
-    return best
 
 
 def capped_paper(prob, cap: float):

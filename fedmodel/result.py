@@ -66,6 +66,9 @@ class Result:
         if not isinstance(var, Variable):
             raise FedModelError(f"Result.value takes a Variable, got {type(var).__name__}")
         if var.uid not in self.values:
+            if not self.values and self.status != "converged":
+                raise FedModelError(f"no value for {var.label!r}: the {self.backend} run ended "
+                                    f"{self.status!r} without a point (see result.info)")
             raise FedModelError(f"variable {var.label!r} is not part of the problem this result "
                                 "solves")
         return self.values[var.uid]

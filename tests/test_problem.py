@@ -222,6 +222,8 @@ def test_infeasible_model_clears_values():
     assert res.values == {} and w.value is None
     assert np.isnan(res.objective)
     assert "infeasible" in str(res)
+    with pytest.raises(fm.FedModelError, match="ended 'infeasible' without a point"):
+        res.value(w)
 
 
 def test_solver_choice_and_options():

@@ -258,7 +258,7 @@ class Group:
         return np.full(self.n, -1.0), slice(0, 0), prox
 
     def apply_prox(self, Z: np.ndarray, t: float) -> np.ndarray:
-        """Every client's prox step (in term order, as `dald_nodes._apply_prox`)."""
+        """Every client's prox step (in term order, as `NodeProgram.apply_prox`)."""
         for cols, weights, k in self.prox:
             if weights is not None:     # λ‖w‖₁: soft-thresholding at t·λ_i, all clients at once
                 v = Z[:, cols]          # Norm1.prox, sign(v)·max(|v| − tλ, 0), in place
