@@ -47,8 +47,9 @@ class Backend:
         raise NotImplementedError
 
 
-# Data whose entries exceed HUGE overflow squared losses and their gradients (1e155² > 1.8e308) or
-# leave no digits for the backends' absolute tolerances: refused. Above LARGE: a warning.
+# Data whose entries exceed HUGE are refused: products of a few such entries (a squared loss of
+# X w, its gradient Xᵀ(X w − b), a Hessian XᵀX) overflow double precision (1e308) or leave no
+# digits for the backends' absolute tolerances. Above LARGE: a warning.
 HUGE, LARGE = 1e100, 1e20
 
 
@@ -67,6 +68,8 @@ def check_scaling(problem) -> None:
                 continue
             seen.add(id(leaf))
             array = np.asarray(leaf.value, dtype=float)
+            if array.size == 0:
+                continue
             largest = max(float(np.max(array)), -float(np.min(array)))   # no |array| copy
             what = f"{type(leaf).__name__.lower()} {getattr(leaf, 'label', leaf.name)!r} of block {block.name!r}"
             if not np.isfinite(largest):

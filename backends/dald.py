@@ -339,6 +339,7 @@ class DALD(Backend):
         x0 = np.zeros(d) if self.x0 is None else np.broadcast_to(np.asarray(self.x0, float).ravel(), (d,)).copy()
         server_used = bool(problem.server.terms or problem.server.constraints)
         ex = make_executor(executor).start(programs)
+        self._prepare(ex, x0)
         self._rng = np.random.default_rng(self.seed)
         start = time.perf_counter()
         try:
@@ -348,6 +349,9 @@ class DALD(Backend):
             ex.close()
         out["info"]["mode"] = mode
         return out
+
+    def _prepare(self, ex, x0: np.ndarray) -> None:
+        """Settings the nodes must be asked for before the first iteration (none for DALD)."""
 
     def _participants(self, nodes: list[str], total: int = 0) -> list[str]:
         if self.coordination == "full":
@@ -406,14 +410,14 @@ class DALD(Backend):
                     X = X.copy()
                     X[[row[c] for c in part]] = reply["x"]
                 new = self._server_step(ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used)  # (14)/(29)
-                finite = not watch.check(total, **{"x̂ (server model)": new, "x_i (client models)": X})
-                if not finite:
+                sound = not watch.check(total, **{"x̂ (server model)": new, "x_i (client models)": X})
+                if not sound:
                     break
                 dual = float(np.max(np.abs(new - xhat), initial=0.0))       # D = x̂^{k,v} − x̂^{k,v−1}
                 xhat = new
                 if self._inner_done(k, v, dual) or total >= self.max_iterations:
                     break
-            if not finite:          # keep the last sound iterate x̂; the caller sees "diverged"
+            if not sound:          # keep the last sound iterate x̂; the caller sees "diverged"
                 status = watch.report(info)
                 break
             # C_i = x̂ − x_i: ‖C‖∞, and the server's mirror of Step 2: Σμ_i += Σ_(active) 2ρ_i∘ρ_i∘C_i
@@ -562,10 +566,10 @@ class DALD(Backend):
                     X = X.copy()
                     X[[position[n] for n in solved]] = reply["x"]
                 dual, _ = kernels.largest_change(X, previous, moving)   # D (80)
-                finite = not watch.check(total, **{"x_i (node models)": X})   # non-finite or growth
-                if not finite or self._inner_done(k, v, dual) or total >= self.max_iterations:
+                sound = not watch.check(total, **{"x_i (node models)": X})   # non-finite or growth
+                if not sound or self._inner_done(k, v, dual) or total >= self.max_iterations:
                     break
-            if not finite:          # keep the last sound sweep; the caller sees "diverged"
+            if not sound:          # keep the last sound sweep; the caller sees "diverged"
                 status, X = watch.report(info), previous
                 break
             replies = ex.map_stacked("dald_dc_dual", order, common={"consensus": float(self.dual_updates)})  # (21)

@@ -17,8 +17,6 @@ _OPTS = {"tol": "1", "solver": "str", "step": "1", "local_steps": "1", "warm": "
 
 
 # ---- solver layer (runs on the node) ----------------------------------------------------------
-
-
 def _prox_grad(program, linear, weight, anchor, x0, step, steps):
     """W proximal-gradient steps (63)/(64): z ← prox_{αΠ}(z − α∇Ψ(z)) (Ψ: smooth part + AL)."""
     n_x = program.n_shared

@@ -65,6 +65,7 @@ from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import compile_programs
+from . import fedadmm  # noqa: F401  (registers the "local_curvature" procedure)
 from .base import Backend
 from .watch import DivergenceWatch
 from .common import check_count, check_number as _number, gather_values, progress, require_star
@@ -360,14 +361,6 @@ def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0):
     return {"z": s["z"]}
 
 
-@procedure("dp_admm_curvature", {"z": "x"}, {"L": "1"})
-def _client_curvature(program, z):
-    """L̂_p: the largest curvature of f_p near z (`fedmodel`'s one client-side estimate,
-    `backends.fedadmm.local_curvature`), for rho_schedule="auto" in non-private runs."""
-    from .fedadmm import local_curvature
-    return {"L": local_curvature(program, np.concatenate([np.asarray(z, float), program.y]), iterations=20)}
-
-
 def _client_log(program):
     s = program.state.get("dp_admm", {})
     return {"log": {"scale": list(s.get("log", {}).get("scale", [])),
@@ -440,7 +433,6 @@ class DPADMM(Backend):
         # the clients at w⁰, where the linearized z-step is stable for every variant
         self.auto_rho = isinstance(rho_schedule, str) and rho_schedule.lower() == "auto"
         self.rho_schedule = _rho_schedule("mnist" if self.auto_rho else rho_schedule)
-        self.rho_floor = 0.0
         self.a, self.max_rounds, self.seed = a, max_rounds, seed
         self.trust_radius, self.trust_norm = trust_radius, trust_norm
         self.sensitivity = _check_sensitivity(sensitivity)
@@ -465,9 +457,10 @@ class DPADMM(Backend):
         return cls(**{**PAPER_DPADMM, **overrides})
 
     # -- public schedules ---------------------------------------------------------------------
-    def rho(self, t: int) -> float:
+    def rho(self, t: int, floor: float = 0.0) -> float:
+        """ρ^t of the schedule, at least `floor` (rho_schedule="auto": 2.2·max_p L̂_p of the run)."""
         rho = self.rho_schedule(t, self.epsilon)
-        rho = max(rho, self.rho_floor) if isinstance(rho, (int, float)) else rho
+        rho = max(rho, floor) if isinstance(rho, (int, float)) else rho
         if not isinstance(rho, (int, float)) or not 0 < rho < math.inf:
             raise FedModelError(f"rho_schedule gave ρ^{t} = {rho}; it must be positive and finite")
         return float(rho)
@@ -568,9 +561,10 @@ class DPADMM(Backend):
                                     f"variables, flattened); got {w0.size}")
             w[:] = w0
         records = self._init_clients(ex, w)
+        rho_floor = 0.0
         if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
-            curvature = ex.map("dp_admm_curvature", {c: {"z": w} for c in clients})
-            self.rho_floor = 2.2 * max(r["L"] for r in curvature.values())
+            curvature = ex.map("local_curvature", {c: {"z": w, "iterations": 20} for c in clients})
+            rho_floor = 2.2 * max(r["L"] for r in curvature.values())
         z = {c: w.copy() for c in clients}                              # z_p^1
         lam = {c: np.zeros(d) for c in clients}                         # λ_p^1 = 0
         server_used = bool(problem.server.terms or problem.server.constraints)
@@ -584,7 +578,7 @@ class DPADMM(Backend):
             t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
             watch.smallest = dict(saved.get("watch", {}))
         for t in range(t + 1, self.max_rounds + 1):
-            rho = self.rho(t)                                                  # (21)
+            rho = self.rho(t, rho_floor)                                       # (21)
             step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
             if self.variant == "objP":
                 step["prox"] = math.sqrt(t) / self.a                           # 1/η^t, η^t = a/√t
@@ -636,6 +630,7 @@ class DPADMM(Backend):
         bar.close()
         rounds = t if status != "diverged" else t - 1
         info = self._info(ex, z, lam, rho, records, per_round, t, history) | diverged   # t rounds released z
+        info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
         values, multipliers = gather_values(ex, problem, w)
         ex.ledger.rounds = rounds
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,

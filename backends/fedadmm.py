@@ -88,10 +88,9 @@ def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
         lam = program.value_grad(z, program.y)[1][:program.n_shared] / alpha
     s = {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha), **config, "last": {},
          "auto_lr": config.get("lr") is None, "curvature": None}
-    if s["safe"] or s["auto_lr"]:
+    if s["auto_lr"]:
         s["curvature"] = _curvature(program, s, np.concatenate([z, program.y]))
-        if s["auto_lr"]:
-            s["lr"] = 1.0 / (s["curvature"] + float(beta))
+        s["lr"] = 1.0 / (s["curvature"] + float(beta))
     program.state["fedadmm"] = s
     return {"w": float(beta) * z - lam, "beta": float(beta)}   # the server's first cache entry
 
@@ -135,6 +134,14 @@ def local_curvature(program: NodeProgram, x: np.ndarray, scale: float = 1.0, ite
                 break
             estimate, v = size, hv
     return estimate
+
+
+@procedure("local_curvature", {"z": "x", "iterations": "1"}, {"L": "1"})
+def _curvature_at(program: NodeProgram, z, iterations=8):
+    """L̂_i near (z, the client's private values), estimated on the client: FedProx/FedAvg's
+    automatic step and DP-ADMM's ρ floor ask every client for it through the executor."""
+    x = np.concatenate([np.asarray(z, float), program.y])
+    return {"L": local_curvature(program, x, iterations=int(iterations))}
 
 
 def _curvature(program: NodeProgram, s: dict, x: np.ndarray) -> float:

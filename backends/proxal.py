@@ -60,7 +60,7 @@ DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxA
 
 def _check_common(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0) -> dict:
     """The options ProxAL and cProx-AL share, validated (FedModelError naming the option)."""
-    if not (isinstance(tol, (tuple, list)) and len(tol) == 2):
+    if isinstance(tol, (str, bytes)) or np.ndim(tol) != 1 or len(tol) != 2:
         raise FedModelError(f"tol must be a pair (eps1, eps2) of positive numbers, got {tol!r}")
     inf = float("inf")
     options = dict(beta=check_number("beta", beta, 0, inf), s_bar=check_number("s_bar", s_bar, 0, inf),

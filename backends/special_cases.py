@@ -32,25 +32,13 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from fedmodel.runtime.program import compile_programs
 from .common import check_count, check_number
+from . import fedadmm  # noqa: F401  (registers the "local_curvature" procedure)
 from .dald import DALD
 from .watch import DivergenceWatch
 
 #: the DALD paper's FedProx / FedAvg baseline (Sec. V-B): ρ = 1 (μ = 2), α = 1e-4, one step, 1000 rounds
 PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, "tol": 1e-8}
-
-
-def curvature_step(problem, x0: Any = None) -> float:
-    """1/max_i L̂_i: a gradient step every client's objective tolerates (L̂_i: the clients'
-    largest curvature near x0, by `local_curvature`); 1.0 when no client has curvature."""
-    from .fedadmm import local_curvature
-    programs = compile_programs(problem)
-    d = programs["server"].n_shared
-    x = np.zeros(d) if x0 is None else np.broadcast_to(np.asarray(x0, float).ravel(), (d,))
-    largest = max((local_curvature(programs[c.name], np.concatenate([x, programs[c.name].y]))
-                   for c in problem.clients), default=0.0)
-    return 1.0 / largest if largest > 0 else 1.0
 
 
 class _DistributedPA(DALD):
@@ -102,6 +90,14 @@ class _DistributedPA(DALD):
                 "raise mu or check the model's scaling")
         return DivergenceWatch(type(self).__name__, hint=hint)
 
+    def _prepare(self, ex, x0: np.ndarray) -> None:
+        """step=None: 1/max_i L̂_i, a gradient step every client's objective tolerates (L̂_i: its
+        largest curvature near x0, estimated on the client: `backends.fedadmm.local_curvature`)."""
+        if self.step_option is None and not self.exact_local:
+            replies = ex.map("local_curvature", {c: {"z": x0, "iterations": 8} for c in ex.clients})
+            largest = max((r["L"] for r in replies.values()), default=0.0)
+            self.step = 1.0 / largest if largest > 0 else 1.0
+
     def run(self, problem, **kwargs):
         if problem.server.terms or problem.server.constraints:
             raise FedModelError(f"{type(self).__name__} has no server step for the server block's "
@@ -111,8 +107,6 @@ class _DistributedPA(DALD):
             raise FedModelError("FedAvg with exact local solves needs local_steps ≥ 1 (an exact "
                                 "local argmin of f_i alone is one-shot averaging)")
         automatic = self.step_option is None and not self.exact_local
-        if automatic:
-            self.step = curvature_step(problem, self.x0)
         try:
             out = super().run(problem, **kwargs)
         finally:

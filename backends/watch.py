@@ -37,6 +37,8 @@ class DivergenceWatch:
             if not np.all(np.isfinite(array)):
                 return self._stop(iteration, f"{name} has non-finite entries")
             size = float(np.max(np.abs(array), initial=0.0))
+            if size == 0.0 and name not in self.smallest:
+                continue        # an all-zero start sets no scale: a solution of size 1e7 is fine
             smallest = self.smallest.get(name, size)
             if size > self.growth * max(smallest, self.floor):
                 return self._stop(iteration, f"‖{name}‖∞ grew to {size:.3g} (from at most "

@@ -152,7 +152,8 @@ def test_epsilon_inf_iterates_equal_handcoded_iadmm(variant):
     prob, w, parts = _model("ridge")
     backend = DPADMM(variant=variant, trust_radius="code", a=0.05, max_rounds=40, tol=0)
     res = prob.solve(backend)
-    hw, hz, hlam = _hand_iadmm("ridge", parts, variant, 40, backend.rho, a=0.05,
+    hw, hz, hlam = _hand_iadmm("ridge", parts, variant, 40,
+                               lambda t: backend.rho(t, res.info["rho_floor"]), a=0.05,
                                radius=lambda t: 0.05,
                                outp=lambda t, r: backend.outp_parameters(t, r, M))
     assert np.allclose(res.value(w), hw, rtol=0, atol=1e-12)

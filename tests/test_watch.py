@@ -35,3 +35,11 @@ def test_report_warns_and_records():
     with pytest.warns(RuntimeWarning, match="iteration 7"):
         assert watch.report(info) == "diverged"
     assert info["diverged"] == watch.message
+
+
+def test_an_all_zero_start_sets_no_scale():
+    """Backends start from zeros: a large but finite answer (targets of size 1e7) is not growth."""
+    watch = DivergenceWatch("X", hint="h")
+    assert not watch.check(0, z=np.zeros(3))
+    assert not watch.check(1, z=np.full(3, 2e7)) and not watch.check(2, z=np.full(3, 3e7))
+    assert watch.check(3, z=np.full(3, 3e13))

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..atoms import add, multiply, pos, power, sum as sum_, sum_squares
 from ..constraints import Constraint, Equality
-from ..expression import Constant, Expression, Parameter, Variable
+from ..expression import Expression, Parameter, Variable
 from .canonical import (canonical_constraints, classify_objective, constraint_fix,
                         how_to_fix)
 from .sets import ProxTerm

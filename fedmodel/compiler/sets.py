@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import FedModelError
+
 from ..atoms import Add, Neg, Norm1, Norm2, NormInf
 from ..constraints import Constraint, Inequality
 from ..expression import Constant, Expression, Variable
@@ -53,7 +55,13 @@ def norm1_term(var: Variable, weight: Any) -> ProxTerm:
     from .canonical import coefficient_value
     if isinstance(weight, (int, float, np.floating)):
         weight = float(weight)
-    lam = lambda: coefficient_value(weight)  # noqa: E731
+
+    def lam() -> float:
+        value = coefficient_value(weight)
+        if not value >= 0:      # a Parameter set negative after compiling: no longer convex
+            raise FedModelError(f"the weight of {weight}·norm1({var.name}) is now {value:g}; "
+                                "λ‖w‖₁ needs λ ≥ 0")
+        return value
 
     def remainder(x, g):
         w = lam()

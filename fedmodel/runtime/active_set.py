@@ -24,7 +24,7 @@ def feature_sign(H: np.ndarray, c: np.ndarray, lam: np.ndarray, z0: np.ndarray, 
 
     for step in range(max_steps):
         g = H @ z + c
-        residual = float(np.max(np.abs(_residual(z, g, lam)), initial=0.0))
+        residual = float(np.max(np.abs(l1_residual(z, g, lam)), initial=0.0))
         if residual <= tol:
             return z, step, residual
         sign = np.sign(z)
@@ -57,7 +57,7 @@ def feature_sign(H: np.ndarray, c: np.ndarray, lam: np.ndarray, z0: np.ndarray, 
     return None
 
 
-def _residual(z: np.ndarray, g: np.ndarray, lam: np.ndarray) -> np.ndarray:
+def l1_residual(z: np.ndarray, g: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """g + the element of λ∂|z| closest to −g (entry-wise)."""
     return np.where((lam > 0) & (z == 0), np.sign(g) * np.maximum(np.abs(g) - lam, 0.0),
                     g + lam * np.sign(z))

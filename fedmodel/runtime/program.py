@@ -324,7 +324,7 @@ class NodeProgram:
         constrained client with an ℓ1 term): proximal Newton — each step minimizes the quadratic
         model plus λ‖w‖₁ exactly (feature-sign search) and backtracks on f + λ‖w‖₁ — else None
         (then FISTA, whose step count grows with the AL penalty's curvature: ~10⁴ steps at β = 300)."""
-        from .active_set import _residual, feature_sign
+        from .active_set import feature_sign, l1_residual
         terms = self.merit_ir.prox_terms
         if self.quadratic or not (terms and all(t.kind == "norm1" for t in terms)
                                   and z0.size <= ACTIVE_SET_MAX):
@@ -333,7 +333,7 @@ class NodeProgram:
         z = z0.copy()
         f, g = fun_grad(z)
         for step in range(max_steps):
-            residual = solvers._norm_inf(_residual(z, g, lam))
+            residual = solvers._norm_inf(l1_residual(z, g, lam))
             if residual <= tol:
                 return z, step, residual
             H = self.hessian(z)
