@@ -104,12 +104,13 @@ def objective_and_violation(problem, values: dict[int, np.ndarray]) -> tuple[flo
 
 
 def violated_constraints(problem, values: dict[int, np.ndarray], tol: float = 0.0) -> dict[str, float]:
-    """{constraint name: violation} of the constraints violated by more than `tol` at `values`,
-    largest first (an infeasible or stalled run names them)."""
+    """{"name: rendered constraint": violation} of the constraints violated by more than `tol`
+    at `values`, largest first (an infeasible or stalled run names them; ProxAL's nodes report
+    theirs in the same form)."""
     evaluated = _evaluate(problem, values)
     if evaluated is None:
         return {}
-    pairs = [(c.name or str(c), v) for c, v in zip(problem.constraints, evaluated[1]) if v > tol]
+    pairs = [(repr(c), v) for c, v in zip(problem.constraints, evaluated[1]) if v > tol]
     return dict(sorted(pairs, key=lambda pair: -pair[1]))
 
 

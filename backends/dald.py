@@ -268,7 +268,8 @@ class DALD(Backend):
 
     def _stall(self, history: list[dict]) -> str | None:
         """"infeasible" / "stalled" when the consensus and constraint residuals have not improved
-        by 0.1% over the last `stall_window` outer steps and stay well above the tolerance:
+        by 0.1% over the last `stall_window` outer steps and stay well above the tolerance, and
+        the model's constraints are violated at the last reported point:
         the augmented-Lagrangian signature of an infeasible model (the iterates settle at a
         least-violation point while the multipliers grow linearly). "infeasible" needs the
         iterates settled and exact local solves; with gd / prox-grad a slow run looks the same,
@@ -278,7 +279,13 @@ class DALD(Backend):
             return None
         r = [max(h["primal_residual"], h["constraint_residual"]) for h in history[-2 * W:]]
         before, recent = min(r[:W]), min(r[W:])
-        if recent < (1.0 - 1e-3) * before or recent <= max(100.0 * self.eps_primal, 1e-6):
+        floor = max(100.0 * self.eps_primal, 1e-6)
+        if recent < (1.0 - 1e-3) * before or recent <= floor:
+            return None
+        # and a constraint is violated at the model itself: a feasible model whose consensus
+        # converges slowly (adaptive ρ still moving) shows the same plateau without a violation
+        reported = [h["violation"] for h in history[-W:] if np.isfinite(h["violation"])]
+        if not reported or reported[-1] <= floor:
             return None
         settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
         return "infeasible" if settled and self.solver not in ("gd", "prox-grad") else "stalled"

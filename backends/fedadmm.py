@@ -104,7 +104,10 @@ def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np
     g = program.value_grad(x[:n], x[n:])[1] / s["alpha"]
     g[:n] += -s["lam"] + s["beta"] * (x[:n] - z)
     if _projects(program):
-        g = (x - program.apply_prox(x - s["lr"] * g, s["lr"] / s["alpha"])) / s["lr"]
+        # the proximal point itself is the next local step (`_gd_step`): x − η·e would only
+        # round-trip to it, and a second prox of it would soft-threshold twice
+        s["prox_point"] = program.apply_prox(x - s["lr"] * g, s["lr"] / s["alpha"])
+        g = (x - s["prox_point"]) / s["lr"]
     return g
 
 
@@ -184,9 +187,9 @@ def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.
     descent with η ≤ 2/(L̃+β) never increases ‖e‖ (co-coercivity), so a step that does proves η
     too large: it is rejected and η_i halved for this and later rounds (the paper has no such
     test; a too-large η makes the local run, and then the whole run, diverge)."""
-    x_new = x - s["lr"] * e
-    if _projects(program):          # = Π_C(x − η∇): feasible to the last bit
-        x_new = program.apply_prox(x_new, s["lr"] / s["alpha"])
+    # the proximal point prox(x − η∇) that `_residual` computed with e at this x: feasible to
+    # the last bit (a set), exact zeros (λ‖w‖₁)
+    x_new = s["prox_point"] if _projects(program) else x - s["lr"] * e
     e_new = _residual(program, s, x_new, z)
     if s["safe"]:
         norm, norm_new = float(np.linalg.norm(e)), float(np.linalg.norm(e_new))
@@ -215,6 +218,8 @@ def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
             ref = float(np.linalg.norm(e))
         else:                                                                    # (3.7): u_i^k
             ref = float(np.linalg.norm(_residual(program, s, np.concatenate([s["u"], program.y]), z)))
+            if _projects(program):       # the next step needs x's proximal point, not u's
+                e = _residual(program, s, x, z)
         bound = sigma * ref
         if s["solver"] != "gd":
             x, e, steps = _solve(program, s, x, z, bound / math.sqrt(x.size), cap)

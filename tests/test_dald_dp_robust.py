@@ -195,7 +195,7 @@ def test_dald_stops_an_infeasible_model_quickly(topology, constraints, violated)
     assert res.status == "infeasible" or (res.status == "stalled" and constraints is _contradictory_across
                                           and topology is topologies.star)
     assert res.iterations["outer"] <= 5 * feasible.iterations["outer"]
-    assert set(res.info["violated"]) == violated
+    assert {key.split(":")[0] for key in res.info["violated"]} == violated
     assert all(v == pytest.approx(1.0, abs=2e-3) for v in res.info["violated"].values())
     assert abs(float(np.sum(res.value(w)))) <= 2e-3        # near the least-violation point
     assert all(name in res.info[res.status] for name in violated)
@@ -283,3 +283,33 @@ def test_adaptive_rho_resumes_exactly(tmp_path):
     mus = [np.asarray(m) for m in reference.info["consensus_multipliers"].values()]
     assert all(np.array_equal(a, np.asarray(b)) for a, b in
                zip(mus, resumed.info["consensus_multipliers"].values()))
+
+
+def test_a_feasible_model_with_slow_consensus_is_not_called_stalled():
+    """Logistic regression with an active client ball: adaptive ρ moves the consensus residual
+    slowly for a while (a plateau over the stall window), but no constraint is violated at the
+    model, so DALD goes on and converges (it used to stop "stalled" at iteration 40, 0.5 away)."""
+    rng = np.random.default_rng(2)
+    w_true = 2.0 * rng.standard_normal(6)
+    parts = []
+    for _ in range(5):
+        X = rng.standard_normal((40, 6))
+        y = np.where(rng.random(40) < 1 / (1 + np.exp(-X @ w_true)), 1.0, -1.0)
+        parts.append(-y[:, None] * X)
+
+    def model(radius=None):
+        prob, w = fm.Problem(), fm.Variable(6, name="w")
+        for i, Z in enumerate(parts):
+            c = prob.add_client(f"c{i}")
+            c.minimize(fm.mean(fm.logistic(c.data(Z, name="Z") @ w)) / 5)
+            if radius is not None:
+                c.subject_to(fm.norm2(w) <= radius)
+        return prob, w
+
+    free, v = model()
+    radius = 0.5 * np.linalg.norm(free.solve("cvxpy").value(v))     # the ball is active
+    prob, w = model(radius)
+    ref = prob.solve("cvxpy")
+    res = prob.solve(DALD())
+    assert res.status == "converged"
+    np.testing.assert_allclose(res.value(w), ref.value(w), atol=1e-4)
