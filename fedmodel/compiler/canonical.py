@@ -11,8 +11,8 @@ they do not move the argmin, but they are in the reported objective.
 
 `canonical_constraints` does the same for constraints: simple sets on a shared variable are
 projected (`compiler.sets`) where the caller projects, and nonsmooth convex inequalities with a
-smooth equivalent are rewritten (`norm2(a) <= r` → `(‖a‖² − r²)/(2r) <= 0`, whose multiplier
-equals the original's at the solution; `abs(a) <= t`, `norm_inf(a) <= t` → `±a <= t`;
+smooth equivalent are rewritten (`c·norm2(a) <= c·r` → `(‖a‖² − r²)/(2r) <= 0`, whose
+multiplier at the solution is c times the original's (equal for c = 1); `abs(a) <= t`, `norm_inf(a) <= t` → `±a <= t`;
 `pos(a) <= t` → `a <= t, 0 <= t`). A rewritten constraint split in two keeps its name with
 `[+]`/`[-]`/`[0]` appended (`split_names`), for its multipliers.
 """
