@@ -1,7 +1,6 @@
 """`fedmodel` command line (API.md §7), run in-process through `fedmodel.cli.main`."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
@@ -10,10 +9,6 @@ import pytest
 
 import fedmodel as fm
 from fedmodel import cli, examples
-
-needs_datasets = pytest.mark.skipif(importlib.util.find_spec("fedmodel.datasets") is None,
-                                    reason="fedmodel.datasets is not available yet")
-
 
 def tiny(n_clients: int = 3):
     """A tiny least-squares model with a local and a global constraint (for CLI tests)."""
@@ -85,7 +80,6 @@ def test_module_entry_point_runs():
     assert "neyman-pearson" in completed.stdout
 
 
-@needs_datasets
 def test_neyman_pearson_example_model():
     prob, w = examples.neyman_pearson(n_clients=4)
     assert prob.name == "neyman-pearson"
@@ -103,7 +97,6 @@ def test_neyman_pearson_example_model():
         assert client.constraints[0].lhs.value <= 0.2 + 1e-6
 
 
-@needs_datasets
 def test_run_default_example_with_verify(capsys):
     assert cli.main(["run", "--verify"]) == 0
     out = capsys.readouterr().out

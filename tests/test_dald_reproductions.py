@@ -6,13 +6,14 @@ import pytest
 from fedmodel.errors import DataError
 from fedmodel.reproductions import dald_table1 as t1
 from fedmodel.reproductions import dald_table2 as t2
+from conftest import missing_data
 
 
 def _design(name):
     try:
         return t1.design(name)
     except DataError as exc:
-        pytest.skip(str(exc))
+        missing_data(str(exc))
 
 
 @pytest.mark.parametrize("name", ["diabetes", "cal_housing", "abalone", "power-plant", "winequality"])
@@ -53,7 +54,7 @@ def mnist10():
     try:
         return t2.experiment(10)
     except DataError as exc:
-        pytest.skip(str(exc))
+        missing_data(str(exc))
 
 
 def test_table2_partition_and_evaluation_set(mnist10):

@@ -5,13 +5,14 @@ import pytest
 
 import fedmodel as fm
 from fedmodel import datasets as ds
+from conftest import missing_data
 
 
 @pytest.fixture(scope="module")
 def shared():
     root = ds.data_dir()
     if not (root / "SHA256SUMS").is_file():
-        pytest.skip(f"reference datasets not found in {root} (set FEDMODEL_DATA)")
+        missing_data(f"reference datasets not found in {root} (set FEDMODEL_DATA)")
     return root
 
 

@@ -15,6 +15,7 @@ import fedmodel as fm
 import topologies
 from backends.dp_admm import (DPADMM, RHO_PRESETS, RecordGradients, RhoSchedule, composition,
                               glm_sensitivity_bound, iadmm_step)
+from conftest import missing_data
 
 P, M, D = 5, 30, 8
 I = P * M
@@ -276,7 +277,7 @@ def test_mnist_first_round_matches_the_authors_code_output():
     ρ = 102 and the average noise magnitude (1/PJK)Σ|ξ| ≈ 0.157 (Δ̄ of (20) at z = 0)."""
     path = Path(os.environ.get("FEDMODEL_DATA", Path(__file__).parents[1] / ".." / "shared" / "data"))
     if not (path / "mnist_train.npz").exists():
-        pytest.skip(f"MNIST not found in {path} (set FEDMODEL_DATA)")
+        missing_data(f"MNIST not found in {path} (set FEDMODEL_DATA)")
     data = np.load(path / "mnist_train.npz")
     X, y = data["X"] / 255.0, data["y"]
     W = fm.Variable((784, 10), name="W")

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from fedmodel.reproductions import table4
+from conftest import missing_data
 
 
 def test_table4_instance_recipe_matches_the_spec_kkt_optima():
@@ -28,7 +29,7 @@ def test_table4_row_n5_d100_meets_the_issue_targets():
 def test_table1_monks_and_breast_cancer_n5_meet_the_constraint_and_match_cprox():
     from fedmodel import datasets
     if not (datasets.data_dir() / "SHA256SUMS").is_file():
-        pytest.skip(f"reference datasets not found in {datasets.data_dir()}")
+        missing_data(f"reference datasets not found in {datasets.data_dir()}")
     from fedmodel.reproductions import table1
     for name in ("breast-cancer-wisc", "monks-1"):
         row = table1.solve_case(name, 5)

@@ -11,9 +11,12 @@ from scipy.special import logsumexp, softmax
 
 from fedmodel import datasets
 from fedmodel.reproductions import models
+from conftest import missing_data
 
-needs_data = pytest.mark.skipif(not (datasets.data_dir() / "mnist_train.npz").is_file(),
-                                reason=f"MNIST not found in {datasets.data_dir()}")
+@pytest.fixture
+def needs_data():
+    if not (datasets.data_dir() / "mnist_train.npz").is_file():
+        missing_data(f"MNIST not found in {datasets.data_dir()}")
 
 
 # ---- models ------------------------------------------------------------------------------------
@@ -137,7 +140,7 @@ def test_insa_synthetic_subset_saves_local_steps_at_equal_loss():
 
 
 # ---- FedADMM-InSa, Example 2 (MNIST) ----------------------------------------------------------------
-@needs_data
+@pytest.mark.usefixtures("needs_data")
 def test_insa_mnist_split_and_short_run():
     from fedmodel.reproductions import insa_mnist as ex
     parts, (X, y), (Xt, yt) = ex.load()
@@ -157,7 +160,7 @@ def test_insa_mnist_split_and_short_run():
 
 
 # ---- DP-IADMM on MNIST ---------------------------------------------------------------------------
-@needs_data
+@pytest.mark.usefixtures("needs_data")
 def test_dp_mnist_first_round_noise_matches_the_authors_log():
     """Spec §2.3/§5.3: MNIST, P = 10, ObjT, ε̄ = 0.05: ρ = 102 and mean |ξ| ≈ 0.157 at the first
     iteration (the authors' sample output; z = 0 gives Δ̄ = max_i‖x_i‖₁·1.8/I)."""
@@ -171,7 +174,7 @@ def test_dp_mnist_first_round_noise_matches_the_authors_log():
     assert np.mean(delta) / 0.05 == pytest.approx(first["noise_magnitude"], rel=0.03)
 
 
-@needs_data
+@pytest.mark.usefixtures("needs_data")
 def test_dp_mnist_subset_orderings_and_nonprivate_bound():
     """10 agents × 600 images, T = 60. Non-private IADMM: the centralized optimum of this
     subset has 12.3 % test error (scipy L-BFGS, docs); after 60 rounds from W = 0 it is still

@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 
 from fedmodel import datasets
+from conftest import missing_data
 
-pytestmark = pytest.mark.skipif(not (datasets.data_dir() / "SHA256SUMS").is_file(),
-                                reason=f"reference datasets not found in {datasets.data_dir()}")
+@pytest.fixture(autouse=True, scope="module")
+def _reference_data():
+    if not (datasets.data_dir() / "SHA256SUMS").is_file():
+        missing_data(f"reference datasets not found in {datasets.data_dir()}")
 
 
 def test_adult_b_rebuild_has_the_documented_rows_features_and_is_deterministic():

@@ -119,9 +119,20 @@ def test_from_networkx_sets_roles_and_checks_nodes():
 
 
 # ---- validate -----------------------------------------------------------------------------
-def test_validate_accepts_builders():
-    topo.validate(topo.star(NAMES), NAMES, need_server=True)
-    topo.validate(topo.ring(NAMES), NAMES)
+@pytest.mark.parametrize("build", [topo.star, topo.path, topo.ring, topo.complete,
+                                   lambda names: topo.erdos_renyi(names, 0.9, seed=0)])
+def test_validate_accepts_builders_and_refuses_them_damaged(build):
+    """Every builder's graph passes; the same graph without one client or with a stray node
+    does not (a validate that accepted everything would fail here)."""
+    G = build(NAMES)
+    topo.validate(G, NAMES)
+    missing = G.copy()
+    missing.remove_node(NAMES[-1])
+    stray = G.copy()
+    stray.add_edge(NAMES[0], "intruder")
+    for damaged in (missing, stray):
+        with pytest.raises(TopologyError):
+            topo.validate(damaged, NAMES)
 
 
 def test_validate_not_a_graph_and_empty():

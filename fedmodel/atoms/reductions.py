@@ -103,12 +103,6 @@ class Norm1(Reduction):
         """Soft-thresholding."""
         return np.sign(v) * np.maximum(np.abs(v) - t, 0.0)
 
-    @staticmethod
-    def subdifferential_distance(x: np.ndarray, g: np.ndarray, t: float) -> np.ndarray:
-        """Entry-wise distance of −g to t·∂‖x‖₁ (for KKT certificates)."""
-        inside = np.where(x == 0, np.maximum(np.abs(g) - t, 0.0), np.abs(g + t * np.sign(x)))
-        return inside
-
 
 class Norm2(Reduction):
     display, smooth = "norm2", False

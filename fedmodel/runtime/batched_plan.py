@@ -73,15 +73,6 @@ class Seg:
         return np.repeat(per_client, self.sizes)
 
 
-class _Common:
-    """A value equal for every client (a constant shared by all clients' plans)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-
 def _same_structure(plans: Sequence[Plan]) -> bool:
     return len({plan_signature(p) for p in plans}) == 1
 

@@ -58,10 +58,6 @@ class Checkpointer:
         self.saves = 0          # number of checkpoint files written by this run
         self.backend = None
 
-    @property
-    def enabled(self) -> bool:
-        return self.path is not None
-
     # ---- construction ---------------------------------------------------------------------
     @classmethod
     def create(cls, backend, problem, checkpoint=None, checkpoint_every=None,

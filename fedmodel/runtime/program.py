@@ -95,9 +95,6 @@ class NodeProgram:
     def _values(self, x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
         return self.shared.unpack(x) + self.private.unpack(y)
 
-    def _split(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return z[:self.n_shared], z[self.n_shared:]
-
     def value_grad(self, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         """P_i and its gradient with respect to z = (x, y). The last two evaluations are kept
         (until a parameter of the merit changes): ADMM-type steps evaluate the merit at a point
