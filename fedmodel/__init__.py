@@ -35,7 +35,7 @@ def __getattr__(name: str):
         "verify": ("fedmodel.verify", "verify"),
         "Report": ("fedmodel.verify", "Report"),
         "plot": ("fedmodel.plotting", "plot"),
-        "render": ("fedmodel.analysis", "render"),
+        "render": ("fedmodel.problem", "render"),
         "compile": ("fedmodel.compiler.codegen", "Plan"),
         "topologies": ("topologies", None),
         "backends": ("backends", None),

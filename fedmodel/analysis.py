@@ -1,5 +1,4 @@
-"""DCP analysis: curvature, sign and smoothness of expressions, by CVXPY's composition rules;
-`render`, the readable text of a model (`fm.render(prob)`)."""
+"""DCP analysis: curvature, sign and smoothness of expressions, by CVXPY's composition rules."""
 from __future__ import annotations
 
 from .expression import Constant, Expression, Leaf, Parameter, Variable
@@ -81,33 +80,3 @@ def _is_squared_pos(node: Expression) -> bool:
     from .atoms import Pos, Power, Square, SumSquares
     squares = isinstance(node, (Square, SumSquares)) or (isinstance(node, Power) and node.p == 2)
     return squares and isinstance(node.args[0], Pos)
-
-
-def render(obj) -> str:
-    """Readable text of a Problem (every block's objective, constraints and variables, private
-    ones as `client.name`), an expression or a constraint."""
-    from .constraints import Constraint
-    from .problem import Problem
-    if isinstance(obj, Expression):
-        return obj.render()
-    if isinstance(obj, Constraint):
-        return repr(obj)
-    if not isinstance(obj, Problem):
-        from .errors import FedModelError
-        raise FedModelError(f"fm.render takes a Problem, an expression or a constraint, got "
-                            f"{type(obj).__name__}")
-    lines = [f"problem {obj.name!r}: minimize the sum of the blocks' objectives"]
-    for var in obj.variables():
-        where = "shared" if var.owner is None else f"private to client {var.owner!r}"
-        lines.append(f"  variable {var.label}  shape {var.shape}  ({where})")
-    for block in obj.blocks:
-        if not (block.terms or block.constraints or block.data_items):
-            continue
-        data = ", ".join(f"{d.name} {d.shape}" for d in block.data_items)
-        title = "server" if block.kind == "server" else f"client {block.name}"
-        lines.append(title + (f"  (data: {data})" if data else ""))
-        if block.terms:
-            lines.append(f"  minimize   {' + '.join(t.render() for t in block.terms)}")
-        lines.extend(f"  subject to {c!r}" for c in block.constraints)
-    return "\n".join(lines)
-

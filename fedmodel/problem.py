@@ -428,3 +428,29 @@ class Problem:
         for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
             var.value = result.values.get(var.uid)
         return result
+
+
+def render(obj) -> str:
+    """Readable text of a Problem (every block's objective, constraints and variables, private
+    ones as `client.name`), an expression or a constraint (`fm.render`)."""
+    if isinstance(obj, Expression):
+        return obj.render()
+    if isinstance(obj, Constraint):
+        return repr(obj)
+    if not isinstance(obj, Problem):
+        raise FedModelError(f"fm.render takes a Problem, an expression or a constraint, got "
+                            f"{type(obj).__name__}")
+    lines = [f"problem {obj.name!r}: minimize the sum of the blocks' objectives"]
+    for var in obj.variables():
+        where = "shared" if var.owner is None else f"private to client {var.owner!r}"
+        lines.append(f"  variable {var.label}  shape {var.shape}  ({where})")
+    for block in obj.blocks:
+        if not (block.terms or block.constraints or block.data_items):
+            continue
+        data = ", ".join(f"{d.name} {d.shape}" for d in block.data_items)
+        title = "server" if block.kind == "server" else f"client {block.name}"
+        lines.append(title + (f"  (data: {data})" if data else ""))
+        if block.terms:
+            lines.append(f"  minimize   {' + '.join(t.render() for t in block.terms)}")
+        lines.extend(f"  subject to {c!r}" for c in block.constraints)
+    return "\n".join(lines)
