@@ -131,6 +131,23 @@ def test_unbounded_model_stops_with_unbounded(backend):
     assert fm.verify(result).ok
 
 
+def test_unbounded_model_under_default_dald_is_reported_as_diverged():
+    """A user's unbounded model under a consensus backend with its defaults: the iterates grow
+    without end, so the run must say so (status + warning), not return a point."""
+    result, seconds, warned = quiet_solve(unbounded_model(), "dald")
+    assert result.status == "diverged" and seconds < 10.0
+    assert any("diverged" in m for m in warned)
+
+
+@pytest.mark.xfail(strict=True, reason="FedADMM and DGD defaults run an unbounded model to the round "
+                   "cap (max_iterations, no warning; FedADMM's iterates reach ~3e6): growth too slow "
+                   "for their divergence watch")
+@pytest.mark.parametrize("backend", ["fedadmm", "dgd"])
+def test_unbounded_model_under_default_gradient_backends_is_reported(backend):
+    result, _, warned = quiet_solve(unbounded_model(), backend)
+    assert result.status in ("diverged", "unbounded") and warned
+
+
 def test_cvxpy_statuses_map_to_ours():
     assert STATUS["infeasible_inaccurate"] == "infeasible" and STATUS["unbounded_inaccurate"] == "unbounded"
     prob, w = least_squares()
