@@ -208,7 +208,7 @@ class NodeProgram:
         z0 = np.concatenate([np.asarray(x0, float), self.y])
         method = self._choose(method)
         if method == "prox":
-            z, steps, residual = self._solve_prox(fun_grad, z0, tol, weight_x, max_steps)
+            z, steps, residual = self._solve_prox(fun_grad, z0, tol, weight_x)
         elif method in ("exact", "newton"):
             def hess(z, fresh):
                 return self._newton_matrix(z, weight_x, fresh and method == "newton")
@@ -265,12 +265,15 @@ class NodeProgram:
         if self.quadratic and key != self._hessian_key:
             self._hessian_cache, self._factor_cache, self._hessian_key = None, None, key
 
-    def _solve_prox(self, fun_grad, z0, tol, weight_x, max_steps):
-        exact = self._solve_quadratic_l1(fun_grad, z0, tol, weight_x)
-        if exact is None:
-            exact = self._solve_prox_newton(fun_grad, z0, tol, weight_x)
-        if exact is not None:
-            return exact
+    def _solve_prox(self, fun_grad, z0, tol, weight_x):
+        """Prox terms all λ‖w‖₁ (and not too many unknowns): exact feature-sign search for a
+        quadratic merit, proximal Newton otherwise; FISTA for other terms or when those fail."""
+        terms = self.merit_ir.prox_terms
+        if terms and all(t.kind == "norm1" for t in terms) and z0.size <= ACTIVE_SET_MAX:
+            solve = self._solve_quadratic_l1 if self.quadratic else self._solve_prox_newton
+            exact = solve(fun_grad, z0, tol, weight_x)
+            if exact is not None:
+                return exact
         lipschitz = float(np.max(weight_x, initial=1.0))
         return solvers.prox_gradient(fun_grad, self.apply_prox, z0, tol, lipschitz, max_steps=100_000)
 
@@ -303,12 +306,8 @@ class NodeProgram:
 
     def _solve_quadratic_l1(self, fun_grad, z0, tol, weight_x):
         """A quadratic merit whose prox terms are all λ‖w‖₁: solved exactly by feature-sign
-        search on the cached Hessian (`active_set`), else None (then FISTA)."""
+        search on the cached Hessian (`active_set`), or None if that fails (then FISTA)."""
         from .active_set import feature_sign
-        terms = self.merit_ir.prox_terms
-        if not (self.quadratic and terms and all(t.kind == "norm1" for t in terms)
-                and z0.size <= ACTIVE_SET_MAX):
-            return None
         if self._hessian_cache is None:
             self._hessian_cache, self._factor_cache = self.hessian(z0), None
         H = self._hessian_cache.copy()
@@ -322,10 +321,6 @@ class NodeProgram:
         model plus λ‖w‖₁ exactly (feature-sign search) and backtracks on f + λ‖w‖₁ — else None
         (then FISTA, whose step count grows with the AL penalty's curvature: ~10⁴ steps at β = 300)."""
         from .active_set import feature_sign, l1_residual
-        terms = self.merit_ir.prox_terms
-        if self.quadratic or not (terms and all(t.kind == "norm1" for t in terms)
-                                  and z0.size <= ACTIVE_SET_MAX):
-            return None
         lam = self._l1_weights(z0.size)
         z = z0.copy()
         f, g = fun_grad(z)
