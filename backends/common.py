@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from fedmodel.errors import FedModelError
+
 
 def require_star(problem, topology, backend: str):
     """Backends with a server need a star-like topology with a server node (DESIGN.md)."""
@@ -81,7 +83,6 @@ def check_number(label: str, value, low: float, high: float, closed: bool = Fals
                  low_closed: bool = False) -> float:
     """`value` as a float between low and high (ends included when `low_closed` / `closed`), else
     a FedModelError saying which option, which interval and what was given."""
-    from fedmodel.errors import FedModelError
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
     if ok and (low < value or (low_closed and value == low)) and (value < high or (closed and value == high)):
         return float(value)
@@ -91,7 +92,6 @@ def check_number(label: str, value, low: float, high: float, closed: bool = Fals
 
 def check_count(label: str, value, low: int = 1) -> int:
     """`value` as an int ≥ `low` (bools and floats refused), else a FedModelError."""
-    from fedmodel.errors import FedModelError
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low:
         return int(value)
     raise FedModelError(f"{label} must be an integer ≥ {low}, got {value!r}")
@@ -99,7 +99,6 @@ def check_count(label: str, value, low: int = 1) -> int:
 
 def check_choice(label: str, value, choices: tuple) -> Any:
     """`value` if it is one of `choices`, else a FedModelError listing them."""
-    from fedmodel.errors import FedModelError
     if isinstance(value, str) and value in choices:
         return value
     raise FedModelError(f"{label} must be one of {choices}, got {value!r}")
@@ -107,7 +106,6 @@ def check_choice(label: str, value, choices: tuple) -> Any:
 
 def check_callable(label: str, value) -> Any:
     """`value` if it is None or callable, else a FedModelError."""
-    from fedmodel.errors import FedModelError
     if value is None or callable(value):
         return value
     raise FedModelError(f"{label} must be a callable or None, got {value!r}")

@@ -89,7 +89,8 @@ def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
     s = {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha), **config, "last": {},
          "auto_lr": config.get("lr") is None, "curvature": None}
     if s["auto_lr"]:
-        s["curvature"] = _curvature(program, s, np.concatenate([z, program.y]))
+        # L̂_i of f̃_i = f_i/α_i near the start, once per run
+        s["curvature"] = local_curvature(program, np.concatenate([z, program.y]), s["alpha"])
         s["lr"] = 1.0 / (s["curvature"] + float(beta))
     program.state["fedadmm"] = s
     return {"w": float(beta) * z - lam, "beta": float(beta)}   # the server's first cache entry
@@ -147,11 +148,6 @@ def _curvature_at(program: NodeProgram, z, iterations=8):
     return {"L": local_curvature(program, x, iterations=int(iterations))}
 
 
-def _curvature(program: NodeProgram, s: dict, x: np.ndarray) -> float:
-    """L̂_i of f̃_i = f_i/α_i near x, computed on the client once per run."""
-    return local_curvature(program, x, s["alpha"])
-
-
 def _penalty(program: NodeProgram):
     """The client's current β_i and step η_i (None before its first round): reporting, and
     ProxAL's composition carrying β_i from one subproblem to the next."""
@@ -197,7 +193,6 @@ def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.
             s["lr"] *= 0.5
             if s["curvature"] is not None:       # the automatic step keeps η = 1/(L̂ + β)
                 s["curvature"] = max(s["curvature"], 1.0 / s["lr"] - s["beta"])
-            s["halvings"] = s.get("halvings", 0) + 1
             # the projected mapping depends on η (for a smooth client it does not)
             return x, (_residual(program, s, x, z) if _projects(program) else e)
     return x_new, e_new
