@@ -29,8 +29,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable  # noqa: E402
 
@@ -41,12 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fedmodel as fm  # noqa: E402
 from backends import (CVXPY, DALD, DPADMM, CentralizedProxAL, FedADMM, FedAvg,  # noqa: E402
                       FedProx, ProxAL)
-from benchmarks.common import machine_info, timed  # noqa: E402
+from benchmarks.common import capped_solve, machine_info, timed  # noqa: E402
 from fedmodel import topologies  # noqa: E402
-
-
-class _Capped(Exception):
-    """Raised from the callback when a run has used up its time."""
 
 
 # ---- models ----------------------------------------------------------------------------------
@@ -121,27 +115,6 @@ RUNS: list[tuple[str, type, tuple[str, ...], str]] = [
 
 
 # ---- running -----------------------------------------------------------------------------
-def capped_solve(prob, make: Callable, topology, cap: float) -> dict:
-    """One run of `make()` stopped once it has used `cap` wall seconds: its result (None when
-    capped), whether it was capped, and the iterations and last record the callback saw (so a
-    capped run still reports how far it got)."""
-    seen = {"result": None, "capped": False, "k": 0, "record": None}
-    start = time.perf_counter()
-
-    def stop_late(record):
-        seen["k"] += 1
-        seen["record"] = record
-        if time.perf_counter() - start > cap:
-            raise _Capped
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")        # statuses are in the table
-            seen["result"] = prob.solve(make(), topology=topology, callback=stop_late)
-    except _Capped:
-        seen["capped"] = True
-    return seen
-
-
 def fastest(fn: Callable, repeats: int) -> tuple:
     """`timed(fn)`, and for a run under 1 s the fastest (CPU) of `repeats` such runs: at
     10–30 ms the first call of a pair carries warm-up costs (~20 %)."""

@@ -21,35 +21,21 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
 from backends import CVXPY, ProxAL  # noqa: E402
-from benchmarks.common import timed  # noqa: E402
+from benchmarks.common import capped_solve, timed  # noqa: E402
 from fedmodel.reproductions import table1  # noqa: E402
 
 CASES = [("monks-1", 5), ("adult-a", 1), ("adult-a", 5)]
 
 
-class _Capped(Exception):
-    """Raised from the callback when the paper preset has used up its time."""
-
-
-
 def capped_paper(prob, cap: float):
     """`ProxAL.paper()` until it ends or `cap` wall seconds pass (then None: "> cap")."""
-    start = time.perf_counter()
-
-    def stop_late(record):
-        if time.perf_counter() - start > cap:
-            raise _Capped
-    try:
-        return prob.solve(ProxAL.paper(), callback=stop_late)
-    except _Capped:
-        return None
+    return capped_solve(prob, ProxAL.paper, None, cap)["result"]
 
 
 def describe(result, reference) -> str:

@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
@@ -173,3 +174,28 @@ def timed(fn, repeats: int = 1):
         run = (out, time.process_time() - cpu, time.perf_counter() - wall)
         best = run if best is None or run[1] < best[1] else best
     return best
+
+
+class _Capped(Exception):
+    """Raised from the callback when a run has used up its time."""
+
+
+def capped_solve(prob, make: Callable, topology, cap: float) -> dict:
+    """One run of `make()` stopped once it has used `cap` wall seconds: its result (None when
+    capped), whether it was capped, and the iterations and last record the callback saw (so a
+    capped run still reports how far it got)."""
+    seen = {"result": None, "capped": False, "k": 0, "record": None}
+    start = time.perf_counter()
+
+    def stop_late(record):
+        seen["k"] += 1
+        seen["record"] = record
+        if time.perf_counter() - start > cap:
+            raise _Capped
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")        # statuses are in the table
+            seen["result"] = prob.solve(make(), topology=topology, callback=stop_late)
+    except _Capped:
+        seen["capped"] = True
+    return seen
