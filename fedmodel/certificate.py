@@ -40,6 +40,7 @@ def kkt_certificate(problem: "Problem", values: dict[int, np.ndarray],
     feasibility = 0.0
     residual_plan = Plan([c.expr for c in problem.constraints], variables)
     residuals = residual_plan(*inputs) if problem.constraints else []
+    scored = []   # (constraint or rewritten piece, its value; None: evaluated below)
     for constraint, c_value in zip(problem.constraints, residuals):
         feasibility = max(feasibility, constraint.violation(c_value))
         canonical = canonical_constraints([constraint], project=True)
@@ -47,18 +48,20 @@ def kkt_certificate(problem: "Problem", values: dict[int, np.ndarray],
         pieces = canonical.smooth
         if len(pieces) > 1 and not any(n in multipliers for n in split_names(constraint)):
             pieces = [constraint]   # multipliers of the user's form (e.g. from CVXPY)
-        for piece in pieces:
-            mu = np.broadcast_to(np.asarray(multipliers.get(piece.name, 0.0), dtype=float),
-                                 piece.shape).copy()
-            value = np.asarray(c_value if piece is constraint
-                               else Plan([piece.expr], variables)(*inputs)[0], dtype=float)
-            if isinstance(piece, Equality):
-                dist = np.abs(value)
-            else:
-                dist = np.minimum(np.maximum(mu, 0.0), np.abs(value))   # complementarity
-            feasibility = max(feasibility, float(np.max(dist, initial=0.0)))
-            if np.any(mu != 0):
-                lagrangian_terms.append(sum_(multiply(Constant(mu), piece.expr)))
+        scored.extend((piece, c_value if piece is constraint else None) for piece in pieces)
+    rewritten = [piece.expr for piece, value in scored if value is None]   # one plan for all
+    evaluated = iter(Plan(rewritten, variables)(*inputs) if rewritten else [])
+    for piece, value in scored:
+        value = np.asarray(next(evaluated) if value is None else value, dtype=float)
+        mu = np.broadcast_to(np.asarray(multipliers.get(piece.name, 0.0), dtype=float),
+                             piece.shape).copy()
+        if isinstance(piece, Equality):
+            dist = np.abs(value)
+        else:
+            dist = np.minimum(np.maximum(mu, 0.0), np.abs(value))   # complementarity
+        feasibility = max(feasibility, float(np.max(dist, initial=0.0)))
+        if np.any(mu != 0):
+            lagrangian_terms.append(sum_(multiply(Constant(mu), piece.expr)))
     lagrangian = add(*lagrangian_terms) if lagrangian_terms else Constant(0.0)
     gradients = Plan([grad(lagrangian, v) for v in variables], variables)(*inputs)
     stationarity = 0.0
