@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .solvers import norm_inf
+
 
 def feature_sign(H: np.ndarray, c: np.ndarray, lam: np.ndarray, z0: np.ndarray, tol: float,
                  max_steps: int = 200) -> tuple[np.ndarray, int, float] | None:
@@ -24,7 +26,7 @@ def feature_sign(H: np.ndarray, c: np.ndarray, lam: np.ndarray, z0: np.ndarray, 
 
     for step in range(max_steps):
         g = H @ z + c
-        residual = float(np.max(np.abs(l1_residual(z, g, lam)), initial=0.0))
+        residual = norm_inf(l1_residual(z, g, lam))
         if residual <= tol:
             return z, step, residual
         sign = np.sign(z)

@@ -324,7 +324,7 @@ class NodeProgram:
         lam = self._l1_weights(z0.size)
         z = z0.copy()
         f, g = fun_grad(z)
-        residual, refined = solvers._norm_inf(l1_residual(z, g, lam)), False
+        residual, refined = solvers.norm_inf(l1_residual(z, g, lam)), False
         for step in range(max_steps):
             # at tol, one more (quadratically convergent) step: a gradient residual of tol leaves
             # the point tol/curvature away, which consensus methods at eps = tol would not reach
@@ -342,7 +342,7 @@ class NodeProgram:
             while True:
                 candidate = z + t * direction
                 new_f, new_g = fun_grad(candidate)
-                new_residual = solvers._norm_inf(l1_residual(candidate, new_g, lam))
+                new_residual = solvers.norm_inf(l1_residual(candidate, new_g, lam))
                 # Armijo; or, where values stop resolving, a full step that halves the residual
                 if new_f + lam @ np.abs(candidate) <= total + 1e-4 * t * decrease or \
                         (t == 1.0 and new_residual <= 0.5 * residual):

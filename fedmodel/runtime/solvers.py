@@ -37,7 +37,7 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
     asked for a fresh one (`fresh=True`) when a step cuts the gradient by less than half."""
     x = x0.copy()
     value, g = fun_grad(x)
-    residual = _norm_inf(g)
+    residual = norm_inf(g)
     steps, fresh = 0, False
     while residual > tol and steps < max_steps:
         direction = _newton_direction(hessian(x, fresh), g)
@@ -51,7 +51,7 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
             # Armijo; or, near the solution where values stop resolving, a full step that
             # halves the gradient
             if new_value <= value + 1e-4 * t * slope or \
-                    (t == 1.0 and _norm_inf(new_g) <= 0.5 * residual):
+                    (t == 1.0 and norm_inf(new_g) <= 0.5 * residual):
                 break
             t *= 0.5
             if t < 1e-10:  # no descent left at this precision: fresh H, or stop if it was fresh
@@ -60,14 +60,14 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
                 candidate, new_value, new_g = x, value, g
                 break
         x, value, g = candidate, new_value, new_g
-        new_residual = _norm_inf(g)
+        new_residual = norm_inf(g)
         fresh = not new_residual <= 0.5 * residual
         residual = new_residual
         steps += 1
     return x, steps, residual
 
 
-def _norm_inf(v: np.ndarray) -> float:
+def norm_inf(v: np.ndarray) -> float:
     """‖v‖∞ (0 for an empty v; NaN if v has one), without np.max's per-call overhead."""
     return float(np.abs(v).max()) if v.size else 0.0
 
