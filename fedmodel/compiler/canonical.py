@@ -26,9 +26,8 @@ import numpy as np
 from ..atoms import (Abs, Add, BroadcastTo, Multiply, Neg, Norm1, Norm2, NormInf, Pos, Sum,
                      add, broadcast_to, multiply, neg, sum_squares)
 from ..constraints import Constraint, Equality, Inequality
-from ..errors import FedModelError
 from ..expression import Constant, Expression, Variable
-from .sets import ProxTerm, norm1_term, simple_set
+from .sets import ProxTerm, coefficient_value, norm1_term, simple_set
 
 Coefficient = Union[float, Expression]   # a float, or a scalar expression over Parameters
 
@@ -43,17 +42,6 @@ class Term:
         if isinstance(self.coefficient, float) and self.coefficient == 1.0:
             return self.atom
         return multiply(self.coefficient, self.atom)
-
-
-def coefficient_value(c: Coefficient) -> float:
-    """The current value of a coefficient (Parameters at their present value)."""
-    if isinstance(c, float):
-        return c
-    value = c.value
-    if value is None:
-        raise FedModelError(f"the coefficient {c} has no value: give its Parameters a value "
-                            "before compiling")
-    return float(np.asarray(value).item())
 
 
 def _times(a: Coefficient, b: Coefficient) -> Coefficient:

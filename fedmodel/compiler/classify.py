@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from ..expression import Expression, Variable
+from .canonical import classify_objective
 
 
 def prox_term(term: Expression):
     """A `ProxTerm` when `term` alone is prox-able (λ‖w‖₁ on a shared variable, λ ≥ 0, in any
     canonical spelling: see `canonical.classify_objective`), else None."""
-    from .canonical import classify_objective
     found = classify_objective([term])
     return found.prox[0] if found.prox and not found.smooth else None
 

@@ -16,10 +16,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import FedModelError
-
 from ..atoms import Add, Neg, Norm1, Norm2, NormInf
 from ..constraints import Constraint, Inequality
+from ..errors import FedModelError
 from ..expression import Constant, Expression, Variable
 
 ACTIVE = 1e-7
@@ -49,10 +48,21 @@ class ProxTerm:
         return self.remainder(x, g)
 
 
+def coefficient_value(c: Any) -> float:
+    """The current value of a coefficient: a float, or a scalar expression over Parameters
+    (at their present value)."""
+    if isinstance(c, float):
+        return c
+    value = c.value
+    if value is None:
+        raise FedModelError(f"the coefficient {c} has no value: give its Parameters a value "
+                            "before compiling")
+    return float(np.asarray(value).item())
+
+
 def norm1_term(var: Variable, weight: Any) -> ProxTerm:
     """λ‖var‖₁; `weight` is a float or a scalar expression over Parameters (read at each use,
     so changing a Parameter's value needs no recompile)."""
-    from .canonical import coefficient_value
     if isinstance(weight, (int, float, np.floating)):
         weight = float(weight)
 

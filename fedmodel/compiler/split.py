@@ -15,6 +15,7 @@ from ..atoms import add
 from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Data, Expression, Variable
+from .canonical import flatten
 
 if TYPE_CHECKING:
     from ..problem import Problem
@@ -25,7 +26,6 @@ SERVER = "server"
 def linear_terms(expr: Expression) -> list[Expression]:
     """Terms whose sum is `expr`: the canonical flattening (`canonical.flatten`: +, −, scalar
     multiples and divisions, sums of sums, broadcasts), each term as one expression."""
-    from .canonical import flatten
     return [term.expression() for term in flatten(expr)]
 
 
