@@ -70,6 +70,7 @@ class NodeProgram:
         self._objective = Plan([m.objective], self.variables)
         self.quadratic = polynomial_degree(m.expression) <= 2
         self._hvp_plan = None
+        self._gradient_plan = None   # see gradient
         self._hessian_cache: np.ndarray | None = None
         self._factor_cache: tuple | None = None
         self._hessian_key: tuple | None = None
@@ -118,7 +119,7 @@ class NodeProgram:
         hit = self._recent.get(x.tobytes() + self.y.tobytes())
         if hit is not None:
             return hit[1][:self.n_shared].copy()
-        plan = self.__dict__.get("_gradient_plan")
+        plan = self._gradient_plan
         if plan is None:     # compiled on first use (the derived gradients are the merit plan's)
             plan = self._gradient_plan = Plan(self._value_grad.outputs[1:], self.variables)
         return self._flatten(plan(*self._values(x, self.y)))[:self.n_shared]
