@@ -1,4 +1,5 @@
-"""Helpers shared by backends: topology checks, collecting results, progress display."""
+"""Helpers shared by backends: topology checks, collecting results, progress display, option
+checks, the node-side curvature estimate (procedure "local_curvature")."""
 from __future__ import annotations
 
 import sys
@@ -7,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
+from fedmodel.runtime.ledger import procedure
 
 
 def require_star(problem, topology, backend: str):
@@ -109,3 +111,33 @@ def check_callable(label: str, value) -> Any:
     if value is None or callable(value):
         return value
     raise FedModelError(f"{label} must be a callable or None, got {value!r}")
+
+
+# ---- the clients' curvature (automatic steps of FedADMM, FedProx, FedAvg; DP-ADMM's ρ floor) ----
+def local_curvature(program, x: np.ndarray, scale: float = 1.0, iterations: int = 8) -> float:
+    """An estimate of the largest curvature of the node's objective / `scale` near x = (shared,
+    private): power iteration on gradient differences (exact for quadratics, from below; the
+    callers' safeguards correct an underestimate). Costs `iterations` + 1 gradients."""
+    n = program.n_shared
+    g0 = program.value_grad(x[:n], x[n:])[1] / scale
+    v = np.cos(np.arange(1, x.size + 1))                   # deterministic, no zero coordinate
+    estimate = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(iterations):
+            v = v / np.linalg.norm(v)
+            h = 1e-4 * max(1.0, float(np.max(np.abs(x), initial=0.0)))
+            y = x + h * v
+            hv = (program.value_grad(y[:n], y[n:])[1] / scale - g0) / h
+            size = float(np.linalg.norm(hv))
+            if not np.isfinite(size) or size == 0.0:
+                break
+            estimate, v = size, hv
+    return estimate
+
+
+@procedure("local_curvature", {"z": "x", "iterations": "1"}, {"L": "1"})
+def _curvature_at(program, z, iterations=8):
+    """L̂_i near (z, the client's private values), estimated on the client: FedProx/FedAvg's
+    automatic step and DP-ADMM's ρ floor ask every client for it through the executor."""
+    x = np.concatenate([np.asarray(z, float), program.y])
+    return {"L": local_curvature(program, x, iterations=int(iterations))}

@@ -47,7 +47,7 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from .base import Backend
-from .common import gather_values, progress, require_star
+from .common import gather_values, local_curvature, progress, require_star
 from .watch import DivergenceWatch
 
 
@@ -117,35 +117,6 @@ def _projects(program: NodeProgram) -> bool:
     shared variables compiled as projections: `compile_programs(client_sets=True)`) and/or with
     a λ‖w‖₁ term (its prox, soft-thresholding, in place of the projection)."""
     return bool(program.merit_ir.prox_terms)
-
-
-def local_curvature(program: NodeProgram, x: np.ndarray, scale: float = 1.0, iterations: int = 8) -> float:
-    """An estimate of the largest curvature of the node's objective / `scale` near x = (shared,
-    private): power iteration on gradient differences (exact for quadratics, from below; the
-    callers' safeguards correct an underestimate). Costs `iterations` + 1 gradients."""
-    n = program.n_shared
-    g0 = program.value_grad(x[:n], x[n:])[1] / scale
-    v = np.cos(np.arange(1, x.size + 1))                   # deterministic, no zero coordinate
-    estimate = 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        for _ in range(iterations):
-            v = v / np.linalg.norm(v)
-            h = 1e-4 * max(1.0, float(np.max(np.abs(x), initial=0.0)))
-            y = x + h * v
-            hv = (program.value_grad(y[:n], y[n:])[1] / scale - g0) / h
-            size = float(np.linalg.norm(hv))
-            if not np.isfinite(size) or size == 0.0:
-                break
-            estimate, v = size, hv
-    return estimate
-
-
-@procedure("local_curvature", {"z": "x", "iterations": "1"}, {"L": "1"})
-def _curvature_at(program: NodeProgram, z, iterations=8):
-    """L̂_i near (z, the client's private values), estimated on the client: FedProx/FedAvg's
-    automatic step and DP-ADMM's ρ floor ask every client for it through the executor."""
-    x = np.concatenate([np.asarray(z, float), program.y])
-    return {"L": local_curvature(program, x, iterations=int(iterations))}
 
 
 def _penalty(program: NodeProgram):

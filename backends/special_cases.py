@@ -19,7 +19,7 @@ Stop: ‖x̂^k − x̂^{k−1}‖∞ ≤ tol (the dual residual D of (70)); no c
 fixed point when clients differ). Local constraints keep their AL multiplier step each round.
 
 Defaults (issue 13): `step=None` picks the step 1/max_i L̂_i from the clients' curvature
-(estimated once per run, `backends.fedadmm.local_curvature`), with one local step (gradient
+(estimated once per run, `backends.common.local_curvature`), with one local step (gradient
 descent on (1/n)Σ f_i: no client drift) and a stop at `tol`; `FedProx.paper()` / `FedAvg.paper()`
 are the DALD paper's baseline settings (α = 1e-4, one step, 1000 rounds). Divergence (non-finite
 or 1e6-fold growth) stops with status "diverged" through DALD's DivergenceWatch, whose message
@@ -33,7 +33,6 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from .common import check_count, check_number
-from . import fedadmm  # noqa: F401  (registers the "local_curvature" procedure)
 from .dald import DALD
 from .watch import DivergenceWatch
 
@@ -92,7 +91,7 @@ class _DistributedPA(DALD):
 
     def _prepare(self, ex, x0: np.ndarray) -> None:
         """step=None: 1/max_i L̂_i, a gradient step every client's objective tolerates (L̂_i: its
-        largest curvature near x0, estimated on the client: `backends.fedadmm.local_curvature`)."""
+        largest curvature near x0, estimated on the client: `backends.common.local_curvature`)."""
         if self.step_option is None and not self.exact_local:
             replies = ex.map("local_curvature", {c: {"z": x0, "iterations": 8} for c in ex.clients})
             largest = max((r["L"] for r in replies.values()), default=0.0)
