@@ -132,7 +132,8 @@ class Block:
 
 def _check_names(problem: "Problem", variables: list[Variable]) -> None:
     """Shared variables need problem-wide unique names; a private variable's name is scoped to
-    its client (unique there, and not the name of a shared variable the client could also use)."""
+    its client (unique there, checked by `Client.variable`, and not the name of a shared
+    variable the client could also use)."""
     shared: dict[str, Variable] = {}
     for var in variables:
         if var.owner is None:
@@ -143,8 +144,7 @@ def _check_names(problem: "Problem", variables: list[Variable]) -> None:
                     f"{problem._users_of(var)}); shared variables need problem-wide unique names "
                     "(client.variable makes a private one, named within its client)")
             shared[var.name] = var
-    private: dict[tuple[str, str], Variable] = {}
-    for var in variables:
+    for var in variables:     # (Client.variable keeps a client's own names distinct)
         if var.owner is None:
             continue
         if var.name in shared:
@@ -155,11 +155,6 @@ def _check_names(problem: "Problem", variables: list[Variable]) -> None:
         if var.label in shared:   # a shared variable literally named "c0.s"
             raise FedModelError(f"the shared variable {var.label!r} would be shown like the private "
                                 f"variable {var.name!r} of client {var.owner!r}; rename the shared one")
-        key = (var.owner, var.name)
-        if key in private:
-            raise FedModelError(f"client {var.owner!r} has two private variables named "
-                                f"{var.name!r}; give them distinct names")
-        private[key] = var
 
 
 def _numeric_array(array: Any, what: str) -> np.ndarray:
