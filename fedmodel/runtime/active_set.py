@@ -31,7 +31,7 @@ def feature_sign(H: np.ndarray, c: np.ndarray, lam: np.ndarray, z0: np.ndarray, 
             return z, step, residual
         sign = np.sign(z)
         on_face = ~weighted | (z != 0)
-        face_optimal = np.max(np.abs(np.where(on_face, g + lam * sign, 0.0)), initial=0.0) <= tol
+        face_optimal = norm_inf(np.where(on_face, g + lam * sign, 0.0)) <= tol
         if face_optimal:      # (b) fails: the zero entry that violates optimality most joins
             j = int(np.argmax(np.where(weighted & (z == 0), np.abs(g) - lam, -np.inf)))
             sign[j], on_face[j] = -np.sign(g[j]), True
@@ -52,10 +52,12 @@ def feature_sign(H: np.ndarray, c: np.ndarray, lam: np.ndarray, z0: np.ndarray, 
         for point, a in zip(candidates, list(ratios) + [1.0]):
             if a < 1.0:        # the entry that reaches zero there is exactly zero
                 point[np.argmin(np.where(weighted & (z != 0), np.abs(point), np.inf))] = 0.0
-        best = min(candidates, key=objective)
-        if objective(best) > objective(z) + 1e-14 * max(1.0, abs(objective(z))):
+        values = [objective(point) for point in candidates]
+        best = min(range(len(candidates)), key=values.__getitem__)
+        current = objective(z)
+        if values[best] > current + 1e-14 * max(1.0, abs(current)):
             return None
-        z = best
+        z = candidates[best]
     return None
 
 
