@@ -250,9 +250,8 @@ class ProxAL(Backend):
                  check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e4,
                  anderson: int = 5, inner_stall: int = 50):
         options = _check_common(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
-        self.beta, self.s_bar, self.eps1, self.eps2 = (options[k] for k in ("beta", "s_bar", "eps1", "eps2"))
-        self.beta_growth, self.beta_max = options["beta_growth"], options["beta_max"]
-        self.max_outer, self.local_solver, self.w0 = options["max_outer"], local_solver, options["w0"]
+        for key, value in options.items():         # beta, s_bar, eps1, eps2, max_outer, ..., w0
+            setattr(self, key, value)
         self.rho = check_number("rho (the initial ADMM penalty ρ_i)", rho, 0, float("inf"))
         self.q = check_number("q (the local tolerance ratio)", q, 0, 1)
         self.max_inner = check_count("max_inner", max_inner)
