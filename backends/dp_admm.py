@@ -65,7 +65,6 @@ from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.ledger import MessageKind, procedure, register
 from fedmodel.runtime.program import compile_programs
-from . import fedadmm  # noqa: F401  (registers the "local_curvature" procedure)
 from .base import Backend
 from .watch import DivergenceWatch
 from .common import check_count, check_number as _number, gather_values, progress, require_star

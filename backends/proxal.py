@@ -147,12 +147,7 @@ VERDICTS = {"infeasible": "the largest violation stayed at {v:.3g} for {k} outer
 @procedure("proxal_violations", {"x": "x", "tol": "1"}, {"violated": "opaque"})
 def _violations(program: NodeProgram, x, tol=0.0):
     """This node's constraints violated by more than `tol` at `x` (rendered form → violation)."""
-    constraints = program.all_constraints
-    if not constraints:
-        return {"violated": {}}
-    residuals = program._all_residuals(*program._values(np.asarray(x, float), program.y))
-    return {"violated": {repr(c): c.violation(r) for c, r in zip(constraints, residuals)
-                         if c.violation(r) > tol}}
+    return {"violated": program.violations(x, tol)}
 
 
 def _conclude(status: str, history: list[dict], violated: dict[str, float], info: dict) -> None:

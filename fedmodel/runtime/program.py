@@ -389,6 +389,15 @@ class NodeProgram:
         violation = max([0.0] + [c.violation(r) for c, r in zip(self.all_constraints, residuals)])
         return {"objective": objective, "violation": violation}
 
+    def violations(self, x: np.ndarray, tol: float = 0.0) -> dict[str, float]:
+        """{"name: constraint": violation} of this node's constraints (as the user wrote them)
+        violated by more than `tol` at (x, current y): what an infeasible run names."""
+        if not self.all_constraints:
+            return {}
+        residuals = self._all_residuals(*self._values(np.asarray(x, float), self.y))
+        return {repr(c): c.violation(r) for c, r in zip(self.all_constraints, residuals)
+                if c.violation(r) > tol}
+
     def multipliers(self) -> dict:
         return {"multipliers": {name: p.value.copy() for name, p in self.merit_ir.multipliers.items()}}
 
