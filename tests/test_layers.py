@@ -1,0 +1,142 @@
+"""The layers point only down (docs/architecture.md), read from the source with `ast`.
+
+Every import counts: module level, inside functions, and under `TYPE_CHECKING` (a type-only
+import still ties the lower module to the upper one). A module may import modules of its own
+layer or a lower one, and the module graph has no cycle. The runtime names no algorithm, no
+backend reads the IR's atoms, and backend modules stay the size of their algorithm boxes.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import pathlib
+import re
+import tokenize
+
+import networkx as nx
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("fedmodel", "backends", "topologies")
+
+# bottom to top; a module's layer is that of its longest matching prefix
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("fedmodel.errors", "fedmodel.registry")),
+    ("model", ("fedmodel.expression", "fedmodel.analysis", "fedmodel.atoms", "fedmodel.constraints",
+               "topologies")),
+    ("compiler", ("fedmodel.compiler", "fedmodel.lowering")),
+    ("problem", ("fedmodel.problem", "fedmodel.result", "fedmodel.certificate")),
+    ("runtime", ("fedmodel.runtime",)),
+    ("backends", ("backends",)),
+    ("applications", ("fedmodel", "fedmodel.verify", "fedmodel.plotting", "fedmodel.examples",
+                      "fedmodel.presets", "fedmodel.reproductions", "fedmodel.cli",
+                      "fedmodel.datasets")),
+]
+ALGORITHM_WORDS = re.compile(r"dald|admm|proxal|fedprox|fedavg|insa|dgd", re.IGNORECASE)
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    mods = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            mods[name] = path
+    return mods
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> set[str]:
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(filter(None, (_resolve(alias.name) for alias in node.names)))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                found.add(_resolve(f"{target}.{alias.name}") or _resolve(target))
+    found.discard(None)
+    found.discard(module)
+    return found
+
+
+def _layer(module: str) -> int:
+    best, rank = -1, None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), index
+    assert rank is not None, f"{module} is in no layer; add it to LAYERS"
+    return rank
+
+
+GRAPH = nx.DiGraph()
+GRAPH.add_nodes_from(MODULES)
+GRAPH.add_edges_from((m, t) for m in MODULES for t in _imports(m))
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        _layer(module)
+
+
+def test_no_upward_import():
+    upward = [f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
+              for m, t in GRAPH.edges if _layer(t) > _layer(m)]
+    assert not upward, "imports that point up:\n" + "\n".join(sorted(upward))
+
+
+def test_no_import_cycle():
+    cycles = [sorted(c) for c in nx.strongly_connected_components(GRAPH) if len(c) > 1]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def _code_without_comments_and_docstrings(path: pathlib.Path) -> str:
+    source = path.read_text()
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                docstrings.add(body[0].lineno)
+    kept = []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            continue
+        if token.type == tokenize.STRING and token.start[0] in docstrings:
+            continue
+        kept.append(token.string)
+    return " ".join(kept)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("fedmodel.runtime")))
+def test_runtime_names_no_algorithm(module):
+    words = sorted(set(ALGORITHM_WORDS.findall(_code_without_comments_and_docstrings(MODULES[module]))))
+    assert not words, f"{module} names algorithms in its code: {words}"
+
+
+def test_no_backend_reads_the_atoms():
+    readers = [f"{m} imports {t}" for m, t in GRAPH.edges
+               if m.startswith("backends") and t.startswith("fedmodel.atoms")]
+    assert not readers, "\n".join(readers)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("backends")))
+def test_backend_modules_are_small(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= 400, f"{module} has {lines} lines; split it by concept"
