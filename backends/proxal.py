@@ -10,7 +10,7 @@ procedures; the server only sees ũ_i (a model-sized vector) and scalars.
 
 Defaults are the fastest robust setting we know (adaptive ρ from `rho`, Anderson acceleration,
 β growth, q = 0.3, ε2 = 1e-4, infeasibility / unboundedness detection); `ProxAL.paper()` is the
-paper's exact setting (`fedmodel.examples.PAPER_PROXAL`). Options beyond the paper:
+paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
 - `rho_rule="samples"`: ρ_i = a·m_i (Remark 4.2), `a = rho`;
 - the local tolerance ε_{t+1} = q^t is floored at τ_k/100 (the authors' code floors it at 1e-10):
   solving far below the certificate's own tolerance only burns local steps at round-off level;
@@ -56,6 +56,35 @@ STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeas
 UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
 SOLVERS = ("auto", "newton", "exact", "lbfgs", "gd", "prox")
 DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxAL)"
+
+# Presets. `PAPER_PROXAL` is Algorithm 1 exactly as the paper runs its NP experiment
+# (β = 300, fixed ρ_i = 0.01, q = 0.9, s̄ = 1e-3, ε = (1e-3, 1e-3)); it needs 10³–10⁴ ADMM
+# iterations per outer step. `FAST_PROXAL` keeps the algorithm, the certificate (22)–(23) and the
+# stopping rule (11) and changes only parameters (docs/BENCHMARKS.md, ProxAL section):
+# - q = 0.3: the certificate ε_{t+1} + Σ ε̃_i ≤ τ_k contains the local tolerance ε_{t+1} = q^t
+#   itself, so every ADMM run needs at least log τ_k / log q iterations (65–110 for q = 0.9,
+#   10–12 for q = 0.3); Newton local solves make the tighter tolerance almost free;
+# - residual-balanced ρ_i from 0.1 (the certificate uses the ρ_i the server used, see
+#   `_admm_step`);
+# - ε2 = 1e-4: a violation of ε2 moves the objective by about |μ|·ε2; with the multipliers of
+#   the NP models (|μ| ≈ 10 on adult) ε2 = 1e-3 leaves gaps of ~1e-2, so answers do not verify
+#   at rtol 1e-3;
+# - beta_growth = 4 (β_max = 1e4): β rises between outer iterations only when the violation
+#   stalls (falls by less than 4×), the standard AL penalty update; iteration k uses its β_k in
+#   the multiplier step, the proximal weight and (11). On near-degenerate models (adult at
+#   n = 5: 36 → 6 outer iterations) it is what makes ProxAL fast; elsewhere β stays 300. On an
+#   infeasible model the violation then stalls at β_max and ProxAL stops after 3 such outer
+#   iterations (status "infeasible", info["infeasible"] and info["violated"]);
+# - anderson = 5: Anderson acceleration of the ADMM (backends/anderson.py; ρ changes restart
+#   it). The certificate (22) holds for any client state, so (23) stays sound; on the NP models
+#   it cuts the ADMM iterations 2–6× (docs/BENCHMARKS.md).
+# `backends.ProxAL()` defaults equal FAST_PROXAL; `backends.ProxAL.paper()` is PAPER_PROXAL (its
+# fixed-ρ, fixed-β, no-Anderson options are spelled out so that changing defaults cannot touch it).
+PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), adaptive_rho=False,
+                    beta_growth=1.0, anderson=0)
+PAPER_CPROXAL = dict(beta=300.0, s_bar=1e-3, tol=(1e-3, 1e-3), beta_growth=1.0)
+FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, tol=(1e-3, 1e-4),
+                   beta_growth=4.0, beta_max=1e4, anderson=5)
 
 
 def _check_common(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0) -> dict:
@@ -229,7 +258,7 @@ def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor
 class ProxAL(Backend):
     """Algorithm 1 with Algorithm 2. Defaults: the fast robust setting (β = 300, adaptive ρ_i from
     0.1, q = 0.3, ε = (1e-3, 1e-4), β growth ×4 up to 1e4, Anderson memory 5; it equals
-    `fedmodel.examples.FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting (fixed ρ_i = 0.01,
+    `FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting (fixed ρ_i = 0.01,
     q = 0.9, fixed β).
 
     >>> res = prob.solve(ProxAL(), topology=topologies.star(prob))  # doctest: +SKIP
@@ -269,10 +298,9 @@ class ProxAL(Backend):
 
     @classmethod
     def paper(cls, **overrides: Any) -> "ProxAL":
-        """The paper's exact NP setting (`fedmodel.examples.PAPER_PROXAL`: β = 300, fixed
+        """The paper's exact NP setting (`PAPER_PROXAL`: β = 300, fixed
         ρ_i = 0.01, q = 0.9, s̄ = 1e-3, ε = (1e-3, 1e-3), no β growth, no Anderson), with
         `overrides` on top (e.g. `w0=`, `max_outer=`)."""
-        from fedmodel.examples import PAPER_PROXAL
         return cls(**{"inner_stall": 0, **PAPER_PROXAL, **overrides})   # the paper has no stall rule
 
     # Algorithm 1 --------------------------------------------------------------------------------
@@ -432,9 +460,8 @@ class CentralizedProxAL(Backend):
 
     @classmethod
     def paper(cls, **overrides: Any) -> "CentralizedProxAL":
-        """The paper's cProx-AL setting (`fedmodel.examples.PAPER_CPROXAL`: β = 300, s̄ = 1e-3,
+        """The paper's cProx-AL setting (`PAPER_CPROXAL`: β = 300, s̄ = 1e-3,
         ε = (1e-3, 1e-3), fixed β), with `overrides` on top."""
-        from fedmodel.examples import PAPER_CPROXAL
         return cls(**{**PAPER_CPROXAL, **overrides})
 
     def run(self, problem, callback=None, verbose=False, checkpointer: Checkpointer = NO_CHECKPOINT, **_):

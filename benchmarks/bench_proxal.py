@@ -5,7 +5,7 @@ For each dataset and n (the `fedmodel reproduce table1` model: no intercept, cla
 per client, per-class equal split):
 - CVXPY (Clarabel, with fallbacks): CPU and wall time, solver, status; when it reports the
   model infeasible, the smallest achievable worst-client class-1 loss (min_w max_i loss_i);
-- ProxAL in serial simulation with the fast preset (`fedmodel.examples.FAST_PROXAL`): CPU and
+- ProxAL in serial simulation with the fast preset (`backends.proxal.FAST_PROXAL`): CPU and
   wall time, outer / inner iterations, `fm.verify(res, reference=cvxpy)`, the CVXPY/ProxAL
   ratio; cProx-AL (Algorithm 3, same β, s̄, ε) and the ProxAL/cProx-AL ratio; ProxAL's CPU time
   per outer iteration divided by one hand-written numpy value-and-gradient pass over all data;
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fedmodel as fm  # noqa: E402
 from backends import CentralizedProxAL, ProxAL  # noqa: E402
 from benchmarks.common import timed  # noqa: E402
-from fedmodel.examples import FAST_PROXAL, PAPER_PROXAL  # noqa: E402
-from fedmodel.reproductions import table1  # noqa: E402
+from backends.proxal import FAST_PROXAL, PAPER_PROXAL  # noqa: E402
+from fedmodel.reproductions import proxal_table1 as table1  # noqa: E402
 
 CASES = [("breast-cancer-wisc", 5), ("monks-1", 5), ("adult-a", 1), ("adult-a", 5), ("adult-a", 20)]
 

@@ -11,8 +11,8 @@ import pytest
 
 import fedmodel as fm
 from backends import CentralizedProxAL, ProxAL
-from fedmodel.examples import FAST_PROXAL, PAPER_CPROXAL, PAPER_PROXAL
-from fedmodel.reproductions import table1
+from backends.proxal import FAST_PROXAL, PAPER_CPROXAL, PAPER_PROXAL
+from fedmodel.reproductions import proxal_table1 as table1
 
 
 def _options(backend) -> dict:

@@ -10,8 +10,9 @@ import pytest
 
 import fedmodel as fm
 from backends import ProxAL
-from fedmodel.examples import FAST_PROXAL, PAPER_PROXAL, backend_options
-from fedmodel.reproductions import table1
+from backends.proxal import FAST_PROXAL, PAPER_PROXAL
+from fedmodel.examples import backend_options
+from fedmodel.reproductions import proxal_table1 as table1
 
 
 def adult_like(m: int = 2000, d: int = 8, seed: int = 0, positive: float = 0.25):
