@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fedmodel as fm  # noqa: E402
 from backends import CVXPY, ProxAL  # noqa: E402
 from benchmarks.common import capped_solve, timed  # noqa: E402
-from fedmodel.reproductions import table1  # noqa: E402
+from fedmodel.reproductions import proxal_table1 as table1  # noqa: E402
 
 CASES = [("monks-1", 5), ("adult-a", 1), ("adult-a", 5)]
 

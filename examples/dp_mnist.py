@@ -3,7 +3,7 @@ and non-private. Same as `fedmodel reproduce dp-mnist [--full]`; `--rounds T` se
 of rounds (the paper: 20,000), `--plot DIR` writes the training-cost curves."""
 import sys
 
-from fedmodel.reproductions.dp_mnist import run
+from fedmodel.reproductions.dpadmm_mnist import run
 
 
 def _option(name: str):

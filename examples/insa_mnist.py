@@ -3,7 +3,7 @@ multinomial logistic regression in place of the paper's MLP. Same as `fedmodel r
 insa-table2 [--full]`; `--plot DIR` writes the loss and mean-β curves."""
 import sys
 
-from fedmodel.reproductions.insa_mnist import run
+from fedmodel.reproductions.fedadmm_mnist import run
 
 if __name__ == "__main__":
     plot_dir = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None

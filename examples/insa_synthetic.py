@@ -3,7 +3,7 @@ and total local steps of vanilla FedADMM (E = 2, 5, 10), FedADMM-In and FedADMM-
 `fedmodel reproduce insa-table1 [--full]`; `--plot DIR` writes the loss curves."""
 import sys
 
-from fedmodel.reproductions.insa_synthetic import run
+from fedmodel.reproductions.fedadmm_synthetic import run
 
 if __name__ == "__main__":
     plot_dir = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None

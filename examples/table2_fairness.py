@@ -3,7 +3,7 @@
 rebuilt from the raw UCI files). Same as `fedmodel reproduce table2 [--full]`."""
 import sys
 
-from fedmodel.reproductions.table2 import run
+from fedmodel.reproductions.proxal_table2 import run
 
 if __name__ == "__main__":
     sys.exit(run(full="--full" in sys.argv))

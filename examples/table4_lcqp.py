@@ -2,7 +2,7 @@
 linearly constrained QP). Same as `fedmodel reproduce table4 [--full]`."""
 import sys
 
-from fedmodel.reproductions.table4 import run
+from fedmodel.reproductions.proxal_table4 import run
 
 if __name__ == "__main__":
     sys.exit(run(full="--full" in sys.argv))

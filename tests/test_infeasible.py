@@ -15,7 +15,7 @@ import fedmodel as fm
 from backends import CVXPY, CentralizedProxAL, ProxAL
 from backends.cvxpy_backend import STATUS
 from fedmodel.datasets import load_monks
-from fedmodel.reproductions import table1
+from fedmodel.reproductions import proxal_table1 as table1
 
 BACKENDS = [ProxAL, CentralizedProxAL]
 

@@ -2,21 +2,21 @@
 import numpy as np
 import pytest
 
-from fedmodel.reproductions import table4
+from fedmodel.reproductions import proxal_table4
 from conftest import missing_data
 
 
 def test_table4_instance_recipe_matches_the_spec_kkt_optima():
     # ../shared/spec/fl_constraints.md §4.3: exact KKT optima of the code-recipe instances
-    assert table4.kkt_optimum(1, 100, 1) == pytest.approx(-0.232525, abs=1e-6)
-    assert table4.kkt_optimum(5, 100, 1) == pytest.approx(9.813036, abs=1e-6)
-    assert table4.kkt_optimum(10, 100, 1) == pytest.approx(49.396706, abs=1e-6)
-    w0 = table4.start_point(100, 0)
+    assert proxal_table4.kkt_optimum(1, 100, 1) == pytest.approx(-0.232525, abs=1e-6)
+    assert proxal_table4.kkt_optimum(5, 100, 1) == pytest.approx(9.813036, abs=1e-6)
+    assert proxal_table4.kkt_optimum(10, 100, 1) == pytest.approx(49.396706, abs=1e-6)
+    w0 = proxal_table4.start_point(100, 0)
     assert np.linalg.norm(w0) == pytest.approx(1.0) and np.all(w0 >= 0)
 
 
 def test_table4_row_n5_d100_meets_the_issue_targets():
-    row = table4.solve_case(5, 100, 1, trial=0)
+    row = proxal_table4.solve_case(5, 100, 1, trial=0)
     alg1 = row["alg1"]
     assert alg1["status"] == "converged"
     assert row["gap_to_kkt"] <= 1e-3                   # objective within 1e-3 of the KKT optimum
@@ -30,9 +30,9 @@ def test_table1_monks_and_breast_cancer_n5_meet_the_constraint_and_match_cprox()
     from fedmodel import datasets
     if not (datasets.data_dir() / "SHA256SUMS").is_file():
         missing_data(f"reference datasets not found in {datasets.data_dir()}")
-    from fedmodel.reproductions import table1
+    from fedmodel.reproductions import proxal_table1
     for name in ("breast-cancer-wisc", "monks-1"):
-        row = table1.solve_case(name, 5)
+        row = proxal_table1.solve_case(name, 5)
         assert row["status"] == ["converged"]
-        assert row["worst_feas"] <= table1.THRESHOLD + 1e-3          # every client's class-1 loss
+        assert row["worst_feas"] <= proxal_table1.THRESHOLD + 1e-3          # every client's class-1 loss
         assert row["rel_diff"][0] <= 3.5e-2                           # the paper's largest: 3.43e-2

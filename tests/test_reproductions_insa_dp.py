@@ -47,7 +47,7 @@ def test_softmax_model_objective_and_minimizer_match_numpy_and_scipy():
 
 
 def test_ridge_model_optimum_is_the_closed_form():
-    from fedmodel.reproductions.insa_synthetic import synthetic
+    from fedmodel.reproductions.fedadmm_synthetic import synthetic
     parts, counts = synthetic(samples=300, dim=8, clients=6, seed=1)
     assert counts == (100, 100, 100)
     prob, u = models.ridge_regression(parts, gamma=1.0)
@@ -59,7 +59,7 @@ def test_ridge_model_optimum_is_the_closed_form():
 
 # ---- FedADMM-InSa, Example 1 ----------------------------------------------------------------------
 def test_synthetic_data_follow_example_1():
-    from fedmodel.reproductions.insa_synthetic import synthetic
+    from fedmodel.reproductions.fedadmm_synthetic import synthetic
     parts, counts = synthetic(samples=10_000, dim=3, clients=100, seed=0)
     assert counts == (3334, 3334, 3332)                # ⌈N/3⌉ normal, ⌈N/3⌉ t5, rest uniform
     assert len(parts) == 100 and all(A.shape == (100, 3) and b.shape == (100,) for A, b in parts)
@@ -113,7 +113,7 @@ def _numpy_fedadmm(parts, rounds, frac, seed, beta0, E, inexact, adaptive, mu=20
 
 @pytest.mark.parametrize("name", ["FedADMM (E = 10)", "FedADMM-In", "FedADMM-InSa"])
 def test_insa_synthetic_runs_match_a_direct_numpy_implementation(name):
-    from fedmodel.reproductions import insa_synthetic as ex
+    from fedmodel.reproductions import fedadmm_synthetic as ex
     parts, _ = ex.synthetic(samples=1000, dim=60, clients=10, seed=3)
     options = ex.algorithms(beta=2.0)[name]
     out = ex.solve(parts, options, rounds=15, seed=4, participation=0.3)
@@ -124,7 +124,7 @@ def test_insa_synthetic_runs_match_a_direct_numpy_implementation(name):
 
 
 def test_insa_synthetic_subset_saves_local_steps_at_equal_loss():
-    from fedmodel.reproductions import insa_synthetic as ex
+    from fedmodel.reproductions import fedadmm_synthetic as ex
     parts, _ = ex.synthetic(samples=2000, dim=200, clients=20, seed=0)
     f_star = models.ridge_loss(models.ridge_optimum(parts), parts)
     algos = ex.algorithms(beta=2.0)
@@ -142,7 +142,7 @@ def test_insa_synthetic_subset_saves_local_steps_at_equal_loss():
 # ---- FedADMM-InSa, Example 2 (MNIST) ----------------------------------------------------------------
 @pytest.mark.usefixtures("needs_data")
 def test_insa_mnist_split_and_short_run():
-    from fedmodel.reproductions import insa_mnist as ex
+    from fedmodel.reproductions import fedadmm_mnist as ex
     parts, (X, y), (Xt, yt) = ex.load()
     assert X.shape == (10_000, 785) and Xt.shape == (1000, 785)
     assert np.bincount(y).tolist() == [1000] * 10 and np.bincount(yt).tolist() == [100] * 10
@@ -164,9 +164,9 @@ def test_insa_mnist_split_and_short_run():
 def test_dp_mnist_first_round_noise_matches_the_authors_log():
     """Spec §2.3/§5.3: MNIST, P = 10, ObjT, ε̄ = 0.05: ρ = 102 and mean |ξ| ≈ 0.157 at the first
     iteration (the authors' sample output; z = 0 gives Δ̄ = max_i‖x_i‖₁·1.8/I)."""
-    from fedmodel.reproductions import dp_mnist
-    parts, _, _ = dp_mnist.load(10, 6000)
-    out = dp_mnist.solve(parts, "objT", 0.05, rounds=1, seed=0)
+    from fedmodel.reproductions import dpadmm_mnist
+    parts, _, _ = dpadmm_mnist.load(10, 6000)
+    out = dpadmm_mnist.solve(parts, "objT", 0.05, rounds=1, seed=0)
     first = out["history"][0]
     assert first["rho"] == pytest.approx(102.0)
     assert first["noise_magnitude"] == pytest.approx(0.157, rel=0.03)
@@ -180,22 +180,22 @@ def test_dp_mnist_subset_orderings_and_nonprivate_bound():
     subset has 12.3 % test error (scipy L-BFGS, docs); after 60 rounds from W = 0 it is still
     descending (measured 17.8 %), so ≤ 25 % rejects a run that does not learn (90 %) or
     diverges. ObjT beats OutP at ε̄ = 1 (measured 31 % vs 76 %), error grows as ε̄ falls."""
-    from fedmodel.reproductions import dp_mnist
-    parts, Xt, yt = dp_mnist.load(10, 600)
+    from fedmodel.reproductions import dpadmm_mnist
+    parts, Xt, yt = dpadmm_mnist.load(10, 600)
     rows = [("np", "objT", math.inf, "code"), ("t5", "objT", 5.0, "code"),
             ("t1", "objT", 1.0, "code"), ("o1", "outP", 1.0, "paper")]
-    out = dp_mnist.evaluate(parts, Xt, yt, rows, rounds=60, seed=0, verbose=False)
+    out = dpadmm_mnist.evaluate(parts, Xt, yt, rows, rounds=60, seed=0, verbose=False)
     err = {k: v["error"] for k, v in out.items()}
     assert err["np"] <= 0.25
     assert err["np"] <= err["t5"] + 0.02 and err["t5"] <= err["t1"] + 0.02     # Q1, seed slack
     assert err["t1"] + 0.2 <= err["o1"]                                       # Q2
     # the history's objective = numpy Σ_p f_p(W) (the model's 1/I scaling) at the final W
-    run = dp_mnist.solve(parts, "objT", math.inf, rounds=3, seed=0, trust_radius="code")
+    run = dpadmm_mnist.solve(parts, "objT", math.inf, rounds=3, seed=0, trust_radius="code")
     X = np.vstack([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
     W = run["W"]
     assert run["history"][-1]["objective"] == pytest.approx(
-        models.softmax_loss(W, X, y) + dp_mnist.BETA * np.sum(W ** 2), rel=1e-9)
+        models.softmax_loss(W, X, y) + dpadmm_mnist.BETA * np.sum(W ** 2), rel=1e-9)
 
 
 @pytest.mark.slow

@@ -44,7 +44,7 @@ def test_adult_b_rebuild_has_the_documented_rows_features_and_is_deterministic()
 
 @pytest.fixture(scope="module")
 def fast_case():
-    from fedmodel.reproductions import table2
+    from fedmodel.reproductions import proxal_table2 as table2
     data = table2.load(table2.FAST["fraction"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -107,7 +107,7 @@ def test_fast_subset_objective_is_near_an_independent_slsqp_solve(fast_case):
 
 def test_metrics_agree_with_the_model_and_the_language_rejects_cvxpy_for_it():
     import fedmodel as fm
-    from fedmodel.reproductions import table2
+    from fedmodel.reproductions import proxal_table2 as table2
     data = table2.load(25)
     prob, w, parts = table2.build(data, 2)
     w_value = table2.start_point(38, 3)
@@ -125,7 +125,7 @@ def test_metrics_agree_with_the_model_and_the_language_rejects_cvxpy_for_it():
 
 @pytest.mark.slow
 def test_n5_on_a_fifth_of_adult_b_meets_the_bound_and_matches_cprox():
-    from fedmodel.reproductions import table2
+    from fedmodel.reproductions import proxal_table2 as table2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         row = table2.solve_case(5, range(1, 2), table2.load(5))

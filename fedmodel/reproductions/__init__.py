@@ -9,15 +9,15 @@ import importlib
 from typing import Callable
 
 _MODULES = {
-    "table1": "fedmodel.reproductions.table1",        # ProxAL: Neyman-Pearson
-    "table2": "fedmodel.reproductions.table2",        # ProxAL: fairness (nonconvex constraints)
-    "table4": "fedmodel.reproductions.table4",        # ProxAL: LCQP
+    "table1": "fedmodel.reproductions.proxal_table1",        # ProxAL: Neyman-Pearson
+    "table2": "fedmodel.reproductions.proxal_table2",        # ProxAL: fairness (nonconvex constraints)
+    "table4": "fedmodel.reproductions.proxal_table4",        # ProxAL: LCQP
     "tableI": "fedmodel.reproductions.dald_table1",   # DALD: regression
     "tableII": "fedmodel.reproductions.dald_table2",  # DALD: MNIST 3 vs 7
     "fig5": "fedmodel.reproductions.dald_fig5",       # DALD: accuracy curves
-    "insa-table1": "fedmodel.reproductions.insa_synthetic",  # FedADMM-InSa: synthetic
-    "insa-table2": "fedmodel.reproductions.insa_mnist",      # FedADMM-InSa: MNIST
-    "dp-mnist": "fedmodel.reproductions.dp_mnist",    # DP-IADMM: MNIST test error vs ε̄
+    "insa-table1": "fedmodel.reproductions.fedadmm_synthetic",  # FedADMM-InSa: synthetic
+    "insa-table2": "fedmodel.reproductions.fedadmm_mnist",      # FedADMM-InSa: MNIST
+    "dp-mnist": "fedmodel.reproductions.dpadmm_mnist",    # DP-IADMM: MNIST test error vs ε̄
 }
 
 
