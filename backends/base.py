@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.certificate import kkt_certificate
 from fedmodel.compiler.codegen import Plan
 from fedmodel.errors import DataError
 from fedmodel.expression import Constant, Parameter
@@ -127,7 +126,7 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
     else:
         objective, violation = objective_and_violation(problem, values)
         if certificate is None and values and np.isfinite(objective):
-            certificate = kkt_certificate(problem, values, outcome.get("multipliers", {}))
+            certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
     result = Result(status=outcome["status"], values=values, objective=objective,
                     max_violation=violation, backend=backend_name,
                     iterations=outcome.get("iterations", {}), multipliers=outcome.get("multipliers", {}),

@@ -25,7 +25,7 @@ ATTEMPTS = (("CLARABEL", {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas"
             ("ECOS", {}),
             ("SCS", {"eps": 1e-9, "max_iters": 200_000}))
 SOLVER_OPTIONS = {"SCS": {"eps": 1e-9, "max_iters": 200_000}}
-# cvxpy's statuses in ours (API.md §5); anything else (solver_error, unknown,
+# cvxpy's statuses in ours (docs/api.md §5); anything else (solver_error, unknown,
 # infeasible_or_unbounded, no answer at all) is "stalled": the solver could not decide.
 STATUS = {"optimal": "converged", "optimal_inaccurate": "converged",
           "infeasible": "infeasible", "infeasible_inaccurate": "infeasible",
@@ -145,11 +145,9 @@ def _best(problem, candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
         return final[-1] if final else candidates[-1]
     if len(converged) == 1:
         return converged[0]
-    from fedmodel.certificate import kkt_certificate
-
     def score(candidate):
         try:
-            cert = kkt_certificate(problem, candidate["values"], candidate["multipliers"])
+            cert = problem.kkt_certificate(candidate["values"], candidate["multipliers"])
             value = max(cert.stationarity, cert.feasibility)
             return value if np.isfinite(value) else np.inf
         except (ValueError, ArithmeticError, FloatingPointError):

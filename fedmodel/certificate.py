@@ -14,34 +14,32 @@ positive multiplier (1e-9) for an inactive constraint, which Definition 1 would 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from .atoms import add, multiply, sum as sum_
 from .compiler.canonical import canonical_constraints, classify_objective, split_names
 from .compiler.codegen import Plan
 from .compiler.differentiate import grad
-from .constraints import Equality
-from .expression import Constant
+from .constraints import Constraint, Equality
+from .expression import Constant, Expression, Variable
 from .result import Certificate
 
-if TYPE_CHECKING:
-    from .problem import Problem
 
-
-def kkt_certificate(problem: "Problem", values: dict[int, np.ndarray],
+def kkt_certificate(variables: list[Variable], objective_terms: list[Expression],
+                    constraints: list[Constraint], values: dict[int, np.ndarray],
                     multipliers: dict[str, np.ndarray]) -> Certificate:
-    variables = problem.variables()
+    """The certificate at `values` (by variable uid) with `multipliers` (by constraint name) of
+    the model `Σ objective_terms` subject to `constraints` over `variables` (a Problem's
+    `variables()`, `objective_terms` and `constraints`; `Problem.kkt_certificate` passes them)."""
     inputs = [values[v.uid] for v in variables]
     # the objective's canonical classification, the same as the compiled programs'
-    classified = classify_objective([t for block in problem.blocks for t in block.terms])
+    classified = classify_objective(objective_terms)
     lagrangian_terms, prox_terms = list(classified.smooth), list(classified.prox)
     feasibility = 0.0
-    residual_plan = Plan([c.expr for c in problem.constraints], variables)
-    residuals = residual_plan(*inputs) if problem.constraints else []
+    residual_plan = Plan([c.expr for c in constraints], variables)
+    residuals = residual_plan(*inputs) if constraints else []
     scored = []   # (constraint or rewritten piece, its value; None: evaluated below)
-    for constraint, c_value in zip(problem.constraints, residuals):
+    for constraint, c_value in zip(constraints, residuals):
         feasibility = max(feasibility, constraint.violation(c_value))
         canonical = canonical_constraints([constraint], project=True)
         prox_terms.extend(canonical.sets)

@@ -1,20 +1,23 @@
-"""`fedmodel` command line: run an example end to end, list examples, reproduce paper tables."""
+"""`fedmodel` command line (docs/api.md §7): run a built-in model end to end, list the built-in
+models, reproduce paper tables."""
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
 
 def _run(args: argparse.Namespace) -> int:
     import fedmodel as fm
-    from fedmodel.examples import EXAMPLES, backend_options
-    if args.example not in EXAMPLES:
-        print(f"unknown example {args.example!r}; choose one of {sorted(EXAMPLES)}", file=sys.stderr)
+    from fedmodel import registry
+    from fedmodel.builtin_models import MODELS, backend_options
+    if args.example not in MODELS:
+        print(f"unknown example {args.example!r}; choose one of {sorted(MODELS)}", file=sys.stderr)
         return 2
-    prob, w = EXAMPLES[args.example](n_clients=args.clients)
+    prob, w = MODELS[args.example](n_clients=args.clients)
     print(f"{prob.name}: {len(prob.clients)} clients, {w.size} shared parameters; backend {args.backend}")
     backend = args.backend.lower()
-    if backend in fm.backends.REGISTRY:
+    if backend in registry.names("backend"):
         backend = fm.backends.make_backend(backend, **backend_options(args.example, backend))
     options = {}
     if args.topology and args.backend != "cvxpy":
@@ -39,8 +42,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _examples(_: argparse.Namespace) -> int:
-    from fedmodel.examples import EXAMPLES
-    for name, builder in EXAMPLES.items():
+    from fedmodel.builtin_models import MODELS
+    for name, builder in MODELS.items():
         print(f"{name:20s} {builder.__doc__.strip().splitlines()[0]}")
     return 0
 
@@ -56,35 +59,43 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.name not in REPRODUCTIONS:
         print(f"unknown reproduction {args.name!r}; choose one of {sorted(REPRODUCTIONS)}", file=sys.stderr)
         return 2
-    return REPRODUCTIONS[args.name](full=args.full)
+    options = {"rounds": args.rounds, "plot_dir": args.plot}
+    return REPRODUCTIONS[args.name](full=args.full, **{k: v for k, v in options.items() if v is not None})
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"needs at least 1 client, got {value}")
-    return value
+def _positive_int(what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"needs at least 1 {what}, got {value}")
+        return value
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedmodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run an example model end to end")
+    run = sub.add_parser("run", help="run a built-in example model end to end")
     run.add_argument("example", nargs="?", default="neyman-pearson")
     run.add_argument("--backend", default="proxal", help="proxal (default), cvxpy, dald, …")
     run.add_argument("--topology", default=None, help="star, path, ring, complete, …")
-    run.add_argument("--clients", type=_positive_int, default=5)
+    run.add_argument("--clients", type=_positive_int("client"), default=5)
     run.add_argument("--verify", action="store_true", help="print the verification table")
     run.add_argument("--plot", default=None, metavar="DIR", help="write convergence plots to DIR")
     run.set_defaults(func=_run)
-    examples = sub.add_parser("examples", help="list the example models")
+    examples = sub.add_parser("examples", help="list the built-in example models (for `run`)")
     examples.set_defaults(func=_examples)
     reproduce = sub.add_parser("reproduce", help="run a paper reproduction")
-    reproduce.add_argument("name")
+    reproduce.add_argument("name", help="table1, table2, table4 (ProxAL), tableI, tableII, fig5 "
+                           "(DALD), insa-table1, insa-table2 (FedADMM-InSa), dp-mnist (DP-IADMM)")
     reproduce.add_argument("--full", action="store_true", help="the full table (slow)")
+    reproduce.add_argument("--rounds", type=_positive_int("round"), default=None,
+                           help="number of rounds (insa-table1, insa-table2, dp-mnist)")
+    reproduce.add_argument("--plot", default=None, metavar="DIR",
+                           help="write the figures to DIR (fig5, insa-table1, insa-table2, dp-mnist)")
     reproduce.set_defaults(func=_reproduce)
     args = parser.parse_args(argv)
     try:

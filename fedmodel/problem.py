@@ -7,10 +7,14 @@ from typing import Any
 
 import numpy as np
 
+from . import registry
 from .atoms import add
+from .certificate import kkt_certificate
+from .compiler.split import split_constraint, split_objective
 from .constraints import Constraint
 from .errors import DataError, FedModelError, ShapeError
 from .expression import Constant, Data, Expression, Variable, as_expr
+from .result import Certificate
 
 _problem_ids = itertools.count()
 
@@ -289,7 +293,6 @@ class Problem:
     # ---- centralized writing, split by the compiler ----------------------------------------
     def minimize(self, expr: Any) -> None:
         """Add an objective written as if centralized; terms go to the blocks owning their data."""
-        from .compiler.split import split_objective
         expr = as_expr(expr)
         for leaf in expr.leaves():
             if getattr(leaf, "problem_id", self.uid) != self.uid:
@@ -298,7 +301,6 @@ class Problem:
 
     def subject_to(self, *constraints: Constraint) -> None:
         """Add constraints written as if centralized; data-coupled ones are decoupled with slacks."""
-        from .compiler.split import split_constraint
         for constraint in _flatten(constraints):
             if not isinstance(constraint, Constraint):
                 raise FedModelError(f"subject_to takes constraints such as `expr <= 0`, got {constraint!r}")
@@ -338,13 +340,18 @@ class Problem:
         return add(*[b.objective for b in self.blocks])
 
     @property
+    def objective_terms(self) -> list[Expression]:
+        """Every block's objective terms, server first (their sum is `objective`)."""
+        return [t for b in self.blocks for t in b.terms]
+
+    @property
     def constraints(self) -> list[Constraint]:
         return [c for b in self.blocks for c in b.constraints]
 
     def variables(self) -> list[Variable]:
         """All variables, shared first (in order of appearance), then private ones."""
         seen: dict[int, Variable] = {}
-        exprs = [t for b in self.blocks for t in b.terms] + [c.expr for c in self.constraints]
+        exprs = self.objective_terms + [c.expr for c in self.constraints]
         for expr in exprs:
             for var in expr.variables():
                 seen.setdefault(var.uid, var)
@@ -404,6 +411,12 @@ class Problem:
     def is_convex(self) -> bool:
         return self.objective.is_convex() and all(c.is_dcp() for c in self.constraints)
 
+    def kkt_certificate(self, values: dict[int, np.ndarray],
+                        multipliers: dict[str, np.ndarray]) -> Certificate:
+        """The KKT residuals of this model at `values` with `multipliers` (`fedmodel.certificate`)."""
+        return kkt_certificate(self.variables(), self.objective_terms, self.constraints, values,
+                               multipliers)
+
     # ---- solving --------------------------------------------------------------------------
     def to_cvxpy(self):
         """The centralized `cvxpy.Problem` of this model (same objective, all constraints)."""
@@ -413,8 +426,7 @@ class Problem:
     def solve(self, backend: Any = "proxal", topology: Any = None, executor: Any = "serial",
               callback: Any = None, verbose: bool = False, checkpoint: str | None = None,
               checkpoint_every: int | None = None, resume: bool = False, **options: Any):
-        """Solve with a backend (instance or name); see API.md §2 for the arguments."""
-        from backends import make_backend
+        """Solve with a backend (instance or name); see docs/api.md §2 for the arguments."""
         self.validate()
         solver = make_backend(backend, **options)
         result = solver.solve(self, topology=topology, executor=executor, callback=callback,
@@ -423,6 +435,20 @@ class Problem:
         for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
             var.value = result.values.get(var.uid)
         return result
+
+
+def make_backend(backend: Any, **options: Any) -> Any:
+    """The backend `Problem.solve` runs: an instance (anything with a `solve(problem, ...)`
+    method) as it is, or the class registered under a name (`fedmodel.registry`, filled from the
+    entry points in pyproject.toml) built with `options`. The problem layer never imports the
+    backends above it: it only knows their names and that they have `solve`."""
+    is_instance = not isinstance(backend, (str, type)) and callable(getattr(backend, "solve", None))
+    if not is_instance:
+        return registry.lookup("backend", backend)(**options)
+    if options:
+        raise FedModelError(f"options {sorted(options)} are for a backend given by name; "
+                            "pass them to the backend's constructor instead")
+    return backend
 
 
 def render(obj) -> str:

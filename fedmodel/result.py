@@ -1,4 +1,4 @@
-"""`Result`: what every backend returns (API.md §5)."""
+"""`Result`: what every backend returns (docs/api.md §5)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,4 @@
-"""`verify`: how far a result is from the exact answer (API.md §5)."""
+"""`verify`: how far a result is from the exact answer (docs/api.md §5)."""
 from __future__ import annotations
 
 import warnings

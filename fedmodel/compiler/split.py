@@ -9,7 +9,7 @@ s_i join the shared variables.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..atoms import add
 from ..constraints import Constraint, Equality, Inequality
@@ -17,10 +17,29 @@ from ..errors import FedModelError
 from ..expression import Data, Expression, Variable
 from .canonical import flatten
 
-if TYPE_CHECKING:
-    from ..problem import Problem
-
 SERVER = "server"
+
+
+class OwnedBlock(Protocol):
+    """A block of the model, as the pass uses it: it takes objective terms and constraints."""
+
+    def minimize(self, expr: Expression) -> None: ...
+
+    def subject_to(self, *constraints: Constraint) -> None: ...
+
+
+class SplitTarget(Protocol):
+    """What the pass needs of the model it fills (a `fedmodel.problem.Problem`, which sits above
+    the compiler and is not imported here): its blocks by owner name, problem-wide constraint
+    names and the list of slack variables."""
+
+    def block(self, name: str) -> OwnedBlock: ...
+
+    def fresh_constraint_name(self, owner: str) -> str: ...
+
+    def check_constraint_name(self, name: str, owner: str) -> None: ...
+
+    def add_slack(self, slack: Variable) -> None: ...
 
 
 def linear_terms(expr: Expression) -> list[Expression]:
@@ -54,7 +73,7 @@ def group_by_owner(terms: list[Expression], what: str) -> dict[str, list[Express
     return dict(groups)
 
 
-def split_objective(problem: "Problem", expr: Expression) -> None:
+def split_objective(problem: SplitTarget, expr: Expression) -> None:
     """Add each term of `expr` to the objective of the block that owns it."""
     if expr.shape != ():
         raise FedModelError(f"the objective must be scalar; {expr} has shape {expr.shape} "
@@ -63,7 +82,7 @@ def split_objective(problem: "Problem", expr: Expression) -> None:
         problem.block(owner).minimize(add(*terms))
 
 
-def split_constraint(problem: "Problem", constraint: Constraint) -> None:
+def split_constraint(problem: SplitTarget, constraint: Constraint) -> None:
     """Place `constraint` on its owner, decoupling it with slacks when it spans several owners."""
     groups = group_by_owner(linear_terms(constraint.expr), "constraint")
     parties = [owner for owner in groups if owner != SERVER or _reads_server_data(groups[owner])]

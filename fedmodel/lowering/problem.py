@@ -1,16 +1,27 @@
-"""Lower a whole `Problem` to one centralized `cvxpy.Problem`."""
+"""Lower a whole model (a `fedmodel.problem.Problem`) to one centralized `cvxpy.Problem`."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..constraints import Equality
+from ..constraints import Constraint, Equality
+from ..expression import Expression, Variable
 from .to_cvxpy import CvxpyContext, to_cvxpy
 
-if TYPE_CHECKING:
-    from ..problem import Problem
+
+class CentralModel(Protocol):
+    """What the lowering reads of a model: its variables, total objective and constraints (the
+    problem layer sits above this one and is not imported here)."""
+
+    @property
+    def objective(self) -> Expression: ...
+
+    @property
+    def constraints(self) -> list[Constraint]: ...
+
+    def variables(self) -> list[Variable]: ...
 
 
-def lower_problem(problem: "Problem") -> tuple[Any, CvxpyContext, dict[str, Any]]:
+def lower_problem(problem: CentralModel) -> tuple[Any, CvxpyContext, dict[str, Any]]:
     """(cvxpy problem, leaf context, {constraint name: cvxpy constraint})."""
     import cvxpy as cp
     context = CvxpyContext()
