@@ -1,4 +1,4 @@
-"""`fedmodel` command line (API.md §7), run in-process through `fedmodel.cli.main`."""
+"""`fedmodel` command line (docs/api.md §7), run in-process through `fedmodel.cli.main`."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel import cli, examples
+from fedmodel import builtin_models, cli
 
 def tiny(n_clients: int = 3):
     """A tiny least-squares model with a local and a global constraint (for CLI tests)."""
@@ -28,7 +28,7 @@ def tiny(n_clients: int = 3):
 
 @pytest.fixture
 def with_tiny(monkeypatch):
-    monkeypatch.setitem(examples.EXAMPLES, "tiny", tiny)
+    monkeypatch.setitem(builtin_models.MODELS, "tiny", tiny)
 
 
 def test_examples_lists_neyman_pearson(capsys):
@@ -70,7 +70,24 @@ def test_run_bad_input_is_reported_not_dumped(capsys, with_tiny):
 
 def test_reproduce_unknown_name(capsys):
     assert cli.main(["reproduce", "no-such-table"]) == 2
-    assert capsys.readouterr().err.strip()
+    err = capsys.readouterr().err
+    assert "unknown reproduction 'no-such-table'" in err and "'table1'" in err and "'dp-mnist'" in err
+
+
+def test_reproduction_names_are_the_documented_ones_and_their_modules_exist():
+    import importlib
+    from fedmodel.reproductions import REPRODUCTIONS, _MODULES
+    assert sorted(REPRODUCTIONS) == sorted(["table1", "table2", "table4", "tableI", "tableII", "fig5",
+                                            "insa-table1", "insa-table2", "dp-mnist"])
+    for module in _MODULES.values():             # imported lazily by `fedmodel reproduce`
+        assert callable(importlib.import_module(module).run)
+
+
+def test_reproduce_rejects_an_option_the_reproduction_does_not_take(capsys, tmp_path):
+    assert cli.main(["reproduce", "table4", "--plot", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "'table4' takes no option plot_dir" in err
+    assert not any(tmp_path.iterdir())
 
 
 def test_module_entry_point_runs():
@@ -81,7 +98,7 @@ def test_module_entry_point_runs():
 
 
 def test_neyman_pearson_example_model():
-    prob, w = examples.neyman_pearson(n_clients=4)
+    prob, w = builtin_models.neyman_pearson(n_clients=4)
     assert prob.name == "neyman-pearson"
     assert [c.name for c in prob.clients] == ["c0", "c1", "c2", "c3"]
     assert w.shape == (30,)

@@ -11,7 +11,7 @@ import pytest
 import fedmodel as fm
 from backends import ProxAL
 from backends.proxal import FAST_PROXAL, PAPER_PROXAL
-from fedmodel.examples import backend_options
+from fedmodel.builtin_models import backend_options
 from fedmodel.reproductions import proxal_table1 as table1
 
 

@@ -1,4 +1,7 @@
-"""Built-in example models for `fedmodel run` (each returns the problem and its main variable)."""
+"""The built-in models behind `fedmodel run MODEL` and `fedmodel examples` (each builder returns
+the problem and its main variable), and the backend options `fedmodel run` uses for them.
+
+Scripts that show how to write a model of your own are in the repository's `examples/` folder."""
 from __future__ import annotations
 
 from typing import Callable
@@ -15,7 +18,7 @@ def neyman_pearson(n_clients: int = 5, threshold: float = 0.2, seed: int = 0,
     The 30 standardized WDBC features separate the classes almost perfectly, so without a bound
     the minimizer runs off to ‖w‖ ≈ 800 (objective ≈ 5e-4) and every solver, CVXPY's included,
     is ill-conditioned there. The server's global constraint ‖w‖₂ ≤ `radius` (None: none) keeps
-    the model well posed, as in docs/api.md's example. Even inside the ball the objective is so flat
+    the model well posed, as in docs/api.md §1's example. Even inside the ball the objective is so flat
     that an (ε, ε)-KKT point with ε = 1e-3 can sit far from the minimizer; the server's small
     ridge term (`ridge`/2)‖w‖² (0: none) makes the minimizer unique and well conditioned, so a
     verified answer is also a close one. The paper's experiment (Table 1) has neither term."""
@@ -39,10 +42,10 @@ def neyman_pearson(n_clients: int = 5, threshold: float = 0.2, seed: int = 0,
     return prob, w
 
 
-EXAMPLES: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
+MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 
-# Backend options `fedmodel run` uses for an example (by example, then backend); any other
-# example or backend gets `DEFAULT_OPTIONS`.
+# Backend options `fedmodel run` uses for a model (by model, then backend); any other
+# model or backend gets `DEFAULT_OPTIONS`.
 # The ProxAL presets live with ProxAL (backends/proxal.py).
 DEFAULT_OPTIONS: dict[str, dict] = {"proxal": FAST_PROXAL}
 BACKEND_OPTIONS: dict[str, dict[str, dict]] = {
@@ -50,6 +53,6 @@ BACKEND_OPTIONS: dict[str, dict[str, dict]] = {
 }
 
 
-def backend_options(example: str, backend: str) -> dict:
-    """The options `fedmodel run` passes to `backend` for `example`."""
-    return dict(BACKEND_OPTIONS.get(example, {}).get(backend, DEFAULT_OPTIONS.get(backend, {})))
+def backend_options(model: str, backend: str) -> dict:
+    """The options `fedmodel run` passes to `backend` for the built-in `model`."""
+    return dict(BACKEND_OPTIONS.get(model, {}).get(backend, DEFAULT_OPTIONS.get(backend, {})))
