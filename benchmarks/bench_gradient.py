@@ -11,9 +11,9 @@ printed ratio is the median over interleaved repetitions of time(compiled) / tim
     python -m benchmarks.bench_gradient --quick    # a small subset, a few seconds
     python -m benchmarks.bench_gradient --check    # exit status 1 when a target is missed
 
-Targets (DESIGN.md: "a derived gradient must cost about what a careful hand-written numpy
-gradient costs"): ratio ≤ 1.2 for m ≥ 10⁴ samples, ≤ 2 for m = 100 (where the plan's per-step
-Python dispatch is visible next to tiny numpy calls).
+Targets (the design goal: "a derived gradient must cost about what a careful hand-written
+numpy gradient costs"): ratio ≤ 1.2 for m ≥ 10⁴ samples, ≤ 2 for m = 100 (where the plan's
+per-step Python dispatch is visible next to tiny numpy calls).
 """
 from __future__ import annotations
 

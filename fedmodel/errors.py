@@ -1,4 +1,4 @@
-"""Errors raised for bad input (API.md §6). All derive from FedModelError, a ValueError."""
+"""Errors raised for bad input (docs/api.md §6). All derive from FedModelError, a ValueError."""
 
 
 class FedModelError(ValueError):

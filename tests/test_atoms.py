@@ -1,4 +1,4 @@
-"""Atoms and operators (API.md §2): every public atom and operator is checked for
+"""Atoms and operators (docs/api.md §2): every public atom and operator is checked for
 
 - its value against an independent numpy/scipy reference, on vector and matrix variables;
 - its curvature, sign and monotonicity against what CVXPY reports for the lowered expression

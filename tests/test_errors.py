@@ -1,4 +1,4 @@
-"""Errors for bad input (API.md §6): each test checks the exception type and that the message
+"""Errors for bad input (docs/api.md §6): each test checks the exception type and that the message
 names the offending block, data or expression. Every error is an `fm.FedModelError`, a
 `ValueError`; nothing escapes as a bare KeyError / IndexError / numpy error."""
 from __future__ import annotations

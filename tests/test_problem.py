@@ -1,6 +1,6 @@
 """The problem layer end to end: federated models solved with `prob.solve("cvxpy")` against
 hand-built CVXPY problems, multipliers and their sign convention, the KKT certificate, and the
-`Result` fields of API.md §5."""
+`Result` fields of docs/api.md §5."""
 from __future__ import annotations
 
 import numpy as np

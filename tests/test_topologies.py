@@ -1,4 +1,4 @@
-"""Topologies: builders, validation, DALD's hierarchy, drawing (API.md §3)."""
+"""Topologies: builders, validation, DALD's hierarchy, drawing (docs/api.md §3)."""
 import subprocess
 import sys
 from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""Topologies as plain networkx graphs (API.md §3): nodes are client names plus "server" where
+"""Topologies as plain networkx graphs (docs/api.md §3): nodes are client names plus "server" where
 there is one, node attribute `role` is "server" or "client". Builders, validation, DALD's
 coordination hierarchy and a PNG drawer (matplotlib imported only when drawing)."""
 from .builders import (complete, erdos_renyi, from_networkx, grid, path, random_regular, ring,

@@ -1,7 +1,7 @@
 """Compiler pass: per-node merit functions of the proximal augmented Lagrangian.
 
 For block i with objective f_i, inequality constraints c_I ≤ 0 and equalities c_E = 0 (paper 1,
-eqs. 12–14, with DESIGN.md's conventions):
+eqs. 12–14; docs/architecture.md follows β from `prob.solve` into this merit):
 
     P_i(x, y) = f_i(x, y)
               + (1/(2β)) Σ_I (‖[μ_I + β c_I]₊‖² − ‖μ_I‖²)      (inequality AL term)
