@@ -13,8 +13,9 @@ from scipy.special import expit
 
 import fedmodel as fm
 import topologies
-from backends.dp_admm import (DPADMM, RHO_PRESETS, RecordGradients, RhoSchedule, composition,
-                              glm_sensitivity_bound, iadmm_step)
+from backends.dp_admm import (DPADMM, RHO_PRESETS, RhoSchedule, composition, glm_sensitivity_bound,
+                              iadmm_step)
+from fedmodel.compiler.per_record import RecordGradients
 from conftest import missing_data
 
 P, M, D = 5, 30, 8

@@ -10,16 +10,12 @@ One round t (all clients, star topology), ρ = ρ̂^t from (21):
   OutP         client z_p^{t+1} = IADMM-Prox step (5a) at the OLD w^t, proximity η̂^t, plus
                Gaussian noise on the output; then (4a) with z^{t+1}, then (4c)   [spec 2.6]
 
-Structure — DP is a layer over the ADMM step, not a copy of it: `iadmm_step` is the non-private
-closed-form z-step of (5)/(6); a mechanism perturbs its input or its output. Objective
-perturbation adds <ξ̃, z> to H^t (5b), which is G^t (10) up to a constant (App. A.1), i.e. it
-replaces f'_p by f'_p + ξ̃; output perturbation adds Gaussian noise to the step's result.
-With ε̄ = ∞ the mechanism is the identity, so the run is exactly IADMM (Remark 1(ii)). Noise is
-drawn on each client from its own generator (numpy Generator kept in `program.state`), spawned
-from `seed` (SeedSequence(seed, spawn_key=(client index,))) or from the client's OS entropy.
-Δ̄ is computed on the client from its own objective (`RecordGradients`); only z_p leaves it.
-(`RecordGradients` would belong in the runtime as a per-record-gradient request of NodeProgram;
-it lives here, node side, until the runtime offers one — hence this module's length.)
+The client step and its DP layers (objective / output perturbation) are in `client`, the
+schedules and presets in `options`, the composition of the per-round guarantees in
+`accounting`. With ε̄ = ∞ the mechanism is the identity, so the run is exactly IADMM
+(Remark 1(ii)). Noise is drawn on each client from its own generator, spawned from `seed`
+(SeedSequence(seed, spawn_key=(client index,))) or from the client's OS entropy; Δ̄ is computed
+on the client from its own objective (fedmodel.runtime.privacy); only z_p leaves it.
 
 Readings (the issue: default to the paper, expose the code's):
   ObjT radius   trust_radius="paper": δ^t = a/t² (A.11; default); "code": δ^t = a (precedence bug)
@@ -33,345 +29,39 @@ Readings (the issue: default to the paper, expose the code's):
                 (bounds, norm ball) and server terms h(w) enter (4a), solved by the server.
   CV            history has both Σ_p‖w − z_p‖₁ (paper) and that divided by P (code).
 
-Privacy accounting (per client; each round releases one z_p, ε̄-DP for ObjP/ObjT — Theorems 1, 3
-— and (ε̄, δ̄)-DP for OutP), over the rounds actually run, for a schedule ε_1..ε_T:
-  basic      ε = Σ_t ε_t,  δ = Σ_t δ_t
-  advanced   ε = √(2 ln(1/δ') Σ_t ε_t²) + Σ_t ε_t (e^{ε_t} − 1),  δ = Σ_t δ_t + δ'
-             (Dwork, Rothblum & Vadhan 2010; Dwork & Roth, Thm 3.20 for equal ε_t), δ' =
-             `composition_delta` (default: `delta` = 1e-6).
-The guarantee is formal only when Δ̄ bounds (11b) over every neighbouring data set, i.e. with a
-data-independent `sensitivity` bound (and for OutP with outp_std="sigma" and correct constants);
-the paper's data-dependent Δ̄ (20) is reported as nominal (`info["privacy"]["formal"]`).
+Privacy (per client, over the rounds run; `accounting`): basic and advanced composition of the
+per-round (ε̄, 0) (ObjP/ObjT, Theorems 1, 3) or (ε̄, δ̄) (OutP), δ' = `composition_delta`
+(default: `delta` = 1e-6). The guarantee is formal only when Δ̄ bounds (11b) over every
+neighbouring data set, i.e. with a data-independent `sensitivity` bound (and for OutP with
+outp_std="sigma" and correct constants); the paper's data-dependent Δ̄ (20) is reported as
+nominal (`info["privacy"]["formal"]`).
 """
 from __future__ import annotations
 
 import math
 import time
-import weakref
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from fedmodel.atoms import (Add, BroadcastTo, LogSumExp, MatMul, Maximum, Multiply, Neg, Norm1,
-                            Reshape, Sum, SumSquares)
-from fedmodel.atoms.elementwise import Elementwise
-from fedmodel.compiler.codegen import Plan
-from fedmodel.compiler.differentiate import grad as derive
 from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError
-from fedmodel.expression import Data, Leaf, Variable
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
-from fedmodel.runtime.ledger import MessageKind, procedure, register
+from fedmodel.runtime.privacy import glm_sensitivity_bound
 from fedmodel.runtime.program import compile_programs
-from .base import Backend
-from .watch import DivergenceWatch
-from .common import check_count, check_number as _number, gather_values, progress, require_star
+from ..base import Backend
+from ..common import check_count, check_number as _number, gather_values, progress, require_star
+from ..watch import DivergenceWatch
+from .accounting import composed, composition
+from .client import iadmm_step
+from .options import PAPER_DPADMM, RHO_PRESETS, VARIANTS, RhoSchedule, as_rho_schedule, check_sensitivity
 
-VARIANTS = ("objT", "objP", "outP")
-
-
-# ---- schedules (public: computed by the server) ------------------------------------------------
-@dataclass(frozen=True)
-class RhoSchedule:
-    """ρ̂^t = scale · min{cap, c1·growth^{⌊t/T_c⌋} + c2/ε̄}  (21); ε̄ = ∞ drops c2/ε̄ (the code's
-    non-private ρ). `scale` = 0.01 gives OutP+ (A.10)."""
-
-    c1: float = 2.0
-    c2: float = 5.0
-    T_c: float = 1e4
-    cap: float = 1e9
-    growth: float = 1.2
-    scale: float = 1.0
-
-    def __call__(self, t: int, epsilon: float) -> float:
-        extra = 0.0 if math.isinf(epsilon) else self.c2 / epsilon
-        return self.scale * min(self.cap, self.c1 * self.growth ** (t // self.T_c) + extra)
+__all__ = ["DPADMM", "PAPER_DPADMM", "RHO_PRESETS", "RhoSchedule", "composition",
+           "glm_sensitivity_bound", "iadmm_step"]
 
 
-RHO_PRESETS = {"mnist": RhoSchedule(2.0, 5.0, 1e4), "femnist": RhoSchedule(0.005, 0.05, 2e3)}
-# `DPADMM.paper()`. The constructor's defaults are the fast non-private configuration instead:
-# ε̄ = ∞, ObjP with a = 10, ρ floored at the clients' curvature ("auto"), stop at tol — ObjT with δ^t = a/t² freezes the clients (Σδ^t = aπ²/6)
-# and never reaches the optimum without noise. Measured (tests/test_dp_admm.py models, tol 1e-8):
-# ridge 121 rounds (paper setting: not converged in 6000, 0.34 away), logistic 757 rounds (0.36 away).
-PAPER_DPADMM = dict(variant="objT", rho_schedule="mnist", a=1.0, max_rounds=20000,
-                    trust_radius="paper", trust_norm="inf", tol=0.0)
 
-
-def composition(epsilons, deltas=0.0, delta_prime: float = 1e-6) -> dict[str, tuple[float, float]]:
-    """Cumulative privacy loss of mechanisms that are (ε_t, δ_t)-DP: basic (Σε_t, Σδ_t) and
-    advanced (√(2 ln(1/δ')Σε_t²) + Σε_t(e^{ε_t} − 1), Σδ_t + δ'); `best` is the smaller ε."""
-    eps = np.asarray(epsilons, float).ravel()
-    dlt = np.broadcast_to(np.asarray(deltas, float), eps.shape)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return _composed(float(eps.sum()), float(np.sum(eps ** 2)), float(np.sum(eps * np.expm1(eps))),
-                         float(dlt.sum()), delta_prime)
-
-
-def _composed(s1: float, s2: float, s3: float, sd: float, delta_prime: float) -> dict:
-    """`composition` from the running sums Σε, Σε², Σε(e^ε − 1), Σδ."""
-    basic = (s1, sd)
-    advanced = (math.sqrt(2.0 * math.log(1.0 / delta_prime) * s2) + s3 if math.isfinite(s1)
-                else math.inf, sd + delta_prime)
-    return {"basic": basic, "advanced": advanced, "best": min(basic, advanced)}
-
-
-def glm_sensitivity_bound(feature_l1: float, slope_l1: float, weight: float,
-                          replace: bool = True) -> float:
-    """A data-independent Δ̄ for models whose records enter only through a_iᵀw (linear,
-    logistic, softmax regression) with loss weight `weight` per record (1/I or 1/I_p).
-    Assumes every possible record has ‖a‖₁ ≤ feature_l1 (pixels in [0, 1]: J) and a loss whose
-    derivative in the predictor has ‖∂ℓ/∂(aᵀw)‖₁ ≤ slope_l1 everywhere (logistic: 1, softmax
-    cross-entropy: 2; squared loss only with bounded residuals). The record's gradient term
-    a ⊗ ∂ℓ then has ‖·‖₁ ≤ feature_l1·slope_l1·weight; replacing one record moves ∇f_p by at
-    most twice that (`replace=False`: adding/removing one with the weight fixed)."""
-    if min(feature_l1, slope_l1, weight) <= 0:
-        raise FedModelError("glm_sensitivity_bound needs positive feature_l1, slope_l1 and weight")
-    return (2.0 if replace else 1.0) * feature_l1 * slope_l1 * weight
-
-
-# ---- per-record gradients (node side, for Δ̄ (11b)) ---------------------------------------------
-_ROWS, _TOTAL, _FREE, _CONST = "rows", "total", "free", "const"
-_LINEAR = (Add, Neg, Sum, BroadcastTo, Reshape)
-
-
-class RecordGradients:
-    """‖∇f_p(z; D) − ∇f_p(z; D without record i)‖₁ for every record i, for client objectives
-    whose records are rows of data matrices entering through products `A @ w` (w shared) and
-    combined row by row (elementwise atoms, row-wise sums / log_sum_exp, then sums or means over
-    the rows). Each product becomes S = A @ w; with u = ∂f/∂S the record's term is a_i ⊗ u_i and
-    its L1 norm ‖a_i‖₁‖u_i‖₁ (20). Records of several matrices with the same row count are
-    treated as the same records (their norms add: an upper bound)."""
-
-    def __init__(self, objective, shared: list[Variable], where: str):
-        ids = {v.uid for v in shared}
-        products: dict[tuple, tuple] = {}
-        memo: dict[int, Any] = {}
-
-        def substitute(node):
-            if id(node) not in memo:
-                a = getattr(node, "args", ())
-                if (isinstance(node, MatMul) and isinstance(a[0], Data) and a[0].ndim == 2
-                        and isinstance(a[1], Variable) and a[1].uid in ids):
-                    key = (a[0].uid, a[1].uid)
-                    if key not in products:
-                        products[key] = (node, a[0], Variable(node.shape, name=f"rows[{a[0].name}]"))
-                    memo[id(node)] = products[key][2]
-                elif isinstance(node, Leaf):
-                    memo[id(node)] = node
-                else:
-                    new = [substitute(x) for x in a]
-                    memo[id(node)] = node if all(x is y for x, y in zip(new, a)) else node.with_args(*new)
-            return memo[id(node)]
-
-        reduced = substitute(objective)
-        records = {p[2].uid: p[2].shape[0] for p in products.values()}
-        kind = _separable(reduced, records, {})
-        direct = [v.name for v in shared
-                  if any(isinstance(leaf, Data) for leaf in derive(reduced, v).leaves())]
-        if kind not in (_TOTAL, _FREE, _CONST) or direct:
-            raise FedModelError(
-                f"sensitivity='paper' needs per-record gradients of client {where!r}: its objective "
-                "must read its records only as rows of `data @ w` products combined row by row "
-                "(elementwise atoms, row-wise sums or log_sum_exp, then sum/mean over rows)"
-                + (f"; data also enters the gradient of {direct} directly" if direct else "")
-                + ". Pass a data-independent bound instead, e.g. "
-                "DPADMM(sensitivity=glm_sensitivity_bound(...)) or a number")
-        self.products = list(products.values())
-        self._forward = Plan([p[0] for p in self.products], shared) if products else None
-        self._adjoint = Plan([derive(reduced, p[2]) for p in self.products],
-                             shared + [p[2] for p in self.products]) if products else None
-        self._row_l1 = [np.sum(np.abs(p[1].value), axis=1) for p in self.products]
-
-    def max_l1(self, parts: list[np.ndarray]) -> float:
-        """max_i ‖record i's gradient term‖₁ at the point `parts` (shared variables' values)."""
-        if not self.products:
-            return 0.0
-        rows = self._forward(*parts)
-        adjoints = self._adjoint(*parts, *rows)
-        totals: dict[int, np.ndarray] = {}
-        for (node, _, S), row_l1, u in zip(self.products, self._row_l1, adjoints):
-            u = np.abs(np.broadcast_to(u, S.shape))
-            per_row = row_l1 * (u.reshape(S.shape[0], -1).sum(axis=1))
-            totals[S.shape[0]] = totals.get(S.shape[0], 0.0) + per_row
-        return float(max(np.max(t) for t in totals.values()))
-
-
-def _separable(node, records: dict[int, int], memo: dict) -> str | None:
-    """Kind of a node after the substitution: const (no variable), free (shared variables, no
-    record), rows (row i depends on record i only), total (a sum of per-record terms), or None."""
-    if id(node) in memo:
-        return memo[id(node)]
-    if isinstance(node, Leaf):
-        out = _ROWS if node.uid in records else _FREE if isinstance(node, Variable) else _CONST
-    else:
-        kinds = [_separable(a, records, memo) for a in node.args]
-        out = _combine(node, kinds, records)
-    memo[id(node)] = out
-    return out
-
-
-def _combine(node, kinds: list, records: dict) -> str | None:
-    if None in kinds:
-        return None
-    if all(k == _CONST for k in kinds):
-        return _CONST
-    if _ROWS not in kinds and _TOTAL not in kinds:
-        return _FREE
-    if _TOTAL in kinds:                  # only linear maps of a sum over records stay separable
-        if isinstance(node, Add) and _ROWS not in kinds:
-            return _TOTAL
-        linear = isinstance(node, _LINEAR) or (isinstance(node, (Multiply, MatMul))
-                                              and kinds.count(_CONST) == len(kinds) - 1)
-        return _TOTAL if linear and set(kinds) <= {_TOTAL, _CONST} else None
-    if _FREE in kinds:                   # a record mixed with the model outside `A @ w`
-        return None
-    m = {a.shape[0] for a, k in zip(node.args, kinds) if k == _ROWS}
-    if len(m) != 1:
-        return None
-    m = m.pop()
-    if isinstance(node, Sum):
-        return _TOTAL if node.axis in (None, 0) else _ROWS
-    if isinstance(node, (SumSquares, Norm1)):
-        return _TOTAL
-    if isinstance(node, LogSumExp):
-        return _ROWS if node.axis not in (None, 0) else None
-    if isinstance(node, MatMul):
-        return _ROWS if kinds == [_ROWS, _CONST] and node.args[0].ndim == 2 else None
-    if isinstance(node, (Elementwise, Add, Neg, Multiply, Maximum, BroadcastTo, Reshape)):
-        return _ROWS if node.shape[:1] == (m,) else None
-    return None
-
-
-_RECORD_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def record_sensitivity(program, z: np.ndarray) -> float:
-    """Δ̄_p^t of (11b) as the paper computes it in (20), at the client's z_p^t (node side)."""
-    records = _RECORD_CACHE.get(program)
-    if records is None:
-        records = _RECORD_CACHE[program] = RecordGradients(
-            program.merit_ir.objective, program.shared.variables, program.name)
-    return records.max_l1(program.shared.unpack(z))
-
-
-def _record_count(program) -> int:
-    sizes = [leaf.shape[0] for leaf in program.merit_ir.objective.leaves()
-             if isinstance(leaf, Data) and leaf.ndim >= 1]
-    return max(sizes, default=1)
-
-
-# ---- the non-private step and the DP layers (node side) ----------------------------------------
-def iadmm_step(z, grad, w, lam, rho, prox=0.0, radius=None, norm="inf") -> np.ndarray:
-    """The IADMM z-step: argmin of H^t (5b) = <grad, z> + ρ/2‖w − z + λ/ρ‖² with the proximal
-    term (1/2η)‖z − z^t‖² (5a), prox = 1/η, or (radius given) within ‖z − z^t‖ ≤ δ (6).
-    Closed forms: H^t is an isotropic quadratic, so the trust region is a clip (∞-norm) or a
-    radial projection (2-norm) of its minimizer."""
-    if radius is None:
-        return (-grad + rho * w + lam + prox * z) / (rho + prox)
-    u = w + (lam - grad) / rho
-    if norm == "inf":
-        return np.clip(u, z - radius, z + radius)
-    length = float(np.linalg.norm(u - z))
-    return u if length <= radius else z + (radius / length) * (u - z)
-
-
-class Identity:
-    """No perturbation: the step is exactly IADMM (ε̄ = ∞)."""
-
-    def objective(self, program, state, z, grad):
-        return grad
-
-    def output(self, state, z, sigma):
-        return z
-
-
-@dataclass
-class LaplaceObjective(Identity):
-    """Objective perturbation (10)–(11): ξ̃ with i.i.d. Laplace(0, Δ̄_p^t/ε̄) entries is added
-    to the linear term, so the step solves (8)/(9)."""
-
-    epsilon: float
-    sensitivity: Any = "paper"           # "paper" | "replace" | a fixed bound Δ̄
-
-    def objective(self, program, state, z, grad):
-        if isinstance(self.sensitivity, str):            # (11b) as in (20), at z_p^t
-            bound = record_sensitivity(program, z) * (2.0 if self.sensitivity == "replace" else 1.0)
-        else:
-            bound = float(self.sensitivity)
-        xi = state["rng"].laplace(0.0, bound / self.epsilon, size=grad.shape)   # (11a)
-        _log(state, bound, xi)
-        return grad + xi
-
-
-@dataclass
-class GaussianOutput(Identity):
-    """Output perturbation (Huang et al.): z^{t+1} + N(0, s²I) with s = σ ("sigma") or σ²
-    ("sigma2", the authors' code)."""
-
-    std: str = "sigma"
-
-    def output(self, state, z, sigma):
-        scale = sigma if self.std == "sigma" else sigma ** 2
-        noise = state["rng"].normal(0.0, scale, size=z.shape)
-        _log(state, scale, noise)
-        return z + noise
-
-
-def _log(state, scale: float, noise: np.ndarray) -> None:
-    state["log"]["scale"].append(scale)
-    state["log"]["noise_abs"].append(float(np.mean(np.abs(noise))))
-    if state["noise"] is not None:
-        state["noise"].append(noise.copy())
-
-
-@procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
-                            "bound": "1", "std": "str", "norm": "str", "seed": "1", "index": "1",
-                            "record": "1"}, {"records": "1"})
-def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, std="sigma",
-                 norm="inf", seed=None, index=0, record=0.0):
-    """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
-    own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
-    OS entropy on the client, so that no one else can replay — and subtract — its noise."""
-    entropy = None if seed is None else np.random.SeedSequence(int(seed), spawn_key=(int(index),))
-    if mechanism == "laplace":
-        layer = LaplaceObjective(float(epsilon), sensitivity if bound is None else float(bound))
-        if bound is None:
-            record_sensitivity(program, np.asarray(z0, float))   # refuse unsupported models early
-    else:
-        layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()
-    program.state["dp_admm"] = {"z": np.array(z0, float), "rng": np.random.default_rng(entropy),
-                                "layer": layer, "norm": norm, "log": {"scale": [], "noise_abs": []},
-                                "noise": [] if record else None}
-    return {"records": float(_record_count(program))}
-
-
-@procedure("dp_admm_step", {"w": "x", "lam": "x", "rho": "1", "prox": "1", "radius": "1",
-                            "sigma": "1"}, {"z": "x"})
-def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0):
-    """Line 5 of Algorithms 1–2: (8) or (9); for OutP (5a) plus output noise."""
-    s = program.state["dp_admm"]
-    z, layer = s["z"], s["layer"]
-    g = program.merit(z)["grad"]                                   # f'_p(z_p^t; D_p), (37)
-    g = layer.objective(program, s, z, g)                          # f'_p + ξ̃_p^t: G^t (10)
-    z_new = iadmm_step(z, g, w, lam, rho, prox, radius, s["norm"])  # (8)/(9) ≡ (5)/(6) at ξ̃
-    s["z"] = layer.output(s, z_new, sigma)                         # OutP only
-    return {"z": s["z"]}
-
-
-def _client_log(program):
-    s = program.state.get("dp_admm", {})
-    return {"log": {"scale": list(s.get("log", {}).get("scale", [])),
-                    "noise_abs": list(s.get("log", {}).get("noise_abs", [])),
-                    "noise": None if s.get("noise") is None else np.array(s["noise"])}}
-
-
-# served locally: the harness's metrics and debugging, never part of the algorithm's traffic
-register(MessageKind("dp_admm_log", {}, {"log": "opaque"}, local=True), _client_log)
-
-
-# ---- the backend --------------------------------------------------------------------------------
 class DPADMM(Backend):
     """DP-IADMM: ObjT (Algorithm 2), ObjP (Algorithm 1, default) and the OutP baseline.
 
@@ -431,10 +121,10 @@ class DPADMM(Backend):
         # "auto": the "mnist" schedule (21), floored (ε̄ = ∞ only) at 2.2·max_p L̂_p, measured by
         # the clients at w⁰, where the linearized z-step is stable for every variant
         self.auto_rho = isinstance(rho_schedule, str) and rho_schedule.lower() == "auto"
-        self.rho_schedule = _rho_schedule("mnist" if self.auto_rho else rho_schedule)
+        self.rho_schedule = as_rho_schedule("mnist" if self.auto_rho else rho_schedule)
         self.a, self.max_rounds, self.seed = a, max_rounds, seed
         self.trust_radius, self.trust_norm = trust_radius, trust_norm
-        self.sensitivity = _check_sensitivity(sensitivity)
+        self.sensitivity = check_sensitivity(sensitivity)
         self.outp_std, self.outp_constants = outp_std, outp_constants
         self.composition_delta = composition_delta if composition_delta is not None else delta
         self.tol, self.log_every = tol, log_every
@@ -488,8 +178,8 @@ class DPADMM(Backend):
         """`composition` of `rounds` rounds at (ε̄, 0) (ObjP/ObjT) or (ε̄, δ̄) (OutP), per client."""
         eps, dlt = self.epsilon, self._round_delta()
         if rounds == 0:
-            return _composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
-        return _composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
+            return composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
+        return composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
                          rounds * dlt, self.composition_delta)
 
     def _round_delta(self) -> float:
@@ -673,31 +363,3 @@ class DPADMM(Backend):
         if self.record_noise:
             info["noise"] = {c: lg["noise"] for c, lg in logs.items()}
         return info
-
-
-def _rho_schedule(value) -> Callable[[int, float], float]:
-    if isinstance(value, str):
-        if value.lower() not in RHO_PRESETS:
-            raise FedModelError(f"unknown rho_schedule {value!r}; use one of {sorted(RHO_PRESETS)}, "
-                                "a RhoSchedule(c1, c2, T_c), a number or a callable (t, ε̄) -> ρ")
-        return RHO_PRESETS[value.lower()]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not 0 < value < math.inf:
-            raise FedModelError(f"a static rho_schedule must be positive and finite, got {value!r}")
-        return lambda t, epsilon: float(value)
-    if callable(value):
-        return value
-    raise FedModelError(f"rho_schedule must be a preset name, RhoSchedule, number or callable, "
-                        f"got {value!r}")
-
-
-def _check_sensitivity(value):
-    if isinstance(value, str):
-        if value not in ("paper", "replace"):
-            raise FedModelError(f"sensitivity must be 'paper', 'replace', a positive number or "
-                                f"{{client: number}}, got {value!r}")
-        return value
-    bounds = value.values() if isinstance(value, dict) else [value]
-    if not all(isinstance(b, (int, float)) and 0 <= b < math.inf for b in bounds):
-        raise FedModelError(f"a sensitivity bound must be a finite nonnegative number, got {value!r}")
-    return dict(value) if isinstance(value, dict) else float(value)

@@ -1,0 +1,131 @@
+"""The client side of DP-IADMM (backends/dp_admm): the non-private z-step and the DP layers over
+it, and the procedures a client runs — `dp_admm_init` (z_p^1, the layer, the client's own noise
+generator), `dp_admm_step` (line 5 of Algorithms 1–2) and the local `dp_admm_log`. Equation
+numbers refer to ../shared/seeds/dp_inexact_admm.txt.
+
+DP is a layer over the ADMM step, not a copy of it: `iadmm_step` is the non-private closed-form
+z-step of (5)/(6); a mechanism perturbs its input or its output. Objective perturbation adds
+<ξ̃, z> to H^t (5b), which is G^t (10) up to a constant (App. A.1), i.e. it replaces f'_p by
+f'_p + ξ̃; output perturbation adds Gaussian noise to the step's result. Δ̄ and the noise are
+computed on the client (fedmodel.runtime.privacy); only z_p leaves it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedmodel.compiler.per_record import NotRecordSeparable
+from fedmodel.errors import FedModelError
+from fedmodel.runtime.ledger import MessageKind, procedure, register
+from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, node_generator,
+                                      record_count, record_sensitivity)
+
+
+def iadmm_step(z, grad, w, lam, rho, prox=0.0, radius=None, norm="inf") -> np.ndarray:
+    """The IADMM z-step: argmin of H^t (5b) = <grad, z> + ρ/2‖w − z + λ/ρ‖² with the proximal
+    term (1/2η)‖z − z^t‖² (5a), prox = 1/η, or (radius given) within ‖z − z^t‖ ≤ δ (6).
+    Closed forms: H^t is an isotropic quadratic, so the trust region is a clip (∞-norm) or a
+    radial projection (2-norm) of its minimizer."""
+    if radius is None:
+        return (-grad + rho * w + lam + prox * z) / (rho + prox)
+    u = w + (lam - grad) / rho
+    if norm == "inf":
+        return np.clip(u, z - radius, z + radius)
+    length = float(np.linalg.norm(u - z))
+    return u if length <= radius else z + (radius / length) * (u - z)
+
+
+class Identity:
+    """No perturbation: the step is exactly IADMM (ε̄ = ∞)."""
+
+    def objective(self, program, state, z, grad):
+        return grad
+
+    def output(self, state, z, sigma):
+        return z
+
+
+@dataclass
+class LaplaceObjective(Identity):
+    """Objective perturbation (10)–(11): ξ̃ with i.i.d. Laplace(0, Δ̄_p^t/ε̄) entries is added
+    to the linear term, so the step solves (8)/(9)."""
+
+    epsilon: float
+    sensitivity: Any = "paper"           # "paper" | "replace" | a fixed bound Δ̄
+
+    def objective(self, program, state, z, grad):
+        if isinstance(self.sensitivity, str):            # (11b) as in (20), at z_p^t
+            bound = record_sensitivity(program, z) * (2.0 if self.sensitivity == "replace" else 1.0)
+        else:
+            bound = float(self.sensitivity)
+        xi = laplace_noise(state["rng"], bound, self.epsilon, grad.shape)         # (11a)
+        state["log"].add(bound, xi)
+        return grad + xi
+
+
+@dataclass
+class GaussianOutput(Identity):
+    """Output perturbation (Huang et al.): z^{t+1} + N(0, s²I) with s = σ ("sigma") or σ²
+    ("sigma2", the authors' code)."""
+
+    std: str = "sigma"
+
+    def output(self, state, z, sigma):
+        scale = sigma if self.std == "sigma" else sigma ** 2
+        noise = gaussian_noise(state["rng"], scale, z.shape)
+        state["log"].add(scale, noise)
+        return z + noise
+
+
+@procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
+                            "bound": "1", "std": "str", "norm": "str", "seed": "1", "index": "1",
+                            "record": "1"}, {"records": "1"})
+def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, std="sigma",
+                 norm="inf", seed=None, index=0, record=0.0):
+    """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
+    own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
+    OS entropy on the client, so that no one else can replay — and subtract — its noise."""
+    rng = node_generator(seed, index)
+    if mechanism == "laplace":
+        layer = LaplaceObjective(float(epsilon), sensitivity if bound is None else float(bound))
+        if bound is None:
+            _refuse_unknown_records(program, np.asarray(z0, float))
+    else:
+        layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()
+    program.state["dp_admm"] = {"z": np.array(z0, float), "rng": rng, "layer": layer, "norm": norm,
+                                "log": NoiseLog(keep=bool(record))}
+    return {"records": float(record_count(program))}
+
+
+def _refuse_unknown_records(program, z0: np.ndarray) -> None:
+    """Δ̄ of (20) once at z_p^1, so that a model without per-record gradients fails at once."""
+    try:
+        record_sensitivity(program, z0)
+    except NotRecordSeparable as error:
+        raise FedModelError(
+            f"sensitivity='paper' needs {error}. Pass a data-independent bound instead, e.g. "
+            "DPADMM(sensitivity=glm_sensitivity_bound(...)) or a number") from None
+
+
+@procedure("dp_admm_step", {"w": "x", "lam": "x", "rho": "1", "prox": "1", "radius": "1",
+                            "sigma": "1"}, {"z": "x"})
+def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0):
+    """Line 5 of Algorithms 1–2: (8) or (9); for OutP (5a) plus output noise."""
+    s = program.state["dp_admm"]
+    z, layer = s["z"], s["layer"]
+    g = program.merit(z)["grad"]                                   # f'_p(z_p^t; D_p), (37)
+    g = layer.objective(program, s, z, g)                          # f'_p + ξ̃_p^t: G^t (10)
+    z_new = iadmm_step(z, g, w, lam, rho, prox, radius, s["norm"])  # (8)/(9) ≡ (5)/(6) at ξ̃
+    s["z"] = layer.output(s, z_new, sigma)                         # OutP only
+    return {"z": s["z"]}
+
+
+def _client_log(program):
+    log = program.state.get("dp_admm", {}).get("log") or NoiseLog()
+    return {"log": log.report()}
+
+
+# served locally: the harness's metrics and debugging, never part of the algorithm's traffic
+register(MessageKind("dp_admm_log", {}, {"log": "opaque"}, local=True), _client_log)

@@ -1,0 +1,144 @@
+"""Compiler pass: the gradient of an objective record by record.
+
+A node's objective is often a sum (or mean) of per-record losses over the rows of its data
+matrices. For objectives whose records enter only through products `A @ w` (A a data matrix, w
+a shared variable) combined row by row — elementwise atoms, row-wise sums or log_sum_exp, then
+sums or means over the rows — the gradient of record i's term is a_i ⊗ u_i, with S = A @ w and
+u = ∂f/∂S. `RecordGradients` rewrites each product as a new variable S, checks that the result
+is separable by rows, and compiles two plans: S from w, and u from (w, S). Differential privacy
+uses the L1 norms of these terms as the sensitivity of the gradient to one record.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..atoms import (Add, BroadcastTo, LogSumExp, MatMul, Maximum, Multiply, Neg, Norm1, Reshape,
+                     Sum, SumSquares)
+from ..atoms.elementwise import Elementwise
+from ..errors import FedModelError
+from ..expression import Data, Expression, Leaf, Variable
+from .codegen import Plan
+from .differentiate import grad as derive
+
+# how a subexpression depends on the records (see `_separable`)
+_ROWS, _TOTAL, _FREE, _CONST = "rows", "total", "free", "const"
+_LINEAR = (Add, Neg, Sum, BroadcastTo, Reshape)
+
+
+class NotRecordSeparable(FedModelError):
+    """The objective does not read its records in a form whose per-record gradients are known."""
+
+
+class RecordGradients:
+    """‖∇f(z; D) − ∇f(z; D without record i)‖₁ for every record i of `objective`, whose records
+    are rows of data matrices entering through products `A @ w` (w among `shared`) and combined
+    row by row (elementwise atoms, row-wise sums / log_sum_exp, then sums or means over the
+    rows). Each product becomes S = A @ w; with u = ∂f/∂S the record's term is a_i ⊗ u_i and its
+    L1 norm ‖a_i‖₁‖u_i‖₁. Records of several matrices with the same row count are treated as the
+    same records (their norms add: an upper bound). `where` names the node in errors."""
+
+    def __init__(self, objective: Expression, shared: list[Variable], where: str):
+        ids = {v.uid for v in shared}
+        products: dict[tuple, tuple] = {}
+        memo: dict[int, Any] = {}
+
+        def substitute(node):
+            if id(node) not in memo:
+                a = getattr(node, "args", ())
+                if (isinstance(node, MatMul) and isinstance(a[0], Data) and a[0].ndim == 2
+                        and isinstance(a[1], Variable) and a[1].uid in ids):
+                    key = (a[0].uid, a[1].uid)
+                    if key not in products:
+                        products[key] = (node, a[0], Variable(node.shape, name=f"rows[{a[0].name}]"))
+                    memo[id(node)] = products[key][2]
+                elif isinstance(node, Leaf):
+                    memo[id(node)] = node
+                else:
+                    new = [substitute(x) for x in a]
+                    memo[id(node)] = node if all(x is y for x, y in zip(new, a)) else node.with_args(*new)
+            return memo[id(node)]
+
+        reduced = substitute(objective)
+        records = {p[2].uid: p[2].shape[0] for p in products.values()}
+        kind = _separable(reduced, records, {})
+        direct = [v.name for v in shared
+                  if any(isinstance(leaf, Data) for leaf in derive(reduced, v).leaves())]
+        if kind not in (_TOTAL, _FREE, _CONST) or direct:
+            raise NotRecordSeparable(
+                f"per-record gradients of {where!r} need an objective that reads its records only "
+                "as rows of `data @ w` products combined row by row (elementwise atoms, row-wise "
+                "sums or log_sum_exp, then sum/mean over rows)"
+                + (f"; data also enters the gradient of {direct} directly" if direct else ""))
+        self.products = list(products.values())
+        self._forward = Plan([p[0] for p in self.products], shared) if products else None
+        self._adjoint = Plan([derive(reduced, p[2]) for p in self.products],
+                             shared + [p[2] for p in self.products]) if products else None
+        self._row_l1 = [np.sum(np.abs(p[1].value), axis=1) for p in self.products]
+
+    def max_l1(self, parts: list[np.ndarray]) -> float:
+        """max_i ‖record i's gradient term‖₁ at the point `parts` (shared variables' values)."""
+        if not self.products:
+            return 0.0
+        rows = self._forward(*parts)
+        adjoints = self._adjoint(*parts, *rows)
+        totals: dict[int, np.ndarray] = {}
+        for (node, _, S), row_l1, u in zip(self.products, self._row_l1, adjoints):
+            u = np.abs(np.broadcast_to(u, S.shape))
+            per_row = row_l1 * (u.reshape(S.shape[0], -1).sum(axis=1))
+            totals[S.shape[0]] = totals.get(S.shape[0], 0.0) + per_row
+        return float(max(np.max(t) for t in totals.values()))
+
+
+def record_count(objective: Expression) -> int:
+    """The number of records of `objective`: the most rows of a data leaf it reads (1 if none)."""
+    sizes = [leaf.shape[0] for leaf in objective.leaves() if isinstance(leaf, Data) and leaf.ndim >= 1]
+    return max(sizes, default=1)
+
+
+def _separable(node, records: dict[int, int], memo: dict) -> str | None:
+    """Kind of a node after the substitution: const (no variable), free (shared variables, no
+    record), rows (row i depends on record i only), total (a sum of per-record terms), or None."""
+    if id(node) in memo:
+        return memo[id(node)]
+    if isinstance(node, Leaf):
+        out = _ROWS if node.uid in records else _FREE if isinstance(node, Variable) else _CONST
+    else:
+        kinds = [_separable(a, records, memo) for a in node.args]
+        out = _combine(node, kinds, records)
+    memo[id(node)] = out
+    return out
+
+
+def _combine(node, kinds: list, records: dict) -> str | None:
+    """The kind of `node` from its arguments' kinds (None: not separable by records)."""
+    if None in kinds:
+        return None
+    if all(k == _CONST for k in kinds):
+        return _CONST
+    if _ROWS not in kinds and _TOTAL not in kinds:
+        return _FREE
+    if _TOTAL in kinds:                  # only linear maps of a sum over records stay separable
+        if isinstance(node, Add) and _ROWS not in kinds:
+            return _TOTAL
+        linear = isinstance(node, _LINEAR) or (isinstance(node, (Multiply, MatMul))
+                                              and kinds.count(_CONST) == len(kinds) - 1)
+        return _TOTAL if linear and set(kinds) <= {_TOTAL, _CONST} else None
+    if _FREE in kinds:                   # a record mixed with the model outside `A @ w`
+        return None
+    m = {a.shape[0] for a, k in zip(node.args, kinds) if k == _ROWS}
+    if len(m) != 1:
+        return None
+    m = m.pop()
+    if isinstance(node, Sum):
+        return _TOTAL if node.axis in (None, 0) else _ROWS
+    if isinstance(node, (SumSquares, Norm1)):
+        return _TOTAL
+    if isinstance(node, LogSumExp):
+        return _ROWS if node.axis not in (None, 0) else None
+    if isinstance(node, MatMul):
+        return _ROWS if kinds == [_ROWS, _CONST] and node.args[0].ndim == 2 else None
+    if isinstance(node, (Elementwise, Add, Neg, Multiply, Maximum, BroadcastTo, Reshape)):
+        return _ROWS if node.shape[:1] == (m,) else None
+    return None

@@ -1,0 +1,90 @@
+"""Differential privacy on the node: sensitivities of a node's gradient to one record, the
+node's own noise generator, the Laplace and Gaussian mechanisms' draws, and a log of them.
+
+Node-side procedures call these with the node program (its public `merit_ir`, `shared`, `name`);
+the record-level quantities never leave the node. Noise is drawn from a generator the node keeps
+(`node_generator`): spawned from a common seed for reproducible simulations, or seeded from the
+node's own OS entropy so that no one else can replay — and subtract — its noise.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..compiler.per_record import RecordGradients, record_count as _record_count
+from ..errors import FedModelError
+
+_RECORD_GRADIENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def record_sensitivity(program, z: np.ndarray) -> float:
+    """max_i ‖∇f(z; D) − ∇f(z; D without record i)‖₁ over the node's own records i, at the shared
+    point z (flat): the data-dependent L1 sensitivity of the node's objective gradient. Raises
+    `NotRecordSeparable` when the objective's per-record gradients are not known (the plans are
+    compiled on the first call and kept for the program)."""
+    records = _RECORD_GRADIENTS.get(program)
+    if records is None:
+        records = _RECORD_GRADIENTS[program] = RecordGradients(
+            program.merit_ir.objective, program.shared.variables, program.name)
+    return records.max_l1(program.shared.unpack(z))
+
+
+def record_count(program) -> int:
+    """The number of records of the node's objective (the most rows of a data item it reads)."""
+    return _record_count(program.merit_ir.objective)
+
+
+def node_generator(seed: int | None, index: int) -> np.random.Generator:
+    """The node's noise generator: SeedSequence(seed, spawn_key=(index,)) — independent streams
+    per node from one seed — or, with seed None, fresh OS entropy on the node."""
+    entropy = None if seed is None else np.random.SeedSequence(int(seed), spawn_key=(int(index),))
+    return np.random.default_rng(entropy)
+
+
+def laplace_noise(rng: np.random.Generator, sensitivity: float, epsilon: float,
+                  shape: tuple[int, ...]) -> np.ndarray:
+    """The Laplace mechanism's noise for an ε-DP release of a quantity with L1 sensitivity Δ:
+    i.i.d. Laplace(0, Δ/ε) entries."""
+    return rng.laplace(0.0, sensitivity / epsilon, size=shape)
+
+
+def gaussian_noise(rng: np.random.Generator, std: float, shape: tuple[int, ...]) -> np.ndarray:
+    """i.i.d. N(0, std²) entries (the Gaussian mechanism, with std calibrated by the caller)."""
+    return rng.normal(0.0, std, size=shape)
+
+
+class NoiseLog:
+    """Per draw: the scale the caller reports (a sensitivity, a standard deviation), the mean
+    magnitude of the noise, and, with `keep`, the draw itself (for tests and debugging)."""
+
+    def __init__(self, keep: bool = False):
+        self.scale: list[float] = []
+        self.noise_abs: list[float] = []
+        self.noise: list[np.ndarray] | None = [] if keep else None
+
+    def add(self, scale: float, noise: np.ndarray) -> None:
+        self.scale.append(scale)
+        self.noise_abs.append(float(np.mean(np.abs(noise))))
+        if self.noise is not None:
+            self.noise.append(noise.copy())
+
+    def report(self) -> dict:
+        """The log as plain lists (the draws stacked into one array, or None)."""
+        return {"scale": list(self.scale), "noise_abs": list(self.noise_abs),
+                "noise": None if self.noise is None else np.array(self.noise)}
+
+
+def glm_sensitivity_bound(feature_l1: float, slope_l1: float, weight: float,
+                          replace: bool = True) -> float:
+    """A data-independent L1 sensitivity of the gradient for models whose records enter only
+    through a_iᵀw (linear, logistic, softmax regression) with loss weight `weight` per record
+    (1/I or 1/I_p). Assumes every possible record has ‖a‖₁ ≤ feature_l1 (pixels in [0, 1]: J)
+    and a loss whose derivative in the predictor has ‖∂ℓ/∂(aᵀw)‖₁ ≤ slope_l1 everywhere
+    (logistic: 1, softmax cross-entropy: 2; squared loss only with bounded residuals). The
+    record's gradient term a ⊗ ∂ℓ then has ‖·‖₁ ≤ feature_l1·slope_l1·weight; replacing one
+    record moves the gradient by at most twice that (`replace=False`: adding/removing one with
+    the weight fixed)."""
+    if min(feature_l1, slope_l1, weight) <= 0:
+        raise FedModelError("glm_sensitivity_bound needs positive feature_l1, slope_l1 and weight")
+    return (2.0 if replace else 1.0) * feature_l1 * slope_l1 * weight
