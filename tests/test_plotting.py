@@ -26,7 +26,9 @@ def _titles(figure):
 
 
 def _line(ax, label):
-    return next(line for line in ax.lines if line.get_label() == label)
+    found = [line for line in ax.lines if line.get_label() == label]
+    assert len(found) == 1, f"{label!r} in {[line.get_label() for line in ax.lines]}"
+    return found[0]
 
 
 def test_plot_writes_the_papers_figures(tmp_path, proxal_run):
@@ -65,7 +67,7 @@ def test_client_bands_are_mean_and_range_over_clients(proxal_run):
     np.testing.assert_allclose(_line(figure.axes[0], "mean over clients").get_ydata(), values.mean(axis=1))
     band = figure.axes[0].collections[0].get_paths()[0].vertices[:, 1]
     assert band.min() == pytest.approx(values.min()) and band.max() == pytest.approx(values.max())
-    assert _line(figure.axes[1], "threshold 0.001") is not None
+    assert list(_line(figure.axes[1], "threshold 0.001").get_ydata()) == [1e-3, 1e-3]
 
 
 def test_other_backends_histories(tmp_path):
@@ -148,9 +150,9 @@ def test_progress_bar_shows_residuals_and_follows_the_record(monkeypatch):
 
 def test_cli_plot_option(tmp_path, capsys):
     from fedmodel.cli import main
-    main(["run", "--clients", "2", "--topology", "star", "--plot", str(tmp_path)])   # ProxAL
+    assert main(["run", "--clients", "2", "--topology", "star", "--plot", str(tmp_path)]) == 0  # ProxAL
     out = capsys.readouterr().out
     assert "convergence.png" in out and "clients.png" in out and "topology.png" in out
     assert (tmp_path / "convergence.png").read_bytes().startswith(PNG)
-    main(["run", "--backend", "cvxpy", "--clients", "2", "--plot", str(tmp_path / "exact")])
+    assert main(["run", "--backend", "cvxpy", "--clients", "2", "--plot", str(tmp_path / "exact")]) == 0
     assert "none (backend cvxpy records no convergence history)" in capsys.readouterr().out
