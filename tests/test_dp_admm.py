@@ -15,7 +15,8 @@ import fedmodel as fm
 import topologies
 from backends.dp_admm import (DPADMM, RHO_PRESETS, RhoSchedule, composition, glm_sensitivity_bound,
                               iadmm_step)
-from fedmodel.compiler.per_record import RecordGradients
+from fedmodel.compiler.per_record import NotRecordSeparable, RecordGradients
+from fedmodel.runtime.privacy import NoiseLog, gaussian_noise, laplace_noise, node_generator
 from conftest import missing_data
 
 P, M, D = 5, 30, 8
@@ -271,6 +272,29 @@ def test_record_gradients_match_leave_one_out_for_softmax_regression():
         g_i = fm.grad(zeroed, W)
         terms.append(np.sum(np.abs(full.value - g_i.value)))
     assert value == pytest.approx(max(terms), rel=1e-10)
+
+
+def test_record_gradients_refuse_records_mixed_outside_rows():
+    prob, w, _ = _model("ridge")
+    A = prob.clients[0].data_items[0]
+    with pytest.raises(NotRecordSeparable, match="rows of `data @ w`"):
+        RecordGradients(fm.log_sum_exp(A @ w), [w], "c0")           # couples all records
+
+
+def test_node_noise_is_seeded_per_node_and_logged():
+    """Node k's generator is SeedSequence(seed, spawn_key=(k,)); Laplace(0, Δ/ε) and N(0, s²)
+    draws; the log keeps the caller's scale, the mean magnitude and (keep=True) the draws."""
+    a, b = node_generator(7, 0), node_generator(7, 1)
+    expected = np.random.default_rng(np.random.SeedSequence(7, spawn_key=(0,)))
+    xi = laplace_noise(a, 2.0, 4.0, (3, 2))
+    assert np.array_equal(xi, expected.laplace(0.0, 0.5, size=(3, 2)))
+    assert np.array_equal(gaussian_noise(a, 0.1, (4,)), expected.normal(0.0, 0.1, size=(4,)))
+    assert not np.array_equal(laplace_noise(b, 2.0, 4.0, (3, 2)), xi)
+    log = NoiseLog(keep=True)
+    log.add(2.0, xi)
+    report = log.report()
+    assert report["scale"] == [2.0] and report["noise_abs"] == [float(np.mean(np.abs(xi)))]
+    assert np.array_equal(report["noise"][0], xi) and NoiseLog().report()["noise"] is None
 
 
 def test_mnist_first_round_matches_the_authors_code_output():

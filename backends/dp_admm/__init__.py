@@ -54,12 +54,11 @@ from ..base import Backend
 from ..common import check_count, check_number as _number, gather_values, progress, require_star
 from ..watch import DivergenceWatch
 from .accounting import composed, composition
-from .client import iadmm_step
+from .client import iadmm_step      # also registers the client procedures (dp_admm_init, _step)
 from .options import PAPER_DPADMM, RHO_PRESETS, VARIANTS, RhoSchedule, as_rho_schedule, check_sensitivity
 
 __all__ = ["DPADMM", "PAPER_DPADMM", "RHO_PRESETS", "RhoSchedule", "composition",
            "glm_sensitivity_bound", "iadmm_step"]
-
 
 
 class DPADMM(Backend):
@@ -180,7 +179,7 @@ class DPADMM(Backend):
         if rounds == 0:
             return composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
         return composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
-                         rounds * dlt, self.composition_delta)
+                        rounds * dlt, self.composition_delta)
 
     def _round_delta(self) -> float:
         return self.delta if self.variant == "outP" and math.isfinite(self.epsilon) else 0.0
@@ -268,23 +267,7 @@ class DPADMM(Backend):
             watch.smallest = dict(saved.get("watch", {}))
         for t in range(t + 1, self.max_rounds + 1):
             rho = self.rho(t, rho_floor)                                       # (21)
-            step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
-            if self.variant == "objP":
-                step["prox"] = math.sqrt(t) / self.a                           # 1/η^t, η^t = a/√t
-            elif self.variant == "objT":
-                step["radius"] = self.radius(t)                                # δ^t
-            if self.variant == "outP":      # z(w^t) → w → λ
-                payloads = {}
-                for c in clients:
-                    step["prox"], step["sigma"] = self.outp_parameters(t, rho, records[c])
-                    payloads[c] = {"w": w, "lam": lam[c], **step}
-                z_new = {c: r["z"] for c, r in ex.map("dp_admm_step", payloads).items()}
-                w_new = self._server_step(ex, z_new, lam, rho, w, server_used)  # (4a)
-            else:                           # w → z → λ (Algorithms 1–2, lines 3–7)
-                w_new = self._server_step(ex, z, lam, rho, w, server_used)      # (4a)
-                replies = ex.map("dp_admm_step", {c: {"w": w_new, "lam": lam[c], **step}
-                                                  for c in clients})            # (8) / (9)
-                z_new = {c: r["z"] for c, r in replies.items()}
+            step, w_new, z_new = self._round(ex, t, rho, w, z, lam, records, server_used)
             if watch.check(t, **{"w (server model)": w_new,
                                  "z_p (client models)": np.array(list(z_new.values()))}):
                 status = watch.report(diverged)
@@ -324,6 +307,29 @@ class DPADMM(Backend):
         ex.ledger.rounds = rounds
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"rounds": rounds}, "ledger": ex.ledger, "info": info}
+
+    def _round(self, ex, t, rho, w, z, lam, records, server_used):
+        """One round's (4a) and client steps, in the variant's order; returns the client step's
+        parameters, w^{t+1} and z^{t+1} (λ is updated by the caller, (4c))."""
+        clients = ex.clients
+        step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
+        if self.variant == "objP":
+            step["prox"] = math.sqrt(t) / self.a                               # 1/η^t, η^t = a/√t
+        elif self.variant == "objT":
+            step["radius"] = self.radius(t)                                    # δ^t
+        if self.variant == "outP":          # z(w^t) → w → λ
+            payloads = {}
+            for c in clients:
+                step["prox"], step["sigma"] = self.outp_parameters(t, rho, records[c])
+                payloads[c] = {"w": w, "lam": lam[c], **step}
+            z_new = {c: r["z"] for c, r in ex.map("dp_admm_step", payloads).items()}
+            w_new = self._server_step(ex, z_new, lam, rho, w, server_used)      # (4a)
+        else:                               # w → z → λ (Algorithms 1–2, lines 3–7)
+            w_new = self._server_step(ex, z, lam, rho, w, server_used)          # (4a)
+            replies = ex.map("dp_admm_step", {c: {"w": w_new, "lam": lam[c], **step}
+                                              for c in clients})                # (8) / (9)
+            z_new = {c: r["z"] for c, r in replies.items()}
+        return step, w_new, z_new
 
     def _hint(self) -> str:
         """What to change when a run diverges: the z-step is stable when ρ^t (plus ObjP's √t/a)
