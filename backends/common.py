@@ -1,5 +1,7 @@
 """Helpers shared by backends: topology checks, collecting results, progress display, option
-checks, the node-side curvature estimate (procedure "local_curvature")."""
+checks, the node-side curvature estimate (procedure "local_curvature") and the node-local
+bookkeeping requests "shared_values" and "node_terms" (answered by a node for the driver, no
+network traffic), so that backends never read a node program themselves."""
 from __future__ import annotations
 
 import sys
@@ -8,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from fedmodel.runtime.ledger import procedure
+from fedmodel.expression import Constant
+from fedmodel.runtime.ledger import MessageKind, procedure, register
 
 
 def require_star(problem, topology, backend: str):
-    """Backends with a server need a star-like topology with a server node (DESIGN.md)."""
+    """Backends with a server need a star-like topology with a server node (docs/api.md §3)."""
     import topologies
     if topology is None:
         return topologies.star(problem)
@@ -23,14 +26,34 @@ def require_star(problem, topology, backend: str):
 def gather_values(executor, problem, shared_flat: np.ndarray) -> tuple[dict, dict]:
     """Solution values by variable uid and multipliers by constraint name, collected from the
     nodes through local reporting messages."""
-    server = executor.programs["server"] if hasattr(executor, "programs") else None
-    layout = executor.layout if hasattr(executor, "layout") else server.shared
-    values = dict(zip([v.uid for v in layout.variables], layout.unpack(shared_flat)))
+    values = dict(executor.call("server", "shared_values", x=shared_flat)["values"])
     multipliers: dict[str, Any] = {}
     for node in executor.nodes:
         values.update(executor.call(node, "private_values")["values"])
         multipliers.update(executor.call(node, "multipliers")["multipliers"])
     return values, multipliers
+
+
+def _shared_values(program, x) -> dict:
+    """The flat shared vector x as values by variable uid, in the node's layout."""
+    layout = program.shared
+    return {"values": dict(zip([v.uid for v in layout.variables], layout.unpack(x)))}
+
+
+def _node_terms(program) -> dict:
+    """What the node's merit holds, as counts: prox-able terms and projected sets
+    ("prox_terms"), constraints in its augmented Lagrangian ("constraints"), and 1 when its
+    smooth objective is not the constant 0 ("objective"). A backend asks it to decide which
+    steps a node needs (e.g. whether a server step is a plain average)."""
+    merit = program.merit_ir
+    zero = isinstance(merit.objective, Constant) and not np.any(merit.objective.value)
+    return {"prox_terms": float(len(merit.prox_terms)), "constraints": float(len(program.constraints)),
+            "objective": float(not zero)}
+
+
+register(MessageKind("shared_values", {"x": "x"}, {"values": "opaque"}, local=True), _shared_values)
+register(MessageKind("node_terms", {}, {"prox_terms": "1", "constraints": "1", "objective": "1"},
+                     local=True), _node_terms)
 
 
 class _Silent:

@@ -175,7 +175,7 @@ def test_verdict_rules_on_synthetic_histories():
     """The stopping rules alone: a flat violation while β reaches β_max is infeasible; a slow
     (< 2× over 9 iterations) fall at β_max is stalled; equal objective drops with equal steps
     are unbounded; a falling violation or shrinking steps are none of these."""
-    from backends.proxal import _verdict
+    from backends.proxal_outer import verdict as _verdict
     args = dict(growth=4.0, beta_max=1e4, eps1=1e-3, eps2=1e-4)
     assert _verdict(_records([0.43] * 5, [300, 300, 1200, 4800, 1e4]), **args) == "infeasible"
     assert _verdict(_records([0.43] * 4, [300, 1200, 4800, 4800]), **args) is None      # β not at max

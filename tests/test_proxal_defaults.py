@@ -11,7 +11,8 @@ import pytest
 
 import fedmodel as fm
 from backends import CentralizedProxAL, ProxAL
-from backends.proxal import FAST_PROXAL, PAPER_CPROXAL, PAPER_PROXAL
+from backends.cproxal import PAPER_CPROXAL
+from backends.proxal import FAST_PROXAL, PAPER_PROXAL
 from fedmodel.reproductions import proxal_table1 as table1
 
 

@@ -1,0 +1,113 @@
+"""cProx-AL, Algorithm 3 of He, Peng, Sun, "Federated learning with convex global and local
+constraints" (equation numbers: that paper): the proximal augmented Lagrangian of ProxAL with
+each subproblem solved centrally, to dist∞(0, ∂ℓ_k) ≤ τ_k. It is the paper's centralized
+baseline, not a federated algorithm: one program pools every block's terms and constraints.
+
+It runs through the executor all the same — a serial one on the driver whose single node is
+that pooled program, named "server" — so that it reaches the program only by declared requests,
+and checkpoints and resumes like the federated backends. Every request is the server's own
+step, so no message crosses a network and the ledger stays empty (`info["centralized"]`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from fedmodel.runtime import make_executor
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
+from fedmodel.runtime.program import NodeProgram
+from .base import Backend
+from .common import gather_values
+from .proxal_outer import check_options, conclude, next_beta, start_point, verdict, violated_constraints
+from .watch import DivergenceWatch
+
+# The paper's cProx-AL setting (β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3), fixed β): `CentralizedProxAL.paper()`.
+PAPER_CPROXAL = dict(beta=300.0, s_bar=1e-3, tol=(1e-3, 1e-3), beta_growth=1.0)
+CENTRALIZED = ("cProx-AL is the paper's centralized baseline: it pooled every block's terms and "
+               "constraints in one program on the driver (one node, no clients), so no message "
+               "crossed a network and its ledger is empty")
+
+
+class CentralizedProxAL(Backend):
+    """Algorithm 3 (cProx-AL), the paper's CENTRALIZED BASELINE: the proximal AL of ProxAL with
+    the subproblem solved to dist∞(0, ∂ℓ_k) ≤ τ_k by one program that pools every block's data
+    (so no data stays with its owner). Runs on the driver as the only node of a serial executor;
+    its result has an empty ledger and says so in `info["centralized"]`. Defaults add ProxAL's
+    β growth (×4 up to 1e4, which also detects infeasible / unbounded models) and ε2 = 1e-4;
+    `CentralizedProxAL.paper()` is the paper's fixed-β setting."""
+
+    name = "cproxal"
+    checkpointing = True
+    centralized = True   # a baseline that pools every block's data in one place (not federated)
+
+    def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-3, 1e-4),
+                 max_outer: int = 100, local_solver: str = "auto", w0: Any = None,
+                 beta_growth: float = 4.0, beta_max: float = 1e4):
+        options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
+        for key, value in options.items():
+            setattr(self, key, value)
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> "CentralizedProxAL":
+        """The paper's cProx-AL setting (`PAPER_CPROXAL`: β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3),
+        fixed β), with `overrides` on top."""
+        return cls(**{**PAPER_CPROXAL, **overrides})
+
+    def run(self, problem, callback=None, verbose=False, checkpointer: Checkpointer = NO_CHECKPOINT, **_):
+        shared = problem.shared_variables()
+        private = [v for v in problem.variables() if v.owner is not None]
+        terms = [t for b in problem.blocks for t in b.terms]
+        pooled = NodeProgram("centralized", "server", terms, problem.constraints, shared, private)
+        ex = make_executor("serial").start({"server": pooled})
+        w = start_point(self.w0, ex.model_size)
+        history, status, total, info = [], "max_iterations", 0, {}
+        beta, last_change = self.beta, np.inf
+        watch = DivergenceWatch("cProx-AL", "lower beta or start from a smaller w0 "
+                                            "(backends.CentralizedProxAL)")
+        start = time.perf_counter()
+        saved = checkpointer.restore(ex)               # resume: docs/checkpoints.md
+        if saved:
+            w, history, total = saved["w"], saved["history"], saved["total"]
+            beta, last_change, watch.smallest = saved["beta"], saved["last_change"], dict(saved["watch"])
+        for k in range(len(history), self.max_outer):
+            tau = self.s_bar / (k + 1) ** 2                                       # step 2
+            ex.call("server", "configure", beta=beta, prox_weight=1.0 / beta, center=w)
+            gradient = ex.call("server", "merit", x=w)["grad"]   # a non-finite start would crash the solver
+            if not np.all(np.isfinite(gradient)) and watch.check(k, merit_gradient=gradient):
+                status = watch.report(info)
+                break
+            out = ex.call("server", "solve_local", linear=None, weight=0.0, anchor=None, x0=w, tol=tau,
+                          method=self.local_solver)                               # step 3, centrally
+            total += int(out["steps"])
+            change = ex.call("server", "update_multipliers", x=out["x"])          # steps 4–5
+            if watch.check(k + 1, w=out["x"], multiplier_change=change["dmu"]):
+                status = watch.report(info)
+                break
+            dw = max(float(np.max(np.abs(out["x"] - w), initial=0.0)), change["dy"])
+            w = out["x"]
+            report = ex.call("server", "report", x=w)
+            record = {"iteration": k + 1, "objective": report["objective"], "violation": report["violation"],
+                      "inner": int(out["steps"]), "tau": tau, "primal_change": dw, "beta": beta,
+                      "multiplier_change": change["dmu"], "time": time.perf_counter() - start}
+            history.append(record)
+            if callback:
+                callback(record)
+            if dw + beta * tau <= beta * self.eps1 and change["dmu"] <= beta * self.eps2:   # (11)
+                status = "converged"
+                break
+            found = verdict(history, self.beta_growth, self.beta_max, self.eps1, self.eps2)
+            if found:
+                conclude(found, history, violated_constraints(ex, w, self.eps2), info)
+                status = found
+                break
+            last_change, beta = change["dmu"] / beta, next_beta(beta, change["dmu"] / beta, last_change,
+                                                                self.beta_growth, self.beta_max, self.eps2)
+            checkpointer.save(ex, k + 1, {"w": w, "history": history, "total": total, "beta": beta,
+                                          "last_change": last_change, "watch": dict(watch.smallest)})
+        values, multipliers = gather_values(ex, problem, w)
+        ex.close()
+        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
+                "iterations": {"outer": len(history), "inner": total}, "ledger": ex.ledger,
+                "info": {**info, "centralized": CENTRALIZED}}

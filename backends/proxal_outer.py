@@ -1,0 +1,130 @@
+"""The outer loop shared by ProxAL (Algorithm 1) and cProx-AL (Algorithm 3) of He, Peng, Sun,
+"Federated learning with convex global and local constraints" (equation numbers: that paper):
+their common options, the starting point, the penalty update β_k → β_{k+1} (`beta_growth`), the
+verdicts "infeasible" / "stalled" / "unbounded" read from the outer records, and the node-side
+list of violated constraints that an infeasible verdict names."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from fedmodel.errors import FedModelError
+from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.program import NodeProgram
+from .common import check_choice, check_count, check_number
+
+STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeasible (see verdict)
+UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
+SOLVERS = ("auto", "newton", "exact", "lbfgs", "gd", "prox")
+
+
+def check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0) -> dict:
+    """The options ProxAL and cProx-AL share, validated (FedModelError naming the option)."""
+    if isinstance(tol, (str, bytes)) or np.ndim(tol) != 1 or len(tol) != 2:
+        raise FedModelError(f"tol must be a pair (eps1, eps2) of positive numbers, got {tol!r}")
+    inf = float("inf")
+    options = dict(beta=check_number("beta", beta, 0, inf), s_bar=check_number("s_bar", s_bar, 0, inf),
+                   eps1=check_number("tol[0] (eps1)", tol[0], 0, inf),
+                   eps2=check_number("tol[1] (eps2)", tol[1], 0, inf),
+                   max_outer=check_count("max_outer", max_outer),
+                   beta_growth=check_number("beta_growth", beta_growth, 1, inf, low_closed=True),
+                   beta_max=check_number("beta_max", beta_max, 0, inf),
+                   local_solver=check_choice("local_solver", local_solver, SOLVERS))
+    if options["beta_max"] < options["beta"]:
+        raise FedModelError(f"ProxAL needs beta_max ≥ beta (beta_growth raises β up to beta_max): "
+                            f"got beta_max={beta_max}, beta={beta}")
+    if w0 is not None:
+        w0 = np.asarray(w0, dtype=float).ravel()
+        if not np.all(np.isfinite(w0)):
+            raise FedModelError("w0 (the starting point) has non-finite entries")
+    options["w0"] = w0
+    return options
+
+
+def start_point(w0, size: int) -> np.ndarray:
+    """The starting point: zeros, or w0 when it has the model's size."""
+    if w0 is None:
+        return np.zeros(size)
+    if w0.size != size:
+        raise FedModelError(f"w0 has {w0.size} entries but the shared variables have {size}")
+    return w0.copy()
+
+
+def next_beta(beta: float, change: float, last_change: float, growth: float, beta_max: float,
+               eps2: float) -> float:
+    """The AL penalty update: raise β (up to β_max) when the constraint change ‖Δμ‖∞/β is above
+    ε2 and fell by less than 4× since the previous outer iteration."""
+    if growth > 1 and change > eps2 and change > 0.25 * last_change:
+        return min(growth * beta, beta_max)
+    return beta
+
+
+def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:
+    """The verdict on a run from its outer records: "infeasible", "stalled", "unbounded" or None.
+
+    Infeasible: β has reached β_max and over the last STALL_OUTER outer iterations (in which β
+    was raised to β_max or stayed there) the largest violation fell by less than 1 % in each
+    while staying above ε2 — the multipliers then grow by β_k·violation per iteration, faster
+    and faster, which a feasible model's method of multipliers needs only when its optimal
+    multipliers are huge (a nearly infeasible model: then this verdict can be premature).
+    Stalled: at β_max for 3·STALL_OUTER iterations, the violation still above ε2 but
+    falling by less than 2× over them. Unbounded: for UNBOUNDED_OUTER outer iterations, feasible,
+    the objective fell by at least 0.9× the previous decrease (and by more than ε1) while the
+    iterate moved at least 0.9× the previous distance — a proximal point step on a convex model
+    only keeps its length when the model has no minimizer — and over them the objective fell by
+    more than its own size (and at least 1): a loss bounded below whose infimum is not attained
+    (logistic regression on separable data) keeps its steps too, but its decreases are small."""
+    if growth > 1 and len(history) > STALL_OUTER and history[-1]["beta"] >= beta_max:
+        recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
+        if recent[-1] > eps2 and all(b > 0.99 * a for a, b in zip(recent, recent[1:])):
+            return "infeasible"
+        window = history[-3 * STALL_OUTER - 1:]
+        if len(window) > 3 * STALL_OUTER and all(r["beta"] >= beta_max for r in window[1:]) \
+                and recent[-1] > max(eps2, 0.5 * window[0]["violation"]):
+            return "stalled"
+    if len(history) > UNBOUNDED_OUTER:
+        window = history[-UNBOUNDED_OUTER - 1:]
+        drops = [a["objective"] - b["objective"] for a, b in zip(window, window[1:])]
+        steps = [r["primal_change"] for r in window]
+        if all(r["violation"] <= eps2 for r in window) and min(drops) > eps1 \
+                and sum(drops) > max(1.0, abs(window[0]["objective"])) \
+                and all(b >= 0.9 * a for a, b in zip(drops, drops[1:])) \
+                and all(b >= 0.9 * a > 0 for a, b in zip(steps[1:], steps[2:])):
+            return "unbounded"
+    return None
+
+
+VERDICTS = {"infeasible": "the largest violation stayed at {v:.3g} for {k} outer iterations at β = "
+                          "β_max: the model is infeasible (no point satisfies every constraint); "
+                          "the returned point is the least violating one found",
+            "stalled": "the violation stayed above ε2 (at {v:.3g}) at β = β_max: the model may be "
+                       "infeasible or badly scaled (fm.verify with a CVXPY reference can tell)",
+            "unbounded": "the objective fell by about the same amount at each of the last {k} "
+                         "outer iterations (now {o:.4g}) while the iterates moved without slowing: "
+                         "the model is unbounded below"}
+
+
+@procedure("proxal_violations", {"x": "x", "tol": "1"}, {"violated": "opaque"})
+def _violations(program: NodeProgram, x, tol=0.0):
+    """This node's constraints violated by more than `tol` at `x` (rendered form → violation)."""
+    return {"violated": program.violations(x, tol)}
+
+
+def violated_constraints(ex, x: np.ndarray, tol: float) -> dict[str, float]:
+    """Every node's constraints violated by more than `tol` at x (rendered form → violation),
+    asked through the executor (message "proxal_violations")."""
+    replies = ex.map("proxal_violations", {node: {"x": x, "tol": tol} for node in ex.nodes})
+    return {name: v for r in replies.values() for name, v in r["violated"].items()}
+
+
+def conclude(status: str, history: list[dict], violated: dict[str, float], info: dict) -> None:
+    """info[status] (a readable message) and info["violated"] for a detected verdict; warns."""
+    last = history[-1]
+    message = VERDICTS[status].format(v=last["violation"], k=len(history), o=last["objective"])
+    info[status] = f"stopped after {len(history)} outer iterations: {message}"
+    if violated:
+        info["violated"] = dict(sorted(violated.items(), key=lambda item: -item[1]))
+        info[status] += "; violated: " + ", ".join(f"{name} (by {v:.3g})" for name, v in
+                                                    list(info["violated"].items())[:5])
+    warnings.warn(info[status], RuntimeWarning, stacklevel=3)
