@@ -1,14 +1,39 @@
-"""DCP analysis: curvature, sign and smoothness of expressions, by CVXPY's composition rules."""
+"""DCP analysis: curvature, sign and smoothness of expressions, by CVXPY's composition rules.
+
+The rules are generic: they compose what each node says of itself (`Node` below) over the
+DAG. Leaves and atoms answer for themselves, so this module sits below the IR
+(`fedmodel.expression`) and the atoms and imports neither.
+"""
 from __future__ import annotations
 
-from .expression import Constant, Expression, Leaf, Parameter, Variable
-from .atoms.base import AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, UNKNOWN, elementwise_sign
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+CONSTANT = "constant"
+CONVEX, CONCAVE, AFFINE, UNKNOWN = "convex", "concave", "affine", "unknown"
+INCREASING, DECREASING, NONMONOTONE = "increasing", "decreasing", "nonmonotone"
+
+
+class Node(Protocol):
+    """What the rules read of a node of the IR; a leaf is a node without `args`."""
+
+    args: Sequence["Node"]
+    curvature: str              # of the node's own function (a leaf: its curvature)
+    smooth: bool                # differentiable everywhere on its domain
+    squares: bool               # the node is its argument squared (x², ‖x‖², x**2)
+    smooth_when_squared: bool   # its only kink is one a square smooths out ([x]₊² is C¹)
+
+    def monotonicity(self, index: int) -> str: ...
+
+    def sign(self) -> tuple[bool, bool]: ...
+
 
 # Results are memoized per node: expressions are immutable after construction.
-_curvature_cache: dict[int, tuple[Expression, str]] = {}
+_curvature_cache: dict[int, tuple[Node, str]] = {}
 
 
-def curvature(expr: Expression) -> str:
+def curvature(expr: Node) -> str:
     """One of "constant", "affine", "convex", "concave", "unknown" (DCP rules)."""
     cached = _curvature_cache.get(id(expr))
     if cached is not None and cached[0] is expr:
@@ -20,14 +45,12 @@ def curvature(expr: Expression) -> str:
     return result
 
 
-def _curvature(expr: Expression) -> str:
-    if isinstance(expr, Variable):
-        return AFFINE
-    if isinstance(expr, Leaf):
-        return "constant"
+def _curvature(expr: Node) -> str:
+    if not expr.args:
+        return expr.curvature     # a leaf: a Variable is affine, every other leaf constant
     arg_curvatures = [curvature(a) for a in expr.args]
-    if all(c == "constant" for c in arg_curvatures):
-        return "constant"
+    if all(c == CONSTANT for c in arg_curvatures):
+        return CONSTANT
     fc = expr.curvature
     if fc == UNKNOWN:
         return UNKNOWN
@@ -35,7 +58,7 @@ def _curvature(expr: Expression) -> str:
     concave = fc in (CONCAVE, AFFINE)
     affine = fc == AFFINE
     for i, c in enumerate(arg_curvatures):
-        if c in ("constant", AFFINE):
+        if c in (CONSTANT, AFFINE):
             continue
         affine = False
         mono = expr.monotonicity(i)
@@ -50,33 +73,30 @@ def _curvature(expr: Expression) -> str:
     return UNKNOWN
 
 
-def sign(expr: Expression) -> tuple[bool, bool]:
+def sign(expr: Node) -> tuple[bool, bool]:
     """(nonnegative, nonpositive) as far as the rules can tell."""
-    if isinstance(expr, Constant):
-        return elementwise_sign(expr.value)
-    if isinstance(expr, (Variable, Parameter)):
-        return (False, False)
     return expr.sign()
 
 
-def is_smooth(expr: Expression) -> bool:
+def elementwise_sign(value: Any) -> tuple[bool, bool]:
+    """(nonnegative, nonpositive) of a known value, entry by entry (None: unknown)."""
+    if value is None:
+        return (False, False)
+    return (bool(np.all(value >= 0)), bool(np.all(value <= 0)))
+
+
+def is_smooth(expr: Node) -> bool:
     """True when every atom is differentiable on its domain."""
     stack, seen = [expr], set()
     while stack:
         node = stack.pop()
-        if id(node) in seen or isinstance(node, Leaf):
+        if id(node) in seen or not node.args:
             continue
         seen.add(id(node))
         if not node.smooth:
             return False
-        if _is_squared_pos(node):  # [x]₊² is C¹: the inequality AL term is smooth
-            stack.append(node.args[0].args[0])
+        if node.squares and node.args[0].smooth_when_squared:  # [x]₊² is C¹: the inequality
+            stack.append(node.args[0].args[0])                # AL term is smooth
             continue
         stack.extend(node.args)
     return True
-
-
-def _is_squared_pos(node: Expression) -> bool:
-    from .atoms import Pos, Power, Square, SumSquares
-    squares = isinstance(node, (Square, SumSquares)) or (isinstance(node, Power) and node.p == 2)
-    return squares and isinstance(node.args[0], Pos)

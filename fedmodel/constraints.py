@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ShapeError
-from .expression import Expression, as_expr
+from .errors import FedModelError, ShapeError
+from .expression import OPERATORS, Expression, as_expr
 
 
 class Constraint:
@@ -30,10 +30,8 @@ class Constraint:
     def named(self, name: str) -> "Constraint":
         """Give the constraint a name (used for multipliers and reports)."""
         if not isinstance(name, str) or not name:
-            from .errors import FedModelError
             raise FedModelError(f"constraint {self!r}: name {name!r} must be a non-empty string")
         if self.owner is not None:
-            from .errors import FedModelError
             raise FedModelError(f"constraint {self!r} is already in block {self.owner!r}; name "
                                 "it before passing it to subject_to")
         self.name = name
@@ -55,7 +53,6 @@ class Constraint:
         raise NotImplementedError
 
     def __bool__(self) -> bool:
-        from .errors import FedModelError
         raise FedModelError("a constraint has no truth value; pass it to subject_to(...)")
 
     def __repr__(self) -> str:
@@ -81,3 +78,6 @@ class Equality(Constraint):
 
     def is_dcp(self) -> bool:
         return self.expr.is_affine()
+
+
+OPERATORS.update(inequality=Inequality, equality=Equality)   # `a <= b`, `a >= b`, `a == b`

@@ -1,17 +1,21 @@
 """The expression IR: a DAG of leaves (variables, parameters, constants, owned data) and atoms.
 
 Every expression knows its shape and, through its atom, its value, derivative rule, curvature,
-sign, smoothness and lowerings. Operators build atoms lazily (see `fedmodel.atoms`), so this
-module holds only the base class and the leaves.
+sign and smoothness. This module holds the base class, the leaves, the DAG walk (`postorder`)
+and the interpreter behind `.value` (`evaluate`). Operators build atoms and constraints, which
+live above it: `fedmodel.atoms` and `fedmodel.constraints` register their constructors in
+`OPERATORS` when imported.
 """
 from __future__ import annotations
 
 import itertools
 import numbers
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import analysis
+from .analysis import AFFINE, CONCAVE, CONSTANT, CONVEX, NONMONOTONE, elementwise_sign
 from .errors import DataError, FedModelError, ShapeError
 
 Shape = tuple[int, ...]
@@ -32,6 +36,13 @@ def as_shape(shape: int | tuple | list | None) -> Shape:
 
 def size_of(shape: Shape) -> int:
     return int(np.prod(shape)) if shape else 1
+
+
+# name → constructor of the node an operator builds: "add", "neg", "multiply", "divide",
+# "matmul", "power", "index", "transpose" (fedmodel/atoms/__init__.py), "inequality",
+# "equality" (fedmodel/constraints.py). Both modules fill it when imported, and importing any
+# fedmodel module imports them first (through fedmodel/__init__.py).
+OPERATORS: dict[str, Callable[..., Any]] = {}
 
 
 class Expression:
@@ -80,117 +91,107 @@ class Expression:
         """True when no Variable occurs (parameters count as constants, as in CVXPY)."""
         return not self.variables()
 
-    # ---- analysis (delegated to atoms; see fedmodel/analysis.py) ---------------------------
+    # ---- what the DCP rules read (fedmodel/analysis.py); atoms override ---------------------
+    curvature = CONSTANT          # of the node's own function; a leaf is constant but a Variable
+    smooth = True                 # differentiable everywhere on its domain
+    squares = False               # the node is its argument squared (x², ‖x‖², x**2)
+    smooth_when_squared = False   # its only kink is one a square smooths out ([x]₊² is C¹)
+
+    def monotonicity(self, index: int) -> str:
+        """How the node's function moves with argument `index` (INCREASING, DECREASING, …)."""
+        return NONMONOTONE
+
+    def sign(self) -> tuple[bool, bool]:
+        """(is nonnegative, is nonpositive): an atom's from its arguments' signs."""
+        return (False, False)
+
+    # ---- analysis (fedmodel/analysis.py) ----------------------------------------------------
     def is_convex(self) -> bool:
-        from .analysis import curvature
-        return curvature(self) in ("constant", "affine", "convex")
+        return analysis.curvature(self) in (CONSTANT, AFFINE, CONVEX)
 
     def is_concave(self) -> bool:
-        from .analysis import curvature
-        return curvature(self) in ("constant", "affine", "concave")
+        return analysis.curvature(self) in (CONSTANT, AFFINE, CONCAVE)
 
     def is_affine(self) -> bool:
-        from .analysis import curvature
-        return curvature(self) in ("constant", "affine")
+        return analysis.curvature(self) in (CONSTANT, AFFINE)
 
     def is_dcp(self) -> bool:
         return self.is_convex() or self.is_concave()
 
     def is_smooth(self) -> bool:
-        from .analysis import is_smooth
-        return is_smooth(self)
+        return analysis.is_smooth(self)
 
     def is_nonneg(self) -> bool:
-        from .analysis import sign
-        return sign(self)[0]
+        return analysis.sign(self)[0]
 
     def is_nonpos(self) -> bool:
-        from .analysis import sign
-        return sign(self)[1]
+        return analysis.sign(self)[1]
 
     # ---- value ----------------------------------------------------------------------------
     @property
     def value(self) -> np.ndarray | float | None:
         """Numeric value when every leaf has one (after a solve, or set by hand), else None."""
-        from .compiler.codegen import evaluate
         try:
             return evaluate(self)
         except _MissingValue:
             return None
 
-    # ---- operators ------------------------------------------------------------------------
+    # ---- operators (constructors registered in OPERATORS by fedmodel.atoms / .constraints) ---
     def __add__(self, other: Any) -> "Expression":
-        from .atoms import add
-        return add(self, other)
+        return OPERATORS["add"](self, other)
 
     def __radd__(self, other: Any) -> "Expression":
-        from .atoms import add
-        return add(other, self)
+        return OPERATORS["add"](other, self)
 
     def __sub__(self, other: Any) -> "Expression":
-        from .atoms import add, neg
-        return add(self, neg(other))
+        return OPERATORS["add"](self, OPERATORS["neg"](other))
 
     def __rsub__(self, other: Any) -> "Expression":
-        from .atoms import add, neg
-        return add(other, neg(self))
+        return OPERATORS["add"](other, OPERATORS["neg"](self))
 
     def __neg__(self) -> "Expression":
-        from .atoms import neg
-        return neg(self)
+        return OPERATORS["neg"](self)
 
     def __pos__(self) -> "Expression":
         return self
 
     def __mul__(self, other: Any) -> "Expression":
-        from .atoms import scalar_or_elementwise_mul
-        return scalar_or_elementwise_mul(self, other)
+        return OPERATORS["multiply"](self, other)
 
     def __rmul__(self, other: Any) -> "Expression":
-        from .atoms import scalar_or_elementwise_mul
-        return scalar_or_elementwise_mul(other, self)
+        return OPERATORS["multiply"](other, self)
 
     def __truediv__(self, other: Any) -> "Expression":
-        from .atoms import divide
-        return divide(self, other)
+        return OPERATORS["divide"](self, other)
 
     def __rtruediv__(self, other: Any) -> "Expression":
-        from .atoms import divide
-        return divide(other, self)
+        return OPERATORS["divide"](other, self)
 
     def __matmul__(self, other: Any) -> "Expression":
-        from .atoms import matmul
-        return matmul(self, other)
+        return OPERATORS["matmul"](self, other)
 
     def __rmatmul__(self, other: Any) -> "Expression":
-        from .atoms import matmul
-        return matmul(other, self)
+        return OPERATORS["matmul"](other, self)
 
     def __pow__(self, p: Any) -> "Expression":
-        from .atoms import power
-        return power(self, p)
+        return OPERATORS["power"](self, p)
 
     def __getitem__(self, key: Any) -> "Expression":
-        from .atoms import index
-        return index(self, key)
+        return OPERATORS["index"](self, key)
 
     @property
     def T(self) -> "Expression":
-        from .atoms import transpose
-        return transpose(self)
+        return OPERATORS["transpose"](self)
 
     # comparisons build constraints (fedmodel/constraints.py)
     def __le__(self, other: Any):
-        from .constraints import Inequality
-        return Inequality(self, other)
+        return OPERATORS["inequality"](self, other)
 
     def __ge__(self, other: Any):
-        from .constraints import Inequality
-        return Inequality(other, self)
+        return OPERATORS["inequality"](other, self)
 
     def __eq__(self, other: Any):  # type: ignore[override]
-        from .constraints import Equality
-        return Equality(self, other)
+        return OPERATORS["equality"](self, other)
 
     __hash__ = object.__hash__
 
@@ -275,6 +276,7 @@ class Variable(Leaf):
     """
 
     _prefix = "var"
+    curvature = AFFINE
 
     def __init__(self, shape: int | tuple = (), name: str | None = None):
         super().__init__(as_shape(shape), name)
@@ -347,6 +349,9 @@ class Constant(Leaf):
     @property
     def value(self) -> np.ndarray:
         return self._array
+
+    def sign(self) -> tuple[bool, bool]:
+        return elementwise_sign(self.value)
 
     def render(self) -> str:
         if self.name.startswith(self._prefix) and self._array.size == 1:
@@ -454,3 +459,39 @@ def as_expr(value: Any) -> Expression:
     raise FedModelError(
         f"cannot use a {type(value).__name__} in an expression; use numbers, numpy arrays or "
         "fedmodel expressions")
+
+
+def postorder(outputs: Sequence[Expression]) -> list[Expression]:
+    """The distinct nodes of the DAGs of `outputs`, each after its arguments (first-visit order)."""
+    order: list[Expression] = []
+    seen: set[int] = set()
+    for root in outputs:
+        stack: list[tuple[Expression, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if id(node) in seen:
+                continue
+            if expanded or isinstance(node, Leaf):
+                seen.add(id(node))
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((arg, False) for arg in reversed(node.args))
+    return order
+
+
+def evaluate(expr: Expression) -> Any:
+    """Value of `expr` from the current values of its leaves, node by node (the interpreter
+    behind `.value`; compiled plans are `fedmodel.compiler.codegen.Plan`). Raises
+    `_MissingValue` when a leaf has no value."""
+    memo: dict[int, Any] = {}
+    for node in postorder([expr]):
+        if isinstance(node, Leaf):
+            value = node.value
+            if value is None:
+                raise _MissingValue(node.name)
+            memo[id(node)] = value
+        else:
+            memo[id(node)] = node.numeric(*[memo[id(a)] for a in node.args])
+    out = memo[id(expr)]
+    return float(out) if np.ndim(out) == 0 else np.asarray(out)

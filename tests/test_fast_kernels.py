@@ -88,7 +88,8 @@ def test_plan_fuses_logistic_and_sigmoid_of_one_argument_bitwise(gradient_first)
     the two steps comes first."""
     import re
 
-    from fedmodel.compiler.codegen import Plan, evaluate
+    from fedmodel.compiler.codegen import Plan
+    from fedmodel.expression import evaluate
     rng = np.random.default_rng(2)
     A = rng.normal(size=(300, 4)) * 30.0                 # large margins on both sides
     w = fm.Variable(4, name="w")

@@ -1,15 +1,23 @@
-"""Atoms of the IR. Each atom is one class (value, derivative, curvature, sign, smoothness,
-lowerings, prox); the lower-case functions are the public constructors."""
-from .affine import (Add, BroadcastTo, Index, IndexAdjoint, MatMul, Mean, Multiply, Neg, Reshape,
-                     Sum, SumTo, Transpose, add, broadcast_to, divide, index, matmul, mean,
-                     multiply, neg, reshape, scalar_or_elementwise_mul, sum, sum_to, transpose)
+"""Atoms of the IR. Each atom is one class that knows its math (shape, value, derivative,
+curvature, sign, smoothness, prox); the lower-case functions are the public constructors.
+How atoms lower to CVXPY and sympy is in `fedmodel.lowering`."""
+from ..expression import OPERATORS
+from .arithmetic import Add, Multiply, Neg, add, multiply, neg, scalar_or_elementwise_mul
 from .base import Atom
+from .broadcasting import BroadcastTo, SumTo, broadcast_to, sum_to
 from .elementwise import (Abs, Clip, Exp, GreaterEqual, Huber, Log, Logistic, Maximum, Pos, Power,
-                          Sigmoid, Sign, Sqrt, Square, Step, abs, exp, huber, log, logistic,
+                          Sigmoid, Sign, Sqrt, Square, Step, abs, divide, exp, huber, log, logistic,
                           maximum, pos, power, sqrt, square)
+from .indexing import Index, IndexAdjoint, index
+from .linear import MatMul, Reshape, Transpose, matmul, reshape, transpose
 from .reductions import (ArgmaxAbs, LogSumExp, Norm1, Norm2, NormInf, QuadForm, Softmax,
                          SumSquares, log_sum_exp, norm1, norm2, norm_inf, quad_form, sum_squares)
+from .sums import Mean, Sum, mean, sum
 
 PUBLIC = ["sum", "mean", "multiply", "square", "sum_squares", "quad_form", "norm1", "norm2",
           "norm_inf", "abs", "exp", "log", "sqrt", "power", "logistic", "log_sum_exp", "pos",
           "maximum", "huber", "reshape", "transpose"]
+
+# the operators of `Expression` build these atoms (fedmodel/expression.py)
+OPERATORS.update(add=add, neg=neg, multiply=scalar_or_elementwise_mul, divide=divide,
+                 matmul=matmul, power=power, index=index, transpose=transpose)

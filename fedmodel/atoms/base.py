@@ -1,8 +1,9 @@
 """The `Atom` base class: one node of the IR that is a function of its arguments.
 
-A subclass knows, and only knows: its shape rule, numeric value, derivative rule (a
+A subclass knows, and only knows, its math: its shape rule, numeric value, derivative rule (a
 vector-Jacobian product written in the IR itself), curvature, monotonicity, sign, smoothness,
-CVXPY and sympy lowerings, and its prox where one exists.
+and its prox where one exists. How it lowers to CVXPY or sympy is the lowerings' business
+(`fedmodel.lowering`, one rule per atom class).
 """
 from __future__ import annotations
 
@@ -10,18 +11,20 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import FedModelError, ShapeError
-from ..expression import Expression, Shape, as_expr
+from ..analysis import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN,
+                        sign as sign_of)
+from ..errors import ShapeError
+from ..expression import Expression, Shape, as_expr, evaluate
 
-CONVEX, CONCAVE, AFFINE, UNKNOWN = "convex", "concave", "affine", "unknown"
-INCREASING, DECREASING, NONMONOTONE = "increasing", "decreasing", "nonmonotone"
+__all__ = ["AFFINE", "CONCAVE", "CONVEX", "DECREASING", "INCREASING", "NONMONOTONE", "UNKNOWN",
+           "Atom", "broadcast_shapes", "constant_value", "even_monotonicity", "sign_of"]
 
 
 class Atom(Expression):
-    """Base class; subclasses set `display` and override the rule methods they need."""
+    """Base class; subclasses set `display` and override the rule methods they need
+    (`numeric`, `vjp`, and the DCP rules `curvature`, `monotonicity`, `sign`, `smooth`)."""
 
     display = "atom"
-    smooth = True                    # differentiable everywhere on its domain
     curvature = AFFINE               # curvature of the function itself (may be a property)
     internal = False                 # atoms introduced by differentiation only
 
@@ -46,27 +49,6 @@ class Atom(Expression):
         Returns an expression of the argument's shape, or None when the derivative is zero.
         """
         raise NotImplementedError(f"{self.display} has no derivative rule")
-
-    def monotonicity(self, index: int) -> str:
-        return NONMONOTONE
-
-    def sign(self) -> tuple[bool, bool]:
-        """(is nonnegative, is nonpositive) from the argument signs."""
-        return (False, False)
-
-    def to_cvxpy(self, *args: Any) -> Any:
-        raise FedModelError(f"{self.display} has no CVXPY lowering (it appears only in derived "
-                            "gradients, which CVXPY does not need)")
-
-    def to_sympy(self, *args: Any) -> Any:
-        """Symbolic rendering over MatrixSymbols; reads like the formula in a paper.
-        The default is `display(args)`, a scalar or a matrix expression of this atom's shape."""
-        from ..lowering.to_sympy import function
-        return function(self.display, self.shape, *args)
-
-    def to_sympy_explicit(self, *args: np.ndarray) -> np.ndarray:
-        """Entry-wise lowering: arguments and result are numpy object arrays of sympy scalars."""
-        raise NotImplementedError(f"{self.display} has no explicit sympy lowering")
 
     prox: Callable | None = None     # prox(v, t) = argmin_x t*atom(x) + ½‖x − v‖², atoms of a variable
 
@@ -101,18 +83,12 @@ def broadcast_shapes(a: Expression, b: Expression, op: str) -> Shape:
 def constant_value(expr: Expression) -> np.ndarray | None:
     """The value of a constant subexpression that holds no Parameter, else None."""
     if expr.is_constant() and not expr.parameters():
-        from ..compiler.codegen import evaluate
         return np.asarray(evaluate(expr), dtype=float)
     return None
 
 
-def elementwise_sign(value: np.ndarray | None) -> tuple[bool, bool]:
-    if value is None:
-        return (False, False)
-    return (bool(np.all(value >= 0)), bool(np.all(value <= 0)))
-
-
-def vectorize_sympy(func: Callable, *arrays: np.ndarray) -> np.ndarray:
-    """Apply a scalar sympy function entry-wise to object arrays (numpy broadcasting)."""
-    out = np.vectorize(func, otypes=[object])(*arrays)
-    return np.asarray(out, dtype=object)
+def even_monotonicity(arg: Expression) -> str:
+    """Monotonicity of an even function (|x|, x², ‖x‖, …) of `arg`: increasing where the
+    argument is ≥ 0, decreasing where it is ≤ 0."""
+    nonneg, nonpos = sign_of(arg)
+    return INCREASING if nonneg else DECREASING if nonpos else NONMONOTONE

@@ -1,4 +1,6 @@
-"""Elementwise atoms. Each derivative is written in the IR, so gradients can be differentiated again."""
+"""Elementwise atoms: a scalar function applied entry by entry (exp, log, powers, |x|, [x]₊,
+…), the maximum of two expressions, and the piecewise atoms their derivatives need. Each
+derivative is written in the IR, so gradients can be differentiated again."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,9 +9,10 @@ import numpy as np
 
 from ..errors import FedModelError
 from ..expression import Constant, Expression, as_expr
-from .affine import broadcast_to, multiply, sum_to, add, neg
-from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom,
-                   broadcast_shapes, constant_value, vectorize_sympy)
+from .arithmetic import add, multiply, neg
+from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, UNKNOWN, Atom, broadcast_shapes,
+                   constant_value, even_monotonicity, sign_of)
+from .broadcasting import sum_to
 
 
 _ONE = Constant(1.0)
@@ -62,17 +65,6 @@ def logistic_and_sigmoid(x: Any) -> tuple[Any, Any]:
     return value, slope
 
 
-def _sign_of(expr: Expression) -> tuple[bool, bool]:
-    from ..analysis import sign
-    return sign(expr)
-
-
-def _by_sign(expr: Expression) -> str:
-    """Monotonicity of an even function (|x|, x², …): increasing where the argument is ≥ 0."""
-    nonneg, nonpos = _sign_of(expr)
-    return INCREASING if nonneg else DECREASING if nonpos else NONMONOTONE
-
-
 class Elementwise(Atom):
     """A scalar function applied entry by entry."""
 
@@ -83,18 +75,6 @@ class Elementwise(Atom):
     def vjp(self, index, upstream):
         slope = self.derivative(self.args[0])
         return None if slope is None else multiply(upstream, slope)
-
-    def sympy_scalar(self, x):
-        raise NotImplementedError
-
-    def to_sympy(self, x):
-        if getattr(x, "is_Matrix", False):
-            from ..lowering.to_sympy import function
-            return function(self.display, self.shape, x)
-        return self.sympy_scalar(x)
-
-    def to_sympy_explicit(self, x):
-        return vectorize_sympy(self.sympy_scalar, x)
 
 
 class Exp(Elementwise):
@@ -112,14 +92,6 @@ class Exp(Elementwise):
     def sign(self):
         return (True, False)
 
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.exp(x)
-
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.exp(x)
-
 
 class Log(Elementwise):
     display, curvature = "log", CONCAVE
@@ -133,14 +105,6 @@ class Log(Elementwise):
 
     def monotonicity(self, index):
         return INCREASING
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.log(x)
-
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.log(x)
 
 
 class Power(Elementwise):
@@ -168,6 +132,10 @@ class Power(Elementwise):
         p ≠ 1 are defined on x ≥ 0 only (CVXPY adds that domain), so they are increasing."""
         p = self.p
         return p >= 2 and p == int(p) and (int(p) & (int(p) - 1)) == 0
+
+    @property
+    def squares(self) -> bool:
+        return self.p == 2
 
     @property
     def curvature(self):
@@ -199,28 +167,13 @@ class Power(Elementwise):
         if self.p < 0:
             return DECREASING
         if self._power_of_two:
-            return _by_sign(self.args[0])
+            return even_monotonicity(self.args[0])
         return INCREASING
 
     def sign(self):
         if self.p == 1:
-            return _sign_of(self.args[0])
+            return sign_of(self.args[0])
         return (True, False)  # as CVXPY: powers other than 2, 4, 8, … live on x ≥ 0
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.power(x, self.p)
-
-    def sympy_scalar(self, x):
-        import sympy
-        p = sympy.nsimplify(self.p)
-        return x ** p
-
-    def to_sympy(self, x):
-        import sympy
-        if getattr(x, "is_Matrix", False):
-            return sympy.HadamardPower(x, sympy.nsimplify(self.p))
-        return self.sympy_scalar(x)
 
     def render(self):
         return f"power({self.args[0]}, {self.p:g})"
@@ -251,6 +204,17 @@ def power(x: Any, p: Any) -> Expression:
     return Power(x, p)
 
 
+def divide(a: Any, b: Any) -> Expression:
+    """`a / b`: `a` scaled by the reciprocal of a constant `b`, else `a · b⁻¹` (a `Power`)."""
+    a, b = as_expr(a), as_expr(b)
+    value = constant_value(b)
+    if value is not None:
+        if np.any(value == 0):
+            raise FedModelError(f"division of {a} by {b}, which has zero entries")
+        return multiply(Constant(1.0 / value), a)
+    return multiply(a, power(b, -1))
+
+
 def sqrt(x: Any) -> Expression:
     return Sqrt(as_expr(x))
 
@@ -271,17 +235,9 @@ class Sqrt(Elementwise):
     def sign(self):
         return (True, False)
 
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.sqrt(x)
-
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.sqrt(x)
-
 
 class Square(Elementwise):
-    display, curvature = "square", CONVEX
+    display, curvature, squares = "square", CONVEX, True
 
     def numeric(self, x):
         return x * x
@@ -290,17 +246,10 @@ class Square(Elementwise):
         return multiply(2.0, x)
 
     def monotonicity(self, index):
-        return _by_sign(self.args[0])
+        return even_monotonicity(self.args[0])
 
     def sign(self):
         return (True, False)
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.square(x)
-
-    def sympy_scalar(self, x):
-        return x ** 2
 
     @staticmethod
     def prox(v: np.ndarray, t: float) -> np.ndarray:
@@ -317,18 +266,10 @@ class Abs(Elementwise):
         return Sign(x)
 
     def monotonicity(self, index):
-        return _by_sign(self.args[0])
+        return even_monotonicity(self.args[0])
 
     def sign(self):
         return (True, False)
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.abs(x)
-
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.Abs(x)
 
     @staticmethod
     def prox(v: np.ndarray, t: float) -> np.ndarray:
@@ -352,17 +293,10 @@ class Logistic(Elementwise):
     def sign(self):
         return (True, False)
 
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.logistic(x)
-
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.log(1 + sympy.exp(x))
-
 
 class Pos(Elementwise):
     display, curvature, smooth = "pos", CONVEX, False
+    smooth_when_squared = True      # [x]₊² is C¹ (the inequality terms of augmented Lagrangians)
 
     def numeric(self, x):
         return np.maximum(x, 0.0)
@@ -374,15 +308,7 @@ class Pos(Elementwise):
         return INCREASING
 
     def sign(self):
-        return (True, _sign_of(self.args[0])[1])  # pos of a nonpositive argument is zero
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.pos(x)
-
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.Max(x, 0)
+        return (True, sign_of(self.args[0])[1])  # pos of a nonpositive argument is zero
 
 
 class Huber(Elementwise):
@@ -407,19 +333,10 @@ class Huber(Elementwise):
         return multiply(2.0, Clip(x, -self.M, self.M))
 
     def monotonicity(self, index):
-        return _by_sign(self.args[0])
+        return even_monotonicity(self.args[0])
 
     def sign(self):
         return (True, False)
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.huber(x, self.M)
-
-    def sympy_scalar(self, x):
-        import sympy
-        M = sympy.nsimplify(self.M)
-        return sympy.Piecewise((x ** 2, sympy.Abs(x) <= M), (2 * M * sympy.Abs(x) - M ** 2, True))
 
     def render(self):
         return f"huber({self.args[0]}, {self.M:g})"
@@ -447,23 +364,8 @@ class Maximum(Atom):
         return INCREASING
 
     def sign(self):
-        (p0, n0), (p1, n1) = _sign_of(self.args[0]), _sign_of(self.args[1])
+        (p0, n0), (p1, n1) = sign_of(self.args[0]), sign_of(self.args[1])
         return (p0 or p1, n0 and n1)
-
-    def to_cvxpy(self, a, b):
-        import cvxpy as cp
-        return cp.maximum(a, b)
-
-    def to_sympy(self, a, b):
-        import sympy
-        if getattr(a, "is_Matrix", False) or getattr(b, "is_Matrix", False):
-            from ..lowering.to_sympy import function
-            return function("maximum", self.shape, a, b)
-        return sympy.Max(a, b)
-
-    def to_sympy_explicit(self, a, b):
-        import sympy
-        return vectorize_sympy(sympy.Max, a, b)
 
 
 # ---- internal atoms: they appear in derived gradients only --------------------------------
@@ -484,10 +386,6 @@ class Sigmoid(Elementwise):
     def sign(self):
         return (True, False)
 
-    def sympy_scalar(self, x):
-        import sympy
-        return 1 / (1 + sympy.exp(-x))
-
 
 class _ZeroSlope(Elementwise):
     """Piecewise-constant functions: derivative zero almost everywhere."""
@@ -504,10 +402,6 @@ class Sign(_ZeroSlope):
     def numeric(self, x):
         return np.sign(x)
 
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.sign(x)
-
 
 class Step(_ZeroSlope):
     """1 where x > 0, else 0."""
@@ -519,10 +413,6 @@ class Step(_ZeroSlope):
 
     def sign(self):
         return (True, False)
-
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.Heaviside(x, 0)
 
 
 class GreaterEqual(Atom):
@@ -541,10 +431,6 @@ class GreaterEqual(Atom):
 
     def sign(self):
         return (True, False)
-
-    def to_sympy_explicit(self, a, b):
-        import sympy
-        return vectorize_sympy(lambda u, v: sympy.Piecewise((1, u >= v), (0, True)), a, b)
 
 
 class Clip(Elementwise):
@@ -565,10 +451,6 @@ class Clip(Elementwise):
 
     def monotonicity(self, index):
         return INCREASING
-
-    def sympy_scalar(self, x):
-        import sympy
-        return sympy.Min(sympy.Max(x, self.lower), self.upper)
 
 
 # ---- constructor functions (the public atom names) -----------------------------------------

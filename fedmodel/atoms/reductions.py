@@ -8,25 +8,13 @@ import numpy as np
 
 from ..errors import FedModelError, ShapeError
 from ..expression import Constant, Expression, as_expr
-from .affine import _axis, add, broadcast_to, multiply, neg, reshape, sum as sum_, matmul, transpose
-from .base import (CONVEX, INCREASING, NONMONOTONE, DECREASING, UNKNOWN, Atom, constant_value,
-                   vectorize_sympy)
+from .arithmetic import add, multiply, neg
+from .base import (CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom,
+                   constant_value, even_monotonicity, sign_of)
+from .broadcasting import broadcast_to
 from .elementwise import Sign, power
-
-
-def _sign_of(expr: Expression) -> tuple[bool, bool]:
-    from ..analysis import sign
-    return sign(expr)
-
-
-def _even_monotonicity(expr: Expression) -> str:
-    nonneg, nonpos = _sign_of(expr)
-    return INCREASING if nonneg else DECREASING if nonpos else NONMONOTONE
-
-
-def _flat(x):
-    import cvxpy as cp
-    return cp.vec(x, order="C") if len(getattr(x, "shape", ())) > 1 else x
+from .linear import matmul, transpose
+from .sums import keep_reduced_axis, normalize_axis, sum as sum_
 
 
 class Reduction(Atom):
@@ -39,11 +27,11 @@ class Reduction(Atom):
         return (True, False)
 
     def monotonicity(self, index):
-        return _even_monotonicity(self.args[0])
+        return even_monotonicity(self.args[0])
 
 
 class SumSquares(Reduction):
-    display = "sum_squares"
+    display, squares = "sum_squares", True
 
     def numeric(self, x):
         if isinstance(x, float):      # a scalar (an AL term's [μ + βc]₊): no array round trip;
@@ -54,20 +42,6 @@ class SumSquares(Reduction):
 
     def vjp(self, index, upstream):
         return multiply(multiply(2.0, upstream), self.args[0])
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.sum_squares(x)
-
-    def to_sympy(self, x):
-        import sympy
-        if getattr(x, "is_Matrix", False):
-            from ..lowering.to_sympy import function
-            return function("sum_squares", (), x)
-        return x ** 2
-
-    def to_sympy_explicit(self, x):
-        return np.asarray(np.sum(x * x), dtype=object)
 
     @staticmethod
     def prox(v: np.ndarray, t: float) -> np.ndarray:
@@ -83,21 +57,6 @@ class Norm1(Reduction):
     def vjp(self, index, upstream):
         return multiply(upstream, Sign(self.args[0]))
 
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.norm1(_flat(x))
-
-    def to_sympy(self, x):
-        import sympy
-        if getattr(x, "is_Matrix", False):
-            from ..lowering.to_sympy import function
-            return function("norm1", (), x)
-        return sympy.Abs(x)
-
-    def to_sympy_explicit(self, x):
-        import sympy
-        return np.asarray(np.sum(vectorize_sympy(sympy.Abs, x)), dtype=object)
-
     @staticmethod
     def prox(v: np.ndarray, t: float) -> np.ndarray:
         """Soft-thresholding."""
@@ -112,21 +71,6 @@ class Norm2(Reduction):
 
     def vjp(self, index, upstream):
         return multiply(upstream, multiply(power(self, -1), self.args[0]))
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.norm(_flat(x), 2)
-
-    def to_sympy(self, x):
-        import sympy
-        if getattr(x, "is_Matrix", False):
-            from ..lowering.to_sympy import function
-            return function("norm2", (), x)
-        return sympy.Abs(x)
-
-    def to_sympy_explicit(self, x):
-        import sympy
-        return np.asarray(sympy.sqrt(np.sum(x * x)), dtype=object)
 
     @staticmethod
     def prox(v: np.ndarray, t: float) -> np.ndarray:
@@ -144,14 +88,6 @@ class NormInf(Reduction):
     def vjp(self, index, upstream):
         return multiply(upstream, ArgmaxAbs(self.args[0]))
 
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.norm_inf(_flat(x))
-
-    def to_sympy_explicit(self, x):
-        import sympy
-        return np.asarray(sympy.Max(*[sympy.Abs(e) for e in np.ravel(x)]), dtype=object)
-
 
 class ArgmaxAbs(Atom):
     """sign(x_j) at the first entry of largest |x_j|, zero elsewhere: a subgradient of ‖x‖∞."""
@@ -166,16 +102,6 @@ class ArgmaxAbs(Atom):
 
     def vjp(self, index, upstream):
         return None
-
-    def to_sympy_explicit(self, x):
-        import sympy
-        flat = [sympy.Abs(e) for e in np.ravel(x)]
-        out = []
-        for j, e in enumerate(np.ravel(x)):   # sign(x_j) where |x_j| is the first largest
-            first = sympy.And(*[flat[j] > flat[i] for i in range(j)],
-                              *[flat[j] >= flat[i] for i in range(j + 1, len(flat))])
-            out.append(sympy.Piecewise((sympy.sign(e), first), (0, True)))
-        return np.array(out, dtype=object).reshape(np.shape(x))
 
 
 class QuadForm(Reduction):
@@ -192,14 +118,14 @@ class QuadForm(Reduction):
         if not P.is_constant():
             raise FedModelError(f"quad_form({x}, {P}): P must be constant")
 
-    def _fixed_P(self) -> np.ndarray | None:
+    def fixed_P(self) -> np.ndarray | None:
         """P's value when it is fixed (no Parameter in it), else None: a Parameter's value
         may change after the expression is built, so nothing may be baked in from it."""
         return constant_value(self.args[1])
 
     def _eigs(self):
         if not hasattr(self, "_eig_cache"):
-            value = self._fixed_P()
+            value = self.fixed_P()
             self._eig_cache = None if value is None else np.linalg.eigvalsh((value + value.T) / 2)
         return self._eig_cache
 
@@ -212,21 +138,21 @@ class QuadForm(Reduction):
         if eigs.min() >= -1e-10 * scale:
             return CONVEX
         if eigs.max() <= 1e-10 * scale:
-            return "concave"
+            return CONCAVE
         return UNKNOWN
 
     def sign(self):
         c = self.curvature
-        return (c == CONVEX, c == "concave")
+        return (c == CONVEX, c == CONCAVE)
 
     def monotonicity(self, index):
         # ∇ₓ(xᵀPx) = (P + Pᵀ)x: of one sign when x and P (entry-wise) have signs, as in CVXPY
         if index == 1:
             return NONMONOTONE
-        P = self._fixed_P()
+        P = self.fixed_P()
         if P is None:
             return NONMONOTONE
-        x_nonneg, x_nonpos = _sign_of(self.args[0])
+        x_nonneg, x_nonpos = sign_of(self.args[0])
         P_nonneg, P_nonpos = bool(np.all(P >= 0)), bool(np.all(P <= 0))
         if (x_nonneg and P_nonneg) or (x_nonpos and P_nonpos):
             return INCREASING
@@ -241,25 +167,9 @@ class QuadForm(Reduction):
         x, P = self.args
         if index == 1:
             return None
-        fixed = self._fixed_P()
+        fixed = self.fixed_P()
         symmetric = Constant(fixed + fixed.T) if fixed is not None else add(P, transpose(P))
         return multiply(upstream, matmul(symmetric, x))
-
-    def to_cvxpy(self, x, P):
-        import cvxpy as cp
-        if self._fixed_P() is None:
-            return x @ (P @ x)   # P holds a Parameter: same value, and (like ours) not DCP
-        value = np.asarray(P.value if hasattr(P, "value") and P.value is not None else P)
-        return cp.quad_form(x, cp.psd_wrap((value + value.T) / 2)) if self.curvature == CONVEX \
-            else cp.quad_form(x, (value + value.T) / 2)
-
-    def to_sympy(self, x, P):
-        import sympy
-        from ..lowering.to_sympy import as_scalar
-        return as_scalar(sympy.Transpose(x) * P * x) if getattr(x, "is_Matrix", False) else P * x ** 2
-
-    def to_sympy_explicit(self, x, P):
-        return np.asarray(np.dot(x, np.dot(P, x)), dtype=object)
 
     def render(self):
         return f"quad_form({self.args[0]}, {self.args[1]})"
@@ -289,30 +199,14 @@ class LogSumExp(Atom):
 
     def vjp(self, index, upstream):
         shape = self.args[0].shape
-        if self.axis is not None and self.axis > 0:   # keep the reduced axis as 1 so it broadcasts
-            upstream = reshape(upstream, shape[:self.axis] + (1,) + shape[self.axis + 1:])
+        upstream = keep_reduced_axis(upstream, shape, self.axis)
         return multiply(broadcast_to(upstream, shape), Softmax(self.args[0], self.axis))
 
     def monotonicity(self, index):
         return INCREASING
 
     def sign(self):
-        return (_sign_of(self.args[0])[0], False)  # lse(x) ≥ max(x)
-
-    def to_cvxpy(self, x):
-        import cvxpy as cp
-        return cp.log_sum_exp(x, axis=self.axis)
-
-    def to_sympy(self, x):
-        from ..lowering.to_sympy import function
-        return function(self.display, self.shape, x, *(() if self.axis is None else (self.axis,)))
-
-    def to_sympy_explicit(self, x):
-        import sympy
-        out = np.apply_along_axis(lambda r: sympy.log(sympy.Add(*[sympy.exp(e) for e in r])),
-                                  self.axis, x) if self.axis is not None else \
-            sympy.log(sympy.Add(*[sympy.exp(e) for e in np.ravel(x)]))
-        return np.asarray(out, dtype=object)
+        return (sign_of(self.args[0])[0], False)  # lse(x) ≥ max(x)
 
 
 class Softmax(Atom):
@@ -335,23 +229,11 @@ class Softmax(Atom):
     def vjp(self, index, upstream):
         # J^T g = s ∘ (g − Σ_axis g∘s)
         shape = self.args[0].shape
-        inner = sum_(multiply(upstream, self), self.axis)
-        if self.axis is not None and self.axis > 0:   # keep the reduced axis as 1 so it broadcasts
-            inner = reshape(inner, shape[:self.axis] + (1,) + shape[self.axis + 1:])
+        inner = keep_reduced_axis(sum_(multiply(upstream, self), self.axis), shape, self.axis)
         return multiply(self, add(upstream, neg(broadcast_to(inner, shape))))
 
     def sign(self):
         return (True, False)
-
-    def to_sympy_explicit(self, x):
-        import sympy
-        def soft(r):
-            exps = [sympy.exp(e) for e in r]
-            total = sympy.Add(*exps)
-            return np.array([e / total for e in exps], dtype=object)
-        if self.axis is None:
-            return soft(np.ravel(x)).reshape(np.shape(x))
-        return np.apply_along_axis(soft, self.axis, x)
 
 
 # ---- constructor functions ---------------------------------------------------------------
@@ -377,4 +259,4 @@ def quad_form(x: Any, P: Any) -> Expression:
 
 def log_sum_exp(x: Any, axis: int | None = None) -> Expression:
     x = as_expr(x)
-    return LogSumExp(x, _axis(axis, x))
+    return LogSumExp(x, normalize_axis(axis, x))

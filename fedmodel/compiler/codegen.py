@@ -21,25 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import FedModelError
-from ..expression import Constant, Expression, Leaf, Parameter, Variable, _MissingValue
-
-
-def _postorder(outputs: Sequence[Expression]) -> list[Expression]:
-    order: list[Expression] = []
-    seen: set[int] = set()
-    for root in outputs:
-        stack: list[tuple[Expression, bool]] = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if id(node) in seen:
-                continue
-            if expanded or isinstance(node, Leaf):
-                seen.add(id(node))
-                order.append(node)
-                continue
-            stack.append((node, True))
-            stack.extend((arg, False) for arg in reversed(node.args))
-    return order
+from ..expression import Constant, Expression, Leaf, Parameter, postorder
 
 
 # Compiled plan sources. Constants and functions are bound as arguments of `_make`, so the plans
@@ -75,7 +57,7 @@ class Plan:
             template.append(value)
             return len(template) - 1
 
-        for node in _postorder(self.outputs):
+        for node in postorder(self.outputs):
             if isinstance(node, Leaf):
                 if node.uid in slot_of_input:
                     slot = slot_of_input[node.uid]
@@ -282,18 +264,3 @@ def _inline(node: Expression, args: list[str]) -> str | None:
 
 def _missing(param: Parameter) -> None:
     raise FedModelError(f"parameter {param.name!r} has no value; set .value first")
-
-
-def evaluate(expr: Expression) -> Any:
-    """Value of `expr` from the current values of its leaves (raises _MissingValue if unset)."""
-    memo: dict[int, Any] = {}
-    for node in _postorder([expr]):
-        if isinstance(node, Leaf):
-            value = node.value
-            if value is None:
-                raise _MissingValue(node.name)
-            memo[id(node)] = value
-        else:
-            memo[id(node)] = node.numeric(*[memo[id(a)] for a in node.args])
-    out = memo[id(expr)]
-    return float(out) if np.ndim(out) == 0 else np.asarray(out)

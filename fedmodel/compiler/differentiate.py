@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FedModelError, ShapeError
-from ..expression import Constant, Expression, Leaf, Variable, as_expr
-from .codegen import _postorder
+from ..expression import Constant, Expression, Leaf, Variable, as_expr, postorder
 
 
 def vjp(expr: Expression, wrt: Variable | Any, upstream: Any) -> Expression:
@@ -23,7 +22,7 @@ def vjp(expr: Expression, wrt: Variable | Any, upstream: Any) -> Expression:
         raise ShapeError(f"the adjoint has shape {upstream.shape} but {expr} has shape {expr.shape}")
     if not isinstance(wrt, Leaf):
         raise FedModelError(f"can only differentiate with respect to a Variable or Parameter, not {wrt}")
-    order = _postorder([expr])
+    order = postorder([expr])
     depends = _depends_on(order, wrt)
     adjoints: dict[int, list[Expression]] = {id(expr): [upstream]}
     for node in reversed(order):

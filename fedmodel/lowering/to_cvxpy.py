@@ -1,12 +1,23 @@
-"""Lower expressions to CVXPY, atom by atom, so DCP structure is preserved."""
+"""Lower expressions to CVXPY, atom by atom, so DCP structure is preserved.
+
+Each atom class has its rule here (`@cvxpy_rule(Exp)`), found through the class MRO; the
+atoms themselves know nothing of CVXPY. cvxpy is imported when a rule first runs, so that
+`import fedmodel` stays light.
+"""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..expression import Constant, Expression, Leaf, Parameter, Variable
-from ..compiler.codegen import _postorder
+from ..analysis import CONVEX
+from ..atoms import (Abs, Add, BroadcastTo, Exp, Huber, Index, Log, Logistic, LogSumExp, MatMul,
+                     Maximum, Mean, Multiply, Neg, Norm1, Norm2, NormInf, Pos, Power, QuadForm,
+                     Reshape, Sqrt, Square, Sum, SumSquares, Transpose)
+from ..atoms.indexing import numpy_key
+from ..errors import FedModelError
+from ..expression import Expression, Leaf, Parameter, Variable, postorder
+from .rules import RuleTable
 
 
 class CvxpyContext:
@@ -46,12 +57,149 @@ def to_cvxpy(expr: Expression, context: CvxpyContext | None = None) -> Any:
     import cvxpy as cp
     context = context or CvxpyContext()
     memo: dict[int, Any] = {}
-    for node in _postorder([expr]):
+    for node in postorder([expr]):
         if isinstance(node, Leaf):
             memo[id(node)] = context.leaf(node)
         else:
-            memo[id(node)] = node.to_cvxpy(*[memo[id(a)] for a in node.args])
+            memo[id(node)] = CVXPY_RULES(node, *[memo[id(a)] for a in node.args])
     result = memo[id(expr)]
     if not isinstance(result, cp.Expression):   # scalar constants are kept as floats inside
         result = cp.Constant(result)
     return result
+
+
+# ---- rules --------------------------------------------------------------------------------
+CVXPY_RULES = RuleTable(lambda node: FedModelError(
+    f"{node.display} has no CVXPY lowering (it appears only in derived gradients, which CVXPY "
+    "does not need)"))
+cvxpy_rule = CVXPY_RULES.register
+
+
+def _same_name(name: str):
+    """The rule `cp.<name>(*args)`: CVXPY's atom of the same name and arguments."""
+    def rule(node: Any, *args: Any) -> Any:
+        import cvxpy as cp
+        return getattr(cp, name)(*args)
+    return rule
+
+
+for _kind, _name in ((Exp, "exp"), (Log, "log"), (Sqrt, "sqrt"), (Square, "square"), (Abs, "abs"),
+                     (Logistic, "logistic"), (Pos, "pos"), (Maximum, "maximum"),
+                     (SumSquares, "sum_squares")):
+    cvxpy_rule(_kind)(_same_name(_name))
+
+
+@cvxpy_rule(Power)
+def _power(node: Power, x: Any) -> Any:
+    import cvxpy as cp
+    return cp.power(x, node.p)
+
+
+@cvxpy_rule(Huber)
+def _huber(node: Huber, x: Any) -> Any:
+    import cvxpy as cp
+    return cp.huber(x, node.M)
+
+
+@cvxpy_rule(LogSumExp)
+def _log_sum_exp(node: LogSumExp, x: Any) -> Any:
+    import cvxpy as cp
+    return cp.log_sum_exp(x, axis=node.axis)
+
+
+@cvxpy_rule(Add)
+def _add(node: Add, *args: Any) -> Any:
+    out = args[0]
+    for a in args[1:]:
+        out = out + a
+    return out
+
+
+@cvxpy_rule(Neg)
+def _neg(node: Neg, x: Any) -> Any:
+    return -x
+
+
+@cvxpy_rule(Multiply)
+def _multiply(node: Multiply, a: Any, b: Any) -> Any:
+    import cvxpy as cp
+    if np.ndim(a) == 0 or np.ndim(b) == 0 or getattr(a, "shape", ()) == () or getattr(b, "shape", ()) == ():
+        return a * b
+    return cp.multiply(a, b)
+
+
+@cvxpy_rule(MatMul)
+def _matmul(node: MatMul, a: Any, b: Any) -> Any:
+    return a @ b
+
+
+@cvxpy_rule(Transpose)
+def _transpose(node: Transpose, x: Any) -> Any:
+    return x.T
+
+
+@cvxpy_rule(Index)
+def _index(node: Index, x: Any) -> Any:
+    return x[numpy_key(node.key)]
+
+
+@cvxpy_rule(Reshape)
+def _reshape(node: Reshape, x: Any) -> Any:
+    import cvxpy as cp
+    return cp.reshape(x, node.target, order="C")
+
+
+@cvxpy_rule(BroadcastTo)
+def _broadcast_to(node: BroadcastTo, x: Any) -> Any:
+    import cvxpy as cp
+    if getattr(x, "shape", ()) == node.target:
+        return x
+    if np.ndim(x) == 0 or getattr(x, "shape", None) == ():
+        return x * np.ones(node.target)
+    return cp.broadcast_to(x, node.target) if hasattr(cp, "broadcast_to") \
+        else x + np.zeros(node.target)
+
+
+@cvxpy_rule(Sum)
+def _sum(node: Sum, x: Any) -> Any:
+    import cvxpy as cp
+    return cp.sum(x, axis=node.axis)
+
+
+@cvxpy_rule(Mean)
+def _mean(node: Mean, x: Any) -> Any:
+    return _sum(node, x) / node.count
+
+
+def _flat(x: Any) -> Any:
+    """Norms of matrices are entry-wise (‖vec X‖), as in the IR."""
+    import cvxpy as cp
+    return cp.vec(x, order="C") if len(getattr(x, "shape", ())) > 1 else x
+
+
+@cvxpy_rule(Norm1)
+def _norm1(node: Norm1, x: Any) -> Any:
+    import cvxpy as cp
+    return cp.norm1(_flat(x))
+
+
+@cvxpy_rule(Norm2)
+def _norm2(node: Norm2, x: Any) -> Any:
+    import cvxpy as cp
+    return cp.norm(_flat(x), 2)
+
+
+@cvxpy_rule(NormInf)
+def _norm_inf(node: NormInf, x: Any) -> Any:
+    import cvxpy as cp
+    return cp.norm_inf(_flat(x))
+
+
+@cvxpy_rule(QuadForm)
+def _quad_form(node: QuadForm, x: Any, P: Any) -> Any:
+    import cvxpy as cp
+    if node.fixed_P() is None:
+        return x @ (P @ x)   # P holds a Parameter: same value, and (like ours) not DCP
+    value = np.asarray(P.value if hasattr(P, "value") and P.value is not None else P)
+    return cp.quad_form(x, cp.psd_wrap((value + value.T) / 2)) if node.curvature == CONVEX \
+        else cp.quad_form(x, (value + value.T) / 2)

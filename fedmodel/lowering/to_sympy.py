@@ -4,16 +4,29 @@ Default (symbolic) form: variables and data become MatrixSymbols named after the
 `sympy.latex(fm.to_sympy(f))` reads like a paper's formula. `explicit=True` gives numpy
 object arrays of scalar sympy expressions (variables as entry symbols, data as numbers), which
 sympy can differentiate entry by entry; tests use it to check our derived gradients.
+
+Each atom class has its rules here, one table per form (`@sympy_rule(Add)` symbolic,
+`@explicit_rule(Add)` entry-wise, `@scalar_rule(Exp)` the scalar formula that elementwise
+atoms apply to each entry), found through the class MRO; the atoms know nothing of sympy.
+sympy is imported when a rule first runs, so that `import fedmodel` stays light.
 """
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any
+import builtins
+from functools import lru_cache, partial
+from typing import Any, Callable
 
 import numpy as np
 
-from ..expression import Constant, Data, Expression, Leaf, Parameter, Variable
-from ..compiler.codegen import _postorder
+from ..atoms import (Abs, Add, ArgmaxAbs, Atom, BroadcastTo, Clip, Exp, GreaterEqual, Huber, Index,
+                     IndexAdjoint, Log, Logistic, LogSumExp, MatMul, Maximum, Mean, Multiply, Neg,
+                     Norm1, Norm2, NormInf, Pos, Power, QuadForm, Reshape, Sigmoid, Sign, Softmax,
+                     Sqrt, Square, Step, Sum, SumSquares, SumTo, Transpose)
+from ..atoms.broadcasting import sum_to_shape
+from ..atoms.elementwise import Elementwise
+from ..atoms.indexing import hashable_key, numpy_key
+from ..expression import Constant, Data, Expression, Leaf, Parameter, Variable, postorder
+from .rules import RuleTable
 
 Shape = tuple[int, ...]
 
@@ -127,6 +140,11 @@ def as_scalar(value: Any) -> Any:
     return value
 
 
+def vectorize_sympy(func: Callable, *arrays: np.ndarray) -> np.ndarray:
+    """Apply a scalar sympy function entry-wise to object arrays (numpy broadcasting)."""
+    out = np.vectorize(func, otypes=[object])(*arrays)
+    return np.asarray(out, dtype=object)
+
 
 def symbol_names(leaves: list[Leaf]) -> dict[int, str]:
     """A distinct sympy name per leaf uid: the leaf as it renders (`w`, `c3.s`, data `X0`),
@@ -175,7 +193,7 @@ def to_sympy(expr: Expression, explicit: bool = False, symbols: dict | None = No
     import sympy
     symbols = {} if symbols is None else symbols
     memo: dict[int, Any] = {}
-    nodes = _postorder([expr])
+    nodes = postorder([expr])
     names = symbol_names([node for node in nodes if isinstance(node, Leaf)])
     for node in nodes:
         if isinstance(node, Leaf):
@@ -192,7 +210,345 @@ def to_sympy(expr: Expression, explicit: bool = False, symbols: dict | None = No
             continue
         args = [memo[id(a)] for a in node.args]
         if explicit:
-            memo[id(node)] = np.asarray(node.to_sympy_explicit(*args), dtype=object)
+            memo[id(node)] = np.asarray(EXPLICIT_RULES(node, *args), dtype=object)
         else:
-            memo[id(node)] = node.to_sympy(*args)
+            memo[id(node)] = SYMPY_RULES(node, *args)
     return memo[id(expr)]
+
+
+# ---- rules --------------------------------------------------------------------------------
+def _no_rule(form: str) -> Callable[[Any], Exception]:
+    return lambda node: NotImplementedError(f"{node.display} has no {form} sympy lowering")
+
+
+SYMPY_RULES = RuleTable(_no_rule("symbolic"))      # symbolic form: matrix expressions
+EXPLICIT_RULES = RuleTable(_no_rule("explicit"))   # explicit form: object arrays of scalars
+SCALAR_RULES = RuleTable(_no_rule("scalar"))       # the formula of an entry-wise atom on scalars
+sympy_rule, explicit_rule, scalar_rule = (SYMPY_RULES.register, EXPLICIT_RULES.register,
+                                          SCALAR_RULES.register)
+
+
+# -- scalar formulas (elementwise atoms; norms and squares of a scalar) --
+@scalar_rule(Exp)
+def _exp(node: Exp, x: Any) -> Any:
+    import sympy
+    return sympy.exp(x)
+
+
+@scalar_rule(Log)
+def _log(node: Log, x: Any) -> Any:
+    import sympy
+    return sympy.log(x)
+
+
+@scalar_rule(Power)
+def _power(node: Power, x: Any) -> Any:
+    import sympy
+    return x ** sympy.nsimplify(node.p)
+
+
+@scalar_rule(Sqrt)
+def _sqrt(node: Sqrt, x: Any) -> Any:
+    import sympy
+    return sympy.sqrt(x)
+
+
+@scalar_rule(Square, SumSquares)
+def _square(node: Square | SumSquares, x: Any) -> Any:
+    return x ** 2
+
+
+@scalar_rule(Abs, Norm1, Norm2)
+def _abs(node: Abs | Norm1 | Norm2, x: Any) -> Any:
+    import sympy
+    return sympy.Abs(x)
+
+
+@scalar_rule(Logistic)
+def _logistic(node: Logistic, x: Any) -> Any:
+    import sympy
+    return sympy.log(1 + sympy.exp(x))
+
+
+@scalar_rule(Pos)
+def _pos(node: Pos, x: Any) -> Any:
+    import sympy
+    return sympy.Max(x, 0)
+
+
+@scalar_rule(Huber)
+def _huber(node: Huber, x: Any) -> Any:
+    import sympy
+    M = sympy.nsimplify(node.M)
+    return sympy.Piecewise((x ** 2, sympy.Abs(x) <= M), (2 * M * sympy.Abs(x) - M ** 2, True))
+
+
+@scalar_rule(Maximum)
+def _maximum(node: Maximum, a: Any, b: Any) -> Any:
+    import sympy
+    return sympy.Max(a, b)
+
+
+@scalar_rule(Sigmoid)
+def _sigmoid(node: Sigmoid, x: Any) -> Any:
+    import sympy
+    return 1 / (1 + sympy.exp(-x))
+
+
+@scalar_rule(Sign)
+def _sign(node: Sign, x: Any) -> Any:
+    import sympy
+    return sympy.sign(x)
+
+
+@scalar_rule(Step)
+def _step(node: Step, x: Any) -> Any:
+    import sympy
+    return sympy.Heaviside(x, 0)
+
+
+@scalar_rule(Clip)
+def _clip(node: Clip, x: Any) -> Any:
+    import sympy
+    return sympy.Min(sympy.Max(x, node.lower), node.upper)
+
+
+# -- symbolic form --
+@sympy_rule(Atom)
+def _named(node: Atom, *args: Any) -> Any:
+    """`display(args)`, a scalar or a matrix expression of the atom's shape."""
+    return function(node.display, node.shape, *args)
+
+
+@sympy_rule(Elementwise, Maximum, SumSquares, Norm1, Norm2)
+def _entrywise(node: Atom, *args: Any) -> Any:
+    """The scalar formula on scalars, `display(args)` on matrices."""
+    if builtins.any(is_matrix(a) for a in args):
+        return _named(node, *args)
+    return SCALAR_RULES(node, *args)
+
+
+@sympy_rule(Power)
+def _hadamard_power(node: Power, x: Any) -> Any:
+    import sympy
+    if is_matrix(x):
+        return sympy.HadamardPower(x, sympy.nsimplify(node.p))
+    return SCALAR_RULES(node, x)
+
+
+@sympy_rule(Sum, LogSumExp)
+def _along_axis(node: Sum | LogSumExp, x: Any) -> Any:
+    return function(node.display, node.shape, x, *(() if node.axis is None else (node.axis,)))
+
+
+@sympy_rule(Add)
+def _add(node: Add, *args: Any) -> Any:
+    import sympy
+    if not node.shape:
+        return sympy.Add(*args)
+    return sympy.MatAdd(*[broadcast(v, a.shape, node.shape) for v, a in zip(args, node.args)])
+
+
+@sympy_rule(Neg)
+@explicit_rule(Neg)
+def _neg(node: Neg, x: Any) -> Any:
+    return -x
+
+
+@sympy_rule(Multiply)
+def _multiply(node: Multiply, a: Any, b: Any) -> Any:
+    import sympy
+    a, b = (as_scalar(v) if e.size == 1 else v for v, e in zip((a, b), node.args))
+    if is_matrix(a) and is_matrix(b):
+        return sympy.HadamardProduct(broadcast(a, node.args[0].shape, node.shape),
+                                     broadcast(b, node.args[1].shape, node.shape))
+    return a * b
+
+
+@sympy_rule(MatMul)
+def _matmul(node: MatMul, a: Any, b: Any) -> Any:
+    import sympy
+    a_vec, b_vec = node.args[0].ndim == 1, node.args[1].ndim == 1
+    if a_vec:
+        a = sympy.Transpose(a) if is_matrix(a) else a
+    out = sympy.MatMul(a, b) if (is_matrix(a) or is_matrix(b)) else a * b
+    if a_vec and not b_vec and is_matrix(out):
+        return sympy.Transpose(out)
+    if not node.shape:
+        return as_scalar(out)
+    return out
+
+
+@sympy_rule(Transpose)
+def _transpose(node: Transpose, x: Any) -> Any:
+    import sympy
+    return sympy.Transpose(x) if is_matrix(x) else x
+
+
+@sympy_rule(Index)
+def _index(node: Index, x: Any) -> Any:
+    if builtins.any(isinstance(k, tuple) or (isinstance(k, slice) and k.step < 0)
+                    for k in node.key) or not is_matrix(x):   # beyond sympy's slices
+        return function("index", node.shape, x, *map(str, hashable_key(node.key)))
+    key = node.key + (slice(None),) * (2 - len(node.key))   # vectors are n×1 columns
+    if node.args[0].ndim == 1:
+        key = (node.key[0], 0)
+    out = x[key]
+    if node.shape and len(node.shape) == 1 and isinstance(key[0], int):
+        import sympy
+        return sympy.Transpose(out)      # a row X[i, :] has our shape (n,): a column
+    return out
+
+
+@sympy_rule(Reshape)
+def _reshape(node: Reshape, x: Any) -> Any:
+    if len(node.target) <= 1 and node.args[0].ndim <= 1:
+        return x                          # (n,) ↔ (n,) or scalars: the same sympy object
+    return function("reshape", node.target, x)
+
+
+@sympy_rule(BroadcastTo)
+def _broadcast_to(node: BroadcastTo, x: Any) -> Any:
+    return broadcast(x, node.args[0].shape, node.target)
+
+
+@sympy_rule(QuadForm)
+def _quad_form(node: QuadForm, x: Any, P: Any) -> Any:
+    import sympy
+    return as_scalar(sympy.Transpose(x) * P * x) if is_matrix(x) else P * x ** 2
+
+
+# -- explicit form (numpy object arrays of sympy scalars) --
+@explicit_rule(Elementwise, Maximum)
+def _entry_by_entry(node: Atom, *args: np.ndarray) -> np.ndarray:
+    return vectorize_sympy(partial(SCALAR_RULES, node), *args)
+
+
+@explicit_rule(Add)
+def _add_explicit(node: Add, *args: np.ndarray) -> np.ndarray:
+    out = args[0]
+    for a in args[1:]:
+        out = out + a
+    return np.asarray(out, dtype=object)
+
+
+@explicit_rule(Multiply)
+def _multiply_explicit(node: Multiply, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.asarray(a * b, dtype=object)
+
+
+@explicit_rule(MatMul)
+def _matmul_explicit(node: MatMul, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.asarray(np.dot(a, b), dtype=object)
+
+
+@explicit_rule(Transpose)
+def _transpose_explicit(node: Transpose, x: np.ndarray) -> np.ndarray:
+    return x.T
+
+
+@explicit_rule(Index)
+def _index_explicit(node: Index, x: np.ndarray) -> np.ndarray:
+    return np.asarray(x[numpy_key(node.key)], dtype=object)
+
+
+@explicit_rule(IndexAdjoint)
+def _scatter_explicit(node: IndexAdjoint, g: np.ndarray) -> np.ndarray:
+    import sympy
+    out = np.full(node.target, sympy.Integer(0), dtype=object)
+    np.add.at(out, numpy_key(node.key), g)   # repeated indices accumulate, as in numeric
+    return out
+
+
+@explicit_rule(Reshape)
+def _reshape_explicit(node: Reshape, x: np.ndarray) -> np.ndarray:
+    return np.reshape(x, node.target)
+
+
+@explicit_rule(BroadcastTo)
+def _broadcast_to_explicit(node: BroadcastTo, x: np.ndarray) -> np.ndarray:
+    return np.asarray(np.broadcast_to(x, node.target), dtype=object)
+
+
+@explicit_rule(SumTo)
+def _sum_to_explicit(node: SumTo, x: np.ndarray) -> np.ndarray:
+    return sum_to_shape(x, node.target)
+
+
+@explicit_rule(Sum)
+def _sum_explicit(node: Sum, x: np.ndarray) -> np.ndarray:
+    return np.asarray(np.sum(x, axis=node.axis), dtype=object)
+
+
+@explicit_rule(Mean)
+def _mean_explicit(node: Mean, x: np.ndarray) -> np.ndarray:
+    import sympy
+    return np.asarray(np.sum(x, axis=node.axis) * sympy.Rational(1, node.count), dtype=object)
+
+
+@explicit_rule(GreaterEqual)
+def _greater_equal_explicit(node: GreaterEqual, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    import sympy
+    return vectorize_sympy(lambda u, v: sympy.Piecewise((1, u >= v), (0, True)), a, b)
+
+
+@explicit_rule(SumSquares)
+def _sum_squares_explicit(node: SumSquares, x: np.ndarray) -> np.ndarray:
+    return np.asarray(np.sum(x * x), dtype=object)
+
+
+@explicit_rule(Norm1)
+def _norm1_explicit(node: Norm1, x: np.ndarray) -> np.ndarray:
+    import sympy
+    return np.asarray(np.sum(vectorize_sympy(sympy.Abs, x)), dtype=object)
+
+
+@explicit_rule(Norm2)
+def _norm2_explicit(node: Norm2, x: np.ndarray) -> np.ndarray:
+    import sympy
+    return np.asarray(sympy.sqrt(np.sum(x * x)), dtype=object)
+
+
+@explicit_rule(NormInf)
+def _norm_inf_explicit(node: NormInf, x: np.ndarray) -> np.ndarray:
+    import sympy
+    return np.asarray(sympy.Max(*[sympy.Abs(e) for e in np.ravel(x)]), dtype=object)
+
+
+@explicit_rule(ArgmaxAbs)
+def _argmax_abs_explicit(node: ArgmaxAbs, x: np.ndarray) -> np.ndarray:
+    import sympy
+    flat = [sympy.Abs(e) for e in np.ravel(x)]
+    out = []
+    for j, e in enumerate(np.ravel(x)):   # sign(x_j) where |x_j| is the first largest
+        first = sympy.And(*[flat[j] > flat[i] for i in range(j)],
+                          *[flat[j] >= flat[i] for i in range(j + 1, len(flat))])
+        out.append(sympy.Piecewise((sympy.sign(e), first), (0, True)))
+    return np.array(out, dtype=object).reshape(np.shape(x))
+
+
+@explicit_rule(QuadForm)
+def _quad_form_explicit(node: QuadForm, x: np.ndarray, P: np.ndarray) -> np.ndarray:
+    return np.asarray(np.dot(x, np.dot(P, x)), dtype=object)
+
+
+@explicit_rule(LogSumExp)
+def _log_sum_exp_explicit(node: LogSumExp, x: np.ndarray) -> np.ndarray:
+    import sympy
+    out = np.apply_along_axis(lambda r: sympy.log(sympy.Add(*[sympy.exp(e) for e in r])),
+                              node.axis, x) if node.axis is not None else \
+        sympy.log(sympy.Add(*[sympy.exp(e) for e in np.ravel(x)]))
+    return np.asarray(out, dtype=object)
+
+
+@explicit_rule(Softmax)
+def _softmax_explicit(node: Softmax, x: np.ndarray) -> np.ndarray:
+    import sympy
+
+    def soft(r):
+        exps = [sympy.exp(e) for e in r]
+        total = sympy.Add(*exps)
+        return np.array([e / total for e in exps], dtype=object)
+    if node.axis is None:
+        return soft(np.ravel(x)).reshape(np.shape(x))
+    return np.apply_along_axis(soft, node.axis, x)

@@ -1,0 +1,102 @@
+"""Sums and means of the entries, in all or along one axis."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..expression import Constant, Expression, as_expr
+from .arithmetic import multiply
+from .base import INCREASING, Atom, sign_of
+from .broadcasting import broadcast_to
+from .linear import reshape
+
+
+def normalize_axis(axis: int | None, x: Expression) -> int | None:
+    """`axis` of `x` as a nonnegative int (None: all entries); a ShapeError when out of range."""
+    if axis is None:
+        return None
+    ndim = x.ndim
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"axis {axis!r} is out of range for {x} (shape {x.shape}, {ndim} "
+                         f"dimension{'s' if ndim != 1 else ''}); use None or an axis in "
+                         f"[{-ndim}, {max(ndim - 1, 0)}]")
+    return int(axis) % ndim if ndim else None
+
+
+def keep_reduced_axis(upstream: Expression, shape: tuple, axis: int | None) -> Expression:
+    """The adjoint of a reduction along `axis` of an argument of `shape`, with the reduced
+    axis kept as 1 so that it broadcasts back onto the argument."""
+    if axis is not None and axis > 0:
+        return reshape(upstream, shape[:axis] + (1,) + shape[axis + 1:])
+    return upstream
+
+
+class Sum(Atom):
+    display = "sum"
+
+    def __init__(self, x, axis=None):
+        self.axis = axis
+        super().__init__(x)
+
+    def shape_from_args(self):
+        shape = self.args[0].shape
+        if self.axis is None:
+            return ()
+        return shape[:self.axis] + shape[self.axis + 1:]
+
+    def params(self):
+        return (self.axis,)
+
+    def numeric(self, x):
+        return np.add.reduce(x, axis=self.axis)   # np.sum without its wrapper (same numbers)
+
+    def vjp(self, index, upstream):
+        shape = self.args[0].shape
+        return broadcast_to(keep_reduced_axis(upstream, shape, self.axis), shape)
+
+    def monotonicity(self, index):
+        return INCREASING
+
+    def sign(self):
+        return sign_of(self.args[0])
+
+    def render(self):
+        return f"sum({self.args[0]}{'' if self.axis is None else f', axis={self.axis}'})"
+
+
+def sum(x: Any, axis: int | None = None) -> Expression:  # noqa: A001 - numpy-style name
+    """Sum of the entries (optionally along one axis)."""
+    x = as_expr(x)
+    axis = normalize_axis(axis, x)
+    if x.shape == () and axis is None:
+        return x
+    return Sum(x, axis)
+
+
+def mean(x: Any, axis: int | None = None) -> Expression:
+    """Mean of the entries (optionally along one axis): `sum(x, axis) / count`."""
+    x = as_expr(x)
+    axis = normalize_axis(axis, x)
+    count = x.size if axis is None else x.shape[axis]
+    return Mean(x, axis, count)
+
+
+class Mean(Sum):
+    """`sum / count` kept as one node so it renders, lowers and prints as a mean."""
+
+    display = "mean"
+
+    def __init__(self, x, axis, count):
+        self.count = count
+        super().__init__(x, axis)
+
+    def numeric(self, x):
+        return np.add.reduce(x, axis=self.axis) / self.count   # what np.mean computes
+
+    def vjp(self, index, upstream):
+        return super().vjp(index, multiply(Constant(1.0 / self.count), upstream))
+
+    def render(self):
+        return f"mean({self.args[0]}{'' if self.axis is None else f', axis={self.axis}'})"
