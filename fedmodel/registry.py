@@ -42,9 +42,9 @@ def names(kind: str) -> list[str]:
 def lookup(kind: str, name: str) -> Callable[..., Any]:
     """The factory registered as `name` (case-insensitive), loading its entry point if needed."""
     _check_kind(kind)
-    key = name.lower() if isinstance(name, str) else name
+    key = name.lower() if isinstance(name, str) else None
     if key not in _REGISTERED[kind]:
-        found = [ep for ep in entry_points(group=GROUPS[kind]) if ep.name == key]
+        found = [ep for ep in entry_points(group=GROUPS[kind]) if key is not None and ep.name == key]
         if not found:
             known = names(kind)
             hint = "" if known else (" (none is installed: run `pip install -e .` so that the "
