@@ -32,6 +32,8 @@ Readings where the paper and its experiments differ (defaults: the paper's exper
 - `penalty_rule="paper"`: p = ‖u^{k+1} − u^k‖; "code": p = β‖u^{k+1} − u^k‖ (authors' code);
 - `memory=None`: δ = 0 for vanilla, 0.01 for In / InSa (as in the experiments).
 Algorithm 2 (In) has no body in the text; it is Algorithm 3 with β fixed (spec §2.4).
+The clients' steps are in `client`, InSa's rules and the safeguards in `insa`, FedADMM as
+ProxAL's subproblem solver in `composition`.
 """
 from __future__ import annotations
 
@@ -44,188 +46,16 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
-from fedmodel.runtime.ledger import MessageKind, procedure, register
-from fedmodel.runtime.program import NodeProgram, compile_programs
-from .base import Backend
-from .common import gather_values, local_curvature, progress, require_star
-from .watch import DivergenceWatch
+from fedmodel.runtime.program import compile_programs
+from ..base import Backend
+from ..common import gather_values, progress, require_star
+from ..watch import DivergenceWatch
+from . import client  # noqa: F401  (registers the client procedures)
+from .composition import solve_subproblem
+from .insa import sustained_growth
 
 
 LOCAL_SOLVERS = ("gd", "auto", "newton", "exact", "lbfgs")
-
-
-def sigma_bound(beta: float, c: float = 1.0) -> float:
-    """√2/(√2 + √(β/c)): the bound (3.8)/(3.9) on σ for strong-convexity constant c."""
-    return math.sqrt(2.0) / (math.sqrt(2.0) + math.sqrt(beta / c))
-
-
-def adapt_penalty(beta: float, primal: float, dual: float, mu: float, tau: float) -> float:
-    """(3.15): β·τ if d > μp; β/τ if p > μd; else β (p, d: the residuals (3.14))."""
-    if dual > mu * primal:
-        return beta * tau
-    if primal > mu * dual:
-        return beta / tau
-    return beta
-
-
-# ---- client-side procedures (run on the client; state in program.state["fedadmm"]) ------------
-_CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "local_steps": "1",
-           "inexact": "1", "sigma": "1", "sigma_factor": "1", "c": "1", "reference": "str",
-           "adaptive": "1", "mu": "1", "tau": "1", "penalty_rule": "str", "beta_min": "1", "beta_max": "1", "solver": "str", "start": "str",
-           "safe": "1"}
-
-
-@procedure("fedadmm_init", _CONFIG, {"w": "x", "beta": "1"})
-def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
-    """u_i^0 = z^0, λ_i^0 = 0 (the authors' code) or ∇f̃_i(z^0) ("gradient", used by ProxAL's
-    composition: the multiplier's value at a solution, λ_i* = ∇f̃_i(z*)); β_i^0."""
-    z = np.asarray(z, float)
-    old = program.state.get("fedadmm")
-    if beta is None:                  # keep an adapted β from a previous run (composition)
-        beta = old["beta"] if old else 1.0
-    lam = np.zeros_like(z)
-    if lam_start == "gradient":
-        lam = program.value_grad(z, program.y)[1][:program.n_shared] / alpha
-    s = {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha), **config, "last": {},
-         "auto_lr": config.get("lr") is None, "curvature": None}
-    if s["auto_lr"]:
-        # L̂_i of f̃_i = f_i/α_i near the start, once per run
-        s["curvature"] = local_curvature(program, np.concatenate([z, program.y]), s["alpha"])
-        s["lr"] = 1.0 / (s["curvature"] + float(beta))
-    program.state["fedadmm"] = s
-    return {"w": float(beta) * z - lam, "beta": float(beta)}   # the server's first cache entry
-
-
-def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """e_i^k at x = (u, y) (3.6): ∇f̃_i(u, y) − λ_i^k + β_i^k (u − z^k) (zero padding for y).
-    A client with local sets C_i (u ∈ C_i, projected): the projected-gradient mapping
-    (x − Π_C(x − η e))/η instead, which is e inside C_i away from its boundary and 0 exactly at
-    the constrained minimizer, so the criterion (3.7) and the step x − η·e keep their meaning."""
-    n = program.n_shared
-    g = program.value_grad(x[:n], x[n:])[1] / s["alpha"]
-    g[:n] += -s["lam"] + s["beta"] * (x[:n] - z)
-    if _projects(program):
-        # the proximal point itself is the next local step (`_gd_step`): x − η·e would only
-        # round-trip to it, and a second prox of it would soft-threshold twice
-        s["prox_point"] = program.apply_prox(x - s["lr"] * g, s["lr"] / s["alpha"])
-        g = (x - s["prox_point"]) / s["lr"]
-    return g
-
-
-def _projects(program: NodeProgram) -> bool:
-    """Whether the client's local solves are proximal: over sets C_i (simple constraints on the
-    shared variables compiled as projections: `compile_programs(client_sets=True)`) and/or with
-    a λ‖w‖₁ term (its prox, soft-thresholding, in place of the projection)."""
-    return bool(program.merit_ir.prox_terms)
-
-
-def _penalty(program: NodeProgram):
-    """The client's current β_i and step η_i (None before its first round): reporting, and
-    ProxAL's composition carrying β_i from one subproblem to the next."""
-    s = program.state.get("fedadmm", {})
-    return {"beta": s.get("beta"), "lr": s.get("lr")}
-
-
-register(MessageKind("fedadmm_beta", {}, {"beta": "1", "lr": "1"}, local=True), _penalty)
-
-
-@procedure("fedadmm_round", {"z": "x"}, {"w": "x", "beta": "1", "steps": "1", "drift": "1"})
-def _round(program: NodeProgram, z):
-    """One client update of Algorithm 1 / 3 at the received z^k; replies w_i and β_i^k.
-    A diverging local run (lr too large) replies NaN; the server stops with status "diverged"."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return _client_update(program, program.state["fedadmm"], np.asarray(z, float))
-
-
-def _solve(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, tol: float, cap: int):
-    """argmin_u L_{β_i}(u, λ_i, z) by the node's own solver (Newton / exact / L-BFGS) to
-    ‖e‖∞ ≤ tol, from α_i·L = P_i(u, y) − α_iλ_iᵀu + (α_iβ_i/2)‖u − z‖² (+ const); ‖e‖₂ ≤ √N‖e‖∞."""
-    n, alpha = program.n_shared, s["alpha"]
-    program.y = x[n:].copy()
-    method = "prox" if _projects(program) else s["solver"]     # Newton etc. do not project
-    out = program.solve_local(linear=-alpha * s["lam"], weight=alpha * s["beta"], anchor=z, x0=x[:n],
-                              tol=alpha * tol, method=method, max_steps=cap)
-    x = np.concatenate([out["x"], program.y])
-    return x, _residual(program, s, x, z), int(out["steps"])
-
-
-def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.ndarray):
-    """One local step x − η e (2.9). Safeguard (`safe`): for a convex L-smooth L_β, gradient
-    descent with η ≤ 2/(L̃+β) never increases ‖e‖ (co-coercivity), so a step that does proves η
-    too large: it is rejected and η_i halved for this and later rounds (the paper has no such
-    test; a too-large η makes the local run, and then the whole run, diverge)."""
-    # the proximal point prox(x − η∇) that `_residual` computed with e at this x: feasible to
-    # the last bit (a set), exact zeros (λ‖w‖₁)
-    x_new = s["prox_point"] if _projects(program) else x - s["lr"] * e
-    e_new = _residual(program, s, x_new, z)
-    if s["safe"]:
-        norm, norm_new = float(np.linalg.norm(e)), float(np.linalg.norm(e_new))
-        if not (norm_new <= norm * (1 + 1e-9) + 1e-300):
-            s["lr"] *= 0.5
-            if s["curvature"] is not None:       # the automatic step keeps η = 1/(L̂ + β)
-                s["curvature"] = max(s["curvature"], 1.0 / s["lr"] - s["beta"])
-            # the projected mapping depends on η (for a smooth client it does not)
-            return x, (_residual(program, s, x, z) if _projects(program) else e)
-    return x_new, e_new
-
-
-def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
-    z = np.asarray(z, float)
-    n = program.n_shared
-    beta, cap = s["beta"], int(s["local_steps"])
-    # û := z^k (Algorithms 1, 3) or u_i^k (`local_start="u"`); private variables: their last value
-    x = np.concatenate([z if s["start"] == "z" else s["u"], program.y])
-    e = _residual(program, s, x, z)
-    steps, bound = 0, None
-    if s["inexact"]:
-        sigma = s["sigma"] if s["sigma"] is not None else \
-            s["sigma_factor"] * sigma_bound(beta, s["c"])                        # (3.9)/(3.18)
-        if s["reference"] == "z":                                                # Remark 3.4
-            ref = float(np.linalg.norm(e))
-        else:                                                                    # (3.7): u_i^k
-            ref = float(np.linalg.norm(_residual(program, s, np.concatenate([s["u"], program.y]), z)))
-            if _projects(program):       # the next step needs x's proximal point, not u's
-                e = _residual(program, s, x, z)
-        bound = sigma * ref
-        if s["solver"] != "gd":
-            x, e, steps = _solve(program, s, x, z, bound / math.sqrt(x.size), cap)
-        while float(np.linalg.norm(e)) > bound and steps < cap:   # test, then step (spec §2.3)
-            x, e = _gd_step(program, s, x, e, z)                  # (2.9): the residual is the step
-            steps += 1
-    elif s["solver"] != "gd":                                     # exact ADMM (2.8a)
-        x, e, steps = _solve(program, s, x, z, 1e-10, cap)
-    else:
-        for _ in range(cap):                                      # E steps of (2.9)
-            x, e = _gd_step(program, s, x, e, z)
-            steps += 1
-    if not np.all(np.isfinite(x)):
-        return {"w": np.full(n, np.nan), "beta": beta, "steps": steps, "drift": math.inf}
-    u = x[:n]
-    program.y = x[n:].copy()
-    lam = s["lam"] - beta * (u - z)                                              # (2.8b)
-    w = beta * u - lam
-    primal = float(np.linalg.norm(u - s["u"]))                                   # (3.14a)
-    dual = float(np.linalg.norm(u - z))                                          # (3.14b)
-    s["last"] = {"steps": steps, "bound": bound, "residual": float(np.linalg.norm(e)) if s["inexact"]
-                 else None, "beta": beta, "primal": primal, "dual": dual}
-    if s["adaptive"]:
-        s["beta"] = _adapt(s, beta, primal, dual, scale=float(np.max(np.abs(z), initial=1.0)))
-    s["u"], s["lam"] = u.copy(), lam
-    return {"w": w, "beta": beta, "steps": steps, "drift": float(np.max(np.abs(u - z), initial=0.0))}
-
-
-def _adapt(s: dict, beta: float, primal: float, dual: float, scale: float) -> float:
-    """β_i^{k+1} by (3.15) within `beta_range`. Safeguards (`safe`): residuals at round-off
-    (both ≤ 1e-12·max(1, ‖z‖∞)) leave β alone (their ratio is noise: the paper's rule then
-    drifts β to 1e-27 or 1e+30); with the automatic η, η follows β: η = 1/(L̂ + β) (with the
-    user's η, a β that makes the local steps unstable is caught by `_gd_step`, which halves η)."""
-    if s["safe"] and max(primal, dual) <= 1e-12 * scale:
-        return beta
-    p = beta * primal if s["penalty_rule"] == "code" else primal
-    new = float(np.clip(adapt_penalty(beta, p, dual, s["mu"], s["tau"]), s["beta_min"], s["beta_max"]))
-    if s["auto_lr"]:
-        s["lr"] = 1.0 / (s["curvature"] + new)
-    return new
 
 
 # ---- the backend ------------------------------------------------------------------------------
@@ -345,33 +175,14 @@ class FedADMM(Backend):
                                 f"got {self.alpha!r}")
         return raw / raw.sum()
 
-    def _check_model(self, problem, programs) -> None:
-        """Clients: smooth objectives, and constraints only simple sets on the shared variables
-        (‖·‖₂/‖·‖₁/‖·‖∞ balls, bounds: projected in the local solves), at most one ball per
-        variable (a ball with other sets: their projections in sequence are not the projection
-        onto the intersection; bounds and ‖·‖∞ balls are intervals per coordinate, where they are)."""
-        for client in problem.clients:
-            program = programs[client.name]
-            if program.constraints:       # what the compiler could not make a projection
-                raise FedModelError(
-                    f"FedADMM handles client constraints only as projections (norm balls, bounds, "
-                    f"nonnegativity on shared variables); client {client.name!r} has "
-                    f"{[c.name for c in program.constraints]}. Use "
-                    "backends.ProxAL(inner=backends.FedADMM(...)) (constraints by a proximal AL, "
-                    "FedADMM on its subproblems) or backends.ProxAL / DALD")
-            sets = [t for t in program.merit_ir.prox_terms if t.constraint is not None]
-            for var in {t.variable.uid: t.variable for t in sets}.values():
-                mine = [t for t in sets if t.variable is var]
-                if len(mine) > 1 and any(t.kind in ("ball2", "ball1") for t in mine):
-                    raise FedModelError(
-                        f"client {client.name!r} has {[t.label for t in mine]} on {var.name!r}: FedADMM "
-                        "projects onto one norm ball per variable and client (alone, or bounds); put "
-                        "the other set on another client or use backends.ProxAL(inner=backends.FedADMM(...))")
-        if programs["server"].constraints:
-            raise FedModelError(
-                f"FedADMM's server step handles only constraints it can project on (bounds, a norm "
-                f"ball, nonnegativity); the server has {[c.name for c in programs['server'].constraints]}. "
-                "Use backends.ProxAL(inner=backends.FedADMM(...)) or backends.ProxAL")
+    def _check_model(self, ex) -> None:
+        """Refuse a model FedADMM cannot run — client constraints that are not simple sets on the
+        shared variables, two norm balls on one variable, server constraints — as each node
+        reports it (local request "fedadmm_refusal", `client._refusal`); clients first."""
+        replies = ex.map("fedadmm_refusal", {node: {} for node in ex.clients + ["server"]})
+        for reply in replies.values():
+            if reply["refusal"]:
+                raise FedModelError(reply["refusal"])
 
     def _client_config(self, z, alpha_i, beta, lam_start="zero") -> dict:
         return {"z": z, "beta": beta, "alpha": float(alpha_i), "lam_start": lam_start, "lr": self.lr,
@@ -396,12 +207,15 @@ class FedADMM(Backend):
         require_star(problem, topology, self.name)
         if not problem.clients:
             raise FedModelError("FedADMM needs at least one client")
-        programs = compile_programs(problem, client_sets=True)   # clients project onto their sets
-        self._check_model(problem, programs)
-        alpha = self._weights(problem)
-        ex = make_executor(executor).start(programs)
-        d = programs["server"].n_shared
-        z = np.zeros(d) if self.w0 is None else _start_point(self.w0, d)
+        # clients project onto their sets in their local solves
+        ex = make_executor(executor).start(compile_programs(problem, client_sets=True))
+        try:
+            self._check_model(ex)
+            alpha = self._weights(problem)
+            z = np.zeros(ex.model_size) if self.w0 is None else _start_point(self.w0, ex.model_size)
+        except FedModelError:
+            ex.close()
+            raise
         bar = progress(self.max_rounds, verbose, self.variant)
         try:
             info = {"variant": self.variant, "alpha": alpha, "memory": self.memory}
@@ -440,7 +254,7 @@ class FedADMM(Backend):
         betas = np.array([first[c]["beta"] for c in clients], float)
         b_cache = betas.copy()
         size = max(1, math.ceil(self.participation * m))
-        has_server_step = stop is not None or _server_has_terms(ex.programs["server"])
+        has_server_step = stop is not None or _needs_server_solve(ex)
         history, status, total_steps, elapsed = [], "max_iterations", 0, 0.0
         watch = DivergenceWatch(self.variant, hint=self._hint())
         saved = checkpointer.restore(ex)
@@ -503,82 +317,14 @@ class FedADMM(Backend):
             checkpointer.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
                                   "total_steps": total_steps, "elapsed": elapsed,
                                   "rng": rng.bit_generator.state, "watch": dict(watch.smallest)})
-        if status == "max_iterations" and stop is None and _sustained_growth(history, watch):
+        if status == "max_iterations" and stop is None and sustained_growth(history, watch):
             status = watch.report({} if info is None else info)
         return z, history, status, total_steps
 
-
     # ---- composition: FedADMM as ProxAL's subproblem solver -------------------------------------
     def solve_subproblem(self, ex, w: np.ndarray, tau: float, rho: dict) -> tuple[np.ndarray, list, dict]:
-        """Step 3 of ProxAL's Algorithm 1: w^{k+1} ≈ argmin ℓ_k = Σ_{i=0}^n P_{i,k} (+ h), by
-        FedADMM rounds on the merit functions P_{i,k} that ProxAL has configured on the nodes
-        (client i's local function is P_{i,k}/α_i; the server's P_0 + h enter the z-step (3.2)),
-        started at z^0 = w^k with λ_i^0 = ∇P_{i,k}(w^k)/α_i and, for InSa, the β_i adapted in
-        the previous subproblems.
-
-        Certificate (returned per round in `trace`; the loop stops once it is ≤ τ_k): at the new
-        z with the clients' private variables y_i,
-            max(‖Σ_{i≥1} ∇_x P_i(z, y_i) − W (z − z̄)‖∞ + r_0, max_i ‖∇_y P_i(z, y_i)‖∞),
-        where z = argmin P_0 + h + (W/2)‖· − z̄‖² up to the server solve's residual r_0, so
-        −W(z − z̄) + r ∈ ∇P_0(z) + ∂h(z) with ‖r‖∞ ≤ r_0: the certificate bounds
-        dist∞(0, ∂ℓ_k(z, y)) from above, which is what Theorem 4.1 and ProxAL's stop (11) need.
-        It costs one gradient of P_i per client and round (message `fedadmm_certificate`).
-        `rho` (ProxAL's ADMM penalties) is returned unchanged: FedADMM uses its own β."""
-        clients = ex.clients
-        if isinstance(self.alpha, str) and self.alpha != "uniform":
-            raise FedModelError("inside ProxAL, FedADMM's alpha must be 'uniform' or numbers "
-                                f"(got {self.alpha!r})")
-        m = len(clients)
-        alpha = np.full(m, 1.0 / m) if isinstance(self.alpha, str) else np.asarray(self.alpha, float) / np.sum(self.alpha)
-        keep = all(r["beta"] is not None for r in ex.map("fedadmm_beta", {c: {} for c in clients}).values())
-        trace: list[float] = []
-
-        def certified(z, record, z_bar, weight, residual) -> bool:
-            replies = ex.map("fedadmm_certificate", {c: {"x": z} for c in clients})
-            g = sum(r["grad"] for r in replies.values()) - weight * (z - z_bar)
-            private = max([r["private"] for r in replies.values()], default=0.0)
-            certificate = max(float(np.max(np.abs(g), initial=0.0)) + residual, private)
-            record["certificate"] = certificate
-            trace.append(certificate)
-            return certificate <= tau
-
-        from .common import _Silent
-        info: dict = {}
-        z, history, status, steps = self._rounds(ex, np.asarray(w, float), alpha, self.max_rounds, None,
-                                                 _Silent(), lam_start="zero",
-                                                 keep_beta=keep and self.adaptive, stop=certified,
-                                                 report=False, server_tol=max(self.server_tol, 0.01 * tau),
-                                                 info=info)
-        if getattr(self, "_executor", None) is not ex:     # a new ProxAL solve: a fresh log
-            self._executor, self.subproblem_log = ex, []
-        self.subproblem_log.append({"tau": tau, "rounds": len(history), "local_steps": steps,
-                                    "certificate": trace[-1] if trace else np.inf,
-                                    "solved": status == "converged", "diverged": info.get("diverged")})
-        return z, trace or [np.inf], rho
-
-
-@procedure("fedadmm_certificate", {"x": "x"}, {"grad": "x", "private": "1"})
-def _certificate(program: NodeProgram, x):
-    """∇_x P_i(x, y_i) and ‖∇_y P_i(x, y_i)‖∞ at the client's current private variables."""
-    g = program.value_grad(np.asarray(x, float), program.y)[1]
-    return {"grad": g[:program.n_shared], "private": float(np.max(np.abs(g[program.n_shared:]), initial=0.0))}
-
-
-def _sustained_growth(history: list[dict], watch: DivergenceWatch, window: int = 20,
-                      factor: float = 2.0) -> bool:
-    """A run that hit max_rounds while diverging slowly (below the watch's 1e6-fold test): the
-    round's change ‖z^{k+1} − z^k‖∞ rose in every one of the last `window` rounds, by ≥ `factor`
-    overall. Sets `watch.message`; a converging run's changes do not rise like that."""
-    changes = [r["z_change"] for r in history[-window - 1:]]
-    if len(changes) <= window or not all(b > a for a, b in zip(changes, changes[1:])):
-        return False
-    if changes[-1] < factor * changes[0]:
-        return False
-    watch.message = (f"{watch.backend} diverged at iteration {history[-1]['round']}: the change "
-                     f"‖z^(k+1) − z^k‖∞ rose in each of the last {window} rounds, "
-                     f"{changes[-1] / changes[0]:.3g}-fold to {changes[-1]:.3g} (sustained growth); "
-                     f"{watch.hint}")
-    return True
+        """Step 3 of ProxAL's Algorithm 1 by FedADMM rounds (`composition.solve_subproblem`)."""
+        return solve_subproblem(self, ex, w, tau, rho)
 
 
 def _positive(value) -> bool:
@@ -595,9 +341,8 @@ def _start_point(w0, d: int) -> np.ndarray:
     return z
 
 
-def _server_has_terms(server: NodeProgram) -> bool:
-    """Whether the z-step needs the server's own solve (terms, prox terms, projections)."""
-    from fedmodel.expression import Constant
-    m = server.merit_ir
-    empty = isinstance(m.objective, Constant) and not np.any(m.objective.value)
-    return bool(m.prox_terms or server.constraints or not empty)
+def _needs_server_solve(ex) -> bool:
+    """Whether the z-step needs the server's own solve (3.2) — server terms, prox terms or
+    projections — or is (3.1b) itself, as the server reports (local request "node_terms")."""
+    held = ex.call("server", "node_terms")
+    return bool(held["prox_terms"] or held["constraints"] or held["objective"])

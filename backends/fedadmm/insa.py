@@ -1,0 +1,58 @@
+"""FedADMM-InSa's self-adaptive rules (Song, Wang, Zuazua, arXiv 2402.13989; equation numbers:
+that paper) and the safeguards around them (docs/fedadmm.md): the inexactness bound σ (3.9)/(3.18),
+the penalty rule (3.15) and its application within `beta_range`, and the server's test for a run
+that diverges too slowly for the divergence watch."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..watch import DivergenceWatch
+
+
+def sigma_bound(beta: float, c: float = 1.0) -> float:
+    """√2/(√2 + √(β/c)): the bound (3.8)/(3.9) on σ for strong-convexity constant c."""
+    return math.sqrt(2.0) / (math.sqrt(2.0) + math.sqrt(beta / c))
+
+
+def adapt_penalty(beta: float, primal: float, dual: float, mu: float, tau: float) -> float:
+    """(3.15): β·τ if d > μp; β/τ if p > μd; else β (p, d: the residuals (3.14))."""
+    if dual > mu * primal:
+        return beta * tau
+    if primal > mu * dual:
+        return beta / tau
+    return beta
+
+
+def adapt(s: dict, beta: float, primal: float, dual: float, scale: float) -> float:
+    """β_i^{k+1} by (3.15) within `beta_range`. Safeguards (`safe`): residuals at round-off
+    (both ≤ 1e-12·max(1, ‖z‖∞)) leave β alone (their ratio is noise: the paper's rule then
+    drifts β to 1e-27 or 1e+30); with the automatic η, η follows β: η = 1/(L̂ + β) (with the
+    user's η, a β that makes the local steps unstable is caught by `client._gd_step`, which
+    halves η)."""
+    if s["safe"] and max(primal, dual) <= 1e-12 * scale:
+        return beta
+    p = beta * primal if s["penalty_rule"] == "code" else primal
+    new = float(np.clip(adapt_penalty(beta, p, dual, s["mu"], s["tau"]), s["beta_min"], s["beta_max"]))
+    if s["auto_lr"]:
+        s["lr"] = 1.0 / (s["curvature"] + new)
+    return new
+
+
+def sustained_growth(history: list[dict], watch: DivergenceWatch, window: int = 20,
+                     factor: float = 2.0) -> bool:
+    """A run that hit max_rounds while diverging slowly (below the watch's 1e6-fold test): the
+    round's change ‖z^{k+1} − z^k‖∞ rose in every one of the last `window` rounds, by ≥ `factor`
+    overall. Sets `watch.message`; a converging run's changes do not rise like that."""
+    changes = [r["z_change"] for r in history[-window - 1:]]
+    if len(changes) <= window or not all(b > a for a, b in zip(changes, changes[1:])):
+        return False
+    if changes[-1] < factor * changes[0]:
+        return False
+    watch.message = (f"{watch.backend} diverged at iteration {history[-1]['round']}: the change "
+                     f"‖z^(k+1) − z^k‖∞ rose in each of the last {window} rounds, "
+                     f"{changes[-1] / changes[0]:.3g}-fold to {changes[-1]:.3g} (sustained growth); "
+                     f"{watch.hint}")
+    return True
+
