@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from ..expression import Expression, Shape, as_expr, evaluate
 
 __all__ = ["AFFINE", "CONCAVE", "CONVEX", "DECREASING", "INCREASING", "NONMONOTONE", "UNKNOWN",
-           "Atom", "broadcast_shapes", "constant_value", "even_monotonicity", "sign_of"]
+           "Atom", "Retarget", "broadcast_shapes", "constant_value", "even_monotonicity", "sign_of"]
 
 
 class Atom(Expression):
@@ -65,6 +65,24 @@ class Atom(Expression):
         clone.args = tuple(args)
         clone.shape = clone.shape_from_args()
         return clone
+
+
+class Retarget(Atom):
+    """A linear map of its argument onto the shape `target` (reshape, broadcast, the sum
+    back over broadcast axes): increasing in its argument."""
+
+    def __init__(self, x: Any, shape: Shape):
+        self.target = shape
+        super().__init__(x)
+
+    def shape_from_args(self) -> Shape:
+        return self.target
+
+    def params(self) -> tuple:
+        return (self.target,)
+
+    def monotonicity(self, index: int) -> str:
+        return INCREASING
 
 
 def broadcast_shapes(a: Expression, b: Expression, op: str) -> Shape:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..expression import Constant, Expression, Shape, as_expr
 from ..errors import ShapeError
-from .base import INCREASING, Atom, sign_of
+from .base import Retarget, sign_of
 
 
 def broadcastable(a: Shape, b: Shape) -> bool:
@@ -23,27 +23,14 @@ def broadcastable(a: Shape, b: Shape) -> bool:
         return False
 
 
-class BroadcastTo(Atom):
+class BroadcastTo(Retarget):
     display = "broadcast"
-
-    def __init__(self, x, shape):
-        self.target = shape
-        super().__init__(x)
-
-    def shape_from_args(self):
-        return self.target
-
-    def params(self):
-        return (self.target,)
 
     def numeric(self, x):
         return np.broadcast_to(x, self.target)
 
     def vjp(self, index, upstream):
         return sum_to(upstream, self.args[0].shape)
-
-    def monotonicity(self, index):
-        return INCREASING
 
     def sign(self):
         return sign_of(self.args[0])
@@ -64,30 +51,17 @@ def broadcast_to(x: Any, shape: Shape) -> Expression:
     return BroadcastTo(x, shape)  # scalars stay lazy so `multiply` can drop the broadcast
 
 
-class SumTo(Atom):
+class SumTo(Retarget):
     """Sum over broadcast axes back to `shape` (the adjoint of broadcasting); internal."""
 
     display = "sum_to"
     internal = True
-
-    def __init__(self, x, shape):
-        self.target = shape
-        super().__init__(x)
-
-    def shape_from_args(self):
-        return self.target
-
-    def params(self):
-        return (self.target,)
 
     def numeric(self, x):
         return sum_to_shape(np.asarray(x), self.target)
 
     def vjp(self, index, upstream):
         return broadcast_to(upstream, self.args[0].shape)
-
-    def monotonicity(self, index):
-        return INCREASING
 
 
 def sum_to_shape(x: np.ndarray, shape: Shape) -> np.ndarray:

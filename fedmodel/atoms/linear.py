@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..expression import Expression, as_expr, as_shape
 from .arithmetic import Add, Multiply, Neg, Product, multiply
-from .base import INCREASING, Atom, sign_of
+from .base import INCREASING, Atom, Retarget, sign_of
 
 
 def operand_text(expr: Expression) -> str:
@@ -98,27 +98,14 @@ def transpose(x: Any) -> Expression:
 
 
 # ------------------------------------------------------------------------------------------
-class Reshape(Atom):
+class Reshape(Retarget):
     display = "reshape"
-
-    def __init__(self, x, shape):
-        self.target = shape
-        super().__init__(x)
-
-    def shape_from_args(self):
-        return self.target
-
-    def params(self):
-        return (self.target,)
 
     def numeric(self, x):
         return np.reshape(x, self.target)
 
     def vjp(self, index, upstream):
         return reshape(upstream, self.args[0].shape)
-
-    def monotonicity(self, index):
-        return INCREASING
 
     def sign(self):
         return sign_of(self.args[0])
