@@ -20,7 +20,7 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import NodeProgram
 from .base import Backend
 from .common import gather_values
-from .proxal_outer import check_options, conclude, next_beta, start_point, verdict, violated_constraints
+from .proxal_outer import check_options, diagnose, next_beta, start_point
 from .watch import DivergenceWatch
 
 # The paper's cProx-AL setting (β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3), fixed β): `CentralizedProxAL.paper()`.
@@ -97,9 +97,8 @@ class CentralizedProxAL(Backend):
             if dw + beta * tau <= beta * self.eps1 and change["dmu"] <= beta * self.eps2:   # (11)
                 status = "converged"
                 break
-            found = verdict(history, self.beta_growth, self.beta_max, self.eps1, self.eps2)
+            found = diagnose(self, history, ex, w, info)       # infeasible, stalled, unbounded
             if found:
-                conclude(found, history, violated_constraints(ex, w, self.eps2), info)
                 status = found
                 break
             last_change, beta = change["dmu"] / beta, next_beta(beta, change["dmu"] / beta, last_change,

@@ -50,7 +50,7 @@ from . import proxal_nodes  # noqa: F401  (registers the client procedures of Al
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend
 from .common import check_choice, check_count, check_number, gather_values, progress, require_star
-from .proxal_outer import check_options, conclude, next_beta, start_point, verdict, violated_constraints
+from .proxal_outer import check_options, diagnose, next_beta, start_point
 from .watch import DivergenceWatch
 
 
@@ -201,9 +201,8 @@ class ProxAL(Backend):
             if solved and dw + beta * tau <= beta * self.eps1 and dmu <= beta * self.eps2:
                 status = "converged"
                 break
-            found = verdict(history, self.beta_growth, self.beta_max, self.eps1, self.eps2)
+            found = diagnose(self, history, ex, w, info)       # infeasible, stalled, unbounded
             if found:
-                conclude(found, history, violated_constraints(ex, w, self.eps2), info)
                 status = found
                 break
             change = dmu / beta                    # the constraint change, ≈ the violation

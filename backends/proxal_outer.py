@@ -111,15 +111,20 @@ def _violations(program: NodeProgram, x, tol=0.0):
     return {"violated": program.violations(x, tol)}
 
 
-def violated_constraints(ex, x: np.ndarray, tol: float) -> dict[str, float]:
-    """Every node's constraints violated by more than `tol` at x (rendered form → violation),
-    asked through the executor (message "proxal_violations")."""
-    replies = ex.map("proxal_violations", {node: {"x": x, "tol": tol} for node in ex.nodes})
-    return {name: v for r in replies.values() for name, v in r["violated"].items()}
+def diagnose(backend, history: list[dict], ex, x: np.ndarray, info: dict) -> str | None:
+    """The verdict on the run so far (`verdict`, with the backend's β growth and tolerances);
+    when there is one, `info` says why and names every node's constraints violated at x."""
+    found = verdict(history, backend.beta_growth, backend.beta_max, backend.eps1, backend.eps2)
+    if found:
+        replies = ex.map("proxal_violations", {node: {"x": x, "tol": backend.eps2} for node in ex.nodes})
+        violated = {name: v for r in replies.values() for name, v in r["violated"].items()}
+        _conclude(found, history, violated, info)
+    return found
 
 
-def conclude(status: str, history: list[dict], violated: dict[str, float], info: dict) -> None:
-    """info[status] (a readable message) and info["violated"] for a detected verdict; warns."""
+def _conclude(status: str, history: list[dict], violated: dict[str, float], info: dict) -> None:
+    """info[status] (a readable message) and info["violated"] for a detected verdict; warns,
+    attributed to the caller of the backend's `run`."""
     last = history[-1]
     message = VERDICTS[status].format(v=last["violation"], k=len(history), o=last["objective"])
     info[status] = f"stopped after {len(history)} outer iterations: {message}"
@@ -127,4 +132,4 @@ def conclude(status: str, history: list[dict], violated: dict[str, float], info:
         info["violated"] = dict(sorted(violated.items(), key=lambda item: -item[1]))
         info[status] += "; violated: " + ", ".join(f"{name} (by {v:.3g})" for name, v in
                                                     list(info["violated"].items())[:5])
-    warnings.warn(info[status], RuntimeWarning, stacklevel=3)
+    warnings.warn(info[status], RuntimeWarning, stacklevel=4)
