@@ -1,4 +1,4 @@
-"""Group requests (`Executor.map_stacked`), batched Fed-DALD-DC sweeps (`Executor.sweep`), the
+"""Group requests (`Executor.map_stacked`), batched Fed-DALD-DC sweeps (`dald_dc_sweep`), the
 ledger's booking from a count, and the zero-parameter variant of `BatchedPlan`: the same
 numbers, checks and ledger as the per-node messages."""
 import pickle
@@ -143,7 +143,7 @@ def test_dc_sweep_is_batched_and_equals_the_node_by_node_sweep(topology, options
     ex = BatchedExecutor()
     batched = prob.solve(algo(), topology=G, executor=ex)
     _assert_same(serial, batched)
-    assert ex.stats[("dald_dc_solve", "batched")] > 0
+    assert ex.stats[("dald_dc_sweep", "batched")] > 0
     if "coordination" not in options:     # (a partial sweep of one node goes node by node)
         assert ex.stats[("dald_dc_solve", "serial")] == 0
     assert ex.stats[("dald_dc_dual", "batched")] == 30 * 7
@@ -165,7 +165,7 @@ def test_dc_sweep_with_per_coordinate_rho_and_a_box_equals_the_node_by_node_swee
     ex = BatchedExecutor()
     batched = prob.solve(algo(), topology=G, executor=ex)
     _assert_same(serial, batched)
-    assert ex.stats[("dald_dc_solve", "batched")] == 25 * 6 and ex.stats[("dald_dc_solve", "serial")] == 0
+    assert ex.stats[("dald_dc_sweep", "batched")] == 25 * 6 and ex.stats[("dald_dc_solve", "serial")] == 0
     assert max(np.max(v) for v in batched.values.values()) <= 0.3 + 1e-12
 
 
@@ -177,7 +177,7 @@ def test_dc_sweep_with_several_local_steps_takes_the_node_by_node_path():
     ex = BatchedExecutor()
     batched = prob.solve(algo, topology=topologies.path(prob), executor=ex)
     _assert_same(serial, batched)
-    assert ex.stats[("dald_dc_solve", "batched")] == 0     # W = 2: ∇P depends on the neighbours
+    assert ex.stats[("dald_dc_sweep", "batched")] == 0     # W = 2: ∇P depends on the neighbours
 
 
 # ---- reporting every k-th iteration ------------------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import backends
-import backends.dald  # noqa: F401  (registers the DALD procedures)
+from backends.dald.dc import GaussSeidelSweep   # (importing backends.dald registers its node steps)
 import topologies
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.executor import SerialExecutor
@@ -214,11 +214,11 @@ def test_dc_sweeps_are_written_back_at_close():
         neighbors = _dc_start(ex, clients, graph)
         opts = {**SOLVE, "step": 0.05, "local_steps": 1}
         for sweep in (clients, clients[1:4]):
-            ex.sweep("dald_dc_solve", [[c] for c in sweep], opts, "dald_dc_receive", neighbors)
+            GaussSeidelSweep(ex, neighbors)([[c] for c in sweep], opts)
             if sweep is clients:
                 ex.map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
         if isinstance(ex, BatchedExecutor):
-            assert ex.stats[("dald_dc_solve", "batched")] == len(clients) + 3
+            assert ex.stats[("dald_dc_sweep", "batched")] == len(clients) + 3
             assert all(ex.programs[c].holder is ex.groups[0] for c in clients)
             x, ends, solved = _dc_view(ex.programs, clients)
             assert all(not np.any(v) for v in x.values())          # still x0: not handed over
@@ -256,7 +256,7 @@ def test_dc_solve_leaves_consistent_node_state():
                                                                 for p in ex.programs.values()
                                                                 if p.role == "client")))
     assert held == [True] * 12
-    assert ex.stats[("dald_dc_solve", "batched")] == ex.stats[("dald_dc_dual", "batched")] == 12 * 6
+    assert ex.stats[("dald_dc_sweep", "batched")] == ex.stats[("dald_dc_dual", "batched")] == 12 * 6
     multipliers = serial.info["consensus_multipliers"]
     assert max(np.abs(m).max() for m in multipliers.values()) > 0.001
     for name in ex.clients:
@@ -290,16 +290,16 @@ def test_dc_two_batched_executors_on_the_same_programs():
 
     def run(first, second, clients):
         neighbors = _dc_start(first, clients, _path(clients))
-        first.sweep("dald_dc_solve", [[c] for c in clients], DC_STEP, "dald_dc_receive", neighbors)
+        GaussSeidelSweep(first, neighbors)([[c] for c in clients], DC_STEP)
         first.map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
-        second.sweep("dald_dc_solve", [[c] for c in clients], DC_STEP, "dald_dc_receive", neighbors)
+        GaussSeidelSweep(second, neighbors)([[c] for c in clients], DC_STEP)
         first.map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
         first.close()
         second.close()
     programs = compile_programs(prob)
     first, second = BatchedExecutor().start(programs), BatchedExecutor().start(programs)
     run(first, second, first.clients)
-    assert first.stats[("dald_dc_dual", "batched")] == 12 and second.stats[("dald_dc_solve", "batched")] == 6
+    assert first.stats[("dald_dc_dual", "batched")] == 12 and second.stats[("dald_dc_sweep", "batched")] == 6
     reference = SerialExecutor().start(compile_programs(prob))
     run(reference, reference, reference.clients)
     _, got, _ = _dc_view(programs, first.clients)
@@ -317,13 +317,12 @@ def test_dc_relinking_an_edge_rebuilds_the_batched_layout():
         ex.start(compile_programs(prob))
         clients = ex.clients
         neighbors = _dc_start(ex, clients, _path(clients))
-        ex.sweep("dald_dc_solve", [[c] for c in clients], DC_STEP, "dald_dc_receive", neighbors)
+        GaussSeidelSweep(ex, neighbors)([[c] for c in clients], DC_STEP)
         ex.close()
         x = {c: np.array(ex.programs[c].state["dald"]["x"]) for c in clients}
         for i, c in enumerate(clients):
             for j in neighbors[c]:
                 ex.call(c, "dald_dc_link", neighbor=j, rho=3.0, after=float(clients.index(j) > i), x=x[j])
-        sweeps.append(np.array(ex.sweep("dald_dc_solve", [[c] for c in clients], DC_STEP,
-                                        "dald_dc_receive", neighbors)["x"]))
+        sweeps.append(np.array(GaussSeidelSweep(ex, neighbors)([[c] for c in clients], DC_STEP)["x"]))
     np.testing.assert_allclose(sweeps[0], sweeps[1], rtol=0, atol=TOL)
     assert np.abs(sweeps[1]).max() > 1e-3

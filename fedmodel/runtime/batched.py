@@ -3,32 +3,30 @@
 `BatchedExecutor` is an `Executor` (same `start` / `call` / `map`, same checks, same ledger).
 At `start` it groups the client programs whose compiled merits have the same structure (same
 expressions, data of any compatible shape: `batched_plan.plan_signature`). A request of a kind
-that has a batched procedure (`BATCHED`, beside `ledger.PROCEDURES`) sent to two or more
+that has a batched form (`ledger.BATCHED`, registered with the node step) sent to two or more
 members of a group is served for the whole group at once; everything else — other kinds,
-singleton groups, the server, options a batched procedure does not cover — goes through the
-serial per-node path (`run_on_node`), so every backend runs on it unchanged.
+singleton groups, the server, options a batched form does not cover — goes through the serial
+per-node path (`run_on_node`), so every backend runs on it unchanged.
 
 Per-client state belongs where the serial procedures keep it (`program.state`, `program.y`, the
 merit's Parameters), so a run can switch executors midway, checkpoint, or read multipliers
 back and get the serial answer. To avoid touching n small arrays and dicts in every round, each
 group keeps the stacked (n, d) arrays it last wrote and hands *row views* of them to the
 clients' state lazily (`Group.sync`): before any node is served one by one (`run_on_node`, on
-any executor of this process), before a per-member procedure, when a program is pickled, and
-at `close`. While every client still holds exactly those row objects the stack is reused, and
-a procedure's check of the clients' states holds until a member is next served one by one or
-another executor's group takes it over (`Group.served`). The elementwise work of a step is
-done by compiled kernels (`kernels`), one pass over the stacks each.
+any executor of this process), before a per-member form, when a program is pickled, and at
+`close`. While every client still holds exactly those row objects the stack is reused, and a
+form's check of the clients' states holds until a member is next served one by one or another
+executor's group takes it over (`Group.served`). The elementwise work of a step is done by
+compiled kernels (`kernels`), one pass over the stacks each.
 
 Group requests (`Executor.map_stacked`: one request to many nodes, model-sized fields as one
-(n, d) block) to the nodes of one group are served by the kind's stacked procedure (`STACKED`)
-without building per-node payloads; the blocks are checked once and the ledger books the n
-messages from a count. A Fed-DALD-DC sweep (`Executor.sweep`) of one group is served by
-`batched_dc`.
+(n, d) block) to the nodes of one group are served by the kind's stacked form
+(`ledger.STACKED`) without building per-node payloads; the blocks are checked once and the
+ledger books the n messages from a count.
 
-Batched procedures (hot paths of DALD-CC, FedProx and FedAvg): here `report` (objective of
-unconstrained clients) and `solve_local` with method "gd"; in batched_cc.py `dald_cc_solve`
-with the "gd" and "prox-grad" solver layers (W local steps, soft-thresholding for λ‖w‖₁),
-`dald_cc_dual` and `dald_state`; in batched_dc.py the Fed-DALD-DC sweep and `dald_dc_dual`.
+The generic forms live here: `report` (objective of unconstrained clients) and `solve_local`
+with method "gd", and the building blocks of backends' forms (`local_steps`, `request_rows`,
+`same_options`, …); a backend's own forms live beside its node steps.
 """
 from __future__ import annotations
 
@@ -42,33 +40,8 @@ from . import kernels
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
 from .executor import Executor, block_floats, run_on_node
-from .ledger import MESSAGES, allowed_sizes, check_payload
+from .ledger import BATCHED, MESSAGES, STACKED, allowed_sizes, check_payload, register
 from .program import NodeProgram
-
-# kind -> batched procedure(group, members, payloads) -> replies by member, or None (not covered:
-# the executor then serves those members one by one)
-BATCHED: dict[str, Callable] = {}
-
-# kind -> stacked procedure(group, rows, block_fields, common) -> stacked replies, or None (not
-# covered: `map_stacked` then splits the request into per-node payloads); `rows` are the group
-# indices of the request's nodes, `block_fields` their per-node fields as (len(rows), …) blocks
-STACKED: dict[str, Callable] = {}
-
-def batched_procedure(kind: str):
-    """Register the vectorized form of the node-side procedure `kind`."""
-    def wrap(fn):
-        BATCHED[kind] = fn
-        return fn
-    return wrap
-
-
-def stacked_procedure(kind: str):
-    """Register the group-request (`Executor.map_stacked`) form of the node-side procedure `kind`."""
-    def wrap(fn):
-        STACKED[kind] = fn
-        return fn
-    return wrap
-
 
 def program_signature(program: NodeProgram) -> tuple:
     """Programs with equal signatures can be served by one batched computation."""
@@ -110,8 +83,7 @@ class Group:
         self._twice: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._checked: dict[str, tuple] = {}    # family -> (epoch, what it validated)
         self._epoch = 0                         # members changed elsewhere so far (`served`)
-        self._dc_layout = None                  # batched_dc.EdgeLayout of the last DC run
-        self._receivers = None                  # batched_dc.serve_sweep: (nodes, neighbors, relay targets)
+        self.memo: dict[str, Any] = {}          # what a backend's forms keep per group (e.g. a layout)
         for program in programs:
             program.observers.add(self)
 
@@ -195,6 +167,16 @@ class Group:
             .reshape(len(rows), width)
         self.publish(key, stack, states, slot)
         return stack
+
+    def stack(self, slot: str) -> np.ndarray:
+        """The stack last gathered or published under `slot`."""
+        return self._stacks[slot][1]
+
+    def row_views(self, slot: str) -> list[np.ndarray]:
+        """The row views of the stack under `slot` that its dicts hold (handed over first)."""
+        if slot in self._pending:
+            self.sync()
+        return self._stacks[slot][0]
 
     def publish(self, key: str, stack: np.ndarray, states: list[dict], slot: str | None = None) -> None:
         """Make `stack` the rows of `state[key]` of the dicts `states`. The dicts get their row
@@ -334,18 +316,18 @@ class BatchedExecutor(Executor):
             out[node] = reply
         return out
 
-    def map_stacked(self, kind: str, nodes, rows=None, common=None) -> dict[str, Any]:
+    def map_stacked(self, kind: str, nodes, rows=None, common=None, split: bool = True) -> dict[str, Any] | None:
         """`Executor.map_stacked` served as one block when every node belongs to one group and
-        `kind` has a stacked procedure: the request's blocks are checked once, the ledger books
-        the n messages each way from a count, and no per-node payload is built."""
+        `kind` has a stacked form: the request's blocks are checked once, the ledger books the
+        n messages each way from a count, and no per-node payload is built."""
         procedure = STACKED.get(kind)
         group, index, key = self.group_rows(nodes) if procedure is not None else (None, None, None)
         if group is None:
-            return super().map_stacked(kind, nodes, rows, common)
+            return super().map_stacked(kind, nodes, rows, common, split)
         declared, nodes, rows, common = self._check_stacked(kind, nodes, rows, common)
         replies = procedure(group, index, rows, common)
         if replies is None:                     # options the stacked form does not cover
-            return super().map_stacked(kind, nodes, rows, common)
+            return super().map_stacked(kind, nodes, rows, common, split)
         self.stats[(kind, "batched")] += len(nodes)
         if not declared.local:
             floats = check_payload(declared, declared.request, common, self.model_size, "request")
@@ -357,13 +339,6 @@ class BatchedExecutor(Executor):
         if not declared.local:
             self.ledger.record_group(key, kind, up, down=False)
         return replies
-
-    def sweep(self, kind, batches, common, relay, neighbors) -> dict[str, Any]:
-        """`Executor.sweep` of one group served by `batched_dc` (one batched ∇P for every node,
-        then the sequential neighbour terms); anything it does not cover goes node by node."""
-        from .batched_dc import serve_sweep
-        replies = serve_sweep(self, kind, batches, dict(common), relay, neighbors)
-        return replies if replies is not None else super().sweep(kind, batches, common, relay, neighbors)
 
     def group_rows(self, nodes) -> tuple["Group | None", np.ndarray | None, tuple]:
         """(the group holding every node of `nodes` or None, their rows in it, the nodes as a
@@ -466,7 +441,7 @@ def _fast_count(fields: dict[str, str], payload: dict[str, Any], model_size: int
     return floats
 
 
-# ---- batched procedures ------------------------------------------------------------------------
+# ---- building blocks of batched forms ----------------------------------------------------------
 def in_group_order(rows: np.ndarray, n: int) -> bool:
     """`rows` are all n rows of a group, in group order (a stack can then be replied as is)."""
     return len(rows) == n and bool(np.all(rows[1:] > rows[:-1]))
@@ -480,7 +455,7 @@ def read_only(stack: np.ndarray) -> np.ndarray:
     return view
 
 
-def _same(payloads: dict, members: list[str], keys: tuple[str, ...]) -> dict | None:
+def same_options(payloads: dict, members: list[str], keys: tuple[str, ...]) -> dict | None:
     """The members' common options, or None when they differ (then: serial path)."""
     first = payloads[members[0]]
     want = tuple(first.get(k) for k in keys)
@@ -491,7 +466,7 @@ def _same(payloads: dict, members: list[str], keys: tuple[str, ...]) -> dict | N
     return first
 
 
-def _rows(group: Group, members: list[str], payloads: dict, key: str, default: np.ndarray) -> np.ndarray:
+def request_rows(group: Group, members: list[str], payloads: dict, key: str, default: np.ndarray) -> np.ndarray:
     """(n, d) stack of a model-sized request field; non-members get their `default` row."""
     values = [payloads[m][key] for m in members]
     if len(members) == group.n and all(v is values[0] for v in values):
@@ -502,7 +477,8 @@ def _rows(group: Group, members: list[str], payloads: dict, key: str, default: n
     return out
 
 
-def _private(group: Group) -> np.ndarray:
+def private_stack(group: Group) -> np.ndarray:
+    """(n, n_y) stack of the clients' private variables (their `program.y`)."""
     if not group.n_y:
         return np.zeros((group.n, 0))
     return np.array([p.y for p in group.programs], dtype=float)
@@ -519,11 +495,11 @@ def _add_shared(G: np.ndarray, n_x: int, extra: np.ndarray) -> np.ndarray:
     return out
 
 
-def _local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: float, steps: int,
-                 prox: bool, subtract_linear: bool = False) -> np.ndarray:
+def local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: float, steps: int,
+                prox: bool, subtract_linear: bool = False) -> np.ndarray:
     """W steps z ← z − α(∇P_i(z) + linear + weight∘(x − anchor)) for every client, followed by
-    the prox step when `prox` (dald_nodes._prox_grad; solvers.gradient_descent without it).
-    `subtract_linear`: `linear` holds −linear (DALD's −μ_i, without a pass to negate it).
+    the prox step when `prox` (proximal-gradient steps; solvers.gradient_descent without it).
+    `subtract_linear`: `linear` holds −linear (e.g. −μ_i, without a pass to negate it).
     Each step is one compiled pass over the stacks (`kernels.prox_grad_step`), the serial
     operations in the same order; when λ‖w‖₁ is the only prox term it is applied in that pass,
     otherwise every prox term after it (`Group.apply_prox`).
@@ -544,22 +520,20 @@ def _report_block(group: Group, X: np.ndarray, common: np.ndarray | None = None)
     terms; `common`: the one model every row of X holds (its λ‖x‖₁ is computed once)."""
     if group.constrained or any(weights is None for _, weights, _ in group.prox):
         return None
-    values = group.objective(np.asarray(X), _private(group))
+    values = group.objective(np.asarray(X), private_stack(group))
     for cols, weights, k in group.prox:
         norm = np.abs(X[:, cols]).sum(axis=1) if common is None else np.abs(common[cols]).sum()
         values = values + weights * norm
     return values
 
 
-@batched_procedure("report")
 def _report(group: Group, members: list[str], payloads: dict):
-    values = _report_block(group, _rows(group, members, payloads, "x", np.zeros((group.n, group.n_x))))
+    values = _report_block(group, request_rows(group, members, payloads, "x", np.zeros((group.n, group.n_x))))
     if values is None:
         return None
     return {m: {"objective": float(values[group.index[m]]), "violation": 0.0} for m in members}
 
 
-@stacked_procedure("report")
 def _report_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
     if "x" in blocks:
         X = np.zeros((group.n, group.n_x))
@@ -574,24 +548,23 @@ def _report_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
     return {"objective": values[rows], "violation": np.zeros(len(rows))}
 
 
-@batched_procedure("solve_local")
 def _solve_local(group: Group, members: list[str], payloads: dict):
     """`NodeProgram.solve_local` with method "gd" (FedAvg-style local work) for a whole group."""
-    opts = _same(payloads, members, ("method", "max_steps", "lr", "tol"))
+    opts = same_options(payloads, members, ("method", "max_steps", "lr", "tol"))
     if opts is None or opts.get("method") != "gd" or group.prox:
         return None
     n, n_x = group.n, group.n_x
     zeros = np.zeros((n, n_x))
-    linear = _rows(group, members, {m: {"v": np.zeros(n_x) if payloads[m].get("linear") is None
+    linear = request_rows(group, members, {m: {"v": np.zeros(n_x) if payloads[m].get("linear") is None
                                         else payloads[m]["linear"]} for m in members}, "v", zeros)
-    anchor = _rows(group, members, {m: {"v": np.zeros(n_x) if payloads[m].get("anchor") is None
+    anchor = request_rows(group, members, {m: {"v": np.zeros(n_x) if payloads[m].get("anchor") is None
                                         else payloads[m]["anchor"]} for m in members}, "v", zeros)
-    weight = _rows(group, members, {m: {"v": np.broadcast_to(np.asarray(payloads[m]["weight"], float), (n_x,))}
+    weight = request_rows(group, members, {m: {"v": np.broadcast_to(np.asarray(payloads[m]["weight"], float), (n_x,))}
                                     for m in members}, "v", zeros)
-    x0 = _rows(group, members, payloads, "x0", zeros)
-    Y = _private(group)
+    x0 = request_rows(group, members, payloads, "x0", zeros)
+    Y = private_stack(group)
     steps = int(opts["max_steps"])
-    Z = _local_steps(group, np.concatenate([x0, Y], axis=1), linear, weight, anchor,
+    Z = local_steps(group, np.concatenate([x0, Y], axis=1), linear, weight, anchor,
                      float(opts["lr"]), steps, prox=False)
     _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])   # the serial solver reports ‖∇‖∞ at the end
     G = _add_shared(G, n_x, linear + weight * (Z[:, :n_x] - anchor))
@@ -604,5 +577,5 @@ def _solve_local(group: Group, members: list[str], payloads: dict):
     return replies
 
 
-# the DALD procedures' batched forms (registered on import)
-from . import batched_cc, batched_dc  # noqa: E402,F401
+register(MESSAGES["report"], batched=_report, stacked=_report_stacked)
+register(MESSAGES["solve_local"], batched=_solve_local)

@@ -1,4 +1,4 @@
-"""Checkpoint and resume for iterative backends (API.md §2: `checkpoint`, `checkpoint_every`,
+"""Checkpoint and resume for iterative backends (docs/api.md §2: `checkpoint`, `checkpoint_every`,
 `resume`). See docs/checkpoints.md.
 
 A checkpoint is one pickle file holding
@@ -71,9 +71,9 @@ class Checkpointer:
                                       "(the file the run state is saved to)")
             return NO_CHECKPOINT
         if not getattr(backend, "checkpointing", False):
-            raise CheckpointError(f"backend {backend.name!r} does not support checkpoints; "
-                                  "use proxal, cproxal, dald, fedprox, fedavg, fedadmm or dp-admm, or drop "
-                                  "checkpoint=")
+            raise CheckpointError(f"backend {backend.name!r} does not support checkpoints (its "
+                                  "class does not set `checkpointing = True`); use an iterative backend "
+                                  "that does, or drop checkpoint=")
         if not isinstance(checkpoint, (str, os.PathLike)):
             raise CheckpointError(f"checkpoint must be a file path, got {type(checkpoint).__name__}")
         every = 1 if checkpoint_every is None else checkpoint_every

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import registry
 from ..errors import FedModelError
 from .ledger import MESSAGES, PROCEDURES, Ledger, MessageKind, allowed_sizes, check_payload
 from .program import NodeProgram, ProgramSpec
@@ -66,36 +67,24 @@ class Executor:
         return {node: replies[node] for node in payloads}
 
     def map_stacked(self, kind: str, nodes: Sequence[str], rows: dict[str, np.ndarray] | None = None,
-                    common: dict[str, Any] | None = None) -> dict[str, Any]:
+                    common: dict[str, Any] | None = None, split: bool = True) -> dict[str, Any] | None:
         """Send `kind` to every node of `nodes` (conceptually in parallel): node k's payload is
         `common` plus row k of each block in `rows` (arrays with len(nodes) rows). Returns the
         replies stacked: per reply field an array with one row per node, in `nodes` order
         (scalars: shape (n,); "str" / "opaque" fields: a list). The ledger books n messages each
         way, as `map` would. This default splits the group request into per-node messages
-        (`map`); the batched executor serves it as one block."""
+        (`map`); the batched executor serves it as one block (the kind's stacked form,
+        `ledger.STACKED`). `split=False`: a request that no block form serves is not split but
+        answered with None (for kinds that only have a block form)."""
         declared, nodes, rows, common = self._check_stacked(kind, nodes, rows, common)
+        if not split:
+            return None
         payloads = {node: dict(common) for node in nodes}
         for key, block in rows.items():
             for node, row in zip(nodes, block):
                 payloads[node][key] = row
         replies = self.map(kind, payloads)
         return stack_replies(declared, [replies[node] for node in nodes])
-
-    def sweep(self, kind: str, batches: Sequence[Sequence[str]], common: dict[str, Any],
-              relay: str, neighbors: dict[str, Sequence[str]]) -> dict[str, Any]:
-        """A Gauss–Seidel sweep (DALD-DC's coordination sequence): the batches one after
-        another, each a `map(kind, …)` with payload `common` to its nodes (nodes of one batch
-        share no edge), every reply's "x" relayed to the node's `neighbors` (message `relay`,
-        {"neighbor": node, "x": x}) before the next batch starts. Returns the replies stacked
-        (`map_stacked` layout) in sweep order: the nodes of `batches`, flattened. The batched
-        executor serves a whole sweep of one group in one call."""
-        replies = []
-        for batch in batches:
-            out = self.map(kind, {node: dict(common) for node in batch})
-            for node in batch:
-                replies.append(out[node])
-                self.map(relay, {j: {"neighbor": node, "x": out[node]["x"]} for j in neighbors[node]})
-        return stack_replies(MESSAGES[kind], replies)
 
     def _check_stacked(self, kind, nodes, rows, common):
         """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
@@ -185,15 +174,8 @@ def stack_replies(kind: MessageKind, replies: list[dict[str, Any]]) -> dict[str,
 
 
 def make_executor(executor: Any) -> Executor:
+    """An `Executor` instance as it is, None for the serial executor, or a new instance of the
+    executor registered under that name (`fedmodel.registry`: "serial", "batched", "ray", …)."""
     if isinstance(executor, Executor):
         return executor
-    if executor in (None, "serial"):
-        return SerialExecutor()
-    if executor == "batched":
-        from .batched import BatchedExecutor
-        return BatchedExecutor()
-    if executor == "ray":
-        from .ray_executor import RayExecutor
-        return RayExecutor()
-    raise FedModelError(f"unknown executor {executor!r}; use 'serial', 'batched', 'ray' or an "
-                        "Executor instance")
+    return registry.lookup("executor", "serial" if executor is None else executor)()

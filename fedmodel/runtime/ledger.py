@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -24,6 +24,7 @@ class MessageKind:
     request: dict[str, str]
     reply: dict[str, str]
     local: bool = False  # served by the node for the server itself (no network traffic)
+    read_only: bool = False  # leaves the node's state as it was (Ray: not logged for replay)
 
 
 def _kinds(*kinds: MessageKind) -> dict[str, MessageKind]:
@@ -34,38 +35,54 @@ def _kinds(*kinds: MessageKind) -> dict[str, MessageKind]:
 # vector of at most k numbers (statistics such as inner products, never data-sized).
 MESSAGES = _kinds(
     MessageKind("configure", {"beta": "1", "prox_weight": "1", "center": "x"}, {}),
-    MessageKind("merit", {"x": "x"}, {"value": "1", "grad": "x"}),
+    MessageKind("merit", {"x": "x"}, {"value": "1", "grad": "x"}, read_only=True),
     MessageKind("solve_local", {"linear": "x", "weight": "x|1", "anchor": "x", "x0": "x", "tol": "1",
                                 "method": "str", "max_steps": "1", "lr": "1"},
                 {"x": "x", "steps": "1", "grad_norm": "1"}),
     MessageKind("update_multipliers", {"x": "x"}, {"dmu": "1", "dy": "1"}),
     # reporting and bookkeeping, served locally (the harness's metrics, not the algorithm's traffic)
-    MessageKind("report", {"x": "x"}, {"objective": "1", "violation": "1"}, local=True),
-    MessageKind("multipliers", {}, {"multipliers": "opaque"}, local=True),
-    MessageKind("private_values", {}, {"values": "opaque"}, local=True),
-    MessageKind("save_state", {}, {"state": "opaque"}, local=True),
+    MessageKind("report", {"x": "x"}, {"objective": "1", "violation": "1"}, local=True, read_only=True),
+    MessageKind("multipliers", {}, {"multipliers": "opaque"}, local=True, read_only=True),
+    MessageKind("private_values", {}, {"values": "opaque"}, local=True, read_only=True),
+    MessageKind("save_state", {}, {"state": "opaque"}, local=True, read_only=True),
     MessageKind("load_state", {"state": "opaque"}, {}, local=True),
 )
 
 # Node-side procedures of backends (Flower's client `fit`): kind name -> function(program, **payload).
-PROCEDURES: dict = {}
+PROCEDURES: dict[str, Callable] = {}
+
+# Their vectorized forms, served by the batched executor (fedmodel/runtime/batched.py) for a group
+# of same-structure clients. BATCHED: kind -> form(group, members, payloads) -> replies by member,
+# or None (not covered: those members are served one by one). STACKED: kind -> form(group, rows,
+# blocks, common) -> stacked replies, or None (not covered: the group request is split into
+# per-node messages); `rows` are the group indices of the request's nodes, `blocks` their
+# per-node fields as (len(rows), …) arrays (`Executor.map_stacked`).
+BATCHED: dict[str, Callable] = {}
+STACKED: dict[str, Callable] = {}
 
 
-def register(kind: MessageKind, procedure=None) -> None:
+def register(kind: MessageKind, procedure: Callable | None = None, *, batched: Callable | None = None,
+             stacked: Callable | None = None) -> None:
     """Declare a message kind; with `procedure(program, **payload) -> reply`, a node-side step of
     a backend. It runs on the node with the node program's API only (never raw data) and keeps
-    its own state in `program.state`. Procedures must be module-level functions (picklable)."""
+    its own state in `program.state`. Procedures must be module-level functions (picklable).
+    `batched` / `stacked`: the step's vectorized forms (see `BATCHED`, `STACKED`); each must
+    leave every node's state exactly as the procedure would."""
     if kind.name in MESSAGES and MESSAGES[kind.name] != kind:
         raise FedModelError(f"message kind {kind.name!r} is already declared differently")
     MESSAGES[kind.name] = kind
-    if procedure is not None:
-        PROCEDURES[kind.name] = procedure
+    for table, form in ((PROCEDURES, procedure), (BATCHED, batched), (STACKED, stacked)):
+        if form is not None:
+            table[kind.name] = form
 
 
-def procedure(name: str, request: dict[str, str], reply: dict[str, str]):
-    """Decorator form of `register` for node-side procedures."""
+def procedure(name: str, request: dict[str, str], reply: dict[str, str], *, local: bool = False,
+              read_only: bool = False, batched: Callable | None = None, stacked: Callable | None = None):
+    """Decorator form of `register`: declares the kind and registers the decorated node step
+    together with its vectorized forms."""
     def wrap(fn):
-        register(MessageKind(name, request, reply), fn)
+        register(MessageKind(name, request, reply, local=local, read_only=read_only), fn,
+                 batched=batched, stacked=stacked)
         return fn
     return wrap
 

@@ -33,9 +33,6 @@ try:
 except ImportError:          # optional extra: make_executor("ray") then says how to install it
     ray = None
 
-# Requests that leave a node's state as it was: not logged for replay after a fault.
-READ_ONLY = frozenset({"report", "merit", "multipliers", "private_values", "save_state", "dald_state"})
-
 
 class NodeFailure(FedModelError):
     """A client's actor failed more often than `max_restarts` allows (or could not start)."""
@@ -230,7 +227,7 @@ class RayExecutor(Executor):
             if reply is None:
                 reply = self._recover(node, kind, payloads[node], procedure, reason or "actor died")
             replies[node] = _writable(reply)
-            if kind not in READ_ONLY:
+            if not MESSAGES[kind].read_only:      # (read-only requests need no replay after a fault)
                 self._log[node].append((kind, payloads[node], procedure))
         self._maybe_snapshot(list(refs))
         return replies

@@ -1,16 +1,16 @@
-"""Fed-DALD-CC, FedProx and FedAvg client steps for a whole group on the batched executor: the
-vectorized forms of `backends.dald_nodes`'s `dald_cc_solve` (13) (solver layers "gd" and
-"prox-grad"), `dald_cc_dual` (15) and `dald_state`, per-node payloads (`map`) and group
-requests (`map_stacked`). The clients' x_i, μ_i, ρ_i∘ρ_i stay in their `program.state["dald"]`
-as row views of the group's stacks (`Group.gather` / `Group.publish`).
+"""Fed-DALD-CC client steps for a whole group on the batched executor: the vectorized forms
+of `cc_nodes`'s `dald_cc_solve` (13) (solver layers "gd" and "prox-grad"), `dald_cc_dual` (15)
+and `dald_state`, for per-node payloads (`map`) and group requests (`map_stacked`); FedProx and
+FedAvg run through them too. The clients' x_i, μ_i, ρ_i∘ρ_i stay in their
+`program.state["dald"]` as row views of the group's stacks (`Group.gather` / `Group.publish`).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from fedmodel.runtime.batched import (Group, in_group_order, local_steps, private_stack, read_only, request_rows,
+                                      same_options)
 from . import kernels
-from .batched import (Group, _local_steps, _private, _rows, _same, batched_procedure, in_group_order, read_only,
-                      stacked_procedure)
 
 _SOLVE_OPTS = ("tol", "solver", "step", "local_steps", "warm")
 
@@ -34,7 +34,7 @@ def _cc_stacks(group: Group):
 
 
 def _cc_solve_block(group: Group, rows: np.ndarray, xhat: np.ndarray, opts: dict) -> np.ndarray | None:
-    """`dald_nodes._cc_solve` (13) with the "gd" / "prox-grad" solver layers for the group's clients
+    """`cc_nodes._cc_solve` (13) with the "gd" / "prox-grad" solver layers for the group's clients
     `rows` (indices); `xhat` is one model for all or an (n_group, d) stack. Returns the new
     (n_group, d) stack of x_i (clients outside `rows` keep theirs), published as their state."""
     if opts["solver"] not in ("gd", "prox-grad"):
@@ -50,9 +50,9 @@ def _cc_solve_block(group: Group, rows: np.ndarray, xhat: np.ndarray, opts: dict
         for i in rows:
             p = group.programs[i]
             p.configure(float(p.merit_ir.beta.value), 0.0, x0[i])
-    Z = np.concatenate([x0, _private(group)], axis=1) if group.n_y else x0
+    Z = np.concatenate([x0, private_stack(group)], axis=1) if group.n_y else x0
     prox = opts["solver"] == "prox-grad" or bool(group.prox)
-    Z = _local_steps(group, Z, MU, group.twice("rho2", RHO2), XHAT, float(opts["step"]),
+    Z = local_steps(group, Z, MU, group.twice("rho2", RHO2), XHAT, float(opts["step"]),
                      int(opts["local_steps"]), prox, subtract_linear=True)
     if len(rows) == group.n:
         new_x = np.ascontiguousarray(Z[:, :n_x])
@@ -66,23 +66,23 @@ def _cc_solve_block(group: Group, rows: np.ndarray, xhat: np.ndarray, opts: dict
     return new_x
 
 
-@batched_procedure("dald_cc_solve")
-def _cc_solve(group: Group, members: list[str], payloads: dict):
-    opts = _same(payloads, members, _SOLVE_OPTS)
+def solve_batched(group: Group, members: list[str], payloads: dict):
+    """`dald_cc_solve` (13) for the members of a group (per-node payloads), or None."""
+    opts = same_options(payloads, members, _SOLVE_OPTS)
     states = _cc_states(group)
     if opts is None or states is None:
         return None
     rows = np.array([group.index[m] for m in members], dtype=np.intp)
     X = group.gather("x", states, group.n_x)
-    new_x = _cc_solve_block(group, rows, _rows(group, members, payloads, "xhat", X), opts)
+    new_x = _cc_solve_block(group, rows, request_rows(group, members, payloads, "xhat", X), opts)
     if new_x is None:
         return None
     steps = int(opts["local_steps"])
     return {m: {"x": new_x[group.index[m]], "steps": steps} for m in members}
 
 
-@stacked_procedure("dald_cc_solve")
-def _cc_solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+def solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+    """`dald_cc_solve` (13) as a group request (one x̂ for all, or a block of them), or None."""
     if not all(k in common for k in ("xhat", "solver", "step", "local_steps")) or \
             set(blocks) - {"xhat"} or ("xhat" in blocks) == ("xhat" in common):
         return None
@@ -101,7 +101,7 @@ def _cc_solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict
 
 
 def _cc_dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np.ndarray | None:
-    """`dald_nodes._cc_dual` (15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i) for the group's clients `rows`; a
+    """`cc_nodes._cc_dual` (15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i) for the group's clients `rows`; a
     node's own constraint multipliers (Step 2) are updated client by client. Returns dmu per row."""
     stacks = _cc_stacks(group)
     if stacks is None:
@@ -123,28 +123,27 @@ def _cc_dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np
     return dmu
 
 
-@batched_procedure("dald_cc_dual")
-def _cc_dual(group: Group, members: list[str], payloads: dict):
-    opts = _same(payloads, members, ("consensus",))
+def dual_batched(group: Group, members: list[str], payloads: dict):
+    """`dald_cc_dual` (15) for the members of a group (per-node payloads), or None."""
+    opts = same_options(payloads, members, ("consensus",))
     states = _cc_states(group)
     if opts is None or states is None:
         return None
     consensus = opts.get("consensus", 1.0)
-    xhat = _rows(group, members, payloads, "xhat", group.gather("x", states, group.n_x)) if consensus else None
+    xhat = request_rows(group, members, payloads, "xhat", group.gather("x", states, group.n_x)) if consensus else None
     dmu = _cc_dual_block(group, np.array([group.index[m] for m in members], dtype=np.intp), xhat, consensus)
     return {m: {"dmu": float(v)} for m, v in zip(members, dmu)}
 
 
-@stacked_procedure("dald_cc_dual")
-def _cc_dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+def dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+    """`dald_cc_dual` (15) as a group request (one x̂ for all), or None."""
     if blocks or (common.get("consensus", 1.0) and "xhat" not in common):
         return None
     dmu = _cc_dual_block(group, rows, common.get("xhat"), common.get("consensus", 1.0))
     return None if dmu is None else {"dmu": dmu}
 
 
-@stacked_procedure("dald_state")
-def _dald_state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+def state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
     """μ_i of Fed-DALD-CC clients as the group's (n, d) stack (rows of the request)."""
     states = _cc_states(group)
     if blocks or common or states is None or any(s.get("edges") for s in states):
@@ -153,9 +152,8 @@ def _dald_state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: di
     return {"mu": read_only(MU) if in_group_order(rows, group.n) else MU[rows]}
 
 
-@batched_procedure("dald_state")
-def _dald_state(group: Group, members: list[str], payloads: dict):
-    """`dald_nodes._state` for Fed-DALD-CC clients (μ_i, the array the client holds), without a
+def state_batched(group: Group, members: list[str], payloads: dict):
+    """`local._state` for Fed-DALD-CC clients (μ_i, the array the client holds), without a
     procedure call per client; DC nodes (edge multipliers) take the serial path."""
     states = [group.programs[group.index[m]].state.get("dald") for m in members]
     if any(s is None or s.get("edges") for s in states):

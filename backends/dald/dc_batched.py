@@ -1,6 +1,7 @@
-"""Fed-DALD-DC on the batched executor: a whole Gauss–Seidel sweep of one client group, and the
-edge-multiplier step (21), as array operations (the node procedures are `backends.dald_nodes`'s
-`dald_dc_solve` / `dald_dc_receive` / `dald_dc_dual`).
+"""Fed-DALD-DC on the batched executor: a whole Gauss–Seidel sweep of one client group (the
+stacked form of `dald_dc_sweep`, see `dc.GaussSeidelSweep`), and the edge-multiplier step (21),
+as array operations (the node steps are `dc_nodes`'s `dald_dc_solve` / `dald_dc_receive` /
+`dald_dc_dual`).
 
 Why a sweep can be batched at all. Node s solves (20) after its earlier neighbours in S, with
 one proximal-gradient step (W = 1) warm-started at its own previous iterate x_s:
@@ -24,15 +25,11 @@ from __future__ import annotations
 
 from functools import partial
 from operator import is_, itemgetter
-from typing import Any
 
 import numpy as np
 
+from fedmodel.runtime.batched import Group, in_group_order, read_only
 from . import kernels
-from .batched import Group, STACKED, in_group_order, read_only, stacked_procedure
-
-# kind of the solve -> (procedure(group, rows, common) -> new (n, d) stack or None, relay kind)
-SWEEPS: dict[str, tuple] = {}
 
 
 class EdgeLayout:
@@ -93,11 +90,11 @@ def _dc_states(group: Group) -> list[dict] | None:
 
 
 def _layout(group: Group, states: list[dict]) -> EdgeLayout | None:
-    layout = group._dc_layout
+    layout = group.memo.get("dald_dc_layout")
     if layout is None or not layout.valid(states):
         if any(name not in group.index for s in states for name in s["edges"]):
             return None                          # an edge leaves the group: per-node path
-        layout = group._dc_layout = EdgeLayout(group, states)
+        layout = group.memo["dald_dc_layout"] = EdgeLayout(group, states)
     return layout if layout.complete else None
 
 
@@ -109,7 +106,7 @@ def _edge_state(group: Group, layout: EdgeLayout, states: list[dict]):
     n_x = group.n_x
     X = group.gather("x", states, n_x)
     group.sync()                                 # (a fresh stack's row views are handed over)
-    views = group._stacks["x"][0]
+    views = group.row_views("x")
     nbr_views = [views[j] for j in layout.nbr]
     if not all(map(is_, map(itemgetter("x"), layout.ends), nbr_views)):
         copies = np.array([np.broadcast_to(e["x"], (n_x,)) for e in layout.ends]).reshape(len(layout.ends), n_x)
@@ -119,7 +116,7 @@ def _edge_state(group: Group, layout: EdgeLayout, states: list[dict]):
             e["x"] = views[j]
     MU = group.gather("mu", layout.ends_a, n_x, slot="edge:mu+")
     if group.gather("mu", layout.ends_b, n_x, slot="edge:mu-") is not MU:
-        if not np.array_equal(group._stacks["edge:mu-"][1], MU):
+        if not np.array_equal(group.stack("edge:mu-"), MU):
             return None
         group.publish("mu", MU, layout.ends_b, slot="edge:mu-")
     return X, MU
@@ -137,7 +134,7 @@ class SweepState:
         self.fresh = np.array([bool(e.get("fresh")) for e in layout.ends])
 
     def write_back(self) -> None:
-        views = self.group._stacks["x"][0]
+        views = self.group.row_views("x")
         for end, j, fresh in zip(self.layout.ends, self.layout.nbr.tolist(), self.fresh.tolist()):
             end["x"] = views[j]                  # the relays (a node that sat out: the same numbers)
             end["fresh"] = fresh
@@ -161,9 +158,18 @@ def _dc_stacks(group: Group):
         group.gather("mu", sweep.layout.ends_a, group.n_x, slot="edge:mu+")
 
 
-def dc_sweep(group: Group, order: np.ndarray, common: dict) -> np.ndarray | None:
-    """`dald_nodes._dc_solve` (20) for the group rows `order`, one after another (Gauss–Seidel), with
-    the neighbour relays in between. Returns the new (n, d) model stack, or None (not covered)."""
+def sweep_stacked(group: Group, order: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """`dc_nodes._dc_solve` (20) for the group rows `order`, one after another (Gauss–Seidel), with
+    the neighbour relays in between: the stacked replies ({"x", "steps"}, rows in sweep order),
+    or None (not covered)."""
+    new = None if blocks else _sweep_block(group, order, common)
+    if new is None:
+        return None
+    return {"x": read_only(new) if in_group_order(order, group.n) else new[order], "steps": np.ones(len(order))}
+
+
+def _sweep_block(group: Group, order: np.ndarray, common: dict) -> np.ndarray | None:
+    """The sweep of `sweep_stacked`: the new (n, d) model stack, or None (not covered)."""
     solver, prox = common.get("solver"), bool(group.prox)
     covered = (solver == "prox-grad" or (solver == "gd" and prox)) and int(common.get("local_steps", 0)) == 1 \
         and common.get("warm", 1.0) and not group.n_y and group.n >= 2
@@ -196,12 +202,8 @@ def _prox_row(group: Group, z: np.ndarray, i: int, t: float) -> None:
             z[cols] = np.ravel(term.prox(v.reshape(term.variable.shape), t))
 
 
-SWEEPS["dald_dc_solve"] = (dc_sweep, "dald_dc_receive")
-
-
-@stacked_procedure("dald_dc_dual")
-def _dc_dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
-    """`dald_nodes._dc_dual` (21) for every node of the group, one row per edge: C_ij = x_i − x_j,
+def dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+    """`dc_nodes._dc_dual` (21) for every node of the group, one row per edge: C_ij = x_i − x_j,
     μ_ij += 2ρ²∘C_ij when both ends took part (a dropout keeps μ), ‖C‖∞ per node."""
     known = None if blocks or len(rows) != group.n or group.n_y else _dc_stacks(group)
     if known is None:
@@ -228,33 +230,3 @@ def _dc_dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict)
             p = group.programs[i]
             dmu[i] = p.update_multipliers(X[i])["dmu"] if p.constraints else 0.0
     return {"primal": primal[rows], "dmu": dmu[rows]}
-
-
-def serve_sweep(executor, kind: str, batches, common: dict, relay: str, neighbors) -> dict[str, Any] | None:
-    """`Executor.sweep` for a sweep whose nodes all belong to one group, or None (per-node path)."""
-    entry = SWEEPS.get(kind)
-    if entry is None or entry[1] != relay:
-        return None
-    group, order, nodes = executor.group_rows([n for batch in batches for n in batch])
-    if group is None:
-        return None
-    declared, _, _, common = executor._check_stacked(kind, nodes, None, common)
-    new = entry[0](group, order, common)
-    if new is None:
-        return None
-    from .ledger import MESSAGES, check_payload
-    executor.stats[(kind, "batched")] += len(nodes)
-    ledger, d = executor.ledger, executor.model_size
-    ledger.record_group(nodes, kind, check_payload(declared, declared.request, common, d, "request"), down=True)
-    replies = {"x": read_only(new) if in_group_order(order, group.n) else new[order], "steps": np.ones(len(order))}
-    ledger.record_group(nodes, kind, d + 1, down=False)
-    if not MESSAGES[relay].local:
-        known = group._receivers                        # (the same sweep every round)
-        if known is None or known[0] != nodes or known[1] is not neighbors:
-            known = group._receivers = (nodes, neighbors, tuple(j for n in nodes for j in neighbors[n]))
-        ledger.record_group(known[2], relay, d, down=True)
-        ledger.record_group(known[2], relay, 0, down=False)
-    return replies
-
-
-assert "dald_dc_dual" in STACKED

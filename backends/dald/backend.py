@@ -1,0 +1,269 @@
+"""The DALD backend (`DALD`): its options and the steps Fed-DALD-CC (`cc`) and Fed-DALD-DC
+(`dc`) share — penalties ρ and β, the inner and outer stop rules, participation, divergence and
+stall detection, history records.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, Callable, Sequence
+
+import networkx as nx
+import numpy as np
+
+from fedmodel.errors import FedModelError, TopologyError
+from fedmodel.runtime import make_executor
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
+from fedmodel.runtime.program import compile_programs
+from ..base import Backend, violated_constraints
+from ..watch import DivergenceWatch
+from .cc import FedDALDCC
+from .dc import FedDALDDC
+from .options import PAPER_DALD, ClientModels, check_options, check_rho
+
+
+class DALD(FedDALDCC, FedDALDDC, Backend):
+    """Fed-DALD-CC on a star (Algorithm 2), Fed-DALD-DC on any other connected graph (Algorithm 3).
+
+    Defaults: ρ = 1 (all ones), μ¹ = 0, x⁰ = 0, inner rule B4 with v_max = 1, step α = 1e-4 for
+    the GD / prox-grad solver layer with W = 1, as in the paper; and, not in the paper,
+    ε_pri = ε_dual = 1e-6 (paper 1e-5), `adaptive_rho` (Fed-DALD-CC: ρ rescaled by residual
+    balancing for the first ADAPT_UNTIL outer steps, with exact local solves only (a larger ρ
+    would make the fixed gd / prox-grad step unstable); a given ρ is the initial value) and
+    `stall_window` (constrained models: "infeasible" / "stalled"). `DALD.paper()` is the
+    paper's exact setting.
+
+    rho: scalar, per-coordinate vector, or dict (CC: client → ρ_i; DC: (u, v) edge → ρ_uv).
+    solver: "auto" (exact per the node: linear solve for quadratics, prox method for λ‖w‖₁,
+    Newton / L-BFGS otherwise), "exact", "newton", "gd" (`local_steps` steps of size `step`),
+    "prox-grad" (BCPG (63)–(64)). coordination: "full" (full cycle) or "partial" (each node
+    takes part in an inner iteration with probability `participation` (seeded by `seed`); a dropped
+    node keeps its iterate and its multipliers; a DC edge multiplier moves only when both ends took
+    part — client dropout; `availability(t)` names the nodes reachable at inner iteration t, e.g.
+    a client that drops out and returns). `monitor(t, {node: x})` sees the iterates after every
+    outer step. report_every: the history's objective / violation (the harness's metric, not the
+    algorithm's traffic: one more pass over every node's data) and, for CC, "sum_mu" (‖Σμ_i‖∞
+    as the clients hold it) every k-th outer step and at the last, NaN in between. order: the
+    coordination sequence S
+    for DC (default: a hierarchy DiGraph's solve order, else the problem's client order).
+    """
+
+    name = "dald"
+    checkpointing = True
+
+    def __init__(self, rho: Any = 1.0, inner_rule: str = "B4", v_max: int = 1,
+                 eps_primal: float = 1e-6, eps_dual: float = 1e-6, solver: str = "auto",
+                 step: float = 1e-4, local_steps: int = 1, coordination: str = "full",
+                 max_iterations: int = 1000, beta: float | None = None, local_tol: float | None = None,
+                 warm_start: bool = True, mode: str = "auto", order: Sequence[str] | None = None,
+                 server_host: str | None = None, participation: float = 1.0, seed: int | None = None,
+                 eps_schedule: Callable[[int], float] | None = None,
+                 v_max_schedule: Callable[[int], int] | None = None, x0: Any = None,
+                 monitor: Callable[[int, dict], None] | None = None,
+                 availability: Callable[[int], Sequence[str]] | None = None, report_every: int = 1,
+                 stall_window: int | None = 20, adaptive_rho: bool = True):
+        check_options(locals())
+        self.rho, self.inner_rule, self.v_max = rho, inner_rule, int(v_max)
+        self.eps_primal, self.eps_dual = float(eps_primal), float(eps_dual)
+        self.solver, self.step, self.local_steps = solver, float(step), int(local_steps)
+        self.coordination, self.max_iterations = coordination, int(max_iterations)
+        self.beta, self.local_tol, self.warm_start, self.mode = beta, local_tol, bool(warm_start), mode
+        self.order, self.server_host = order, server_host
+        self.participation, self.seed = float(participation), seed
+        self.eps_schedule = eps_schedule or (lambda k: max(self.eps_dual, 1e-2 * 0.5 ** k))
+        self.v_max_schedule = v_max_schedule or (lambda k: self.v_max + k)
+        self.x0 = x0
+        # monitor(inner_total, {node: x_node}) after every outer step: the coordinator's view of
+        # the model iterates (e.g. per-client accuracy curves) without storing them in history
+        self.monitor = monitor
+        # availability(t) → the nodes reachable at inner iteration t (partial cycle: a client
+        # that drops out keeps its iterate and multipliers until it returns); None: all nodes
+        self.availability = availability
+        # the history's objective / violation (the harness's metric, one more pass over every
+        # node's data) every `report_every` outer iterations and at the last; NaN in between
+        self.report_every = int(report_every)
+        # constrained models: residuals flat for 2 × stall_window outer steps → "infeasible" /
+        # "stalled" (not in the paper; None: off, as in DALD.paper())
+        self.stall_window = stall_window
+        # Fed-DALD-CC: residual balancing of ρ (not in the paper) while k ≤ ADAPT_UNTIL
+        self.adaptive_rho = bool(adaptive_rho)
+        self.dual_updates = True          # False: distributed PA / FedProx (μ ≡ 0), see special_cases
+        self.require_consensus = True     # outer stop also needs ‖C‖∞ ≤ ε_pri
+
+    @classmethod
+    def paper(cls, **overrides) -> "DALD":
+        """The paper's setting (Guo et al., §VI): ρ = 1, inner rule B4 with v_max = 1,
+        ε_pri = ε_dual = 1e-5, step α = 1e-4 for gd / prox-grad, 1000 iterations, and no stall
+        detection (not in the paper). `overrides` change any option, e.g. solver="prox-grad"."""
+        return cls(**{**PAPER_DALD, **overrides})
+
+    # -- parameters ---------------------------------------------------------------------------
+    def _rho(self, key, d: int) -> np.ndarray:
+        rho = self.rho
+        if isinstance(rho, dict):
+            if key in rho:
+                rho = rho[key]
+            elif isinstance(key, tuple) and key[::-1] in rho:
+                rho = rho[key[::-1]]
+            else:
+                raise FedModelError(f"rho has no entry for {key!r}; give one per client (CC) or "
+                                    "per edge (u, v) (DC), or a single scalar / vector")
+        rho = np.asarray(rho, float)
+        check_rho(rho)
+        if self.dual_updates and not np.any(rho > 0):
+            raise FedModelError(f"rho must be positive: ρ for {key!r} is 0, so that "
+                                f"{'client' if isinstance(key, str) else 'edge'} is never coupled")
+        if rho.size not in (1, d):
+            raise FedModelError(f"rho for {key!r} has {rho.size} entries but the model has {d} "
+                                f"shared coordinates: give a positive scalar or {d} positive entries")
+        return np.broadcast_to(rho.ravel() if rho.size == d else rho.reshape(()), (d,)).copy()
+
+    def _beta(self) -> float:
+        if self.beta is not None:
+            return float(self.beta)
+        if isinstance(self.rho, dict):
+            return 2.0
+        return max(2.0 * float(np.mean(np.square(np.asarray(self.rho, float)))), 1e-12)
+
+    def _watch(self) -> DivergenceWatch:
+        """The divergence watch, with the settings a user should change in its message."""
+        if self.solver in ("gd", "prox-grad"):
+            hint = (f"lower step (now {self.step:g}) below 1/L of the local objectives, or use "
+                    "solver='auto' (exact local solves)")
+        else:
+            hint = f"raise rho (now {self.rho!r}) or check the model's scaling"
+        return DivergenceWatch("DALD", hint=hint)
+
+    def _stall(self, history: list[dict]) -> str | None:
+        """"infeasible" / "stalled" when the consensus and constraint residuals have not improved
+        by 0.1% over the last `stall_window` outer steps and stay well above the tolerance, and
+        the model's constraints are violated at the last reported point:
+        the augmented-Lagrangian signature of an infeasible model (the iterates settle at a
+        least-violation point while the multipliers grow linearly). "infeasible" needs the
+        iterates settled and exact local solves; with gd / prox-grad a slow run looks the same,
+        so it says "stalled"."""
+        W = self.stall_window
+        if W is None or len(history) < 2 * W:
+            return None
+        r = [max(h["primal_residual"], h["constraint_residual"]) for h in history[-2 * W:]]
+        before, recent = min(r[:W]), min(r[W:])
+        floor = max(100.0 * self.eps_primal, 1e-6)
+        if recent < (1.0 - 1e-3) * before or recent <= floor:
+            return None
+        # and a constraint is violated at the model itself: a feasible model whose consensus
+        # converges slowly (adaptive ρ still moving) shows the same plateau without a violation
+        reported = [h["violation"] for h in history[-W:] if np.isfinite(h["violation"])]
+        if not reported or reported[-1] <= floor:
+            return None
+        settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
+        return "infeasible" if settled and self.solver not in ("gd", "prox-grad") else "stalled"
+
+    def _stall_report(self, problem, status: str, values: dict, info: dict, k: int) -> None:
+        """For an infeasible / stalled run: the violated constraints by name (at the returned
+        point, the least-violation point found) in info["violated"], a message and a warning."""
+        if status not in ("infeasible", "stalled"):
+            return
+        violated = violated_constraints(problem, values, tol=self.eps_primal)
+        what = ("the model looks infeasible (the iterates settled while the multipliers grow)"
+                if status == "infeasible" else "no progress")
+        info["violated"] = violated
+        info[status] = (f"DALD stopped at outer iteration {k}: the consensus / constraint residuals "
+                        f"did not improve over {2 * self.stall_window} outer iterations — {what}. "
+                        f"Violated at the point returned: "
+                        + (", ".join(f"{n} (by {v:.3g})" for n, v in violated.items()) or "none")
+                        + ". Check these constraints together (and against the other clients' "
+                        "constraints: the model variables are shared), or pass stall_window=None")
+        warnings.warn(info[status], RuntimeWarning, stacklevel=4)
+
+    def _inner_done(self, k: int, v: int, dual: float) -> bool:
+        rule = self.inner_rule
+        if rule == "B1":
+            return dual <= self.eps_dual
+        if rule == "B2":
+            return dual <= self.eps_schedule(k)
+        if rule == "B3":
+            return v >= self.v_max_schedule(k) or dual <= self.eps_dual
+        return v >= self.v_max or dual <= self.eps_dual
+
+    def _opts(self) -> dict:
+        return {"tol": -1.0 if self.local_tol is None else float(self.local_tol), "solver": self.solver, "step": self.step,
+                "local_steps": self.local_steps, "warm": float(self.warm_start)}
+
+    # -- topology -----------------------------------------------------------------------------
+    def _topology(self, problem, topology):
+        import topologies
+        G = topologies.star(problem) if topology is None else topology
+        topologies.validate(G, problem)             # TopologyError: disconnected, unknown nodes …
+        server = topologies.server_node(G)
+        if server is not None and server != "server":
+            G = nx.relabel_nodes(G, {server: "server"})
+        U = G.to_undirected() if G.is_directed() else G
+        star = server is not None and all("server" in e for e in U.edges) and \
+            U.degree("server") == len(problem.clients)
+        mode = self.mode if self.mode != "auto" else ("cc" if star else "dc")
+        if mode == "cc" and not star:
+            raise TopologyError("Fed-DALD-CC needs a star: a 'server' node joined to every client "
+                                "and no client–client edges; use topologies.star(problem) or mode='dc'")
+        return G, U, mode
+
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
+        G, U, mode = self._topology(problem, topology)
+        programs = compile_programs(problem)
+        d = programs["server"].n_shared
+        x0 = np.zeros(d) if self.x0 is None else np.broadcast_to(np.asarray(self.x0, float).ravel(), (d,)).copy()
+        server_used = bool(problem.server.terms or problem.server.constraints)
+        ex = make_executor(executor).start(programs)
+        self._prepare(ex, x0)
+        self._rng = np.random.default_rng(self.seed)
+        start = time.perf_counter()
+        try:
+            loop = self._cc if mode == "cc" else self._dc
+            out = loop(problem, G, U, ex, x0, d, server_used, callback, verbose, start, checkpointer)
+        finally:
+            ex.close()
+        out["info"]["mode"] = mode
+        return out
+
+    def _prepare(self, ex, x0: np.ndarray) -> None:
+        """Settings the nodes must be asked for before the first iteration (none for DALD)."""
+
+    def _participants(self, nodes: list[str], total: int = 0) -> list[str]:
+        if self.coordination == "full":
+            return list(nodes)
+        if self.availability is not None:
+            up = set(self.availability(total))
+            nodes = [n for n in nodes if n in up or n == "server"] or list(nodes)
+        if self.participation >= 1.0:
+            return list(nodes)
+        keep = [n for n in nodes if self._rng.random() < self.participation]
+        return keep or [nodes[int(self._rng.integers(len(nodes)))]]
+
+    def _converged(self, primal, dual, dmu) -> bool:
+        ok_primal = primal <= self.eps_primal or not self.require_consensus
+        return ok_primal and dual <= self.eps_dual and dmu / self._beta() <= self.eps_primal
+
+    def _outer_step_done(self, record: dict, history: list, callback, bar, nodes: list[str], X: np.ndarray,
+                         constrained: bool, primal: float, dual: float, dmu: float) -> str | None:
+        """Hand the outer step's record on (history, callback, progress bar) and the models X
+        (rows: `nodes`) to the `monitor`; the status to stop with ("converged", or a stall
+        verdict), or None."""
+        history.append(record)
+        if callback:
+            callback(record)
+        if self.monitor:
+            self.monitor(record["inner_total"], ClientModels(nodes, X))
+        bar.update(record)
+        if self._converged(primal, dual, dmu):
+            return "converged"
+        if constrained:
+            return self._stall(history)
+        return None
+
+    @staticmethod
+    def _record(k, v, total, primal, dual, constraint, start, objective=float("nan"),
+                violation=float("nan")) -> dict:
+        """One history record (objective and violation NaN on records that are not reported)."""
+        return {"iteration": k, "inner": v, "inner_total": total, "objective": objective,
+                "violation": violation, "primal_residual": primal, "dual_residual": dual,
+                "constraint_residual": constraint, "time": time.perf_counter() - start}

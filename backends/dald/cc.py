@@ -1,0 +1,166 @@
+"""Fed-DALD-CC (Algorithm 2, star): clients solve (13) in parallel, the server takes the closed
+form (29) (or, when the server block has terms/constraints, the exact argmin of (14) plus its own
+terms), the multipliers take step (15) μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i). The coordinator keeps the
+clients' models as one (n, d) array and sends each request to all clients as one group request
+(`Executor.map_stacked`), so the batched executor can serve it as one block; the serial and Ray
+executors split it into the same per-node messages. Client steps: `cc_nodes`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fedmodel.errors import FedModelError
+from ..common import gather_values, progress
+from . import cc_nodes  # noqa: F401  (registers the client steps (13), (15))
+from . import kernels
+
+ADAPT_UNTIL = 200      # adaptive ρ: outer iterations that may change it (then fixed: convergence)
+ADAPT_RANGE = 1e4      # ... and ρ∘ρ stays within [1/ADAPT_RANGE, ADAPT_RANGE] × its initial value
+
+
+def _balance(primal: float, dual: float, ratio: float = 10.0, factor: float = 2.0) -> float:
+    """Residual balancing (Boyd et al. 2011, §3.4.1) for the weights 2ρ∘ρ: ×factor when the
+    consensus residual is `ratio` times the dual residual 2ρ²‖Δx̂‖∞, ÷factor in the opposite case."""
+    if primal > ratio * dual:
+        return factor
+    if dual > ratio * primal:
+        return 1.0 / factor
+    return 1.0
+
+
+def _weighted_sum(RHO2, A, uniform) -> np.ndarray:
+    """Σ_i ρ_i∘ρ_i∘a_i over the rows of A."""
+    if uniform:
+        return RHO2[0] * A.sum(axis=0)
+    return (RHO2 * A).sum(axis=0)
+
+
+class FedDALDCC:
+    """The Fed-DALD-CC loop of `DALD` (a mixin: options and shared steps live in `DALD`)."""
+
+    def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):
+        """The server's view is kept as (n, d) arrays in client order: X (the x_i it received),
+        RHO2 (ρ_i∘ρ_i); every request to the clients is one group request (`map_stacked`)."""
+        clients, beta = ex.clients, self._beta()
+        row = {c: i for i, c in enumerate(clients)}
+        RHO2 = np.array([self._rho(c, d) ** 2 for c in clients]).reshape(len(clients), d)
+        uniform = bool(np.all(RHO2 == RHO2[:1]))          # one ρ for all: Σρ_i²x_i = ρ²Σx_i
+        twice_rho2 = 2.0 * (RHO2[:, :1] if np.all(RHO2 == RHO2[:, :1]) else RHO2)   # (n, 1): scalar ρ_i
+        ex.map_stacked("dald_cc_init", clients, rows={"rho": np.sqrt(RHO2)}, common={"x0": xhat, "beta": beta})
+        ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
+        total_rho2 = RHO2.sum(axis=0)
+        initial_rho2 = RHO2[0, 0] if RHO2[0, 0] > 0 else 1.0
+        if self.dual_updates and np.any(total_rho2 <= 0):
+            raise FedModelError("Fed-DALD-CC needs Σ_i ρ_i∘ρ_i > 0 in every coordinate")
+        X = np.tile(xhat, (len(clients), 1))
+        mu_sum = np.zeros(d)           # server's mirror of Σ_i μ_i (each term is known to it)
+        history, total, status, k, info = [], 0, "max_iterations", 0, {}
+        constrained = bool(problem.constraints)
+        bar = progress(self.max_iterations, verbose, "DALD-CC")
+        opts = self._opts()
+        watch = self._watch()
+        saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
+        if saved:
+            k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
+            if isinstance(X, dict):
+                X = np.array([X[c] for c in clients])
+            history, self._rng.bit_generator.state = saved["history"], saved["rng"]
+            watch.smallest = dict(saved.get("watch", {}))
+            if "rho2" in saved:                  # adaptive ρ: the weights the run had reached
+                RHO2, total_rho2, twice_rho2 = saved["rho2"], saved["total_rho2"], saved["twice_rho2"]
+        while total < self.max_iterations:
+            k += 1
+            v, dual, active = 0, np.inf, set()
+            while True:                                                  # inner loop (Step 1)
+                v += 1
+                total += 1
+                part = self._participants(clients, total)
+                active.update(part)
+                reply = ex.map_stacked("dald_cc_solve", part, common={"xhat": xhat, **opts})   # (13)
+                if len(part) == len(clients):
+                    X = reply["x"]                   # never written in place (may be read-only)
+                else:
+                    X = X.copy()
+                    X[[row[c] for c in part]] = reply["x"]
+                new = self._server_step(ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used)  # (14)/(29)
+                sound = not watch.check(total, **{"x̂ (server model)": new, "x_i (client models)": X})
+                if not sound:
+                    break
+                dual = float(np.max(np.abs(new - xhat), initial=0.0))       # D = x̂^{k,v} − x̂^{k,v−1}
+                xhat = new
+                if self._inner_done(k, v, dual) or total >= self.max_iterations:
+                    break
+            if not sound:          # keep the last sound iterate x̂; the caller sees "diverged"
+                status = watch.report(info)
+                break
+            # C_i = x̂ − x_i: ‖C‖∞, and the server's mirror of Step 2: Σμ_i += Σ_(active) 2ρ_i∘ρ_i∘C_i
+            everyone = len(active) == len(clients)
+            member = np.ones(len(clients), dtype=bool) if everyone else np.array([c in active for c in clients])
+            gap, primal = kernels.consensus_gap(X, xhat, twice_rho2, member)
+            # Step 2: multiplier step (15) on the clients
+            active = clients if everyone else [c for c in clients if c in active]
+            replies = ex.map_stacked("dald_cc_dual", active,
+                                     common={"xhat": xhat, "consensus": float(self.dual_updates)})
+            if self.dual_updates:
+                mu_sum += gap
+            dmu = max(float(np.max(replies["dmu"], initial=0.0)), 0.0)
+            # not with gd / prox-grad: a larger ρ would make their fixed step unstable
+            if self.adaptive_rho and self.dual_updates and k <= ADAPT_UNTIL and \
+                    self.solver not in ("gd", "prox-grad"):
+                factor = _balance(primal, float(np.max(twice_rho2)) * dual)
+                scale = float(RHO2[0, 0] / initial_rho2) * factor
+                if factor != 1.0 and 1.0 / ADAPT_RANGE <= scale <= ADAPT_RANGE:
+                    # weights on the server and the clients; μ stays as it is (unscaled)
+                    RHO2, total_rho2, twice_rho2 = RHO2 * factor, total_rho2 * factor, twice_rho2 * factor
+                    ex.map_stacked("dald_cc_rescale", clients, common={"factor": factor})
+            if problem.server.constraints:
+                dmu = max(dmu, ex.call("server", "update_multipliers", x=xhat)["dmu"])
+            last = self._converged(primal, dual, dmu) or total >= self.max_iterations
+            report = last or k % self.report_every == 0
+            record = self._record_cc(ex, clients, xhat, k, v, total, primal, dual, dmu / self._beta(), start,
+                                     report)
+            # Σμ_i as the clients hold it (μ ≡ 0 without (15)): a diagnostic, on reported records
+            record["sum_mu"] = 0.0 if not self.dual_updates else float("nan") if not report else \
+                float(np.max(np.abs(np.sum(ex.map_stacked("dald_state", clients)["mu"], axis=0)), initial=0.0))
+            stop = self._outer_step_done(record, history, callback, bar, clients, X, constrained, primal, dual,
+                                         dmu)
+            if stop:
+                status = stop
+                break
+            ckpt.save(ex, k, {"k": k, "total": total, "xhat": xhat, "x": X, "mu_sum": mu_sum,
+                                    "history": history, "rng": self._rng.bit_generator.state,
+                                    "watch": dict(watch.smallest), "rho2": RHO2,
+                                    "total_rho2": total_rho2, "twice_rho2": twice_rho2})   # bitwise, not recomputed
+        bar.close()
+        values, multipliers = gather_values(ex, problem, xhat)
+        ex.ledger.rounds = total
+        mus = ex.map_stacked("dald_state", clients)["mu"]
+        consensus = {c: np.array(m, float) for c, m in zip(clients, mus)}
+        self._stall_report(problem, status, values, info, k)
+        info.update(consensus_multipliers=consensus,
+                    client_values={c: X[i].copy() for i, c in enumerate(clients)})
+        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
+                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger, "info": info}
+
+    def _server_step(self, ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used):
+        if not self.dual_updates:                                   # distributed PA (53), p_i = 1/n
+            return X.sum(axis=0) / len(X)
+        weighted = _weighted_sum(RHO2, X, uniform)                 # Σ_i ρ_i∘ρ_i∘x_i
+        if not server_used:                                           # closed form (29)
+            return (weighted - 0.5 * mu_sum) / total_rho2
+        # argmin P_0(x̂) + (Σμ_i)ᵀx̂ + Σ‖ρ_i∘(x̂ − x_i)‖²  (14) with the server's own terms
+        return ex.call("server", "solve_local", linear=mu_sum, weight=2.0 * total_rho2,
+                       anchor=weighted / total_rho2, x0=xhat, method="auto",
+                       tol=1e-10 if self.local_tol is None else float(self.local_tol))["x"]
+
+    def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report=True) -> dict:
+        """One history record; objective and violation at x̂ on every node (the clients' reports
+        as one group request) when `report`, else NaN."""
+        if not report:
+            return self._record(k, v, total, primal, dual, constraint, start)
+        reports = ex.map_stacked("report", clients, common={"x": xhat})
+        objective, violation = float(np.sum(reports["objective"])), float(np.max(reports["violation"], initial=0.0))
+        if "server" in ex.programs:
+            server = ex.call("server", "report", x=xhat)
+            objective, violation = objective + server["objective"], max(violation, server["violation"])
+        return self._record(k, v, total, primal, dual, constraint, start, objective, violation)

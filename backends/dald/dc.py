@@ -1,0 +1,191 @@
+"""Fed-DALD-DC (Algorithm 3, any connected graph other than a star): nodes solve (20) one after
+another in the coordination sequence S (Gauss–Seidel; nodes with no edge between them run in one
+parallel batch), each edge {i, j} with i before j in S carries C_ij = x_i − x_j and μ_ij,
+updated by (21). Global (server-block) constraints and terms: the server block's program becomes
+one more node, co-located with a designated client (`server_host`, default: the last client of
+S), joined to it by one consensus edge and solved right after it in S.
+
+Messages between peers are relayed by the coordinator (the executor has no peer-to-peer
+channel), so the ledger books a peer message i → j as coordinator → j. The coordinator keeps the
+models as one (N, d) array, rows in the order S; an inner iteration is one `GaussSeidelSweep`.
+Node steps: `dc_nodes`.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import networkx as nx
+import numpy as np
+
+from fedmodel.errors import TopologyError
+from fedmodel.runtime.executor import Executor, stack_replies
+from fedmodel.runtime.ledger import MESSAGES, check_payload
+from ..common import gather_values, progress
+from . import dc_nodes  # noqa: F401  (registers the node steps (20), (21) and the sweep)
+from . import kernels
+
+
+class GaussSeidelSweep:
+    """One sweep of (20) in S: the batches one after another, each a `dald_dc_solve` request to
+    its nodes (nodes of one batch share no edge), every reply's x relayed to the node's
+    `neighbors` (`dald_dc_receive`, {"neighbor": node, "x": x}) before the next batch starts.
+    An executor that serves the whole sweep as one block (the stacked form of `dald_dc_sweep`:
+    the batched executor, for a sweep of one client group) does so, and the ledger books the
+    messages the sweep stands for, as node by node."""
+
+    def __init__(self, ex: Executor, neighbors: dict[str, Sequence[str]]):
+        self.ex, self.neighbors = ex, neighbors
+        self._relays: tuple = ((), ())     # (sweep nodes, their relay targets): the same every round
+
+    def __call__(self, batches: Sequence[Sequence[str]], opts: dict[str, Any]) -> dict[str, Any]:
+        """The replies stacked (`Executor.map_stacked` layout) in sweep order: the nodes of
+        `batches`, flattened."""
+        nodes = tuple(node for batch in batches for node in batch)
+        block = self.ex.map_stacked("dald_dc_sweep", nodes, common=opts, split=False)
+        if block is not None:
+            self._book(nodes, opts)
+            return block
+        replies = []
+        for batch in batches:
+            out = self.ex.map("dald_dc_solve", {node: dict(opts) for node in batch})
+            for node in batch:
+                replies.append(out[node])
+                self.ex.map("dald_dc_receive", {j: {"neighbor": node, "x": out[node]["x"]}
+                                                for j in self.neighbors[node]})
+        return stack_replies(MESSAGES["dald_dc_solve"], replies)
+
+    def _book(self, nodes: tuple[str, ...], opts: dict[str, Any]) -> None:
+        """The ledger of a sweep served as one block: each node's solve request (the options)
+        and reply (x and steps), and each relay of its new x to a neighbour (no reply data)."""
+        ledger, d, solve = self.ex.ledger, self.ex.model_size, MESSAGES["dald_dc_solve"]
+        ledger.record_group(nodes, "dald_dc_solve", check_payload(solve, solve.request, opts, d, "request"),
+                            down=True)
+        ledger.record_group(nodes, "dald_dc_solve", d + 1, down=False)
+        if self._relays[0] != nodes:
+            self._relays = (nodes, tuple(j for node in nodes for j in self.neighbors[node]))
+        ledger.record_group(self._relays[1], "dald_dc_receive", d, down=True)
+        ledger.record_group(self._relays[1], "dald_dc_receive", 0, down=False)
+
+
+class FedDALDDC:
+    """The Fed-DALD-DC loop of `DALD` (a mixin: options and shared steps live in `DALD`)."""
+
+    def _dc_graph(self, problem, G, U, server_used):
+        """Coordination sequence S, the undirected DC graph, and the batches of S that can run
+        in parallel (consecutive nodes with no edge between them)."""
+        import topologies
+        H = nx.Graph(U)
+        clients = [c.name for c in problem.clients]
+        if self.order is not None:
+            order = list(self.order)
+        elif G.is_directed() and all("level" in data for _, data in G.nodes(data=True)):
+            order = topologies.solve_order(G)
+        else:
+            order = clients + (["server"] if "server" in H else [])
+        if "server" not in H and server_used:                        # host the server block
+            host = self.server_host or [n for n in order if n != "server"][-1]
+            if host not in H:
+                raise TopologyError(f"server_host {host!r} is not a node of the topology")
+            H.add_edge(host, "server")
+            order = order[:order.index(host) + 1] + ["server"] + order[order.index(host) + 1:]
+        if sorted(order, key=str) != sorted(H.nodes, key=str):
+            raise TopologyError(f"coordination order {order} must list every node of the DC graph "
+                                f"{sorted(H.nodes, key=str)} exactly once")
+        batches: list[list[str]] = []
+        for node in order:
+            if batches and not any(H.has_edge(node, other) for other in batches[-1]):
+                batches[-1].append(node)
+            else:
+                batches.append([node])
+        return H, order, batches
+
+    def _dc(self, problem, G, U, ex, x0, d, server_used, callback, verbose, start, ckpt):
+        """The coordinator's view of the iterates is one (N, d) array X, rows in the order S;
+        each inner iteration is one Gauss–Seidel sweep (`GaussSeidelSweep`)."""
+        H, order, batches = self._dc_graph(problem, G, U, server_used)
+        beta = self._beta()
+        position = {n: i for i, n in enumerate(order)}
+        neighbors = {n: list(H.neighbors(n)) for n in order}
+        ex.map("dald_dc_init", {n: {"x0": x0, "beta": beta} for n in order})
+        for n in order:
+            for j in neighbors[n]:
+                edge = (n, j) if position[n] < position[j] else (j, n)
+                ex.call(n, "dald_dc_link", neighbor=j, rho=self._rho(edge, d),
+                        after=float(position[j] > position[n]), x=x0)
+        gauss_seidel = GaussSeidelSweep(ex, neighbors)
+        moving = np.array([any(position[j] < position[n] for j in neighbors[n]) for n in order], dtype=bool)
+        X = np.tile(x0, (len(order), 1))          # not the bottom nodes: they enter D (80)
+        history, total, status, k, info = [], 0, "max_iterations", 0, {}
+        constrained = bool(problem.constraints)
+        bar = progress(self.max_iterations, verbose, "DALD-DC")
+        opts = self._opts()
+        watch = self._watch()
+        saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
+        if saved:
+            k, total, X, history = saved["k"], saved["total"], saved["x"], saved["history"]
+            if isinstance(X, dict):
+                X = np.array([X[n] for n in order])
+            self._rng.bit_generator.state = saved["rng"]
+            watch.smallest = dict(saved.get("watch", {}))
+        while total < self.max_iterations:
+            k += 1
+            v = 0
+            while True:                                                  # inner loop (Step 1)
+                v += 1
+                total += 1
+                previous = X
+                part = set(self._participants(order, total))
+                sweep = [[n for n in batch if n in part] for batch in batches]
+                sweep = [batch for batch in sweep if batch]
+                reply = gauss_seidel(sweep, opts)                           # (20) in S
+                solved = [n for batch in sweep for n in batch]
+                if len(solved) == len(order):
+                    X = reply["x"]                   # never written in place (may be read-only)
+                else:
+                    X = X.copy()
+                    X[[position[n] for n in solved]] = reply["x"]
+                dual, _ = kernels.largest_change(X, previous, moving)   # D (80)
+                sound = not watch.check(total, **{"x_i (node models)": X})   # non-finite or growth
+                if not sound or self._inner_done(k, v, dual) or total >= self.max_iterations:
+                    break
+            if not sound:          # keep the last sound sweep; the caller sees "diverged"
+                status, X = watch.report(info), previous
+                break
+            replies = ex.map_stacked("dald_dc_dual", order, common={"consensus": float(self.dual_updates)})  # (21)
+            primal = float(np.max(replies["primal"]))
+            dmu = float(np.max(replies["dmu"]))
+            last = self._converged(primal, dual, dmu) or total >= self.max_iterations
+            record = self._record_dc(ex, order, X, k, v, total, primal, dual, dmu / beta, start,
+                                     last or k % self.report_every == 0)
+            stop = self._outer_step_done(record, history, callback, bar, order, X, constrained, primal, dual,
+                                         dmu)
+            if stop:
+                status = stop
+                break
+            ckpt.save(ex, k, {"k": k, "total": total, "x": X, "history": history,
+                                    "rng": self._rng.bit_generator.state, "watch": dict(watch.smallest)})
+        bar.close()
+        clients = [n for n in order if n != "server"]
+        rows = [position[c] for c in clients]
+        shared = X[position["server"]].copy() if "server" in position and server_used else \
+            X[rows].sum(axis=0) / len(clients)
+        values, multipliers = gather_values(ex, problem, shared)
+        ex.ledger.rounds = total
+        consensus = {}
+        for n, m in ex.map("dald_state", {n: {} for n in order}).items():
+            for j, mu in (m["mu"] or {}).items():
+                if position[n] < position[j]:
+                    consensus[(n, j)] = mu
+        self._stall_report(problem, status, values, info, k)
+        info.update(consensus_multipliers=consensus, order=order,
+                    client_values={n: X[i].copy() for i, n in enumerate(order)})
+        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
+                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger, "info": info}
+
+    def _record_dc(self, ex, order, X, k, v, total, primal, dual, constraint, start, report=True) -> dict:
+        """`_record_cc` at each node's own iterate (the rows of X)."""
+        if not report:
+            return self._record(k, v, total, primal, dual, constraint, start)
+        reports = ex.map_stacked("report", order, rows={"x": X})
+        objective, violation = float(np.sum(reports["objective"])), float(np.max(reports["violation"], initial=0.0))
+        return self._record(k, v, total, primal, dual, constraint, start, objective, violation)
