@@ -106,12 +106,12 @@ def _separable(node, records: dict[int, int], memo: dict) -> str | None:
         out = _ROWS if node.uid in records else _FREE if isinstance(node, Variable) else _CONST
     else:
         kinds = [_separable(a, records, memo) for a in node.args]
-        out = _combine(node, kinds, records)
+        out = _combine(node, kinds)
     memo[id(node)] = out
     return out
 
 
-def _combine(node, kinds: list, records: dict) -> str | None:
+def _combine(node, kinds: list) -> str | None:
     """The kind of `node` from its arguments' kinds (None: not separable by records)."""
     if None in kinds:
         return None
