@@ -5,11 +5,12 @@ from ..expression import OPERATORS
 from .arithmetic import Add, Multiply, Neg, add, multiply, neg, scalar_or_elementwise_mul
 from .base import Atom
 from .broadcasting import BroadcastTo, SumTo, broadcast_to, sum_to
-from .elementwise import (Abs, Clip, Exp, GreaterEqual, Huber, Log, Logistic, Maximum, Pos, Power,
-                          Sigmoid, Sign, Sqrt, Square, Step, abs, divide, exp, huber, log, logistic,
-                          maximum, pos, power, sqrt, square)
+from .elementwise import (Abs, Clip, Exp, Huber, Log, Logistic, Pos, Power, Sigmoid, Sign, Sqrt,
+                          Square, Step, abs, divide, exp, huber, log, logistic, pos, power, sqrt,
+                          square)
 from .indexing import Index, IndexAdjoint, index
 from .linear import MatMul, Reshape, Transpose, matmul, reshape, transpose
+from .maximum import GreaterEqual, Maximum, maximum
 from .reductions import (ArgmaxAbs, LogSumExp, Norm1, Norm2, NormInf, QuadForm, Softmax,
                          SumSquares, log_sum_exp, norm1, norm2, norm_inf, quad_form, sum_squares)
 from .sums import Mean, Sum, mean, sum

@@ -1,6 +1,6 @@
 """Elementwise atoms: a scalar function applied entry by entry (exp, log, powers, |x|, [x]₊,
-…), the maximum of two expressions, and the piecewise atoms their derivatives need. Each
-derivative is written in the IR, so gradients can be differentiated again."""
+…), and the piecewise atoms their derivatives need. Each derivative is written in the IR, so
+gradients can be differentiated again."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,9 +10,8 @@ import numpy as np
 from ..errors import FedModelError
 from ..expression import Constant, Expression, as_expr
 from .arithmetic import add, multiply, neg
-from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, UNKNOWN, Atom, broadcast_shapes,
-                   constant_value, even_monotonicity, sign_of)
-from .broadcasting import sum_to
+from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, UNKNOWN, Atom, constant_value,
+                   even_monotonicity, sign_of)
 
 
 _ONE = Constant(1.0)
@@ -342,32 +341,6 @@ class Huber(Elementwise):
         return f"huber({self.args[0]}, {self.M:g})"
 
 
-class Maximum(Atom):
-    """Elementwise maximum of two expressions (broadcasting)."""
-
-    display, curvature, smooth = "maximum", CONVEX, False
-
-    def shape_from_args(self):
-        return broadcast_shapes(self.args[0], self.args[1], "take the maximum of")
-
-    def numeric(self, a, b):
-        return np.maximum(a, b)
-
-    def vjp(self, index, upstream):
-        a, b = self.args
-        mask = GreaterEqual(a, b)
-        if index == 1:
-            mask = add(1.0, neg(mask))
-        return sum_to(multiply(upstream, mask), self.args[index].shape)
-
-    def monotonicity(self, index):
-        return INCREASING
-
-    def sign(self):
-        (p0, n0), (p1, n1) = sign_of(self.args[0]), sign_of(self.args[1])
-        return (p0 or p1, n0 and n1)
-
-
 # ---- internal atoms: they appear in derived gradients only --------------------------------
 class Sigmoid(Elementwise):
     display, curvature, internal = "sigmoid", UNKNOWN, True
@@ -410,24 +383,6 @@ class Step(_ZeroSlope):
 
     def numeric(self, x):
         return (x > 0).astype(float)
-
-    def sign(self):
-        return (True, False)
-
-
-class GreaterEqual(Atom):
-    """1 where a ≥ b, else 0 (the selector in the derivative of `maximum`)."""
-
-    display, curvature, internal, smooth = "ge", UNKNOWN, True, False
-
-    def shape_from_args(self):
-        return broadcast_shapes(self.args[0], self.args[1], "compare")
-
-    def numeric(self, a, b):
-        return (a >= b).astype(float)
-
-    def vjp(self, index, upstream):
-        return None
 
     def sign(self):
         return (True, False)
@@ -481,7 +436,3 @@ def pos(x: Any) -> Expression:
 
 def huber(x: Any, M: float = 1.0) -> Expression:
     return Huber(as_expr(x), M)
-
-
-def maximum(a: Any, b: Any) -> Expression:
-    return Maximum(as_expr(a), as_expr(b))
