@@ -20,7 +20,7 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import NodeProgram
 from .base import Backend
 from .common import gather_values
-from .proxal_outer import check_options, diagnose, next_beta, start_point
+from .proxal_outer import check_options, next_beta, outer_stop, start_point
 from .watch import DivergenceWatch
 
 # The paper's cProx-AL setting (β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3), fixed β): `CentralizedProxAL.paper()`.
@@ -94,12 +94,9 @@ class CentralizedProxAL(Backend):
             history.append(record)
             if callback:
                 callback(record)
-            if dw + beta * tau <= beta * self.eps1 and change["dmu"] <= beta * self.eps2:   # (11)
-                status = "converged"
-                break
-            found = diagnose(self, history, ex, w, info)       # infeasible, stalled, unbounded
-            if found:
-                status = found
+            stop = outer_stop(self, history, ex, w, info)      # (11), or a verdict
+            if stop:
+                status = stop
                 break
             last_change, beta = change["dmu"] / beta, next_beta(beta, change["dmu"] / beta, last_change,
                                                                 self.beta_growth, self.beta_max, self.eps2)

@@ -50,7 +50,7 @@ from . import proxal_nodes  # noqa: F401  (registers the client procedures of Al
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend
 from .common import check_choice, check_count, check_number, gather_values, progress, require_star
-from .proxal_outer import check_options, diagnose, next_beta, start_point
+from .proxal_outer import check_options, next_beta, outer_stop, start_point
 from .watch import DivergenceWatch
 
 
@@ -194,16 +194,9 @@ class ProxAL(Backend):
             if callback:
                 callback(record)
             bar.update(record)
-            # (11) with β_k; it certifies a KKT point only if the subproblem was solved to τ_k
-            # (23) — an inner loop stopped by max_inner leaves w barely moved and (11) would
-            # hold vacuously
-            solved = trace[-1] <= tau
-            if solved and dw + beta * tau <= beta * self.eps1 and dmu <= beta * self.eps2:
-                status = "converged"
-                break
-            found = diagnose(self, history, ex, w, info)       # infeasible, stalled, unbounded
-            if found:
-                status = found
+            stop = outer_stop(self, history, ex, w, info, solved=trace[-1] <= tau)   # (11) or a verdict
+            if stop:
+                status = stop
                 break
             change = dmu / beta                    # the constraint change, ≈ the violation
             beta = next_beta(beta, change, last_change, self.beta_growth, self.beta_max, self.eps2)

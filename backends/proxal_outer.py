@@ -111,9 +111,19 @@ def _violations(program: NodeProgram, x, tol=0.0):
     return {"violated": program.violations(x, tol)}
 
 
-def diagnose(backend, history: list[dict], ex, x: np.ndarray, info: dict) -> str | None:
-    """The verdict on the run so far (`verdict`, with the backend's β growth and tolerances);
-    when there is one, `info` says why and names every node's constraints violated at x."""
+def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
+               solved: bool = True) -> str | None:
+    """Why the outer loop stops after its last record, or None. "converged": the stop rule (11)
+    with that iteration's β_k, τ_k, ‖Δ(w, y)‖∞ and ‖Δμ‖∞ — it certifies a KKT point only if the
+    subproblem was solved to τ_k (`solved`: (23) held; an inner loop stopped by max_inner
+    leaves w barely moved and (11) would hold vacuously). Else the verdict (`verdict`):
+    "infeasible", "stalled" or "unbounded", with `info` saying why and naming every node's
+    constraints violated at x (message "proxal_violations")."""
+    last = history[-1]
+    beta, tau = last["beta"], last["tau"]
+    if solved and last["primal_change"] + beta * tau <= beta * backend.eps1 \
+            and last["multiplier_change"] <= beta * backend.eps2:
+        return "converged"
     found = verdict(history, backend.beta_growth, backend.beta_max, backend.eps1, backend.eps2)
     if found:
         replies = ex.map("proxal_violations", {node: {"x": x, "tol": backend.eps2} for node in ex.nodes})
