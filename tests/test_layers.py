@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("problem", ("fedmodel.problem", "fedmodel.result", "fedmodel.certificate")),
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("backends",)),
-    ("applications", ("fedmodel", "fedmodel.verify", "fedmodel.plotting", "fedmodel.examples",
+    ("applications", ("fedmodel", "fedmodel.verify", "fedmodel.plotting", "fedmodel.builtin_models",
                       "fedmodel.presets", "fedmodel.reproductions", "fedmodel.cli",
                       "fedmodel.datasets")),
 ]
