@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from ..expression import Expression, Shape, as_expr, evaluate
 
 __all__ = ["AFFINE", "CONCAVE", "CONVEX", "DECREASING", "INCREASING", "NONMONOTONE", "UNKNOWN",
-           "Atom", "Retarget", "broadcast_shapes", "constant_value", "even_monotonicity", "sign_of"]
+           "Atom", "EntryMap", "Retarget", "broadcast_shapes", "constant_value", "even_monotonicity", "sign_of"]
 
 
 class Atom(Expression):
@@ -67,9 +67,20 @@ class Atom(Expression):
         return clone
 
 
+class EntryMap(Atom):
+    """A linear map that moves, copies or adds up its argument's entries (transpose, index,
+    reshape, broadcast, sum): increasing in its argument, and of its sign."""
+
+    def monotonicity(self, index: int) -> str:
+        return INCREASING
+
+    def sign(self) -> tuple[bool, bool]:
+        return sign_of(self.args[0])
+
+
 class Retarget(Atom):
-    """A linear map of its argument onto the shape `target` (reshape, broadcast, the sum
-    back over broadcast axes): increasing in its argument."""
+    """An atom of one argument whose shape is a parameter, `target` (reshape, broadcast, the
+    sum back over broadcast axes)."""
 
     def __init__(self, x: Any, shape: Shape):
         self.target = shape
@@ -80,9 +91,6 @@ class Retarget(Atom):
 
     def params(self) -> tuple:
         return (self.target,)
-
-    def monotonicity(self, index: int) -> str:
-        return INCREASING
 
 
 def broadcast_shapes(a: Expression, b: Expression, op: str) -> Shape:

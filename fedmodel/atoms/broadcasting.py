@@ -9,7 +9,7 @@ import numpy as np
 
 from ..expression import Constant, Expression, Shape, as_expr
 from ..errors import ShapeError
-from .base import Retarget, sign_of
+from .base import INCREASING, EntryMap, Retarget
 
 
 def broadcastable(a: Shape, b: Shape) -> bool:
@@ -23,7 +23,7 @@ def broadcastable(a: Shape, b: Shape) -> bool:
         return False
 
 
-class BroadcastTo(Retarget):
+class BroadcastTo(Retarget, EntryMap):
     display = "broadcast"
 
     def numeric(self, x):
@@ -31,9 +31,6 @@ class BroadcastTo(Retarget):
 
     def vjp(self, index, upstream):
         return sum_to(upstream, self.args[0].shape)
-
-    def sign(self):
-        return sign_of(self.args[0])
 
     def render(self):
         return str(self.args[0])
@@ -62,6 +59,9 @@ class SumTo(Retarget):
 
     def vjp(self, index, upstream):
         return broadcast_to(upstream, self.args[0].shape)
+
+    def monotonicity(self, index):
+        return INCREASING
 
 
 def sum_to_shape(x: np.ndarray, shape: Shape) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..expression import Expression, Shape, as_expr
-from .base import INCREASING, Atom, sign_of
+from .base import INCREASING, Atom, EntryMap
 from .linear import operand_text
 
 
@@ -52,7 +52,7 @@ def hashable_key(key: tuple) -> tuple:
     return tuple((k.start, k.stop, k.step) if isinstance(k, slice) else k for k in key)
 
 
-class Index(Atom):
+class Index(EntryMap):
     display = "index"
 
     def __init__(self, x, key):
@@ -72,12 +72,6 @@ class Index(Atom):
 
     def vjp(self, index, upstream):
         return IndexAdjoint(upstream, self.key, self.args[0].shape)
-
-    def monotonicity(self, index):
-        return INCREASING
-
-    def sign(self):
-        return sign_of(self.args[0])
 
     def render(self):
         def fmt(k):

@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..expression import Expression, as_expr, as_shape
 from .arithmetic import Add, Multiply, Neg, Product, multiply
-from .base import INCREASING, Atom, Retarget, sign_of
+from .base import EntryMap, Retarget
 
 
 def operand_text(expr: Expression) -> str:
@@ -66,7 +66,7 @@ def matmul(a: Any, b: Any) -> Expression:
 
 
 # ------------------------------------------------------------------------------------------
-class Transpose(Atom):
+class Transpose(EntryMap):
     display = "transpose"
 
     def shape_from_args(self):
@@ -77,12 +77,6 @@ class Transpose(Atom):
 
     def vjp(self, index, upstream):
         return transpose(upstream)
-
-    def monotonicity(self, index):
-        return INCREASING
-
-    def sign(self):
-        return sign_of(self.args[0])
 
     def render(self):
         return f"{operand_text(self.args[0])}.T"
@@ -98,7 +92,7 @@ def transpose(x: Any) -> Expression:
 
 
 # ------------------------------------------------------------------------------------------
-class Reshape(Retarget):
+class Reshape(Retarget, EntryMap):
     display = "reshape"
 
     def numeric(self, x):
@@ -106,9 +100,6 @@ class Reshape(Retarget):
 
     def vjp(self, index, upstream):
         return reshape(upstream, self.args[0].shape)
-
-    def sign(self):
-        return sign_of(self.args[0])
 
     def render(self):
         return str(self.args[0])

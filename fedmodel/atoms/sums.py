@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..expression import Constant, Expression, as_expr
 from .arithmetic import multiply
-from .base import INCREASING, Atom, sign_of
+from .base import EntryMap
 from .broadcasting import broadcast_to
 from .linear import reshape
 
@@ -33,7 +33,7 @@ def keep_reduced_axis(upstream: Expression, shape: tuple, axis: int | None) -> E
     return upstream
 
 
-class Sum(Atom):
+class Sum(EntryMap):
     display = "sum"
 
     def __init__(self, x, axis=None):
@@ -55,12 +55,6 @@ class Sum(Atom):
     def vjp(self, index, upstream):
         shape = self.args[0].shape
         return broadcast_to(keep_reduced_axis(upstream, shape, self.axis), shape)
-
-    def monotonicity(self, index):
-        return INCREASING
-
-    def sign(self):
-        return sign_of(self.args[0])
 
     def render(self):
         return f"sum({self.args[0]}{'' if self.axis is None else f', axis={self.axis}'})"
