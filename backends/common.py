@@ -11,7 +11,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from fedmodel.expression import Constant
-from fedmodel.runtime.ledger import MessageKind, procedure, register
+from fedmodel.runtime.ledger import procedure
 
 
 def require_star(problem, topology, backend: str):
@@ -34,12 +34,15 @@ def gather_values(executor, problem, shared_flat: np.ndarray) -> tuple[dict, dic
     return values, multipliers
 
 
+@procedure("shared_values", {"x": "x"}, {"values": "opaque"}, local=True, read_only=True)
 def _shared_values(program, x) -> dict:
     """The flat shared vector x as values by variable uid, in the node's layout."""
     layout = program.shared
     return {"values": dict(zip([v.uid for v in layout.variables], layout.unpack(x)))}
 
 
+@procedure("node_terms", {}, {"prox_terms": "1", "constraints": "1", "objective": "1"}, local=True,
+           read_only=True)
 def _node_terms(program) -> dict:
     """What the node's merit holds, as counts: prox-able terms and projected sets
     ("prox_terms"), constraints in its augmented Lagrangian ("constraints"), and 1 when its
@@ -49,11 +52,6 @@ def _node_terms(program) -> dict:
     zero = isinstance(merit.objective, Constant) and not np.any(merit.objective.value)
     return {"prox_terms": float(len(merit.prox_terms)), "constraints": float(len(program.constraints)),
             "objective": float(not zero)}
-
-
-register(MessageKind("shared_values", {"x": "x"}, {"values": "opaque"}, local=True), _shared_values)
-register(MessageKind("node_terms", {}, {"prox_terms": "1", "constraints": "1", "objective": "1"},
-                     local=True), _node_terms)
 
 
 class _Silent:

@@ -7,20 +7,18 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.expression import Data
-from fedmodel.runtime.ledger import MessageKind, procedure, register
+from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .anderson import MAX_MEMORY, ClientHistory
 
 
+@procedure("proxal_samples", {}, {"samples": "1"}, local=True, read_only=True)
 def _sample_count(program: NodeProgram) -> dict:
     """m_i of Remark 4.2: the most rows of any data the node's terms and constraints read (1
     when it reads no array). Node-local bookkeeping for the server's ρ_i = a·m_i."""
     exprs = [program.merit_ir.objective] + [c.expr for c in program.all_constraints]
     rows = [leaf.shape[0] for e in exprs for leaf in e.leaves() if isinstance(leaf, Data) and leaf.ndim >= 1]
     return {"samples": float(max(rows or [1]))}
-
-
-register(MessageKind("proxal_samples", {}, {"samples": "1"}, local=True), _sample_count)
 
 
 @procedure("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1"}, {"u_tilde": "x"})

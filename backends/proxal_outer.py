@@ -105,7 +105,7 @@ VERDICTS = {"infeasible": "the largest violation stayed at {v:.3g} for {k} outer
                          "the model is unbounded below"}
 
 
-@procedure("proxal_violations", {"x": "x", "tol": "1"}, {"violated": "opaque"})
+@procedure("proxal_violations", {"x": "x", "tol": "1"}, {"violated": "opaque"}, read_only=True)
 def _violations(program: NodeProgram, x, tol=0.0):
     """This node's constraints violated by more than `tol` at `x` (rendered form → violation)."""
     return {"violated": program.violations(x, tol)}

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from fedmodel.runtime.ledger import MessageKind, procedure, register
+from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from ..common import local_curvature
 from .insa import adapt, sigma_bound
@@ -64,14 +64,12 @@ def _projects(program: NodeProgram) -> bool:
     return bool(program.merit_ir.prox_terms)
 
 
+@procedure("fedadmm_beta", {}, {"beta": "1", "lr": "1"}, local=True, read_only=True)
 def _penalty(program: NodeProgram):
     """The client's current β_i and step η_i (None before its first round): reporting, and
     ProxAL's composition carrying β_i from one subproblem to the next."""
     s = program.state.get("fedadmm", {})
     return {"beta": s.get("beta"), "lr": s.get("lr")}
-
-
-register(MessageKind("fedadmm_beta", {}, {"beta": "1", "lr": "1"}, local=True), _penalty)
 
 
 @procedure("fedadmm_round", {"z": "x"}, {"w": "x", "beta": "1", "steps": "1", "drift": "1"})
@@ -159,6 +157,7 @@ def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
     return {"w": w, "beta": beta, "steps": steps, "drift": float(np.max(np.abs(u - z), initial=0.0))}
 
 
+@procedure("fedadmm_refusal", {}, {"refusal": "str"}, local=True, read_only=True)
 def _refusal(program: NodeProgram) -> dict:
     """Why FedADMM cannot run with this node as it is (None: it can). A client's constraints must
     be simple sets on the shared variables (‖·‖₂/‖·‖₁/‖·‖∞ balls, bounds: projected in the local
@@ -190,5 +189,3 @@ def _refusal(program: NodeProgram) -> dict:
                 "the other set on another client or use backends.ProxAL(inner=backends.FedADMM(...))")}
     return {"refusal": None}
 
-
-register(MessageKind("fedadmm_refusal", {}, {"refusal": "str"}, local=True), _refusal)

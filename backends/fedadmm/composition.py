@@ -58,7 +58,7 @@ def solve_subproblem(backend, ex, w: np.ndarray, tau: float, rho: dict) -> tuple
     return z, trace or [np.inf], rho
 
 
-@procedure("fedadmm_certificate", {"x": "x"}, {"grad": "x", "private": "1"})
+@procedure("fedadmm_certificate", {"x": "x"}, {"grad": "x", "private": "1"}, read_only=True)
 def _certificate(program: NodeProgram, x):
     """∇_x P_i(x, y_i) and ‖∇_y P_i(x, y_i)‖∞ at the client's current private variables."""
     g = program.value_grad(np.asarray(x, float), program.y)[1]
