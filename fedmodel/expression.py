@@ -92,7 +92,7 @@ class Expression:
         return not self.variables()
 
     # ---- what the DCP rules read (fedmodel/analysis.py); atoms override ---------------------
-    curvature = CONSTANT          # of the node's own function; a leaf is constant but a Variable
+    curvature = CONSTANT          # of the node's own function (leaves: constant, Variable: affine)
     smooth = True                 # differentiable everywhere on its domain
     squares = False               # the node is its argument squared (x², ‖x‖², x**2)
     smooth_when_squared = False   # its only kink is one a square smooths out ([x]₊² is C¹)
@@ -462,7 +462,7 @@ def as_expr(value: Any) -> Expression:
 
 
 def postorder(outputs: Sequence[Expression]) -> list[Expression]:
-    """The distinct nodes of the DAGs of `outputs`, each after its arguments (first-visit order)."""
+    """The distinct nodes of the DAGs of `outputs`, each listed once, after its arguments."""
     order: list[Expression] = []
     seen: set[int] = set()
     for root in outputs:
