@@ -222,6 +222,8 @@ class ProxAL(Backend):
 
     # Algorithm 2 --------------------------------------------------------------------------------
     def _admm(self, ex, w_start, tau, rho):
+        """Algorithm 2 from w̃⁰ = w_start to (23) with τ_k = `tau`: returns the last server
+        iterate, the certificates (22) of its iterations and the clients' ρ_i."""
         clients = ex.clients
         replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c], "anderson": self.anderson}
                                               for c in clients})
@@ -264,6 +266,7 @@ class ProxAL(Backend):
         return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))
 
     def _record(self, ex, w, k, trace, tau, dw, dmu, start) -> dict:
+        """Outer iteration k's record: objective and violation reported by the nodes at w."""
         reports = ex.map("report", {node: {"x": w} for node in ex.nodes})
         return {"iteration": k + 1, "objective": sum(r["objective"] for r in reports.values()),
                 "violation": max(r["violation"] for r in reports.values()),

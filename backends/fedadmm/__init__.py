@@ -32,6 +32,7 @@ Readings where the paper and its experiments differ (defaults: the paper's exper
 - `penalty_rule="paper"`: p = ‖u^{k+1} − u^k‖; "code": p = β‖u^{k+1} − u^k‖ (authors' code);
 - `memory=None`: δ = 0 for vanilla, 0.01 for In / InSa (as in the experiments).
 Algorithm 2 (In) has no body in the text; it is Algorithm 3 with β fixed (spec §2.4).
+
 The clients' steps are in `client`, InSa's rules and the safeguards in `insa`, FedADMM as
 ProxAL's subproblem solver in `composition`.
 """
