@@ -33,8 +33,9 @@ CENTRALIZED = ("cProx-AL is the paper's centralized baseline: it pooled every bl
 class CentralizedProxAL(Backend):
     """Algorithm 3 (cProx-AL), the paper's CENTRALIZED BASELINE: the proximal AL of ProxAL with
     the subproblem solved to dist∞(0, ∂ℓ_k) ≤ τ_k by one program that pools every block's data
-    (so no data stays with its owner). Runs on the driver as the only node of a serial executor;
-    its result has an empty ledger and says so in `info["centralized"]`. Defaults add ProxAL's
+    (so no data stays with its owner). Runs on the driver as the only node of a serial executor
+    (`topology` and `executor` are ignored); its result has an empty ledger and says so in
+    `info["centralized"]`. Defaults add ProxAL's
     β growth (×4 up to 1e4, which also detects infeasible / unbounded models) and ε2 = 1e-4;
     `CentralizedProxAL.paper()` is the paper's fixed-β setting."""
 
