@@ -1,4 +1,4 @@
-"""FedADMM / -In / -InSa (backends/fedadmm.py) against CVXPY, a direct numpy implementation of
+"""FedADMM / -In / -InSa (backends/fedadmm/) against CVXPY, a direct numpy implementation of
 the paper's Algorithms 1 and 3, and hand-computed values of (3.9), (3.15)."""
 import math
 

@@ -67,7 +67,7 @@ def ridge_regression(parts: Sequence[Part], gamma: float = 1.0, alpha: Sequence[
                      name: str = "ridge"):
     """FedADMM-InSa Example 1 (4.1): Σ_i α_i f_i(u), f_i(u) = (1/(2N_i))‖A_i u − b_i‖² +
     (γ/2)‖u‖², α_i = N_i/N by default. The α_i are part of the model (the backend's own
-    α only rescales each block, see backends/fedadmm.py), so the paper's loss is Σ of the blocks."""
+    α only rescales each block, see backends/fedadmm/), so the paper's loss is Σ of the blocks."""
     import fedmodel as fm
     sizes = np.array([len(b) for _, b in parts], float)
     weights = sizes / sizes.sum() if alpha is None else np.asarray(alpha, float)
