@@ -45,6 +45,14 @@ def size_of(shape: Shape) -> int:
 OPERATORS: dict[str, Callable[..., Any]] = {}
 
 
+def _operator(name: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
+    """The method `self ∘ other` of a binary operator: `OPERATORS[name](self, other)`, or
+    `OPERATORS[name](other, self)` for the reflected method (`__radd__`, …)."""
+    def method(self: Any, other: Any) -> Any:
+        return OPERATORS[name](other, self) if reflected else OPERATORS[name](self, other)
+    return method
+
+
 class Expression:
     """Base of every node of the IR. Subclasses: `Leaf` kinds and `fedmodel.atoms.Atom`."""
 
@@ -136,12 +144,16 @@ class Expression:
         except _MissingValue:
             return None
 
-    # ---- operators (constructors registered in OPERATORS by fedmodel.atoms / .constraints) ---
-    def __add__(self, other: Any) -> "Expression":
-        return OPERATORS["add"](self, other)
-
-    def __radd__(self, other: Any) -> "Expression":
-        return OPERATORS["add"](other, self)
+    # ---- operators: each builds the node of its OPERATORS constructor (registered by
+    # fedmodel.atoms / fedmodel.constraints); `__r…__` is the reflected form (`2 * x`) ------
+    __add__, __radd__ = _operator("add"), _operator("add", reflected=True)
+    __mul__, __rmul__ = _operator("multiply"), _operator("multiply", reflected=True)
+    __truediv__, __rtruediv__ = _operator("divide"), _operator("divide", reflected=True)
+    __matmul__, __rmatmul__ = _operator("matmul"), _operator("matmul", reflected=True)
+    __pow__, __getitem__ = _operator("power"), _operator("index")
+    # comparisons build constraints: `a >= b` is `b <= a`
+    __le__, __ge__ = _operator("inequality"), _operator("inequality", reflected=True)
+    __eq__ = _operator("equality")
 
     def __sub__(self, other: Any) -> "Expression":
         return OPERATORS["add"](self, OPERATORS["neg"](other))
@@ -155,43 +167,9 @@ class Expression:
     def __pos__(self) -> "Expression":
         return self
 
-    def __mul__(self, other: Any) -> "Expression":
-        return OPERATORS["multiply"](self, other)
-
-    def __rmul__(self, other: Any) -> "Expression":
-        return OPERATORS["multiply"](other, self)
-
-    def __truediv__(self, other: Any) -> "Expression":
-        return OPERATORS["divide"](self, other)
-
-    def __rtruediv__(self, other: Any) -> "Expression":
-        return OPERATORS["divide"](other, self)
-
-    def __matmul__(self, other: Any) -> "Expression":
-        return OPERATORS["matmul"](self, other)
-
-    def __rmatmul__(self, other: Any) -> "Expression":
-        return OPERATORS["matmul"](other, self)
-
-    def __pow__(self, p: Any) -> "Expression":
-        return OPERATORS["power"](self, p)
-
-    def __getitem__(self, key: Any) -> "Expression":
-        return OPERATORS["index"](self, key)
-
     @property
     def T(self) -> "Expression":
         return OPERATORS["transpose"](self)
-
-    # comparisons build constraints (fedmodel/constraints.py)
-    def __le__(self, other: Any):
-        return OPERATORS["inequality"](self, other)
-
-    def __ge__(self, other: Any):
-        return OPERATORS["inequality"](other, self)
-
-    def __eq__(self, other: Any):  # type: ignore[override]
-        return OPERATORS["equality"](self, other)
 
     __hash__ = object.__hash__
 

@@ -17,7 +17,8 @@ from ..errors import ShapeError
 from ..expression import Expression, Shape, as_expr, evaluate
 
 __all__ = ["AFFINE", "CONCAVE", "CONVEX", "DECREASING", "INCREASING", "NONMONOTONE", "UNKNOWN",
-           "Atom", "EntryMap", "Retarget", "broadcast_shapes", "constant_value", "even_monotonicity", "sign_of"]
+           "Atom", "EntryMap", "Retarget", "broadcast_shapes", "constant_value", "constructor",
+           "even_monotonicity", "sign_of"]
 
 
 class Atom(Expression):
@@ -91,6 +92,16 @@ class Retarget(Atom):
 
     def params(self) -> tuple:
         return (self.target,)
+
+
+def constructor(atom: type[Atom]) -> Callable[[Any], Expression]:
+    """The public function of a one-argument atom without parameters, named by its `display`
+    and documented by its docstring: `exp = constructor(Exp)` makes `exp(x) = Exp(as_expr(x))`."""
+    def construct(x: Any) -> Expression:
+        return atom(as_expr(x))
+    construct.__name__ = construct.__qualname__ = atom.display
+    construct.__module__, construct.__doc__ = atom.__module__, atom.__doc__
+    return construct
 
 
 def broadcast_shapes(a: Expression, b: Expression, op: str) -> Shape:

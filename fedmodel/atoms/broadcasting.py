@@ -24,6 +24,8 @@ def broadcastable(a: Shape, b: Shape) -> bool:
 
 
 class BroadcastTo(Retarget, EntryMap):
+    """x copied to the larger shape `target` by numpy's broadcasting; printed as x."""
+
     display = "broadcast"
 
     def numeric(self, x):

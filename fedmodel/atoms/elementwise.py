@@ -10,8 +10,9 @@ import numpy as np
 from ..errors import FedModelError
 from ..expression import Constant, Expression, as_expr
 from .arithmetic import add, multiply, neg
-from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, UNKNOWN, Atom, constant_value,
-                   even_monotonicity, sign_of)
+from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom,
+                   constant_value, constructor, even_monotonicity, sign_of)
+from .prox import shrink, soft_threshold
 
 
 _ONE = Constant(1.0)
@@ -65,7 +66,21 @@ def logistic_and_sigmoid(x: Any) -> tuple[Any, Any]:
 
 
 class Elementwise(Atom):
-    """A scalar function applied entry by entry."""
+    """A scalar function f applied entry by entry. Subclasses state f's DCP facts as class
+    attributes instead of writing the rules: `increasing` (nondecreasing), `even` (f(−x) = f(x),
+    increasing on x ≥ 0: its monotonicity follows the argument's sign), `nonneg` (f ≥ 0); an
+    atom whose facts depend on a parameter (`Power`) or on its argument (`Pos`) overrides
+    `monotonicity` / `sign` instead."""
+
+    increasing = even = nonneg = False
+
+    def monotonicity(self, index):
+        if self.increasing:
+            return INCREASING
+        return even_monotonicity(self.args[0]) if self.even else NONMONOTONE
+
+    def sign(self):
+        return (self.nonneg, False)
 
     def derivative(self, x: Expression) -> Expression | None:
         """f'(x) as an expression (None when identically zero)."""
@@ -77,7 +92,10 @@ class Elementwise(Atom):
 
 
 class Exp(Elementwise):
+    """eˣ entry-wise."""
+
     display, curvature = "exp", CONVEX
+    increasing = nonneg = True
 
     def numeric(self, x):
         return np.exp(x)
@@ -85,15 +103,12 @@ class Exp(Elementwise):
     def derivative(self, x):
         return self
 
-    def monotonicity(self, index):
-        return INCREASING
-
-    def sign(self):
-        return (True, False)
-
 
 class Log(Elementwise):
+    """The natural logarithm entry-wise (its domain x > 0)."""
+
     display, curvature = "log", CONCAVE
+    increasing = True
 
     def numeric(self, x):
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -101,9 +116,6 @@ class Log(Elementwise):
 
     def derivative(self, x):
         return power(x, -1)
-
-    def monotonicity(self, index):
-        return INCREASING
 
 
 class Power(Elementwise):
@@ -214,12 +226,11 @@ def divide(a: Any, b: Any) -> Expression:
     return multiply(a, power(b, -1))
 
 
-def sqrt(x: Any) -> Expression:
-    return Sqrt(as_expr(x))
-
-
 class Sqrt(Elementwise):
+    """√x entry-wise (its domain x ≥ 0)."""
+
     display, curvature = "sqrt", CONCAVE
+    increasing = nonneg = True
 
     def numeric(self, x):
         with np.errstate(invalid="ignore"):
@@ -228,15 +239,12 @@ class Sqrt(Elementwise):
     def derivative(self, x):
         return multiply(0.5, power(self, -1))
 
-    def monotonicity(self, index):
-        return INCREASING
-
-    def sign(self):
-        return (True, False)
-
 
 class Square(Elementwise):
+    """x² entry-wise."""
+
     display, curvature, squares = "square", CONVEX, True
+    even = nonneg = True
 
     def numeric(self, x):
         return x * x
@@ -244,19 +252,14 @@ class Square(Elementwise):
     def derivative(self, x):
         return multiply(2.0, x)
 
-    def monotonicity(self, index):
-        return even_monotonicity(self.args[0])
-
-    def sign(self):
-        return (True, False)
-
-    @staticmethod
-    def prox(v: np.ndarray, t: float) -> np.ndarray:
-        return v / (1.0 + 2.0 * t)
+    prox = staticmethod(shrink)
 
 
 class Abs(Elementwise):
+    """|x| entry-wise."""
+
     display, curvature, smooth = "abs", CONVEX, False
+    even = nonneg = True
 
     def numeric(self, x):
         return np.abs(x)
@@ -264,21 +267,14 @@ class Abs(Elementwise):
     def derivative(self, x):
         return Sign(x)
 
-    def monotonicity(self, index):
-        return even_monotonicity(self.args[0])
-
-    def sign(self):
-        return (True, False)
-
-    @staticmethod
-    def prox(v: np.ndarray, t: float) -> np.ndarray:
-        return np.sign(v) * np.maximum(np.abs(v) - t, 0.0)
+    prox = staticmethod(soft_threshold)
 
 
 class Logistic(Elementwise):
-    """log(1 + eˣ), evaluated without overflow for any finite x (see `_logistic`)."""
+    """log(1 + eˣ) entry-wise, evaluated without overflow for any finite x (see `_logistic`)."""
 
     display, curvature = "logistic", CONVEX
+    increasing = nonneg = True
 
     def numeric(self, x):
         return _logistic(x)
@@ -286,15 +282,12 @@ class Logistic(Elementwise):
     def derivative(self, x):
         return Sigmoid(x)
 
-    def monotonicity(self, index):
-        return INCREASING
-
-    def sign(self):
-        return (True, False)
-
 
 class Pos(Elementwise):
+    """[x]₊ = max(x, 0) entry-wise."""
+
     display, curvature, smooth = "pos", CONVEX, False
+    increasing = True
     smooth_when_squared = True      # [x]₊² is C¹ (the inequality terms of augmented Lagrangians)
 
     def numeric(self, x):
@@ -302,9 +295,6 @@ class Pos(Elementwise):
 
     def derivative(self, x):
         return Step(x)
-
-    def monotonicity(self, index):
-        return INCREASING
 
     def sign(self):
         return (True, sign_of(self.args[0])[1])  # pos of a nonpositive argument is zero
@@ -314,6 +304,7 @@ class Huber(Elementwise):
     """x² for |x| ≤ M, 2M|x| − M² otherwise (CVXPY's definition); C¹."""
 
     display, curvature = "huber", CONVEX
+    even = nonneg = True
 
     def __init__(self, x, M=1.0):
         self.M = float(M)
@@ -331,12 +322,6 @@ class Huber(Elementwise):
     def derivative(self, x):
         return multiply(2.0, Clip(x, -self.M, self.M))
 
-    def monotonicity(self, index):
-        return even_monotonicity(self.args[0])
-
-    def sign(self):
-        return (True, False)
-
     def render(self):
         return f"huber({self.args[0]}, {self.M:g})"
 
@@ -344,6 +329,7 @@ class Huber(Elementwise):
 # ---- internal atoms: they appear in derived gradients only --------------------------------
 class Sigmoid(Elementwise):
     display, curvature, internal = "sigmoid", UNKNOWN, True
+    increasing = nonneg = True
 
     def numeric(self, x):
         return _sigmoid(x)
@@ -352,12 +338,6 @@ class Sigmoid(Elementwise):
         # one shared 1.0: the plans' CSE merges σ(1 − σ) across the columns of a Hessian only
         # when the constant is the same node (a new Constant per column is a new slot)
         return multiply(self, add(_ONE, neg(self)))
-
-    def monotonicity(self, index):
-        return INCREASING
-
-    def sign(self):
-        return (True, False)
 
 
 class _ZeroSlope(Elementwise):
@@ -380,16 +360,15 @@ class Step(_ZeroSlope):
     """1 where x > 0, else 0."""
 
     display = "step"
+    nonneg = True
 
     def numeric(self, x):
         return (x > 0).astype(float)
 
-    def sign(self):
-        return (True, False)
-
 
 class Clip(Elementwise):
     display, curvature, internal, smooth = "clip", UNKNOWN, True, False
+    increasing = True
 
     def __init__(self, x, lower, upper):
         self.lower, self.upper = float(lower), float(upper)
@@ -404,35 +383,12 @@ class Clip(Elementwise):
     def derivative(self, x):
         return add(Step(add(x, -self.lower)), neg(Step(add(x, -self.upper))))
 
-    def monotonicity(self, index):
-        return INCREASING
-
 
 # ---- constructor functions (the public atom names) -----------------------------------------
-def exp(x: Any) -> Expression:
-    return Exp(as_expr(x))
-
-
-def log(x: Any) -> Expression:
-    return Log(as_expr(x))
-
-
-def square(x: Any) -> Expression:
-    return Square(as_expr(x))
-
-
-def abs(x: Any) -> Expression:  # noqa: A001 - CVXPY-style name
-    return Abs(as_expr(x))
-
-
-def logistic(x: Any) -> Expression:
-    """log(1 + exp(x)) entry-wise, computed stably."""
-    return Logistic(as_expr(x))
-
-
-def pos(x: Any) -> Expression:
-    return Pos(as_expr(x))
+exp, log, sqrt, square, logistic, pos = (constructor(atom) for atom in (Exp, Log, Sqrt, Square, Logistic, Pos))
+abs = constructor(Abs)  # noqa: A001 - CVXPY-style name
 
 
 def huber(x: Any, M: float = 1.0) -> Expression:
+    """x² for |x| ≤ M, 2M|x| − M² otherwise, entry-wise (CVXPY's definition)."""
     return Huber(as_expr(x), M)

@@ -93,6 +93,8 @@ def transpose(x: Any) -> Expression:
 
 # ------------------------------------------------------------------------------------------
 class Reshape(Retarget, EntryMap):
+    """x's entries in row-major order laid out in the shape `target`; printed as x."""
+
     display = "reshape"
 
     def numeric(self, x):

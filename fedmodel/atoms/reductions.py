@@ -10,10 +10,11 @@ from ..errors import FedModelError, ShapeError
 from ..expression import Constant, Expression, as_expr
 from .arithmetic import add, multiply, neg
 from .base import (CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom,
-                   constant_value, even_monotonicity, sign_of)
+                   constant_value, constructor, even_monotonicity, sign_of)
 from .broadcasting import broadcast_to
 from .elementwise import Sign, power
 from .linear import matmul, transpose
+from .prox import shrink, soft_threshold
 from .sums import keep_reduced_axis, normalize_axis, sum as sum_
 
 
@@ -31,6 +32,8 @@ class Reduction(Atom):
 
 
 class SumSquares(Reduction):
+    """Σ x_j², the squared ℓ2 (Frobenius) norm."""
+
     display, squares = "sum_squares", True
 
     def numeric(self, x):
@@ -43,34 +46,45 @@ class SumSquares(Reduction):
     def vjp(self, index, upstream):
         return multiply(multiply(2.0, upstream), self.args[0])
 
-    @staticmethod
-    def prox(v: np.ndarray, t: float) -> np.ndarray:
-        return v / (1.0 + 2.0 * t)
+    prox = staticmethod(shrink)
 
 
-class Norm1(Reduction):
-    display, smooth = "norm1", False
+class Norm(Reduction):
+    """A norm of the entries: nonsmooth at 0; its vjp is the upstream times a subgradient."""
+
+    smooth = False
+
+    def subgradient(self) -> Expression:
+        """A subgradient of the norm at its argument, as an expression of the argument's shape."""
+        raise NotImplementedError
+
+    def vjp(self, index, upstream):
+        return multiply(upstream, self.subgradient())
+
+
+class Norm1(Norm):
+    """Σ|x_j|; subgradient sign(x)."""
+
+    display = "norm1"
+    prox = staticmethod(soft_threshold)
 
     def numeric(self, x):
         return float(np.abs(x).sum())
 
-    def vjp(self, index, upstream):
-        return multiply(upstream, Sign(self.args[0]))
-
-    @staticmethod
-    def prox(v: np.ndarray, t: float) -> np.ndarray:
-        """Soft-thresholding."""
-        return np.sign(v) * np.maximum(np.abs(v) - t, 0.0)
+    def subgradient(self):
+        return Sign(self.args[0])
 
 
-class Norm2(Reduction):
-    display, smooth = "norm2", False
+class Norm2(Norm):
+    """‖x‖₂ (Frobenius for a matrix); gradient x/‖x‖₂."""
+
+    display = "norm2"
 
     def numeric(self, x):
         return float(np.linalg.norm(np.ravel(x)))
 
-    def vjp(self, index, upstream):
-        return multiply(upstream, multiply(power(self, -1), self.args[0]))
+    def subgradient(self):
+        return multiply(power(self, -1), self.args[0])
 
     @staticmethod
     def prox(v: np.ndarray, t: float) -> np.ndarray:
@@ -79,14 +93,16 @@ class Norm2(Reduction):
         return np.zeros_like(v) if norm <= t else (1.0 - t / norm) * v
 
 
-class NormInf(Reduction):
-    display, smooth = "norm_inf", False
+class NormInf(Norm):
+    """max_j |x_j|; subgradient `ArgmaxAbs`."""
+
+    display = "norm_inf"
 
     def numeric(self, x):
         return float(np.abs(x).max())
 
-    def vjp(self, index, upstream):
-        return multiply(upstream, ArgmaxAbs(self.args[0]))
+    def subgradient(self):
+        return ArgmaxAbs(self.args[0])
 
 
 class ArgmaxAbs(Atom):
@@ -237,20 +253,7 @@ class Softmax(Atom):
 
 
 # ---- constructor functions ---------------------------------------------------------------
-def sum_squares(x: Any) -> Expression:
-    return SumSquares(as_expr(x))
-
-
-def norm1(x: Any) -> Expression:
-    return Norm1(as_expr(x))
-
-
-def norm2(x: Any) -> Expression:
-    return Norm2(as_expr(x))
-
-
-def norm_inf(x: Any) -> Expression:
-    return NormInf(as_expr(x))
+sum_squares, norm1, norm2, norm_inf = (constructor(atom) for atom in (SumSquares, Norm1, Norm2, NormInf))
 
 
 def quad_form(x: Any, P: Any) -> Expression:
