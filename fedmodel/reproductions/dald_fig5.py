@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from . import dald_table2 as t2
+from .report import finish, save, subplots
 
 LAMBDA, ITERATIONS = 1e-3, 300
 
@@ -45,12 +46,7 @@ LABELS = {"fedprox": "FedProx", "dald-cc": "Fed-DALD-CC", "dald-dc": "Fed-DALD-D
 
 
 def plot(results: dict[int, dict], path: str | Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from fedmodel.plotting import save_figure
-    fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 3.8), squeeze=False)
+    fig, axes = subplots(1, len(results), figsize=(5.2 * len(results), 3.8), squeeze=False)
     for ax, (n, data) in zip(axes[0], results.items()):
         for method, (k, mean, std) in data.items():
             line, = ax.plot(k, mean, label=LABELS[method])
@@ -62,8 +58,7 @@ def plot(results: dict[int, dict], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
     fig.suptitle("MNIST 3 vs 7, non-IID strided split: mean ± std over clients", fontsize=10)
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return save(fig, path)
 
 
 def run(full: bool = False, plot_dir=None, engine: str = "backend", executor: str | None = None) -> int:
@@ -85,5 +80,4 @@ def run(full: bool = False, plot_dir=None, engine: str = "backend", executor: st
         print(f"  ({time.perf_counter() - start:.0f} s)")
     if plot_dir is not None:
         print("plot:", plot(results, Path(plot_dir) / "dald_fig5.png"))
-    print("result:", "OK" if ok else "MISMATCH")
-    return 0 if ok else 1
+    return finish(ok)

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from .report import finish, print_header
+
 # dataset key → (row label, paper row key)
 DATASETS = {
     "diabetes": "Diabetes",
@@ -104,11 +106,8 @@ def run(full: bool = False, iterations: int = 1000, seed: int = 0) -> int:
     print("DALD paper, Table I: AIO least squares vs Fed-DALD-DC on the 3-node chain "
           f"(ρ = 1, B4 v_max = 1, {iterations} inner iterations, exact local solves, "
           f"random equal split seed {seed}; DALD = root node x_3; metrics in-sample)")
-    header = (f"{'dataset':<18} {'N×d':>9} | {'MSE AIO':>10} {'paper':>10} | {'MSE DALD':>10} "
-              f"{'paper':>10} {'nodes min–max':>21} | {'R² AIO':>6} {'paper':>6} | "
-              f"{'R² DALD':>7} {'paper':>6} | {'s':>4}")
-    print(header)
-    print("-" * len(header))
+    print_header("dataset<18 N×d>9 | MSE AIO>10 paper>10 | MSE DALD>10 paper>10 nodes min–max>21 | "
+                 "R² AIO>6 paper>6 | R² DALD>7 paper>6 | s>4")
     ok = True
     for name in names:
         out = evaluate(name, iterations, seed)
@@ -130,5 +129,4 @@ def run(full: bool = False, iterations: int = 1000, seed: int = 0) -> int:
           "on the split and on each node's data (California: an outlier-heavy node converges slowest), "
           "so the paper's DALD digits (its split and BFGS tolerance are unstated) are not expected "
           "exactly. See docs/REPRODUCTION.md.")
-    print("result:", "OK" if ok else "MISMATCH")
-    return 0 if ok else 1
+    return finish(ok)

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .report import finish
+
 CLIENTS = (10, 50, 100, 200, 500, 1000)
 LAMBDAS = (0.0, 1e-4, 1e-3, 1e-2)
 METHODS = ("fedprox", "dald-cc", "dald-dc")
@@ -323,5 +325,4 @@ def run(full: bool = False, engine: str | None = None, executor: str | None = No
     print("Notes: the partition (R1 uses ≈5/8 of the data), pixel scaling, N, the evaluation set and "
           "the FedProx local solver are not given in the paper (docs/REPRODUCTION.md); the paper's "
           "text quotes FedProx n=1000, λ=1e-3, 3000 iterations as 87.21 % where its table says 88.21.")
-    print("result:", "OK" if ok else "MISMATCH")
-    return 0 if ok else 1
+    return finish(ok)

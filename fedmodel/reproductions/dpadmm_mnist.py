@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .models import error_rate, softmax_regression
+from .report import finish, print_checks, save, subplots
 
 EPSILONS = (0.05, 0.1, 1.0, 5.0)
 VARIANTS = ("objT", "objP", "outP")
@@ -125,13 +126,8 @@ def table(results: dict, epsilons=EPSILONS, radii=("paper", "code")) -> str:
 
 def plot(results: dict, path: Path) -> Path:
     """Training cost (mean cross-entropy + β‖w‖² at the global w) per round, one panel per ε̄."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from fedmodel.plotting import save_figure
     eps = sorted({float(k.split("ε=")[1]) for k in results if "ε=" in k})
-    fig, axes = plt.subplots(1, len(eps), figsize=(4 * len(eps), 3.2), squeeze=False)
+    fig, axes = subplots(1, len(eps), figsize=(4 * len(eps), 3.2), squeeze=False)
     names = sorted({label.split(" ε")[0] for label in results})
     colour = {name: f"C{i}" for i, name in enumerate(names)}          # same colour in every panel
     for ax, e in zip(axes[0], eps):
@@ -146,8 +142,7 @@ def plot(results: dict, path: Path) -> Path:
         ax.set_yscale("log")
     axes[0][0].set_ylabel("training cost at w")
     axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return save(fig, path)
 
 
 def checks(results: dict, epsilons, fast: bool) -> list[tuple[str, bool]]:
@@ -198,12 +193,8 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, per_agent:
     print(table(results, epsilons, radii))
     if plot_dir is not None:
         print("plot:", plot(results, Path(plot_dir) / "dp_mnist_cost.png"))
-    ok = True
-    for what, passed in checks(results, epsilons, fast):
-        print(f"  [{'ok' if passed else 'FAIL'}] {what}")
-        ok &= passed
+    ok = print_checks(checks(results, epsilons, fast))
     print("\nNotes: the paper's errors are means over 10 noise seeds after T = 20,000 rounds; ours "
           f"are one seed after T = {rounds}" + (" on a 10× smaller training set, so every private "
           "error is much larger (noise ∝ 1/I)" if fast else "") + ". See docs/REPRODUCTION.md.")
-    print("result:", "OK" if ok else "MISMATCH")
-    return 0 if ok else 1
+    return finish(ok)

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .fedadmm_synthetic import algorithms, curves
 from .models import error_rate, softmax_loss, softmax_regression
+from .report import finish, print_checks, print_header, save, subplots
 
 CLIENTS, ROUNDS, CLASSES = 100, 200, 10
 # Table 2: test accuracy (%), training loss, local update steps (MLP, their seed)
@@ -65,14 +67,6 @@ def load(train_per_class: int = 1000, test_per_class: int = 100, clients: int = 
     return parts, (X, y), (Xt, yt)
 
 
-def algorithms(beta: float = 2.0, steps=(2, 5, 10)) -> dict[str, dict]:
-    """FedADMM constructor options of each row of Table 2."""
-    algos = {f"FedADMM (E = {e})": dict(beta=beta, local_steps=e) for e in steps}
-    algos["FedADMM-In"] = dict(beta=beta, local_steps=10, inexact=True)
-    algos["FedADMM-InSa"] = dict(beta=beta, local_steps=10, inexact=True, adaptive=True, mu=20.0, tau=2.0)
-    return algos
-
-
 def solve(parts, options: dict, rounds: int, seed: int = 0, participation: float = 0.1) -> dict:
     """One FedADMM run on Σ α_i f_i (α_i = 1/m); loss per round from the history."""
     from backends.fedadmm import FedADMM
@@ -83,20 +77,13 @@ def solve(parts, options: dict, rounds: int, seed: int = 0, participation: float
     res = prob.solve(algo)
     h = res.history
     first = res.history[0]["participants"][0] if h else None
-    return {"W": res.value(W), "loss": np.array([r["objective"] for r in h]),
-            "steps": np.cumsum([r["local_steps"] for r in h]), "total_steps": res.iterations["local_steps"],
-            "mean_beta": np.array([r["mean_beta"] for r in h]), "status": res.status,
-            "client_steps": [r["client_steps"].get(first) for r in h], "seconds": time.perf_counter() - start}
+    return {"W": res.value(W), **curves(res), "client_steps": [r["client_steps"].get(first) for r in h],
+            "seconds": time.perf_counter() - start}
 
 
 def plot(results: dict, path: Path) -> Path:
     """Training loss per round and mean β (Fig. 3b, 3c)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from fedmodel.plotting import save_figure
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (a, b) = subplots(1, 2, figsize=(10, 3.6))
     for name, out in results.items():
         rounds = np.arange(1, len(out["loss"]) + 1)
         a.plot(rounds, out["loss"], label=name)
@@ -108,8 +95,7 @@ def plot(results: dict, path: Path) -> Path:
     b.set_ylabel("mean β_i over the 100 clients")
     a.legend(fontsize=8)
     a.set_title("MNIST, label shards, multinomial LR")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return save(fig, path)
 
 
 def run(full: bool = False, rounds: int | None = None, seed: int = 0, plot_dir=None, root=None) -> int:
@@ -123,10 +109,8 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, plot_dir=N
           f"MLP 784-200-200-10), z^0 = 0, seed {seed}")
     results = {name: solve(parts, options, rounds, seed) for name, options in algorithms().items()}
     base = results["FedADMM (E = 10)"]["total_steps"]
-    header = (f"{'algorithm':<18} | {'test acc %':>10} {'paper':>6} | {'train loss':>10} {'paper':>6} | "
-              f"{'local steps':>11} {'paper':>6} | {'reduction':>9} {'paper':>6} | {'β̄ end':>6} {'s':>5}")
-    print(header)
-    print("-" * len(header))
+    print_header("algorithm<18 | test acc %>10 paper>6 | train loss>10 paper>6 | local steps>11 paper>6 | "
+                 "reduction>9 paper>6 | β̄ end>6 s>5")
     for name, out in results.items():
         acc = 100 * (1 - error_rate(out["W"], Xt, yt))
         out["accuracy"] = acc
@@ -153,10 +137,7 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, plot_dir=N
         ("every run lowers the loss below its value ln 10 at z^0 = 0",
          all(o["loss"][-1] < math.log(CLASSES) for o in results.values())),
     ]
-    ok = True
-    for what, passed in checks:
-        print(f"  [{'ok' if passed else 'FAIL'}] {what}")
-        ok &= passed
+    ok = print_checks(checks)
     # ... and the paper's MLP claims, reported (not expected to carry over to a convex model)
     acc = {n: o["accuracy"] for n, o in results.items()}
     red = 1 - insa["total_steps"] / vanilla10["total_steps"]
@@ -176,5 +157,4 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, plot_dir=N
           "contracts the subproblem residual by only ≈(1 − 0.01·β) per step along flat directions, "
           "so the criterion σ ≈ 0.5 is rarely met within the cap of 10 steps: In/InSa save few "
           "steps. See docs/REPRODUCTION.md.")
-    print("result:", "OK" if ok else "MISMATCH")
-    return 0 if ok else 1
+    return finish(ok)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .models import ridge_loss, ridge_optimum, ridge_regression
+from .report import finish, print_checks, print_header, save, subplots
 
 CLIENTS, DIM, SAMPLES, ROUNDS, GAMMA = 100, 1000, 10_000, 100, 1.0
 
@@ -44,7 +45,8 @@ def synthetic(samples: int = SAMPLES, dim: int = DIM, clients: int = CLIENTS, se
 
 
 def algorithms(beta: float = 2.0, steps=(2, 5, 10)) -> dict[str, dict]:
-    """FedADMM constructor options of each curve (participation 10 %, lr 0.01)."""
+    """FedADMM constructor options of each curve (participation 10 %, lr 0.01); Example 2
+    (`fedadmm_mnist`) runs the same five."""
     algos = {f"FedADMM (E = {e})": dict(beta=beta, local_steps=e) for e in steps}
     algos["FedADMM-In"] = dict(beta=beta, local_steps=10, inexact=True)
     algos["FedADMM-InSa"] = dict(beta=beta, local_steps=10, inexact=True, adaptive=True, mu=20.0, tau=2.0)
@@ -58,11 +60,16 @@ def solve(parts, options: dict, rounds: int = ROUNDS, seed: int = 0, participati
     algo = FedADMM.paper(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)
     start = time.perf_counter()
     res = prob.solve(algo)
+    return {"z": res.value(u), **curves(res), "seconds": time.perf_counter() - start}
+
+
+def curves(res) -> dict:
+    """A FedADMM result's curves per round: loss Σα_i f_i(z^k), cumulative local steps, mean β;
+    and its total local steps and status."""
     h = res.history
-    return {"z": res.value(u), "loss": np.array([r["objective"] for r in h]),
-            "steps": np.cumsum([r["local_steps"] for r in h]), "total_steps": res.iterations["local_steps"],
-            "mean_beta": np.array([r["mean_beta"] for r in h]), "status": res.status,
-            "seconds": time.perf_counter() - start}
+    return {"loss": np.array([r["objective"] for r in h]), "steps": np.cumsum([r["local_steps"] for r in h]),
+            "total_steps": res.iterations["local_steps"], "mean_beta": np.array([r["mean_beta"] for r in h]),
+            "status": res.status}
 
 
 def steps_to_reach(out: dict, target: float) -> float:
@@ -73,12 +80,7 @@ def steps_to_reach(out: dict, target: float) -> float:
 
 def plot(results: dict, optimum: float, path: Path) -> Path:
     """Loss gap Σα_i f_i(z^k) − F* per round, and against cumulative local steps."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from fedmodel.plotting import save_figure
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (a, b) = subplots(1, 2, figsize=(10, 3.6))
     for name, out in results.items():
         rounds = np.arange(1, len(out["loss"]) + 1)
         a.plot(rounds, out["loss"] - optimum, label=name)
@@ -90,8 +92,7 @@ def plot(results: dict, optimum: float, path: Path) -> Path:
     b.set_xscale("log")
     a.legend(fontsize=8)
     a.set_title("Example 1 (synthetic ridge), β = 2")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return save(fig, path)
 
 
 def run(full: bool = False, rounds: int | None = None, seed: int = 0, beta: float = 2.0,
@@ -113,10 +114,7 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, beta: floa
     for name, options in algorithms(beta).items():
         results[name] = solve(parts, options, rounds, seed, frac)
     marks = [r for r in (10, 30, rounds) if r <= rounds]
-    header = f"{'algorithm':<20} " + " ".join(f"{'loss@' + str(r):>10}" for r in marks) + \
-        f" {'total steps':>12} {'final β̄':>8} {'s':>5}"
-    print(header)
-    print("-" * len(header))
+    print_header("algorithm<20 " + " ".join(f"loss@{r}>10" for r in marks) + " total steps>12 final β̄>8 s>5")
     for name, out in results.items():
         print(f"{name:<20} " + " ".join(f"{out['loss'][r - 1]:>10.4f}" for r in marks) +
               f" {out['total_steps']:>12d} {out['mean_beta'][-1]:>8.3f} {out['seconds']:>5.1f}")
@@ -146,12 +144,8 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, beta: floa
          max(o["loss"][-1] - f_star for n, o in results.items() if "E = 2" not in n and "E = 5" not in n)
          <= 0.05 * f_star),
     ]
-    ok = True
-    for what, passed in checks:
-        print(f"  [{'ok' if passed else 'FAIL'}] {what}")
-        ok &= passed
+    ok = print_checks(checks)
     print("\nNotes: the paper shows Example 1 only as curves (Fig. 1, In vs vanilla E = 10, β ∈ {1, 2});"
           " it has no table of numbers for it, so the checks are its qualitative claims and the "
           "exact optimum. See docs/REPRODUCTION.md.")
-    print("result:", "OK" if ok else "MISMATCH")
-    return 0 if ok else 1
+    return finish(ok)

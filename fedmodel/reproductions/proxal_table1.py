@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from .report import print_header
+
 DATASETS = ("breast-cancer-wisc", "adult-a", "monks-1")
 CLIENTS = (1, 5, 10, 20)
 THRESHOLD = 0.2
@@ -140,11 +142,9 @@ def run(full: bool = False) -> int:
     clients = CLIENTS if full else (1, 5)
     print("Table 1 (He, Peng, Sun, Sec. 5.1): Neyman-Pearson classification, 121-UCI data;")
     print(f"Alg. 1 settings {SETTINGS}; trials {list(trials)}\n")
-    header = (f"{'dataset':<19} {'n':>3} | {'paper obj':>9} {'ours obj (std)':>17} | {'paper cProx':>11} "
-              f"{'ours cProx':>10} | {'paper rel':>9} {'ours rel':>9} | {'paper feas mean/max':>19} "
-              f"{'ours feas mean/max':>18} | {'outer':>5} {'inner':>6} {'sec':>6}")
-    print(header)
-    print("-" * len(header))
+    print_header("dataset<19 n>3 | paper obj>9 ours obj (std)>17 | paper cProx>11 ours cProx>10 | "
+                 "paper rel>9 ours rel>9 | paper feas mean/max>19 ours feas mean/max>18 | "
+                 "outer>5 inner>6 sec>6")
     ok = True
     for name in DATASETS:
         data = load(name)

@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from .report import print_header
+
 CASES = [(n, d, m) for n in (1, 5, 10) for d, m in ((100, 1), (300, 3), (500, 5))]
 SETTINGS = dict(beta=10.0, rho=1.0, s_bar=0.1, q=0.9, tol=(1e-3, 1e-3), local_solver="exact")
 
@@ -113,11 +115,8 @@ def run(full: bool = False) -> int:
     trials = range(10) if full else range(1)
     print("Table 4 (He, Peng, Sun, App. E.2): linearly constrained QP, synthetic, code recipe;")
     print(f"settings {SETTINGS}; trials {list(trials)}; ours = mean over trials\n")
-    header = (f"{'n':>3} {'d':>4} {'m':>2} | {'paper Alg1':>10} {'ours Alg1':>10} {'KKT opt':>10} "
-              f"{'gap':>8} | {'paper cProx':>11} {'ours cProx':>10} | {'paper rel':>9} {'ours rel':>9} | "
-              f"{'paper viol':>10} {'ours viol':>9} | {'outer':>5} {'inner':>6} {'sec':>6}")
-    print(header)
-    print("-" * len(header))
+    print_header("n>3 d>4 m>2 | paper Alg1>10 ours Alg1>10 KKT opt>10 gap>8 | paper cProx>11 ours cProx>10 | "
+                 "paper rel>9 ours rel>9 | paper viol>10 ours viol>9 | outer>5 inner>6 sec>6")
     ok = True
     for n, d, m in CASES:
         rows = [solve_case(n, d, m, t) for t in trials]
