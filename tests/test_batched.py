@@ -200,22 +200,23 @@ def test_singleton_groups_and_min_group_take_the_serial_path():
 
 # ---- state consistency: switching executors midway ----------------------------------------------
 def _drive(ex_steps, programs, d):
-    """Init, then alternate solve/dual rounds, each on the executor listed in `ex_steps`."""
+    """Init, then alternate solve/dual rounds, each on the executor listed in `ex_steps` (which
+    takes the programs over from the one before: `Executor.take_over`)."""
     import backends.dald  # noqa: F401  (declares the DALD message kinds)
     clients = [n for n, p in programs.items() if p.role == "client"]
     executors = {"serial": SerialExecutor().start(programs), "batched": BatchedExecutor().start(programs)}
-    executors["serial"].map("dald_cc_init", {c: {"x0": np.zeros(d), "beta": 2.0, "rho": np.ones(d)}
-                                             for c in clients})
+    executors["serial"].take_over().map("dald_cc_init", {c: {"x0": np.zeros(d), "beta": 2.0, "rho": np.ones(d)}
+                                                         for c in clients})
     xhat = np.full(d, 0.1)
     trace = []
     for which in ex_steps:
-        ex = executors[which]
+        ex = executors[which].take_over()
         opts = {"tol": -1.0, "solver": "prox-grad", "step": 0.2, "local_steps": 2, "warm": 1.0}
         xs = ex.map("dald_cc_solve", {c: {"xhat": xhat, **opts} for c in clients})
         xhat = np.mean([r["x"] for r in xs.values()], axis=0)
         ex.map("dald_cc_dual", {c: {"xhat": xhat, "consensus": 1.0} for c in clients})
         trace.append(xhat.copy())
-    mus = executors["serial"].map("dald_state", {c: {} for c in clients})
+    mus = executors["serial"].take_over().map("dald_state", {c: {} for c in clients})
     return np.array(trace), np.array([mus[c]["mu"] for c in clients])
 
 

@@ -1,9 +1,10 @@
-"""The lazy hand-over of batched state (`Group.publish` / `on_sync` / `sync`): a batched run
-leaves the clients' `program.state` dicts stale and marks the programs as held by its group;
-whatever reads them next — a request served node by node through any executor, `close`, a
-pickled copy — gets the newest numbers, equal to an all-serial run of the same requests. The
-group's cached validation of the states (`Group.checked`) is dropped after a node step through
-another executor."""
+"""One holder per node program (`program.holder`, `Executor.take_over` / `hand_back`): while
+a batched executor holds the programs its groups keep the clients' state as stacks
+(`Group.publish` / `on_sync` / `sync`) and the `program.state` dicts are stale; an explicit
+transfer — another executor taking the programs over, `close`, a pickled copy — writes the
+newest numbers back, equal to an all-serial run of the same requests. An executor refuses
+programs another one holds, and a group's cached validation of the states (`Group.checked`)
+is dropped when its executor serves a member node by node or hands the programs over."""
 import pickle
 
 import networkx as nx
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import backends
+import fedmodel as fm
 from backends.dald.dc import GaussSeidelSweep   # (importing backends.dald registers its node steps)
 import topologies
 from fedmodel.runtime.batched import BatchedExecutor
@@ -46,17 +48,18 @@ def _cc_dicts(programs, clients):
 
 
 def _shared_programs(prob):
-    """One set of programs served by a batched and a serial executor at once."""
+    """One set of programs for a serial and a batched executor; the batched one holds them."""
     programs = compile_programs(prob)
-    return programs, BatchedExecutor().start(programs), SerialExecutor().start(programs)
+    serial = SerialExecutor().start(programs)
+    return programs, BatchedExecutor().start(programs), serial
 
 
-# ---- Fed-DALD-CC: stale dicts until something reads them ---------------------------------------
-@pytest.mark.parametrize("reader", ["serial request", "close", "pickle"])
-def test_cc_state_is_handed_over_to_whoever_reads_it(reader):
+# ---- Fed-DALD-CC: stale dicts until the holder writes them back -------------------------------
+@pytest.mark.parametrize("reader", ["serial takes over", "close", "pickle"])
+def test_cc_state_is_written_back_when_handed_over(reader):
     """After batched group requests the dicts still hold the initial zeros and the programs are
-    held by the group; a per-node request through another executor, `close`, or a pickled copy
-    sees the newest x_i and μ_i (those of an all-serial run) and nothing is held any more.
+    held by the batched executor; a serial executor taking them over, `close`, or a pickled
+    copy sees the newest x_i and μ_i (those of an all-serial run).
     (λ‖w‖₁ on the server: a client prox term's closure is not picklable by `pickle`.)"""
     prob, _ = _logistic(l1_on="server")
     programs, batched, serial = _shared_programs(prob)
@@ -69,41 +72,63 @@ def test_cc_state_is_handed_over_to_whoever_reads_it(reader):
     np.testing.assert_allclose(trace, _cc_rounds(reference, clients, xhat0, 3), rtol=0, atol=TOL)
     assert batched.stats[("dald_cc_solve", "batched")] == 3 * len(clients)
 
-    group, = batched.groups
     want_x, want_mu = _cc_dicts(reference.programs, clients)
     assert np.abs(want_x).max() > 0.01 and np.abs(want_mu).max() > 0.001     # the run moved
-    assert all(programs[c].holder is group for c in clients)
+    assert all(programs[c].holder is batched for c in clients)
     stale_x, stale_mu = _cc_dicts(programs, clients)
     np.testing.assert_array_equal(stale_x, 0.0)
     np.testing.assert_array_equal(stale_mu, 0.0)
 
-    if reader == "serial request":          # one node served node by node hands over the group
+    if reader == "serial takes over":
         xhat = trace[-1]
-        got = serial.call(clients[0], "dald_cc_solve", xhat=xhat, **SOLVE)["x"]
+        got = serial.take_over().call(clients[0], "dald_cc_solve", xhat=xhat, **SOLVE)["x"]
         want = reference.call(clients[0], "dald_cc_solve", xhat=xhat, **SOLVE)["x"]
         np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
         mus = serial.map("dald_state", {c: {} for c in clients})
         np.testing.assert_allclose([mus[c]["mu"] for c in clients], want_mu, rtol=0, atol=TOL)
         want_x, want_mu = _cc_dicts(reference.programs, clients)
         got_x, got_mu = _cc_dicts(programs, clients)
+        holder = serial
     elif reader == "close":
         batched.close()
         got_x, got_mu = _cc_dicts(programs, clients)
-    else:
+        holder = None
+    else:                                   # (the batched executor keeps holding the original)
         copy = pickle.loads(pickle.dumps(programs[clients[1]]))
         assert copy.holder is None
         got_x, got_mu = copy.state["dald"]["x"][None], copy.state["dald"]["mu"][None]
         want_x, want_mu = want_x[1:2], want_mu[1:2]
+        holder = batched
     np.testing.assert_allclose(got_x, want_x, rtol=0, atol=TOL)
     np.testing.assert_allclose(got_mu, want_mu, rtol=0, atol=TOL)
-    assert all(programs[c].holder is None for c in clients)
+    assert all(programs[c].holder is holder for c in clients)
+
+
+def test_an_executor_refuses_programs_another_one_holds():
+    """Serving a program another executor holds is refused (no silent hand-over); after
+    `take_over` it is served, and a closed executor's programs are free for anyone."""
+    prob, _ = _logistic(l1_on="clients")
+    programs, batched, serial = _shared_programs(prob)
+    clients = batched.clients
+    _cc_init(batched, clients)
+    for request in (lambda: serial.call(clients[0], "dald_state"),
+                    lambda: serial.map_stacked("dald_state", clients)):
+        with pytest.raises(fm.FedModelError, match="held by another executor"):
+            request()
+    serial.take_over().call(clients[0], "dald_state")
+    with pytest.raises(fm.FedModelError, match="held by another executor"):
+        _cc_rounds(batched, clients, np.zeros(D), 1)
+    serial.close()
+    _cc_rounds(batched, clients, np.zeros(D), 1)            # free: held by whoever serves it
+    assert all(programs[c].holder is batched for c in clients)
 
 
 @pytest.mark.parametrize("reinit", ["all clients", "some clients"])
 def test_reinit_through_another_executor_invalidates_the_checked_states(reinit):
     """Batched rounds, then `dald_cc_init` (new state dicts, other x0, β and ρ_i) through a
-    serial executor on the same programs, then batched rounds again: the batched executor must
-    drop the states it validated and stacked before, and match the all-serial sequence."""
+    serial executor that took the programs over, then batched rounds again after taking them
+    back: the batched executor must drop the states it validated and stacked before, and match
+    the all-serial sequence."""
     prob, _ = _logistic(l1_on="clients")
     programs, batched, serial = _shared_programs(prob)
     reference = SerialExecutor().start(compile_programs(prob))
@@ -114,8 +139,8 @@ def test_reinit_through_another_executor_invalidates_the_checked_states(reinit):
     for first, second in ((batched, serial), (reference, reference)):
         _cc_init(first, clients)
         before = _cc_rounds(first, clients, np.full(D, 0.1), 3)
-        _cc_init(second, again, x0=0.3, beta=3.0, rho=rho)          # new dicts for `again`
-        after = _cc_rounds(first, clients, before[-1], 3)
+        _cc_init(second.take_over(), again, x0=0.3, beta=3.0, rho=rho)   # new dicts for `again`
+        after = _cc_rounds(first.take_over(), clients, before[-1], 3)
         first.close()
         traces.append((np.vstack([before, after]), *_cc_dicts(first.programs, clients)))
     assert batched.stats[("dald_cc_solve", "batched")] == 6 * len(clients)
@@ -128,8 +153,8 @@ def test_reinit_through_another_executor_invalidates_the_checked_states(reinit):
 
 
 def test_a_second_batched_executor_continues_from_the_newest_state():
-    """Batched rounds on one executor, then on another batched executor started on the same
-    programs: the second must start from the first one's newest x_i and μ_i."""
+    """Batched rounds on one executor, then on another batched executor that takes the same
+    programs over: the second must start from the first one's newest x_i and μ_i."""
     prob, _ = _logistic(l1_on="clients")
     programs = compile_programs(prob)
     first, second = BatchedExecutor().start(programs), BatchedExecutor().start(programs)
@@ -137,47 +162,49 @@ def test_a_second_batched_executor_continues_from_the_newest_state():
     clients = first.clients
     traces = []
     for a, b in ((first, second), (reference, reference)):
-        _cc_init(a, clients)
+        _cc_init(a.take_over(), clients)
         before = _cc_rounds(a, clients, np.full(D, 0.1), 2)
-        traces.append(np.vstack([before, _cc_rounds(b, clients, before[-1], 2)]))
+        traces.append(np.vstack([before, _cc_rounds(b.take_over(), clients, before[-1], 2)]))
     assert second.stats[("dald_cc_solve", "batched")] == 2 * len(clients)
     np.testing.assert_allclose(traces[0], traces[1], rtol=0, atol=TOL)
 
 def test_closing_a_superseded_executor_leaves_the_newer_hold():
     """After a second batched executor took the programs over, closing the first one must not
-    release the second one's hold: a serial request then still sees the second one's state."""
+    release the second one's hold nor write its older state back: a serial executor taking
+    the programs over then sees the second one's state."""
     prob, _ = _logistic(l1_on="clients")
     programs = compile_programs(prob)
     first, second = BatchedExecutor().start(programs), BatchedExecutor().start(programs)
     reference = SerialExecutor().start(compile_programs(prob))
     clients = first.clients
     for a, b in ((first, second), (reference, reference)):
-        _cc_init(a, clients)
-        _cc_rounds(b, clients, _cc_rounds(a, clients, np.full(D, 0.1), 2)[-1], 2)
+        _cc_init(a.take_over(), clients)
+        xhat = _cc_rounds(a, clients, np.full(D, 0.1), 2)[-1]
+        _cc_rounds(b.take_over(), clients, xhat, 2)
     first.close()
-    group, = second.groups
-    assert all(programs[c].holder is group for c in clients)
+    assert all(programs[c].holder is second for c in clients)
     mus = SerialExecutor().start(programs).map("dald_state", {c: {} for c in clients})
     want = reference.map("dald_state", {c: {} for c in clients})
     np.testing.assert_allclose([mus[c]["mu"] for c in clients], [want[c]["mu"] for c in clients],
                                rtol=0, atol=TOL)
 
 
-def test_a_server_step_keeps_the_clients_checks_and_hold():
-    """Only a member served node by node voids a group's checks: a server request between
-    batched rounds leaves the validated client states cached and the dicts held."""
+def test_a_server_step_keeps_the_clients_checks_and_stacks():
+    """Only a member served node by node voids a group's checks and writes its stacks back: a
+    server request between batched rounds leaves the validated client states cached and the
+    dicts stale; the programs stay held by the batched executor throughout."""
     prob, _ = _logistic(l1_on="server")
     programs, batched, _ = _shared_programs(prob)
     clients = batched.clients
     _cc_init(batched, clients)
     xhat = _cc_rounds(batched, clients, np.full(D, 0.1), 2)[-1]
     group, = batched.groups
-    checked = dict(group._checked)
+    assert "cc" in group._checked and group._pending
     batched.call("server", "report", x=xhat)
-    assert group._epoch == checked["cc"][0] and all(programs[c].holder is group for c in clients)
-    batched.call(clients[0], "report", x=xhat)              # a member: checks void, state handed over
-    assert group._epoch != checked["cc"][0]
-    assert all(programs[c].holder is None for c in clients)
+    assert "cc" in group._checked and group._pending
+    batched.call(clients[0], "report", x=xhat)              # a member: written back, checks void
+    assert "cc" not in group._checked and not group._pending
+    assert all(programs[c].holder is batched for c in clients)
 
 
 # ---- Fed-DALD-DC: relayed copies, edge multipliers and flags written back ---------------------
@@ -219,7 +246,7 @@ def test_dc_sweeps_are_written_back_at_close():
                 ex.map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
         if isinstance(ex, BatchedExecutor):
             assert ex.stats[("dald_dc_sweep", "batched")] == len(clients) + 3
-            assert all(ex.programs[c].holder is ex.groups[0] for c in clients)
+            assert all(ex.programs[c].holder is ex for c in clients)
             x, ends, solved = _dc_view(ex.programs, clients)
             assert all(not np.any(v) for v in x.values())          # still x0: not handed over
             assert all(s is None for s in solved.values())
@@ -240,10 +267,10 @@ def test_dc_sweeps_are_written_back_at_close():
 
 
 def test_dc_solve_leaves_consistent_node_state():
-    """A whole Fed-DALD-DC solve on a path: while it runs the group holds the nodes' state (the
-    callback sees it lazily held); afterwards every end holds its neighbour's model and the
-    same μ_e as the other end (equal to the serial run's), and no solved / fresh flag is left
-    after the final multiplier step."""
+    """A whole Fed-DALD-DC solve on a path: while it runs the batched executor holds the nodes'
+    state (the callback sees its stacks not yet written back); afterwards every end holds its
+    neighbour's model and the same μ_e as the other end (equal to the serial run's), and no
+    solved / fresh flag is left after the final multiplier step."""
     prob, _ = _logistic(n=6, l1_on="clients")
 
     def algo():
@@ -252,9 +279,8 @@ def test_dc_solve_leaves_consistent_node_state():
     ex = BatchedExecutor()
     held = []
     result = prob.solve(algo(), topology=topologies.path(prob), executor=ex,
-                        callback=lambda record: held.append(all(p.holder is ex.groups[0]
-                                                                for p in ex.programs.values()
-                                                                if p.role == "client")))
+                        callback=lambda record: held.append(bool(ex.groups[0]._pending) and all(
+                            p.holder is ex for p in ex.programs.values() if p.role == "client")))
     assert held == [True] * 12
     assert ex.stats[("dald_dc_sweep", "batched")] == ex.stats[("dald_dc_dual", "batched")] == 12 * 6
     multipliers = serial.info["consensus_multipliers"]
@@ -284,16 +310,17 @@ DC_STEP = {**SOLVE, "step": 0.05, "local_steps": 1}
 
 def test_dc_two_batched_executors_on_the_same_programs():
     """A second executor's batched sweep in between: the first executor's cached sweep state
-    (solved / fresh flags) is void once the other group takes the programs over, so its
-    multiplier step still moves μ_e as the serial run's does."""
+    (solved / fresh flags) is written back and void once the other one takes the programs
+    over, so its multiplier step (after taking them back) still moves μ_e as the serial run's
+    does."""
     prob, _ = _logistic(n=6, l1_on="clients")
 
     def run(first, second, clients):
-        neighbors = _dc_start(first, clients, _path(clients))
+        neighbors = _dc_start(first.take_over(), clients, _path(clients))
         GaussSeidelSweep(first, neighbors)([[c] for c in clients], DC_STEP)
         first.map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
-        GaussSeidelSweep(second, neighbors)([[c] for c in clients], DC_STEP)
-        first.map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
+        GaussSeidelSweep(second.take_over(), neighbors)([[c] for c in clients], DC_STEP)
+        first.take_over().map_stacked("dald_dc_dual", clients, common={"consensus": 1.0})
         first.close()
         second.close()
     programs = compile_programs(prob)

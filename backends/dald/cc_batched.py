@@ -17,7 +17,7 @@ _SOLVE_OPTS = ("tol", "solver", "step", "local_steps", "warm")
 
 def _cc_states(group: Group) -> list[dict] | None:
     """The clients' Fed-DALD-CC states (None unless every client ran `dald_cc_init`), checked
-    once until a client is next served node by node."""
+    once until a client is next served node by node (or handed to another executor)."""
     def validate():
         states = [p.state.get("dald") for p in group.programs]
         return None if any(s is None or s.get("rho2") is None for s in states) else states

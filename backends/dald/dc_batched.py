@@ -16,8 +16,9 @@ are sequential. So: one batched ∇P for the group, then one compiled loop over 
 
 Per-node state belongs in `program.state["dald"]` (its edges' μ_e and neighbour copies as row
 views of stacks), so the serial path, checkpoints and a change of executor see the same state.
-While a run stays on the batched path the stacks and `SweepState`'s arrays are authoritative;
-`Group.sync` writes them back before anything reads the dicts. Anything else (W > 1, a cold
+While the batched executor holds the nodes, the stacks and `SweepState`'s arrays are
+authoritative; `Group.sync` writes them back when the dicts are read (a request it serves node
+by node, a hand-over to another executor, `close`). Anything else (W > 1, a cold
 start, private variables, a neighbour outside the group such as a hosted server block) takes
 the per-node path.
 """
@@ -143,9 +144,10 @@ class SweepState:
 
 
 def _dc_stacks(group: Group):
-    """(sweep state, edge layout, x_i stack, edge μ stack) of the group's DALD-DC nodes, or None (not
-    covered). The states are validated once until a node is next served node by node; the
-    batched procedures keep the invariants (they publish the stacks and the sweep state)."""
+    """(sweep state, edge layout, x_i stack, edge μ stack) of the group's DALD-DC nodes, or None
+    (not covered). The states are validated once until a node is next served node by node (or
+    handed to another executor); the batched forms keep the invariants (they publish the stacks
+    and the sweep state)."""
     def validate():
         states = _dc_states(group)
         layout = None if states is None else _layout(group, states)

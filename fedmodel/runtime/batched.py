@@ -9,15 +9,16 @@ singleton groups, the server, options a batched form does not cover — goes thr
 per-node path (`run_on_node`), so every backend runs on it unchanged.
 
 Per-client state belongs where the serial procedures keep it (`program.state`, `program.y`, the
-merit's Parameters), so a run can switch executors midway, checkpoint, or read multipliers
-back and get the serial answer. To avoid touching n small arrays and dicts in every round, each
-group keeps the stacked (n, d) arrays it last wrote and hands *row views* of them to the
-clients' state lazily (`Group.sync`): before any node is served one by one (`run_on_node`, on
-any executor of this process), before a per-member form, when a program is pickled, and at
-`close`. While every client still holds exactly those row objects the stack is reused, and a
-form's check of the clients' states holds until a member is next served one by one or another
-executor's group takes it over (`Group.served`). The elementwise work of a step is done by
-compiled kernels (`kernels`), one pass over the stacks each.
+merit's Parameters), so a run can hand its programs to another executor midway (`take_over`),
+checkpoint, or read multipliers back and get the serial answer. While this executor holds the
+programs (`Executor`: one holder per node), each group keeps the stacked (n, d) arrays it last
+wrote instead of touching n small arrays and dicts in every round, and hands *row views* of
+them to the clients' state (`Group.sync`) when the state is read: before this executor serves a
+member one by one or by a per-member form, when a program is pickled, when another executor
+takes the programs over (`hand_back`), and at `close`. While every client still holds exactly
+those row objects the stack is reused, and a form's check of the clients' states holds until
+this executor serves a member one by one or hands it over (`Group.forget`). The elementwise
+work of a step is done by compiled kernels (`kernels`), one pass over the stacks each.
 
 Group requests (`Executor.map_stacked`: one request to many nodes, model-sized fields as one
 (n, d) block) to the nodes of one group are served by the kind's stacked form
@@ -81,31 +82,29 @@ class Group:
         self._pending: dict[str, tuple[str, list[dict]]] = {}          # slot -> (key, dicts) to hand over
         self._write_backs: dict[str, Callable[[], None]] = {}
         self._twice: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._checked: dict[str, tuple] = {}    # family -> (epoch, what it validated)
-        self._epoch = 0                         # members changed elsewhere so far (`served`)
+        self._checked: dict[str, Any] = {}      # family -> what it validated (until `forget`)
         self.memo: dict[str, Any] = {}          # what a backend's forms keep per group (e.g. a layout)
-        for program in programs:
-            program.observers.add(self)
 
-    # -- plans ---------------------------------------------------------------------------------
-    def served(self) -> None:
-        """A member's state may have changed in any way — it was served node by node
-        (`run_on_node`, by any executor) or another executor's group took it over (`_hold`) —
-        so the procedures' checks of the members' states are void."""
-        self._epoch += 1
+    # -- checks of the members' states ---------------------------------------------------------
+    def forget(self) -> None:
+        """A member's state may have changed in any way (it was served node by node, or handed
+        to another executor), so the forms' checks of the members' states are void. Only the
+        executor holding the members calls it: nothing else can change their state."""
+        self._checked.clear()
 
     def checked(self, family: str, validate: Callable[[], Any]) -> Any:
-        """`validate()` (the members' states as a procedure family needs them, or None), reused
-        while no member's state changed outside this group since (`served`)."""
+        """`validate()` (the members' states as a form family needs them, or None), reused
+        until a member's state changes outside the forms (`forget`)."""
         known = self._checked.get(family)
-        if known is not None and known[0] == self._epoch:
-            return known[1]
-        self.refresh()
+        if known is not None:
+            return known
+        self.sync()
         result = validate()
         if result is not None:
-            self._checked[family] = (self._epoch, result)
+            self._checked[family] = result
         return result
 
+    # -- plans ---------------------------------------------------------------------------------
     def plan(self, which: str) -> BatchedPlan:
         if which not in self._plans:   # built on first use: stacking data costs one pass over it
             self._plans[which] = BatchedPlan([getattr(p, which) for p in self.programs], self._blocks)
@@ -158,7 +157,6 @@ class Group:
             return self._stacks[slot][1]
         if any(k == key for k, _ in self._pending.values()):
             self.sync()                             # our newer `key` rows, held under another slot
-        self.refresh(others_only=True)
         cached = self._stacks.get(slot)
         rows = list(map(itemgetter(key), states))
         if cached is not None and len(rows) == len(cached[0]) and all(map(is_, rows, cached[0])):
@@ -180,37 +178,16 @@ class Group:
 
     def publish(self, key: str, stack: np.ndarray, states: list[dict], slot: str | None = None) -> None:
         """Make `stack` the rows of `state[key]` of the dicts `states`. The dicts get their row
-        views on `sync`, which the executor runs before anything reads them (a request served
-        node by node or by a per-member procedure, `close`): a batched run does not touch
-        n dicts per step."""
+        views on `sync`, which the executor holding the members runs before anything reads them
+        (a request it serves node by node or by a per-member form, a hand-over, `close`): a
+        batched run does not touch n dicts per step."""
         slot = slot or key
         self._stacks[slot] = (None, stack)
         self._pending[slot] = (key, states)
-        self._hold()
 
     def on_sync(self, name: str, write_back: Callable[[], None]) -> None:
         """Run `write_back()` at the next `sync`, after the pending stacks (once per name)."""
         self._write_backs[name] = write_back
-        self._hold()
-
-    def refresh(self, others_only: bool = False) -> None:
-        """Bring the members' dicts up to date before reading them: sync this group and any
-        other executor's group that holds newer state of them (`others_only`: just those)."""
-        for program in self.programs:
-            if program.holder is not None and not (others_only and program.holder is self):
-                program.holder.sync()
-
-    def _hold(self) -> None:
-        """Mark the members as having state here that their dicts lack (`run_on_node` syncs);
-        other executors' groups of the same programs must check their states again."""
-        if self.programs[0].holder is not self:
-            for program in self.programs:
-                if program.holder is not None and program.holder is not self:
-                    program.holder.sync()       # another executor's group: its state first
-                program.holder = self
-                for other in program.observers:
-                    if other is not self:
-                        other.served()
 
     def sync(self) -> None:
         """Hand the pending stacks' row views to their dicts, then run the write-backs."""
@@ -223,9 +200,6 @@ class Group:
                 state[key] = view
             self._stacks[slot] = (views, stack)
         self._pending.clear()
-        for program in self.programs:
-            if program.holder is self:
-                program.holder = None
         write_backs, self._write_backs = self._write_backs, {}
         for write_back in write_backs.values():
             write_back()
@@ -269,6 +243,7 @@ class BatchedExecutor(Executor):
         self.min_group = int(min_group)
         self.tune_malloc = bool(tune_malloc)
         self.groups: list[Group] = []
+        self._group_of_member: dict[str, Group] = {}
         self._resolved: dict[tuple, tuple] = {}
         self.stats: Counter = Counter()
 
@@ -282,6 +257,7 @@ class BatchedExecutor(Executor):
                 by_signature.setdefault(program_signature(program), []).append(name)
         self.groups = [Group(names, [self.programs[n] for n in names])
                        for names in by_signature.values() if len(names) >= self.min_group]
+        self._group_of_member = {name: group for group in self.groups for name in group.names}
         self._resolved = {}
         self.stats = Counter()
         return self
@@ -296,9 +272,12 @@ class BatchedExecutor(Executor):
             return super().map(kind, payloads)
         networked = not declared.local
         record = self.ledger.record
+        programs = self.programs
         for node, payload in payloads.items():
-            if node not in self.programs:
+            if node not in programs:
                 raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
+            if programs[node].holder is not self:
+                self._hold(node)
             floats = _fast_count(declared.request, payload, self.model_size)
             if floats is None:
                 floats = check_payload(declared, declared.request, payload, self.model_size, "request")
@@ -376,7 +355,7 @@ class BatchedExecutor(Executor):
                 members = [n for n in group.names if n in payloads]
                 if len(members) < self.min_group:
                     continue
-                group.refresh()             # per-member procedures read the clients' dicts
+                group.sync()                # per-member forms read the clients' dicts
                 out = procedure(group, members, payloads)
                 if out is not None:
                     replies.update(out)
@@ -388,12 +367,23 @@ class BatchedExecutor(Executor):
         return replies
 
     def _dispatch(self, node, kind, payload):
-        return run_on_node(self.programs[node], kind, payload)
+        group = self._group_of_member.get(node)
+        if group is None:
+            return run_on_node(self.programs[node], kind, payload)
+        group.sync()                    # the member's state into its program, which serves it
+        try:
+            return run_on_node(self.programs[node], kind, payload)
+        finally:
+            group.forget()              # ... and may have changed it in any way
 
-    def close(self) -> None:
+    def sync(self) -> None:
         for group in self.groups:
             group.sync()
-        super().close()
+
+    def hand_back(self, program: NodeProgram) -> None:
+        self.sync()
+        for group in self.groups:
+            group.forget()
 
 
 _MALLOC_TUNED = False

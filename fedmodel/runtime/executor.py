@@ -19,7 +19,14 @@ from .program import NodeProgram, ProgramSpec
 class Executor:
     """Interface: `start(programs)`, `call(node, kind, **payload)`, `map(kind, payloads)`,
     `map_stacked(kind, nodes, rows, common)` (one request to a group of nodes whose model-sized
-    fields are the rows of one (n, d) array; replies stacked the same way)."""
+    fields are the rows of one (n, d) array; replies stacked the same way), `close()`.
+
+    One owner per node: an executor serves only the node programs it holds (`program.holder`).
+    `start` takes them over from whichever executor held them (that one writes its state back
+    first, `hand_back`), `take_over` does so again later, `close` writes back and frees them; a
+    free program is taken by the first executor that serves it, one held by another executor
+    is refused. In between, an executor may keep the state in its own form (the batched
+    executor: stacked arrays) and the programs' own attributes may be stale (`sync`)."""
 
     def __init__(self):
         self.programs: dict[str, NodeProgram] = {}
@@ -27,12 +34,43 @@ class Executor:
         self.model_size = 0
 
     def start(self, programs: dict[str, NodeProgram]) -> "Executor":
+        """Take `programs` (a run's node programs) over; those of an earlier run are freed."""
+        self._release()
         # blocks with loader data arrive as specs: in-process executors load and compile them here
         self.programs = {name: p.build() if isinstance(p, ProgramSpec) else p
                          for name, p in programs.items()}
         self.model_size = next(iter(programs.values())).n_shared if programs else 0
         self.ledger = Ledger()
+        return self.take_over()
+
+    def take_over(self) -> "Executor":
+        """Hold every node program of this executor: one that another executor holds is handed
+        back by it first (it writes the node's state back into the program)."""
+        for program in self.programs.values():
+            if program.holder is not self:
+                if program.holder is not None:
+                    program.holder.hand_back(program)
+                program.holder = self
         return self
+
+    def hand_back(self, program: NodeProgram) -> None:
+        """Give `program` up to another executor: its state as this executor holds it is
+        written back into the program (`sync`), and this executor forgets what it knew of it."""
+        self.sync()
+
+    def sync(self) -> None:
+        """Write the nodes' state, where this executor keeps it in its own form, back into the
+        programs (they stay held by this executor). The serial executor works on the programs
+        themselves: nothing to write."""
+
+    def _hold(self, node: str) -> None:
+        """Before serving `node`, which this executor does not hold: take it when it is free,
+        refuse it when another executor holds it (a hand-over is explicit: `take_over`)."""
+        program = self.programs[node]
+        if program.holder is not None:
+            raise FedModelError(f"node program {node!r} is held by another executor; call "
+                                "take_over() on this one first (the other one hands it back)")
+        program.holder = self
 
     @property
     def nodes(self) -> list[str]:
@@ -54,6 +92,8 @@ class Executor:
         for node, payload in payloads.items():
             if node not in self.programs:
                 raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
+            if self.programs[node].holder is not self:
+                self._hold(node)
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
             networked[node] = not declared.local and node != "server"  # server steps are local
             if networked[node]:
@@ -92,10 +132,12 @@ class Executor:
         declared = MESSAGES.get(kind)
         if declared is None:
             raise FedModelError(f"message kind {kind!r} is not declared in fedmodel.runtime.ledger")
-        nodes = list(nodes)
+        nodes, programs = list(nodes), self.programs
         for node in nodes:
-            if node not in self.programs:
+            if node not in programs:
                 raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
+            if programs[node].holder is not self:
+                self._hold(node)
         rows, common = dict(rows or {}), dict(common or {})
         check_payload(declared, declared.request, common, self.model_size, "request")
         for key, block in rows.items():
@@ -114,7 +156,14 @@ class Executor:
         raise NotImplementedError
 
     def close(self) -> None:
-        pass
+        """End of a run: the nodes' state written back into their programs, which are then free."""
+        self._release()
+
+    def _release(self) -> None:
+        self.sync()
+        for program in self.programs.values():
+            if program.holder is self:
+                program.holder = None
 
 
 class SerialExecutor(Executor):
@@ -126,10 +175,6 @@ class SerialExecutor(Executor):
 
 def run_on_node(program: NodeProgram, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     """Serve one request on a node program (used by every executor, wherever the node lives)."""
-    if program.holder is not None:          # a batched group has newer state for it: hand it over
-        program.holder.sync()
-    for group in program.observers:         # batched groups' checks of its state are now void
-        group.served()
     procedure = PROCEDURES.get(kind)
     if procedure is not None:
         return procedure(program, **payload)

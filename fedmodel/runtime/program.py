@@ -6,7 +6,6 @@ NodeProgram's data: they send requests through an executor and get model-sized r
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -78,19 +77,12 @@ class NodeProgram:
         self.y = np.zeros(self.n_private)
         self._y_center = np.zeros(self.n_private)
         self.state: dict[str, Any] = {}   # node-side state of backend procedures (e.g. ADMM's u, λ)
-        self.holder = None   # a batched executor's group holding newer state (`run_on_node` syncs it)
-        self.observers: weakref.WeakSet = weakref.WeakSet()   # batched groups told by `run_on_node`
+        self.holder = None   # the executor holding its state (`Executor.take_over`), or None: free
 
     def __getstate__(self) -> dict:
         if self.holder is not None:         # a copy (Ray, checkpoints) gets the newest state
             self.holder.sync()
-        state = dict(self.__dict__, holder=None)
-        del state["observers"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.observers = weakref.WeakSet()
+        return dict(self.__dict__, holder=None)
 
     # ---- evaluation helpers -----------------------------------------------------------------
     def _values(self, x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:

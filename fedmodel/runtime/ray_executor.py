@@ -62,6 +62,8 @@ def _writable(message: dict) -> dict:
 class _RemoteNode:
     """The driver's view of a client on an actor: its name, role and layout, never its data."""
 
+    holder = None       # the executor serving it (`Executor.take_over`); its state lives on the actor
+
     def __init__(self, spec: ProgramSpec):
         self.name, self.role = spec.name, spec.role
         self.shared, self.private = spec.shared, spec.private
@@ -195,6 +197,7 @@ class RayExecutor(Executor):
 
     def close(self) -> None:
         """End of a run: release the actors (unless `persistent`) and a Ray we started."""
+        super().close()
         if not self.persistent:
             self.shutdown()
 
