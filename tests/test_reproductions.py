@@ -36,3 +36,17 @@ def test_table1_monks_and_breast_cancer_n5_meet_the_constraint_and_match_cprox()
         assert row["status"] == ["converged"]
         assert row["worst_feas"] <= proxal_table1.THRESHOLD + 1e-3          # every client's class-1 loss
         assert row["rel_diff"][0] <= 3.5e-2                           # the paper's largest: 3.43e-2
+
+
+def test_print_header_lays_out_titles_as_the_format_specs(capsys):
+    from fedmodel.reproductions.report import print_header
+    print_header("dataset<19 n>3 | paper obj>9 ours obj (std)>17 | N×d>9 loss@10>10")
+    title = f"{'dataset':<19} {'n':>3} | {'paper obj':>9} {'ours obj (std)':>17} | {'N×d':>9} {'loss@10':>10}"
+    assert capsys.readouterr().out == f"{title}\n{'-' * len(title)}\n"
+
+
+def test_print_checks_and_finish(capsys):
+    from fedmodel.reproductions.report import finish, print_checks
+    assert print_checks([("a", True), ("b", np.bool_(False))]) == False  # noqa: E712 - numpy bool
+    assert finish(True) == 0 and finish(False) == 1
+    assert capsys.readouterr().out == "  [ok] a\n  [FAIL] b\nresult: OK\nresult: MISMATCH\n"

@@ -385,7 +385,8 @@ class Clip(Elementwise):
 
 
 # ---- constructor functions (the public atom names) -----------------------------------------
-exp, log, sqrt, square, logistic, pos = (constructor(atom) for atom in (Exp, Log, Sqrt, Square, Logistic, Pos))
+exp, log, sqrt, square, logistic, pos = (constructor(atom)
+                                         for atom in (Exp, Log, Sqrt, Square, Logistic, Pos))
 abs = constructor(Abs)  # noqa: A001 - CVXPY-style name
 
 

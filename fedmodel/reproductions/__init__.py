@@ -2,7 +2,8 @@
 
 A reproduction module is named `<algorithm>_<artifact>` and defines
 `run(full: bool = False, ...) -> int` (exit code 0 when every check passes); some also take
-`rounds` and `plot_dir`. The modules are imported only when their reproduction runs.
+`rounds` and `plot_dir`. The modules are imported only when their reproduction runs. What they
+all print and draw alike (table headers, checks, the `result:` line, figures) is in `report`.
 """
 from __future__ import annotations
 

@@ -114,7 +114,8 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, beta: floa
     for name, options in algorithms(beta).items():
         results[name] = solve(parts, options, rounds, seed, frac)
     marks = [r for r in (10, 30, rounds) if r <= rounds]
-    print_header("algorithm<20 " + " ".join(f"loss@{r}>10" for r in marks) + " total steps>12 final β̄>8 s>5")
+    print_header("algorithm<20 " + " ".join(f"loss@{r}>10" for r in marks)
+                 + " total steps>12 final β̄>8 s>5")
     for name, out in results.items():
         print(f"{name:<20} " + " ".join(f"{out['loss'][r - 1]:>10.4f}" for r in marks) +
               f" {out['total_steps']:>12d} {out['mean_beta'][-1]:>8.3f} {out['seconds']:>5.1f}")
