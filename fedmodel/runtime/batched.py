@@ -276,7 +276,7 @@ class BatchedExecutor(Executor):
         for node, payload in payloads.items():
             if node not in programs:
                 raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
-            if programs[node].holder is not self:
+            if not self._holds_all and programs[node].holder is not self:
                 self._hold(node)
             floats = _fast_count(declared.request, payload, self.model_size)
             if floats is None:
@@ -381,7 +381,7 @@ class BatchedExecutor(Executor):
             group.sync()
 
     def hand_back(self, program: NodeProgram) -> None:
-        self.sync()
+        super().hand_back(program)
         for group in self.groups:
             group.forget()
 

@@ -32,6 +32,7 @@ class Executor:
         self.programs: dict[str, NodeProgram] = {}
         self.ledger = Ledger()
         self.model_size = 0
+        self._holds_all = False     # holds every program since `take_over` (no per-node check then)
 
     def start(self, programs: dict[str, NodeProgram]) -> "Executor":
         """Take `programs` (a run's node programs) over; those of an earlier run are freed."""
@@ -51,11 +52,13 @@ class Executor:
                 if program.holder is not None:
                     program.holder.hand_back(program)
                 program.holder = self
+        self._holds_all = True
         return self
 
     def hand_back(self, program: NodeProgram) -> None:
         """Give `program` up to another executor: its state as this executor holds it is
         written back into the program (`sync`), and this executor forgets what it knew of it."""
+        self._holds_all = False
         self.sync()
 
     def sync(self) -> None:
@@ -92,7 +95,7 @@ class Executor:
         for node, payload in payloads.items():
             if node not in self.programs:
                 raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
-            if self.programs[node].holder is not self:
+            if not self._holds_all and self.programs[node].holder is not self:
                 self._hold(node)
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
             networked[node] = not declared.local and node != "server"  # server steps are local
@@ -136,8 +139,10 @@ class Executor:
         for node in nodes:
             if node not in programs:
                 raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
-            if programs[node].holder is not self:
-                self._hold(node)
+        if not self._holds_all:
+            for node in nodes:
+                if programs[node].holder is not self:
+                    self._hold(node)
         rows, common = dict(rows or {}), dict(common or {})
         check_payload(declared, declared.request, common, self.model_size, "request")
         for key, block in rows.items():
@@ -160,6 +165,7 @@ class Executor:
         self._release()
 
     def _release(self) -> None:
+        self._holds_all = False
         self.sync()
         for program in self.programs.values():
             if program.holder is self:
