@@ -15,7 +15,6 @@ from fedmodel.constraints import Equality
 from fedmodel.errors import CurvatureError, FedModelError
 from .base import Backend
 
-FALLBACK_CHAIN = ("CLARABEL", "ECOS", "SCS")
 # A reference solve should be more accurate than the federated answers it certifies: Clarabel's
 # default tolerances (1e-8) leave ~1e-4 errors in the solution of exponential-cone models
 # (logistic, log), so it runs first with tight tolerances and, if those cannot be met, again
@@ -24,7 +23,6 @@ ATTEMPTS = (("CLARABEL", {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas"
             ("CLARABEL", {}),
             ("ECOS", {}),
             ("SCS", {"eps": 1e-9, "max_iters": 200_000}))
-SOLVER_OPTIONS = {"SCS": {"eps": 1e-9, "max_iters": 200_000}}
 # cvxpy's statuses in ours (docs/api.md §5); anything else (solver_error, unknown,
 # infeasible_or_unbounded, no answer at all) is "stalled": the solver could not decide.
 STATUS = {"optimal": "converged", "optimal_inaccurate": "converged",
