@@ -1,4 +1,5 @@
-"""DCP analysis: curvature, sign and smoothness of expressions, by CVXPY's composition rules.
+"""DCP analysis: curvature and smoothness of expressions, by CVXPY's composition rules (a
+node's sign is its own `sign()`, composed by the atoms from their arguments' signs).
 
 The rules are generic: they compose what each node says of itself (`Node` below) over the
 DAG. Leaves and atoms answer for themselves, so this module sits below the IR
@@ -71,11 +72,6 @@ def _curvature(expr: Node) -> str:
     if concave:
         return CONCAVE
     return UNKNOWN
-
-
-def sign(expr: Node) -> tuple[bool, bool]:
-    """(nonnegative, nonpositive) as far as the rules can tell."""
-    return expr.sign()
 
 
 def elementwise_sign(value: Any) -> tuple[bool, bool]:

@@ -130,10 +130,10 @@ class Expression:
         return analysis.is_smooth(self)
 
     def is_nonneg(self) -> bool:
-        return analysis.sign(self)[0]
+        return self.sign()[0]
 
     def is_nonpos(self) -> bool:
-        return analysis.sign(self)[1]
+        return self.sign()[1]
 
     # ---- value ----------------------------------------------------------------------------
     @property

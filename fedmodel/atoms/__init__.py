@@ -2,7 +2,7 @@
 curvature, sign, smoothness, prox); the lower-case functions are the public constructors.
 How atoms lower to CVXPY and sympy is in `fedmodel.lowering`."""
 from ..expression import OPERATORS
-from .arithmetic import Add, Multiply, Neg, add, multiply, neg, scalar_or_elementwise_mul
+from .arithmetic import Add, Multiply, Neg, add, multiply, neg
 from .base import Atom
 from .broadcasting import BroadcastTo, SumTo, broadcast_to, sum_to
 from .elementwise import (Abs, Clip, Exp, Huber, Log, Logistic, Pos, Power, Sigmoid, Sign, Sqrt,
@@ -20,5 +20,5 @@ PUBLIC = ["sum", "mean", "multiply", "square", "sum_squares", "quad_form", "norm
           "maximum", "huber", "reshape", "transpose"]
 
 # the operators of `Expression` build these atoms (fedmodel/expression.py)
-OPERATORS.update(add=add, neg=neg, multiply=scalar_or_elementwise_mul, divide=divide,
+OPERATORS.update(add=add, neg=neg, multiply=multiply, divide=divide,
                  matmul=matmul, power=power, index=index, transpose=transpose)

@@ -11,8 +11,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..expression import Constant, Expression, Shape, as_expr
-from .base import (AFFINE, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom, broadcast_shapes,
-                   sign_of)
+from .base import AFFINE, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom, broadcast_shapes
 from .broadcasting import BroadcastTo, broadcast_to, broadcastable, sum_to
 
 
@@ -50,7 +49,7 @@ class Add(Atom):
         return INCREASING
 
     def sign(self):
-        signs = [sign_of(a) for a in self.args]
+        signs = [a.sign() for a in self.args]
         return (all(s[0] for s in signs), all(s[1] for s in signs))
 
     def render(self):
@@ -96,7 +95,7 @@ class Neg(Atom):
         return DECREASING
 
     def sign(self):
-        nonneg, nonpos = sign_of(self.args[0])
+        nonneg, nonpos = self.args[0].sign()
         return (nonpos, nonneg)
 
     def render(self):
@@ -127,11 +126,11 @@ class Product(Atom):
         other = self.args[1 - index]
         if not other.is_constant():
             return NONMONOTONE
-        nonneg, nonpos = sign_of(other)
+        nonneg, nonpos = other.sign()
         return INCREASING if nonneg else DECREASING if nonpos else NONMONOTONE
 
     def sign(self):
-        (p0, n0), (p1, n1) = sign_of(self.args[0]), sign_of(self.args[1])
+        (p0, n0), (p1, n1) = self.args[0].sign(), self.args[1].sign()
         return ((p0 and p1) or (n0 and n1), (p0 and n1) or (n0 and p1))
 
 
@@ -158,7 +157,9 @@ class Multiply(Product):
 
 
 def multiply(a: Any, b: Any) -> Expression:
-    """Elementwise product (numpy broadcasting); folds scalar constants."""
+    """Elementwise product (numpy broadcasting; also `a * b`); folds scalar constants. A
+    product of two non-constant expressions is allowed (it is how nonconvex models are
+    written) but is not DCP."""
     a, b = as_expr(a), as_expr(b)
     shape = broadcast_shapes(a, b, "multiply")
     for x, y in ((a, b), (b, a)):
@@ -177,9 +178,3 @@ def multiply(a: Any, b: Any) -> Expression:
     if isinstance(b, Neg):
         return neg(multiply(a, b.args[0]))
     return Multiply(a, b)
-
-
-def scalar_or_elementwise_mul(a: Any, b: Any) -> Expression:
-    """`a * b`: elementwise (numpy semantics). A product of two non-constant expressions is
-    allowed (it is how nonconvex models are written) but is not DCP."""
-    return multiply(a, b)

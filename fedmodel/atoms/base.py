@@ -11,14 +11,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..analysis import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN,
-                        sign as sign_of)
+from ..analysis import AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN
 from ..errors import ShapeError
 from ..expression import Expression, Shape, as_expr, evaluate
 
 __all__ = ["AFFINE", "CONCAVE", "CONVEX", "DECREASING", "INCREASING", "NONMONOTONE", "UNKNOWN",
            "Atom", "EntryMap", "Retarget", "broadcast_shapes", "constant_value", "constructor",
-           "even_monotonicity", "sign_of"]
+           "even_monotonicity"]
 
 
 class Atom(Expression):
@@ -76,7 +75,7 @@ class EntryMap(Atom):
         return INCREASING
 
     def sign(self) -> tuple[bool, bool]:
-        return sign_of(self.args[0])
+        return self.args[0].sign()
 
 
 class Retarget(Atom):
@@ -127,5 +126,5 @@ def constant_value(expr: Expression) -> np.ndarray | None:
 def even_monotonicity(arg: Expression) -> str:
     """Monotonicity of an even function (|x|, x², ‖x‖, …) of `arg`: increasing where the
     argument is ≥ 0, decreasing where it is ≤ 0."""
-    nonneg, nonpos = sign_of(arg)
+    nonneg, nonpos = arg.sign()
     return INCREASING if nonneg else DECREASING if nonpos else NONMONOTONE

@@ -11,7 +11,7 @@ from ..errors import FedModelError
 from ..expression import Constant, Expression, as_expr
 from .arithmetic import add, multiply, neg
 from .base import (AFFINE, CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom,
-                   constant_value, constructor, even_monotonicity, sign_of)
+                   constant_value, constructor, even_monotonicity)
 from .prox import shrink, soft_threshold
 
 
@@ -183,7 +183,7 @@ class Power(Elementwise):
 
     def sign(self):
         if self.p == 1:
-            return sign_of(self.args[0])
+            return self.args[0].sign()
         return (True, False)  # as CVXPY: powers other than 2, 4, 8, … live on x ≥ 0
 
     def render(self):
@@ -297,7 +297,7 @@ class Pos(Elementwise):
         return Step(x)
 
     def sign(self):
-        return (True, sign_of(self.args[0])[1])  # pos of a nonpositive argument is zero
+        return (True, self.args[0].sign()[1])  # pos of a nonpositive argument is zero
 
 
 class Huber(Elementwise):

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..expression import Expression, as_expr
 from .arithmetic import add, multiply, neg
-from .base import CONVEX, INCREASING, UNKNOWN, Atom, broadcast_shapes, sign_of
+from .base import CONVEX, INCREASING, UNKNOWN, Atom, broadcast_shapes
 from .broadcasting import sum_to
 
 
@@ -33,7 +33,7 @@ class Maximum(Atom):
         return INCREASING
 
     def sign(self):
-        (p0, n0), (p1, n1) = sign_of(self.args[0]), sign_of(self.args[1])
+        (p0, n0), (p1, n1) = self.args[0].sign(), self.args[1].sign()
         return (p0 or p1, n0 and n1)
 
 

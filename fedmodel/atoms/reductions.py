@@ -10,7 +10,7 @@ from ..errors import FedModelError, ShapeError
 from ..expression import Constant, Expression, as_expr
 from .arithmetic import add, multiply, neg
 from .base import (CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom,
-                   constant_value, constructor, even_monotonicity, sign_of)
+                   constant_value, constructor, even_monotonicity)
 from .broadcasting import broadcast_to
 from .elementwise import Sign, power
 from .linear import matmul, transpose
@@ -168,7 +168,7 @@ class QuadForm(Reduction):
         P = self.fixed_P()
         if P is None:
             return NONMONOTONE
-        x_nonneg, x_nonpos = sign_of(self.args[0])
+        x_nonneg, x_nonpos = self.args[0].sign()
         P_nonneg, P_nonpos = bool(np.all(P >= 0)), bool(np.all(P <= 0))
         if (x_nonneg and P_nonneg) or (x_nonpos and P_nonpos):
             return INCREASING
@@ -222,7 +222,7 @@ class LogSumExp(Atom):
         return INCREASING
 
     def sign(self):
-        return (sign_of(self.args[0])[0], False)  # lse(x) ≥ max(x)
+        return (self.args[0].sign()[0], False)  # lse(x) ≥ max(x)
 
 
 class Softmax(Atom):
