@@ -10,7 +10,7 @@ uses the L1 norms of these terms as the sensitivity of the gradient to one recor
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,6 +27,13 @@ _ROWS, _TOTAL, _FREE, _CONST = "rows", "total", "free", "const"
 _LINEAR = (Add, Neg, Sum, BroadcastTo, Reshape)
 
 
+class _Product(NamedTuple):
+    """One product `A @ w` of the objective and the variable S that stands for it."""
+    product: MatMul      # A @ w, as written in the objective
+    data: Data           # A: one record per row
+    rows: Variable       # S, of the product's shape
+
+
 class NotRecordSeparable(FedModelError):
     """The objective does not read its records in a form whose per-record gradients are known."""
 
@@ -41,7 +48,7 @@ class RecordGradients:
 
     def __init__(self, objective: Expression, shared: list[Variable], where: str):
         ids = {v.uid for v in shared}
-        products: dict[tuple, tuple] = {}
+        products: dict[tuple[int, int], _Product] = {}
         memo: dict[int, Any] = {}
 
         def substitute(node):
@@ -51,8 +58,9 @@ class RecordGradients:
                         and isinstance(a[1], Variable) and a[1].uid in ids):
                     key = (a[0].uid, a[1].uid)
                     if key not in products:
-                        products[key] = (node, a[0], Variable(node.shape, name=f"rows[{a[0].name}]"))
-                    memo[id(node)] = products[key][2]
+                        products[key] = _Product(node, a[0], Variable(node.shape,
+                                                                      name=f"rows[{a[0].name}]"))
+                    memo[id(node)] = products[key].rows
                 elif isinstance(node, Leaf):
                     memo[id(node)] = node
                 else:
@@ -61,7 +69,7 @@ class RecordGradients:
             return memo[id(node)]
 
         reduced = substitute(objective)
-        records = {p[2].uid: p[2].shape[0] for p in products.values()}
+        records = {p.rows.uid: p.rows.shape[0] for p in products.values()}
         kind = _separable(reduced, records, {})
         direct = [v.name for v in shared
                   if any(isinstance(leaf, Data) for leaf in derive(reduced, v).leaves())]
@@ -72,10 +80,10 @@ class RecordGradients:
                 "sums or log_sum_exp, then sum/mean over rows)"
                 + (f"; data also enters the gradient of {direct} directly" if direct else ""))
         self.products = list(products.values())
-        self._forward = Plan([p[0] for p in self.products], shared) if products else None
-        self._adjoint = Plan([derive(reduced, p[2]) for p in self.products],
-                             shared + [p[2] for p in self.products]) if products else None
-        self._row_l1 = [np.sum(np.abs(p[1].value), axis=1) for p in self.products]
+        self._forward = Plan([p.product for p in self.products], shared) if products else None
+        self._adjoint = Plan([derive(reduced, p.rows) for p in self.products],
+                             shared + [p.rows for p in self.products]) if products else None
+        self._row_l1 = [np.sum(np.abs(p.data.value), axis=1) for p in self.products]
 
     def max_l1(self, parts: list[np.ndarray]) -> float:
         """max_i ‖record i's gradient term‖₁ at the point `parts` (shared variables' values)."""
@@ -84,7 +92,8 @@ class RecordGradients:
         rows = self._forward(*parts)
         adjoints = self._adjoint(*parts, *rows)
         totals: dict[int, np.ndarray] = {}
-        for (node, _, S), row_l1, u in zip(self.products, self._row_l1, adjoints):
+        for product, row_l1, u in zip(self.products, self._row_l1, adjoints):
+            S = product.rows
             u = np.abs(np.broadcast_to(u, S.shape))
             per_row = row_l1 * (u.reshape(S.shape[0], -1).sum(axis=1))
             totals[S.shape[0]] = totals.get(S.shape[0], 0.0) + per_row
@@ -97,7 +106,8 @@ def record_count(objective: Expression) -> int:
     return max(sizes, default=1)
 
 
-def _separable(node, records: dict[int, int], memo: dict) -> str | None:
+def _separable(node: Expression, records: dict[int, int],
+               memo: dict[int, str | None]) -> str | None:
     """Kind of a node after the substitution: const (no variable), free (shared variables, no
     record), rows (row i depends on record i only), total (a sum of per-record terms), or None."""
     if id(node) in memo:
@@ -111,7 +121,7 @@ def _separable(node, records: dict[int, int], memo: dict) -> str | None:
     return out
 
 
-def _combine(node, kinds: list) -> str | None:
+def _combine(node: Expression, kinds: list[str | None]) -> str | None:
     """The kind of `node` from its arguments' kinds (None: not separable by records)."""
     if None in kinds:
         return None
