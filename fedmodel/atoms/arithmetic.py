@@ -103,6 +103,7 @@ class Neg(Atom):
 
 
 def neg(x: Any) -> Expression:
+    """−x (also unary `-`); folds double negations, constants and scalar factors."""
     x = as_expr(x)
     if isinstance(x, Neg):
         return x.args[0]

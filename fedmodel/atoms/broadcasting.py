@@ -39,6 +39,7 @@ class BroadcastTo(Retarget, EntryMap):
 
 
 def broadcast_to(x: Any, shape: Shape) -> Expression:
+    """`x` lifted to `shape` by numpy's broadcasting (x itself when it has that shape)."""
     x = as_expr(x)
     shape = tuple(shape)
     if x.shape == shape:
@@ -79,6 +80,8 @@ def sum_to_shape(x: np.ndarray, shape: Shape) -> np.ndarray:
 
 
 def sum_to(x: Expression, shape: Shape) -> Expression:
+    """`x` summed back to `shape` over the axes broadcasting added (the adjoint of
+    `broadcast_to`; x itself when it has that shape)."""
     if x.shape == tuple(shape):
         return x
     return SumTo(x, tuple(shape))

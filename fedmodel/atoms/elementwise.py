@@ -191,6 +191,7 @@ class Power(Elementwise):
 
 
 def power(x: Any, p: Any) -> Expression:
+    """x ** p entry-wise for a constant, finite scalar exponent p (also `x ** p`)."""
     x = as_expr(x)
     if isinstance(p, Expression):
         value = constant_value(p)

@@ -111,6 +111,8 @@ class IndexAdjoint(Atom):
 
 
 def index(x: Any, key: Any) -> Expression:
+    """`x[key]`: numpy indexing and slicing of a vector or matrix (a ShapeError when `key`
+    does not fit x's shape)."""
     x = as_expr(x)
     if not x.shape:
         raise ShapeError(f"cannot index the scalar {x}")

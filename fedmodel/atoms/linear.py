@@ -62,6 +62,7 @@ class MatMul(Product):
 
 
 def matmul(a: Any, b: Any) -> Expression:
+    """The matrix product `a @ b` (numpy's rules for vectors and matrices)."""
     return MatMul(as_expr(a), as_expr(b))
 
 
@@ -83,6 +84,7 @@ class Transpose(EntryMap):
 
 
 def transpose(x: Any) -> Expression:
+    """The transpose of a matrix (also `x.T`); scalars and vectors are returned as they are."""
     x = as_expr(x)
     if x.ndim < 2:
         return x
@@ -108,6 +110,7 @@ class Reshape(Retarget, EntryMap):
 
 
 def reshape(x: Any, shape: int | tuple) -> Expression:
+    """x's entries in row-major (numpy's default) order laid out in `shape` (same size)."""
     x = as_expr(x)
     target = as_shape(shape) if shape != () else ()
     if int(np.prod(target)) != x.size:

@@ -38,6 +38,7 @@ class Maximum(Atom):
 
 
 def maximum(a: Any, b: Any) -> Expression:
+    """The elementwise maximum of `a` and `b` (numpy broadcasting); convex, nonsmooth."""
     return Maximum(as_expr(a), as_expr(b))
 
 

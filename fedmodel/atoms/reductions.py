@@ -257,9 +257,11 @@ sum_squares, norm1, norm2, norm_inf = (constructor(atom) for atom in (SumSquares
 
 
 def quad_form(x: Any, P: Any) -> Expression:
+    """xᵀ P x for a constant square matrix P (convex when P is PSD, concave when NSD)."""
     return QuadForm(as_expr(x), as_expr(P))
 
 
 def log_sum_exp(x: Any, axis: int | None = None) -> Expression:
+    """log Σ exp(x) over all entries, or along `axis` (convex, increasing)."""
     x = as_expr(x)
     return LogSumExp(x, normalize_axis(axis, x))
