@@ -9,19 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
 from ..expression import Constant, Expression, Shape, as_expr
-from .base import AFFINE, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom, broadcast_shapes
+from .base import (AFFINE, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom, broadcast_error,
+                   broadcast_shapes)
 from .broadcasting import BroadcastTo, broadcast_to, broadcastable, sum_to
 
 
 def _is_plain_constant(expr: Expression, value: float) -> bool:
     return (type(expr) is Constant and expr.value.size == 1 and expr.value.item() == value)
-
-
-def _raise_shape(op: str, a: Expression, b: Expression):
-    raise ShapeError(f"cannot {op} {a} (shape {a.shape}) and {b} (shape {b.shape}): the shapes "
-                     "do not broadcast; reshape one operand or index it")
 
 
 # ------------------------------------------------------------------------------------------
@@ -32,7 +27,7 @@ class Add(Atom):
         shape = self.args[0].shape
         for arg in self.args[1:]:
             if not broadcastable(shape, arg.shape):
-                _raise_shape("add", self.args[0], arg)
+                raise broadcast_error("add", self.args[0], arg)
             shape = tuple(np.broadcast_shapes(shape, arg.shape))
         return shape
 
@@ -71,7 +66,7 @@ def add(*terms: Any) -> Expression:
     shape: Shape = ()
     for term in map(as_expr, terms):
         if not broadcastable(shape, term.shape):
-            _raise_shape("add", as_expr(terms[0]), term)
+            raise broadcast_error("add", as_expr(terms[0]), term)
         shape = tuple(np.broadcast_shapes(shape, term.shape))
     if not flat:
         return Constant(np.zeros(shape))

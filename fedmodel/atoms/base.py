@@ -16,7 +16,7 @@ from ..errors import ShapeError
 from ..expression import Expression, Shape, as_expr, evaluate
 
 __all__ = ["AFFINE", "CONCAVE", "CONVEX", "DECREASING", "INCREASING", "NONMONOTONE", "UNKNOWN",
-           "Atom", "EntryMap", "Retarget", "broadcast_shapes", "constant_value", "constructor",
+           "Atom", "EntryMap", "Retarget", "broadcast_error", "broadcast_shapes", "constant_value", "constructor",
            "even_monotonicity"]
 
 
@@ -103,7 +103,15 @@ def constructor(atom: type[Atom]) -> Callable[[Any], Expression]:
     return construct
 
 
+def broadcast_error(op: str, a: Expression, b: Expression) -> ShapeError:
+    """The error for operands `a`, `b` of `op` ("add", "multiply", …) whose shapes do not
+    broadcast."""
+    return ShapeError(f"cannot {op} {a} (shape {a.shape}) and {b} (shape {b.shape}): the shapes "
+                      "do not broadcast; reshape one operand or index it")
+
+
 def broadcast_shapes(a: Expression, b: Expression, op: str) -> Shape:
+    """The shape of `a` ∘ `b` under numpy's broadcasting; `broadcast_error` when there is none."""
     if a.shape == b.shape or b.shape == ():   # most nodes of derived gradients; numpy's
         return a.shape                        # broadcast_shapes costs µs per node built
     if a.shape == ():
@@ -111,9 +119,7 @@ def broadcast_shapes(a: Expression, b: Expression, op: str) -> Shape:
     try:
         return tuple(np.broadcast_shapes(a.shape, b.shape))
     except ValueError:
-        raise ShapeError(
-            f"cannot {op} {a} (shape {a.shape}) and {b} (shape {b.shape}): the shapes do not "
-            "broadcast; reshape one operand or index it") from None
+        raise broadcast_error(op, a, b) from None
 
 
 def constant_value(expr: Expression) -> np.ndarray | None:
