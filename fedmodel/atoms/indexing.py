@@ -14,7 +14,9 @@ from .linear import operand_text
 
 
 def normalize_key(key: Any, shape: Shape) -> tuple:
-    """Basic indexing only (ints, slices); returns a hashable tuple key."""
+    """`key` checked against `shape` as a hashable tuple: ints (made nonnegative), slices
+    (resolved to start/stop/step) and 1-D integer lists (as tuples); anything else, an out-of-
+    range index or an empty slice is a ShapeError."""
     if not isinstance(key, tuple):
         key = (key,)
     if len(key) > len(shape):
