@@ -308,6 +308,7 @@ class Problem:
 
     # ---- bookkeeping ----------------------------------------------------------------------
     def fresh_constraint_name(self, owner: str) -> str:
+        """An unused name for an unnamed constraint of block `owner`: `<owner>.con<k>`."""
         while True:
             k = self._counters.get(owner, 0)
             self._counters[owner] = k + 1
@@ -327,10 +328,12 @@ class Problem:
                 f"it to block {owner!r}); constraint names are unique across the problem")
 
     def claim_constraint_name(self, name: str, owner: str = "?") -> None:
+        """Record `name` as taken by block `owner` (after `check_constraint_name`'s checks)."""
         self.check_constraint_name(name, owner)
         self._constraint_names[name] = owner
 
     def add_slack(self, slack: Variable) -> None:
+        """Adopt a slack variable the owner split (`compiler.split`) introduced."""
         slack.problem_id = self.uid
         self.slacks.append(slack)
 
