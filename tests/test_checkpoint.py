@@ -310,3 +310,26 @@ def test_bad_checkpoint_arguments_raise_clear_errors(tmp_path):
     with pytest.raises(ck.CheckpointError, match="cannot read"):
         prob.solve(fedprox, checkpoint=garbage, resume=True)
     assert issubclass(ck.CheckpointError, fm.FedModelError)
+
+
+def test_a_checkpoint_of_an_older_format_is_refused_with_a_clear_message(tmp_path, monkeypatch):
+    """Format-1 files (before the runtime/backends refactoring) pickle node state of modules that
+    have moved (e.g. backends.dald_nodes): they are refused by their format, not by a Python
+    error from unpickling."""
+    import types
+    moved = types.ModuleType("backends.dald_nodes")
+
+    class CCState:                                  # a class of a module that no longer exists
+        pass
+    CCState.__module__, CCState.__qualname__ = moved.__name__, "CCState"
+    moved.CCState = CCState
+    prob, _ = least_squares(0)
+    fedprox = backends.FedProx(max_rounds=2)
+    for name, state in (("moved.ckpt", CCState()), ("plain.ckpt", {"y": np.zeros(3)})):
+        path = tmp_path / name
+        with monkeypatch.context() as m:
+            m.setitem(sys.modules, moved.__name__, moved)
+            ck.atomic_write(path, {"format": 1, "fingerprint": "", "backend": "fedprox", "iteration": 1,
+                                   "loop": {}, "nodes": {"c0": state}, "ledger": None, "outcome": None})
+        with pytest.raises(ck.CheckpointError, match=r"older fedmodel version \(checkpoint format 1"):
+            prob.solve(fedprox, checkpoint=path, resume=True)

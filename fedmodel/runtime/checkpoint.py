@@ -32,7 +32,10 @@ import numpy as np
 
 from ..errors import FedModelError
 
-FORMAT = 1
+# 2: node states of the refactored runtime and backends (backends.dald package, DALD's node
+# steps in backends/dald, DP-ADMM's noise in runtime.privacy, ...); format-1 files pickle classes
+# of modules that no longer exist, so they are refused by their format before anything else
+FORMAT = 2
 
 
 class CheckpointError(FedModelError):
@@ -96,9 +99,14 @@ class Checkpointer:
             with open(self.path, "rb") as f:
                 data = pickle.load(f)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user error
+            written = _format_of(self.path)     # an older file may name classes that have moved
+            if written is not None and written != FORMAT:
+                raise CheckpointError(_other_format(self.path, written)) from None
             raise CheckpointError(f"cannot read checkpoint {str(self.path)!r}: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        if not isinstance(data, dict) or "format" not in data:
             raise CheckpointError(f"{str(self.path)!r} is not a fedmodel checkpoint (format {FORMAT})")
+        if data["format"] != FORMAT:
+            raise CheckpointError(_other_format(self.path, data["format"]))
         if data["fingerprint"] != self.fingerprint:
             raise CheckpointError(
                 f"checkpoint {str(self.path)!r} was written by another run (backend "
@@ -226,6 +234,43 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class _Unread:
+    """Stands in for every fedmodel / backends class while a checkpoint's format is read: their
+    state is not restored (an older file may name classes that have moved or changed)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state) -> None:
+        pass
+
+
+class _FormatReader(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module.split(".")[0] in ("fedmodel", "backends"):
+            return _Unread
+        return super().find_class(module, name)
+
+
+def _format_of(path: Path) -> Any:
+    """The `format` a checkpoint file says it has (None when it cannot be read at all)."""
+    try:
+        with open(path, "rb") as f:
+            data = _FormatReader(f).load()
+    except Exception:  # noqa: BLE001 - not a checkpoint: the caller reports the original error
+        return None
+    return data.get("format") if isinstance(data, dict) else None
+
+
+def _other_format(path: Path, written: Any) -> str:
+    """Why a checkpoint of another format is refused."""
+    age = "an older" if isinstance(written, int) and written < FORMAT else "another"
+    return (f"checkpoint {str(path)!r} was written by {age} fedmodel version (checkpoint format "
+            f"{written}; this version reads format {FORMAT}) and cannot be resumed: the node "
+            "states it holds name modules and classes that have since moved. Start a fresh run "
+            "(resume=False, or delete the file)")
 
 
 def read(path: str | os.PathLike) -> dict[str, Any]:

@@ -161,12 +161,6 @@ class Ledger:
         return isinstance(other, Ledger) and (self.messages, self.floats, self.rounds) == \
             (other.messages, other.floats, other.rounds)
 
-    def __setstate__(self, state: dict) -> None:      # checkpoints written before record_group
-        state.setdefault("_pending", Counter())
-        if "messages" in state:
-            state["_messages"], state["_floats"] = state.pop("messages"), state.pop("floats")
-        self.__dict__.update(state)
-
     def total(self, direction: str | None = None) -> dict[str, int]:
         """{"messages": …, "floats": …}; direction "down" (server→clients) or "up"."""
         keep = (lambda s, r: True) if direction is None else \
