@@ -26,7 +26,6 @@ class Atom(Expression):
 
     display = "atom"
     curvature = AFFINE               # curvature of the function itself (may be a property)
-    internal = False                 # atoms introduced by differentiation only
 
     def __init__(self, *args: Any):
         self.args = tuple(as_expr(a) for a in args)

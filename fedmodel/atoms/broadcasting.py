@@ -55,7 +55,6 @@ class SumTo(Retarget):
     """Sum over broadcast axes back to `shape` (the adjoint of broadcasting); internal."""
 
     display = "sum_to"
-    internal = True
 
     def numeric(self, x):
         return sum_to_shape(np.asarray(x), self.target)

@@ -329,7 +329,7 @@ class Huber(Elementwise):
 
 # ---- internal atoms: they appear in derived gradients only --------------------------------
 class Sigmoid(Elementwise):
-    display, curvature, internal = "sigmoid", UNKNOWN, True
+    display, curvature = "sigmoid", UNKNOWN
     increasing = nonneg = True
 
     def numeric(self, x):
@@ -344,7 +344,7 @@ class Sigmoid(Elementwise):
 class _ZeroSlope(Elementwise):
     """Piecewise-constant functions: derivative zero almost everywhere."""
 
-    curvature, internal, smooth = UNKNOWN, True, False
+    curvature, smooth = UNKNOWN, False
 
     def derivative(self, x):
         return None
@@ -368,7 +368,7 @@ class Step(_ZeroSlope):
 
 
 class Clip(Elementwise):
-    display, curvature, internal, smooth = "clip", UNKNOWN, True, False
+    display, curvature, smooth = "clip", UNKNOWN, False
     increasing = True
 
     def __init__(self, x, lower, upper):

@@ -88,7 +88,6 @@ class IndexAdjoint(Atom):
     """Scatter of `g` into zeros of `shape` at `key` (the adjoint of indexing); internal."""
 
     display = "scatter"
-    internal = True
 
     def __init__(self, g, key, shape):
         self.key, self.target = key, shape

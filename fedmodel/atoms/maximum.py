@@ -45,7 +45,7 @@ def maximum(a: Any, b: Any) -> Expression:
 class GreaterEqual(Atom):
     """1 where a ≥ b, else 0 (the selector in the derivative of `maximum`)."""
 
-    display, curvature, internal, smooth = "ge", UNKNOWN, True, False
+    display, curvature, smooth = "ge", UNKNOWN, False
 
     def shape_from_args(self):
         return broadcast_shapes(self.args[0], self.args[1], "compare")

@@ -108,7 +108,7 @@ class NormInf(Norm):
 class ArgmaxAbs(Atom):
     """sign(x_j) at the first entry of largest |x_j|, zero elsewhere: a subgradient of ‖x‖∞."""
 
-    display, curvature, internal, smooth = "argmax_abs", UNKNOWN, True, False
+    display, curvature, smooth = "argmax_abs", UNKNOWN, False
 
     def numeric(self, x):
         out = np.zeros(np.shape(x))
@@ -228,7 +228,7 @@ class LogSumExp(Atom):
 class Softmax(Atom):
     """exp(x − lse(x)) along an axis (all entries when axis is None): the gradient of lse."""
 
-    display, curvature, internal = "softmax", UNKNOWN, True
+    display, curvature = "softmax", UNKNOWN
 
     def __init__(self, x, axis=None):
         self.axis = axis
