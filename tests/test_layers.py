@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("backends",)),
     ("applications", ("fedmodel", "fedmodel.verify", "fedmodel.plotting", "fedmodel.builtin_models",
-                      "fedmodel.presets", "fedmodel.reproductions", "fedmodel.cli",
+                      "fedmodel.reproductions", "fedmodel.cli",
                       "fedmodel.datasets")),
 ]
 ALGORITHM_WORDS = re.compile(r"dald|admm|proxal|fedprox|fedavg|insa|dgd", re.IGNORECASE)
