@@ -16,11 +16,12 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     prob, w = MODELS[args.example](n_clients=args.clients)
     print(f"{prob.name}: {len(prob.clients)} clients, {w.size} shared parameters; backend {args.backend}")
-    backend = args.backend.lower()
-    if backend in registry.names("backend"):
-        backend = fm.backends.make_backend(backend, **backend_options(args.example, backend))
+    name = args.backend.lower()
+    backend = name
+    if name in registry.names("backend"):
+        backend = fm.backends.make_backend(name, **backend_options(args.example, name))
     options = {}
-    if args.topology and args.backend != "cvxpy":
+    if args.topology and name != "cvxpy":
         builder = getattr(fm.topologies, args.topology, None)
         if args.topology.startswith("_") or not callable(builder):
             print(f"unknown topology {args.topology!r}; try star, path, ring or complete",
