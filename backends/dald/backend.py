@@ -225,6 +225,21 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         out["info"]["mode"] = mode
         return out
 
+    # -- checkpoints (docs/checkpoints.md) ------------------------------------------------------
+    def _resume(self, ckpt: Checkpointer, ex, watch: DivergenceWatch) -> dict[str, Any] | None:
+        """A resumed run's loop state, or None for a fresh run. What both loops keep alike — the
+        participation generator and the divergence watch's memory — is restored here."""
+        saved = ckpt.restore(ex)
+        if saved:
+            self._rng.bit_generator.state = saved["rng"]
+            watch.smallest = dict(saved["watch"])
+        return saved
+
+    def _save(self, ckpt: Checkpointer, ex, iteration: int, watch: DivergenceWatch, **loop: Any) -> None:
+        """Checkpoint after outer iteration `iteration`: the loop's own state `loop`, and what
+        `_resume` restores."""
+        ckpt.save(ex, iteration, {**loop, "rng": self._rng.bit_generator.state, "watch": dict(watch.smallest)})
+
     def _prepare(self, ex, x0: np.ndarray) -> None:
         """Settings the nodes must be asked for before the first iteration (none for DALD)."""
 

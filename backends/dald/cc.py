@@ -59,15 +59,12 @@ class FedDALDCC:
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
         watch = self._watch()
-        saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
+        saved = self._resume(ckpt, ex, watch)
         if saved:
             k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
-            if isinstance(X, dict):
-                X = np.array([X[c] for c in clients])
-            history, self._rng.bit_generator.state = saved["history"], saved["rng"]
-            watch.smallest = dict(saved.get("watch", {}))
-            if "rho2" in saved:                  # adaptive ρ: the weights the run had reached
-                RHO2, total_rho2, twice_rho2 = saved["rho2"], saved["total_rho2"], saved["twice_rho2"]
+            history = saved["history"]
+            # adaptive ρ: the weights the run had reached (bitwise, not recomputed)
+            RHO2, total_rho2, twice_rho2 = saved["rho2"], saved["total_rho2"], saved["twice_rho2"]
         while total < self.max_iterations:
             k += 1
             v, dual, active = 0, np.inf, set()
@@ -127,10 +124,8 @@ class FedDALDCC:
             if stop:
                 status = stop
                 break
-            ckpt.save(ex, k, {"k": k, "total": total, "xhat": xhat, "x": X, "mu_sum": mu_sum,
-                                    "history": history, "rng": self._rng.bit_generator.state,
-                                    "watch": dict(watch.smallest), "rho2": RHO2,
-                                    "total_rho2": total_rho2, "twice_rho2": twice_rho2})   # bitwise, not recomputed
+            self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
+                       rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2)
         bar.close()
         values, multipliers = gather_values(ex, problem, xhat)
         ex.ledger.rounds = total
@@ -160,7 +155,7 @@ class FedDALDCC:
             return self._record(k, v, total, primal, dual, constraint, start)
         reports = ex.map_stacked("report", clients, common={"x": xhat})
         objective, violation = float(np.sum(reports["objective"])), float(np.max(reports["violation"], initial=0.0))
-        if "server" in ex.programs:
+        if "server" in ex.nodes:
             server = ex.call("server", "report", x=xhat)
             objective, violation = objective + server["objective"], max(violation, server["violation"])
         return self._record(k, v, total, primal, dual, constraint, start, objective, violation)

@@ -120,13 +120,9 @@ class FedDALDDC:
         bar = progress(self.max_iterations, verbose, "DALD-DC")
         opts = self._opts()
         watch = self._watch()
-        saved = ckpt.restore(ex)   # resume: docs/checkpoints.md
+        saved = self._resume(ckpt, ex, watch)
         if saved:
             k, total, X, history = saved["k"], saved["total"], saved["x"], saved["history"]
-            if isinstance(X, dict):
-                X = np.array([X[n] for n in order])
-            self._rng.bit_generator.state = saved["rng"]
-            watch.smallest = dict(saved.get("watch", {}))
         while total < self.max_iterations:
             k += 1
             v = 0
@@ -162,8 +158,7 @@ class FedDALDDC:
             if stop:
                 status = stop
                 break
-            ckpt.save(ex, k, {"k": k, "total": total, "x": X, "history": history,
-                                    "rng": self._rng.bit_generator.state, "watch": dict(watch.smallest)})
+            self._save(ckpt, ex, k, watch, k=k, total=total, x=X, history=history)
         bar.close()
         clients = [n for n in order if n != "server"]
         rows = [position[c] for c in clients]
