@@ -135,6 +135,7 @@ class SweepState:
         self.fresh = np.array([bool(e.get("fresh")) for e in layout.ends])
 
     def write_back(self) -> None:
+        """The relayed copies, `fresh` and `solved` flags into the nodes' dicts (`Group.on_sync`)."""
         views = self.group.row_views("x")
         for end, j, fresh in zip(self.layout.ends, self.layout.nbr.tolist(), self.fresh.tolist()):
             end["x"] = views[j]                  # the relays (a node that sat out: the same numbers)

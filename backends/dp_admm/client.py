@@ -18,7 +18,7 @@ import numpy as np
 
 from fedmodel.compiler.per_record import NotRecordSeparable
 from fedmodel.errors import FedModelError
-from fedmodel.runtime.ledger import MessageKind, procedure, register
+from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, node_generator,
                                       record_count, record_sensitivity)
 
@@ -41,9 +41,12 @@ class Identity:
     """No perturbation: the step is exactly IADMM (ε̄ = ∞)."""
 
     def objective(self, program, state, z, grad):
+        """The linear term of H^t (5b) the step uses: the client's gradient f'_p(z_p^t), perturbed
+        or not."""
         return grad
 
     def output(self, state, z, sigma):
+        """The z_p^{t+1} the client keeps and sends: the step's result, perturbed or not."""
         return z
 
 
@@ -122,10 +125,9 @@ def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0):
     return {"z": s["z"]}
 
 
+@procedure("dp_admm_log", {}, {"log": "opaque"}, local=True, read_only=True)
 def _client_log(program):
+    """The client's noise log (`runtime.privacy.NoiseLog.report`), served locally: the
+    harness's metrics and debugging, never part of the algorithm's traffic."""
     log = program.state.get("dp_admm", {}).get("log") or NoiseLog()
     return {"log": log.report()}
-
-
-# served locally: the harness's metrics and debugging, never part of the algorithm's traffic
-register(MessageKind("dp_admm_log", {}, {"log": "opaque"}, local=True), _client_log)

@@ -151,6 +151,8 @@ class FedADMM(Backend):
 
     @property
     def variant(self) -> str:
+        """Which algorithm the options select: inexact local solves (In, Algorithm 3's criterion
+        (3.7)) and / or self-adaptive penalties (Sa, (3.14)–(3.15))."""
         return "FedADMM-InSa" if self.inexact and self.adaptive else \
             "FedADMM-In" if self.inexact else "FedADMM" + ("-Sa" if self.adaptive else "")
 

@@ -7,7 +7,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
-from ..common import _Silent
+from ..common import progress
 
 
 def solve_subproblem(backend, ex, w: np.ndarray, tau: float, rho: dict) -> tuple[np.ndarray, list, dict]:
@@ -45,8 +45,9 @@ def solve_subproblem(backend, ex, w: np.ndarray, tau: float, rho: dict) -> tuple
         return certificate <= tau
 
     info: dict = {}
+    no_bar = progress(backend.max_rounds, verbose=False, label="FedADMM")
     z, history, status, steps = backend._rounds(ex, np.asarray(w, float), alpha, backend.max_rounds, None,
-                                                _Silent(), lam_start="zero",
+                                                no_bar, lam_start="zero",
                                                 keep_beta=keep and backend.adaptive, stop=certified,
                                                 report=False, server_tol=max(backend.server_tol, 0.01 * tau),
                                                 info=info)
