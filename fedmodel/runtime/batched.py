@@ -377,10 +377,12 @@ class BatchedExecutor(Executor):
             group.forget()              # ... and may have changed it in any way
 
     def sync(self) -> None:
+        """Every group's pending stacks written back into its members' programs (`Group.sync`)."""
         for group in self.groups:
             group.sync()
 
     def hand_back(self, program: NodeProgram) -> None:
+        """`Executor.hand_back`; the groups' checks of their members' states are void after it."""
         super().hand_back(program)
         for group in self.groups:
             group.forget()

@@ -77,13 +77,16 @@ class Executor:
 
     @property
     def nodes(self) -> list[str]:
+        """The node names of this run (clients and the server)."""
         return list(self.programs)
 
     @property
     def clients(self) -> list[str]:
+        """The client nodes of this run (in the order of the node programs)."""
         return [n for n, p in self.programs.items() if p.role == "client"]
 
     def call(self, node: str, kind: str, **payload: Any) -> dict[str, Any]:
+        """Send `kind` to one node (`map` with one payload); its reply."""
         return self.map(kind, {node: payload})[node]
 
     def map(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
