@@ -91,9 +91,7 @@ class Executor:
 
     def map(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Send `kind` to several nodes (conceptually in parallel); replies by node."""
-        declared = MESSAGES.get(kind)
-        if declared is None:
-            raise FedModelError(f"message kind {kind!r} is not declared in fedmodel.runtime.ledger")
+        declared = declared_kind(kind)
         networked = {}
         for node, payload in payloads.items():
             if node not in self.programs:
@@ -135,9 +133,7 @@ class Executor:
     def _check_stacked(self, kind, nodes, rows, common):
         """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
         match its declaration (checked once for the whole block); return the normalized request."""
-        declared = MESSAGES.get(kind)
-        if declared is None:
-            raise FedModelError(f"message kind {kind!r} is not declared in fedmodel.runtime.ledger")
+        declared = declared_kind(kind)
         nodes, programs = list(nodes), self.programs
         for node in nodes:
             if node not in programs:
@@ -188,6 +184,14 @@ def run_on_node(program: NodeProgram, kind: str, payload: dict[str, Any]) -> dic
     if procedure is not None:
         return procedure(program, **payload)
     return getattr(program, kind)(**payload)
+
+
+def declared_kind(kind: str) -> MessageKind:
+    """The declaration of message kind `kind`; an undeclared kind is refused."""
+    declared = MESSAGES.get(kind)
+    if declared is None:
+        raise FedModelError(f"message kind {kind!r} is not declared in fedmodel.runtime.ledger")
+    return declared
 
 
 def block_floats(kind: MessageKind, fields: dict[str, str], key: str, block: Any, n: int,
