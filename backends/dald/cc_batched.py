@@ -66,7 +66,7 @@ def _cc_solve_block(group: Group, rows: np.ndarray, xhat: np.ndarray, opts: dict
     return new_x
 
 
-def solve_batched(group: Group, members: list[str], payloads: dict):
+def solve_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """`dald_cc_solve` (13) for the members of a group (per-node payloads), or None."""
     opts = same_options(payloads, members, _SOLVE_OPTS)
     states = _cc_states(group)
@@ -81,7 +81,7 @@ def solve_batched(group: Group, members: list[str], payloads: dict):
     return {m: {"x": new_x[group.index[m]], "steps": steps} for m in members}
 
 
-def solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+def solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """`dald_cc_solve` (13) as a group request (one x̂ for all, or a block of them), or None."""
     if not all(k in common for k in ("xhat", "solver", "step", "local_steps")) or \
             set(blocks) - {"xhat"} or ("xhat" in blocks) == ("xhat" in common):
@@ -123,7 +123,7 @@ def _cc_dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np
     return dmu
 
 
-def dual_batched(group: Group, members: list[str], payloads: dict):
+def dual_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """`dald_cc_dual` (15) for the members of a group (per-node payloads), or None."""
     opts = same_options(payloads, members, ("consensus",))
     states = _cc_states(group)
@@ -135,7 +135,7 @@ def dual_batched(group: Group, members: list[str], payloads: dict):
     return {m: {"dmu": float(v)} for m, v in zip(members, dmu)}
 
 
-def dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+def dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """`dald_cc_dual` (15) as a group request (one x̂ for all), or None."""
     if blocks or (common.get("consensus", 1.0) and "xhat" not in common):
         return None
@@ -143,7 +143,7 @@ def dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
     return None if dmu is None else {"dmu": dmu}
 
 
-def state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+def state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """μ_i of Fed-DALD-CC clients as the group's (n, d) stack (rows of the request)."""
     states = _cc_states(group)
     if blocks or common or states is None or any(s.get("edges") for s in states):
@@ -152,7 +152,7 @@ def state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
     return {"mu": read_only(MU) if in_group_order(rows, group.n) else MU[rows]}
 
 
-def state_batched(group: Group, members: list[str], payloads: dict):
+def state_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """`local._state` for Fed-DALD-CC clients (μ_i, the array the client holds), without a
     procedure call per client; DC nodes (edge multipliers) take the serial path."""
     states = [group.programs[group.index[m]].state.get("dald") for m in members]

@@ -205,7 +205,7 @@ def _prox_row(group: Group, z: np.ndarray, i: int, t: float) -> None:
             z[cols] = np.ravel(term.prox(v.reshape(term.variable.shape), t))
 
 
-def dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+def dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """`dc_nodes._dc_dual` (21) for every node of the group, one row per edge: C_ij = x_i − x_j,
     μ_ij += 2ρ²∘C_ij when both ends took part (a dropout keeps μ), ‖C‖∞ per node."""
     known = None if blocks or len(rows) != group.n or group.n_y else _dc_stacks(group)

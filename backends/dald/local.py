@@ -29,7 +29,9 @@ def _prox_grad(program, linear, weight, anchor, x0, step, steps):
     return z[:n_x], steps
 
 
-def local_argmin(program: NodeProgram, linear, weight, anchor, x0, tol, solver, step, local_steps):
+def local_argmin(program: NodeProgram, linear: np.ndarray | float, weight: np.ndarray | float,
+                 anchor: np.ndarray, x0: np.ndarray, tol: float | None, solver: str, step: float,
+                 local_steps: float) -> tuple[np.ndarray, int]:
     """x_i ≈ argmin P_i(x) + linearᵀx + ½Σ weight_j(x_j − anchor_j)² by the chosen solver layer.
     "gd" on a node with a prox-able term (λ‖w‖₁) becomes prox-gradient steps (GD would ignore it);
     "newton" on such a node uses the node's exact prox solver."""
@@ -50,7 +52,7 @@ def local_argmin(program: NodeProgram, linear, weight, anchor, x0, tol, solver, 
     return out["x"], out["steps"]
 
 
-def init_state(program, x0, beta, rho2):
+def init_state(program: NodeProgram, x0: np.ndarray, beta: float, rho2: np.ndarray | None) -> None:
     """A node's DALD state at x⁰: penalty β for its own constraints; ρ_i∘ρ_i (CC) or None (DC)."""
     program.configure(float(beta), 0.0, x0)
     program.state["dald"] = {"x": np.array(x0, float), "rho2": rho2, "edges": {}, "mu": np.zeros_like(x0)}

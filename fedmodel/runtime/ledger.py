@@ -77,7 +77,8 @@ def register(kind: MessageKind, procedure: Callable | None = None, *, batched: C
 
 
 def procedure(name: str, request: dict[str, str], reply: dict[str, str], *, local: bool = False,
-              read_only: bool = False, batched: Callable | None = None, stacked: Callable | None = None):
+              read_only: bool = False, batched: Callable | None = None,
+              stacked: Callable | None = None) -> Callable[[Callable], Callable]:
     """Decorator form of `register`: declares the kind and registers the decorated node step
     together with its vectorized forms."""
     def wrap(fn):
@@ -87,7 +88,7 @@ def procedure(name: str, request: dict[str, str], reply: dict[str, str], *, loca
     return wrap
 
 
-def allowed_sizes(spec: str, model_size: int):
+def allowed_sizes(spec: str, model_size: int) -> range | tuple[int, ...]:
     """The float counts a field declared as `spec` may carry (one place for the size rules)."""
     if spec.startswith("<="):
         return range(int(spec[2:]) + 1)
