@@ -17,7 +17,9 @@ at any moment leaves either the old or the new checkpoint, never a torn one.
 
 Variable uids differ between processes, so dicts keyed by variable uid (node proximal centers,
 solution values) are stored keyed by the variable's position in `problem.variables()`.
-Checkpoints are pickles: load only checkpoints you wrote yourself.
+Checkpoints are pickles: load only checkpoints you wrote yourself. A file of another `FORMAT`
+(written by an older fedmodel, whose node states name modules that have since moved) is refused
+with a `CheckpointError` saying so, not with the error its unpickling would raise.
 """
 from __future__ import annotations
 
