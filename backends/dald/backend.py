@@ -226,14 +226,15 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         return out
 
     # -- checkpoints (docs/checkpoints.md) ------------------------------------------------------
-    def _resume(self, ckpt: Checkpointer, ex, watch: DivergenceWatch) -> dict[str, Any] | None:
-        """A resumed run's loop state, or None for a fresh run. What both loops keep alike — the
-        participation generator and the divergence watch's memory — is restored here."""
+    def _resume(self, ckpt: Checkpointer, ex) -> tuple[DivergenceWatch, dict[str, Any] | None]:
+        """The divergence watch and a resumed run's loop state (None for a fresh run). What both
+        loops keep alike — the participation generator and the watch's memory — is restored here."""
+        watch = self._watch()
         saved = ckpt.restore(ex)
         if saved:
             self._rng.bit_generator.state = saved["rng"]
             watch.smallest = dict(saved["watch"])
-        return saved
+        return watch, saved
 
     def _save(self, ckpt: Checkpointer, ex, iteration: int, watch: DivergenceWatch, **loop: Any) -> None:
         """Checkpoint after outer iteration `iteration`: the loop's own state `loop`, and what

@@ -55,11 +55,9 @@ class FedDALDCC:
         X = np.tile(xhat, (len(clients), 1))
         mu_sum = np.zeros(d)           # server's mirror of Σ_i μ_i (each term is known to it)
         history, total, status, k, info = [], 0, "max_iterations", 0, {}
-        constrained = bool(problem.constraints)
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
-        watch = self._watch()
-        saved = self._resume(ckpt, ex, watch)
+        watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
         if saved:
             k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
             history = saved["history"]
@@ -119,8 +117,8 @@ class FedDALDCC:
             # Σμ_i as the clients hold it (μ ≡ 0 without (15)): a diagnostic, on reported records
             record["sum_mu"] = 0.0 if not self.dual_updates else float("nan") if not report else \
                 float(np.max(np.abs(np.sum(ex.map_stacked("dald_state", clients)["mu"], axis=0)), initial=0.0))
-            stop = self._outer_step_done(record, history, callback, bar, clients, X, constrained, primal, dual,
-                                         dmu)
+            stop = self._outer_step_done(record, history, callback, bar, clients, X, bool(problem.constraints),
+                                         primal, dual, dmu)
             if stop:
                 status = stop
                 break

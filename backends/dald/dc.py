@@ -116,11 +116,9 @@ class FedDALDDC:
         moving = np.array([any(position[j] < position[n] for j in neighbors[n]) for n in order], dtype=bool)
         X = np.tile(x0, (len(order), 1))          # not the bottom nodes: they enter D (80)
         history, total, status, k, info = [], 0, "max_iterations", 0, {}
-        constrained = bool(problem.constraints)
         bar = progress(self.max_iterations, verbose, "DALD-DC")
         opts = self._opts()
-        watch = self._watch()
-        saved = self._resume(ckpt, ex, watch)
+        watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
         if saved:
             k, total, X, history = saved["k"], saved["total"], saved["x"], saved["history"]
         while total < self.max_iterations:
@@ -153,8 +151,8 @@ class FedDALDDC:
             last = self._converged(primal, dual, dmu) or total >= self.max_iterations
             record = self._record_dc(ex, order, X, k, v, total, primal, dual, dmu / beta, start,
                                      last or k % self.report_every == 0)
-            stop = self._outer_step_done(record, history, callback, bar, order, X, constrained, primal, dual,
-                                         dmu)
+            stop = self._outer_step_done(record, history, callback, bar, order, X, bool(problem.constraints),
+                                         primal, dual, dmu)
             if stop:
                 status = stop
                 break
