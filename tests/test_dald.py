@@ -8,6 +8,7 @@ import pytest
 import fedmodel as fm
 import topologies
 from backends.dald import DALD
+from fedmodel.runtime import SerialExecutor
 
 D, N_CLIENTS, SAMPLES = 5, 5, 20
 TIGHT = dict(eps_primal=1e-9, eps_dual=1e-9, max_iterations=3000)
@@ -227,6 +228,12 @@ def test_bad_options_raise():
     prob, _ = _least_squares(n=3)
     with pytest.raises(fm.FedModelError, match="rho"):
         prob.solve(DALD(rho=np.ones(D + 1)), topology=topologies.star(prob))
+    # an x0 of the wrong size is found once the executor knows the model's size: it is closed
+    # first (its node programs freed: no Ray actors left running)
+    ex = SerialExecutor()
+    with pytest.raises(fm.FedModelError, match=f"x0 must be a scalar or the {D} shared variables"):
+        prob.solve(DALD(x0=np.ones(D + 1)), topology=topologies.star(prob), executor=ex)
+    assert ex.programs and all(p.holder is None for p in ex.programs.values())
 
 
 def test_registry_name_and_ledger():

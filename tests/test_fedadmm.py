@@ -182,8 +182,7 @@ def test_matches_a_direct_implementation_of_the_algorithm_box(variant):
     def grab(record):
         trace.append((record["client_steps"], [programs[c].state["fedadmm"]["beta"] for c in ex.clients]))
 
-    from backends.common import _Silent
-    z, history, _, _ = backend._rounds(ex, np.zeros(4), alpha, 25, grab, _Silent(), report=False)
+    z, history, _, _ = backend.rounds(ex, np.zeros(4), alpha, 25, grab, report=False)
     zs, betas, steps = textbook(data, 0.1, 25, 2.0, 10, 0.3, opts.get("inexact", False),
                                 opts.get("adaptive", False), 0.01 if opts.get("inexact") else 0.0, mu=2.0)
     np.testing.assert_allclose(z, zs[-1], rtol=1e-10, atol=1e-12)
@@ -222,8 +221,7 @@ def test_one_insa_round_by_hand():
     programs = compile_programs(prob)
     ex = SerialExecutor().start(programs)
     backend = FedADMM.paper(lr=0.5, inexact=True, adaptive=True)
-    from backends.common import _Silent
-    z, history, _, steps = backend._rounds(ex, np.zeros(2), np.ones(1), 1, None, _Silent(), report=False)
+    z, history, _, steps = backend.rounds(ex, np.zeros(2), np.ones(1), 1, report=False)
     state = programs["c0"].state["fedadmm"]
     assert steps == 1
     np.testing.assert_allclose(state["lam"], -a)
@@ -248,8 +246,7 @@ def test_inexactness_criterion_holds_at_every_accepted_local_solution():
                 if last["steps"] < 50:                         # accepted, not capped
                     assert last["residual"] <= last["bound"] + 1e-15
                     checked.append(last["steps"])
-        from backends.common import _Silent
-        backend._rounds(ex, np.zeros(4), np.full(4, 0.25), 30, check, _Silent(), report=False)
+        backend.rounds(ex, np.zeros(4), np.full(4, 0.25), 30, check, report=False)
     assert len(checked) >= 200 and max(checked) > 1
 
 

@@ -209,11 +209,14 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
             checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         G, U, mode = self._topology(problem, topology)
-        programs = compile_programs(problem)
-        d = programs["server"].n_shared
-        x0 = np.zeros(d) if self.x0 is None else np.broadcast_to(np.asarray(self.x0, float).ravel(), (d,)).copy()
         server_used = bool(problem.server.terms or problem.server.constraints)
-        ex = make_executor(executor).start(programs)
+        ex = make_executor(executor).start(compile_programs(problem))
+        d = ex.model_size
+        try:
+            x0 = self._start_point(d)
+        except FedModelError:
+            ex.close()          # no node programs (Ray actors) left running
+            raise
         self._prepare(ex, x0)
         self._rng = np.random.default_rng(self.seed)
         start = time.perf_counter()
@@ -224,6 +227,16 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
             ex.close()
         out["info"]["mode"] = mode
         return out
+
+    def _start_point(self, d: int) -> np.ndarray:
+        """x⁰ for every node: zeros, or `x0` (a scalar or the d flattened shared variables)."""
+        if self.x0 is None:
+            return np.zeros(d)
+        x0 = np.asarray(self.x0, float).ravel()
+        if x0.size not in (1, d):
+            raise FedModelError(f"x0 must be a scalar or the {d} shared variables, flattened "
+                                f"(got {x0.size} numbers)")
+        return np.broadcast_to(x0, (d,)).copy()
 
     # -- checkpoints (docs/checkpoints.md) ------------------------------------------------------
     def _resume(self, ckpt: Checkpointer, ex) -> tuple[DivergenceWatch, dict[str, Any] | None]:

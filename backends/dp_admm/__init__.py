@@ -189,11 +189,9 @@ class DPADMM(Backend):
             checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         require_star(problem, topology, self.name)
         self._check_model(problem)
-        programs = compile_programs(problem)
-        d = programs["server"].n_shared
-        ex = make_executor(executor).start(programs)
+        ex = make_executor(executor).start(compile_programs(problem))
         try:
-            return self._loop(problem, ex, d, callback, verbose, checkpointer)
+            return self._loop(problem, ex, ex.model_size, callback, verbose, checkpointer)
         finally:
             ex.close()
 

@@ -148,6 +148,8 @@ class FedADMM(Backend):
         self.reference, self.sigma_factor = reference, float(sigma_factor)
         self.strong_convexity, self.penalty_rule = float(strong_convexity), penalty_rule
         self.alpha, self.tol, self.w0, self.server_tol = alpha, tol, w0, float(server_tol)
+        # the executor of the ProxAL solve that `subproblem_log` describes (composition)
+        self._log_executor = None
 
     @property
     def variant(self) -> str:
@@ -222,8 +224,8 @@ class FedADMM(Backend):
         bar = progress(self.max_rounds, verbose, self.variant)
         try:
             info = {"variant": self.variant, "alpha": alpha, "memory": self.memory}
-            z, history, status, steps = self._rounds(ex, z, alpha, self.max_rounds, callback, bar,
-                                                     checkpointer=checkpointer, info=info)
+            z, history, status, steps = self.rounds(ex, z, alpha, self.max_rounds, callback, bar,
+                                                    checkpointer=checkpointer, info=info)
         finally:
             bar.close()
         values, multipliers = gather_values(ex, problem, z)
@@ -236,16 +238,27 @@ class FedADMM(Backend):
                 "iterations": {"rounds": len(history), "local_steps": steps}, "ledger": ex.ledger,
                 "info": info}
 
-    def _rounds(self, ex, z, alpha, max_rounds, callback, bar, lam_start="zero", keep_beta=False,
-                stop=None, report=True, server_tol=None, checkpointer: Checkpointer = NO_CHECKPOINT,
-                info: dict | None = None):
-        """The loop of Algorithms 1/3 from z^0 = z. State: round k, z, the server's caches of w_i
-        and β_i, the sampling rng — saved by `checkpointer` after every round (docs/checkpoints.md).
+    def rounds(self, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callback=None, bar=None, *,
+               lam_start: str = "zero", keep_beta: bool = False, stop=None, report: bool = True,
+               server_tol: float | None = None, checkpointer: Checkpointer = NO_CHECKPOINT,
+               info: dict | None = None) -> tuple[np.ndarray, list[dict], str, int]:
+        """At most `max_rounds` rounds of Algorithms 1/3 on the started executor `ex` (its node
+        programs compiled for this model), from z^0 = z with weights α = `alpha`; returns
+        (z, history, status, total local steps). `run` calls it, and so does ProxAL's
+        composition (`composition.solve_subproblem`) on ProxAL's executor.
+
+        State: round k, z, the server's caches of w_i and β_i, the sampling rng — saved by
+        `checkpointer` after every round (docs/checkpoints.md). `bar`: a progress display
+        (`common.progress`; None: silent). `lam_start`, `keep_beta`: the clients' λ_i^0 and
+        whether they keep their β_i (client "fedadmm_init"). `report`: objective / violation
+        in every record (one "report" per node and round).
         `stop(z, record, z_bar, weight, residual) -> bool` replaces the `tol` test (ProxAL's
         composition; z_bar, weight: the z-step's anchor and quadratic weight (3.2); residual: the
         ∞-norm residual of the server's solve). Divergence (non-finite or 1e6-fold growth of z,
         the clients' messages w_i = β_i u_i − λ_i or their drift ‖u_i − z‖∞) stops the loop with
         status "diverged", the last sound z, a RuntimeWarning and `info["diverged"]`."""
+        if bar is None:
+            bar = progress(max_rounds, False, self.variant)
         clients = ex.clients
         m = len(clients)
         rng = np.random.default_rng(self.seed)
@@ -326,8 +339,15 @@ class FedADMM(Backend):
 
     # ---- composition: FedADMM as ProxAL's subproblem solver -------------------------------------
     def solve_subproblem(self, ex, w: np.ndarray, tau: float, rho: dict) -> tuple[np.ndarray, list, dict]:
-        """Step 3 of ProxAL's Algorithm 1 by FedADMM rounds (`composition.solve_subproblem`)."""
-        return solve_subproblem(self, ex, w, tau, rho)
+        """Step 3 of ProxAL's Algorithm 1 by FedADMM rounds (`composition.solve_subproblem`):
+        (w^{k+1}, the certificate per round, `rho` unchanged — FedADMM uses its own β). Each
+        subproblem adds an entry to `subproblem_log`, which a new ProxAL solve (another
+        executor) starts afresh."""
+        z, trace, entry = solve_subproblem(self, ex, w, tau)
+        if self._log_executor is not ex:
+            self._log_executor, self.subproblem_log = ex, []
+        self.subproblem_log.append(entry)
+        return z, trace, rho
 
 
 def _positive(value) -> bool:

@@ -7,10 +7,9 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
-from ..common import progress
 
 
-def solve_subproblem(backend, ex, w: np.ndarray, tau: float, rho: dict) -> tuple[np.ndarray, list, dict]:
+def solve_subproblem(backend, ex, w: np.ndarray, tau: float) -> tuple[np.ndarray, list[float], dict]:
     """Step 3 of ProxAL's Algorithm 1: w^{k+1} ≈ argmin ℓ_k = Σ_{i=0}^n P_{i,k} (+ h), by
     FedADMM rounds on the merit functions P_{i,k} that ProxAL has configured on the nodes
     (client i's local function is P_{i,k}/α_i; the server's P_0 + h enter the z-step (3.2)),
@@ -24,7 +23,7 @@ def solve_subproblem(backend, ex, w: np.ndarray, tau: float, rho: dict) -> tuple
     −W(z − z̄) + r ∈ ∇P_0(z) + ∂h(z) with ‖r‖∞ ≤ r_0: the certificate bounds
     dist∞(0, ∂ℓ_k(z, y)) from above, which is what Theorem 4.1 and ProxAL's stop (11) need.
     It costs one gradient of P_i per client and round (message `fedadmm_certificate`).
-    `rho` (ProxAL's ADMM penalties) is returned unchanged: FedADMM uses its own β."""
+    Returns (z, the certificates, the subproblem's entry for `FedADMM.subproblem_log`)."""
     clients = ex.clients
     if isinstance(backend.alpha, str) and backend.alpha != "uniform":
         raise FedModelError("inside ProxAL, FedADMM's alpha must be 'uniform' or numbers "
@@ -45,18 +44,14 @@ def solve_subproblem(backend, ex, w: np.ndarray, tau: float, rho: dict) -> tuple
         return certificate <= tau
 
     info: dict = {}
-    no_bar = progress(backend.max_rounds, verbose=False, label="FedADMM")
-    z, history, status, steps = backend._rounds(ex, np.asarray(w, float), alpha, backend.max_rounds, None,
-                                                no_bar, lam_start="zero",
-                                                keep_beta=keep and backend.adaptive, stop=certified,
-                                                report=False, server_tol=max(backend.server_tol, 0.01 * tau),
-                                                info=info)
-    if getattr(backend, "_executor", None) is not ex:     # a new ProxAL solve: a fresh log
-        backend._executor, backend.subproblem_log = ex, []
-    backend.subproblem_log.append({"tau": tau, "rounds": len(history), "local_steps": steps,
-                                   "certificate": trace[-1] if trace else np.inf,
-                                   "solved": status == "converged", "diverged": info.get("diverged")})
-    return z, trace or [np.inf], rho
+    z, history, status, steps = backend.rounds(ex, np.asarray(w, float), alpha, backend.max_rounds,
+                                               lam_start="zero", keep_beta=keep and backend.adaptive,
+                                               stop=certified, report=False,
+                                               server_tol=max(backend.server_tol, 0.01 * tau), info=info)
+    entry = {"tau": tau, "rounds": len(history), "local_steps": steps,
+             "certificate": trace[-1] if trace else np.inf,
+             "solved": status == "converged", "diverged": info.get("diverged")}
+    return z, trace or [np.inf], entry
 
 
 @procedure("fedadmm_certificate", {"x": "x"}, {"grad": "x", "private": "1"}, read_only=True)
