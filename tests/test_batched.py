@@ -7,7 +7,8 @@ import pytest
 import backends
 import fedmodel as fm
 from backends.proxal import ProxAL
-from fedmodel.runtime.batched import BatchedExecutor, Group, program_signature
+from fedmodel.runtime.batched import BatchedExecutor
+from fedmodel.runtime.batched_group import Group, program_signature
 from fedmodel.runtime.batched_plan import BatchedPlan, _block_diag
 from fedmodel.runtime.executor import SerialExecutor
 from fedmodel.runtime.program import compile_programs
@@ -296,12 +297,12 @@ def test_batched_plan_equals_per_client_plans(name):
     _assert_value_grad_per_client(group, programs, X)
     objective = group.objective(X, np.zeros((len(programs), 0)))
     for i, p in enumerate(programs):
-        assert objective[i] == pytest.approx(float(p._objective(X[i])[0]), rel=TOL, abs=TOL)
+        assert objective[i] == pytest.approx(float(p.objective_plan(X[i])[0]), rel=TOL, abs=TOL)
 
 
 def test_batched_plan_uses_block_diagonal_products_for_data():
     programs = _client_programs(MODELS["logistic mean"])
-    plan = BatchedPlan([p._value_grad for p in programs])
+    plan = BatchedPlan([p.value_grad_plan for p in programs])
     assert plan.rules.count("MatMul:block-diagonal") == 2         # X w and Xᵀ r
     assert "loop" not in " ".join(plan.rules)
 
@@ -310,7 +311,7 @@ def test_batched_plan_refuses_different_structures():
     a = _client_programs(MODELS["least squares"], n=2)
     b = _client_programs(MODELS["logistic mean"], n=2)
     with pytest.raises(fm.FedModelError, match="same structure"):
-        BatchedPlan([a[0]._value_grad, b[0]._value_grad])
+        BatchedPlan([a[0].value_grad_plan, b[0].value_grad_plan])
 
 
 def test_block_diagonal_matches_scipy_for_ragged_blocks():

@@ -9,7 +9,8 @@ import pytest
 import backends
 import fedmodel as fm
 import topologies
-from fedmodel.runtime.batched import BatchedExecutor, Group
+from fedmodel.runtime.batched import BatchedExecutor
+from fedmodel.runtime.batched_group import Group
 from fedmodel.runtime.executor import SerialExecutor
 from fedmodel.runtime.ledger import Ledger
 from fedmodel.runtime.program import compile_programs
@@ -218,7 +219,7 @@ def test_plan_with_a_zero_proximal_weight_equals_the_per_client_plans(name):
         for mu in p.merit_ir.multipliers.values():
             mu.value = np.full(mu.shape, 0.7)
     group = Group([p.name for p in programs], programs)
-    plan = group.plan("_value_grad")
+    plan = group.plan("value_grad_plan")
     assert plan._zero_variants and len(plan._zero_variants[0][1]) < len(plan._ops)
     X = np.random.default_rng(5).normal(size=(len(programs), D))
     _assert_value_grad_per_client(group, programs, X)

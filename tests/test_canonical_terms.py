@@ -11,7 +11,7 @@ from backends.dald import DALD
 from fedmodel.compiler.canonical import (classify_objective, flatten, needs_projection,
                                          reformulate)
 from fedmodel.errors import SmoothnessError
-from fedmodel.runtime.batched import _norm1_weight
+from fedmodel.runtime.batched_group import _norm1_weight
 from fedmodel.runtime.program import compile_programs
 
 D, N_CLIENTS, SAMPLES, LAM = 5, 4, 20, 0.3

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.runtime.batched import (Group, in_group_order, local_steps, private_stack, read_only, request_rows,
-                                      same_options)
+from fedmodel.runtime.batched_group import Group, in_group_order, private_stack, read_only
+from fedmodel.runtime.batched_procedures import local_steps, request_rows, same_options
 from . import kernels
 
 _SOLVE_OPTS = ("tol", "solver", "step", "local_steps", "warm")

@@ -29,7 +29,7 @@ from operator import is_, itemgetter
 
 import numpy as np
 
-from fedmodel.runtime.batched import Group, in_group_order, read_only
+from fedmodel.runtime.batched_group import Group, in_group_order, read_only
 from . import kernels
 
 

@@ -46,7 +46,7 @@ class Plan:
         self.inputs = list(inputs)
         slot_of_input = {leaf.uid: i for i, leaf in enumerate(self.inputs)}
         template: list[Any] = [None] * len(self.inputs)
-        self._params: list[tuple[int, Parameter]] = []
+        params: list[tuple[int, Parameter]] = []
         constant_slots: set[int] = set()
         key_to_slot: dict[tuple, int] = {}
         node_slot: dict[int, int] = {}
@@ -66,7 +66,7 @@ class Plan:
                     slot = key_to_slot.get(key)
                     if slot is None:
                         slot = key_to_slot[key] = new_slot()
-                        self._params.append((slot, node))
+                        params.append((slot, node))
                 elif isinstance(node, Constant):
                     # one slot per array: `X @ w` in two terms built from the same numpy X
                     # (two Constant leaves around one array) is still computed once
@@ -97,13 +97,14 @@ class Plan:
                     self._slot_size[slot] = node.size
                 key_to_slot[key] = slot
             node_slot[id(node)] = slot
-        self._steps = steps
-        self._out_slots = [node_slot[id(o)] for o in self.outputs]
+        self._steps = tuple(steps)
+        self._params = tuple(params)
+        self._out_slots = tuple(node_slot[id(o)] for o in self.outputs)
         used = set(self._out_slots).union(*(args for _, args, _ in steps))
         for slot in constant_slots - used:   # folded away into other constants: drop them
             template[slot] = None
         self._template = template
-        self._constant_slots = constant_slots & used
+        self._constant_slots = frozenset(constant_slots & used)
         self.n_steps = len(steps)
         self._run = self._generate()
 
@@ -197,6 +198,32 @@ class Plan:
         self.__dict__.update(state)
         self._run = self._generate()
 
+    # ---- structure (read by `runtime.batched_plan`, which runs many clients' plans as one) ----
+    @property
+    def steps(self) -> tuple[tuple[Callable, tuple[int, ...], int], ...]:
+        """The computed steps in order, each (fn, argument slots, result slot): fn is the bound
+        `numeric` of the expression node `fn.__self__`. Slots 0 … len(inputs) − 1 are the inputs."""
+        return self._steps
+
+    @property
+    def params(self) -> tuple[tuple[int, Parameter], ...]:
+        """(slot, Parameter) of every Parameter the plan reads at call time."""
+        return self._params
+
+    @property
+    def constant_slots(self) -> frozenset[int]:
+        """The slots holding constants (data and folded constant subtrees) that the plan reads."""
+        return self._constant_slots
+
+    @property
+    def out_slots(self) -> tuple[int, ...]:
+        """The slot of each output, in the order of `outputs`."""
+        return self._out_slots
+
+    def constant(self, slot: int) -> Any:
+        """The value held in a constant slot (one of `constant_slots`)."""
+        return self._template[slot]
+
     @property
     def source(self) -> str:
         """The generated Python source of the plan (for inspection and tests)."""
@@ -208,7 +235,7 @@ class Plan:
                          for fn, args, out in self._steps)
 
 
-def _fused_pairs(steps: list[tuple]) -> dict[int, tuple | None]:
+def _fused_pairs(steps: Sequence[tuple]) -> dict[int, tuple | None]:
     """Steps that one kernel computes together: logistic(a) and sigmoid(a) of the same slot (a
     logistic loss's value and derivative) share e^{−|a|} (`logistic_and_sigmoid`, bitwise the
     same results). Maps the pair's first step to (kernel, (logistic slot, sigmoid slot)) and

@@ -80,9 +80,9 @@ def _same_structure(plans: Sequence[Plan]) -> bool:
 def plan_signature(plan: Plan) -> tuple:
     """Structure of a plan (its steps and slots), without its constants' values or shapes:
     two clients with the same model and different data have the same signature."""
-    steps = tuple((type(fn.__self__), fn.__self__.params(), args, out) for fn, args, out in plan._steps)
-    params = tuple((slot, p.shape) for slot, p in plan._params)
-    return (steps, params, tuple(sorted(plan._constant_slots)), tuple(plan._out_slots),
+    steps = tuple((type(fn.__self__), fn.__self__.params(), args, out) for fn, args, out in plan.steps)
+    params = tuple((slot, p.shape) for slot, p in plan.params)
+    return (steps, params, tuple(sorted(plan.constant_slots)), tuple(plan.out_slots),
             tuple(v.shape for v in plan.inputs))
 
 
@@ -139,8 +139,8 @@ class BatchedPlan:
         for i, leaf in enumerate(first.inputs):
             self.kind[i] = "B"
             self.seg[i] = Seg([p.inputs[i].shape for p in plans])
-        for slot in first._constant_slots:
-            values = [np.asarray(p._template[slot]) for p in plans]
+        for slot in first.constant_slots:
+            values = [np.asarray(p.constant(slot)) for p in plans]
             if all(v is values[0] or (v.shape == values[0].shape and np.array_equal(v, values[0]))
                    for v in values):
                 self.kind[slot] = "C"
@@ -154,22 +154,22 @@ class BatchedPlan:
         # block-diagonal matrices by (ids of the blocks, transposed): shared between the plans
         # of one group (value-gradient and objective read the same data arrays)
         self._bd: dict[tuple, Any] = {} if cache is None else cache
-        self._param_slots = [slot for slot, _ in first._params]
-        self._params = [[dict(p._params)[slot] for p in plans] for slot in self._param_slots]
+        self._param_slots = [slot for slot, _ in first.params]
+        self._params = [[dict(p.params)[slot] for p in plans] for slot in self._param_slots]
         for slot, params in zip(self._param_slots, self._params):
             self.kind[slot] = "B"
             self.seg[slot] = Seg([q.shape for q in params])
         self._param_cache: dict[int, tuple] = {}
         self._ops: list[Callable] = []
         self.rules: list[str] = []               # which rule serves each step (for tests/docs)
-        for j, (fn, args, out) in enumerate(first._steps):
-            nodes = [p._steps[j][0].__self__ for p in plans]
+        for j, (fn, args, out) in enumerate(first.steps):
+            nodes = [p.steps[j][0].__self__ for p in plans]
             self.kind[out] = "B"
             self.seg[out] = Seg([node.shape for node in nodes])
             rule, op = self._rule(nodes, args, out)
             self.rules.append(f"{type(nodes[0]).__name__}:{rule}")
             self._ops.append(op)
-        self.out_slots = list(first._out_slots)
+        self.out_slots = list(first.out_slots)
         self.output_segs = [self.seg.get(s) or Seg([np.shape(self.common[s])] * n) for s in self.out_slots]
         self.input_segs = [self.seg[i] for i in range(len(first.inputs))]
         # per-client scalar parameters whose value 0 (for every client) switches terms off, e.g.
@@ -207,7 +207,7 @@ class BatchedPlan:
         values (the full plan computes 0·v)."""
         first = self.plans[0]
         zero, alias, kept = {zero_slot}, {}, []
-        for j, (fn, args, out) in enumerate(first._steps):
+        for j, (fn, args, out) in enumerate(first.steps):
             node = fn.__self__
             args = tuple(alias.get(a, a) for a in args)
             hit = [a in zero for a in args]
@@ -228,7 +228,7 @@ class BatchedPlan:
             else:
                 return None
         if not any(out in zero or out in alias for _, _, out in kept) and \
-                len(kept) == len(first._steps):
+                len(kept) == len(first.steps):
             return None
         outs = [None if s in zero else alias.get(s, s) for s in self.out_slots]
         live = {s for s in outs if s is not None}
@@ -239,8 +239,8 @@ class BatchedPlan:
                 live.update(args)
         ops = []
         for j, args, out in reversed(needed):
-            nodes = [p._steps[j][0].__self__ for p in self.plans]
-            ops.append(self._ops[j] if args == first._steps[j][1] else self._rule(nodes, args, out)[1])
+            nodes = [p.steps[j][0].__self__ for p in self.plans]
+            ops.append(self._ops[j] if args == first.steps[j][1] else self._rule(nodes, args, out)[1])
         return ops, outs
 
     def _gather_params(self, slot: int, params: list) -> np.ndarray:
@@ -437,8 +437,8 @@ class BatchedPlan:
     def _loop(self, nodes, args, out: int, get) -> Callable:
         """Client by client with each client's own node (any atom)."""
         if nodes is None:                       # broadcast fallback: the step's nodes by client
-            j = next(i for i, o in enumerate(self.plans[0]._steps) if o[2] == out)
-            nodes = [p._steps[j][0].__self__ for p in self.plans]
+            j = next(i for i, o in enumerate(self.plans[0].steps) if o[2] == out)
+            nodes = [p.steps[j][0].__self__ for p in self.plans]
         segs = [self.seg.get(a) if self.kind[a] == "B" else None for a in args]
         out_seg = self.seg[out]
 

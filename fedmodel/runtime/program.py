@@ -62,11 +62,13 @@ class NodeProgram:
             raise SmoothnessError(
                 f"node {name!r} has a nonsmooth term or constraint without a prox: "
                 + "; ".join(reasons))
-        self._value_grad = Plan([m.expression] + [grad(m.expression, v) for v in self.variables],
-                                self.variables)
+        # the compiled plans of P_i with ∇P_i per variable, and of f_i: public (read them, do not
+        # replace them) because the batched executor stacks the plans of a group's clients
+        self.value_grad_plan = Plan([m.expression] + [grad(m.expression, v) for v in self.variables],
+                                    self.variables)
         self._residuals = Plan([c.expr for c in self.constraints], self.variables)
         self._all_residuals = Plan([c.expr for c in constraints], self.variables)
-        self._objective = Plan([m.objective], self.variables)
+        self.objective_plan = Plan([m.objective], self.variables)
         self.quadratic = polynomial_degree(m.expression) <= 2
         self._hvp_plan = None
         self._gradient_plan = None   # see gradient
@@ -96,7 +98,7 @@ class NodeProgram:
         hit = self._recent.get(key)
         if hit is not None:
             return hit[0], hit[1].copy()
-        out = self._value_grad(*self._values(x, y))
+        out = self.value_grad_plan(*self._values(x, y))
         g = self._flatten(out[1:])
         if len(self._recent) >= 2:
             del self._recent[next(iter(self._recent))]
@@ -113,7 +115,7 @@ class NodeProgram:
             return hit[1][:self.n_shared].copy()
         plan = self._gradient_plan
         if plan is None:     # compiled on first use (the derived gradients are the merit plan's)
-            plan = self._gradient_plan = Plan(self._value_grad.outputs[1:], self.variables)
+            plan = self._gradient_plan = Plan(self.value_grad_plan.outputs[1:], self.variables)
         return self._flatten(plan(*self._values(x, self.y)))[:self.n_shared]
 
     def _flatten(self, parts: list) -> np.ndarray:
@@ -374,7 +376,7 @@ class NodeProgram:
     def report(self, x: np.ndarray) -> dict:
         """Objective f_i (with prox-able terms) and the largest violation of this node's constraints."""
         values = self._values(np.asarray(x, float), self.y)
-        objective = float(self._objective(*values)[0])
+        objective = float(self.objective_plan(*values)[0])
         for term in self.merit_ir.prox_terms:
             objective += term.value(values[self.variables.index(term.variable)])
         residuals = self._all_residuals(*values) if self.all_constraints else []

@@ -1,0 +1,230 @@
+"""A group of same-structure client programs, with their batched plans and stacked state.
+
+The batched executor (`batched.BatchedExecutor`) groups the client programs whose compiled
+merits have the same structure (`program_signature`: same expressions, data of any compatible
+shape) and serves each group with one numpy computation. A `Group` holds the members' batched
+plans (`batched_plan.BatchedPlan`) and the stacked (n, d) arrays its forms last wrote: it hands
+*row views* of them to the clients' state (`Group.sync`) only when the state is read, and
+reuses a stack while every client still holds exactly those row objects. The helpers at the end
+(`in_group_order`, `read_only`, `private_stack`) read a group's stacks for the forms
+(`batched_procedures` and the backends' own).
+"""
+from __future__ import annotations
+
+from operator import is_, itemgetter
+from typing import Any, Callable
+
+import numpy as np
+
+from .batched_plan import BatchedPlan, plan_signature
+from .program import NodeProgram
+
+
+
+def program_signature(program: NodeProgram) -> tuple:
+    """Programs with equal signatures can be served by one batched computation."""
+    m = program.merit_ir
+    prox = tuple((program.shared.variables.index(t.variable), _norm1_weight(t) is not None)
+                 for t in m.prox_terms)
+    return (program.role, program.n_shared, tuple(v.shape for v in program.private.variables),
+            plan_signature(program.value_grad_plan), plan_signature(program.objective_plan), prox,
+            len(program.all_constraints), tuple(p.shape for p in m.multipliers.values()))
+
+
+def _norm1_weight(term) -> float | None:
+    """λ of a λ‖w‖₁ prox term (kind "norm1", see `compiler.sets.ProxTerm`), else None."""
+    return term.weight() if term.kind == "norm1" else None
+
+
+class Group:
+    """Client programs of one structure, with their batched plans and stacked state."""
+
+    def __init__(self, names: list[str], programs: list[NodeProgram]):
+        self.names, self.programs = names, programs
+        self.n = len(names)
+        self.index = {name: i for i, name in enumerate(names)}
+        first = programs[0]
+        self.n_x, self.n_y = first.n_shared, first.n_private
+        self.variables = first.variables
+        self.constrained = bool(first.all_constraints)
+        self.prox = []                      # (column slice, λ per client or None, term index)
+        for k, term in enumerate(first.merit_ir.prox_terms):
+            i = first.shared.variables.index(term.variable)
+            cols = slice(int(first.shared.offsets[i]), int(first.shared.offsets[i + 1]))
+            weights = [_norm1_weight(p.merit_ir.prox_terms[k]) for p in programs]
+            self.prox.append((cols, None if None in weights else np.array(weights), k))
+        self._plans: dict[str, BatchedPlan] = {}
+        self._blocks: dict = {}             # block-diagonal data matrices shared by the plans
+        self._stacks: dict[str, tuple[list | None, np.ndarray]] = {}    # slot -> (row views, stack)
+        self._pending: dict[str, tuple[str, list[dict]]] = {}          # slot -> (key, dicts) to hand over
+        self._write_backs: dict[str, Callable[[], None]] = {}
+        self._twice: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._checked: dict[str, Any] = {}      # family -> what it validated (until `forget`)
+        self.memo: dict[str, Any] = {}          # what a backend's forms keep per group (e.g. a layout)
+
+    # -- checks of the members' states ---------------------------------------------------------
+    def forget(self) -> None:
+        """A member's state may have changed in any way (it was served node by node, or handed
+        to another executor), so the forms' checks of the members' states are void. Only the
+        executor holding the members calls it: nothing else can change their state."""
+        self._checked.clear()
+
+    def checked(self, family: str, validate: Callable[[], Any]) -> Any:
+        """`validate()` (the members' states as a form family needs them, or None), reused
+        until a member's state changes outside the forms (`forget`)."""
+        known = self._checked.get(family)
+        if known is not None:
+            return known
+        self.sync()
+        result = validate()
+        if result is not None:
+            self._checked[family] = result
+        return result
+
+    # -- plans ---------------------------------------------------------------------------------
+    def plan(self, which: str) -> BatchedPlan:
+        if which not in self._plans:   # built on first use: stacking data costs one pass over it
+            self._plans[which] = BatchedPlan([getattr(p, which) for p in self.programs], self._blocks)
+        return self._plans[which]
+
+    def _inputs(self, X: np.ndarray, Y: np.ndarray) -> list[np.ndarray]:
+        """Flat per-variable inputs from stacked shared (n, n_x) and private (n, n_y) values."""
+        p = self.programs[0]
+        cols = [X[:, p.shared.offsets[i]:p.shared.offsets[i + 1]] for i in range(len(p.shared.variables))]
+        cols += [Y[:, p.private.offsets[i]:p.private.offsets[i + 1]] for i in range(len(p.private.variables))]
+        return [np.ascontiguousarray(c).ravel() for c in cols]
+
+    def value_grad(self, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """P_i and ∇P_i (w.r.t. z = (x, y)) of every client: (n,), (n, n_x + n_y)."""
+        plan = self.plan("value_grad_plan")
+        out = plan(*self._inputs(X, Y))
+        grads = [self._per_client(g, seg, v.shape) for g, seg, v in
+                 zip(out[1:], plan.output_segs[1:], self.variables)]
+        G = grads[0] if len(grads) == 1 else np.concatenate(grads, axis=1) if grads else np.zeros((self.n, 0))
+        return self._per_client(out[0], plan.output_segs[0], ()).ravel(), G
+
+    def objective(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        plan = self.plan("objective_plan")
+        return self._per_client(plan(*self._inputs(X, Y))[0], plan.output_segs[0], ()).ravel()
+
+    def _per_client(self, flat, seg, shape) -> np.ndarray:
+        """Flat per-client values → (n, size of `shape`), broadcasting each client's value."""
+        size = int(np.prod(shape))
+        if seg.uniform is not None and int(np.prod(seg.uniform)) == size:
+            return flat.reshape(self.n, size)
+        rows = [np.ravel(np.broadcast_to(v, shape)) for v in seg.split(flat)]
+        return np.array(rows, dtype=float).reshape(self.n, size)
+
+    def twice(self, key: str, stack: np.ndarray) -> np.ndarray:
+        """2·stack, computed once per published stack (e.g. the weights 2ρ_i∘ρ_i); (n, 1) when
+        every row is one number repeated (a scalar ρ_i: the kernels then read no (n, d) array)."""
+        cached = self._twice.get(key)
+        if cached is None or cached[0] is not stack:
+            rows_constant = stack.shape[1] > 0 and bool(np.all(stack == stack[:, :1]))
+            cached = self._twice[key] = (stack, 2.0 * (stack[:, :1] if rows_constant else stack))
+        return cached[1]
+
+    # -- stacked state -------------------------------------------------------------------------
+    def gather(self, key: str, states: list[dict], width: int, slot: str | None = None) -> np.ndarray:
+        """(len(states), width) stack of the `state[key]` rows (the clients' states, or any list
+        of dicts, cached under `slot`, default `key`). Reused while every dict still holds the
+        row views last published (or their hand-over is pending); otherwise stacked afresh."""
+        slot = slot or key
+        if slot in self._pending and self._pending[slot][1] is states:
+            return self._stacks[slot][1]
+        if any(k == key for k, _ in self._pending.values()):
+            self.sync()                             # our newer `key` rows, held under another slot
+        cached = self._stacks.get(slot)
+        rows = list(map(itemgetter(key), states))
+        if cached is not None and len(rows) == len(cached[0]) and all(map(is_, rows, cached[0])):
+            return cached[1]
+        stack = np.array([np.broadcast_to(np.asarray(r, float), (width,)) for r in rows], dtype=float) \
+            .reshape(len(rows), width)
+        self.publish(key, stack, states, slot)
+        return stack
+
+    def stack(self, slot: str) -> np.ndarray:
+        """The stack last gathered or published under `slot`."""
+        return self._stacks[slot][1]
+
+    def row_views(self, slot: str) -> list[np.ndarray]:
+        """The row views of the stack under `slot` that its dicts hold (handed over first)."""
+        if slot in self._pending:
+            self.sync()
+        return self._stacks[slot][0]
+
+    def publish(self, key: str, stack: np.ndarray, states: list[dict], slot: str | None = None) -> None:
+        """Make `stack` the rows of `state[key]` of the dicts `states`. The dicts get their row
+        views on `sync`, which the executor holding the members runs before anything reads them
+        (a request it serves node by node or by a per-member form, a hand-over, `close`): a
+        batched run does not touch n dicts per step."""
+        slot = slot or key
+        self._stacks[slot] = (None, stack)
+        self._pending[slot] = (key, states)
+
+    def on_sync(self, name: str, write_back: Callable[[], None]) -> None:
+        """Run `write_back()` at the next `sync`, after the pending stacks (once per name)."""
+        self._write_backs[name] = write_back
+
+    def sync(self) -> None:
+        """Hand the pending stacks' row views to their dicts, then run the write-backs."""
+        if not self._pending and not self._write_backs:
+            return
+        for slot, (key, states) in self._pending.items():
+            stack = self._stacks[slot][1]
+            views = list(stack)
+            for state, view in zip(states, views):
+                state[key] = view
+            self._stacks[slot] = (views, stack)
+        self._pending.clear()
+        write_backs, self._write_backs = self._write_backs, {}
+        for write_back in write_backs.values():
+            write_back()
+
+    def kernel_prox(self, t: float, prox: bool) -> tuple[np.ndarray, slice, bool]:
+        """How a compiled step applies the prox at step t: (threshold tλ_i per client, its
+        columns, whether the prox terms must still be applied after the kernel). The kernels
+        soft-threshold when the only prox term is λ_i‖w‖₁; otherwise (threshold −1: none) the
+        caller applies every prox term itself, or none when `prox` is False."""
+        if prox and len(self.prox) == 1 and self.prox[0][1] is not None:
+            return t * self.prox[0][1], self.prox[0][0], False
+        return np.full(self.n, -1.0), slice(0, 0), prox
+
+    def apply_prox(self, Z: np.ndarray, t: float) -> np.ndarray:
+        """Every client's prox step (in term order, as `NodeProgram.apply_prox`)."""
+        for cols, weights, k in self.prox:
+            if weights is not None:     # λ‖w‖₁: soft-thresholding at t·λ_i, all clients at once
+                v = Z[:, cols]          # Norm1.prox, sign(v)·max(|v| − tλ, 0), in place
+                if np.all(weights == weights[0]):   # one λ: v − clip(v, −tλ, tλ), two passes
+                    v -= np.clip(v, -t * weights[0], t * weights[0])
+                    continue
+                shrunk = np.abs(v)      # (copysign: the same numbers, up to the sign of a zero)
+                shrunk -= (t * weights)[:, None]
+                np.maximum(shrunk, 0.0, out=shrunk)
+                np.copysign(shrunk, v, out=v)
+            else:
+                for i, p in enumerate(self.programs):
+                    term = p.merit_ir.prox_terms[k]
+                    Z[i, cols] = np.ravel(term.prox(Z[i, cols].reshape(term.variable.shape), t))
+        return Z
+
+
+# ---- reading a group's stacks -----------------------------------------------------------------
+def in_group_order(rows: np.ndarray, n: int) -> bool:
+    """`rows` are all n rows of a group, in group order (a stack can then be replied as is)."""
+    return len(rows) == n and bool(np.all(rows[1:] > rows[:-1]))
+
+
+def read_only(stack: np.ndarray) -> np.ndarray:
+    """A read-only view of a group's stack, for a reply: the caller cannot write the clients'
+    state through it."""
+    view = stack.view()
+    view.flags.writeable = False
+    return view
+
+
+def private_stack(group: Group) -> np.ndarray:
+    """(n, n_y) stack of the clients' private variables (their `program.y`)."""
+    if not group.n_y:
+        return np.zeros((group.n, 0))
+    return np.array([p.y for p in group.programs], dtype=float)

@@ -1,0 +1,137 @@
+"""The runtime's generic batched forms and the building blocks of every batched form.
+
+A batched form serves one request kind for a whole `batched_group.Group` (see
+`ledger.procedure`); the runtime knows no algorithm, so it has only the generic forms of
+`report` (objective of unconstrained clients) and `solve_local` with method "gd", registered
+when this module is imported (the batched executor imports it). The building blocks
+(`local_steps`, `request_rows`, `same_options`) serve the backends' own forms, which live
+beside their node steps. The elementwise work of a step is done by compiled kernels
+(`kernels`), one pass over the stacks each.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+from .batched_group import Group, private_stack
+from .ledger import MESSAGES, register
+
+
+
+def same_options(payloads: dict, members: list[str], keys: tuple[str, ...]) -> dict | None:
+    """The members' common options, or None when they differ (then: serial path)."""
+    first = payloads[members[0]]
+    want = tuple(first.get(k) for k in keys)
+    for name in members[1:]:
+        p = payloads[name]
+        if tuple(p.get(k) for k in keys) != want:
+            return None
+    return first
+
+
+def request_rows(group: Group, members: list[str], payloads: dict, key: str, default: np.ndarray) -> np.ndarray:
+    """(n, d) stack of a model-sized request field; non-members get their `default` row."""
+    values = [payloads[m][key] for m in members]
+    if len(members) == group.n and all(v is values[0] for v in values):
+        return np.broadcast_to(np.asarray(values[0], float), default.shape)
+    out = default.copy()
+    for m, v in zip(members, values):
+        out[group.index[m]] = v
+    return out
+
+
+def _add_shared(G: np.ndarray, n_x: int, extra: np.ndarray) -> np.ndarray:
+    """G with `extra` (a fresh array) added to its shared columns, as a new array (G may be a
+    cached value)."""
+    if G.shape[1] == n_x:
+        extra += G
+        return extra
+    out = G.copy()
+    out[:, :n_x] += extra
+    return out
+
+
+def local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: float, steps: int,
+                prox: bool, subtract_linear: bool = False) -> np.ndarray:
+    """W steps z ← z − α(∇P_i(z) + linear + weight∘(x − anchor)) for every client, followed by
+    the prox step when `prox` (proximal-gradient steps; solvers.gradient_descent without it).
+    `subtract_linear`: `linear` holds −linear (e.g. −μ_i, without a pass to negate it).
+    Each step is one compiled pass over the stacks (`kernels.prox_grad_step`), the serial
+    operations in the same order; when λ‖w‖₁ is the only prox term it is applied in that pass,
+    otherwise every prox term after it (`Group.apply_prox`).
+    Z is not written (it may be the clients' published state); the result is a fresh array."""
+    n_x = group.n_x
+    threshold, cols, prox_after = group.kernel_prox(step, prox)
+    for _ in range(steps):
+        _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])
+        Z = kernels.prox_grad_step(Z, G, weight, anchor, linear, -1.0 if subtract_linear else 1.0,
+                                   step, n_x, threshold, cols)
+        if prox_after:
+            Z = group.apply_prox(Z, step)
+    return Z
+
+
+def _report_block(group: Group, X: np.ndarray, common: np.ndarray | None = None) -> np.ndarray | None:
+    """`NodeProgram.report` objectives for clients without constraints: f_i(x, y) + prox-able
+    terms; `common`: the one model every row of X holds (its λ‖x‖₁ is computed once)."""
+    if group.constrained or any(weights is None for _, weights, _ in group.prox):
+        return None
+    values = group.objective(np.asarray(X), private_stack(group))
+    for cols, weights, k in group.prox:
+        norm = np.abs(X[:, cols]).sum(axis=1) if common is None else np.abs(common[cols]).sum()
+        values = values + weights * norm
+    return values
+
+
+def _report(group: Group, members: list[str], payloads: dict):
+    values = _report_block(group, request_rows(group, members, payloads, "x", np.zeros((group.n, group.n_x))))
+    if values is None:
+        return None
+    return {m: {"objective": float(values[group.index[m]]), "violation": 0.0} for m in members}
+
+
+def _report_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict):
+    if "x" in blocks:
+        X = np.zeros((group.n, group.n_x))
+        X[rows] = blocks["x"]
+    elif "x" in common:
+        X = np.broadcast_to(np.asarray(common["x"], float), (group.n, group.n_x))
+    else:
+        return None
+    values = _report_block(group, X, None if "x" in blocks else np.asarray(common["x"], float))
+    if values is None:
+        return None
+    return {"objective": values[rows], "violation": np.zeros(len(rows))}
+
+
+def _solve_local(group: Group, members: list[str], payloads: dict):
+    """`NodeProgram.solve_local` with method "gd" (FedAvg-style local work) for a whole group."""
+    opts = same_options(payloads, members, ("method", "max_steps", "lr", "tol"))
+    if opts is None or opts.get("method") != "gd" or group.prox:
+        return None
+    n, n_x = group.n, group.n_x
+    zeros = np.zeros((n, n_x))
+    linear = request_rows(group, members, {m: {"v": np.zeros(n_x) if payloads[m].get("linear") is None
+                                        else payloads[m]["linear"]} for m in members}, "v", zeros)
+    anchor = request_rows(group, members, {m: {"v": np.zeros(n_x) if payloads[m].get("anchor") is None
+                                        else payloads[m]["anchor"]} for m in members}, "v", zeros)
+    weight = request_rows(group, members, {m: {"v": np.broadcast_to(np.asarray(payloads[m]["weight"], float), (n_x,))}
+                                    for m in members}, "v", zeros)
+    x0 = request_rows(group, members, payloads, "x0", zeros)
+    Y = private_stack(group)
+    steps = int(opts["max_steps"])
+    Z = local_steps(group, np.concatenate([x0, Y], axis=1), linear, weight, anchor,
+                     float(opts["lr"]), steps, prox=False)
+    _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])   # the serial solver reports ‖∇‖∞ at the end
+    G = _add_shared(G, n_x, linear + weight * (Z[:, :n_x] - anchor))
+    replies = {}
+    for m in members:
+        i = group.index[m]
+        group.programs[i].y = Z[i, n_x:].copy()
+        replies[m] = {"x": Z[i, :n_x].copy(), "steps": steps,
+                      "grad_norm": float(np.max(np.abs(G[i]), initial=0.0))}
+    return replies
+
+
+register(MESSAGES["report"], batched=_report, stacked=_report_stacked)
+register(MESSAGES["solve_local"], batched=_solve_local)
