@@ -15,7 +15,7 @@ from .broadcasting import broadcast_to
 from .elementwise import Sign, power
 from .linear import matmul, transpose
 from .prox import shrink, soft_threshold
-from .sums import keep_reduced_axis, normalize_axis, sum as sum_
+from .sums import AlongAxis, keep_reduced_axis, normalize_axis, sum as sum_
 
 
 class Reduction(Atom):
@@ -191,21 +191,10 @@ class QuadForm(Reduction):
         return f"quad_form({self.args[0]}, {self.args[1]})"
 
 
-class LogSumExp(Atom):
+class LogSumExp(AlongAxis):
     """log Σ exp(x) (optionally along an axis), shifted by the max so it never overflows."""
 
     display, curvature = "log_sum_exp", CONVEX
-
-    def __init__(self, x, axis=None):
-        self.axis = axis
-        super().__init__(x)
-
-    def params(self):
-        return (self.axis,)
-
-    def shape_from_args(self):
-        shape = self.args[0].shape
-        return () if self.axis is None else shape[:self.axis] + shape[self.axis + 1:]
 
     def numeric(self, x):
         x = np.asarray(x)
@@ -225,17 +214,13 @@ class LogSumExp(Atom):
         return (self.args[0].sign()[0], False)  # lse(x) ≥ max(x)
 
 
-class Softmax(Atom):
+class Softmax(AlongAxis):
     """exp(x − lse(x)) along an axis (all entries when axis is None): the gradient of lse."""
 
     display, curvature = "softmax", UNKNOWN
 
-    def __init__(self, x, axis=None):
-        self.axis = axis
-        super().__init__(x)
-
-    def params(self):
-        return (self.axis,)
+    def shape_from_args(self):
+        return self.args[0].shape        # normalized along the axis, not reduced
 
     def numeric(self, x):
         x = np.asarray(x)

@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..expression import Constant, Expression, as_expr
 from .arithmetic import multiply
-from .base import EntryMap
+from .base import Atom, EntryMap
 from .broadcasting import broadcast_to
 from .linear import reshape
 
@@ -33,21 +33,24 @@ def keep_reduced_axis(upstream: Expression, shape: tuple, axis: int | None) -> E
     return upstream
 
 
-class Sum(EntryMap):
-    display = "sum"
+class AlongAxis(Atom):
+    """An atom of one argument taken along `axis` (None: over all its entries); its value has
+    the argument's shape less that axis (sum, mean, log-sum-exp)."""
 
-    def __init__(self, x, axis=None):
+    def __init__(self, x: Any, axis: int | None = None):
         self.axis = axis
         super().__init__(x)
 
-    def shape_from_args(self):
-        shape = self.args[0].shape
-        if self.axis is None:
-            return ()
-        return shape[:self.axis] + shape[self.axis + 1:]
-
-    def params(self):
+    def params(self) -> tuple:
         return (self.axis,)
+
+    def shape_from_args(self) -> tuple:
+        shape = self.args[0].shape
+        return () if self.axis is None else shape[:self.axis] + shape[self.axis + 1:]
+
+
+class Sum(AlongAxis, EntryMap):
+    display = "sum"
 
     def numeric(self, x):
         return np.add.reduce(x, axis=self.axis)   # np.sum without its wrapper (same numbers)
