@@ -23,7 +23,9 @@ Readings (the issue: default to the paper, expose the code's):
   Δ̄ (11b)/(20)  sensitivity="paper": max over the client's own records of the L1 norm of the
                 record's gradient term (no factor 2, data-dependent, as (20) and the code);
                 "replace": twice that; a number (or {client: number}): a data-independent bound,
-                see `glm_sensitivity_bound`. Loss scaling (1/I vs 1/I_p) is the model's.
+                see `glm_sensitivity_bound`; "clip": each record's gradient term clipped to
+                L1 norm C/I_p in the step itself, Δ̄ = 2C/I_p over all neighbours (derivation:
+                `client.LaplaceObjective`). Loss scaling (1/I vs 1/I_p) is the model's.
   OutP noise    outp_std="sigma": N(0, σ²) (Huang et al., default); "sigma2": std σ² (the code)
   W             the clients' z are unconstrained as in the code; simple server constraints
                 (bounds, norm ball) and server terms h(w) enter (4a), solved by the server.
@@ -32,7 +34,7 @@ Readings (the issue: default to the paper, expose the code's):
 Privacy (per client, over the rounds run; `accounting`): basic and advanced composition of the
 per-round (ε̄, 0) (ObjP/ObjT, Theorems 1, 3) or (ε̄, δ̄) (OutP), δ' = `composition_delta`
 (default: `delta` = 1e-6). The guarantee is formal only when Δ̄ bounds (11b) over every
-neighbouring data set, i.e. with a data-independent `sensitivity` bound (and for OutP with
+neighbouring data set, i.e. with sensitivity="clip" or a data-independent bound (and for OutP with
 outp_std="sigma" and correct constants); the paper's data-dependent Δ̄ (20) is reported as
 nominal (`info["privacy"]["formal"]`).
 """
@@ -53,9 +55,10 @@ from fedmodel.runtime.program import compile_programs
 from ..base import Backend
 from ..common import check_count, check_number as _number, gather_values, progress, require_star
 from ..watch import DivergenceWatch
-from .accounting import composed, composition
+from .accounting import accountant_bounds, composed, composition, rounds_within
 from .client import iadmm_step      # also registers the client procedures (dp_admm_init, _step)
-from .options import PAPER_DPADMM, RHO_PRESETS, VARIANTS, RhoSchedule, as_rho_schedule, check_sensitivity
+from .options import (DEFAULT_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS, RhoSchedule, as_rho_schedule,
+                      check_clip, check_sensitivity)
 
 __all__ = ["DPADMM", "PAPER_DPADMM", "RHO_PRESETS", "RhoSchedule", "composition",
            "glm_sensitivity_bound", "iadmm_step"]
@@ -74,11 +77,15 @@ class DPADMM(Backend):
     and η̂^t (OutP).
     max_rounds: T (paper: 2e4). seed: per-client generators spawned from it (None: each client
     seeds itself). trust_radius: "paper" (a/t²) | "code" (a) | callable t -> δ^t.
-    trust_norm: "inf" | "2". sensitivity: "paper" | "replace" | number | {client: number}.
+    trust_norm: "inf" | "2". sensitivity: "paper" (default; nominal) | "replace" | "clip"
+    (formal: per-record clipping) | number | {client: number}. clip: C of "clip" (default 1,
+    see `options.DEFAULT_CLIP`), the L1 clip norm of a record's gradient in the mean-loss scale.
     ObjT's step has no proximal term: as an iteration it is stable only when ρ^t > 2·L_p
     (L_p: Lipschitz constant of ∇f_p); the paper's ρ̂^t meets this at its 1/I loss scaling.
     outp_std: "sigma" | "sigma2". outp_constants: (c1, c3) of η̂ and σ (default (I_p, I_p/4) as
-    the code). composition_delta: δ' of advanced composition. tol: stop when the primal
+    the code). composition_delta: δ' of advanced composition and the δ at which the RDP and
+    PLD accountants report ε. epsilon_total: a total budget (PLD ε at that δ): the run stops
+    before a round that would exceed it (status "budget_exhausted"). tol: stop when the primal
     ‖w − z_p‖∞ and dual ρ‖Δw‖∞ residuals are ≤ tol (0: run all rounds). log_every: history
     stride. record_noise: keep every noise draw on the clients (info["noise"], for tests).
     """
@@ -89,10 +96,10 @@ class DPADMM(Backend):
     def __init__(self, epsilon: float = float("inf"), variant: str = "objP", delta: float = 1e-6,
                  rho_schedule: Any = "auto", a: float = 10.0, max_rounds: int = 20000,
                  seed: int | None = None, trust_radius: Any = "paper", trust_norm: str = "inf",
-                 sensitivity: Any = "paper", outp_std: str = "sigma",
+                 sensitivity: Any = "paper", clip: float = DEFAULT_CLIP, outp_std: str = "sigma",
                  outp_constants: tuple[float, float] | None = None,
                  composition_delta: float | None = None, tol: float = 1e-8, log_every: int = 1,
-                 record_noise: bool = False, w0: Any = None):
+                 record_noise: bool = False, w0: Any = None, epsilon_total: float | None = None):
         names = {v.lower(): v for v in VARIANTS}
         if not isinstance(variant, str) or variant.lower() not in names:
             raise FedModelError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -101,6 +108,10 @@ class DPADMM(Backend):
         delta = _number("delta", delta, 0.0, 1.0)
         if composition_delta is not None:
             composition_delta = _number("composition_delta", composition_delta, 0.0, 1.0)
+        if epsilon_total is not None and math.isinf(epsilon):
+            raise FedModelError("epsilon_total is a budget of a private run: give a finite epsilon")
+        self.epsilon_total = epsilon_total if epsilon_total is None else \
+            _number("epsilon_total", epsilon_total, 0.0, math.inf, low_closed=True)
         a, tol = _number("a", a, 0.0, math.inf), _number("tol", tol, 0.0, math.inf, low_closed=True)
         max_rounds, log_every = check_count("max_rounds", max_rounds), check_count("log_every", log_every)
         if trust_radius not in ("paper", "code") and not callable(trust_radius):
@@ -123,7 +134,7 @@ class DPADMM(Backend):
         self.rho_schedule = as_rho_schedule("mnist" if self.auto_rho else rho_schedule)
         self.a, self.max_rounds, self.seed = a, max_rounds, seed
         self.trust_radius, self.trust_norm = trust_radius, trust_norm
-        self.sensitivity = check_sensitivity(sensitivity)
+        self.sensitivity, self.clip = check_sensitivity(sensitivity), check_clip(clip)
         self.outp_std, self.outp_constants = outp_std, outp_constants
         self.composition_delta = composition_delta if composition_delta is not None else delta
         self.tol, self.log_every = tol, log_every
@@ -181,6 +192,17 @@ class DPADMM(Backend):
         return composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
                         rounds * dlt, self.composition_delta)
 
+    def budget_rounds(self) -> int:
+        """The rounds a run may release: max_rounds, or fewer where they would take the PLD ε (at
+        δ = composition_delta) past `epsilon_total`."""
+        if self.epsilon_total is None:
+            return self.max_rounds
+        return rounds_within(self._mechanism(), self.epsilon, self.epsilon_total,
+                             self.composition_delta, self.max_rounds, self.delta)
+
+    def _mechanism(self) -> str:
+        return "gaussian" if self.variant == "outP" else "laplace"
+
     def _round_delta(self) -> float:
         return self.delta if self.variant == "outP" and math.isfinite(self.epsilon) else 0.0
 
@@ -225,7 +247,8 @@ class DPADMM(Backend):
                 None if isinstance(self.sensitivity, str) else self.sensitivity
             payloads[c] = {"z0": w, "mechanism": mechanism, "epsilon": self.epsilon,
                            "sensitivity": self.sensitivity if isinstance(self.sensitivity, str) else "bound",
-                           "bound": bound, "std": self.outp_std, "norm": self.trust_norm,
+                           "bound": bound, "clip": self.clip if self.sensitivity == "clip" else None,
+                           "std": self.outp_std, "norm": self.trust_norm,
                            "seed": self.seed, "index": i, "record": float(self.record_noise)}
         return {c: r["records"] for c, r in ex.map("dp_admm_init", payloads).items()}
 
@@ -263,7 +286,8 @@ class DPADMM(Backend):
         if saved:
             t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
             watch.smallest = dict(saved.get("watch", {}))
-        for t in range(t + 1, self.max_rounds + 1):
+        last = self.budget_rounds()         # < max_rounds: the budget ends the run
+        for t in range(t + 1, last + 1):
             rho = self.rho(t, rho_floor)                                       # (21)
             step, w_new, z_new = self._round(ex, t, rho, w, z, lam, records, server_used)
             if watch.check(t, **{"w (server model)": w_new,
@@ -279,7 +303,7 @@ class DPADMM(Backend):
             cv = sum(float(np.sum(np.abs(w_new - z_new[c]))) for c in clients)
             w, z = w_new, z_new
             done = self.tol > 0 and primal <= self.tol and dual <= self.tol
-            if t % self.log_every == 0 or done or t == self.max_rounds:
+            if t % self.log_every == 0 or done or t == last:
                 privacy = self.privacy(t)
                 record = {"round": t, "rho": rho, "radius": step["radius"],
                           "prox": step["prox"] if self.variant == "objP" else None,
@@ -298,6 +322,7 @@ class DPADMM(Backend):
             checkpointer.save(ex, t, {"t": t, "w": w, "z": z, "lam": lam, "rho": rho, "history": history,
                                       "watch": dict(watch.smallest)})
         bar.close()
+        status = "budget_exhausted" if status == "max_iterations" and last < self.max_rounds else status
         rounds = t if status != "diverged" else t - 1
         info = self._info(ex, z, lam, rho, records, per_round, t, history) | diverged   # t rounds released z
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
@@ -349,13 +374,15 @@ class DPADMM(Backend):
             i = record["round"] - 1
             drawn = [lg["noise_abs"][i] for lg in logs.values() if i < len(lg["noise_abs"])]
             record["noise_magnitude"] = float(np.mean(drawn)) if drawn else 0.0
-        privacy = self.privacy(rounds)
+        privacy = self.privacy(rounds) | accountant_bounds(
+            self._mechanism(), self.epsilon, rounds, self.composition_delta, self.delta)
         formal = math.isfinite(self.epsilon) and rounds > 0 and (
-            self.outp_std == "sigma" if self.variant == "outP" else not isinstance(self.sensitivity, str))
+            self.outp_std == "sigma" if self.variant == "outP"
+            else self.sensitivity == "clip" or not isinstance(self.sensitivity, str))
         privacy.update({"per_round": per_round, "rounds": rounds, "formal": formal,
-                        "composition_delta": self.composition_delta,
-                        "note": "per client; formal only with a data-independent sensitivity bound "
-                                "(ObjP/ObjT) or outp_std='sigma' with valid constants (OutP)"})
+                        "composition_delta": self.composition_delta, "epsilon_total": self.epsilon_total,
+                        "note": "per client; formal only with sensitivity='clip' or a data-independent "
+                                "bound (ObjP/ObjT) or outp_std='sigma' with valid constants (OutP)"})
         scales = {c: np.asarray(lg["scale"]) for c, lg in logs.items()}
         info = {"variant": self.variant, "privacy": privacy, "client_values": dict(z),
                 "dual_variables": dict(lam), "rho": rho, "records": records,

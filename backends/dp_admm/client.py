@@ -6,8 +6,9 @@ numbers refer to ../shared/seeds/dp_inexact_admm.txt.
 DP is a layer over the ADMM step, not a copy of it: `iadmm_step` is the non-private closed-form
 z-step of (5)/(6); a mechanism perturbs its input or its output. Objective perturbation adds
 <ξ̃, z> to H^t (5b), which is G^t (10) up to a constant (App. A.1), i.e. it replaces f'_p by
-f'_p + ξ̃; output perturbation adds Gaussian noise to the step's result. Δ̄ and the noise are
-computed on the client (fedmodel.runtime.privacy); only z_p leaves it.
+f'_p + ξ̃; output perturbation adds Gaussian noise to the step's result. Δ̄, the clipped
+per-record gradients and the noise are computed on the client (fedmodel.runtime.privacy); only
+z_p leaves it.
 """
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ import numpy as np
 from fedmodel.compiler.per_record import NotRecordSeparable
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.ledger import procedure
-from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, node_generator,
-                                      record_count, record_sensitivity)
+from fedmodel.runtime.privacy import (NoiseLog, clipped_record_gradients, gaussian_noise,
+                                      laplace_noise, node_generator, record_count,
+                                      record_sensitivity)
 
 
 def iadmm_step(z, grad, w, lam, rho, prox=0.0, radius=None, norm="inf") -> np.ndarray:
@@ -53,13 +55,27 @@ class Identity:
 @dataclass
 class LaplaceObjective(Identity):
     """Objective perturbation (10)–(11): ξ̃ with i.i.d. Laplace(0, Δ̄_p^t/ε̄) entries is added
-    to the linear term, so the step solves (8)/(9)."""
+    to the linear term, so the step solves (8)/(9).
+
+    sensitivity="clip" (per-record bound `clip` = C/I_p): the step uses the clipped gradient
+    f̃'_p(z; D) = Σ_i clip(t_i) + r'(z), where t_i = a_i ⊗ u_i is record i's term of f'_p
+    (fedmodel.compiler.per_record: records enter only through rows of `A @ w`, r' is the
+    record-free rest) and clip(t) = t·min(1, (C/I_p)/‖t‖₁). A neighbour D' ∈ D̂_p (11c) replaces
+    one record i* (I_p unchanged), so every other term and r' cancel in (11b):
+        ‖f̃'_p(z; D) − f̃'_p(z; D')‖₁ = ‖clip(t_i*) − clip(t'_i*)‖₁ ≤ 2C/I_p =: Δ̄
+    for every z and every pair D, D' — a data-independent Δ̄, so Theorems 1 and 3 (whose proof,
+    Prop. 2, needs only that the noise of D and D' differs by f̃'(D') − f̃'(D)) hold formally
+    for the step run with f̃'. Clipping applies to what the step uses, not only to Δ̄."""
 
     epsilon: float
-    sensitivity: Any = "paper"           # "paper" | "replace" | a fixed bound Δ̄
+    sensitivity: Any = "paper"           # "paper" | "replace" | "clip" | a fixed bound Δ̄
+    clip: float | None = None            # "clip": each record's term to L1 norm ≤ C/I_p
 
     def objective(self, program, state, z, grad):
-        if isinstance(self.sensitivity, str):            # (11b) as in (20), at z_p^t
+        if self.sensitivity == "clip":
+            grad = clipped_record_gradients(program, z, grad, self.clip)
+            bound = 2.0 * self.clip                      # Δ̄ = 2C/I_p over all of D̂_p
+        elif isinstance(self.sensitivity, str):          # (11b) as in (20), at z_p^t
             bound = record_sensitivity(program, z) * (2.0 if self.sensitivity == "replace" else 1.0)
         else:
             bound = float(self.sensitivity)
@@ -83,18 +99,21 @@ class GaussianOutput(Identity):
 
 
 @procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
-                            "bound": "1", "std": "str", "norm": "str", "seed": "1", "index": "1",
-                            "record": "1"}, {"records": "1"})
-def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, std="sigma",
-                 norm="inf", seed=None, index=0, record=0.0):
+                            "bound": "1", "clip": "1", "std": "str", "norm": "str", "seed": "1",
+                            "index": "1", "record": "1"}, {"records": "1"})
+def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, clip=None,
+                 std="sigma", norm="inf", seed=None, index=0, record=0.0):
     """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
     own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
-    OS entropy on the client, so that no one else can replay — and subtract — its noise."""
+    OS entropy on the client, so that no one else can replay — and subtract — its noise.
+    sensitivity="clip" takes the clip norm C in `clip` (the record bound is C/I_p)."""
     rng = node_generator(seed, index)
     if mechanism == "laplace":
-        layer = LaplaceObjective(float(epsilon), sensitivity if bound is None else float(bound))
+        per_record = None if clip is None else float(clip) / record_count(program)
+        layer = LaplaceObjective(float(epsilon), sensitivity if bound is None else float(bound),
+                                 per_record)
         if bound is None:
-            _refuse_unknown_records(program, np.asarray(z0, float))
+            _refuse_unknown_records(program, np.asarray(z0, float), sensitivity)
     else:
         layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()
     program.state["dp_admm"] = {"z": np.array(z0, float), "rng": rng, "layer": layer, "norm": norm,
@@ -102,13 +121,13 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
     return {"records": float(record_count(program))}
 
 
-def _refuse_unknown_records(program, z0: np.ndarray) -> None:
+def _refuse_unknown_records(program, z0: np.ndarray, sensitivity: str) -> None:
     """Δ̄ of (20) once at z_p^1, so that a model without per-record gradients fails at once."""
     try:
         record_sensitivity(program, z0)
     except NotRecordSeparable as error:
         raise FedModelError(
-            f"sensitivity='paper' needs {error}. Pass a data-independent bound instead, e.g. "
+            f"sensitivity={sensitivity!r} needs {error}. Pass a data-independent bound instead, e.g. "
             "DPADMM(sensitivity=glm_sensitivity_bound(...)) or a number") from None
 
 

@@ -1,5 +1,5 @@
 """DP-IADMM's options: the variants, the penalty schedule ρ̂^t (21) with the paper's presets,
-the paper's setting, and the checks of the schedule and sensitivity options. Equation numbers
+the paper's setting, and the checks of the schedule, sensitivity and clip options. Equation numbers
 refer to ../shared/seeds/dp_inexact_admm.txt."""
 from __future__ import annotations
 
@@ -35,7 +35,14 @@ RHO_PRESETS = {"mnist": RhoSchedule(2.0, 5.0, 1e4), "femnist": RhoSchedule(0.005
 # δ^t = a/t² freezes the clients (Σδ^t = aπ²/6) and never reaches the optimum without noise. Measured (tests/test_dp_admm.py models, tol 1e-8):
 # ridge 121 rounds (paper setting: not converged in 6000, 0.34 away), logistic 757 rounds (0.36 away).
 PAPER_DPADMM = dict(variant="objT", rho_schedule="mnist", a=1.0, max_rounds=20000,
-                    trust_radius="paper", trust_norm="inf", tol=0.0)
+                    trust_radius="paper", trust_norm="inf", tol=0.0, sensitivity="paper")
+# The clip norm C of sensitivity="clip": each record's gradient, in the mean-loss scale
+# (I_p·‖record's term of f'_p‖₁; ‖∇ℓ(z; d_i)‖₁ when f_p = (1/I_p)Σℓ), is clipped to L1 norm ≤ C,
+# so Δ̄ = 2C/I_p. 1 is DP-SGD's customary clip norm (Abadi et al. 2016, Opacus): for GLMs the
+# record's gradient is ‖a_i‖₁·‖∂ℓ/∂(a_iᵀw)‖₁ ≤ ‖a_i‖₁ (logistic; 2‖a_i‖₁ softmax), so on
+# features scaled to ‖a‖₁ ≤ 1 it clips little or nothing; on larger features it trades the bias
+# of clipping for noise of scale 2C/(I_p ε̄) — tune C near the records' typical gradient norm.
+DEFAULT_CLIP = 1.0
 
 
 def as_rho_schedule(value) -> Callable[[int, float], float]:
@@ -57,13 +64,21 @@ def as_rho_schedule(value) -> Callable[[int, float], float]:
 
 
 def check_sensitivity(value):
-    """The `sensitivity` option checked: "paper" | "replace" | a bound | {client: bound}."""
+    """The `sensitivity` option checked: "paper" | "replace" | "clip" | a bound | {client: bound}."""
     if isinstance(value, str):
-        if value not in ("paper", "replace"):
-            raise FedModelError(f"sensitivity must be 'paper', 'replace', a positive number or "
+        if value not in ("paper", "replace", "clip"):
+            raise FedModelError(f"sensitivity must be 'paper', 'replace', 'clip', a positive number or "
                                 f"{{client: number}}, got {value!r}")
         return value
     bounds = value.values() if isinstance(value, dict) else [value]
     if not all(isinstance(b, (int, float)) and 0 <= b < math.inf for b in bounds):
         raise FedModelError(f"a sensitivity bound must be a finite nonnegative number, got {value!r}")
     return dict(value) if isinstance(value, dict) else float(value)
+
+
+def check_clip(value) -> float:
+    """The clip norm C of sensitivity="clip": positive and finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise FedModelError(f"clip (the per-record clip norm C) must be positive and finite, "
+                            f"got {value!r}")
+    return float(value)

@@ -6,7 +6,8 @@ a shared variable) combined row by row — elementwise atoms, row-wise sums or l
 sums or means over the rows — the gradient of record i's term is a_i ⊗ u_i, with S = A @ w and
 u = ∂f/∂S. `RecordGradients` rewrites each product as a new variable S, checks that the result
 is separable by rows, and compiles two plans: S from w, and u from (w, S). Differential privacy
-uses the L1 norms of these terms as the sensitivity of the gradient to one record.
+uses the L1 norms of these terms as the sensitivity of the gradient to one record, and clips
+them (each term scaled to an L1 norm ≤ a bound) for a sensitivity that holds for every record.
 """
 from __future__ import annotations
 
@@ -80,24 +81,51 @@ class RecordGradients:
                 "sums or log_sum_exp, then sum/mean over rows)"
                 + (f"; data also enters the gradient of {direct} directly" if direct else ""))
         self.products = list(products.values())
+        self._shared = [v.uid for v in shared]
         self._forward = Plan([p.product for p in self.products], shared) if products else None
         self._adjoint = Plan([derive(reduced, p.rows) for p in self.products],
                              shared + [p.rows for p in self.products]) if products else None
         self._row_l1 = [np.sum(np.abs(p.data.value), axis=1) for p in self.products]
 
+    def _terms(self, parts: list[np.ndarray]) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+        """The adjoints u = ∂f/∂S (one per product, of S's shape) and, per record count m, the
+        L1 norm of each of the m records' terms (summed over the products with m rows)."""
+        rows = self._forward(*parts)
+        adjoints = [np.broadcast_to(u, p.rows.shape)
+                    for p, u in zip(self.products, self._adjoint(*parts, *rows))]
+        totals: dict[int, np.ndarray] = {}
+        for product, row_l1, u in zip(self.products, self._row_l1, adjoints):
+            S = product.rows
+            per_row = row_l1 * (np.abs(u).reshape(S.shape[0], -1).sum(axis=1))
+            totals[S.shape[0]] = totals.get(S.shape[0], 0.0) + per_row
+        return adjoints, totals
+
     def max_l1(self, parts: list[np.ndarray]) -> float:
         """max_i ‖record i's gradient term‖₁ at the point `parts` (shared variables' values)."""
         if not self.products:
             return 0.0
-        rows = self._forward(*parts)
-        adjoints = self._adjoint(*parts, *rows)
-        totals: dict[int, np.ndarray] = {}
-        for product, row_l1, u in zip(self.products, self._row_l1, adjoints):
-            S = product.rows
-            u = np.abs(np.broadcast_to(u, S.shape))
-            per_row = row_l1 * (u.reshape(S.shape[0], -1).sum(axis=1))
-            totals[S.shape[0]] = totals.get(S.shape[0], 0.0) + per_row
+        _, totals = self._terms(parts)
         return float(max(np.max(t) for t in totals.values()))
+
+    def clipping_correction(self, parts: list[np.ndarray], bound: float) -> list[np.ndarray] | None:
+        """Σ_i (s_i − 1)·(record i's term), s_i = min(1, bound/‖term_i‖₁), per shared variable
+        (values of their shapes): added to ∇f it clips every record's term to L1 norm ≤ bound,
+        leaving the record-free part of ∇f as it is. None when no term exceeds `bound` (∇f is
+        then already clipped, bit for bit)."""
+        if not self.products:
+            return None
+        adjoints, totals = self._terms(parts)
+        if not any(np.any(t > bound) for t in totals.values()):
+            return None
+        with np.errstate(divide="ignore"):
+            shrink = {m: np.where(t > bound, bound / t, 1.0) - 1.0 for m, t in totals.items()}
+        correction = [np.zeros(np.shape(x)) for x in parts]
+        for product, u in zip(self.products, adjoints):
+            S = product.rows
+            factor = shrink[S.shape[0]].reshape((S.shape[0],) + (1,) * (u.ndim - 1))
+            k = self._shared.index(product.product.args[1].uid)
+            correction[k] = correction[k] + product.data.value.T @ (factor * u)   # Σ_i a_i ⊗ (s_i − 1)u_i
+        return correction
 
 
 def record_count(objective: Expression) -> int:

@@ -1,5 +1,5 @@
 """Differential privacy on the node: sensitivities of a node's gradient to one record, the
-node's own noise generator, the Laplace and Gaussian mechanisms' draws, and a log of them.
+gradient with every record's term clipped, the node's own noise generator, the Laplace and Gaussian mechanisms' draws, and a log of them.
 
 Node-side procedures call these with the node program (its public `merit_ir`, `shared`, `name`);
 the record-level quantities never leave the node. Noise is drawn from a generator the node keeps
@@ -18,16 +18,31 @@ from ..errors import FedModelError
 _RECORD_GRADIENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def record_sensitivity(program, z: np.ndarray) -> float:
-    """max_i ‖∇f(z; D) − ∇f(z; D without record i)‖₁ over the node's own records i, at the shared
-    point z (flat): the data-dependent L1 sensitivity of the node's objective gradient. Raises
-    `NotRecordSeparable` when the objective's per-record gradients are not known (the plans are
-    compiled on the first call and kept for the program)."""
+def _record_gradients(program) -> RecordGradients:
+    """The per-record gradients of the node's objective (compiled on the first call and kept for
+    the program); raises `NotRecordSeparable` when they are not known."""
     records = _RECORD_GRADIENTS.get(program)
     if records is None:
         records = _RECORD_GRADIENTS[program] = RecordGradients(
             program.merit_ir.objective, program.shared.variables, program.name)
-    return records.max_l1(program.shared.unpack(z))
+    return records
+
+
+def record_sensitivity(program, z: np.ndarray) -> float:
+    """max_i ‖∇f(z; D) − ∇f(z; D without record i)‖₁ over the node's own records i, at the shared
+    point z (flat): the data-dependent L1 sensitivity of the node's objective gradient. Raises
+    `NotRecordSeparable` when the objective's per-record gradients are not known."""
+    return _record_gradients(program).max_l1(program.shared.unpack(z))
+
+
+def clipped_record_gradients(program, z: np.ndarray, grad: np.ndarray, bound: float) -> np.ndarray:
+    """`grad` (the node's gradient at the shared point z, flat) with each record's term of the
+    objective's gradient clipped to L1 norm ≤ `bound` (scaled by min(1, bound/‖term‖₁), as
+    DP-SGD clips): replacing one record then moves the result by at most 2·bound in L1, whatever
+    the records. `grad` itself when no term exceeds the bound. Raises `NotRecordSeparable` as
+    `record_sensitivity` does."""
+    correction = _record_gradients(program).clipping_correction(program.shared.unpack(z), bound)
+    return grad if correction is None else grad + program.shared.pack(correction)
 
 
 def record_count(program) -> int:
