@@ -57,7 +57,7 @@ class LaplaceObjective(Identity):
     """Objective perturbation (10)–(11): ξ̃ with i.i.d. Laplace(0, Δ̄_p^t/ε̄) entries is added
     to the linear term, so the step solves (8)/(9).
 
-    sensitivity="clip" (per-record bound `clip` = C/I_p): the step uses the clipped gradient
+    sensitivity="clip" (`record_bound` = C/I_p): the step uses the clipped gradient
     f̃'_p(z; D) = Σ_i clip(t_i) + r'(z), where t_i = a_i ⊗ u_i is record i's term of f'_p
     (fedmodel.compiler.per_record: records enter only through rows of `A @ w`, r' is the
     record-free rest) and clip(t) = t·min(1, (C/I_p)/‖t‖₁). A neighbour D' ∈ D̂_p (11c) replaces
@@ -69,12 +69,12 @@ class LaplaceObjective(Identity):
 
     epsilon: float
     sensitivity: Any = "paper"           # "paper" | "replace" | "clip" | a fixed bound Δ̄
-    clip: float | None = None            # "clip": each record's term to L1 norm ≤ C/I_p
+    record_bound: float | None = None    # "clip": each record's term to L1 norm ≤ C/I_p
 
     def objective(self, program, state, z, grad):
         if self.sensitivity == "clip":
-            grad = clipped_record_gradients(program, z, grad, self.clip)
-            bound = 2.0 * self.clip                      # Δ̄ = 2C/I_p over all of D̂_p
+            grad = clipped_record_gradients(program, z, grad, self.record_bound)
+            bound = 2.0 * self.record_bound              # Δ̄ = 2C/I_p over all of D̂_p
         elif isinstance(self.sensitivity, str):          # (11b) as in (20), at z_p^t
             bound = record_sensitivity(program, z) * (2.0 if self.sensitivity == "replace" else 1.0)
         else:
@@ -109,9 +109,9 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
     sensitivity="clip" takes the clip norm C in `clip` (the record bound is C/I_p)."""
     rng = node_generator(seed, index)
     if mechanism == "laplace":
-        per_record = None if clip is None else float(clip) / record_count(program)
+        record_bound = None if clip is None else float(clip) / record_count(program)
         layer = LaplaceObjective(float(epsilon), sensitivity if bound is None else float(bound),
-                                 per_record)
+                                 record_bound)
         if bound is None:
             _refuse_unknown_records(program, np.asarray(z0, float), sensitivity)
     else:
@@ -127,8 +127,8 @@ def _refuse_unknown_records(program, z0: np.ndarray, sensitivity: str) -> None:
         record_sensitivity(program, z0)
     except NotRecordSeparable as error:
         raise FedModelError(
-            f"sensitivity={sensitivity!r} needs {error}. Pass a data-independent bound instead, e.g. "
-            "DPADMM(sensitivity=glm_sensitivity_bound(...)) or a number") from None
+            f"sensitivity={sensitivity!r} needs {error}. Pass a data-independent bound instead, "
+            "e.g. DPADMM(sensitivity=glm_sensitivity_bound(...)) or a number") from None
 
 
 @procedure("dp_admm_step", {"w": "x", "lam": "x", "rho": "1", "prox": "1", "radius": "1",

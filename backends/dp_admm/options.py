@@ -67,8 +67,8 @@ def check_sensitivity(value):
     """The `sensitivity` option checked: "paper" | "replace" | "clip" | a bound | {client: bound}."""
     if isinstance(value, str):
         if value not in ("paper", "replace", "clip"):
-            raise FedModelError(f"sensitivity must be 'paper', 'replace', 'clip', a positive number or "
-                                f"{{client: number}}, got {value!r}")
+            raise FedModelError(f"sensitivity must be 'paper', 'replace', 'clip', a positive number "
+                                f"or {{client: number}}, got {value!r}")
         return value
     bounds = value.values() if isinstance(value, dict) else [value]
     if not all(isinstance(b, (int, float)) and 0 <= b < math.inf for b in bounds):

@@ -124,7 +124,8 @@ class RecordGradients:
             S = product.rows
             factor = shrink[S.shape[0]].reshape((S.shape[0],) + (1,) * (u.ndim - 1))
             k = self._shared.index(product.product.args[1].uid)
-            correction[k] = correction[k] + product.data.value.T @ (factor * u)   # Σ_i a_i ⊗ (s_i − 1)u_i
+            # Σ_i a_i ⊗ (s_i − 1)·u_i over this product's records
+            correction[k] = correction[k] + product.data.value.T @ (factor * u)
         return correction
 
 

@@ -1,5 +1,6 @@
 """Differential privacy on the node: sensitivities of a node's gradient to one record, the
-gradient with every record's term clipped, the node's own noise generator, the Laplace and Gaussian mechanisms' draws, and a log of them.
+gradient with every record's term clipped, the node's own noise generator, the Laplace and
+Gaussian mechanisms' draws, and a log of them.
 
 Node-side procedures call these with the node program (its public `merit_ir`, `shared`, `name`);
 the record-level quantities never leave the node. Noise is drawn from a generator the node keeps
