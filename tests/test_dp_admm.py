@@ -13,6 +13,7 @@ from scipy.special import expit
 
 import fedmodel as fm
 import topologies
+from backends.dp_admm.accounting import accountant_bounds
 from backends.dp_admm import (DPADMM, RHO_PRESETS, RhoSchedule, composition, glm_sensitivity_bound,
                               iadmm_step)
 from fedmodel.compiler.per_record import NotRecordSeparable, RecordGradients
@@ -385,6 +386,40 @@ def test_run_reports_per_round_and_cumulative_privacy():
     assert outp.info["privacy"]["advanced"][1] == pytest.approx(40e-6 + 1e-5)
 
 
+
+def test_run_reports_the_library_accountants():
+    prob, _, _ = _model("ridge")
+    res = prob.solve(DPADMM(variant="objP", epsilon=0.5, max_rounds=40, tol=0, seed=0))
+    privacy = res.info["privacy"]
+    assert privacy["rdp"] == accountant_bounds("laplace", 0.5, 40, 1e-6)["rdp"]
+    assert privacy["pld"][1] == 1e-6 and privacy["pld"][0] < min(privacy["advanced"][0], privacy["basic"][0])
+    outp = prob.solve(DPADMM(variant="outP", epsilon=0.5, max_rounds=40, tol=0, seed=0,
+                             composition_delta=1e-5))
+    assert outp.info["privacy"]["pld"] == accountant_bounds("gaussian", 0.5, 40, 1e-5, 1e-6)["pld"]
+    assert prob.solve(DPADMM(max_rounds=3, tol=0)).info["privacy"]["pld"] == (math.inf, 1e-6)
+
+
+@pytest.mark.parametrize("variant, budget", [("objP", 3.0), ("outP", 1.5)])
+def test_a_total_budget_stops_the_run_before_it_is_exceeded(variant, budget):
+    prob, w, _ = _model("ridge")
+    budgeted = DPADMM(variant=variant, epsilon=0.5, max_rounds=40, tol=0, seed=0, epsilon_total=budget)
+    res = prob.solve(budgeted)
+    rounds = res.iterations["rounds"]
+    assert res.status == "budget_exhausted" and 0 < rounds < 40
+    assert rounds == budgeted.budget_rounds() and res.history[-1]["round"] == rounds
+    assert res.info["privacy"]["rounds"] == rounds and res.info["privacy"]["pld"][0] <= budget
+    mechanism = "gaussian" if variant == "outP" else "laplace"
+    assert accountant_bounds(mechanism, 0.5, rounds + 1, 1e-6, 1e-6)["pld"][0] > budget
+    # the rounds run are the unbudgeted run's first rounds, bit for bit
+    free = prob.solve(DPADMM(variant=variant, epsilon=0.5, max_rounds=rounds, tol=0, seed=0))
+    assert np.array_equal(res.value(w), free.value(w)) and free.status == "max_iterations"
+    roomy = prob.solve(DPADMM(variant=variant, epsilon=0.5, max_rounds=5, tol=0, seed=0, epsilon_total=100.0))
+    assert roomy.status == "max_iterations" and roomy.iterations["rounds"] == 5
+    broke = prob.solve(DPADMM(variant=variant, epsilon=0.5, max_rounds=5, tol=0, seed=0, epsilon_total=0.1))
+    assert broke.status == "budget_exhausted" and broke.iterations["rounds"] == 0
+    assert broke.info["privacy"]["pld"] == (0.0, 0.0) and broke.history == []
+
+
 # ---- seeds, trust region, messages -------------------------------------------------------------
 def test_seed_reproduces_a_run_exactly():
     prob, w, _ = _model("logistic")
@@ -467,6 +502,8 @@ def test_finite_epsilon_degrades_gracefully():
     (dict(sensitivity=-1.0), "sensitivity"),
     (dict(seed=-3), "seed"),
     (dict(outp_constants=(1.0,)), "outp_constants"),
+    (dict(epsilon=0.5, epsilon_total=-1.0), "epsilon_total"),
+    (dict(epsilon_total=1.0), "epsilon_total"),                   # ε̄ = ∞: nothing to budget
 ])
 def test_bad_options_raise(options, match):
     with pytest.raises(fm.FedModelError, match=match):

@@ -55,7 +55,7 @@ from fedmodel.runtime.program import compile_programs
 from ..base import Backend
 from ..common import check_count, check_number as _number, gather_values, progress, require_star
 from ..watch import DivergenceWatch
-from .accounting import composed, composition
+from .accounting import accountant_bounds, composed, composition, rounds_within
 from .client import iadmm_step      # also registers the client procedures (dp_admm_init, _step)
 from .options import (DEFAULT_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS, RhoSchedule, as_rho_schedule,
                       check_clip, check_sensitivity)
@@ -83,7 +83,9 @@ class DPADMM(Backend):
     ObjT's step has no proximal term: as an iteration it is stable only when ρ^t > 2·L_p
     (L_p: Lipschitz constant of ∇f_p); the paper's ρ̂^t meets this at its 1/I loss scaling.
     outp_std: "sigma" | "sigma2". outp_constants: (c1, c3) of η̂ and σ (default (I_p, I_p/4) as
-    the code). composition_delta: δ' of advanced composition. tol: stop when the primal
+    the code). composition_delta: δ' of advanced composition and the δ at which the RDP and
+    PLD accountants report ε. epsilon_total: a total budget (PLD ε at that δ): the run stops
+    before a round that would exceed it (status "budget_exhausted"). tol: stop when the primal
     ‖w − z_p‖∞ and dual ρ‖Δw‖∞ residuals are ≤ tol (0: run all rounds). log_every: history
     stride. record_noise: keep every noise draw on the clients (info["noise"], for tests).
     """
@@ -97,7 +99,7 @@ class DPADMM(Backend):
                  sensitivity: Any = "paper", clip: float = DEFAULT_CLIP, outp_std: str = "sigma",
                  outp_constants: tuple[float, float] | None = None,
                  composition_delta: float | None = None, tol: float = 1e-8, log_every: int = 1,
-                 record_noise: bool = False, w0: Any = None):
+                 record_noise: bool = False, w0: Any = None, epsilon_total: float | None = None):
         names = {v.lower(): v for v in VARIANTS}
         if not isinstance(variant, str) or variant.lower() not in names:
             raise FedModelError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -106,6 +108,10 @@ class DPADMM(Backend):
         delta = _number("delta", delta, 0.0, 1.0)
         if composition_delta is not None:
             composition_delta = _number("composition_delta", composition_delta, 0.0, 1.0)
+        if epsilon_total is not None and math.isinf(epsilon):
+            raise FedModelError("epsilon_total is a budget of a private run: give a finite epsilon")
+        self.epsilon_total = epsilon_total if epsilon_total is None else \
+            _number("epsilon_total", epsilon_total, 0.0, math.inf, low_closed=True)
         a, tol = _number("a", a, 0.0, math.inf), _number("tol", tol, 0.0, math.inf, low_closed=True)
         max_rounds, log_every = check_count("max_rounds", max_rounds), check_count("log_every", log_every)
         if trust_radius not in ("paper", "code") and not callable(trust_radius):
@@ -185,6 +191,17 @@ class DPADMM(Backend):
             return composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
         return composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
                         rounds * dlt, self.composition_delta)
+
+    def budget_rounds(self) -> int:
+        """The rounds a run may release: max_rounds, or fewer where they would take the PLD ε (at
+        δ = composition_delta) past `epsilon_total`."""
+        if self.epsilon_total is None:
+            return self.max_rounds
+        return rounds_within(self._mechanism(), self.epsilon, self.epsilon_total,
+                             self.composition_delta, self.max_rounds, self.delta)
+
+    def _mechanism(self) -> str:
+        return "gaussian" if self.variant == "outP" else "laplace"
 
     def _round_delta(self) -> float:
         return self.delta if self.variant == "outP" and math.isfinite(self.epsilon) else 0.0
@@ -269,7 +286,8 @@ class DPADMM(Backend):
         if saved:
             t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
             watch.smallest = dict(saved.get("watch", {}))
-        for t in range(t + 1, self.max_rounds + 1):
+        last = self.budget_rounds()         # < max_rounds: the budget ends the run
+        for t in range(t + 1, last + 1):
             rho = self.rho(t, rho_floor)                                       # (21)
             step, w_new, z_new = self._round(ex, t, rho, w, z, lam, records, server_used)
             if watch.check(t, **{"w (server model)": w_new,
@@ -285,7 +303,7 @@ class DPADMM(Backend):
             cv = sum(float(np.sum(np.abs(w_new - z_new[c]))) for c in clients)
             w, z = w_new, z_new
             done = self.tol > 0 and primal <= self.tol and dual <= self.tol
-            if t % self.log_every == 0 or done or t == self.max_rounds:
+            if t % self.log_every == 0 or done or t == last:
                 privacy = self.privacy(t)
                 record = {"round": t, "rho": rho, "radius": step["radius"],
                           "prox": step["prox"] if self.variant == "objP" else None,
@@ -304,6 +322,7 @@ class DPADMM(Backend):
             checkpointer.save(ex, t, {"t": t, "w": w, "z": z, "lam": lam, "rho": rho, "history": history,
                                       "watch": dict(watch.smallest)})
         bar.close()
+        status = "budget_exhausted" if status == "max_iterations" and last < self.max_rounds else status
         rounds = t if status != "diverged" else t - 1
         info = self._info(ex, z, lam, rho, records, per_round, t, history) | diverged   # t rounds released z
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
@@ -355,12 +374,13 @@ class DPADMM(Backend):
             i = record["round"] - 1
             drawn = [lg["noise_abs"][i] for lg in logs.values() if i < len(lg["noise_abs"])]
             record["noise_magnitude"] = float(np.mean(drawn)) if drawn else 0.0
-        privacy = self.privacy(rounds)
+        privacy = self.privacy(rounds) | accountant_bounds(
+            self._mechanism(), self.epsilon, rounds, self.composition_delta, self.delta)
         formal = math.isfinite(self.epsilon) and rounds > 0 and (
             self.outp_std == "sigma" if self.variant == "outP"
             else self.sensitivity == "clip" or not isinstance(self.sensitivity, str))
         privacy.update({"per_round": per_round, "rounds": rounds, "formal": formal,
-                        "composition_delta": self.composition_delta,
+                        "composition_delta": self.composition_delta, "epsilon_total": self.epsilon_total,
                         "note": "per client; formal only with sensitivity='clip' or a data-independent "
                                 "bound (ObjP/ObjT) or outp_std='sigma' with valid constants (OutP)"})
         scales = {c: np.asarray(lg["scale"]) for c, lg in logs.items()}
