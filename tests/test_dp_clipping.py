@@ -12,20 +12,7 @@ import fedmodel as fm
 from backends.dp_admm import DPADMM
 from fedmodel.runtime.privacy import clipped_record_gradients
 from fedmodel.runtime.program import compile_programs
-
-P, M, D = 3, 30, 5
-I = P * M
-REG = 0.1
-
-
-def _data(seed=0):
-    rng = np.random.default_rng(seed)
-    truth = rng.normal(size=D)
-    parts = []
-    for _ in range(P):
-        A = rng.normal(size=(M, D))
-        parts.append((A, np.where(A @ truth + 0.5 * rng.normal(size=M) > 0, 1.0, -1.0)))
-    return parts
+from test_dp_admm import D, I, M, P, REG, _data     # P clients of M records, D features
 
 
 def _logistic(parts):
@@ -47,7 +34,7 @@ def _clip_rows(terms, bound):
 
 
 def test_clipped_gradient_clips_each_records_term_logistic():
-    parts = _data()
+    parts = _data(kind="logistic")
     program = compile_programs(_logistic(parts))["c0"]
     A, b = parts[0]
     z = np.random.default_rng(1).normal(size=D)
@@ -84,7 +71,7 @@ def test_a_record_with_a_huge_gradient_moves_the_release_by_at_most_the_bound():
     seed, one ObjP round from w = z = λ = 0: z_p^1 = −(f̃'_p(0) + ξ̃)/(ρ + 1/η^1) (8), so
     (ρ + 1/η^1)(z(D) − z(D')) is the change of the un-noised gradient the step used — at most
     Δ̄ = 2C/I_p in L1 with clipping, far above the paper's nominal Δ̄ without."""
-    parts = _data()
+    parts = _data(kind="logistic")
     huge = [(A.copy(), b) for A, b in parts]
     huge[0][0][0] *= 1e6
     C, eps = 1.0, 0.5
@@ -109,7 +96,7 @@ def test_a_record_with_a_huge_gradient_moves_the_release_by_at_most_the_bound():
 def test_a_clip_norm_above_every_record_reproduces_the_unclipped_run_bitwise(variant):
     """With C above every record's mean-scale norm I_p‖t_i‖₁ (logistic: ≤ I_p‖a_i‖₁/I), the
     clipped run is the run with the fixed bound Δ̄ = 2C/I_p, bit for bit; a small C changes it."""
-    parts = _data()
+    parts = _data(kind="logistic")
     C = 10.0 * max(M * np.abs(A).sum(axis=1).max() / I for A, _ in parts)
     common = dict(variant=variant, epsilon=1.0, max_rounds=15, tol=0, seed=7)
     clipped = _logistic(parts).solve(DPADMM(sensitivity="clip", clip=C, **common))
@@ -123,7 +110,7 @@ def test_a_clip_norm_above_every_record_reproduces_the_unclipped_run_bitwise(var
 
 
 def test_formal_with_clip_nominal_with_the_paper_sensitivity():
-    prob = _logistic(_data())
+    prob = _logistic(_data(kind="logistic"))
     clip = prob.solve(DPADMM(epsilon=1.0, max_rounds=2, tol=0, seed=0, sensitivity="clip"))
     paper = prob.solve(DPADMM(epsilon=1.0, max_rounds=2, tol=0, seed=0))
     assert clip.info["privacy"]["formal"] and not paper.info["privacy"]["formal"]
@@ -141,7 +128,7 @@ def test_clip_norm_must_be_positive_and_finite(clip):
 
 
 def test_clip_needs_per_record_gradients():
-    prob = _logistic(_data())
+    prob = _logistic(_data(kind="logistic"))
     c0 = prob.clients[0]
     c0.minimize(1e-3 * fm.log_sum_exp(c0.data_items[0] @ prob.shared_variables()[0]))
     with pytest.raises(fm.FedModelError, match="sensitivity='clip' needs"):
