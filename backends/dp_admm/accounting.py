@@ -105,18 +105,30 @@ def accountant_bounds(mechanism: str, epsilon: float, rounds: int, delta: float,
 
 def rounds_within(mechanism: str, epsilon: float, budget: float, delta: float, limit: int,
                   round_delta: float = 0.0) -> int:
-    """The most rounds T ≤ `limit` at ε_t = `epsilon` whose PLD ε at `delta` is ≤ `budget` (ε
-    grows with T: a doubling search, then bisection). `epsilon` is finite."""
+    """The most rounds T ≤ `limit` (≥ 1) at ε_t = `epsilon` (finite) whose PLD ε at `delta` is ≤
+    `budget`. ε(T) grows smoothly with T, so the bracket low ≤ T < high shrinks by regula falsi
+    with the Illinois safeguard: a few PLD evaluations where bisection takes log2(limit)."""
     one = round_event(mechanism, epsilon, round_delta)
 
-    def fits(rounds: int) -> bool:
-        return pld_epsilon(dp_accounting.SelfComposedDpEvent(one, rounds), delta) <= budget
+    def spent(rounds: int) -> float:
+        return pld_epsilon(dp_accounting.SelfComposedDpEvent(one, rounds), delta)
 
-    low, high = 0, 1            # fits(low) (zero rounds spend nothing); find a high that does not
-    while high <= limit and fits(high):
-        low, high = high, 2 * high
-    high = min(high, limit + 1)     # past the limit counts as not fitting
+    low, high, e_low, e_high = 0, limit, 0.0, spent(limit)      # e_low ≤ budget < e_high
+    if e_high <= budget:
+        return limit
+    kept = 0                    # +1 / −1: the last step moved low / high
     while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
+        guess = low + (high - low) * (budget - e_low) / (e_high - e_low)
+        middle = min(max(round(guess), low + 1), high - 1)
+        value = spent(middle)
+        if value <= budget:
+            low, e_low = middle, value
+            if kept == 1:       # high is stale twice: halve its excess (Illinois)
+                e_high = budget + (e_high - budget) / 2
+            kept = 1
+        else:
+            high, e_high = middle, value
+            if kept == -1:
+                e_low = budget - (budget - e_low) / 2
+            kept = -1
     return low
