@@ -31,9 +31,10 @@ Readings (the issue: default to the paper, expose the code's):
                 (bounds, norm ball) and server terms h(w) enter (4a), solved by the server.
   CV            history has both Σ_p‖w − z_p‖₁ (paper) and that divided by P (code).
 
-Privacy (per client, over the rounds run; `accounting`): basic and advanced composition of the
-per-round (ε̄, 0) (ObjP/ObjT, Theorems 1, 3) or (ε̄, δ̄) (OutP), δ' = `composition_delta`
-(default: `delta` = 1e-6). The guarantee is formal only when Δ̄ bounds (11b) over every
+Privacy (per client, over the rounds run; `accounting`, docs/privacy.md): basic and advanced
+composition of the per-round (ε̄, 0) (ObjP/ObjT, Theorems 1, 3) or (ε̄, δ̄) (OutP), and ε from
+dp-accounting's RDP and PLD accountants (Laplace / Gaussian events) at δ = `composition_delta`
+(default: `delta` = 1e-6); `epsilon_total` stops the run within a PLD budget. The guarantee is formal only when Δ̄ bounds (11b) over every
 neighbouring data set, i.e. with sensitivity="clip" or a data-independent bound (and for OutP with
 outp_std="sigma" and correct constants); the paper's data-dependent Δ̄ (20) is reported as
 nominal (`info["privacy"]["formal"]`).
