@@ -181,7 +181,7 @@ def test_objective_perturbation_enters_the_linear_term(variant):
     round's Δ̄_p^t is the paper's (20) at z_p^t."""
     prob, w, parts = _model("logistic")
     backend = DPADMM(variant=variant, a=1.0, epsilon=1.0, trust_radius="code", max_rounds=25, tol=0,
-                     seed=7, record_noise=True)
+                     seed=7, record_noise=True, sensitivity="paper")
     res = prob.solve(backend)
     noise = [res.info["noise"][f"c{p}"] for p in range(P)]
     assert noise[0].shape == (25, D) and np.all(noise[0] != 0)
@@ -313,7 +313,7 @@ def test_mnist_first_round_matches_the_authors_code_output():
         Xd, Yd = c.data(Xp, name="X"), c.data(np.eye(10)[yp], name="Y")
         c.minimize((fm.sum(fm.log_sum_exp(Xd @ W, axis=1)) - fm.sum(fm.multiply(Yd, Xd @ W))) / 60000
                    + 1e-6 / 10 * fm.sum_squares(W))
-    res = prob.solve(DPADMM(epsilon=0.05, max_rounds=1, seed=0, tol=0))
+    res = prob.solve(DPADMM(epsilon=0.05, max_rounds=1, seed=0, tol=0, sensitivity="paper"))
     assert res.history[0]["rho"] == 102.0
     assert res.history[0]["noise_magnitude"] == pytest.approx(0.157, abs=0.001)
     expected = [np.max(Xp.sum(axis=1)) * 1.8 / 60000 for Xp in np.split(X, 10)]  # h = 1/K at z = 0
@@ -324,7 +324,7 @@ def test_unsupported_records_need_a_data_independent_bound():
     prob, w, _ = _model("ridge")
     prob.clients[0].minimize(1e-3 * fm.log_sum_exp(prob.clients[0].data_items[0] @ w))   # not row-separable
     with pytest.raises(fm.FedModelError, match="data-independent bound"):
-        prob.solve(DPADMM(epsilon=1.0, max_rounds=2))
+        prob.solve(DPADMM(epsilon=1.0, max_rounds=2, sensitivity="paper"))
     bound = glm_sensitivity_bound(feature_l1=4 * D, slope_l1=40.0, weight=1 / I)
     assert bound == pytest.approx(2 * 4 * D * 40 / I)
     res = prob.solve(DPADMM(epsilon=1.0, max_rounds=3, tol=0, sensitivity=bound, seed=0))
@@ -336,7 +336,7 @@ def test_unsupported_records_need_a_data_independent_bound():
 
 def test_replace_reading_doubles_the_paper_sensitivity():
     prob, _, _ = _model("logistic")
-    paper = prob.solve(DPADMM(epsilon=1.0, max_rounds=1, tol=0, seed=1))
+    paper = prob.solve(DPADMM(epsilon=1.0, max_rounds=1, tol=0, seed=1, sensitivity="paper"))
     replace = prob.solve(DPADMM(epsilon=1.0, max_rounds=1, tol=0, seed=1, sensitivity="replace"))
     assert replace.info["sensitivity"]["c2"][0] == pytest.approx(2 * paper.info["sensitivity"]["c2"][0])
     assert not paper.info["privacy"]["formal"]                          # (20) is data-dependent
@@ -451,7 +451,8 @@ def test_messages_are_model_sized_and_noise_stays_on_the_client():
     assert "dp_admm_log" not in ledger.kinds()                          # local debugging only
     up = ledger.total("up")
     assert up == {"messages": P * 11, "floats": P * (1 + 10 * D)}       # records count, then z_p
-    assert ledger.total("down")["floats"] == P * (D + 4 + 10 * (2 * D + 4))
+    # init: z⁰, ε̄, the default clip norm C, seed, index, record; per round w, λ_p, ρ, prox, radius, σ
+    assert ledger.total("down")["floats"] == P * (D + 5 + 10 * (2 * D + 4))
 
 
 # ---- finite ε̄ ----------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_a_record_with_a_huge_gradient_moves_the_release_by_at_most_the_bound():
     assert res.info["sensitivity"]["c0"][0] == res2.info["sensitivity"]["c0"][0] == 2 * (C / M)
     assert 0 < np.abs(zd - zd2).sum() <= 2 * C / M * (1 + 1e-12)
     assert np.array_equal(res.info["client_values"]["c1"], res2.info["client_values"]["c1"])
-    (paper, zp), (_, zp2) = release(parts), release(huge)       # the data-dependent Δ̄ (20)
+    (paper, zp), (_, zp2) = release(parts, sensitivity="paper"), release(huge, sensitivity="paper")  # (20)
     assert np.abs(zp - zp2).sum() > 1e4 * paper.info["sensitivity"]["c0"][0]
 
 
@@ -112,10 +112,22 @@ def test_a_clip_norm_above_every_record_reproduces_the_unclipped_run_bitwise(var
 def test_formal_with_clip_nominal_with_the_paper_sensitivity():
     prob = _logistic(_data(kind="logistic"))
     clip = prob.solve(DPADMM(epsilon=1.0, max_rounds=2, tol=0, seed=0, sensitivity="clip"))
-    paper = prob.solve(DPADMM(epsilon=1.0, max_rounds=2, tol=0, seed=0))
+    paper = prob.solve(DPADMM(epsilon=1.0, max_rounds=2, tol=0, seed=0, sensitivity="paper"))
     assert clip.info["privacy"]["formal"] and not paper.info["privacy"]["formal"]
     assert clip.info["readings"]["sensitivity"] == "clip"
     assert np.all(clip.info["sensitivity"]["c1"] == 2 * (1.0 / M))       # default C = 1
+
+
+def test_a_private_run_is_formal_by_default():
+    """Issue 15: with no `sensitivity` given a private run clips (C = 1), bit for bit the explicit
+    sensitivity="clip" run, and is formal; `DPADMM.paper()` keeps the paper's nominal Δ̄ (20)."""
+    prob = _logistic(_data(kind="logistic"))
+    assert DPADMM(epsilon=1.0).sensitivity == "clip" and DPADMM.paper().sensitivity == "paper"
+    default = prob.solve(DPADMM(epsilon=1.0, max_rounds=2, tol=0, seed=0))
+    explicit = prob.solve(DPADMM(epsilon=1.0, max_rounds=2, tol=0, seed=0, sensitivity="clip", clip=1.0))
+    assert default.info["privacy"]["formal"] and default.info["readings"]["sensitivity"] == "clip"
+    for c in default.info["client_values"]:
+        assert np.array_equal(default.info["client_values"][c], explicit.info["client_values"][c])
     reproduction = prob.solve(DPADMM.paper(epsilon=1.0, max_rounds=2))
     assert reproduction.info["readings"]["sensitivity"] == "paper"
     assert not reproduction.info["privacy"]["formal"]

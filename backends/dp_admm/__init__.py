@@ -20,12 +20,12 @@ on the client from its own objective (fedmodel.runtime.privacy); only z_p leaves
 Readings (the issue: default to the paper, expose the code's):
   ObjT radius   trust_radius="paper": δ^t = a/t² (A.11; default); "code": δ^t = a (precedence bug)
   ObjT norm     trust_norm="inf" (Sec. 4, default) or "2" (6b as written)
-  Δ̄ (11b)/(20)  sensitivity="paper": max over the client's own records of the L1 norm of the
-                record's gradient term (no factor 2, data-dependent, as (20) and the code);
-                "replace": twice that; a number (or {client: number}): a data-independent bound,
-                see `glm_sensitivity_bound`; "clip": each record's gradient term clipped to
-                L1 norm C/I_p in the step itself, Δ̄ = 2C/I_p over all neighbours (derivation:
-                `client.LaplaceObjective`). Loss scaling (1/I vs 1/I_p) is the model's.
+  Δ̄ (11b)/(20)  sensitivity="clip" (default; formal): each record's gradient term clipped to L1
+                norm C/I_p in the step itself, Δ̄ = 2C/I_p over all neighbours (derivation:
+                `client.LaplaceObjective`); "paper" (`paper()`; nominal): max over the client's own
+                records of the L1 norm of the record's gradient term (no factor 2, data-dependent,
+                as (20) and the code); "replace": twice that; a number (or {client: number}): a
+                data-independent bound, see `glm_sensitivity_bound`. Loss scaling is the model's.
   OutP noise    outp_std="sigma": N(0, σ²) (Huang et al., default); "sigma2": std σ² (the code)
   W             the clients' z are unconstrained as in the code; simple server constraints
                 (bounds, norm ball) and server terms h(w) enter (4a), solved by the server.
@@ -78,9 +78,9 @@ class DPADMM(Backend):
     and η̂^t (OutP).
     max_rounds: T (paper: 2e4). seed: per-client generators spawned from it (None: each client
     seeds itself). trust_radius: "paper" (a/t²) | "code" (a) | callable t -> δ^t.
-    trust_norm: "inf" | "2". sensitivity: "paper" (default; nominal) | "replace" | "clip"
-    (formal: per-record clipping) | number | {client: number}. clip: C of "clip" (default 1,
-    see `options.DEFAULT_CLIP`), the L1 clip norm of a record's gradient in the mean-loss scale.
+    trust_norm: "inf" | "2". sensitivity: "clip" (default; formal: per-record clipping) | "paper"
+    (nominal; `paper()`) | "replace" | number | {client: number}. clip: C of "clip" (default 1, see
+    `options.DEFAULT_CLIP`), the L1 clip norm of a record's gradient in the mean-loss scale.
     ObjT's step has no proximal term: as an iteration it is stable only when ρ^t > 2·L_p
     (L_p: Lipschitz constant of ∇f_p); the paper's ρ̂^t meets this at its 1/I loss scaling.
     outp_std: "sigma" | "sigma2". outp_constants: (c1, c3) of η̂ and σ (default (I_p, I_p/4) as
@@ -97,7 +97,7 @@ class DPADMM(Backend):
     def __init__(self, epsilon: float = float("inf"), variant: str = "objP", delta: float = 1e-6,
                  rho_schedule: Any = "auto", a: float = 10.0, max_rounds: int = 20000,
                  seed: int | None = None, trust_radius: Any = "paper", trust_norm: str = "inf",
-                 sensitivity: Any = "paper", clip: float = DEFAULT_CLIP, outp_std: str = "sigma",
+                 sensitivity: Any = "clip", clip: float = DEFAULT_CLIP, outp_std: str = "sigma",
                  outp_constants: tuple[float, float] | None = None,
                  composition_delta: float | None = None, tol: float = 1e-8, log_every: int = 1,
                  record_noise: bool = False, w0: Any = None, epsilon_total: float | None = None):
