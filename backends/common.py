@@ -70,7 +70,7 @@ class _Bar:
     def update(self, record: dict) -> None:
         fields = {"obj": f"{_number(record.get('objective')):.4g}",
                   "viol": f"{_number(record.get('violation')):.1e}"}
-        for key, label in _RESIDUALS:       # whichever residuals this backend reports
+        for key, label in _REPORTED:        # whichever of these this backend reports
             if record.get(key) is not None:
                 fields[label] = f"{_number(record[key]):.1e}"
         self.bar.set_postfix(fields, refresh=False)
@@ -84,8 +84,10 @@ class _Bar:
         self.bar.close()
 
 
-_RESIDUALS = (("primal_residual", "pri"), ("dual_residual", "dual"), ("primal_change", "Δx"),
-              ("multiplier_change", "Δμ"), ("certificate", "cert"))
+# residuals, and the privacy spent so far (DP-ADMM: advanced composition, cheap per round; the
+# RDP/PLD accountants' ε is computed once at the end, see docs/privacy.md)
+_REPORTED = (("primal_residual", "pri"), ("dual_residual", "dual"), ("primal_change", "Δx"),
+             ("multiplier_change", "Δμ"), ("certificate", "cert"), ("epsilon_advanced", "ε"))
 
 
 def _number(value) -> float:
@@ -96,8 +98,9 @@ def _number(value) -> float:
 
 
 def progress(total: int, verbose: bool, label: str):
-    """A tqdm bar with objective, violation and the residuals the backend reports (primal /
-    dual residuals, changes, certificate) when `verbose` and stderr is a terminal; else silent."""
+    """A tqdm bar with objective, violation and what else the backend reports (primal / dual
+    residuals, changes, certificate, privacy spent) when `verbose` and stderr is a terminal;
+    else silent."""
     return _Bar(total, label) if verbose and sys.stderr.isatty() else _Silent()
 
 

@@ -94,3 +94,11 @@ def test_rounds_within_a_budget_is_the_largest_affordable(mechanism, epsilon, bu
     assert spent(rounds) <= budget < spent(rounds + 1)
     assert rounds == 0 or rounds_within(mechanism, epsilon, budget, 1e-6, rounds, 1e-6) == rounds
     assert rounds_within(mechanism, epsilon, 1e9, 1e-6, 50, 1e-6) == 50         # the limit binds
+
+
+def test_progress_bar_shows_the_privacy_spent():
+    from backends.common import _Bar     # what `progress` shows when stderr is a terminal
+    bar = _Bar(3, "DP-ADMM")
+    bar.update({"objective": 1.0, "violation": 0.0, "round": 1, "epsilon_advanced": 0.5})
+    assert "ε=5.0e-01" in bar.bar.postfix
+    bar.close()
