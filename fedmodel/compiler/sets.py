@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..atoms import Add, Neg, Norm1, Norm2, NormInf
+from ..atoms.prox import soft_threshold
 from ..constraints import Constraint, Inequality
 from ..errors import FedModelError
 from ..expression import Constant, Expression, Variable
@@ -75,7 +76,7 @@ def norm1_term(var: Variable, weight: Any) -> ProxTerm:
 
     def remainder(x, g):
         w = lam()
-        return np.where(x != 0, g + w * np.sign(x), np.sign(g) * np.maximum(np.abs(g) - w, 0.0))
+        return np.where(x != 0, g + w * np.sign(x), soft_threshold(g, w))
     label = f"{weight:g}" if isinstance(weight, float) else f"({weight})"
     return ProxTerm(var, lambda v, t: Norm1.prox(v, t * lam()),
                     lambda x: lam() * float(np.abs(x).sum()), remainder,
@@ -106,7 +107,7 @@ def project_l1_ball(v: np.ndarray, radius: float) -> np.ndarray:
     cumulative = np.cumsum(u) - radius
     k = np.nonzero(u * np.arange(1, u.size + 1) > cumulative)[0][-1]
     theta = cumulative[k] / (k + 1.0)
-    return np.sign(v) * np.maximum(np.abs(v) - theta, 0.0)
+    return soft_threshold(v, theta)
 
 
 def _ball1(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
@@ -117,7 +118,7 @@ def _ball1(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
         zero = np.abs(x) <= ACTIVE * max(1.0, float(np.max(np.abs(x))))
 
         def residual(lam):
-            return np.where(zero, np.sign(g) * np.maximum(np.abs(g) - lam, 0.0), g + lam * np.sign(x))
+            return np.where(zero, soft_threshold(g, lam), g + lam * np.sign(x))
         from scipy.optimize import minimize_scalar   # a convex function of one variable
         worst = lambda lam: float(np.max(np.abs(residual(lam)), initial=0.0))  # noqa: E731
         top = float(np.max(np.abs(g), initial=0.0))
