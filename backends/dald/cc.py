@@ -98,7 +98,7 @@ class FedDALDCC:
                                      common={"xhat": xhat, "consensus": float(self.dual_updates)})
             if self.dual_updates:
                 mu_sum += gap
-            dmu = max(float(np.max(replies["dmu"], initial=0.0)), 0.0)
+            dmu = float(np.max(replies["dmu"], initial=0.0))
             # not with gd / prox-grad: a larger ρ would make their fixed step unstable
             if self.adaptive_rho and self.dual_updates and k <= ADAPT_UNTIL and \
                     self.solver not in ("gd", "prox-grad"):
@@ -112,7 +112,7 @@ class FedDALDCC:
                 dmu = max(dmu, ex.call("server", "update_multipliers", x=xhat)["dmu"])
             last = self._converged(primal, dual, dmu) or total >= self.max_iterations
             report = last or k % self.report_every == 0
-            record = self._record_cc(ex, clients, xhat, k, v, total, primal, dual, dmu / self._beta(), start,
+            record = self._record_cc(ex, clients, xhat, k, v, total, primal, dual, dmu / beta, start,
                                      report)
             # Σμ_i as the clients hold it (μ ≡ 0 without (15)): a diagnostic, on reported records
             record["sum_mu"] = 0.0 if not self.dual_updates else float("nan") if not report else \
