@@ -35,10 +35,9 @@ from typing import Any
 import numpy as np
 
 from . import batched_procedures  # noqa: F401  (registers the generic batched forms)
-from ..errors import FedModelError
 from .batched_group import Group, program_signature
 from .executor import Executor, block_floats, run_on_node
-from .ledger import BATCHED, MESSAGES, STACKED, allowed_sizes, check_payload
+from .ledger import BATCHED, STACKED, check_payload
 from .program import NodeProgram
 
 
@@ -71,39 +70,6 @@ class BatchedExecutor(Executor):
         self._resolved = {}
         self.stats = Counter()
         return self
-
-    def map(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """`Executor.map` with the same checks and ledger entries, made cheap per node: with a
-        thousand clients the per-field checks of `check_payload` cost more than the batched
-        computation itself. Any payload the fast check does not accept goes through
-        `check_payload`, which raises its usual error."""
-        declared = MESSAGES.get(kind)
-        if declared is None or len(payloads) < self.min_group:
-            return super().map(kind, payloads)
-        networked = not declared.local
-        record = self.ledger.record
-        programs = self.programs
-        for node, payload in payloads.items():
-            if node not in programs:
-                raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
-            if not self._holds_all and programs[node].holder is not self:
-                self._hold(node)
-            floats = _fast_count(declared.request, payload, self.model_size)
-            if floats is None:
-                floats = check_payload(declared, declared.request, payload, self.model_size, "request")
-            if networked and node != "server":
-                record("server", node, kind, floats)
-        replies = self._dispatch_batch(kind, payloads)
-        out = {}
-        for node in payloads:
-            reply = replies[node]
-            floats = _fast_count(declared.reply, reply, self.model_size)
-            if floats is None:
-                floats = check_payload(declared, declared.reply, reply, self.model_size, "reply")
-            if networked and node != "server":
-                record(node, "server", kind, floats)
-            out[node] = reply
-        return out
 
     def map_stacked(self, kind: str, nodes, rows=None, common=None, split: bool = True) -> dict[str, Any] | None:
         """`Executor.map_stacked` served as one block when every node belongs to one group and
@@ -219,25 +185,3 @@ def _keep_large_arrays_on_the_heap() -> None:
     except (OSError, AttributeError):
         pass
 
-
-def _fast_count(fields: dict[str, str], payload: dict[str, Any], model_size: int) -> int | None:
-    """Float count of a payload that `ledger.check_payload` accepts (same rules: declared fields
-    only, sizes by `ledger.allowed_sizes`), without its per-field error handling; None for
-    anything else (the caller then lets `check_payload` say what is wrong)."""
-    floats = 0
-    for key, value in payload.items():
-        spec = fields.get(key)
-        if spec is None:
-            return None
-        if spec == "str" or spec == "opaque" or value is None:
-            continue
-        if type(value) is np.ndarray:
-            size = value.size
-        elif type(value) in (float, int, bool, np.float64):
-            size = 1
-        else:
-            return None
-        if size not in allowed_sizes(spec, model_size):
-            return None
-        floats += size
-    return floats

@@ -66,14 +66,23 @@ class Executor:
         programs (they stay held by this executor). The serial executor works on the programs
         themselves: nothing to write."""
 
-    def _hold(self, node: str) -> None:
-        """Before serving `node`, which this executor does not hold: take it when it is free,
-        refuse it when another executor holds it (a hand-over is explicit: `take_over`)."""
-        program = self.programs[node]
-        if program.holder is not None:
-            raise FedModelError(f"node program {node!r} is held by another executor; call "
-                                "take_over() on this one first (the other one hands it back)")
-        program.holder = self
+    def _serve(self, nodes) -> None:
+        """Before serving `nodes`: refuse an unknown node; take each one this executor does not
+        hold when it is free, refuse it when another executor holds it (a hand-over is
+        explicit: `take_over`)."""
+        programs = self.programs
+        for node in nodes:
+            if node not in programs:
+                raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
+        if self._holds_all:
+            return
+        for node in nodes:
+            program = programs[node]
+            if program.holder is not self:
+                if program.holder is not None:
+                    raise FedModelError(f"node program {node!r} is held by another executor; call "
+                                        "take_over() on this one first (the other one hands it back)")
+                program.holder = self
 
     @property
     def nodes(self) -> list[str]:
@@ -92,21 +101,17 @@ class Executor:
     def map(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Send `kind` to several nodes (conceptually in parallel); replies by node."""
         declared = declared_kind(kind)
-        networked = {}
+        self._serve(payloads)
+        networked = not declared.local      # (and never to the server itself: its steps are local)
         for node, payload in payloads.items():
-            if node not in self.programs:
-                raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
-            if not self._holds_all and self.programs[node].holder is not self:
-                self._hold(node)
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
-            networked[node] = not declared.local and node != "server"  # server steps are local
-            if networked[node]:
+            if networked and node != "server":
                 self.ledger.record("server", node, kind, floats)
         # all requests of one kind go out together, then we wait for every reply
         replies = self._dispatch_batch(kind, payloads)
         for node in payloads:
             floats = check_payload(declared, declared.reply, replies[node], self.model_size, "reply")
-            if networked[node]:
+            if networked and node != "server":
                 self.ledger.record(node, "server", kind, floats)
         return {node: replies[node] for node in payloads}
 
@@ -134,14 +139,8 @@ class Executor:
         """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
         match its declaration (checked once for the whole block); return the normalized request."""
         declared = declared_kind(kind)
-        nodes, programs = list(nodes), self.programs
-        for node in nodes:
-            if node not in programs:
-                raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
-        if not self._holds_all:
-            for node in nodes:
-                if programs[node].holder is not self:
-                    self._hold(node)
+        nodes = list(nodes)
+        self._serve(nodes)
         rows, common = dict(rows or {}), dict(common or {})
         check_payload(declared, declared.request, common, self.model_size, "request")
         for key, block in rows.items():
