@@ -11,6 +11,7 @@ from fedmodel.compiler.codegen import Plan
 from fedmodel.errors import DataError
 from fedmodel.expression import Constant, Parameter
 from fedmodel.result import Result
+from fedmodel.runtime.checkpoint import Checkpointer
 
 
 class Backend:
@@ -24,7 +25,6 @@ class Backend:
 
     def solve(self, problem, topology=None, executor="serial", callback=None, verbose=False,
               checkpoint=None, checkpoint_every=None, resume=False) -> Result:
-        from fedmodel.runtime.checkpoint import Checkpointer
         if self.convergence_needs_convexity and not problem.is_convex():
             warnings.warn(f"{self.name}: the model is not convex (DCP rules), so the algorithm's "
                           "convergence guarantees do not apply and CVXPY cannot certify the "
