@@ -34,10 +34,10 @@ Readings (the issue: default to the paper, expose the code's):
 Privacy (per client, over the rounds run; `accounting`, docs/privacy.md): basic and advanced
 composition of the per-round (ε̄, 0) (ObjP/ObjT, Theorems 1, 3) or (ε̄, δ̄) (OutP), and ε from
 dp-accounting's RDP and PLD accountants (Laplace / Gaussian events) at δ = `composition_delta`
-(default: `delta` = 1e-6); `epsilon_total` stops the run within a PLD budget. The guarantee is formal only when Δ̄ bounds (11b) over every
-neighbouring data set, i.e. with sensitivity="clip" or a data-independent bound (and for OutP with
-outp_std="sigma" and correct constants); the paper's data-dependent Δ̄ (20) is reported as
-nominal (`info["privacy"]["formal"]`).
+(default: `delta` = 1e-6); `epsilon_total` stops the run within a PLD budget. The guarantee is
+formal only when Δ̄ bounds (11b) over every neighbouring data set, i.e. with sensitivity="clip"
+or a data-independent bound (and for OutP with outp_std="sigma" and correct constants); the
+paper's data-dependent Δ̄ (20) is reported as nominal (`info["privacy"]["formal"]`).
 """
 from __future__ import annotations
 
@@ -240,8 +240,7 @@ class DPADMM(Backend):
                 raise FedModelError(f"sensitivity has no bound for clients {missing}")
 
     def _init_clients(self, ex, w):
-        private = not math.isinf(self.epsilon)
-        mechanism = "none" if not private else "gaussian" if self.variant == "outP" else "laplace"
+        mechanism = "none" if math.isinf(self.epsilon) else self._mechanism()
         payloads = {}
         for i, c in enumerate(ex.clients):
             bound = self.sensitivity.get(c) if isinstance(self.sensitivity, dict) else \
@@ -278,11 +277,11 @@ class DPADMM(Backend):
         z = {c: w.copy() for c in clients}                              # z_p^1
         lam = {c: np.zeros(d) for c in clients}                         # λ_p^1 = 0
         server_used = bool(problem.server.terms or problem.server.constraints)
-        per_round = (self.epsilon, self._round_delta())
         history, status, t, rho, diverged = [], "max_iterations", 0, math.nan, {}
         bar = progress(self.max_rounds, verbose, "DP-ADMM")
         start = time.perf_counter()
         watch = DivergenceWatch("DP-ADMM", hint=self._hint())
+        moved_norm = np.inf if self.trust_norm == "inf" or self.variant != "objT" else 2   # ‖Δz_p‖
         saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
         if saved:
             t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
@@ -297,8 +296,7 @@ class DPADMM(Backend):
                 break
             for c in clients:
                 lam[c] = lam[c] + rho * (w_new - z_new[c])                      # (4c)
-            ord_ = np.inf if self.trust_norm == "inf" or self.variant != "objT" else 2
-            moved = max(float(np.linalg.norm(z_new[c] - z[c], ord_)) for c in clients)
+            moved = max(float(np.linalg.norm(z_new[c] - z[c], moved_norm)) for c in clients)
             primal = max(float(np.max(np.abs(w_new - z_new[c]), initial=0.0)) for c in clients)
             dual = rho * float(np.max(np.abs(w_new - w), initial=0.0))
             cv = sum(float(np.sum(np.abs(w_new - z_new[c]))) for c in clients)
@@ -325,7 +323,7 @@ class DPADMM(Backend):
         bar.close()
         status = "budget_exhausted" if status == "max_iterations" and last < self.max_rounds else status
         rounds = t if status != "diverged" else t - 1
-        info = self._info(ex, z, lam, rho, records, per_round, t, history) | diverged   # t rounds released z
+        info = self._info(ex, z, lam, rho, records, t, history) | diverged   # t rounds released z
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
         values, multipliers = gather_values(ex, problem, w)
         ex.ledger.rounds = rounds
@@ -369,7 +367,7 @@ class DPADMM(Backend):
         return {"objective": sum(r["objective"] for r in reports.values()),
                 "violation": max(r["violation"] for r in reports.values())}
 
-    def _info(self, ex, z, lam, rho, records, per_round, rounds, history) -> dict:
+    def _info(self, ex, z, lam, rho, records, rounds, history) -> dict:
         logs = {c: r["log"] for c, r in ex.map("dp_admm_log", {c: {} for c in ex.clients}).items()}
         for record in history:          # the paper's average noise magnitude (1/PJK)Σ|ξ|
             i = record["round"] - 1
@@ -380,8 +378,9 @@ class DPADMM(Backend):
         formal = math.isfinite(self.epsilon) and rounds > 0 and (
             self.outp_std == "sigma" if self.variant == "outP"
             else self.sensitivity == "clip" or not isinstance(self.sensitivity, str))
-        privacy.update({"per_round": per_round, "rounds": rounds, "formal": formal,
-                        "composition_delta": self.composition_delta, "epsilon_total": self.epsilon_total,
+        privacy.update({"per_round": (self.epsilon, self._round_delta()), "rounds": rounds,
+                        "formal": formal, "composition_delta": self.composition_delta,
+                        "epsilon_total": self.epsilon_total,
                         "note": "per client; formal only with sensitivity='clip' or a data-independent "
                                 "bound (ObjP/ObjT) or outp_std='sigma' with valid constants (OutP)"})
         scales = {c: np.asarray(lg["scale"]) for c, lg in logs.items()}

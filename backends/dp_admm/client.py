@@ -107,9 +107,9 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
     own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
     OS entropy on the client, so that no one else can replay — and subtract — its noise.
     sensitivity="clip" takes the clip norm C in `clip` (the record bound is C/I_p)."""
-    rng = node_generator(seed, index)
+    rng, records = node_generator(seed, index), record_count(program)
     if mechanism == "laplace":
-        record_bound = None if clip is None else float(clip) / record_count(program)
+        record_bound = None if clip is None else float(clip) / records
         layer = LaplaceObjective(float(epsilon), sensitivity if bound is None else float(bound),
                                  record_bound)
         if bound is None:
@@ -118,7 +118,7 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
         layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()
     program.state["dp_admm"] = {"z": np.array(z0, float), "rng": rng, "layer": layer, "norm": norm,
                                 "log": NoiseLog(keep=bool(record))}
-    return {"records": float(record_count(program))}
+    return {"records": float(records)}
 
 
 def _refuse_unknown_records(program, z0: np.ndarray, sensitivity: str) -> None:

@@ -32,8 +32,9 @@ class RhoSchedule:
 RHO_PRESETS = {"mnist": RhoSchedule(2.0, 5.0, 1e4), "femnist": RhoSchedule(0.005, 0.05, 2e3)}
 # `DPADMM.paper()`. The constructor's defaults are the fast non-private configuration instead:
 # ε̄ = ∞, ObjP with a = 10, ρ floored at the clients' curvature ("auto"), stop at tol — ObjT with
-# δ^t = a/t² freezes the clients (Σδ^t = aπ²/6) and never reaches the optimum without noise. Measured (tests/test_dp_admm.py models, tol 1e-8):
-# ridge 121 rounds (paper setting: not converged in 6000, 0.34 away), logistic 757 rounds (0.36 away).
+# δ^t = a/t² freezes the clients (Σδ^t = aπ²/6) and never reaches the optimum without noise.
+# Measured (tests/test_dp_admm.py models, tol 1e-8): ridge 121 rounds (paper setting: not
+# converged in 6000, 0.34 away), logistic 757 rounds (0.36 away).
 # A private run (finite ε̄) defaults to sensitivity="clip", a formal guarantee; the paper's
 # data-dependent Δ̄ (20) is nominal, so it is kept here (and in the reproductions) only.
 PAPER_DPADMM = dict(variant="objT", rho_schedule="mnist", a=1.0, max_rounds=20000,
