@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+import topologies
 from fedmodel.errors import FedModelError
 from fedmodel.expression import Constant
 from fedmodel.runtime.ledger import procedure
@@ -16,7 +17,6 @@ from fedmodel.runtime.ledger import procedure
 
 def require_star(problem, topology, backend: str):
     """Backends with a server need a star-like topology with a server node (docs/api.md §3)."""
-    import topologies
     if topology is None:
         return topologies.star(problem)
     topologies.validate(topology, problem, need_server=True)

@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 import networkx as nx
 import numpy as np
 
+import topologies
 from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
@@ -191,7 +192,6 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
 
     # -- topology -----------------------------------------------------------------------------
     def _topology(self, problem, topology):
-        import topologies
         G = topologies.star(problem) if topology is None else topology
         topologies.validate(G, problem)             # TopologyError: disconnected, unknown nodes …
         server = topologies.server_node(G)

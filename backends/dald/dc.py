@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import networkx as nx
 import numpy as np
 
+import topologies
 from fedmodel.errors import TopologyError
 from fedmodel.runtime.executor import Executor, stack_replies
 from fedmodel.runtime.ledger import MESSAGES, check_payload
@@ -73,7 +74,6 @@ class FedDALDDC:
     def _dc_graph(self, problem, G, U, server_used):
         """Coordination sequence S, the undirected DC graph, and the batches of S that can run
         in parallel (consecutive nodes with no edge between them)."""
-        import topologies
         H = nx.Graph(U)
         clients = [c.name for c in problem.clients]
         if self.order is not None:
