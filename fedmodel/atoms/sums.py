@@ -59,8 +59,8 @@ class Sum(AlongAxis, EntryMap):
         shape = self.args[0].shape
         return broadcast_to(keep_reduced_axis(upstream, shape, self.axis), shape)
 
-    def render(self):
-        return f"sum({self.args[0]}{'' if self.axis is None else f', axis={self.axis}'})"
+    def render(self):   # also Mean's, by its display
+        return f"{self.display}({self.args[0]}{'' if self.axis is None else f', axis={self.axis}'})"
 
 
 def sum(x: Any, axis: int | None = None) -> Expression:  # noqa: A001 - numpy-style name
@@ -94,6 +94,3 @@ class Mean(Sum):
 
     def vjp(self, index, upstream):
         return super().vjp(index, multiply(Constant(1.0 / self.count), upstream))
-
-    def render(self):
-        return f"mean({self.args[0]}{'' if self.axis is None else f', axis={self.axis}'})"
