@@ -27,6 +27,7 @@ here names the backend and its `step`.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -74,13 +75,9 @@ class _DistributedPA(DALD):
     def paper(cls, **overrides):
         """The DALD paper's baseline setting (ρ = 1, α = 1e-4, one local step, 1000 rounds), with
         `overrides`; the reproductions use it."""
-        allowed = {k: v for k, v in PAPER_FEDPROX.items() if k in cls._options()}
+        options = inspect.signature(cls.__init__).parameters      # FedAvg has no mu
+        allowed = {k: v for k, v in PAPER_FEDPROX.items() if k in options}
         return cls(**{**allowed, **overrides})
-
-    @classmethod
-    def _options(cls) -> tuple:
-        import inspect
-        return tuple(inspect.signature(cls.__init__).parameters)[1:]
 
     def _watch(self) -> DivergenceWatch:
         """DALD's watch, with this backend's name and the settings to change."""
