@@ -256,3 +256,52 @@ def test_inner_stall_rule():
     assert ProxAL.paper().inner_stall == 0 and ProxAL().inner_stall == 50
     with pytest.raises(FedModelError, match="inner_stall"):
         ProxAL(inner_stall=-1)
+
+
+def contradictory_bounds(where: str):
+    """The least-squares model with w ≥ 1 and w ≤ 0: on the server (two bounds, each a simple
+    set the server step projects on), or split across clients (c0: w ≥ 1, c1: w ≤ 0)."""
+    prob, w = least_squares()
+    if where == "server":
+        prob.server.subject_to((w >= 1).named("lo"), (w <= 0).named("hi"))
+    else:
+        prob.clients[0].subject_to((w >= 1).named("lo"))
+        prob.clients[1].subject_to((w <= 0).named("hi"))
+    return prob
+
+
+def verdict_by_name(prob, backend: str, **options):
+    """The status of a solve by name with the backend's defaults, "refused" when it raises a
+    FedModelError instead, and the RuntimeWarnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            status = prob.solve(backend, **options).status
+        except fm.FedModelError:
+            status = "refused"
+    return status, [str(c.message) for c in caught if c.category is RuntimeWarning]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="contradictory server bounds (w ≥ 1, w ≤ 0) come back 'converged' "
+                   "with violation 1 (the budgeted DP-ADMM run: 'budget_exhausted', no warning; "
+                   "cProx-AL alone says 'infeasible'): the server step projects on each bound in "
+                   "turn and nothing checks that their intersection is empty "
+                   "(fedmodel/compiler/sets.py simple_set, the backends' server steps)")
+@pytest.mark.parametrize("backend, options", [("proxal", {}), ("dald", {}), ("fedadmm", {}), ("dp-admm", {}),
+                                              ("dp-admm", {"epsilon": 1.0, "epsilon_total": 5.0})])
+def test_contradictory_server_bounds_are_not_reported_solved(backend, options):
+    assert contradictory_bounds("server").solve("cvxpy").status == "infeasible"
+    status, warned = verdict_by_name(contradictory_bounds("server"), backend, **options)
+    assert status == "refused" or (status in ("infeasible", "stalled") and warned)
+
+
+def test_contradictory_client_bounds_are_not_reported_converged_by_fedadmm():
+    """FedADMM with its defaults on w ≥ 1 at c0 and w ≤ 0 at c1 (each client projects on its
+    own bound): consensus never comes, so the run ends at the round cap, not "converged".
+    (DALD's verdict on such models: tests/test_dald_dp_robust.py; DP-ADMM refuses client
+    constraints.)"""
+    prob = contradictory_bounds("clients")
+    assert prob.solve("cvxpy").status == "infeasible"
+    status, _ = verdict_by_name(prob, "fedadmm")
+    assert status != "converged"
+    assert verdict_by_name(prob, "dp-admm", epsilon=1.0)[0] == "refused"
