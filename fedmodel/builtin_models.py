@@ -44,15 +44,11 @@ def neyman_pearson(n_clients: int = 5, threshold: float = 0.2, seed: int = 0,
 
 MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 
-# Backend options `fedmodel run` uses for a model (by model, then backend); any other
-# model or backend gets `DEFAULT_OPTIONS`.
-# The ProxAL presets live with ProxAL (backends/proxal.py).
-DEFAULT_OPTIONS: dict[str, dict] = {"proxal": FAST_PROXAL}
-BACKEND_OPTIONS: dict[str, dict[str, dict]] = {
-    "neyman-pearson": {"proxal": FAST_PROXAL},
-}
+# Backend options `fedmodel run` uses, by backend (the same for every built-in model; any
+# other backend gets none). The ProxAL presets live with ProxAL (backends/proxal.py).
+RUN_OPTIONS: dict[str, dict] = {"proxal": FAST_PROXAL}
 
 
 def backend_options(model: str, backend: str) -> dict:
-    """The options `fedmodel run` passes to `backend` for the built-in `model`."""
-    return dict(BACKEND_OPTIONS.get(model, {}).get(backend, DEFAULT_OPTIONS.get(backend, {})))
+    """The options `fedmodel run` passes to `backend` for the built-in `model` (a copy)."""
+    return dict(RUN_OPTIONS.get(backend, {}))
