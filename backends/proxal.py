@@ -166,8 +166,8 @@ class ProxAL(Backend):
         if saved:
             w, rho, total_inner = saved["w"], saved["rho"], saved["total_inner"]
             certificate_log, history = saved["certificate_log"], saved["history"]
-            beta, last_change = saved.get("beta", beta), saved.get("last_change", last_change)
-            watch.smallest = dict(saved.get("watch", {}))   # the growth test's memory
+            beta, last_change = saved["beta"], saved["last_change"]
+            watch.smallest = dict(saved["watch"])           # the growth test's memory
         # Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace holds upper bounds
         # on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
         subproblem = self._admm if self.inner is None else self.inner.solve_subproblem

@@ -285,7 +285,7 @@ class DPADMM(Backend):
         saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
         if saved:
             t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
-            watch.smallest = dict(saved.get("watch", {}))
+            watch.smallest = dict(saved["watch"])
         last = self.budget_rounds()         # < max_rounds: the budget ends the run
         for t in range(t + 1, last + 1):
             rho = self.rho(t, rho_floor)                                       # (21)

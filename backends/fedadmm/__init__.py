@@ -259,6 +259,7 @@ class FedADMM(Backend):
         status "diverged", the last sound z, a RuntimeWarning and `info["diverged"]`."""
         if bar is None:
             bar = progress(max_rounds, False, self.variant)
+        info = {} if info is None else info
         clients = ex.clients
         m = len(clients)
         rng = np.random.default_rng(self.seed)
@@ -278,7 +279,7 @@ class FedADMM(Backend):
             z, w_cache, b_cache = saved["z"], saved["w_cache"], saved["b_cache"]
             history, total_steps, elapsed = saved["history"], saved["total_steps"], saved["elapsed"]
             rng.bit_generator.state = saved["rng"]
-            watch.smallest = dict(saved.get("watch", {}))   # the growth test's memory
+            watch.smallest = dict(saved["watch"])           # the growth test's memory
         else:                       # the sizes at the start: the growth test's baseline
             watch.check(0, client_messages=w_cache, z=z)
         for k in range(len(history), max_rounds):
@@ -293,7 +294,7 @@ class FedADMM(Backend):
             server_residual = 0.0
             drift = max(float(replies[clients[j]]["drift"]) for j in chosen)
             if watch.check(k + 1, client_messages=w_cache[chosen], client_drift=drift, z=z_bar):
-                status = watch.report({} if info is None else info)
+                status = watch.report(info)
                 break
             if has_server_step:                                                       # (3.2) + h
                 out = ex.call("server", "solve_local", linear=None, weight=(1 + self.memory) * s_beta,
@@ -305,7 +306,7 @@ class FedADMM(Backend):
             step_counts = {clients[j]: int(replies[clients[j]]["steps"]) for j in chosen}
             total_steps += sum(step_counts.values())
             if watch.check(k + 1, z=z_new):
-                status = watch.report({} if info is None else info)
+                status = watch.report(info)
                 break
             change = float(np.max(np.abs(z_new - z), initial=0.0))
             z = z_new
@@ -334,7 +335,7 @@ class FedADMM(Backend):
                                   "total_steps": total_steps, "elapsed": elapsed,
                                   "rng": rng.bit_generator.state, "watch": dict(watch.smallest)})
         if status == "max_iterations" and stop is None and sustained_growth(history, watch):
-            status = watch.report({} if info is None else info)
+            status = watch.report(info)
         return z, history, status, total_steps
 
     # ---- composition: FedADMM as ProxAL's subproblem solver -------------------------------------
