@@ -98,7 +98,7 @@ def _same_verdict(result: Result, reference: Result, notes: list[str]) -> bool:
 
 def _reference(problem, notes: list[str]) -> Result | None:
     """A fresh CVXPY solve, or None (with a note and a warning) when CVXPY rejects the model."""
-    from backends import make_backend
+    from .problem import make_backend   # a backend by its registered name
     from .errors import CurvatureError
     try:   # through the backend, not problem.solve: the variables keep the result's values
         problem.validate()
