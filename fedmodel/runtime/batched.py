@@ -38,7 +38,6 @@ from . import batched_procedures  # noqa: F401  (registers the generic batched f
 from .batched_group import Group, program_signature
 from .executor import Executor, block_floats, run_on_node
 from .ledger import BATCHED, STACKED, check_payload
-from .program import NodeProgram
 
 
 class BatchedExecutor(Executor):
@@ -157,9 +156,9 @@ class BatchedExecutor(Executor):
         for group in self.groups:
             group.sync()
 
-    def hand_back(self, program: NodeProgram) -> None:
+    def hand_back(self) -> None:
         """`Executor.hand_back`; the groups' checks of their members' states are void after it."""
-        super().hand_back(program)
+        super().hand_back()
         for group in self.groups:
             group.forget()
 

@@ -47,17 +47,19 @@ class Executor:
     def take_over(self) -> "Executor":
         """Hold every node program of this executor: one that another executor holds is handed
         back by it first (it writes the node's state back into the program)."""
+        others = {id(p.holder): p.holder for p in self.programs.values()
+                  if p.holder is not None and p.holder is not self}
+        for other in others.values():       # once per executor, however many programs it held
+            other.hand_back()
         for program in self.programs.values():
-            if program.holder is not self:
-                if program.holder is not None:
-                    program.holder.hand_back(program)
-                program.holder = self
+            program.holder = self
         self._holds_all = True
         return self
 
-    def hand_back(self, program: NodeProgram) -> None:
-        """Give `program` up to another executor: its state as this executor holds it is
-        written back into the program (`sync`), and this executor forgets what it knew of it."""
+    def hand_back(self) -> None:
+        """Give programs up to another executor (`take_over`): the nodes' state as this executor
+        holds it is written back into the programs (`sync`), and this executor forgets what it
+        knew of them."""
         self._holds_all = False
         self.sync()
 
