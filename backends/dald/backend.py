@@ -20,7 +20,7 @@ from ..base import Backend, violated_constraints
 from ..watch import DivergenceWatch
 from .cc import FedDALDCC
 from .dc import FedDALDDC
-from .options import PAPER_DALD, ClientModels, check_options, check_rho
+from .options import PAPER_DALD, ClientModels, check_options
 
 
 class DALD(FedDALDCC, FedDALDDC, Backend):
@@ -109,8 +109,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
             else:
                 raise FedModelError(f"rho has no entry for {key!r}; give one per client (CC) or "
                                     "per edge (u, v) (DC), or a single scalar / vector")
-        rho = np.asarray(rho, float)
-        check_rho(rho)
+        rho = np.asarray(rho, float)           # its entries were checked when the backend was built
         if self.dual_updates and not np.any(rho > 0):
             raise FedModelError(f"rho must be positive: ρ for {key!r} is 0, so that "
                                 f"{'client' if isinstance(key, str) else 'edge'} is never coupled")
