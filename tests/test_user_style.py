@@ -92,3 +92,19 @@ def test_an_unknown_backend_name_is_a_clear_error():
         prob.solve("proxall")
     with pytest.raises(fm.FedModelError, match="unknown executor 'batch'"):
         prob.solve("proxal", executor="batch")
+
+
+# ---- checkpoints of a by-name run, resumed on another executor -----------------------------------
+def test_a_batched_run_by_name_resumes_serially_as_if_never_stopped(tmp_path):
+    """The user's DALD run with its defaults, batched and checkpointed, stopped by a crash
+    (an exception in the callback) and resumed by name on the default serial executor: the
+    answer is the uninterrupted serial run's, bit for bit."""
+    from test_checkpoint import Stop, _same, _stop_after
+    prob, w = user_logistic(private=True)
+    reference = prob.solve("dald")
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(Stop):
+        prob.solve("dald", executor="batched", checkpoint=path, checkpoint_every=2, callback=_stop_after(9))
+    resumed = prob.solve("dald", checkpoint=path, resume=True)
+    assert resumed.status == "converged"
+    _same(resumed, reference)       # bitwise: iterates, multipliers, history, ledger
