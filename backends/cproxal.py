@@ -99,8 +99,7 @@ class CentralizedProxAL(Backend):
             if stop:
                 status = stop
                 break
-            last_change, beta = change["dmu"] / beta, next_beta(beta, change["dmu"] / beta, last_change,
-                                                                self.beta_growth, self.beta_max, self.eps2)
+            beta, last_change = next_beta(self, beta, change["dmu"], last_change)
             checkpointer.save(ex, k + 1, {"w": w, "history": history, "total": total, "beta": beta,
                                           "last_change": last_change, "watch": dict(watch.smallest)})
         values, multipliers = gather_values(ex, problem, w)

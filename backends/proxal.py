@@ -198,9 +198,7 @@ class ProxAL(Backend):
             if stop:
                 status = stop
                 break
-            change = dmu / beta                    # the constraint change, ≈ the violation
-            beta = next_beta(beta, change, last_change, self.beta_growth, self.beta_max, self.eps2)
-            last_change = change
+            beta, last_change = next_beta(self, beta, dmu, last_change)
             checkpointer.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
                                   "last_change": last_change, "watch": dict(watch.smallest),
                                   "certificate_log": certificate_log, "history": history})

@@ -51,13 +51,14 @@ def start_point(w0, size: int) -> np.ndarray:
     return w0.copy()
 
 
-def next_beta(beta: float, change: float, last_change: float, growth: float, beta_max: float,
-               eps2: float) -> float:
-    """The AL penalty update: raise β (up to β_max) when the constraint change ‖Δμ‖∞/β is above
-    ε2 and fell by less than 4× since the previous outer iteration."""
-    if growth > 1 and change > eps2 and change > 0.25 * last_change:
-        return min(growth * beta, beta_max)
-    return beta
+def next_beta(backend, beta: float, dmu: float, last_change: float) -> tuple[float, float]:
+    """The AL penalty update after outer iteration k: (β_{k+1}, the constraint change
+    ‖Δμ‖∞/β_k ≈ the violation). β rises ×`beta_growth` (up to `beta_max`) when that change is
+    above ε2 and fell by less than 4× since the previous outer iteration (`last_change`)."""
+    change = dmu / beta
+    if backend.beta_growth > 1 and change > backend.eps2 and change > 0.25 * last_change:
+        return min(backend.beta_growth * beta, backend.beta_max), change
+    return beta, change
 
 
 def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:
