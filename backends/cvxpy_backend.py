@@ -96,14 +96,11 @@ class CVXPY(Backend):
         if not candidates and option_errors and len(option_errors) == len(attempts):
             raise FedModelError(f"CVXPY solver options {sorted(self.solver_options)} were "
                                 f"rejected: {'; '.join(option_errors)}")
-        best = _best(problem, candidates)
-        return {"status": best["status"] if best else UNDECIDED,
-                "values": best["values"] if best else {},
-                "multipliers": best["multipliers"] if best else {},
-                "iterations": {"solver": best["iterations"] if best else 0},
-                "info": {"solver": best["solver"] if best else None,
-                         "cvxpy_status": best["cvxpy_status"] if best else None,
-                         "attempts": attempts}}
+        best = _best(problem, candidates) or {"status": UNDECIDED, "values": {}, "multipliers": {},
+                                              "iterations": 0, "solver": None, "cvxpy_status": None}
+        return {"status": best["status"], "values": best["values"], "multipliers": best["multipliers"],
+                "iterations": {"solver": best["iterations"]},
+                "info": {"solver": best["solver"], "cvxpy_status": best["cvxpy_status"], "attempts": attempts}}
 
     @staticmethod
     def _snapshot(problem, cvx_problem, context, lowered, variables) -> dict[str, Any]:
