@@ -63,17 +63,25 @@ def _scalar(expr: Expression) -> Coefficient | None:
     return float(np.asarray(expr.value).item())
 
 
+def _scaled(expr: Multiply) -> tuple[Coefficient, Expression] | None:
+    """(c, e) when `expr` is c·e or e·c with c a scalar coefficient (`_scalar`) and e of
+    `expr`'s shape, else None."""
+    for side, other in ((expr.args[0], expr.args[1]), (expr.args[1], expr.args[0])):
+        c = _scalar(side)
+        if c is not None and other.shape == expr.shape:
+            return c, other
+    return None
+
+
 def flatten(expr: Expression, coefficient: Coefficient = 1.0) -> list[Term]:
     """Terms whose sum (broadcast to `expr.shape`) is `expr`."""
     if isinstance(expr, Add):
         return [t for arg in expr.args for t in flatten(arg, coefficient)]
     if isinstance(expr, Neg):
         return flatten(expr.args[0], _times(-1.0, coefficient))
-    if isinstance(expr, Multiply):
-        for side, other in ((expr.args[0], expr.args[1]), (expr.args[1], expr.args[0])):
-            c = _scalar(side)
-            if c is not None and other.shape == expr.shape:
-                return flatten(other, _times(coefficient, c))
+    if isinstance(expr, Multiply) and (scaled := _scaled(expr)) is not None:
+        c, other = scaled
+        return flatten(other, _times(coefficient, c))
     if isinstance(expr, BroadcastTo):
         return [Term(t.coefficient, broadcast_to(t.atom, expr.shape) if t.atom.size > 1 else t.atom)
                 for t in flatten(expr.args[0], coefficient)]
@@ -96,12 +104,9 @@ def _norm1_of(term: Term) -> tuple[Variable, Coefficient] | None:
     if not isinstance(term.atom, Norm1):
         return None
     inner, coefficient = term.atom.args[0], term.coefficient
-    if isinstance(inner, Multiply):
-        for side, other in ((inner.args[0], inner.args[1]), (inner.args[1], inner.args[0])):
-            c = _scalar(side)
-            if c is not None and not isinstance(c, Expression) and other.shape == inner.shape:
-                inner, coefficient = other, _times(coefficient, abs(c))
-                break
+    scaled = _scaled(inner) if isinstance(inner, Multiply) else None
+    if scaled is not None and not isinstance(scaled[0], Expression):   # |c| of a number only
+        inner, coefficient = scaled[1], _times(coefficient, abs(scaled[0]))
     if isinstance(inner, Neg):
         inner = inner.args[0]
     if isinstance(inner, Variable) and inner.owner is None:
