@@ -31,7 +31,12 @@ def same_options(payloads: dict, members: list[str], keys: tuple[str, ...]) -> d
 
 def request_rows(group: Group, members: list[str], payloads: dict, key: str, default: np.ndarray) -> np.ndarray:
     """(n, d) stack of a model-sized request field; non-members get their `default` row."""
-    values = [payloads[m][key] for m in members]
+    return member_rows(group, members, [payloads[m][key] for m in members], default)
+
+
+def member_rows(group: Group, members: list[str], values: list, default: np.ndarray) -> np.ndarray:
+    """(n, d) stack with row `values[k]` (broadcast to d) for `members[k]`; non-members get
+    their `default` row. One value object for every client: a broadcast view, not a copy."""
     if len(members) == group.n and all(v is values[0] for v in values):
         return np.broadcast_to(np.asarray(values[0], float), default.shape)
     out = default.copy()
@@ -111,12 +116,13 @@ def _solve_local(group: Group, members: list[str], payloads: dict):
         return None
     n, n_x = group.n, group.n_x
     zeros = np.zeros((n, n_x))
-    linear = request_rows(group, members, {m: {"v": np.zeros(n_x) if payloads[m].get("linear") is None
-                                        else payloads[m]["linear"]} for m in members}, "v", zeros)
-    anchor = request_rows(group, members, {m: {"v": np.zeros(n_x) if payloads[m].get("anchor") is None
-                                        else payloads[m]["anchor"]} for m in members}, "v", zeros)
-    weight = request_rows(group, members, {m: {"v": np.broadcast_to(np.asarray(payloads[m]["weight"], float), (n_x,))}
-                                    for m in members}, "v", zeros)
+
+    def optional_rows(key: str) -> np.ndarray:      # an absent (None) linear or anchor is 0
+        return member_rows(group, members, [0.0 if payloads[m].get(key) is None else payloads[m][key]
+                                            for m in members], zeros)
+
+    linear, anchor = optional_rows("linear"), optional_rows("anchor")
+    weight = request_rows(group, members, payloads, "weight", zeros)
     x0 = request_rows(group, members, payloads, "x0", zeros)
     Y = private_stack(group)
     steps = int(opts["max_steps"])
