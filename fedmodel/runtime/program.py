@@ -11,14 +11,16 @@ from typing import Any
 import numpy as np
 
 from ..atoms import add, multiply, sum as sum_
+from ..compiler.canonical import needs_projection
 from ..compiler.classify import polynomial_degree
 from ..compiler.codegen import Plan
 from ..compiler.differentiate import grad
 from ..compiler.merit import build_merit
 from ..constraints import Constraint, Equality
 from ..errors import FedModelError, SmoothnessError
-from ..expression import Constant, Parameter, Variable
+from ..expression import Constant, Data, Parameter, Variable
 from . import solvers
+from .active_set import feature_sign, l1_residual
 
 
 HESSIAN_PLAN_MAX = 64   # unknowns up to which `NodeProgram.hessian` compiles all columns in one plan
@@ -302,7 +304,6 @@ class NodeProgram:
     def _solve_quadratic_l1(self, fun_grad, z0, tol, weight_x):
         """A quadratic merit whose prox terms are all λ‖w‖₁: solved exactly by feature-sign
         search on the cached Hessian (`active_set`), or None if that fails (then FISTA)."""
-        from .active_set import feature_sign
         if self._hessian_cache is None:
             self._hessian_cache, self._factor_cache = self.hessian(z0), None
         H = self._hessian_cache.copy()
@@ -315,7 +316,6 @@ class NodeProgram:
         constrained client with an ℓ1 term): proximal Newton — each step minimizes the quadratic
         model plus λ‖w‖₁ exactly (feature-sign search) and backtracks on f + λ‖w‖₁ — else None
         (then FISTA, whose step count grows with the AL penalty's curvature: ~10⁴ steps at β = 300)."""
-        from .active_set import feature_sign, l1_residual
         lam = self._l1_weights(z0.size)
         z = z0.copy()
         f, g = fun_grad(z)
@@ -453,7 +453,6 @@ class ProgramSpec:
 
     def loader_data(self) -> list:
         """Data leaves with a loader read by this block (loaded or not)."""
-        from ..expression import Data
         exprs = self.terms + [c.expr for c in self.constraints]
         found = {leaf.uid: leaf for e in exprs for leaf in e.leaves()
                  if isinstance(leaf, Data) and leaf.loader is not None}
@@ -480,7 +479,6 @@ def compile_programs(problem, project: bool = True,
     `client_sets` also those held by clients, on the client (for backends whose client solves
     project, e.g. FedADMM). A block whose data is produced on its worker stays a `ProgramSpec`
     (the executor builds it there)."""
-    from ..compiler.canonical import needs_projection
     shared = problem.shared_variables()
     # a client's constraint on the shared variables alone with no smooth form (a ‖·‖₁ ball) is
     # the same constraint on the server, where it is projected (unless clients' solves project)
