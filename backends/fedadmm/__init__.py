@@ -159,18 +159,21 @@ class FedADMM(Backend):
             "FedADMM-In" if self.inexact else "FedADMM" + ("-Sa" if self.adaptive else "")
 
     # ---- set-up ---------------------------------------------------------------------------------
-    def _weights(self, problem) -> np.ndarray:
-        """α_i, normalized to sum 1: uniform, the clients' `weight`s, or given numbers."""
-        m = len(problem.clients)
+    def _weights(self, m: int, clients: list | None = None) -> np.ndarray:
+        """α_i of the m clients, normalized to sum 1: uniform, the `weight`s of the model's
+        `clients` (None inside ProxAL: its composition has no model at hand), or given numbers."""
         if isinstance(self.alpha, str):
             if self.alpha == "uniform":
                 return np.full(m, 1.0 / m)
+            if self.alpha == "weights" and clients is None:
+                raise FedModelError("inside ProxAL, FedADMM's alpha must be 'uniform' or numbers "
+                                    "(got 'weights')")
             if self.alpha == "weights":
-                missing = [c.name for c in problem.clients if c.weight is None]
+                missing = [c.name for c in clients if c.weight is None]
                 if missing:
                     raise FedModelError(f"alpha='weights' needs a weight on every client; "
                                         f"missing on {missing} (prob.add_client(name, weight=N_i))")
-                raw = np.array([c.weight for c in problem.clients], float)
+                raw = np.array([c.weight for c in clients], float)
                 return raw / raw.sum()
             raise FedModelError(f"alpha must be 'uniform', 'weights' or {m} positive numbers, "
                                 f"got {self.alpha!r}")
@@ -216,7 +219,7 @@ class FedADMM(Backend):
         ex = make_executor(executor).start(compile_programs(problem, client_sets=True))
         try:
             self._check_model(ex)
-            alpha = self._weights(problem)
+            alpha = self._weights(len(problem.clients), problem.clients)
             z = np.zeros(ex.model_size) if self.w0 is None else _start_point(self.w0, ex.model_size)
         except FedModelError:
             ex.close()

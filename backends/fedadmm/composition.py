@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.errors import FedModelError
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 
@@ -25,12 +24,7 @@ def solve_subproblem(backend, ex, w: np.ndarray, tau: float) -> tuple[np.ndarray
     It costs one gradient of P_i per client and round (message `fedadmm_certificate`).
     Returns (z, the certificates, the subproblem's entry for `FedADMM.subproblem_log`)."""
     clients = ex.clients
-    if isinstance(backend.alpha, str) and backend.alpha != "uniform":
-        raise FedModelError("inside ProxAL, FedADMM's alpha must be 'uniform' or numbers "
-                            f"(got {backend.alpha!r})")
-    m = len(clients)
-    alpha = np.full(m, 1.0 / m) if isinstance(backend.alpha, str) else \
-        np.asarray(backend.alpha, float) / np.sum(backend.alpha)
+    alpha = backend._weights(len(clients))
     keep = all(r["beta"] is not None for r in ex.map("fedadmm_beta", {c: {} for c in clients}).values())
     trace: list[float] = []
 
