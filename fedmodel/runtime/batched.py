@@ -37,7 +37,7 @@ import numpy as np
 from . import batched_procedures  # noqa: F401  (registers the generic batched forms)
 from .batched_group import Group, program_signature
 from .executor import Executor, block_floats, run_on_node
-from .ledger import BATCHED, STACKED, check_payload
+from .ledger import BATCHED, STACKED
 
 
 class BatchedExecutor(Executor):
@@ -78,15 +78,12 @@ class BatchedExecutor(Executor):
         group, index, key = self.group_rows(nodes) if procedure is not None else (None, None, None)
         if group is None:
             return super().map_stacked(kind, nodes, rows, common, split)
-        declared, nodes, rows, common = self._check_stacked(kind, nodes, rows, common)
+        declared, nodes, rows, common, floats = self._check_stacked(kind, nodes, rows, common)
         replies = procedure(group, index, rows, common)
         if replies is None:                     # options the stacked form does not cover
             return super().map_stacked(kind, nodes, rows, common, split)
         self.stats[(kind, "batched")] += len(nodes)
         if not declared.local:
-            floats = check_payload(declared, declared.request, common, self.model_size, "request")
-            floats += sum(block_floats(declared, declared.request, k, b, len(nodes), self.model_size,
-                                       "request") for k, b in rows.items())
             self.ledger.record_group(key, kind, floats, down=True)
         up = sum(block_floats(declared, declared.reply, k, b, len(nodes), self.model_size, "reply")
                  for k, b in replies.items())

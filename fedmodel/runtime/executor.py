@@ -127,7 +127,7 @@ class Executor:
         (`map`); the batched executor serves it as one block (the kind's stacked form,
         `ledger.STACKED`). `split=False`: a request that no block form serves is not split but
         answered with None (for kinds that only have a block form)."""
-        declared, nodes, rows, common = self._check_stacked(kind, nodes, rows, common)
+        declared, nodes, rows, common, _ = self._check_stacked(kind, nodes, rows, common)
         if not split:
             return None
         payloads = {node: dict(common) for node in nodes}
@@ -139,18 +139,20 @@ class Executor:
 
     def _check_stacked(self, kind, nodes, rows, common):
         """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
-        match its declaration (checked once for the whole block); return the normalized request."""
+        match its declaration (checked once for the whole block); return the normalized request
+        and its float count per node."""
         declared = declared_kind(kind)
         nodes = list(nodes)
         self._serve(nodes)
         rows, common = dict(rows or {}), dict(common or {})
-        check_payload(declared, declared.request, common, self.model_size, "request")
+        floats = check_payload(declared, declared.request, common, self.model_size, "request")
         for key, block in rows.items():
             if key in common:
                 raise FedModelError(f"request of message {kind!r}: field {key!r} given both per node "
                                     "and in common")
-            block_floats(declared, declared.request, key, block, len(nodes), self.model_size, "request")
-        return declared, nodes, rows, common
+            floats += block_floats(declared, declared.request, key, block, len(nodes), self.model_size,
+                                   "request")
+        return declared, nodes, rows, common, floats
 
     def _dispatch_batch(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Serve checked requests of one kind (one per node) and return the replies by node.
