@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from backends.proxal import FAST_PROXAL
 
 
@@ -23,23 +25,34 @@ def neyman_pearson(n_clients: int = 5, threshold: float = 0.2, seed: int = 0,
     ridge term (`ridge`/2)‖w‖² (0: none) makes the minimizer unique and well conditioned, so a
     verified answer is also a close one. The paper's experiment (Table 1) has neither term."""
     import fedmodel as fm
-    from fedmodel.datasets import load_sklearn_breast_cancer, per_class_equal_split
+    from fedmodel.datasets import load_sklearn_breast_cancer
     data = load_sklearn_breast_cancer()
     X = (data.X - data.X.mean(axis=0)) / data.X.std(axis=0)
-    parts = per_class_equal_split(data.y, n_clients, seed=seed)
-    w = fm.Variable(X.shape[1], name="w")
-    prob = fm.Problem(name="neyman-pearson")
-    for i, rows in enumerate(parts):
-        client = prob.add_client(f"c{i}")
-        X0 = client.data(X[rows][data.y[rows] == 0], name=f"X0_{i}")
-        X1 = client.data(X[rows][data.y[rows] == 1], name=f"X1_{i}")
-        client.minimize(fm.mean(fm.logistic(X0 @ w)) / n_clients)
-        client.subject_to((fm.mean(fm.logistic(-(X1 @ w))) <= threshold).named(f"np[{client.name}]"))
+    prob, w, _ = neyman_pearson_clients(X, data.y, n_clients, threshold, seed)
     if radius is not None:
         prob.server.subject_to((fm.norm2(w) <= radius).named("ball"))
     if ridge:
         prob.server.minimize(0.5 * ridge * fm.sum_squares(w))
     return prob, w
+
+
+def neyman_pearson_clients(X: np.ndarray, y: np.ndarray, n_clients: int, threshold: float,
+                           seed: int):
+    """The Neyman-Pearson model (paper 1, eq. 30) of `(X, y)` split per class equally over
+    `n_clients` clients (`seed`): minimize the mean class-0 logistic loss s.t. each client's
+    class-1 loss ≤ `threshold`. Returns (problem, w, the clients' row sets)."""
+    import fedmodel as fm
+    from fedmodel.datasets import per_class_equal_split
+    parts = per_class_equal_split(y, n_clients, seed=seed)
+    w = fm.Variable(X.shape[1], name="w")
+    prob = fm.Problem(name="neyman-pearson")
+    for i, rows in enumerate(parts):
+        client = prob.add_client(f"c{i}")
+        X0 = client.data(X[rows][y[rows] == 0], name=f"X0_{i}")
+        X1 = client.data(X[rows][y[rows] == 1], name=f"X1_{i}")
+        client.minimize(fm.mean(fm.logistic(X0 @ w)) / n_clients)
+        client.subject_to((fm.mean(fm.logistic(-(X1 @ w))) <= threshold).named(f"np[{client.name}]"))
+    return prob, w, parts
 
 
 MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}

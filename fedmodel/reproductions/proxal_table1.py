@@ -65,18 +65,8 @@ def load(name: str):
 
 def build(X: np.ndarray, y: np.ndarray, n: int, threshold: float = THRESHOLD):
     """The NP problem on `n` clients and the client row sets (per-class equal split, seed 10)."""
-    import fedmodel as fm
-    from fedmodel.datasets import per_class_equal_split
-    parts = per_class_equal_split(y, n, seed=10)
-    w = fm.Variable(X.shape[1], name="w")
-    prob = fm.Problem(name="neyman-pearson")
-    for i, rows in enumerate(parts):
-        client = prob.add_client(f"c{i}")
-        X0 = client.data(X[rows][y[rows] == 0], name=f"X0_{i}")
-        X1 = client.data(X[rows][y[rows] == 1], name=f"X1_{i}")
-        client.minimize(fm.mean(fm.logistic(X0 @ w)) / n)
-        client.subject_to((fm.mean(fm.logistic(-(X1 @ w))) <= threshold).named(f"np[c{i}]"))
-    return prob, w, parts
+    from fedmodel.builtin_models import neyman_pearson_clients
+    return neyman_pearson_clients(X, y, n, threshold, seed=10)
 
 
 def smallest_worst_client_loss(X: np.ndarray, y: np.ndarray, parts) -> float:
