@@ -11,6 +11,7 @@ def _run(args: argparse.Namespace) -> int:
     import fedmodel as fm
     from fedmodel import registry
     from fedmodel.builtin_models import MODELS, backend_options
+    from fedmodel.problem import make_backend
     if args.example not in MODELS:
         print(f"unknown example {args.example!r}; choose one of {sorted(MODELS)}", file=sys.stderr)
         return 2
@@ -19,7 +20,7 @@ def _run(args: argparse.Namespace) -> int:
     name = args.backend.lower()
     backend = name
     if name in registry.names("backend"):
-        backend = fm.backends.make_backend(name, **backend_options(args.example, name))
+        backend = make_backend(name, **backend_options(args.example, name))
     options = {}
     if args.topology and name != "cvxpy":
         builder = getattr(fm.topologies, args.topology, None)
