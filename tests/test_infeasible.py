@@ -2,8 +2,8 @@
 stop with "infeasible" / "unbounded", the least-violation point and the violated constraints by
 name; CVXPY's statuses map to ours; fm.verify agrees when both say the same. The independent
 answers are CVXPY's status and closed forms (the least violation of sum(w) ≥ 1, sum(w) ≤ −1
-is 1, at sum(w) = 0). Contradictory bounds w ≥ 1, w ≤ 0 on the server still come back
-"converged" under ProxAL, DALD, FedADMM and DP-ADMM (a strict xfail: the known gap)."""
+is 1, at sum(w) = 0). Contradictory bounds w ≥ 1, w ≤ 0 of one block are refused when the model
+is compiled (compiler.sets.check_boxes_meet), under every backend that projects on them."""
 from __future__ import annotations
 
 import time
@@ -283,11 +283,6 @@ def verdict_by_name(prob, backend: str, **options):
     return status, [str(c.message) for c in caught if c.category is RuntimeWarning]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="contradictory server bounds (w ≥ 1, w ≤ 0) come back 'converged' "
-                   "with violation 1 (the budgeted DP-ADMM run: 'budget_exhausted', no warning; "
-                   "cProx-AL alone says 'infeasible'): the server step projects on each bound in "
-                   "turn and nothing checks that their intersection is empty "
-                   "(fedmodel/compiler/sets.py simple_set, the backends' server steps)")
 @pytest.mark.parametrize("backend, options", [("proxal", {}), ("dald", {}), ("fedadmm", {}), ("dp-admm", {}),
                                               ("dp-admm", {"epsilon": 1.0, "epsilon_total": 5.0})])
 def test_contradictory_server_bounds_are_not_reported_solved(backend, options):

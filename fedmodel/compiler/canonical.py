@@ -27,7 +27,7 @@ from ..atoms import (Abs, Add, BroadcastTo, Multiply, Neg, Norm1, Norm2, NormInf
                      add, broadcast_to, multiply, neg, sum_squares)
 from ..constraints import Constraint, Equality, Inequality
 from ..expression import Constant, Expression, Variable
-from .sets import ProxTerm, coefficient_value, norm1_term, simple_set
+from .sets import ProxTerm, check_boxes_meet, coefficient_value, norm1_term, simple_set
 
 Coefficient = Union[float, Expression]   # a float, or a scalar expression over Parameters
 
@@ -254,6 +254,7 @@ def canonical_constraints(constraints: list[Constraint], project: bool) -> Canon
         else:
             out.smooth.append(constraint)
             out.unsupported.append(constraint)
+    check_boxes_meet(out.sets)
     return out
 
 

@@ -36,6 +36,7 @@ class ProxTerm:
     constraint: Constraint | None = None
     kind: str = ""
     weight: Callable[[], float] | None = None   # λ of a "norm1" term, at its current value
+    box: tuple[Any, Any] | None = None          # (lower, upper) per entry, for sets that are boxes
 
     def residual(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         """`remainder` at x with entries within ZERO·max(1, ‖x‖∞) of 0 read as 0 for a term
@@ -134,7 +135,7 @@ def _ballinf(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
         active = np.abs(x) >= radius * (1 - ACTIVE)
         return np.where(active, g + np.maximum(0.0, -g * np.sign(x)) * np.sign(x), g)
     return ProxTerm(var, lambda v, t: np.clip(v, -radius, radius), lambda x: 0.0, remainder,
-                    f"‖{var.name}‖∞ ≤ {radius:g}", constraint, kind="ballinf")
+                    f"‖{var.name}‖∞ ≤ {radius:g}", constraint, kind="ballinf", box=(-radius, radius))
 
 
 def _upper(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm:
@@ -142,7 +143,7 @@ def _upper(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm
         active = x >= bound - ACTIVE * np.maximum(1.0, np.abs(bound))
         return np.where(active, np.maximum(g, 0.0), g)
     return ProxTerm(var, lambda v, t: np.minimum(v, bound), lambda x: 0.0, remainder,
-                    f"{var.name} ≤ u", constraint, kind="upper")
+                    f"{var.name} ≤ u", constraint, kind="upper", box=(-np.inf, bound))
 
 
 def _lower(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm:
@@ -150,13 +151,36 @@ def _lower(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm
         active = x <= bound + ACTIVE * np.maximum(1.0, np.abs(bound))
         return np.where(active, np.minimum(g, 0.0), g)
     return ProxTerm(var, lambda v, t: np.maximum(v, bound), lambda x: 0.0, remainder,
-                    f"{var.name} ≥ l", constraint, kind="lower")
+                    f"{var.name} ≥ l", constraint, kind="lower", box=(bound, np.inf))
 
 
 def _constant(expr: Expression) -> np.ndarray | None:
     if type(expr) is Constant:
         return np.asarray(expr.value, float)
     return None
+
+
+def check_boxes_meet(sets: list[ProxTerm]) -> None:
+    """Refuse bounds of one block on one variable that leave no point (a lower bound above an
+    upper one): projecting on each in turn would return a point that violates one of them, and
+    every backend would report it as a solution."""
+    by_variable: dict[int, list[ProxTerm]] = {}
+    for term in sets:
+        if term.box is not None:
+            by_variable.setdefault(term.variable.uid, []).append(term)
+    for terms in by_variable.values():
+        shape = terms[0].variable.shape
+        lower = np.max([np.broadcast_to(t.box[0], shape) for t in terms], axis=0)
+        upper = np.min([np.broadcast_to(t.box[1], shape) for t in terms], axis=0)
+        if np.any(lower > upper):
+            entry = tuple(int(i) for i in np.unravel_index(int(np.argmax(lower - upper)), shape))
+            where = f"{terms[0].variable.label}[{', '.join(map(str, entry))}]" if entry else \
+                terms[0].variable.label
+            names = ", ".join(repr(t.constraint.name) for t in terms)
+            raise FedModelError(
+                f"the constraints {names} leave no feasible point: they bound {where} below by "
+                f"{float(lower[entry]) + 0.0:g} and above by {float(upper[entry]) + 0.0:g}; the "
+                "model is infeasible")
 
 
 def simple_set(constraint: Constraint) -> ProxTerm | None:
