@@ -1,0 +1,456 @@
+"""JAX lowering of compiled plans: the same steps as `codegen.Plan`, as `jax.numpy`, jit-compiled.
+
+A `Plan` is a flat list of steps (an atom's `numeric` applied to earlier slots). This pass
+lowers those steps, by atom type, to `jax.numpy` operations (the same formulas as the atoms'
+numpy `numeric`, e.g. the overflow-free logistic), traced once and compiled by `jax.jit`:
+
+- `JaxPlan(plan)`: one plan; called like the plan itself (`jplan(*values)` → list of numpy
+  arrays), with the plan's constants held as device arrays and its Parameters read at call time.
+- `JaxGroupPlan(plans)`: the plans of many clients sharing one structure (`plan_signature`),
+  evaluated by one `jax.vmap` over the client axis. Ragged clients (data X_i of m_i × d with
+  different m_i) are padded to the largest shape, and every ragged slot keeps the invariant
+  "entries outside the client's own shape are 0": steps that map 0 to 0 keep it, every other
+  step on a ragged slot is masked back to 0, log-sum-exp and softmax reduce over the valid
+  entries only, and a mean divides by each client's own count. Sums and products over padded
+  entries thus add exact zeros: padding never changes a loss. Padding that could change a
+  result (an index or reshape along a ragged axis, a broadcast that depends on a client's size
+  being 1) is refused with a `FedModelError` at construction; callers fall back to numpy.
+
+Arithmetic is float64: every trace and call runs inside `float64()` (jax's `enable_x64`
+context), so the rest of the process keeps jax's default. JAX is an optional dependency
+(`pip install "fedmodel[jax]"`); it is imported on first use of this module's classes.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import FedModelError
+from .codegen import Plan
+
+
+def jax_modules() -> tuple[Any, Any]:
+    """(jax, jax.numpy), imported on first use; a clear error when JAX is not installed."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as exc:      # pragma: no cover - depends on the environment
+        raise FedModelError("the JAX lowering needs JAX: pip install 'fedmodel[jax]' "
+                            "(or jax[cuda12] for an NVIDIA GPU)") from exc
+    return jax, jnp
+
+
+@contextlib.contextmanager
+def float64() -> Iterator[None]:
+    """jax's 64-bit mode for the duration of the block (traces and calls of lowered plans)."""
+    jax, _ = jax_modules()
+    enable = getattr(jax, "enable_x64", None)
+    if enable is None:              # jax < 0.6: the experimental spelling
+        from jax.experimental import enable_x64 as enable
+    with enable(True):
+        yield
+
+
+# ---- per-atom rules -------------------------------------------------------------------------
+def _atom_kinds() -> dict:
+    from .. import atoms as A
+    from ..atoms import elementwise as E
+    from ..atoms.broadcasting import SumTo
+    from ..atoms.indexing import Index, IndexAdjoint
+    from ..atoms.reductions import ArgmaxAbs, Norm1, Norm2, NormInf, QuadForm, Softmax
+    return dict(A=A, E=E, SumTo=SumTo, Index=Index, IndexAdjoint=IndexAdjoint, ArgmaxAbs=ArgmaxAbs,
+                Norm1=Norm1, Norm2=Norm2, NormInf=NormInf, QuadForm=QuadForm, Softmax=Softmax)
+
+
+def _zero_preserving(node: Any, K: dict) -> bool:
+    """Steps whose result is 0 wherever their (zero-padded) arguments are 0 on padded entries:
+    no mask needed after them."""
+    A, E = K["A"], K["E"]
+    kinds = (A.Multiply, A.Neg, A.MatMul, A.Transpose, A.Sum, A.Square, A.Abs, A.Pos, E.Sign,
+             E.Step, A.Sqrt, A.Huber, K["Index"], K["IndexAdjoint"], K["SumTo"], A.BroadcastTo)
+    if isinstance(node, kinds):
+        return True
+    return isinstance(node, A.Power) and node.p > 0
+
+
+def _rule(node: Any, K: dict, jnp: Any) -> Callable[..., Any]:
+    """The jax.numpy computation of one step: fn(*arguments, mask=…, count=…) for the atom
+    `node` (its parameters — axis, exponent, key, target — are the group's common ones)."""
+    A, E = K["A"], K["E"]
+    kind = type(node)
+    if kind is A.Add:
+        def add(*xs, **_):
+            out = xs[0]
+            for x in xs[1:]:
+                out = out + x
+            return out
+        return add
+    if kind is A.Multiply:
+        return lambda a, b, **_: a * b
+    if kind is A.Neg:
+        return lambda x, **_: -x
+    if kind is A.MatMul:
+        return lambda a, b, **_: a @ b
+    if kind is A.Transpose:
+        return lambda x, **_: x.T
+    if kind is A.Reshape:
+        return lambda x, **_: jnp.reshape(x, node.target)
+    if kind is A.BroadcastTo:
+        return lambda x, **_: jnp.broadcast_to(x, node.target)
+    if kind is K["SumTo"]:
+        target = tuple(node.target)
+
+        def sum_to(x, **_):
+            lead = x.ndim - len(target)
+            if lead:
+                x = jnp.sum(x, axis=tuple(range(lead)))
+            axes = tuple(i for i, n in enumerate(target) if n == 1 and x.shape[i] != 1)
+            return jnp.sum(x, axis=axes, keepdims=True) if axes else x
+        return sum_to
+    if kind is A.Exp:
+        return lambda x, **_: jnp.exp(x)
+    if kind is A.Log:
+        return lambda x, **_: jnp.log(x)
+    if kind is A.Power:
+        p = node.p
+        if p == 2:
+            return lambda x, **_: x * x
+        if p == -1:
+            return lambda x, **_: 1.0 / x
+        if p == 0.5:
+            return lambda x, **_: jnp.sqrt(x)
+        return lambda x, **_: jnp.power(x, p)
+    if kind is A.Sqrt:
+        return lambda x, **_: jnp.sqrt(x)
+    if kind is A.Square:
+        return lambda x, **_: x * x
+    if kind is A.Abs:
+        return lambda x, **_: jnp.abs(x)
+    if kind is A.Logistic:      # max(x, 0) + log1p(e^{−|x|}), as the numpy atom
+        return lambda x, **_: jnp.maximum(x, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+    if kind is A.Sigmoid:       # e^{min(x, 0)} / (1 + e^{−|x|}), as the numpy atom
+        return lambda x, **_: jnp.exp(jnp.minimum(x, 0.0)) / (1.0 + jnp.exp(-jnp.abs(x)))
+    if kind is A.Pos:
+        return lambda x, **_: jnp.maximum(x, 0.0)
+    if kind is A.Huber:
+        M = node.M
+        return lambda x, **_: jnp.where(jnp.abs(x) <= M, x * x, 2 * M * jnp.abs(x) - M ** 2)
+    if kind is E.Sign:
+        return lambda x, **_: jnp.sign(x)
+    if kind is E.Step:
+        return lambda x, **_: (x > 0).astype(jnp.float64)
+    if kind is E.Clip:
+        return lambda x, **_: jnp.clip(x, node.lower, node.upper)
+    if kind is A.Maximum:
+        return lambda a, b, **_: jnp.maximum(a, b)
+    if kind is A.GreaterEqual:
+        return lambda a, b, **_: (a >= b).astype(jnp.float64)
+    if kind is K["Index"]:
+        from ..atoms.indexing import numpy_key
+        key = numpy_key(node.key)
+        return lambda x, **_: x[key]
+    if kind is K["IndexAdjoint"]:
+        from ..atoms.indexing import numpy_key
+        key, target = numpy_key(node.key), tuple(node.target)
+        return lambda g, **_: jnp.zeros(target).at[key].add(g)
+    if kind in (A.Sum, A.Mean):
+        axis = node.axis
+        if kind is A.Sum:
+            return lambda x, **_: jnp.sum(x, axis=axis)
+        return lambda x, count, **_: jnp.sum(x, axis=axis) / count
+    if kind is A.SumSquares:
+        return lambda x, **_: jnp.sum(x * x)
+    if kind is K["Norm1"]:
+        return lambda x, **_: jnp.sum(jnp.abs(x))
+    if kind is K["Norm2"]:
+        return lambda x, **_: jnp.sqrt(jnp.sum(x * x))
+    if kind is K["NormInf"]:
+        return lambda x, **_: jnp.max(jnp.abs(x))
+    if kind is K["ArgmaxAbs"]:
+        def argmax_abs(x, **_):
+            flat = jnp.ravel(x)
+            i = jnp.argmax(jnp.abs(flat))
+            return jnp.zeros(flat.shape).at[i].set(jnp.sign(flat[i])).reshape(x.shape)
+        return argmax_abs
+    if kind is K["QuadForm"]:
+        return lambda x, P, **_: x @ P @ x
+    if kind is A.LogSumExp:
+        axis = node.axis
+
+        def lse(x, mask=None, **_):
+            masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
+            top = jnp.max(masked, axis=axis, keepdims=True)
+            top = jnp.where(jnp.isfinite(top), top, 0.0)     # an all-empty row: no NaN
+            z = jnp.exp(masked - top)
+            return (jnp.log(jnp.sum(z, axis=axis, keepdims=True)) + top).reshape(node.shape)
+        return lse
+    if kind is K["Softmax"]:
+        axis = node.axis
+
+        def softmax(x, mask=None, **_):
+            masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
+            z = jnp.exp(masked - jnp.max(masked, axis=axis, keepdims=True))
+            return z / jnp.sum(z, axis=axis, keepdims=True)
+        return softmax
+    raise FedModelError(f"the JAX lowering has no rule for the atom {kind.__name__} "
+                        f"({node.display}); evaluate this plan with numpy")
+
+
+# ---- slot layout of a group of plans --------------------------------------------------------
+class _Layout:
+    """Per slot of a group of same-structure plans: each client's shape, the padded (largest)
+    shape and the axes where the clients differ (ragged)."""
+
+    def __init__(self, plans: Sequence[Plan]):
+        first = plans[0]
+        shapes: dict[int, list[tuple]] = {}
+        for i in range(len(first.inputs)):
+            shapes[i] = [tuple(p.inputs[i].shape) for p in plans]
+        for slot in first.constant_slots:
+            shapes[slot] = [tuple(np.shape(p.constant(slot))) for p in plans]
+        for k, (slot, _) in enumerate(first.params):
+            shapes[slot] = [tuple(p.params[k][1].shape) for p in plans]
+        for j, (_, _, out) in enumerate(first.steps):
+            shapes[out] = [tuple(p.steps[j][0].__self__.shape) for p in plans]
+        self.shapes = shapes
+        self.padded: dict[int, tuple] = {}
+        self.ragged: dict[int, tuple[int, ...]] = {}
+        for slot, per_client in shapes.items():
+            if len({len(s) for s in per_client}) > 1:
+                raise FedModelError(f"slot {slot} has shapes of different ranks across clients "
+                                    f"({sorted(set(per_client))}); these plans cannot be stacked")
+            padded = tuple(int(max(s[k] for s in per_client)) for k in range(len(per_client[0])))
+            self.padded[slot] = padded
+            axes = tuple(k for k in range(len(padded)) if len({s[k] for s in per_client}) > 1)
+            if axes:
+                self.ragged[slot] = axes
+
+    def sizes(self, slot: int) -> np.ndarray:
+        """(n, number of ragged axes) sizes of each client along the slot's ragged axes."""
+        axes = self.ragged[slot]
+        return np.array([[s[k] for k in axes] for s in self.shapes[slot]], dtype=np.int64)
+
+
+def _check_paddable(plans: Sequence[Plan], layout: _Layout, K: dict) -> None:
+    """Refuse steps whose padded evaluation could differ from the per-client one."""
+    A = K["A"]
+    for j, (fn, args, out) in enumerate(plans[0].steps):
+        node = fn.__self__
+        ragged_args = [a for a in args if a in layout.ragged]
+        if not ragged_args and out not in layout.ragged:
+            continue
+        name = f"step {j} ({node.display})"
+        if isinstance(node, (A.Reshape, K["IndexAdjoint"])) and ragged_args:
+            raise FedModelError(f"{name} reshapes or scatters a value whose shape differs between "
+                                "clients; it cannot run padded")
+        if isinstance(node, K["Index"]):
+            key = node.key
+            for axis in layout.ragged.get(args[0], ()):
+                if axis < len(key) and not (isinstance(key[axis], slice) and key[axis] == slice(None)):
+                    raise FedModelError(f"{name} indexes along an axis whose length differs "
+                                        "between clients; it cannot run padded")
+        if isinstance(node, (A.Add, A.Multiply, A.Maximum, A.GreaterEqual)):
+            out_shapes = layout.shapes[out]
+            for a in args:
+                for i, (arg_shape, out_shape) in enumerate(zip(layout.shapes[a], out_shapes)):
+                    lead = len(out_shape) - len(arg_shape)
+                    for k, size in enumerate(arg_shape):
+                        column = [s[k] for s in layout.shapes[a]]
+                        if size != out_shape[lead + k] and any(c != 1 for c in column):
+                            raise FedModelError(f"{name} broadcasts an axis of length 1 for some "
+                                                "clients only; it cannot run padded")
+
+
+def _pad(value: Any, shape: tuple) -> np.ndarray:
+    """`value` zero-padded at the end of each axis to `shape`."""
+    value = np.asarray(value, dtype=float)
+    if value.shape == shape:
+        return value
+    out = np.zeros(shape)
+    out[tuple(slice(0, s) for s in value.shape)] = value
+    return out
+
+
+# ---- the lowered function -------------------------------------------------------------------
+class _Lowered:
+    """The per-client function of a plan's steps, in jax.numpy, with the slot roles of a group:
+    fn(inputs, params, batched_consts, common_consts, sizes, counts) -> outputs."""
+
+    def __init__(self, plans: Sequence[Plan], layout: _Layout | None, common: set[int]):
+        _, jnp = jax_modules()
+        K = _atom_kinds()
+        first = plans[0]
+        self.plan = first
+        self.n_inputs = len(first.inputs)
+        self.param_slots = [slot for slot, _ in first.params]
+        consts = sorted(first.constant_slots)
+        self.common_slots = [s for s in consts if s in common]
+        self.batched_slots = [s for s in consts if s not in common]
+        self.ragged_slots = sorted(layout.ragged) if layout is not None else []
+        self.mean_steps: list[int] = []        # steps whose count differs between clients
+        steps = []
+        for j, (fn, args, out) in enumerate(first.steps):
+            node = fn.__self__
+            if isinstance(node, K["A"].Mean) and len({p.steps[j][0].__self__.count for p in plans}) > 1:
+                self.mean_steps.append(j)
+            needs_mask = isinstance(node, (K["A"].LogSumExp, K["Softmax"]))
+            remask = out in (layout.ragged if layout else {}) and not _zero_preserving(node, K)
+            steps.append((j, _rule(node, K, jnp), args, out, needs_mask, remask,
+                          float(node.count) if isinstance(node, K["A"].Mean) else None))
+        self.steps = steps
+        self.layout = layout
+        self.out_slots = list(first.out_slots)
+
+    def __call__(self, inputs, params, batched, common, sizes, counts):
+        _, jnp = jax_modules()
+        vals: dict[int, Any] = dict(enumerate(inputs))
+        vals.update(zip(self.param_slots, params))
+        vals.update(zip(self.batched_slots, batched))
+        vals.update(zip(self.common_slots, common))
+        size_of = dict(zip(self.ragged_slots, sizes))
+        count_of = dict(zip(self.mean_steps, counts))
+        masks: dict[int, Any] = {}
+
+        def mask(slot):
+            if slot not in size_of:
+                return None
+            if slot not in masks:
+                padded = self.layout.padded[slot]
+                m = jnp.ones(padded, dtype=bool)
+                for k, axis in enumerate(self.layout.ragged[slot]):
+                    shape = [1] * len(padded)
+                    shape[axis] = padded[axis]
+                    m = m & (jnp.arange(padded[axis]) < size_of[slot][k]).reshape(shape)
+                masks[slot] = m
+            return masks[slot]
+
+        for j, fn, args, out, needs_mask, remask, count in self.steps:
+            extra = {}
+            if needs_mask:
+                extra["mask"] = mask(args[0])
+            if count is not None:
+                extra["count"] = count_of.get(j, count)
+            value = fn(*[vals[a] for a in args], **extra)
+            if remask and out in size_of:
+                value = jnp.where(mask(out), value, 0.0)
+            vals[out] = value
+        return [vals[s] for s in self.out_slots]
+
+
+def _param_value(param: Any) -> Any:
+    value = param.value
+    if value is None:
+        raise FedModelError(f"parameter {param.name!r} has no value; set .value first")
+    return value
+
+
+class JaxPlan:
+    """A `Plan` lowered to jax.numpy and jit-compiled (float64); called like the plan.
+
+    >>> import fedmodel as fm, numpy as np
+    >>> w = fm.Variable(2, name="w")
+    >>> f = fm.sum_squares(w)
+    >>> jplan = JaxPlan(Plan([f, fm.grad(f, w)], [w]))
+    >>> [np.round(v, 3).tolist() for v in jplan(np.array([1.0, 2.0]))]
+    [5.0, [2.0, 4.0]]
+    """
+
+    def __init__(self, plan: Plan):
+        jax, jnp = jax_modules()
+        self.plan = plan
+        self._lowered = _Lowered([plan], None, set(plan.constant_slots))
+        with float64():
+            self._consts = [jnp.asarray(np.asarray(plan.constant(s), dtype=float))
+                            for s in self._lowered.common_slots]
+        lowered = self._lowered
+        self._run = jax.jit(lambda inputs, params, common: lowered(inputs, params, [], common, [], []))
+
+    def __call__(self, *values: Any) -> list[np.ndarray]:
+        """The plan's outputs at `values` (one per input), as numpy arrays."""
+        if len(values) != len(self.plan.inputs):
+            raise FedModelError(f"this plan takes {len(self.plan.inputs)} value(s), one per input, "
+                                f"but was called with {len(values)}")
+        params = [np.asarray(_param_value(p), dtype=float) for _, p in self.plan.params]
+        with float64():
+            out = self._run([np.asarray(v, dtype=float) for v in values], params, self._consts)
+            return [np.asarray(o) for o in out]
+
+
+class JaxGroupPlan:
+    """The plans of a group of clients (same structure, their own data) evaluated together:
+    one `jax.vmap` over the client axis of the lowered plan, jit-compiled (float64).
+
+    Call with one stacked array per plan input, (n, *input shape); returns one stacked array
+    per output, (n, *padded output shape) — `output_shapes` gives each client's own shape (the
+    same as the padded one unless the output's length differs between clients). Constants
+    equal for every client are held once; per-client data is zero-padded to the largest shape
+    and held on the device."""
+
+    def __init__(self, plans: Sequence[Plan]):
+        jax, jnp = jax_modules()
+        if not plans:
+            raise FedModelError("JaxGroupPlan needs at least one plan")
+        first = plans[0]
+        K = _atom_kinds()
+        layout = _Layout(plans)
+        _check_paddable(plans, layout, K)
+        common = set()
+        for slot in first.constant_slots:
+            values = [np.asarray(p.constant(slot)) for p in plans]
+            if all(v is values[0] or (v.shape == values[0].shape and np.array_equal(v, values[0]))
+                   for v in values):
+                common.add(slot)
+        self.plans, self.n, self.layout = list(plans), len(plans), layout
+        lowered = self._lowered = _Lowered(plans, layout, common)
+        self._params = [[p.params[k][1] for p in plans] for k in range(len(first.params))]
+        self._param_cache: list[tuple | None] = [None] * len(self._params)
+        with float64():
+            self._common = [jnp.asarray(np.asarray(first.constant(s), dtype=float))
+                            for s in lowered.common_slots]
+            self._batched = [jnp.asarray(np.stack([_pad(p.constant(s), layout.padded[s]) for p in plans]))
+                             for s in lowered.batched_slots]
+            self._sizes = [jnp.asarray(layout.sizes(s)) for s in lowered.ragged_slots]
+            self._counts = [jnp.asarray(np.array([float(p.steps[j][0].__self__.count) for p in plans]))
+                            for j in lowered.mean_steps]
+        self.output_shapes = [layout.shapes.get(s, [np.shape(first.constant(s))] * self.n)
+                              for s in first.out_slots]
+        vmapped = jax.vmap(lowered, in_axes=(0, 0, 0, None, 0, 0))
+        self._run = jax.jit(vmapped)
+        self.function = vmapped     # the un-jitted vmapped function, for callers that fuse it
+
+    def params(self) -> list[np.ndarray]:
+        """The current values of every Parameter, stacked over the clients (zero-padded)."""
+        from ..expression import Parameter
+        out = []
+        for k, params in enumerate(self._params):
+            cached = self._param_cache[k]
+            stamp = Parameter.assignments      # no assignment since: the stack is current
+            if cached is not None and cached[2] == stamp:
+                out.append(cached[1])
+                continue
+            values = [_param_value(q) for q in params]
+            if cached is not None and all(a is b for a, b in zip(values, cached[0])):
+                self._param_cache[k] = (values, cached[1], stamp)
+                out.append(cached[1])
+                continue
+            shape = self.layout.padded[self.plans[0].params[k][0]]
+            stack = np.stack([_pad(v, shape) for v in values])
+            self._param_cache[k] = (values, stack, stamp)
+            out.append(stack)
+        return out
+
+    def constants(self) -> tuple[list, list, list, list]:
+        """(per-client constants, common constants, ragged sizes, per-client counts) as the
+        lowered function takes them after the inputs and parameters."""
+        return self._batched, self._common, self._sizes, self._counts
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        if len(inputs) != len(self.plans[0].inputs):
+            raise FedModelError(f"this plan takes {len(self.plans[0].inputs)} stacked value(s), one "
+                                f"per input, but was called with {len(inputs)}")
+        with float64():
+            out = self._run([np.asarray(v, dtype=float) for v in inputs], self.params(),
+                            *self.constants())
+            return [np.asarray(o) for o in out]
