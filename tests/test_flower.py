@@ -1,0 +1,198 @@
+"""FlowerExecutor on Flower's simulation engine: the serial executor's iterates, what crosses the
+wire, data loaded on the clients, errors and timeouts that name the client.
+
+One persistent executor (one simulation, three SuperNodes) serves every run of the module; tiny
+models and a few rounds keep the file within its budget. The timeout test runs last (its slow
+client's request is still in flight when the run stops).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel import backends
+from fedmodel.runtime.ledger import MESSAGES, procedure
+
+pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
+pytest.importorskip("ray", reason="Flower's simulation engine needs Ray")
+
+D = 3
+
+
+@pytest.fixture(scope="module")
+def flower():
+    """One simulation with three SuperNodes for the whole module, ended at its close."""
+    from fedmodel.runtime.flower_executor import FlowerExecutor
+    ex = FlowerExecutor(timeout=60, persistent=True)
+    yield ex
+    ex.shutdown()
+    assert ex._thread is None
+
+
+def _parts(n=3, m=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=(m, D)), rng.normal(size=m)) for _ in range(n)]
+
+
+class _NpyLoader:
+    """A picklable loader reading an array where it runs (a stand-in for a client's disk)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self):
+        return np.load(self.path)
+
+
+def _model(parts, constrained=True, loader_dir=None):
+    """Least squares over the clients' (A_i, b_i); with `loader_dir`, the clients read their
+    data from .npy files there (loaders run on the client)."""
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem()
+    for i, (A, b) in enumerate(parts):
+        c = prob.add_client(f"c{i}")
+        if loader_dir is None:
+            Ad, bd = c.data(A, name="A"), c.data(b, name="b")
+        else:
+            paths = [os.path.join(loader_dir, f"{c.name}_{k}.npy") for k in "Ab"]
+            np.save(paths[0], A)
+            np.save(paths[1], b)
+            Ad = c.data(loader=_NpyLoader(paths[0]), shape=A.shape, name="A")
+            bd = c.data(loader=_NpyLoader(paths[1]), shape=b.shape, name="b")
+        c.minimize(0.5 * fm.sum_squares(Ad @ w - bd))
+        if constrained:
+            c.subject_to(fm.sum(w) <= 0.3)
+    if constrained:
+        prob.server.subject_to(fm.norm2(w) <= 0.6)
+    return prob, w
+
+
+CASES = {
+    "fedavg": (lambda: backends.FedAvg(step=0.05, local_steps=2, max_rounds=6), False),
+    "fedprox": (lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=3, max_rounds=6), False),
+    "dald-cc": (lambda: backends.DALD(rho=1.0, max_iterations=6), True),
+    "fedadmm": (lambda: backends.FedADMM(max_rounds=6, seed=2), False),
+    "dp-admm": (lambda: backends.DPADMM(epsilon=1.0, max_rounds=6, seed=3, tol=0), False),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_flower_iterates_equal_serial(flower, case):
+    make, constrained = CASES[case]
+    prob, w = _model(_parts(), constrained=constrained)
+    serial = make().run(prob, executor="serial")
+    remote = make().run(prob, executor=flower)
+    # every iterate the backend saw: the final model, each round's objective, the multipliers
+    np.testing.assert_allclose(remote["values"][w.uid], serial["values"][w.uid], rtol=0, atol=1e-8)
+    assert len(remote["history"]) == len(serial["history"]) >= 2
+    for a, b in zip(remote["history"], serial["history"]):
+        assert abs(a["objective"] - b["objective"]) <= 1e-8 * max(1.0, abs(b["objective"]))
+    for name, mu in serial["multipliers"].items():
+        np.testing.assert_allclose(remote["multipliers"][name], mu, rtol=0, atol=1e-8)
+    # the declared traffic is booked exactly as by the serial executor ...
+    assert remote["ledger"].messages == serial["ledger"].messages
+    assert remote["ledger"].floats == serial["ledger"].floats
+    assert sorted(flower.node_ids) == ["c0", "c1", "c2"]
+    # ... and what crossed the wire is counted in bytes: every float of the ledger is 8 bytes
+    # of an array on the wire (plus Flower's headers), in both directions, per client
+    for (sender, receiver, kind), floats in serial["ledger"].floats.items():
+        assert flower.wire_bytes[(sender, receiver, kind)] >= 8 * floats, (sender, receiver, kind)
+    assert flower.wire_bytes[("server", "c0", "fedmodel.build")] > 0
+
+
+def test_wire_bytes_of_one_request():
+    """The byte count of a message: an 8-float array and a string field, Flower's records."""
+    from fedmodel.runtime.flower_executor import decode, encode, wire_size
+    small = encode("solve_local", {"anchor": np.ones(8), "method": "gd"}, MESSAGES["solve_local"].request)
+    big = encode("solve_local", {"anchor": np.arange(1000.0), "method": "gd"},
+                 MESSAGES["solve_local"].request)
+    # 992 more floats: 7936 more bytes of array data; the headers grow only by the longer shape
+    # and length fields (a few bytes)
+    assert 8 * 992 <= wire_size(big) - wire_size(small) <= 8 * 992 + 16
+    meta, payload = decode(big)
+    assert meta["kind"] == "solve_local" and payload["method"] == "gd"
+    np.testing.assert_array_equal(payload["anchor"], np.arange(1000.0))
+    assert payload["anchor"].flags.writeable
+
+
+def test_payload_types_survive_the_wire():
+    """numpy scalars stay numpy scalars, Python scalars stay Python, None stays None, opaque
+    fields (node state) come back equal."""
+    from fedmodel.runtime.flower_executor import decode, encode
+    state = {"y": np.arange(3.0), "procedures": {"rng": np.random.default_rng(1)}}
+    payload = {"a": np.float64(0.25), "b": 3, "c": 0.5, "d": True, "e": None, "s": state}
+    _, back = decode(encode("k", payload, {"s": "opaque"}))
+    assert type(back["a"]) is np.float64 and back["a"] == 0.25
+    assert (type(back["b"]), type(back["c"]), type(back["d"])) == (int, float, bool)
+    assert back["e"] is None
+    np.testing.assert_array_equal(back["s"]["y"], state["y"])
+    assert back["s"]["procedures"]["rng"].random() == np.random.default_rng(1).random()
+
+
+def test_loader_data_loaded_on_the_clients(flower, tmp_path):
+    parts = _parts()
+    prob_arrays, w0 = _model(parts)
+    prob, w = _model(parts, loader_dir=str(tmp_path))
+    make = CASES["dald-cc"][0]
+    serial = make().run(prob_arrays, executor="serial")
+    remote = make().run(prob, executor=flower)
+    np.testing.assert_allclose(remote["values"][w.uid], serial["values"][w0.uid], rtol=0, atol=1e-8)
+    # the driver never ran a loader: every loader Data is still remote here
+    assert len(prob.remote_data()) == 2 * len(parts)
+
+
+def test_client_error_names_the_client(flower, tmp_path):
+    """A loader that fails on its client stops the run with the client's own DataError."""
+    prob, w = _model(_parts(), constrained=False, loader_dir=str(tmp_path))
+    os.remove(os.path.join(tmp_path, "c1_b.npy"))
+    with pytest.raises(fm.DataError, match="'c1'"):
+        backends.FedAvg(step=0.05, max_rounds=2).run(prob, executor=flower)
+
+
+def test_registered_by_name_and_bad_options():
+    from fedmodel import registry
+    from fedmodel.runtime.flower_executor import FlowerExecutor
+    assert registry.lookup("executor", "flower") is FlowerExecutor
+    with pytest.raises(fm.FedModelError, match="timeout must be positive"):
+        FlowerExecutor(timeout=0)
+    with pytest.raises(fm.FedModelError, match="start_timeout must be positive"):
+        FlowerExecutor(start_timeout=float("nan"))
+
+
+def test_import_fedmodel_does_not_import_flwr():
+    code = "import sys, json, fedmodel; print(json.dumps('flwr' in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) is False
+
+
+@procedure("flower_test_sleep", {"seconds": "1"}, {}, read_only=True)
+def _sleep_on_c1(program, seconds):
+    """A client that does not answer in time: c1 sleeps, the others reply at once."""
+    if program.name == "c1":
+        time.sleep(seconds)
+    return {}
+
+
+def test_silent_client_fails_the_run_naming_it(flower):
+    """Last in the module: c1's request is still running when the run stops (the simulation
+    ends after it)."""
+    from fedmodel.runtime.flower_executor import NodeTimeout
+    from fedmodel.runtime.program import compile_programs
+    prob, _ = _model(_parts(), constrained=False)
+    flower.start(compile_programs(prob))
+    flower.timeout = 0.5
+    start = time.monotonic()
+    try:
+        with pytest.raises(NodeTimeout, match=r"\['c1'\].*flower_test_sleep.*0.5 s"):
+            flower.map("flower_test_sleep", {c: {"seconds": 3.0} for c in ("c0", "c1", "c2")})
+    finally:
+        flower.timeout = 60
+        flower.close()
+    assert time.monotonic() - start < 3.0      # the run stopped at the timeout, not after c1
