@@ -27,8 +27,9 @@ Readings (the issue: default to the paper, expose the code's):
                 as (20) and the code); "replace": twice that; a number (or {client: number}): a
                 data-independent bound, see `glm_sensitivity_bound`. Loss scaling is the model's.
   OutP noise    outp_std="sigma": N(0, σ²) (Huang et al., default); "sigma2": std σ² (the code)
-  W             the clients' z are unconstrained as in the code; simple server constraints
-                (bounds, norm ball) and server terms h(w) enter (4a), solved by the server.
+  W             local constraints and prox-able terms of a client enter its ObjP step (`constrained`:
+                their prox after the step, the Lagrangian with multipliers from released values);
+                simple server constraints (bounds, norm ball) and server terms h(w) enter (4a).
   CV            history has both Σ_p‖w − z_p‖₁ (paper) and that divided by P (code).
 
 Privacy (per client, over the rounds run; `accounting`, docs/privacy.md): basic and advanced
@@ -56,10 +57,12 @@ from fedmodel.runtime.program import compile_programs
 from ..base import Backend
 from ..common import check_count, check_number as _number, gather_values, progress, require_star
 from ..watch import DivergenceWatch
-from .accounting import accountant_bounds, composed, composition, rounds_within
+from .accounting import composed, composition, privacy_report, rounds_within
 from .client import iadmm_step      # also registers the client procedures (dp_admm_init, _step)
-from .options import (DEFAULT_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS, RhoSchedule, as_rho_schedule,
-                      check_clip, check_sensitivity)
+from .constrained import check_clients, has_local_terms
+from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS,
+                      RhoSchedule, as_rho_schedule, check_clip, check_readings, check_sensitivity,
+                      outp_parameters)
 
 __all__ = ["DPADMM", "PAPER_DPADMM", "RHO_PRESETS", "RhoSchedule", "composition",
            "glm_sensitivity_bound", "iadmm_step"]
@@ -89,6 +92,9 @@ class DPADMM(Backend):
     before a round that would exceed it (status "budget_exhausted"). tol: stop when the primal
     ‖w − z_p‖∞ and dual ρ‖Δw‖∞ residuals are ≤ tol (0: run all rounds). log_every: history
     stride. record_noise: keep every noise draw on the clients (info["noise"], for tests).
+    Local constraints (ObjP; `constrained`): dual_step (multipliers' step η_t = dual_step/√t),
+    constraint_share (the fraction of ε̄ a round spends on releasing the constraints' values) and
+    value_clip (B: a record's term of a constraint's value, in the mean scale, clipped to [−B, B]).
     """
 
     name = "dp-admm"
@@ -100,7 +106,9 @@ class DPADMM(Backend):
                  sensitivity: Any = "clip", clip: float = DEFAULT_CLIP, outp_std: str = "sigma",
                  outp_constants: tuple[float, float] | None = None,
                  composition_delta: float | None = None, tol: float = 1e-8, log_every: int = 1,
-                 record_noise: bool = False, w0: Any = None, epsilon_total: float | None = None):
+                 record_noise: bool = False, w0: Any = None, epsilon_total: float | None = None,
+                 dual_step: float = 10.0, constraint_share: float = 0.2,
+                 value_clip: float = DEFAULT_VALUE_CLIP):
         names = {v.lower(): v for v in VARIANTS}
         if not isinstance(variant, str) or variant.lower() not in names:
             raise FedModelError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -115,19 +123,7 @@ class DPADMM(Backend):
             _number("epsilon_total", epsilon_total, 0.0, math.inf, low_closed=True)
         a, tol = _number("a", a, 0.0, math.inf), _number("tol", tol, 0.0, math.inf, low_closed=True)
         max_rounds, log_every = check_count("max_rounds", max_rounds), check_count("log_every", log_every)
-        if trust_radius not in ("paper", "code") and not callable(trust_radius):
-            raise FedModelError("trust_radius must be 'paper' (δ^t = a/t²), 'code' (δ^t = a) or a "
-                                f"callable t -> δ^t, got {trust_radius!r}")
-        if trust_norm not in ("inf", "2") or outp_std not in ("sigma", "sigma2"):
-            raise FedModelError(f"trust_norm must be 'inf' or '2' and outp_std 'sigma' or 'sigma2' "
-                                f"(got {trust_norm!r}, {outp_std!r})")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
-                                 or seed < 0):
-            raise FedModelError(f"seed must be a nonnegative integer or None, got {seed!r}")
-        if outp_constants is not None:
-            if not isinstance(outp_constants, (tuple, list)) or len(outp_constants) != 2:
-                raise FedModelError(f"outp_constants must be a pair (c1, c3), got {outp_constants!r}")
-            outp_constants = tuple(_number("outp_constants", c, 0.0, math.inf) for c in outp_constants)
+        outp_constants = check_readings(trust_radius, trust_norm, outp_std, outp_constants, seed)
         self.epsilon, self.variant, self.delta = epsilon, names[variant.lower()], delta
         # "auto": the "mnist" schedule (21), floored (ε̄ = ∞ only) at 2.2·max_p L̂_p, measured by
         # the clients at w⁰, where the linearized z-step is stable for every variant
@@ -140,6 +136,9 @@ class DPADMM(Backend):
         self.composition_delta = composition_delta if composition_delta is not None else delta
         self.tol, self.log_every = tol, log_every
         self.record_noise, self.w0 = bool(record_noise), w0
+        self.dual_step = _number("dual_step", dual_step, 0.0, math.inf)
+        self.constraint_share = _number("constraint_share", constraint_share, 0.0, 1.0)
+        self.value_clip = check_clip(value_clip)
         if w0 is not None:
             try:
                 finite = bool(np.all(np.isfinite(np.asarray(w0, dtype=float))))
@@ -178,12 +177,7 @@ class DPADMM(Backend):
         """OutP's 1/η̂^t and σ^t (spec 2.6, the code's Theorem-4 calibration of Huang et al.):
         1/η̂ = (c3 + 2(c1/I_p)√(t ln(1.25/δ̄))/ε̄)/a, σ = 2(c1/I_p)√(2 ln(1.25/δ̄))/(ε̄(ρ + 1/η̂));
         non-private: 1/η̂ = c3/a, σ = 0."""
-        c1, c3 = self.outp_constants or (records, records / 4.0)
-        if math.isinf(self.epsilon):
-            return c3 / self.a, 0.0
-        log_term = math.log(1.25 / self.delta)
-        inv_eta = (c3 + 2.0 * (c1 / records) * math.sqrt(t * log_term) / self.epsilon) / self.a
-        return inv_eta, 2.0 * (c1 / records) * math.sqrt(2.0 * log_term) / (self.epsilon * (rho + inv_eta))
+        return outp_parameters(t, rho, records, self.epsilon, self.delta, self.a, self.outp_constants)
 
     def privacy(self, rounds: int) -> dict:
         """`composition` of `rounds` rounds at (ε̄, 0) (ObjP/ObjT) or (ε̄, δ̄) (OutP), per client."""
@@ -193,13 +187,13 @@ class DPADMM(Backend):
         return composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
                         rounds * dlt, self.composition_delta)
 
-    def budget_rounds(self) -> int:
+    def budget_rounds(self, shares: tuple[float, ...] = (1.0,)) -> int:
         """The rounds a run may release: max_rounds, or fewer where they would take the PLD ε (at
-        δ = composition_delta) past `epsilon_total`."""
+        δ = composition_delta) past `epsilon_total` (`shares`: a round's releases, `_shares`)."""
         if self.epsilon_total is None:
             return self.max_rounds
         return rounds_within(self._mechanism(), self.epsilon, self.epsilon_total,
-                             self.composition_delta, self.max_rounds, self.delta)
+                             self.composition_delta, self.max_rounds, self.delta, shares)
 
     def _mechanism(self) -> str:
         return "gaussian" if self.variant == "outP" else "laplace"
@@ -212,7 +206,7 @@ class DPADMM(Backend):
             checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         require_star(problem, topology, self.name)
         self._check_model(problem)
-        ex = make_executor(executor).start(compile_programs(problem))
+        ex = make_executor(executor).start(compile_programs(problem, client_sets=True))
         try:
             return self._loop(problem, ex, ex.model_size, callback, verbose, checkpointer)
         finally:
@@ -221,14 +215,7 @@ class DPADMM(Backend):
     def _check_model(self, problem) -> None:
         if not problem.clients:
             raise FedModelError("DPADMM needs at least one client")
-        for c in problem.clients:
-            what = ("local constraints" if c.constraints else "private variables" if c.private_variables
-                    else "a nonsmooth term" if any(not t.is_smooth() for t in c.terms) else None)
-            if what:
-                raise FedModelError(
-                    f"client {c.name!r} has {what}: DP-IADMM's client step is the closed-form "
-                    "linearized step (8)/(9) of a smooth objective of the shared variables only. "
-                    "Move constraints and nonsmooth regularizers to the server, or use ProxAL")
+        check_clients(problem, self.variant)
         hard = [c.name for c in problem.server.constraints if simple_set(c) is None]
         if hard:
             raise FedModelError(f"server constraints {hard} are not simple sets: DPADMM's server "
@@ -239,7 +226,7 @@ class DPADMM(Backend):
             if missing:
                 raise FedModelError(f"sensitivity has no bound for clients {missing}")
 
-    def _init_clients(self, ex, w):
+    def _init_clients(self, ex, w, local):
         mechanism = "none" if math.isinf(self.epsilon) else self._mechanism()
         payloads = {}
         for i, c in enumerate(ex.clients):
@@ -250,7 +237,18 @@ class DPADMM(Backend):
                            "bound": bound, "clip": self.clip if self.sensitivity == "clip" else None,
                            "std": self.outp_std, "norm": self.trust_norm,
                            "seed": self.seed, "index": i, "record": float(self.record_noise)}
-        return {c: r["records"] for c, r in ex.map("dp_admm_init", payloads).items()}
+            if local:
+                payloads[c].update(share=self.constraint_share, value_clip=self.value_clip)
+        replies = ex.map("dp_admm_init", payloads)
+        releases = int(max(r["constraint_releases"] or 0 for r in replies.values()))
+        return {c: r["records"] for c, r in replies.items()}, self._shares(releases)
+
+    def _shares(self, releases: int) -> tuple[float, ...]:
+        """The fractions of ε̄ one round spends per release: the gradient's, then each of the
+        `releases` constraint values' (the most of any client; `constrained`)."""
+        if not releases:
+            return (1.0,)
+        return (1.0 - self.constraint_share,) + (self.constraint_share / releases,) * releases
 
     def _server_step(self, ex, z, lam, rho, w, server_used):
         """(4a): w = mean_p(z_p − λ_p/ρ); with server terms/sets, argmin h(w) + Pρ/2‖w − that‖²."""
@@ -269,7 +267,8 @@ class DPADMM(Backend):
                 raise FedModelError(f"w0 must be finite, a scalar or {d} numbers (the shared "
                                     f"variables, flattened); got {w0.size}")
             w[:] = w0
-        records = self._init_clients(ex, w)
+        local = any(has_local_terms(c) for c in problem.clients)
+        records, shares = self._init_clients(ex, w, local)
         rho_floor = 0.0
         if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
             curvature = ex.map("local_curvature", {c: {"z": w, "iterations": 20} for c in clients})
@@ -280,16 +279,18 @@ class DPADMM(Backend):
         history, status, t, rho, diverged = [], "max_iterations", 0, math.nan, {}
         bar = progress(self.max_rounds, verbose, "DP-ADMM")
         start = time.perf_counter()
-        watch = DivergenceWatch("DP-ADMM", hint=self._hint())
+        watch = DivergenceWatch("DP-ADMM", hint=self._hint() + (
+            "; with local constraints, check they have a common feasible point: on an infeasible "
+            "model the multipliers grow without bound" if local else ""))
         moved_norm = np.inf if self.trust_norm == "inf" or self.variant != "objT" else 2   # ‖Δz_p‖
         saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
         if saved:
             t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
             watch.smallest = dict(saved["watch"])
-        last = self.budget_rounds()         # < max_rounds: the budget ends the run
+        last = self.budget_rounds(shares)   # < max_rounds: the budget ends the run
         for t in range(t + 1, last + 1):
             rho = self.rho(t, rho_floor)                                       # (21)
-            step, w_new, z_new = self._round(ex, t, rho, w, z, lam, records, server_used)
+            step, w_new, z_new = self._round(ex, t, rho, w, z, lam, records, server_used, local)
             if watch.check(t, **{"w (server model)": w_new,
                                  "z_p (client models)": np.array(list(z_new.values()))}):
                 status = watch.report(diverged)
@@ -301,12 +302,14 @@ class DPADMM(Backend):
             dual = rho * float(np.max(np.abs(w_new - w), initial=0.0))
             cv = sum(float(np.sum(np.abs(w_new - z_new[c]))) for c in clients)
             w, z = w_new, z_new
-            done = self.tol > 0 and primal <= self.tol and dual <= self.tol
+            residual = step.get("multiplier_residual", 0.0)      # local constraints' KKT residual
+            done = self.tol > 0 and max(primal, dual, residual) <= self.tol
             if t % self.log_every == 0 or done or t == last:
                 privacy = self.privacy(t)
                 record = {"round": t, "rho": rho, "radius": step["radius"],
                           "prox": step["prox"] if self.variant == "objP" else None,
                           "step": moved, "primal_residual": primal, "dual_residual": dual,
+                          **({"constraint_residual": residual} if local else {}),
                           "consensus_violation": cv, "consensus_violation_mean": cv / len(clients),
                           "epsilon": self.epsilon, "epsilon_basic": privacy["basic"][0],
                           "epsilon_advanced": privacy["advanced"][0],
@@ -323,20 +326,24 @@ class DPADMM(Backend):
         bar.close()
         status = "budget_exhausted" if status == "max_iterations" and last < self.max_rounds else status
         rounds = t if status != "diverged" else t - 1
-        info = self._info(ex, z, lam, rho, records, t, history) | diverged   # t rounds released z
+        info = self._info(ex, z, lam, rho, records, t, history, shares) | diverged   # t rounds released z
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
         values, multipliers = gather_values(ex, problem, w)
         ex.ledger.rounds = rounds
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"rounds": rounds}, "ledger": ex.ledger, "info": info}
 
-    def _round(self, ex, t, rho, w, z, lam, records, server_used):
+    def _round(self, ex, t, rho, w, z, lam, records, server_used, local):
         """One round's (4a) and client steps, in the variant's order; returns the client step's
-        parameters, w^{t+1} and z^{t+1} (λ is updated by the caller, (4c))."""
+        parameters, w^{t+1} and z^{t+1} (λ is updated by the caller, (4c)). With `local`
+        constraints the step also takes the multipliers' step η_t = dual_step/√t, and the
+        returned parameters hold the clients' largest multiplier residual."""
         clients = ex.clients
         step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
         if self.variant == "objP":
             step["prox"] = math.sqrt(t) / self.a                               # 1/η^t, η^t = a/√t
+            if local:
+                step["dual_step"] = self.dual_step / math.sqrt(t)
         elif self.variant == "objT":
             step["radius"] = self.radius(t)                                    # δ^t
         if self.variant == "outP":          # z(w^t) → w → λ
@@ -351,6 +358,8 @@ class DPADMM(Backend):
             replies = ex.map("dp_admm_step", {c: {"w": w_new, "lam": lam[c], **step}
                                               for c in clients})                # (8) / (9)
             z_new = {c: r["z"] for c, r in replies.items()}
+            if local:
+                step["multiplier_residual"] = max(r["multiplier_residual"] or 0.0 for r in replies.values())
         return step, w_new, z_new
 
     def _hint(self) -> str:
@@ -367,22 +376,17 @@ class DPADMM(Backend):
         return {"objective": sum(r["objective"] for r in reports.values()),
                 "violation": max(r["violation"] for r in reports.values())}
 
-    def _info(self, ex, z, lam, rho, records, rounds, history) -> dict:
+    def _info(self, ex, z, lam, rho, records, rounds, history, shares) -> dict:
         logs = {c: r["log"] for c, r in ex.map("dp_admm_log", {c: {} for c in ex.clients}).items()}
         for record in history:          # the paper's average noise magnitude (1/PJK)Σ|ξ|
             i = record["round"] - 1
             drawn = [lg["noise_abs"][i] for lg in logs.values() if i < len(lg["noise_abs"])]
             record["noise_magnitude"] = float(np.mean(drawn)) if drawn else 0.0
-        privacy = self.privacy(rounds) | accountant_bounds(
-            self._mechanism(), self.epsilon, rounds, self.composition_delta, self.delta)
-        formal = math.isfinite(self.epsilon) and rounds > 0 and (
-            self.outp_std == "sigma" if self.variant == "outP"
-            else self.sensitivity == "clip" or not isinstance(self.sensitivity, str))
-        privacy.update({"per_round": (self.epsilon, self._round_delta()), "rounds": rounds,
-                        "formal": formal, "composition_delta": self.composition_delta,
-                        "epsilon_total": self.epsilon_total,
-                        "note": "per client; formal only with sensitivity='clip' or a data-independent "
-                                "bound (ObjP/ObjT) or outp_std='sigma' with valid constants (OutP)"})
+        formal = self.outp_std == "sigma" if self.variant == "outP" else \
+            self.sensitivity == "clip" or not isinstance(self.sensitivity, str)
+        privacy = self.privacy(rounds) | privacy_report(
+            self._mechanism(), self.epsilon, rounds, self.composition_delta, self._round_delta(),
+            shares, formal) | {"epsilon_total": self.epsilon_total}
         scales = {c: np.asarray(lg["scale"]) for c, lg in logs.items()}
         info = {"variant": self.variant, "privacy": privacy, "client_values": dict(z),
                 "dual_variables": dict(lam), "rho": rho, "records": records,

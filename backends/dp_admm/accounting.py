@@ -43,11 +43,15 @@ def composed(s1: float, s2: float, s3: float, sd: float, delta_prime: float) -> 
 # Δ₂ = 2(c1/I_p)/(ρ + 1/η̂)): a Gaussian mechanism with noise_multiplier σ/Δ₂ = √(2 ln(1.25/δ̄))/ε̄,
 # the same in every round. Every client takes part in every round, so no subsampling applies.
 
-def round_event(mechanism: str, epsilon: float, delta: float = 0.0) -> dp_accounting.DpEvent:
-    """One round's release at ε_t = `epsilon` (> 0, finite): "laplace" (ObjP/ObjT) or "gaussian"
-    (OutP, calibrated to (ε_t, `delta`) by the classic Gaussian mechanism)."""
+def round_event(mechanism: str, epsilon: float, delta: float = 0.0,
+                shares: tuple[float, ...] = (1.0,)) -> dp_accounting.DpEvent:
+    """One round's release at ε_t = `epsilon` (> 0, finite): "laplace" (ObjP/ObjT; with
+    `shares`, several Laplace releases at ε_t·s each, e.g. the gradient and the local constraints'
+    values, `constrained`) or "gaussian" (OutP, calibrated to (ε_t, `delta`) by the classic
+    Gaussian mechanism)."""
     if mechanism == "laplace":
-        return dp_accounting.LaplaceDpEvent(noise_multiplier=1.0 / epsilon)
+        events = [dp_accounting.LaplaceDpEvent(noise_multiplier=1.0 / (epsilon * s)) for s in shares]
+        return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
     if mechanism == "gaussian":
         return dp_accounting.GaussianDpEvent(
             noise_multiplier=math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon)
@@ -92,23 +96,38 @@ def rdp_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:
 
 
 def accountant_bounds(mechanism: str, epsilon: float, rounds: int, delta: float,
-                      round_delta: float = 0.0) -> dict[str, tuple[float, float]]:
+                      round_delta: float = 0.0,
+                      shares: tuple[float, ...] = (1.0,)) -> dict[str, tuple[float, float]]:
     """{"rdp": (ε, δ), "pld": (ε, δ)} of `rounds` rounds at ε_t = `epsilon` (OutP: calibrated to
     δ̄ = `round_delta`), ε at the total δ = `delta`; no release is (0, 0), ε̄ = ∞ is (∞, δ)."""
     if rounds == 0:
         return {"rdp": (0.0, 0.0), "pld": (0.0, 0.0)}
     if math.isinf(epsilon):
         return {"rdp": (math.inf, delta), "pld": (math.inf, delta)}
-    event = dp_accounting.SelfComposedDpEvent(round_event(mechanism, epsilon, round_delta), rounds)
+    event = dp_accounting.SelfComposedDpEvent(round_event(mechanism, epsilon, round_delta, shares),
+                                              rounds)
     return {"rdp": (rdp_epsilon(event, delta), delta), "pld": (pld_epsilon(event, delta), delta)}
 
 
+def privacy_report(mechanism: str, epsilon: float, rounds: int, delta: float, round_delta: float,
+                   shares: tuple[float, ...], formal: bool) -> dict:
+    """`info["privacy"]` less the composition bounds: the accountants' ε at `delta` (`accountant_bounds`),
+    the per-round guarantee and its `shares`, and whether it is formal (`formal`: the run's
+    sensitivity holds over all neighbours; a run with no release or ε̄ = ∞ never is)."""
+    return accountant_bounds(mechanism, epsilon, rounds, delta, round_delta, shares) | {
+        "per_round": (epsilon, round_delta), "rounds": rounds, "round_shares": shares,
+        "formal": bool(formal and math.isfinite(epsilon) and rounds > 0),
+        "composition_delta": delta,
+        "note": "per client; formal only with sensitivity='clip' or a data-independent bound "
+                "(ObjP/ObjT) or outp_std='sigma' with valid constants (OutP)"}
+
+
 def rounds_within(mechanism: str, epsilon: float, budget: float, delta: float, limit: int,
-                  round_delta: float = 0.0) -> int:
+                  round_delta: float = 0.0, shares: tuple[float, ...] = (1.0,)) -> int:
     """The most rounds T ≤ `limit` (≥ 1) at ε_t = `epsilon` (finite) whose PLD ε at `delta` is ≤
     `budget`. ε(T) grows smoothly with T, so the bracket low ≤ T < high shrinks by regula falsi
     with the Illinois safeguard: a few PLD evaluations where bisection takes log2(limit)."""
-    one = round_event(mechanism, epsilon, round_delta)
+    one = round_event(mechanism, epsilon, round_delta, shares)
 
     def spent(rounds: int) -> float:
         return pld_epsilon(dp_accounting.SelfComposedDpEvent(one, rounds), delta)

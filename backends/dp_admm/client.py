@@ -23,6 +23,7 @@ from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.privacy import (NoiseLog, clipped_record_gradients, gaussian_noise,
                                       laplace_noise, node_generator, record_count,
                                       record_sensitivity)
+from .constrained import LocalConstraints
 
 
 def iadmm_step(z, grad, w, lam, rho, prox=0.0, radius=None, norm="inf") -> np.ndarray:
@@ -42,10 +43,11 @@ def iadmm_step(z, grad, w, lam, rho, prox=0.0, radius=None, norm="inf") -> np.nd
 class Identity:
     """No perturbation: the step is exactly IADMM (ε̄ = ∞)."""
 
-    def objective(self, program, state, z, grad):
-        """The linear term of H^t (5b) the step uses: the client's gradient f'_p(z_p^t), perturbed
-        or not."""
-        return grad
+    def objective(self, program, state, z, grad, constraints=None):
+        """The linear term of H^t (5b) the step uses: the client's gradient f'_p(z_p^t), plus the
+        constraints' part Σ_j μ_j ∇c_j of the Lagrangian's gradient (`constraints`: that vector
+        and its L1 sensitivity; `constrained.LocalConstraints`), perturbed or not."""
+        return grad if constraints is None else grad + constraints[0]
 
     def output(self, state, z, sigma):
         """The z_p^{t+1} the client keeps and sends: the step's result, perturbed or not."""
@@ -71,7 +73,7 @@ class LaplaceObjective(Identity):
     sensitivity: Any = "paper"           # "paper" | "replace" | "clip" | a fixed bound Δ̄
     record_bound: float | None = None    # "clip": each record's term to L1 norm ≤ C/I_p
 
-    def objective(self, program, state, z, grad):
+    def objective(self, program, state, z, grad, constraints=None):
         if self.sensitivity == "clip":
             grad = clipped_record_gradients(program, z, grad, self.record_bound)
             bound = 2.0 * self.record_bound              # Δ̄ = 2C/I_p over all of D̂_p
@@ -79,6 +81,8 @@ class LaplaceObjective(Identity):
             bound = record_sensitivity(program, z) * (2.0 if self.sensitivity == "replace" else 1.0)
         else:
             bound = float(self.sensitivity)
+        if constraints is not None:          # Σ_j μ_j ∇c_j, clipped: one release of the sum
+            grad, bound = grad + constraints[0], bound + constraints[1]
         xi = laplace_noise(state["rng"], bound, self.epsilon, grad.shape)         # (11a)
         state["log"].add(bound, xi)
         return grad + xi
@@ -100,25 +104,48 @@ class GaussianOutput(Identity):
 
 @procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
                             "bound": "1", "clip": "1", "std": "str", "norm": "str", "seed": "1",
-                            "index": "1", "record": "1"}, {"records": "1"})
+                            "index": "1", "record": "1", "share": "1", "value_clip": "1"},
+           {"records": "1", "constraint_releases": "1"})
 def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, clip=None,
-                 std="sigma", norm="inf", seed=None, index=0, record=0.0):
+                 std="sigma", norm="inf", seed=None, index=0, record=0.0, share=0.0, value_clip=1.0):
     """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
     own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
     OS entropy on the client, so that no one else can replay — and subtract — its noise.
-    sensitivity="clip" takes the clip norm C in `clip` (the record bound is C/I_p)."""
+    sensitivity="clip" takes the clip norm C in `clip` (the record bound is C/I_p). Local
+    constraints and prox-able terms (`constrained.LocalConstraints`): the J constraints that read
+    the client's data get the fraction `share` of ε̄ (ε̄·share/J each), the gradient the rest;
+    the reply's `constraint_releases` is J (None without local constraints or terms)."""
     rng, records = node_generator(seed, index), record_count(program)
+    local = _local_constraints(program, mechanism, epsilon, sensitivity, clip, share, value_clip)
+    releases = 0 if local is None else sum(local.reads_data) if local.private else 0
+    epsilon = float(epsilon) * (1.0 - share if releases else 1.0)
     if mechanism == "laplace":
         record_bound = None if clip is None else float(clip) / records
-        layer = LaplaceObjective(float(epsilon), sensitivity if bound is None else float(bound),
+        layer = LaplaceObjective(epsilon, sensitivity if bound is None else float(bound),
                                  record_bound)
         if bound is None:
             _refuse_unknown_records(program, np.asarray(z0, float), sensitivity)
     else:
         layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()
     program.state["dp_admm"] = {"z": np.array(z0, float), "rng": rng, "layer": layer, "norm": norm,
-                                "log": NoiseLog(keep=bool(record))}
-    return {"records": float(records)}
+                                "log": NoiseLog(keep=bool(record)), "local": local}
+    return {"records": float(records), "constraint_releases": None if local is None else float(releases)}
+
+
+def _local_constraints(program, mechanism, epsilon, sensitivity, clip, share, value_clip):
+    """The client's `LocalConstraints`, or None when it has neither constraints nor prox-able
+    terms. A private client whose constraints read its data needs sensitivity="clip"."""
+    local = LocalConstraints(program)
+    if not local.active:
+        return None
+    releases = sum(local.reads_data)
+    if mechanism != "none" and releases:
+        if sensitivity != "clip":
+            raise FedModelError(
+                f"client {program.name!r} has constraints that read its data: a private run releases "
+                f"them with per-record clipping, so it needs sensitivity='clip' (got {sensitivity!r})")
+        local.privatize(float(clip), float(value_clip), float(epsilon) * share / releases)
+    return local
 
 
 def _refuse_unknown_records(program, z0: np.ndarray, sensitivity: str) -> None:
@@ -132,16 +159,26 @@ def _refuse_unknown_records(program, z0: np.ndarray, sensitivity: str) -> None:
 
 
 @procedure("dp_admm_step", {"w": "x", "lam": "x", "rho": "1", "prox": "1", "radius": "1",
-                            "sigma": "1"}, {"z": "x"})
-def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0):
-    """Line 5 of Algorithms 1–2: (8) or (9); for OutP (5a) plus output noise."""
+                            "sigma": "1", "dual_step": "1"}, {"z": "x", "multiplier_residual": "1"})
+def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0, dual_step=None):
+    """Line 5 of Algorithms 1–2: (8) or (9); for OutP (5a) plus output noise. With local
+    constraints (ObjP): the Lagrangian's gradient, the prox of the local sets and terms after the
+    step, then the multipliers' update with step `dual_step` (`constrained`)."""
     s = program.state["dp_admm"]
-    z, layer = s["z"], s["layer"]
-    g = program.merit(z)["grad"]                                   # f'_p(z_p^t; D_p), (37)
-    g = layer.objective(program, s, z, g)                          # f'_p + ξ̃_p^t: G^t (10)
+    z, layer, local = s["z"], s["layer"], s["local"]
+    if local is None:
+        g, constraints = program.merit(z)["grad"], None            # f'_p(z_p^t; D_p), (37)
+    else:
+        g, extra, bound = local.gradient(z)
+        constraints = (extra, bound)
+    g = layer.objective(program, s, z, g, constraints)             # f'_p + ξ̃_p^t: G^t (10)
     z_new = iadmm_step(z, g, w, lam, rho, prox, radius, s["norm"])  # (8)/(9) ≡ (5)/(6) at ξ̃
+    residual = None
+    if local is not None:
+        z_new = local.project(z_new, 1.0 / (rho + prox))
+        residual = local.update_multipliers(z_new, dual_step, s["rng"])
     s["z"] = layer.output(s, z_new, sigma)                         # OutP only
-    return {"z": s["z"]}
+    return {"z": s["z"], "multiplier_residual": residual}
 
 
 @procedure("dp_admm_log", {}, {"log": "opaque"}, local=True, read_only=True)

@@ -7,7 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from fedmodel.errors import FedModelError
+from ..common import check_number
 
 VARIANTS = ("objT", "objP", "outP")
 
@@ -46,6 +49,24 @@ PAPER_DPADMM = dict(variant="objT", rho_schedule="mnist", a=1.0, max_rounds=2000
 # features scaled to ‖a‖₁ ≤ 1 it clips little or nothing; on larger features it trades the bias
 # of clipping for noise of scale 2C/(I_p ε̄) — tune C near the records' typical gradient norm.
 DEFAULT_CLIP = 1.0
+# The value clip B of a private run's local constraints that read data (`constrained`): each
+# record's term of c_j's value, in the mean scale (its loss ℓ_i when c_j = mean_i ℓ_i − r), is
+# clipped to [−B, B], so a released value moves by at most 2B/I_j. Clipping makes the constraint
+# look less violated than it is (a logistic loss above 5 is a margin below −5), so B errs large.
+DEFAULT_VALUE_CLIP = 5.0
+
+
+def outp_parameters(t: int, rho: float, records: float, epsilon: float, delta: float, a: float,
+                    constants: tuple[float, float] | None) -> tuple[float, float]:
+    """OutP's 1/η̂^t and σ^t (spec 2.6, the code's Theorem-4 calibration of Huang et al.):
+    1/η̂ = (c3 + 2(c1/I_p)√(t ln(1.25/δ̄))/ε̄)/a, σ = 2(c1/I_p)√(2 ln(1.25/δ̄))/(ε̄(ρ + 1/η̂));
+    non-private: 1/η̂ = c3/a, σ = 0. (c1, c3) = `constants`, default (I_p, I_p/4) as the code."""
+    c1, c3 = constants or (records, records / 4.0)
+    if math.isinf(epsilon):
+        return c3 / a, 0.0
+    log_term = math.log(1.25 / delta)
+    inv_eta = (c3 + 2.0 * (c1 / records) * math.sqrt(t * log_term) / epsilon) / a
+    return inv_eta, 2.0 * (c1 / records) * math.sqrt(2.0 * log_term) / (epsilon * (rho + inv_eta))
 
 
 def as_rho_schedule(value) -> Callable[[int, float], float]:
@@ -77,6 +98,24 @@ def check_sensitivity(value):
     if not all(isinstance(b, (int, float)) and 0 <= b < math.inf for b in bounds):
         raise FedModelError(f"a sensitivity bound must be a finite nonnegative number, got {value!r}")
     return dict(value) if isinstance(value, dict) else float(value)
+
+
+def check_readings(trust_radius, trust_norm: str, outp_std: str, outp_constants, seed):
+    """The readings' options and the seed checked; returns `outp_constants` as floats (or None)."""
+    if trust_radius not in ("paper", "code") and not callable(trust_radius):
+        raise FedModelError("trust_radius must be 'paper' (δ^t = a/t²), 'code' (δ^t = a) or a "
+                            f"callable t -> δ^t, got {trust_radius!r}")
+    if trust_norm not in ("inf", "2") or outp_std not in ("sigma", "sigma2"):
+        raise FedModelError(f"trust_norm must be 'inf' or '2' and outp_std 'sigma' or 'sigma2' "
+                            f"(got {trust_norm!r}, {outp_std!r})")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                             or seed < 0):
+        raise FedModelError(f"seed must be a nonnegative integer or None, got {seed!r}")
+    if outp_constants is None:
+        return None
+    if not isinstance(outp_constants, (tuple, list)) or len(outp_constants) != 2:
+        raise FedModelError(f"outp_constants must be a pair (c1, c3), got {outp_constants!r}")
+    return tuple(check_number("outp_constants", c, 0.0, math.inf) for c in outp_constants)
 
 
 def check_clip(value) -> float:

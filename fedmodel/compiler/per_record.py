@@ -15,11 +15,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..atoms import (Add, BroadcastTo, LogSumExp, MatMul, Maximum, Multiply, Neg, Norm1, Reshape,
+from ..atoms import (Add, BroadcastTo, LogSumExp, MatMul, Maximum, Mean, Multiply, Neg, Norm1, Reshape,
                      Sum, SumSquares)
 from ..atoms.elementwise import Elementwise
 from ..errors import FedModelError
-from ..expression import Data, Expression, Leaf, Variable
+from ..atoms.arithmetic import multiply
+from ..expression import Constant, Data, Expression, Leaf, Variable
 from .codegen import Plan
 from .differentiate import grad as derive
 
@@ -71,7 +72,8 @@ class RecordGradients:
 
         reduced = substitute(objective)
         records = {p.rows.uid: p.rows.shape[0] for p in products.values()}
-        kind = _separable(reduced, records, {})
+        kinds: dict[int, str | None] = {}
+        kind = _separable(reduced, records, kinds)
         direct = [v.name for v in shared
                   if any(isinstance(leaf, Data) for leaf in derive(reduced, v).leaves())]
         if kind not in (_TOTAL, _FREE, _CONST) or direct:
@@ -86,6 +88,9 @@ class RecordGradients:
         self._adjoint = Plan([derive(reduced, p.rows) for p in self.products],
                              shared + [p.rows for p in self.products]) if products else None
         self._row_l1 = [np.sum(np.abs(p.data.value), axis=1) for p in self.products]
+        self._objective, self._reduced, self._kinds, self._where = objective, reduced, kinds, where
+        self._shared_vars = list(shared)
+        self._values: tuple | None = None     # `record_values`' plan and terms, compiled on first use
 
     def _terms(self, parts: list[np.ndarray]) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
         """The adjoints u = ∂f/∂S (one per product, of S's shape) and, per record count m, the
@@ -127,6 +132,82 @@ class RecordGradients:
             # Σ_i a_i ⊗ (s_i − 1)·u_i over this product's records
             correction[k] = correction[k] + product.data.value.T @ (factor * u)
         return correction
+
+
+    def record_values(self, parts: list[np.ndarray]) -> np.ndarray:
+        """Record i's term of the objective's value at `parts`, for every record i (a vector
+        whose sum is the objective less its record-free part). Needs a scalar objective whose
+        records are those of one row count; raises `NotRecordSeparable` otherwise."""
+        plan, terms = self._value_terms()
+        if not terms:
+            return np.zeros(0)
+        outputs = plan(*parts, *self._forward(*parts))
+        total = 0.0
+        for k, (scale, op) in enumerate(terms):
+            rows = op(np.asarray(outputs[2 * k + 1], float))
+            total = total + float(outputs[2 * k]) * rows.reshape(rows.shape[0], -1).sum(axis=1)
+        return total
+
+    def clipped_value(self, parts: list[np.ndarray], bound: float) -> float:
+        """The objective's value with every record's term clipped to [−bound, bound]: replacing
+        one record then moves it by at most 2·bound, whatever the records (the record-free part
+        is kept as it is)."""
+        plan, _ = self._value_terms()
+        value = float(plan(*parts, *(self._forward(*parts) if self.products else []))[-1])
+        terms = self.record_values(parts)
+        return value - float(np.sum(terms)) + float(np.sum(np.clip(terms, -bound, bound)))
+
+    def _value_terms(self) -> tuple[Plan, list]:
+        """A plan of (scale_k, X_k) pairs and the objective, with record i's term of the value
+        Σ_k scale_k · Σ_j op_k(X_k)[i, j] (X_k a row-wise node: its row i reads record i only)."""
+        if self._values is None:
+            if len({p.rows.shape[0] for p in self.products}) > 1 or self._objective.size != 1:
+                raise NotRecordSeparable(
+                    f"per-record values of {self._where!r} need a scalar function of records of one "
+                    "row count")
+            terms = _value_terms(self._reduced, self._kinds, Constant(1.0), self._where)
+            outputs = [x for scale, node, _ in terms for x in (scale, node)] + [self._reduced]
+            inputs = self._shared_vars + [p.rows for p in self.products]
+            self._values = (Plan(outputs, inputs), [(scale, op) for scale, _, op in terms])
+        return self._values
+
+
+def _value_terms(node: Expression, kinds: dict, scale: Expression, where: str) -> list:
+    """(scale, X, op) triples of a record-separable ("total") node summed to a scalar: its record
+    i's term is Σ_k scale_k · Σ_j op_k(X_k)[i, j]. Linear maps of totals pass their factor down;
+    sums over rows with axis 0 are vectors that a sum or mean over all entries reduces above."""
+    kind = kinds[id(node)]
+    if kind in (_FREE, _CONST):
+        return []
+    args = node.args
+    arg_kinds = [kinds[id(a)] for a in args]
+    if kind == _TOTAL and _TOTAL in arg_kinds:
+        if isinstance(node, Add):
+            return [t for a in args for t in _value_terms(a, kinds, scale, where)]
+        if isinstance(node, Neg):
+            return _value_terms(args[0], kinds, multiply(-1.0, scale), where)
+        if isinstance(node, Mean) and node.axis is None:
+            return _value_terms(args[0], kinds, multiply(1.0 / node.count, scale), where)
+        if (isinstance(node, Sum) and node.axis is None) or isinstance(node, Reshape) or \
+                (isinstance(node, BroadcastTo) and node.size == 1):
+            return _value_terms(args[0], kinds, scale, where)
+        if isinstance(node, Multiply) and all(a.size == 1 for a in args):
+            factor, total = (args[0], args[1]) if arg_kinds[1] == _TOTAL else (args[1], args[0])
+            return _value_terms(total, kinds, multiply(factor, scale), where)
+    elif kind == _TOTAL and arg_kinds[0] == _ROWS:
+        x = args[0]
+        if isinstance(node, Sum) and node.axis in (None, 0):     # axis 0: summed further up
+            factor = multiply(1.0 / node.count, scale) if isinstance(node, Mean) else scale
+            return [(factor, x, _identity)]
+        if isinstance(node, SumSquares):
+            return [(scale, x, np.square)]
+        if isinstance(node, Norm1):
+            return [(scale, x, np.abs)]
+    raise NotRecordSeparable(f"per-record values of {where!r}: cannot split {node} by records")
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
 
 
 def record_count(objective: Expression) -> int:

@@ -19,14 +19,15 @@ from ..errors import FedModelError
 _RECORD_GRADIENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _record_gradients(program) -> RecordGradients:
-    """The per-record gradients of the node's objective (compiled on the first call and kept for
-    the program); raises `NotRecordSeparable` when they are not known."""
-    records = _RECORD_GRADIENTS.get(program)
-    if records is None:
-        records = _RECORD_GRADIENTS[program] = RecordGradients(
-            program.merit_ir.objective, program.shared.variables, program.name)
-    return records
+def _record_gradients(program, of=None) -> RecordGradients:
+    """The per-record gradients of `of` (an expression of the node's shared variables; default:
+    the node's objective), compiled on the first call and kept for the program; raises
+    `NotRecordSeparable` when they are not known."""
+    function = program.merit_ir.objective if of is None else of
+    kept = _RECORD_GRADIENTS.setdefault(program, {})
+    if id(function) not in kept:
+        kept[id(function)] = (function, RecordGradients(function, program.shared.variables, program.name))
+    return kept[id(function)][1]
 
 
 def record_sensitivity(program, z: np.ndarray) -> float:
@@ -36,19 +37,28 @@ def record_sensitivity(program, z: np.ndarray) -> float:
     return _record_gradients(program).max_l1(program.shared.unpack(z))
 
 
-def clipped_record_gradients(program, z: np.ndarray, grad: np.ndarray, bound: float) -> np.ndarray:
-    """`grad` (the node's gradient at the shared point z, flat) with each record's term of the
-    objective's gradient clipped to L1 norm ≤ `bound` (scaled by min(1, bound/‖term‖₁), as
+def clipped_record_gradients(program, z: np.ndarray, grad: np.ndarray, bound: float,
+                             of=None) -> np.ndarray:
+    """`grad` (the gradient of `of`, default the node's objective, at the shared point z, flat)
+    with each record's term clipped to L1 norm ≤ `bound` (scaled by min(1, bound/‖term‖₁), as
     DP-SGD clips): replacing one record then moves the result by at most 2·bound in L1, whatever
     the records. `grad` itself when no term exceeds the bound. Raises `NotRecordSeparable` as
     `record_sensitivity` does."""
-    correction = _record_gradients(program).clipping_correction(program.shared.unpack(z), bound)
+    correction = _record_gradients(program, of).clipping_correction(program.shared.unpack(z), bound)
     return grad if correction is None else grad + program.shared.pack(correction)
 
 
-def record_count(program) -> int:
-    """The number of records of the node's objective (the most rows of a data item it reads)."""
-    return _record_count(program.merit_ir.objective)
+def clipped_record_value(program, z: np.ndarray, bound: float, of) -> float:
+    """The value of the scalar `of` at the shared point z (flat) with each record's term clipped to
+    [−bound, bound]: replacing one record moves it by at most 2·bound. Raises `NotRecordSeparable`
+    when `of` is not a scalar sum of per-record terms."""
+    return _record_gradients(program, of).clipped_value(program.shared.unpack(z), bound)
+
+
+def record_count(program, of=None) -> int:
+    """The number of records of `of` (default: the node's objective): the most rows of a data item
+    it reads (1 if none)."""
+    return _record_count(program.merit_ir.objective if of is None else of)
 
 
 def node_generator(seed: int | None, index: int) -> np.random.Generator:

@@ -1,0 +1,157 @@
+"""A client's local constraints in DP-IADMM's private step (ObjP), on the client.
+
+Ryu & Kim's clients are unconstrained. With local constraints the ObjP step (8) becomes
+
+    z_p^{t+1} = argmin_{z ∈ S_p} <g̃, z> + ρ/2‖w − z + λ_p/ρ‖² + (1/2η)‖z − z_p^t‖² + h_p(z)
+              = prox_{h_p + ι_{S_p}, 1/(ρ + 1/η)}( the unconstrained step (8) ),
+
+exact because the quadratic is isotropic: simple sets S_p (bounds, norm balls) are projections and
+prox-able terms h_p (λ‖z‖₁) their prox — post-processing of the private step, free of privacy
+cost. Every other constraint c_j(z) ≤ 0 (or = 0) enters through the Lagrangian: the step's linear
+term is g̃ = ∇f_p(z^t) + Σ_j μ_j ∇c_j(z^t) + ξ̃, and after the step the client updates
+μ_j ← [μ_j + η_t ĉ_j(z^{t+1})]₊ (a projected dual ascent step, η_t = `dual_step`·a/√t like the
+primal step η^t = a/√t) from a released value ĉ_j.
+
+Privacy (per round ε̄ = ε_g + J·ε_c, J the client's constraints that read its data):
+- ξ̃ is Laplace(Δ̄/ε_g) with Δ̄ = 2C/I_f + Σ_j μ_j·2C/I_j: every record's term of ∇f_p is clipped
+  to L1 norm C/I_f and of ∇c_j to C/I_j (sensitivity="clip"), and replacing one record moves each
+  function's clipped gradient by at most twice its bound (a sum over the functions, valid however
+  records are shared between them). μ_j is a post-processing of earlier releases, so Δ̄ may use it.
+- ĉ_j = c̃_j(z^{t+1}) + Laplace(2B/(I_j ε_c)), c̃_j with every record's term of the value clipped to
+  [−B/I_j, B/I_j] (B = `value_clip`): the multipliers are computed from released values only, so
+  z (which depends on them) stays a post-processing of the per-round releases.
+Constraints that read no data are used exactly (no noise). `accounting` composes the round's
+releases as one Laplace event at ε_g and J at ε_c.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fedmodel.compiler.codegen import Plan
+from fedmodel.compiler.differentiate import grad as derive
+from fedmodel.compiler.per_record import NotRecordSeparable
+from fedmodel.constraints import Equality
+from fedmodel.errors import FedModelError
+from fedmodel.expression import Data
+from fedmodel.runtime.privacy import (NoiseLog, clipped_record_gradients, clipped_record_value,
+                                      laplace_noise, record_count)
+
+
+def has_local_terms(client) -> bool:
+    """True when `client` (a block of the problem) has constraints or nonsmooth terms."""
+    return bool(client.constraints) or not all(t.is_smooth() for t in client.terms)
+
+
+def check_clients(problem, variant: str) -> None:
+    """Refuse clients whose step DP-IADMM cannot take: private variables, or local constraints and
+    nonsmooth terms outside ObjP (whose isotropic step makes them a prox; ObjT's trust region
+    and OutP's output noise do not)."""
+    for c in problem.clients:
+        if c.private_variables or (has_local_terms(c) and variant != "objP"):
+            what = "private variables" if c.private_variables else "local constraints or a nonsmooth term"
+            raise FedModelError(
+                f"client {c.name!r} has {what}: DP-IADMM's client step is over the shared variables "
+                f"only, and takes local constraints and prox-able terms in the ObjP step "
+                f"(variant='objP', the default), not in {variant}")
+
+
+class LocalConstraints:
+    """The Lagrangian gradient, the prox of the local sets and terms, and the multiplier update of
+    one client (see the module docstring); exact until `privatize`."""
+
+    def __init__(self, program):
+        merit = program.merit_ir
+        self.program, self.private = program, False
+        self.clip = self.value_clip = self.epsilon_c = None
+        self.constraints = list(program.constraints)
+        self.multipliers = [merit.multipliers[c.name] for c in self.constraints]
+        self.reads_data = [any(isinstance(leaf, Data) for leaf in c.expr.leaves()) for c in self.constraints]
+        shared = program.shared.variables
+        outputs = [derive(merit.objective, v) for v in shared]
+        for c, mu in zip(self.constraints, self.multipliers):
+            if c.expr.ndim > 1:
+                raise FedModelError(f"client {program.name!r}: DPADMM handles scalar and vector "
+                                    f"constraints; {c.name!r} has shape {c.expr.shape}")
+            # a vector constraint's Lagrangian term μ_jᵀc_j (μ_j read from the parameter)
+            term = c.expr if c.expr.shape == () else mu @ c.expr
+            outputs += [derive(term, v) for v in shared]
+        self._gradients = Plan(outputs, shared)
+        self._values = Plan([c.expr for c in self.constraints], shared) if self.constraints else None
+        self.records = [record_count(program, c.expr) for c in self.constraints]
+        self.value_log = NoiseLog()
+
+    def privatize(self, clip: float, value_clip: float, epsilon_c: float) -> None:
+        """Release with noise from now on: records' gradient terms clipped to C/I (C = `clip`),
+        their value terms to B/I (B = `value_clip`), ε_c = `epsilon_c` per constraint value.
+        Data-dependent constraints must be scalar sums of per-record terms (FedModelError)."""
+        self.private, self.clip, self.value_clip, self.epsilon_c = True, clip, value_clip, epsilon_c
+        z = np.zeros(self.program.n_shared)
+        for c, data in zip(self.constraints, self.reads_data):
+            if not data:
+                continue
+            try:
+                if c.expr.shape != ():
+                    raise NotRecordSeparable(f"it has shape {c.expr.shape}")
+                clipped_record_value(self.program, z, 1.0, of=c.expr)
+                clipped_record_gradients(self.program, z, np.zeros_like(z), 1.0, of=c.expr)
+            except NotRecordSeparable as error:
+                raise FedModelError(
+                    f"client {self.program.name!r}: constraint {c.name!r} reads the client's data, so a "
+                    f"private run releases its value and gradient with per-record clipping, which needs "
+                    f"a scalar constraint whose records enter as rows of `data @ w` ({error})") from None
+
+    @property
+    def active(self) -> bool:
+        """True when the client has constraints or prox-able terms to handle."""
+        return bool(self.constraints or self.program.merit_ir.prox_terms)
+
+    def gradient(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(∇f_p(z), Σ_j μ_j ∇c_j(z), the latter's L1 sensitivity): once private, every record's
+        term of ∇c_j clipped to C/I_j and the sensitivity Σ_j μ_j·2C/I_j."""
+        program, d = self.program, self.program.n_shared
+        flat = [program.shared.pack(list(part)) if len(part) else np.zeros(d) for part in
+                _chunks(self._gradients(*program.shared.unpack(z)), len(program.shared.variables))]
+        grad_f, extra, bound = flat[0], np.zeros(d), 0.0      # ∇f_p: clipped by the DP layer
+        for c, mu, data, records, g in zip(self.constraints, self.multipliers, self.reads_data,
+                                           self.records, flat[1:]):
+            weight = float(mu.value) if c.expr.shape == () else 1.0   # vectors: μ_j is in g
+            if not np.any(mu.value):
+                continue
+            if self.private and data:
+                g = clipped_record_gradients(program, z, g, self.clip / records, of=c.expr)
+                bound += weight * 2.0 * self.clip / records
+            extra = extra + weight * g
+        return grad_f, extra, bound
+
+    def project(self, z: np.ndarray, step: float) -> np.ndarray:
+        """prox of the client's prox-able terms and projection onto its simple sets, with step
+        1/(ρ + 1/η)."""
+        return self.program.apply_prox(z, step) if self.program.merit_ir.prox_terms else z
+
+    def update_multipliers(self, z: np.ndarray, step: float, rng) -> float:
+        """μ_j ← [μ_j + step·ĉ_j(z)]₊ (= 0: no clamp) from released values ĉ_j; returns
+        max_j |Δμ_j|/step, the projected dual gradient (0 at a KKT point's multipliers)."""
+        if not self.constraints:
+            return 0.0
+        exact = self._values(*self.program.shared.unpack(z))
+        residual = 0.0
+        for c, mu, data, records, value in zip(self.constraints, self.multipliers, self.reads_data,
+                                               self.records, exact):
+            value = np.asarray(value, float)
+            if self.private and data:
+                bound = self.value_clip / records
+                value = np.asarray(clipped_record_value(self.program, z, bound, of=c.expr))
+                noise = laplace_noise(rng, 2.0 * bound, self.epsilon_c, value.shape)
+                self.value_log.add(2.0 * bound, noise)
+                value = value + noise
+            new = mu.value + step * value
+            if not isinstance(c, Equality):
+                new = np.maximum(new, 0.0)
+            residual = max(residual, float(np.max(np.abs(new - mu.value), initial=0.0)) / step)
+            mu.value = new
+        return residual
+
+
+def _chunks(values: list, size: int) -> list[list]:
+    """`values` cut into consecutive lists of `size`."""
+    return [values[i:i + size] for i in range(0, len(values), size)]
