@@ -106,17 +106,24 @@ def test_group_of_ragged_clients_agrees_with_each_clients_plan():
 
 
 def test_padding_that_could_change_a_result_is_refused():
-    """x[-1] along the ragged axis is another row for each client: refused, not padded."""
+    """A data vector of length 1 for one client (numpy broadcasts it over the rows) and of
+    length m for another: zero-padding would not broadcast it, so the group is refused."""
     rng = np.random.default_rng(2)
     plans = []
-    for m in (3, 4):
+    for m, k in ((4, 4), (5, 1)):
         w = fm.Variable(2, name="w")
-        plans.append(Plan([fm.exp((rng.standard_normal((m, 2)) @ w)[-1])], [w]))
-    with pytest.raises(fm.FedModelError, match="indexes along an axis"):
+        plans.append(Plan([fm.sum(fm.exp(rng.standard_normal((m, 2)) @ w + rng.standard_normal(k)))], [w]))
+    with pytest.raises(fm.FedModelError, match="broadcasts an axis of length 1"):
         JaxGroupPlan(plans)
-    # equal shapes: the same index is fine
+    # plans of different structures are refused too
     w = fm.Variable(2, name="w")
-    same = [Plan([fm.exp((rng.standard_normal((3, 2)) @ w)[-1])], [w]) for _ in range(2)]
+    with pytest.raises(fm.FedModelError, match="one structure"):
+        JaxGroupPlan([Plan([fm.sum(fm.exp(w))], [w]), Plan([fm.sum(fm.square(w))], [w])])
+    # ragged rows with the same index (normalized keys are equal): padded, same numbers
+    same = []
+    for m in (3, 6):
+        w = fm.Variable(2, name="w")
+        same.append(Plan([fm.exp((rng.standard_normal((m, 2)) @ w)[1]) + fm.sum((rng.standard_normal((m, 2)) @ w)[:2])], [w]))
     V = rng.standard_normal((2, 2))
     out = JaxGroupPlan(same)(V)
     for i, plan in enumerate(same):

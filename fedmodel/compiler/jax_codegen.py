@@ -234,7 +234,9 @@ class _Layout:
 
 
 def _check_paddable(plans: Sequence[Plan], layout: _Layout, K: dict) -> None:
-    """Refuse steps whose padded evaluation could differ from the per-client one."""
+    """Refuse steps whose padded evaluation could differ from the per-client one. (Index keys
+    are normalized — nonnegative, resolved slices — and equal within a structure, so an index
+    selects the same entries of the padded value.)"""
     A = K["A"]
     for j, (fn, args, out) in enumerate(plans[0].steps):
         node = fn.__self__
@@ -245,12 +247,6 @@ def _check_paddable(plans: Sequence[Plan], layout: _Layout, K: dict) -> None:
         if isinstance(node, (A.Reshape, K["IndexAdjoint"])) and ragged_args:
             raise FedModelError(f"{name} reshapes or scatters a value whose shape differs between "
                                 "clients; it cannot run padded")
-        if isinstance(node, K["Index"]):
-            key = node.key
-            for axis in layout.ragged.get(args[0], ()):
-                if axis < len(key) and not (isinstance(key[axis], slice) and key[axis] == slice(None)):
-                    raise FedModelError(f"{name} indexes along an axis whose length differs "
-                                        "between clients; it cannot run padded")
         if isinstance(node, (A.Add, A.Multiply, A.Maximum, A.GreaterEqual)):
             out_shapes = layout.shapes[out]
             for a in args:
@@ -261,6 +257,22 @@ def _check_paddable(plans: Sequence[Plan], layout: _Layout, K: dict) -> None:
                         if size != out_shape[lead + k] and any(c != 1 for c in column):
                             raise FedModelError(f"{name} broadcasts an axis of length 1 for some "
                                                 "clients only; it cannot run padded")
+
+
+def _structure(plan: Plan) -> tuple:
+    """The steps of a plan and their atoms' parameters (axes, exponents, index keys, target
+    shapes), without the data: plans of one structure lower to one function."""
+    steps = tuple((type(fn.__self__), fn.__self__.params(), args, out) for fn, args, out in plan.steps)
+    return (steps, tuple(s for s, _ in plan.params), tuple(sorted(plan.constant_slots)),
+            tuple(plan.out_slots), tuple(v.shape for v in plan.inputs))
+
+
+def _is_transpose(a: Any, b: Any) -> bool:
+    """`a` is `b.T` (a folded transpose viewing the same memory): lowered as `b.T`, so the data
+    is held once on the device."""
+    a, b = np.asarray(a), np.asarray(b)     # (the view is the one that is not C-ordered)
+    return a.ndim == 2 and not a.flags.c_contiguous and b.ndim == 2 and a.shape == b.shape[::-1] and a.strides == b.strides[::-1] \
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
 def _pad(value: Any, shape: tuple) -> np.ndarray:
@@ -278,7 +290,8 @@ class _Lowered:
     """The per-client function of a plan's steps, in jax.numpy, with the slot roles of a group:
     fn(inputs, params, batched_consts, common_consts, sizes, counts) -> outputs."""
 
-    def __init__(self, plans: Sequence[Plan], layout: _Layout | None, common: set[int]):
+    def __init__(self, plans: Sequence[Plan], layout: _Layout | None, common: set[int],
+                 transposed: dict[int, int] | None = None):
         _, jnp = jax_modules()
         K = _atom_kinds()
         first = plans[0]
@@ -286,8 +299,9 @@ class _Lowered:
         self.n_inputs = len(first.inputs)
         self.param_slots = [slot for slot, _ in first.params]
         consts = sorted(first.constant_slots)
+        self.transposed = dict(transposed or {})    # slot -> the slot it is the transpose of
         self.common_slots = [s for s in consts if s in common]
-        self.batched_slots = [s for s in consts if s not in common]
+        self.batched_slots = [s for s in consts if s not in common and s not in self.transposed]
         self.ragged_slots = sorted(layout.ragged) if layout is not None else []
         self.mean_steps: list[int] = []        # steps whose count differs between clients
         steps = []
@@ -309,6 +323,8 @@ class _Lowered:
         vals.update(zip(self.param_slots, params))
         vals.update(zip(self.batched_slots, batched))
         vals.update(zip(self.common_slots, common))
+        for slot, source in self.transposed.items():     # a folded Xᵀ: the same device array
+            vals[slot] = vals[source].T
         size_of = dict(zip(self.ragged_slots, sizes))
         count_of = dict(zip(self.mean_steps, counts))
         masks: dict[int, Any] = {}
@@ -393,6 +409,9 @@ class JaxGroupPlan:
         if not plans:
             raise FedModelError("JaxGroupPlan needs at least one plan")
         first = plans[0]
+        if len({_structure(p) for p in plans}) > 1:
+            raise FedModelError("JaxGroupPlan needs plans of one structure (the same steps with "
+                                "the same parameters); these differ")
         K = _atom_kinds()
         layout = _Layout(plans)
         _check_paddable(plans, layout, K)
@@ -402,8 +421,12 @@ class JaxGroupPlan:
             if all(v is values[0] or (v.shape == values[0].shape and np.array_equal(v, values[0]))
                    for v in values):
                 common.add(slot)
+        batched = [s for s in sorted(first.constant_slots) if s not in common]
+        transposed = {s: t for s in batched for t in batched
+                      if s != t and all(_is_transpose(p.constant(s), p.constant(t)) for p in plans)}
+        transposed = {s: t for s, t in transposed.items() if t not in transposed}
         self.plans, self.n, self.layout = list(plans), len(plans), layout
-        lowered = self._lowered = _Lowered(plans, layout, common)
+        lowered = self.lowered = _Lowered(plans, layout, common, transposed)
         self._params = [[p.params[k][1] for p in plans] for k in range(len(first.params))]
         self._param_cache: list[tuple | None] = [None] * len(self._params)
         with float64():
@@ -416,9 +439,11 @@ class JaxGroupPlan:
                             for j in lowered.mean_steps]
         self.output_shapes = [layout.shapes.get(s, [np.shape(first.constant(s))] * self.n)
                               for s in first.out_slots]
-        vmapped = jax.vmap(lowered, in_axes=(0, 0, 0, None, 0, 0))
-        self._run = jax.jit(vmapped)
-        self.function = vmapped     # the un-jitted vmapped function, for callers that fuse it
+        self._run = jax.jit(jax.vmap(lowered, in_axes=self.IN_AXES))
+
+    # `lowered(inputs, params, batched, common, sizes, counts)` is one client's function (for
+    # callers that fuse it into a larger jitted function); vmap it with these axes
+    IN_AXES = (0, 0, 0, None, 0, 0)
 
     def params(self) -> list[np.ndarray]:
         """The current values of every Parameter, stacked over the clients (zero-padded)."""

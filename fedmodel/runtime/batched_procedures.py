@@ -64,7 +64,13 @@ def local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: float
     Each step is one compiled pass over the stacks (`kernels.prox_grad_step`), the serial
     operations in the same order; when λ‖w‖₁ is the only prox term it is applied in that pass,
     otherwise every prox term after it (`Group.apply_prox`).
-    Z is not written (it may be the clients' published state); the result is a fresh array."""
+    Z is not written (it may be the clients' published state); the result is a fresh array.
+    A group that runs the whole loop itself (`fused_local_steps`: the JAX executor's) does."""
+    fused = getattr(group, "fused_local_steps", None)
+    if fused is not None:
+        out = fused(Z, linear, weight, anchor, step, steps, prox, subtract_linear)
+        if out is not None:
+            return out
     n_x = group.n_x
     threshold, cols, prox_after = group.kernel_prox(step, prox)
     for _ in range(steps):

@@ -1,0 +1,225 @@
+"""`executor="jax"`: same-structure clients evaluated by one `jax.vmap` over the client axis.
+
+`JaxExecutor` is the batched executor (`batched.BatchedExecutor`: same grouping, same stacked
+state, same vectorized forms of the node steps, same checks and ledger) whose groups evaluate
+the clients' compiled merits with the JAX lowering (`compiler.jax_codegen.JaxGroupPlan`)
+instead of numpy block-diagonal products:
+
+- `JaxGroup.value_grad` / `objective`: P_i and ∇P_i (or f_i) of every client of a group by
+  one jit-compiled, vmapped function of the stacked (n, d) points; ragged client data is
+  zero-padded with masks that change no loss (see `jax_codegen`); the data lives on the
+  device, once.
+- `JaxGroup.fused_local_steps`: W (proximal-)gradient steps z ← z − α(∇P_i(z) + linear +
+  weight∘(x − anchor)), soft-thresholded when λ‖w‖₁ is the only prox term, as one jitted
+  `lax.fori_loop` (the serial steps' arithmetic in the same order); the runtime's
+  `batched_procedures.local_steps` uses it when a group offers it, so every vectorized form
+  built on local steps runs them inside JAX.
+
+What falls back, and how it is reported:
+
+- a group whose plans the lowering cannot run padded (an index along a ragged axis, an atom
+  without a JAX rule): numpy's `BatchedPlan` for that group (`JaxExecutor.fallbacks` names it,
+  with a `JaxFallbackWarning`);
+- a request kind without a vectorized form (per-node payloads or group requests), the server,
+  singleton groups and options a form does not cover: the serial per-node path, exactly as on
+  the batched executor (`stats[(kind, "serial")]` counts them; a `JaxFallbackWarning` names
+  each such kind once per run, one-off set-up steps included, and `fallbacks` lists them).
+
+float64 throughout (`jax_codegen.float64`, scoped to the lowered functions). On a machine with
+an NVIDIA GPU and `jax[cuda12]` the same code runs there; nothing else changes.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from ..compiler.jax_codegen import JaxGroupPlan, float64, jax_modules
+from ..errors import FedModelError
+from .batched import BatchedExecutor
+from .batched_group import Group, program_signature  # noqa: F401  (grouping as the batched executor)
+from .ledger import MESSAGES
+
+
+class JaxFallbackWarning(UserWarning):
+    """A request, or a group's evaluation, served without JAX (numpy per node or per group)."""
+
+
+# bookkeeping kinds served per node on purpose (they set or read state, no arithmetic to vectorize)
+_QUIET = {"configure", "multipliers", "private_values", "save_state", "load_state", "set_multipliers"}
+
+
+class _VectorFunction:
+    """jit(vmap) of one client's compiled plan as a function of its stacked flat point:
+    (X (n, n_x), Y (n, n_y)) -> values (n,) [and gradients (n, n_x + n_y)]."""
+
+    def __init__(self, plan: JaxGroupPlan, program: Any, gradient: bool):
+        jax, jnp = jax_modules()
+        self.plan = plan
+        shapes = [v.shape for v in program.shared.variables] + [v.shape for v in program.private.variables]
+        x_cuts = [int(o) for o in program.shared.offsets]
+        y_cuts = [int(o) for o in program.private.offsets]
+        lowered = plan.lowered
+
+        def per_client(x, y, *rest):
+            parts = [x[a:b] for a, b in zip(x_cuts, x_cuts[1:])] + [y[a:b] for a, b in zip(y_cuts, y_cuts[1:])]
+            out = lowered([p.reshape(s) for p, s in zip(parts, shapes)], *rest)
+            value = jnp.reshape(out[0], ())
+            if not gradient:
+                return value
+            grads = [jnp.ravel(jnp.broadcast_to(g, s)) for g, s in zip(out[1:], shapes)]
+            return value, (jnp.concatenate(grads) if grads else jnp.zeros(0))
+
+        self.per_client = per_client
+        self.in_axes = (0, 0) + JaxGroupPlan.IN_AXES[1:]
+        self._run = jax.jit(jax.vmap(per_client, in_axes=self.in_axes))
+
+    def arguments(self) -> tuple:
+        """The parameters and constants the vmapped function takes after X and Y."""
+        return (self.plan.params(), *self.plan.constants())
+
+    def __call__(self, X: np.ndarray, Y: np.ndarray):
+        with float64():
+            return self._run(np.asarray(X, dtype=float), np.asarray(Y, dtype=float), *self.arguments())
+
+
+class JaxGroup(Group):
+    """A `batched_group.Group` whose merits and objectives are evaluated by JAX (vmap + jit).
+    A group whose plans cannot be lowered keeps numpy's batched plans (`lowering_error`)."""
+
+    def __init__(self, names: list[str], programs: list, on_fallback=None):
+        super().__init__(names, programs)
+        self._jax: dict[str, _VectorFunction | None] = {}
+        self._steps: dict[tuple, Any] = {}
+        self.lowering_error: str | None = None
+        self._on_fallback = on_fallback
+        self.calls: Counter = Counter()     # evaluations served by JAX, by kind (tests, docs)
+
+    def _function(self, which: str) -> _VectorFunction | None:
+        if which not in self._jax:       # lowered on first use (stacking data costs a pass)
+            try:
+                plan = JaxGroupPlan([getattr(p, which) for p in self.programs])
+                self._jax[which] = _VectorFunction(plan, self.programs[0], which == "value_grad_plan")
+            except FedModelError as exc:
+                self._jax[which] = None
+                self.lowering_error = str(exc)
+                if self._on_fallback is not None:
+                    self._on_fallback(self, which, str(exc))
+        return self._jax[which]
+
+    def value_grad(self, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """P_i and ∇P_i (w.r.t. z = (x, y)) of every client: (n,), (n, n_x + n_y)."""
+        fn = self._function("value_grad_plan")
+        if fn is None:
+            return super().value_grad(X, Y)
+        values, G = fn(X, Y)
+        self.calls["value_grad"] += 1
+        return np.array(values), np.array(G)
+
+    def objective(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        fn = self._function("objective_plan")
+        if fn is None:
+            return super().objective(X, Y)
+        self.calls["objective"] += 1
+        return np.array(fn(X, Y))
+
+    def fused_local_steps(self, Z: np.ndarray, linear, weight, anchor, step: float, steps: int,
+                          prox: bool, subtract_linear: bool = False) -> np.ndarray | None:
+        """`batched_procedures.local_steps` as one jitted loop, or None where it does not apply
+        (prox terms other than one λ‖w‖₁, or plans that run on numpy)."""
+        threshold, cols, prox_after = self.kernel_prox(step, prox)
+        fn = self._function("value_grad_plan")
+        if (prox_after and self.prox) or fn is None:   # (prox_after without terms: nothing to apply)
+            return None
+        n, n_x = Z.shape[0], self.n_x
+        lo, hi, _ = cols.indices(Z.shape[1])
+        key = (lo, hi, bool(subtract_linear))
+        run = self._steps.get(key)
+        if run is None:
+            run = self._steps[key] = _step_loop(fn, n_x, lo, hi, -1.0 if subtract_linear else 1.0)
+
+        def operand(a):      # scalar, (n_x,), (n, 1) or (n, n_x): as given, broadcast in JAX
+            a = np.asarray(a, dtype=float)
+            if a.ndim == 2 and a.shape[0] > 1 and a.strides[0] == 0:
+                a = a[:1]                       # a broadcast view: its one row
+            return a if a.ndim == 2 else np.reshape(a, (1, -1))
+
+        with float64():
+            out = run(np.asarray(Z, dtype=float), operand(linear), operand(weight), operand(anchor),
+                      float(step), int(steps), np.asarray(threshold, dtype=float).reshape(n),
+                      fn.arguments())
+        self.calls["local_steps"] += int(steps)
+        return np.array(out)
+
+
+def _step_loop(fn: _VectorFunction, n_x: int, lo: int, hi: int, sign: float):
+    """The jitted W-step loop of `JaxGroup.fused_local_steps` for one prox column range."""
+    jax, jnp = jax_modules()
+    value_grad = jax.vmap(fn.per_client, in_axes=fn.in_axes)
+
+    def loop(Z, linear, weight, anchor, step, steps, threshold, rest):
+        t = threshold[:, None]
+
+        def body(_, Z):
+            X = Z[:, :n_x]
+            _, G = value_grad(X, Z[:, n_x:], *rest)
+            new_x = X - (((X - anchor) * weight + sign * linear) + G[:, :n_x]) * step
+            new = jnp.concatenate([new_x, Z[:, n_x:] - G[:, n_x:] * step], axis=1)
+            if hi > lo:                  # soft-thresholding z − clip(z, −t, t) where t ≥ 0
+                v = new[:, lo:hi]
+                shrunk = v - jnp.minimum(jnp.maximum(v, -t), t)
+                new = new.at[:, lo:hi].set(jnp.where(t >= 0.0, shrunk, v))
+            return new
+
+        return jax.lax.fori_loop(0, steps, body, Z)
+
+    return jax.jit(loop)
+
+
+class JaxExecutor(BatchedExecutor):
+    """The batched executor with JAX evaluation of each group's compiled plans (see the module
+    docstring for what runs in JAX and what falls back).
+
+    min_group: smallest group served in batch. `stats` counts requests served batched and
+    serially by kind; `fallbacks` lists what ran without JAX and why."""
+
+    def __init__(self, min_group: int = 2, tune_malloc: bool = True):
+        jax_modules()                   # a clear error now if JAX is not installed
+        super().__init__(min_group=min_group, tune_malloc=tune_malloc)
+        self.fallbacks: list[str] = []
+        self._warned: set[str] = set()
+
+    def start(self, programs) -> "JaxExecutor":
+        super().start(programs)
+        self.groups = [JaxGroup(g.names, g.programs, self._group_fallback) for g in self.groups]
+        self._group_of_member = {name: group for group in self.groups for name in group.names}
+        self._resolved = {}
+        self.fallbacks = []
+        self._warned = set()
+        return self
+
+    @property
+    def jax_calls(self) -> Counter:
+        """Evaluations served by JAX over all groups: "value_grad", "objective" (one per
+        vmapped call) and "local_steps" (steps taken inside the fused loop)."""
+        total: Counter = Counter()
+        for group in self.groups:
+            total.update(group.calls)
+        return total
+
+    def _group_fallback(self, group: JaxGroup, which: str, reason: str) -> None:
+        self._report(f"group of {group.n} clients ({group.names[0]}, …): {which} on numpy: {reason}")
+
+    def _report(self, message: str) -> None:
+        self.fallbacks.append(message)
+        warnings.warn(f"executor 'jax': {message}", JaxFallbackWarning, stacklevel=3)
+
+    def _dispatch(self, node: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if node in self._group_of_member and kind not in _QUIET and kind not in self._warned \
+                and not MESSAGES[kind].local:
+            self._warned.add(kind)
+            self._report(f"request {kind!r} served node by node (numpy): no vectorized form for it "
+                         "or for these options")
+        return super()._dispatch(node, kind, payload)

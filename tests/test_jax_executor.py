@@ -1,0 +1,166 @@
+"""`executor="jax"` (fedmodel/runtime/jax_executor.py): the same iterates as the serial executor
+(to 1e-8: values, history, multipliers, ledger) for Fed-DALD-CC, FedProx, FedAvg and
+Fed-DALD-DC on ragged clients, with the clients' merits really evaluated by JAX (vmap over the
+client axis) and the local steps run in JAX's fused loop; what has no JAX form falls back to
+the per-node path and says so (JaxFallbackWarning, `fallbacks`)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import backends
+import fedmodel as fm
+import topologies
+from backends.proxal import ProxAL
+from fedmodel import registry
+from fedmodel.runtime.jax_executor import JaxExecutor, JaxFallbackWarning
+from test_batched import D, _least_squares, _logistic
+
+TOL = 1e-8
+
+
+def _close(got, want, what):
+    if isinstance(want, dict):
+        assert got.keys() == want.keys(), what
+        for k in want:
+            _close(got[k], want[k], f"{what}[{k}]")
+    elif isinstance(want, str) or want is None:
+        assert got == want, what
+    else:
+        np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL, err_msg=what)
+
+
+def assert_same_run(serial, other):
+    """The serial run's iterates, history, multipliers and ledger, to TOL."""
+    assert (serial.status, serial.iterations) == (other.status, other.iterations)
+    assert serial.values.keys() == other.values.keys()
+    for uid in serial.values:
+        np.testing.assert_allclose(other.values[uid], serial.values[uid], rtol=0, atol=TOL)
+    assert len(serial.history) == len(other.history)
+    for a, b in zip(serial.history, other.history):
+        _close({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
+               "history")
+    _close(other.multipliers, serial.multipliers, "multipliers")
+    assert serial.ledger == other.ledger
+
+
+def _solve_both(prob, make_backend, **kw):
+    serial = prob.solve(make_backend(), executor="serial", **kw)
+    ex = JaxExecutor()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", JaxFallbackWarning)
+        jax_run = prob.solve(make_backend(), executor=ex, **kw)
+    reported = [str(w.message) for w in caught if issubclass(w.category, JaxFallbackWarning)]
+    assert reported == [f"executor 'jax': {f}" for f in ex.fallbacks]
+    # set-up steps (init, links) may go node by node; the steps of every round may not
+    assert not [f for f in ex.fallbacks if any(f"'{k}'" in f for k in HOT)], ex.fallbacks
+    return serial, jax_run, ex
+
+
+HOT = ("dald_cc_solve", "dald_cc_dual", "dald_dc_sweep", "dald_dc_dual", "solve_local", "report")
+
+
+def test_jax_is_a_registered_executor():
+    assert "jax" in registry.names("executor")
+    assert registry.lookup("executor", "jax") is JaxExecutor
+
+
+@pytest.mark.parametrize("l1_on", ["server", "clients"])
+def test_dald_cc_prox_grad_matches_serial(l1_on):
+    prob, _ = _logistic(l1_on=l1_on)          # ragged: 8, 9, 10 rows
+    serial, run, ex = _solve_both(prob, lambda: backends.DALD(solver="prox-grad", step=0.2,
+                                                              local_steps=2, max_iterations=30))
+    assert_same_run(serial, run)
+    assert serial.history[-1]["objective"] < serial.history[0]["objective"]     # it moved
+    assert ex.stats[("dald_cc_solve", "batched")] == 6 * 30
+    assert ex.jax_calls["local_steps"] == 2 * 30     # every local step inside JAX's loop
+    assert ex.jax_calls["objective"] == 30           # the reports' objectives too
+    assert ex.fallbacks == ["request 'dald_cc_init' served node by node (numpy): no vectorized "
+                            "form for it or for these options"]
+
+
+def test_fedprox_and_fedavg_match_serial():
+    prob, _ = _logistic(l1_on=None, ragged=True, two_kinds=True)     # two groups
+    for make in (lambda: backends.FedProx(mu=0.5, step=0.1, local_steps=2, max_rounds=20),
+                 lambda: backends.FedAvg(step=0.2, local_steps=3, max_rounds=20)):
+        serial, run, ex = _solve_both(prob, make)
+        assert_same_run(serial, run)
+        assert len(ex.groups) == 2 and ex.stats[("dald_cc_solve", "batched")] == 6 * 20
+        assert all(g.calls["local_steps"] > 0 for g in ex.groups)
+
+
+def test_dald_cc_gd_least_squares_with_a_local_constraint_matches_serial():
+    prob, w = _least_squares(sizes=[10, 12, 15, 10, 11])
+    for c in prob.clients:
+        c.subject_to(fm.sum(w) <= 0.5)
+    serial, run, ex = _solve_both(prob, lambda: backends.DALD(solver="gd", step=0.05, local_steps=3,
+                                                              max_iterations=25))
+    assert_same_run(serial, run)
+    assert ex.jax_calls["local_steps"] == 3 * 25
+
+
+@pytest.mark.parametrize("topology", ["path", "ring"])
+def test_dald_dc_sweep_matches_serial(topology):
+    prob, _ = _logistic(n=7, l1_on="clients")
+    G = getattr(topologies, topology)(prob)
+    serial, run, ex = _solve_both(prob, lambda: backends.DALD(step=0.05, max_iterations=25, eps_primal=0.0,
+                                                              eps_dual=0.0, solver="prox-grad"),
+                                  topology=G)
+    assert_same_run(serial, run)
+    assert ex.stats[("dald_dc_sweep", "batched")] > 0 and ex.jax_calls["value_grad"] > 0
+
+
+def test_proxal_falls_back_node_by_node_and_says_so():
+    """ProxAL's client steps have no vectorized form: served per node (same numbers), with a
+    JaxFallbackWarning naming the kind."""
+    prob, _ = _logistic(n=4, l1_on=None, constraint=True)
+    serial = prob.solve(ProxAL(beta=10.0, max_outer=5), executor="serial")
+    ex = JaxExecutor()
+    with pytest.warns(JaxFallbackWarning, match="node by node"):
+        run = prob.solve(ProxAL(beta=10.0, max_outer=5), executor=ex)
+    assert_same_run(serial, run)
+    assert ex.fallbacks and all("node by node" in f for f in ex.fallbacks)
+
+
+def test_group_the_lowering_refuses_runs_on_numpy_and_says_so(monkeypatch):
+    """A group whose plans the JAX lowering refuses (here: no rule for the logistic atom, as
+    for a future atom without one) keeps numpy's batched plans: same numbers, a warning."""
+    from fedmodel.compiler import jax_codegen
+    rule = jax_codegen._rule
+
+    def no_logistic(node, K, jnp):
+        if type(node).__name__ == "Logistic":
+            raise fm.FedModelError("the JAX lowering has no rule for the atom Logistic")
+        return rule(node, K, jnp)
+    monkeypatch.setattr(jax_codegen, "_rule", no_logistic)
+    prob, _ = _logistic(n=4, l1_on=None)
+    serial = prob.solve(backends.FedAvg(step=0.1, local_steps=2, max_rounds=10), executor="serial")
+    ex = JaxExecutor()
+    with pytest.warns(JaxFallbackWarning, match="on numpy: the JAX lowering has no rule"):
+        run = prob.solve(backends.FedAvg(step=0.1, local_steps=2, max_rounds=10), executor=ex)
+    assert_same_run(serial, run)
+    assert ex.groups[0].lowering_error and not ex.jax_calls
+    assert ex.stats[("dald_cc_solve", "batched")] == 4 * 10      # still batched, by numpy
+
+
+def test_solve_local_gd_generic_form_runs_in_jax():
+    """The runtime's generic `solve_local` (method "gd") through map: every client's local
+    gradient descent in JAX's loop, equal to the serial solver's."""
+    from fedmodel.runtime.executor import SerialExecutor
+    from fedmodel.runtime.program import compile_programs
+    prob, _ = _logistic(n=5, l1_on=None)
+    payload = dict(linear=np.full(D, 0.1), weight=0.5, anchor=np.zeros(D), x0=np.full(D, 0.2),
+                   tol=1e-8, method="gd", max_steps=7, lr=0.3)
+    replies = []
+    for ex in (SerialExecutor(), JaxExecutor()):
+        ex.start(compile_programs(prob))
+        replies.append(ex.map("solve_local", {c: payload for c in ex.clients}))
+        if isinstance(ex, JaxExecutor):
+            assert ex.jax_calls["local_steps"] == 7 and ex.stats[("solve_local", "batched")] == 5
+        ex.close()
+    for node, want in replies[0].items():
+        _close(replies[1][node], want, node)
