@@ -92,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     examples.set_defaults(func=_examples)
     reproduce = sub.add_parser("reproduce", help="run a paper reproduction")
     reproduce.add_argument("name", help="table1, table2, table4 (ProxAL), tableI, tableII, fig5 "
-                           "(DALD), insa-table1, insa-table2 (FedADMM-InSa), dp-mnist (DP-IADMM)")
+                           "(DALD), insa-table1, insa-table2 (FedADMM-InSa), dp-mnist (DP-IADMM), "
+                           "dp-constrained (DP-IADMM with constraints)")
     reproduce.add_argument("--full", action="store_true", help="the full table (slow)")
     reproduce.add_argument("--rounds", type=_positive_int("round"), default=None,
-                           help="number of rounds (insa-table1, insa-table2, dp-mnist)")
+                           help="number of rounds (insa-table1, insa-table2, dp-mnist, dp-constrained)")
     reproduce.add_argument("--plot", default=None, metavar="DIR",
                            help="write the figures to DIR (fig5, insa-table1, insa-table2, dp-mnist)")
     reproduce.set_defaults(func=_reproduce)

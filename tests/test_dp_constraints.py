@@ -191,3 +191,48 @@ def test_record_values_split_a_value_by_records():
     weighted = RecordGradients(fm.sum(fm.multiply(np.array([1.0, 2.0]), per_column)), [W], "c")
     with pytest.raises(NotRecordSeparable, match="cannot split"):
         weighted.record_values([X])                           # columns weighted differently
+
+
+# ---- `fedmodel reproduce dp-constrained`: its fast subset (the full table: docs/privacy.md) ----
+@pytest.fixture
+def needs_data():
+    from conftest import missing_data
+    from fedmodel import datasets
+    if not (datasets.data_dir() / "mnist37_train.npz").is_file():
+        missing_data(f"MNIST 3 vs 7 not found in {datasets.data_dir()}")
+
+
+def test_reproduction_models_are_the_stated_ones(needs_data):
+    """The two models against numpy: NP's objective and class-1 losses, the ball, the errors."""
+    from fedmodel.reproductions import dpadmm_constrained as rep
+    np_exp, ball = rep.neyman_pearson(3, 300), rep.mnist_ball(3, 100)
+    v = np.random.default_rng(0).normal(size=np_exp.w.shape) * 0.1
+    np_exp.w.value = v
+    objective = sum(float(t.value) for c in np_exp.problem.clients for t in c.terms)
+    X0 = [c.terms[0].leaves() for c in np_exp.problem.clients]
+    rows0 = [next(x.value for x in leaves if x.name.startswith("X0")) for leaves in X0]
+    assert objective == pytest.approx(np.mean([np.mean(np.logaddexp(0, X @ v)) for X in rows0]))
+    for c in np_exp.problem.clients:
+        (constraint,) = c.constraints
+        X1 = next(x.value for x in constraint.expr.leaves() if x.name.startswith("X1"))
+        assert float(constraint.expr.value) == pytest.approx(np.mean(np.logaddexp(0, -X1 @ v)) - 0.3)
+    from fedmodel.datasets import load_mnist, load_mnist37
+    train, test = load_mnist37(), load_mnist("test")
+    u = np.random.default_rng(1).normal(size=784) * 0.05
+    ball.w.value = u
+    A, b = train.X[:300], 2.0 * train.y[:300] - 1.0               # the 3 contiguous clients
+    objective = sum(float(t.value) for c in ball.problem.clients for t in c.terms)
+    assert objective == pytest.approx(np.mean(np.logaddexp(0, -b * (A @ u))))
+    assert all(float(c.constraints[0].expr.value) == pytest.approx(np.linalg.norm(u) - 1.0)
+               for c in ball.problem.clients)
+    keep = (test.y == 3) | (test.y == 7)
+    wrong = (test.X[keep] @ u > 0) != (test.y[keep] == 7)
+    assert ball.test_error(u) == pytest.approx(np.mean(wrong))
+
+
+def test_dp_constrained_fast_subset(needs_data, capsys):
+    from fedmodel.reproductions import dpadmm_constrained as rep
+    assert rep.run(fast=True) == 0
+    out = capsys.readouterr().out
+    assert "| neyman-pearson (adult) | DP-IADMM ε̄=1 |" in out and "| mnist 3v7, norm ball | CVXPY |" in out
+    assert "result: OK" in out

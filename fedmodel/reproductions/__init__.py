@@ -22,6 +22,7 @@ _MODULES = {
     "insa-table1": "fedmodel.reproductions.fedadmm_synthetic",  # FedADMM-InSa: synthetic
     "insa-table2": "fedmodel.reproductions.fedadmm_mnist",      # FedADMM-InSa: MNIST
     "dp-mnist": "fedmodel.reproductions.dpadmm_mnist",       # DP-IADMM: MNIST test error vs ε̄
+    "dp-constrained": "fedmodel.reproductions.dpadmm_constrained",  # DP-IADMM with constraints (ours)
 }
 
 
