@@ -155,6 +155,22 @@ def test_dp_admm_resume_restores_client_noise_generators(tmp_path):
     assert np.ptp([r["noise_magnitude"] for r in ref.history]) > 0     # noise was really drawn
 
 
+def test_dp_admm_resume_with_local_constraints_restores_multipliers_and_value_noise(tmp_path):
+    """Private ObjP with a data-dependent local constraint (backends/dp_admm/constrained.py):
+    the multipliers, the clipping settings and the released values' generator come back."""
+    rng = np.random.default_rng(4)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for i in range(2):
+        c = prob.add_client(f"c{i}")
+        A0, A1 = c.data(rng.normal(size=(20, 3)) + 0.5), c.data(rng.normal(size=(15, 3)) + 0.5)
+        c.minimize(fm.mean(fm.logistic(A0 @ w)) / 2)
+        c.subject_to(fm.mean(fm.logistic(-(A1 @ w))) <= 0.6)
+    make = lambda: backends.DPADMM(epsilon=2.0, max_rounds=14, seed=3, tol=0.0)  # noqa: E731
+    ref = _check_resume(tmp_path, prob, make, stop_at=8)
+    assert any(np.any(v > 0) for v in ref.multipliers.values())      # the constraint was active
+
+
 def test_fedadmm_insa_resume_with_seeded_participation(tmp_path):
     prob, w = least_squares(2, n_clients=5)
     make = lambda: backends.FedADMM(beta=2.0, adaptive=True, inexact=True, lr=0.05,  # noqa: E731

@@ -102,12 +102,13 @@ def test_releases_move_by_at_most_their_bounds_on_neighbouring_data():
     for first in (None, np.full(D, -40.0)):                   # loss ≈ 80·‖·‖, gradient ≈ 40·D
         prob, _ = _np_model(X1_first=first)
         program = compile_programs(prob, client_sets=True)["c0"]
-        local = LocalConstraints(program)
-        local.privatize(C, B, epsilon_c=1.0)
-        local.multipliers[0].value = np.array(mu)
+        local = LocalConstraints()
+        local.privatize(program, C, B, epsilon_c=1.0)
+        (constraint,) = program.constraints
+        program.merit_ir.multipliers[constraint.name].value = np.array(mu)
         z = np.random.default_rng(5).normal(size=D)
-        _, extra, bound = local.gradient(z)
-        value = local.constraints[0].expr
+        _, extra, bound = local.gradient(program, z)
+        value = constraint.expr
         releases.append((extra, bound, clipped_record_value(program, z, B / 30, of=value)))
     (g0, bound0, v0), (g1, bound1, v1) = releases
     assert bound0 == bound1 == pytest.approx(mu * 2 * C / 30)

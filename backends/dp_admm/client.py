@@ -116,8 +116,8 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
     the client's data get the fraction `share` of ε̄ (ε̄·share/J each), the gradient the rest;
     the reply's `constraint_releases` is J (None without local constraints or terms)."""
     rng, records = node_generator(seed, index), record_count(program)
-    local = _local_constraints(program, mechanism, epsilon, sensitivity, clip, share, value_clip)
-    releases = 0 if local is None else sum(local.reads_data) if local.private else 0
+    local, releases = _local_constraints(program, mechanism, epsilon, sensitivity, clip, share,
+                                         value_clip)
     epsilon = float(epsilon) * (1.0 - share if releases else 1.0)
     if mechanism == "laplace":
         record_bound = None if clip is None else float(clip) / records
@@ -133,19 +133,21 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
 
 
 def _local_constraints(program, mechanism, epsilon, sensitivity, clip, share, value_clip):
-    """The client's `LocalConstraints`, or None when it has neither constraints nor prox-able
-    terms. A private client whose constraints read its data needs sensitivity="clip"."""
-    local = LocalConstraints(program)
-    if not local.active:
-        return None
-    releases = sum(local.reads_data)
-    if mechanism != "none" and releases:
-        if sensitivity != "clip":
-            raise FedModelError(
-                f"client {program.name!r} has constraints that read its data: a private run releases "
-                f"them with per-record clipping, so it needs sensitivity='clip' (got {sensitivity!r})")
-        local.privatize(float(clip), float(value_clip), float(epsilon) * share / releases)
-    return local
+    """The client's `LocalConstraints` (None when it has neither constraints nor prox-able terms)
+    and the number of values it releases per round. A private client whose constraints read its
+    data needs sensitivity="clip"."""
+    releases = LocalConstraints.releases(program)
+    if releases is None:
+        return None, 0
+    local = LocalConstraints()
+    if mechanism == "none" or not releases:
+        return local, 0
+    if sensitivity != "clip":
+        raise FedModelError(
+            f"client {program.name!r} has constraints that read its data: a private run releases "
+            f"them with per-record clipping, so it needs sensitivity='clip' (got {sensitivity!r})")
+    local.privatize(program, float(clip), float(value_clip), float(epsilon) * share / releases)
+    return local, releases
 
 
 def _refuse_unknown_records(program, z0: np.ndarray, sensitivity: str) -> None:
@@ -169,14 +171,14 @@ def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0, dual_st
     if local is None:
         g, constraints = program.merit(z)["grad"], None            # f'_p(z_p^t; D_p), (37)
     else:
-        g, extra, bound = local.gradient(z)
+        g, extra, bound = local.gradient(program, z)
         constraints = (extra, bound)
     g = layer.objective(program, s, z, g, constraints)             # f'_p + ξ̃_p^t: G^t (10)
     z_new = iadmm_step(z, g, w, lam, rho, prox, radius, s["norm"])  # (8)/(9) ≡ (5)/(6) at ξ̃
     residual = None
     if local is not None:
-        z_new = local.project(z_new, 1.0 / (rho + prox))
-        residual = local.update_multipliers(z_new, dual_step, s["rng"])
+        z_new = local.project(program, z_new, 1.0 / (rho + prox))
+        residual = local.update_multipliers(program, z_new, dual_step, s["rng"])
     s["z"] = layer.output(s, z_new, sigma)                         # OutP only
     return {"z": s["z"], "multiplier_residual": residual}
 

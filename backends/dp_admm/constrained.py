@@ -25,6 +25,10 @@ releases as one Laplace event at ε_g and J at ε_c.
 """
 from __future__ import annotations
 
+import math
+import weakref
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from fedmodel.compiler.codegen import Plan
@@ -55,92 +59,117 @@ def check_clients(problem, variant: str) -> None:
                 f"(variant='objP', the default), not in {variant}")
 
 
-class LocalConstraints:
-    """The Lagrangian gradient, the prox of the local sets and terms, and the multiplier update of
-    one client (see the module docstring); exact until `privatize`."""
+class _Compiled:
+    """What a client's program says about its local constraints, compiled once per program (a
+    cache, never checkpointed): the constraints, their multipliers, which read data, their
+    record counts, and the plans of ∇f_p, ∇c_j (∇μ_jᵀc_j for vectors) and the values c_j."""
 
     def __init__(self, program):
         merit = program.merit_ir
-        self.program, self.private = program, False
-        self.clip = self.value_clip = self.epsilon_c = None
         self.constraints = list(program.constraints)
         self.multipliers = [merit.multipliers[c.name] for c in self.constraints]
         self.reads_data = [any(isinstance(leaf, Data) for leaf in c.expr.leaves()) for c in self.constraints]
+        self.records = [record_count(program, c.expr) for c in self.constraints]
+        self.has_prox = bool(merit.prox_terms)
         shared = program.shared.variables
         outputs = [derive(merit.objective, v) for v in shared]
         for c, mu in zip(self.constraints, self.multipliers):
             if c.expr.ndim > 1:
                 raise FedModelError(f"client {program.name!r}: DPADMM handles scalar and vector "
                                     f"constraints; {c.name!r} has shape {c.expr.shape}")
-            # a vector constraint's Lagrangian term μ_jᵀc_j (μ_j read from the parameter)
-            term = c.expr if c.expr.shape == () else mu @ c.expr
+            term = c.expr if c.expr.shape == () else mu @ c.expr   # μ_j read from the parameter
             outputs += [derive(term, v) for v in shared]
-        self._gradients = Plan(outputs, shared)
-        self._values = Plan([c.expr for c in self.constraints], shared) if self.constraints else None
-        self.records = [record_count(program, c.expr) for c in self.constraints]
-        self.value_log = NoiseLog()
+        self.gradients = Plan(outputs, shared)
+        self.values = Plan([c.expr for c in self.constraints], shared) if self.constraints else None
 
-    def privatize(self, clip: float, value_clip: float, epsilon_c: float) -> None:
-        """Release with noise from now on: records' gradient terms clipped to C/I (C = `clip`),
-        their value terms to B/I (B = `value_clip`), ε_c = `epsilon_c` per constraint value.
-        Data-dependent constraints must be scalar sums of per-record terms (FedModelError)."""
+
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _compiled(program) -> _Compiled:
+    if program not in _COMPILED:
+        _COMPILED[program] = _Compiled(program)
+    return _COMPILED[program]
+
+
+@dataclass
+class LocalConstraints:
+    """A client's local-constraint step (the module docstring): the Lagrangian gradient, the prox
+    of the local sets and terms, the multiplier update. Plain data kept in the client's state (so
+    checkpoints carry it); the multipliers live in the program's merit. Exact until `privatize`:
+    then records' gradient terms are clipped to C/I_j (C = `clip`), their value terms to B/I_j
+    (B = `value_clip`), and each value is released at ε_c = `epsilon_c`."""
+
+    private: bool = False
+    clip: float = 1.0
+    value_clip: float = 1.0
+    epsilon_c: float = math.inf
+    value_log: NoiseLog = field(default_factory=NoiseLog)
+
+    @staticmethod
+    def releases(program) -> int | None:
+        """The number J of the client's constraints that read its data, or None when it has
+        neither constraints nor prox-able terms (no local step)."""
+        compiled = _compiled(program)
+        return sum(compiled.reads_data) if compiled.constraints or compiled.has_prox else None
+
+    def privatize(self, program, clip: float, value_clip: float, epsilon_c: float) -> None:
+        """Release with noise from now on. Data-dependent constraints must be scalar sums of
+        per-record terms (FedModelError otherwise)."""
         self.private, self.clip, self.value_clip, self.epsilon_c = True, clip, value_clip, epsilon_c
-        z = np.zeros(self.program.n_shared)
-        for c, data in zip(self.constraints, self.reads_data):
+        compiled, z = _compiled(program), np.zeros(program.n_shared)
+        for c, data in zip(compiled.constraints, compiled.reads_data):
             if not data:
                 continue
             try:
                 if c.expr.shape != ():
                     raise NotRecordSeparable(f"it has shape {c.expr.shape}")
-                clipped_record_value(self.program, z, 1.0, of=c.expr)
-                clipped_record_gradients(self.program, z, np.zeros_like(z), 1.0, of=c.expr)
+                clipped_record_value(program, z, 1.0, of=c.expr)
+                clipped_record_gradients(program, z, np.zeros_like(z), 1.0, of=c.expr)
             except NotRecordSeparable as error:
                 raise FedModelError(
-                    f"client {self.program.name!r}: constraint {c.name!r} reads the client's data, so a "
+                    f"client {program.name!r}: constraint {c.name!r} reads the client's data, so a "
                     f"private run releases its value and gradient with per-record clipping, which needs "
                     f"a scalar constraint whose records enter as rows of `data @ w` ({error})") from None
 
-    @property
-    def active(self) -> bool:
-        """True when the client has constraints or prox-able terms to handle."""
-        return bool(self.constraints or self.program.merit_ir.prox_terms)
-
-    def gradient(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    def gradient(self, program, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """(∇f_p(z), Σ_j μ_j ∇c_j(z), the latter's L1 sensitivity): once private, every record's
         term of ∇c_j clipped to C/I_j and the sensitivity Σ_j μ_j·2C/I_j."""
-        program, d = self.program, self.program.n_shared
+        compiled, d = _compiled(program), program.n_shared
         flat = [program.shared.pack(list(part)) if len(part) else np.zeros(d) for part in
-                _chunks(self._gradients(*program.shared.unpack(z)), len(program.shared.variables))]
+                _chunks(compiled.gradients(*program.shared.unpack(z)), len(program.shared.variables))]
         grad_f, extra, bound = flat[0], np.zeros(d), 0.0      # ∇f_p: clipped by the DP layer
-        for c, mu, data, records, g in zip(self.constraints, self.multipliers, self.reads_data,
-                                           self.records, flat[1:]):
-            weight = float(mu.value) if c.expr.shape == () else 1.0   # vectors: μ_j is in g
+        for c, mu, data, records, g in zip(compiled.constraints, compiled.multipliers,
+                                           compiled.reads_data, compiled.records, flat[1:]):
             if not np.any(mu.value):
                 continue
+            weight = float(mu.value) if c.expr.shape == () else 1.0   # vectors: μ_j is in g
             if self.private and data:
                 g = clipped_record_gradients(program, z, g, self.clip / records, of=c.expr)
                 bound += weight * 2.0 * self.clip / records
             extra = extra + weight * g
         return grad_f, extra, bound
 
-    def project(self, z: np.ndarray, step: float) -> np.ndarray:
+    @staticmethod
+    def project(program, z: np.ndarray, step: float) -> np.ndarray:
         """prox of the client's prox-able terms and projection onto its simple sets, with step
         1/(ρ + 1/η)."""
-        return self.program.apply_prox(z, step) if self.program.merit_ir.prox_terms else z
+        return program.apply_prox(z, step) if _compiled(program).has_prox else z
 
-    def update_multipliers(self, z: np.ndarray, step: float, rng) -> float:
+    def update_multipliers(self, program, z: np.ndarray, step: float, rng) -> float:
         """μ_j ← [μ_j + step·ĉ_j(z)]₊ (= 0: no clamp) from released values ĉ_j; returns
         max_j |Δμ_j|/step, the projected dual gradient (0 at a KKT point's multipliers)."""
-        if not self.constraints:
+        compiled = _compiled(program)
+        if not compiled.constraints:
             return 0.0
-        exact = self._values(*self.program.shared.unpack(z))
+        exact = compiled.values(*program.shared.unpack(z))
         residual = 0.0
-        for c, mu, data, records, value in zip(self.constraints, self.multipliers, self.reads_data,
-                                               self.records, exact):
+        for c, mu, data, records, value in zip(compiled.constraints, compiled.multipliers,
+                                               compiled.reads_data, compiled.records, exact):
             value = np.asarray(value, float)
             if self.private and data:
                 bound = self.value_clip / records
-                value = np.asarray(clipped_record_value(self.program, z, bound, of=c.expr))
+                value = np.asarray(clipped_record_value(program, z, bound, of=c.expr))
                 noise = laplace_noise(rng, 2.0 * bound, self.epsilon_c, value.shape)
                 self.value_log.add(2.0 * bound, noise)
                 value = value + noise
