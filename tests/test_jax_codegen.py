@@ -105,6 +105,24 @@ def test_group_of_ragged_clients_agrees_with_each_clients_plan():
         assert np.all(out[1][i][m:] == 0.0)       # padded entries stay exactly 0
 
 
+def test_ragged_softmax_regression_agrees_with_each_clients_plan():
+    """Log-sum-exp along the classes of ragged rows (rows that are all padding must give no
+    -inf or NaN), a mean over each client's own rows, a matrix variable: value and gradient."""
+    rng = np.random.default_rng(5)
+    plans = []
+    for m in (3, 9, 6):
+        W = fm.Variable((4, 3), name="W")
+        X, Y = rng.standard_normal((m, 4)), np.eye(3)[rng.integers(0, 3, m)]
+        f = fm.mean(fm.log_sum_exp(X @ W, axis=1) - fm.sum(fm.multiply(Y, X @ W), axis=1)) \
+            + 0.1 * fm.sum(fm.log(1.0 + fm.square(X @ W)))
+        plans.append(Plan([f, fm.grad(f, W)], [W]))
+    V = rng.standard_normal((3, 4, 3))
+    out = JaxGroupPlan(plans)(V)
+    assert np.all(np.isfinite(out[0])) and np.all(np.isfinite(out[1]))
+    for i, plan in enumerate(plans):
+        assert_agree(plan(V[i]), [out[0][i], out[1][i]])
+
+
 def test_padding_that_could_change_a_result_is_refused():
     """A data vector of length 1 for one client (numpy broadcasts it over the rows) and of
     length m for another: zero-padding would not broadcast it, so the group is refused."""

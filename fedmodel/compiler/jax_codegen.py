@@ -184,7 +184,8 @@ def _rule(node: Any, K: dict, jnp: Any) -> Callable[..., Any]:
             top = jnp.max(masked, axis=axis, keepdims=True)
             top = jnp.where(jnp.isfinite(top), top, 0.0)     # an all-empty row: no NaN
             z = jnp.exp(masked - top)
-            return (jnp.log(jnp.sum(z, axis=axis, keepdims=True)) + top).reshape(node.shape)
+            out = jnp.log(jnp.sum(z, axis=axis, keepdims=True)) + top
+            return out.reshape(()) if axis is None else jnp.squeeze(out, axis=axis)
         return lse
     if kind is K["Softmax"]:
         axis = node.axis
@@ -248,15 +249,16 @@ def _check_paddable(plans: Sequence[Plan], layout: _Layout, K: dict) -> None:
             raise FedModelError(f"{name} reshapes or scatters a value whose shape differs between "
                                 "clients; it cannot run padded")
         if isinstance(node, (A.Add, A.Multiply, A.Maximum, A.GreaterEqual)):
-            out_shapes = layout.shapes[out]
+            out_shapes = np.array(layout.shapes[out], dtype=np.int64).reshape(len(plans), -1)
             for a in args:
-                for i, (arg_shape, out_shape) in enumerate(zip(layout.shapes[a], out_shapes)):
-                    lead = len(out_shape) - len(arg_shape)
-                    for k, size in enumerate(arg_shape):
-                        column = [s[k] for s in layout.shapes[a]]
-                        if size != out_shape[lead + k] and any(c != 1 for c in column):
-                            raise FedModelError(f"{name} broadcasts an axis of length 1 for some "
-                                                "clients only; it cannot run padded")
+                arg_shapes = np.array(layout.shapes[a], dtype=np.int64).reshape(len(plans), -1)
+                lead = out_shapes.shape[1] - arg_shapes.shape[1]
+                for k in range(arg_shapes.shape[1]):
+                    column = arg_shapes[:, k]
+                    # an axis that broadcasts (length 1 ≠ the result's) for some client only
+                    if np.any(column != out_shapes[:, lead + k]) and np.any(column != 1):
+                        raise FedModelError(f"{name} broadcasts an axis of length 1 for some "
+                                            "clients only; it cannot run padded")
 
 
 def _structure(plan: Plan) -> tuple:
@@ -311,6 +313,10 @@ class _Lowered:
                 self.mean_steps.append(j)
             needs_mask = isinstance(node, (K["A"].LogSumExp, K["Softmax"]))
             remask = out in (layout.ragged if layout else {}) and not _zero_preserving(node, K)
+            if remask:      # "where": a step that may be ±inf or NaN on zero padding (log 0,
+                # 1/0, the log-sum-exp of a row that is all padding); others are finite there
+                unsafe = (K["A"].Log, K["A"].Power, K["A"].LogSumExp, K["Softmax"])
+                remask = "where" if isinstance(node, unsafe) else "multiply"
             steps.append((j, _rule(node, K, jnp), args, out, needs_mask, remask,
                           float(node.count) if isinstance(node, K["A"].Mean) else None))
         self.steps = steps
@@ -350,7 +356,10 @@ class _Lowered:
                 extra["count"] = count_of.get(j, count)
             value = fn(*[vals[a] for a in args], **extra)
             if remask and out in size_of:
-                value = jnp.where(mask(out), value, 0.0)
+                if remask == "where":
+                    value = jnp.where(mask(out), value, 0.0)
+                else:       # finite on padding: a product by the 0/1 mask (XLA fuses it; a
+                    value = value * mask(out).astype(value.dtype)   # select costs 1.5× there)
             vals[out] = value
         return [vals[s] for s in self.out_slots]
 
