@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from fedmodel.compiler.per_record import NotRecordSeparable
 from fedmodel.constraints import Equality
 from fedmodel.errors import FedModelError
 from fedmodel.expression import Data
-from fedmodel.runtime.privacy import (NoiseLog, clipped_record_gradients, clipped_record_value,
+from fedmodel.runtime.privacy import (clipped_record_gradients, clipped_record_value,
                                       laplace_noise, record_count)
 
 
@@ -95,8 +95,8 @@ def _compiled(program) -> _Compiled:
 @dataclass
 class LocalConstraints:
     """A client's local-constraint step (the module docstring): the Lagrangian gradient, the prox
-    of the local sets and terms, the multiplier update. Plain data kept in the client's state (so
-    checkpoints carry it); the multipliers live in the program's merit. Exact until `privatize`:
+    of the local sets and terms, the multiplier update. Plain settings kept in the client's state
+    (checkpoints carry them); the multipliers live in the program's merit. Exact until `privatize`:
     then records' gradient terms are clipped to C/I_j (C = `clip`), their value terms to B/I_j
     (B = `value_clip`), and each value is released at ε_c = `epsilon_c`."""
 
@@ -104,7 +104,6 @@ class LocalConstraints:
     clip: float = 1.0
     value_clip: float = 1.0
     epsilon_c: float = math.inf
-    value_log: NoiseLog = field(default_factory=NoiseLog)
 
     @staticmethod
     def releases(program) -> int | None:
@@ -170,9 +169,7 @@ class LocalConstraints:
             if self.private and data:
                 bound = self.value_clip / records
                 value = np.asarray(clipped_record_value(program, z, bound, of=c.expr))
-                noise = laplace_noise(rng, 2.0 * bound, self.epsilon_c, value.shape)
-                self.value_log.add(2.0 * bound, noise)
-                value = value + noise
+                value = value + laplace_noise(rng, 2.0 * bound, self.epsilon_c, value.shape)
             new = mu.value + step * value
             if not isinstance(c, Equality):
                 new = np.maximum(new, 0.0)
