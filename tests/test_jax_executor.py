@@ -164,3 +164,24 @@ def test_solve_local_gd_generic_form_runs_in_jax():
         ex.close()
     for node, want in replies[0].items():
         _close(replies[1][node], want, node)
+
+
+def test_clients_of_very_different_sizes_run_in_buckets_and_match_serial():
+    """20 clients with 3 … 60 rows: the group is evaluated in several padded buckets (one vmap
+    each, rows permuted in and out of bucket order) and still gives the serial iterates."""
+    rng = np.random.default_rng(6)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem()
+    sizes = rng.permutation(np.geomspace(3, 60, 20).astype(int))
+    for i, m in enumerate(sizes):
+        c = prob.add_client(f"c{i}")
+        X, y = c.data(rng.normal(size=(m, D)), name="X"), c.data(np.sign(rng.normal(size=m)), name="y")
+        c.minimize(fm.sum(fm.logistic(-fm.multiply(y, X @ w))) / 400 + 0.01 * fm.norm1(w))
+    serial, run, ex = _solve_both(prob, lambda: backends.DALD(solver="prox-grad", step=0.3, local_steps=3,
+                                                              max_iterations=15, eps_primal=0.0,
+                                                              eps_dual=0.0))
+    assert_same_run(serial, run)
+    (group,) = ex.groups
+    buckets = group._function("value_grad_plan").groups
+    assert len(buckets) > 2 and sorted(np.concatenate(buckets).tolist()) == list(range(20))
+    assert ex.jax_calls["local_steps"] == 3 * 15
