@@ -185,3 +185,32 @@ def test_clients_of_very_different_sizes_run_in_buckets_and_match_serial():
     buckets = group._function("value_grad_plan").groups
     assert len(buckets) > 2 and sorted(np.concatenate(buckets).tolist()) == list(range(20))
     assert ex.jax_calls["local_steps"] == 3 * 15
+
+
+def test_state_handed_between_jax_and_serial_executors_midway():
+    """Rounds on the JAX executor, then a serial executor takes the programs over, then the JAX
+    executor takes them back: the clients' x_i, μ_i and every round's x̂ equal an all-serial
+    run's (the stacked state is written back at each hand-over)."""
+    from fedmodel.runtime.executor import SerialExecutor
+    from fedmodel.runtime.program import compile_programs
+    from test_batched_sync import _cc_dicts, _cc_init, _cc_rounds
+    prob, _ = _logistic(l1_on="clients")
+    programs = compile_programs(prob)
+    jax_ex, serial = JaxExecutor().start(programs), SerialExecutor().start(programs)
+    jax_ex.take_over()
+    reference = SerialExecutor().start(compile_programs(prob))
+    clients = jax_ex.clients
+    _cc_init(jax_ex, clients)
+    _cc_init(reference, clients)
+    xhat = np.linspace(-0.5, 0.5, D)
+    got = [_cc_rounds(jax_ex, clients, xhat, 3)]
+    serial.take_over()
+    got.append(_cc_rounds(serial, clients, got[-1][-1], 2))
+    jax_ex.take_over()
+    got.append(_cc_rounds(jax_ex, clients, got[-1][-1], 3))
+    want = _cc_rounds(reference, clients, xhat, 8)
+    np.testing.assert_allclose(np.concatenate(got), want, rtol=0, atol=TOL)
+    jax_ex.close()
+    for mine, theirs in zip(_cc_dicts(programs, clients), _cc_dicts(reference.programs, clients)):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=TOL)
+    assert jax_ex.jax_calls["local_steps"] == 2 * 6       # its rounds' local steps ran in JAX
