@@ -237,3 +237,23 @@ def test_dp_constrained_fast_subset(needs_data, capsys):
     out = capsys.readouterr().out
     assert "| neyman-pearson (adult) | DP-IADMM ε̄=1 |" in out and "| mnist 3v7, norm ball | CVXPY |" in out
     assert "result: OK" in out
+
+
+def test_noise_calibrated_to_a_total_budget():
+    """epsilon="budget": the largest ε̄ whose max_rounds rounds (two releases each here) spend at
+    most epsilon_total by PLD; 0.2 % more ε̄ would exceed it. The run uses every round."""
+    from backends.dp_admm.accounting import pld_epsilon, round_event
+    prob, _ = _np_model()
+    rounds, budget = 50, 3.0
+    res = prob.solve(DPADMM(epsilon="budget", epsilon_total=budget, max_rounds=rounds, seed=0, tol=0))
+    privacy = res.info["privacy"]
+    eps = privacy["per_round"][0]
+    assert res.status == "max_iterations" and res.iterations["rounds"] == rounds
+    assert budget / rounds < eps < budget and privacy["pld"][0] <= budget
+
+    def spent(e):
+        return pld_epsilon(dp_accounting.SelfComposedDpEvent(round_event("laplace", e, 0.0, (0.8, 0.2)),
+                                                              rounds), 1e-6)
+    assert spent(eps) <= budget < spent(eps * 1.002)
+    with pytest.raises(fm.FedModelError, match="give epsilon_total"):
+        DPADMM(epsilon="budget")

@@ -42,6 +42,7 @@ paper's data-dependent Δ̄ (20) is reported as nominal (`info["privacy"]["forma
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import Any
@@ -57,7 +58,7 @@ from fedmodel.runtime.program import compile_programs
 from ..base import Backend
 from ..common import check_count, check_number as _number, gather_values, progress, require_star
 from ..watch import DivergenceWatch
-from .accounting import composed, composition, privacy_report, rounds_within
+from .accounting import RunAccounting, calibrated_epsilon, composition, privacy_report
 from .client import iadmm_step      # also registers the client procedures (dp_admm_init, _step)
 from .constrained import check_clients, has_local_terms
 from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS,
@@ -68,7 +69,7 @@ __all__ = ["DPADMM", "PAPER_DPADMM", "RHO_PRESETS", "RhoSchedule", "composition"
            "glm_sensitivity_bound", "iadmm_step"]
 
 
-class DPADMM(Backend):
+class DPADMM(RunAccounting, Backend):
     """DP-IADMM: ObjT (Algorithm 2), ObjP (Algorithm 1, default) and the OutP baseline.
 
     Defaults: the fastest robust non-private configuration (ε̄ = ∞, ObjP, a = 10, stop at tol);
@@ -89,7 +90,8 @@ class DPADMM(Backend):
     outp_std: "sigma" | "sigma2". outp_constants: (c1, c3) of η̂ and σ (default (I_p, I_p/4) as
     the code). composition_delta: δ' of advanced composition and the δ at which the RDP and
     PLD accountants report ε. epsilon_total: a total budget (PLD ε at that δ): the run stops
-    before a round that would exceed it (status "budget_exhausted"). tol: stop when the primal
+    before a round that would exceed it (status "budget_exhausted"); with epsilon="budget", ε̄ is
+    calibrated so that max_rounds rounds spend it (ObjP/ObjT). tol: stop when the primal
     ‖w − z_p‖∞ and dual ρ‖Δw‖∞ residuals are ≤ tol (0: run all rounds). log_every: history
     stride. record_noise: keep every noise draw on the clients (info["noise"], for tests).
     Local constraints (ObjP; `constrained`): dual_step (multipliers' step η_t = dual_step/√t),
@@ -112,8 +114,13 @@ class DPADMM(Backend):
         names = {v.lower(): v for v in VARIANTS}
         if not isinstance(variant, str) or variant.lower() not in names:
             raise FedModelError(f"variant must be one of {VARIANTS}, got {variant!r}")
-        epsilon = _number("epsilon (ε̄ per round; float('inf') for non-private IADMM)", epsilon,
-                          0.0, math.inf, closed=True)
+        self.calibrate = epsilon == "budget"            # ε̄ from epsilon_total and max_rounds
+        if self.calibrate and (epsilon_total is None or str(variant).lower() == "outp"):
+            raise FedModelError("epsilon='budget' calibrates ObjP/ObjT's ε̄ to epsilon_total over "
+                                "max_rounds: give epsilon_total (and a Laplace variant)")
+        epsilon = 1.0 if self.calibrate else _number(
+            "epsilon (ε̄ per round; float('inf') for non-private IADMM; 'budget')", epsilon,
+            0.0, math.inf, closed=True)
         delta = _number("delta", delta, 0.0, 1.0)
         if composition_delta is not None:
             composition_delta = _number("composition_delta", composition_delta, 0.0, 1.0)
@@ -179,28 +186,6 @@ class DPADMM(Backend):
         non-private: 1/η̂ = c3/a, σ = 0."""
         return outp_parameters(t, rho, records, self.epsilon, self.delta, self.a, self.outp_constants)
 
-    def privacy(self, rounds: int) -> dict:
-        """`composition` of `rounds` rounds at (ε̄, 0) (ObjP/ObjT) or (ε̄, δ̄) (OutP), per client."""
-        eps, dlt = self.epsilon, self._round_delta()
-        if rounds == 0:
-            return composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
-        return composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
-                        rounds * dlt, self.composition_delta)
-
-    def budget_rounds(self, shares: tuple[float, ...] = (1.0,)) -> int:
-        """The rounds a run may release: max_rounds, or fewer where they would take the PLD ε (at
-        δ = composition_delta) past `epsilon_total` (`shares`: a round's releases, `_shares`)."""
-        if self.epsilon_total is None:
-            return self.max_rounds
-        return rounds_within(self._mechanism(), self.epsilon, self.epsilon_total,
-                             self.composition_delta, self.max_rounds, self.delta, shares)
-
-    def _mechanism(self) -> str:
-        return "gaussian" if self.variant == "outP" else "laplace"
-
-    def _round_delta(self) -> float:
-        return self.delta if self.variant == "outP" and math.isfinite(self.epsilon) else 0.0
-
     # -- run ------------------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
             checkpointer: Checkpointer = NO_CHECKPOINT, **_):
@@ -208,9 +193,20 @@ class DPADMM(Backend):
         self._check_model(problem)
         ex = make_executor(executor).start(compile_programs(problem, client_sets=True))
         try:
-            return self._loop(problem, ex, ex.model_size, callback, verbose, checkpointer)
+            run = self._calibrated(ex) if self.calibrate else self
+            return run._loop(problem, ex, ex.model_size, callback, verbose, checkpointer)
         finally:
             ex.close()
+
+    def _calibrated(self, ex) -> "DPADMM":
+        """A copy of this backend whose ε̄ spends `epsilon_total` (PLD) in max_rounds rounds."""
+        releases = ex.map("dp_admm_releases", {c: {} for c in ex.clients})
+        shares = self._shares(int(max(r["releases"] for r in releases.values())))
+        run = copy.copy(self)
+        run.epsilon = calibrated_epsilon(self.epsilon_total, self.composition_delta,
+                                         self.max_rounds, shares)
+        run.calibrate = False
+        return run
 
     def _check_model(self, problem) -> None:
         if not problem.clients:

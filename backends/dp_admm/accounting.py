@@ -151,3 +151,48 @@ def rounds_within(mechanism: str, epsilon: float, budget: float, delta: float, l
                 e_low = budget - (budget - e_low) / 2
             kept = -1
     return low
+
+
+def calibrated_epsilon(budget: float, delta: float, rounds: int,
+                       shares: tuple[float, ...] = (1.0,)) -> float:
+    """The largest ε̄ per round (to 0.1 % relative) whose `rounds` Laplace rounds (`shares`) have a
+    PLD ε at `delta` ≤ `budget`: noise calibrated to a total budget. Bisection on log ε̄ between
+    budget/rounds (always within: PLD ≤ basic composition) and budget (one round spends ε̄)."""
+    def spent(eps: float) -> float:
+        return pld_epsilon(dp_accounting.SelfComposedDpEvent(
+            round_event("laplace", eps, 0.0, shares), rounds), delta)
+
+    low, high = budget / rounds, budget
+    if spent(high) <= budget:
+        return high
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if spent(middle) <= budget else (low, middle)
+    return low
+
+
+class RunAccounting:
+    """The accounting of a DP-IADMM run, per client, from the backend's options (`epsilon`,
+    `variant`, `delta`, `composition_delta`, `epsilon_total`, `max_rounds`)."""
+
+    def privacy(self, rounds: int) -> dict:
+        """`composition` of `rounds` rounds at (ε̄, 0) (ObjP/ObjT) or (ε̄, δ̄) (OutP), per client."""
+        eps, dlt = self.epsilon, self._round_delta()
+        if rounds == 0:
+            return composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
+        return composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
+                        rounds * dlt, self.composition_delta)
+
+    def budget_rounds(self, shares: tuple[float, ...] = (1.0,)) -> int:
+        """The rounds a run may release: max_rounds, or fewer where they would take the PLD ε (at
+        δ = composition_delta) past `epsilon_total` (`shares`: a round's releases)."""
+        if self.epsilon_total is None:
+            return self.max_rounds
+        return rounds_within(self._mechanism(), self.epsilon, self.epsilon_total,
+                             self.composition_delta, self.max_rounds, self.delta, shares)
+
+    def _mechanism(self) -> str:
+        return "gaussian" if self.variant == "outP" else "laplace"
+
+    def _round_delta(self) -> float:
+        return self.delta if self.variant == "outP" and math.isfinite(self.epsilon) else 0.0

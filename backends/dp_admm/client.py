@@ -183,6 +183,13 @@ def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0, dual_st
     return {"z": s["z"], "multiplier_residual": residual}
 
 
+@procedure("dp_admm_releases", {}, {"releases": "1"}, local=True, read_only=True)
+def _client_releases(program):
+    """How many constraint values the client would release per round (`LocalConstraints.releases`;
+    0 without local constraints): what the server needs to calibrate ε̄ to a budget."""
+    return {"releases": float(LocalConstraints.releases(program) or 0)}
+
+
 @procedure("dp_admm_log", {}, {"log": "opaque"}, local=True, read_only=True)
 def _client_log(program):
     """The client's noise log (`runtime.privacy.NoiseLog.report`), served locally: the
