@@ -214,3 +214,27 @@ def test_state_handed_between_jax_and_serial_executors_midway():
     for mine, theirs in zip(_cc_dicts(programs, clients), _cc_dicts(reference.programs, clients)):
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=TOL)
     assert jax_ex.jax_calls["local_steps"] == 2 * 6       # its rounds' local steps ran in JAX
+
+
+def test_private_variables_and_partial_participation_match_serial():
+    """Clients with private variables y_i (the vmapped plan takes x and y; the fused loop steps
+    both), and clients dropping out of rounds (partial participation)."""
+    rng = np.random.default_rng(4)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem()
+    for i in range(4):
+        m = 9 + i
+        c = prob.add_client(f"c{i}")
+        s = c.variable(2, name=f"s{i}")
+        X, b = c.data(rng.normal(size=(m, D)), name="X"), c.data(rng.normal(size=m), name="b")
+        c.minimize(fm.sum_squares(X @ w - b) / m + fm.sum_squares(s - w[:2]) + 0.1 * fm.sum_squares(s))
+    serial, run, ex = _solve_both(prob, lambda: backends.DALD(solver="gd", step=0.05, local_steps=2,
+                                                              max_iterations=20))
+    assert_same_run(serial, run)
+    assert ex.groups[0].n_y == 2 and ex.jax_calls["local_steps"] == 2 * 20
+    prob, _ = _logistic(n=8, l1_on="server")
+    serial, run, ex = _solve_both(prob, lambda: backends.DALD(solver="prox-grad", step=0.2, max_iterations=30,
+                                                              coordination="partial", participation=0.6,
+                                                              seed=3))
+    assert_same_run(serial, run)
+    assert 0 < ex.stats[("dald_cc_solve", "batched")] < 8 * 30 and ex.jax_calls["local_steps"] > 0
