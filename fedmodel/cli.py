@@ -1,5 +1,5 @@
 """`fedmodel` command line (docs/api.md §7): run a built-in model end to end, list the built-in
-models, reproduce paper tables."""
+models, reproduce paper tables, deploy a model file on Flower."""
 from __future__ import annotations
 
 import argparse
@@ -65,6 +65,25 @@ def _reproduce(args: argparse.Namespace) -> int:
     return REPRODUCTIONS[args.name](full=args.full, **{k: v for k, v in options.items() if v is not None})
 
 
+def _deploy(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+    from fedmodel.runtime.flower_deploy import Deployment
+    workdir = args.workdir or tempfile.mkdtemp(prefix="fedmodel-deploy-")
+    deployment = Deployment(args.model, args.clients, workdir, timeout=args.timeout)
+    deployment.write_app()
+    print("\n".join(deployment.commands()))
+    if args.print_only:
+        return 0
+    print(f"starting a SuperLink and {len(deployment.names)} SuperNodes on 127.0.0.1 (logs in "
+          f"{workdir})")
+    with deployment:
+        result = deployment.run()
+    print(json.dumps({k: result[k] for k in ("status", "objective", "max_violation", "values",
+                                             "round_trips", "wire_bytes", "seconds")}, indent=1))
+    return 0
+
+
 def _positive_int(what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -100,6 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     reproduce.add_argument("--plot", default=None, metavar="DIR",
                            help="write the figures to DIR (fig5, insa-table1, insa-table2, dp-mnist)")
     reproduce.set_defaults(func=_reproduce)
+    deploy = sub.add_parser("deploy", help="run a model file on Flower: a SuperLink and one "
+                            "SuperNode per client as processes on 127.0.0.1 (docs/flower.md)")
+    deploy.add_argument("model", help="a model file defining make_problem(n_clients) or problem, "
+                        "optionally backend and solve_options")
+    deploy.add_argument("--clients", type=_positive_int("client"), default=2)
+    deploy.add_argument("--workdir", default=None, help="where the app, logs and result go "
+                        "(default: a new temporary directory)")
+    deploy.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to wait for the replies of one round trip")
+    deploy.add_argument("--print-only", action="store_true",
+                        help="write the app and print the commands for separate hosts; start nothing")
+    deploy.set_defaults(func=_deploy)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

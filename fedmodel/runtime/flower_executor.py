@@ -1,10 +1,14 @@
-"""`FlowerExecutor`: client node programs inside a Flower ClientApp, requests as Flower Messages.
+"""`FlowerExecutor`: client node programs inside a Flower ClientApp, requests as Flower Messages
+(docs/flower.md).
 
-The backend's loop runs in the calling thread. Flower's simulation engine
-(`flwr.simulation.run_simulation`) runs in a background thread and starts this executor's
-ServerApp there; the ServerApp's `main` hands nothing out but serves a queue of jobs: each job
-is one batch of Messages that it sends with `grid.send_and_receive(..., timeout=...)`, so the
-Grid is only ever used by the thread Flower gave it to. The server's own program (its steps are
+Simulation (no `grid` given): the backend's loop runs in the calling thread. Flower's simulation
+engine (`flwr.simulation.run_simulation`) runs in a background thread and starts this
+executor's ServerApp there; the ServerApp's `main` hands nothing out but serves a queue of jobs:
+each job is one batch of Messages that it sends with `grid.send_and_receive(..., timeout=...)`,
+so the Grid is only ever used by the thread Flower gave it to. Deployment (`grid=` the Grid of a
+running ServerApp, `flower_deploy.server_app`): the executor uses that grid directly, finds each
+client's SuperNode by asking the nodes their name, and brings a client whose SuperNode died back
+when it rejoins (rebuild + replay of its requests). The server's own program (its steps are
 local) stays in the calling process, as with the Ray executor.
 
 On the client side, one ClientApp (`client_app`, module level) serves every request:
@@ -57,6 +61,9 @@ except ImportError:     # optional extra: make_executor("flower") then says how 
     ClientApp = None
 
 BUILD = "fedmodel.build"        # message kind that ships a block's spec to its client
+HELLO = "fedmodel.hello"        # asks a node which client it is (deployment)
+REPLAY = "fedmodel.replay"      # replays a rejoined client's requests since its build
+NODE_NAME_KEY = "fedmodel-client"   # a SuperNode's --node-config key naming its client
 _META, _ARRAYS, _CONFIG = "fm_meta", "fm_arrays", "fm_config"
 _STATE = "fedmodel"             # key of this node's record in Flower's Context.state
 
@@ -125,6 +132,9 @@ def _serve_message(message: "Message", context: "Context") -> "Message":
     kind = meta["kind"]
     key = (message.metadata.run_id, message.metadata.dst_node_id)
     try:
+        if kind == HELLO:       # which client this node is (deployment: its --node-config)
+            content = encode(kind, {"name": str(context.node_config.get(NODE_NAME_KEY, ""))}, {})
+            return Message(content, reply_to=message)
         if kind == BUILD:
             spec_bytes = payload["spec"]
             program = pickle.loads(spec_bytes).build()   # runs the loaders here, on the client
@@ -134,6 +144,14 @@ def _serve_message(message: "Message", context: "Context") -> "Message":
             _CACHE[key] = (build, token, program)
             reply = {"n_shared": program.n_shared}
             fields: dict[str, str] = {}
+        elif kind == REPLAY:     # a rejoined node: the state-changing requests since its build
+            program = _program_of(key, context)
+            for step_kind, step_payload, module in payload["steps"]:
+                if module:
+                    importlib.import_module(module)
+                run_on_node(program, step_kind, step_payload)
+            reply, fields = {}, {}
+            _remember(key, context, program)
         else:
             if meta.get("module"):      # importing the module registers the backend's procedure
                 importlib.import_module(meta["module"])
@@ -141,16 +159,20 @@ def _serve_message(message: "Message", context: "Context") -> "Message":
             reply = run_on_node(program, kind, payload)
             fields = MESSAGES[kind].reply
             if not MESSAGES[kind].read_only:
-                record = context.state[_STATE]
-                token = uuid.uuid4().hex
-                state = program.save_state()["state"]
-                context.state[_STATE] = ConfigRecord({**dict(record), "token": token,
-                                                      "state": pickle.dumps(state)})
-                _CACHE[key] = (record["build"], token, program)
+                _remember(key, context, program)
         content = encode(kind, reply, fields)
     except Exception as err:    # sent back to the driver, which raises it (never a silent reply)
         content = encode(kind, {"error": _portable(err)}, {"error": "opaque"}, {"failed": True})
     return Message(content, reply_to=message)
+
+
+def _remember(key: tuple[int, int], context: "Context", program: NodeProgram) -> None:
+    """Keep the node's new state in its Context (with a fresh token) and in this worker's cache."""
+    record = context.state[_STATE]
+    token = uuid.uuid4().hex
+    state = program.save_state()["state"]
+    context.state[_STATE] = ConfigRecord({**dict(record), "token": token, "state": pickle.dumps(state)})
+    _CACHE[key] = (record["build"], token, program)
 
 
 def _program_of(key: tuple[int, int], context: "Context") -> NodeProgram:
@@ -207,33 +229,47 @@ class _RemoteNode:
 
 
 class FlowerExecutor(Executor):
-    """Client node programs in Flower ClientApps on Flower's simulation engine; the server's
-    program in the calling process. See the module docstring and docs/flower.md.
+    """Client node programs in Flower ClientApps; the server's program in this process. See the
+    module docstring and docs/flower.md.
 
-    timeout: seconds to wait for the replies of one batch of requests (every receive has one);
-        a client that does not reply in time stops the run with `NodeTimeout` naming it.
-    start_timeout: seconds for the simulation to start and for the clients to load their data
-        and compile their programs.
-    persistent: keep the simulation running when a run ends (`close()`), to serve the next
-        `start()` with the same number of clients; `shutdown()` ends it.
+    grid: None (run Flower's simulation engine in a background thread) or the `Grid` of a
+        running ServerApp (deployment: SuperNodes name their client with
+        `--node-config 'fedmodel-client="c0"'`; `flower_deploy.server_app` passes its grid).
+    timeout: seconds to wait for the replies of one batch of requests (every receive has one).
+        A client that does not reply in time stops the run with `NodeTimeout` naming it; in
+        deployment it is first waited for (`rejoin_timeout` s) to rejoin, then rebuilt and its
+        requests since its build replayed (`max_restarts` times per client).
+    start_timeout: seconds for the simulation to start, the SuperNodes to register, and the
+        clients to load their data and compile their programs.
+    persistent: (simulation) keep the simulation running when a run ends (`close()`), to serve
+        the next `start()` with the same number of clients; `shutdown()` ends it.
     backend_config: Flower's simulation backend config (default: one CPU per ClientApp worker).
     """
 
     def __init__(self, timeout: float = 60.0, start_timeout: float = 120.0, persistent: bool = False,
-                 backend_config: dict | None = None):
+                 backend_config: dict | None = None, grid: "Grid | None" = None,
+                 rejoin_timeout: float = 120.0, max_restarts: int = 3):
         if ClientApp is None:
             raise FedModelError("executor='flower' needs Flower: pip install 'fedmodel[flower]'")
-        for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
+        for name, value in (("timeout", timeout), ("start_timeout", start_timeout),
+                            ("rejoin_timeout", rejoin_timeout)):
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
                 raise FedModelError(f"{name} must be positive seconds, got {value!r}")
+        if not (isinstance(max_restarts, int) and max_restarts >= 0):
+            raise FedModelError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
         super().__init__()
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
+        self.rejoin_timeout, self.max_restarts = float(rejoin_timeout), max_restarts
         self.persistent = bool(persistent)
         self.backend_config = backend_config if backend_config is not None else \
             {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
+        self.grid = grid
         self.node_ids: dict[str, int] = {}       # client -> Flower node id
         self.wire_bytes: Counter = Counter()     # (sender, receiver, kind) -> bytes on the wire
         self.round_trips = 0                     # batches sent through the Grid
+        self.faults: list[dict] = []             # one record per client that had to rejoin
+        self._specs: dict[str, bytes] = {}
+        self._log: dict[str, list] = {}          # client -> state-changing requests since its build
         self._thread: threading.Thread | None = None
         self._jobs: queue.Queue = queue.Queue()
         self._grid_box: queue.Queue = queue.Queue()
@@ -249,19 +285,24 @@ class FlowerExecutor(Executor):
                 remote[name] = spec
         super().start({name: (_RemoteNode(remote[name]) if name in remote else program)
                        for name, program in programs.items()})
-        self.wire_bytes, self.round_trips = Counter(), 0
+        self.wire_bytes, self.round_trips, self.faults = Counter(), 0, []
         self.node_ids = {}
         if not remote:          # every program runs here (e.g. one pooled program): no Flower
             return self
         try:
-            if self._thread is not None and self._n_nodes != len(remote):
-                self.shutdown()
-            if self._thread is None:
-                self._launch(len(remote))
-            self.node_ids = dict(zip(remote, self._wait_for_nodes(len(remote))))
-            specs = {name: {"spec": pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)}
-                     for name, spec in remote.items()}
-            self._exchange(BUILD, specs, {"spec": "opaque"}, self.start_timeout)
+            if self.grid is None:
+                if self._thread is not None and self._n_nodes != len(remote):
+                    self.shutdown()
+                if self._thread is None:
+                    self._launch(len(remote))
+                self.node_ids = dict(zip(remote, self._wait_for_nodes(len(remote))))
+            else:
+                self.node_ids = self._identify(list(remote), self.start_timeout)
+            self._specs = {name: pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+                           for name, spec in remote.items()}
+            self._log = {name: [] for name in remote}
+            self._exchange(BUILD, {name: {"spec": b} for name, b in self._specs.items()},
+                           {"spec": "opaque"}, self.start_timeout)
         except BaseException:       # backends never get to close() when start fails
             self.close()
             raise
@@ -322,11 +363,44 @@ class FlowerExecutor(Executor):
                                     f"{self.start_timeout:g} s (start_timeout)")
             time.sleep(0.05)
 
+    def _identify(self, names: list[str], wait: float) -> dict[str, int]:
+        """Deployment: the Flower node of each client in `names`, by asking every node not yet
+        known which client it is (its `fedmodel-client` node config), until all have answered
+        or `wait` seconds have passed."""
+        deadline = time.monotonic() + wait
+        found: dict[str, int] = {}
+        asked: set[int] = set(self.node_ids.values())
+        while True:
+            fresh = [i for i in self._ask(lambda grid: list(grid.get_node_ids()), wait) if i not in asked]
+            if fresh:
+                hello = [Message(encode(HELLO, {}, {}), dst_node_id=i, message_type="query")
+                         for i in fresh]
+                answers = self._ask(lambda grid: list(grid.send_and_receive(
+                    hello, timeout=max(1.0, min(self.timeout, deadline - time.monotonic())))), wait)
+                for answer in answers:
+                    if answer.has_error():
+                        continue
+                    name = decode(answer.content)[1].get("name")
+                    if name in names and name not in found:
+                        found[name] = answer.metadata.src_node_id
+                asked.update(a.metadata.src_node_id for a in answers)
+            missing = [n for n in names if n not in found]
+            if not missing:
+                return found
+            if time.monotonic() > deadline:
+                raise NodeTimeout(
+                    f"no SuperNode for client(s) {missing} answered within {wait:g} s (start each "
+                    f"with --node-config '{NODE_NAME_KEY}=\"NAME\"'; see docs/flower.md)")
+            time.sleep(0.5)
+
     def _failure_text(self) -> str:
         return repr(self._failure[0]) if self._failure else "it ended"
 
     def _ask(self, work, timeout: float) -> Any:
-        """Run `work(grid)` in the ServerApp's thread; its result (or its exception)."""
+        """Run `work(grid)` where the grid lives: in deployment here, in simulation in the
+        ServerApp's thread; its result (or its exception)."""
+        if self.grid is not None:
+            return work(self.grid)
         if self._thread is None or not self._thread.is_alive():
             raise FedModelError(f"Flower's simulation is not running ({self._failure_text()})")
         box: queue.Queue = queue.Queue()
@@ -352,7 +426,7 @@ class FlowerExecutor(Executor):
 
     def shutdown(self) -> None:
         """End Flower's simulation (its ServerApp returns; Flower then stops its workers and
-        the Ray it started)."""
+        the Ray it started). In deployment the SuperLink's run ends with the ServerApp."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._jobs.put(None)
@@ -366,11 +440,36 @@ class FlowerExecutor(Executor):
                    for node, payload in payloads.items() if node not in self.node_ids}
         if remote:
             replies.update(self._exchange(kind, remote, MESSAGES[kind].request, self.timeout))
+            if not MESSAGES[kind].read_only:
+                procedure = PROCEDURES.get(kind)
+                module = procedure.__module__ if procedure is not None else ""
+                for node, payload in remote.items():
+                    self._log[node].append((kind, payload, module))
         return replies
 
     def _exchange(self, kind: str, payloads: dict[str, dict], fields: dict[str, str],
                   timeout: float) -> dict[str, dict]:
-        """Send one Message per client and wait (at most `timeout` s) for every reply."""
+        """Send one Message per client and wait (at most `timeout` s) for every reply. In
+        deployment, a client that did not reply is waited for to rejoin, rebuilt and replayed,
+        and asked again."""
+        replies, missing = self._send(kind, payloads, fields, timeout)
+        restarts: Counter = Counter()
+        while missing:
+            if self.grid is None or kind == BUILD:
+                raise NodeTimeout(
+                    f"client(s) {missing} (Flower node {[self.node_ids[n] for n in missing]}) did "
+                    f"not reply to {kind!r} within {timeout:g} s; the run stops here (raise the "
+                    "executor's timeout if their local work is legitimately slower)")
+            for node in missing:
+                restarts[node] += 1
+                self._rejoin(node, kind, restarts[node])
+            again, missing = self._send(kind, {n: payloads[n] for n in missing}, fields, timeout)
+            replies.update(again)
+        return {node: replies[node] for node in payloads}
+
+    def _send(self, kind: str, payloads: dict[str, dict], fields: dict[str, str],
+              timeout: float) -> tuple[dict[str, dict], list[str]]:
+        """One round trip: the replies that arrived within `timeout`, and the clients missing."""
         procedure = PROCEDURES.get(kind)
         extra = {"module": procedure.__module__} if procedure is not None else {}
         message_type = "query" if kind in MESSAGES and MESSAGES[kind].read_only else "train"
@@ -385,15 +484,8 @@ class FlowerExecutor(Executor):
         by_id = {m.metadata.message_id: node for node, m in sent.items()}
         got = {by_id[a.metadata.reply_to_message_id]: a for a in answers
                if a.metadata.reply_to_message_id in by_id}
-        missing = [node for node in payloads if node not in got]
-        if missing:
-            raise NodeTimeout(
-                f"client(s) {missing} (Flower node {[self.node_ids[n] for n in missing]}) did not "
-                f"reply to {kind!r} within {timeout:g} s; the run stops here (raise the "
-                "executor's timeout if their local work is legitimately slower)")
         replies = {}
-        for node in payloads:
-            answer = got[node]
+        for node, answer in got.items():
             if answer.has_error():
                 raise FedModelError(f"client {node!r}: Flower reported an error serving {kind!r}: "
                                     f"{answer.error.reason}")
@@ -402,7 +494,34 @@ class FlowerExecutor(Executor):
             if meta.get("failed"):
                 _raise_remote(node, kind, reply["error"])
             replies[node] = reply
-        return replies
+        return replies, [node for node in payloads if node not in got]
+
+    def _rejoin(self, node: str, kind: str, restart: int) -> None:
+        """Deployment: wait for `node`'s SuperNode to come back (a new Flower node naming the
+        same client), rebuild its program there and replay its requests since the build (one
+        message), so it holds the state it had before the failed request."""
+        record = {"node": node, "kind": kind, "old_node_id": self.node_ids[node], "restart": restart,
+                  "replayed": len(self._log[node]), "time": time.time()}
+        self.faults.append(record)
+        if restart > self.max_restarts:
+            record["fatal"] = True
+            raise NodeTimeout(f"client {node!r} did not reply to {kind!r} within {self.timeout:g} s "
+                              f"{restart} times; max_restarts={self.max_restarts}")
+        try:
+            self.node_ids[node] = self._identify([node], self.rejoin_timeout)[node]
+        except NodeTimeout:
+            record["fatal"] = True
+            raise NodeTimeout(f"client {node!r} did not reply to {kind!r} within {self.timeout:g} s "
+                              f"and did not rejoin within {self.rejoin_timeout:g} s "
+                              "(rejoin_timeout)") from None
+        record["new_node_id"] = self.node_ids[node]
+        for step, payload, fields in ((BUILD, {"spec": self._specs[node]}, {"spec": "opaque"}),
+                                      (REPLAY, {"steps": self._log[node]}, {"steps": "opaque"})):
+            _, missing = self._send(step, {node: payload}, fields, self.start_timeout)
+            if missing:
+                raise NodeTimeout(f"client {node!r} rejoined but did not answer {step!r} within "
+                                  f"{self.start_timeout:g} s")
+        record["recovered"] = True
 
     def wire_total(self, direction: str | None = None) -> int:
         """Bytes of all messages ("down": server → clients, "up": clients → server, None: both)."""

@@ -1,0 +1,323 @@
+"""Deployment on Flower: a model file becomes a Flower app; a real SuperLink and one SuperNode
+per client run as separate processes (`fedmodel deploy MODEL.py --clients N`, docs/flower.md).
+
+The model file defines `make_problem(n_clients) -> Problem` (or a module-level `problem`) and
+optionally `backend` (a name or a backend instance; default: `Problem.solve`'s) and
+`solve_options` (a dict for `Problem.solve`). `Deployment.write_app` writes a Flower app around a copy of it:
+
+- `server.py`: `server_app` below. Flower starts it in the SuperLink's `flwr-serverapp`
+  process; it imports the model, builds the problem (loaders do not run there) and solves it
+  with a `FlowerExecutor` on the ServerApp's grid, then writes the result as JSON;
+- `client.py`: `flower_executor.client_app`. Each SuperNode runs it for its messages; a node
+  learns which client it is from `--node-config 'fedmodel-client="c0"'`, builds that client's
+  program from the spec the server sends and runs the client's loaders there.
+
+`Deployment.start` launches the processes on 127.0.0.1 (insecure: no TLS), `run` submits the
+app with `flwr run` and waits for the result, `close` ends every process it started by its
+process group id. `commands()` are the same commands for separate hosts.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import FedModelError
+from .flower_executor import NODE_NAME_KEY, FlowerExecutor
+
+try:
+    from flwr.app import Context
+    from flwr.serverapp import Grid, ServerApp
+except ImportError:     # optional extra: Deployment then says how to install it
+    ServerApp = None
+
+APP_PACKAGE = "fedmodel_app"
+
+
+def load_problem(module: Any, n_clients: int):
+    """The model file's problem: `make_problem(n_clients)` or its `problem`."""
+    if hasattr(module, "make_problem"):
+        return module.make_problem(n_clients)
+    if hasattr(module, "problem"):
+        return module.problem
+    raise FedModelError(f"model file {getattr(module, '__file__', module)!r} defines neither "
+                        "make_problem(n_clients) nor problem")
+
+
+def _serve(grid: "Grid", context: "Context") -> None:
+    """The ServerApp's main: solve the model with its clients on the SuperNodes, write the
+    result (and a progress line per round) as JSON; a failure is written there too, so the
+    launcher never waits for a result that will not come."""
+    out = Path(str(context.run_config["out"]))
+    try:
+        _solve(grid, context.run_config, out)
+    except Exception as err:
+        out.write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}))
+        raise
+
+
+def _solve(grid: "Grid", config: Any, out: Path) -> None:
+    model = importlib.import_module(f"{APP_PACKAGE}.model")
+    problem = load_problem(model, int(config["clients"]))
+    executor = FlowerExecutor(grid=grid, timeout=float(config["timeout"]),
+                              start_timeout=float(config["start-timeout"]),
+                              rejoin_timeout=float(config["rejoin-timeout"]))
+    progress = out.with_suffix(".progress")
+
+    def callback(record: dict) -> None:
+        with open(progress, "a") as f:
+            f.write(json.dumps({"objective": float(record.get("objective", float("nan")))}) + "\n")
+
+    start = time.perf_counter()
+    # (no `backend` in the model file: Problem.solve's default backend)
+    chosen = {"backend": model.backend} if hasattr(model, "backend") else {}
+    result = problem.solve(executor=executor, callback=callback, **chosen,
+                           **getattr(model, "solve_options", {}))
+    summary = {
+        "status": result.status, "objective": result.objective,
+        "max_violation": result.max_violation, "backend": result.backend,
+        "values": {label: value.tolist() for label, value in result.values_by_label().items()},
+        "history": [float(h["objective"]) for h in result.history],
+        "ledger": {"down": result.ledger.total("down"), "up": result.ledger.total("up")},
+        "wire_bytes": {"down": executor.wire_total("down"), "up": executor.wire_total("up")},
+        "round_trips": executor.round_trips, "faults": executor.faults,
+        "node_ids": executor.node_ids, "seconds": time.perf_counter() - start,
+    }
+    out.write_text(json.dumps(summary, default=str))
+
+
+if ServerApp is not None:
+    server_app = ServerApp()
+    server_app.main()(_serve)
+else:
+    server_app = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _exe(name: str) -> str:
+    """A Flower command of this environment (beside this Python first)."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if found is None:
+        raise FedModelError(f"{name!r} not found: pip install 'fedmodel[flower]'")
+    return found
+
+
+class Deployment:
+    """A SuperLink and one SuperNode per client as processes on 127.0.0.1 (see the module
+    docstring). `workdir` holds the app, Flower's home (its connection config), the logs and
+    the result."""
+
+    def __init__(self, model_path: str | os.PathLike, clients: int, workdir: str | os.PathLike,
+                 timeout: float = 120.0, start_timeout: float = 300.0, rejoin_timeout: float = 180.0):
+        if ServerApp is None:
+            raise FedModelError("fedmodel deploy needs Flower: pip install 'fedmodel[flower]'")
+        self.model_path = Path(model_path)
+        if not self.model_path.is_file():
+            raise FedModelError(f"model file {str(model_path)!r} not found")
+        if not (isinstance(clients, int) and clients >= 1):
+            raise FedModelError(f"clients must be a positive integer, got {clients!r}")
+        for name, value in (("timeout", timeout), ("start_timeout", start_timeout),
+                            ("rejoin_timeout", rejoin_timeout)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise FedModelError(f"{name} must be positive seconds, got {value!r}")
+        self.clients, self.workdir = clients, Path(workdir).resolve()
+        self.timeouts = {"timeout": float(timeout), "start-timeout": float(start_timeout),
+                         "rejoin-timeout": float(rejoin_timeout)}
+        self.names = self._client_names()
+        self.port = _free_port()
+        self.node_ports = [_free_port() for _ in self.names]
+        self.superlink: subprocess.Popen | None = None
+        self.supernodes: dict[str, subprocess.Popen] = {}
+        self.result_path = self.workdir / "result.json"
+
+    def _client_names(self) -> list[str]:
+        """The model's client names (building the problem runs no loader)."""
+        spec = importlib.util.spec_from_file_location("fedmodel_deploy_model", self.model_path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return [c.name for c in load_problem(module, self.clients).clients]
+
+    # ---- the app --------------------------------------------------------------------------------
+    @property
+    def app_dir(self) -> Path:
+        return self.workdir / "app"
+
+    @property
+    def flwr_home(self) -> Path:
+        return self.workdir / "flwr-home"
+
+    def write_app(self) -> Path:
+        """The Flower app around a copy of the model file, and the CLI's connection config."""
+        package = self.app_dir / APP_PACKAGE
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text("")
+        shutil.copyfile(self.model_path, package / "model.py")
+        # (Flower checks the sources for an assignment to `app`, not only an import of it)
+        (package / "server.py").write_text(
+            "from fedmodel.runtime.flower_deploy import server_app\n\napp = server_app\n")
+        (package / "client.py").write_text(
+            "from fedmodel.runtime.flower_executor import client_app\n\napp = client_app\n")
+        config = {"out": str(self.result_path), "clients": self.clients, **self.timeouts}
+        lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
+        (self.app_dir / "pyproject.toml").write_text(f"""[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "fedmodel-app"
+version = "1.0.0"
+description = "{self.model_path.name} on Flower (written by fedmodel deploy)"
+license = "Apache-2.0"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "fedmodel"
+
+[tool.flwr.app.components]
+serverapp = "{APP_PACKAGE}.server:app"
+clientapp = "{APP_PACKAGE}.client:app"
+
+[tool.flwr.app.config]
+{lines}
+""")
+        self.flwr_home.mkdir(parents=True, exist_ok=True)
+        (self.flwr_home / "config.toml").write_text(
+            f'[superlink]\ndefault = "fedmodel"\n\n[superlink.fedmodel]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        return self.app_dir
+
+    # ---- the processes ----------------------------------------------------------------------------
+    def superlink_command(self) -> list[str]:
+        return [_exe("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
+                "--disable-runtime-dependency-installation"]
+
+    def supernode_command(self, name: str, superlink: str | None = None) -> list[str]:
+        port = self.node_ports[self.names.index(name)]
+        return [_exe("flower-supernode"), "--insecure",
+                "--superlink", superlink or f"127.0.0.1:{self.port}", "--port", str(port),
+                "--node-config", f'{NODE_NAME_KEY}="{name}"']
+
+    def commands(self) -> list[str]:
+        """What to run on separate hosts (SUPERLINK_HOST: the SuperLink's address)."""
+        def line(cmd: list[str]) -> str:
+            return " ".join([Path(cmd[0]).name] + [f"'{c}'" if '"' in c else c for c in cmd[1:]])
+
+        link = line(self.superlink_command()).replace("127.0.0.1", "0.0.0.0")
+        out = [f"# on the server host:\n{link}"]
+        for name in self.names:
+            cmd = self.supernode_command(name, f"SUPERLINK_HOST:{self.port}")
+            out.append(f"# on {name}'s host (its data there):\n{line(cmd)}")
+        out.append(f"# then, where the app is:\nFLWR_HOME={self.flwr_home} flwr run {self.app_dir} "
+                   "fedmodel --stream")
+        return out
+
+    def _spawn(self, cmd: list[str], log: str) -> subprocess.Popen:
+        env = dict(os.environ, FLWR_HOME=str(self.flwr_home))
+        with open(self.workdir / log, "ab") as f:
+            # own session: ending it by its group id also ends the ServerApp/ClientApp children
+            return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                    cwd=self.workdir, start_new_session=True)
+
+    def start(self) -> "Deployment":
+        """Write the app, start the SuperLink and one SuperNode per client."""
+        self.write_app()
+        self.superlink = self._spawn(self.superlink_command(), "superlink.log")
+        self._wait_for_port(self.port)
+        for name in self.names:
+            self.start_supernode(name)
+        return self
+
+    def start_supernode(self, name: str) -> subprocess.Popen:
+        """(Re)start the SuperNode of client `name`."""
+        self.supernodes[name] = self._spawn(self.supernode_command(name), f"supernode-{name}.log")
+        return self.supernodes[name]
+
+    def _wait_for_port(self, port: int, wait: float = 60.0) -> None:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.superlink is not None and self.superlink.poll() is not None:
+                raise FedModelError(f"flower-superlink exited ({self.workdir / 'superlink.log'})")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise FedModelError(f"flower-superlink did not listen on port {port} within {wait:g} s")
+
+    def run(self, wait: float = 1800.0) -> dict:
+        """Submit the app with `flwr run` and wait for the ServerApp's result (JSON)."""
+        self.result_path.unlink(missing_ok=True)
+        self.result_path.with_suffix(".progress").unlink(missing_ok=True)
+        env = dict(os.environ, FLWR_HOME=str(self.flwr_home))
+        with open(self.workdir / "flwr-run.log", "ab") as f:
+            subprocess.run([_exe("flwr"), "run", str(self.app_dir), "fedmodel"], stdout=f,
+                           stderr=subprocess.STDOUT, env=env, check=True, timeout=120)
+        deadline = time.monotonic() + wait
+        while not self.result_path.exists():
+            if time.monotonic() > deadline:
+                raise FedModelError(f"no result after {wait:g} s (logs in {self.workdir})")
+            if self.superlink is not None and self.superlink.poll() is not None:
+                raise FedModelError(f"flower-superlink exited (logs in {self.workdir})")
+            time.sleep(0.5)
+        time.sleep(0.2)     # (the file is written in one call; let it land)
+        result = json.loads(self.result_path.read_text())
+        if "error" in result:
+            raise FedModelError(f"the run failed on the server: {result['error']} "
+                                f"(logs in {self.workdir})")
+        return result
+
+    def progress(self) -> int:
+        """Rounds the running ServerApp has reported so far."""
+        path = self.result_path.with_suffix(".progress")
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    def kill_supernode(self, name: str) -> int:
+        """kill -9 the SuperNode of client `name` (and its ClientApp children); its pid."""
+        proc = self.supernodes[name]
+        _end(proc, signal.SIGKILL)
+        return proc.pid
+
+    def close(self) -> None:
+        """End every process this deployment started, by its process group id."""
+        for proc in [*self.supernodes.values(), self.superlink]:
+            if proc is not None:
+                _end(proc, signal.SIGTERM)
+        self.supernodes, self.superlink = {}, None
+
+    def __enter__(self) -> "Deployment":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _end(proc: subprocess.Popen, sig: int) -> None:
+    """Signal a process's group (it leads its own session) and wait for it; SIGKILL after 10 s."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)

@@ -1,0 +1,151 @@
+"""`fedmodel deploy`: a real flower-superlink and one flower-supernode per client as separate
+processes on 127.0.0.1 (insecure), the run submitted with `flwr run`; the serial executor's
+iterates; a SuperNode killed with kill -9 mid-run and restarted rejoins and the run ends with the
+same answer. Every process a test starts is ended by the test (by its process group id).
+
+Flower's SuperNode polls the SuperLink every 3 s when idle and starts a ClientApp process per
+message, so a round trip costs several seconds: the runs are marked slow (pytest -m slow).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
+
+MODEL = '''
+import numpy as np
+import fedmodel as fm
+from fedmodel import backends
+
+DATA = {data!r}
+
+
+class Shard:
+    """Reads one client's array where the client runs (its SuperNode's ClientApp)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self):
+        return np.load(self.path)
+
+
+def make_problem(n_clients):
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for i in range(n_clients):
+        c = prob.add_client(f"c{{i}}")
+        A = c.data(loader=Shard(f"{{DATA}}/c{{i}}_A.npy"), shape=(6, 3), name="A")
+        b = c.data(loader=Shard(f"{{DATA}}/c{{i}}_b.npy"), shape=(6,), name="b")
+        c.minimize(0.5 * fm.sum_squares(A @ w - b))
+        if {constrained}:
+            c.subject_to(fm.sum(w) <= 0.3)
+    return prob
+
+
+backend = {backend}
+'''
+
+
+def _model_file(tmp_path, backend, n=2, constrained=False):
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        np.save(data / f"c{i}_A.npy", rng.normal(size=(6, 3)))
+        np.save(data / f"c{i}_b.npy", rng.normal(size=6))
+    path = tmp_path / "model.py"
+    path.write_text(MODEL.format(data=str(data), backend=backend, constrained=constrained))
+    return path
+
+
+def _serial(path, n=2):
+    """The same model file solved in this process on the serial executor."""
+    spec = importlib.util.spec_from_file_location("deploy_test_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    res = module.make_problem(n).solve(module.backend)
+    return res.values_by_label()["w"], [h["objective"] for h in res.history]
+
+
+def test_print_only_writes_the_app_and_the_commands(tmp_path, capsys):
+    from fedmodel import cli
+    model = _model_file(tmp_path, "backends.FedAvg(step=0.05, max_rounds=2)", n=3)
+    work = tmp_path / "work"
+    assert cli.main(["deploy", str(model), "--clients", "3", "--workdir", str(work), "--print-only"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("flower-supernode --insecure") == 3
+    for name in ("c0", "c1", "c2"):
+        assert f"fedmodel-client=\"{name}\"" in out
+    assert (work / "app" / "fedmodel_app" / "model.py").read_text() == model.read_text()
+    assert 'clientapp = "fedmodel_app.client:app"' in (work / "app" / "pyproject.toml").read_text()
+
+
+def test_deploy_refuses_a_model_without_a_problem(tmp_path):
+    from fedmodel import FedModelError
+    from fedmodel.runtime.flower_deploy import Deployment
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = 1\n")
+    with pytest.raises(FedModelError, match="neither make_problem"):
+        Deployment(bad, 2, tmp_path / "w")
+    with pytest.raises(FedModelError, match="not found"):
+        Deployment(tmp_path / "missing.py", 2, tmp_path / "w")
+    good = _model_file(tmp_path, "backends.FedAvg(max_rounds=1)")
+    with pytest.raises(FedModelError, match="timeout must be positive"):
+        Deployment(good, 2, tmp_path / "w", timeout=-1)
+
+
+@pytest.mark.slow
+def test_deploy_equals_serial(tmp_path, capsys):
+    """`fedmodel deploy` end to end: SuperLink + 2 SuperNodes, DALD-CC for 2 iterations."""
+    from fedmodel import cli
+    model = _model_file(tmp_path, "backends.DALD(rho=1.0, max_iterations=2)", constrained=True)
+    work = tmp_path / "work"
+    assert cli.main(["deploy", str(model), "--clients", "2", "--workdir", str(work),
+                     "--timeout", "60"]) == 0
+    result = json.loads((work / "result.json").read_text())
+    w, history = _serial(model)
+    np.testing.assert_allclose(result["values"]["w"], w, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(result["history"], history, rtol=0, atol=1e-8)
+    assert sorted(result["node_ids"]) == ["c0", "c1"] and not result["faults"]
+    assert result["wire_bytes"]["up"] >= 8 * result["ledger"]["up"]["floats"]
+
+
+@pytest.mark.slow
+def test_supernode_killed_mid_run_rejoins(tmp_path):
+    """kill -9 of c1's SuperNode after the first round; restarted, it rejoins as a new Flower
+    node, is rebuilt and replayed, and the run ends with the uninterrupted answer."""
+    from fedmodel.runtime.flower_deploy import Deployment
+    model = _model_file(tmp_path, "backends.FedAvg(step=0.05, local_steps=2, max_rounds=4)")
+    dep = Deployment(model, 2, tmp_path / "work", timeout=25, rejoin_timeout=120)
+    box: dict = {}
+    try:
+        dep.start()
+        runner = threading.Thread(target=lambda: box.update(result=dep.run(wait=900)))
+        runner.start()
+        deadline = time.monotonic() + 600
+        while dep.progress() < 1 and runner.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert dep.progress() >= 1 and runner.is_alive(), "the run ended before the kill"
+        pid = dep.kill_supernode("c1")
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)                    # gone (and reaped)
+        dep.start_supernode("c1")
+        runner.join(timeout=900)
+        assert not runner.is_alive()
+    finally:
+        dep.close()
+    result = box["result"]
+    w, history = _serial(model)
+    np.testing.assert_allclose(result["values"]["w"], w, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(result["history"], history, rtol=0, atol=1e-8)
+    faults = result["faults"]
+    assert [f["node"] for f in faults] == ["c1"] and faults[0]["recovered"]
+    assert faults[0]["new_node_id"] != faults[0]["old_node_id"]
