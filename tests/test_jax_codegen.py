@@ -14,7 +14,7 @@ import fedmodel as fm
 from fedmodel.compiler.codegen import Plan
 from fedmodel.compiler.jax_codegen import JaxGroupPlan, JaxPlan
 from fedmodel.runtime.program import NodeProgram
-from test_gradients import smooth_models
+from test_gradients import FIXED, _point, smooth_models
 
 TOL = 1e-10
 
@@ -42,6 +42,31 @@ def test_random_models_value_gradient_and_hvp_agree_with_numpy(model):
     expected = plan(*point)
     assert np.isfinite(float(expected[0]))
     assert_agree(expected, JaxPlan(plan)(*point))
+
+
+@pytest.mark.parametrize("name", list(FIXED))
+def test_fixed_models_of_test_gradients_agree_with_numpy(name):
+    """Every fixed model of tests/test_gradients.py (indexing, reshapes, broadcasts, powers,
+    quad_form, log-sum-exp along axes, …): value and gradient."""
+    shape, build, domain = FIXED[name]
+    var = fm.Variable(shape, name="v")
+    f = build(var)
+    plan = Plan([f, fm.grad(f, var)], [var])
+    point = _point(shape, domain, np.random.default_rng(11))
+    assert_agree(plan(point), JaxPlan(plan)(point))
+
+
+def test_nonsmooth_atoms_values_agree_with_numpy():
+    """Atoms outside the smooth generator: norms, maximum, abs and the steps and argmax that
+    nonsmooth derivatives are made of."""
+    from fedmodel.atoms import ArgmaxAbs, Clip, Sign, Step
+    w = fm.Variable(5, name="w")
+    c = np.array([0.3, -1.0, 2.0, 0.0, -0.5])
+    outputs = [fm.norm1(w - c), fm.norm2(w), fm.norm_inf(w - c), fm.maximum(w, c), fm.abs(w),
+               Clip(w, -0.5, 0.7), Sign(w - c), Step(w), ArgmaxAbs(w - c), fm.huber(w, 0.4)]
+    plan = Plan(outputs, [w])
+    point = np.array([0.9, -0.2, 2.5, -1.1, 0.1])
+    assert_agree(plan(point), JaxPlan(plan)(point))
 
 
 def _client(rng, m, w, constrained=True):
