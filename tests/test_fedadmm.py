@@ -333,7 +333,9 @@ def test_batched_executor_gives_the_same_run():
     opts = dict(lr=0.2, max_rounds=30, inexact=True, adaptive=True, participation=0.5, seed=2)
     a = prob.solve(FedADMM(**opts))
     b = prob.solve(FedADMM(**opts), executor="batched")
-    np.testing.assert_array_equal(a.value(w), b.value(w))
+    # the rounds run vectorized (backends/fedadmm/batched.py): the batched executor's guarantee,
+    # equal up to summation order (docs/executors.md)
+    np.testing.assert_allclose(a.value(w), b.value(w), rtol=0, atol=1e-12)
     assert a.iterations == b.iterations
 
 

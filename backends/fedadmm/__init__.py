@@ -52,6 +52,7 @@ from ..base import Backend
 from ..common import gather_values, progress, require_star
 from ..watch import DivergenceWatch
 from . import client  # noqa: F401  (registers the client procedures)
+from . import batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
 from .composition import solve_subproblem
 from .insa import sustained_growth
 
