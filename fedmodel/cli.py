@@ -70,13 +70,13 @@ def _deploy(args: argparse.Namespace) -> int:
     import tempfile
     from fedmodel.runtime.flower_deploy import Deployment
     workdir = args.workdir or tempfile.mkdtemp(prefix="fedmodel-deploy-")
-    deployment = Deployment(args.model, args.clients, workdir, timeout=args.timeout)
+    deployment = Deployment(args.model, args.clients, workdir, timeout=args.timeout, tls=args.tls)
     deployment.write_app()
     print("\n".join(deployment.commands()))
     if args.print_only:
         return 0
-    print(f"starting a SuperLink and {len(deployment.names)} SuperNodes on 127.0.0.1 (logs in "
-          f"{workdir})")
+    print(f"starting a SuperLink and {len(deployment.names)} SuperNodes on 127.0.0.1 "
+          f"({'TLS' if args.tls else 'insecure'}; logs in {workdir})")
     with deployment:
         result = deployment.run()
     print(json.dumps({k: result[k] for k in ("status", "objective", "max_violation", "values",
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: a new temporary directory)")
     deploy.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for the replies of one round trip")
+    deploy.add_argument("--tls", action="store_true", help="TLS with a self-signed certificate "
+                        "(written to WORKDIR/certificates) instead of insecure connections")
     deploy.add_argument("--print-only", action="store_true",
                         help="write the app and print the commands for separate hosts; start nothing")
     deploy.set_defaults(func=_deploy)

@@ -1,5 +1,6 @@
 """`fedmodel deploy`: a real flower-superlink and one flower-supernode per client as separate
-processes on 127.0.0.1 (insecure), the run submitted with `flwr run`; the serial executor's
+processes on 127.0.0.1 (TLS with a self-signed certificate, or insecure), the run submitted with
+`flwr run`; the serial executor's
 iterates; a SuperNode killed with kill -9 mid-run and restarted rejoins and the run ends with the
 same answer. Every process a test starts is ended by the test (by its process group id).
 
@@ -102,14 +103,33 @@ def test_deploy_refuses_a_model_without_a_problem(tmp_path):
         Deployment(good, 2, tmp_path / "w", timeout=-1)
 
 
+def test_tls_certificates_are_a_ca_and_a_server_certificate_it_signed(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from fedmodel.runtime.flower_deploy import Deployment
+    model = _model_file(tmp_path, "backends.FedAvg(max_rounds=1)")
+    dep = Deployment(model, 2, tmp_path / "w", tls=True)
+    paths = dep.certificates()
+    ca = x509.load_pem_x509_certificate(paths["ca"].read_bytes())
+    server = x509.load_pem_x509_certificate(paths["cert"].read_bytes())
+    ca.public_key().verify(server.signature, server.tbs_certificate_bytes,
+                           ec.ECDSA(server.signature_hash_algorithm))   # raises if not signed by ca
+    san = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "127.0.0.1" in [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
+    assert "--insecure" not in dep.superlink_command() + dep.supernode_command("c0")
+    assert str(paths["ca"]) in dep.supernode_command("c1")
+
+
 @pytest.mark.slow
 def test_deploy_equals_serial(tmp_path, capsys):
-    """`fedmodel deploy` end to end: SuperLink + 2 SuperNodes, DALD-CC for 2 iterations."""
+    """`fedmodel deploy --tls` end to end: SuperLink + 2 SuperNodes over TLS (self-signed
+    certificate), DALD-CC for 2 iterations."""
     from fedmodel import cli
     model = _model_file(tmp_path, "backends.DALD(rho=1.0, max_iterations=2)", constrained=True)
     work = tmp_path / "work"
     assert cli.main(["deploy", str(model), "--clients", "2", "--workdir", str(work),
-                     "--timeout", "60"]) == 0
+                     "--timeout", "60", "--tls"]) == 0
+    assert "running on https://127.0.0.1" in (work / "superlink.log").read_text()
     result = json.loads((work / "result.json").read_text())
     w, history = _serial(model)
     np.testing.assert_allclose(result["values"]["w"], w, rtol=0, atol=1e-8)

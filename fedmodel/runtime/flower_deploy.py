@@ -12,7 +12,8 @@ optionally `backend` (a name or a backend instance; default: `Problem.solve`'s) 
   learns which client it is from `--node-config 'fedmodel-client="c0"'`, builds that client's
   program from the spec the server sends and runs the client's loaders there.
 
-`Deployment.start` launches the processes on 127.0.0.1 (insecure: no TLS), `run` submits the
+`Deployment.start` launches the processes on 127.0.0.1 (insecure, or TLS with a self-signed
+certificate: `tls=True`), `run` submits the
 app with `flwr run` and waits for the result, `close` ends every process it started by its
 process group id. `commands()` are the same commands for separate hosts.
 """
@@ -124,7 +125,8 @@ class Deployment:
     the result."""
 
     def __init__(self, model_path: str | os.PathLike, clients: int, workdir: str | os.PathLike,
-                 timeout: float = 120.0, start_timeout: float = 300.0, rejoin_timeout: float = 180.0):
+                 timeout: float = 120.0, start_timeout: float = 300.0, rejoin_timeout: float = 180.0,
+                 tls: bool = False):
         if ServerApp is None:
             raise FedModelError("fedmodel deploy needs Flower: pip install 'fedmodel[flower]'")
         self.model_path = Path(model_path)
@@ -145,6 +147,7 @@ class Deployment:
         self.superlink: subprocess.Popen | None = None
         self.supernodes: dict[str, subprocess.Popen] = {}
         self.result_path = self.workdir / "result.json"
+        self.tls = bool(tls)
 
     def _client_names(self) -> list[str]:
         """The model's client names (building the problem runs no loader)."""
@@ -200,19 +203,38 @@ clientapp = "{APP_PACKAGE}.client:app"
 {lines}
 """)
         self.flwr_home.mkdir(parents=True, exist_ok=True)
+        security = f'root-certificates = "{self.certificates()["ca"]}"' if self.tls else "insecure = true"
         (self.flwr_home / "config.toml").write_text(
             f'[superlink]\ndefault = "fedmodel"\n\n[superlink.fedmodel]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+            f'address = "127.0.0.1:{self.port}"\n{security}\n')
         return self.app_dir
+
+    def certificates(self) -> dict[str, Path]:
+        """A self-signed CA and a SuperLink certificate for 127.0.0.1 / localhost (written once
+        into workdir/certificates): for trying TLS out, not for production."""
+        folder = self.workdir / "certificates"
+        paths = {"ca": folder / "ca.crt", "cert": folder / "server.pem", "key": folder / "server.key"}
+        if not all(p.exists() for p in paths.values()):
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, data in _self_signed("127.0.0.1").items():
+                paths[name].write_bytes(data)
+        return paths
 
     # ---- the processes ----------------------------------------------------------------------------
     def superlink_command(self) -> list[str]:
-        return [_exe("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
+        if self.tls:
+            c = self.certificates()
+            security = ["--ssl-ca-certfile", str(c["ca"]), "--ssl-certfile", str(c["cert"]),
+                        "--ssl-keyfile", str(c["key"])]
+        else:
+            security = ["--insecure"]
+        return [_exe("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(self.port),
                 "--disable-runtime-dependency-installation"]
 
     def supernode_command(self, name: str, superlink: str | None = None) -> list[str]:
         port = self.node_ports[self.names.index(name)]
-        return [_exe("flower-supernode"), "--insecure",
+        security = ["--root-certificates", str(self.certificates()["ca"])] if self.tls else ["--insecure"]
+        return [_exe("flower-supernode"), *security,
                 "--superlink", superlink or f"127.0.0.1:{self.port}", "--port", str(port),
                 "--node-config", f'{NODE_NAME_KEY}="{name}"']
 
@@ -307,6 +329,42 @@ clientapp = "{APP_PACKAGE}.client:app"
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _self_signed(host: str) -> dict[str, bytes]:
+    """PEM bytes of a CA certificate ("ca") and of a server certificate ("cert") and its key
+    ("key") for `host` and localhost, signed by that CA (valid 30 days)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def name(text: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+    def cert(subject: str, key, issuer: str, issuer_key, ca: bool, san=None) -> x509.Certificate:
+        builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=30))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san is not None:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("fedmodel deploy CA", ca_key, "fedmodel deploy CA", ca_key, True)
+    server = cert(host, key, "fedmodel deploy CA", ca_key, False,
+                  [x509.IPAddress(ipaddress.ip_address(host)), x509.DNSName("localhost")])
+    pem = serialization.Encoding.PEM
+    return {"ca": ca.public_bytes(pem), "cert": server.public_bytes(pem),
+            "key": key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
+                                     serialization.NoEncryption())}
 
 
 def _end(proc: subprocess.Popen, sig: int) -> None:

@@ -64,7 +64,7 @@ BUILD = "fedmodel.build"        # message kind that ships a block's spec to its 
 HELLO = "fedmodel.hello"        # asks a node which client it is (deployment)
 REPLAY = "fedmodel.replay"      # replays a rejoined client's requests since its build
 NODE_NAME_KEY = "fedmodel-client"   # a SuperNode's --node-config key naming its client
-_META, _ARRAYS, _CONFIG = "fm_meta", "fm_arrays", "fm_config"
+_ARRAYS, _CONFIG = "fm_arrays", "fm_config"
 _STATE = "fedmodel"             # key of this node's record in Flower's Context.state
 
 
