@@ -77,6 +77,11 @@ def _update(group: Group, members: list[str], states: list[dict], z: np.ndarray)
         active = steps < cap if bound is None else (norm_e > bound) & (steps < cap)
         if not active.any():
             break
+        if 4 * active.sum() <= k:    # few clients still stepping: each on its own (a group
+            for i in np.flatnonzero(active):   # step would compute every client's gradient)
+                _finish(group.programs[rows[i]], states[i], i, X, E, norm_e, steps, lr,
+                        None if bound is None else bound[i], cap, z)
+            break
         X_new = X - lr[:, None] * E
         E_new = residual(X_new)
         norm_new = norms(E_new)
@@ -112,6 +117,32 @@ def _update(group: Group, members: list[str], states: list[dict], z: np.ndarray)
         replies[m] = {"w": w, "beta": b, "steps": int(steps[i]),
                       "drift": float(np.max(np.abs(u - z), initial=0.0))}
     return replies
+
+
+def _finish(program, s: dict, i: int, X: np.ndarray, E: np.ndarray, norm_e: np.ndarray,
+            steps: np.ndarray, lr: np.ndarray, bound: float | None, cap: int, z: np.ndarray) -> None:
+    """Client i's remaining local steps on its own program (`client._gd_step`'s arithmetic),
+    written into row i of the group's arrays."""
+    n, x, e = program.n_shared, X[i].copy(), E[i].copy()
+
+    def residual(x):
+        g = program.value_grad(x[:n], x[n:])[1] / s["alpha"]
+        g[:n] += -s["lam"] + s["beta"] * (x[:n] - z)
+        return g
+    norm = norm_e[i]
+    while (bound is None or norm > bound) and steps[i] < cap:
+        x_new = x - lr[i] * e
+        e_new = residual(x_new)
+        norm_new = float(np.linalg.norm(e_new))
+        if s["safe"] and not (norm_new <= norm * (1 + 1e-9) + 1e-300):
+            lr[i] *= 0.5
+            s["lr"] = float(lr[i])
+            if s["curvature"] is not None:
+                s["curvature"] = max(s["curvature"], 1.0 / lr[i] - s["beta"])
+        else:
+            x, e, norm = x_new, e_new, norm_new
+        steps[i] += 1
+    X[i], E[i], norm_e[i] = x, e, norm
 
 
 register(MESSAGES["fedadmm_round"], batched=_round_batched)
