@@ -194,3 +194,30 @@ def test_lowering_leaves_jax_default_precision_alone(monkeypatch):
     assert value.dtype == np.float64 and value == 1.0 + 1e-18
     assert not jax.config.jax_enable_x64
     assert jnp.ones(2).dtype == jnp.float32
+
+
+def test_fedmodel_does_not_import_jax_until_it_is_used():
+    """JAX is optional: importing fedmodel, the backends, the registry's executor names and
+    the batched executor loads no jax (it loads with the lowering or executor='jax')."""
+    import subprocess
+    import sys
+    code = ("import sys, fedmodel, backends, backends.fedadmm, backends.dald\n"
+            "from fedmodel import registry\n"
+            "import fedmodel.runtime.batched\n"
+            "assert 'jax' in registry.names('executor')\n"
+            "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_without_jax_the_lowering_and_executor_say_how_to_install_it(monkeypatch):
+    import sys
+    from fedmodel.runtime.jax_executor import JaxExecutor
+    monkeypatch.setitem(sys.modules, "jax", None)         # `import jax` now fails
+    monkeypatch.setitem(sys.modules, "jax.numpy", None)
+    w = fm.Variable(2, name="w")
+    with pytest.raises(fm.FedModelError, match=r"pip install 'fedmodel\[jax\]'"):
+        JaxPlan(Plan([fm.sum_squares(w)], [w]))
+    with pytest.raises(fm.FedModelError, match=r"pip install 'fedmodel\[jax\]'"):
+        JaxExecutor()

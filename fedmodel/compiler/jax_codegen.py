@@ -36,7 +36,7 @@ def jax_modules() -> tuple[Any, Any]:
     try:
         import jax
         import jax.numpy as jnp
-    except ImportError as exc:      # pragma: no cover - depends on the environment
+    except ImportError as exc:
         raise FedModelError("the JAX lowering needs JAX: pip install 'fedmodel[jax]' "
                             "(or jax[cuda12] for an NVIDIA GPU)") from exc
     return jax, jnp
