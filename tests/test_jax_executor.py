@@ -265,3 +265,24 @@ def test_fedadmm_rounds_are_vectorized_and_match_serial(name, executor):
     if "safeguard" in name:
         lrs = [p.state["fedadmm"]["lr"] for p in ex.programs.values() if p.role == "client"]
         assert min(lrs) < 40.0 and serial.iterations["local_steps"] < 8 * 25 * 50
+
+
+def test_buckets_split_clients_by_data_size_on_a_geometric_grid():
+    """1–40 rows per client: 8 buckets whose largest client is at most 40^(1/8) ≈ 1.59 times
+    the smallest one's data (padding within a bucket stays small), covering every client
+    once; equal sizes (or few clients): one bucket."""
+    from fedmodel.runtime.jax_executor import buckets
+    from fedmodel.runtime.program import compile_programs
+    rng = np.random.default_rng(8)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    rows = rng.permutation(np.arange(1, 41))
+    for i, m in enumerate(rows):
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(rng.normal(size=(m, 3)), name="X") @ w))
+    programs = [p for p in compile_programs(prob).values() if p.role == "client"]
+    split = buckets(programs, "value_grad_plan")
+    assert len(split) == 8 and sorted(np.concatenate(split).tolist()) == list(range(40))
+    for b in split:
+        assert rows[b].max() <= 1.59 * rows[b].min() + 1
+    assert len(buckets(programs[:10], "value_grad_plan")) == 1

@@ -62,7 +62,7 @@ def buckets(programs: list, which: str, max_buckets: int = MAX_BUCKETS) -> list[
     sizes = np.array([sum(int(np.size(p_plan.constant(s))) for s in p_plan.constant_slots)
                       for p_plan in (getattr(p, which) for p in programs)], dtype=float)
     order = np.argsort(sizes, kind="stable")
-    low, high = max(sizes.min(initial=1.0), 1.0), max(sizes.max(initial=1.0), 1.0)
+    low, high = max(float(sizes.min()), 1.0), max(float(sizes.max()), 1.0)
     if high <= low * 1.05 or len(programs) < 2 * max_buckets:
         return [order]
     edges = np.geomspace(low, high, max_buckets + 1)[1:-1]
