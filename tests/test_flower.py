@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel import backends
+from fedmodel import backends, topologies
 from fedmodel.runtime.ledger import MESSAGES, procedure
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
@@ -75,20 +75,27 @@ def _model(parts, constrained=True, loader_dir=None):
 
 
 CASES = {
-    "fedavg": (lambda: backends.FedAvg(step=0.05, local_steps=2, max_rounds=6), False),
-    "fedprox": (lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=3, max_rounds=6), False),
-    "dald-cc": (lambda: backends.DALD(rho=1.0, max_iterations=6), True),
-    "fedadmm": (lambda: backends.FedADMM(max_rounds=6, seed=2), False),
-    "dp-admm": (lambda: backends.DPADMM(epsilon=1.0, max_rounds=6, seed=3, tol=0), False),
+    "fedavg": (lambda: backends.FedAvg(step=0.05, local_steps=2, max_rounds=6), False, None),
+    "fedprox": (lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=3, max_rounds=6), False, None),
+    "dald-cc": (lambda: backends.DALD(rho=1.0, max_iterations=6), True, None),
+    # Flower is hub-and-spoke: DALD-DC's neighbour messages go through the server like every
+    # other request (the coordinator relays them)
+    "dald-dc-ring": (lambda: backends.DALD(rho=1.0, max_iterations=3), True, "ring"),
+    "fedadmm": (lambda: backends.FedADMM(max_rounds=6, seed=2), False, None),
+    "fedadmm-insa-partial": (lambda: backends.FedADMM(adaptive=True, inexact=True, participation=0.5,
+                                                      max_rounds=6, seed=2), False, None),
+    "dp-admm": (lambda: backends.DPADMM(epsilon=1.0, max_rounds=6, seed=3, tol=0), False, None),
+    "proxal": (lambda: backends.ProxAL(beta=10.0, rho=1.0, max_outer=2, max_inner=10), True, None),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_flower_iterates_equal_serial(flower, case):
-    make, constrained = CASES[case]
+    make, constrained, topo = CASES[case]
     prob, w = _model(_parts(), constrained=constrained)
-    serial = make().run(prob, executor="serial")
-    remote = make().run(prob, executor=flower)
+    topology = topologies.ring(prob) if topo == "ring" else None
+    serial = make().run(prob, topology=topology, executor="serial")
+    remote = make().run(prob, topology=topology, executor=flower)
     # every iterate the backend saw: the final model, each round's objective, the multipliers
     np.testing.assert_allclose(remote["values"][w.uid], serial["values"][w.uid], rtol=0, atol=1e-8)
     assert len(remote["history"]) == len(serial["history"]) >= 2
