@@ -21,6 +21,9 @@ from fedmodel.runtime.jax_executor import JaxExecutor, JaxFallbackWarning
 from test_batched import D, _least_squares, _logistic
 
 TOL = 1e-8
+# set-up steps (dald_cc_init, …) go node by node and say so; the tests that check the warnings
+# catch them themselves
+pytestmark = pytest.mark.filterwarnings("ignore::fedmodel.runtime.jax_executor.JaxFallbackWarning")
 
 
 def _close(got, want, what):
