@@ -28,9 +28,11 @@ def gather_values(executor, problem, shared_flat: np.ndarray) -> tuple[dict, dic
     nodes through local reporting messages."""
     values = dict(executor.call("server", "shared_values", x=shared_flat)["values"])
     multipliers: dict[str, Any] = {}
-    for node in executor.nodes:
-        values.update(executor.call(node, "private_values")["values"])
-        multipliers.update(executor.call(node, "multipliers")["multipliers"])
+    everyone = {node: {} for node in executor.nodes}       # one request each: 2 round trips
+    for reply in executor.map("private_values", everyone).values():
+        values.update(reply["values"])
+    for reply in executor.map("multipliers", everyone).values():
+        multipliers.update(reply["multipliers"])
     return values, multipliers
 
 
