@@ -233,7 +233,7 @@ def test_reproduction_models_are_the_stated_ones(needs_data):
 
 def test_dp_constrained_fast_subset(needs_data, capsys):
     from fedmodel.reproductions import dpadmm_constrained as rep
-    assert rep.run(fast=True) == 0
+    assert rep.run() == 0
     out = capsys.readouterr().out
     assert "| neyman-pearson (adult) | DP-IADMM ε̄=1 |" in out and "| mnist 3v7, norm ball | CVXPY |" in out
     assert "result: OK" in out

@@ -24,10 +24,10 @@ noisy multiplier tracks it — at small ε̄ the released values are noisy and t
 the gradient, so objective and violation both move away from the optimum (stated in
 docs/privacy.md with the measured table).
 
-`run()` measures the table (T = ROUNDS, SEEDS seeds, a few minutes); `run(full=True)` runs
-T = 20,000 rounds (Ryu & Kim's T; hours); `run(fast=True)` (CI) uses subsamples (3 clients,
-300 NP / 100 MNIST records per client), T = 300, ε̄ ∈ {1, ∞} and one seed, and checks what must
-hold at any size.
+`run(full=True)` (`fedmodel reproduce dp-constrained --full`) measures the table (T = ROUNDS,
+SEEDS seeds; about 25 minutes); `run()` is the fast subset (CI): subsamples (3 clients, 300 NP /
+100 MNIST records per client), T = 300, ε̄ ∈ {1, ∞} and one seed, checking what must hold at
+any size. `rounds` sets T (e.g. Ryu & Kim's 20,000) and `seeds` the number of seeds.
 """
 from __future__ import annotations
 
@@ -43,7 +43,6 @@ from .report import finish, print_checks, print_header
 EPSILONS = (0.05, 0.1, 0.5, 1.0, math.inf)
 SEEDS = 5
 ROUNDS = 2000
-FULL_ROUNDS = 20000     # Ryu & Kim's T
 NP_THRESHOLD = 0.3      # He, Peng & Sun use 0.2, where adult on 5 clients is barely feasible
 BALL_RADIUS = 1.0
 DELTA = 1e-6
@@ -95,7 +94,7 @@ def mnist_ball(clients: int = 5, per_client: int | None = None, root=None) -> Ex
 
 def measure(exp: Experiment, epsilons, seeds: int, rounds: int, verbose: bool = True) -> dict:
     """Per ε̄: mean objective, mean and largest violation, mean test error over `seeds` DP-IADMM
-    runs of T = `rounds` (ε̄ = ∞: one run, to tol 1e-6 or 20·T rounds), the total PLD ε; and the
+    runs of T = `rounds` (ε̄ = ∞: one run, to tol 1e-6 or max(20·T, 6000) rounds), the total PLD ε; and the
     rows "ProxAL" and "CVXPY"."""
     from backends import CVXPY, ProxAL
     from backends.dp_admm import DPADMM
@@ -111,7 +110,7 @@ def measure(exp: Experiment, epsilons, seeds: int, rounds: int, verbose: bool = 
         private = math.isfinite(eps)
         runs = []
         for seed in range(seeds if private else 1):
-            algo = DPADMM(epsilon=eps, seed=seed, max_rounds=rounds if private else 20 * rounds,
+            algo = DPADMM(epsilon=eps, seed=seed, max_rounds=rounds if private else max(20 * rounds, 6000),
                           tol=0.0 if private else 1e-6, log_every=rounds)
             start = time.perf_counter()
             res = exp.problem.solve(algo)
@@ -178,17 +177,15 @@ def checks(results: dict[str, dict]) -> list[tuple[str, bool]]:
     return out
 
 
-def run(full: bool = False, fast: bool = False, rounds: int | None = None, seeds: int | None = None,
-        root=None) -> int:
-    """Measure and print the table (`full`: T = 20,000; `fast`: the CI subset); exit code 0 when
-    the checks pass."""
-    if fast:
+def run(full: bool = False, rounds: int | None = None, seeds: int | None = None, root=None) -> int:
+    """Measure and print the table (`full`; else the fast subset); exit code 0 when the checks
+    pass."""
+    if full:
+        experiments = [neyman_pearson(root=root), mnist_ball(root=root)]
+        epsilons, seeds, rounds = EPSILONS, seeds or SEEDS, rounds or ROUNDS
+    else:
         experiments = [neyman_pearson(3, 300, root), mnist_ball(3, 100, root)]
         epsilons, seeds, rounds = (1.0, math.inf), seeds or 1, rounds or 300
-    else:
-        experiments = [neyman_pearson(root=root), mnist_ball(root=root)]
-        epsilons, seeds = EPSILONS, seeds or SEEDS
-        rounds = rounds or (FULL_ROUNDS if full else ROUNDS)
     print(f"DP-IADMM with local constraints (ObjP, defaults), T = {rounds} rounds, {seeds} seed(s); "
           "ε̄ per round and client")
     results = {}
