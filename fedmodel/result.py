@@ -85,6 +85,12 @@ class Result:
                  f"  max violation  {self.max_violation:.2e}"]
         if self.certificate is not None:
             lines.append(f"  KKT            {self.certificate}")
+        privacy = self.info.get("privacy") if isinstance(self.info, dict) else None
+        if isinstance(privacy, dict) and "pld" in privacy:   # a private run's accounting, per client
+            (pld, delta), rdp = privacy["pld"], privacy["rdp"][0]
+            lines.append(f"  privacy        ε = {pld:.4g} (PLD), {rdp:.4g} (RDP), "
+                         f"{privacy['advanced'][0]:.4g} (advanced), {privacy['basic'][0]:.4g} (basic) "
+                         f"at δ = {delta:g} per client, {'formal' if privacy.get('formal') else 'nominal'}")
         return "\n".join(lines)
 
     def _iterations(self) -> str:

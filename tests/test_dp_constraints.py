@@ -92,6 +92,9 @@ def test_private_run_keeps_the_ball_and_reports_a_formal_guarantee():
     privacy = res.info["privacy"]
     assert privacy["formal"] and privacy["round_shares"] == (1.0,)          # a set costs nothing
     assert privacy["basic"][0] == pytest.approx(200 * 0.5)
+    line = str(res).splitlines()[-1]                            # the printed result says it too
+    assert line.startswith("  privacy        ε = ") and "(PLD)" in line and line.endswith("formal")
+    assert f"{privacy['pld'][0]:.4g} (PLD), {privacy['rdp'][0]:.4g} (RDP)" in line
 
 
 def test_releases_move_by_at_most_their_bounds_on_neighbouring_data():
