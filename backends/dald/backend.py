@@ -46,7 +46,9 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
     algorithm's traffic: one more pass over every node's data) and, for CC, "sum_mu" (‖Σμ_i‖∞
     as the clients hold it) every k-th outer step and at the last, NaN in between. order: the
     coordination sequence S
-    for DC (default: a hierarchy DiGraph's solve order, else the problem's client order).
+    for DC (default: a hierarchy DiGraph's solve order, else the problem's client order;
+    "colour": ordered by the colour classes of a greedy colouring, so each class is one
+    parallel batch, `dc.colour_order`).
     """
 
     name = "dald"

@@ -60,9 +60,10 @@ def check_options(o: dict) -> None:
         check_callable(name, o[name])
     if o["server_host"] is not None and not isinstance(o["server_host"], str):
         raise FedModelError(f"server_host must be a client name or None, got {o['server_host']!r}")
-    if o["order"] is not None and (isinstance(o["order"], str) or
-                                   not all(isinstance(n, str) for n in o["order"])):
-        raise FedModelError(f"order must be a sequence of node names or None, got {o['order']!r}")
+    if o["order"] not in (None, "colour") and (isinstance(o["order"], str) or
+                                               not all(isinstance(n, str) for n in o["order"])):
+        raise FedModelError(f"order must be a sequence of node names, 'colour' or None, "
+                            f"got {o['order']!r}")
     if o["x0"] is not None:
         try:
             x0 = np.asarray(o["x0"], dtype=float)
