@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from .common import check_count, check_number
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT
+from .common import check_count, check_number, gather_values, progress
 from .dald import DALD
 from .watch import DivergenceWatch
 
@@ -93,6 +94,56 @@ class _DistributedPA(DALD):
             replies = ex.map("local_curvature", {c: {"z": x0, "iterations": 8} for c in ex.clients})
             largest = max((r["L"] for r in replies.values()), default=0.0)
             self.step = 1.0 / largest if largest > 0 else 1.0
+
+    def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):
+        """DALD-CC's loop, or, on an executor whose server may see only sums (`ex.sum_only`:
+        secure aggregation), `_cc_summed`."""
+        if not ex.sum_only:
+            return super()._cc(problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt)
+        return self._cc_summed(problem, ex, xhat, d, callback, verbose, start, ckpt)
+
+    def _cc_summed(self, problem, ex, xhat, d, callback, verbose, start, ckpt):
+        """(52)–(53) with x̂ = (1/n)·Σ_i x_i from `ex.map_sum`: the server never holds an x_i, so
+        the consensus residual max_i‖x̂ − x_i‖∞ is not known (NaN in the history; the stop test
+        of distributed PA does not use it) and info has no client models. Every client takes
+        part in every round (a sum over a sample would need its size hidden as well)."""
+        name = type(self).__name__
+        if self.participation < 1.0 or self.availability is not None or self.monitor is not None \
+                or ckpt is not NO_CHECKPOINT:
+            raise FedModelError(f"{name} on an executor that shows the server only sums runs every "
+                                "client in every round, without a monitor or checkpoints")
+        clients, beta = ex.clients, self._beta()
+        ex.map_stacked("dald_cc_init", clients, rows={"rho": np.array([self._rho(c, d) for c in clients])},
+                       common={"x0": xhat, "beta": beta})
+        ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
+        watch, history, status, k, info, opts = self._watch(), [], "max_iterations", 0, {}, self._opts()
+        bar = progress(self.max_iterations, verbose, name)
+        while k < self.max_iterations:
+            k += 1
+            new = ex.map_sum("dald_cc_solve", clients, common={"xhat": xhat, **opts})["x"] / len(clients)
+            if watch.check(k, **{"x̂ (server model)": new}):
+                status = watch.report(info)
+                break
+            dual = float(np.max(np.abs(new - xhat), initial=0.0))
+            xhat = new
+            # the clients' own constraint multipliers (no consensus step: μ ≡ 0)
+            dmu = float(np.max(ex.map_stacked("dald_cc_dual", clients,
+                                              common={"xhat": xhat, "consensus": 0.0})["dmu"], initial=0.0))
+            report = k % self.report_every == 0 or self._converged(np.nan, dual, dmu) or \
+                k >= self.max_iterations
+            record = self._record_cc(ex, clients, xhat, k, 1, k, float("nan"), dual, dmu / beta, start, report)
+            record["sum_mu"] = 0.0
+            stop = self._outer_step_done(record, history, callback, bar, clients, None,
+                                         bool(problem.constraints), np.nan, dual, dmu)
+            if stop:
+                status = stop
+                break
+        bar.close()
+        values, multipliers = gather_values(ex, problem, xhat)
+        ex.ledger.rounds = k
+        info.update(secure_sum=True)
+        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
+                "iterations": {"outer": k, "inner": k}, "ledger": ex.ledger, "info": info}
 
     def run(self, problem, **kwargs):
         if problem.server.terms or problem.server.constraints:

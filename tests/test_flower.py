@@ -179,6 +179,76 @@ def test_import_fedmodel_does_not_import_flwr():
     assert json.loads(out.stdout.strip().splitlines()[-1]) is False
 
 
+def _quantum(ex) -> float:
+    """SecAgg+'s fixed-point step: one client's entry is stochastically rounded to a multiple
+    of 2c/Q (c the clipping range, Q the quantization range), an error below one step."""
+    return 2 * ex.secure_sum["clipping_range"] / ex.secure_sum["quantization_range"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: backends.FedAvg(step=0.05, local_steps=2, max_rounds=6, tol=0.0),
+    lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=3, max_rounds=6, tol=0.0)],
+    ids=["fedavg", "fedprox"])
+def test_secure_sum_equals_plain_to_secagg_precision(flower, make):
+    """FedAvg / FedProx through Flower's SecAgg+ (the server sees only Σ_i x_i) give the plain
+    run's models to SecAgg+'s precision. Bound: each round's mean x̂ = (1/n)Σ_i q(x_i) is off by
+    less than one quantum 2c/Q (each q(x_i) is within one quantum, so is their mean); a round's
+    map x̂ ↦ mean_i(GD steps from x̂) is non-expansive for steps below 2/L, so after T rounds
+    the models differ by less than T quanta (6 · 3.8e-6 with Flower's defaults)."""
+    prob, w = _model(_parts(), constrained=False)
+    plain = make().run(prob, executor="serial")
+    flower.secure_sum = True
+    try:
+        secure = make().run(prob, executor=flower)
+        bound = 6 * _quantum(flower)
+    finally:
+        flower.secure_sum = False
+    error = np.max(np.abs(secure["values"][w.uid] - plain["values"][w.uid]))
+    # nonzero: the sum really went through SecAgg+'s fixed point, not in plain
+    assert 0 < error <= bound, (error, bound)
+    assert secure["info"]["secure_sum"] and "client_values" not in secure["info"]
+    assert len(secure["history"]) == len(plain["history"]) == 6
+    for a, b in zip(secure["history"], plain["history"]):
+        assert np.isnan(a["primal_residual"])           # max_i‖x̂ − x_i‖ is not the server's to see
+        assert abs(a["objective"] - b["objective"]) <= 1e-3 * abs(b["objective"])
+    # the ledger books each client's x once per round upward, as plain FedAvg does
+    assert secure["ledger"].floats[("c0", "server", "dald_cc_solve")] == 6 * D
+    # four SecAgg+ stages per round, each one batch through the grid and counted in bytes
+    assert flower.wire_bytes[("c1", "server", "dald_cc_solve")] > 0
+
+
+def test_secure_sum_refuses_values_outside_the_clipping_range(flower):
+    """A model entry beyond ±clipping_range would be clipped silently by SecAgg+'s quantizer:
+    the client refuses, and the run stops naming the clients and the setting."""
+    prob, _ = _model(_parts(), constrained=False)
+    flower.secure_sum = {"clipping_range": 1e-3}
+    try:
+        with pytest.raises(fm.FedModelError, match=r"(?s)secure sum of 'dald_cc_solve'.*c0: .*clipping range"):
+            backends.FedAvg(step=0.05, max_rounds=2).run(prob, executor=flower)
+    finally:
+        flower.secure_sum = False
+    with pytest.raises(fm.FedModelError, match="secure_sum"):
+        flower.secure_sum = {"clipping": 1.0}
+    with pytest.raises(fm.FedModelError, match="modulus_range"):
+        flower.secure_sum = {"modulus_range": 1000}
+
+
+def test_map_sum_default_is_the_sum_of_the_replies():
+    """Executor.map_sum on the serial executor: Σ_i of each client's reply field."""
+    from fedmodel.runtime.executor import SerialExecutor
+    from fedmodel.runtime.program import compile_programs
+    prob, _ = _model(_parts(), constrained=False)
+    ex = SerialExecutor().start(compile_programs(prob))
+    z = np.array([0.1, -0.2, 0.3])
+    each = ex.map("merit", {c: {"x": z} for c in ex.clients})
+    total = ex.map_sum("merit", ex.clients, {"x": z}, fields=("grad", "value"))
+    np.testing.assert_allclose(total["grad"], sum(r["grad"] for r in each.values()), rtol=1e-14)
+    assert total["value"] == pytest.approx(sum(r["value"] for r in each.values()), rel=1e-14)
+    with pytest.raises(fm.FedModelError, match="not a declared numeric field"):
+        ex.map_sum("merit", ex.clients, {"x": z}, fields=("hessian",))
+    ex.close()
+
+
 @procedure("flower_test_sleep", {"seconds": "1"}, {}, read_only=True)
 def _sleep_on_c1(program, seconds):
     """A client that does not answer in time: c1 sleeps, the others reply at once."""

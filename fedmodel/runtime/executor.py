@@ -137,6 +137,29 @@ class Executor:
         replies = self.map(kind, payloads)
         return stack_replies(declared, [replies[node] for node in nodes])
 
+    #: True where `map_sum` lets the server see only the sum (secure aggregation): backends then
+    #: take the loop of theirs that needs only sums of client vectors (docs/flower.md)
+    sum_only = False
+
+    def map_sum(self, kind: str, nodes: Sequence[str], common: dict[str, Any] | None = None,
+                fields: Sequence[str] = ("x",)) -> dict[str, Any]:
+        """Send `kind` with the same payload `common` to every node of `nodes` and return, per
+        reply field in `fields`, its sum over the nodes: the form of a step whose server needs
+        only Σ_i of the clients' replies. This default asks every node (`map`, booked as usual)
+        and sums here; an executor with secure aggregation (`sum_only`) serves it so that the
+        server sees only the sums."""
+        declared = declared_kind(kind)
+        nodes = list(nodes)
+        for field in fields:
+            if declared.reply.get(field) in (None, "str", "opaque"):
+                raise FedModelError(f"map_sum: reply field {field!r} of {kind!r} is not a declared "
+                                    f"numeric field; declared: {declared.reply}")
+        if not nodes:
+            raise FedModelError(f"map_sum of {kind!r} needs at least one node")
+        replies = self.map(kind, {node: dict(common or {}) for node in nodes})
+        return {field: np.sum([np.asarray(replies[node][field], float) for node in nodes], axis=0)
+                for field in fields}
+
     def _check_stacked(self, kind, nodes, rows, common):
         """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
         match its declaration (checked once for the whole block); return the normalized request

@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import FedModelError
-from .executor import Executor, run_on_node
-from .ledger import MESSAGES, PROCEDURES
+from .executor import Executor, declared_kind, run_on_node
+from .ledger import MESSAGES, PROCEDURES, check_payload
 from .program import NodeProgram, ProgramSpec
 
 try:
@@ -57,6 +57,11 @@ try:
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
     from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+    from flwr.client.mod import secaggplus_mod
+    from flwr.common import (Code, FitIns, FitRes, Status, ndarrays_to_parameters,
+                             parameters_to_ndarrays)
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE
+    from flwr.compat.common import recorddict_compat as compat
 except ImportError:     # optional extra: make_executor("flower") then says how to install it
     ClientApp = None
 
@@ -166,6 +171,45 @@ def _serve_message(message: "Message", context: "Context") -> "Message":
     return Message(content, reply_to=message)
 
 
+def _serve_summed(message: "Message", context: "Context") -> "Message":
+    """Stage 2 of SecAgg+ (`secaggplus_mod` calls this between its stages): serve the request
+    carried as Flower FitIns and reply with only the fields to be summed, as FitRes parameters
+    (weight 1), which the mod quantizes and masks before anything leaves the node. A value
+    outside the protocol's clipping range would be clipped silently: refused instead."""
+    fitins = compat.recorddict_to_fitins(message.content, keep_input=True)
+    config = dict(fitins.config)
+    keys = json.loads(config.pop("fm_array_keys"))
+    arrays = parameters_to_ndarrays(fitins.parameters)
+    meta, payload = decode(RecordDict({_ARRAYS: ArrayRecord({k: Array(a) for k, a in zip(keys, arrays)}),
+                                       _CONFIG: ConfigRecord(config)}))
+    kind = meta["kind"]
+    if meta.get("module"):
+        importlib.import_module(meta["module"])
+    key = (message.metadata.run_id, message.metadata.dst_node_id)
+    program = _program_of(key, context)
+    reply = run_on_node(program, kind, payload)
+    _remember(key, context, program)
+    clip = float(context.state.config_records[RECORD_KEY_STATE]["clipping_range"])
+    values = []
+    for field in meta["sum"]:
+        value = np.asarray(reply[field], dtype=float)
+        if not np.all(np.isfinite(value)) or np.any(np.abs(value) > clip):
+            raise FedModelError(f"secure sum of {kind!r}: field {field!r} has entries outside the "
+                                f"SecAgg+ clipping range ±{clip:g} (they would be clipped); raise "
+                                "clipping_range in FlowerExecutor(secure_sum={...})")
+        values.append(value)
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(values), 1, {})
+    return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
+
+
+def _secure_sum_mod(message: "Message", context: "Context", call_next) -> "Message":
+    """Flower's `secaggplus_mod` for the messages of a secure sum (they carry its config
+    record); every other message goes to the handler as it is."""
+    if RECORD_KEY_CONFIGS not in message.content.config_records:
+        return call_next(message, context)
+    return secaggplus_mod(message, context, lambda m, c: _serve_summed(m, c))
+
+
 def _remember(key: tuple[int, int], context: "Context", program: NodeProgram) -> None:
     """Keep the node's new state in its Context (with a fresh token) and in this worker's cache."""
     record = context.state[_STATE]
@@ -207,7 +251,8 @@ def _portable(err: Exception) -> Any:
 
 if ClientApp is not None:
     client_app = ClientApp()
-    client_app.train()(_serve_message)      # state-changing requests
+    client_app.train(mods=[_secure_sum_mod])(_serve_message)   # state-changing requests (and
+    #                                      the stages of a secure sum, through SecAgg+'s mod)
     client_app.query()(_serve_message)      # read-only requests (reports, queries, save_state)
 else:
     client_app = None
@@ -244,11 +289,24 @@ class FlowerExecutor(Executor):
     persistent: (simulation) keep the simulation running when a run ends (`close()`), to serve
         the next `start()` with the same number of clients; `shutdown()` ends it.
     backend_config: Flower's simulation backend config (default: one CPU per ClientApp worker).
+    secure_sum: False, True or a dict of SecAgg+ settings (`SECURE_SUM_DEFAULTS`): `map_sum`
+        runs Flower's SecAgg+ protocol (`SecAggPlusWorkflow` here, `secaggplus_mod` on the
+        clients), so the server sees only the sums; backends then take their sum-only loop
+        (`sum_only`). The sums are exact to SecAgg+'s fixed-point precision: one quantum
+        2·clipping_range/quantization_range per entry and client (docs/flower.md).
     """
+
+    #: SecAgg+ settings: Flower's defaults, except weight 1 per client (`max_weight` 1: the
+    #: protocol's weighted mean times the count is the plain sum) and every client sharing its
+    #: keys with every other (`num_shares` 1.0), two thirds of the shares to reconstruct
+    SECURE_SUM_DEFAULTS = {"clipping_range": 8.0, "quantization_range": 2 ** 22,
+                           "modulus_range": 2 ** 32, "num_shares": 1.0,
+                           "reconstruction_threshold": 2 / 3}
 
     def __init__(self, timeout: float = 60.0, start_timeout: float = 120.0, persistent: bool = False,
                  backend_config: dict | None = None, grid: "Grid | None" = None,
-                 rejoin_timeout: float = 120.0, max_restarts: int = 3):
+                 rejoin_timeout: float = 120.0, max_restarts: int = 3,
+                 secure_sum: bool | dict = False):
         if ClientApp is None:
             raise FedModelError("executor='flower' needs Flower: pip install 'fedmodel[flower]'")
         for name, value in (("timeout", timeout), ("start_timeout", start_timeout),
@@ -264,6 +322,7 @@ class FlowerExecutor(Executor):
         self.backend_config = backend_config if backend_config is not None else \
             {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
         self.grid = grid
+        self.secure_sum = secure_sum
         self.node_ids: dict[str, int] = {}       # client -> Flower node id
         self.wire_bytes: Counter = Counter()     # (sender, receiver, kind) -> bytes on the wire
         self.round_trips = 0                     # batches sent through the Grid
@@ -523,6 +582,83 @@ class FlowerExecutor(Executor):
                                   f"{self.start_timeout:g} s")
         record["recovered"] = True
 
+    # ---- secure sums (SecAgg+) ---------------------------------------------------------------------
+    @property
+    def secure_sum(self) -> dict | None:
+        """The SecAgg+ settings `map_sum` uses, or None (plain sums)."""
+        return self._secure
+
+    @secure_sum.setter
+    def secure_sum(self, value: bool | dict) -> None:
+        if value is False or value is None:
+            self._secure = None
+            return
+        given = {} if value is True else value
+        if not isinstance(given, dict) or set(given) - set(self.SECURE_SUM_DEFAULTS):
+            raise FedModelError(f"secure_sum must be True, False or a dict with keys from "
+                                f"{sorted(self.SECURE_SUM_DEFAULTS)}, got {value!r}")
+        settings = {**self.SECURE_SUM_DEFAULTS, **given}
+        try:        # Flower checks the ranges, shares and threshold (ValueError / TypeError)
+            _secagg_workflow(settings, None)
+        except (ValueError, TypeError) as err:
+            raise FedModelError(f"secure_sum: {err}") from None
+        self._secure = settings
+
+    @property
+    def sum_only(self) -> bool:
+        """True with `secure_sum`: the server sees only the sums `map_sum` returns."""
+        return self._secure is not None
+
+    def map_sum(self, kind, nodes, common=None, fields=("x",)):
+        """Σ over `nodes` of the reply fields `fields` of `kind`; with `secure_sum` through
+        Flower's SecAgg+ (one protocol run: four round trips), so that the server never sees a
+        client's reply, only the sums (exact to the protocol's fixed-point precision). The
+        ledger books the request and the summed fields of each reply."""
+        if self._secure is None:
+            return super().map_sum(kind, nodes, common, fields)
+        declared = declared_kind(kind)
+        nodes, common, fields = list(nodes), dict(common or {}), list(fields)
+        self._serve(nodes)
+        for field in fields:
+            if declared.reply.get(field) in (None, "str", "opaque"):
+                raise FedModelError(f"map_sum: reply field {field!r} of {kind!r} is not a declared "
+                                    f"numeric field; declared: {declared.reply}")
+        local = [n for n in nodes if n not in self.node_ids]
+        if local or len(nodes) < 2:
+            raise FedModelError(f"a secure sum needs at least two clients served by Flower, got "
+                                f"{nodes}" + (f" ({local} run here)" if local else ""))
+        floats = check_payload(declared, declared.request, common, self.model_size, "request")
+        procedure = PROCEDURES.get(kind)
+        module = procedure.__module__ if procedure is not None else ""
+        content = encode(kind, common, declared.request, {"module": module, "sum": fields})
+        arrays = content[_ARRAYS]
+        config = {**dict(content[_CONFIG]), "fm_array_keys": json.dumps(list(arrays))}
+        fitins = FitIns(ndarrays_to_parameters([a.numpy() for a in arrays.values()]), config)
+        started = time.monotonic()
+        sums, failures, seen = self._ask(
+            lambda grid: _secure_round(self._secure, grid, self, kind, fitins,
+                                       {self.node_ids[n]: n for n in nodes}), 4 * self.timeout)
+        missing = [n for n in nodes if self.node_ids[n] not in seen]
+        if missing or sums is None:
+            # a client's own error (Flower's reason carries its text) or no reply in time
+            reasons = "".join(f"\n  {n}: {r.strip().splitlines()[-1] if r.strip() else r}"
+                              for n, r in failures.items())
+            raise (FedModelError if failures else NodeTimeout)(
+                f"client(s) {missing or nodes} did not complete the secure sum of "
+                              f"{kind!r} ({time.monotonic() - started:.3g} s; timeout "
+                              f"{self.timeout:g} s per SecAgg+ stage)" + reasons)
+        out = {}
+        for field, total in zip(fields, sums):
+            total = np.asarray(total, float) * len(nodes)   # SecAgg+ returns the mean
+            out[field] = total
+        reply_floats = sum(int(np.size(v)) for v in out.values())
+        for node in nodes:
+            self.ledger.record("server", node, kind, floats)
+            self.ledger.record(node, "server", kind, reply_floats)
+            if not declared.read_only:
+                self._log[node].append((kind, dict(common), module))
+        return out
+
     def wire_total(self, direction: str | None = None) -> int:
         """Bytes of all messages ("down": server → clients, "up": clients → server, None: both)."""
         return sum(b for (s, _, _), b in self.wire_bytes.items()
@@ -535,3 +671,91 @@ def _raise_remote(node: str, kind: str, error: Any) -> None:
     if isinstance(error, FedModelError):
         raise error
     raise FedModelError(f"client {node!r} failed serving {kind!r}: {error!r}")
+
+
+# ---- SecAgg+ on the server side ------------------------------------------------------------------
+def _secagg_workflow(settings: dict, timeout: float | None) -> Any:
+    """Flower's SecAgg+ workflow with `settings` (weight 1 per client: `max_weight` 1)."""
+    from flwr.server.workflow import SecAggPlusWorkflow
+
+    return SecAggPlusWorkflow(settings["num_shares"], settings["reconstruction_threshold"],
+                              max_weight=1.0, clipping_range=float(settings["clipping_range"]),
+                              quantization_range=settings["quantization_range"],
+                              modulus_range=settings["modulus_range"], timeout=timeout)
+
+
+class _CountingGrid:
+    """The Grid, counting the bytes and round trips of the SecAgg+ stages by client."""
+
+    def __init__(self, grid: "Grid", executor: FlowerExecutor, kind: str, names: dict[int, str]):
+        self.grid, self.executor, self.kind, self.names = grid, executor, kind, names
+        self.errors: dict[str, str] = {}     # client -> the error Flower reported for it
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        for m in messages:
+            self.executor.wire_bytes[("server", self.names[m.metadata.dst_node_id], self.kind)] += \
+                wire_size(m.content)
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        self.executor.round_trips += 1
+        for r in replies:
+            if r.has_error():
+                self.errors[self.names.get(r.metadata.src_node_id, str(r.metadata.src_node_id))] = \
+                    str(r.error.reason)
+            elif r.metadata.src_node_id in self.names:
+                self.executor.wire_bytes[(self.names[r.metadata.src_node_id], "server", self.kind)] += \
+                    wire_size(r.content)
+        return replies
+
+    def __getattr__(self, name):
+        return getattr(self.grid, name)
+
+
+def _secure_round(settings: dict, grid: "Grid", executor: FlowerExecutor, kind: str, fitins: "FitIns",
+                  names: dict[int, str]) -> tuple[list | None, list, set]:
+    """One run of Flower's SecAgg+ workflow (setup, share keys, collect masked vectors, unmask)
+    asking the nodes `names` for `fitins`: the unmasked weighted mean of their replies (None
+    if the protocol halted), the failures, and the node ids whose vectors it holds."""
+    from flwr.server.client_proxy import ClientProxy
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.strategy import Strategy
+
+    class _Proxy(ClientProxy):      # the workflow reads only node_id
+        def __init__(self, node_id):
+            super().__init__(str(node_id))
+            self.node_id = node_id
+
+        get_properties = get_parameters = fit = evaluate = reconnect = None
+
+    class _Sum(Strategy):           # hands the same FitIns to each node; keeps what comes back
+        result: tuple = (None, [], set())
+
+        def initialize_parameters(self, client_manager):
+            return None
+
+        def configure_fit(self, server_round, parameters, client_manager):
+            return [(_Proxy(node_id), fitins) for node_id in names]
+
+        def aggregate_fit(self, server_round, results, failures):
+            params = parameters_to_ndarrays(results[0][1].parameters) if results else None
+            self.result = (params, list(failures), {p.node_id for p, _ in results})
+            return None, {}
+
+        def configure_evaluate(self, *args):
+            return []
+
+        def aggregate_evaluate(self, *args):
+            return None, {}
+
+        def evaluate(self, *args):
+            return None
+
+    strategy = _Sum()
+    context = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=RecordDict(),
+                                    run_config={}), strategy=strategy)
+    context.state.config_records["config"] = ConfigRecord({"current_round": executor.round_trips})
+    context.state.array_records["parameters"] = ArrayRecord()
+    counting = _CountingGrid(grid, executor, kind, names)
+    _secagg_workflow(settings, executor.timeout)(counting, context)
+    sums, _, seen = strategy.result
+    return sums, counting.errors, seen
