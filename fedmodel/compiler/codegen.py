@@ -270,8 +270,8 @@ def _inline(node: Expression, args: list[str]) -> str | None:
     a visible share of the time (benchmarks/bench_gradient.py, m = 100)."""
     Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose = _inline_kinds()
     kind = type(node)
-    if kind is Add:
-        return " + ".join(args)
+    if kind is Add:      # (a long chain would exceed the Python compiler's recursion limit:
+        return " + ".join(args) if len(args) <= 64 else None   # Add.numeric, same order)
     if kind is Multiply:
         return f"{args[0]} * {args[1]}"
     if kind is Neg:
