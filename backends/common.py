@@ -28,7 +28,8 @@ def gather_values(executor, problem, shared_flat: np.ndarray) -> tuple[dict, dic
     nodes through local reporting messages."""
     values = dict(executor.call("server", "shared_values", x=shared_flat)["values"])
     multipliers: dict[str, Any] = {}
-    everyone = {node: {} for node in executor.nodes}       # one request each: 2 round trips
+    # one request each: 2 round trips (clients the run has lost, `Executor.lost`, are not asked)
+    everyone = {node: {} for node in executor.nodes if node not in executor.lost}
     for reply in executor.map("private_values", everyone).values():
         values.update(reply["values"])
     for reply in executor.map("multipliers", everyone).values():

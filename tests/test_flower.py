@@ -249,6 +249,99 @@ def test_map_sum_default_is_the_sum_of_the_replies():
     ex.close()
 
 
+class _HangingLoader:
+    """c1's data loader. Where it runs (every worker process that builds c1's program) it also
+    makes c1's FedADMM round hang while the file `flag` exists: a client that never returns."""
+
+    def __init__(self, data, flag):
+        self.data, self.flag = data, flag
+
+    def __call__(self):
+        from backends.fedadmm import client  # noqa: F401  (registers fedadmm_round here)
+        from fedmodel.runtime.ledger import PROCEDURES
+        if not hasattr(PROCEDURES["fedadmm_round"], "flag"):
+            serve = PROCEDURES["fedadmm_round"]
+
+            def hanging(program, **payload):
+                while program.name == "c1" and os.path.exists(hanging.flag):
+                    time.sleep(0.05)
+                return serve(program, **payload)
+            PROCEDURES["fedadmm_round"] = hanging
+        # this run's flag (the worker may have served an earlier run)
+        PROCEDURES["fedadmm_round"].flag = self.flag
+        return self.data
+
+
+def _admm_model(flag=None):
+    """Least squares on three clients; with `flag`, c1's data comes from a `_HangingLoader`."""
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem()
+    for i, (A, b) in enumerate(_parts()):
+        c = prob.add_client(f"c{i}")
+        Ad = c.data(loader=_HangingLoader(A, flag), shape=A.shape, name="A") if flag and i == 1 \
+            else c.data(A, name="A")
+        c.minimize(0.5 * fm.sum_squares(Ad @ w - c.data(b, name="b")))
+    return prob, w
+
+
+def test_partial_participation_goes_on_without_a_lost_client(flower, tmp_path):
+    """FedADMM with participation < 1: c1 stops answering after round 2; the run drops it when
+    it misses its timeout and goes on with the others (its cached w_i, β_i stay in the server's
+    average, as for any client not sampled; later rounds sample from the two left). Independent
+    answer: the serial executor told to drop c1 at its first sampling after round 2."""
+    from fedmodel.runtime.executor import SerialExecutor
+
+    class DropsC1(SerialExecutor):
+        armed = gone = False
+
+        @property
+        def lost(self):
+            return frozenset({"c1"}) if self.gone else frozenset()
+
+        def map_available(self, kind, payloads):
+            if self.armed and "c1" in payloads:
+                self.gone = True
+            return self.map(kind, {n: p for n, p in payloads.items() if n not in self.lost})
+
+    make = lambda: backends.FedADMM(participation=0.67, max_rounds=8, seed=2, tol=None)   # 2 of 3
+    prob, w0 = _admm_model()
+    serial_ex = DropsC1()
+    serial = make().run(prob, executor=serial_ex,
+                        callback=lambda r: setattr(serial_ex, "armed", r["round"] >= 2))
+    flag = tmp_path / "hang"
+    prob, w = _admm_model(str(flag))
+    flower.timeout = 2.0
+    try:
+        remote = make().run(prob, executor=flower, callback=lambda r: r["round"] == 2 and flag.touch())
+    finally:
+        flower.timeout = 60
+        flag.unlink(missing_ok=True)      # lets c1's hung call end (its late reply is ignored)
+    assert remote["info"]["lost"] == serial["info"]["lost"] == ["c1"]
+    assert flower.faults[-1]["node"] == "c1" and flower.faults[-1]["lost"]
+    rounds = [h["participants"] for h in remote["history"]]
+    lost_at = next(i for i, h in enumerate(remote["history"]) if "lost" in h)
+    assert any("c1" in p for p in rounds[:lost_at]) and all("c1" not in p for p in rounds[lost_at:])
+    assert rounds == [h["participants"] for h in serial["history"]] and len(rounds) == 8
+    np.testing.assert_allclose(remote["values"][w.uid], serial["values"][w0.uid], rtol=0, atol=1e-8)
+    for a, b in zip(remote["history"], serial["history"]):
+        assert abs(a["objective"] - b["objective"]) <= 1e-8 * max(1.0, abs(b["objective"]))
+
+
+def test_full_participation_stops_naming_the_lost_client(flower, tmp_path):
+    """FedADMM with every client in every round has no rule to go on without one: NodeTimeout."""
+    from fedmodel.runtime.flower_executor import NodeTimeout
+    flag = tmp_path / "hang"
+    prob, _ = _admm_model(str(flag))
+    flower.timeout = 1.0
+    try:
+        with pytest.raises(NodeTimeout, match=r"\['c1'\].*fedadmm_round"):
+            backends.FedADMM(max_rounds=4, tol=None).run(
+                prob, executor=flower, callback=lambda r: r["round"] == 1 and flag.touch())
+    finally:
+        flower.timeout = 60
+        flag.unlink(missing_ok=True)
+
+
 @procedure("flower_test_sleep", {"seconds": "1"}, {}, read_only=True)
 def _sleep_on_c1(program, seconds):
     """A client that does not answer in time: c1 sleeps, the others reply at once."""

@@ -233,7 +233,9 @@ class FedADMM(Backend):
         finally:
             bar.close()
         values, multipliers = gather_values(ex, problem, z)
-        final = ex.map("fedadmm_beta", {c: {} for c in ex.clients})
+        final = ex.map("fedadmm_beta", {c: {} for c in ex.clients if c not in ex.lost})
+        if ex.lost:
+            info["lost"] = sorted(ex.lost)
         info["final_beta"] = {c: r["beta"] for c, r in final.items()}
         info["final_lr"] = {c: r["lr"] for c, r in final.items()}    # after the safeguard's halvings
         ex.ledger.rounds = len(history)
@@ -288,15 +290,19 @@ class FedADMM(Backend):
             watch.check(0, client_messages=w_cache, z=z)
         for k in range(len(history), max_rounds):
             start = time.perf_counter()
-            chosen = sorted(rng.choice(m, size=size, replace=False)) if size < m else list(range(m))
-            replies = ex.map("fedadmm_round", {clients[j]: {"z": z} for j in chosen})
+            chosen = _sample(rng, m, size, [j for j, c in enumerate(clients) if c not in ex.lost])
+            # partial participation: a sampled client that does not reply is dropped from the
+            # run (its cached w_i, β_i stay in (3.1a), as for any client not sampled)
+            replies = (ex.map_available if self.participation < 1 else ex.map)(
+                "fedadmm_round", {clients[j]: {"z": z} for j in chosen})
+            chosen = [j for j in chosen if clients[j] in replies]
             for j in chosen:
                 w_cache[j], b_cache[j] = replies[clients[j]]["w"], replies[clients[j]]["beta"]
             s_beta = float(alpha @ b_cache)
             z_hat = (alpha @ w_cache) / s_beta                                        # (3.1a)
             z_bar = (z_hat + self.memory * z) / (1.0 + self.memory)                   # (3.1b)
             server_residual = 0.0
-            drift = max(float(replies[clients[j]]["drift"]) for j in chosen)
+            drift = max((float(replies[clients[j]]["drift"]) for j in chosen), default=0.0)
             if watch.check(k + 1, client_messages=w_cache[chosen], client_drift=drift, z=z_bar):
                 status = watch.report(info)
                 break
@@ -319,8 +325,10 @@ class FedADMM(Backend):
                       "client_steps": step_counts, "participants": [clients[j] for j in chosen],
                       "mean_beta": float(np.mean(b_cache)), "z_change": change, "drift": drift,
                       "time": elapsed}
-            if report:
-                reports = ex.map("report", {node: {"x": z} for node in ex.nodes})
+            if ex.lost:
+                record["lost"] = sorted(ex.lost)
+            if report:      # (the objective of the clients still in the run)
+                reports = ex.map("report", {node: {"x": z} for node in ex.nodes if node not in ex.lost})
                 record["objective"] = sum(r["objective"] for r in reports.values())
                 record["violation"] = max(r["violation"] for r in reports.values())
             history.append(record)
@@ -353,6 +361,16 @@ class FedADMM(Backend):
             self._log_executor, self.subproblem_log = ex, []
         self.subproblem_log.append(entry)
         return z, trace, rho
+
+
+def _sample(rng, m: int, size: int, available: list[int]) -> list[int]:
+    """The round's clients: `size` of the m drawn without replacement (all when size = m);
+    after clients were lost, drawn from the `available` ones only."""
+    if len(available) == m:
+        return sorted(rng.choice(m, size=size, replace=False)) if size < m else list(range(m))
+    if not available:
+        raise FedModelError("FedADMM: every client has been lost (none replied in time)")
+    return sorted(rng.choice(available, size=min(size, len(available)), replace=False))
 
 
 def _positive(value) -> bool:

@@ -137,6 +137,18 @@ class Executor:
         replies = self.map(kind, payloads)
         return stack_replies(declared, [replies[node] for node in nodes])
 
+    @property
+    def lost(self) -> frozenset:
+        """Clients this run has lost (`map_available`); executors in this process lose none."""
+        return frozenset()
+
+    def map_available(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """`map` for a step a backend may take without some of the clients (its partial-
+        participation rule): the replies that came, by node. An executor that can lose a client
+        (Flower: no reply within its timeout) leaves it out of the replies and adds it to `lost`
+        instead of failing the run; this default (every node answers) is `map`."""
+        return self.map(kind, payloads)
+
     #: True where `map_sum` lets the server see only the sum (secure aggregation): backends then
     #: take the loop of theirs that needs only sums of client vectors (docs/flower.md)
     sum_only = False

@@ -327,6 +327,7 @@ class FlowerExecutor(Executor):
         self.wire_bytes: Counter = Counter()     # (sender, receiver, kind) -> bytes on the wire
         self.round_trips = 0                     # batches sent through the Grid
         self.faults: list[dict] = []             # one record per client that had to rejoin
+        self._lost: dict[str, str] = {}          # client -> why it was dropped (map_available)
         self._specs: dict[str, bytes] = {}
         self._log: dict[str, list] = {}          # client -> state-changing requests since its build
         self._thread: threading.Thread | None = None
@@ -344,7 +345,7 @@ class FlowerExecutor(Executor):
                 remote[name] = spec
         super().start({name: (_RemoteNode(remote[name]) if name in remote else program)
                        for name, program in programs.items()})
-        self.wire_bytes, self.round_trips, self.faults = Counter(), 0, []
+        self.wire_bytes, self.round_trips, self.faults, self._lost = Counter(), 0, [], {}
         self.node_ids = {}
         if not remote:          # every program runs here (e.g. one pooled program): no Flower
             return self
@@ -492,7 +493,53 @@ class FlowerExecutor(Executor):
             thread.join()
 
     # ---- dispatch ---------------------------------------------------------------------------------
+    @property
+    def lost(self) -> frozenset:
+        """Clients dropped in this run: they did not reply in time to a `map_available`
+        request (a backend's partial participation); no request reaches them afterwards."""
+        return frozenset(self._lost)
+
+    def map_available(self, kind, payloads):
+        """`map`, except that a client that does not reply within `timeout` (in deployment too:
+        no rejoin here) is dropped for the rest of the run (`lost`, `faults`) and left out of
+        the replies. The ledger books every request sent and every reply received."""
+        declared = declared_kind(kind)
+        self._serve(payloads)
+        self._refuse_lost(kind, payloads)
+        booked = not declared.local
+        for node, payload in payloads.items():
+            floats = check_payload(declared, declared.request, payload, self.model_size, "request")
+            if booked and node != "server":
+                self.ledger.record("server", node, kind, floats)
+        remote = {node: p for node, p in payloads.items() if node in self.node_ids}
+        replies = {node: run_on_node(self.programs[node], kind, payload)
+                   for node, payload in payloads.items() if node not in self.node_ids}
+        if remote:
+            got, missing = self._send(kind, remote, declared.request, self.timeout)
+            replies.update(got)
+            for node in missing:
+                self._lost[node] = f"no reply to {kind!r} within {self.timeout:g} s"
+                self.faults.append({"node": node, "kind": kind, "old_node_id": self.node_ids[node],
+                                    "lost": True, "time": time.time()})
+            if not declared.read_only:
+                procedure = PROCEDURES.get(kind)
+                module = procedure.__module__ if procedure is not None else ""
+                for node in got:
+                    self._log[node].append((kind, remote[node], module))
+        for node, reply in replies.items():
+            floats = check_payload(declared, declared.reply, reply, self.model_size, "reply")
+            if booked and node != "server":
+                self.ledger.record(node, "server", kind, floats)
+        return {node: replies[node] for node in payloads if node in replies}
+
+    def _refuse_lost(self, kind: str, nodes) -> None:
+        lost = [node for node in nodes if node in self._lost]
+        if lost:
+            raise NodeTimeout(f"client(s) {lost} were dropped earlier in this run "
+                              f"({'; '.join(self._lost[n] for n in lost)}); {kind!r} cannot reach them")
+
     def _dispatch_batch(self, kind, payloads):
+        self._refuse_lost(kind, payloads)
         remote = {node: p for node, p in payloads.items() if node in self.node_ids}
         # local nodes (the server) are served in this process
         replies = {node: run_on_node(self.programs[node], kind, payload)
