@@ -8,7 +8,7 @@ instead of numpy block-diagonal products:
 - `JaxGroup.value_grad` / `objective`: P_i and ∇P_i (or f_i) of every client of a group by
   one jit-compiled, vmapped function of the stacked (n, d) points; ragged client data is
   zero-padded with masks that change no loss (see `jax_codegen`); the data lives on the
-  device, once.
+  device, once. Clients of very different sizes run in buckets of similar size (`buckets`).
 - `JaxGroup.fused_local_steps`: W (proximal-)gradient steps z ← z − α(∇P_i(z) + linear +
   weight∘(x − anchor)), soft-thresholded when λ‖w‖₁ is the only prox term, as one jitted
   `lax.fori_loop` (the serial steps' arithmetic in the same order); the runtime's
@@ -17,8 +17,8 @@ instead of numpy block-diagonal products:
 
 What falls back, and how it is reported:
 
-- a group whose plans the lowering cannot run padded (an index along a ragged axis, an atom
-  without a JAX rule): numpy's `BatchedPlan` for that group (`JaxExecutor.fallbacks` names it,
+- a group whose plans the lowering cannot run padded (a data value that numpy broadcasts for
+  some clients only, an atom without a JAX rule): numpy's `BatchedPlan` for that group (`JaxExecutor.fallbacks` names it,
   with a `JaxFallbackWarning`);
 - a request kind without a vectorized form (per-node payloads or group requests), the server,
   singleton groups and options a form does not cover: the serial per-node path, exactly as on
@@ -39,7 +39,7 @@ import numpy as np
 from ..compiler.jax_codegen import JaxGroupPlan, float64, jax_modules
 from ..errors import FedModelError
 from .batched import BatchedExecutor
-from .batched_group import Group, program_signature  # noqa: F401  (grouping as the batched executor)
+from .batched_group import Group
 from .ledger import MESSAGES
 
 
@@ -48,7 +48,7 @@ class JaxFallbackWarning(UserWarning):
 
 
 # bookkeeping kinds served per node on purpose (they set or read state, no arithmetic to vectorize)
-_QUIET = {"configure", "multipliers", "private_values", "save_state", "load_state", "set_multipliers"}
+_QUIET = {"configure", "multipliers", "private_values", "save_state", "load_state"}
 
 
 MAX_BUCKETS = 8          # padded shapes (one traced vmap each) per group of ragged clients
