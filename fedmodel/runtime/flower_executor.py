@@ -27,8 +27,13 @@ another worker process (its actor pool); a worker whose cached program does not 
 context's token rebuilds the program from the spec and loads that state, so the iterates do not
 depend on which worker served which message.
 
+Secure sums (`secure_sum`): `map_sum` runs Flower's SecAgg+ workflow on the grid and the
+ClientApp's train handler carries Flower's `secaggplus_mod` for its messages, so the server sees
+only Σ_i of the summed reply fields (fixed point; docs/flower.md).
+
 Every receive has a timeout: a client that does not reply in time stops the run with a
-`FedModelError` naming it. The ledger books declared floats exactly as the serial executor does;
+`FedModelError` naming it, except in `map_available` (a backend's partial participation), where
+it is dropped from the run (`lost`). The ledger books declared floats exactly as the serial executor does;
 `wire_bytes` counts the bytes of the Flower objects (records, arrays) of every message, both
 ways (Flower's deflated object contents, what its gRPC transport pushes).
 """

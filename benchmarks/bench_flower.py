@@ -1,0 +1,139 @@
+"""Flower's simulation vs the serial and Ray executors (issue 14, item 6), and what SecAgg+ costs.
+
+FedAvg (one local GD step, tol = 0 so every round runs) on least squares, d = 5, 10 rows per
+client, n clients, R rounds, in ONE process, one executor after the other:
+
+1. Seconds per communication round: the median of the differences of the rounds' time stamps
+   (`history[k]["time"]`), so start-up (Ray actors, Flower's simulation, the clients' builds)
+   is excluded; start-up is reported on its own. Ratios to the serial executor are what to read.
+   Flower runs plain and with `secure_sum=True` (Flower's SecAgg+: the server sees only Σ_i x_i)
+   on the same simulation.
+2. Per round (differences between consecutive rounds, read in the backend's callback, so the
+   build and the final gather are excluded): round trips through Flower's Grid; bytes of the
+   Flower objects on the wire (`FlowerExecutor.wire_bytes`, both ways); floats in the ledger,
+   beside FedAvg's theoretical count 2·n·d (x̂ down and x_i up, once per client).
+
+    python benchmarks/bench_flower.py [--sizes 5,50] [--rounds 10]
+
+Ray: `ray.init(num_cpus=2)` on this machine, shut down before Flower starts its own (Flower's
+simulation engine runs on Ray and ends it when it stops).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from backends import FedAvg  # noqa: E402
+from benchmarks.bench_executors import D, model  # noqa: E402
+from fedmodel.runtime.executor import SerialExecutor  # noqa: E402
+
+
+SPARSE = 0.2     # num_shares of the second SecAgg+ run (a fraction of the clients; Flower takes n
+#                 when that is 2 or less, so at n = 5 both runs share with everyone)
+
+
+class _PerRound:
+    """Callback: the executor's counters after every round (ledger floats, Flower's round
+    trips and wire bytes)."""
+
+    def __init__(self, ex):
+        self.ex, self.samples = ex, []
+
+    def __call__(self, record) -> None:
+        ex = self.ex
+        floats = ex.ledger.total("down")["floats"] + ex.ledger.total("up")["floats"]
+        trips = getattr(ex, "round_trips", 0)
+        down = ex.wire_total("down") if hasattr(ex, "wire_total") else 0
+        up = ex.wire_total("up") if hasattr(ex, "wire_total") else 0
+        self.samples.append((floats, trips, down, up))
+
+    def median(self, column: int) -> float:
+        values = np.array([s[column] for s in self.samples], float)
+        return float(np.median(np.diff(values)))
+
+
+def run(prob, ex, rounds: int) -> dict:
+    """One FedAvg run on `ex`: seconds per round and the per-round counters."""
+    counters = _PerRound(ex)
+    backend = FedAvg(step=0.1, local_steps=1, max_rounds=rounds, tol=0.0)
+    out = backend.run(prob, executor=ex, callback=counters)
+    assert out["iterations"]["rounds"] == rounds, out["iterations"]
+    seconds = float(np.median(np.diff([r["time"] for r in out["history"]])))
+    return {"s": seconds, "floats": counters.median(0), "trips": counters.median(1),
+            "down": counters.median(2), "up": counters.median(3)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="5,50")
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    import ray
+    from fedmodel.runtime.flower_executor import FlowerExecutor
+    from fedmodel.runtime.program import compile_programs
+    from fedmodel.runtime.ray_executor import RayExecutor
+
+    rows = {n: {} for n in sizes}
+    problems = {n: model(n) for n in sizes}
+    for n in sizes:
+        rows[n]["serial"] = run(problems[n], SerialExecutor(), args.rounds)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    for n in sizes:
+        ex = RayExecutor(persistent=True, start_timeout=1800)
+        start = time.perf_counter()
+        ex.start(compile_programs(problems[n]))
+        rows[n]["ray_start"] = time.perf_counter() - start
+        rows[n]["ray"] = run(problems[n], ex, args.rounds)
+        ex.shutdown()
+    ray.shutdown()
+    for n in sizes:
+        ex = FlowerExecutor(timeout=600, start_timeout=1800, persistent=True)
+        start = time.perf_counter()
+        ex.start(compile_programs(problems[n]))
+        rows[n]["flower_start"] = time.perf_counter() - start
+        rows[n]["flower"] = run(problems[n], ex, args.rounds)
+        ex.secure_sum = True
+        rows[n]["secagg"] = run(problems[n], ex, args.rounds)
+        # SecAgg+ proper: each client shares its keys with ~n/5 neighbours instead of all
+        ex.secure_sum = {"num_shares": SPARSE}
+        rows[n]["secagg_sparse"] = run(problems[n], ex, args.rounds)
+        ex.shutdown()
+
+    print(f"FedAvg, d = {D}, 10 rows per client, {args.rounds} rounds; medians over the rounds")
+    print(f"SecAgg+: num_shares 1.0 (every client shares its keys with all) and {SPARSE}")
+    print("| n | serial ms/round | Ray ms/round | Flower ms/round | SecAgg+ ms/round (all / "
+          f"{SPARSE}) | Ray / serial | Flower / serial | Flower / Ray | SecAgg+ / Flower (all / "
+          f"{SPARSE}) | start Ray / Flower s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        r = rows[n]
+        s, ra, fl, sa, sp = (r[k]["s"] for k in ("serial", "ray", "flower", "secagg", "secagg_sparse"))
+        print(f"| {n} | {1e3 * s:.2f} | {1e3 * ra:.1f} | {1e3 * fl:.1f} | {1e3 * sa:.0f} / {1e3 * sp:.0f} | "
+              f"{ra / s:.0f} | {fl / s:.0f} | {fl / ra:.1f} | {sa / fl:.1f} / {sp / fl:.1f} | "
+              f"{r['ray_start']:.1f} / {r['flower_start']:.1f} |")
+    print()
+    print("Per round: ledger floats (both ways) vs FedAvg's theoretical 2·n·d; Flower's round "
+          "trips and bytes on the wire (down / up)")
+    print("| n | executor | ledger floats | theoretical 2nd | round trips | bytes down | bytes up | "
+          "bytes / (8·2nd) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        for name in ("serial", "ray", "flower", "secagg", "secagg_sparse"):
+            r = rows[n][name]
+            wire = r["down"] + r["up"]
+            label = {"secagg": "Flower + SecAgg+ (all)", "secagg_sparse": f"Flower + SecAgg+ ({SPARSE})",
+                     "flower": "Flower"}.get(name, name)
+            print(f"| {n} | {label} | {r['floats']:.0f} | {2 * n * D} | "
+                  f"{r['trips']:.0f} | {r['down']:.0f} | {r['up']:.0f} | "
+                  f"{(wire / (16 * n * D)) if wire else float('nan'):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
