@@ -2,8 +2,9 @@
 per client run as separate processes (`fedmodel deploy MODEL.py --clients N`, docs/flower.md).
 
 The model file defines `make_problem(n_clients) -> Problem` (or a module-level `problem`) and
-optionally `backend` (a name or a backend instance; default: `Problem.solve`'s) and
-`solve_options` (a dict for `Problem.solve`). `Deployment.write_app` writes a Flower app around a copy of it:
+optionally `backend` (a name or a backend instance; default: `Problem.solve`'s),
+`solve_options` (a dict for `Problem.solve`) and `flower_options` (a dict for the
+`FlowerExecutor`: `secure_sum`, `max_restarts`). `Deployment.write_app` writes a Flower app around a copy of it:
 
 - `server.py`: `server_app` below. Flower starts it in the SuperLink's `flwr-serverapp`
   process; it imports the model, builds the problem (loaders do not run there) and solves it
@@ -70,9 +71,15 @@ def _serve(grid: "Grid", context: "Context") -> None:
 def _solve(grid: "Grid", config: Any, out: Path) -> None:
     model = importlib.import_module(f"{APP_PACKAGE}.model")
     problem = load_problem(model, int(config["clients"]))
+    options = dict(getattr(model, "flower_options", {}))     # e.g. {"secure_sum": True}
+    unknown = set(options) - {"secure_sum", "max_restarts"}
+    if unknown:
+        raise FedModelError(f"flower_options in the model file: {sorted(unknown)} are not options "
+                            "of a deployment (allowed: secure_sum, max_restarts; the timeouts are "
+                            "`fedmodel deploy` flags)")
     executor = FlowerExecutor(grid=grid, timeout=float(config["timeout"]),
                               start_timeout=float(config["start-timeout"]),
-                              rejoin_timeout=float(config["rejoin-timeout"]))
+                              rejoin_timeout=float(config["rejoin-timeout"]), **options)
     progress = out.with_suffix(".progress")
 
     def callback(record: dict) -> None:
@@ -93,6 +100,7 @@ def _solve(grid: "Grid", config: Any, out: Path) -> None:
         "wire_bytes": {"down": executor.wire_total("down"), "up": executor.wire_total("up")},
         "round_trips": executor.round_trips, "faults": executor.faults,
         "node_ids": executor.node_ids, "seconds": time.perf_counter() - start,
+        "secure_sum": executor.sum_only,
     }
     out.write_text(json.dumps(summary, default=str))
 
