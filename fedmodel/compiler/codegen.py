@@ -16,6 +16,7 @@ arithmetic costs four times as much.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -28,6 +29,12 @@ from ..expression import Constant, Expression, Leaf, Parameter, postorder
 # of clients that share a model structure (1000 in DALD's Table II) have the same source and
 # compile once.
 _COMPILED: dict[str, Any] = {}
+# Generated code by structure (`Plan.structure_key`): (source, compiled code, binders). A plan
+# whose structure was seen skips emitting its source (the larger share of a plan's set-up once
+# compiling was cached) and only binds its own constants, parameters and step functions.
+_STRUCTURES: dict[tuple, tuple[str, Any, tuple]] = {}
+_CACHE_MAX = 4096   # entries per cache; cleared when full (a few KB each)
+BIG_PLAN = 1000     # bound names above which a plan reads them from one tuple (see `Plan._emit`)
 
 
 class Plan:
@@ -51,6 +58,7 @@ class Plan:
         key_to_slot: dict[tuple, int] = {}
         node_slot: dict[int, int] = {}
         steps: list[tuple] = []
+        signature: list[tuple] = []   # per step what the emitted source depends on (structure_key)
         self._slot_size: dict[int, int] = {}    # size of each step's result (scalars: 1)
 
         def new_slot(value: Any = None) -> int:
@@ -87,14 +95,16 @@ class Plan:
             key = (type(node), node.params(), arg_slots)
             slot = key_to_slot.get(key)
             if slot is None:
-                if all(s in constant_slots for s in arg_slots):  # constant folding
+                if constant_slots.issuperset(arg_slots):  # constant folding
                     value = node.numeric(*[template[s] for s in arg_slots])
                     slot = new_slot(value)
                     constant_slots.add(slot)
                 else:
                     slot = new_slot()
                     steps.append((node.numeric, arg_slots, slot))
-                    self._slot_size[slot] = node.size
+                    size = math.prod(node.shape)     # = node.size, without np.prod's overhead
+                    self._slot_size[slot] = size
+                    signature.append((key[0], key[1], arg_slots, slot, node.shape == (), size > 1))
                 key_to_slot[key] = slot
             node_slot[id(node)] = slot
         self._steps = tuple(steps)
@@ -106,6 +116,10 @@ class Plan:
         self._template = template
         self._constant_slots = frozenset(constant_slots & used)
         self.n_steps = len(steps)
+        self.structure_key = (
+            len(self.inputs), tuple(signature),
+            tuple((slot, _constant_kind(template[slot])) for slot in sorted(self._constant_slots)),
+            tuple((slot, param.shape == ()) for slot, param in params), self._out_slots)
         self._run = self._generate()
 
     def __call__(self, *values: Any) -> list[Any]:
@@ -117,27 +131,75 @@ class Plan:
 
     # ---- code generation ----------------------------------------------------------------
     def _generate(self) -> Callable[..., list[Any]]:
-        """Emit the steps as one Python function over locals; returns that function.
+        """The plan's function: the code generated for its structure (emitted and compiled the
+        first time a structure is seen, `_emit`), bound to this plan's own constants,
+        parameters and step functions."""
+        cached = _STRUCTURES.get(self.structure_key)
+        if cached is None:
+            source, binders = self._emit()
+            code = _COMPILED.get(source)
+            if code is None:
+                if len(_COMPILED) >= _CACHE_MAX:
+                    _COMPILED.clear()
+                code = _COMPILED[source] = compile(source, "<fedmodel plan>", "exec")
+            if len(_STRUCTURES) >= _CACHE_MAX:
+                _STRUCTURES.clear()
+            cached = _STRUCTURES[self.structure_key] = (source, code, binders)
+        source, code, binders = cached
+        param_of = dict(self._params)
+        bound: list[Any] = []      # in the order of `_make`'s parameters
+        for _, kind, ref in binders:
+            if kind == "const":
+                bound.append(self._template[ref])
+            elif kind == "scalar":
+                bound.append(self._template[ref][()])
+            elif kind == "param":
+                bound.append(param_of[ref])
+            elif kind == "fn":
+                bound.append(self._steps[ref][0])
+            else:                       # "object": the same for every plan of the structure
+                bound.append(ref)
+        namespace: dict[str, Any] = {}
+        exec(code, namespace)
+        self._source = source
+        # positionally: CPython matches each keyword argument by a scan of the parameter names,
+        # quadratic in their number (minutes for the 10⁴-client whole-model plans)
+        return namespace["_make"](*bound)
+
+    def _emit(self) -> tuple[str, tuple]:
+        """Emit the steps as the source of one Python function over locals, and say how to bind
+        its free names: (name, kind, ref) in the order of `_make`'s parameters, kind
+        "const"/"scalar" (constant slot ref), "param" (the Parameter of slot ref), "fn" (step
+        ref's function) or "object" (ref itself). It reads only what `structure_key` holds, so
+        plans of one structure share it.
 
         Names: `v{i}` the i-th input, `s{k}` slot k (a step's result or a parameter's value),
         `c{k}` a constant, `f{j}` the j-th step's numeric function, `p{k}` a parameter object.
+        A plan with more than BIG_PLAN of them (a whole model of many clients) reads them as
+        `_b[i]` from one tuple instead: Python's compiler takes time quadratic in the number of
+        names a closure captures (minutes at 10⁵ clients).
         """
         n_inputs = len(self.inputs)
-        bound: dict[str, Any] = {"_missing": _missing}
+        big = 1 + 2 * len(self._constant_slots) + len(self._params) + len(self._steps) > BIG_PLAN
+        binders: list[tuple[str, str, Any]] = []
+
+        def bind(label: str, kind: str, ref: Any) -> str:
+            binders.append((label, kind, ref))
+            return f"_b[{len(binders) - 1}]" if big else label
+
+        missing = bind("_missing", "object", _missing)
         name: dict[int, str] = {i: f"v{i}" for i in range(n_inputs)}
         out_name: dict[int, str] = dict(name)   # what an output returns (leaves: as stored)
         body: list[str] = []
         for slot in sorted(self._constant_slots):
             value = self._template[slot]
-            name[slot] = out_name[slot] = f"c{slot}"
-            bound[f"c{slot}"] = value
+            name[slot] = out_name[slot] = bind(f"c{slot}", "const", slot)
             if isinstance(value, np.ndarray) and value.ndim == 0:
-                name[slot] = f"k{slot}"            # numpy scalar for the arithmetic
-                bound[f"k{slot}"] = value[()]
+                name[slot] = bind(f"k{slot}", "scalar", slot)   # numpy scalar for the arithmetic
         for slot, param in self._params:
-            bound[f"p{slot}"] = param
-            body += [f"r{slot} = p{slot}.value",
-                     f"if r{slot} is None: _missing(p{slot})"]
+            p = bind(f"p{slot}", "param", slot)
+            body += [f"r{slot} = {p}.value",
+                     f"if r{slot} is None: {missing}({p})"]
             out_name[slot] = f"r{slot}"
             if param.shape == ():
                 body.append(f"s{slot} = r{slot}[()]")
@@ -156,15 +218,14 @@ class Plan:
             if j in fused:                # one kernel for two steps: emitted at the first
                 if fused[j] is not None:
                     kernel, outs = fused[j]
-                    bound[f"f{j}"] = kernel
+                    f = bind(f"f{j}", "object", kernel)
                     for o in outs:
                         name[o] = out_name[o] = f"s{o}"
-                    body.append(f"{', '.join(f's{o}' for o in outs)} = f{j}({', '.join(arg_names)})")
+                    body.append(f"{', '.join(f's{o}' for o in outs)} = {f}({', '.join(arg_names)})")
             else:
                 inline = _inline(fn.__self__, arg_names)
                 if inline is None:
-                    bound[f"f{j}"] = fn
-                    inline = f"f{j}({', '.join(arg_names)})"
+                    inline = f"{bind(f'f{j}', 'fn', j)}({', '.join(arg_names)})"
                 body.append(f"s{out} = {inline}")
             dead = [f"s{a}" for a in dict.fromkeys(args) if last_use[a] == j
                     and a in self._slot_size and self._slot_size[a] > 1 and a not in keep]
@@ -172,22 +233,15 @@ class Plan:
                 body.append(f"del {', '.join(dead)}")
         for slot in set(self._out_slots) & self._constant_slots:
             if isinstance(self._template[slot], np.ndarray) and self._template[slot].ndim:
-                out_name[slot] = f"c{slot}.copy()"   # a caller may update a result in place
+                out_name[slot] = f"{out_name[slot]}.copy()"   # a caller may update a result in place
         body.append(f"return [{', '.join(out_name[s] for s in self._out_slots)}]")
         inputs = ", ".join(f"v{i}" for i in range(n_inputs))
-        source = (f"def _make({', '.join(bound)}):\n"
+        parameters = "*_b" if big else ", ".join(b[0] for b in binders)
+        source = (f"def _make({parameters}):\n"
                   f"    def plan({inputs}):\n"
                   + "".join(f"        {line}\n" for line in body)
                   + "    return plan\n")
-        code = _COMPILED.get(source)
-        if code is None:
-            if len(_COMPILED) >= 512:
-                _COMPILED.clear()
-            code = _COMPILED[source] = compile(source, "<fedmodel plan>", "exec")
-        namespace: dict[str, Any] = {}
-        exec(code, namespace)
-        self._source = source
-        return namespace["_make"](**bound)
+        return source, tuple(binders)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -287,6 +341,15 @@ def _inline(node: Expression, args: list[str]) -> str | None:
     if kind is Pos and node.shape == ():
         return f"max({args[0]}, 0.0)"          # keeps a NaN, as np.maximum does
     return None
+
+
+def _constant_kind(value: Any) -> int:
+    """What the emitted source depends on in a constant: 0 not an array (a numpy or Python
+    scalar from folding), 1 a 0-d array (bound as a numpy scalar too), 2 an array with axes
+    (an output of it is copied)."""
+    if not isinstance(value, np.ndarray):
+        return 0
+    return 1 if value.ndim == 0 else 2
 
 
 def _missing(param: Parameter) -> None:

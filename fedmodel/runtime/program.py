@@ -71,7 +71,7 @@ class NodeProgram:
         self._residuals = Plan([c.expr for c in self.constraints], self.variables)
         self._all_residuals = Plan([c.expr for c in constraints], self.variables)
         self.objective_plan = Plan([m.objective], self.variables)
-        self.quadratic = polynomial_degree(m.expression) <= 2
+        self.quadratic = _is_quadratic(self.value_grad_plan)
         self._hvp_plan = None
         self._gradient_plan = None   # see gradient
         self._hessian_cache: np.ndarray | None = None
@@ -431,6 +431,22 @@ class NodeProgram:
         if "hessian" in state:     # absent in checkpoints written before it was saved
             self._hessian_cache, self._factor_cache, self._hessian_key = _copy_state(state["hessian"])
         return {}
+
+
+# polynomial degree ≤ 2 of a merit, by its value-gradient plan's structure (`Plan.structure_key`):
+# the degree reads only the atoms, their parameters and which leaves are variables, all in the
+# key, and computing it was ~15 % of a client's set-up (it walks the merit as a tree)
+_QUADRATIC: dict[tuple, bool] = {}
+
+
+def _is_quadratic(plan: Plan) -> bool:
+    """Whether the plan's first output (a merit P_i) is a polynomial of degree ≤ 2."""
+    found = _QUADRATIC.get(plan.structure_key)
+    if found is None:
+        if len(_QUADRATIC) >= 4096:
+            _QUADRATIC.clear()
+        found = _QUADRATIC[plan.structure_key] = polynomial_degree(plan.outputs[0]) <= 2
+    return found
 
 
 def _copy_state(state: dict) -> dict:
