@@ -193,8 +193,11 @@ def test_secure_sum_equals_plain_to_secagg_precision(flower, make):
     """FedAvg / FedProx through Flower's SecAgg+ (the server sees only Σ_i x_i) give the plain
     run's models to SecAgg+'s precision. Bound: each round's mean x̂ = (1/n)Σ_i q(x_i) is off by
     less than one quantum 2c/Q (each q(x_i) is within one quantum, so is their mean); a round's
-    map x̂ ↦ mean_i(GD steps from x̂) is non-expansive for steps below 2/L, so after T rounds
-    the models differ by less than T quanta (6 · 3.8e-6 with Flower's defaults)."""
+    map x̂ ↦ mean_i(K GD steps on f_i + (μ/2)‖· − x̂‖² from x̂) has, per eigenvalue λ of ∇²f_i,
+    the factor j_K with j_0 = 1, j_(k+1) = (1 − η(λ+μ)) j_k + ημ, so |j_K| ≤ 1 when η(λ+μ) ≤ 2:
+    after T rounds the models differ by less than T quanta (6 · 3.8e-6 with Flower's defaults)."""
+    largest = max(np.linalg.eigvalsh(A.T @ A).max() for A, _ in _parts())
+    assert 0.05 * (largest + 1.0) <= 2      # the bound's premise, for both backends below
     prob, w = _model(_parts(), constrained=False)
     plain = make().run(prob, executor="serial")
     flower.secure_sum = True
