@@ -6,7 +6,8 @@ Reported per (graph, executor): the sweep's sequential steps (batches) and the s
 iteration of each order, and their ratio, measured in one run with the orders alternated. On
 the serial executor a batch still runs its nodes one after another, so the gain there is the
 per-request overhead; a batch is what a parallel executor (Ray, Flower, a vectorized one) runs at
-once. `python -m benchmarks.bench_dc_colour [--n 10000] [--iterations 5]`.
+once. `python -m benchmarks.bench_dc_colour [--n 10000] [--iterations 6] [--graphs ring,rgg]
+[--executors batched,serial]`.
 """
 from __future__ import annotations
 
@@ -43,10 +44,13 @@ def graphs(prob: fm.Problem, seed: int = 0) -> dict:
     return {"ring": topologies.ring(prob), "rgg": rgg}
 
 
-def measure(n: int, iterations: int, executors=("batched", "serial")) -> list[dict]:
+def measure(n: int, iterations: int, executors=("batched", "serial"),
+            kinds=("ring", "rgg")) -> list[dict]:
     prob = problem(n)
     rows = []
     for name, G in graphs(prob).items():
+        if name not in kinds:
+            continue
         for executor in executors:
             out = {"graph": name, "executor": executor}
             for rep in range(2):                              # alternate the two orders
@@ -73,8 +77,9 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=10000)
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--executors", default="batched,serial")
+    parser.add_argument("--graphs", default="ring,rgg")
     args = parser.parse_args(argv)
-    measure(args.n, args.iterations, tuple(args.executors.split(",")))
+    measure(args.n, args.iterations, tuple(args.executors.split(",")), tuple(args.graphs.split(",")))
     return 0
 
 
