@@ -17,12 +17,21 @@ the largest difference of the final iterate from the serial run's (when serial r
 
 Serial is skipped above --max-serial-n (its cost is n compiled programs run one by one). The
 machine is shared: the load average is printed with the table. Not part of the test suite.
+
+`--solve` measures a whole `prob.solve` instead, each (n, executor) in a fresh process (so
+peak RSS is that run's), by phase: the checks before the run (validate, convexity, data
+scaling), compiling the node programs (`compile_programs`), the executor's start, the first two
+iterations (JAX's jit / the batched plans are built there), the later iterations (s / iteration
+and the ratio to the fastest of REPS passes), and the final objective and KKT certificate over the whole model.
+
+    python benchmarks/bench_scale.py --solve --n 1000 10000 --d 10 --executors batched jax
 """
 from __future__ import annotations
 
 import argparse
 import os
 import resource
+import subprocess
 import sys
 import time
 
@@ -33,6 +42,7 @@ if __package__ in (None, ""):   # run as a script: `python benchmarks/bench_scal
 
 import fedmodel as fm
 from fedmodel import backends
+from fedmodel.problem import Client
 
 STEP = 0.05
 REPS = 20
@@ -49,7 +59,11 @@ def build(n: int, d: int, loss: str, rows: tuple[int, int], seed: int = 0):
     truth = rng.normal(size=d) / np.sqrt(d)
     for i, m in enumerate(sizes):
         X = rng.normal(size=(m, d))
-        c = prob.add_client(f"c{i}")
+        if n <= 20_000:
+            c = prob.add_client(f"c{i}")
+        else:   # add_client compares the name with every client's: O(n²), >10 min at n = 10⁵
+            c = Client(prob, f"c{i}")            # (the names here are unique by construction)
+            prob.clients.append(c)
         Xd = c.data(X, name="X")
         if loss == "logistic":
             b = np.sign(X @ truth + 0.1 * rng.normal(size=m))
@@ -61,15 +75,15 @@ def build(n: int, d: int, loss: str, rows: tuple[int, int], seed: int = 0):
     return prob, np.concatenate(blocks, axis=0)
 
 
-def one_pass(X: np.ndarray) -> float:
-    """Median seconds of Xᵀ(X v) over the stacked data."""
+def one_pass(X: np.ndarray, statistic=np.median) -> float:
+    """Median (or `statistic`) seconds of Xᵀ(X v) over the stacked data."""
     v = np.random.default_rng(1).normal(size=X.shape[1])
     times = []
     for _ in range(REPS):
         start = time.perf_counter()
         X.T @ (X @ v)
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(statistic(times))
 
 
 def per_iteration(result: dict, skip: int) -> float:
@@ -82,6 +96,48 @@ def executor(name: str):
         from fedmodel.runtime.jax_executor import JaxExecutor
         return JaxExecutor()
     return name
+
+
+def solve_once(n: int, d: int, loss: str, rows: tuple[int, int], iterations: int,
+               name: str) -> str:
+    """One `prob.solve` (Fed-DALD-CC, W = 1 gradient step) timed by phase: a table row."""
+    import backends.base as base
+    import backends.dald.backend as dald_backend
+    prob, X = build(n, d, loss, rows)
+    # the fastest pass: on the shared 2-core machine a BLAS pass slows down up to 30× while
+    # another process runs, and the median then follows the neighbours' load
+    reference = one_pass(X, np.min)
+    del X
+    phases: dict[str, float] = {}
+
+    def timed(module, attribute: str):       # the backend's own call of module.attribute, timed
+        original = getattr(module, attribute)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            out = original(*args, **kwargs)
+            phases[attribute] = time.perf_counter() - start
+            return out
+        setattr(module, attribute, wrapper)
+
+    timed(dald_backend, "compile_programs")
+    timed(base, "finish_result")
+    backend = backends.DALD(solver="gd", step=STEP, max_iterations=iterations, eps_primal=0.0,
+                            eps_dual=0.0)
+    chosen = executor(name)                  # imports JAX: not part of the solve
+    start = time.perf_counter()
+    result = prob.solve(backend, executor=chosen)
+    total = time.perf_counter() - start
+    history = result.history
+    loop = history[-1]["time"]               # from the start of the first iteration
+    first = history[1]["time"]               # the first two iterations: JIT / plan building
+    t = per_iteration({"history": history}, 2)
+    checks = total - result.wall_time - phases["finish_result"]   # validate, convexity, scaling
+    other = result.wall_time - loop - phases["compile_programs"]  # executor start, x0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return (f"| {n} | {d} | {name} | {checks:.1f} | {phases['compile_programs']:.1f} | {other:.1f} "
+            f"| {first:.1f} | {t:.2e} | {t / reference:.1f} | {phases['finish_result']:.1f} "
+            f"| {total:.1f} | {rss:.0f} |")
 
 
 def main(argv=None) -> None:
@@ -97,8 +153,36 @@ def main(argv=None) -> None:
                         help="Fed-DALD-CC (W = 1 gradient step) or FedADMM-InSa (its defaults: "
                              "inexact local gradient steps, adaptive β_i)")
     parser.add_argument("--quick", action="store_true", help="8 iterations")
+    parser.add_argument("--solve", action="store_true",
+                        help="time whole prob.solve runs by phase, one fresh process each")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a --solve child
     args = parser.parse_args(argv)
     iterations = 8 if args.quick else args.iterations
+    if args.one:
+        print(solve_once(args.n[0], args.d[0], args.loss, tuple(args.rows), iterations,
+                         args.executors[0]), flush=True)
+        return
+    if args.solve:
+        print(f"# bench_scale --solve: {args.loss}, rows per client {args.rows[0]}–{args.rows[1]}, "
+              f"{iterations} Fed-DALD-CC iterations, load average {os.getloadavg()[0]:.2f}")
+        print("| n | d | executor | checks (s) | compile_programs (s) | executor start (s) "
+              "| first 2 iterations (s) | s / iteration | ratio | objective + certificate (s) "
+              "| whole solve (s) | peak RSS (MB) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+        for d in args.d:
+            for n in args.n:
+                for name in args.executors:
+                    child = subprocess.run(
+                        [sys.executable, os.path.abspath(__file__), "--one", "--n", str(n), "--d",
+                         str(d), "--loss", args.loss, "--rows", *map(str, args.rows),
+                         "--iterations", str(iterations), "--executors", name],
+                        capture_output=True, text=True)
+                    rows = [line for line in child.stdout.splitlines() if line.startswith("|")]
+                    print(rows[-1] if rows and child.returncode == 0 else
+                          f"| {n} | {d} | {name} | failed: {child.stderr.strip().splitlines()[-1:]} |",
+                          flush=True)
+        print(f"# load average after: {os.getloadavg()[0]:.2f}")
+        return
     skip = 2                        # compile / plan-building iterations left out
     print(f"# bench_scale: {args.loss}, rows per client {args.rows[0]}–{args.rows[1]}, "
           f"{iterations} {args.backend} iterations, load average {os.getloadavg()[0]:.2f}")
