@@ -195,3 +195,52 @@ def test_deploy_secure_sum_fedavg(tmp_path):
     error = np.max(np.abs(np.array(result["values"]["w"]) - w))
     assert 0 < error <= 2 * quantum, error
     assert len(result["history"]) == len(history) == 2
+
+
+# The remaining star backends, one deployment for all: the model file picks its run from
+# `run.txt` beside the data, read when Flower's ServerApp process imports it (a new process per
+# `flwr run`), so the SuperLink and SuperNodes start once and serve one run after the other.
+RUNS = '''
+from pathlib import Path
+
+RUNS = {
+    "fedprox": (lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=3, max_rounds=2, tol=0.0), False),
+    "fedadmm": (lambda: backends.FedADMM(adaptive=False, inexact=False, max_rounds=2, seed=2), False),
+    "fedadmm-insa": (lambda: backends.FedADMM(adaptive=True, inexact=True, max_rounds=2, seed=2), False),
+    "dp-admm": (lambda: backends.DPADMM(epsilon=1.0, max_rounds=2, seed=3, tol=0), False),
+    "proxal": (lambda: backends.ProxAL(beta=10.0, rho=1.0, max_outer=1, max_inner=2), True),
+}
+CHOICE = Path(DATA, "run.txt").read_text().strip()
+backend = RUNS[CHOICE][0]()
+'''
+
+
+@pytest.mark.slow
+def test_deploy_every_remaining_star_backend_equals_serial(tmp_path):
+    """FedProx, FedADMM (exact, fixed penalty), FedADMM-InSa, DP-ADMM (seeded noise) and ProxAL (1 outer, 2 inner
+    iterations, constrained) on one deployment (SuperLink + 2 SuperNodes), one `flwr run` each:
+    each run's iterates are the serial executor's to 1e-8, and its noise (DP-ADMM) too."""
+    from fedmodel.runtime.flower_deploy import Deployment
+    model = _model_file(tmp_path, "None", constrained="RUNS[CHOICE][1]")
+    model.write_text(model.read_text() + RUNS)
+    choice = tmp_path / "data" / "run.txt"
+    choice.write_text("fedprox")      # (the model file needs it to name its clients)
+    dep = Deployment(model, 2, tmp_path / "work", timeout=60)
+    results = {}
+    try:
+        dep.start()
+        for name in ("fedprox", "fedadmm", "fedadmm-insa", "dp-admm", "proxal"):
+            choice.write_text(name)
+            results[name] = dep.run(wait=600)
+    finally:
+        dep.close()
+    for name, result in results.items():
+        choice.write_text(name)
+        w, history = _serial(model)
+        assert not result["faults"] and sorted(result["node_ids"]) == ["c0", "c1"], name
+        assert len(result["history"]) == len(history) >= 1, name
+        np.testing.assert_allclose(result["values"]["w"], w, rtol=0, atol=1e-8, err_msg=name)
+        np.testing.assert_allclose(result["history"], history, rtol=0, atol=1e-8, err_msg=name)
+    # the runs differ from each other (each backend really ran, not a cached answer)
+    ws = [np.array(r["values"]["w"]) for r in results.values()]
+    assert min(np.max(np.abs(a - b)) for i, a in enumerate(ws) for b in ws[i + 1:]) > 1e-6

@@ -44,6 +44,9 @@ except ImportError:     # optional extra: Deployment then says how to install it
     ServerApp = None
 
 APP_PACKAGE = "fedmodel_app"
+# A SuperNode's SuperExec looks for a message to start a ClientApp for every 1 s by default
+# (flwr 1.42); this environment variable is Flower's knob for it, set on every process we start.
+POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05"}
 
 
 def load_problem(module: Any, n_clients: int):
@@ -81,8 +84,10 @@ def _solve(grid: "Grid", config: Any, out: Path) -> None:
                               start_timeout=float(config["start-timeout"]),
                               rejoin_timeout=float(config["rejoin-timeout"]), **options)
     progress = out.with_suffix(".progress")
+    stamps: list[float] = []     # when each round ended (seconds per round, benchmarks)
 
     def callback(record: dict) -> None:
+        stamps.append(time.perf_counter())
         with open(progress, "a") as f:
             f.write(json.dumps({"objective": float(record.get("objective", float("nan")))}) + "\n")
 
@@ -100,6 +105,7 @@ def _solve(grid: "Grid", config: Any, out: Path) -> None:
         "wire_bytes": {"down": executor.wire_total("down"), "up": executor.wire_total("up")},
         "round_trips": executor.round_trips, "faults": executor.faults,
         "node_ids": executor.node_ids, "seconds": time.perf_counter() - start,
+        "round_ends": [t - start for t in stamps],
         "secure_sum": executor.sum_only,
     }
     out.write_text(json.dumps(summary, default=str))
@@ -255,13 +261,14 @@ clientapp = "{APP_PACKAGE}.client:app"
         out = [f"# on the server host:\n{link}"]
         for name in self.names:
             cmd = self.supernode_command(name, f"SUPERLINK_HOST:{self.port}")
-            out.append(f"# on {name}'s host (its data there):\n{line(cmd)}")
+            poll = " ".join(f"{k}={v}" for k, v in POLL_ENV.items())
+            out.append(f"# on {name}'s host (its data there):\n{poll} {line(cmd)}")
         out.append(f"# then, where the app is:\nFLWR_HOME={self.flwr_home} flwr run {self.app_dir} "
                    "fedmodel --stream")
         return out
 
     def _spawn(self, cmd: list[str], log: str) -> subprocess.Popen:
-        env = dict(os.environ, FLWR_HOME=str(self.flwr_home))
+        env = {**POLL_ENV, **os.environ, "FLWR_HOME": str(self.flwr_home)}
         with open(self.workdir / log, "ab") as f:
             # own session: ending it by its group id also ends the ServerApp/ClientApp children
             return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
