@@ -14,6 +14,13 @@ client, n clients, R rounds, in ONE process, one executor after the other:
    beside FedAvg's theoretical count 2·n·d (x̂ down and x_i up, once per client).
 
     python benchmarks/bench_flower.py [--sizes 5,50] [--rounds 10]
+    python benchmarks/bench_flower.py --deploy [--sizes 5] [--rounds 4]
+
+--deploy: the same FedAvg model as a `fedmodel deploy` (`flower_deploy.Deployment`): a real
+flower-superlink and one flower-supernode process per client on 127.0.0.1 (insecure), the run
+submitted with `flwr run`. Seconds per round = median of the differences of the ServerApp's
+round time stamps (start-up and the build excluded); beside it the serial executor on the same
+problem in this process. Processes are counted (`ps`) while the deployment is up.
 
 Ray: `ray.init(num_cpus=2)` on this machine, shut down before Flower starts its own (Flower's
 simulation engine runs on Ray and ends it when it stops).
@@ -69,12 +76,79 @@ def run(prob, ex, rounds: int) -> dict:
             "down": counters.median(2), "up": counters.median(3)}
 
 
+DEPLOY_MODEL = """
+import sys
+sys.path.insert(0, {root!r})
+from backends import FedAvg
+from benchmarks.bench_executors import model
+
+make_problem = model
+backend = FedAvg(step=0.1, local_steps=1, max_rounds={rounds}, tol=0.0)
+"""
+
+
+def _memory_mb(pids: list[int]) -> tuple[float, int]:
+    """Resident memory (MB) and count of these processes and all their descendants (`ps`)."""
+    import subprocess
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,rss="], capture_output=True, text=True).stdout
+    rows = [tuple(int(x) for x in line.split()) for line in out.splitlines() if line.strip()]
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _ in rows:
+        children.setdefault(ppid, []).append(pid)
+    rss = {pid: r for pid, _, r in rows}
+    seen, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo.extend(children.get(pid, []))
+    return sum(rss.get(p, 0) for p in seen) / 1024, len(seen)
+
+
+def deploy(sizes: list[int], rounds: int) -> None:
+    """--deploy: serial vs a real deployment, seconds per FedAvg round."""
+    import tempfile
+    from fedmodel.runtime.flower_deploy import Deployment
+
+    root = str(Path(__file__).resolve().parent.parent)
+    print(f"FedAvg, d = {D}, 10 rows per client, {rounds} rounds; deployment on 127.0.0.1 "
+          "(SuperLink + n SuperNodes, insecure)")
+    print("| n | serial ms/round | deployment s/round | deployment / serial | round trips (run) | "
+          "s per round trip | start-up + build s | processes | resident MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        serial = run(model(n), SerialExecutor(), rounds)["s"]
+        with tempfile.TemporaryDirectory() as work:
+            path = Path(work) / "model.py"
+            path.write_text(DEPLOY_MODEL.format(root=root, rounds=rounds))
+            dep = Deployment(path, n, Path(work) / "run", timeout=600, start_timeout=1800)
+            try:
+                begin = time.perf_counter()
+                dep.start()
+                result = dep.run(wait=3600)
+                total = time.perf_counter() - begin
+                # (after the run: every SuperNode has started its SuperExec by then)
+                mb, procs = _memory_mb([p.pid for p in [dep.superlink, *dep.supernodes.values()]])
+            finally:
+                dep.close()
+        ends = result["round_ends"]
+        per_round = float(np.median(np.diff(ends)))
+        trips = result["round_trips"]
+        print(f"| {n} | {1e3 * serial:.2f} | {per_round:.2f} | {per_round / serial:.0f} | {trips} | "
+              f"{result['seconds'] / trips:.2f} | {total - (ends[-1] - ends[0]):.0f} | {procs} | "
+              f"{mb:.0f} |", flush=True)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="5,50")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--deploy", action="store_true", help="a real deployment (see above)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.deploy:
+        deploy(sizes, args.rounds)
+        return
     import ray
     from fedmodel.runtime.flower_executor import FlowerExecutor
     from fedmodel.runtime.program import compile_programs
