@@ -49,16 +49,23 @@ def test_a_private_run_by_name_stops_when_its_budget_is_spent():
     assert np.all(np.isfinite(res.value(w)))
 
 
-def test_a_users_client_l1_term_is_refused_with_the_way_out():
-    """DP-IADMM's client step needs a smooth client objective: the user's one-objective lasso is
-    refused, naming the client and where the ℓ1 term can go; moved to the server, it runs."""
+def test_a_users_client_l1_term_runs_in_the_private_step():
+    """The user's one-objective lasso (λ‖w‖₁ in every client's objective) runs in DP-IADMM's ObjP
+    step by the prox of the ℓ1 term: non-private it is CVXPY's answer, as is the rewrite with the
+    ℓ1 term on the server; private, it is formal and stops within its budget."""
     prob, w = user_logistic(m=30)
-    with pytest.raises(fm.FedModelError, match=r"'c0' has a nonsmooth term.*server"):
-        prob.solve("dp-admm", epsilon=0.5, max_rounds=3)
-    prob, w = user_logistic(m=30, lam=0.0, regularizer=fm.sum_squares)
-    prob.server.minimize(0.05 * fm.norm1(w))
-    res = prob.solve("dp-admm", epsilon=0.5, epsilon_total=3.0, max_rounds=40)
-    assert res.status == "budget_exhausted" and res.info["privacy"]["pld"][0] <= 3.0
+    ref = prob.solve("cvxpy")
+    res = prob.solve("dp-admm", max_rounds=5000, tol=1e-7)
+    assert res.status == "converged" and res.objective == pytest.approx(ref.objective, rel=1e-6)
+    np.testing.assert_allclose(res.value(w), ref.value(w), atol=1e-4)
+    private = prob.solve("dp-admm", epsilon=0.5, epsilon_total=3.0, max_rounds=40)
+    assert private.status == "budget_exhausted" and private.info["privacy"]["formal"]
+    assert private.info["privacy"]["pld"][0] <= 3.0
+    moved, v = user_logistic(m=30, lam=0.0, regularizer=fm.sum_squares)
+    moved.server.minimize(4 * 0.05 * fm.norm1(v))              # the same model, ℓ1 on the server
+    rewrite = moved.solve("dp-admm", max_rounds=5000, tol=1e-7)
+    assert rewrite.objective == pytest.approx(ref.objective, rel=1e-6)
+    np.testing.assert_allclose(rewrite.value(v), res.value(w), atol=1e-4)
 
 
 # ---- executors by name, switched between solves ------------------------------------------------
