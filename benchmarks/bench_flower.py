@@ -114,7 +114,7 @@ def deploy(sizes: list[int], rounds: int) -> None:
     print(f"FedAvg, d = {D}, 10 rows per client, {rounds} rounds; deployment on 127.0.0.1 "
           "(SuperLink + n SuperNodes, insecure)")
     print("| n | serial ms/round | deployment s/round | deployment / serial | round trips (run) | "
-          "s per round trip | start-up + build s | processes | resident MB |")
+          "s per round trip | start-up, build, 1st round, gather s | processes | resident MB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         serial = run(model(n), SerialExecutor(), rounds)["s"]
