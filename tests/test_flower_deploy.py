@@ -244,3 +244,34 @@ def test_deploy_every_remaining_star_backend_equals_serial(tmp_path):
     # the runs differ from each other (each backend really ran, not a cached answer)
     ws = [np.array(r["values"]["w"]) for r in results.values()]
     assert min(np.max(np.abs(a - b)) for i, a in enumerate(ws) for b in ws[i + 1:]) > 1e-6
+
+
+def test_deployment_grid_is_pulled_often_and_within_the_timeout():
+    """The executor's own push/pull loop on a deployment grid (Flower's HttpGrid sleeps 3 s
+    between pulls): replies that arrive on later pulls are all collected, well under 3 s; a
+    message never answered ends the loop at the timeout with the others' replies."""
+    from types import SimpleNamespace
+
+    from fedmodel.runtime import flower_executor as fe
+
+    class FakeGrid:      # replies to message k from the k-th pull on; "never" is never answered
+        def __init__(self):
+            self.pulls = 0
+
+        def push_messages(self, messages):
+            return list(messages)
+
+        def pull_messages(self, ids):
+            self.pulls += 1
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+                    for i in sorted(ids) if i != "never" and int(i[1:]) <= self.pulls]
+
+    grid = FakeGrid()
+    start = time.monotonic()
+    replies = fe._send_and_receive(grid, ["m1", "m2", "m3"], timeout=30)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m1", "m2", "m3"]
+    assert grid.pulls == 3 and time.monotonic() - start < 1.0
+    start = time.monotonic()
+    replies = fe._send_and_receive(FakeGrid(), ["m1", "never"], timeout=0.3)
+    assert [r.metadata.reply_to_message_id for r in replies] == ["m1"]
+    assert 0.3 <= time.monotonic() - start < 1.5
