@@ -42,7 +42,6 @@ if __package__ in (None, ""):   # run as a script: `python benchmarks/bench_scal
 
 import fedmodel as fm
 from fedmodel import backends
-from fedmodel.problem import Client
 
 STEP = 0.05
 REPS = 20
@@ -59,11 +58,7 @@ def build(n: int, d: int, loss: str, rows: tuple[int, int], seed: int = 0):
     truth = rng.normal(size=d) / np.sqrt(d)
     for i, m in enumerate(sizes):
         X = rng.normal(size=(m, d))
-        if n <= 20_000:
-            c = prob.add_client(f"c{i}")
-        else:   # add_client compares the name with every client's: O(n²), >10 min at n = 10⁵
-            c = Client(prob, f"c{i}")            # (the names here are unique by construction)
-            prob.clients.append(c)
+        c = prob.add_client(f"c{i}")
         Xd = c.data(X, name="X")
         if loss == "logistic":
             b = np.sign(X @ truth + 0.1 * rng.normal(size=m))
@@ -98,26 +93,6 @@ def executor(name: str):
     return name
 
 
-def _linear_client_names() -> None:
-    """topologies' `client_names` finds duplicates with `names.count(name)` per name: O(n²),
-    ~5 min per call at n = 10⁵ here, and a solve calls it twice. Above 2·10⁴ clients the
-    benchmark swaps in a set-based check (same names, same error on a duplicate) so that the
-    phases after it can be measured; the quadratic check itself is a known cost, not measured."""
-    import importlib
-    builders = importlib.import_module("topologies.builders")
-    validate = importlib.import_module("topologies.validate")   # (`topologies.validate` is a function)
-    original = validate.client_names
-
-    def client_names(problem):
-        clients = getattr(problem, "clients", None)
-        if isinstance(clients, list) and all(isinstance(getattr(c, "name", None), str) for c in clients):
-            names = [c.name for c in clients]
-            if len(set(names)) == len(names) and "server" not in names:
-                return names
-        return original(problem)                 # anything unusual: the library's own check
-    validate.client_names = builders.client_names = client_names
-
-
 def solve_once(n: int, d: int, loss: str, rows: tuple[int, int], iterations: int,
                name: str) -> str:
     """One `prob.solve` (Fed-DALD-CC, W = 1 gradient step) timed by phase: a table row."""
@@ -142,8 +117,6 @@ def solve_once(n: int, d: int, loss: str, rows: tuple[int, int], iterations: int
 
     timed(dald_backend, "compile_programs")
     timed(base, "finish_result")
-    if n > 20_000:
-        _linear_client_names()
     backend = backends.DALD(solver="gd", step=STEP, max_iterations=iterations, eps_primal=0.0,
                             eps_dual=0.0)
     chosen = executor(name)                  # imports JAX: not part of the solve
