@@ -161,15 +161,17 @@ class LocalConstraints:
         compiled = _compiled(program)
         if not compiled.constraints:
             return 0.0
-        exact = compiled.values(*program.shared.unpack(z))
+        released = [self.private and data for data in compiled.reads_data]
+        # exact values where nothing is released (the clipped ones take their own pass)
+        exact = compiled.values(*program.shared.unpack(z)) if not all(released) else [None] * len(released)
         residual = 0.0
-        for c, mu, data, records, value in zip(compiled.constraints, compiled.multipliers,
-                                               compiled.reads_data, compiled.records, exact):
-            value = np.asarray(value, float)
-            if self.private and data:
+        for c, mu, noisy, records, value in zip(compiled.constraints, compiled.multipliers,
+                                                released, compiled.records, exact):
+            if noisy:
                 bound = self.value_clip / records
                 value = np.asarray(clipped_record_value(program, z, bound, of=c.expr))
                 value = value + laplace_noise(rng, 2.0 * bound, self.epsilon_c, value.shape)
+            value = np.asarray(value, float)
             new = mu.value + step * value
             if not isinstance(c, Equality):
                 new = np.maximum(new, 0.0)

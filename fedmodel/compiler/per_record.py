@@ -138,24 +138,25 @@ class RecordGradients:
         """Record i's term of the objective's value at `parts`, for every record i (a vector
         whose sum is the objective less its record-free part). Needs a scalar objective whose
         records are those of one row count; raises `NotRecordSeparable` otherwise."""
-        plan, terms = self._value_terms()
-        if not terms:
-            return np.zeros(0)
-        outputs = plan(*parts, *self._forward(*parts))
-        total = 0.0
-        for k, (scale, op) in enumerate(terms):
-            rows = op(np.asarray(outputs[2 * k + 1], float))
-            total = total + float(outputs[2 * k]) * rows.reshape(rows.shape[0], -1).sum(axis=1)
-        return total
+        return self._value_and_terms(parts)[1]
 
     def clipped_value(self, parts: list[np.ndarray], bound: float) -> float:
         """The objective's value with every record's term clipped to [−bound, bound]: replacing
         one record then moves it by at most 2·bound, whatever the records (the record-free part
         is kept as it is)."""
-        plan, _ = self._value_terms()
-        value = float(plan(*parts, *(self._forward(*parts) if self.products else []))[-1])
-        terms = self.record_values(parts)
+        value, terms = self._value_and_terms(parts)
         return value - float(np.sum(terms)) + float(np.sum(np.clip(terms, -bound, bound)))
+
+    def _value_and_terms(self, parts: list[np.ndarray]) -> tuple[float, np.ndarray]:
+        """The objective's value and its records' terms, from one evaluation of the value plan."""
+        plan, ops = self._value_terms()
+        outputs = plan(*parts, *(self._forward(*parts) if self.products else []))
+        terms: Any = np.zeros(0)
+        for k, op in enumerate(ops):            # outputs: (scale_k, X_k) pairs, then the value
+            rows = op(np.asarray(outputs[2 * k + 1], float))
+            term = float(outputs[2 * k]) * rows.reshape(rows.shape[0], -1).sum(axis=1)
+            terms = term if k == 0 else terms + term
+        return float(outputs[-1]), terms
 
     def _value_terms(self) -> tuple[Plan, list]:
         """A plan of (scale_k, X_k) pairs and the objective, with record i's term of the value
@@ -168,7 +169,7 @@ class RecordGradients:
             terms = _value_terms(self._reduced, self._kinds, Constant(1.0), self._where)
             outputs = [x for scale, node, _ in terms for x in (scale, node)] + [self._reduced]
             inputs = self._shared_vars + [p.rows for p in self.products]
-            self._values = (Plan(outputs, inputs), [(scale, op) for scale, _, op in terms])
+            self._values = (Plan(outputs, inputs), [op for _, _, op in terms])
         return self._values
 
 
