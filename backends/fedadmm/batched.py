@@ -17,6 +17,7 @@ import numpy as np
 
 from fedmodel.runtime.batched_group import Group, private_stack
 from fedmodel.runtime.ledger import MESSAGES, register
+from .client import _gd_step
 from .insa import adapt, sigma_bound
 
 _SAME = ("inexact", "reference", "safe", "solver", "start", "local_steps", "adaptive")
@@ -121,28 +122,14 @@ def _update(group: Group, members: list[str], states: list[dict], z: np.ndarray)
 
 def _finish(program, s: dict, i: int, X: np.ndarray, E: np.ndarray, norm_e: np.ndarray,
             steps: np.ndarray, lr: np.ndarray, bound: float | None, cap: int, z: np.ndarray) -> None:
-    """Client i's remaining local steps on its own program (`client._gd_step`'s arithmetic),
-    written into row i of the group's arrays."""
-    n, x, e = program.n_shared, X[i].copy(), E[i].copy()
-
-    def residual(x):
-        g = program.value_grad(x[:n], x[n:])[1] / s["alpha"]
-        g[:n] += -s["lam"] + s["beta"] * (x[:n] - z)
-        return g
-    norm = norm_e[i]
+    """Client i's remaining local steps on its own program (`client._gd_step`, the per-client
+    loop's step and safeguard), written into row i of the group's arrays."""
+    x, e, norm = X[i].copy(), E[i].copy(), norm_e[i]
     while (bound is None or norm > bound) and steps[i] < cap:
-        x_new = x - lr[i] * e
-        e_new = residual(x_new)
-        norm_new = float(np.linalg.norm(e_new))
-        if s["safe"] and not (norm_new <= norm * (1 + 1e-9) + 1e-300):
-            lr[i] *= 0.5
-            s["lr"] = float(lr[i])
-            if s["curvature"] is not None:
-                s["curvature"] = max(s["curvature"], 1.0 / lr[i] - s["beta"])
-        else:
-            x, e, norm = x_new, e_new, norm_new
+        x, e = _gd_step(program, s, x, e, z)
+        norm = float(np.linalg.norm(e))
         steps[i] += 1
-    X[i], E[i], norm_e[i] = x, e, norm
+    X[i], E[i], norm_e[i], lr[i] = x, e, norm, s["lr"]
 
 
 register(MESSAGES["fedadmm_round"], batched=_round_batched)
