@@ -149,8 +149,8 @@ def test_local_constraint_model_matches_serial():
     assert any(np.any(v != 0) for v in serial.multipliers.values())      # constraint active
 
 
-def test_private_variables_match_serial():
-    """Clients with private variables y_i (re-centred proximal term every local solve)."""
+def _private_variables_problem(sparse=True):
+    """4 least-squares clients, each with a private variable s_i tied to w[:2]."""
     rng = np.random.default_rng(4)
     w = fm.Variable(D, name="w")
     prob = fm.Problem()
@@ -158,8 +158,14 @@ def test_private_variables_match_serial():
         m = 9 + i
         c = prob.add_client(f"c{i}")
         s = c.variable(2, name=f"s{i}")
-        X, b = c.data(_data(rng, m), name="X"), c.data(rng.normal(size=m), name="b")
+        X, b = c.data(_data(rng, m, sparse), name="X"), c.data(rng.normal(size=m), name="b")
         c.minimize(fm.sum_squares(X @ w - b) / m + fm.sum_squares(s - w[:2]) + 0.1 * fm.sum_squares(s))
+    return prob
+
+
+def test_private_variables_match_serial():
+    """Clients with private variables y_i (re-centred proximal term every local solve)."""
+    prob = _private_variables_problem()
     for backend in (backends.DALD(solver="prox-grad", step=0.05, max_iterations=20),
                     backends.DALD(solver="gd", step=0.05, local_steps=2, max_iterations=20)):
         serial, batched, ex = _solve_both(prob, backend)

@@ -18,7 +18,7 @@ import topologies
 from backends.proxal import ProxAL
 from fedmodel import registry
 from fedmodel.runtime.jax_executor import JaxExecutor, JaxFallbackWarning
-from test_batched import D, _least_squares, _logistic
+from test_batched import D, _least_squares, _logistic, _private_variables_problem
 
 TOL = 1e-8
 # set-up steps (dald_cc_init, …) go node by node and say so; the tests that check the warnings
@@ -223,15 +223,7 @@ def test_state_handed_between_jax_and_serial_executors_midway():
 def test_private_variables_and_partial_participation_match_serial():
     """Clients with private variables y_i (the vmapped plan takes x and y; the fused loop steps
     both), and clients dropping out of rounds (partial participation)."""
-    rng = np.random.default_rng(4)
-    w = fm.Variable(D, name="w")
-    prob = fm.Problem()
-    for i in range(4):
-        m = 9 + i
-        c = prob.add_client(f"c{i}")
-        s = c.variable(2, name=f"s{i}")
-        X, b = c.data(rng.normal(size=(m, D)), name="X"), c.data(rng.normal(size=m), name="b")
-        c.minimize(fm.sum_squares(X @ w - b) / m + fm.sum_squares(s - w[:2]) + 0.1 * fm.sum_squares(s))
+    prob = _private_variables_problem(sparse=False)
     serial, run, ex = _solve_both(prob, lambda: backends.DALD(solver="gd", step=0.05, local_steps=2,
                                                               max_iterations=20))
     assert_same_run(serial, run)
