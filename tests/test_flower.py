@@ -19,11 +19,10 @@ import pytest
 import fedmodel as fm
 from fedmodel import backends, topologies
 from fedmodel.runtime.ledger import MESSAGES, procedure
+from test_ray import D, _model, _parts   # the same least-squares model and data as Ray's tests
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
 pytest.importorskip("ray", reason="Flower's simulation engine needs Ray")
-
-D = 3
 
 
 @pytest.fixture(scope="module")
@@ -34,44 +33,6 @@ def flower():
     yield ex
     ex.shutdown()
     assert ex._thread is None
-
-
-def _parts(n=3, m=6, seed=0):
-    rng = np.random.default_rng(seed)
-    return [(rng.normal(size=(m, D)), rng.normal(size=m)) for _ in range(n)]
-
-
-class _NpyLoader:
-    """A picklable loader reading an array where it runs (a stand-in for a client's disk)."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __call__(self):
-        return np.load(self.path)
-
-
-def _model(parts, constrained=True, loader_dir=None):
-    """Least squares over the clients' (A_i, b_i); with `loader_dir`, the clients read their
-    data from .npy files there (loaders run on the client)."""
-    w = fm.Variable(D, name="w")
-    prob = fm.Problem()
-    for i, (A, b) in enumerate(parts):
-        c = prob.add_client(f"c{i}")
-        if loader_dir is None:
-            Ad, bd = c.data(A, name="A"), c.data(b, name="b")
-        else:
-            paths = [os.path.join(loader_dir, f"{c.name}_{k}.npy") for k in "Ab"]
-            np.save(paths[0], A)
-            np.save(paths[1], b)
-            Ad = c.data(loader=_NpyLoader(paths[0]), shape=A.shape, name="A")
-            bd = c.data(loader=_NpyLoader(paths[1]), shape=b.shape, name="b")
-        c.minimize(0.5 * fm.sum_squares(Ad @ w - bd))
-        if constrained:
-            c.subject_to(fm.sum(w) <= 0.3)
-    if constrained:
-        prob.server.subject_to(fm.norm2(w) <= 0.6)
-    return prob, w
 
 
 CASES = {
