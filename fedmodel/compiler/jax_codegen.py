@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import FedModelError
-from .codegen import Plan
+from .codegen import Plan, _missing
 
 
 def jax_modules() -> tuple[Any, Any]:
@@ -367,7 +367,7 @@ class _Lowered:
 def _param_value(param: Any) -> Any:
     value = param.value
     if value is None:
-        raise FedModelError(f"parameter {param.name!r} has no value; set .value first")
+        _missing(param)         # the compiled plan's error
     return value
 
 
