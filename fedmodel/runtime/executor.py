@@ -162,10 +162,7 @@ class Executor:
         server sees only the sums."""
         declared = declared_kind(kind)
         nodes = list(nodes)
-        for field in fields:
-            if declared.reply.get(field) in (None, "str", "opaque"):
-                raise FedModelError(f"map_sum: reply field {field!r} of {kind!r} is not a declared "
-                                    f"numeric field; declared: {declared.reply}")
+        check_sum_fields(declared, fields)
         if not nodes:
             raise FedModelError(f"map_sum of {kind!r} needs at least one node")
         replies = self.map(kind, {node: dict(common or {}) for node in nodes})
@@ -216,6 +213,22 @@ class SerialExecutor(Executor):
         return run_on_node(self.programs[node], kind, payload)
 
 
+class RemoteNode:
+    """The driver's view of a client whose program runs elsewhere (a Ray actor, a Flower node):
+    its name, role and layout, never its data. `label` names the kind of place in its repr."""
+
+    holder = None       # the executor serving it (`Executor.take_over`); its state lives remotely
+    label = "RemoteNode"
+
+    def __init__(self, spec: ProgramSpec):
+        self.name, self.role = spec.name, spec.role
+        self.shared, self.private = spec.shared, spec.private
+        self.n_shared, self.n_private = spec.n_shared, spec.n_private
+
+    def __repr__(self) -> str:
+        return f"{self.label}({self.name!r})"
+
+
 def run_on_node(program: NodeProgram, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     """Serve one request on a node program (used by every executor, wherever the node lives)."""
     procedure = PROCEDURES.get(kind)
@@ -230,6 +243,14 @@ def declared_kind(kind: str) -> MessageKind:
     if declared is None:
         raise FedModelError(f"message kind {kind!r} is not declared in fedmodel.runtime.ledger")
     return declared
+
+
+def check_sum_fields(declared: MessageKind, fields: Sequence[str]) -> None:
+    """Refuse a field of `fields` that is not a numeric reply field of `declared` (`map_sum`)."""
+    for field in fields:
+        if declared.reply.get(field) in (None, "str", "opaque"):
+            raise FedModelError(f"map_sum: reply field {field!r} of {declared.name!r} is not a "
+                                f"declared numeric field; declared: {declared.reply}")
 
 
 def block_floats(kind: MessageKind, fields: dict[str, str], key: str, block: Any, n: int,

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FedModelError
-from .executor import Executor, declared_kind, run_on_node
+from .executor import Executor, RemoteNode, check_sum_fields, declared_kind, run_on_node
 from .ledger import MESSAGES, PROCEDURES, check_payload
 from .program import NodeProgram, ProgramSpec
 
@@ -265,18 +265,10 @@ else:
 
 
 # ---- driver side ---------------------------------------------------------------------------------
-class _RemoteNode:
+class _FlowerNode(RemoteNode):
     """The driver's view of a client on a Flower node: name, role and layout, never its data."""
 
-    holder = None
-
-    def __init__(self, spec: ProgramSpec):
-        self.name, self.role = spec.name, spec.role
-        self.shared, self.private = spec.shared, spec.private
-        self.n_shared, self.n_private = spec.n_shared, spec.n_private
-
-    def __repr__(self) -> str:
-        return f"FlowerNode({self.name!r})"
+    label = "FlowerNode"
 
 
 class FlowerExecutor(Executor):
@@ -349,7 +341,7 @@ class FlowerExecutor(Executor):
             spec = program if isinstance(program, ProgramSpec) else getattr(program, "spec", None)
             if program.role != "server" and spec is not None:
                 remote[name] = spec
-        super().start({name: (_RemoteNode(remote[name]) if name in remote else program)
+        super().start({name: (_FlowerNode(remote[name]) if name in remote else program)
                        for name, program in programs.items()})
         self.wire_bytes, self.round_trips, self.faults, self._lost = Counter(), 0, [], {}
         self.node_ids = {}
@@ -672,10 +664,7 @@ class FlowerExecutor(Executor):
         declared = declared_kind(kind)
         nodes, common, fields = list(nodes), dict(common or {}), list(fields)
         self._serve(nodes)
-        for field in fields:
-            if declared.reply.get(field) in (None, "str", "opaque"):
-                raise FedModelError(f"map_sum: reply field {field!r} of {kind!r} is not a declared "
-                                    f"numeric field; declared: {declared.reply}")
+        check_sum_fields(declared, fields)
         local = [n for n in nodes if n not in self.node_ids]
         if local or len(nodes) < 2:
             raise FedModelError(f"a secure sum needs at least two clients served by Flower, got "

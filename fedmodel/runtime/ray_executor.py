@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import FedModelError
-from .executor import Executor, run_on_node
+from .executor import Executor, RemoteNode, run_on_node
 from .ledger import MESSAGES, PROCEDURES, Ledger, check_payload
 from .program import NodeProgram, ProgramSpec
 
@@ -57,20 +57,6 @@ class _NodeActor:
 def _writable(message: dict) -> dict:
     """Arrays deserialized by Ray are read-only views; nodes and backends may update them."""
     return {k: np.array(v) if isinstance(v, np.ndarray) else v for k, v in message.items()}
-
-
-class _RemoteNode:
-    """The driver's view of a client on an actor: its name, role and layout, never its data."""
-
-    holder = None       # the executor serving it (`Executor.take_over`); its state lives on the actor
-
-    def __init__(self, spec: ProgramSpec):
-        self.name, self.role = spec.name, spec.role
-        self.shared, self.private = spec.shared, spec.private
-        self.n_shared, self.n_private = spec.n_shared, spec.n_private
-
-    def __repr__(self) -> str:
-        return f"RemoteNode({self.name!r})"
 
 
 class RayExecutor(Executor):
@@ -126,7 +112,7 @@ class RayExecutor(Executor):
             else:
                 remote[name] = spec
         # the server (and programs built outside compile_programs) run here, as in the serial case
-        super().start({name: (_RemoteNode(remote[name]) if name in remote else local[name])
+        super().start({name: (RemoteNode(remote[name]) if name in remote else local[name])
                        for name in programs})
         self.faults, self.recovery = [], Ledger()
         self._specs = {name: ray.put(spec) for name, spec in remote.items()}
