@@ -130,6 +130,13 @@ def wire_size(content: "RecordDict") -> int:
     return sum(len(obj.deflate()) for obj in get_all_nested_objects(content).values())
 
 
+def _module_of(kind: str) -> str:
+    """The module registering `kind`'s procedure ("" if none): a client imports it to serve
+    the request (and a rejoined client to replay it)."""
+    procedure = PROCEDURES.get(kind)
+    return procedure.__module__ if procedure is not None else ""
+
+
 # ---- client side ---------------------------------------------------------------------------------
 # Node programs this worker process has built: (run id, node id) -> (build, token, program). The
 # build id names the spec it was compiled from (one per `start`), the token which state of the
@@ -520,8 +527,7 @@ class FlowerExecutor(Executor):
                 self.faults.append({"node": node, "kind": kind, "old_node_id": self.node_ids[node],
                                     "lost": True, "time": time.time()})
             if not declared.read_only:
-                procedure = PROCEDURES.get(kind)
-                module = procedure.__module__ if procedure is not None else ""
+                module = _module_of(kind)
                 for node in got:
                     self._log[node].append((kind, remote[node], module))
         for node, reply in replies.items():
@@ -545,8 +551,7 @@ class FlowerExecutor(Executor):
         if remote:
             replies.update(self._exchange(kind, remote, MESSAGES[kind].request, self.timeout))
             if not MESSAGES[kind].read_only:
-                procedure = PROCEDURES.get(kind)
-                module = procedure.__module__ if procedure is not None else ""
+                module = _module_of(kind)
                 for node, payload in remote.items():
                     self._log[node].append((kind, payload, module))
         return replies
@@ -574,8 +579,8 @@ class FlowerExecutor(Executor):
     def _send(self, kind: str, payloads: dict[str, dict], fields: dict[str, str],
               timeout: float) -> tuple[dict[str, dict], list[str]]:
         """One round trip: the replies that arrived within `timeout`, and the clients missing."""
-        procedure = PROCEDURES.get(kind)
-        extra = {"module": procedure.__module__} if procedure is not None else {}
+        module = _module_of(kind)
+        extra = {"module": module} if module else {}
         message_type = "query" if kind in MESSAGES and MESSAGES[kind].read_only else "train"
         sent: dict[str, Any] = {}
         for node, payload in payloads.items():
@@ -670,8 +675,7 @@ class FlowerExecutor(Executor):
             raise FedModelError(f"a secure sum needs at least two clients served by Flower, got "
                                 f"{nodes}" + (f" ({local} run here)" if local else ""))
         floats = check_payload(declared, declared.request, common, self.model_size, "request")
-        procedure = PROCEDURES.get(kind)
-        module = procedure.__module__ if procedure is not None else ""
+        module = _module_of(kind)
         content = encode(kind, common, declared.request, {"module": module, "sum": fields})
         arrays = content[_ARRAYS]
         config = {**dict(content[_CONFIG]), "fm_array_keys": json.dumps(list(arrays))}
