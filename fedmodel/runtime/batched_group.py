@@ -103,6 +103,17 @@ class Group:
         G = grads[0] if len(grads) == 1 else np.concatenate(grads, axis=1) if grads else np.zeros((self.n, 0))
         return self._per_client(out[0], plan.output_segs[0], ()).ravel(), G
 
+    def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """∇²P_i at z_i = (x_i, y_i) of the clients `rows` (default all): (k, N, N), N = n_x + n_y.
+        Each client's `NodeProgram.hessian` (its compiled Hessian plan: the serial numbers);
+        the JAX executor's group computes them in one vmap."""
+        rows = np.arange(self.n) if rows is None else np.asarray(rows, dtype=np.intp)
+        N = self.n_x + self.n_y
+        out = np.empty((len(rows), N, N))
+        for k, i in enumerate(rows):
+            out[k] = self.programs[i].hessian(np.concatenate([X[i], Y[i]]))
+        return out
+
     def objective(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         plan = self.plan("objective_plan")
         return self._per_client(plan(*self._inputs(X, Y))[0], plan.output_segs[0], ()).ravel()

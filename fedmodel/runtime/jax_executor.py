@@ -9,6 +9,8 @@ instead of numpy block-diagonal products:
   one jit-compiled, vmapped function of the stacked (n, d) points; ragged client data is
   zero-padded with masks that change no loss (see `jax_codegen`); the data lives on the
   device, once. Clients of very different sizes run in buckets of similar size (`buckets`).
+- `JaxGroup.hessian`: ∇²P_i of every client (Newton and exact local solves) by one jitted vmap
+  of `jax.hessian` of the lowered merit.
 - `JaxGroup.fused_local_steps`: W (proximal-)gradient steps z ← z − α(∇P_i(z) + linear +
   weight∘(x − anchor)), soft-thresholded when λ‖w‖₁ is the only prox term, as one jitted
   `lax.fori_loop` (the serial steps' arithmetic in the same order); the runtime's
@@ -76,10 +78,10 @@ class _VectorFunction:
     order. The clients are evaluated in buckets of similar data size (`buckets`), one vmap
     each, inside one jitted function (`sorted`: the same in bucket order, no permutation)."""
 
-    def __init__(self, programs: list, which: str):
+    def __init__(self, programs: list, which: str, hessian: bool = False):
         jax, jnp = jax_modules()
         program = programs[0]
-        gradient = which == "value_grad_plan"
+        gradient = which == "value_grad_plan" and not hessian
         self.groups = buckets(programs, which)
         self.plans = [JaxGroupPlan([getattr(programs[i], which) for i in idx]) for idx in self.groups]
         self.order = np.concatenate(self.groups)            # bucket order -> group order
@@ -100,6 +102,13 @@ class _VectorFunction:
                     return value
                 grads = [jnp.ravel(jnp.broadcast_to(g, s)) for g, s in zip(out[1:], shapes)]
                 return value, (jnp.concatenate(grads) if grads else jnp.zeros(0))
+            if hessian:     # ∇²P_i(z) by forward-over-reverse differentiation of the value
+                def run_hessian(x, y, *rest):
+                    def value(z):
+                        return run(z[:x.shape[0]], z[x.shape[0]:], *rest)
+                    H = jax.hessian(value)(jnp.concatenate([x, y]))
+                    return 0.5 * (H + H.T)      # symmetric, as `NodeProgram.hessian`
+                return jax.vmap(run_hessian, in_axes=in_axes)
             return jax.vmap(run, in_axes=in_axes)
 
         parts = [per_client(plan.lowered) for plan in self.plans]
@@ -164,6 +173,23 @@ class JaxGroup(Group):
         values, G = fn(X, Y)
         self.calls["value_grad"] += 1
         return np.array(values), np.array(G)
+
+    def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """∇²P_i at z_i = (x_i, y_i) of the clients `rows` (default all): (k, N, N), N = n_x + n_y,
+        from one jitted vmap of jax.hessian of the lowered merit (every client is evaluated)."""
+        if "hessian" not in self._jax:
+            try:
+                self._jax["hessian"] = _VectorFunction(self.programs, "value_grad_plan", hessian=True)
+            except FedModelError as exc:
+                self._jax["hessian"] = None
+                if self._on_fallback is not None:
+                    self._on_fallback(self, "hessian", str(exc))
+        fn = self._jax["hessian"]
+        if fn is None:
+            return super().hessian(X, Y, rows)
+        self.calls["hessian"] += 1
+        H = np.array(fn(X, Y))
+        return H if rows is None else H[rows]
 
     def objective(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         fn = self._function("objective_plan")
@@ -255,8 +281,8 @@ class JaxExecutor(BatchedExecutor):
 
     @property
     def jax_calls(self) -> Counter:
-        """Evaluations served by JAX over all groups: "value_grad", "objective" (one per
-        vmapped call) and "local_steps" (steps taken inside the fused loop)."""
+        """Evaluations served by JAX over all groups: "value_grad", "objective", "hessian" (one
+        per vmapped call) and "local_steps" (steps taken inside the fused loop)."""
         total: Counter = Counter()
         for group in self.groups:
             total.update(group.calls)
