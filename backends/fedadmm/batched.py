@@ -11,14 +11,13 @@ group (β_i, η_i, α_i may differ). Anything else returns None: served client b
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from fedmodel.runtime.batched_group import Group, private_stack
 from fedmodel.runtime.ledger import MESSAGES, register
-from .client import _gd_step
-from .insa import adapt, sigma_bound
+from .client import _gd_step, finish_round
+from .insa import sigma_bound
 
 _SAME = ("inexact", "reference", "safe", "solver", "start", "local_steps", "adaptive")
 
@@ -98,26 +97,10 @@ def _update(group: Group, members: list[str], states: list[dict], z: np.ndarray)
             accept &= ~bad
         X[accept], E[accept], norm_e[accept] = X_new[accept], E_new[accept], norm_new[accept]
         steps += active
-    replies = {}
-    for i, (m, s) in enumerate(zip(members, states)):
-        program, b = group.programs[rows[i]], float(beta[i])
-        if not np.all(np.isfinite(X[i])):
-            replies[m] = {"w": np.full(n, np.nan), "beta": b, "steps": int(steps[i]), "drift": math.inf}
-            continue
-        u = X[i, :n].copy()
-        program.y = X[i, n:].copy()
-        new_lam = s["lam"] - b * (u - z)                                         # (2.8b)
-        w = b * u - new_lam
-        primal, dual = float(np.linalg.norm(u - s["u"])), float(np.linalg.norm(u - z))
-        s["last"] = {"steps": int(steps[i]), "bound": None if bound is None else float(bound[i]),
-                     "residual": float(np.linalg.norm(E[i])) if s["inexact"] else None,
-                     "beta": b, "primal": primal, "dual": dual}
-        if s["adaptive"]:
-            s["beta"] = adapt(s, b, primal, dual, scale=float(np.max(np.abs(z), initial=1.0)))
-        s["u"], s["lam"] = u.copy(), new_lam
-        replies[m] = {"w": w, "beta": b, "steps": int(steps[i]),
-                      "drift": float(np.max(np.abs(u - z), initial=0.0))}
-    return replies
+    return {m: finish_round(group.programs[rows[i]], s, X[i], z, int(steps[i]),
+                            None if bound is None else float(bound[i]),
+                            float(np.linalg.norm(E[i])) if s["inexact"] else None)
+            for i, (m, s) in enumerate(zip(members, states))}
 
 
 def _finish(program, s: dict, i: int, X: np.ndarray, E: np.ndarray, norm_e: np.ndarray,

@@ -114,7 +114,6 @@ def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.
 
 def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
     z = np.asarray(z, float)
-    n = program.n_shared
     beta, cap = s["beta"], int(s["local_steps"])
     # û := z^k (Algorithms 1, 3) or u_i^k (`local_start="u"`); private variables: their last value
     x = np.concatenate([z if s["start"] == "z" else s["u"], program.y])
@@ -141,16 +140,24 @@ def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
         for _ in range(cap):                                      # E steps of (2.9)
             x, e = _gd_step(program, s, x, e, z)
             steps += 1
+    return finish_round(program, s, x, z, steps, bound, float(np.linalg.norm(e)) if s["inexact"] else None)
+
+
+def finish_round(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, steps: int,
+                 bound: float | None, residual: float | None) -> dict:
+    """The end of a client round at its local solution x = (u, y): the multiplier step (2.8b),
+    InSa's β adaptation (3.14)–(3.15), the state and the reply (NaN when x is not finite)."""
+    n, beta = program.n_shared, s["beta"]
     if not np.all(np.isfinite(x)):
         return {"w": np.full(n, np.nan), "beta": beta, "steps": steps, "drift": math.inf}
-    u = x[:n]
+    u = x[:n].copy()
     program.y = x[n:].copy()
     lam = s["lam"] - beta * (u - z)                                              # (2.8b)
     w = beta * u - lam
     primal = float(np.linalg.norm(u - s["u"]))                                   # (3.14a)
     dual = float(np.linalg.norm(u - z))                                          # (3.14b)
-    s["last"] = {"steps": steps, "bound": bound, "residual": float(np.linalg.norm(e)) if s["inexact"]
-                 else None, "beta": beta, "primal": primal, "dual": dual}
+    s["last"] = {"steps": steps, "bound": bound, "residual": residual, "beta": beta,
+                 "primal": primal, "dual": dual}
     if s["adaptive"]:
         s["beta"] = adapt(s, beta, primal, dual, scale=float(np.max(np.abs(z), initial=1.0)))
     s["u"], s["lam"] = u.copy(), lam
