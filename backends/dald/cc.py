@@ -57,6 +57,9 @@ class FedDALDCC:
         history, total, status, k, info = [], 0, "max_iterations", 0, {}
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
+        constrained = bool(problem.constraints)     # (a list over every block: once, not per iteration)
+        # the server's report is asked for when it has terms or constraints (else it is 0, 0)
+        has_server = "server" in ex.programs and server_used
         watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
         if saved:
             k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
@@ -70,7 +73,8 @@ class FedDALDCC:
                 v += 1
                 total += 1
                 part = self._participants(clients, total)
-                active.update(part)
+                if len(active) < len(clients):      # (every client has taken part: nothing to add)
+                    active.update(part)
                 reply = ex.map_stacked("dald_cc_solve", part, common={"xhat": xhat, **opts})   # (13)
                 if len(part) == len(clients):
                     X = reply["x"]                   # never written in place (may be read-only)
@@ -113,11 +117,11 @@ class FedDALDCC:
             last = self._converged(primal, dual, dmu) or total >= self.max_iterations
             report = last or k % self.report_every == 0
             record = self._record_cc(ex, clients, xhat, k, v, total, primal, dual, dmu / beta, start,
-                                     report)
+                                     report, has_server)
             # Σμ_i as the clients hold it (μ ≡ 0 without (15)): a diagnostic, on reported records
             record["sum_mu"] = 0.0 if not self.dual_updates else float("nan") if not report else \
                 float(np.max(np.abs(np.sum(ex.map_stacked("dald_state", clients)["mu"], axis=0)), initial=0.0))
-            stop = self._outer_step_done(record, history, callback, bar, clients, X, bool(problem.constraints),
+            stop = self._outer_step_done(record, history, callback, bar, clients, X, constrained,
                                          primal, dual, dmu)
             if stop:
                 status = stop
@@ -146,14 +150,15 @@ class FedDALDCC:
                        anchor=weighted / total_rho2, x0=xhat, method="auto",
                        tol=1e-10 if self.local_tol is None else float(self.local_tol))["x"]
 
-    def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report=True) -> dict:
+    def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report=True,
+                   has_server: bool | None = None) -> dict:
         """One history record; objective and violation at x̂ on every node (the clients' reports
         as one group request) when `report`, else NaN."""
         if not report:
             return self._record(k, v, total, primal, dual, constraint, start)
         reports = ex.map_stacked("report", clients, common={"x": xhat})
         objective, violation = float(np.sum(reports["objective"])), float(np.max(reports["violation"], initial=0.0))
-        if "server" in ex.nodes:
+        if has_server if has_server is not None else "server" in ex.programs:
             server = ex.call("server", "report", x=xhat)
             objective, violation = objective + server["objective"], max(violation, server["violation"])
         return self._record(k, v, total, primal, dual, constraint, start, objective, violation)

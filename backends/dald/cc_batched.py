@@ -24,13 +24,24 @@ def _cc_states(group: Group) -> list[dict] | None:
     return group.checked("cc", validate)
 
 
+def _star_states(group: Group) -> list[dict] | None:
+    """`_cc_states` when no client holds DC edge multipliers (μ_i is then one row per client),
+    else None; checked once until a client is next served node by node (not per report)."""
+    def validate():
+        states = _cc_states(group)
+        return None if states is None or any(s.get("edges") for s in states) else states
+    return group.checked("cc_star", validate)
+
+
 def _cc_stacks(group: Group):
     """(states, x_i, μ_i, ρ_i∘ρ_i stacks) of the group's DALD-CC clients, or None (not covered)."""
     states = _cc_states(group)
     if states is None:
         return None
-    return (states, group.gather("x", states, group.n_x), group.gather("mu", states, group.n_x),
-            group.gather("rho2", states, group.n_x))
+    # ρ_i∘ρ_i changes only node by node (`dald_cc_rescale`, which voids the group's checks):
+    # its stack is kept with the checks instead of re-verifying n row objects per request
+    rho2 = group.checked("cc_rho2", lambda: group.gather("rho2", states, group.n_x))
+    return states, group.gather("x", states, group.n_x), group.gather("mu", states, group.n_x), rho2
 
 
 def _cc_solve_block(group: Group, rows: np.ndarray, xhat: np.ndarray, opts: dict) -> np.ndarray | None:
@@ -145,9 +156,9 @@ def dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> 
 
 def state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """μ_i of Fed-DALD-CC clients as the group's (n, d) stack (rows of the request)."""
-    states = _cc_states(group)
-    if blocks or common or states is None or any(s.get("edges") for s in states):
+    if blocks or common or _star_states(group) is None:
         return None
+    states = _cc_states(group)
     MU = group.gather("mu", states, group.n_x)
     return {"mu": read_only(MU) if in_group_order(rows, group.n) else MU[rows]}
 

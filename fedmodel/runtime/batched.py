@@ -78,7 +78,7 @@ class BatchedExecutor(Executor):
         group, index, key = self.group_rows(nodes) if procedure is not None else (None, None, None)
         if group is None:
             return super().map_stacked(kind, nodes, rows, common, split)
-        declared, nodes, rows, common, floats = self._check_stacked(kind, nodes, rows, common)
+        declared, nodes, rows, common, floats = self._check_stacked(kind, nodes, rows, common, known=True)
         replies = procedure(group, index, rows, common)
         if replies is None:                     # options the stacked form does not cover
             return super().map_stacked(kind, nodes, rows, common, split)
@@ -101,11 +101,11 @@ class BatchedExecutor(Executor):
             rows = None if group is None else np.array([group.index[n] for n in key], dtype=np.intp)
             if rows is not None:
                 rows.flags.writeable = False    # shared by every request with this node list
-            hit = (group, rows)
+            hit = (group, rows, key)            # (the same tuple every round: the ledger keeps it by id)
             if len(self._resolved) >= 8:
                 self._resolved.clear()
             self._resolved[key] = hit
-        return (*hit, key)
+        return hit
 
     def _group_of(self, nodes) -> "Group | None":
         """The group holding every node of `nodes` (at least `min_group` of them), else None."""

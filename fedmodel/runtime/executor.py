@@ -68,11 +68,15 @@ class Executor:
         programs (they stay held by this executor). The serial executor works on the programs
         themselves: nothing to write."""
 
-    def _serve(self, nodes) -> None:
+    def _serve(self, nodes, known: bool = False) -> None:
         """Before serving `nodes`: refuse an unknown node; take each one this executor does not
         hold when it is free, refuse it when another executor holds it (a hand-over is
-        explicit: `take_over`)."""
+        explicit: `take_over`). `known`: the caller has already found every node among its
+        programs (the batched executor's group of a node list), so no per-node check is left
+        while this executor holds them all."""
         programs = self.programs
+        if known and self._holds_all:
+            return
         for node in nodes:
             if node not in programs:
                 raise FedModelError(f"no node program named {node!r}; nodes: {self.nodes}")
@@ -169,13 +173,13 @@ class Executor:
         return {field: np.sum([np.asarray(replies[node][field], float) for node in nodes], axis=0)
                 for field in fields}
 
-    def _check_stacked(self, kind, nodes, rows, common):
+    def _check_stacked(self, kind, nodes, rows, common, known: bool = False):
         """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
         match its declaration (checked once for the whole block); return the normalized request
-        and its float count per node."""
+        and its float count per node. `known`: see `_serve`."""
         declared = declared_kind(kind)
         nodes = list(nodes)
-        self._serve(nodes)
+        self._serve(nodes, known)
         rows, common = dict(rows or {}), dict(common or {})
         floats = check_payload(declared, declared.request, common, self.model_size, "request")
         for key, block in rows.items():

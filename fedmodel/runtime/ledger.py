@@ -133,7 +133,11 @@ class Ledger:
         self._messages = Counter() if messages is None else messages
         self._floats = Counter() if floats is None else floats
         self.rounds = rounds
-        self._pending: Counter = Counter()     # (nodes, kind, direction, floats each) -> repeats
+        # (id of a node tuple, kind, direction, floats each) -> repeats; the tuples by id (kept
+        # alive here, so an id stays theirs): hashing a 10⁴-node tuple per request cost more
+        # than the rest of the booking
+        self._pending: Counter = Counter()
+        self._node_lists: dict[int, tuple[str, ...]] = {}
 
     def record(self, sender: str, receiver: str, kind: str, floats: int) -> None:
         self._messages[(sender, receiver, kind)] += 1
@@ -142,15 +146,34 @@ class Ledger:
     def record_group(self, nodes: tuple[str, ...], kind: str, floats: int, down: bool) -> None:
         """One message of `floats` floats between the server and each of `nodes` (down:
         server → node, else node → server), booked in O(1)."""
-        self._pending[(tuple(nodes), kind, bool(down), int(floats))] += 1
+        nodes = nodes if type(nodes) is tuple else tuple(nodes)
+        self._node_lists[id(nodes)] = nodes     # (a live object's id is its own)
+        self._pending[(id(nodes), kind, bool(down), int(floats))] += 1
+        if len(self._node_lists) > 64:          # many distinct node lists: bound what is kept
+            self._fold()
 
     def _fold(self) -> None:
         pending, self._pending = self._pending, Counter()
-        for (nodes, kind, down, floats), times in pending.items():
-            for node in nodes:
+        node_lists, self._node_lists = self._node_lists, {}
+        for (nodes_id, kind, down, floats), times in pending.items():
+            for node in node_lists[nodes_id]:
                 key = ("server", node, kind) if down else (node, "server", kind)
                 self._messages[key] += times
                 self._floats[key] += times * floats
+
+    def __getstate__(self) -> dict:
+        """Pickled folded: the pending entries' ids mean nothing in another process."""
+        if self._pending:
+            self._fold()
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "_node_lists" not in state:      # pickled before the node tuples were kept by id
+            pending, self._pending, self._node_lists = self._pending, Counter(), {}
+            for (nodes, kind, down, floats), times in pending.items():
+                self._node_lists[id(nodes)] = nodes
+                self._pending[(id(nodes), kind, down, floats)] += times
 
     @property
     def messages(self) -> Counter:
