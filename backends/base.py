@@ -12,6 +12,7 @@ from fedmodel.errors import DataError
 from fedmodel.expression import Constant, Parameter
 from fedmodel.result import Result
 from fedmodel.runtime.checkpoint import Checkpointer
+from .watch import steady_descent
 
 
 class Backend:
@@ -127,6 +128,8 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
         objective, violation = objective_and_violation(problem, values)
         if certificate is None and values and np.isfinite(objective):
             certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
+    if outcome["status"] == "max_iterations":
+        _judge_steady_descent(outcome)
     result = Result(status=outcome["status"], values=values, objective=objective,
                     max_violation=violation, backend=backend_name,
                     iterations=outcome.get("iterations", {}), multipliers=outcome.get("multipliers", {}),
@@ -134,3 +137,13 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
                     info=outcome.get("info", {}), problem=problem)
     result.history.extend(outcome.get("history", []))
     return result
+
+
+def _judge_steady_descent(outcome: dict[str, Any]) -> None:
+    """A run at its round cap whose objective never stopped falling is reported "unbounded",
+    with a warning (`watch.steady_descent`), not returned as if its last point were an answer."""
+    message = steady_descent(outcome.get("history") or [])
+    if message is not None:
+        outcome["status"] = "unbounded"
+        outcome.setdefault("info", {})["unbounded"] = message
+        warnings.warn(message, RuntimeWarning, stacklevel=3)

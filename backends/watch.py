@@ -55,3 +55,34 @@ class DivergenceWatch:
         info["diverged"] = self.message
         warnings.warn(self.message, RuntimeWarning, stacklevel=3)
         return "diverged"
+
+
+STEADY_RECORDS = 20      # at least this many records in the last half of a run to judge it
+STEADY_RATIO = 0.98      # the last tenth's mean fall ≥ this × the half's first tenth's: not shrinking
+
+
+def steady_descent(history: list[dict], tol: float = 1e-6) -> str | None:
+    """A run that ended at its round cap while its objective kept falling at an unshrinking
+    rate looks unbounded below: the message saying so, else None.
+
+    Judged on the last half of the records: feasible throughout (violation ≤ `tol`), the
+    objective fell in every record, the mean fall of the last tenth is ≥ STEADY_RATIO × that of
+    the half's first tenth, and the half's total fall exceeds max(1, |f| / 2) at its start.
+    A convergent run's falls are summable, so they shrink; a loss whose infimum is not attained
+    (logistic regression on separable data) falls by less than 1 in all. The verdict is a
+    diagnosis from the history, not a proof: the message says how to confirm it."""
+    half = history[len(history) // 2:]
+    objectives = np.array([record.get("objective", np.nan) for record in half], dtype=float)
+    violations = np.array([record.get("violation", 0.0) for record in half], dtype=float)
+    if len(half) < STEADY_RECORDS or not np.all(np.isfinite(objectives)) or np.any(violations > tol):
+        return None
+    falls = -np.diff(objectives)
+    tenth = max(len(falls) // 10, 1)
+    total = objectives[0] - objectives[-1]
+    if np.all(falls > 0) and falls[-tenth:].mean() >= STEADY_RATIO * falls[:tenth].mean() \
+            and total > max(1.0, 0.5 * abs(objectives[0])):
+        return (f"the objective fell by about {falls[-tenth:].mean():.3g} in each of the last "
+                f"{len(falls)} records without slowing down (to {objectives[-1]:.6g}): the model "
+                "looks unbounded below (a loss with no minimum, a missing constraint or "
+                "regularizer); prob.solve('cvxpy') confirms it")
+    return None
