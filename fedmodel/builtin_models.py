@@ -62,6 +62,6 @@ MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 RUN_OPTIONS: dict[str, dict] = {"proxal": FAST_PROXAL}
 
 
-def backend_options(model: str, backend: str) -> dict:
-    """The options `fedmodel run` passes to `backend` for the built-in `model` (a copy)."""
+def backend_options(backend: str) -> dict:
+    """The options `fedmodel run` passes to `backend` for every built-in model (a copy)."""
     return dict(RUN_OPTIONS.get(backend, {}))

@@ -20,7 +20,7 @@ def _run(args: argparse.Namespace) -> int:
     name = args.backend.lower()
     backend = name
     if name in registry.names("backend"):
-        backend = make_backend(name, **backend_options(args.example, name))
+        backend = make_backend(name, **backend_options(name))
     options = {}
     if args.topology and name != "cvxpy":
         builder = getattr(fm.topologies, args.topology, None)

@@ -133,8 +133,8 @@ def test_presets_are_the_documented_ones():
     paper = ProxAL.paper()     # the paper's algorithm is one preset away (issue 13, point 3)
     assert (paper.beta, paper.rho, paper.s_bar, paper.q, paper.adaptive_rho, paper.beta_growth,
             paper.anderson) == (300.0, 0.01, 1e-3, 0.9, False, 1.0, 0)
-    assert backend_options("neyman-pearson", "proxal") == FAST_PROXAL
-    assert backend_options("any-other-example", "proxal") == FAST_PROXAL
+    assert backend_options("proxal") == FAST_PROXAL and backend_options("proxal") is not FAST_PROXAL
+    assert backend_options("dald") == {}
 
 
 @pytest.mark.slow
