@@ -12,7 +12,8 @@ sizes (X_i: m_i × d with different m_i) without padding:
 - reductions (sum, mean, sum_squares, norms, log_sum_exp) are segment reductions
   (`np.add.reduceat`), or row reductions of the stacked view when every client has one shape;
 - `data @ v` with per-client data is one sparse matrix-vector product with the block-diagonal
-  matrix diag(X_1, …, X_n) (CSR, zeros dropped — MNIST pixels are ~80% zeros), so one pass
+  matrix diag(X_1, …, X_n) (CSR, zeros dropped — MNIST pixels are ~80% zeros; mostly nonzero
+  data of one width keeps its stacked rows: `dense_blocks.DenseBlocks`), so one pass
   gives every X_i v_i and, with the folded Xᵢᵀ, every X_iᵀ r_i;
 - any other atom (indexing, quad_form, softmax, …) runs client by client with that client's
   own node (`loop` rule): correct for every atom, just not faster.
@@ -32,6 +33,7 @@ from ..atoms.elementwise import Elementwise
 from ..compiler.codegen import Plan
 from ..errors import FedModelError
 from ..expression import Parameter
+from .dense_blocks import DenseBlocks
 
 
 _VALUE = attrgetter("_value")      # Parameter.value without the property call (1000s per step)
@@ -398,13 +400,14 @@ class BatchedPlan:
         if ka == "K" and kb == "B" and all(len(s) in (1, 2) for s in sa.shapes):
             k = sb.shapes[0][1:] if all(len(s) == 2 for s in sb.shapes) else ()
             if all(s[1:] == k for s in sb.shapes):
-                bd = self._block(args[0], transpose=False)
                 g = get[1]
                 if k:
+                    bd = self._block(args[0], transpose=False)
                     return "block-diagonal", lambda vals: vals.__setitem__(out, (bd @ g(vals).reshape(-1, k[0])).ravel())
+                bd = self._block(args[0], transpose=False, dense=True)
                 return "block-diagonal", lambda vals: vals.__setitem__(out, bd @ g(vals))
         if ka == "B" and kb == "K" and all(len(s) == 1 for s in sa.shapes):
-            bd = self._block(args[1], transpose=True)     # v @ B = Bᵀ v
+            bd = self._block(args[1], transpose=True, dense=True)     # v @ B = Bᵀ v
             g = get[0]
             return "block-diagonal", lambda vals: vals.__setitem__(out, bd @ g(vals))
         # a matrix shared by every client
@@ -416,7 +419,7 @@ class BatchedPlan:
             return "shared-matrix", lambda vals: vals.__setitem__(out, (g(vals).reshape(n, -1) @ M).ravel())
         return None
 
-    def _block(self, slot: int, transpose: bool):
+    def _block(self, slot: int, transpose: bool, dense: bool = False):
         """diag(C_1, …, C_n) of a per-client constant (transposed: diag(C_1ᵀ, …)). A folded
         `X.T` is a view of X: its matrix is diag(X_i)ᵀ, sharing the data of diag(X_i), so the
         gradient's Xᵀr reads the same memory as Xw (half the traffic, one copy of the data)."""
@@ -425,13 +428,21 @@ class BatchedPlan:
             blocks = [b.T if b.ndim == 2 else b for b in blocks]   # 1-D: v @ c = c as a row
         if all(b.ndim == 2 and b.base is not None and b.base.ndim == 2 and b.base.T.shape == b.shape
                and np.shares_memory(b, b.base) and b.strides == b.base.T.strides for b in blocks):
-            return self._block_of([b.base for b in blocks]).T   # CSC view of the same arrays
-        return self._block_of(blocks)
+            return self._block_of([b.base for b in blocks], dense).T   # CSC view of the same arrays
+        return self._block_of(blocks, dense)
 
-    def _block_of(self, blocks: list[np.ndarray]):
+    def _block_of(self, blocks: list[np.ndarray], dense: bool = False):
+        """diag(blocks), built once per group: CSR, or with `dense` (the caller multiplies
+        vectors only) a `DenseBlocks` when the data is mostly nonzero (same numbers, no index
+        reads: ~1.5× faster per product on dense data)."""
         key = tuple(id(b) for b in blocks)
+        if dense:
+            if (key, "dense") not in self._bd:      # (keep the blocks: their ids stay unique)
+                self._bd[(key, "dense")] = (DenseBlocks.of(blocks), blocks)
+            if self._bd[(key, "dense")][0] is not None:
+                return self._bd[(key, "dense")][0]
         if key not in self._bd:
-            self._bd[key] = (_block_diag(blocks), blocks)   # keep the blocks: ids stay unique
+            self._bd[key] = (_block_diag(blocks), blocks)
         return self._bd[key][0]
 
     def _loop(self, nodes, args, out: int, get) -> Callable:
