@@ -47,6 +47,7 @@ from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import compile_programs
 from . import proxal_nodes  # noqa: F401  (registers the client procedures of Algorithm 2)
+from . import proxal_batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend
 from .common import check_choice, check_count, check_number, gather_values, progress, require_star

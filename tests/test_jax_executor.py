@@ -119,13 +119,14 @@ def test_dald_dc_sweep_matches_serial(topology):
 
 
 def test_proxal_falls_back_node_by_node_and_says_so():
-    """ProxAL's client steps have no vectorized form: served per node (same numbers), with a
-    JaxFallbackWarning naming the kind."""
+    """ProxAL's client steps with local L-BFGS-B (no vectorized form: tests/test_jax_proxal.py
+    has the vectorized ones) are served per node (same numbers), with a JaxFallbackWarning
+    naming the kind."""
     prob, _ = _logistic(n=4, l1_on=None, constraint=True)
-    serial = prob.solve(ProxAL(beta=10.0, max_outer=5), executor="serial")
+    serial = prob.solve(ProxAL(beta=10.0, max_outer=5, local_solver="lbfgs"), executor="serial")
     ex = JaxExecutor()
     with pytest.warns(JaxFallbackWarning, match="node by node"):
-        run = prob.solve(ProxAL(beta=10.0, max_outer=5), executor=ex)
+        run = prob.solve(ProxAL(beta=10.0, max_outer=5, local_solver="lbfgs"), executor=ex)
     assert_same_run(serial, run)
     assert ex.fallbacks and all("node by node" in f for f in ex.fallbacks)
 

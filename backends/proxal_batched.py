@@ -1,0 +1,149 @@
+"""ProxAL's client steps (backends/proxal_nodes.py) for a whole group of same-structure clients:
+the forms the batched and JAX executors serve `proxal_admm_step` (vectorized) and
+`proxal_admm_init`, `update_multipliers` (client by client inside the form) and `merit` with.
+
+`proxal_admm_step` does, for every member at once: the certificate (22) from one group
+∇P_i evaluation, the local solve (19) by `Group.solve_newton` (methods "exact" and "newton":
+batched ∇P_i and ∇²P_i — numpy's per-client Hessian plans, or one vmap of jax.hessian on
+`executor="jax"` — with `solvers.newton`'s steps, backtracking, chord rule and stop taken per
+client with masks, each client's chord Hessian kept in its program as the serial solve keeps
+it), the multiplier step (20), ũ_i (21) and adaptive ρ_i, vectorized; Anderson's per-client
+histories (mix, push) are handled client by client inside the form.
+
+Not covered (the form returns None: served client by client, same numbers): clients with prox
+terms (λ‖w‖₁ on a client: method "prox"), local methods "lbfgs" (scipy's L-BFGS-B cannot be
+run for many clients at once and give each client's serial iterates; "auto" picks it above 200
+unknowns), "gd" and "prox", and members sent different options or server iterates.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fedmodel.runtime.batched_group import Group, private_stack
+from fedmodel.runtime.batched_procedures import same_options
+from fedmodel.runtime.ledger import MESSAGES, register
+from .anderson import ClientHistory
+from .proxal_nodes import _balance
+
+_VECTORIZED = ("exact", "newton")      # `NodeProgram.solve_local` methods solved for a group at once
+
+
+def _common_w(payloads: dict, members: list[str], key: str = "w") -> np.ndarray | None:
+    """The one server iterate every member was sent (None when they differ)."""
+    first = payloads[members[0]][key]
+    w = np.asarray(first, float)
+    for m in members[1:]:
+        other = payloads[m][key]
+        if other is not first and not np.array_equal(np.asarray(other, float), w):
+            return None
+    return w
+
+
+def _gradients(group: Group, rows: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """P_i and ∇ₓP_i of the clients `rows` at (w, y_i): one group evaluation."""
+    X = np.broadcast_to(w, (group.n, group.n_x))
+    values, G = group.value_grad(X, private_stack(group))
+    return values[rows], G[rows, :group.n_x]
+
+
+def _init_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
+    """`proxal_admm_init` (step 1 of Algorithm 2) for the members of a group. Its gradient is
+    each client's own (`merit`, the serial numbers; once per ADMM run, not per step): the
+    request does not say which local solver follows, and an L-BFGS-B run (served node by
+    node) started from a gradient that differs in the last bits can take other steps."""
+    replies = {}
+    for m in members:
+        p = payloads[m]
+        program, w = group.programs[group.index[m]], np.asarray(p["w"], float)
+        rho, anderson = float(p["rho"]), p.get("anderson", 0.0)
+        grad = program.merit(w)["grad"]
+        program.state["admm"] = {
+            "u": w.copy(), "lam": -grad, "rho": rho, "w": w.copy(),
+            "history": ClientHistory(int(anderson)) if anderson else None}
+        replies[m] = {"u_tilde": w - grad / rho}
+    return replies
+
+
+def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """`proxal_admm_step` ((22), (19)–(21), adaptive ρ_i, Anderson) for the members of a group,
+    or None (not covered, see the module docstring)."""
+    opts = same_options(payloads, members, ("eps", "adaptive", "solver", "restart"))
+    if opts is None or group.prox:
+        return None
+    method = group.local_method(opts.get("solver", "auto"))
+    w = _common_w(payloads, members)
+    mix = opts.get("mix")
+    if method not in _VECTORIZED or w is None or \
+            (mix is not None and any(not np.array_equal(payloads[m].get("mix"), mix) for m in members)):
+        return None
+    rows = np.array([group.index[m] for m in members])
+    states = [group.programs[i].state.get("admm") for i in rows]
+    if any(s is None for s in states):
+        return None
+    k, n_x = len(members), group.n_x
+    U = np.empty((k, n_x))
+    Lam = np.empty((k, n_x))
+    rho = np.array([float(s["rho"]) for s in states])
+    restart = bool(opts.get("restart", 0.0))
+    for j, s in enumerate(states):
+        u, lam, history = s["u"], s["lam"], s["history"]
+        if history is not None:        # Anderson: each client's own history (backends/anderson.py)
+            if restart:
+                history.clear()
+            if mix is not None and len(mix):
+                x = history.mix(np.asarray(mix, float))
+                u, lam = x[:n_x], rho[j] * x[n_x:]
+        U[j], Lam[j] = u, lam
+    # (22) with the old λ_i, u_i and the ρ_i the server used in (18)
+    _, G = _gradients(group, rows, w)
+    eps_tilde = np.abs(G + Lam - rho[:, None] * (w - U)).max(axis=1) if n_x else np.zeros(k)
+    # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², warm-started at (u_i, y_i)
+    Y = private_stack(group)[rows]
+    Z, steps, _ = group.solve_newton(np.concatenate([U, Y], axis=1), rows, Lam, rho, w,
+                                     float(opts["eps"]), method)
+    U_new = Z[:, :n_x]
+    Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
+    adaptive = bool(opts.get("adaptive", 0.0))
+    if adaptive:
+        primal = np.abs(U_new - w).max(axis=1) if n_x else np.zeros(k)
+    replies = {}
+    for j, (m, s) in enumerate(zip(members, states)):
+        program, r = group.programs[rows[j]], float(rho[j])
+        program.y = Z[j, n_x:].copy()
+        u_new, lam_new, history = U_new[j].copy(), Lam_new[j].copy(), s["history"]
+        reply = {"eps_tilde": float(eps_tilde[j]), "steps": int(steps[j])}
+        if history is not None:        # the iterate in the ρ it was computed with
+            reply["products"] = history.push(np.concatenate([u_new, lam_new / r]),
+                                             np.concatenate([U[j], Lam[j] / r]))
+        if adaptive:
+            r = _balance(r, primal=float(primal[j]),
+                         dual=r * float(np.max(np.abs(w - s["w"]), initial=0.0)))
+        program.state["admm"] = {"u": u_new, "lam": lam_new, "rho": r, "w": w.copy(), "history": history}
+        reply.update(u_tilde=u_new + lam_new / r, rho=r)                         # (21)
+        replies[m] = reply
+    return replies
+
+
+def _update_multipliers_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
+    """`update_multipliers` (Algorithm 1, steps 5, 7–8) for the members: each program's own
+    multiplier step (its multipliers are its Parameters), served inside the group's form so
+    that a round keeps the group's stacked state (no hand-over to the per-node path)."""
+    return {m: group.programs[group.index[m]].update_multipliers(np.asarray(payloads[m]["x"], float))
+            for m in members}
+
+
+def _merit_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """`merit` (P_i and ∇ₓP_i at (x, y_i): `ProxAL(check_certificate=True)`) by one group
+    evaluation when every member was sent the same x."""
+    w = _common_w(payloads, members, "x")
+    if w is None:
+        return None
+    rows = np.array([group.index[m] for m in members])
+    values, G = _gradients(group, rows, w)
+    return {m: {"value": float(values[j]), "grad": G[j].copy()} for j, m in enumerate(members)}
+
+
+register(MESSAGES["proxal_admm_init"], batched=_init_batched)
+register(MESSAGES["proxal_admm_step"], batched=_step_batched)
+register(MESSAGES["update_multipliers"], batched=_update_multipliers_batched)
+register(MESSAGES["merit"], batched=_merit_batched)
