@@ -1,0 +1,116 @@
+"""`executor="auto"`: the in-process executor that should run a given set of node programs
+fastest — serial, batched or JAX — picked when the run starts, from what is known then.
+
+The rule (`choose`; measurements behind it: docs/executors.md "auto", docs/jax.md "Scale"):
+
+1. **serial** when no group of same-structure clients has `MIN_GROUP` members: there is
+   nothing to vectorize, and grouping costs a signature per client (checked after grouping:
+   the chosen executor's groups decide, so the signatures are computed once).
+2. **jax** when JAX is installed and finds a GPU: only JAX runs the clients there.
+3. **batched** when the clients' data is mostly zeros (`dense_blocks.DENSE_FRACTION`): its
+   CSR products skip the zeros, JAX pads and multiplies them.
+4. **jax** when JAX is installed and the shared model has at least `JAX_MIN_WIDTH` entries:
+   XLA fuses the products with the loss terms and ran ahead of numpy at d = 784.
+5. **batched** otherwise (d = 10: an iteration is bound by per-call costs, and a JAX call
+   costs more than a numpy one; no JAX installed).
+
+Every choice gives the serial executor's numbers (each executor is tested against it), so the
+rule affects speed only. `AutoExecutor().start(programs)` returns the chosen executor, started
+(backends use what `start` returns); `chosen` and `reason` say which and why.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from .executor import Executor, SerialExecutor
+from .program import NodeProgram, ProgramSpec
+
+MIN_GROUP = 8           # fewer same-structure clients than this in every group: serial
+JAX_MIN_WIDTH = 100     # shared model entries from which JAX runs dense CPU groups
+SAMPLE = 16             # clients whose data decides "mostly zeros"
+
+
+def jax_available() -> bool:
+    """Whether JAX can be imported here (without importing it)."""
+    return importlib.util.find_spec("jax") is not None
+
+
+def gpu_available() -> bool:
+    """Whether JAX is installed and sees a GPU (imports JAX: asked only for many clients)."""
+    if not jax_available():
+        return False
+    try:
+        import jax
+        return any(device.platform == "gpu" for device in jax.devices())
+    except Exception:           # a broken accelerator plugin: run on the CPU
+        return False
+
+
+def data_density(programs: list[NodeProgram]) -> float:
+    """Fraction of nonzero entries in the 2-D data of up to `SAMPLE` client programs (1.0 when
+    they have none): the batched executor's CSR products pay off below `DENSE_FRACTION`."""
+    nonzero = total = 0
+    for program in programs[:SAMPLE]:
+        plan = program.value_grad_plan
+        for slot in plan.constant_slots:
+            value = plan.constant(slot)
+            if isinstance(value, np.ndarray) and value.ndim == 2 and value.size > 1:
+                nonzero += int(np.count_nonzero(value))
+                total += value.size
+    return nonzero / total if total else 1.0
+
+
+def choose(programs: list[NodeProgram], jax_installed: bool | None = None,
+           gpu: bool | None = None) -> tuple[str, str]:
+    """(executor name, reason) for the client `programs` of a run, before grouping (rules 2–5
+    of the module docstring; rule 1 is applied to the chosen executor's groups).
+    `jax_installed` / `gpu`: as found here unless given (tests)."""
+    from .dense_blocks import DENSE_FRACTION
+    clients = [p for p in programs if p.role == "client"]
+    if len(clients) < MIN_GROUP:
+        return "serial", f"{len(clients)} clients (< {MIN_GROUP}): nothing to vectorize"
+    jax_installed = jax_available() if jax_installed is None else jax_installed
+    if jax_installed and (gpu_available() if gpu is None else gpu):
+        return "jax", "a GPU is present: only JAX runs the clients there"
+    density = data_density(clients)
+    if density < DENSE_FRACTION:
+        return "batched", (f"client data {density:.0%} nonzero: the batched executor's sparse "
+                           "products skip the zeros")
+    width = clients[0].n_shared
+    if jax_installed and width >= JAX_MIN_WIDTH:
+        return "jax", f"dense data, {width} shared entries (>= {JAX_MIN_WIDTH}): XLA fuses the products"
+    return "batched", (f"dense data, {width} shared entries" +
+                       ("" if jax_installed else ", JAX not installed") +
+                       f" (< {JAX_MIN_WIDTH}: per-call costs dominate, numpy's are lower)")
+
+
+class AutoExecutor(Executor):
+    """Picks serial, batched or JAX at `start` (see the module docstring) and returns that
+    executor, started; `chosen` (its name) and `reason` say which and why."""
+
+    def __init__(self):
+        super().__init__()
+        self.chosen: str | None = None
+        self.reason: str | None = None
+
+    def start(self, programs: dict) -> Executor:
+        built = {name: p.build() if isinstance(p, ProgramSpec) else p for name, p in programs.items()}
+        name, reason = choose(list(built.values()))
+        if name == "jax":
+            from .jax_executor import JaxExecutor
+            executor: Executor = JaxExecutor(min_group=MIN_GROUP)
+        elif name == "batched":
+            from .batched import BatchedExecutor
+            executor = BatchedExecutor(min_group=MIN_GROUP)
+        else:
+            executor = SerialExecutor()
+        executor.start(built)
+        if name != "serial" and not getattr(executor, "groups", None):
+            executor.close()
+            name, reason = "serial", f"no {MIN_GROUP} clients share one model structure"
+            executor = SerialExecutor().start(built)
+        self.chosen, self.reason = name, reason
+        executor.auto_choice = (name, reason)       # (readable from the run's executor)
+        return executor

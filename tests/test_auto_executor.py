@@ -1,0 +1,104 @@
+"""`executor="auto"`: which executor it picks for a few model shapes (and why), and that a run
+on it gives the serial executor's numbers."""
+import numpy as np
+import pytest
+
+import backends
+import fedmodel as fm
+from fedmodel import registry
+from fedmodel.runtime import auto_executor as auto
+from fedmodel.runtime.auto_executor import AutoExecutor, choose
+from fedmodel.runtime.batched import BatchedExecutor
+from fedmodel.runtime.executor import SerialExecutor, make_executor
+from fedmodel.runtime.program import compile_programs
+
+
+def _logistic(n, d, zeros=0.0, two_kinds=False, seed=0):
+    """n clients, d features, a fraction `zeros` of the data set to 0; `two_kinds`: every other
+    client has a least-squares loss (two model structures)."""
+    rng = np.random.default_rng(seed)
+    w = fm.Variable(d, name="w")
+    prob = fm.Problem()
+    for i in range(n):
+        m = 6 + i % 4
+        X = rng.normal(size=(m, d)) * (rng.random((m, d)) >= zeros)
+        c = prob.add_client(f"c{i}")
+        Xd, y = c.data(X, name="X"), c.data(np.sign(rng.normal(size=m)), name="y")
+        if two_kinds and i % 2:
+            c.minimize(fm.sum_squares(Xd @ w - y) / m)
+        else:
+            c.minimize(fm.sum(fm.logistic(-fm.multiply(y, Xd @ w))) / m)
+    return prob
+
+
+def _clients(prob):
+    return [p for p in compile_programs(prob).values() if p.role == "client"]
+
+
+def test_choice_by_model_shape():
+    few = _clients(_logistic(4, 10))
+    assert choose(few, jax_installed=True, gpu=True)[0] == "serial"      # nothing to vectorize
+    dense_narrow = _clients(_logistic(12, 10))
+    dense_wide = _clients(_logistic(12, 120))
+    sparse_wide = _clients(_logistic(12, 120, zeros=0.8))
+    assert choose(dense_narrow, jax_installed=True, gpu=False)[0] == "batched"
+    assert choose(dense_wide, jax_installed=True, gpu=False)[0] == "jax"
+    assert choose(dense_wide, jax_installed=False, gpu=False)[0] == "batched"
+    name, reason = choose(sparse_wide, jax_installed=True, gpu=False)
+    assert name == "batched" and "nonzero" in reason
+    assert choose(sparse_wide, jax_installed=True, gpu=True)[0] == "jax"   # the GPU first
+    assert choose(dense_narrow, jax_installed=True, gpu=True)[1].startswith("a GPU")
+
+
+def test_data_density_counts_the_sampled_clients_data():
+    prob = _logistic(30, 20, zeros=0.75, seed=3)
+    # the same data drawn again: nonzeros of the first SAMPLE clients' X (y is 1-D: not counted)
+    rng = np.random.default_rng(3)
+    nonzero = total = 0
+    for i in range(30):
+        m = 6 + i % 4
+        X = rng.normal(size=(m, 20)) * (rng.random((m, 20)) >= 0.75)
+        rng.normal(size=m)
+        if i < auto.SAMPLE:
+            nonzero, total = nonzero + np.count_nonzero(X), total + X.size
+    assert auto.data_density(_clients(prob)) == pytest.approx(nonzero / total, abs=1e-12)
+    assert auto.data_density([]) == 1.0
+
+
+def test_registered_and_returns_the_chosen_executor_started():
+    assert "auto" in registry.names("executor")
+    prob = _logistic(10, 10)
+    chooser = make_executor("auto")
+    assert isinstance(chooser, AutoExecutor)
+    ex = chooser.start(compile_programs(prob))
+    try:
+        assert type(ex) is BatchedExecutor and chooser.chosen == "batched"
+        assert ex.auto_choice == ("batched", chooser.reason)
+        assert len(ex.groups) == 1 and ex.groups[0].n == 10
+    finally:
+        ex.close()
+
+
+def test_no_large_group_falls_back_to_serial():
+    # 12 clients, but two structures of 6: no group of MIN_GROUP
+    chooser = AutoExecutor()
+    ex = chooser.start(compile_programs(_logistic(12, 10, two_kinds=True)))
+    try:
+        assert type(ex) is SerialExecutor and chooser.chosen == "serial"
+        assert "share one model structure" in chooser.reason
+    finally:
+        ex.close()
+
+
+def test_auto_gives_the_serial_numbers():
+    prob = _logistic(12, 6, seed=5)
+    solver = backends.DALD(solver="gd", step=0.05, max_iterations=25, eps_primal=0.0, eps_dual=0.0)
+    serial = prob.solve(solver, executor="serial")
+    chooser = AutoExecutor()
+    auto_run = prob.solve(solver, executor=chooser)
+    assert chooser.chosen == "batched"
+    for v in serial.values:
+        np.testing.assert_allclose(auto_run.values[v], serial.values[v], rtol=1e-10, atol=1e-12)
+    assert [r["objective"] for r in auto_run.history] == \
+        pytest.approx([r["objective"] for r in serial.history], rel=1e-10)
+    assert auto_run.ledger == serial.ledger
