@@ -59,7 +59,7 @@ from ..base import Backend
 from ..common import check_count, check_number as _number, gather_values, progress, require_star
 from ..watch import DivergenceWatch
 from .accounting import RunAccounting, calibrated_epsilon, composition, privacy_report
-from .client import iadmm_step      # also registers the client procedures (dp_admm_init, _step)
+from .batched import iadmm_step     # registers the client procedures (client) and the batched step
 from .constrained import check_clients, has_local_terms
 from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS,
                       RhoSchedule, as_rho_schedule, check_clip, check_readings, check_sensitivity,

@@ -1,0 +1,123 @@
+"""DP-IADMM's client step (`client._client_step`, line 5 of Algorithms 1–2) for a whole group of
+same-structure clients: the vectorized form the batched and JAX executors serve `dp_admm_step`
+with. One round is one group evaluation of ∇f_p (`Group.value_grad`: numpy's batched plans, or
+one vmap on `executor="jax"`), for sensitivity "clip" / "paper" / "replace" one batched
+evaluation of every client's per-record terms (`runtime.batched_records`), the closed-form
+z-steps (8)/(9)/(5a) as array arithmetic, and the noise drawn client by client from each
+client's own generator, in the order and shapes of the per-client step, and logged in its
+`NoiseLog` — so a seeded run draws exactly the serial run's noise.
+
+Covered: clients without local constraints or prox-able terms (`state["local"]` None), every
+layer (none, ObjP/ObjT Laplace with any sensitivity, OutP Gaussian), requests to the whole
+group. Anything else returns None: served client by client.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fedmodel.runtime.batched_group import Group, read_only
+from fedmodel.runtime.batched_records import group_record_gradients
+from fedmodel.runtime.ledger import MESSAGES, register
+from fedmodel.runtime.privacy import gaussian_noise, laplace_noise
+from .client import GaussianOutput, Identity, LaplaceObjective, iadmm_step
+
+_SLOT = "dp_admm.z"
+
+
+def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """`dp_admm_step` for every client of a group, or None (not covered)."""
+    if members != group.names or group.n_y:
+        return None
+    states = [p.state.get("dp_admm") for p in group.programs]
+    if any(s is None or s["local"] is not None for s in states):
+        return None
+    first = states[0]
+    kind, norm = type(first["layer"]), first["norm"]
+    if kind not in (Identity, LaplaceObjective, GaussianOutput) or \
+            any(type(s["layer"]) is not kind or s["norm"] != norm for s in states):
+        return None
+    if kind is LaplaceObjective:
+        mode = _mode(first["layer"])
+        if any(_mode(s["layer"]) != mode for s in states):
+            return None
+    request = [payloads[m] for m in members]
+    radius = request[0].get("radius")
+    if any(r.get("radius") != radius for r in request) or \
+            any(r.get("dual_step") is not None for r in request):
+        return None
+    layers = [s["layer"] for s in states]
+    n, d = group.n, group.n_x
+    Z = group.gather("z", states, d, _SLOT)
+    _, G = group.value_grad(Z, np.zeros((n, 0)))          # f'_p(z_p^t; D_p), (37)
+    if kind is LaplaceObjective:
+        G = _objective_perturbation(group, states, layers, mode, Z, G)
+        if G is None:
+            return None
+    rho = np.array([float(r["rho"]) for r in request])
+    prox = np.array([float(r.get("prox", 0.0)) for r in request])
+    W = np.array([np.broadcast_to(np.asarray(r["w"], float), (d,)) for r in request]) \
+        if any(r["w"] is not request[0]["w"] for r in request) else np.asarray(request[0]["w"], float)
+    lam = np.array([np.broadcast_to(np.asarray(r["lam"], float), (d,)) for r in request]).reshape(n, d)
+    Z_new = _iadmm_steps(Z, G, W, lam, rho, prox, radius, norm)     # (8)/(9) ≡ (5)/(6) at ξ̃
+    if kind is GaussianOutput:                                      # OutP only
+        for i, (s, layer, r) in enumerate(zip(states, layers, request)):
+            sigma = r.get("sigma", 0.0)
+            scale = sigma if layer.std == "sigma" else sigma ** 2
+            noise = gaussian_noise(s["rng"], scale, (d,))
+            s["log"].add(scale, noise)
+            Z_new[i] = Z_new[i] + noise
+    group.publish("z", Z_new, states, _SLOT)
+    view = read_only(Z_new)
+    return {m: {"z": view[i], "multiplier_residual": None} for i, m in enumerate(members)}
+
+
+def _mode(layer: LaplaceObjective) -> str:
+    """How the layer's Δ̄ is obtained: "clip", "paper", "replace" or "bound" (a number)."""
+    return layer.sensitivity if isinstance(layer.sensitivity, str) else "bound"
+
+
+def _objective_perturbation(group: Group, states: list[dict], layers: list, mode: str,
+                            Z: np.ndarray, G: np.ndarray) -> np.ndarray | None:
+    """`LaplaceObjective.objective` for every client: the clipped gradient (sensitivity "clip")
+    or Δ̄ of (20) at z_p^t, then ξ̃_p ~ Laplace(Δ̄_p/ε̄) from each client's generator (11a)."""
+    if mode == "clip":
+        records = group_record_gradients(group)
+        if records is None:
+            return None
+        record_bound = np.array([layer.record_bound for layer in layers], dtype=float)
+        correction, clipped = records.clipping_correction(Z, record_bound)
+        G = G.copy()
+        G[clipped] += correction[clipped]
+        bounds = [2.0 * layer.record_bound for layer in layers]     # Δ̄ = 2C/I_p
+    elif mode in ("paper", "replace"):
+        records = group_record_gradients(group)
+        if records is None:
+            return None
+        factor = 2.0 if mode == "replace" else 1.0
+        bounds = [float(b) * factor for b in records.max_l1(Z)]
+    else:
+        bounds = [float(layer.sensitivity) for layer in layers]
+    out = np.empty_like(G)
+    for i, (s, layer, bound) in enumerate(zip(states, layers, bounds)):
+        xi = laplace_noise(s["rng"], bound, layer.epsilon, G[i].shape)
+        s["log"].add(bound, xi)
+        out[i] = G[i] + xi
+    return out
+
+
+def _iadmm_steps(Z: np.ndarray, G: np.ndarray, W: np.ndarray, lam: np.ndarray, rho: np.ndarray,
+                 prox: np.ndarray, radius: float | None, norm: str) -> np.ndarray:
+    """`client.iadmm_step` row by row, as array arithmetic in the same order (the same numbers);
+    the 2-norm trust region (ObjT, trust_norm="2") projects each row with `iadmm_step` itself."""
+    rho_, prox_ = rho[:, None], prox[:, None]
+    if radius is None:
+        return (-G + rho_ * W + lam + prox_ * Z) / (rho_ + prox_)
+    U = W + (lam - G) / rho_
+    if norm == "inf":
+        return np.clip(U, Z - radius, Z + radius)
+    W = np.broadcast_to(W, Z.shape)
+    return np.array([iadmm_step(z, g, w, l, r, 0.0, radius, norm)
+                     for z, g, w, l, r in zip(Z, G, W, lam, rho)])
+
+
+register(MESSAGES["dp_admm_step"], batched=_step_batched)

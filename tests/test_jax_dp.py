@@ -1,0 +1,171 @@
+"""DP-ADMM's vectorized client step (backends/dp_admm/batched.py) on the batched and JAX
+executors: a seeded run gives the serial run's iterates, history, privacy accounting and noise
+draws (to 1e-8; the draws exactly) for ObjP with per-record clipping (the default), OutP, ObjT
+and ε̄ = ∞, with ragged clients; the step really ran vectorized; a client with local
+constraints falls back to the per-node path and says so. The group's per-record terms
+(fedmodel/runtime/batched_records.py) are checked against each node's own `RecordGradients`."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from backends.dp_admm import DPADMM
+from fedmodel.runtime.batched import BatchedExecutor
+from fedmodel.runtime.batched_records import group_record_gradients
+from fedmodel.runtime.privacy import _record_gradients
+from fedmodel.runtime.program import compile_programs
+from test_batched import D, _logistic
+
+TOL = 1e-8
+SETTINGS = {
+    "ObjP clip (default)": dict(epsilon=1.0, clip=0.05),        # small C: most records clipped
+    "OutP": dict(epsilon=1.0, variant="outP"),
+    "no mechanism": dict(),                                     # ε̄ = ∞: IADMM
+    "ObjT, paper sensitivity, 2-norm region": dict(epsilon=2.0, variant="objT", sensitivity="paper",
+                                                   trust_norm="2"),
+}
+
+
+def _executor(name):
+    if name == "batched":
+        return BatchedExecutor()
+    pytest.importorskip("jax")
+    from fedmodel.runtime.jax_executor import JaxExecutor
+    return JaxExecutor()
+
+
+def _run(prob, executor, **kw):
+    kw = {"seed": 7, "max_rounds": 12, "record_noise": True, "tol": 0.0, **kw}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = prob.solve(DPADMM(**kw), executor=executor)
+    return result, [str(w.message) for w in caught]
+
+
+def _same(got, want, what):
+    if isinstance(want, dict):
+        assert got.keys() == want.keys(), what
+        for k in want:
+            _same(got[k], want[k], f"{what}[{k}]")
+    elif isinstance(want, str) or want is None:
+        assert got == want, what
+    elif isinstance(want, (list, tuple)) and any(isinstance(v, (str, type(None))) for v in want):
+        assert list(got) == list(want), what
+    else:
+        np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL, err_msg=what)
+
+
+@pytest.mark.parametrize("executor", ["batched", "jax"])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_seeded_dp_admm_matches_serial(setting, executor):
+    prob, _ = _logistic(n=6, l1_on=None)               # ragged: 8, 9, 10 rows
+    serial, _ = _run(prob, "serial", **SETTINGS[setting])
+    ex = _executor(executor)
+    run, messages = _run(prob, ex, **SETTINGS[setting])
+    assert ex.stats[("dp_admm_step", "batched")] == 6 * 12 and ex.stats[("dp_admm_step", "serial")] == 0
+    assert not [m for m in messages if "dp_admm_step" in m], messages
+    assert run.status == serial.status and run.iterations == serial.iterations
+    for uid in serial.values:
+        np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
+    assert len(run.history) == len(serial.history) == 12
+    for a, b in zip(serial.history, run.history):
+        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
+              "history")
+    for key in ("client_values", "dual_variables", "privacy", "records"):
+        _same(run.info[key], serial.info[key], key)
+    scales = "noise_std" if setting == "OutP" else "sensitivity"
+    _same(run.info[scales], serial.info[scales], scales)
+    assert run.ledger == serial.ledger
+    if "epsilon" in SETTINGS[setting]:          # the same draws from each client's own generator
+        for c, drawn in serial.info["noise"].items():
+            assert drawn.shape == (12, D)
+            if SETTINGS[setting].get("sensitivity") == "paper":   # Δ̄ (20) from z^t: to ulps
+                np.testing.assert_allclose(run.info["noise"][c], drawn, rtol=1e-12, atol=0)
+            else:                                   # a data-independent scale: bit for bit
+                np.testing.assert_array_equal(run.info["noise"][c], drawn)
+        assert np.isfinite(serial.info["privacy"]["basic"][0])
+    else:
+        assert all(len(n) == 0 for n in serial.info["noise"].values())
+
+
+def test_the_clipped_setting_clips_and_the_step_uses_the_clipped_gradient():
+    """With C = 0.05 the group's clipping changes the gradient of every client (so the
+    equality above covers the clipping), and equals each node's own correction."""
+    prob, _ = _logistic(n=6, l1_on=None)
+    ex = BatchedExecutor().start(compile_programs(prob, client_sets=True))
+    try:
+        group = ex.groups[0]
+        records = group_record_gradients(group)
+        X = np.random.default_rng(0).normal(size=(group.n, group.n_x))
+        bound = np.array([0.05 / (8 + i % 3) for i in range(group.n)])
+        correction, clipped = records.clipping_correction(X, bound)
+        assert clipped.all()
+        for i, program in enumerate(group.programs):
+            own = _record_gradients(program).clipping_correction(program.shared.unpack(X[i]), bound[i])
+            np.testing.assert_allclose(correction[i], program.shared.pack(own), rtol=1e-12, atol=1e-15)
+            assert np.linalg.norm(correction[i]) > 1e-3
+        # a bound no term reaches: nothing clipped, no correction (as the per-node `None`)
+        correction, clipped = records.clipping_correction(X, 1e6)
+        assert not clipped.any() and not correction.any()
+    finally:
+        ex.close()
+
+
+def test_group_record_terms_match_a_hand_computed_softmax_model():
+    """Matrix-valued w (softmax regression, S = A @ W of shape (m, k)) and two data products
+    with one row count (one record each row, norms added): the group's max_l1 and clipping
+    against the formula ‖a_i‖₁‖u_i‖₁ computed by hand, client by client."""
+    rng = np.random.default_rng(3)
+    d, k = 4, 3
+    W = fm.Variable((d, k), name="W")
+    prob, raw = fm.Problem(), []
+    for i in range(4):
+        m = 5 + i
+        A, B, Y = rng.normal(size=(m, d)), rng.normal(size=(m, d)), np.eye(k)[rng.integers(0, k, m)]
+        raw.append((A, B, Y))
+        c = prob.add_client(f"c{i}")
+        Ad, Bd, Yd = c.data(A, name="A"), c.data(B, name="B"), c.data(Y, name="Y")
+        logits = Ad @ W + 0.5 * (Bd @ W)
+        c.minimize((fm.sum(fm.log_sum_exp(logits, axis=1)) - fm.sum(fm.multiply(Yd, logits))) / m)
+    ex = BatchedExecutor().start(compile_programs(prob, client_sets=True))
+    try:
+        group = ex.groups[0]
+        assert group.n == 4
+        records = group_record_gradients(group)
+        X = rng.normal(size=(4, d * k))
+        bound = 0.2
+        correction, clipped = records.clipping_correction(X, bound)
+        max_l1 = records.max_l1(X)
+        for i, (A, B, Y) in enumerate(raw):
+            Wi = X[i].reshape(d, k)
+            L = A @ Wi + 0.5 * (B @ Wi)
+            P = np.exp(L - L.max(axis=1, keepdims=True))
+            P /= P.sum(axis=1, keepdims=True)
+            U = (P - Y) / len(A)                           # ∂f/∂logits, per record
+            norms = np.abs(A).sum(1) * np.abs(U).sum(1) + np.abs(0.5 * B).sum(1) * np.abs(U).sum(1)
+            assert max_l1[i] == pytest.approx(norms.max(), rel=1e-12)
+            s = np.minimum(1.0, bound / norms) - 1.0
+            want = A.T @ (s[:, None] * U) + 0.5 * B.T @ (s[:, None] * U)
+            assert clipped[i] == bool((norms > bound).any())
+            np.testing.assert_allclose(correction[i].reshape(d, k), want, rtol=1e-10, atol=1e-14)
+    finally:
+        ex.close()
+
+
+@pytest.mark.parametrize("executor", ["batched", "jax"])
+def test_a_constrained_client_falls_back_to_the_per_node_step(executor):
+    """Clients with local constraints (`state["local"]`) take the per-node step; the jax
+    executor says so; the numbers are the serial ones."""
+    prob, _ = _logistic(n=4, l1_on=None, constraint=True)
+    serial, _ = _run(prob, "serial", epsilon=1.0, max_rounds=4)
+    ex = _executor(executor)
+    run, messages = _run(prob, ex, epsilon=1.0, max_rounds=4)
+    assert ex.stats[("dp_admm_step", "batched")] == 0 and ex.stats[("dp_admm_step", "serial")] == 16
+    if executor == "jax":
+        assert any("'dp_admm_step' served node by node" in m for m in messages), messages
+    for uid in serial.values:
+        np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
+    _same(run.info["privacy"], serial.info["privacy"], "privacy")
