@@ -102,3 +102,12 @@ def test_auto_gives_the_serial_numbers():
     assert [r["objective"] for r in auto_run.history] == \
         pytest.approx([r["objective"] for r in serial.history], rel=1e-10)
     assert auto_run.ledger == serial.ledger
+
+
+def test_no_gpu_plugin_means_no_gpu_and_no_jax_import(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in auto.GPU_PLUGINS else real(name, *a))
+    monkeypatch.setattr(auto, "jax_available", lambda: True)
+    assert auto.gpu_available() is False

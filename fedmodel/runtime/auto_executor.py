@@ -37,9 +37,15 @@ def jax_available() -> bool:
     return importlib.util.find_spec("jax") is not None
 
 
+#: the packages through which JAX reaches an accelerator (jax[cuda12] installs the first two)
+GPU_PLUGINS = ("jax_plugins", "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin",
+               "jax_rocm7_plugin")
+
+
 def gpu_available() -> bool:
-    """Whether JAX is installed and sees a GPU (imports JAX: asked only for many clients)."""
-    if not jax_available():
+    """Whether JAX is installed and sees a GPU. JAX is imported only where a GPU plugin is
+    installed (a CPU-only jaxlib has none: no import, ~0.5 s and 100 MB saved)."""
+    if not jax_available() or not any(importlib.util.find_spec(m) for m in GPU_PLUGINS):
         return False
     try:
         import jax
