@@ -114,6 +114,9 @@ def violated_constraints(problem, values: dict[int, np.ndarray], tol: float = 0.
     return dict(sorted(pairs, key=lambda pair: -pair[1]))
 
 
+CONVERGED_VIOLATION = 1e-3   # a "converged" point violating a constraint by more is not an answer
+
+
 def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time: float) -> Result:
     values = outcome["values"]
     certificate = outcome.get("certificate")
@@ -126,6 +129,8 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
         violation = float(last[-1].get("violation", float("nan")))
     else:
         objective, violation = objective_and_violation(problem, values)
+        if outcome["status"] == "converged" and violation > CONVERGED_VIOLATION:
+            _not_converged_when_infeasible(problem, backend_name, outcome, values)
         if certificate is None and values and np.isfinite(objective):
             certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
     if outcome["status"] == "max_iterations":
@@ -147,3 +152,18 @@ def _judge_steady_descent(outcome: dict[str, Any]) -> None:
         outcome["status"] = "unbounded"
         outcome.setdefault("info", {})["unbounded"] = message
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _not_converged_when_infeasible(problem, backend_name: str, outcome: dict[str, Any], values) -> None:
+    """A run that stopped moving at a point violating constraints by more than
+    CONVERGED_VIOLATION (FedAvg / FedProx on contradictory client sets: their stop test is the
+    model's change only) is "stalled", with a warning naming the constraints, never "converged"."""
+    violated = violated_constraints(problem, values, CONVERGED_VIOLATION)
+    worst = ", ".join(f"{name} by {v:.3g}" for name, v in list(violated.items())[:3])
+    message = (f"{backend_name} stopped moving at a point that violates {worst}: not a solution. "
+               "The model may be infeasible (prob.solve('cvxpy') decides it), or this backend "
+               "does not enforce these constraints at its fixed point (ProxAL and DALD do)")
+    outcome["status"] = "stalled"
+    info = outcome.setdefault("info", {})
+    info["violated"], info["stalled"] = violated, message
+    warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -317,3 +317,29 @@ def test_contradictory_client_bounds_are_not_reported_converged_by_fedadmm():
     assert status != "converged"
     for epsilon in (1.0, float("inf")):
         assert verdict_by_name(prob, "dp-admm", epsilon=epsilon, max_rounds=500)[0] == "max_iterations"
+
+
+def _client_boxes(second):
+    """Two least-squares clients, each with its own box on w: [1, 2] and `second`."""
+    rng = np.random.default_rng(0)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem(name="boxes")
+    for i, (lo, hi) in enumerate([(1.0, 2.0), second]):
+        client = prob.add_client(f"c{i}")
+        A, b = rng.standard_normal((10, 3)), rng.standard_normal(10)
+        client.minimize(fm.sum_squares(client.data(A, name="A") @ w - client.data(b, name="b")))
+        client.subject_to(w >= lo, w <= hi)
+    return prob
+
+
+@pytest.mark.parametrize("second, cvxpy_status", [((-2.0, -1.0), "infeasible"), ((0.0, 1.5), "converged")])
+@pytest.mark.parametrize("backend", ["fedavg", "fedprox"])
+def test_a_point_violating_client_sets_is_never_converged(backend, second, cvxpy_status):
+    """FedAvg / FedProx stop when the model stops moving; with client boxes their fixed point
+    violated a box by 1 (contradictory boxes) or 0.31–0.5 (overlapping ones) and was reported
+    "converged". Now "stalled", with the violated constraints named."""
+    assert _client_boxes(second).solve("cvxpy").status == cvxpy_status
+    result, _, warned = quiet_solve(_client_boxes(second), backend)
+    assert result.status == "stalled" and result.max_violation > 0.3
+    assert any("not a solution" in m for m in warned)
+    assert "c0.con0" in " ".join(result.info["violated"])
