@@ -72,13 +72,23 @@ def build(n: int, d: int, loss: str, rows: tuple[int, int], seed: int = 0):
 
 
 def one_pass(X: np.ndarray, statistic=np.median) -> float:
-    """Median (or `statistic`) seconds of Xᵀ(X v) over the stacked data."""
+    """Median (or `statistic`) seconds of Xᵀ(X v) over the stacked data; with np.min, the
+    fastest over BLAS's own thread count and one thread (on the shared 2-core machine a
+    two-thread BLAS pass waits for a core another process holds: 5–20× slower at times)."""
     v = np.random.default_rng(1).normal(size=X.shape[1])
-    times = []
-    for _ in range(REPS):
-        start = time.perf_counter()
-        X.T @ (X @ v)
-        times.append(time.perf_counter() - start)
+
+    def timed() -> list[float]:
+        times = []
+        for _ in range(REPS):
+            start = time.perf_counter()
+            X.T @ (X @ v)
+            times.append(time.perf_counter() - start)
+        return times
+    times = timed()
+    if statistic is np.min:
+        from threadpoolctl import threadpool_limits
+        with threadpool_limits(limits=1, user_api="blas"):
+            times += timed()
     return float(statistic(times))
 
 
