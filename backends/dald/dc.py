@@ -37,11 +37,14 @@ class GaussSeidelSweep:
     def __init__(self, ex: Executor, neighbors: dict[str, Sequence[str]]):
         self.ex, self.neighbors = ex, neighbors
         self._relays: tuple = ((), ())     # (sweep nodes, their relay targets): the same every round
+        self._flat: tuple = (None, ())     # (the batches last swept, their nodes as one tuple)
 
     def __call__(self, batches: Sequence[Sequence[str]], opts: dict[str, Any]) -> dict[str, Any]:
         """The replies stacked (`Executor.map_stacked` layout) in sweep order: the nodes of
         `batches`, flattened."""
-        nodes = tuple(node for batch in batches for node in batch)
+        if self._flat[0] is not batches:   # (a run passes the same batches every full sweep)
+            self._flat = (batches, tuple(node for batch in batches for node in batch))
+        nodes = self._flat[1]
         block = self.ex.map_stacked("dald_dc_sweep", nodes, common=opts, split=False)
         if block is not None:
             self._book(nodes, opts)
@@ -130,6 +133,8 @@ class FedDALDDC:
         history, total, status, k, info = [], 0, "max_iterations", 0, {}
         bar = progress(self.max_iterations, verbose, "DALD-DC")
         opts = self._opts()
+        constrained = bool(problem.constraints)     # (a list over every block: once per run)
+        full_sweep = [batch for batch in batches if batch]
         watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
         if saved:
             k, total, X, history = saved["k"], saved["total"], saved["x"], saved["history"]
@@ -140,11 +145,15 @@ class FedDALDDC:
                 v += 1
                 total += 1
                 previous = X
-                part = set(self._participants(order, total))
-                sweep = [[n for n in batch if n in part] for batch in batches]
-                sweep = [batch for batch in sweep if batch]
+                part = self._participants(order, total)
+                if len(part) == len(order):     # everyone: the same sweep every time
+                    sweep = full_sweep
+                else:
+                    part = set(part)
+                    sweep = [[n for n in batch if n in part] for batch in batches]
+                    sweep = [batch for batch in sweep if batch]
                 reply = gauss_seidel(sweep, opts)                           # (20) in S
-                solved = [n for batch in sweep for n in batch]
+                solved = order if sweep is full_sweep else [n for batch in sweep for n in batch]
                 if len(solved) == len(order):
                     X = reply["x"]                   # never written in place (may be read-only)
                 else:
@@ -163,7 +172,7 @@ class FedDALDDC:
             last = self._converged(primal, dual, dmu) or total >= self.max_iterations
             record = self._record_dc(ex, order, X, k, v, total, primal, dual, dmu / beta, start,
                                      last or k % self.report_every == 0)
-            stop = self._outer_step_done(record, history, callback, bar, order, X, bool(problem.constraints),
+            stop = self._outer_step_done(record, history, callback, bar, order, X, constrained,
                                          primal, dual, dmu)
             if stop:
                 status = stop
