@@ -18,7 +18,7 @@ import numpy as np
 from fedmodel.runtime.batched_group import Group, read_only
 from fedmodel.runtime.batched_records import group_record_gradients
 from fedmodel.runtime.ledger import MESSAGES, register
-from fedmodel.runtime.privacy import gaussian_noise, laplace_noise
+from fedmodel.runtime.privacy import NoiseLog, gaussian_noise, laplace_noise
 from .client import GaussianOutput, Identity, LaplaceObjective, iadmm_step
 
 _SLOT = "dp_admm.z"
@@ -28,24 +28,15 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
     """`dp_admm_step` for every client of a group, or None (not covered)."""
     if members != group.names or group.n_y:
         return None
-    states = [p.state.get("dp_admm") for p in group.programs]
-    if any(s is None or s["local"] is not None for s in states):
+    covered = group.checked("dp_admm_step", lambda: _covered(group))
+    if covered is None:
         return None
-    first = states[0]
-    kind, norm = type(first["layer"]), first["norm"]
-    if kind not in (Identity, LaplaceObjective, GaussianOutput) or \
-            any(type(s["layer"]) is not kind or s["norm"] != norm for s in states):
-        return None
-    if kind is LaplaceObjective:
-        mode = _mode(first["layer"])
-        if any(_mode(s["layer"]) != mode for s in states):
-            return None
+    states, layers, kind, mode, norm = covered
     request = [payloads[m] for m in members]
     radius = request[0].get("radius")
     if any(r.get("radius") != radius for r in request) or \
             any(r.get("dual_step") is not None for r in request):
         return None
-    layers = [s["layer"] for s in states]
     n, d = group.n, group.n_x
     Z = group.gather("z", states, d, _SLOT)
     _, G = group.value_grad(Z, np.zeros((n, 0)))          # f'_p(z_p^t; D_p), (37)
@@ -55,20 +46,45 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
             return None
     rho = np.array([float(r["rho"]) for r in request])
     prox = np.array([float(r.get("prox", 0.0)) for r in request])
-    W = np.array([np.broadcast_to(np.asarray(r["w"], float), (d,)) for r in request]) \
-        if any(r["w"] is not request[0]["w"] for r in request) else np.asarray(request[0]["w"], float)
-    lam = np.array([np.broadcast_to(np.asarray(r["lam"], float), (d,)) for r in request]).reshape(n, d)
+    W = _rows([r["w"] for r in request], n, d) if any(r["w"] is not request[0]["w"] for r in request) \
+        else np.asarray(request[0]["w"], float)
+    lam = _rows([r["lam"] for r in request], n, d)
     Z_new = _iadmm_steps(Z, G, W, lam, rho, prox, radius, norm)     # (8)/(9) ≡ (5)/(6) at ξ̃
     if kind is GaussianOutput:                                      # OutP only
-        for i, (s, layer, r) in enumerate(zip(states, layers, request)):
-            sigma = r.get("sigma", 0.0)
-            scale = sigma if layer.std == "sigma" else sigma ** 2
-            noise = gaussian_noise(s["rng"], scale, (d,))
-            s["log"].add(scale, noise)
-            Z_new[i] = Z_new[i] + noise
+        scales = [r.get("sigma", 0.0) if layer.std == "sigma" else r.get("sigma", 0.0) ** 2
+                  for layer, r in zip(layers, request)]
+        noise = np.array([gaussian_noise(s["rng"], scale, (d,)) for s, scale in zip(states, scales)],
+                         dtype=float).reshape(n, d)
+        NoiseLog.add_rows([s["log"] for s in states], scales, noise)
+        Z_new = Z_new + noise
     group.publish("z", Z_new, states, _SLOT)
     view = read_only(Z_new)
     return {m: {"z": view[i], "multiplier_residual": None} for i, m in enumerate(members)}
+
+
+def _covered(group: Group) -> tuple | None:
+    """(states, layers, layer type, Δ̄ mode, trust norm) when every member's step is covered:
+    no local constraints, one layer type and Δ̄ mode, one trust norm; else None. Checked once
+    until a member is served node by node (`Group.checked`)."""
+    states = [p.state.get("dp_admm") for p in group.programs]
+    if any(s is None or s["local"] is not None for s in states):
+        return None
+    layers = [s["layer"] for s in states]
+    kind, norm = type(layers[0]), states[0]["norm"]
+    if kind not in (Identity, LaplaceObjective, GaussianOutput) or \
+            any(type(layer) is not kind for layer in layers) or any(s["norm"] != norm for s in states):
+        return None
+    mode = _mode(layers[0]) if kind is LaplaceObjective else None
+    if mode is not None and any(_mode(layer) != mode for layer in layers):
+        return None
+    return states, layers, kind, mode, norm
+
+
+def _rows(values: list, n: int, d: int) -> np.ndarray:
+    """(n, d) stack of model-sized payload fields (each a (d,) array or broadcast to it)."""
+    if all(np.shape(v) == (d,) for v in values):
+        return np.array(values, dtype=float).reshape(n, d)
+    return np.array([np.broadcast_to(np.asarray(v, float), (d,)) for v in values]).reshape(n, d)
 
 
 def _mode(layer: LaplaceObjective) -> str:
@@ -97,12 +113,11 @@ def _objective_perturbation(group: Group, states: list[dict], layers: list, mode
         bounds = [float(b) * factor for b in records.max_l1(Z)]
     else:
         bounds = [float(layer.sensitivity) for layer in layers]
-    out = np.empty_like(G)
-    for i, (s, layer, bound) in enumerate(zip(states, layers, bounds)):
-        xi = laplace_noise(s["rng"], bound, layer.epsilon, G[i].shape)
-        s["log"].add(bound, xi)
-        out[i] = G[i] + xi
-    return out
+    d = G.shape[1]
+    xi = np.array([laplace_noise(s["rng"], bound, layer.epsilon, (d,))
+                   for s, layer, bound in zip(states, layers, bounds)], dtype=float).reshape(G.shape)
+    NoiseLog.add_rows([s["log"] for s in states], bounds, xi)
+    return G + xi
 
 
 def _iadmm_steps(Z: np.ndarray, G: np.ndarray, W: np.ndarray, lam: np.ndarray, rho: np.ndarray,

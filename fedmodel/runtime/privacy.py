@@ -95,6 +95,17 @@ class NoiseLog:
         if self.noise is not None:
             self.noise.append(noise.copy())
 
+    @staticmethod
+    def add_rows(logs: list["NoiseLog"], scales: list[float], noise: np.ndarray) -> None:
+        """`logs[i].add(scales[i], noise[i])` for every row of `noise` (k, d), with the mean
+        magnitudes computed in one pass (row by row, the same numbers)."""
+        magnitudes = np.mean(np.abs(noise), axis=1) if noise.shape[1] else np.full(len(logs), np.nan)
+        for log, scale, row, magnitude in zip(logs, scales, noise, magnitudes.tolist()):
+            log.scale.append(scale)
+            log.noise_abs.append(magnitude)
+            if log.noise is not None:
+                log.noise.append(row.copy())
+
     def report(self) -> dict:
         """The log as plain lists (the draws stacked into one array, or None)."""
         return {"scale": list(self.scale), "noise_abs": list(self.noise_abs),
