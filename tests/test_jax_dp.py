@@ -156,6 +156,32 @@ def test_group_record_terms_match_a_hand_computed_softmax_model():
 
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])
+@pytest.mark.parametrize("epsilon", [1.0, float("inf")])
+def test_clients_with_only_sets_and_prox_terms_are_vectorized_and_match_serial(executor, epsilon):
+    """λ‖w‖₁ and bounds on every client: the group's prox after the vectorized step (no
+    multipliers, nothing released), as the per-node `LocalConstraints.project`."""
+    prob, w = _logistic(n=6, l1_on="clients", lam=0.05)
+    for c in prob.clients:
+        c.subject_to(w <= 0.1)
+        c.subject_to(w >= -0.1)
+    options = {"epsilon": epsilon, "max_rounds": 10}
+    serial, _ = _run(prob, "serial", **options)
+    ex = _executor(executor)
+    run, messages = _run(prob, ex, **options)
+    assert ex.stats[("dp_admm_step", "batched")] == 60 and ex.stats[("dp_admm_step", "serial")] == 0
+    assert not [m for m in messages if "dp_admm_step" in m], messages
+    for uid in serial.values:
+        np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
+    for a, b in zip(serial.history, run.history):
+        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
+              "history")
+    for key in ("client_values", "dual_variables", "privacy"):
+        _same(run.info[key], serial.info[key], key)
+    z = np.array(list(serial.info["client_values"].values()))
+    assert np.isclose(np.abs(z).max(), 0.1) and (z == 0).any()     # the bounds and λ‖w‖₁ acted
+
+
+@pytest.mark.parametrize("executor", ["batched", "jax"])
 def test_a_constrained_client_falls_back_to_the_per_node_step(executor):
     """Clients with local constraints (`state["local"]`) take the per-node step; the jax
     executor says so; the numbers are the serial ones."""

@@ -7,9 +7,11 @@ z-steps (8)/(9)/(5a) as array arithmetic, and the noise drawn client by client f
 client's own generator, in the order and shapes of the per-client step, and logged in its
 `NoiseLog` — so a seeded run draws exactly the serial run's noise.
 
-Covered: clients without local constraints or prox-able terms (`state["local"]` None), every
-layer (none, ObjP/ObjT Laplace with any sensitivity, OutP Gaussian), requests to the whole
-group. Anything else returns None: served client by client.
+Covered: clients without local constraints, or whose only local constraints are simple sets
+(bounds, norm balls) and prox-able terms (λ‖w‖₁), applied as the group's prox after the step
+(`constrained.LocalConstraints.project`; no multipliers, nothing released); every layer (none,
+ObjP/ObjT Laplace with any sensitivity, OutP Gaussian); requests to the whole group. Anything
+else (constraints c_j(z) ≤ 0 with multipliers) returns None: served client by client.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from fedmodel.runtime.batched_records import group_record_gradients
 from fedmodel.runtime.ledger import MESSAGES, register
 from fedmodel.runtime.privacy import NoiseLog, gaussian_noise, laplace_noise
 from .client import GaussianOutput, Identity, LaplaceObjective, iadmm_step
+from .constrained import _compiled
 
 _SLOT = "dp_admm.z"
 
@@ -31,11 +34,10 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
     covered = group.checked("dp_admm_step", lambda: _covered(group))
     if covered is None:
         return None
-    states, layers, kind, mode, norm = covered
+    states, layers, kind, mode, norm, local = covered
     request = [payloads[m] for m in members]
     radius = request[0].get("radius")
-    if any(r.get("radius") != radius for r in request) or \
-            any(r.get("dual_step") is not None for r in request):
+    if any(r.get("radius") != radius for r in request):
         return None
     n, d = group.n, group.n_x
     Z = group.gather("z", states, d, _SLOT)
@@ -50,6 +52,12 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
         else np.asarray(request[0]["w"], float)
     lam = _rows([r["lam"] for r in request], n, d)
     Z_new = _iadmm_steps(Z, G, W, lam, rho, prox, radius, norm)     # (8)/(9) ≡ (5)/(6) at ξ̃
+    if local:       # `LocalConstraints.project`: the prox of the sets and terms, step 1/(ρ + 1/η)
+        step = 1.0 / (rho + prox)
+        if np.all(step == step[0]):
+            Z_new = group.apply_prox(Z_new, float(step[0]))
+        else:
+            Z_new = np.array([p.apply_prox(z, t) for p, z, t in zip(group.programs, Z_new, step)])
     if kind is GaussianOutput:                                      # OutP only
         scales = [r.get("sigma", 0.0) if layer.std == "sigma" else r.get("sigma", 0.0) ** 2
                   for layer, r in zip(layers, request)]
@@ -59,15 +67,21 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
         Z_new = Z_new + noise
     group.publish("z", Z_new, states, _SLOT)
     view = read_only(Z_new)
-    return {m: {"z": view[i], "multiplier_residual": None} for i, m in enumerate(members)}
+    residual = 0.0 if local else None           # no constraints: no multipliers to move
+    return {m: {"z": view[i], "multiplier_residual": residual} for i, m in enumerate(members)}
 
 
 def _covered(group: Group) -> tuple | None:
-    """(states, layers, layer type, Δ̄ mode, trust norm) when every member's step is covered:
-    no local constraints, one layer type and Δ̄ mode, one trust norm; else None. Checked once
-    until a member is served node by node (`Group.checked`)."""
+    """(states, layers, layer type, Δ̄ mode, trust norm, local) when every member's step is
+    covered: no local constraints other than simple sets and prox-able terms (`local`: every
+    member has those; they are a prox after the step), one layer type and Δ̄ mode, one trust
+    norm; else None. Checked once until a member is served node by node (`Group.checked`)."""
     states = [p.state.get("dp_admm") for p in group.programs]
-    if any(s is None or s["local"] is not None for s in states):
+    if any(s is None for s in states):
+        return None
+    local = states[0]["local"] is not None
+    if any((s["local"] is not None) != local for s in states) or \
+            (local and any(_compiled(p).constraints or not _compiled(p).has_prox for p in group.programs)):
         return None
     layers = [s["layer"] for s in states]
     kind, norm = type(layers[0]), states[0]["norm"]
@@ -77,7 +91,7 @@ def _covered(group: Group) -> tuple | None:
     mode = _mode(layers[0]) if kind is LaplaceObjective else None
     if mode is not None and any(_mode(layer) != mode for layer in layers):
         return None
-    return states, layers, kind, mode, norm
+    return states, layers, kind, mode, norm, local
 
 
 def _rows(values: list, n: int, d: int) -> np.ndarray:
