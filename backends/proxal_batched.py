@@ -74,26 +74,29 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
     w = _common_w(payloads, members)
     mix = opts.get("mix")
     if method not in _VECTORIZED or w is None or \
-            (mix is not None and any(not np.array_equal(payloads[m].get("mix"), mix) for m in members)):
+            (mix is not None and any(payloads[m] is not opts and not np.array_equal(payloads[m].get("mix"), mix)
+                                     for m in members)):
         return None
     rows = np.array([group.index[m] for m in members])
     states = [group.programs[i].state.get("admm") for i in rows]
     if any(s is None for s in states):
         return None
+    histories = [s["history"] for s in states]
+    anderson = histories[0] is not None
+    if any((h is not None) != anderson for h in histories) or \
+            (anderson and len({len(h.outputs) for h in histories}) > 1):
+        return None
     k, n_x = len(members), group.n_x
-    U = np.empty((k, n_x))
-    Lam = np.empty((k, n_x))
+    U = np.array([s["u"] for s in states], dtype=float).reshape(k, n_x)
+    Lam = np.array([s["lam"] for s in states], dtype=float).reshape(k, n_x)
     rho = np.array([float(s["rho"]) for s in states])
-    restart = bool(opts.get("restart", 0.0))
-    for j, s in enumerate(states):
-        u, lam, history = s["u"], s["lam"], s["history"]
-        if history is not None:        # Anderson: each client's own history (backends/anderson.py)
-            if restart:
-                history.clear()
-            if mix is not None and len(mix):
-                x = history.mix(np.asarray(mix, float))
-                u, lam = x[:n_x], rho[j] * x[n_x:]
-        U[j], Lam[j] = u, lam
+    if anderson:                       # Anderson: the clients' own histories (backends/anderson.py)
+        if opts.get("restart", 0.0):
+            for h in histories:
+                h.clear()
+        if mix is not None and len(mix) and len(histories[0].outputs):
+            X = _mixed(histories, np.asarray(mix, float))
+            U, Lam = X[:, :n_x], rho[:, None] * X[:, n_x:]
     # (22) with the old λ_i, u_i and the ρ_i the server used in (18)
     _, G = _gradients(group, rows, w)
     eps_tilde = np.abs(G + Lam - rho[:, None] * (w - U)).max(axis=1) if n_x else np.zeros(k)
@@ -101,27 +104,52 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
     Y = private_stack(group)[rows]
     Z, steps, _ = group.solve_newton(np.concatenate([U, Y], axis=1), rows, Lam, rho, w,
                                      float(opts["eps"]), method)
-    U_new = Z[:, :n_x]
+    U_new, Y_new = Z[:, :n_x], Z[:, n_x:]
     Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
-    adaptive = bool(opts.get("adaptive", 0.0))
-    if adaptive:
+    products = _pushed(histories, np.concatenate([U_new, Lam_new / rho[:, None]], axis=1),
+                       np.concatenate([U, Lam / rho[:, None]], axis=1)) if anderson else None
+    new_rho = rho
+    if opts.get("adaptive", 0.0):
         primal = np.abs(U_new - w).max(axis=1) if n_x else np.zeros(k)
-    replies = {}
-    for j, (m, s) in enumerate(zip(members, states)):
-        program, r = group.programs[rows[j]], float(rho[j])
-        program.y = Z[j, n_x:].copy()
-        u_new, lam_new, history = U_new[j].copy(), Lam_new[j].copy(), s["history"]
-        reply = {"eps_tilde": float(eps_tilde[j]), "steps": int(steps[j])}
-        if history is not None:        # the iterate in the ρ it was computed with
-            reply["products"] = history.push(np.concatenate([u_new, lam_new / r]),
-                                             np.concatenate([U[j], Lam[j] / r]))
-        if adaptive:
-            r = _balance(r, primal=float(primal[j]),
-                         dual=r * float(np.max(np.abs(w - s["w"]), initial=0.0)))
-        program.state["admm"] = {"u": u_new, "lam": lam_new, "rho": r, "w": w.copy(), "history": history}
-        reply.update(u_tilde=u_new + lam_new / r, rho=r)                         # (21)
+        previous = np.array([s["w"] for s in states], dtype=float).reshape(k, n_x)
+        dual = rho * (np.abs(w - previous).max(axis=1) if n_x else np.zeros(k))
+        new_rho = np.array([_balance(r, primal=p, dual=d) for r, p, d in zip(rho.tolist(), primal.tolist(),
+                                                                          dual.tolist())])
+    U_tilde = U_new + Lam_new / new_rho[:, None]                                 # (21), new ρ
+    w_kept, replies = w.copy(), {}
+    for j, m in enumerate(members):    # each client's state and reply (row views of fresh stacks)
+        program, r = group.programs[rows[j]], float(new_rho[j])
+        program.y = Y_new[j]
+        program.state["admm"] = {"u": U_new[j], "lam": Lam_new[j], "rho": r, "w": w_kept,
+                                 "history": histories[j]}
+        reply = {"eps_tilde": float(eps_tilde[j]), "steps": int(steps[j]), "u_tilde": U_tilde[j], "rho": r}
+        if anderson:
+            reply["products"] = products[j]
         replies[m] = reply
     return replies
+
+
+def _mixed(histories: list, gamma: np.ndarray) -> np.ndarray:
+    """Every client's `ClientHistory.mix(gamma)` (histories of one length), as one stack: the
+    same operations in the same order as `anderson.extrapolate`, row by row."""
+    outputs = np.array([h.outputs for h in histories], dtype=float)       # (k, L, 2 n_x)
+    x = outputs[:, -1].copy()
+    for j, coefficient in enumerate(gamma):
+        x -= coefficient * (outputs[:, j + 1] - outputs[:, j])
+    return x
+
+
+def _pushed(histories: list, outputs: np.ndarray, states: np.ndarray) -> np.ndarray:
+    """`ClientHistory.push(output_i, state_i)` of every client: each keeps its rows; the
+    products ⟨f_i, f_ij⟩ (f_i newest, last) come from one stacked contraction."""
+    residuals = outputs - states
+    for h, g, f in zip(histories, outputs, residuals):
+        h.outputs.append(g)
+        h.residuals.append(f)
+        if len(h.outputs) > h.memory + 1:
+            del h.outputs[0], h.residuals[0]
+    kept = np.array([h.residuals for h in histories], dtype=float)          # (k, L, 2 n_x)
+    return np.einsum("kld,kd->kl", kept, residuals)
 
 
 def _update_multipliers_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:

@@ -10,7 +10,13 @@ than 1e-8 when w⁰ is perturbed by 1e-14 (checked below). On slow, near-degener
 (hundreds of Anderson-accelerated ADMM steps, e.g. a linear constraint active at the
 solution) a 1e-14 perturbation of w⁰ changes the serial run by 1e-5, and the vectorized
 arithmetic (sparse block products, a stacked LU solve) by as much: no executor can match there
-beyond the rounding the iteration amplifies."""
+beyond the rounding the iteration amplifies. Two of ProxAL's own decisions read numbers at
+rounding level once the clients' local solves stop moving (0 Newton steps while ε_t falls):
+residual balancing compares the primal residual with ρ‖w − w_prev‖∞, which is then rounding
+noise, and Anderson fits γ to residuals near rounding level. Another executor's last bits flip
+them (on this model: from the second outer iteration, ρ_i halved instead of doubled), so
+adaptive ρ and Anderson (the defaults) are tested over one outer iteration, and β growth over
+six with fixed ρ_i and no Anderson."""
 from __future__ import annotations
 
 import warnings
@@ -76,14 +82,17 @@ def _check_vectorized(prob, make, method: str):
     return serial
 
 
-@pytest.mark.parametrize("make", [lambda **k: ProxAL(max_outer=6, **k),
-                                  lambda **k: ProxAL.paper(max_outer=2, **k)], ids=["defaults", "paper"])
+@pytest.mark.parametrize("make", [lambda **k: ProxAL(max_outer=1, **k),
+                                  lambda **k: ProxAL(anderson=0, adaptive_rho=False, max_outer=6, **k),
+                                  lambda **k: ProxAL.paper(max_outer=2, **k)],
+                         ids=["defaults", "fixed-rho", "paper"])
 def test_constrained_logistic_newton_matches_serial(make):
-    """Defaults (Anderson, adaptive ρ_i, β growth) and the paper's fixed setting: Newton local
-    solves with the chord Hessian, ragged clients (6, 9, 12 rows)."""
+    """Defaults (Anderson, adaptive ρ_i; one outer iteration), β growth with fixed ρ_i and no
+    Anderson, and the paper's fixed setting: Newton local solves with the chord Hessian, ragged
+    clients (6, 9, 12 rows)."""
     prob = _ball_logistic()
     serial = _check_vectorized(prob, make, "newton")
-    assert serial.status == "converged" or serial.iterations["outer"] == 2
+    assert serial.iterations["inner"] >= 10
     perturbed = prob.solve(make(w0=np.full(D, 1e-14)), executor="serial")    # a well-conditioned run
     assert_same_run(serial, perturbed)
 

@@ -40,6 +40,8 @@ def _norm1_weight(term) -> float | None:
 class Group:
     """Client programs of one structure, with their batched plans and stacked state."""
 
+    STRAGGLERS = 1 / 16     # share of the clients below which `solve_newton` evaluates per client
+
     def __init__(self, names: list[str], programs: list[NodeProgram]):
         self.names, self.programs = names, programs
         self.n = len(names)
@@ -144,10 +146,19 @@ class Group:
         full = np.empty((self.n, N))
         full[:] = Z0[0]                  # non-members: any valid point (their values are unused)
 
-        def fun_grad(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            full[rows] = Z
-            v, G = self.value_grad(full[:, :n_x], full[:, n_x:])
-            v, G = v[rows], G[rows]
+        def fun_grad(Z: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+            """Values and gradients at Z of the rows `which` (default all; other rows: 0).
+            A group evaluation computes every client (~3 µs each at n = 1000, d = 10, against
+            ~30 µs for one client's own plan): when at most `STRAGGLERS` of the group's clients
+            are asked for (a solve's last steps), each is evaluated by its own program."""
+            if which is not None and int(np.count_nonzero(which)) <= self.STRAGGLERS * self.n:
+                v, G = np.zeros(k), np.zeros((k, N))
+                for j in np.flatnonzero(which):
+                    v[j], G[j] = self.programs[rows[j]].value_grad(Z[j, :n_x], Z[j, n_x:])
+            else:
+                full[rows] = Z
+                v, G = self.value_grad(full[:, :n_x], full[:, n_x:])
+                v, G = v[rows], G[rows]
             diff = Z[:, :n_x] - anchor
             scaled = W * diff
             v = v + (np.einsum("ij,ij->i", linear, Z[:, :n_x]) + 0.5 * np.einsum("ij,ij->i", diff, scaled))
@@ -196,7 +207,7 @@ class Group:
                 new_Z, new_value, new_G = Z.copy(), value.copy(), G.copy()
                 while searching.any():
                     C = Z + t[:, None] * D
-                    cv, cG = fun_grad(C)
+                    cv, cG = fun_grad(C, searching)
                     ok = searching & ((cv <= value + 1e-4 * t * slope) |
                                       ((t == 1.0) & (norm_inf(cG) <= 0.5 * residual)))
                     new_Z[ok], new_value[ok], new_G[ok] = C[ok], cv[ok], cG[ok]
