@@ -42,7 +42,9 @@ def test_choice_by_model_shape():
     dense_wide = _clients(_logistic(12, 120))
     sparse_wide = _clients(_logistic(12, 120, zeros=0.8))
     assert choose(dense_narrow, jax_installed=True, gpu=False)[0] == "batched"
-    assert choose(dense_wide, jax_installed=True, gpu=False)[0] == "jax"
+    assert choose(dense_wide, jax_installed=True, gpu=False, memory=1e12)[0] == "jax"
+    name, reason = choose(dense_wide, jax_installed=True, gpu=False, memory=1e3)
+    assert name == "batched" and "GiB available" in reason          # JAX's copy would not fit
     assert choose(dense_wide, jax_installed=False, gpu=False)[0] == "batched"
     name, reason = choose(sparse_wide, jax_installed=True, gpu=False)
     assert name == "batched" and "nonzero" in reason
@@ -63,6 +65,8 @@ def test_data_density_counts_the_sampled_clients_data():
             nonzero, total = nonzero + np.count_nonzero(X), total + X.size
     assert auto.data_density(_clients(prob)) == pytest.approx(nonzero / total, abs=1e-12)
     assert auto.data_density([]) == 1.0
+    # bytes: the sampled clients' X (8 bytes an entry) scaled to all 30 clients
+    assert auto.data_bytes(_clients(prob)) == pytest.approx(8.0 * total / auto.SAMPLE * 30)
 
 
 def test_registered_and_returns_the_chosen_executor_started():

@@ -9,7 +9,9 @@ The rule (`choose`; measurements behind it: docs/executors.md "auto", docs/jax.m
 2. **jax** when JAX is installed and finds a GPU: only JAX runs the clients there.
 3. **batched** when the clients' data is mostly zeros (`dense_blocks.DENSE_FRACTION`): its
    CSR products skip the zeros, JAX pads and multiplies them.
-4. **jax** when JAX is installed and the shared model has at least `JAX_MIN_WIDTH` entries:
+4. **jax** when JAX is installed, the shared model has at least `JAX_MIN_WIDTH` entries and
+   the memory available holds `JAX_MEMORY` × the data (JAX's padded device copy and
+   temporaries; at n = 10⁴, d = 784 its run peaked at 16.3 GB, the batched one at 8.3 GB):
    XLA fuses the products with the loss terms and ran ahead of numpy at d = 784.
 5. **batched** otherwise (d = 10: an iteration is bound by per-call costs, and a JAX call
    costs more than a numpy one; no JAX installed).
@@ -21,6 +23,7 @@ rule affects speed only. `AutoExecutor().start(programs)` returns the chosen exe
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 
@@ -30,6 +33,7 @@ from .program import NodeProgram, ProgramSpec
 MIN_GROUP = 8           # fewer same-structure clients than this in every group: serial
 JAX_MIN_WIDTH = 100     # shared model entries from which JAX runs dense CPU groups
 SAMPLE = 16             # clients whose data decides "mostly zeros"
+JAX_MEMORY = 3.0        # JAX's extra memory, × the data (n = 10⁴, d = 784: 16.3 GB vs batched's 8.3)
 
 
 def jax_available() -> bool:
@@ -54,25 +58,52 @@ def gpu_available() -> bool:
         return False
 
 
+def _sampled_data(programs: list[NodeProgram]):
+    """The 2-D data arrays of up to `SAMPLE` client programs (each array once: a folded Xᵀ is
+    a view of X)."""
+    for program in programs[:SAMPLE]:
+        plan = program.value_grad_plan
+        seen: set[tuple] = set()
+        for slot in plan.constant_slots:
+            value = plan.constant(slot)
+            if isinstance(value, np.ndarray) and value.ndim == 2 and value.size > 1:
+                key = (value.__array_interface__["data"][0], tuple(sorted(value.shape)))
+                if key not in seen:     # (X and its view Xᵀ: same memory, same shape sorted)
+                    seen.add(key)
+                    yield value
+
+
 def data_density(programs: list[NodeProgram]) -> float:
     """Fraction of nonzero entries in the 2-D data of up to `SAMPLE` client programs (1.0 when
     they have none): the batched executor's CSR products pay off below `DENSE_FRACTION`."""
     nonzero = total = 0
-    for program in programs[:SAMPLE]:
-        plan = program.value_grad_plan
-        for slot in plan.constant_slots:
-            value = plan.constant(slot)
-            if isinstance(value, np.ndarray) and value.ndim == 2 and value.size > 1:
-                nonzero += int(np.count_nonzero(value))
-                total += value.size
+    for value in _sampled_data(programs):
+        nonzero += int(np.count_nonzero(value))
+        total += value.size
     return nonzero / total if total else 1.0
 
 
+def data_bytes(programs: list[NodeProgram]) -> float:
+    """The clients' 2-D data in bytes, estimated from the sampled clients' mean."""
+    sample = programs[:SAMPLE]
+    if not sample:
+        return 0.0
+    return sum(v.nbytes for v in _sampled_data(sample)) / len(sample) * len(programs)
+
+
+def available_memory() -> float:
+    """Bytes of memory available to this process now (inf where the OS does not say)."""
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
 def choose(programs: list[NodeProgram], jax_installed: bool | None = None,
-           gpu: bool | None = None) -> tuple[str, str]:
+           gpu: bool | None = None, memory: float | None = None) -> tuple[str, str]:
     """(executor name, reason) for the client `programs` of a run, before grouping (rules 2–5
     of the module docstring; rule 1 is applied to the chosen executor's groups).
-    `jax_installed` / `gpu`: as found here unless given (tests)."""
+    `jax_installed` / `gpu` / `memory` (available bytes): as found here unless given (tests)."""
     from .dense_blocks import DENSE_FRACTION
     clients = [p for p in programs if p.role == "client"]
     if len(clients) < MIN_GROUP:
@@ -86,7 +117,12 @@ def choose(programs: list[NodeProgram], jax_installed: bool | None = None,
                            "products skip the zeros")
     width = clients[0].n_shared
     if jax_installed and width >= JAX_MIN_WIDTH:
-        return "jax", f"dense data, {width} shared entries (>= {JAX_MIN_WIDTH}): XLA fuses the products"
+        need = JAX_MEMORY * data_bytes(clients)
+        free = available_memory() if memory is None else memory
+        if need <= free:
+            return "jax", f"dense data, {width} shared entries (>= {JAX_MIN_WIDTH}): XLA fuses the products"
+        return "batched", (f"dense data, {width} shared entries, but JAX would need ~{need / 2**30:.1f} "
+                           f"GiB beside the data ({free / 2**30:.1f} GiB available)")
     return "batched", (f"dense data, {width} shared entries" +
                        ("" if jax_installed else ", JAX not installed") +
                        f" (< {JAX_MIN_WIDTH}: per-call costs dominate, numpy's are lower)")
