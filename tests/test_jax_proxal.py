@@ -30,7 +30,7 @@ from fedmodel.errors import FedModelError
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.batched_group import Group
 from fedmodel.runtime.program import compile_programs
-from test_batched import D as D_LS, _least_squares
+from test_batched import D as D_LS, _least_squares, _private_variables_problem
 
 jax_executor = pytest.importorskip("fedmodel.runtime.jax_executor", exc_type=ImportError)
 pytest.importorskip("jax")
@@ -66,7 +66,8 @@ def _run(prob, make, executor):
 def _check_vectorized(prob, make, method: str):
     """serial == batched == jax (to 1e-8), every client step served by the forms."""
     serial = prob.solve(make(), executor="serial")
-    for ex in (BatchedExecutor(), JaxExecutor()):
+    executors = (BatchedExecutor(), JaxExecutor())
+    for ex in executors:
         run, named = _run(prob, make, ex)
         assert_same_run(serial, run)
         assert not [m for m in named if any(f"'{k}'" in m for k in STEP_KINDS)], named
@@ -79,7 +80,7 @@ def _check_vectorized(prob, make, method: str):
         if isinstance(ex, JaxExecutor):
             assert ex.jax_calls["value_grad"] > serial.iterations["inner"]
             assert ex.jax_calls["hessian"] > 0
-    return serial
+    return serial, executors
 
 
 @pytest.mark.parametrize("make", [lambda **k: ProxAL(max_outer=1, **k),
@@ -91,7 +92,7 @@ def test_constrained_logistic_newton_matches_serial(make):
     Anderson, and the paper's fixed setting: Newton local solves with the chord Hessian, ragged
     clients (6, 9, 12 rows)."""
     prob = _ball_logistic()
-    serial = _check_vectorized(prob, make, "newton")
+    serial, _ = _check_vectorized(prob, make, "newton")
     assert serial.iterations["inner"] >= 10
     perturbed = prob.solve(make(w0=np.full(D, 1e-14)), executor="serial")    # a well-conditioned run
     assert_same_run(serial, perturbed)
@@ -99,9 +100,19 @@ def test_constrained_logistic_newton_matches_serial(make):
 
 def test_least_squares_exact_matches_serial():
     """A quadratic merit: "exact" (one Newton step and one refinement on the cached Hessian),
-    ragged clients."""
+    ragged clients; with the true-residual check (request "merit") at every outer iteration."""
     prob, _ = _least_squares(n=4, sizes=[5, 9, 12, 7])
-    _check_vectorized(prob, lambda: ProxAL(max_outer=4), "exact")
+    serial, executors = _check_vectorized(prob, lambda: ProxAL(max_outer=4, check_certificate=True), "exact")
+    assert all(r["true_residual"] is not None for r in serial.history)
+    for ex in executors:          # the certificate's check: every client's ∇P_i by one group call
+        assert ex.stats[("merit", "batched")] == len(ex.clients) * serial.iterations["outer"]
+
+
+def test_private_variables_exact_matches_serial():
+    """Clients with private variables s_i (z = (w, s_i): the Hessian and the Newton solve run
+    over both, the proximal weight on w only)."""
+    _check_vectorized(_private_variables_problem(), lambda: ProxAL(anderson=0, adaptive_rho=False,
+                                                                   max_outer=2), "exact")
 
 
 def test_two_structures_and_lbfgs_fall_back_per_node_with_the_same_numbers():
@@ -138,13 +149,16 @@ def test_hessians_equal_each_clients_hessian_plan(cls):
 
 @pytest.mark.parametrize("cls", [Group, JaxGroup])
 @pytest.mark.parametrize("method", ["newton", "exact"])
-def test_solve_newton_equals_each_clients_solve_local(cls, method):
+@pytest.mark.parametrize("stragglers", [Group.STRAGGLERS, 1.0])
+def test_solve_newton_equals_each_clients_solve_local(cls, method, stragglers):
     """Group.solve_newton for members 0, 2, 3 equals every client's own solve_local (point,
     steps, residual) twice in a row (the second from the chord Hessians the first kept, which
-    must be the ones the serial solve keeps)."""
+    must be the ones the serial solve keeps); stragglers = 1: every line-search evaluation
+    by the clients' own programs instead of the group's."""
     prob = _ball_logistic(n=5) if method == "newton" else _least_squares(n=5, sizes=[5, 9, 12, 7, 6])[0]
     d = D if method == "newton" else D_LS
     group, clients = _group(prob, cls)
+    group.STRAGGLERS = stragglers
     _, serial = _group(prob)
     rng = np.random.default_rng(1)
     rows = np.array([0, 2, 3])
