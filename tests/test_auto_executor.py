@@ -36,7 +36,7 @@ def _clients(prob):
 
 
 def test_choice_by_model_shape():
-    few = _clients(_logistic(4, 10))
+    few = _clients(_logistic(auto.MIN_GROUP - 1, 10))
     assert choose(few, jax_installed=True, gpu=True)[0] == "serial"      # nothing to vectorize
     dense_narrow = _clients(_logistic(12, 10))
     dense_wide = _clients(_logistic(12, 120))
@@ -84,9 +84,11 @@ def test_registered_and_returns_the_chosen_executor_started():
 
 
 def test_no_large_group_falls_back_to_serial():
-    # 12 clients, but two structures of 6: no group of MIN_GROUP
+    # enough clients, but two structures with fewer than MIN_GROUP each
+    n = 2 * (auto.MIN_GROUP - 1)
+    assert n >= auto.MIN_GROUP
     chooser = AutoExecutor()
-    ex = chooser.start(compile_programs(_logistic(12, 10, two_kinds=True)))
+    ex = chooser.start(compile_programs(_logistic(n, 10, two_kinds=True)))
     try:
         assert type(ex) is SerialExecutor and chooser.chosen == "serial"
         assert "share one model structure" in chooser.reason
