@@ -171,6 +171,7 @@ class BatchedPlan:
             rule, op = self._rule(nodes, args, out)
             self.rules.append(f"{type(nodes[0]).__name__}:{rule}")
             self._ops.append(op)
+        self._fuse_logistic_sigmoid(first)
         self.out_slots = list(first.out_slots)
         self.output_segs = [self.seg.get(s) or Seg([np.shape(self.common[s])] * n) for s in self.out_slots]
         self.input_segs = [self.seg[i] for i in range(len(first.inputs))]
@@ -182,6 +183,34 @@ class BatchedPlan:
                 variant = self._prune_zero(slot)
                 if variant is not None:
                     self._zero_variants.append((slot, *variant))
+
+    def _fuse_logistic_sigmoid(self, first: Plan) -> None:
+        """logistic(a) and sigmoid(a) of one per-client slot (a logistic loss's value and
+        derivative) computed by one `logistic_and_sigmoid` at the first of the two steps (one
+        e^{−|a|} instead of two, and one exp less: bitwise the separate results, as the serial
+        plans' `codegen._fused_pairs`); the second step then finds its result already there."""
+        from ..atoms.elementwise import Logistic, Sigmoid, logistic_and_sigmoid
+        by_argument: dict[int, dict[type, int]] = {}
+        for j, (fn, args, out) in enumerate(first.steps):
+            kind = type(fn.__self__)
+            if (kind is Logistic or kind is Sigmoid) and self.rules[j].endswith(":elementwise"):
+                by_argument.setdefault(args[0], {})[kind] = j
+        for slot, found in by_argument.items():
+            if len(found) < 2:
+                continue
+            j_value, j_slope = found[Logistic], found[Sigmoid]
+            value, slope = first.steps[j_value][2], first.steps[j_slope][2]
+            g = self._getter((slot,))[0]
+
+            def both(vals, g=g, value=value, slope=slope):
+                vals[value], vals[slope] = logistic_and_sigmoid(g(vals))
+            later = max(j_value, j_slope)
+            alone = self._ops[later]            # (a pruned variant may drop the first step)
+
+            def second(vals, out=first.steps[later][2], alone=alone):
+                if out not in vals:
+                    alone(vals)
+            self._ops[min(j_value, j_slope)], self._ops[later] = both, second
 
     # ---- runtime -----------------------------------------------------------------------------
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
