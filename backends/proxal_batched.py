@@ -13,7 +13,9 @@ histories (mix, push) are handled client by client inside the form.
 Not covered (the form returns None: served client by client, same numbers): clients with prox
 terms (λ‖w‖₁ on a client: method "prox"), local methods "lbfgs" (scipy's L-BFGS-B cannot be
 run for many clients at once and give each client's serial iterates; "auto" picks it above 200
-unknowns), "gd" and "prox", and members sent different options or server iterates.
+unknowns), "gd" and "prox", groups whose stacked Hessians would exceed `MAX_HESSIAN_FLOATS`
+(e.g. "exact" least squares with d = 784 beyond 40 clients), and members sent different
+options or server iterates.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ from .anderson import ClientHistory
 from .proxal_nodes import _balance
 
 _VECTORIZED = ("exact", "newton")      # `NodeProgram.solve_local` methods solved for a group at once
+# a group's stacked Hessians (k × N² floats, N = n_x + n_y) are held two or three times over
+# during a solve: above this many floats per stack (200 MB) the clients are served one by one
+MAX_HESSIAN_FLOATS = 25_000_000
 
 
 def _common_w(payloads: dict, members: list[str], key: str = "w") -> np.ndarray | None:
@@ -74,6 +79,7 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
     w = _common_w(payloads, members)
     mix = opts.get("mix")
     if method not in _VECTORIZED or w is None or \
+            len(members) * (group.n_x + group.n_y) ** 2 > MAX_HESSIAN_FLOATS or \
             (mix is not None and any(payloads[m] is not opts and not np.array_equal(payloads[m].get("mix"), mix)
                                      for m in members)):
         return None

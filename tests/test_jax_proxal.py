@@ -41,8 +41,9 @@ D = 4
 STEP_KINDS = ("proxal_admm_init", "proxal_admm_step", "update_multipliers")
 
 
-def _ball_logistic(n: int = 5, seed: int = 3, ragged: bool = True) -> fm.Problem:
-    """Logistic regression, each client with its own ball ‖w − c_i‖² ≤ 1 (an AL term)."""
+def _ball_logistic(n: int = 5, seed: int = 3, ragged: bool = True, two_kinds: bool = False) -> fm.Problem:
+    """Logistic regression, each client with its own ball ‖w − c_i‖² ≤ 1 (an AL term);
+    `two_kinds`: every other client a least-squares client instead (a second group)."""
     rng = np.random.default_rng(seed)
     w = fm.Variable(D, name="w")
     prob = fm.Problem()
@@ -50,7 +51,10 @@ def _ball_logistic(n: int = 5, seed: int = 3, ragged: bool = True) -> fm.Problem
         m = 6 + 3 * (i % 3) if ragged else 8
         c = prob.add_client(f"c{i}")
         X, y = c.data(rng.normal(size=(m, D)), name="X"), c.data(np.sign(rng.normal(size=m)), name="y")
-        c.minimize(fm.sum(fm.logistic(-fm.multiply(y, X @ w))) / m)
+        if two_kinds and i % 2:
+            c.minimize(fm.sum_squares(X @ w - y) / m)
+        else:
+            c.minimize(fm.sum(fm.logistic(-fm.multiply(y, X @ w))) / m)
         c.subject_to(fm.sum_squares(w - 0.1 * rng.normal(size=D)) <= 1.0)
     return prob
 
@@ -115,7 +119,30 @@ def test_private_variables_exact_matches_serial():
                                                                    max_outer=2), "exact")
 
 
-def test_two_structures_and_lbfgs_fall_back_per_node_with_the_same_numbers():
+def test_two_structures_are_two_vectorized_groups():
+    """Logistic and least-squares clients (each with its ball): two groups, each one vectorized."""
+    prob = _ball_logistic(n=6, two_kinds=True)
+    make = lambda: ProxAL(anderson=0, adaptive_rho=False, max_outer=3)     # noqa: E731
+    serial = prob.solve(make(), executor="serial")
+    for ex in (BatchedExecutor(), JaxExecutor()):
+        run, named = _run(prob, make, ex)
+        assert_same_run(serial, run)
+        assert not named and len(ex.groups) == 2
+        assert ex.stats[("proxal_admm_step", "batched")] == 6 * serial.iterations["inner"]
+
+
+def test_groups_with_too_large_hessian_stacks_are_served_per_node(monkeypatch):
+    """Above MAX_HESSIAN_FLOATS (k·N² floats per stack) the step goes client by client."""
+    import backends.proxal_batched as forms
+    prob, _ = _least_squares(n=3)
+    serial = prob.solve(ProxAL(max_outer=2), executor="serial")
+    monkeypatch.setattr(forms, "MAX_HESSIAN_FLOATS", 3 * D_LS ** 2 - 1)
+    ex = BatchedExecutor()
+    assert_same_run(serial, prob.solve(ProxAL(max_outer=2), executor=ex))
+    assert ex.stats[("proxal_admm_step", "batched")] == 0 < ex.stats[("proxal_admm_step", "serial")]
+
+
+def test_lbfgs_falls_back_per_node_with_the_same_numbers():
     """local_solver="lbfgs" has no vectorized form: served node by node (same numbers), and the
     JAX executor names the kind."""
     prob = _ball_logistic(n=3)
