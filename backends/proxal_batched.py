@@ -80,8 +80,8 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
     mix = opts.get("mix")
     if method not in _VECTORIZED or w is None or \
             len(members) * (group.n_x + group.n_y) ** 2 > MAX_HESSIAN_FLOATS or \
-            (mix is not None and any(payloads[m] is not opts and not np.array_equal(payloads[m].get("mix"), mix)
-                                     for m in members)):
+            (mix is not None and any(payloads[m] is not opts and
+                                     not np.array_equal(payloads[m].get("mix"), mix) for m in members)):
         return None
     rows = np.array([group.index[m] for m in members])
     states = [group.programs[i].state.get("admm") for i in rows]

@@ -78,7 +78,8 @@ def main(argv=None) -> None:
     parser.add_argument("--executors", nargs="+", default=["serial", "batched", "jax"])
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f}; d = {args.d}, {args.outer} outer iterations")
-    print("| n | executor | first outer (s) | s / outer | s / ADMM step | ADMM steps per outer | whole solve (s) | max |w − w_serial| |")
+    print("| n | executor | first outer (s) | s / outer | s / ADMM step | ADMM steps per outer "
+          "| whole solve (s) | max |w − w_serial| |")
     print("|---|---|---|---|---|---|---|---|")
     for n in args.n:
         prob, w = build(n, args.d)
