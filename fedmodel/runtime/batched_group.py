@@ -5,7 +5,9 @@ merits have the same structure (`program_signature`: same expressions, data of a
 shape) and serves each group with one numpy computation. A `Group` holds the members' batched
 plans (`batched_plan.BatchedPlan`) and the stacked (n, d) arrays its forms last wrote: it hands
 *row views* of them to the clients' state (`Group.sync`) only when the state is read, and
-reuses a stack while every client still holds exactly those row objects. The helpers at the end
+reuses a stack while every client still holds exactly those row objects. It also evaluates the
+members' Hessians (`hessian`) and solves their Newton / exact local problems at once
+(`solve_newton`, `NodeProgram.solve_local`'s "newton" and "exact"). The helpers at the end
 (`in_group_order`, `read_only`, `private_stack`) read a group's stacks for the forms
 (`batched_procedures` and the backends' own).
 """
@@ -132,7 +134,10 @@ class Group:
         ∇²P_i when a step cut ‖∇‖∞ by less than half, "newton" only), stop — are taken per
         client with masks; each client's chord Hessian is the one its program keeps
         (`_hessian_cache`, read here and written back when refreshed), so a later serial solve
-        continues exactly. Every evaluation is one group `value_grad` (and `hessian`) call.
+        continues exactly. An evaluation is one group `value_grad` call (or, for at most
+        `STRAGGLERS`·n clients, each one's own plan), Hessians one group `hessian` call; the
+        directions one stacked LU solve of ∇²P_i + diag(weight_i) (the serial solve uses
+        Cholesky: the same direction up to rounding). Memory: a few (k, N, N) stacks.
         weight: (k,) or (k, n_x); the members do not write their `y` here (the caller does)."""
         if method not in ("exact", "newton"):
             raise FedModelError(f"Group.solve_newton: method {method!r} is not 'exact' or 'newton'")
