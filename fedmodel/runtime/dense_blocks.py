@@ -4,7 +4,7 @@
 `batched_plan` multiplies per-client data by a block-diagonal matrix. For sparse data (MNIST:
 ~80 % zeros) that is a CSR matrix without the zeros; for dense data CSR reads an index per
 entry and scatters through it, so a product costs ~1.5–2× a pass over the stacked data.
-`DenseBlocks` keeps the stacked (Σm_i, d) rows as they are, with each row's owner, and
+`DenseBlocks` keeps the stacked (Σm_i, d) rows as they are, with each client's first row, and
 multiplies in the same order as CSR (row by row, columns in order, one accumulator per row):
 the same numbers, bit for bit. The loops are numba-compiled on first use
 (`dense_loops`), so importing the runtime does not load numba.
@@ -30,8 +30,8 @@ class DenseBlocks:
     """diag(X_1, …, X_n) (or its transpose, `.T`) for X_i of shape (m_i, d): `A @ v` for a
     flat vector v, like the CSR matrix it replaces (shape, `.T`, `@` with 1-D operands)."""
 
-    def __init__(self, stacked: np.ndarray, owner: np.ndarray, n: int, transposed: bool = False):
-        self.stacked, self.owner, self.n = stacked, owner, n
+    def __init__(self, stacked: np.ndarray, starts: np.ndarray, n: int, transposed: bool = False):
+        self.stacked, self.starts, self.n = stacked, starts, n      # client i: rows starts[i]:starts[i+1]
         self.transposed = transposed
         rows, d = stacked.shape
         self.shape = (n * d, rows) if transposed else (rows, n * d)
@@ -45,12 +45,12 @@ class DenseBlocks:
         stacked = np.ascontiguousarray(np.concatenate(blocks, axis=0), dtype=float)
         if stacked.size == 0 or np.count_nonzero(stacked) < DENSE_FRACTION * stacked.size:
             return None
-        owner = np.repeat(np.arange(len(blocks), dtype=np.int64), [b.shape[0] for b in blocks])
-        return cls(stacked, owner, len(blocks))
+        starts = np.concatenate([[0], np.cumsum([b.shape[0] for b in blocks])]).astype(np.int64)
+        return cls(stacked, starts, len(blocks))
 
     @property
     def T(self) -> "DenseBlocks":
-        return DenseBlocks(self.stacked, self.owner, self.n, not self.transposed)
+        return DenseBlocks(self.stacked, self.starts, self.n, not self.transposed)
 
     def __matmul__(self, v):
         v = np.ascontiguousarray(v, dtype=float)
@@ -60,8 +60,8 @@ class DenseBlocks:
         d = self.stacked.shape[1]
         if self.transposed:
             G = np.empty((self.n, d))
-            backward(self.stacked, self.owner, v, G)
+            backward(self.stacked, self.starts, v, G)
             return G.ravel()
         out = np.empty(self.stacked.shape[0])
-        forward(self.stacked, self.owner, v.reshape(self.n, d), out)
+        forward(self.stacked, self.starts, v.reshape(self.n, d), out)
         return out

