@@ -88,15 +88,18 @@ def _assert_same(serial, batched):
             np.testing.assert_allclose(batched.info[key][node], value, atol=TOL)
 
 
-def _close(got, want, what):
+def _close(got, want, what, tol=TOL):
+    """got == want: dicts key by key, strings and None exactly, numbers to `tol`."""
     if isinstance(want, dict):
         assert got.keys() == want.keys(), what
         for k in want:
-            _close(got[k], want[k], f"{what}[{k}]")
+            _close(got[k], want[k], f"{what}[{k}]", tol)
     elif isinstance(want, str) or want is None:
         assert got == want, what
+    elif isinstance(want, (list, tuple)) and any(isinstance(v, (str, type(None))) for v in want):
+        assert list(got) == list(want), what
     else:
-        np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL, err_msg=what)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=what)
 
 
 def _batched(ex, kind):

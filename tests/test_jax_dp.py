@@ -17,7 +17,7 @@ from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.batched_records import group_record_gradients
 from fedmodel.runtime.privacy import _record_gradients
 from fedmodel.runtime.program import compile_programs
-from test_batched import D, _logistic
+from test_batched import D, _close, _logistic
 
 TOL = 1e-8
 SETTINGS = {
@@ -46,16 +46,7 @@ def _run(prob, executor, **kw):
 
 
 def _same(got, want, what):
-    if isinstance(want, dict):
-        assert got.keys() == want.keys(), what
-        for k in want:
-            _same(got[k], want[k], f"{what}[{k}]")
-    elif isinstance(want, str) or want is None:
-        assert got == want, what
-    elif isinstance(want, (list, tuple)) and any(isinstance(v, (str, type(None))) for v in want):
-        assert list(got) == list(want), what
-    else:
-        np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL, err_msg=what)
+    _close(got, want, what, TOL)
 
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])
