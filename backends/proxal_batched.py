@@ -1,6 +1,7 @@
 """ProxAL's client steps (backends/proxal_nodes.py) for a whole group of same-structure clients:
 the forms the batched and JAX executors serve `proxal_admm_step` (vectorized) and
-`proxal_admm_init`, `update_multipliers` (client by client inside the form) and `merit` with.
+`proxal_admm_init` (client by client inside the form) with; ProxAL's other per-round requests,
+`update_multipliers` and `merit`, have the runtime's generic forms (batched_procedures).
 
 `proxal_admm_step` does, for every member at once: the certificate (22) from one group
 ∇P_i evaluation, the local solve (19) by `Group.solve_newton` (methods "exact" and "newton":
@@ -22,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.runtime.batched_group import Group, private_stack
-from fedmodel.runtime.batched_procedures import same_options
+from fedmodel.runtime.batched_procedures import common_value, gradients_at, same_options
 from fedmodel.runtime.ledger import MESSAGES, register
 from .anderson import ClientHistory
 from .proxal_nodes import _balance
@@ -31,24 +32,6 @@ _VECTORIZED = ("exact", "newton")      # `NodeProgram.solve_local` methods solve
 # a group's stacked Hessians (k × N² floats, N = n_x + n_y) are held two or three times over
 # during a solve: above this many floats per stack (200 MB) the clients are served one by one
 MAX_HESSIAN_FLOATS = 25_000_000
-
-
-def _common_w(payloads: dict, members: list[str], key: str = "w") -> np.ndarray | None:
-    """The one server iterate every member was sent (None when they differ)."""
-    first = payloads[members[0]][key]
-    w = np.asarray(first, float)
-    for m in members[1:]:
-        other = payloads[m][key]
-        if other is not first and not np.array_equal(np.asarray(other, float), w):
-            return None
-    return w
-
-
-def _gradients(group: Group, rows: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """P_i and ∇ₓP_i of the clients `rows` at (w, y_i): one group evaluation."""
-    X = np.broadcast_to(w, (group.n, group.n_x))
-    values, G = group.value_grad(X, private_stack(group))
-    return values[rows], G[rows, :group.n_x]
 
 
 def _init_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
@@ -76,7 +59,7 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
     if opts is None or group.prox:
         return None
     method = group.local_method(opts.get("solver", "auto"))
-    w = _common_w(payloads, members)
+    w = common_value(payloads, members)
     mix = opts.get("mix")
     if method not in _VECTORIZED or w is None or \
             len(members) * (group.n_x + group.n_y) ** 2 > MAX_HESSIAN_FLOATS or \
@@ -104,7 +87,7 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
             X = _mixed(histories, np.asarray(mix, float))
             U, Lam = X[:, :n_x], rho[:, None] * X[:, n_x:]
     # (22) with the old λ_i, u_i and the ρ_i the server used in (18)
-    _, G = _gradients(group, rows, w)
+    _, G = gradients_at(group, rows, w)
     eps_tilde = np.abs(G + Lam - rho[:, None] * (w - U)).max(axis=1) if n_x else np.zeros(k)
     # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², warm-started at (u_i, y_i)
     Y = private_stack(group)[rows]
@@ -158,26 +141,5 @@ def _pushed(histories: list, outputs: np.ndarray, states: np.ndarray) -> np.ndar
     return np.einsum("kld,kd->kl", kept, residuals)
 
 
-def _update_multipliers_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
-    """`update_multipliers` (Algorithm 1, steps 5, 7–8) for the members: each program's own
-    multiplier step (its multipliers are its Parameters), served inside the group's form so
-    that a round keeps the group's stacked state (no hand-over to the per-node path)."""
-    return {m: group.programs[group.index[m]].update_multipliers(np.asarray(payloads[m]["x"], float))
-            for m in members}
-
-
-def _merit_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
-    """`merit` (P_i and ∇ₓP_i at (x, y_i): `ProxAL(check_certificate=True)`) by one group
-    evaluation when every member was sent the same x."""
-    w = _common_w(payloads, members, "x")
-    if w is None:
-        return None
-    rows = np.array([group.index[m] for m in members])
-    values, G = _gradients(group, rows, w)
-    return {m: {"value": float(values[j]), "grad": G[j].copy()} for j, m in enumerate(members)}
-
-
 register(MESSAGES["proxal_admm_init"], batched=_init_batched)
 register(MESSAGES["proxal_admm_step"], batched=_step_batched)
-register(MESSAGES["update_multipliers"], batched=_update_multipliers_batched)
-register(MESSAGES["merit"], batched=_merit_batched)

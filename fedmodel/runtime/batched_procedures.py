@@ -2,9 +2,10 @@
 
 A batched form serves one request kind for a whole `batched_group.Group` (see
 `ledger.procedure`); the runtime knows no algorithm, so it has only the generic forms of
-`report` (objective of unconstrained clients) and `solve_local` with method "gd", registered
-when this module is imported (the batched executor imports it). The building blocks
-(`local_steps`, `request_rows`, `same_options`) serve the backends' own forms, which live
+`report` (objective of unconstrained clients), `solve_local` with method "gd", `merit` and
+`update_multipliers`, registered when this module is imported (the batched executor imports
+it). The building blocks (`local_steps`, `request_rows`, `same_options`, `common_value`,
+`gradients_at`) serve the backends' own forms, which live
 beside their node steps. The elementwise work of a step is done by compiled kernels
 (`kernels`), one pass over the stacks each.
 """
@@ -145,5 +146,45 @@ def _solve_local(group: Group, members: list[str], payloads: dict):
     return replies
 
 
+def common_value(payloads: dict, members: list[str], key: str = "w") -> np.ndarray | None:
+    """The one value of request field `key` every member was sent, e.g. the server's iterate
+    (None when they differ)."""
+    first = payloads[members[0]][key]
+    w = np.asarray(first, float)
+    for m in members[1:]:
+        other = payloads[m][key]
+        if other is not first and not np.array_equal(np.asarray(other, float), w):
+            return None
+    return w
+
+
+def gradients_at(group: Group, rows: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """P_i and ∇ₓP_i of the clients `rows` at (w, y_i): one group evaluation."""
+    X = np.broadcast_to(w, (group.n, group.n_x))
+    values, G = group.value_grad(X, private_stack(group))
+    return values[rows], G[rows, :group.n_x]
+
+
+def _update_multipliers_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
+    """`NodeProgram.update_multipliers` for the members: each program's own
+    multiplier step (its multipliers are its Parameters), served inside the group's form so
+    that a round keeps the group's stacked state (no hand-over to the per-node path)."""
+    return {m: group.programs[group.index[m]].update_multipliers(np.asarray(payloads[m]["x"], float))
+            for m in members}
+
+
+def _merit_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """`NodeProgram.merit` (P_i and ∇ₓP_i at (x, y_i)) of the members by one group
+    evaluation when every member was sent the same x."""
+    w = common_value(payloads, members, "x")
+    if w is None:
+        return None
+    rows = np.array([group.index[m] for m in members])
+    values, G = gradients_at(group, rows, w)
+    return {m: {"value": float(values[j]), "grad": G[j].copy()} for j, m in enumerate(members)}
+
+
 register(MESSAGES["report"], batched=_report, stacked=_report_stacked)
 register(MESSAGES["solve_local"], batched=_solve_local)
+register(MESSAGES["update_multipliers"], batched=_update_multipliers_batched)
+register(MESSAGES["merit"], batched=_merit_batched)
