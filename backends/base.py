@@ -115,6 +115,7 @@ def violated_constraints(problem, values: dict[int, np.ndarray], tol: float = 0.
 
 
 CONVERGED_VIOLATION = 1e-3   # a "converged" point violating a constraint by more is not an answer
+NOT_STATIONARY = 1e-2        # a "converged" point with a larger KKT stationarity is warned about
 
 
 def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time: float) -> Result:
@@ -133,6 +134,9 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
             _not_converged_when_infeasible(problem, backend_name, outcome, values)
         if certificate is None and values and np.isfinite(objective):
             certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
+        if outcome["status"] == "converged" and certificate is not None \
+                and certificate.stationarity > NOT_STATIONARY:
+            _warn_not_stationary(backend_name, outcome, certificate.stationarity)
     if outcome["status"] == "max_iterations":
         _judge_steady_descent(outcome)
     result = Result(status=outcome["status"], values=values, objective=objective,
@@ -166,4 +170,17 @@ def _not_converged_when_infeasible(problem, backend_name: str, outcome: dict[str
     outcome["status"] = "stalled"
     info = outcome.setdefault("info", {})
     info["violated"], info["stalled"] = violated, message
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _warn_not_stationary(backend_name: str, outcome: dict[str, Any], stationarity: float) -> None:
+    """The backend's stop test passed at a point that is far from a KKT point of the model:
+    FedAvg / FedProx converge to their own fixed point, which is not the model's solution with
+    several local steps (client drift) or client constraints (each client's constraint holds at
+    its local iterate, not at their average). Said in a warning and `info["not_stationary"]`."""
+    message = (f"{backend_name} converged by its stop test, but the point is not a solution of the "
+               f"model: KKT stationarity {stationarity:.3g} (result.certificate). Its fixed point "
+               "differs from the model's optimum (client drift with several local steps, or client "
+               "constraints); ProxAL, DALD or FedADMM solve the model, prob.solve('cvxpy') checks it")
+    outcome.setdefault("info", {})["not_stationary"] = message
     warnings.warn(message, RuntimeWarning, stacklevel=3)

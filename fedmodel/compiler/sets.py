@@ -38,14 +38,14 @@ class ProxTerm:
     weight: Callable[[], float] | None = None   # λ of a "norm1" term, at its current value
     box: tuple[Any, Any] | None = None          # (lower, upper) per entry, for sets that are boxes
 
-    def residual(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
-        """`remainder` at x with entries within ZERO·max(1, ‖x‖∞) of 0 read as 0 for a term
+    def residual(self, x: np.ndarray, g: np.ndarray, zero: float = ZERO) -> np.ndarray:
+        """`remainder` at x with entries within `zero`·max(1, ‖x‖∞) of 0 read as 0 for a term
         (not a set): an iterative method leaves 1e-12 where the answer has 0, and scoring
         sign(1e-12) would charge the full weight λ (the smaller of the two residuals, i.e.
-        the exact residual of a point within ZERO). Sets' normal cones have their own ACTIVE."""
+        the exact residual of a point within `zero`). Sets' normal cones have their own ACTIVE."""
         x = np.asarray(x, dtype=float)
         if self.constraint is None:
-            tol = ZERO * max(1.0, float(np.max(np.abs(x), initial=0.0)))
+            tol = zero * max(1.0, float(np.max(np.abs(x), initial=0.0)))
             x = np.where(np.abs(x) <= tol, 0.0, x)
         return self.remainder(x, g)
 
