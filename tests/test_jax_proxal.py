@@ -208,3 +208,24 @@ def test_solve_newton_refuses_other_methods():
     with pytest.raises(FedModelError, match="lbfgs"):
         group.solve_newton(np.zeros((3, D)), np.arange(3), np.zeros((3, D)), np.ones(3),
                            np.zeros(D), 1e-6, "lbfgs")
+
+
+@pytest.mark.parametrize("executor", ["batched", "jax"])
+def test_a_users_model_with_defaults_is_solved_or_refused_as_on_serial(executor):
+    """As a user writes it: `prob.solve("proxal", executor=...)`, default options, run to the
+    end. A feasible model reaches CVXPY's answer (the path may differ from serial's, see the
+    module docstring; the answer may not); an infeasible one — every client's ball cannot hold
+    sum(w) ≥ 10 — says "infeasible", with a warning, on the vectorized executor too."""
+    prob = _ball_logistic(n=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JaxFallbackWarning)
+        result = prob.solve("proxal", executor=executor)
+    assert result.status == "converged" and fm.verify(result).ok
+    for client in prob.clients:
+        client.subject_to(fm.sum(prob.variables()[0]) >= 10.0)
+    assert prob.solve("cvxpy").status == "infeasible"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = prob.solve("proxal", executor=executor)
+    assert result.status == "infeasible"
+    assert any("infeasible" in str(w.message) for w in caught if not issubclass(w.category, JaxFallbackWarning))
