@@ -149,38 +149,41 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
 
 
 def _judge_steady_descent(outcome: dict[str, Any]) -> None:
-    """A run at its round cap whose objective never stopped falling is reported "unbounded",
-    with a warning (`watch.steady_descent`), not returned as if its last point were an answer."""
+    """A run at its round cap whose objective never stopped falling is reported "unbounded"
+    (`watch.steady_descent`), not returned as if its last point were an answer."""
     message = steady_descent(outcome.get("history") or [])
     if message is not None:
-        outcome["status"] = "unbounded"
-        outcome.setdefault("info", {})["unbounded"] = message
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        _say(outcome, "unbounded", message, status="unbounded")
 
 
 def _not_converged_when_infeasible(problem, backend_name: str, outcome: dict[str, Any], values) -> None:
     """A run that stopped moving at a point violating constraints by more than
     CONVERGED_VIOLATION (FedAvg / FedProx on contradictory client sets: their stop test is the
-    model's change only) is "stalled", with a warning naming the constraints, never "converged"."""
+    model's change only) is "stalled", naming the constraints, never "converged"."""
     violated = violated_constraints(problem, values, CONVERGED_VIOLATION)
     worst = ", ".join(f"{name} by {v:.3g}" for name, v in list(violated.items())[:3])
-    message = (f"{backend_name} stopped moving at a point that violates {worst}: not a solution. "
-               "The model may be infeasible (prob.solve('cvxpy') decides it), or this backend "
-               "does not enforce these constraints at its fixed point (ProxAL and DALD do)")
-    outcome["status"] = "stalled"
-    info = outcome.setdefault("info", {})
-    info["violated"], info["stalled"] = violated, message
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    outcome.setdefault("info", {})["violated"] = violated
+    _say(outcome, "stalled", f"{backend_name} stopped moving at a point that violates {worst}: not a "
+         "solution. The model may be infeasible (prob.solve('cvxpy') decides it), or this backend "
+         "does not enforce these constraints at its fixed point (ProxAL and DALD do)", status="stalled")
 
 
 def _warn_not_stationary(backend_name: str, outcome: dict[str, Any], stationarity: float) -> None:
     """The backend's stop test passed at a point that is far from a KKT point of the model:
     FedAvg / FedProx converge to their own fixed point, which is not the model's solution with
     several local steps (client drift) or client constraints (each client's constraint holds at
-    its local iterate, not at their average). Said in a warning and `info["not_stationary"]`."""
-    message = (f"{backend_name} converged by its stop test, but the point is not a solution of the "
-               f"model: KKT stationarity {stationarity:.3g} (result.certificate). Its fixed point "
-               "differs from the model's optimum (client drift with several local steps, or client "
-               "constraints); ProxAL, DALD or FedADMM solve the model, prob.solve('cvxpy') checks it")
-    outcome.setdefault("info", {})["not_stationary"] = message
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    its local iterate, not at their average)."""
+    _say(outcome, "not_stationary",
+         f"{backend_name} converged by its stop test, but the point is not a solution of the "
+         f"model: KKT stationarity {stationarity:.3g} (result.certificate). Its fixed point "
+         "differs from the model's optimum (client drift with several local steps, or client "
+         "constraints); ProxAL, DALD or FedADMM solve the model, prob.solve('cvxpy') checks it")
+
+
+def _say(outcome: dict[str, Any], key: str, message: str, status: str | None = None) -> None:
+    """A verdict of `finish_result` on the run: `message` in a warning and in info[key]; with
+    `status`, the run ends with that status instead of the backend's."""
+    outcome.setdefault("info", {})[key] = message
+    if status is not None:
+        outcome["status"] = status
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
