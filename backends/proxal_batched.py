@@ -25,8 +25,8 @@ import numpy as np
 from fedmodel.runtime.batched_group import Group, private_stack
 from fedmodel.runtime.batched_procedures import common_value, gradients_at, same_options
 from fedmodel.runtime.ledger import MESSAGES, register
-from .anderson import ClientHistory
-from .proxal_nodes import _balance
+from .anderson import extrapolate
+from .proxal_nodes import _admm_init, _balance
 
 _VECTORIZED = ("exact", "newton")      # `NodeProgram.solve_local` methods solved for a group at once
 # a group's stacked Hessians (k × N² floats, N = n_x + n_y) are held two or three times over
@@ -35,21 +35,13 @@ MAX_HESSIAN_FLOATS = 25_000_000
 
 
 def _init_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
-    """`proxal_admm_init` (step 1 of Algorithm 2) for the members of a group. Its gradient is
-    each client's own (`merit`, the serial numbers; once per ADMM run, not per step): the
-    request does not say which local solver follows, and an L-BFGS-B run (served node by
-    node) started from a gradient that differs in the last bits can take other steps."""
-    replies = {}
-    for m in members:
-        p = payloads[m]
-        program, w = group.programs[group.index[m]], np.asarray(p["w"], float)
-        rho, anderson = float(p["rho"]), p.get("anderson", 0.0)
-        grad = program.merit(w)["grad"]
-        program.state["admm"] = {
-            "u": w.copy(), "lam": -grad, "rho": rho, "w": w.copy(),
-            "history": ClientHistory(int(anderson)) if anderson else None}
-        replies[m] = {"u_tilde": w - grad / rho}
-    return replies
+    """`proxal_admm_init` (step 1 of Algorithm 2) for the members of a group, each by its own
+    node step (`proxal_nodes._admm_init`: the serial numbers; once per ADMM run, not per step):
+    the request does not say which local solver follows, and an L-BFGS-B run (served node by
+    node) started from a gradient that differs in the last bits can take other steps. Served
+    inside the group's form so that the group keeps its stacked state."""
+    return {m: _admm_init(group.programs[group.index[m]], np.asarray(payloads[m]["w"], float),
+                          payloads[m]["rho"], payloads[m].get("anderson", 0.0)) for m in members}
 
 
 def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
@@ -119,26 +111,14 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
 
 
 def _mixed(histories: list, gamma: np.ndarray) -> np.ndarray:
-    """Every client's `ClientHistory.mix(gamma)` (histories of one length), as one stack: the
-    same operations in the same order as `anderson.extrapolate`, row by row."""
-    outputs = np.array([h.outputs for h in histories], dtype=float)       # (k, L, 2 n_x)
-    x = outputs[:, -1].copy()
-    for j, coefficient in enumerate(gamma):
-        x -= coefficient * (outputs[:, j + 1] - outputs[:, j])
-    return x
+    """Every client's `ClientHistory.mix(gamma)` (histories of one length) as one stack:
+    `anderson.extrapolate` on the stacked outputs, the same operations row by row."""
+    return extrapolate(list(np.array([h.outputs for h in histories], dtype=float).swapaxes(0, 1)), gamma)
 
 
 def _pushed(histories: list, outputs: np.ndarray, states: np.ndarray) -> np.ndarray:
-    """`ClientHistory.push(output_i, state_i)` of every client: each keeps its rows; the
-    products ⟨f_i, f_ij⟩ (f_i newest, last) come from one stacked contraction."""
-    residuals = outputs - states
-    for h, g, f in zip(histories, outputs, residuals):
-        h.outputs.append(g)
-        h.residuals.append(f)
-        if len(h.outputs) > h.memory + 1:
-            del h.outputs[0], h.residuals[0]
-    kept = np.array([h.residuals for h in histories], dtype=float)          # (k, L, 2 n_x)
-    return np.einsum("kld,kd->kl", kept, residuals)
+    """`ClientHistory.push(output_i, state_i)` of every client: its products ⟨f_i, f_ij⟩."""
+    return np.array([h.push(g, x) for h, g, x in zip(histories, outputs, states)])
 
 
 register(MESSAGES["proxal_admm_init"], batched=_init_batched)

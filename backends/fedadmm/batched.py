@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.runtime.batched_group import Group, private_stack
+from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.ledger import MESSAGES, register
 from .client import _gd_step, finish_round
 from .insa import sigma_bound
@@ -31,8 +32,8 @@ def _round_batched(group: Group, members: list[str], payloads: dict) -> dict[str
     if first["solver"] != "gd" or any(tuple(s[k] for k in _SAME) != tuple(first[k] for k in _SAME)
                                       for s in states):
         return None
-    z = np.asarray(payloads[members[0]]["z"], float)
-    if any(not np.array_equal(np.asarray(payloads[m]["z"], float), z) for m in members[1:]):
+    z = common_value(payloads, members, "z")
+    if z is None:
         return None
     with np.errstate(over="ignore", invalid="ignore"):
         return _update(group, members, states, z)
