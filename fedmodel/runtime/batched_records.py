@@ -15,8 +15,6 @@ leave the nodes' programs.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..compiler.codegen import Plan
@@ -24,7 +22,7 @@ from ..compiler.per_record import RecordGradients
 from ..errors import FedModelError
 from ..expression import Expression, Leaf
 from .batched_group import Group
-from .batched_plan import BatchedPlan, Seg, _block_diag
+from .batched_plan import BatchedPlan, Seg
 from .privacy import _record_gradients
 
 
@@ -53,7 +51,7 @@ class GroupRecordGradients:
         if any(c != classes[0] for c in classes):
             raise FedModelError("GroupRecordGradients: the clients' products share records differently")
         self.classes = classes[0]
-        cache = getattr(group, "_blocks", None)     # the group's block-diagonal data, shared
+        cache = group._blocks                       # the group's block-diagonal data, shared
         # u = ∂f/∂S as functions of the shared variables alone (S := A @ w substituted back):
         # the per-node adjoint plans take S, whose row count differs between clients
         self.adjoint = BatchedPlan([_adjoint_plan(r) for r in per_node], cache)
@@ -72,19 +70,11 @@ class GroupRecordGradients:
             blocks = [np.asarray(r.products[j].data.value, float) for r in per_node]
             var = first._shared.index(first.products[j].product.args[1].uid)
             self.products.append((seg_rows, width, broadcast, row_l1, blocks, var, rows))
-        self._block: dict[int, Any] = {}
-        self._cache = cache
 
     def _matrix(self, j: int):
-        """diag(A_1, …, A_n) of product j (CSR), shared with the group's plans when they hold it."""
-        if j not in self._block:
-            blocks = self.products[j][4]
-            key = tuple(id(b) for b in blocks)
-            if self._cache is not None and key in self._cache:
-                self._block[j] = self._cache[key][0]
-            else:
-                self._block[j] = _block_diag(blocks)
-        return self._block[j]
+        """diag(A_1, …, A_n) of product j (CSR), from the group's cache of block matrices (built
+        there once when the group's plans have not built it)."""
+        return self.adjoint._block_of(self.products[j][4])
 
     def _inputs(self, X: np.ndarray) -> list[np.ndarray]:
         o = self.offsets
