@@ -59,8 +59,7 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
         else:
             Z_new = np.array([p.apply_prox(z, t) for p, z, t in zip(group.programs, Z_new, step)])
     if kind is GaussianOutput:                                      # OutP only
-        scales = [r.get("sigma", 0.0) if layer.std == "sigma" else r.get("sigma", 0.0) ** 2
-                  for layer, r in zip(layers, request)]
+        scales = [layer.scale(r.get("sigma", 0.0)) for layer, r in zip(layers, request)]
         noise = np.array([gaussian_noise(s["rng"], scale, (d,)) for s, scale in zip(states, scales)],
                          dtype=float).reshape(n, d)
         NoiseLog.add_rows([s["log"] for s in states], scales, noise)
@@ -136,14 +135,10 @@ def _objective_perturbation(group: Group, states: list[dict], layers: list, mode
 
 def _iadmm_steps(Z: np.ndarray, G: np.ndarray, W: np.ndarray, lam: np.ndarray, rho: np.ndarray,
                  prox: np.ndarray, radius: float | None, norm: str) -> np.ndarray:
-    """`client.iadmm_step` row by row, as array arithmetic in the same order (the same numbers);
-    the 2-norm trust region (ObjT, trust_norm="2") projects each row with `iadmm_step` itself."""
-    rho_, prox_ = rho[:, None], prox[:, None]
-    if radius is None:
-        return (-G + rho_ * W + lam + prox_ * Z) / (rho_ + prox_)
-    U = W + (lam - G) / rho_
-    if norm == "inf":
-        return np.clip(U, Z - radius, Z + radius)
+    """`client.iadmm_step` for every row: on the stacks where it is elementwise (no trust region,
+    or the ∞-norm one), row by row for the 2-norm trust region (a radial projection per row)."""
+    if radius is None or norm == "inf":     # elementwise: the step itself, on the stacks
+        return iadmm_step(Z, G, W, lam, rho[:, None], prox[:, None], radius, norm)
     W = np.broadcast_to(W, Z.shape)
     return np.array([iadmm_step(z, g, w, l, r, 0.0, radius, norm)
                      for z, g, w, l, r in zip(Z, G, W, lam, rho)])

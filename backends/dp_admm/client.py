@@ -95,8 +95,12 @@ class GaussianOutput(Identity):
 
     std: str = "sigma"
 
+    def scale(self, sigma: float) -> float:
+        """The noise's standard deviation for the server's σ: σ, or σ² ("sigma2")."""
+        return sigma if self.std == "sigma" else sigma ** 2
+
     def output(self, state, z, sigma):
-        scale = sigma if self.std == "sigma" else sigma ** 2
+        scale = self.scale(sigma)
         noise = gaussian_noise(state["rng"], scale, z.shape)
         state["log"].add(scale, noise)
         return z + noise
