@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import atoms as A
 from ..atoms.elementwise import Elementwise
-from ..compiler.codegen import Plan
+from ..compiler.codegen import Plan, _fused_pairs
 from ..errors import FedModelError
 from ..expression import Parameter
 from .dense_blocks import DenseBlocks
@@ -189,21 +189,19 @@ class BatchedPlan:
         derivative) computed by one `logistic_and_sigmoid` at the first of the two steps (one
         e^{−|a|} instead of two, and one exp less: bitwise the separate results, as the serial
         plans' `codegen._fused_pairs`); the second step then finds its result already there."""
-        from ..atoms.elementwise import Logistic, Sigmoid, logistic_and_sigmoid
-        by_argument: dict[int, dict[type, int]] = {}
-        for j, (fn, args, out) in enumerate(first.steps):
-            kind = type(fn.__self__)
-            if (kind is Logistic or kind is Sigmoid) and self.rules[j].endswith(":elementwise"):
-                by_argument.setdefault(args[0], {})[kind] = j
-        for slot, found in by_argument.items():
-            if len(found) < 2:
+        step_of = {out: j for j, (_, _, out) in enumerate(first.steps)}
+        for j, pair in _fused_pairs(first.steps).items():
+            if pair is None:
                 continue
-            j_value, j_slope = found[Logistic], found[Sigmoid]
-            value, slope = first.steps[j_value][2], first.steps[j_slope][2]
+            kernel, (value, slope) = pair
+            j_value, j_slope = step_of[value], step_of[slope]
+            if not all(self.rules[i].endswith(":elementwise") for i in (j_value, j_slope)):
+                continue
+            slot = first.steps[j][1][0]
             g = self._getter((slot,))[0]
 
-            def both(vals, g=g, value=value, slope=slope):
-                vals[value], vals[slope] = logistic_and_sigmoid(g(vals))
+            def both(vals, g=g, value=value, slope=slope, kernel=kernel):
+                vals[value], vals[slope] = kernel(g(vals))
             later = max(j_value, j_slope)
             alone = self._ops[later]            # (a pruned variant may drop the first step)
 
