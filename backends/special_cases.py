@@ -117,6 +117,7 @@ class _DistributedPA(DALD):
                        common={"x0": xhat, "beta": beta})
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
         watch, history, status, k, info, opts = self._watch(), [], "max_iterations", 0, {}, self._opts()
+        has_server = "server" in ex.programs
         bar = progress(self.max_iterations, verbose, name)
         while k < self.max_iterations:
             k += 1
@@ -131,7 +132,8 @@ class _DistributedPA(DALD):
                                               common={"xhat": xhat, "consensus": 0.0})["dmu"], initial=0.0))
             report = k % self.report_every == 0 or self._converged(np.nan, dual, dmu) or \
                 k >= self.max_iterations
-            record = self._record_cc(ex, clients, xhat, k, 1, k, float("nan"), dual, dmu / beta, start, report)
+            record = self._record_cc(ex, clients, xhat, k, 1, k, float("nan"), dual, dmu / beta, start, report,
+                                     has_server)
             record["sum_mu"] = 0.0
             stop = self._outer_step_done(record, history, callback, bar, clients, None,
                                          bool(problem.constraints), np.nan, dual, dmu)

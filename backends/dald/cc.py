@@ -150,15 +150,15 @@ class FedDALDCC:
                        anchor=weighted / total_rho2, x0=xhat, method="auto",
                        tol=1e-10 if self.local_tol is None else float(self.local_tol))["x"]
 
-    def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report=True,
-                   has_server: bool | None = None) -> dict:
+    def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report: bool,
+                   has_server: bool) -> dict:
         """One history record; objective and violation at x̂ on every node (the clients' reports
-        as one group request) when `report`, else NaN."""
+        as one group request; the server's when `has_server`) when `report`, else NaN."""
         if not report:
             return self._record(k, v, total, primal, dual, constraint, start)
         reports = ex.map_stacked("report", clients, common={"x": xhat})
         objective, violation = float(np.sum(reports["objective"])), float(np.max(reports["violation"], initial=0.0))
-        if has_server if has_server is not None else "server" in ex.programs:
+        if has_server:
             server = ex.call("server", "report", x=xhat)
             objective, violation = objective + server["objective"], max(violation, server["violation"])
         return self._record(k, v, total, primal, dual, constraint, start, objective, violation)
