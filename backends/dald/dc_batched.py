@@ -181,7 +181,7 @@ def _sweep_block(group: Group, order: np.ndarray, common: dict) -> np.ndarray | 
         return None
     sweep, layout, X, MU = known
     step = float(common["step"])
-    _, G = group.value_grad(X, np.zeros((group.n, 0)))     # ∇P_s at every warm start
+    G = group.grad(X, np.zeros((group.n, 0)))     # ∇P_s at every warm start
     threshold, cols, prox_after = group.kernel_prox(step, prox)
     B = kernels.gauss_seidel_sweep(X, G, MU, order, layout.adjacency, layout.twice_rho2, step, threshold,
                                    cols, partial(_prox_row, group, t=step) if prox_after else None)

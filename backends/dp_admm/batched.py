@@ -41,7 +41,7 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
         return None
     n, d = group.n, group.n_x
     Z = group.gather("z", states, d, _SLOT)
-    _, G = group.value_grad(Z, np.zeros((n, 0)))          # f'_p(z_p^t; D_p), (37)
+    G = group.grad(Z, np.zeros((n, 0)))          # f'_p(z_p^t; D_p), (37)
     if kind is LaplaceObjective:
         G = _objective_perturbation(group, states, layers, mode, Z, G)
         if G is None:

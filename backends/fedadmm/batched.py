@@ -55,7 +55,7 @@ def _update(group: Group, members: list[str], states: list[dict], z: np.ndarray)
         full[rows] = X[:, :n]
         full_y = private_stack(group)
         full_y[rows] = X[:, n:]
-        G = group.value_grad(full, full_y)[1][rows] / alpha[:, None]
+        G = group.grad(full, full_y)[rows] / alpha[:, None]
         G[:, :n] += -lam + beta[:, None] * (X[:, :n] - z)
         return G
 

@@ -108,6 +108,14 @@ class Group:
         G = grads[0] if len(grads) == 1 else np.concatenate(grads, axis=1) if grads else np.zeros((self.n, 0))
         return self._per_client(out[0], plan.output_segs[0], ()).ravel(), G
 
+    def grad(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """∇P_i of every client (n, n_x + n_y), bitwise `value_grad`'s, from the plan without
+        P_i's value (for steps that discard it: a logistic loss's log1p pass is skipped)."""
+        plan = self.plan("gradient_plan")
+        grads = [self._per_client(g, seg, v.shape) for g, seg, v in
+                 zip(plan(*self._inputs(X, Y)), plan.output_segs, self.variables)]
+        return grads[0] if len(grads) == 1 else np.concatenate(grads, axis=1) if grads else np.zeros((self.n, 0))
+
     def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """∇²P_i at z_i = (x_i, y_i) of the clients `rows` (default all): (k, N, N), N = n_x + n_y.
         Each client's `NodeProgram.hessian` (its compiled Hessian plan: the serial numbers);

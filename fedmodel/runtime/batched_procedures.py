@@ -75,7 +75,7 @@ def local_steps(group: Group, Z: np.ndarray, linear, weight, anchor, step: float
     n_x = group.n_x
     threshold, cols, prox_after = group.kernel_prox(step, prox)
     for _ in range(steps):
-        _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])
+        G = group.grad(Z[:, :n_x], Z[:, n_x:])
         Z = kernels.prox_grad_step(Z, G, weight, anchor, linear, -1.0 if subtract_linear else 1.0,
                                    step, n_x, threshold, cols)
         if prox_after:
@@ -135,7 +135,7 @@ def _solve_local(group: Group, members: list[str], payloads: dict):
     steps = int(opts["max_steps"])
     Z = local_steps(group, np.concatenate([x0, Y], axis=1), linear, weight, anchor,
                      float(opts["lr"]), steps, prox=False)
-    _, G = group.value_grad(Z[:, :n_x], Z[:, n_x:])   # the serial solver reports ‖∇‖∞ at the end
+    G = group.grad(Z[:, :n_x], Z[:, n_x:])   # the serial solver reports ‖∇‖∞ at the end
     G = _add_shared(G, n_x, linear + weight * (Z[:, :n_x] - anchor))
     replies = {}
     for m in members:

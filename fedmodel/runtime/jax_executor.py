@@ -174,6 +174,10 @@ class JaxGroup(Group):
         self.calls["value_grad"] += 1
         return np.array(values), np.array(G)
 
+    def grad(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """∇P_i of every client from the jitted merit (XLA drops the unused value)."""
+        return self.value_grad(X, Y)[1]
+
     def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """∇²P_i at z_i = (x_i, y_i) of the clients `rows` (default all): (k, N, N), N = n_x + n_y,
         from one jitted vmap of jax.hessian of the lowered merit (every client is evaluated)."""

@@ -115,10 +115,15 @@ class NodeProgram:
         hit = self._recent.get(x.tobytes() + self.y.tobytes())
         if hit is not None:
             return hit[1][:self.n_shared].copy()
-        plan = self._gradient_plan
-        if plan is None:     # compiled on first use (the derived gradients are the merit plan's)
-            plan = self._gradient_plan = Plan(self.value_grad_plan.outputs[1:], self.variables)
-        return self._flatten(plan(*self._values(x, self.y)))[:self.n_shared]
+        return self._flatten(self.gradient_plan(*self._values(x, self.y)))[:self.n_shared]
+
+    @property
+    def gradient_plan(self) -> Plan:
+        """The plan of ∇P_i per variable without P_i itself, compiled on first use (its
+        gradients are the merit plan's outputs, so its numbers are `value_grad_plan`'s)."""
+        if self._gradient_plan is None:
+            self._gradient_plan = Plan(self.value_grad_plan.outputs[1:], self.variables)
+        return self._gradient_plan
 
     def _flatten(self, parts: list) -> np.ndarray:
         """The per-variable gradients as one new flat vector (broadcast to each variable's shape)."""
