@@ -27,6 +27,27 @@ def test_products_equal_the_csr_matrix_bitwise_and_the_dense_matrix(d):
     np.testing.assert_allclose(dense.T @ t, full.T @ t, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_products_split_over_threads_equal_one_thread_bitwise(threads):
+    rng = np.random.default_rng(threads)
+    blocks = [rng.normal(size=(m, 10)) for m in rng.integers(0, 60, 400)]    # > PARALLEL_ENTRIES
+    dense, csr = DenseBlocks.of(blocks), _block_diag(blocks)
+    chunks = dense.chunks(threads)
+    assert chunks[0] == 0 and chunks[-1] == len(blocks) and np.all(np.diff(chunks) > 0)
+    assert len(chunks) == min(threads, len(blocks)) + 1
+    dense.chunks = lambda _: chunks                      # this split, whatever numba's thread count
+    v, t = rng.normal(size=csr.shape[1]), rng.normal(size=csr.shape[0])
+    np.testing.assert_array_equal(dense @ v, csr @ v)
+    transposed = dense.T
+    transposed.chunks = lambda _: chunks
+    np.testing.assert_array_equal(transposed @ t, csr.T @ t)
+
+
+def test_small_data_takes_one_thread():
+    blocks = [np.ones((5, 4))] * 10
+    np.testing.assert_array_equal(DenseBlocks.of(blocks).chunks(8), [0, 10])
+
+
 def test_sparse_ragged_width_or_vector_blocks_keep_csr():
     rng = np.random.default_rng(0)
     sparse = [rng.normal(size=(6, 5)) * (rng.random((6, 5)) < 0.3) for _ in range(3)]

@@ -17,13 +17,17 @@ import numpy as np
 
 #: stacked data with at least this fraction of nonzero entries is kept dense
 DENSE_FRACTION = 0.5
+#: entries of stacked data below which a product runs on one thread (a thread's start costs
+#: about what 10⁵ multiply-adds do)
+PARALLEL_ENTRIES = 100_000
 
 
 @cache
 def _loops():
-    """(forward, backward), the compiled loops (`dense_loops`), imported on first use."""
+    """(forward, backward, thread count), the compiled loops (`dense_loops`) imported on first use."""
+    import numba
     from . import dense_loops
-    return dense_loops.forward, dense_loops.backward
+    return dense_loops.forward, dense_loops.backward, numba.get_num_threads
 
 
 class DenseBlocks:
@@ -35,6 +39,16 @@ class DenseBlocks:
         self.transposed = transposed
         rows, d = stacked.shape
         self.shape = (n * d, rows) if transposed else (rows, n * d)
+        self._chunks: tuple[int, np.ndarray] | None = None      # (threads, client boundaries)
+
+    def chunks(self, threads: int) -> np.ndarray:
+        """Client boundaries splitting the rows into `threads` nearly equal parts (one part for
+        small data): each thread multiplies whole clients."""
+        if self._chunks is None or self._chunks[0] != threads:
+            parts = threads if self.stacked.size >= PARALLEL_ENTRIES else 1
+            rows = np.linspace(0, self.stacked.shape[0], parts + 1)
+            self._chunks = (threads, np.unique(np.searchsorted(self.starts, rows)).astype(np.int64))
+        return self._chunks[1]
 
     @classmethod
     def of(cls, blocks: list[np.ndarray]) -> "DenseBlocks | None":
@@ -56,12 +70,13 @@ class DenseBlocks:
         v = np.ascontiguousarray(v, dtype=float)
         if v.ndim != 1 or v.shape[0] != self.shape[1]:
             raise ValueError(f"DenseBlocks of shape {self.shape} times an operand of shape {v.shape}")
-        forward, backward = _loops()
+        forward, backward, threads = _loops()
         d = self.stacked.shape[1]
+        chunks = self.chunks(threads())
         if self.transposed:
             G = np.empty((self.n, d))
-            backward(self.stacked, self.starts, v, G)
+            backward(self.stacked, self.starts, v, G, chunks)
             return G.ravel()
         out = np.empty(self.stacked.shape[0])
-        forward(self.stacked, self.starts, v.reshape(self.n, d), out)
+        forward(self.stacked, self.starts, v.reshape(self.n, d), out, chunks)
         return out
