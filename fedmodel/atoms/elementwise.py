@@ -35,14 +35,15 @@ def _logistic(x: Any) -> Any:
 def _sigmoid(x: Any) -> Any:
     """1/(1 + e^{−x}) as e^{min(x, 0)} / (1 + e^{−|x|}): exact in each sign branch up to one
     rounding per operation (as accurate, relatively, as `scipy.special.expit` for every x), no
-    overflow, no masks, and ~2× faster than expit, whose scalar loop was a fifth of a logistic
-    model's plan time."""
-    numerator = np.exp(np.minimum(x, 0.0))
+    overflow, no masks, and ~2.5× faster than expit, whose scalar loop was a fifth of a logistic
+    model's plan time. One exponential: e^{min(x, 0)} is e^{−|x|} where x < 0 and exactly 1
+    elsewhere, i.e. max(e^{−|x|}, [x ≥ 0])."""
+    if np.ndim(x) == 0:
+        return np.exp(np.minimum(x, 0.0)) / (1.0 + np.exp(-np.abs(x)))
     denominator = np.abs(x, dtype=float)
-    if np.ndim(denominator) == 0:
-        return numerator / (1.0 + np.exp(-denominator))
     np.negative(denominator, out=denominator)
     np.exp(denominator, out=denominator)
+    numerator = np.maximum(denominator, np.greater_equal(x, 0.0))
     denominator += 1.0
     numerator /= denominator
     return numerator
@@ -59,7 +60,7 @@ def logistic_and_sigmoid(x: Any) -> tuple[Any, Any]:
     np.exp(e, out=e)
     value = np.log1p(e)
     value += np.maximum(x, 0.0)
-    slope = np.exp(np.minimum(x, 0.0))
+    slope = np.maximum(e, np.greater_equal(x, 0.0))      # e^{min(x, 0)}, as in `_sigmoid`
     e += 1.0
     slope /= e
     return value, slope
