@@ -33,10 +33,9 @@ class DivergenceWatch:
     def check(self, iteration: int, **quantities) -> bool:
         """True (and `message` set) when one of `quantities` (name=array or number) diverged."""
         for name, value in quantities.items():
-            array = np.asarray(value, dtype=float)
-            if not np.all(np.isfinite(array)):
+            size = float(np.max(np.abs(np.asarray(value, dtype=float)), initial=0.0))
+            if not np.isfinite(size):              # (the largest |entry| is inf or NaN)
                 return self._stop(iteration, f"{name} has non-finite entries")
-            size = float(np.max(np.abs(array), initial=0.0))
             if size == 0.0 and name not in self.smallest:
                 continue        # an all-zero start sets no scale: a solution of size 1e7 is fine
             smallest = self.smallest.get(name, size)

@@ -13,6 +13,7 @@ members' Hessians (`hessian`) and solves their Newton / exact local problems at 
 """
 from __future__ import annotations
 
+import math
 from operator import is_, itemgetter
 from typing import Any, Callable
 
@@ -246,8 +247,8 @@ class Group:
 
     def _per_client(self, flat, seg, shape) -> np.ndarray:
         """Flat per-client values → (n, size of `shape`), broadcasting each client's value."""
-        size = int(np.prod(shape))
-        if seg.uniform is not None and int(np.prod(seg.uniform)) == size:
+        size = math.prod(shape)
+        if seg.uniform is not None and math.prod(seg.uniform) == size:
             return flat.reshape(self.n, size)
         rows = [np.ravel(np.broadcast_to(v, shape)) for v in seg.split(flat)]
         return np.array(rows, dtype=float).reshape(self.n, size)

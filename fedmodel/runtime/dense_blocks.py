@@ -39,16 +39,14 @@ class DenseBlocks:
         self.transposed = transposed
         rows, d = stacked.shape
         self.shape = (n * d, rows) if transposed else (rows, n * d)
-        self._chunks: tuple[int, np.ndarray] | None = None      # (threads, client boundaries)
+        self._chunks: np.ndarray | None = None     # client boundaries, one part per thread
 
     def chunks(self, threads: int) -> np.ndarray:
         """Client boundaries splitting the rows into `threads` nearly equal parts (one part for
         small data): each thread multiplies whole clients."""
-        if self._chunks is None or self._chunks[0] != threads:
-            parts = threads if self.stacked.size >= PARALLEL_ENTRIES else 1
-            rows = np.linspace(0, self.stacked.shape[0], parts + 1)
-            self._chunks = (threads, np.unique(np.searchsorted(self.starts, rows)).astype(np.int64))
-        return self._chunks[1]
+        parts = threads if self.stacked.size >= PARALLEL_ENTRIES else 1
+        rows = np.linspace(0, self.stacked.shape[0], parts + 1)
+        return np.unique(np.searchsorted(self.starts, rows)).astype(np.int64)
 
     @classmethod
     def of(cls, blocks: list[np.ndarray]) -> "DenseBlocks | None":
@@ -72,7 +70,9 @@ class DenseBlocks:
             raise ValueError(f"DenseBlocks of shape {self.shape} times an operand of shape {v.shape}")
         forward, backward, threads = _loops()
         d = self.stacked.shape[1]
-        chunks = self.chunks(threads())
+        if self._chunks is None:        # (numba's thread count when the data is first multiplied)
+            self._chunks = self.chunks(threads())
+        chunks = self._chunks
         if self.transposed:
             G = np.empty((self.n, d))
             backward(self.stacked, self.starts, v, G, chunks)
