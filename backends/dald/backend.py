@@ -258,14 +258,16 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
     def _prepare(self, ex, x0: np.ndarray) -> None:
         """Settings the nodes must be asked for before the first iteration (none for DALD)."""
 
-    def _participants(self, nodes: list[str], total: int = 0) -> list[str]:
+    def _participants(self, nodes: Sequence[str], total: int = 0) -> Sequence[str]:
+        """The nodes taking part in step `total`: `nodes` itself (not a copy: callers only read
+        it) when every node does."""
         if self.coordination == "full":
-            return list(nodes)
+            return nodes
         if self.availability is not None:
             up = set(self.availability(total))
-            nodes = [n for n in nodes if n in up or n == "server"] or list(nodes)
+            nodes = [n for n in nodes if n in up or n == "server"] or nodes
         if self.participation >= 1.0:
-            return list(nodes)
+            return nodes
         keep = [n for n in nodes if self._rng.random() < self.participation]
         return keep or [nodes[int(self._rng.integers(len(nodes)))]]
 

@@ -41,7 +41,7 @@ class FedDALDCC:
     def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):
         """The server's view is kept as (n, d) arrays in client order: X (the x_i it received),
         RHO2 (ρ_i∘ρ_i); every request to the clients is one group request (`map_stacked`)."""
-        clients, beta = ex.clients, self._beta()
+        clients, beta = tuple(ex.clients), self._beta()   # (a tuple: the executor may key it by identity)
         row = {c: i for i, c in enumerate(clients)}
         RHO2 = np.array([self._rho(c, d) ** 2 for c in clients]).reshape(len(clients), d)
         uniform = bool(np.all(RHO2 == RHO2[:1]))          # one ρ for all: Σρ_i²x_i = ρ²Σx_i
@@ -73,7 +73,9 @@ class FedDALDCC:
                 v += 1
                 total += 1
                 part = self._participants(clients, total)
-                if len(active) < len(clients):      # (every client has taken part: nothing to add)
+                if len(part) == len(clients):
+                    active = clients                # every client has taken part: nothing to add
+                elif len(active) < len(clients):
                     active.update(part)
                 reply = ex.map_stacked("dald_cc_solve", part, common={"xhat": xhat, **opts})   # (13)
                 if len(part) == len(clients):

@@ -93,7 +93,11 @@ class BatchedExecutor(Executor):
 
     def group_rows(self, nodes) -> tuple["Group | None", np.ndarray | None, tuple]:
         """(the group holding every node of `nodes` or None, their rows in it, the nodes as a
-        tuple); remembered for the last few node lists (a run sends the same lists every round)."""
+        tuple); remembered for the last few node lists (a run sends the same lists every round).
+        A tuple sent again is found by identity, without hashing its n names."""
+        for hit in self._resolved.values():
+            if hit[2] is nodes:
+                return hit
         key = tuple(nodes)
         hit = self._resolved.get(key)
         if hit is None:

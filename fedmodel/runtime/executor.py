@@ -178,7 +178,7 @@ class Executor:
         match its declaration (checked once for the whole block); return the normalized request
         and its float count per node. `known`: see `_serve`."""
         declared = declared_kind(kind)
-        nodes = list(nodes)
+        nodes = nodes if isinstance(nodes, tuple) else list(nodes)     # (a tuple cannot change)
         self._serve(nodes, known)
         rows, common = dict(rows or {}), dict(common or {})
         floats = check_payload(declared, declared.request, common, self.model_size, "request")
