@@ -7,7 +7,7 @@ import scipy.linalg
 
 import fedmodel as fm
 from fedmodel.runtime.batched_plan import BatchedPlan, _block_diag
-from fedmodel.runtime.dense_blocks import DenseBlocks
+from fedmodel.runtime.dense_blocks import TASKS_PER_THREAD, DenseBlocks
 from fedmodel.runtime.program import compile_programs
 
 
@@ -34,7 +34,7 @@ def test_products_split_over_threads_equal_one_thread_bitwise(threads):
     dense, csr = DenseBlocks.of(blocks), _block_diag(blocks)
     chunks = dense.chunks(threads)
     assert chunks[0] == 0 and chunks[-1] == len(blocks) and np.all(np.diff(chunks) > 0)
-    assert len(chunks) == min(threads, len(blocks)) + 1
+    assert len(chunks) == (1 if threads == 1 else TASKS_PER_THREAD * threads) + 1
     dense._chunks = chunks                               # this split, whatever numba's thread count
     v, t = rng.normal(size=csr.shape[1]), rng.normal(size=csr.shape[0])
     np.testing.assert_array_equal(dense @ v, csr @ v)

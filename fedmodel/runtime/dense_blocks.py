@@ -20,6 +20,8 @@ DENSE_FRACTION = 0.5
 #: entries of stacked data below which a product runs on one thread (a thread's start costs
 #: about what 10⁵ multiply-adds do)
 PARALLEL_ENTRIES = 100_000
+#: tasks per thread of a parallel product (threads that finish early take the remaining ones)
+TASKS_PER_THREAD = 4
 
 
 @cache
@@ -27,7 +29,7 @@ def _loops():
     """(forward, backward, thread count), the compiled loops (`dense_loops`) imported on first use."""
     import numba
     from . import dense_loops
-    return dense_loops.forward, dense_loops.backward, numba.get_num_threads
+    return dense_loops.forward, dense_loops.backward, numba.get_num_threads, numba.set_parallel_chunksize
 
 
 class DenseBlocks:
@@ -42,9 +44,9 @@ class DenseBlocks:
         self._chunks: np.ndarray | None = None     # client boundaries, one part per thread
 
     def chunks(self, threads: int) -> np.ndarray:
-        """Client boundaries splitting the rows into `threads` nearly equal parts (one part for
-        small data): each thread multiplies whole clients."""
-        parts = threads if self.stacked.size >= PARALLEL_ENTRIES else 1
+        """Client boundaries splitting the rows into TASKS_PER_THREAD · `threads` nearly equal
+        tasks (one for small data or one thread): each task multiplies whole clients."""
+        parts = TASKS_PER_THREAD * threads if self.stacked.size >= PARALLEL_ENTRIES and threads > 1 else 1
         rows = np.linspace(0, self.stacked.shape[0], parts + 1)
         return np.unique(np.searchsorted(self.starts, rows)).astype(np.int64)
 
@@ -68,15 +70,18 @@ class DenseBlocks:
         v = np.ascontiguousarray(v, dtype=float)
         if v.ndim != 1 or v.shape[0] != self.shape[1]:
             raise ValueError(f"DenseBlocks of shape {self.shape} times an operand of shape {v.shape}")
-        forward, backward, threads = _loops()
+        forward, backward, threads, chunk_size = _loops()
         d = self.stacked.shape[1]
         if self._chunks is None:        # (numba's thread count when the data is first multiplied)
             self._chunks = self.chunks(threads())
-        chunks = self._chunks
-        if self.transposed:
-            G = np.empty((self.n, d))
-            backward(self.stacked, self.starts, v, G, chunks)
-            return G.ravel()
-        out = np.empty(self.stacked.shape[0])
-        forward(self.stacked, self.starts, v.reshape(self.n, d), out, chunks)
-        return out
+        previous = chunk_size(1)        # tasks handed out one at a time (see dense_loops)
+        try:
+            if self.transposed:
+                out = np.empty((self.n, d))
+                backward(self.stacked, self.starts, v, out, self._chunks)
+                return out.ravel()
+            out = np.empty(self.stacked.shape[0])
+            forward(self.stacked, self.starts, v.reshape(self.n, d), out, self._chunks)
+            return out
+        finally:
+            chunk_size(previous)

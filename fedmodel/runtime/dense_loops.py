@@ -3,8 +3,10 @@
 Every product sums in the order CSR does (row by row, columns in order, from 0.0), so the
 results are bit for bit those of the CSR matrix. Bounds are not checked here:
 `DenseBlocks.__matmul__` checks the shapes. `starts[i]:starts[i + 1]` are client i's rows;
-`chunks[c]:chunks[c + 1]` are the clients one thread handles (clients are independent, so the
-split changes no number: the reference pass Xᵀ(X v) uses every BLAS thread too)."""
+`chunks[c]:chunks[c + 1]` are the clients of one task; run with numba's parallel chunk size 1
+(`DenseBlocks`), idle threads take the next task, so a thread slowed by another process does
+not hold the product up. Clients are
+independent: the split changes no number (the reference pass Xᵀ(X v) uses every BLAS thread too)."""
 import numba
 
 jit = numba.njit(cache=True, nogil=True)
@@ -68,13 +70,13 @@ def _backward_clients(X, starts, t, G, first, last):
 
 @jit_parallel
 def forward(X, starts, V, out, chunks):
-    """out[r] = X[r] · V[i] for every client i, one chunk of clients per thread."""
+    """out[r] = X[r] · V[i] for every client i, one task per chunk of clients."""
     for c in numba.prange(chunks.shape[0] - 1):
         _forward_clients(X, starts, V, out, chunks[c], chunks[c + 1])
 
 
 @jit_parallel
 def backward(X, starts, t, G, chunks):
-    """G[i] = Σ_(rows r of client i) t[r] X[r] for every client i, one chunk of clients per thread."""
+    """G[i] = Σ_(rows r of client i) t[r] X[r] for every client i, one task per chunk of clients."""
     for c in numba.prange(chunks.shape[0] - 1):
         _backward_clients(X, starts, t, G, chunks[c], chunks[c + 1])
