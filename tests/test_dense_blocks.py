@@ -1,6 +1,8 @@
 """`DenseBlocks`: diag(X_1, …, X_n) of dense same-width client data multiplies exactly as the
 CSR block-diagonal matrix it replaces (same summation order: equal bit for bit), and the batched
 plans use it for dense data only."""
+import os
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -41,6 +43,41 @@ def test_products_split_over_threads_equal_one_thread_bitwise(threads):
     transposed = dense.T
     transposed._chunks = chunks
     np.testing.assert_array_equal(transposed @ t, csr.T @ t)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_after_a_parallel_product_multiplies_on_one_thread():
+    # numba's GNU OpenMP layer terminates a forked child that launches its threads: the child
+    # must take the one-thread loop and still get the same numbers
+    rng = np.random.default_rng(5)
+    blocks = [rng.normal(size=(30, 10)) for _ in range(500)]
+    dense = DenseBlocks.of(blocks)
+    dense._chunks = dense.chunks(2)
+    v = rng.normal(size=dense.shape[1])
+    expected = dense @ v                                  # starts the threads in this process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # the child: its product, then exit
+        os.close(read)
+        ok = np.array_equal(DenseBlocks.of(blocks) @ v, expected)
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"1", "the forked child died or multiplied differently"
+
+
+def test_a_product_while_another_thread_is_in_one_runs_on_the_calling_thread():
+    from fedmodel.runtime import dense_blocks
+    rng = np.random.default_rng(6)
+    blocks = [rng.normal(size=(30, 10)) for _ in range(500)]
+    dense = DenseBlocks.of(blocks)
+    dense._chunks = dense.chunks(2)
+    v = rng.normal(size=dense.shape[1])
+    expected = dense @ v
+    with dense_blocks._PARALLEL_LOCK:                     # as if another thread held numba's threads
+        np.testing.assert_array_equal(dense @ v, expected)
 
 
 def test_small_data_takes_one_thread():

@@ -3,10 +3,8 @@
 Every product sums in the order CSR does (row by row, columns in order, from 0.0), so the
 results are bit for bit those of the CSR matrix. Bounds are not checked here:
 `DenseBlocks.__matmul__` checks the shapes. `starts[i]:starts[i + 1]` are client i's rows;
-`chunks[c]:chunks[c + 1]` are the clients of one task; run with numba's parallel chunk size 1
-(`DenseBlocks`), idle threads take the next task, so a thread slowed by another process does
-not hold the product up. Clients are
-independent: the split changes no number (the reference pass Xᵀ(X v) uses every BLAS thread too)."""
+`chunks[c]:chunks[c + 1]` are the clients of one task (`dense_blocks._run` says how the tasks
+are handed out). Clients are independent: the split changes no number."""
 import numba
 
 jit = numba.njit(cache=True, nogil=True)
