@@ -9,8 +9,9 @@ instead of numpy block-diagonal products:
   one jit-compiled, vmapped function of the stacked (n, d) points; ragged client data is
   zero-padded with masks that change no loss (see `jax_codegen`); the data lives on the
   device, once. Clients of very different sizes run in buckets of similar size (`buckets`).
-- `JaxGroup.hessian`: ∇²P_i of every client (Newton and exact local solves) by one jitted vmap
-  of `jax.hessian` of the lowered merit.
+- `JaxGroup.hessian`: ∇²P_i of the requested clients (Newton and exact local solves) by jitted
+  vmaps of `jax.hessian` of the same lowered merit, on the same device data, over just those
+  clients (their rows gathered on the device).
 - `JaxGroup.fused_local_steps`: W (proximal-)gradient steps z ← z − α(∇P_i(z) + linear +
   weight∘(x − anchor)), soft-thresholded when λ‖w‖₁ is the only prox term, as one jitted
   `lax.fori_loop` (the serial steps' arithmetic in the same order); the runtime's
@@ -72,47 +73,64 @@ def buckets(programs: list, which: str, max_buckets: int = MAX_BUCKETS) -> list[
     return [order[label == k] for k in range(max_buckets) if np.any(label == k)]
 
 
+def _client_function(program, lowered, gradient: bool):
+    """One client's merit as a function of its flat points (x, y) and the lowered plan's other
+    arguments: P_i, or (P_i, ∇P_i) when `gradient`."""
+    _, jnp = jax_modules()
+    shapes = [v.shape for v in program.shared.variables] + [v.shape for v in program.private.variables]
+    x_cuts = [int(o) for o in program.shared.offsets]
+    y_cuts = [int(o) for o in program.private.offsets]
+
+    def run(x, y, *rest):
+        parts = [x[a:b] for a, b in zip(x_cuts, x_cuts[1:])] + [y[a:b] for a, b in zip(y_cuts, y_cuts[1:])]
+        out = lowered([q.reshape(s) for q, s in zip(parts, shapes)], *rest)
+        value = jnp.reshape(out[0], ())
+        if not gradient:
+            return value
+        grads = [jnp.ravel(jnp.broadcast_to(g, s)) for g, s in zip(out[1:], shapes)]
+        return value, (jnp.concatenate(grads) if grads else jnp.zeros(0))
+    return run
+
+
+def _client_hessian(run, gradient: bool):
+    """∇²P_i(z) of a `_client_function` by forward-over-reverse differentiation of its value
+    (the gradient it also returns is dropped by XLA), symmetrized as `NodeProgram.hessian`."""
+    jax, jnp = jax_modules()
+
+    def hessian(x, y, *rest):
+        def value(z):
+            out = run(z[:x.shape[0]], z[x.shape[0]:], *rest)
+            return out[0] if gradient else out
+        H = jax.hessian(value)(jnp.concatenate([x, y]))
+        return 0.5 * (H + H.T)
+    return hessian
+
+
+_IN_AXES = (0, 0) + JaxGroupPlan.IN_AXES[1:]      # (x, y, params, batched, common, sizes, counts)
+
+
 class _VectorFunction:
     """jit(vmap) of one client's compiled plan as a function of the stacked flat points:
     (X (n, n_x), Y (n, n_y)) -> values (n,) [and gradients (n, n_x + n_y)], clients in group
     order. The clients are evaluated in buckets of similar data size (`buckets`), one vmap
-    each, inside one jitted function (`sorted`: the same in bucket order, no permutation)."""
+    each, inside one jitted function (`sorted`: the same in bucket order, no permutation).
+    `hessian` differentiates the same lowered functions on the same device arrays (the data is
+    stacked and moved to the device once)."""
 
-    def __init__(self, programs: list, which: str, hessian: bool = False):
+    def __init__(self, programs: list, which: str):
         jax, jnp = jax_modules()
-        program = programs[0]
-        gradient = which == "value_grad_plan" and not hessian
+        gradient = self.gradient = which == "value_grad_plan"
         self.groups = buckets(programs, which)
         self.plans = [JaxGroupPlan([getattr(programs[i], which) for i in idx]) for idx in self.groups]
         self.order = np.concatenate(self.groups)            # bucket order -> group order
         self.inverse = np.argsort(self.order)
         self.identity = bool(np.all(self.order == np.arange(len(self.order))))
-        shapes = [v.shape for v in program.shared.variables] + [v.shape for v in program.private.variables]
-        x_cuts = [int(o) for o in program.shared.offsets]
-        y_cuts = [int(o) for o in program.private.offsets]
-        in_axes = (0, 0) + JaxGroupPlan.IN_AXES[1:]
-
-        def per_client(lowered):
-            def run(x, y, *rest):
-                parts = [x[a:b] for a, b in zip(x_cuts, x_cuts[1:])] + \
-                    [y[a:b] for a, b in zip(y_cuts, y_cuts[1:])]
-                out = lowered([q.reshape(s) for q, s in zip(parts, shapes)], *rest)
-                value = jnp.reshape(out[0], ())
-                if not gradient:
-                    return value
-                grads = [jnp.ravel(jnp.broadcast_to(g, s)) for g, s in zip(out[1:], shapes)]
-                return value, (jnp.concatenate(grads) if grads else jnp.zeros(0))
-            if hessian:     # ∇²P_i(z) by forward-over-reverse differentiation of the value
-                def run_hessian(x, y, *rest):
-                    def value(z):
-                        return run(z[:x.shape[0]], z[x.shape[0]:], *rest)
-                    H = jax.hessian(value)(jnp.concatenate([x, y]))
-                    return 0.5 * (H + H.T)      # symmetric, as `NodeProgram.hessian`
-                return jax.vmap(run_hessian, in_axes=in_axes)
-            return jax.vmap(run, in_axes=in_axes)
-
-        parts = [per_client(plan.lowered) for plan in self.plans]
+        self.clients = [_client_function(programs[0], plan.lowered, gradient) for plan in self.plans]
+        parts = [jax.vmap(run, in_axes=_IN_AXES) for run in self.clients]
         bounds = np.cumsum([0] + [len(idx) for idx in self.groups])
+        self.bucket_of = np.searchsorted(bounds, self.inverse, side="right") - 1   # group row -> bucket
+        self.position = self.inverse - bounds[self.bucket_of]                     # ... -> row in it
+        self._hessians: list | None = None
 
         def in_bucket_order(X, Y, arguments):
             outs = [fn(X[a:b], Y[a:b], *args) for fn, args, a, b in zip(parts, arguments, bounds, bounds[1:])]
@@ -140,6 +158,49 @@ class _VectorFunction:
     def __call__(self, X: np.ndarray, Y: np.ndarray):
         with float64():
             return self._run(np.asarray(X, dtype=float), np.asarray(Y, dtype=float), self.arguments())
+
+    def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """∇²P_i of the clients `rows` (default all), (k, N, N): per bucket holding some of them,
+        one jitted vmap over just those clients (their argument rows gathered on the device;
+        the count rounded up to a power of two, so a bucket compiles at most log2 of its size
+        shapes) or, when that would be as many, over the whole bucket without a gather."""
+        rows = np.arange(len(self.order)) if rows is None else np.asarray(rows, dtype=np.intp)
+        X, Y = np.asarray(X, dtype=float), np.asarray(Y, dtype=float)
+        N = X.shape[1] + Y.shape[1]
+        out = np.empty((len(rows), N, N))
+        where, arguments = self.bucket_of[rows], self.arguments()
+        with float64():
+            for b in np.unique(where):
+                mine = np.flatnonzero(where == b)
+                local, members = self.position[rows[mine]], self.groups[b]
+                width = 1 << int(len(local) - 1).bit_length()
+                if width >= len(members):
+                    H = self._hessian(b)(X[members], Y[members], None, arguments[b])
+                    out[mine] = np.asarray(H)[local]
+                else:
+                    take = np.concatenate([local, np.full(width - len(local), local[0])])
+                    H = self._hessian(b)(X[members[take]], Y[members[take]], take, arguments[b])
+                    out[mine] = np.asarray(H)[:len(local)]
+        return out
+
+    def _hessian(self, bucket: int):
+        """The jitted (X_k, Y_k, take, arguments) -> ∇²P_i (k, N, N) of a bucket's clients `take`
+        (None: all of them, in bucket order), built on first use."""
+        if self._hessians is None:
+            jax, jnp = jax_modules()
+
+            def build(run):
+                fn = jax.vmap(_client_hessian(run, self.gradient), in_axes=_IN_AXES)
+
+                def hessians(X, Y, take, arguments):
+                    if take is not None:      # the clients' rows of the per-client arguments
+                        arguments = [a if axis is None else jax.tree_util.tree_map(
+                            lambda v: jnp.take(v, take, axis=0), a)
+                            for a, axis in zip(arguments, _IN_AXES[2:])]
+                    return fn(X, Y, *arguments)
+                return jax.jit(hessians)
+            self._hessians = [build(run) for run in self.clients]
+        return self._hessians[bucket]
 
 
 class JaxGroup(Group):
@@ -180,20 +241,13 @@ class JaxGroup(Group):
 
     def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """∇²P_i at z_i = (x_i, y_i) of the clients `rows` (default all): (k, N, N), N = n_x + n_y,
-        from one jitted vmap of jax.hessian of the lowered merit (every client is evaluated)."""
-        if "hessian" not in self._jax:
-            try:
-                self._jax["hessian"] = _VectorFunction(self.programs, "value_grad_plan", hessian=True)
-            except FedModelError as exc:
-                self._jax["hessian"] = None
-                if self._on_fallback is not None:
-                    self._on_fallback(self, "hessian", str(exc))
-        fn = self._jax["hessian"]
+        by jitted vmaps of jax.hessian of the lowered merit `value_grad` uses (its device data),
+        over the requested clients only (`_VectorFunction.hessian`)."""
+        fn = self._function("value_grad_plan")
         if fn is None:
             return super().hessian(X, Y, rows)
         self.calls["hessian"] += 1
-        H = np.array(fn(X, Y))
-        return H if rows is None else H[rows]
+        return fn.hessian(X, Y, rows)
 
     def objective(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         fn = self._function("objective_plan")
