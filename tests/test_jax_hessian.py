@@ -83,6 +83,20 @@ def test_hessians_of_all_clients_equal_the_subset_path_and_their_plans(group_and
         np.testing.assert_allclose(everyone[i], clients[i].hessian(X[i]), rtol=1e-10, atol=1e-12)
 
 
+def test_any_subsets_compile_two_shapes_per_bucket_and_equal_the_full_stack(group_and_clients):
+    """A Newton solve asks for different clients each time: every bucket compiles its chunk and
+    its whole-bucket shape only, and each subset's Hessians are the full stack's rows."""
+    group, _ = group_and_clients
+    fn = group._function("value_grad_plan")
+    X, Y = _points(3)
+    everyone = group.hessian(X, Y)
+    rng = np.random.default_rng(4)
+    for k in (1, 2, 3, 5, 8, 13, 21, N_CLIENTS):
+        rows = rng.choice(N_CLIENTS, k, replace=False)
+        np.testing.assert_allclose(group.hessian(X, Y, rows), everyone[rows], rtol=1e-12, atol=1e-14)
+    assert max(run._cache_size() for run in fn._hessians) <= 2
+
+
 def test_hessians_reuse_the_lowered_merit_and_its_device_data(monkeypatch):
     """value_grad then hessian lower each bucket's plans once (no second JaxGroupPlan, i.e. no
     second stacking and transfer of the data), and the Hessians read the very device arrays

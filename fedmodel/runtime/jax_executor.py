@@ -55,6 +55,8 @@ _QUIET = {"configure", "multipliers", "private_values", "save_state", "load_stat
 
 
 MAX_BUCKETS = 8          # padded shapes (one traced vmap each) per group of ragged clients
+HESSIAN_CHUNK = 16       # a few clients' Hessians: in chunks of the bucket's size / 16, rounded
+                         # up to a power of two (`Group.solve_newton`'s STRAGGLERS are 1/16)
 
 
 def buckets(programs: list, which: str, max_buckets: int = MAX_BUCKETS) -> list[np.ndarray]:
@@ -130,6 +132,7 @@ class _VectorFunction:
         bounds = np.cumsum([0] + [len(idx) for idx in self.groups])
         self.bucket_of = np.searchsorted(bounds, self.inverse, side="right") - 1   # group row -> bucket
         self.position = self.inverse - bounds[self.bucket_of]                     # ... -> row in it
+        self.chunk = [1 << (-(-len(idx) // HESSIAN_CHUNK) - 1).bit_length() for idx in self.groups]
         self._hessians: list | None = None
 
         def in_bucket_order(X, Y, arguments):
@@ -160,27 +163,29 @@ class _VectorFunction:
             return self._run(np.asarray(X, dtype=float), np.asarray(Y, dtype=float), self.arguments())
 
     def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """∇²P_i of the clients `rows` (default all), (k, N, N): per bucket holding some of them,
-        one jitted vmap over just those clients (their argument rows gathered on the device;
-        the count rounded up to a power of two, so a bucket compiles at most log2 of its size
-        shapes) or, when that would be as many, over the whole bucket without a gather."""
+        """∇²P_i of the clients `rows` (default all), (k, N, N). Per bucket holding some of them:
+        jitted vmaps over chunks of those clients (`chunk` rows, their argument rows gathered on
+        the device) or, when the chunks would cover as many, over the whole bucket without a
+        gather: two compiled shapes per bucket, whichever clients a Newton solve asks for. Every
+        bucket's call is dispatched before any result is read (they run asynchronously)."""
         rows = np.arange(len(self.order)) if rows is None else np.asarray(rows, dtype=np.intp)
         X, Y = np.asarray(X, dtype=float), np.asarray(Y, dtype=float)
-        N = X.shape[1] + Y.shape[1]
-        out = np.empty((len(rows), N, N))
-        where, arguments = self.bucket_of[rows], self.arguments()
+        out = np.empty((len(rows), X.shape[1] + Y.shape[1], X.shape[1] + Y.shape[1]))
+        where, arguments, pending = self.bucket_of[rows], self.arguments(), []
         with float64():
             for b in np.unique(where):
-                mine = np.flatnonzero(where == b)
-                local, members = self.position[rows[mine]], self.groups[b]
-                width = 1 << int(len(local) - 1).bit_length()
-                if width >= len(members):
-                    H = self._hessian(b)(X[members], Y[members], None, arguments[b])
-                    out[mine] = np.asarray(H)[local]
-                else:
-                    take = np.concatenate([local, np.full(width - len(local), local[0])])
-                    H = self._hessian(b)(X[members[take]], Y[members[take]], take, arguments[b])
-                    out[mine] = np.asarray(H)[:len(local)]
+                mine, members, run, width = np.flatnonzero(where == b), self.groups[b], self._hessian(b), self.chunk[b]
+                local = self.position[rows[mine]]
+                if -(-len(local) // width) * width >= len(members):
+                    pending.append((mine, local, run(X[members], Y[members], None, arguments[b])))
+                    continue
+                for start in range(0, len(local), width):
+                    part = slice(start, start + width)
+                    take = np.resize(local[part], width)        # padded by repeating its clients
+                    H = run(X[members[take]], Y[members[take]], take, arguments[b])
+                    pending.append((mine[part], slice(0, len(mine[part])), H))
+        for mine, pick, H in pending:
+            out[mine] = np.asarray(H)[pick]
         return out
 
     def _hessian(self, bucket: int):
