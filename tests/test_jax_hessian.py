@@ -44,17 +44,21 @@ def _points(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _record_hessian_calls(fn, monkeypatch) -> list:
-    """Wraps fn's per-bucket Hessian functions: each call's (bucket, clients evaluated, arguments)."""
-    calls, build = [], fn._hessian
+    """Wraps fn's jitted Hessian functions: per bucket evaluated, (bucket, clients evaluated,
+    its arguments)."""
+    calls = []
+    everyone, per_bucket = fn._hessian_functions()
 
-    def recording(bucket):
-        inner = build(bucket)
+    def all_clients(X, Y, arguments):
+        calls.extend((b, len(g), arguments[b]) for b, g in enumerate(fn.groups))
+        return everyone(X, Y, arguments)
 
+    def bucket(b):
         def call(X, Y, take, arguments):
-            calls.append((bucket, X.shape[0], arguments))
-            return inner(X, Y, take, arguments)
+            calls.append((b, X.shape[0], arguments))
+            return per_bucket[b](X, Y, take, arguments)
         return call
-    monkeypatch.setattr(fn, "_hessian", recording)
+    monkeypatch.setattr(fn, "_hessians", (all_clients, [bucket(b) for b in range(len(per_bucket))]))
     return calls
 
 
@@ -68,7 +72,7 @@ def test_hessians_of_a_few_clients_evaluate_only_their_buckets_and_equal_their_p
     calls = _record_hessian_calls(fn, monkeypatch)
     H = group.hessian(X, Y, rows)
     assert {b for b, _, _ in calls} == set(fn.bucket_of[rows].tolist())
-    assert sum(k for _, k, _ in calls) <= 2 * len(rows)       # a power of two per bucket
+    assert sum(k for _, k, _ in calls) <= 2 * len(rows)       # chunks of a power of two
     for k, i in enumerate(rows):
         np.testing.assert_allclose(H[k], clients[i].hessian(X[i]), rtol=1e-10, atol=1e-12)
 
@@ -77,6 +81,7 @@ def test_hessians_of_all_clients_equal_the_subset_path_and_their_plans(group_and
     group, clients = group_and_clients
     X, Y = _points(1)
     everyone = group.hessian(X, Y)
+    assert everyone.flags.writeable          # the caller's own array, not a view of JAX's buffer
     rows = np.arange(0, N_CLIENTS, 7)
     np.testing.assert_allclose(group.hessian(X, Y, rows), everyone[rows], rtol=1e-12, atol=1e-14)
     for i in range(N_CLIENTS):
@@ -84,8 +89,8 @@ def test_hessians_of_all_clients_equal_the_subset_path_and_their_plans(group_and
 
 
 def test_any_subsets_compile_two_shapes_per_bucket_and_equal_the_full_stack(group_and_clients):
-    """A Newton solve asks for different clients each time: every bucket compiles its chunk and
-    its whole-bucket shape only, and each subset's Hessians are the full stack's rows."""
+    """A Newton solve asks for different clients each time: one compiled function for all
+    clients, one shape per bucket for fewer, and each subset's Hessians are the full stack's rows."""
     group, _ = group_and_clients
     fn = group._function("value_grad_plan")
     X, Y = _points(3)
@@ -94,7 +99,8 @@ def test_any_subsets_compile_two_shapes_per_bucket_and_equal_the_full_stack(grou
     for k in (1, 2, 3, 5, 8, 13, 21, N_CLIENTS):
         rows = rng.choice(N_CLIENTS, k, replace=False)
         np.testing.assert_allclose(group.hessian(X, Y, rows), everyone[rows], rtol=1e-12, atol=1e-14)
-    assert max(run._cache_size() for run in fn._hessians) <= 2
+    everyone_fn, per_bucket = fn._hessians
+    assert everyone_fn._cache_size() == 1 and max(run._cache_size() for run in per_bucket) == 1
 
 
 def test_hessians_reuse_the_lowered_merit_and_its_device_data(monkeypatch):
@@ -118,7 +124,7 @@ def test_hessians_reuse_the_lowered_merit_and_its_device_data(monkeypatch):
     calls = _record_hessian_calls(fn, monkeypatch)
     group.hessian(X, Y)
     group.hessian(X, Y, np.array([5]))
-    assert sum(made) == N_CLIENTS and len(calls) == len(fn.groups) + 1
+    assert sum(made) == N_CLIENTS and len(calls) == len(fn.groups) + 1 and calls[-1][1] == fn.chunk[calls[-1][0]]
     for bucket, _, arguments in calls:
         held = fn.plans[bucket].constants()
         assert all(a is b for a, b in zip(arguments[1:], held))

@@ -120,7 +120,7 @@ class _VectorFunction:
     stacked and moved to the device once)."""
 
     def __init__(self, programs: list, which: str):
-        jax, jnp = jax_modules()
+        jax, _ = jax_modules()
         gradient = self.gradient = which == "value_grad_plan"
         self.groups = buckets(programs, which)
         self.plans = [JaxGroupPlan([getattr(programs[i], which) for i in idx]) for idx in self.groups]
@@ -128,31 +128,36 @@ class _VectorFunction:
         self.inverse = np.argsort(self.order)
         self.identity = bool(np.all(self.order == np.arange(len(self.order))))
         self.clients = [_client_function(programs[0], plan.lowered, gradient) for plan in self.plans]
-        parts = [jax.vmap(run, in_axes=_IN_AXES) for run in self.clients]
-        bounds = np.cumsum([0] + [len(idx) for idx in self.groups])
-        self.bucket_of = np.searchsorted(bounds, self.inverse, side="right") - 1   # group row -> bucket
-        self.position = self.inverse - bounds[self.bucket_of]                     # ... -> row in it
+        self.bounds = np.cumsum([0] + [len(idx) for idx in self.groups])
+        self.bucket_of = np.searchsorted(self.bounds, self.inverse, side="right") - 1   # row -> bucket
+        self.position = self.inverse - self.bounds[self.bucket_of]                     # ... -> row in it
         self.chunk = [1 << (-(-len(idx) // HESSIAN_CHUNK) - 1).bit_length() for idx in self.groups]
-        self._hessians: list | None = None
+        self._hessians: tuple | None = None
+        self.sorted, in_group_order = self._fused([jax.vmap(run, in_axes=_IN_AXES) for run in self.clients],
+                                                  gradient)
+        self._run = jax.jit(in_group_order)
+
+    def _fused(self, parts: list, pair: bool) -> tuple:
+        """(in bucket order, in group order): one function of (X, Y, per-bucket arguments) that
+        applies each bucket's vmapped function `parts[b]` to its rows; `pair`: each returns two
+        stacks (values, gradients)."""
+        _, jnp = jax_modules()
+        bounds, order, inverse, identity = self.bounds, self.order, self.inverse, self.identity
 
         def in_bucket_order(X, Y, arguments):
             outs = [fn(X[a:b], Y[a:b], *args) for fn, args, a, b in zip(parts, arguments, bounds, bounds[1:])]
             if len(outs) == 1:
                 return outs[0]
-            if not gradient:
+            if not pair:
                 return jnp.concatenate(outs)
             return jnp.concatenate([o[0] for o in outs]), jnp.concatenate([o[1] for o in outs])
-
-        order, inverse, identity = self.order, self.inverse, self.identity
 
         def in_group_order(X, Y, arguments):
             if identity:
                 return in_bucket_order(X, Y, arguments)
             out = in_bucket_order(X[order], Y[order], arguments)
-            return out[inverse] if not gradient else (out[0][inverse], out[1][inverse])
-
-        self.sorted = in_bucket_order
-        self._run = jax.jit(in_group_order)
+            return out[inverse] if not pair else (out[0][inverse], out[1][inverse])
+        return in_bucket_order, in_group_order
 
     def arguments(self) -> list:
         """Per bucket, the parameters and constants its vmapped function takes after X and Y."""
@@ -163,49 +168,51 @@ class _VectorFunction:
             return self._run(np.asarray(X, dtype=float), np.asarray(Y, dtype=float), self.arguments())
 
     def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """∇²P_i of the clients `rows` (default all), (k, N, N). Per bucket holding some of them:
-        jitted vmaps over chunks of those clients (`chunk` rows, their argument rows gathered on
-        the device) or, when the chunks would cover as many, over the whole bucket without a
-        gather: two compiled shapes per bucket, whichever clients a Newton solve asks for. Every
-        bucket's call is dispatched before any result is read (they run asynchronously)."""
-        rows = np.arange(len(self.order)) if rows is None else np.asarray(rows, dtype=np.intp)
+        """∇²P_i of the clients `rows` (default all), (k, N, N). Half the group or more: every
+        client in one jitted call. Fewer: per bucket holding some of them, jitted vmaps over
+        chunks of them (`chunk` clients, their argument rows gathered on the device), all
+        dispatched before any result is read: one more compiled shape per bucket, whichever
+        clients a Newton solve asks for."""
         X, Y = np.asarray(X, dtype=float), np.asarray(Y, dtype=float)
+        everyone, per_bucket = self._hessian_functions()
+        if rows is None or 2 * len(rows) >= len(self.order):
+            with float64():
+                H = np.array(everyone(X, Y, self.arguments()))     # a writable copy
+            return H if rows is None else H[rows]
+        rows = np.asarray(rows, dtype=np.intp)
         out = np.empty((len(rows), X.shape[1] + Y.shape[1], X.shape[1] + Y.shape[1]))
         where, arguments, pending = self.bucket_of[rows], self.arguments(), []
         with float64():
             for b in np.unique(where):
-                mine, members, run, width = np.flatnonzero(where == b), self.groups[b], self._hessian(b), self.chunk[b]
+                mine, members, width = np.flatnonzero(where == b), self.groups[b], self.chunk[b]
                 local = self.position[rows[mine]]
-                if -(-len(local) // width) * width >= len(members):
-                    pending.append((mine, local, run(X[members], Y[members], None, arguments[b])))
-                    continue
                 for start in range(0, len(local), width):
                     part = slice(start, start + width)
                     take = np.resize(local[part], width)        # padded by repeating its clients
-                    H = run(X[members[take]], Y[members[take]], take, arguments[b])
-                    pending.append((mine[part], slice(0, len(mine[part])), H))
-        for mine, pick, H in pending:
-            out[mine] = np.asarray(H)[pick]
+                    H = per_bucket[b](X[members[take]], Y[members[take]], take, arguments[b])
+                    pending.append((mine[part], len(local[part]), H))
+        for mine, k, H in pending:
+            out[mine] = np.asarray(H)[:k]
         return out
 
-    def _hessian(self, bucket: int):
-        """The jitted (X_k, Y_k, take, arguments) -> ∇²P_i (k, N, N) of a bucket's clients `take`
-        (None: all of them, in bucket order), built on first use."""
+    def _hessian_functions(self) -> tuple:
+        """(all clients, per bucket: its clients `take`) jitted: (X, Y, arguments) -> ∇²P_i in
+        group order, and per bucket (X_k, Y_k, take, arguments[b]) -> ∇²P_i of those clients;
+        built on first use, from the lowered functions `__call__` runs."""
         if self._hessians is None:
             jax, jnp = jax_modules()
+            parts = [jax.vmap(_client_hessian(run, self.gradient), in_axes=_IN_AXES) for run in self.clients]
 
-            def build(run):
-                fn = jax.vmap(_client_hessian(run, self.gradient), in_axes=_IN_AXES)
-
+            def gathered(fn):
                 def hessians(X, Y, take, arguments):
-                    if take is not None:      # the clients' rows of the per-client arguments
-                        arguments = [a if axis is None else jax.tree_util.tree_map(
-                            lambda v: jnp.take(v, take, axis=0), a)
-                            for a, axis in zip(arguments, _IN_AXES[2:])]
+                    def clients(v):          # the rows `take` of a per-client argument
+                        return jnp.take(v, take, axis=0)
+                    arguments = [a if axis is None else jax.tree_util.tree_map(clients, a)
+                                 for a, axis in zip(arguments, _IN_AXES[2:])]
                     return fn(X, Y, *arguments)
                 return jax.jit(hessians)
-            self._hessians = [build(run) for run in self.clients]
-        return self._hessians[bucket]
+            self._hessians = (jax.jit(self._fused(parts, False)[1]), [gathered(fn) for fn in parts])
+        return self._hessians
 
 
 class JaxGroup(Group):
