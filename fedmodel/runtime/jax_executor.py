@@ -9,9 +9,9 @@ instead of numpy block-diagonal products:
   one jit-compiled, vmapped function of the stacked (n, d) points; ragged client data is
   zero-padded with masks that change no loss (see `jax_codegen`); the data lives on the
   device, once. Clients of very different sizes run in buckets of similar size (`buckets`).
-- `JaxGroup.hessian`: ∇²P_i of the requested clients (Newton and exact local solves) by jitted
-  vmaps of `jax.hessian` of the same lowered merit, on the same device data, over just those
-  clients (their rows gathered on the device).
+- `JaxGroup.hessian`: ∇²P_i (Newton and exact local solves) by one jitted vmap of `jax.hessian`
+  of the same lowered merit, on the same device data; a few clients (`Group.STRAGGLERS`) by
+  their own Hessian plans instead (no second compiled shape for a handful of clients).
 - `JaxGroup.fused_local_steps`: W (proximal-)gradient steps z ← z − α(∇P_i(z) + linear +
   weight∘(x − anchor)), soft-thresholded when λ‖w‖₁ is the only prox term, as one jitted
   `lax.fori_loop` (the serial steps' arithmetic in the same order); the runtime's
@@ -55,8 +55,6 @@ _QUIET = {"configure", "multipliers", "private_values", "save_state", "load_stat
 
 
 MAX_BUCKETS = 8          # padded shapes (one traced vmap each) per group of ragged clients
-HESSIAN_CHUNK = 16       # a few clients' Hessians: in chunks of the bucket's size / 16, rounded
-                         # up to a power of two (`Group.solve_newton`'s STRAGGLERS are 1/16)
 
 
 def buckets(programs: list, which: str, max_buckets: int = MAX_BUCKETS) -> list[np.ndarray]:
@@ -129,10 +127,7 @@ class _VectorFunction:
         self.identity = bool(np.all(self.order == np.arange(len(self.order))))
         self.clients = [_client_function(programs[0], plan.lowered, gradient) for plan in self.plans]
         self.bounds = np.cumsum([0] + [len(idx) for idx in self.groups])
-        self.bucket_of = np.searchsorted(self.bounds, self.inverse, side="right") - 1   # row -> bucket
-        self.position = self.inverse - self.bounds[self.bucket_of]                     # ... -> row in it
-        self.chunk = [1 << (-(-len(idx) // HESSIAN_CHUNK) - 1).bit_length() for idx in self.groups]
-        self._hessians: tuple | None = None
+        self._hessian = None                # jitted on first use (`hessian`)
         self.sorted, in_group_order = self._fused([jax.vmap(run, in_axes=_IN_AXES) for run in self.clients],
                                                   gradient)
         self._run = jax.jit(in_group_order)
@@ -167,52 +162,16 @@ class _VectorFunction:
         with float64():
             return self._run(np.asarray(X, dtype=float), np.asarray(Y, dtype=float), self.arguments())
 
-    def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """∇²P_i of the clients `rows` (default all), (k, N, N). Half the group or more: every
-        client in one jitted call. Fewer: per bucket holding some of them, jitted vmaps over
-        chunks of them (`chunk` clients, their argument rows gathered on the device), all
-        dispatched before any result is read: one more compiled shape per bucket, whichever
-        clients a Newton solve asks for."""
-        X, Y = np.asarray(X, dtype=float), np.asarray(Y, dtype=float)
-        everyone, per_bucket = self._hessian_functions()
-        if rows is None or 2 * len(rows) >= len(self.order):
-            with float64():
-                H = np.array(everyone(X, Y, self.arguments()))     # a writable copy
-            return H if rows is None else H[rows]
-        rows = np.asarray(rows, dtype=np.intp)
-        out = np.empty((len(rows), X.shape[1] + Y.shape[1], X.shape[1] + Y.shape[1]))
-        where, arguments, pending = self.bucket_of[rows], self.arguments(), []
-        with float64():
-            for b in np.unique(where):
-                mine, members, width = np.flatnonzero(where == b), self.groups[b], self.chunk[b]
-                local = self.position[rows[mine]]
-                for start in range(0, len(local), width):
-                    part = slice(start, start + width)
-                    take = np.resize(local[part], width)        # padded by repeating its clients
-                    H = per_bucket[b](X[members[take]], Y[members[take]], take, arguments[b])
-                    pending.append((mine[part], len(local[part]), H))
-        for mine, k, H in pending:
-            out[mine] = np.asarray(H)[:k]
-        return out
-
-    def _hessian_functions(self) -> tuple:
-        """(all clients, per bucket: its clients `take`) jitted: (X, Y, arguments) -> ∇²P_i in
-        group order, and per bucket (X_k, Y_k, take, arguments[b]) -> ∇²P_i of those clients;
-        built on first use, from the lowered functions `__call__` runs."""
-        if self._hessians is None:
-            jax, jnp = jax_modules()
+    def hessian(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """∇²P_i of every client (n, N, N) in group order, as a writable array: one jitted call
+        of `_client_hessian` over the lowered functions and device data `__call__` uses."""
+        if self._hessian is None:
+            jax, _ = jax_modules()
             parts = [jax.vmap(_client_hessian(run, self.gradient), in_axes=_IN_AXES) for run in self.clients]
-
-            def gathered(fn):
-                def hessians(X, Y, take, arguments):
-                    def clients(v):          # the rows `take` of a per-client argument
-                        return jnp.take(v, take, axis=0)
-                    arguments = [a if axis is None else jax.tree_util.tree_map(clients, a)
-                                 for a, axis in zip(arguments, _IN_AXES[2:])]
-                    return fn(X, Y, *arguments)
-                return jax.jit(hessians)
-            self._hessians = (jax.jit(self._fused(parts, False)[1]), [gathered(fn) for fn in parts])
-        return self._hessians
+            self._hessian = jax.jit(self._fused(parts, False)[1])
+        with float64():
+            return np.array(self._hessian(np.asarray(X, dtype=float), np.asarray(Y, dtype=float),
+                                          self.arguments()))
 
 
 class JaxGroup(Group):
@@ -253,13 +212,15 @@ class JaxGroup(Group):
 
     def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """∇²P_i at z_i = (x_i, y_i) of the clients `rows` (default all): (k, N, N), N = n_x + n_y,
-        by jitted vmaps of jax.hessian of the lowered merit `value_grad` uses (its device data),
-        over the requested clients only (`_VectorFunction.hessian`)."""
+        by one jitted vmap of jax.hessian of the lowered merit `value_grad` uses (its device
+        data) over every client; at most `STRAGGLERS`·n clients by their own Hessian plans (as
+        fast as the group call there, and no second compiled function for a few clients)."""
         fn = self._function("value_grad_plan")
-        if fn is None:
+        if fn is None or (rows is not None and len(rows) <= self.STRAGGLERS * self.n):
             return super().hessian(X, Y, rows)
         self.calls["hessian"] += 1
-        return fn.hessian(X, Y, rows)
+        H = fn.hessian(X, Y)
+        return H if rows is None else H[rows]
 
     def objective(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         fn = self._function("objective_plan")
