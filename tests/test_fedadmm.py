@@ -1,5 +1,6 @@
 """FedADMM / -In / -InSa (backends/fedadmm/) against CVXPY, a direct numpy implementation of
 the paper's Algorithms 1 and 3, and hand-computed values of (3.9), (3.15)."""
+import contextlib
 import math
 
 import numpy as np
@@ -337,6 +338,49 @@ def test_batched_executor_gives_the_same_run():
     # equal up to summation order (docs/executors.md)
     np.testing.assert_allclose(a.value(w), b.value(w), rtol=0, atol=1e-12)
     assert a.iterations == b.iterations
+
+
+EVERY_CLIENT = {"InSa, criterion (3.7), safeguard halves eta": dict(reference="u", lr=40.0, max_rounds=20),
+                "InSa, automatic eta, penalty rule of the code": dict(penalty_rule="code", mu=2.0, max_rounds=20),
+                "vanilla, fixed sigma, warm start": dict(inexact=False, adaptive=False, local_steps=3,
+                                                         local_start="u", max_rounds=10),
+                "In, fixed sigma": dict(adaptive=False, sigma=0.3, max_rounds=10),
+                "diverging (non-finite local solutions)": dict(lr=1e3, inexact=False, adaptive=False,
+                                                               safeguard=False, local_steps=200, max_rounds=5)}
+
+
+@pytest.mark.parametrize("name", EVERY_CLIENT)
+def test_batched_rounds_with_every_client_leave_the_serial_client_states(name, monkeypatch):
+    """Full participation on the batched executor: each round is one group request, served by
+    the stacked form of `fedadmm_round` (the per-node form is never asked), and the run ends
+    with every client's state — β_i, η_i, L̂_i, u_i, λ_i, the last round's diagnostics — and
+    history as the serial executor leaves them."""
+    from fedmodel.runtime.batched import BatchedExecutor
+    from fedmodel.runtime.ledger import BATCHED
+    prob, w = logistic_model(m=6)
+    monkeypatch.setitem(BATCHED, "fedadmm_round", lambda *a: pytest.fail("served by the per-node form"))
+    runs, states = {}, {}
+    for label, ex in (("serial", SerialExecutor()), ("batched", BatchedExecutor())):
+        with pytest.warns(RuntimeWarning, match="non-finite") if "diverging" in name else contextlib.nullcontext():
+            runs[label] = prob.solve(FedADMM(**EVERY_CLIENT[name]), executor=ex)
+        states[label] = [ex.programs[c].state["fedadmm"] for c in ex.clients]
+    serial, batched = runs["serial"], runs["batched"]
+    assert ex.stats[("fedadmm_round", "batched")] > 0 and ex.stats[("fedadmm_round", "serial")] == 0
+    assert (serial.status, serial.iterations) == (batched.status, batched.iterations)
+    assert [r["client_steps"] for r in serial.history] == [r["client_steps"] for r in batched.history]
+    for a, b in zip(states["serial"], states["batched"]):
+        for key in ("beta", "lr", "curvature", "u", "lam"):
+            np.testing.assert_allclose(np.asarray(b[key], float), np.asarray(a[key], float), rtol=1e-10, atol=1e-12)
+        assert a["last"].keys() == b["last"].keys()
+        for key, value in a["last"].items():
+            assert (value is None) == (b["last"][key] is None)
+            if value is not None:
+                assert b["last"][key] == pytest.approx(value, rel=1e-10, abs=1e-12)
+    if "safeguard" in name:
+        assert min(s["lr"] for s in states["batched"]) < 40.0
+    if "diverging" in name:
+        assert batched.status == "diverged" and np.all(np.isfinite(batched.value(w)))
+        assert all(s["last"] == {} and s["beta"] == 1.0 for s in states["batched"])     # as before the round
 
 
 @pytest.mark.parametrize("options", [{}, {"local_solver": "gd"}, {"inexact": False}])

@@ -33,13 +33,13 @@ Readings where the paper and its experiments differ (defaults: the paper's exper
 - `memory=None`: δ = 0 for vanilla, 0.01 for In / InSa (as in the experiments).
 Algorithm 2 (In) has no body in the text; it is Algorithm 3 with β fixed (spec §2.4).
 
-The clients' steps are in `client`, InSa's rules and the safeguards in `insa`, FedADMM as
-ProxAL's subproblem solver in `composition`.
+The clients' steps are in `client` (their vectorized form in `batched`), the server's loop in
+`server`, InSa's rules and the safeguards in `insa`, FedADMM as ProxAL's subproblem solver in
+`composition`.
 """
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -50,11 +50,10 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import compile_programs
 from ..base import Backend
 from ..common import gather_values, progress, require_star
-from ..watch import DivergenceWatch
 from . import client  # noqa: F401  (registers the client procedures)
 from . import batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
 from .composition import solve_subproblem
-from .insa import sustained_growth
+from .server import rounds
 
 
 LOCAL_SOLVERS = ("gd", "auto", "newton", "exact", "lbfgs")
@@ -244,111 +243,25 @@ class FedADMM(Backend):
                 "iterations": {"rounds": len(history), "local_steps": steps}, "ledger": ex.ledger,
                 "info": info}
 
-    def rounds(self, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callback=None, bar=None, *,
-               lam_start: str = "zero", keep_beta: bool = False, stop=None, report: bool = True,
-               server_tol: float | None = None, checkpointer: Checkpointer = NO_CHECKPOINT,
-               info: dict | None = None) -> tuple[np.ndarray, list[dict], str, int]:
+    def rounds(self, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callback=None, bar=None,
+               **options) -> tuple[np.ndarray, list[dict], str, int]:
         """At most `max_rounds` rounds of Algorithms 1/3 on the started executor `ex` (its node
         programs compiled for this model), from z^0 = z with weights α = `alpha`; returns
-        (z, history, status, total local steps). `run` calls it, and so does ProxAL's
-        composition (`composition.solve_subproblem`) on ProxAL's executor.
+        (z, history, status, total local steps) (`server.rounds`). `run` calls it, and so does
+        ProxAL's composition (`composition.solve_subproblem`) on ProxAL's executor.
 
         State: round k, z, the server's caches of w_i and β_i, the sampling rng — saved by
         `checkpointer` after every round (docs/checkpoints.md). `bar`: a progress display
-        (`common.progress`; None: silent). `lam_start`, `keep_beta`: the clients' λ_i^0 and
-        whether they keep their β_i (client "fedadmm_init"). `report`: objective / violation
-        in every record (one "report" per node and round).
+        (`common.progress`; None: silent). Keyword `options`: `lam_start`, `keep_beta`: the
+        clients' λ_i^0 and whether they keep their β_i (client "fedadmm_init"). `report`:
+        objective / violation in every record (one "report" per node and round).
         `stop(z, record, z_bar, weight, residual) -> bool` replaces the `tol` test (ProxAL's
         composition; z_bar, weight: the z-step's anchor and quadratic weight (3.2); residual: the
-        ∞-norm residual of the server's solve). Divergence (non-finite or 1e6-fold growth of z,
-        the clients' messages w_i = β_i u_i − λ_i or their drift ‖u_i − z‖∞) stops the loop with
-        status "diverged", the last sound z, a RuntimeWarning and `info["diverged"]`."""
-        if bar is None:
-            bar = progress(max_rounds, False, self.variant)
-        info = {} if info is None else info
-        clients = ex.clients
-        m = len(clients)
-        rng = np.random.default_rng(self.seed)
-        beta0 = None if keep_beta else self.beta
-        # server caches: the last w_i = β_i u_i − λ_i and β_i of every client (u^0 = z^0)
-        first = ex.map("fedadmm_init", {c: self._client_config(z, alpha[j], beta0, lam_start)
-                                        for j, c in enumerate(clients)})
-        w_cache = np.array([first[c]["w"] for c in clients], float).reshape(m, -1)
-        betas = np.array([first[c]["beta"] for c in clients], float)
-        b_cache = betas.copy()
-        size = max(1, math.ceil(self.participation * m))
-        has_server_step = stop is not None or _needs_server_solve(ex)
-        history, status, total_steps, elapsed = [], "max_iterations", 0, 0.0
-        watch = DivergenceWatch(self.variant, hint=self._hint())
-        saved = checkpointer.restore(ex)
-        if saved:
-            z, w_cache, b_cache = saved["z"], saved["w_cache"], saved["b_cache"]
-            history, total_steps, elapsed = saved["history"], saved["total_steps"], saved["elapsed"]
-            rng.bit_generator.state = saved["rng"]
-            watch.smallest = dict(saved["watch"])           # the growth test's memory
-        else:                       # the sizes at the start: the growth test's baseline
-            watch.check(0, client_messages=w_cache, z=z)
-        for k in range(len(history), max_rounds):
-            start = time.perf_counter()
-            chosen = _sample(rng, m, size, [j for j, c in enumerate(clients) if c not in ex.lost])
-            # partial participation: a sampled client that does not reply is dropped from the
-            # run (its cached w_i, β_i stay in (3.1a), as for any client not sampled)
-            replies = (ex.map_available if self.participation < 1 else ex.map)(
-                "fedadmm_round", {clients[j]: {"z": z} for j in chosen})
-            chosen = [j for j in chosen if clients[j] in replies]
-            for j in chosen:
-                w_cache[j], b_cache[j] = replies[clients[j]]["w"], replies[clients[j]]["beta"]
-            s_beta = float(alpha @ b_cache)
-            z_hat = (alpha @ w_cache) / s_beta                                        # (3.1a)
-            z_bar = (z_hat + self.memory * z) / (1.0 + self.memory)                   # (3.1b)
-            server_residual = 0.0
-            drift = max((float(replies[clients[j]]["drift"]) for j in chosen), default=0.0)
-            if watch.check(k + 1, client_messages=w_cache[chosen], client_drift=drift, z=z_bar):
-                status = watch.report(info)
-                break
-            if has_server_step:                                                       # (3.2) + h
-                out = ex.call("server", "solve_local", linear=None, weight=(1 + self.memory) * s_beta,
-                              anchor=z_bar, x0=z, method="auto",
-                              tol=self.server_tol if server_tol is None else server_tol)
-                z_new, server_residual = out["x"], float(out["grad_norm"])
-            else:
-                z_new = z_bar
-            step_counts = {clients[j]: int(replies[clients[j]]["steps"]) for j in chosen}
-            total_steps += sum(step_counts.values())
-            if watch.check(k + 1, z=z_new):
-                status = watch.report(info)
-                break
-            change = float(np.max(np.abs(z_new - z), initial=0.0))
-            z = z_new
-            elapsed += time.perf_counter() - start
-            record = {"round": k + 1, "local_steps": sum(step_counts.values()),
-                      "client_steps": step_counts, "participants": [clients[j] for j in chosen],
-                      "mean_beta": float(np.mean(b_cache)), "z_change": change, "drift": drift,
-                      "time": elapsed}
-            if ex.lost:
-                record["lost"] = sorted(ex.lost)
-            if report:      # (the objective of the clients still in the run)
-                reports = ex.map("report", {node: {"x": z} for node in ex.nodes if node not in ex.lost})
-                record["objective"] = sum(r["objective"] for r in reports.values())
-                record["violation"] = max(r["violation"] for r in reports.values())
-            history.append(record)
-            if callback:
-                callback(record)
-            bar.update(record)
-            if stop is not None:
-                if stop(z, record, z_bar, (1 + self.memory) * s_beta, server_residual):
-                    status = "converged"
-                    break
-                continue
-            if self.tol is not None and max(change, drift) <= self.tol:
-                status = "converged"
-                break
-            checkpointer.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
-                                  "total_steps": total_steps, "elapsed": elapsed,
-                                  "rng": rng.bit_generator.state, "watch": dict(watch.smallest)})
-        if status == "max_iterations" and stop is None and sustained_growth(history, watch):
-            status = watch.report(info)
-        return z, history, status, total_steps
+        ∞-norm residual of the server's solve). `server_tol`, `checkpointer`, `info`.
+        Divergence (non-finite or 1e6-fold growth of z, the clients' messages
+        w_i = β_i u_i − λ_i or their drift ‖u_i − z‖∞) stops the loop with status "diverged",
+        the last sound z, a RuntimeWarning and `info["diverged"]`."""
+        return rounds(self, ex, z, alpha, max_rounds, callback, bar, **options)
 
     # ---- composition: FedADMM as ProxAL's subproblem solver -------------------------------------
     def solve_subproblem(self, ex, w: np.ndarray, tau: float, rho: dict) -> tuple[np.ndarray, list, dict]:
@@ -363,16 +276,6 @@ class FedADMM(Backend):
         return z, trace, rho
 
 
-def _sample(rng, m: int, size: int, available: list[int]) -> list[int]:
-    """The round's clients: `size` of the m drawn without replacement (all when size = m);
-    after clients were lost, drawn from the `available` ones only."""
-    if len(available) == m:
-        return sorted(rng.choice(m, size=size, replace=False)) if size < m else list(range(m))
-    if not available:
-        raise FedModelError("FedADMM: every client has been lost (none replied in time)")
-    return sorted(rng.choice(available, size=min(size, len(available)), replace=False))
-
-
 def _positive(value) -> bool:
     try:
         return bool(np.isfinite(value) and value > 0) and not isinstance(value, bool)
@@ -385,10 +288,3 @@ def _start_point(w0, d: int) -> np.ndarray:
     if z.shape != (d,) or not np.all(np.isfinite(z)):
         raise FedModelError(f"w0 must be {d} finite numbers (the flattened shared variables)")
     return z
-
-
-def _needs_server_solve(ex) -> bool:
-    """Whether the z-step needs the server's own solve (3.2) — server terms, prox terms or
-    projections — or is (3.1b) itself, as the server reports (local request "node_terms")."""
-    held = ex.call("server", "node_terms")
-    return bool(held["prox_terms"] or held["constraints"] or held["objective"])

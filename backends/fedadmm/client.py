@@ -6,6 +6,7 @@ state in `program.state["fedadmm"]` — the local update of u_i (2.9) to the ine
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -143,25 +144,46 @@ def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
     return finish_round(program, s, x, z, steps, bound, float(np.linalg.norm(e)) if s["inexact"] else None)
 
 
+class RoundEnd(NamedTuple):
+    """What `round_end` computes, for one client (floats, (n,) arrays) or a group's (stacks)."""
+    lam: np.ndarray         # λ_i^{k+1} (2.8b)
+    w: np.ndarray           # the message β_i^k u_i^{k+1} − λ_i^{k+1}
+    primal: Any             # ‖u_i^{k+1} − u_i^k‖ (3.14a)
+    dual: Any               # ‖u_i^{k+1} − z^k‖ (3.14b)
+    drift: Any              # ‖u_i^{k+1} − z^k‖∞
+    beta: Any               # β_i^{k+1} (3.15; β_i^k without adaptation)
+    lr: Any                 # η_i for the next round
+
+
+def round_end(s: dict, u, u_old, lam, beta, z: np.ndarray, lr, curvature) -> RoundEnd:
+    """The end of a round at the local solutions u (one client: u (n,), β a float; a group's
+    clients: u (k, n), β (k,)): the multiplier step (2.8b), the message, the residuals (3.14)
+    and InSa's β, η (`insa.adapt`) with the options of `s`. The per-client round and the
+    batched one (`batched._update`) share it; it writes no state."""
+    b = np.asarray(beta, float)[..., None]
+    lam = lam - b * (u - z)                                                      # (2.8b)
+    primal = np.linalg.norm(u - u_old, axis=-1)                                  # (3.14a)
+    dual = np.linalg.norm(u - z, axis=-1)                                        # (3.14b)
+    drift = np.max(np.abs(u - z), axis=-1, initial=0.0)
+    new_beta, new_lr = adapt(s, beta, primal, dual, float(np.max(np.abs(z), initial=1.0)), lr,
+                             curvature) if s["adaptive"] else (beta, lr)
+    return RoundEnd(lam, b * u - lam, primal, dual, drift, new_beta, new_lr)
+
+
 def finish_round(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, steps: int,
                  bound: float | None, residual: float | None) -> dict:
-    """The end of a client round at its local solution x = (u, y): the multiplier step (2.8b),
-    InSa's β adaptation (3.14)–(3.15), the state and the reply (NaN when x is not finite)."""
+    """The end of a client round at its local solution x = (u, y) (`round_end`): the state and
+    the reply (NaN when x is not finite)."""
     n, beta = program.n_shared, s["beta"]
     if not np.all(np.isfinite(x)):
         return {"w": np.full(n, np.nan), "beta": beta, "steps": steps, "drift": math.inf}
     u = x[:n].copy()
     program.y = x[n:].copy()
-    lam = s["lam"] - beta * (u - z)                                              # (2.8b)
-    w = beta * u - lam
-    primal = float(np.linalg.norm(u - s["u"]))                                   # (3.14a)
-    dual = float(np.linalg.norm(u - z))                                          # (3.14b)
+    end = round_end(s, u, s["u"], s["lam"], beta, z, s["lr"], s["curvature"])
     s["last"] = {"steps": steps, "bound": bound, "residual": residual, "beta": beta,
-                 "primal": primal, "dual": dual}
-    if s["adaptive"]:
-        s["beta"] = adapt(s, beta, primal, dual, scale=float(np.max(np.abs(z), initial=1.0)))
-    s["u"], s["lam"] = u.copy(), lam
-    return {"w": w, "beta": beta, "steps": steps, "drift": float(np.max(np.abs(u - z), initial=0.0))}
+                 "primal": float(end.primal), "dual": float(end.dual)}
+    s["beta"], s["lr"], s["u"], s["lam"] = float(end.beta), float(end.lr), u, end.lam
+    return {"w": end.w, "beta": beta, "steps": steps, "drift": float(end.drift)}
 
 
 @procedure("fedadmm_refusal", {}, {"refusal": "str"}, local=True, read_only=True)

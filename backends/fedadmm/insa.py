@@ -11,33 +11,33 @@ import numpy as np
 from ..watch import DivergenceWatch
 
 
-def sigma_bound(beta: float, c: float = 1.0) -> float:
-    """√2/(√2 + √(β/c)): the bound (3.8)/(3.9) on σ for strong-convexity constant c."""
-    return math.sqrt(2.0) / (math.sqrt(2.0) + math.sqrt(beta / c))
+def sigma_bound(beta, c: float = 1.0):
+    """√2/(√2 + √(β/c)): the bound (3.8)/(3.9) on σ for strong-convexity constant c (β: one
+    client's float or an array, one per client)."""
+    return math.sqrt(2.0) / (math.sqrt(2.0) + np.sqrt(beta / c))
 
 
-def adapt_penalty(beta: float, primal: float, dual: float, mu: float, tau: float) -> float:
-    """(3.15): β·τ if d > μp; β/τ if p > μd; else β (p, d: the residuals (3.14))."""
-    if dual > mu * primal:
-        return beta * tau
-    if primal > mu * dual:
-        return beta / tau
-    return beta
+def adapt_penalty(beta, primal, dual, mu: float, tau: float):
+    """(3.15): β·τ if d > μp; β/τ if p > μd; else β (p, d: the residuals (3.14)); elementwise
+    on arrays (one entry per client)."""
+    return np.where(dual > mu * primal, beta * tau, np.where(primal > mu * dual, beta / tau, beta))
 
 
-def adapt(s: dict, beta: float, primal: float, dual: float, scale: float) -> float:
-    """β_i^{k+1} by (3.15) within `beta_range`. Safeguards (`safe`): residuals at round-off
-    (both ≤ 1e-12·max(1, ‖z‖∞)) leave β alone (their ratio is noise: the paper's rule then
-    drifts β to 1e-27 or 1e+30); with the automatic η, η follows β: η = 1/(L̂ + β) (with the
-    user's η, a β that makes the local steps unstable is caught by `client._gd_step`, which
-    halves η)."""
-    if s["safe"] and max(primal, dual) <= 1e-12 * scale:
-        return beta
+def adapt(s: dict, beta, primal, dual, scale: float, lr, curvature):
+    """(β_i^{k+1} by (3.15) within `beta_range`, the step η_i that goes with it), for one client
+    (floats) or a group's clients (arrays, elementwise), with the options of `s`: the per-client
+    round and the batched one share this rule. Safeguards (`safe`): residuals at round-off
+    (both ≤ 1e-12·max(1, ‖z‖∞) = 1e-12·`scale`) leave β and η alone (their ratio is noise: the
+    paper's rule then drifts β to 1e-27 or 1e+30); with the automatic η, η follows β:
+    η = 1/(L̂ + β), L̂ = `curvature` (with the user's η, a β that makes the local steps unstable
+    is caught by `client._gd_step`, which halves η)."""
     p = beta * primal if s["penalty_rule"] == "code" else primal
-    new = float(np.clip(adapt_penalty(beta, p, dual, s["mu"], s["tau"]), s["beta_min"], s["beta_max"]))
-    if s["auto_lr"]:
-        s["lr"] = 1.0 / (s["curvature"] + new)
-    return new
+    new = np.clip(adapt_penalty(beta, p, dual, s["mu"], s["tau"]), s["beta_min"], s["beta_max"])
+    new_lr = 1.0 / (curvature + new) if s["auto_lr"] else lr
+    if s["safe"]:
+        noise = np.maximum(primal, dual) <= 1e-12 * scale
+        new, new_lr = np.where(noise, beta, new), np.where(noise, lr, new_lr)
+    return new, new_lr
 
 
 def sustained_growth(history: list[dict], watch: DivergenceWatch, window: int = 20,

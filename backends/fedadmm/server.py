@@ -1,0 +1,160 @@
+"""FedADMM's server loop (Song, Wang, Zuazua, arXiv 2402.13989, Algorithms 1 and 3; equation
+numbers: that paper): the rounds on a started executor — the clients' updates, the z-step
+(3.1)/(3.2), the divergence watch, the history, checkpoints. With every client taking part a
+round sends one group request (`Executor.map_stacked`: common z, the replies as stacks), which
+the batched and JAX executors serve as one block and the others split into per-node messages;
+partial participation sends per-node requests to the round's sample (`map_available`: a client
+that does not reply is dropped)."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from fedmodel.errors import FedModelError
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
+from ..common import progress
+from ..watch import DivergenceWatch
+from .insa import sustained_growth
+
+
+def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callback=None, bar=None, *,
+           lam_start: str = "zero", keep_beta: bool = False, stop=None, report: bool = True,
+           server_tol: float | None = None, checkpointer: Checkpointer = NO_CHECKPOINT,
+           info: dict | None = None) -> tuple[np.ndarray, list[dict], str, int]:
+    """`FedADMM.rounds` for the backend `backend` (its options): at most `max_rounds` rounds of
+    Algorithms 1/3 on the started executor `ex` from z^0 = z with weights α = `alpha`; returns
+    (z, history, status, total local steps)."""
+    if bar is None:
+        bar = progress(max_rounds, False, backend.variant)
+    info = {} if info is None else info
+    clients = tuple(ex.clients)     # (a tuple sent every round: the executor finds it by identity)
+    m = len(clients)
+    rng = np.random.default_rng(backend.seed)
+    beta0 = None if keep_beta else backend.beta
+    # server caches: the last w_i = β_i u_i − λ_i and β_i of every client (u^0 = z^0)
+    first = ex.map("fedadmm_init", {c: backend._client_config(z, alpha[j], beta0, lam_start)
+                                    for j, c in enumerate(clients)})
+    w_cache = np.array([first[c]["w"] for c in clients], float).reshape(m, -1)
+    b_cache = np.array([first[c]["beta"] for c in clients], float)
+    size = max(1, math.ceil(backend.participation * m))
+    server_terms = _needs_server_solve(ex)
+    has_server_step = stop is not None or server_terms
+    history, status, total_steps, elapsed = [], "max_iterations", 0, 0.0
+    watch = DivergenceWatch(backend.variant, hint=backend._hint())
+    saved = checkpointer.restore(ex)
+    if saved:
+        z, w_cache, b_cache = saved["z"], saved["w_cache"], saved["b_cache"]
+        history, total_steps, elapsed = saved["history"], saved["total_steps"], saved["elapsed"]
+        rng.bit_generator.state = saved["rng"]
+        watch.smallest = dict(saved["watch"])           # the growth test's memory
+    else:                       # the sizes at the start: the growth test's baseline
+        watch.check(0, client_messages=w_cache, z=z)
+    memory = backend.memory
+    for k in range(len(history), max_rounds):
+        start = time.perf_counter()
+        chosen, steps, drift, w_cache, b_cache = _client_round(backend, ex, clients, z, rng, size,
+                                                               w_cache, b_cache)
+        s_beta = float(alpha @ b_cache)
+        z_hat = (alpha @ w_cache) / s_beta                                            # (3.1a)
+        z_bar = (z_hat + memory * z) / (1.0 + memory)                                 # (3.1b)
+        server_residual = 0.0
+        messages = w_cache if chosen is None else w_cache[chosen]
+        if watch.check(k + 1, client_messages=messages, client_drift=drift, z=z_bar):
+            status = watch.report(info)
+            break
+        if has_server_step:                                                           # (3.2) + h
+            out = ex.call("server", "solve_local", linear=None, weight=(1 + memory) * s_beta,
+                          anchor=z_bar, x0=z, method="auto",
+                          tol=backend.server_tol if server_tol is None else server_tol)
+            z_new, server_residual = out["x"], float(out["grad_norm"])
+        else:
+            z_new = z_bar
+        participants = list(clients) if chosen is None else [clients[j] for j in chosen]
+        step_counts = dict(zip(participants, np.asarray(steps, dtype=int).tolist()))
+        round_steps = int(np.sum(steps, dtype=int))
+        total_steps += round_steps
+        if watch.check(k + 1, z=z_new):
+            status = watch.report(info)
+            break
+        change = float(np.max(np.abs(z_new - z), initial=0.0))
+        z = z_new
+        elapsed += time.perf_counter() - start
+        record = {"round": k + 1, "local_steps": round_steps, "client_steps": step_counts,
+                  "participants": participants, "mean_beta": float(np.mean(b_cache)), "z_change": change,
+                  "drift": drift, "time": elapsed}
+        if ex.lost:
+            record["lost"] = sorted(ex.lost)
+        if report:      # (the objective of the clients still in the run)
+            record["objective"], record["violation"] = _report(ex, clients, z, server_terms)
+        history.append(record)
+        if callback:
+            callback(record)
+        bar.update(record)
+        if stop is not None:
+            if stop(z, record, z_bar, (1 + memory) * s_beta, server_residual):
+                status = "converged"
+                break
+            continue
+        if backend.tol is not None and max(change, drift) <= backend.tol:
+            status = "converged"
+            break
+        checkpointer.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
+                                      "total_steps": total_steps, "elapsed": elapsed,
+                                      "rng": rng.bit_generator.state, "watch": dict(watch.smallest)})
+    if status == "max_iterations" and stop is None and sustained_growth(history, watch):
+        status = watch.report(info)
+    return z, history, status, total_steps
+
+
+def _client_round(backend, ex, clients: tuple, z: np.ndarray, rng, size: int, w_cache: np.ndarray,
+                  b_cache: np.ndarray):
+    """The clients' part of a round: (the participants' indices, None for every client; their
+    local step counts; the largest drift ‖u_i − z‖∞; the caches of w_i and β_i with their
+    replies). Every client: one group request; partial participation: the sample's per-node
+    requests, where a sampled client that does not reply is dropped from the run (its cached
+    w_i, β_i stay in (3.1a), as for any client not sampled)."""
+    m = len(clients)
+    if backend.participation >= 1 and not ex.lost:
+        reply = ex.map_stacked("fedadmm_round", clients, common={"z": z})
+        return (None, reply["steps"], float(np.max(reply["drift"], initial=0.0)),
+                np.asarray(reply["w"], float).reshape(m, -1), np.asarray(reply["beta"], float))
+    chosen = _sample(rng, m, size, [j for j, c in enumerate(clients) if c not in ex.lost])
+    replies = (ex.map_available if backend.participation < 1 else ex.map)(
+        "fedadmm_round", {clients[j]: {"z": z} for j in chosen})
+    chosen = [j for j in chosen if clients[j] in replies]
+    for j in chosen:
+        w_cache[j], b_cache[j] = replies[clients[j]]["w"], replies[clients[j]]["beta"]
+    drift = max((float(replies[clients[j]]["drift"]) for j in chosen), default=0.0)
+    return chosen, [replies[clients[j]]["steps"] for j in chosen], drift, w_cache, b_cache
+
+
+def _report(ex, clients: tuple, z: np.ndarray, server_terms: bool) -> tuple[float, float]:
+    """Objective and violation at z: the clients still in the run as one group request, the
+    server's when it holds terms (else its report is 0, 0)."""
+    active = clients if not ex.lost else tuple(c for c in clients if c not in ex.lost)
+    reports = ex.map_stacked("report", active, common={"x": z})
+    objective = float(np.sum(reports["objective"]))
+    violation = float(np.max(reports["violation"], initial=0.0))
+    if server_terms:
+        server = ex.call("server", "report", x=z)
+        objective, violation = objective + server["objective"], max(violation, server["violation"])
+    return objective, violation
+
+
+def _sample(rng, m: int, size: int, available: list[int]) -> list[int]:
+    """The round's clients: `size` of the m drawn without replacement (all when size = m);
+    after clients were lost, drawn from the `available` ones only."""
+    if len(available) == m:
+        return sorted(rng.choice(m, size=size, replace=False)) if size < m else list(range(m))
+    if not available:
+        raise FedModelError("FedADMM: every client has been lost (none replied in time)")
+    return sorted(rng.choice(available, size=min(size, len(available)), replace=False))
+
+
+def _needs_server_solve(ex) -> bool:
+    """Whether the z-step needs the server's own solve (3.2) — server terms, prox terms or
+    projections — or is (3.1b) itself, as the server reports (local request "node_terms")."""
+    held = ex.call("server", "node_terms")
+    return bool(held["prox_terms"] or held["constraints"] or held["objective"])
