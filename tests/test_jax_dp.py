@@ -7,6 +7,7 @@ constraints falls back to the per-node path and says so. The group's per-record 
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -172,6 +173,55 @@ def test_clients_with_only_sets_and_prox_terms_are_vectorized_and_match_serial(e
         _same(run.info[key], serial.info[key], key)
     z = np.array(list(serial.info["client_values"].values()))
     assert np.isclose(np.abs(z).max(), 0.1) and (z == 0).any()     # the bounds and λ‖w‖₁ acted
+
+
+class _Spy(BatchedExecutor):
+    """Counts the kinds sent per node (`map`) and as group requests (`map_stacked`)."""
+
+    def start(self, programs):
+        self.per_node, self.grouped = Counter(), Counter()
+        return super().start(programs)
+
+    def map(self, kind, payloads):
+        self.per_node[kind] += 1
+        return super().map(kind, payloads)
+
+    def map_stacked(self, kind, nodes, rows=None, common=None, split=True):
+        self.grouped[kind] += 1
+        return super().map_stacked(kind, nodes, rows, common, split)
+
+
+@pytest.mark.parametrize("setting", ["ObjP clip (default)", "OutP"])
+def test_a_round_is_one_group_request_served_as_a_block(setting):
+    """The server sends each round's client step and report as one group request (λ_p, and
+    OutP's per-client 1/η̂ and σ, as blocks), which the stacked form serves without per-node
+    payloads; the numbers are the serial ones."""
+    prob, _ = _logistic(n=6, l1_on=None)
+    serial, _ = _run(prob, "serial", **SETTINGS[setting])
+    ex = _Spy()
+    run, _ = _run(prob, ex, **SETTINGS[setting])
+    assert ex.grouped["dp_admm_step"] == ex.grouped["report"] == 12
+    assert ex.per_node["dp_admm_step"] == ex.per_node["report"] == 0
+    assert ex.stats[("dp_admm_step", "batched")] == 6 * 12
+    _same(run.info["client_values"], serial.info["client_values"], "client_values")
+    _same(run.info["dual_variables"], serial.info["dual_variables"], "dual_variables")
+    assert run.ledger == serial.ledger
+
+
+def test_clients_of_two_groups_and_a_server_term_match_serial():
+    """A group request over two groups (two client structures) is split into per-node messages
+    and served by each group's per-member form; the server's term enters (4a) and the report."""
+    prob, _ = _logistic(n=6, l1_on="server", two_kinds=True)
+    serial, _ = _run(prob, "serial", epsilon=1.0, sensitivity=1.0)
+    ex = _Spy()
+    run, _ = _run(prob, ex, epsilon=1.0, sensitivity=1.0)
+    assert len(ex.groups) == 2 and ex.stats[("dp_admm_step", "batched")] == 6 * 12
+    assert ex.per_node["dp_admm_step"] == 12                # each group request split
+    for a, b in zip(serial.history, run.history):
+        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
+              "history")
+    _same(run.info["client_values"], serial.info["client_values"], "client_values")
+    assert run.ledger == serial.ledger
 
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])

@@ -12,7 +12,8 @@ One round t (all clients, star topology), ρ = ρ̂^t from (21):
 
 The client step and its DP layers (objective / output perturbation) are in `client`, the
 schedules and presets in `options`, the composition of the per-round guarantees in
-`accounting`. With ε̄ = ∞ the mechanism is the identity, so the run is exactly IADMM
+`accounting`, the server's rounds (z_p, λ_p as stacks; one group request per round) in
+`server`. With ε̄ = ∞ the mechanism is the identity, so the run is exactly IADMM
 (Remark 1(ii)). Noise is drawn on each client from its own generator, spawned from `seed`
 (SeedSequence(seed, spawn_key=(client index,))) or from the client's OS entropy; Δ̄ is computed
 on the client from its own objective (fedmodel.runtime.privacy); only z_p leaves it.
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -56,20 +56,20 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.privacy import glm_sensitivity_bound
 from fedmodel.runtime.program import compile_programs
 from ..base import Backend
-from ..common import check_count, check_number as _number, gather_values, progress, require_star
-from ..watch import DivergenceWatch
-from .accounting import RunAccounting, calibrated_epsilon, composition, privacy_report
+from ..common import check_count, check_number as _number, require_star
+from .accounting import RunAccounting, calibrated_epsilon, composition
 from .batched import iadmm_step     # registers the client procedures (client) and the batched step
-from .constrained import check_clients, has_local_terms
+from .constrained import check_clients
 from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS,
                       RhoSchedule, as_rho_schedule, check_clip, check_readings, check_sensitivity,
                       outp_parameters)
+from .server import RoundLoop
 
 __all__ = ["DPADMM", "PAPER_DPADMM", "RHO_PRESETS", "RhoSchedule", "composition",
            "glm_sensitivity_bound", "iadmm_step"]
 
 
-class DPADMM(RunAccounting, Backend):
+class DPADMM(RoundLoop, RunAccounting, Backend):
     """DP-IADMM: ObjT (Algorithm 2), ObjP (Algorithm 1, default) and the OutP baseline.
 
     Defaults: the fastest robust non-private configuration (ε̄ = ∞, ObjP, a = 10, stop at tol);
@@ -222,175 +222,9 @@ class DPADMM(RunAccounting, Backend):
             if missing:
                 raise FedModelError(f"sensitivity has no bound for clients {missing}")
 
-    def _init_clients(self, ex, w, local):
-        mechanism = "none" if math.isinf(self.epsilon) else self._mechanism()
-        payloads = {}
-        for i, c in enumerate(ex.clients):
-            bound = self.sensitivity.get(c) if isinstance(self.sensitivity, dict) else \
-                None if isinstance(self.sensitivity, str) else self.sensitivity
-            payloads[c] = {"z0": w, "mechanism": mechanism, "epsilon": self.epsilon,
-                           "sensitivity": self.sensitivity if isinstance(self.sensitivity, str) else "bound",
-                           "bound": bound, "clip": self.clip if self.sensitivity == "clip" else None,
-                           "std": self.outp_std, "norm": self.trust_norm,
-                           "seed": self.seed, "index": i, "record": float(self.record_noise)}
-            if local:
-                payloads[c].update(share=self.constraint_share, value_clip=self.value_clip)
-        replies = ex.map("dp_admm_init", payloads)
-        releases = int(max(r["constraint_releases"] or 0 for r in replies.values()))
-        return {c: r["records"] for c, r in replies.items()}, self._shares(releases)
-
     def _shares(self, releases: int) -> tuple[float, ...]:
         """The fractions of ε̄ one round spends per release: the gradient's, then each of the
         `releases` constraint values' (the most of any client; `constrained`)."""
         if not releases:
             return (1.0,)
         return (1.0 - self.constraint_share,) + (self.constraint_share / releases,) * releases
-
-    def _server_step(self, ex, z, lam, rho, w, server_used):
-        """(4a): w = mean_p(z_p − λ_p/ρ); with server terms/sets, argmin h(w) + Pρ/2‖w − that‖²."""
-        anchor = sum(z[c] - lam[c] / rho for c in z) / len(z)
-        if not server_used:
-            return anchor
-        return ex.call("server", "solve_local", linear=None, weight=len(z) * rho, anchor=anchor,
-                       x0=w, tol=1e-12, method="auto")["x"]
-
-    def _loop(self, problem, ex, d, callback, verbose, checkpointer):
-        clients = ex.clients
-        w = np.zeros(d)
-        if self.w0 is not None:
-            w0 = np.asarray(self.w0, float).ravel()
-            if w0.size not in (1, d) or not np.all(np.isfinite(w0)):
-                raise FedModelError(f"w0 must be finite, a scalar or {d} numbers (the shared "
-                                    f"variables, flattened); got {w0.size}")
-            w[:] = w0
-        local = any(has_local_terms(c) for c in problem.clients)
-        records, shares = self._init_clients(ex, w, local)
-        rho_floor = 0.0
-        if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
-            curvature = ex.map("local_curvature", {c: {"z": w, "iterations": 20} for c in clients})
-            rho_floor = 2.2 * max(r["L"] for r in curvature.values())
-        z = {c: w.copy() for c in clients}                              # z_p^1
-        lam = {c: np.zeros(d) for c in clients}                         # λ_p^1 = 0
-        server_used = bool(problem.server.terms or problem.server.constraints)
-        history, status, t, rho, diverged = [], "max_iterations", 0, math.nan, {}
-        bar = progress(self.max_rounds, verbose, "DP-ADMM")
-        start = time.perf_counter()
-        watch = DivergenceWatch("DP-ADMM", hint=self._hint() + (
-            "; with local constraints, check they have a common feasible point: on an infeasible "
-            "model the multipliers grow without bound" if local else ""))
-        moved_norm = np.inf if self.trust_norm == "inf" or self.variant != "objT" else 2   # ‖Δz_p‖
-        saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
-        if saved:
-            t, w, z, lam, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
-            watch.smallest = dict(saved["watch"])
-        last = self.budget_rounds(shares)   # < max_rounds: the budget ends the run
-        for t in range(t + 1, last + 1):
-            rho = self.rho(t, rho_floor)                                       # (21)
-            step, w_new, z_new = self._round(ex, t, rho, w, z, lam, records, server_used, local)
-            if watch.check(t, **{"w (server model)": w_new,
-                                 "z_p (client models)": np.array(list(z_new.values()))}):
-                status = watch.report(diverged)
-                break
-            for c in clients:
-                lam[c] = lam[c] + rho * (w_new - z_new[c])                      # (4c)
-            moved = max(float(np.linalg.norm(z_new[c] - z[c], moved_norm)) for c in clients)
-            primal = max(float(np.max(np.abs(w_new - z_new[c]), initial=0.0)) for c in clients)
-            dual = rho * float(np.max(np.abs(w_new - w), initial=0.0))
-            cv = sum(float(np.sum(np.abs(w_new - z_new[c]))) for c in clients)
-            w, z = w_new, z_new
-            residual = step.get("multiplier_residual", 0.0)      # local constraints' KKT residual
-            done = self.tol > 0 and max(primal, dual, residual) <= self.tol
-            if t % self.log_every == 0 or done or t == last:
-                privacy = self.privacy(t)
-                record = {"round": t, "rho": rho, "radius": step["radius"],
-                          "prox": step["prox"] if self.variant == "objP" else None,
-                          "step": moved, "primal_residual": primal, "dual_residual": dual,
-                          **({"constraint_residual": residual} if local else {}),
-                          "consensus_violation": cv, "consensus_violation_mean": cv / len(clients),
-                          "epsilon": self.epsilon, "epsilon_basic": privacy["basic"][0],
-                          "epsilon_advanced": privacy["advanced"][0],
-                          "time": time.perf_counter() - start, **self._report(ex, w)}
-                history.append(record)
-                if callback:
-                    callback(record)
-                bar.update(record)
-            if done:
-                status = "converged"
-                break
-            checkpointer.save(ex, t, {"t": t, "w": w, "z": z, "lam": lam, "rho": rho, "history": history,
-                                      "watch": dict(watch.smallest)})
-        bar.close()
-        status = "budget_exhausted" if status == "max_iterations" and last < self.max_rounds else status
-        rounds = t if status != "diverged" else t - 1
-        info = self._info(ex, z, lam, rho, records, t, history, shares) | diverged   # t rounds released z
-        info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
-        values, multipliers = gather_values(ex, problem, w)
-        ex.ledger.rounds = rounds
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"rounds": rounds}, "ledger": ex.ledger, "info": info}
-
-    def _round(self, ex, t, rho, w, z, lam, records, server_used, local):
-        """One round's (4a) and client steps, in the variant's order; returns the client step's
-        parameters, w^{t+1} and z^{t+1} (λ is updated by the caller, (4c)). With `local`
-        constraints the step also takes the multipliers' step η_t = dual_step/√t, and the
-        returned parameters hold the clients' largest multiplier residual."""
-        clients = ex.clients
-        step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
-        if self.variant == "objP":
-            step["prox"] = math.sqrt(t) / self.a                               # 1/η^t, η^t = a/√t
-            if local:
-                step["dual_step"] = self.dual_step / math.sqrt(t)
-        elif self.variant == "objT":
-            step["radius"] = self.radius(t)                                    # δ^t
-        if self.variant == "outP":          # z(w^t) → w → λ
-            payloads = {}
-            for c in clients:
-                step["prox"], step["sigma"] = self.outp_parameters(t, rho, records[c])
-                payloads[c] = {"w": w, "lam": lam[c], **step}
-            z_new = {c: r["z"] for c, r in ex.map("dp_admm_step", payloads).items()}
-            w_new = self._server_step(ex, z_new, lam, rho, w, server_used)      # (4a)
-        else:                               # w → z → λ (Algorithms 1–2, lines 3–7)
-            w_new = self._server_step(ex, z, lam, rho, w, server_used)          # (4a)
-            replies = ex.map("dp_admm_step", {c: {"w": w_new, "lam": lam[c], **step}
-                                              for c in clients})                # (8) / (9)
-            z_new = {c: r["z"] for c, r in replies.items()}
-            if local:
-                step["multiplier_residual"] = max(r["multiplier_residual"] or 0.0 for r in replies.values())
-        return step, w_new, z_new
-
-    def _hint(self) -> str:
-        """What to change when a run diverges: the z-step is stable when ρ^t (plus ObjP's √t/a)
-        dominates the clients' gradient Lipschitz constants."""
-        if self.variant == "objT":
-            return ("raise rho_schedule so that ρ^t > 2·L_p (L_p: Lipschitz constant of the "
-                    "clients' gradients) or lower a (the trust radius)")
-        return (f"raise rho_schedule above the clients' gradient Lipschitz constants, or lower a "
-                f"(now {self.a:g}) so the proximal weight √t/a dominates them sooner")
-
-    def _report(self, ex, w) -> dict:
-        reports = ex.map("report", {n: {"x": w} for n in ex.nodes})
-        return {"objective": sum(r["objective"] for r in reports.values()),
-                "violation": max(r["violation"] for r in reports.values())}
-
-    def _info(self, ex, z, lam, rho, records, rounds, history, shares) -> dict:
-        logs = {c: r["log"] for c, r in ex.map("dp_admm_log", {c: {} for c in ex.clients}).items()}
-        for record in history:          # the paper's average noise magnitude (1/PJK)Σ|ξ|
-            i = record["round"] - 1
-            drawn = [lg["noise_abs"][i] for lg in logs.values() if i < len(lg["noise_abs"])]
-            record["noise_magnitude"] = float(np.mean(drawn)) if drawn else 0.0
-        formal = self.outp_std == "sigma" if self.variant == "outP" else \
-            self.sensitivity == "clip" or not isinstance(self.sensitivity, str)
-        privacy = self.privacy(rounds) | privacy_report(
-            self._mechanism(), self.epsilon, rounds, self.composition_delta, self._round_delta(),
-            shares, formal) | {"epsilon_total": self.epsilon_total}
-        scales = {c: np.asarray(lg["scale"]) for c, lg in logs.items()}
-        info = {"variant": self.variant, "privacy": privacy, "client_values": dict(z),
-                "dual_variables": dict(lam), "rho": rho, "records": records,
-                "sensitivity" if self.variant != "outP" else "noise_std": scales,
-                "readings": {"trust_radius": self.trust_radius if isinstance(self.trust_radius, str)
-                             else "callable", "trust_norm": self.trust_norm,
-                             "sensitivity": self.sensitivity if isinstance(self.sensitivity, str)
-                             else "bound", "outp_std": self.outp_std}}
-        if self.record_noise:
-            info["noise"] = {c: lg["noise"] for c, lg in logs.items()}
-        return info

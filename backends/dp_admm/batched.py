@@ -10,14 +10,15 @@ client's own generator, in the order and shapes of the per-client step, and logg
 Covered: clients without local constraints, or whose only local constraints are simple sets
 (bounds, norm balls) and prox-able terms (λ‖w‖₁), applied as the group's prox after the step
 (`constrained.LocalConstraints.project`; no multipliers, nothing released); every layer (none,
-ObjP/ObjT Laplace with any sensitivity, OutP Gaussian); requests to the whole group. Anything
+ObjP/ObjT Laplace with any sensitivity, OutP Gaussian); requests to the whole group, per-node
+(`map`) or as one group request (`map_stacked`: no per-node payloads or replies). Anything
 else (constraints c_j(z) ≤ 0 with multipliers) returns None: served client by client.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.runtime.batched_group import Group, read_only
+from fedmodel.runtime.batched_group import Group, in_group_order, read_only
 from fedmodel.runtime.batched_records import group_record_gradients
 from fedmodel.runtime.ledger import MESSAGES, register
 from fedmodel.runtime.privacy import NoiseLog, gaussian_noise, laplace_noise
@@ -28,17 +29,55 @@ _SLOT = "dp_admm.z"
 
 
 def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
-    """`dp_admm_step` for every client of a group, or None (not covered)."""
-    if members != group.names or group.n_y:
+    """`dp_admm_step` for every client of a group (per-node payloads), or None (not covered)."""
+    if members != group.names:
+        return None
+    request = [payloads[m] for m in members]
+    radius = request[0].get("radius")
+    if any(r.get("radius") != radius for r in request):
+        return None
+    n, d = group.n, group.n_x
+    W = _rows([r["w"] for r in request], n, d) if any(r["w"] is not request[0]["w"] for r in request) \
+        else np.asarray(request[0]["w"], float)
+    column = lambda key: np.array([float(r.get(key, 0.0)) for r in request])     # noqa: E731
+    out = _step_rows(group, W, _rows([r["lam"] for r in request], n, d), column("rho"),
+                     column("prox"), radius, column("sigma"))
+    if out is None:
+        return None
+    view, local = read_only(out[0]), out[1]
+    residual = 0.0 if local else None           # no constraints: no multipliers to move
+    return {m: {"z": view[i], "multiplier_residual": residual} for i, m in enumerate(members)}
+
+
+def _step_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """`dp_admm_step` as a group request to every client of the group (common w, ρ, radius;
+    λ_p as a block; 1/η and σ common or blocks), or None (not covered)."""
+    if not in_group_order(rows, group.n) or "lam" not in blocks or not {"w", "rho"} <= set(common) or \
+            set(blocks) - {"lam", "prox", "sigma"}:
+        return None
+    def column(key: str) -> np.ndarray:
+        return blocks[key] if key in blocks else np.full(group.n, float(common.get(key, 0.0)))
+    out = _step_rows(group, np.asarray(common["w"], float), blocks["lam"], column("rho"),
+                     column("prox"), common.get("radius"), column("sigma"))
+    if out is None:
+        return None
+    reply = {"z": read_only(out[0])}
+    if out[1]:                                  # the per-node replies' 0.0 (simple sets only)
+        reply["multiplier_residual"] = np.zeros(group.n)
+    return reply
+
+
+def _step_rows(group: Group, W: np.ndarray, lam: np.ndarray, rho: np.ndarray, prox: np.ndarray,
+               radius: float | None, sigma: np.ndarray) -> tuple[np.ndarray, bool] | None:
+    """Every member's step: (the new stack of z_p, published as their state; whether they have
+    simple local sets), or None (not covered). W: one w or an (n, d) stack; λ_p an (n, d)
+    stack; ρ, 1/η and σ one entry per member."""
+    if group.n_y:
         return None
     covered = group.checked("dp_admm_step", lambda: _covered(group))
     if covered is None:
         return None
     states, layers, kind, mode, norm, local = covered
-    request = [payloads[m] for m in members]
-    radius = request[0].get("radius")
-    if any(r.get("radius") != radius for r in request):
-        return None
     n, d = group.n, group.n_x
     Z = group.gather("z", states, d, _SLOT)
     G = group.grad(Z, np.zeros((n, 0)))          # f'_p(z_p^t; D_p), (37)
@@ -46,11 +85,6 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
         G = _objective_perturbation(group, states, layers, mode, Z, G)
         if G is None:
             return None
-    rho = np.array([float(r["rho"]) for r in request])
-    prox = np.array([float(r.get("prox", 0.0)) for r in request])
-    W = _rows([r["w"] for r in request], n, d) if any(r["w"] is not request[0]["w"] for r in request) \
-        else np.asarray(request[0]["w"], float)
-    lam = _rows([r["lam"] for r in request], n, d)
     Z_new = _iadmm_steps(Z, G, W, lam, rho, prox, radius, norm)     # (8)/(9) ≡ (5)/(6) at ξ̃
     if local:       # `LocalConstraints.project`: the prox of the sets and terms, step 1/(ρ + 1/η)
         step = 1.0 / (rho + prox)
@@ -59,15 +93,13 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
         else:
             Z_new = np.array([p.apply_prox(z, t) for p, z, t in zip(group.programs, Z_new, step)])
     if kind is GaussianOutput:                                      # OutP only
-        scales = [layer.scale(r.get("sigma", 0.0)) for layer, r in zip(layers, request)]
+        scales = [layer.scale(s) for layer, s in zip(layers, sigma.tolist())]
         noise = np.array([gaussian_noise(s["rng"], scale, (d,)) for s, scale in zip(states, scales)],
                          dtype=float).reshape(n, d)
         NoiseLog.add_rows([s["log"] for s in states], scales, noise)
         Z_new = Z_new + noise
     group.publish("z", Z_new, states, _SLOT)
-    view = read_only(Z_new)
-    residual = 0.0 if local else None           # no constraints: no multipliers to move
-    return {m: {"z": view[i], "multiplier_residual": residual} for i, m in enumerate(members)}
+    return Z_new, local
 
 
 def _covered(group: Group) -> tuple | None:
@@ -144,4 +176,4 @@ def _iadmm_steps(Z: np.ndarray, G: np.ndarray, W: np.ndarray, lam: np.ndarray, r
                      for z, g, w, l, r in zip(Z, G, W, lam, rho)])
 
 
-register(MESSAGES["dp_admm_step"], batched=_step_batched)
+register(MESSAGES["dp_admm_step"], batched=_step_batched, stacked=_step_stacked)

@@ -1,0 +1,215 @@
+"""DP-IADMM's server loop (backends/dp_admm, `DPADMM.run`): the rounds of Algorithms 1–2 and
+OutP as the server runs them. The server keeps its per-client quantities — z_p, λ_p — as (n, d)
+stacks in client order, so a round's (4a), (4c) and residuals are a few array passes, and it sends
+each round's client step as one group request (`Executor.map_stacked`: common w^{t+1} and step
+sizes, λ_p (and OutP's per-client 1/η̂, σ) as blocks). The batched and JAX executors serve it as
+one block (`batched._step_stacked`); the serial, Ray and Flower executors split it into the same
+per-node messages, in client order, so every client draws its noise as before.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from fedmodel.errors import FedModelError
+from ..common import gather_values, progress
+from ..watch import DivergenceWatch
+from .accounting import privacy_report
+from .constrained import has_local_terms
+
+
+class RoundLoop:
+    """The server side of `DPADMM` (mixed into it): initialization, rounds, history, info."""
+
+    def _init_clients(self, ex, w, local):
+        mechanism = "none" if math.isinf(self.epsilon) else self._mechanism()
+        payloads = {}
+        for i, c in enumerate(ex.clients):
+            bound = self.sensitivity.get(c) if isinstance(self.sensitivity, dict) else \
+                None if isinstance(self.sensitivity, str) else self.sensitivity
+            payloads[c] = {"z0": w, "mechanism": mechanism, "epsilon": self.epsilon,
+                           "sensitivity": self.sensitivity if isinstance(self.sensitivity, str) else "bound",
+                           "bound": bound, "clip": self.clip if self.sensitivity == "clip" else None,
+                           "std": self.outp_std, "norm": self.trust_norm,
+                           "seed": self.seed, "index": i, "record": float(self.record_noise)}
+            if local:
+                payloads[c].update(share=self.constraint_share, value_clip=self.value_clip)
+        replies = ex.map("dp_admm_init", payloads)
+        releases = int(max(r["constraint_releases"] or 0 for r in replies.values()))
+        return {c: r["records"] for c, r in replies.items()}, self._shares(releases)
+
+    def _server_step(self, ex, Z, LAM, rho, w, server_used):
+        """(4a): w = mean_p(z_p − λ_p/ρ); with server terms/sets, argmin h(w) + Pρ/2‖w − that‖²."""
+        anchor = np.mean(Z - LAM / rho, axis=0)
+        if not server_used:
+            return anchor
+        return ex.call("server", "solve_local", linear=None, weight=len(Z) * rho, anchor=anchor,
+                       x0=w, tol=1e-12, method="auto")["x"]
+
+    def _start(self, d: int) -> np.ndarray:
+        """w⁰: zeros, or the `w0` option (a scalar or d numbers)."""
+        w = np.zeros(d)
+        if self.w0 is not None:
+            w0 = np.asarray(self.w0, float).ravel()
+            if w0.size not in (1, d) or not np.all(np.isfinite(w0)):
+                raise FedModelError(f"w0 must be finite, a scalar or {d} numbers (the shared "
+                                    f"variables, flattened); got {w0.size}")
+            w[:] = w0
+        return w
+
+    def _loop(self, problem, ex, d, callback, verbose, checkpointer):
+        clients = tuple(ex.clients)        # (a tuple: the batched executor finds it by identity)
+        w = self._start(d)
+        local = any(has_local_terms(c) for c in problem.clients)
+        records, shares = self._init_clients(ex, w, local)
+        rho_floor = 0.0
+        if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
+            curvature = ex.map("local_curvature", {c: {"z": w, "iterations": 20} for c in clients})
+            rho_floor = 2.2 * max(r["L"] for r in curvature.values())
+        Z = np.tile(w, (len(clients), 1))                               # z_p^1, one row per client
+        LAM = np.zeros_like(Z)                                          # λ_p^1 = 0
+        server_used = bool(problem.server.terms or problem.server.constraints)
+        history, status, t, rho, diverged = [], "max_iterations", 0, math.nan, {}
+        bar = progress(self.max_rounds, verbose, "DP-ADMM")
+        start = time.perf_counter()
+        watch = DivergenceWatch("DP-ADMM", hint=self._hint() + (
+            "; with local constraints, check they have a common feasible point: on an infeasible "
+            "model the multipliers grow without bound" if local else ""))
+        saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
+        if saved:
+            t, w, Z, LAM, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
+            watch.smallest = dict(saved["watch"])
+        last = self.budget_rounds(shares)   # < max_rounds: the budget ends the run
+        records_column = np.array([records[c] for c in clients], dtype=float)
+        for t in range(t + 1, last + 1):
+            rho = self.rho(t, rho_floor)                                       # (21)
+            step, w_new, Z_new = self._round(ex, clients, t, rho, w, Z, LAM, records_column,
+                                             server_used, local)
+            if watch.check(t, **{"w (server model)": w_new, "z_p (client models)": Z_new}):
+                status = watch.report(diverged)
+                break
+            LAM, residuals = self._dual_step(rho, w, w_new, Z, Z_new, LAM)    # (4c)
+            w, Z = w_new, Z_new
+            residual = step.get("multiplier_residual", 0.0)      # local constraints' KKT residual
+            done = self.tol > 0 and max(residuals["primal_residual"], residuals["dual_residual"],
+                                        residual) <= self.tol
+            if t % self.log_every == 0 or done or t == last:
+                record = self._record(ex, clients, t, rho, step, residuals, w, start, server_used,
+                                      residual if local else None)
+                history.append(record)
+                if callback:
+                    callback(record)
+                bar.update(record)
+            if done:
+                status = "converged"
+                break
+            checkpointer.save(ex, t, {"t": t, "w": w, "z": Z, "lam": LAM, "rho": rho, "history": history,
+                                      "watch": dict(watch.smallest)})
+        bar.close()
+        status = "budget_exhausted" if status == "max_iterations" and last < self.max_rounds else status
+        rounds = t if status != "diverged" else t - 1
+        info = self._info(ex, clients, Z, LAM, rho, records, t, history, shares) | diverged  # t rounds: z out
+        info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
+        values, multipliers = gather_values(ex, problem, w)
+        ex.ledger.rounds = rounds
+        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
+                "iterations": {"rounds": rounds}, "ledger": ex.ledger, "info": info}
+
+    def _dual_step(self, rho, w, w_new, Z, Z_new, LAM) -> tuple[np.ndarray, dict]:
+        """(4c) λ_p += ρ(w^{t+1} − z_p^{t+1}) on the stack, and the round's residuals: the largest
+        ‖Δz_p‖ (ObjT's trust norm), primal max_p ‖w − z_p‖∞, dual ρ‖Δw‖∞, and Σ_p‖w − z_p‖₁."""
+        gap = w_new - Z_new
+        size = np.abs(gap)
+        moved_norm = np.inf if self.trust_norm == "inf" or self.variant != "objT" else 2
+        moved = np.linalg.norm(Z_new - Z, moved_norm, axis=1)
+        return LAM + rho * gap, {
+            "step": float(np.max(moved, initial=0.0)),
+            "primal_residual": float(np.max(size, initial=0.0)),
+            "dual_residual": rho * float(np.max(np.abs(w_new - w), initial=0.0)),
+            "consensus_violation": float(np.sum(size))}
+
+    def _record(self, ex, clients, t, rho, step, residuals, w, start, server_used, residual) -> dict:
+        """One history record (the objective and violation at w on every node)."""
+        privacy = self.privacy(t)
+        return {"round": t, "rho": rho, "radius": step["radius"],
+                "prox": step["prox"] if self.variant == "objP" else None, "step": residuals["step"],
+                "primal_residual": residuals["primal_residual"],
+                "dual_residual": residuals["dual_residual"],
+                **({"constraint_residual": residual} if residual is not None else {}),
+                "consensus_violation": residuals["consensus_violation"],
+                "consensus_violation_mean": residuals["consensus_violation"] / len(clients),
+                "epsilon": self.epsilon, "epsilon_basic": privacy["basic"][0],
+                "epsilon_advanced": privacy["advanced"][0],
+                "time": time.perf_counter() - start, **self._report(ex, clients, w, server_used)}
+
+    def _round(self, ex, clients, t, rho, w, Z, LAM, records, server_used, local):
+        """One round's (4a) and client steps, in the variant's order; returns the client step's
+        parameters, w^{t+1} and the stack of z^{t+1} (λ is updated by the caller, (4c)). With
+        `local` constraints the step also takes the multipliers' step η_t = dual_step/√t, and
+        the returned parameters hold the clients' largest multiplier residual."""
+        step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
+        if self.variant == "objP":
+            step["prox"] = math.sqrt(t) / self.a                               # 1/η^t, η^t = a/√t
+            if local:
+                step["dual_step"] = self.dual_step / math.sqrt(t)
+        elif self.variant == "objT":
+            step["radius"] = self.radius(t)                                    # δ^t
+        if self.variant == "outP":          # z(w^t) → w → λ; 1/η̂^t and σ^t per client (I_p)
+            prox, sigma = self.outp_parameters(t, rho, records)
+            column = lambda value: np.broadcast_to(np.asarray(value, float), (len(clients),))  # noqa: E731
+            rows = {"lam": LAM, "prox": column(prox), "sigma": column(sigma)}
+            common = {k: v for k, v in step.items() if k not in rows}
+            Z_new = ex.map_stacked("dp_admm_step", clients, rows=rows, common={"w": w, **common})["z"]
+            w_new = self._server_step(ex, Z_new, LAM, rho, w, server_used)      # (4a)
+            return step, w_new, Z_new
+        w_new = self._server_step(ex, Z, LAM, rho, w, server_used)              # (4a)
+        replies = ex.map_stacked("dp_admm_step", clients, rows={"lam": LAM},
+                                 common={"w": w_new, **step})                   # (8) / (9)
+        if local:
+            step["multiplier_residual"] = max(v or 0.0 for v in replies["multiplier_residual"])
+        return step, w_new, replies["z"]
+
+    def _hint(self) -> str:
+        """What to change when a run diverges: the z-step is stable when ρ^t (plus ObjP's √t/a)
+        dominates the clients' gradient Lipschitz constants."""
+        if self.variant == "objT":
+            return ("raise rho_schedule so that ρ^t > 2·L_p (L_p: Lipschitz constant of the "
+                    "clients' gradients) or lower a (the trust radius)")
+        return (f"raise rho_schedule above the clients' gradient Lipschitz constants, or lower a "
+                f"(now {self.a:g}) so the proximal weight √t/a dominates them sooner")
+
+    def _report(self, ex, clients, w, server_used) -> dict:
+        """Objective and violation at w: the clients' reports as one group request, plus the
+        server's when it holds terms or constraints (else it is 0, 0)."""
+        reports = ex.map_stacked("report", clients, common={"x": w})
+        objective = float(np.sum(reports["objective"]))
+        violation = float(np.max(reports["violation"], initial=0.0))
+        if server_used and "server" in ex.programs:
+            server = ex.call("server", "report", x=w)
+            objective, violation = objective + server["objective"], max(violation, server["violation"])
+        return {"objective": objective, "violation": violation}
+
+    def _info(self, ex, clients, Z, LAM, rho, records, rounds, history, shares) -> dict:
+        logs = {c: r["log"] for c, r in ex.map("dp_admm_log", {c: {} for c in clients}).items()}
+        for record in history:          # the paper's average noise magnitude (1/PJK)Σ|ξ|
+            i = record["round"] - 1
+            drawn = [lg["noise_abs"][i] for lg in logs.values() if i < len(lg["noise_abs"])]
+            record["noise_magnitude"] = float(np.mean(drawn)) if drawn else 0.0
+        formal = self.outp_std == "sigma" if self.variant == "outP" else \
+            self.sensitivity == "clip" or not isinstance(self.sensitivity, str)
+        privacy = self.privacy(rounds) | privacy_report(
+            self._mechanism(), self.epsilon, rounds, self.composition_delta, self._round_delta(),
+            shares, formal) | {"epsilon_total": self.epsilon_total}
+        scales = {c: np.asarray(lg["scale"]) for c, lg in logs.items()}
+        info = {"variant": self.variant, "privacy": privacy, "client_values": dict(zip(clients, Z)),
+                "dual_variables": dict(zip(clients, LAM)), "rho": rho, "records": records,
+                "sensitivity" if self.variant != "outP" else "noise_std": scales,
+                "readings": {"trust_radius": self.trust_radius if isinstance(self.trust_radius, str)
+                             else "callable", "trust_norm": self.trust_norm,
+                             "sensitivity": self.sensitivity if isinstance(self.sensitivity, str)
+                             else "bound", "outp_std": self.outp_std}}
+        if self.record_noise:
+            info["noise"] = {c: lg["noise"] for c, lg in logs.items()}
+        return info
