@@ -39,7 +39,7 @@ class _Clients:
     """A group's FedADMM clients between rounds: their state dicts, the options they share
     (`opts`: the first dict) and, one entry per client, what the rounds change. `last`: the
     diagnostics of each client's last finite round (`client.finish_round`'s `state["last"]`),
-    `ran`: which clients have one from the batched rounds."""
+    `ran`: which clients have one from the batched rounds, `dirty`: whose dicts are behind."""
     states: list[dict]
     opts: dict
     alpha: np.ndarray
@@ -48,11 +48,14 @@ class _Clients:
     curvature: np.ndarray | None
     last: dict[str, np.ndarray]
     ran: np.ndarray
+    dirty: np.ndarray
 
     def write_back(self) -> None:
-        """The scalars into the clients' dicts (`Group.on_sync`: when the executor syncs)."""
+        """The scalars into the dicts of the clients that ran since the last write-back
+        (`Group.on_sync`: when the executor syncs)."""
         inexact = self.opts["inexact"]
-        for i, s in enumerate(self.states):
+        for i in np.flatnonzero(self.dirty):
+            s = self.states[i]
             s["beta"], s["lr"] = float(self.beta[i]), float(self.lr[i])
             if self.curvature is not None:
                 s["curvature"] = float(self.curvature[i])
@@ -62,6 +65,7 @@ class _Clients:
                 if not inexact:
                     last["bound"] = last["residual"] = None
                 s["last"] = last
+        self.dirty[:] = False
 
 
 def _clients(group: Group) -> _Clients | None:
@@ -78,7 +82,8 @@ def _clients(group: Group) -> _Clients | None:
         column = lambda key: np.array([float(s[key]) for s in states])     # noqa: E731
         return _Clients(states, first, column("alpha"), column("beta"), column("lr"),
                         column("curvature") if first["auto_lr"] else None,
-                        {k: np.zeros(group.n) for k in _LAST}, np.zeros(group.n, dtype=bool))
+                        {k: np.zeros(group.n) for k in _LAST}, np.zeros(group.n, dtype=bool),
+                        np.zeros(group.n, dtype=bool))
     return group.checked("fedadmm", validate)
 
 
@@ -198,6 +203,7 @@ def _close(group: Group, C: _Clients, rows: np.ndarray, everyone: bool, z: np.nd
         if value is not None:
             C.last[key][done] = value[finite]
     C.ran[done] = True
+    C.dirty[rows] = True
     if group.n_y:
         for i in np.flatnonzero(finite):
             group.programs[rows[i]].y = X[i, n:].copy()
