@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.compiler.codegen import Plan
+from fedmodel.compiler.codegen import Plan, collection_paused
 from fedmodel.errors import DataError
 from fedmodel.expression import Constant, Parameter
 from fedmodel.result import Result
@@ -129,11 +129,12 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
         objective = float(last[-1].get("objective", float("nan")))
         violation = float(last[-1].get("violation", float("nan")))
     else:
-        objective, violation = objective_and_violation(problem, values)
-        if outcome["status"] == "converged" and violation > CONVERGED_VIOLATION:
-            _not_converged_when_infeasible(problem, backend_name, outcome, values)
-        if certificate is None and values and np.isfinite(objective):
-            certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
+        with collection_paused():    # whole-model plans: millions of objects at n = 10⁴
+            objective, violation = objective_and_violation(problem, values)
+            if outcome["status"] == "converged" and violation > CONVERGED_VIOLATION:
+                _not_converged_when_infeasible(problem, backend_name, outcome, values)
+            if certificate is None and values and np.isfinite(objective):
+                certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
         if outcome["status"] == "converged" and certificate is not None \
                 and certificate.stationarity > NOT_STATIONARY:
             _warn_not_stationary(backend_name, outcome, certificate.stationarity)

@@ -13,7 +13,7 @@ import numpy as np
 from ..atoms import add, multiply, sum as sum_
 from ..compiler.canonical import needs_projection
 from ..compiler.classify import polynomial_degree
-from ..compiler.codegen import Plan
+from ..compiler.codegen import Plan, collection_paused
 from ..compiler.differentiate import grad
 from ..compiler.merit import build_merit
 from ..constraints import Constraint, Equality
@@ -506,12 +506,13 @@ def compile_programs(problem, project: bool = True,
     moved = [] if client_sets else \
         [c for b in problem.clients for c in b.constraints if needs_projection(c)]
     programs: dict = {}
-    for block in problem.blocks:
-        private = list(getattr(block, "private_variables", []))
-        role = "server" if block is problem.server else "client"
-        constraints = block.constraints + moved if role == "server" else \
-            [c for c in block.constraints if not any(c is m for m in moved)]
-        spec = ProgramSpec(block.name, role, block.terms, constraints, shared, private,
-                           project=project and (role == "server" or client_sets))
-        programs[block.name] = spec if spec.remote else spec.build()
+    with collection_paused():
+        for block in problem.blocks:
+            private = list(getattr(block, "private_variables", []))
+            role = "server" if block is problem.server else "client"
+            constraints = block.constraints + moved if role == "server" else \
+                [c for c in block.constraints if not any(c is m for m in moved)]
+            spec = ProgramSpec(block.name, role, block.terms, constraints, shared, private,
+                               project=project and (role == "server" or client_sets))
+            programs[block.name] = spec if spec.remote else spec.build()
     return programs
