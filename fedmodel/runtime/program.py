@@ -6,6 +6,7 @@ NodeProgram's data: they send requests through an executor and get model-sized r
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -472,8 +473,10 @@ class ProgramSpec:
         self.shared, self.private = Layout(shared), Layout(private)
         self.n_shared, self.n_private = self.shared.size, self.private.size
 
+    @functools.cached_property
     def loader_data(self) -> list:
-        """Data leaves with a loader read by this block (loaded or not)."""
+        """Data leaves with a loader read by this block (loaded or not); found once (a walk over
+        the block's expressions, which `compile_programs` needs twice per client)."""
         exprs = self.terms + [c.expr for c in self.constraints]
         found = {leaf.uid: leaf for e in exprs for leaf in e.leaves()
                  if isinstance(leaf, Data) and leaf.loader is not None}
@@ -481,11 +484,11 @@ class ProgramSpec:
 
     @property
     def remote(self) -> bool:
-        return any(d.remote for d in self.loader_data())
+        return any(d.remote for d in self.loader_data)
 
     def build(self) -> NodeProgram:
         """Run the block's loaders here (DataError naming the block on failure), then compile."""
-        for item in self.loader_data():
+        for item in self.loader_data:
             item.load()
         program = NodeProgram(self.name, self.role, self.terms, self.constraints,
                               self.shared.variables, self.private.variables, project=self.project)
