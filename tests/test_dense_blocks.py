@@ -1,15 +1,13 @@
 """`DenseBlocks`: diag(X_1, …, X_n) of dense same-width client data multiplies exactly as the
 CSR block-diagonal matrix it replaces (same summation order: equal bit for bit), and the batched
 plans use it for dense data only."""
-import os
-
 import numpy as np
 import pytest
 import scipy.linalg
 
 import fedmodel as fm
 from fedmodel.runtime.batched_plan import BatchedPlan, _block_diag
-from fedmodel.runtime.dense_blocks import TASKS_PER_THREAD, DenseBlocks
+from fedmodel.runtime.dense_blocks import DenseBlocks
 from fedmodel.runtime.program import compile_programs
 
 
@@ -27,62 +25,6 @@ def test_products_equal_the_csr_matrix_bitwise_and_the_dense_matrix(d):
     np.testing.assert_array_equal(dense.T @ t, csr.T @ t)
     np.testing.assert_allclose(dense @ v, full @ v, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(dense.T @ t, full.T @ t, rtol=1e-13, atol=1e-13)
-
-
-@pytest.mark.parametrize("threads", [1, 2, 3, 8])
-def test_products_split_over_threads_equal_one_thread_bitwise(threads):
-    rng = np.random.default_rng(threads)
-    blocks = [rng.normal(size=(m, 10)) for m in rng.integers(0, 60, 400)]    # > PARALLEL_ENTRIES
-    dense, csr = DenseBlocks.of(blocks), _block_diag(blocks)
-    chunks = dense.chunks(threads)
-    assert chunks[0] == 0 and chunks[-1] == len(blocks) and np.all(np.diff(chunks) > 0)
-    assert len(chunks) == (1 if threads == 1 else TASKS_PER_THREAD * threads) + 1
-    dense._chunks = chunks                               # this split, whatever numba's thread count
-    v, t = rng.normal(size=csr.shape[1]), rng.normal(size=csr.shape[0])
-    np.testing.assert_array_equal(dense @ v, csr @ v)
-    transposed = dense.T
-    transposed._chunks = chunks
-    np.testing.assert_array_equal(transposed @ t, csr.T @ t)
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_process_forked_after_a_parallel_product_multiplies_on_one_thread():
-    # numba's GNU OpenMP layer terminates a forked child that launches its threads: the child
-    # must take the one-thread loop and still get the same numbers
-    rng = np.random.default_rng(5)
-    blocks = [rng.normal(size=(30, 10)) for _ in range(500)]
-    dense = DenseBlocks.of(blocks)
-    dense._chunks = dense.chunks(2)
-    v = rng.normal(size=dense.shape[1])
-    expected = dense @ v                                  # starts the threads in this process
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                          # the child: its product, then exit
-        os.close(read)
-        ok = np.array_equal(DenseBlocks.of(blocks) @ v, expected)
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    answer = os.read(read, 1)
-    os.waitpid(pid, 0)
-    assert answer == b"1", "the forked child died or multiplied differently"
-
-
-def test_a_product_while_another_thread_is_in_one_runs_on_the_calling_thread():
-    from fedmodel.runtime import dense_blocks
-    rng = np.random.default_rng(6)
-    blocks = [rng.normal(size=(30, 10)) for _ in range(500)]
-    dense = DenseBlocks.of(blocks)
-    dense._chunks = dense.chunks(2)
-    v = rng.normal(size=dense.shape[1])
-    expected = dense @ v
-    with dense_blocks._PARALLEL_LOCK:                     # as if another thread held numba's threads
-        np.testing.assert_array_equal(dense @ v, expected)
-
-
-def test_small_data_takes_one_thread():
-    blocks = [np.ones((5, 4))] * 10
-    np.testing.assert_array_equal(DenseBlocks.of(blocks).chunks(8), [0, 10])
 
 
 def test_sparse_ragged_width_or_vector_blocks_keep_csr():
