@@ -17,12 +17,15 @@ import numpy as np
 
 GROWTH = 1e6     # a quantity this many times its smallest size so far (floored at FLOOR) diverges
 FLOOR = 1.0      # sizes below this count as this: a residual falling to 1e-9 and back to 1e-3 is fine
+CEILING = 1e100  # a quantity this large diverged, whatever its first size (a run that blew up in
+                 # its first iteration sets no baseline the growth test could measure from)
 
 
 class DivergenceWatch:
     """Records quantities (iterates, residuals, multipliers) iteration by iteration and says when
-    one of them diverged: a non-finite entry, or an ∞-norm above `growth` × max(`floor`, its
-    smallest ∞-norm so far). `message` then says what, where and what to change (`hint`)."""
+    one of them diverged: a non-finite entry, an ∞-norm above `growth` × max(`floor`, its
+    smallest ∞-norm so far), or above CEILING. `message` then says what, where and what to
+    change (`hint`)."""
 
     def __init__(self, backend: str, hint: str, growth: float = GROWTH, floor: float = FLOOR):
         self.backend, self.hint = backend, hint
@@ -36,6 +39,8 @@ class DivergenceWatch:
             size = float(np.max(np.abs(np.asarray(value, dtype=float)), initial=0.0))
             if not np.isfinite(size):              # (the largest |entry| is inf or NaN)
                 return self._stop(iteration, f"{name} has non-finite entries")
+            if size > CEILING:
+                return self._stop(iteration, f"‖{name}‖∞ reached {size:.3g}")
             if size == 0.0 and name not in self.smallest:
                 continue        # an all-zero start sets no scale: a solution of size 1e7 is fine
             smallest = self.smallest.get(name, size)

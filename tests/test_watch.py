@@ -43,3 +43,30 @@ def test_an_all_zero_start_sets_no_scale():
     assert not watch.check(0, z=np.zeros(3))
     assert not watch.check(1, z=np.full(3, 2e7)) and not watch.check(2, z=np.full(3, 3e7))
     assert watch.check(3, z=np.full(3, 3e13))
+
+
+def test_a_run_that_blew_up_in_its_first_iteration_is_caught_at_the_ceiling():
+    """A first size of 1e150 sets no baseline the growth test can use; 1e300 is not an answer."""
+    watch = DivergenceWatch("X", hint="h")
+    assert not watch.check(0, z=np.zeros(2))
+    assert not watch.check(1, z=np.full(2, 1e90))
+    assert watch.check(2, z=np.full(2, 1e150)) and "‖z‖∞ reached 1e+150" in watch.message
+
+
+def test_fedadmm_with_a_step_that_blows_up_at_once_says_diverged():
+    """Found in review: FedADMM(lr=1e6, safeguard=False, adaptive=False) on a logistic model
+    ended "max_iterations" with iterates of 1e300 (the logistic's gradient is bounded: the
+    first round is already huge and finite, so no growth was measured after it)."""
+    import fedmodel as fm
+    from backends import FedADMM
+    rng = np.random.default_rng(0)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for i in range(4):
+        c = prob.add_client(f"c{i}")
+        X = c.data(rng.normal(size=(20, 3)), name="X")
+        b = c.data(np.sign(rng.normal(size=20)), name="b")
+        c.minimize(fm.sum(fm.logistic(-fm.multiply(b, X @ w))) / 20)
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        result = prob.solve(FedADMM(lr=1e6, safeguard=False, adaptive=False, max_rounds=5))
+    assert result.status == "diverged"
