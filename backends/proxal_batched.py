@@ -6,32 +6,31 @@ the forms the batched and JAX executors serve `proxal_admm_step` (vectorized) an
 `proxal_admm_step` does, for every member at once: the certificate (22) from one group
 ∇P_i evaluation, the local solve (19) by `Group.solve_newton` (methods "exact" and "newton":
 batched ∇P_i and ∇²P_i — numpy's per-client Hessian plans, or one vmap of jax.hessian on
-`executor="jax"` — with `solvers.newton`'s steps, backtracking, chord rule and stop taken per
-client with masks, each client's chord Hessian kept in its program as the serial solve keeps
-it), the multiplier step (20), ũ_i (21) and adaptive ρ_i, vectorized; Anderson's per-client
-histories (mix, push) are handled client by client inside the form.
+`executor="jax"` — with `solvers.newton`'s rules taken per client with masks, each client's
+chord Hessian kept in its program as the serial solve keeps it and factored once per change:
+fedmodel/runtime/batched_newton.py), the multiplier step (20), ũ_i (21) and adaptive ρ_i,
+vectorized; Anderson's per-client histories (mix, push) are handled client by client inside
+the form.
 
 Not covered (the form returns None: served client by client, same numbers): clients with prox
 terms (λ‖w‖₁ on a client: method "prox"), local methods "lbfgs" (scipy's L-BFGS-B cannot be
 run for many clients at once and give each client's serial iterates; "auto" picks it above 200
-unknowns), "gd" and "prox", groups whose stacked Hessians would exceed `MAX_HESSIAN_FLOATS`
-(e.g. "exact" least squares with d = 784 beyond 40 clients), and members sent different
-options or server iterates.
+unknowns), "gd" and "prox", groups whose stacked Hessians would exceed
+`batched_newton.MAX_HESSIAN_FLOATS` (`stack_fits`; e.g. "exact" least squares with d = 784
+beyond 40 clients), and members sent different options or server iterates.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from fedmodel.runtime.batched_group import Group, private_stack
+from fedmodel.runtime.batched_newton import stack_fits
 from fedmodel.runtime.batched_procedures import common_value, gradients_at, same_options
 from fedmodel.runtime.ledger import MESSAGES, register
 from .anderson import extrapolate
 from .proxal_nodes import _admm_init, _balance
 
 _VECTORIZED = ("exact", "newton")      # `NodeProgram.solve_local` methods solved for a group at once
-# a group's stacked Hessians (k × N² floats, N = n_x + n_y) are held two or three times over
-# during a solve: above this many floats per stack (200 MB) the clients are served one by one
-MAX_HESSIAN_FLOATS = 25_000_000
 
 
 def _init_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
@@ -54,7 +53,7 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
     w = common_value(payloads, members)
     mix = opts.get("mix")
     if method not in _VECTORIZED or w is None or \
-            len(members) * (group.n_x + group.n_y) ** 2 > MAX_HESSIAN_FLOATS or \
+            not stack_fits(len(members), group.n_x + group.n_y) or \
             (mix is not None and any(payloads[m] is not opts and
                                      not np.array_equal(payloads[m].get("mix"), mix) for m in members)):
         return None

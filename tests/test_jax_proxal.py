@@ -9,7 +9,7 @@ The models are chosen where ProxAL is well-conditioned: the serial run itself mo
 than 1e-8 when w⁰ is perturbed by 1e-14 (checked below). On slow, near-degenerate runs
 (hundreds of Anderson-accelerated ADMM steps, e.g. a linear constraint active at the
 solution) a 1e-14 perturbation of w⁰ changes the serial run by 1e-5, and the vectorized
-arithmetic (sparse block products, a stacked LU solve) by as much: no executor can match there
+arithmetic (sparse block products, stacked inverse Newton matrices) by as much: no executor can match there
 beyond the rounding the iteration amplifies. Two of ProxAL's own decisions read numbers at
 rounding level once the clients' local solves stop moving (0 Newton steps while ε_t falls):
 residual balancing compares the primal residual with ρ‖w − w_prev‖∞, which is then rounding
@@ -133,10 +133,10 @@ def test_two_structures_are_two_vectorized_groups():
 
 def test_groups_with_too_large_hessian_stacks_are_served_per_node(monkeypatch):
     """Above MAX_HESSIAN_FLOATS (k·N² floats per stack) the step goes client by client."""
-    import backends.proxal_batched as forms
+    import fedmodel.runtime.batched_newton as batched_newton
     prob, _ = _least_squares(n=3)
     serial = prob.solve(ProxAL(max_outer=2), executor="serial")
-    monkeypatch.setattr(forms, "MAX_HESSIAN_FLOATS", 3 * D_LS ** 2 - 1)
+    monkeypatch.setattr(batched_newton, "MAX_HESSIAN_FLOATS", 3 * D_LS ** 2 - 1)
     ex = BatchedExecutor()
     assert_same_run(serial, prob.solve(ProxAL(max_outer=2), executor=ex))
     assert ex.stats[("proxal_admm_step", "batched")] == 0 < ex.stats[("proxal_admm_step", "serial")]
@@ -201,6 +201,51 @@ def test_solve_newton_equals_each_clients_solve_local(cls, method, stragglers):
             np.testing.assert_allclose(clients[i]._hessian_cache, serial[i]._hessian_cache, atol=1e-10)
         assert steps.max() > 0
     assert clients[1]._hessian_cache is None           # a non-member keeps its state
+
+
+@pytest.mark.parametrize("cls", [Group, JaxGroup])
+def test_solve_newton_factors_each_newton_matrix_once_per_change(cls, monkeypatch):
+    """The stacked factors of ∇²P_i + diag(ρ_i) outlive a solve: "exact" inverts each member's
+    matrix once, then none while Hessians and weights stay, only the client whose ρ_i
+    changed, only the client whose program replaced its Hessian, none for fewer members;
+    "newton" one per Hessian evaluated (chord refreshes), none per step. Serial numbers."""
+    import fedmodel.runtime.batched_newton as batched_newton
+    inverted, evaluated = [], []
+    invert, hessian = batched_newton._invert, cls.hessian
+    monkeypatch.setattr(batched_newton, "_invert", lambda A: inverted.append(len(A)) or invert(A))
+    monkeypatch.setattr(cls, "hessian", lambda g, X, Y, r: evaluated.append(len(r)) or hessian(g, X, Y, r))
+    rng = np.random.default_rng(2)
+    rho = np.array([0.1, 0.5, 1.0, 5.0, 2.0])     # per client
+
+    def solve(group: Group, serial: list, rows: list[int], method: str = "exact") -> tuple[int, int]:
+        """A solve of clients `rows` (checked against serial): matrices inverted, Newton steps."""
+        inverted.clear()
+        k, d = len(rows), group.n_x
+        linear, anchor, Z0 = rng.normal(size=(k, d)), rng.normal(size=d), rng.normal(size=(k, d))
+        Z, steps, _ = group.solve_newton(Z0, np.array(rows), linear, rho[rows], anchor, 1e-9, method)
+        for j, i in enumerate(rows):
+            want = serial[i].solve_local(linear[j], rho[i], anchor, Z0[j], 1e-9, method=method)
+            np.testing.assert_allclose(Z[j], want["x"], rtol=1e-10, atol=1e-10)
+            assert steps[j] == want["steps"]
+        return sum(inverted), int(steps.sum())
+
+    prob = _least_squares(n=5, sizes=[5, 9, 12, 7, 6])[0]
+    group, clients = _group(prob, cls)
+    _, serial = _group(prob)
+    assert solve(group, serial, [0, 2, 3]) == (3, 6)
+    assert solve(group, serial, [0, 2, 3])[0] == 0
+    rho[2] = 2.0
+    assert solve(group, serial, [0, 2, 3])[0] == 1
+    for programs in (clients, serial):     # a serial solve's refresh: a new Hessian object
+        programs[3]._hessian_cache = programs[3]._hessian_cache.copy()
+    assert solve(group, serial, [0, 2, 3])[0] == 1
+    assert solve(group, serial, [2, 3])[0] == 0
+
+    prob = _ball_logistic(n=5)
+    (group, _), (_, serial) = _group(prob, cls), _group(prob)
+    evaluated.clear()
+    counts = [solve(group, serial, [0, 2, 3], "newton") for _ in range(3)]
+    assert sum(c[0] for c in counts) == sum(evaluated) < sum(c[1] for c in counts)
 
 
 def test_solve_newton_refuses_other_methods():

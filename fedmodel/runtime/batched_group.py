@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .batched_newton import NewtonMatrices, newton_batched
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
 from .program import NodeProgram
@@ -138,33 +139,37 @@ class Group:
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`NodeProgram.solve_local` with method "exact" or "newton" for the clients `rows` at
         once: argmin_z P_i(z) + linear_iᵀx + ½ weight_i‖x − anchor‖² from Z0 (k, N), returning
-        (Z, steps, ‖∇‖∞) per client. `solvers.newton`'s decisions — direction or −∇ when not a
-        descent direction, Armijo / gradient-halving backtracking, the chord rule (a fresh
-        ∇²P_i when a step cut ‖∇‖∞ by less than half, "newton" only), stop — are taken per
-        client with masks; each client's chord Hessian is the one its program keeps
-        (`_hessian_cache`, read here and written back when refreshed), so a later serial solve
-        continues exactly. An evaluation is one group `value_grad` call (or, for at most
-        `STRAGGLERS`·n clients, each one's own plan), Hessians one group `hessian` call; the
-        directions one stacked LU solve of ∇²P_i + diag(weight_i) (the serial solve uses
-        Cholesky: the same direction up to rounding). Memory: a few (k, N, N) stacks.
+        (Z, steps, ‖∇‖∞) per client: `batched_newton.newton_batched` (the serial solve's rules
+        per client), its directions from the clients' chord Hessians (`NewtonMatrices`: kept
+        in their programs as the serial solve keeps them, factored once per Hessian or weight
+        change). An evaluation is one group `value_grad` call (or, for at most
+        `STRAGGLERS`·n clients, each one's own plan), Hessians one group `hessian` call.
+        Memory: a few (k, N) stacks, the clients' Hessians and their (k, N, N) factor stack.
         weight: (k,) or (k, n_x); the members do not write their `y` here (the caller does)."""
         if method not in ("exact", "newton"):
             raise FedModelError(f"Group.solve_newton: method {method!r} is not 'exact' or 'newton'")
         if method == "exact":        # as `NodeProgram.solve_local`: exact solve, one refinement
             tol, max_steps = 0.0, 2
         rows = np.asarray(rows, dtype=np.intp)
-        k, n_x, N = len(rows), self.n_x, self.n_x + self.n_y
+        k, n_x = len(rows), self.n_x
         W = np.broadcast_to(np.asarray(weight, float).reshape(k, -1), (k, n_x))
         linear = np.broadcast_to(np.asarray(linear, float), (k, n_x))
         anchor = np.broadcast_to(np.asarray(anchor, float), (k, n_x))
+        directions = NewtonMatrices(self, rows, W, chord=method == "newton")
+        return newton_batched(self._penalized(rows, linear, W, anchor, Z0[0]), directions, Z0, tol, max_steps)
+
+    def _penalized(self, rows: np.ndarray, linear: np.ndarray, W: np.ndarray, anchor: np.ndarray,
+                   filler: np.ndarray) -> Callable:
+        """fun_grad(Z, which) of `solve_newton`'s problems: values and gradients at Z (k, N) of
+        the rows `which` (default all; other rows: 0). A group evaluation computes every client
+        (~3 µs each at n = 1000, d = 10, against ~30 µs for one client's own plan): when at
+        most `STRAGGLERS` of the group's clients are asked for (a solve's last steps), each is
+        evaluated by its own program. `filler`: the non-members' point (values unused)."""
+        k, n_x, N = len(rows), self.n_x, self.n_x + self.n_y
         full = np.empty((self.n, N))
-        full[:] = Z0[0]                  # non-members: any valid point (their values are unused)
+        full[:] = filler
 
         def fun_grad(Z: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-            """Values and gradients at Z of the rows `which` (default all; other rows: 0).
-            A group evaluation computes every client (~3 µs each at n = 1000, d = 10, against
-            ~30 µs for one client's own plan): when at most `STRAGGLERS` of the group's clients
-            are asked for (a solve's last steps), each is evaluated by its own program."""
             if which is not None and int(np.count_nonzero(which)) <= self.STRAGGLERS * self.n:
                 v, G = np.zeros(k), np.zeros((k, N))
                 for j in np.flatnonzero(which):
@@ -178,68 +183,7 @@ class Group:
             v = v + (np.einsum("ij,ij->i", linear, Z[:, :n_x]) + 0.5 * np.einsum("ij,ij->i", diff, scaled))
             G[:, :n_x] += linear + scaled
             return v, G
-
-        def norm_inf(G: np.ndarray) -> np.ndarray:
-            return np.abs(G).max(axis=1) if N else np.zeros(k)     # NaN propagates, as serial
-
-        H = np.zeros((k, N, N))
-        have = np.zeros(k, dtype=bool)
-        for j, i in enumerate(rows):
-            cached = self.programs[i]._hessian_cache
-            if cached is not None:
-                H[j], have[j] = cached, True
-        refreshed = np.zeros(k, dtype=bool)
-        Z = np.array(Z0, dtype=float)
-        value, G = fun_grad(Z)
-        residual = norm_inf(G)
-        steps = np.zeros(k, dtype=int)
-        fresh = np.zeros(k, dtype=bool)
-        running = np.ones(k, dtype=bool)
-        diag = np.arange(n_x)
-        with np.errstate(invalid="ignore", over="ignore"):
-            while True:
-                active = running & (residual > tol) & (steps < max_steps)
-                if not active.any():
-                    break
-                need = active & (~have | (fresh if method == "newton" else False))
-                if need.any():
-                    full[rows] = Z
-                    H[need] = self.hessian(full[:, :n_x], full[:, n_x:], rows[need])
-                    have |= need
-                    refreshed |= need
-                idx = np.flatnonzero(active)
-                A = H[idx].copy()
-                A[:, diag, diag] += W[idx]
-                D = np.zeros_like(Z)
-                D[idx] = -_solve(A, G[idx])
-                slope = np.einsum("ij,ij->i", G, D)
-                ascent = active & (slope >= 0)      # not a descent direction: −∇
-                D[ascent] = -G[ascent]
-                slope[ascent] = -np.einsum("ij,ij->i", G[ascent], G[ascent])
-                t = np.ones(k)
-                searching = active.copy()
-                new_Z, new_value, new_G = Z.copy(), value.copy(), G.copy()
-                while searching.any():
-                    C = Z + t[:, None] * D
-                    cv, cG = fun_grad(C, searching)
-                    ok = searching & ((cv <= value + 1e-4 * t * slope) |
-                                      ((t == 1.0) & (norm_inf(cG) <= 0.5 * residual)))
-                    new_Z[ok], new_value[ok], new_G[ok] = C[ok], cv[ok], cG[ok]
-                    searching &= ~ok
-                    t[searching] *= 0.5
-                    small = searching & (t < 1e-10)
-                    running &= ~(small & fresh)     # no descent with a fresh H: that client stops
-                    searching &= ~small             # (with a chord H: it stays, H is refreshed)
-                moved = active & running
-                Z[moved], value[moved], G[moved] = new_Z[moved], new_value[moved], new_G[moved]
-                new_residual = norm_inf(G)
-                fresh[moved] = ~(new_residual[moved] <= 0.5 * residual[moved])
-                residual[moved] = new_residual[moved]
-                steps[moved] += 1
-        for j in np.flatnonzero(refreshed):        # the chord matrices, as the serial solve keeps them
-            program = self.programs[rows[j]]
-            program._hessian_cache, program._factor_cache = H[j].copy(), None
-        return Z, steps, residual
+        return fun_grad
 
     def objective(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         plan = self.plan("objective_plan")
@@ -345,21 +289,6 @@ class Group:
                     term = p.merit_ir.prox_terms[k]
                     Z[i, cols] = np.ravel(term.prox(Z[i, cols].reshape(term.variable.shape), t))
         return Z
-
-
-def _solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """x_j = A_j⁻¹ b_j for a stack of matrices; a singular A_j gives x_j = b_j (then the caller's
-    direction is −∇, as `solvers._newton_direction`'s)."""
-    try:
-        return np.linalg.solve(A, B[..., None])[..., 0]
-    except np.linalg.LinAlgError:
-        out = np.empty_like(B)
-        for j in range(len(A)):
-            try:
-                out[j] = np.linalg.solve(A[j], B[j])
-            except np.linalg.LinAlgError:
-                out[j] = B[j]
-        return out
 
 
 # ---- reading a group's stacks -----------------------------------------------------------------

@@ -34,37 +34,64 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
 
     `hessian(x, fresh)` returns H or its Cholesky factor; it may be computed at an earlier point (a chord step, which
     saves assembling H in every step of a warm-started sequence of similar subproblems); it is
-    asked for a fresh one (`fresh=True`) when a step cuts the gradient by less than half."""
+    asked for a fresh one (`fresh=True`) when a step cuts the gradient by less than half.
+    Its rules (`descent`, `accepted`, `MIN_STEP`, `stale`) are `batched_newton.newton_batched`'s."""
     x = x0.copy()
     value, g = fun_grad(x)
     residual = norm_inf(g)
     steps, fresh = 0, False
     while residual > tol and steps < max_steps:
-        direction = _newton_direction(hessian(x, fresh), g)
-        slope = float(g @ direction)
-        if slope >= 0:
-            direction, slope = -g, -float(g @ g)
+        direction, slope = descent(g, _newton_direction(hessian(x, fresh), g))
         t = 1.0
         while True:
             candidate = x + t * direction
             new_value, new_g = fun_grad(candidate)
-            # Armijo; or, near the solution where values stop resolving, a full step that
-            # halves the gradient
-            if new_value <= value + 1e-4 * t * slope or \
-                    (t == 1.0 and norm_inf(new_g) <= 0.5 * residual):
+            new_residual = norm_inf(new_g)
+            if accepted(new_value, value, t, slope, new_residual, residual):
                 break
             t *= 0.5
-            if t < 1e-10:  # no descent left at this precision: fresh H, or stop if it was fresh
+            if t < MIN_STEP:    # no descent left at this precision: fresh H, or stop if it was fresh
                 if fresh:
                     return x, steps, residual
-                candidate, new_value, new_g = x, value, g
+                candidate, new_value, new_g, new_residual = x, value, g, residual
                 break
         x, value, g = candidate, new_value, new_g
-        new_residual = norm_inf(g)
-        fresh = not new_residual <= 0.5 * residual
+        fresh = bool(stale(new_residual, residual))
         residual = new_residual
         steps += 1
     return x, steps, residual
+
+
+MIN_STEP = 1e-10        # backtracking below this step finds no descent at double precision
+
+
+def descent(g: np.ndarray, direction: np.ndarray) -> tuple:
+    """(direction, slope gᵀdirection), with −g (slope −‖g‖²) where the direction is not one of
+    descent (slope ≥ 0): for one vector, or per row of stacks (k, N) (slopes (k,))."""
+    if g.ndim == 1:
+        slope = float(g @ direction)
+        if slope >= 0:
+            return -g, -float(g @ g)
+        return direction, slope
+    slope = np.einsum("ij,ij->i", g, direction)
+    ascent = slope >= 0
+    if ascent.any():
+        direction = np.where(ascent[:, None], -g, direction)
+        slope = np.where(ascent, -np.einsum("ij,ij->i", g, g), slope)
+    return direction, slope
+
+
+def accepted(new_value, value, t, slope, new_residual, residual) -> "bool | np.ndarray":
+    """Backtracking's test of a step t·direction: Armijo's sufficient decrease; or, near the
+    solution where values stop resolving, a full step that halves the gradient. Floats, or
+    arrays elementwise (one entry per client)."""
+    return (new_value <= value + 1e-4 * t * slope) | ((t == 1.0) & (new_residual <= 0.5 * residual))
+
+
+def stale(new_residual, residual) -> "bool | np.ndarray":
+    """The chord rule: a step that cut ‖∇‖∞ by less than half asks for a fresh Hessian
+    (also when a residual is NaN). Floats, or arrays elementwise."""
+    return np.logical_not(new_residual <= 0.5 * residual)
 
 
 def norm_inf(v: np.ndarray) -> float:
