@@ -249,3 +249,22 @@ def test_checkpoint_taken_on_the_batched_executor_resumes_like_the_uninterrupted
     make = lambda: DPADMM(epsilon=1.0, clip=0.05, seed=4, max_rounds=10, tol=0.0)  # noqa: E731
     ref = _check_resume(tmp_path, prob, make, stop_at=6, every=2, executor="batched")
     assert np.ptp([r["noise_magnitude"] for r in ref.history]) > 0
+
+
+def test_a_checkpoint_from_before_the_stacks_resumes(tmp_path):
+    """Checkpoints written before the server kept z_p, λ_p as stacks hold them as {client: row}:
+    such a file resumes like the uninterrupted run."""
+    from test_checkpoint import Stop, _same, _stop_after
+    from fedmodel.runtime import checkpoint as ck
+    prob, _ = _logistic(n=4, l1_on=None)
+    make = lambda: DPADMM(epsilon=1.0, clip=0.05, seed=4, max_rounds=8, tol=0.0)  # noqa: E731
+    reference = prob.solve(make())
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(Stop):
+        prob.solve(make(), checkpoint=path, checkpoint_every=2, callback=_stop_after(5))
+    data = ck.read(path)
+    clients = [c.name for c in prob.clients]
+    for key in ("z", "lam"):                        # the old layout
+        data["loop"][key] = {c: row.copy() for c, row in zip(clients, data["loop"][key])}
+    ck.atomic_write(path, data)
+    _same(prob.solve(make(), checkpoint=path, resume=True), reference)

@@ -80,6 +80,8 @@ class RoundLoop:
         saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
         if saved:
             t, w, Z, LAM, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
+            if isinstance(Z, dict):         # a checkpoint from before the stacks: {client: row}
+                Z, LAM = (np.array([rows[c] for c in clients], dtype=float) for rows in (Z, LAM))
             watch.smallest = dict(saved["watch"])
         last = self.budget_rounds(shares)   # < max_rounds: the budget ends the run
         records_column = np.array([records[c] for c in clients], dtype=float)
