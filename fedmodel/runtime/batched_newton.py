@@ -10,14 +10,11 @@ or weight changed; every step then costs one stacked matrix-vector product.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from .solvers import MIN_STEP, accepted, descent, stale
-
-if TYPE_CHECKING:
-    from .batched_group import Group
 
 # a group's stacked Newton matrices (k × N² floats, N = n_x + n_y) are held twice over (the
 # clients' Hessians and their inverses), up to four times while inverted: above this many floats
@@ -174,7 +171,8 @@ class NewtonMatrices:
     ("newton"; "exact" keeps its Hessian), and then stored in the program, so that a later
     serial solve continues exactly. The factors live in the group's `FactorStack`."""
 
-    def __init__(self, group: "Group", rows: np.ndarray, W: np.ndarray, chord: bool):
+    def __init__(self, group: Any, rows: np.ndarray, W: np.ndarray, chord: bool):
+        """group: a `batched_group.Group` (not imported: that module imports this one)."""
         self.group, self.rows, self.chord = group, rows, chord
         self.programs = [group.programs[i] for i in rows]
         factors = group.memo.get("newton_factors")
