@@ -100,6 +100,19 @@ def _number(value) -> float:
         return float("nan")
 
 
+def stacked_report(ex, clients, x: np.ndarray, with_server: bool) -> tuple[float, float]:
+    """(objective, violation) of the model at x: the clients' "report" as one group request
+    (`map_stacked`), plus the server's when `with_server` (a server without terms or
+    constraints reports 0, 0, so the caller may skip it)."""
+    reports = ex.map_stacked("report", clients, common={"x": x})
+    objective = float(np.sum(reports["objective"]))
+    violation = float(np.max(reports["violation"], initial=0.0))
+    if with_server:
+        server = ex.call("server", "report", x=x)
+        objective, violation = objective + server["objective"], max(violation, server["violation"])
+    return objective, violation
+
+
 def progress(total: int, verbose: bool, label: str):
     """A tqdm bar with objective, violation and what else the backend reports (primal / dual
     residuals, changes, certificate, privacy spent) when `verbose` and stderr is a terminal;

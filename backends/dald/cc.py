@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from ..common import gather_values, progress
+from ..common import gather_values, progress, stacked_report
 from . import cc_nodes  # noqa: F401  (registers the client steps (13), (15))
 from . import kernels
 
@@ -158,9 +158,5 @@ class FedDALDCC:
         as one group request; the server's when `has_server`) when `report`, else NaN."""
         if not report:
             return self._record(k, v, total, primal, dual, constraint, start)
-        reports = ex.map_stacked("report", clients, common={"x": xhat})
-        objective, violation = float(np.sum(reports["objective"])), float(np.max(reports["violation"], initial=0.0))
-        if has_server:
-            server = ex.call("server", "report", x=xhat)
-            objective, violation = objective + server["objective"], max(violation, server["violation"])
+        objective, violation = stacked_report(ex, clients, xhat, has_server)
         return self._record(k, v, total, primal, dual, constraint, start, objective, violation)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from ..common import gather_values, progress
+from ..common import gather_values, progress, stacked_report
 from ..watch import DivergenceWatch
 from .accounting import privacy_report
 from .constrained import has_local_terms
@@ -185,12 +185,7 @@ class RoundLoop:
     def _report(self, ex, clients, w, server_used) -> dict:
         """Objective and violation at w: the clients' reports as one group request, plus the
         server's when it holds terms or constraints (else it is 0, 0)."""
-        reports = ex.map_stacked("report", clients, common={"x": w})
-        objective = float(np.sum(reports["objective"]))
-        violation = float(np.max(reports["violation"], initial=0.0))
-        if server_used and "server" in ex.programs:
-            server = ex.call("server", "report", x=w)
-            objective, violation = objective + server["objective"], max(violation, server["violation"])
+        objective, violation = stacked_report(ex, clients, w, server_used and "server" in ex.programs)
         return {"objective": objective, "violation": violation}
 
     def _info(self, ex, clients, Z, LAM, rho, records, rounds, history, shares) -> dict:

@@ -25,7 +25,7 @@ import numpy as np
 from fedmodel.runtime.batched_group import Group, in_group_order, private_stack
 from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.ledger import MESSAGES, register
-from .client import _gd_step, round_end
+from .client import _gd_step, halved_step, round_end
 from .insa import sigma_bound
 
 # the options a group's clients must share (every client's state, as `client._init` set it)
@@ -146,7 +146,7 @@ def _update(group: Group, C: _Clients, rows: np.ndarray, z: np.ndarray) -> dict:
         sigma = s0["sigma"] if s0["sigma"] is not None else s0["sigma_factor"] * sigma_bound(beta, s0["c"])
         ref = norm_e if s0["reference"] == "z" else \
             np.linalg.norm(residual(np.concatenate([U, Y], axis=1)), axis=1)
-        bound = np.broadcast_to(sigma * ref, (k,))
+        bound = sigma * ref
     for _ in range(cap):
         active = steps < cap if bound is None else (norm_e > bound) & (steps < cap)
         if not active.any():
@@ -171,11 +171,11 @@ def _update(group: Group, C: _Clients, rows: np.ndarray, z: np.ndarray) -> dict:
 
 
 def _halve(C: _Clients, where: np.ndarray, lr: np.ndarray, bad: np.ndarray, beta: np.ndarray) -> None:
-    """`client._gd_step`'s reaction to a rejected step: η_i halved (the automatic step keeps
-    η = 1/(L̂ + β): L̂ raised to match), for the clients `where` (rows of `lr` / `beta`: `bad`)."""
-    lr[bad] *= 0.5
-    if C.curvature is not None:
-        C.curvature[where] = np.maximum(C.curvature[where], 1.0 / lr[bad] - beta[bad])
+    """`client.halved_step` (a rejected step) for the clients `where` (rows of `lr` / `beta`:
+    `bad`)."""
+    lr[bad], curvature = halved_step(lr[bad], None if C.curvature is None else C.curvature[where], beta[bad])
+    if curvature is not None:
+        C.curvature[where] = curvature
 
 
 def _close(group: Group, C: _Clients, rows: np.ndarray, everyone: bool, z: np.ndarray, X: np.ndarray,

@@ -93,6 +93,13 @@ def _solve(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, tol: flo
     return x, _residual(program, s, x, z), int(out["steps"])
 
 
+def halved_step(lr, curvature, beta):
+    """The reaction to a step the safeguard rejects (scalars or arrays): (η/2, L̂) with L̂ raised
+    so that the automatic step keeps η = 1/(L̂ + β) (None when η is not automatic)."""
+    lr = lr * 0.5
+    return lr, None if curvature is None else np.maximum(curvature, 1.0 / lr - beta)
+
+
 def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.ndarray):
     """One local step x − η e (2.9). Safeguard (`safe`): for a convex L-smooth L_β, gradient
     descent with η ≤ 2/(L̃+β) never increases ‖e‖ (co-coercivity), so a step that does proves η
@@ -105,9 +112,9 @@ def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.
     if s["safe"]:
         norm, norm_new = float(np.linalg.norm(e)), float(np.linalg.norm(e_new))
         if not (norm_new <= norm * (1 + 1e-9) + 1e-300):
-            s["lr"] *= 0.5
-            if s["curvature"] is not None:       # the automatic step keeps η = 1/(L̂ + β)
-                s["curvature"] = max(s["curvature"], 1.0 / s["lr"] - s["beta"])
+            s["lr"], curvature = halved_step(s["lr"], s["curvature"], s["beta"])
+            if curvature is not None:
+                s["curvature"] = float(curvature)
             # the projected mapping depends on η (for a smooth client it does not)
             return x, (_residual(program, s, x, z) if _projects(program) else e)
     return x_new, e_new

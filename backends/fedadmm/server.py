@@ -14,7 +14,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
-from ..common import progress
+from ..common import progress, stacked_report
 from ..watch import DivergenceWatch
 from .insa import sustained_growth
 
@@ -134,13 +134,7 @@ def _report(ex, clients: tuple, z: np.ndarray, server_terms: bool) -> tuple[floa
     """Objective and violation at z: the clients still in the run as one group request, the
     server's when it holds terms (else its report is 0, 0)."""
     active = clients if not ex.lost else tuple(c for c in clients if c not in ex.lost)
-    reports = ex.map_stacked("report", active, common={"x": z})
-    objective = float(np.sum(reports["objective"]))
-    violation = float(np.max(reports["violation"], initial=0.0))
-    if server_terms:
-        server = ex.call("server", "report", x=z)
-        objective, violation = objective + server["objective"], max(violation, server["violation"])
-    return objective, violation
+    return stacked_report(ex, active, z, server_terms)
 
 
 def _sample(rng, m: int, size: int, available: list[int]) -> list[int]:
