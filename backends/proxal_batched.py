@@ -25,7 +25,7 @@ import numpy as np
 
 from fedmodel.runtime.batched_group import Group, private_stack
 from fedmodel.runtime.batched_newton import stack_fits
-from fedmodel.runtime.batched_procedures import common_value, gradients_at, same_options
+from fedmodel.runtime.batched_procedures import common_value, same_options
 from fedmodel.runtime.ledger import MESSAGES, register
 from .anderson import extrapolate
 from .proxal_nodes import _admm_init, _balance
@@ -78,7 +78,8 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
             X = _mixed(histories, np.asarray(mix, float))
             U, Lam = X[:, :n_x], rho[:, None] * X[:, n_x:]
     # (22) with the old λ_i, u_i and the ρ_i the server used in (18)
-    _, G = gradients_at(group, rows, w)
+    # (the gradient-only plan, as the serial step's `NodeProgram.gradient`)
+    G = group.grad(np.broadcast_to(w, (group.n, n_x)), private_stack(group))[rows, :n_x]
     eps_tilde = np.abs(G + Lam - rho[:, None] * (w - U)).max(axis=1) if n_x else np.zeros(k)
     # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², warm-started at (u_i, y_i)
     Y = private_stack(group)[rows]

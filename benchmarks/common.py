@@ -8,7 +8,6 @@ is taken: a slow spell slows both sides of a pair and cancels out of their ratio
 """
 from __future__ import annotations
 
-import gc
 import os
 import platform
 import sys
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
+
+from fedmodel.compiler.codegen import collection_paused
 
 
 @dataclass
@@ -49,16 +50,11 @@ class Timing:
 
 def _time_calls(fn: Callable[[], Any], number: int) -> float:
     """Seconds for `number` calls of fn, garbage collection off (as timeit does)."""
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collection_paused():
         start = time.perf_counter()
         for _ in range(number):
             fn()
         return time.perf_counter() - start
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def calls_per_sample(fn: Callable[[], Any], min_time: float) -> tuple[int, float]:

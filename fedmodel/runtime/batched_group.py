@@ -105,17 +105,18 @@ class Group:
         """P_i and ∇P_i (w.r.t. z = (x, y)) of every client: (n,), (n, n_x + n_y)."""
         plan = self.plan("value_grad_plan")
         out = plan(*self._inputs(X, Y))
-        grads = [self._per_client(g, seg, v.shape) for g, seg, v in
-                 zip(out[1:], plan.output_segs[1:], self.variables)]
-        G = grads[0] if len(grads) == 1 else np.concatenate(grads, axis=1) if grads else np.zeros((self.n, 0))
+        G = self._gradient_stack(out[1:], plan.output_segs[1:])
         return self._per_client(out[0], plan.output_segs[0], ()).ravel(), G
 
     def grad(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """∇P_i of every client (n, n_x + n_y), bitwise `value_grad`'s, from the plan without
         P_i's value (for steps that discard it: a logistic loss's log1p pass is skipped)."""
         plan = self.plan("gradient_plan")
-        grads = [self._per_client(g, seg, v.shape) for g, seg, v in
-                 zip(plan(*self._inputs(X, Y)), plan.output_segs, self.variables)]
+        return self._gradient_stack(plan(*self._inputs(X, Y)), plan.output_segs)
+
+    def _gradient_stack(self, outs: list, segs: list) -> np.ndarray:
+        """A plan's flat per-variable gradient outputs as one (n, n_x + n_y) stack."""
+        grads = [self._per_client(g, seg, v.shape) for g, seg, v in zip(outs, segs, self.variables)]
         return grads[0] if len(grads) == 1 else np.concatenate(grads, axis=1) if grads else np.zeros((self.n, 0))
 
     def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:

@@ -49,7 +49,9 @@ def newton_batched(fun_grad: StackFunGrad, direction: Directions, Z0: np.ndarray
             active = running & (residual > tol) & (steps < max_steps)
             if not active.any():
                 break
-            D, slope = descent(G, direction(Z, G, active, fresh))
+            D, slope = direction(Z, G, active, fresh), np.zeros(k)
+            idx = np.flatnonzero(active)    # (finished rows keep D = 0: no step off their point)
+            D[idx], slope[idx] = descent(G[idx], D[idx])
             new_Z, new_value, new_G, stuck = _backtrack(fun_grad, Z, value, G, residual, D, slope, active)
             running &= ~(stuck & fresh)     # no descent with a fresh H: that client stops
             moved = active & running        # (with a chord H it stays where it is: H is refreshed)
