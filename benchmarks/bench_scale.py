@@ -92,6 +92,53 @@ def one_pass(X: np.ndarray, statistic=np.median) -> float:
     return float(statistic(times))
 
 
+def gpu_pass(X: np.ndarray) -> float | None:
+    """The fastest of REPS passes Xᵀ(X v) in float64 on JAX's GPU (jitted, the data on the
+    device, timed to `block_until_ready`), or None when JAX's default device is not a GPU: the
+    reference for the JAX executor's rows on a GPU machine."""
+    try:
+        import jax
+    except ImportError:
+        return None
+    if jax.default_backend() != "gpu":
+        return None
+    from fedmodel.compiler.jax_codegen import float64
+    with float64():
+        data = jax.device_put(X)
+        v = jax.device_put(np.random.default_rng(1).normal(size=X.shape[1]))
+        product = jax.jit(lambda A, u: A.T @ (A @ u))
+        product(data, v).block_until_ready()
+        times = []
+        for _ in range(REPS):
+            start = time.perf_counter()
+            product(data, v).block_until_ready()
+            times.append(time.perf_counter() - start)
+        del data
+    return min(times)
+
+
+def gpu_note(name: str, seconds: float, reference: float | None) -> str:
+    """For a row that ran on the JAX executor (`name`: the executor that ran) on a GPU: the ratio to the GPU's own pass and the device's peak memory."""
+    if name != "jax" or reference is None:
+        return ""
+    import jax
+    peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20
+    return (f" (GPU: pass {reference:.2e} s, ratio {seconds / reference:.1f}, "
+            f"peak device memory {peak:.0f} MB)")
+
+
+def machine() -> str:
+    """The processor, its cores and JAX's devices: printed with every table."""
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), "?") if os.path.exists("/proc/cpuinfo") else "?"
+    try:
+        import jax
+        devices = ", ".join(sorted({getattr(d, "device_kind", d.platform) for d in jax.devices()}))
+    except ImportError:
+        devices = "no JAX"
+    return f"{cpu}, {os.cpu_count()} cores; JAX devices: {devices}"
+
+
 def per_iteration(result: dict, skip: int) -> float:
     times = [r["time"] for r in result["history"]][skip:]
     return (times[-1] - times[0]) / max(len(times) - 1, 1)
@@ -108,6 +155,11 @@ def executor(name: str):
     return name
 
 
+def ran(chosen, name: str) -> str:
+    """The executor that ran: `auto`'s pick, or the name given."""
+    return getattr(chosen, "chosen", None) or name
+
+
 def solve_once(n: int, d: int, loss: str, rows: tuple[int, int], iterations: int,
                name: str) -> str:
     """One `prob.solve` (Fed-DALD-CC, W = 1 gradient step) timed by phase: a table row."""
@@ -117,6 +169,7 @@ def solve_once(n: int, d: int, loss: str, rows: tuple[int, int], iterations: int
     # the fastest pass: on the shared 2-core machine a BLAS pass slows down up to 30× while
     # another process runs, and the median then follows the neighbours' load
     reference = one_pass(X, np.min)
+    on_gpu = gpu_pass(X) if name in ("jax", "auto") else None
     del X
     phases: dict[str, float] = {}
 
@@ -147,7 +200,7 @@ def solve_once(n: int, d: int, loss: str, rows: tuple[int, int], iterations: int
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return (f"| {n} | {d} | {name} | {checks:.1f} | {phases['compile_programs']:.1f} | {other:.1f} "
             f"| {first:.1f} | {t:.2e} | {t / reference:.1f} | {phases['finish_result']:.1f} "
-            f"| {total:.1f} | {rss:.0f} |")
+            f"| {total:.1f} | {rss:.0f} |{gpu_note(ran(chosen, name), t, on_gpu)}")
 
 
 def main(argv=None) -> None:
@@ -181,6 +234,7 @@ def main(argv=None) -> None:
     if args.solve:
         print(f"# bench_scale --solve: {args.loss}, rows per client {args.rows[0]}–{args.rows[1]}, "
               f"{iterations} Fed-DALD-CC iterations, load average {os.getloadavg()[0]:.2f}")
+        print(f"# machine: {machine()}")
         print("| n | d | executor | checks (s) | compile_programs (s) | executor start (s) "
               "| first 2 iterations (s) | s / iteration | ratio | objective + certificate (s) "
               "| whole solve (s) | peak RSS (MB) |")
@@ -203,12 +257,14 @@ def main(argv=None) -> None:
     print(f"# bench_scale: {args.loss}, rows per client {args.rows[0]}–{args.rows[1]}, "
           f"{iterations} {args.backend} iterations (objective reported every {args.report_every}), "
           f"load average {os.getloadavg()[0]:.2f}")
+    print(f"# machine: {machine()}")
     print("| n | d | rows | executor | s / iteration | one pass Xᵀ(Xv) (s) | ratio | peak RSS (MB) | max |Δ| vs serial |")
     print("|---|---|---|---|---|---|---|---|---|")
     for d in args.d:
         for n in args.n:
             prob, X = build(n, d, args.loss, tuple(args.rows))
             reference = one_pass(X, np.min)     # the fastest: robust to the neighbours' load
+            on_gpu = gpu_pass(X) if {"jax", "auto"} & set(args.executors) else None
             rows = X.shape[0]
             del X                               # (a copy of the data: 3.4 GB at n = 10⁴, d = 784)
             serial_values = None
@@ -236,7 +292,8 @@ def main(argv=None) -> None:
                 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
                 label = f"auto ({chosen.chosen})" if name == "auto" else name
                 print(f"| {n} | {d} | {rows} | {label} | {t:.2e} | {reference:.2e} | "
-                      f"{t / reference:.1f} | {rss:.0f} | {diff} |  (whole solve {wall:.1f} s)", flush=True)
+                      f"{t / reference:.1f} | {rss:.0f} | {diff} |  (whole solve {wall:.1f} s)"
+                      f"{gpu_note(ran(chosen, name), t, on_gpu)}", flush=True)
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
 
 
