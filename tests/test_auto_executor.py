@@ -48,8 +48,21 @@ def test_choice_by_model_shape():
     assert choose(dense_wide, jax_installed=False, gpu=False)[0] == "batched"
     name, reason = choose(sparse_wide, jax_installed=True, gpu=False)
     assert name == "batched" and "nonzero" in reason
-    assert choose(sparse_wide, jax_installed=True, gpu=True)[0] == "jax"   # the GPU first
-    assert choose(dense_narrow, jax_installed=True, gpu=True)[1].startswith("a GPU")
+    # a GPU: JAX from GPU_MIN_ENTRIES data entries (here 12 clients × ≤ 9 rows × 120), the CPU's rules below
+    assert 12 * 6 * 120 < auto.GPU_MIN_ENTRIES
+    name, reason = choose(sparse_wide, jax_installed=True, gpu=True)
+    assert name == "batched" and "a GPU is present, but" in reason
+    assert choose(dense_narrow, jax_installed=True, gpu=True)[0] == "batched"
+
+
+def test_a_gpu_runs_large_data(monkeypatch):
+    sparse_wide = _clients(_logistic(12, 120, zeros=0.8))
+    entries = auto.data_bytes(sparse_wide) / 8
+    monkeypatch.setattr(auto, "GPU_MIN_ENTRIES", entries)
+    name, reason = choose(sparse_wide, jax_installed=True, gpu=True)
+    assert name == "jax" and reason.startswith("a GPU is present and")    # the GPU before the sparsity rule
+    monkeypatch.setattr(auto, "GPU_MIN_ENTRIES", entries * 1.01)
+    assert choose(sparse_wide, jax_installed=True, gpu=True)[0] == "batched"
 
 
 def test_data_density_counts_the_sampled_clients_data():

@@ -6,7 +6,12 @@ The rule (`choose`; measurements behind it: docs/executors.md "auto", docs/jax.m
 1. **serial** when no group of same-structure clients has `MIN_GROUP` members: there is
    nothing to vectorize, and grouping costs a signature per client (checked after grouping:
    the chosen executor's groups decide, so the signatures are computed once).
-2. **jax** when JAX is installed and finds a GPU: only JAX runs the clients there.
+2. **jax** when JAX is installed, finds a GPU, and the clients' data has at least
+   `GPU_MIN_ENTRIES` entries: only JAX runs the clients there. On an H200 (docs/jax.md "GPU")
+   a JAX iteration on the GPU cost ~3 ms whatever the size (host↔device copies, launches,
+   the host's server step) plus ~0.5 ns per data entry, the batched one on the CPU 2.5–4 ns per
+   entry: JAX was 2.6–10× faster from 5.5·10⁶ entries, 1.5–1.9× slower at 5.6·10⁵. Below
+   the threshold the CPU rules 3–5 decide.
 3. **batched** when the clients' data is mostly zeros (`dense_blocks.DENSE_FRACTION`): its
    CSR products skip the zeros, JAX pads and multiplies them.
 4. **jax** when JAX is installed, the shared model has at least `JAX_MIN_WIDTH` entries and
@@ -38,6 +43,7 @@ MIN_GROUP = 4
 JAX_MIN_WIDTH = 100     # shared model entries from which JAX runs dense CPU groups
 SAMPLE = 16             # clients whose data decides "mostly zeros"
 JAX_MEMORY = 3.0        # JAX's extra memory, × the data (n = 10⁴, d = 784: 16.3 GB vs batched's 8.3)
+GPU_MIN_ENTRIES = 1e6   # client data entries from which a GPU beats the CPU (rule 2)
 
 
 def jax_available() -> bool:
@@ -108,13 +114,24 @@ def choose(programs: list[NodeProgram], jax_installed: bool | None = None,
     """(executor name, reason) for the client `programs` of a run, before grouping (rules 2–5
     of the module docstring; rule 1 is applied to the chosen executor's groups).
     `jax_installed` / `gpu` / `memory` (available bytes): as found here unless given (tests)."""
-    from .dense_blocks import DENSE_FRACTION
     clients = [p for p in programs if p.role == "client"]
     if len(clients) < MIN_GROUP:
         return "serial", f"{len(clients)} clients (< {MIN_GROUP}): nothing to vectorize"
     jax_installed = jax_available() if jax_installed is None else jax_installed
-    if jax_installed and (gpu_available() if gpu is None else gpu):
-        return "jax", "a GPU is present: only JAX runs the clients there"
+    on_gpu = jax_installed and (gpu_available() if gpu is None else gpu)
+    entries = data_bytes(clients) / 8 if on_gpu else 0.0
+    if on_gpu and entries >= GPU_MIN_ENTRIES:
+        return "jax", f"a GPU is present and the clients' data has {entries:.2g} entries: JAX runs them there"
+    name, reason = _cpu_choice(clients, jax_installed, memory)
+    if on_gpu:
+        reason += (f" (a GPU is present, but {entries:.2g} data entries < {GPU_MIN_ENTRIES:.0e}: a GPU "
+                   "iteration's fixed cost is more than the CPU's whole iteration)")
+    return name, reason
+
+
+def _cpu_choice(clients: list[NodeProgram], jax_installed: bool, memory: float | None) -> tuple[str, str]:
+    """Rules 3–5 of the module docstring."""
+    from .dense_blocks import DENSE_FRACTION
     density = data_density(clients)
     if density < DENSE_FRACTION:
         return "batched", (f"client data {density:.0%} nonzero: the batched executor's sparse "
