@@ -179,10 +179,15 @@ class Plan:
                 bound.append(ref)
         namespace: dict[str, Any] = {}
         exec(code, namespace)
+        # popped, not read: left in `namespace`, `_make` and its own globals (`namespace`) would
+        # form a reference cycle, and the plan function (whose globals are `namespace` too) with
+        # everything it binds — the plan's steps, their expression nodes, its data — would be
+        # cyclic garbage once the Plan is dropped, freed only by a full collection (issue 16)
+        make = namespace.pop("_make")
         self._source = source
         # positionally: CPython matches each keyword argument by a scan of the parameter names,
         # quadratic in their number (minutes for the 10⁴-client whole-model plans)
-        return namespace["_make"](*bound)
+        return make(*bound)
 
     def _emit(self) -> tuple[str, tuple]:
         """Emit the steps as the source of one Python function over locals, and say how to bind
