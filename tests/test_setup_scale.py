@@ -149,3 +149,10 @@ def test_final_objective_and_certificate_leave_no_cycles():
         objective_and_violation(prob, result.values)
         prob.kkt_certificate(result.values, result.multipliers)
     assert not cyclic_garbage(evaluate)
+
+
+def test_plans_of_one_structure_share_their_key():
+    programs = compile_programs(mixed_problem(n=6))
+    first, fourth = programs["c0"].value_grad_plan, programs["c3"].value_grad_plan   # logistic
+    assert first.structure_key == fourth.structure_key
+    assert first.structure_key is fourth.structure_key     # one object for all (memory, gc)

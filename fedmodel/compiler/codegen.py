@@ -31,10 +31,10 @@ from ..expression import Constant, Expression, Leaf, Parameter, postorder
 # of clients that share a model structure (1000 in DALD's Table II) have the same source and
 # compile once.
 _COMPILED: dict[str, Any] = {}
-# Generated code by structure (`Plan.structure_key`): (source, compiled code, binders). A plan
-# whose structure was seen skips emitting its source (the larger share of a plan's set-up once
-# compiling was cached) and only binds its own constants, parameters and step functions.
-_STRUCTURES: dict[tuple, tuple[str, Any, tuple]] = {}
+# Generated code by structure (`Plan.structure_key`): (the key, source, compiled code, binders).
+# A plan whose structure was seen skips emitting its source (the larger share of a plan's set-up
+# once compiling was cached) and only binds its own constants, parameters and step functions.
+_STRUCTURES: dict[tuple, tuple[tuple, str, Any, tuple]] = {}
 _CACHE_MAX = 4096   # entries per cache; cleared when full (a few KB each)
 BIG_PLAN = 1000     # bound names above which a plan reads them from one tuple (see `Plan._emit`)
 
@@ -162,8 +162,11 @@ class Plan:
                 code = _COMPILED[source] = compile(source, "<fedmodel plan>", "exec")
             if len(_STRUCTURES) >= _CACHE_MAX:
                 _STRUCTURES.clear()
-            cached = _STRUCTURES[self.structure_key] = (source, code, binders)
-        source, code, binders = cached
+            cached = _STRUCTURES[self.structure_key] = (self.structure_key, source, code, binders)
+        # the first plan's key object, shared by every plan of the structure: its nested tuples
+        # were a sixth of the objects a client's program keeps (memory, and what the cyclic
+        # collector scans), and an equal key compares by identity in the caches keyed by it
+        self.structure_key, source, code, binders = cached
         param_of = dict(self._params)
         bound: list[Any] = []      # in the order of `_make`'s parameters
         for _, kind, ref in binders:
