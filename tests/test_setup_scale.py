@@ -156,3 +156,13 @@ def test_plans_of_one_structure_share_their_key():
     first, fourth = programs["c0"].value_grad_plan, programs["c3"].value_grad_plan   # logistic
     assert first.structure_key == fourth.structure_key
     assert first.structure_key is fourth.structure_key     # one object for all (memory, gc)
+
+
+def test_residual_plans_compiled_on_first_use():
+    programs = compile_programs(mixed_problem(n=3))
+    free, ball = programs["c0"], programs["c2"]               # no constraint; ‖w‖² ≤ 4
+    assert "_residuals" not in vars(free) and "_all_residuals" not in vars(free)
+    x = np.full(3, 2.0)
+    assert free.violations(x) == {} and free.report(x)["violation"] == 0.0
+    assert ball.report(x)["violation"] == pytest.approx(8.0)
+    assert list(ball.violations(x).values()) == [pytest.approx(8.0)]
