@@ -5,13 +5,15 @@ network traffic), so that backends never read a node program themselves."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 import topologies
 from fedmodel.errors import FedModelError
 from fedmodel.expression import Constant
+from fedmodel.runtime.batched_group import in_group_order, private_stack
+from fedmodel.runtime.batched_procedures import common_value, same_options
 from fedmodel.runtime.ledger import procedure
 
 
@@ -154,30 +156,91 @@ def check_callable(label: str, value) -> Any:
 
 
 # ---- the clients' curvature (automatic steps of FedADMM, FedProx, FedAvg; DP-ADMM's ρ floor) ----
-def local_curvature(program, x: np.ndarray, scale: float = 1.0, iterations: int = 8) -> float:
-    """An estimate of the largest curvature of the node's objective / `scale` near x = (shared,
-    private): power iteration on gradient differences (exact for quadratics, from below; the
-    callers' safeguards correct an underestimate). Costs `iterations` + 1 gradients."""
-    n = program.n_shared
-    g0 = program.value_grad(x[:n], x[n:])[1] / scale
-    v = np.cos(np.arange(1, x.size + 1))                   # deterministic, no zero coordinate
-    estimate = 0.0
+def curvature_rows(gradient: Callable[[np.ndarray], np.ndarray], X: np.ndarray, scale=1.0,
+                   iterations: int = 8) -> np.ndarray:
+    """An estimate of the largest curvature of each row's objective / `scale` near its point X[i]
+    (X: (k, N); `gradient(Z)`: the k objectives' gradients at the rows of Z, (k, N); `scale`: a
+    number or (k,)): power iteration on gradient differences, row by row (exact for quadratics,
+    from below; the callers' safeguards correct an underestimate). A row stops at its first
+    non-finite or zero size and keeps its estimate (0 if it had none). Costs `iterations` + 1
+    calls of `gradient`, each on every row (rows that stopped are evaluated and ignored)."""
+    scale = np.asarray(scale, float).reshape(-1, 1) if np.ndim(scale) else scale
+    G0 = gradient(X) / scale
+    V = np.tile(np.cos(np.arange(1, X.shape[1] + 1)), (len(X), 1))   # deterministic, no zero coordinate
+    # a step relative to the point's size (fmax: a NaN coordinate gives h = 1e-4, as max(1, nan))
+    h = (1e-4 * np.fmax(1.0, np.max(np.abs(X), axis=1, initial=0.0)))[:, None]
+    estimate, going = np.zeros(len(X)), np.ones(len(X), dtype=bool)
     with np.errstate(over="ignore", invalid="ignore"):
         for _ in range(iterations):
-            v = v / np.linalg.norm(v)
-            h = 1e-4 * max(1.0, float(np.max(np.abs(x), initial=0.0)))
-            y = x + h * v
-            hv = (program.value_grad(y[:n], y[n:])[1] / scale - g0) / h
-            size = float(np.linalg.norm(hv))
-            if not np.isfinite(size) or size == 0.0:
+            V = V / _row_norms(V)[:, None]
+            HV = (gradient(X + h * V) / scale - G0) / h
+            size = _row_norms(HV)
+            going &= np.isfinite(size) & (size != 0.0)
+            if not going.any():
                 break
-            estimate, v = size, hv
+            estimate[going], V[going] = size[going], HV[going]
     return estimate
 
 
-@procedure("local_curvature", {"z": "x", "iterations": "1"}, {"L": "1"})
+def _row_norms(V: np.ndarray) -> np.ndarray:
+    """‖V[i]‖₂ per row, each bitwise `np.linalg.norm(V[i])` (√ of BLAS's dot, which a stacked
+    matmul of vectors calls row by row; `norm(V, axis=1)` sums in another order): a norm's
+    last bit moves x + h·v by an ulp of x, which the difference quotient divides by h."""
+    return np.sqrt((V[:, None, :] @ V[:, :, None]).ravel())
+
+
+def local_curvature(program, x: np.ndarray, scale: float = 1.0, iterations: int = 8) -> float:
+    """`curvature_rows` for one node program at x = (shared, private): its own gradients, one
+    row (the serial path; a group of clients takes `group_curvature`)."""
+    n = program.n_shared
+
+    def gradient(Z: np.ndarray) -> np.ndarray:
+        return program.value_grad(Z[0, :n], Z[0, n:])[1][None]
+    return float(curvature_rows(gradient, np.asarray(x, float)[None], scale, iterations)[0])
+
+
+def group_curvature(group, rows: np.ndarray, z: np.ndarray, scale=1.0, iterations: int = 8) -> np.ndarray:
+    """`curvature_rows` for the clients `rows` of a batched executor's group
+    (`runtime.batched_group.Group`) at (z, each one's private values): every gradient is one
+    group evaluation (`Group.grad`; clients outside `rows` are evaluated at the first row's
+    point and ignored). Each client's estimate is its `local_curvature`'s up to the rounding of
+    the group's gradients (not bitwise: a difference of gradients divides it by h ≈ 1e-4)."""
+    n, everyone = group.n_x, in_group_order(rows, group.n)
+    X = np.concatenate([np.broadcast_to(np.asarray(z, float), (len(rows), n)),
+                        private_stack(group)[rows]], axis=1)
+    full = None if everyone else np.repeat(X[:1], group.n, axis=0)
+
+    def gradient(Z: np.ndarray) -> np.ndarray:
+        if everyone:
+            return group.grad(Z[:, :n], Z[:, n:])
+        full[rows] = Z
+        return group.grad(full[:, :n], full[:, n:])[rows]
+    return curvature_rows(gradient, X, scale, iterations)
+
+
+def _curvature_stacked(group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """"local_curvature" as a group request (one z for all; `Executor.map_stacked`), or None."""
+    if blocks or "z" not in common:
+        return None
+    return {"L": group_curvature(group, rows, common["z"], iterations=int(common.get("iterations", 8)))}
+
+
+def _curvature_batched(group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """"local_curvature" for the members of a group sent per-node payloads (`Executor.map`, or a
+    group request to clients of several structures) with one z and one count, or None."""
+    z, same = common_value(payloads, members, "z"), same_options(payloads, members, ("iterations",))
+    if z is None or same is None:
+        return None
+    rows = np.array([group.index[m] for m in members], dtype=np.intp)
+    L = group_curvature(group, rows, z, iterations=int(same.get("iterations", 8)))
+    return {m: {"L": float(value)} for m, value in zip(members, L)}
+
+
+@procedure("local_curvature", {"z": "x", "iterations": "1"}, {"L": "1"}, batched=_curvature_batched,
+           stacked=_curvature_stacked)
 def _curvature_at(program, z, iterations=8):
     """L̂_i near (z, the client's private values), estimated on the client: FedProx/FedAvg's
-    automatic step and DP-ADMM's ρ floor ask every client for it through the executor."""
+    automatic step and DP-ADMM's ρ floor ask every client for it through the executor (one
+    group request: the batched and JAX executors serve it by `group_curvature`)."""
     x = np.concatenate([np.asarray(z, float), program.y])
     return {"L": local_curvature(program, x, iterations=int(iterations))}

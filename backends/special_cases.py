@@ -91,8 +91,9 @@ class _DistributedPA(DALD):
         """step=None: 1/max_i L̂_i, a gradient step every client's objective tolerates (L̂_i: its
         largest curvature near x0, estimated on the client: `backends.common.local_curvature`)."""
         if self.step_option is None and not self.exact_local:
-            replies = ex.map("local_curvature", {c: {"z": x0, "iterations": 8} for c in ex.clients})
-            largest = max((r["L"] for r in replies.values()), default=0.0)
+            # one group request (the batched and JAX executors: one group gradient per step)
+            estimates = ex.map_stacked("local_curvature", tuple(ex.clients), common={"z": x0, "iterations": 8})
+            largest = float(np.max(estimates["L"], initial=0.0))
             self.step = 1.0 / largest if largest > 0 else 1.0
 
     def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):

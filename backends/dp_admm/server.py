@@ -66,8 +66,8 @@ class RoundLoop:
         records, shares = self._init_clients(ex, w, local)
         rho_floor = 0.0
         if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
-            curvature = ex.map("local_curvature", {c: {"z": w, "iterations": 20} for c in clients})
-            rho_floor = 2.2 * max(r["L"] for r in curvature.values())
+            curvature = ex.map_stacked("local_curvature", clients, common={"z": w, "iterations": 20})
+            rho_floor = 2.2 * float(np.max(curvature["L"]))
         Z = np.tile(w, (len(clients), 1))                               # z_p^1, one row per client
         LAM = np.zeros_like(Z)                                          # λ_p^1 = 0
         server_used = bool(problem.server.terms or problem.server.constraints)

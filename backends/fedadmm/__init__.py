@@ -192,8 +192,9 @@ class FedADMM(Backend):
             if reply["refusal"]:
                 raise FedModelError(reply["refusal"])
 
-    def _client_config(self, z, alpha_i, beta, lam_start="zero") -> dict:
-        return {"z": z, "beta": beta, "alpha": float(alpha_i), "lam_start": lam_start, "lr": self.lr,
+    def _client_config(self, z, beta, lam_start="zero") -> dict:
+        """The clients' "fedadmm_init" options (α_i is sent per client)."""
+        return {"z": z, "beta": beta, "lam_start": lam_start, "lr": self.lr,
                 "local_steps": float(self.local_steps), "inexact": float(self.inexact),
                 "sigma": self.sigma, "sigma_factor": self.sigma_factor, "c": self.strong_convexity,
                 "reference": self.reference, "adaptive": float(self.adaptive), "mu": self.mu,

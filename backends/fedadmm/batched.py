@@ -15,6 +15,10 @@ node is served on its own, a hand-over, `close`): a round touches no per-client 
 
 Covered: smooth clients (no prox terms or sets), local_solver "gd", options equal across the
 group (β_i, η_i, α_i may differ). Anything else returns None: served client by client.
+
+The set-up `fedadmm_init` is one group request too (`_init_stacked`, any client and options):
+each client's start state as `client._init` writes it, the automatic steps' L̂_i by one group
+gradient per power-iteration step (`common.group_curvature`).
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ import numpy as np
 from fedmodel.runtime.batched_group import Group, in_group_order, private_stack
 from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.ledger import MESSAGES, register
-from .client import _gd_step, halved_step, round_end
+from ..common import group_curvature
+from .client import _gd_step, automatic_step, halved_step, round_end, start_state
 from .insa import sigma_bound
 
 # the options a group's clients must share (every client's state, as `client._init` set it)
@@ -237,4 +242,29 @@ def _finish(program, C: _Clients, row: int, i: int, X: np.ndarray, E: np.ndarray
         C.curvature[row] = s["curvature"]
 
 
+def _init_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """`fedadmm_init` as a group request (common z and options, α_i as a block or common), or
+    None: each client's start state (`client.start_state`) and, for the automatic step, the
+    group's L̂_i at once (`common.group_curvature`: one group gradient per power-iteration step
+    instead of 9 per client)."""
+    if set(blocks) - {"alpha"} or "z" not in common:
+        return None
+    z = np.asarray(common["z"], float)
+    alpha = blocks["alpha"] if "alpha" in blocks else np.full(len(rows), common["alpha"])
+    config = {k: v for k, v in common.items() if k not in ("z", "beta", "alpha", "lam_start")}
+    group.sync()                # β = None keeps each client's β_i: read from its state
+    states = [start_state(group.programs[r], z, common.get("beta"), a, common.get("lam_start", "zero"), config)
+              for r, a in zip(rows, alpha)]
+    if states[0]["auto_lr"]:
+        for s, curvature in zip(states, group_curvature(group, rows, z, alpha)):
+            automatic_step(s, curvature)
+    for r, s in zip(rows, states):
+        group.programs[r].state["fedadmm"] = s
+    group.forget()              # new state dicts: the rounds' check of them (`_clients`) is void
+    beta = np.array([s["beta"] for s in states])
+    return {"w": beta[:, None] * z - np.array([s["lam"] for s in states]).reshape(len(rows), -1),
+            "beta": beta}
+
+
 register(MESSAGES["fedadmm_round"], batched=_round_batched, stacked=_round_stacked)
+register(MESSAGES["fedadmm_init"], stacked=_init_stacked)

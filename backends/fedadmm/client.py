@@ -24,22 +24,34 @@ _CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "
 @procedure("fedadmm_init", _CONFIG, {"w": "x", "beta": "1"})
 def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
     """u_i^0 = z^0, λ_i^0 = 0 (the authors' code) or ∇f̃_i(z^0) ("gradient", used by ProxAL's
-    composition: the multiplier's value at a solution, λ_i* = ∇f̃_i(z*)); β_i^0."""
+    composition: the multiplier's value at a solution, λ_i* = ∇f̃_i(z*)); β_i^0; the automatic
+    step from L̂_i (the batched form, `batched._init_stacked`, estimates a group's L̂_i at once)."""
+    s = start_state(program, z, beta, alpha, lam_start, config)
+    if s["auto_lr"]:
+        # L̂_i of f̃_i = f_i/α_i near the start, once per run
+        automatic_step(s, local_curvature(program, np.concatenate([s["u"], program.y]), s["alpha"]))
+    program.state["fedadmm"] = s
+    return {"w": s["beta"] * s["u"] - s["lam"], "beta": s["beta"]}   # the server's first cache entry
+
+
+def start_state(program: NodeProgram, z, beta, alpha, lam_start: str, config: dict) -> dict:
+    """The client's FedADMM state at the start of a run, without its automatic step (L̂_i: the
+    caller's `automatic_step`). β = None keeps the β_i of a previous run (composition)."""
     z = np.asarray(z, float)
     old = program.state.get("fedadmm")
-    if beta is None:                  # keep an adapted β from a previous run (composition)
+    if beta is None:
         beta = old["beta"] if old else 1.0
     lam = np.zeros_like(z)
     if lam_start == "gradient":
         lam = program.value_grad(z, program.y)[1][:program.n_shared] / alpha
-    s = {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha), **config, "last": {},
-         "auto_lr": config.get("lr") is None, "curvature": None}
-    if s["auto_lr"]:
-        # L̂_i of f̃_i = f_i/α_i near the start, once per run
-        s["curvature"] = local_curvature(program, np.concatenate([z, program.y]), s["alpha"])
-        s["lr"] = 1.0 / (s["curvature"] + float(beta))
-    program.state["fedadmm"] = s
-    return {"w": float(beta) * z - lam, "beta": float(beta)}   # the server's first cache entry
+    return {"u": z.copy(), "lam": lam, "beta": float(beta), "alpha": float(alpha), **config, "last": {},
+            "auto_lr": config.get("lr") is None, "curvature": None}
+
+
+def automatic_step(s: dict, curvature: float) -> None:
+    """η_i = 1/(L̂_i + β_i) from the client's curvature estimate L̂_i."""
+    s["curvature"] = float(curvature)
+    s["lr"] = 1.0 / (s["curvature"] + s["beta"])
 
 
 def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np.ndarray:

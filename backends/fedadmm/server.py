@@ -34,10 +34,10 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
     rng = np.random.default_rng(backend.seed)
     beta0 = None if keep_beta else backend.beta
     # server caches: the last w_i = β_i u_i − λ_i and β_i of every client (u^0 = z^0)
-    first = ex.map("fedadmm_init", {c: backend._client_config(z, alpha[j], beta0, lam_start)
-                                    for j, c in enumerate(clients)})
-    w_cache = np.array([first[c]["w"] for c in clients], float).reshape(m, -1)
-    b_cache = np.array([first[c]["beta"] for c in clients], float)
+    first = ex.map_stacked("fedadmm_init", clients, rows={"alpha": np.asarray(alpha, float)},
+                           common=backend._client_config(z, beta0, lam_start))    # one group request
+    w_cache = np.asarray(first["w"], float).reshape(m, -1)
+    b_cache = np.asarray(first["beta"], float)
     size = max(1, math.ceil(backend.participation * m))
     server_terms = _needs_server_solve(ex)
     has_server_step = stop is not None or server_terms
