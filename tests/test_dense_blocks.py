@@ -1,13 +1,16 @@
 """`DenseBlocks`: diag(X_1, …, X_n) of dense same-width client data multiplies exactly as the
 CSR block-diagonal matrix it replaces (same summation order: equal bit for bit), and the batched
-plans use it for dense data only."""
+plans use it for dense data only; on one thread or on numba's threads, the same numbers."""
+import os
+
 import numpy as np
 import pytest
 import scipy.linalg
 
 import fedmodel as fm
 from fedmodel.runtime.batched_plan import BatchedPlan, _block_diag
-from fedmodel.runtime.dense_blocks import DenseBlocks
+from fedmodel.runtime import dense_blocks
+from fedmodel.runtime.dense_blocks import ONE_THREAD, TASKS_PER_THREAD, THREADS, DenseBlocks
 from fedmodel.runtime.program import compile_programs
 
 
@@ -25,6 +28,91 @@ def test_products_equal_the_csr_matrix_bitwise_and_the_dense_matrix(d):
     np.testing.assert_array_equal(dense.T @ t, csr.T @ t)
     np.testing.assert_allclose(dense @ v, full @ v, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(dense.T @ t, full.T @ t, rtol=1e-13, atol=1e-13)
+
+
+class _Always:
+    """A chooser that always picks `way` and counts the timed calls."""
+
+    def __init__(self, way: int):
+        self.way, self.timed = way, 0
+
+    def choose(self) -> int:
+        return self.way
+
+    def record(self, seconds: float) -> None:
+        self.timed += 1
+
+
+def _threaded(blocks, way: int = THREADS, threads: int = 2) -> tuple[DenseBlocks, DenseBlocks]:
+    """diag(blocks) and its transpose, split into tasks for `threads` threads (whatever numba's
+    thread count; run on the threads this machine has) and always taking `way`."""
+    dense = DenseBlocks.of(blocks)
+    transposed = dense.T
+    usable = dense_blocks._usable_threads(dense_blocks._numba()[0])
+    for A in (dense, transposed):
+        A._tasks = A.chunks(threads), min(threads, usable)
+        A.faster = _Always(way)
+    return dense, transposed
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_products_on_threads_equal_one_thread_and_csr_bitwise(threads):
+    rng = np.random.default_rng(threads)
+    blocks = [rng.normal(size=(m, 10)) for m in rng.integers(0, 60, 400)]    # ragged, > PARALLEL_ENTRIES
+    csr = _block_diag(blocks)
+    chunks = DenseBlocks.of(blocks).chunks(threads)
+    assert chunks[0] == 0 and chunks[-1] == len(blocks) and np.all(np.diff(chunks) > 0)
+    assert len(chunks) == TASKS_PER_THREAD * threads + 1
+    v, t = rng.normal(size=csr.shape[1]), rng.normal(size=csr.shape[0])
+    for way in (ONE_THREAD, THREADS):
+        dense, transposed = _threaded(blocks, way, threads)
+        np.testing.assert_array_equal(dense @ v, csr @ v)
+        np.testing.assert_array_equal(transposed @ t, csr.T @ t)
+        assert dense.faster.timed == transposed.faster.timed == 1
+
+
+def test_small_data_or_one_thread_is_one_task_and_not_timed():
+    blocks = [np.ones((5, 4))] * 10
+    np.testing.assert_array_equal(DenseBlocks.of(blocks).chunks(8), [0, 10])
+    big = [np.ones((50, 10))] * 400
+    np.testing.assert_array_equal(DenseBlocks.of(big).chunks(1), [0, 400])
+    dense, _ = _threaded(big, THREADS, threads=1)
+    dense @ np.ones(dense.shape[1])
+    assert dense.faster.timed == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_after_a_threaded_product_multiplies_on_one_thread():
+    # numba's GNU OpenMP layer terminates a forked child that launches its threads: the child
+    # must take the one-thread loop and still get the same numbers
+    rng = np.random.default_rng(5)
+    blocks = [rng.normal(size=(30, 10)) for _ in range(500)]
+    dense, _ = _threaded(blocks)
+    v = rng.normal(size=dense.shape[1])
+    expected = dense @ v                                  # starts the threads in this process
+    assert dense.faster.timed == 1
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # the child: its product, then exit
+        os.close(read)
+        ok = np.array_equal(dense @ v, expected) and dense.faster.timed == 1
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"1", "the forked child died, multiplied differently or timed its one-thread product"
+
+
+def test_a_product_while_another_thread_is_in_one_runs_on_the_calling_thread():
+    rng = np.random.default_rng(6)
+    blocks = [rng.normal(size=(30, 10)) for _ in range(500)]
+    dense, _ = _threaded(blocks)
+    v = rng.normal(size=dense.shape[1])
+    expected = dense @ v
+    with dense_blocks._PARALLEL_LOCK:                     # as if another thread held numba's threads
+        np.testing.assert_array_equal(dense @ v, expected)
+    assert dense.faster.timed == 1                        # the one-thread fallback is not timed
 
 
 def test_sparse_ragged_width_or_vector_blocks_keep_csr():

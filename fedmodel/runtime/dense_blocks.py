@@ -8,22 +8,80 @@ entry and scatters through it, so a product costs ~1.5–2× a pass over the sta
 multiplies in the same order as CSR (row by row, columns in order, one accumulator per row):
 the same numbers, bit for bit. The loops are numba-compiled on first use
 (`dense_loops`), so importing the runtime does not load numba.
+
+Large products run on the calling thread or split whole clients over numba's threads (same
+numbers), whichever has been faster lately for this matrix and direction (`faster_way`): idle,
+16 threads were 2.6–5.5× faster than one (2 threads on 2 cores: 0.8–1.2×); beside other
+processes on the cores, threads can be 2–25× slower. Numba's threads wait passively between
+products (`OMP_WAIT_POLICY=PASSIVE` unless set, for GNU OpenMP loaded after this; inherited
+by child processes): spinning threads take the cores from other work, the main thread's
+included, a cost no product's time shows. Where threads are unsafe a product runs on the
+calling thread: in a process forked after this one started numba's threads (GNU OpenMP
+terminates a forked child that launches them) and while another thread of the process is in a
+parallel product (numba's workqueue layer is not thread-safe).
 """
 from __future__ import annotations
 
+import os
+import threading
+import time
 from functools import cache
 
 import numpy as np
 
+from .faster_way import FasterWay
+
 #: stacked data with at least this fraction of nonzero entries is kept dense
 DENSE_FRACTION = 0.5
+#: entries of stacked data below which a product runs on one thread (a thread's start costs
+#: about what 10⁵ multiply-adds do)
+PARALLEL_ENTRIES = 100_000
+#: tasks per thread of a parallel product (threads that finish early take the remaining ones)
+TASKS_PER_THREAD = 4
+#: FasterWay's ways of a product
+ONE_THREAD, THREADS = 0, 1
 
 
 @cache
-def _loops():
-    """(forward, backward), the compiled loops (`dense_loops`), imported on first use."""
+def _numba():
+    """(numba, the compiled loops `dense_loops`), imported on first use; GNU OpenMP told to
+    wait passively before numba loads it (module docstring)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import numba
     from . import dense_loops
-    return dense_loops.forward, dense_loops.backward
+    return numba, dense_loops
+
+
+def _usable_threads(numba) -> int:
+    """numba's thread count, at most the CPUs this process may run on."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(numba.get_num_threads(), cpus or 1))
+
+
+_PARALLEL_LOCK = threading.Lock()
+_threads_pid: int | None = None         # the process that started numba's threads
+
+
+def _in_parallel(name: str, args: tuple, chunks: np.ndarray, threads: int) -> bool:
+    """dense_loops' parallel `name` over every client, one task per chunk handed out one at a
+    time on `threads` threads (a thread slowed by another process does not hold the product
+    up); False, running nothing, where threads are unsafe (module docstring)."""
+    global _threads_pid
+    if _threads_pid not in (None, os.getpid()) or not _PARALLEL_LOCK.acquire(blocking=False):
+        return False
+    numba, loops = _numba()
+    try:
+        _threads_pid = os.getpid()
+        chunk_size, thread_count = numba.set_parallel_chunksize(1), numba.get_num_threads()
+        numba.set_num_threads(threads)
+        try:
+            getattr(loops, name)(*args, chunks)
+        finally:
+            numba.set_num_threads(thread_count)
+            numba.set_parallel_chunksize(chunk_size)
+    finally:
+        _PARALLEL_LOCK.release()
+    return True
 
 
 class DenseBlocks:
@@ -35,6 +93,15 @@ class DenseBlocks:
         self.transposed = transposed
         rows, d = stacked.shape
         self.shape = (n * d, rows) if transposed else (rows, n * d)
+        self.faster = FasterWay()       # one thread (way 0, the safe one) or numba's threads
+        self._tasks: tuple[np.ndarray, int] | None = None   # (chunks, threads) of a parallel product
+
+    def chunks(self, threads: int) -> np.ndarray:
+        """Client boundaries splitting the rows into TASKS_PER_THREAD · `threads` nearly equal
+        tasks (one for small data or one thread): each task multiplies whole clients."""
+        parts = TASKS_PER_THREAD * threads if self.stacked.size >= PARALLEL_ENTRIES and threads > 1 else 1
+        rows = np.linspace(0, self.stacked.shape[0], parts + 1)
+        return np.unique(np.searchsorted(self.starts, rows)).astype(np.int64)
 
     @classmethod
     def of(cls, blocks: list[np.ndarray]) -> "DenseBlocks | None":
@@ -56,12 +123,32 @@ class DenseBlocks:
         v = np.ascontiguousarray(v, dtype=float)
         if v.ndim != 1 or v.shape[0] != self.shape[1]:
             raise ValueError(f"DenseBlocks of shape {self.shape} times an operand of shape {v.shape}")
-        forward, backward = _loops()
         d = self.stacked.shape[1]
         if self.transposed:
-            G = np.empty((self.n, d))
-            backward(self.stacked, self.starts, v, G)
-            return G.ravel()
+            out = np.empty((self.n, d))
+            self._product("backward", (self.stacked, self.starts, v, out))
+            return out.ravel()
         out = np.empty(self.stacked.shape[0])
-        forward(self.stacked, self.starts, v.reshape(self.n, d), out)
+        self._product("forward", (self.stacked, self.starts, v.reshape(self.n, d), out))
         return out
+
+    def _product(self, name: str, args: tuple) -> None:
+        """dense_loops' `name` over every client, on the way `faster` chooses; a call that could
+        not take the threads (unsafe: module docstring) runs on one thread and is not timed."""
+        numba, loops = _numba()
+        if self._tasks is None:         # (numba's thread count when the data is first multiplied)
+            threads = _usable_threads(numba)
+            self._tasks = self.chunks(threads), threads
+        chunks, threads = self._tasks
+        one_thread = getattr(loops, f"{name}_clients")
+        if len(chunks) <= 2:            # one task
+            one_thread(*args, 0, self.n)
+            return
+        way = self.faster.choose()
+        start = time.perf_counter()
+        if way == THREADS and _in_parallel(name, args, chunks, threads):
+            self.faster.record(time.perf_counter() - start)
+            return
+        one_thread(*args, 0, self.n)
+        if way == ONE_THREAD:           # (not a product the threads were unsafe for)
+            self.faster.record(time.perf_counter() - start)
