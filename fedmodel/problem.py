@@ -10,6 +10,7 @@ import numpy as np
 from . import registry
 from .atoms import add
 from .certificate import kkt_certificate
+from .compiler.codegen import solve_scope
 from .compiler.split import split_constraint, split_objective
 from .constraints import Constraint
 from .errors import DataError, FedModelError, ShapeError
@@ -443,9 +444,10 @@ class Problem:
         """Solve with a backend (instance or name); see docs/api.md §2 for the arguments."""
         self.validate()
         solver = make_backend(backend, **options)
-        result = solver.solve(self, topology=topology, executor=executor, callback=callback,
-                              verbose=verbose, checkpoint=checkpoint,
-                              checkpoint_every=checkpoint_every, resume=resume)
+        with solve_scope():      # the node programs are frozen for the run (`freeze_setup`)
+            result = solver.solve(self, topology=topology, executor=executor, callback=callback,
+                                  verbose=verbose, checkpoint=checkpoint,
+                                  checkpoint_every=checkpoint_every, resume=resume)
         for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
             var.value = result.values.get(var.uid)
         return result

@@ -2,7 +2,8 @@
 KKT certificate run with Python's cyclic collector paused (`codegen.collection_paused`), and
 give the same numbers as the same evaluations with it running; what they build is freed by
 reference counting alone (no reference cycles: cyclic garbage waits for a full collection over
-the whole heap, 1.6 GB of it at 10⁵ clients)."""
+the whole heap, 1.6 GB of it at 10⁵ clients); the node programs are frozen (`gc.freeze`) for
+the run of a `Problem.solve`, so the collector does not rescan them."""
 from __future__ import annotations
 
 import collections
@@ -166,3 +167,41 @@ def test_residual_plans_compiled_on_first_use():
     assert free.violations(x) == {} and free.report(x)["violation"] == 0.0
     assert ball.report(x)["violation"] == pytest.approx(8.0)
     assert list(ball.violations(x).values()) == [pytest.approx(8.0)]
+
+
+def short_dald() -> backends.DALD:
+    return backends.DALD(solver="gd", step=0.05, max_iterations=3, eps_primal=0.0, eps_dual=0.0)
+
+
+@pytest.fixture
+def nothing_frozen(collector_on):
+    assert gc.get_freeze_count() == 0
+    yield
+    gc.unfreeze()
+
+
+def test_programs_frozen_for_the_run(nothing_frozen):
+    prob, during = mixed_problem(), []
+    prob.solve(short_dald(), executor="batched",
+               callback=lambda record: during.append(gc.get_freeze_count()))
+    assert during and min(during) > 0          # the model and programs, not rescanned
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+    def fail(record):
+        raise RuntimeError("stop")
+    with pytest.raises(RuntimeError):
+        prob.solve(short_dald(), callback=fail)
+    assert gc.get_freeze_count() == 0          # unfrozen after a failed run too
+
+
+def test_an_application_freeze_is_left_alone(nothing_frozen):
+    prob, during = mixed_problem(), []
+    gc.freeze()                                # e.g. before forking workers
+    frozen = gc.get_freeze_count()
+    prob.solve(short_dald(), callback=lambda record: during.append(gc.get_freeze_count()))
+    # (the count falls as frozen objects are freed: nothing added, nothing unfrozen)
+    assert during and max(during) <= frozen and 0 < gc.get_freeze_count() <= frozen
+    gc.unfreeze()
+    gc.disable()                               # the collector off: nothing to spare it
+    prob.solve(short_dald(), callback=lambda record: during.append(gc.get_freeze_count()))
+    assert gc.get_freeze_count() == 0 and 0 in during

@@ -14,7 +14,7 @@ import numpy as np
 from ..atoms import add, multiply, sum as sum_
 from ..compiler.canonical import needs_projection
 from ..compiler.classify import polynomial_degree
-from ..compiler.codegen import Plan, collection_paused
+from ..compiler.codegen import Plan, collection_paused, freeze_setup
 from ..compiler.differentiate import grad
 from ..compiler.merit import build_merit
 from ..constraints import Constraint, Equality
@@ -529,4 +529,5 @@ def compile_programs(problem, project: bool = True,
             spec = ProgramSpec(block.name, role, block.terms, constraints, shared, private,
                                project=project and (role == "server" or client_sets))
             programs[block.name] = spec if spec.remote else spec.build()
+        freeze_setup()       # (in the pause: see there)
     return programs
