@@ -207,8 +207,6 @@ def test_an_application_freeze_is_left_alone(nothing_frozen):
     assert gc.get_freeze_count() == 0 and 0 in during
 
 
-@pytest.mark.xfail(strict=True, reason="BatchedPlan's rules capture self (runtime/batched_plan.py "
-                   "_getter, the broadcast rule): issue 16, a fix proposed to its owner")
 def test_a_batched_run_leaves_no_cycles_of_its_plans():
     prob = mixed_problem(n=30)
     prob.solve(short_dald(), executor="batched")     # one-time set-up (numba, caches) left out

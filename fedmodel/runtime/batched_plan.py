@@ -75,6 +75,14 @@ class Seg:
         return np.repeat(per_client, self.sizes)
 
 
+def _flat_constant(cache: dict[int, np.ndarray], values: list, slot: int) -> np.ndarray:
+    """The clients' values of per-client constant `slot` as one flat vector, made on first use
+    and kept in `cache`."""
+    if slot not in cache:
+        cache[slot] = np.concatenate([np.ravel(v) for v in values]).astype(float)
+    return cache[slot]
+
+
 def _same_structure(plans: Sequence[Plan]) -> bool:
     return len({plan_signature(p) for p in plans}) == 1
 
@@ -295,9 +303,7 @@ class BatchedPlan:
         return self._value(slot, vals, self.seg.get(slot))
 
     def _const(self, slot: int) -> np.ndarray:
-        if slot not in self._const_flat:
-            self._const_flat[slot] = np.concatenate([np.ravel(v) for v in self.common[slot]]).astype(float)
-        return self._const_flat[slot]
+        return _flat_constant(self._const_flat, self.common[slot], slot)
 
     def _value(self, slot: int, vals: dict, seg: Seg | None):
         """Flat per-client value of a slot (a common constant is tiled when `seg` needs it)."""
@@ -373,10 +379,10 @@ class BatchedPlan:
                 return rule
         if type(node) is A.BroadcastTo and kinds[0][0] == "B" and kinds[0][1].uniform is not None \
                 and out_seg.uniform is not None:
-            seg, g, target = kinds[0][1], get[0], out_seg.uniform
+            seg, g, target, n = kinds[0][1], get[0], out_seg.uniform, self.n
             lead = (1,) * (len(target) - len(seg.uniform))
             return "broadcast", lambda vals: vals.__setitem__(out, np.broadcast_to(
-                g(vals).reshape((self.n,) + lead + seg.uniform), (self.n,) + tuple(target)).ravel())
+                g(vals).reshape((n,) + lead + seg.uniform), (n,) + tuple(target)).ravel())
         return "loop", self._loop(nodes, args, out, get)
 
     def _getter(self, args: tuple) -> list[Callable]:
@@ -387,7 +393,9 @@ class BatchedPlan:
                 value = self.common[a]
                 out.append(lambda vals, v=value: v)
             elif isinstance(self.common.get(a), list):          # per-client constant
-                out.append(lambda vals, a=a: self._const(a))
+                # (not self._const: a step that holds its plan is a reference cycle per plan)
+                out.append(lambda vals, a=a, cache=self._const_flat, values=self.common[a]:
+                           _flat_constant(cache, values, a))
             else:
                 out.append(lambda vals, a=a: vals[a])
         return out
