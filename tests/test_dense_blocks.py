@@ -150,3 +150,19 @@ def test_batched_plan_picks_the_form_by_density_and_equals_each_client(dense):
         v, g = p.value_grad_plan(W[i])
         assert value[i] == pytest.approx(float(v), rel=1e-13, abs=1e-13)
         np.testing.assert_allclose(grad[4 * i:4 * i + 4], np.ravel(g), rtol=1e-12, atol=1e-13)
+
+
+def test_the_first_product_starts_the_threads_untimed(monkeypatch):
+    """The thread pool starts (and the parallel loop loads) in a matrix's first product, not in
+    the chooser's first timed probe of the threads in mid-run; the numbers are the same."""
+    monkeypatch.setattr(dense_blocks, "_usable_threads", lambda numba: 2)
+    rng = np.random.default_rng(5)
+    rows = dense_blocks.PARALLEL_ENTRIES // 8 + 1
+    blocks = [rng.normal(size=(m, 8)) for m in (rows // 3, rows // 3 + 1, rows // 3 + 2)]
+    dense, csr = DenseBlocks.of(blocks), _block_diag(blocks)
+    v = rng.normal(size=dense.shape[1])
+    np.testing.assert_array_equal(dense @ v, csr @ v)
+    assert dense.faster._untimed == [True, False]     # the threads ran, untimed; way 0 not yet
+    assert dense.faster.running == ONE_THREAD and dense.faster._calls == 0
+    np.testing.assert_array_equal(dense @ v, csr @ v)  # then the chooser's turn: way 0 first
+    assert dense.faster._untimed == [False, False]

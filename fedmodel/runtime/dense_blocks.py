@@ -11,7 +11,8 @@ the same numbers, bit for bit. The loops are numba-compiled on first use
 
 Large products run on the calling thread or split whole clients over numba's threads (same
 numbers), whichever has been faster lately for this matrix and direction (`faster_way`): idle,
-16 threads were 2.6–5.5× faster than one (2 threads on 2 cores: 0.8–1.2×); beside other
+16 threads were 2.6–5.5× faster than one (2 threads on 2 cores: 0.8–1.2×, so
+below `MIN_THREADS` usable CPUs products stay on one thread); beside other
 processes on the cores, threads can be 2–25× slower. Numba's threads wait passively between
 products (`OMP_WAIT_POLICY=PASSIVE` unless set, for GNU OpenMP loaded after this; inherited
 by child processes): spinning threads take the cores from other work, the main thread's
@@ -36,6 +37,10 @@ DENSE_FRACTION = 0.5
 #: entries of stacked data below which a product runs on one thread (a thread's start costs
 #: about what 10⁵ multiply-adds do)
 PARALLEL_ENTRIES = 100_000
+#: fewer usable CPUs than this: one thread. On 2 cores, threads that wait passively were
+#: 0.8–1.2× one thread, and the chooser's probes of them cost up to 15 % of a 20-iteration run
+#: (n = 10³, d = 10); 16 threads were 2.6–5.5× faster than one.
+MIN_THREADS = 4
 #: tasks per thread of a parallel product (threads that finish early take the remaining ones)
 TASKS_PER_THREAD = 4
 #: FasterWay's ways of a product
@@ -53,9 +58,10 @@ def _numba():
 
 
 def _usable_threads(numba) -> int:
-    """numba's thread count, at most the CPUs this process may run on."""
+    """numba's thread count, at most the CPUs this process may run on; 1 below `MIN_THREADS`."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(numba.get_num_threads(), cpus or 1))
+    threads = min(numba.get_num_threads(), cpus or 1)
+    return threads if threads >= MIN_THREADS else 1
 
 
 _PARALLEL_LOCK = threading.Lock()
@@ -136,13 +142,19 @@ class DenseBlocks:
         """dense_loops' `name` over every client, on the way `faster` chooses; a call that could
         not take the threads (unsafe: module docstring) runs on one thread and is not timed."""
         numba, loops = _numba()
-        if self._tasks is None:         # (numba's thread count when the data is first multiplied)
+        first = self._tasks is None
+        if first:                       # (numba's thread count when the data is first multiplied)
             threads = _usable_threads(numba)
             self._tasks = self.chunks(threads), threads
         chunks, threads = self._tasks
         one_thread = getattr(loops, f"{name}_clients")
         if len(chunks) <= 2:            # one task
             one_thread(*args, 0, self.n)
+            return
+        # the first product takes the threads, untimed: starting numba's thread pool and loading
+        # its parallel loop (~10 ms, once) is set-up, not the first probe's time in mid-run
+        if first and _in_parallel(name, args, chunks, threads):
+            self.faster.warmed(THREADS)
             return
         way = self.faster.choose()
         start = time.perf_counter()

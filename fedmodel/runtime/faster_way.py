@@ -39,6 +39,10 @@ class FasterWay:
         """The way to run next (0 or 1)."""
         return self.running
 
+    def warmed(self, way: int) -> None:
+        """`way` ran once outside the choice (untimed): its next call is timed."""
+        self._untimed[way] = False
+
     def record(self, seconds: float) -> None:
         """The time of a call of the chosen way."""
         if self._untimed[self.running]:
