@@ -71,9 +71,10 @@ class Group:
 
     # -- checks of the members' states ---------------------------------------------------------
     def forget(self) -> None:
-        """A member's state may have changed in any way (it was served node by node, or handed
-        to another executor), so the forms' checks of the members' states are void. Only the
-        executor holding the members calls it: nothing else can change their state."""
+        """A member's state may have changed in any way (it was served node by node, handed to
+        another executor, or replaced by a form that writes new state dicts, as FedADMM's
+        stacked init does), so the forms' checks of the members' states are void. The executor
+        holding the members and such forms call it: nothing else can change their state."""
         self._checked.clear()
 
     def checked(self, family: str, validate: Callable[[], Any]) -> Any:
