@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.compiler.codegen import Plan, collection_paused
+from fedmodel.collector import collection_paused
+from fedmodel.compiler.codegen import Plan
 from fedmodel.errors import DataError
 from fedmodel.expression import Constant, Parameter
 from fedmodel.result import Result

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from fedmodel.compiler.codegen import collection_paused
+from fedmodel.collector import collection_paused
 
 
 @dataclass

@@ -10,7 +10,7 @@ import numpy as np
 from . import registry
 from .atoms import add
 from .certificate import kkt_certificate
-from .compiler.codegen import solve_scope
+from .collector import solve_scope
 from .compiler.split import split_constraint, split_objective
 from .constraints import Constraint
 from .errors import DataError, FedModelError, ShapeError

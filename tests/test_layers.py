@@ -21,7 +21,7 @@ PACKAGES = ("fedmodel", "backends", "topologies")
 
 # bottom to top; a module's layer is that of its longest matching prefix
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("fedmodel.errors", "fedmodel.registry")),
+    ("base", ("fedmodel.errors", "fedmodel.registry", "fedmodel.collector")),
     ("model", ("fedmodel.expression", "fedmodel.analysis", "fedmodel.atoms", "fedmodel.constraints",
                "topologies")),
     ("compiler", ("fedmodel.compiler", "fedmodel.lowering")),

@@ -1,5 +1,5 @@
 """Set-up at many clients (issue 16): compiling the node programs and the final objective and
-KKT certificate run with Python's cyclic collector paused (`codegen.collection_paused`), and
+KKT certificate run with Python's cyclic collector paused (`collector.collection_paused`), and
 give the same numbers as the same evaluations with it running; what they build is freed by
 reference counting alone (no reference cycles: cyclic garbage waits for a full collection over
 the whole heap, 1.6 GB of it at 10⁵ clients); the node programs are frozen (`gc.freeze`) for
@@ -16,7 +16,7 @@ import pytest
 import fedmodel as fm
 from backends.base import objective_and_violation
 from fedmodel import backends
-from fedmodel.compiler.codegen import collection_paused
+from fedmodel.collector import collection_paused
 from fedmodel.runtime import program as program_module
 from fedmodel.runtime.program import compile_programs
 

@@ -14,7 +14,8 @@ import numpy as np
 from ..atoms import add, multiply, sum as sum_
 from ..compiler.canonical import needs_projection
 from ..compiler.classify import polynomial_degree
-from ..compiler.codegen import Plan, collection_paused, freeze_setup
+from ..collector import collection_paused, freeze_setup
+from ..compiler.codegen import Plan
 from ..compiler.differentiate import grad
 from ..compiler.merit import build_merit
 from ..constraints import Constraint, Equality
@@ -118,7 +119,8 @@ class NodeProgram:
 
     # the constraint residual plans are compiled on first use (only a node with constraints
     # uses them): the empty plans of an unconstrained client were 14 of the ~150 objects its
-    # program kept (memory, and what the cyclic collector scans at 10⁵ clients)
+    # program kept (memory, and what the cyclic collector scans at 10⁵ clients). A constrained
+    # node so compiles them in its run's first report, outside the set-up's collector pause
     @functools.cached_property
     def _residuals(self) -> Plan:
         """The residuals of the constraints the augmented Lagrangian handles (`constraints`)."""
@@ -355,9 +357,8 @@ class NodeProgram:
                 candidate = z + t * direction
                 new_f, new_g = fun_grad(candidate)
                 new_residual = solvers.norm_inf(l1_residual(candidate, new_g, lam))
-                # Armijo; or, where values stop resolving, a full step that halves the residual
-                if new_f + lam @ np.abs(candidate) <= total + 1e-4 * t * decrease or \
-                        (t == 1.0 and new_residual <= 0.5 * residual):
+                if solvers.accepted(new_f + lam @ np.abs(candidate), total, t, decrease,
+                                    new_residual, residual):
                     break
                 t *= 0.5
                 if t < 1e-10:
