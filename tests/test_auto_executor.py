@@ -49,7 +49,7 @@ def test_choice_by_model_shape():
     name, reason = choose(sparse_wide, jax_installed=True, gpu=False)
     assert name == "batched" and "nonzero" in reason
     # a GPU: JAX from GPU_MIN_ENTRIES data entries (here 12 clients × ≤ 9 rows × 120), the CPU's rules below
-    assert 12 * 6 * 120 < auto.GPU_MIN_ENTRIES
+    assert 12 * 9 * 120 < auto.GPU_MIN_ENTRIES
     name, reason = choose(sparse_wide, jax_installed=True, gpu=True)
     assert name == "batched" and "a GPU is present, but" in reason
     assert choose(dense_narrow, jax_installed=True, gpu=True)[0] == "batched"

@@ -72,8 +72,8 @@ class Group:
     # -- checks of the members' states ---------------------------------------------------------
     def forget(self) -> None:
         """A member's state may have changed in any way (it was served node by node, handed to
-        another executor, or replaced by a form that writes new state dicts, as FedADMM's
-        stacked init does), so the forms' checks of the members' states are void. The executor
+        another executor, or replaced by a form that writes new state dicts, as a backend's
+        stacked init may), so the forms' checks of the members' states are void. The executor
         holding the members and such forms call it: nothing else can change their state."""
         self._checked.clear()
 

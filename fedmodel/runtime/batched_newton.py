@@ -199,7 +199,9 @@ class NewtonMatrices:
         full = np.empty((group.n, Z.shape[1]))
         full[:] = Z[idx[0]]                     # other rows: any valid point (not evaluated)
         full[self.rows[idx]] = Z[idx]
-        H = list(group.hessian(full[:, :n_x], full[:, n_x:], self.rows[idx]))
+        # one copy per client: a view would keep the refresh's whole (k, N, N) stack alive as
+        # long as any of its clients keeps its chord Hessian (stack_fits counts each once)
+        H = [h.copy() for h in group.hessian(full[:, :n_x], full[:, n_x:], self.rows[idx])]
         for j, Hj in zip(idx, H):
             self.programs[j]._hessian_cache, self.programs[j]._factor_cache = Hj, None
         self.factors.refactor(idx, H)
