@@ -79,10 +79,11 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
             U, Lam = X[:, :n_x], rho[:, None] * X[:, n_x:]
     # (22) with the old λ_i, u_i and the ρ_i the server used in (18)
     # (the gradient-only plan, as the serial step's `NodeProgram.gradient`)
-    G = group.grad(np.broadcast_to(w, (group.n, n_x)), private_stack(group))[rows, :n_x]
+    private = private_stack(group)
+    G = group.grad(np.broadcast_to(w, (group.n, n_x)), private)[rows, :n_x]
     eps_tilde = np.abs(G + Lam - rho[:, None] * (w - U)).max(axis=1) if n_x else np.zeros(k)
     # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², warm-started at (u_i, y_i)
-    Y = private_stack(group)[rows]
+    Y = private[rows]
     Z, steps, _ = group.solve_newton(np.concatenate([U, Y], axis=1), rows, Lam, rho, w,
                                      float(opts["eps"]), method)
     U_new, Y_new = Z[:, :n_x], Z[:, n_x:]

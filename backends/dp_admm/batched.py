@@ -30,7 +30,7 @@ _SLOT = "dp_admm.z"
 
 def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """`dp_admm_step` for every client of a group (per-node payloads), or None (not covered)."""
-    if members != group.names:
+    if members != group.names or _coverage(group) is None:
         return None
     request = [payloads[m] for m in members]
     radius = request[0].get("radius")
@@ -67,14 +67,18 @@ def _step_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) ->
     return reply
 
 
+def _coverage(group: Group) -> tuple | None:
+    """`_covered`'s answer, kept with the group's checks, or None when the step is not vectorized
+    (private variables too): asked before any stack of the request is built."""
+    return None if group.n_y else group.checked("dp_admm_step", lambda: _covered(group))
+
+
 def _step_rows(group: Group, W: np.ndarray, lam: np.ndarray, rho: np.ndarray, prox: np.ndarray,
                radius: float | None, sigma: np.ndarray) -> tuple[np.ndarray, bool] | None:
     """Every member's step: (the new stack of z_p, published as their state; whether they have
     simple local sets), or None (not covered). W: one w or an (n, d) stack; λ_p an (n, d)
     stack; ρ, 1/η and σ one entry per member."""
-    if group.n_y:
-        return None
-    covered = group.checked("dp_admm_step", lambda: _covered(group))
+    covered = _coverage(group)
     if covered is None:
         return None
     states, layers, kind, mode, norm, local = covered

@@ -126,18 +126,18 @@ def _update(group: Group, C: _Clients, rows: np.ndarray, z: np.ndarray) -> dict:
     LAM_all = group.gather("lam", C.states, n, slot="fedadmm_lam")
     U, lam = (U_all, LAM_all) if everyone else (U_all[rows], LAM_all[rows])
     beta, alpha, lr = C.beta[rows], C.alpha[rows], C.lr[rows]
-    Y = private_stack(group)[rows]
+    private = private_stack(group)
+    Y = private if everyone else private[rows]
+    if not everyone:            # non-members stay at one valid point for the whole round
+        full, full_y = np.broadcast_to(z, (group.n, n)).copy(), private
 
     def residual(X: np.ndarray) -> np.ndarray:
         """e_i (3.6) of every client of `rows` at X = (u, y): ∇f̃_i − λ_i + β_i(u − z)."""
         if everyone:
-            full, full_y = X[:, :n], X[:, n:]
+            G = group.grad(X[:, :n], X[:, n:])
         else:
-            full = np.broadcast_to(z, (group.n, n)).copy()      # non-members: any valid point
-            full[rows] = X[:, :n]
-            full_y = private_stack(group)
-            full_y[rows] = X[:, n:]
-        G = group.grad(full, full_y)
+            full[rows], full_y[rows] = X[:, :n], X[:, n:]
+            G = group.grad(full, full_y)
         G = (G if everyone else G[rows]) / alpha[:, None]
         G[:, :n] += -lam + beta[:, None] * (X[:, :n] - z)
         return G
