@@ -51,3 +51,34 @@ def test_dp_admm_defaults_on_batched_equal_the_seeded_serial_run():
     assert ex.stats[("dp_admm_step", "batched")] > 0 and ex.stats[("dp_admm_step", "serial")] == 0
     assert batched.status == serial.status
     np.testing.assert_allclose(batched.value(w), serial.value(w), rtol=0, atol=1e-10)
+
+
+def test_fedadmm_defaults_on_jax_equal_serial():
+    from fedmodel.runtime.jax_executor import JaxExecutor
+    prob, w = _model()
+    ex = JaxExecutor()
+    jax_run = prob.solve("fedadmm", executor=ex)
+    serial = prob.solve("fedadmm")
+    assert ex.stats[("fedadmm_round", "serial")] == 0
+    assert jax_run.status == serial.status == "converged"
+    np.testing.assert_allclose(jax_run.value(w), serial.value(w), rtol=0, atol=1e-10)
+
+
+def test_fedadmm_with_half_the_clients_per_round_on_batched_equals_serial():
+    prob, w = _model()           # private `b` in every client: the rows not taking part keep theirs
+    ex = BatchedExecutor()
+    batched = prob.solve("fedadmm", executor=ex, participation=0.5, seed=4, max_rounds=60)
+    serial = prob.solve("fedadmm", participation=0.5, seed=4, max_rounds=60)
+    assert ex.stats[("fedadmm_round", "batched")] > 0
+    assert batched.status == serial.status
+    np.testing.assert_allclose(batched.value(w), serial.value(w), rtol=0, atol=1e-10)
+
+
+def test_dp_admm_defaults_without_noise_on_batched_reach_cvxpy():
+    prob, w = _model(private=False)
+    exact = prob.solve("cvxpy")
+    ex = BatchedExecutor()
+    result = prob.solve("dp-admm", executor=ex)          # ε = ∞: no noise, the automatic ρ floor
+    assert ex.stats[("dp_admm_step", "batched")] > 0
+    assert result.status == "converged"
+    np.testing.assert_allclose(result.value(w), exact.value(w), rtol=0, atol=1e-3)
