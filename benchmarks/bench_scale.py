@@ -95,13 +95,13 @@ def one_pass(X: np.ndarray, statistic=np.median) -> float:
 def gpu_pass(X: np.ndarray) -> float | None:
     """The fastest of REPS passes Xᵀ(X v) in float64 on JAX's GPU (jitted, the data on the
     device, timed to `block_until_ready`), or None when JAX's default device is not a GPU: the
-    reference for the JAX executor's rows on a GPU machine."""
-    try:
-        import jax
-    except ImportError:
+    reference for the JAX executor's rows on a GPU machine. JAX is imported only where it can
+    see a GPU (`auto_executor.gpu_available`: no import, and no 100+ MB in the RSS column, on a
+    CPU-only machine)."""
+    from fedmodel.runtime.auto_executor import gpu_available
+    if not gpu_available():
         return None
-    if jax.default_backend() != "gpu":
-        return None
+    import jax
     from fedmodel.compiler.jax_codegen import float64
     with float64():
         data = jax.device_put(X)
@@ -118,25 +118,27 @@ def gpu_pass(X: np.ndarray) -> float | None:
 
 
 def gpu_note(name: str, seconds: float, reference: float | None) -> str:
-    """For a row that ran on the JAX executor (`name`: the executor that ran) on a GPU: the ratio to the GPU's own pass and the device's peak memory."""
+    """For a row that ran on the JAX executor (`name`: the executor that ran) on a GPU: the ratio
+    to the GPU's own pass and the device's peak memory so far in this process (a running maximum:
+    `gpu_pass`'s copy of the data and earlier rows included)."""
     if name != "jax" or reference is None:
         return ""
     import jax
     peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20
     return (f" (GPU: pass {reference:.2e} s, ratio {seconds / reference:.1f}, "
-            f"peak device memory {peak:.0f} MB)")
+            f"process's peak device memory so far {peak:.0f} MB)")
 
 
 def machine() -> str:
     """The processor, its cores and JAX's devices: printed with every table."""
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), "?") if os.path.exists("/proc/cpuinfo") else "?"
-    try:
+    from fedmodel.runtime.auto_executor import gpu_available
+    devices = "no GPU"
+    if gpu_available():                 # (JAX is not imported on a CPU-only machine)
         import jax
         devices = ", ".join(sorted({getattr(d, "device_kind", d.platform) for d in jax.devices()}))
-    except ImportError:
-        devices = "no JAX"
-    return f"{cpu}, {os.cpu_count()} cores; JAX devices: {devices}"
+    return f"{cpu}, {os.cpu_count()} cores; GPU: {devices}"
 
 
 def per_iteration(result: dict, skip: int) -> float:
@@ -290,7 +292,7 @@ def main(argv=None) -> None:
                     serial_values = values
                 diff = "" if serial_values is None else f"{np.max(np.abs(values - serial_values)):.1e}"
                 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-                label = f"auto ({chosen.chosen})" if name == "auto" else name
+                label = f"auto ({ran(chosen, name)})" if name == "auto" else name
                 print(f"| {n} | {d} | {rows} | {label} | {t:.2e} | {reference:.2e} | "
                       f"{t / reference:.1f} | {rss:.0f} | {diff} |  (whole solve {wall:.1f} s)"
                       f"{gpu_note(ran(chosen, name), t, on_gpu)}", flush=True)
