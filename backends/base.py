@@ -1,6 +1,8 @@
 """The `Backend` template every algorithm follows (Flower-style: `solve` drives overridable steps)."""
 from __future__ import annotations
 
+import copy
+import functools
 import time
 import warnings
 from typing import Any
@@ -9,8 +11,9 @@ import numpy as np
 
 from fedmodel.collector import collection_paused
 from fedmodel.compiler.codegen import Plan
+from fedmodel.compiler.scaling import equilibrate
 from fedmodel.errors import DataError
-from fedmodel.expression import Constant, Parameter
+from fedmodel.expression import Constant, Data, Parameter
 from fedmodel.result import Result
 from fedmodel.runtime.checkpoint import Checkpointer
 from .watch import steady_descent
@@ -24,23 +27,46 @@ class Backend:
     name = "backend"
     checkpointing = False   # True: `run` takes a `checkpointer` (docs/checkpoints.md)
     convergence_needs_convexity = True   # its guarantees assume a convex model (warn otherwise)
+    # solve the equilibrated model (fedmodel/compiler/scaling.py) and report in the user's
+    # units; False: the model as written (paper presets, whose constants are in the paper's units)
+    scaling = True
+
+    def equilibrates(self) -> bool:
+        """Whether this run solves the equilibrated model (`scaling`; a private run overrides
+        it: a data-dependent scaling is a release its accountant does not cover)."""
+        return bool(self.scaling)
 
     def solve(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-              checkpoint=None, checkpoint_every=None, resume=False) -> Result:
+              checkpoint=None, checkpoint_every=None, resume=False, scaling=None) -> Result:
+        """Run the algorithm on `problem` (`Problem.solve` calls this). `scaling`: solve the
+        equilibrated model (True), the model as written (False), or the backend's default
+        (None: `self.scaling`, off in the papers' presets)."""
         if self.convergence_needs_convexity and not problem.is_convex():
             warnings.warn(f"{self.name}: the model is not convex (DCP rules), so the algorithm's "
                           "convergence guarantees do not apply and CVXPY cannot certify the "
                           "result; the KKT certificate on the Result still does", stacklevel=3)
         check_scaling(problem)
-        checkpointer = Checkpointer.create(self, problem, checkpoint, checkpoint_every, resume)
-        extra = {"checkpointer": checkpointer} if self.checkpointing else {}
         start = time.perf_counter()
+        with collection_paused():
+            wanted = self.equilibrates() if scaling is None else bool(scaling) and self.equilibrates()
+            model = equilibrate(problem) if wanted else None
+        work, runner = problem, self
+        if model is not None:      # the run sees the equilibrated copy, in its units
+            work, runner = model.problem, copy.copy(self)
+            if getattr(self, "w0", None) is not None:
+                runner.w0 = model.shared_to_scaled(self.w0)
+            if callback is not None:
+                callback = functools.partial(_in_user_units, callback, model)
+        checkpointer = Checkpointer.create(self, work, checkpoint, checkpoint_every, resume)
+        extra = {"checkpointer": checkpointer} if self.checkpointing else {}
         outcome = checkpointer.finished()       # resuming a run that had already finished
         if outcome is None:
-            outcome = self.run(problem, topology=topology, executor=executor, callback=callback,
-                               verbose=verbose, checkpoint=checkpoint,
-                               checkpoint_every=checkpoint_every, resume=resume, **extra)
+            outcome = runner.run(work, topology=topology, executor=executor, callback=callback,
+                                 verbose=verbose, checkpoint=checkpoint,
+                                 checkpoint_every=checkpoint_every, resume=resume, **extra)
             checkpointer.finish(outcome)
+        if model is not None:
+            outcome = model.outcome_to_user(outcome)
         wall_time = time.perf_counter() - start
         return finish_result(problem, self.name, outcome, wall_time)
 
@@ -48,10 +74,22 @@ class Backend:
         raise NotImplementedError
 
 
+def _in_user_units(callback, model, record: dict) -> Any:
+    return callback(model.record_to_user(record))
+
+
+def paper_preset(backend: "Backend") -> "Backend":
+    """A paper's exact setting solves the model as written: its constants (ρ, β, steps,
+    tolerances) are in the paper's units, not in the equilibrated ones."""
+    backend.scaling = False
+    return backend
+
+
 # Data whose entries exceed HUGE are refused: products of a few such entries (a squared loss of
-# X w, its gradient Xᵀ(X w − b), a Hessian XᵀX) overflow double precision (1e308) or leave no
-# digits for the backends' absolute tolerances. Above LARGE: a warning.
-HUGE, LARGE = 1e100, 1e20
+# X w, its gradient Xᵀ(X w − b), a Hessian XᵀX) overflow double precision (1e308). Above LARGE:
+# a warning. Data whose largest entry is below TINY (and not 0) are refused too: their squares
+# underflow (1e-308) and every backend, CVXPY too, would return w = 0 as the answer.
+HUGE, LARGE, TINY = 1e100, 1e20, 1e-100
 
 
 def check_scaling(problem) -> None:
@@ -80,6 +118,10 @@ def check_scaling(problem) -> None:
                 raise DataError(f"{what} has entries as large as {largest:.3g}: squared losses and "
                                 "gradients overflow in double precision. Rescale it (e.g. divide by "
                                 "its largest entry or standardize its columns) and solve again")
+            if 0 < largest < TINY and isinstance(leaf, Data):
+                raise DataError(f"{what} has no entry larger than {largest:.3g}: squared losses and "
+                                "gradients underflow in double precision. Rescale it (e.g. divide "
+                                "by its largest entry) and solve again")
             if largest > LARGE:
                 warnings.warn(f"{what} has entries as large as {largest:.3g}: badly scaled data make "
                               "the backends' absolute tolerances meaningless and may overflow; "

@@ -18,7 +18,7 @@ import numpy as np
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import NodeProgram
-from .base import Backend
+from .base import Backend, paper_preset
 from .common import gather_values
 from .proxal_outer import check_options, next_beta, outer_stop, start_point
 from .watch import DivergenceWatch
@@ -43,7 +43,7 @@ class CentralizedProxAL(Backend):
     checkpointing = True
     centralized = True   # a baseline that pools every block's data in one place (not federated)
 
-    def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-3, 1e-4),
+    def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-5, 1e-4),
                  max_outer: int = 100, local_solver: str = "auto", w0: Any = None,
                  beta_growth: float = 4.0, beta_max: float = 1e4):
         options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
@@ -54,7 +54,7 @@ class CentralizedProxAL(Backend):
     def paper(cls, **overrides: Any) -> "CentralizedProxAL":
         """The paper's cProx-AL setting (`PAPER_CPROXAL`: β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3),
         fixed β), with `overrides` on top."""
-        return cls(**{**PAPER_CPROXAL, **overrides})
+        return paper_preset(cls(**{**PAPER_CPROXAL, **overrides}))
 
     def run(self, problem, callback=None, verbose=False, checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         shared = problem.shared_variables()

@@ -49,7 +49,7 @@ from fedmodel.runtime.program import compile_programs
 from . import proxal_nodes  # noqa: F401  (registers the client procedures of Algorithm 2)
 from . import proxal_batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
 from .anderson import MAX_MEMORY, ServerMixer
-from .base import Backend
+from .base import Backend, paper_preset
 from .common import check_choice, check_count, check_number, gather_values, progress, require_star
 from .proxal_outer import check_options, next_beta, outer_stop, start_point
 from .watch import DivergenceWatch
@@ -82,7 +82,7 @@ DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxA
 # fixed-ρ, fixed-β, no-Anderson options are spelled out so that changing defaults cannot touch it).
 PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), adaptive_rho=False,
                     beta_growth=1.0, anderson=0)
-FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, tol=(1e-3, 1e-4),
+FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, tol=(1e-5, 1e-4),
                    beta_growth=4.0, beta_max=1e4, anderson=5)
 
 
@@ -103,7 +103,7 @@ def _stalled(trace: list[float], window: int) -> bool:
 # ---- the backend ------------------------------------------------------------------------------
 class ProxAL(Backend):
     """Algorithm 1 with Algorithm 2. Defaults: the fast robust setting (β = 300, adaptive ρ_i from
-    0.1, q = 0.3, ε = (1e-3, 1e-4), β growth ×4 up to 1e4, Anderson memory 5; it equals
+    0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e4, Anderson memory 5; it equals
     `FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting (fixed ρ_i = 0.01,
     q = 0.9, fixed β).
 
@@ -114,7 +114,7 @@ class ProxAL(Backend):
     checkpointing = True
 
     def __init__(self, beta: float = 300.0, rho: float = 0.1, s_bar: float = 1e-3, q: float = 0.3,
-                 tol: tuple[float, float] = (1e-3, 1e-4), max_outer: int = 100,
+                 tol: tuple[float, float] = (1e-5, 1e-4), max_outer: int = 100,
                  max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = True,
                  local_solver: str = "auto", w0: Any = None, inner: Any = None,
                  check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e4,
@@ -147,7 +147,7 @@ class ProxAL(Backend):
         """The paper's exact NP setting (`PAPER_PROXAL`: β = 300, fixed
         ρ_i = 0.01, q = 0.9, s̄ = 1e-3, ε = (1e-3, 1e-3), no β growth, no Anderson), with
         `overrides` on top (e.g. `w0=`, `max_outer=`)."""
-        return cls(**{"inner_stall": 0, **PAPER_PROXAL, **overrides})   # the paper has no stall rule
+        return paper_preset(cls(**{"inner_stall": 0, **PAPER_PROXAL, **overrides}))   # the paper has no stall rule
 
     # Algorithm 1 --------------------------------------------------------------------------------
     def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,

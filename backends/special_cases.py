@@ -34,6 +34,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
+from .base import paper_preset
 from .common import check_count, check_number, gather_values, progress
 from .dald import DALD
 from .watch import DivergenceWatch
@@ -78,7 +79,7 @@ class _DistributedPA(DALD):
         `overrides`; the reproductions use it."""
         options = inspect.signature(cls.__init__).parameters      # FedAvg has no mu
         allowed = {k: v for k, v in PAPER_FEDPROX.items() if k in options}
-        return cls(**{**allowed, **overrides})
+        return paper_preset(cls(**{**allowed, **overrides}))
 
     def _watch(self) -> DivergenceWatch:
         """DALD's watch, with this backend's name and the settings to change."""

@@ -440,14 +440,18 @@ class Problem:
 
     def solve(self, backend: Any = "proxal", topology: Any = None, executor: Any = "serial",
               callback: Any = None, verbose: bool = False, checkpoint: str | None = None,
-              checkpoint_every: int | None = None, resume: bool = False, **options: Any):
-        """Solve with a backend (instance or name); see docs/api.md §2 for the arguments."""
+              checkpoint_every: int | None = None, resume: bool = False,
+              scaling: bool | None = None, **options: Any):
+        """Solve with a backend (instance or name); see docs/api.md §2 for the arguments.
+        `scaling=False` solves the model as written instead of its equilibrated copy
+        (`fedmodel.compiler.scaling`; None: the backend's default)."""
         self.validate()
         solver = make_backend(backend, **options)
+        extra = {} if scaling is None else {"scaling": scaling}   # any backend with `solve`
         with solve_scope():      # the node programs are frozen for the run (`freeze_setup`)
             result = solver.solve(self, topology=topology, executor=executor, callback=callback,
                                   verbose=verbose, checkpoint=checkpoint,
-                                  checkpoint_every=checkpoint_every, resume=resume)
+                                  checkpoint_every=checkpoint_every, resume=resume, **extra)
         for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
             var.value = result.values.get(var.uid)
         return result

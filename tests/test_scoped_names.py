@@ -222,8 +222,9 @@ def test_checkpoint_resume_and_batched_keep_each_clients_s(tmp_path):
     # the batched executor's vectorized ProxAL steps (backends/proxal_batched.py) round
     # differently from the serial ones, and this run amplifies rounding (Anderson, adaptive ρ:
     # serial from w⁰ + 1e-14 moves the answer by 2e-6, the batched run by 3e-6); a mix-up of
-    # the clients' s would be O(1)
-    for res, atol in ((batched, 1e-5), (resumed, 1e-12)):
+    # the clients' s would be O(1); with ProxAL's tighter default ε1 (1e-5) it runs longer and
+    # the batched run lands 1.0e-5 away
+    for res, atol in ((batched, 3e-5), (resumed, 1e-12)):
         assert res.status == reference.status
         for var in [w, *slacks]:
             np.testing.assert_allclose(res.value(var), reference.value(var), rtol=0, atol=atol)

@@ -16,7 +16,7 @@ from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import compile_programs
-from ..base import Backend, violated_constraints
+from ..base import Backend, paper_preset, violated_constraints
 from ..watch import DivergenceWatch
 from .cc import FedDALDCC
 from .dc import FedDALDDC
@@ -98,7 +98,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         """The paper's setting (Guo et al., §VI): ρ = 1, inner rule B4 with v_max = 1,
         ε_pri = ε_dual = 1e-5, step α = 1e-4 for gd / prox-grad, 1000 iterations, and no stall
         detection (not in the paper). `overrides` change any option, e.g. solver="prox-grad"."""
-        return cls(**{**PAPER_DALD, **overrides})
+        return paper_preset(cls(**{**PAPER_DALD, **overrides}))
 
     # -- parameters ---------------------------------------------------------------------------
     def _rho(self, key, d: int) -> np.ndarray:

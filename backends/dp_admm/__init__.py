@@ -55,7 +55,7 @@ from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.privacy import glm_sensitivity_bound
 from fedmodel.runtime.program import compile_programs
-from ..base import Backend
+from ..base import Backend, paper_preset
 from ..common import check_count, check_number as _number, require_star
 from .accounting import RunAccounting, calibrated_epsilon, composition
 from .batched import iadmm_step     # registers the client procedures (client) and the batched step
@@ -160,7 +160,12 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         """The paper's setting (Ryu & Kim, MNIST experiments): ObjT (Algorithm 2), ρ̂^t of (21)
         with the MNIST constants, a = 1, trust radius δ^t = a/t², T = 20,000 rounds run in full
         (tol = 0). ε̄ is the experiment's variable: pass `epsilon=` (default ∞, IADMM)."""
-        return cls(**{**PAPER_DPADMM, **overrides})
+        return paper_preset(cls(**{**PAPER_DPADMM, **overrides}))
+
+    def equilibrates(self) -> bool:
+        """A private run solves the model as written: scale factors computed from the data
+        would be a release that the accountant does not cover."""
+        return super().equilibrates() and math.isinf(self.epsilon) and not self.calibrate
 
     # -- public schedules ---------------------------------------------------------------------
     def rho(self, t: int, floor: float = 0.0) -> float:

@@ -48,7 +48,7 @@ from fedmodel.errors import FedModelError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import compile_programs
-from ..base import Backend
+from ..base import Backend, paper_preset
 from ..common import gather_values, progress, require_star
 from . import client  # noqa: F401  (registers the client procedures)
 from . import batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
@@ -85,7 +85,7 @@ class FedADMM(Backend):
     def paper(cls, **overrides) -> "FedADMM":
         """The paper's setting (β = 2, E = 10, η = 0.01, vanilla, 100 rounds, no stop, no
         safeguards), with `overrides` (e.g. `inexact=True, adaptive=True` for its InSa)."""
-        return cls(**{**cls.PAPER, **overrides})
+        return paper_preset(cls(**{**cls.PAPER, **overrides}))
 
     def __init__(self, beta: float = 1.0, local_steps: int = 50, lr: float | None = None,
                  inexact: bool = True, sigma: float | None = None, adaptive: bool = True,

@@ -1,0 +1,419 @@
+"""Compiler pass: equilibration, so that the units of the data do not change the answer.
+
+A model whose data are in other units (×10⁻³, ×10³) or whose columns differ by orders of
+magnitude (age in years beside a weight of 10⁶) is the same model, but absolute tolerances,
+penalties and step sizes see a different one. As OSQP, SCS and Clarabel do, the backends solve
+an equilibrated copy and results come back in the user's units. The copy is an exact change of
+variables and a positive rescaling of the objective and of each constraint:
+
+    minimize σ·F(D v)   subject to   r_j · c_j(D v) ≤ 0 (= 0),        w = D v
+
+- column scales: a variable read as `X @ w` by data matrices gets one factor per column (the
+  geometric mean of those columns' root-mean-square sizes over column j's, over every client
+  holding such a matrix: per-column scalars), unless the variable is in a projected set or a
+  prox term, whose projection would then change shape;
+- variable scale δ and objective scale σ: from a probe of the smooth objective at the origin:
+  each probed client reports two scalars per variable, the size of its gradient g_i and its
+  curvature along it g_iᵀH_i g_i; δ is the length of a Newton step along the gradient per
+  entry, σ makes the curvature along it one. Variables in projected sets keep δ = 1 (the set is
+  in the user's units) and constraints that are such sets keep r = 1;
+- row scales r_j: one per constraint, from its size at the origin and at the point v = 1.
+
+The factors are not rounded (to powers of two, say): for data in other units they are the same
+up to rounding errors, and so is the equilibrated model, so every backend runs the same
+iterations to the same answer (a rounded factor would jump between neighbouring powers at some
+units). Presets that reproduce a paper, and runs whose privacy accounting would not cover a
+data-dependent scaling, solve the model as written (`Backend.scaling`, `solve(scaling=False)`).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..atoms import MatMul, Multiply, add, multiply, sum as sum_
+from ..constraints import Constraint
+from ..errors import FedModelError
+from ..expression import Constant, Expression, Leaf, Parameter, Variable, postorder
+from .canonical import canonical_constraints, classify_objective
+from .codegen import Plan
+from .differentiate import grad
+
+PROBE_BLOCKS = 32      # clients probed for the objective's scale (evenly spaced; scalars out)
+LIMIT = 1e250          # no factor beyond: data that far off are refused before (`check_scaling`)
+
+
+def factor(x: float) -> float:
+    """`x` > 0 clipped to [1/LIMIT, LIMIT]; 1 for anything that is not a positive finite
+    number (not rounded: see the module docstring)."""
+    if not (np.isfinite(x) and x > 0):
+        return 1.0
+    return float(min(max(x, 1.0 / LIMIT), LIMIT))
+
+
+@dataclass
+class Scaling:
+    """The factors of one equilibration (see the module docstring), by original variable uid and
+    constraint name."""
+    objective: float = 1.0
+    variables: dict[int, np.ndarray] = field(default_factory=dict)   # D, broadcast to the shape
+    constraints: dict[str, float] = field(default_factory=dict)      # r_j
+
+    def is_identity(self) -> bool:
+        return self.objective == 1.0 and all(np.all(d == 1.0) for d in self.variables.values()) \
+            and all(r == 1.0 for r in self.constraints.values())
+
+    def summary(self) -> dict[str, Any]:
+        """For `result.info["scaling"]`: the objective's factor and each variable's range."""
+        return {"objective": self.objective,
+                "variables": {uid: (float(np.min(d)), float(np.max(d)))
+                              for uid, d in self.variables.items()},
+                "constraints": dict(self.constraints)}
+
+
+class ScaledModel:
+    """The equilibrated copy of a problem and the maps between its units and the user's."""
+
+    def __init__(self, original, problem, scaling: Scaling, pairs: list[tuple[Variable, Variable]]):
+        self.original, self.problem, self.scaling = original, problem, scaling
+        self.pairs = pairs    # (original variable, its scaled twin)
+
+    # ---- user units → equilibrated units -----------------------------------------------------
+    def shared_to_scaled(self, flat: np.ndarray | None) -> np.ndarray | None:
+        """A flat point of the shared variables (e.g. a backend's `w0`) in equilibrated units."""
+        if flat is None:
+            return None
+        flat = np.asarray(flat, dtype=float).ravel()
+        scales = self._shared_scales()
+        return flat / scales if scales.size == flat.size else flat
+
+    def shared_to_user(self, flat: np.ndarray) -> np.ndarray:
+        """A flat point of the shared variables (a client's copy, say) in the user's units."""
+        flat = np.asarray(flat, dtype=float)
+        scales = self._shared_scales()
+        return flat * scales if scales.size == flat.size else flat
+
+    def _shared_scales(self) -> np.ndarray:
+        """D of the shared variables, flattened in the order backends pack them."""
+        return np.concatenate([np.ravel(np.broadcast_to(self.scaling.variables[o.uid], o.shape))
+                               for o in self.original.shared_variables()] or [np.zeros(0)])
+
+    # ---- equilibrated units → user units -----------------------------------------------------
+    def values_to_user(self, values: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        out = {}
+        for original, scaled in self.pairs:
+            if scaled.uid in values:
+                out[original.uid] = np.asarray(values[scaled.uid], float) * \
+                    self.scaling.variables[original.uid]
+        return out
+
+    def multipliers_to_user(self, multipliers: dict[str, Any]) -> dict[str, Any]:
+        """μ_j of the user's model: the Lagrangian σF + Σ μ̃_j r_j c_j over σ, so μ_j = μ̃_j r_j / σ
+        (a constraint the compiler split into pieces, `name[+]`, has its parent's r_j)."""
+        out = {}
+        for name, mu in multipliers.items():
+            r = self.scaling.constraints.get(name, self.scaling.constraints.get(name.split("[")[0], 1.0))
+            out[name] = np.asarray(mu, float) * (r / self.scaling.objective) \
+                if mu is not None else mu
+        return out
+
+    def record_to_user(self, record: dict) -> dict:
+        """A history record with its objective in the user's units (residuals stay in the
+        equilibrated ones: they are relative measures of the run)."""
+        if "objective" in record:
+            record = dict(record)
+            try:
+                record["objective"] = float(record["objective"]) / self.scaling.objective
+            except (TypeError, ValueError):
+                pass
+        return record
+
+    def outcome_to_user(self, outcome: dict) -> dict:
+        """A backend's outcome on the copy as one on the user's model: values, multipliers and
+        history in the user's units; the certificate is recomputed on the user's model."""
+        outcome = dict(outcome)
+        outcome["values"] = self.values_to_user(outcome.get("values") or {})
+        outcome["multipliers"] = self.multipliers_to_user(outcome.get("multipliers") or {})
+        outcome["history"] = [self.record_to_user(r) for r in outcome.get("history") or []]
+        outcome["certificate"] = None
+        info = dict(outcome.get("info") or {})
+        if isinstance(info.get("client_values"), dict):    # each client's copy of the shared point
+            info["client_values"] = {k: self.shared_to_user(v) for k, v in info["client_values"].items()}
+        info["scaling"] = self.scaling.summary()
+        outcome["info"] = info
+        return outcome
+
+
+def equilibrate(problem) -> ScaledModel | None:
+    """The equilibrated copy of `problem`, or None when there is nothing to scale (every factor
+    is one) or the data are not held here (loaders: the nodes hold them)."""
+    if problem.remote_data() or not _supported(problem):
+        return None
+    variables = problem.variables()
+    fixed = _in_sets(problem)
+    columns = _column_scales(problem, variables, fixed | _in_prox_terms(problem))
+    lengths, curvature = _probe(problem, variables, columns)
+    scaling = Scaling()
+    deltas = {}
+    for var in variables:
+        delta = 1.0
+        if var.uid not in fixed and lengths.get(var.uid):
+            delta = factor(lengths[var.uid] / math.sqrt(var.size))
+        deltas[var.uid] = delta
+        scaling.variables[var.uid] = columns.get(var.uid, np.ones(var.shape)) * delta
+    scaling.objective = _objective_scale(variables, deltas, curvature)
+    pairs = [(v, v if np.all(scaling.variables[v.uid] == 1.0) else _twin(v)) for v in variables]
+    rebuild = Rebuild({o.uid: multiply(Constant(_compact(scaling.variables[o.uid])), s)
+                       for o, s in pairs if s is not o})
+    for constraint in problem.constraints:
+        scaling.constraints[constraint.name] = 1.0 if _is_set(constraint) else \
+            _row_scale(constraint.expr, scaling.variables)
+    if scaling.is_identity():
+        return None
+    scaled = _copy_problem(problem, pairs, rebuild, scaling)
+    return ScaledModel(problem, scaled, scaling, pairs)
+
+
+def _supported(problem) -> bool:
+    """Every term has a gradient or a prox and every constraint a smooth form or a projection.
+    A model that fails this is refused by the backend; unscaled, its error shows the user's
+    expressions, not their equilibrated copies."""
+    try:
+        return not classify_objective(problem.objective_terms).unsupported and \
+            not canonical_constraints(problem.constraints, project=True).unsupported
+    except FedModelError:
+        return False
+
+
+# ---- which variables keep their units ---------------------------------------------------------
+def _is_set(constraint: Constraint) -> bool:
+    """A constraint a backend may project on (or one that is nonsmooth): kept as written."""
+    if not constraint.expr.is_smooth():
+        return True
+    return bool(canonical_constraints([constraint], project=True).sets)
+
+
+def _in_sets(problem) -> set[int]:
+    return {v.uid for c in problem.constraints if _is_set(c) for v in c.expr.variables()}
+
+
+def _in_prox_terms(problem) -> set[int]:
+    return {t.variable.uid for t in classify_objective(problem.objective_terms).prox}
+
+
+# ---- column scales -----------------------------------------------------------------------------
+def _column_scales(problem, variables: list[Variable], excluded: set[int]) -> dict[int, np.ndarray]:
+    """Per entry of each variable read as `X @ w` (X data or a constant matrix): gm / rms_j, where rms_j is the root-mean-square size of column j over the rows of
+    every such matrix and gm the geometric mean of the nonzero rms_j. Only relative sizes are
+    equilibrated here: the probe sets the variable's overall scale."""
+    sums: dict[int, np.ndarray] = {}
+    rows: dict[int, int] = {}
+    by_uid = {v.uid: v for v in variables}
+    for expr in problem.objective_terms + [c.expr for c in problem.constraints]:
+        for node in postorder([expr]):
+            if not isinstance(node, MatMul):
+                continue
+            matrix, var = node.args
+            if not (isinstance(matrix, Constant) and isinstance(var, Variable)) \
+                    or var.uid in excluded or matrix.ndim != 2 or var.ndim != 1:
+                continue
+            x = matrix.value
+            squares = np.asarray(x.multiply(x).sum(axis=0)).ravel() if hasattr(x, "multiply") \
+                else np.einsum("ij,ij->j", x, x)
+            sums[var.uid] = sums.get(var.uid, 0.0) + squares
+            rows[var.uid] = rows.get(var.uid, 0) + x.shape[0]
+    out = {}
+    for uid, total in sums.items():
+        rms = np.sqrt(total / rows[uid])
+        nonzero = rms[rms > 0]
+        if nonzero.size == 0:
+            continue
+        gm = float(np.exp(np.mean(np.log(nonzero))))
+        ratio = np.where(rms > 0, gm / np.where(rms > 0, rms, 1.0), 1.0)
+        d = np.array([factor(r) for r in ratio])
+        if np.any(d != 1.0):
+            out[uid] = d.reshape(by_uid[uid].shape)
+    return out
+
+
+# ---- the probe -----------------------------------------------------------------------------------
+def _probe(problem, variables: list[Variable], columns: dict[int, np.ndarray]):
+    """(length ℓ_v, curvature L_v) of each variable from each probed block's smooth objective at
+    the origin, in the column-scaled coordinates v = w / D: ℓ_v = Σ‖g_i‖³ / Σ g_iᵀH_i g_i (the
+    Newton step along the gradient), L_v = Σ g_iᵀH_i g_i / ‖g_i‖² (extrapolated to every
+    client when only PROBE_BLOCKS of them are probed)."""
+    clients = problem.clients
+    step = max(1, len(clients) // PROBE_BLOCKS)
+    probed = [problem.server] + clients[::step][:PROBE_BLOCKS]
+    weight = {id(problem.server): 1.0}
+    for c in probed[1:]:
+        weight[id(c)] = len(clients) / len(probed[1:])
+    cubes: dict[int, float] = {}
+    bends: dict[int, float] = {}
+    curvature: dict[int, float] = {}
+    for block in probed:
+        classified = classify_objective(block.terms)
+        smooth = [t for t in classified.smooth if not any(t is u for u in classified.unsupported)]
+        f = add(*smooth) if smooth else None
+        if f is None or f.is_constant():
+            continue
+        try:
+            probe = _block_probe(f, columns)
+        except ArithmeticError:   # undefined at the origin (1/x, log x): no estimate from here
+            continue
+        for uid, (norm, bend) in probe.items():
+            w = weight[id(block)]
+            cubes[uid] = cubes.get(uid, 0.0) + w * norm ** 3
+            bends[uid] = bends.get(uid, 0.0) + w * abs(bend)
+            if norm > 0:
+                curvature[uid] = curvature.get(uid, 0.0) + w * abs(bend) / norm ** 2
+    lengths = {uid: cubes[uid] / bends[uid] for uid in cubes if bends.get(uid, 0.0) > 0
+               and cubes[uid] > 0}
+    return lengths, curvature
+
+
+def _block_probe(f: Expression, columns: dict[int, np.ndarray]) -> dict[int, tuple[float, float]]:
+    """{uid: (‖D g‖, (D²g)ᵀ H (D²g))} of `f` at the origin, per variable (each variable probed
+    alone: its own block of the Hessian)."""
+    variables = f.variables()
+    zeros = [np.zeros(v.shape) for v in variables]
+    gradients = [grad(f, v) for v in variables]
+    with np.errstate(all="ignore"):
+        values = Plan(gradients, variables)(*zeros)
+    out = {}
+    for var, g_expr, g in zip(variables, gradients, values):
+        d = columns.get(var.uid, 1.0)
+        g = np.broadcast_to(np.asarray(g, float), var.shape)
+        if not np.all(np.isfinite(g)):
+            continue
+        direction = d * d * g
+        norm = float(np.linalg.norm(d * g))
+        if norm == 0.0:
+            continue
+        dp = Parameter(var.shape, name="probe_direction", value=direction)
+        with np.errstate(all="ignore"):
+            hv = Plan([grad(sum_(multiply(g_expr, dp)), var)], variables)(*zeros)[0]
+        bend = float(np.sum(direction * np.broadcast_to(np.asarray(hv, float), var.shape)))
+        if np.isfinite(bend):
+            out[var.uid] = (norm, bend)
+    return out
+
+
+def _objective_scale(variables: list[Variable], deltas: dict[int, float],
+                     curvature: dict[int, float]) -> float:
+    """σ = 1 / (L δ²): the curvature along the gradient one in the final coordinates, read on
+    the largest shared variable with a measured curvature (1 when none has one)."""
+    ranked = sorted(variables, key=lambda v: (v.owner is not None, -v.size))
+    for var in ranked:
+        if curvature.get(var.uid, 0.0) > 0:
+            return factor(1.0 / (curvature[var.uid] * deltas[var.uid] ** 2))
+    return 1.0
+
+
+def _row_scale(expr: Expression, scales: dict[int, np.ndarray]) -> float:
+    """r_j = 1 / max(|c(0)|, |c(D·1) − c(0)|) (∞-norms over the rows): the size of the
+    constraint at the origin and its change over one unit of every equilibrated variable."""
+    try:
+        with np.errstate(all="ignore"):
+            at_zero = np.asarray(_value_at(expr, {}), float)
+            at_one = np.asarray(_value_at(expr, scales), float)
+    except ArithmeticError:
+        return 1.0
+    size = max(float(np.max(np.abs(at_zero), initial=0.0)),
+               float(np.max(np.abs(at_one - at_zero), initial=0.0)))
+    return factor(1.0 / size) if np.isfinite(size) and size > 0 else 1.0
+
+
+def _value_at(expr: Expression, values: dict[int, np.ndarray]) -> Any:
+    """`expr` with each variable at `values[uid]` (zero when absent), interpreted node by node:
+    one evaluation of a small expression, cheaper than compiling a plan for it."""
+    memo: dict[int, Any] = {}
+    for node in postorder([expr]):
+        if isinstance(node, Variable):
+            memo[id(node)] = np.broadcast_to(values.get(node.uid, 0.0), node.shape)
+        elif isinstance(node, Leaf):
+            memo[id(node)] = node.value
+        else:
+            memo[id(node)] = node.numeric(*[memo[id(a)] for a in node.args])
+    return memo[id(expr)]
+
+
+# ---- the copy -----------------------------------------------------------------------------------
+def _compact(d: np.ndarray) -> np.ndarray | float:
+    flat = np.ravel(d)
+    return float(flat[0]) if flat.size and np.all(flat == flat[0]) else d
+
+
+def _twin(var: Variable) -> Variable:
+    """A new variable like `var` (name, owner, slack mark), with its own uid."""
+    twin = Variable(var.shape, name=var.name)
+    twin.__dict__.update({k: v for k, v in var.__dict__.items() if k not in ("uid", "_value")})
+    return twin
+
+
+class Rebuild:
+    """The DAG of an expression with variables replaced (memoized across calls, so shared
+    subexpressions stay shared)."""
+
+    def __init__(self, substitution: dict[int, Expression]):
+        self.substitution = substitution
+        self.memo: dict[int, Expression] = {}
+
+    def __call__(self, expr: Expression) -> Expression:
+        memo = self.memo
+        stack: list[tuple[Expression, bool]] = [(expr, False)]
+        while stack:     # postorder, not entering what an earlier call rebuilt already
+            node, expanded = stack.pop()
+            if id(node) in memo:
+                continue
+            if isinstance(node, Leaf):
+                memo[id(node)] = self.substitution.get(node.uid, node) \
+                    if isinstance(node, Variable) else node
+            elif not expanded:
+                stack.append((node, True))
+                stack.extend((a, False) for a in node.args if id(a) not in memo)
+            else:
+                args = [memo[id(a)] for a in node.args]
+                memo[id(node)] = node if all(a is b for a, b in zip(args, node.args)) \
+                    else node.with_args(*args)
+        return memo[id(expr)]
+
+
+def _scaled(weight: Constant, expr: Expression) -> Expression:
+    """weight · expr (the node itself: `multiply` would fold and copy constants, per term)."""
+    return expr if weight.value == 1.0 else Multiply(weight, expr)
+
+
+def _constraint(original: Constraint, expr: Expression) -> Constraint:
+    """`original` with `expr` as its canonical expression (shown as the user wrote it)."""
+    new = copy.copy(original)
+    new.expr = expr
+    return new
+
+
+def _copy_problem(problem, pairs: list[tuple[Variable, Variable]], rebuild: Rebuild,
+                  scaling: Scaling):
+    """A Problem of the same blocks, names and data, over the scaled twins."""
+    twins = {o.uid: s for o, s in pairs}
+    scaled = type(problem)(name=problem.name)
+    scaled._constraint_names = dict(problem._constraint_names)
+    sigma = Constant(scaling.objective)
+    rows = {r: Constant(r) for r in set(scaling.constraints.values())}   # one leaf per factor
+    for block in problem.blocks:
+        target = scaled.server if block is problem.server else \
+            scaled.add_client(block.name, getattr(block, "weight", None))
+        target.terms = [_scaled(sigma, rebuild(t)) for t in block.terms]
+        target.constraints = []
+        for c in block.constraints:
+            expr = _scaled(rows[scaling.constraints[c.name]], rebuild(c.expr))
+            target.constraints.append(c if expr is c.expr else _constraint(c, expr))
+        target.data_items = list(block.data_items)
+        target.private_variables = [twins.get(v.uid, v) for v in block.private_variables]
+    scaled.slacks = [twins.get(v.uid, v) for v in problem.slacks]
+    for original, twin in pairs:
+        if twin is not original:
+            twin.problem_id = scaled.uid
+    return scaled
