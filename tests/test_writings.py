@@ -206,3 +206,40 @@ def test_certificate_of_a_ball_and_a_box_is_exact():
         warnings.simplefilter("error", RuntimeWarning)
         reference = prob.solve("cvxpy")
     assert reference.certificate.stationarity <= 1e-6
+
+
+# ---- 3. Parameters with a sign --------------------------------------------------------------
+def test_nonneg_parameter_weight_keeps_the_model_convex():
+    prob, w = least_squares()
+    lam = fm.Parameter(nonneg=True, value=0.1, name="lam")
+    prob.server.minimize(lam * fm.sum_squares(w))
+    assert (lam * fm.sum_squares(w)).is_convex() and prob.is_convex()
+    assert (fm.Parameter(nonpos=True) * fm.sum_squares(w)).is_concave()
+    assert not (fm.Parameter() * fm.sum_squares(w)).is_convex()      # no sign: as in CVXPY
+    lowered = prob.to_cvxpy()
+    assert [p.attributes["nonneg"] for p in lowered.parameters()] == [True]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # no "not convex" warning
+        reference = prob.solve("cvxpy")
+        result = prob.solve("proxal")
+    assert fm.verify(result, reference).ok
+    assert relative_distance(result.value(w), reference.value(w)) <= 1e-4
+    # the closed form of the ridge problem: (Σ AᵢᵀAᵢ/20 + λI) w = Σ Aᵢᵀbᵢ/20
+    H = sum(c.data_items[0].value.T @ c.data_items[0].value for c in prob.clients) / 20
+    g = sum(c.data_items[0].value.T @ c.data_items[1].value for c in prob.clients) / 20
+    np.testing.assert_allclose(reference.value(w), np.linalg.solve(H + 0.1 * np.eye(4), g), atol=1e-6)
+    lam.value = 1.0                               # a new value, no rebuild
+    np.testing.assert_allclose(prob.solve("cvxpy").value(w), np.linalg.solve(H + np.eye(4), g), atol=1e-6)
+
+
+def test_parameter_sign_is_checked_on_assignment():
+    lam = fm.Parameter(nonneg=True, name="lam")
+    with pytest.raises(fm.DataError, match=r"'lam'.*nonneg.*-0.5"):
+        lam.value = -0.5
+    with pytest.raises(fm.DataError, match="'lam'"):
+        fm.Parameter(nonneg=True, value=np.array([1.0, -1.0]), name="lam", shape=2)
+    negative = fm.Parameter(2, nonpos=True, name="neg")
+    negative.value = [-1.0, 0.0]
+    with pytest.raises(fm.DataError, match="'neg'.*nonpos"):
+        negative.value = [-1.0, 2.0]
+    np.testing.assert_array_equal(negative.value, [-1.0, 0.0])     # the old value is kept
