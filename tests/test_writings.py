@@ -243,3 +243,49 @@ def test_parameter_sign_is_checked_on_assignment():
     with pytest.raises(fm.DataError, match="'neg'.*nonpos"):
         negative.value = [-1.0, 2.0]
     np.testing.assert_array_equal(negative.value, [-1.0, 0.0])     # the old value is kept
+
+
+# ---- 4. errors --------------------------------------------------------------------------------
+def test_unknown_backend_option_names_the_closest():
+    prob, w = least_squares()
+    message = "unknown option 'betta' for backend 'proxal'; did you mean 'beta'?"
+    with pytest.raises(fm.FedModelError) as by_name:
+        prob.solve("proxal", betta=3)
+    assert str(by_name.value) == message
+    with pytest.raises(fm.FedModelError) as direct:
+        backends.ProxAL(betta=3)
+    assert str(direct.value) == message
+    with pytest.raises(fm.FedModelError, match="'lr0' for backend 'fedadmm'; did you mean 'lr'"):
+        backends.FedADMM(lr0=0.1)
+    with pytest.raises(fm.FedModelError, match="'epsilon_totl'.*did you mean 'epsilon_total'"):
+        prob.solve("dp-admm", epsilon_totl=1.0)
+    with pytest.raises(fm.FedModelError, match="'zzz' for backend 'dald'; its options are"):
+        backends.DALD(zzz=1)
+    assert backends.ProxAL(beta=3).beta == 3.0                  # good options still work
+
+
+def unwritable_directory(tmp_path) -> str:
+    """A directory this process cannot create files in: a read-only one, or /sys for root (who
+    ignores permission bits)."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    for candidate in (str(folder), "/sys"):
+        if not os.path.isdir(candidate):
+            continue
+        try:
+            fd, probe = tempfile.mkstemp(dir=candidate)
+        except OSError:
+            return candidate
+        os.close(fd)
+        os.unlink(probe)
+    pytest.skip("no unwritable directory on this machine")
+
+
+def test_unwritable_checkpoint_directory_is_refused_before_the_run(tmp_path):
+    prob, w = least_squares()
+    calls = []
+    path = os.path.join(unwritable_directory(tmp_path), "run.ckpt")
+    with pytest.raises(CheckpointError, match="cannot write checkpoint.*writable directory"):
+        prob.solve("proxal", checkpoint=path, callback=calls.append)
+    assert calls == []           # before the first iteration, not at the first write
