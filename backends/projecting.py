@@ -26,7 +26,7 @@ def compile_projecting(problem) -> dict:
     (`sets.prox_conflict`)."""
     programs = compile_programs(problem, client_sets=PROJECT_ALL)
     server = problem.server
-    if any(simple_set(c) is None and simple_set(c, affine=True) is not None for c in server.constraints):
+    if any(affine_only(c) for c in server.constraints):
         shared = problem.shared_variables()
         spec = ProgramSpec(server.name, "server", server.terms, server.constraints, shared,
                            list(getattr(server, "private_variables", [])), project=PROJECT_ALL)
@@ -37,6 +37,17 @@ def compile_projecting(problem) -> dict:
         if conflict:
             raise FedModelError(f"node {name!r}: {conflict}")
     return programs
+
+
+def affine_only(constraint) -> bool:
+    """A constraint that only `PROJECT_ALL` projects (a halfspace, polyhedron or subspace)."""
+    return simple_set(constraint) is None and simple_set(constraint, affine=True) is not None
+
+
+def projects_affine(problem) -> bool:
+    """Whether some block of `problem` holds an affine set (whose multiplier a projecting
+    backend then computes at the end of its run)."""
+    return any(affine_only(c) for block in problem.blocks for c in block.constraints)
 
 
 def projected_multipliers(program, x: np.ndarray, normal: np.ndarray) -> dict[str, np.ndarray]:

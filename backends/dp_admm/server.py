@@ -16,6 +16,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from ..common import gather_values, progress, stacked_report
 from ..watch import DivergenceWatch
+from ..projecting import projects_affine
 from .accounting import privacy_report
 from .constrained import has_local_terms
 
@@ -117,7 +118,7 @@ class RoundLoop:
         info = self._info(ex, clients, Z, LAM, rho, records, t, history, shares) | diverged  # t rounds: z out
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
         values, multipliers = gather_values(ex, problem, w)
-        if math.isinf(self.epsilon):        # (a private run releases nothing more)
+        if math.isinf(self.epsilon) and projects_affine(problem):   # (a private run releases nothing more)
             multipliers.update(self._set_multipliers(ex, clients, w, LAM, server_used))
         ex.ledger.rounds = rounds
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,

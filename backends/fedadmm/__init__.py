@@ -52,7 +52,7 @@ from ..base import Backend
 from ..common import gather_values, progress, require_star
 from . import client  # noqa: F401  (registers the client procedures)
 from . import batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
-from ..projecting import compile_projecting
+from ..projecting import compile_projecting, projects_affine
 from .composition import solve_subproblem
 from .server import rounds
 
@@ -248,7 +248,9 @@ class FedADMM(Backend):
         finally:
             bar.close()
         values, multipliers = gather_values(ex, problem, z)
-        multipliers.update(self._set_multipliers(ex, z, info.pop("server_step", None)))
+        server_step = info.pop("server_step", None)
+        if projects_affine(problem):
+            multipliers.update(self._set_multipliers(ex, z, server_step))
         final = ex.map("fedadmm_beta", {c: {} for c in ex.clients if c not in ex.lost})
         if ex.lost:
             info["lost"] = sorted(ex.lost)
