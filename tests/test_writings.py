@@ -21,6 +21,7 @@ from fedmodel.compiler.projection import (DYKSTRA_CYCLES, Ball, Box, Halfspace, 
                                           intersection_residual, project_intersection)
 from fedmodel.compiler.sets import simple_set
 from fedmodel.runtime.checkpoint import CheckpointError
+from fedmodel.runtime.program import compile_programs
 
 TRUTH = np.array([1.0, -2.0, 0.5, 1.5])
 A_ROW = np.ones(4)
@@ -68,6 +69,10 @@ def test_a_ball_is_recognised_however_written(writing):
     assert term is not None and term.kind == "ball2" and term.variable is w
     v = np.array([3.0, -1.0, 2.0, 0.5])
     np.testing.assert_allclose(term.prox(v, 1.0), 1.2 * v / np.linalg.norm(v), rtol=1e-14)
+    prob, w = least_squares()          # wherever sets are recognised: ProxAL's server projects it
+    prob.server.subject_to(BALLS[writing](w))
+    server = compile_programs(prob)["server"]
+    assert [t.kind for t in server.merit_ir.prox_terms] == ["ball2"] and not server.constraints
 
 
 @pytest.mark.parametrize("writing", list(BALLS))
