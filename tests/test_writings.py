@@ -17,8 +17,8 @@ import pytest
 import fedmodel as fm
 from fedmodel import backends
 from fedmodel.compiler.canonical import PROJECT_ALL, canonical_constraints
-from fedmodel.compiler.projection import (DYKSTRA_CYCLES, Ball, Box, Halfspace, Subspace,
-                                          intersection_residual, project_intersection)
+from fedmodel.compiler.projection import (Ball, Box, Halfspace, Subspace, intersection_residual,
+                                          project_intersection)
 from fedmodel.compiler.sets import simple_set
 from fedmodel.runtime.checkpoint import CheckpointError
 from fedmodel.runtime.program import compile_programs
@@ -45,8 +45,9 @@ def relative_distance(x: np.ndarray, reference: np.ndarray) -> float:
 
 
 def solve_quietly(prob, backend):
+    """A solve that must not warn (a "not a solution" or divergence warning fails the test)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("error", RuntimeWarning)
         return prob.solve(backend)
 
 
@@ -171,7 +172,6 @@ def test_dykstra_projects_onto_the_intersection(seed):
     np.testing.assert_allclose(x, reference, atol=1e-4)
     assert max(p.distance(x) for p in pieces) <= 1e-10
     assert np.max(np.abs(intersection_residual(pieces, x, x - v))) <= 1e-8
-    assert DYKSTRA_CYCLES >= 1000          # the documented cap
 
 
 def test_two_inconsistent_halfspaces_are_refused_at_compile_time():
