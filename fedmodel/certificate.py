@@ -2,8 +2,11 @@
 
 stationarity = dist∞(0, ∇f(x) + ∂h(x) + Σ_j ∇c_j(x) μ_j) over all variables, with the
 subdifferential of prox-able terms (`t·norm1(x)`; an entry within KINK of 0 read as 0) and
-the normal cones of simple constraints (norm balls, bounds on a shared variable) applied in turn — an upper bound on the distance to
-their sum, exact for one of them; other nonsmooth terms contribute their (sub)gradient at x.
+the normal cone of the simple constraints on each shared variable (norm balls, bounds) as one
+intersection (`compiler.sets.merge_sets`: exact; λ‖x‖₁ and ℓ1 balls are applied in turn, an
+upper bound); other nonsmooth terms contribute their (sub)gradient at x. Affine constraints are
+scored through their multipliers, also where FedADMM and DP-ADMM project on them (they report
+the projections' multipliers, `compiler.sets.affine_multipliers`).
 Terms and constraints are classified by the compiler's canonical pass (`compiler.canonical`),
 as in the node programs; a constraint the compiler splits (`abs(a) <= t` → `±a <= t`) is
 scored by its pieces when the multipliers are the pieces' (federated backends), else as
@@ -18,6 +21,7 @@ import numpy as np
 
 from .atoms import add, multiply, sum as sum_
 from .compiler.canonical import canonical_constraints, classify_objective, split_names
+from .compiler.sets import merge_sets
 from .compiler.codegen import Plan
 from .compiler.differentiate import grad
 from .constraints import Constraint, Equality
@@ -40,7 +44,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     inputs = [values[v.uid] for v in variables]
     # the objective's canonical classification, the same as the compiled programs'
     classified = classify_objective(objective_terms)
-    lagrangian_terms, prox_terms = list(classified.smooth), list(classified.prox)
+    lagrangian_terms, sets = list(classified.smooth), []
     feasibility = 0.0
     residual_plan = Plan([c.expr for c in constraints], variables)
     residuals = residual_plan(*inputs) if constraints else []
@@ -48,7 +52,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     for constraint, c_value in zip(constraints, residuals):
         feasibility = max(feasibility, constraint.violation(c_value))
         canonical = canonical_constraints([constraint], project=True)
-        prox_terms.extend(canonical.sets)
+        sets.extend(canonical.sets)
         pieces = canonical.smooth
         if len(pieces) > 1 and not any(n in multipliers for n in split_names(constraint)):
             pieces = [constraint]   # multipliers of the user's form (e.g. from CVXPY)
@@ -66,6 +70,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
         feasibility = max(feasibility, float(np.max(dist, initial=0.0)))
         if np.any(mu != 0):
             lagrangian_terms.append(sum_(multiply(Constant(mu), piece.expr)))
+    prox_terms = list(classified.prox) + merge_sets(sets)   # one normal cone per variable: exact
     lagrangian = add(*lagrangian_terms) if lagrangian_terms else Constant(0.0)
     gradients = Plan([grad(lagrangian, v) for v in variables], variables)(*inputs)
     stationarity = 0.0

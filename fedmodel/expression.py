@@ -278,16 +278,25 @@ class Variable(Leaf):
 
 
 class Parameter(Leaf):
-    """A value that can change between evaluations or solves without recompiling."""
+    """A value that can change between evaluations or solves without recompiling. As in CVXPY,
+    `nonneg=True` / `nonpos=True` declare its sign: checked on every assignment (DataError) and
+    used by the DCP rules, so `lam * sum_squares(w)` with a nonneg `lam` is convex."""
 
     _prefix = "param"
     assignments = 0      # values set so far (all parameters): compiled caches compare it
 
-    def __init__(self, shape: int | tuple = (), name: str | None = None, value: Any = None):
+    def __init__(self, shape: int | tuple = (), name: str | None = None, value: Any = None,
+                 nonneg: bool = False, nonpos: bool = False):
         super().__init__(as_shape(shape), name)
+        self.nonneg, self.nonpos = bool(nonneg), bool(nonpos)
         self._value: np.ndarray | None = None
         if value is not None:
             self.value = value
+
+    def sign(self) -> tuple[bool, bool]:
+        """The declared sign (never the current value's: the value may change after the
+        expression's curvature was decided)."""
+        return (getattr(self, "nonneg", False), getattr(self, "nonpos", False))
 
     @property
     def value(self):
@@ -300,6 +309,13 @@ class Parameter(Leaf):
             self._value = None
             return
         array = _check_numeric(val, f"value of parameter {self.name!r}")
+        for declared, wrong, word in ((getattr(self, "nonneg", False), array < 0, "nonneg"),
+                                      (getattr(self, "nonpos", False), array > 0, "nonpos")):
+            if declared and np.any(wrong):
+                bad = float(array[wrong].flat[0]) if array.ndim else float(array)
+                raise DataError(f"parameter {self.name!r} is declared {word}=True but was given "
+                                f"{bad:g}; assign a value of that sign, or declare the parameter "
+                                "without it")
         self._value = _fit_shape(array, self.shape, f"parameter {self.name!r}")
 
 

@@ -13,6 +13,9 @@ True
 """
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
@@ -30,7 +33,7 @@ def _check_kind(kind: str) -> None:
 def register(kind: str, name: str, factory: Callable[..., Any]) -> None:
     """Make `factory` (a class or a function returning an instance) available by `name`."""
     _check_kind(kind)
-    _REGISTERED[kind][name.lower()] = factory
+    _REGISTERED[kind][name.lower()] = checked_options(factory, name) if kind == "backend" else factory
 
 
 def names(kind: str) -> list[str]:
@@ -51,5 +54,47 @@ def lookup(kind: str, name: str) -> Callable[..., Any]:
                                      "package's entry points are declared)")
             raise FedModelError(f"unknown {kind} {name!r}; choose one of {known}{hint} or pass "
                                 f"{'a' if kind == 'backend' else 'an'} {kind} instance")
-        _REGISTERED[kind][key] = found[0].load()
+        factory = found[0].load()
+        _REGISTERED[kind][key] = checked_options(factory, key) if kind == "backend" else factory
     return _REGISTERED[kind][key]
+
+
+def unknown_option(name: str, given: str, valid: list[str]) -> str:
+    """The message for an option `given` that backend `name` does not take, with the closest
+    valid one (difflib) when there is one."""
+    close = difflib.get_close_matches(given, valid, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"its options are {sorted(valid)}"
+    return f"unknown option {given!r} for backend {name!r}; {hint}"
+
+
+def checked_options(factory: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`factory` (a backend class) whose constructor raises FedModelError, not TypeError, for
+    arguments its signature does not take — a misspelt option names the closest valid one —, so
+    `backends.ProxAL(betta=3)` and `prob.solve("proxal", betta=3)` say what to write. The class
+    is changed in place once (its subclasses that define their own constructor when they are
+    looked up); a constructor that takes **kwargs accepts anything and is left as it is."""
+    if not isinstance(factory, type) or "__init__" not in factory.__dict__ \
+            or getattr(factory.__init__, "_checks_options", False):
+        return factory
+    init = factory.__init__
+    signature = inspect.signature(init)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        return factory
+    valid = [p for p, v in signature.parameters.items()
+             if p != "self" and v.kind in (v.POSITIONAL_OR_KEYWORD, v.KEYWORD_ONLY)]
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        label = getattr(type(self), "name", None) or name
+        for given in kwargs:
+            if given not in valid:
+                raise FedModelError(unknown_option(label, given, valid))
+        try:
+            signature.bind(self, *args, **kwargs)
+        except TypeError as exc:          # too many positional arguments, a repeated one
+            raise FedModelError(f"backend {label!r}: {exc}; its options are {valid}") from None
+        init(self, *args, **kwargs)
+
+    __init__._checks_options = True
+    factory.__init__ = __init__
+    return factory

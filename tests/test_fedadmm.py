@@ -288,11 +288,11 @@ def test_bad_models_and_weights_raise():
         prob.solve(FedADMM(alpha=[1.0, -1.0]))
     with pytest.raises(fm.FedModelError, match="w0"):
         prob.solve(FedADMM(w0=np.zeros(3)))
-    prob.clients[0].subject_to(fm.sum(w) <= 1.0)
+    prob.clients[0].subject_to(fm.log_sum_exp(w) <= 1.0)      # no projection (affine sets have one)
     with pytest.raises(fm.FedModelError, match="ProxAL"):
         prob.solve(FedADMM())
     prob3, w3 = ridge_model(ridge_data(m=2))
-    prob3.server.subject_to(w3[0] + w3[1] <= 1.0)
+    prob3.server.subject_to(fm.log_sum_exp(w3) <= 1.0)
     with pytest.raises(fm.FedModelError, match="server"):
         prob3.solve(FedADMM())
 

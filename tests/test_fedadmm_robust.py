@@ -347,15 +347,10 @@ def test_other_client_sets_are_projected(name):
 
 
 def test_client_constraints_without_projection_are_refused_clearly():
-    """A linear constraint (no cheap projection in FedADMM's local steps), and a ball together
-    with bounds on one client (sequential projections are not the projection onto the
-    intersection): FedModelError naming the client and pointing to ProxAL(inner=FedADMM)."""
+    """A nonlinear constraint with no closed-form projection (halfspaces and a ball together
+    with bounds are projected now: tests/test_writings.py): FedModelError naming the client and
+    pointing to ProxAL(inner=FedADMM)."""
     prob, w, _, _ = constrained_ridge({})
-    prob.clients[1].subject_to(fm.sum(w) <= 1.0)
+    prob.clients[1].subject_to(fm.log_sum_exp(w) <= 1.0)
     with pytest.raises(fm.FedModelError, match=r"client 'c1'.*ProxAL\(inner=backends.FedADMM"):
-        prob.solve(FedADMM())
-    prob, w, _, _ = constrained_ridge({})
-    prob.clients[0].subject_to(fm.norm2(w) <= 0.5)
-    prob.clients[0].subject_to(w <= 0.2)
-    with pytest.raises(fm.FedModelError, match=r"client 'c0'.*one norm ball"):
         prob.solve(FedADMM())

@@ -226,15 +226,32 @@ def test_clients_of_two_groups_and_a_server_term_match_serial():
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])
 def test_a_constrained_client_falls_back_to_the_per_node_step(executor):
-    """Clients with local constraints (`state["local"]`) take the per-node step; the jax
-    executor says so; the numbers are the serial ones."""
-    prob, _ = _logistic(n=4, l1_on=None, constraint=True)
+    """Clients with local constraints in the Lagrangian (`state["local"]` with multipliers) take
+    the per-node step; the jax executor says so; the numbers are the serial ones. (A halfspace
+    such as sum(w) >= 1 is a projection now, a prox term the group step applies: test below.)"""
+    prob, w = _logistic(n=4, l1_on=None)
+    for client in prob.clients:
+        client.subject_to(fm.sum(fm.exp(w)) <= 20.0)
     serial, _ = _run(prob, "serial", epsilon=1.0, max_rounds=4)
     ex = _executor(executor)
     run, messages = _run(prob, ex, epsilon=1.0, max_rounds=4)
     assert ex.stats[("dp_admm_step", "batched")] == 0 and ex.stats[("dp_admm_step", "serial")] == 16
     if executor == "jax":
         assert any("'dp_admm_step' served node by node" in m for m in messages), messages
+    for uid in serial.values:
+        np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
+    _same(run.info["privacy"], serial.info["privacy"], "privacy")
+
+
+@pytest.mark.parametrize("executor", ["batched", "jax"])
+def test_a_projected_halfspace_keeps_the_group_step(executor):
+    """sum(w) >= 1 on every client is projected (a prox term after the step): the group step
+    serves it, with the serial numbers."""
+    prob, _ = _logistic(n=4, l1_on=None, constraint=True)
+    serial, _ = _run(prob, "serial", epsilon=1.0, max_rounds=4)
+    ex = _executor(executor)
+    run, _ = _run(prob, ex, epsilon=1.0, max_rounds=4)
+    assert ex.stats[("dp_admm_step", "batched")] == 16 and ex.stats[("dp_admm_step", "serial")] == 0
     for uid in serial.values:
         np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
     _same(run.info["privacy"], serial.info["privacy"], "privacy")

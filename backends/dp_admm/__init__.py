@@ -54,12 +54,12 @@ from fedmodel.errors import FedModelError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.privacy import glm_sensitivity_bound
-from fedmodel.runtime.program import compile_programs
 from ..base import Backend, paper_preset
 from ..common import check_count, check_number as _number, require_star
 from .accounting import RunAccounting, calibrated_epsilon, composition
 from .batched import iadmm_step     # registers the client procedures (client) and the batched step
 from .constrained import check_clients
+from ..projecting import compile_projecting
 from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS,
                       RhoSchedule, as_rho_schedule, check_clip, check_readings, check_sensitivity,
                       outp_parameters)
@@ -196,7 +196,7 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
             checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         require_star(problem, topology, self.name)
         self._check_model(problem)
-        ex = make_executor(executor).start(compile_programs(problem, client_sets=True))
+        ex = make_executor(executor).start(compile_projecting(problem))   # affine sets projected too
         try:
             run = self._calibrated(ex) if self.calibrate else self
             return run._loop(problem, ex, ex.model_size, callback, verbose, checkpointer)
@@ -217,11 +217,12 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         if not problem.clients:
             raise FedModelError("DPADMM needs at least one client")
         check_clients(problem, self.variant)
-        hard = [c.name for c in problem.server.constraints if simple_set(c) is None]
+        hard = [c.name for c in problem.server.constraints if simple_set(c, affine=True) is None]
         if hard:
             raise FedModelError(f"server constraints {hard} are not simple sets: DPADMM's server "
-                                "step (4a) handles bounds and norm balls on a shared variable "
-                                "(by projection) only; use ProxAL for general global constraints")
+                                "step (4a) handles bounds, norm balls, halfspaces and hyperplanes "
+                                "on a shared variable (by projection) only; use ProxAL for general "
+                                "global constraints")
         if isinstance(self.sensitivity, dict):
             missing = sorted({c.name for c in problem.clients} - set(self.sensitivity))
             if missing:

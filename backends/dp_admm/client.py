@@ -23,6 +23,7 @@ from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.privacy import (NoiseLog, clipped_record_gradients, gaussian_noise,
                                       laplace_noise, node_generator, record_count,
                                       record_sensitivity)
+from ..projecting import has_affine_sets, projected_multipliers
 from .constrained import LocalConstraints
 
 
@@ -185,6 +186,21 @@ def _client_step(program, w, lam, rho, prox=0.0, radius=None, sigma=0.0, dual_st
         residual = local.update_multipliers(program, z_new, dual_step, s["rng"])
     s["z"] = layer.output(s, z_new, sigma)                         # OutP only
     return {"z": s["z"], "multiplier_residual": residual}
+
+
+@procedure("dp_admm_set_multipliers", {"lam": "x"}, {"multipliers": "opaque"}, local=True,
+           read_only=True)
+def _client_set_multipliers(program, lam):
+    """The multipliers of the client's projected affine constraints at z_p (non-private runs
+    only): at a fixed point of the step (8) (z_p^{t+1} = z_p^t = w) its optimality reads
+    0 ∈ ∇L_p(z_p) − λ_p + N_C(z_p), ∇L_p the gradient of f_p and its Lagrangian terms, so the
+    normal element is λ_p − ∇L_p(z_p). Driver bookkeeping, served locally."""
+    s = program.state.get("dp_admm")
+    if not s or not has_affine_sets(program):
+        return {"multipliers": {}}
+    z = s["z"]
+    gradient = program.merit(z)["grad"] if s["local"] is None else sum(s["local"].gradient(program, z)[:2])
+    return {"multipliers": projected_multipliers(program, z, np.asarray(lam, float) - gradient)}
 
 
 @procedure("dp_admm_releases", {}, {"releases": "1"}, local=True, read_only=True)

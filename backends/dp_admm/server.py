@@ -16,6 +16,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from ..common import gather_values, progress, stacked_report
 from ..watch import DivergenceWatch
+from ..projecting import projects_affine
 from .accounting import privacy_report
 from .constrained import has_local_terms
 
@@ -45,6 +46,7 @@ class RoundLoop:
         anchor = np.mean(Z - LAM / rho, axis=0)
         if not server_used:
             return anchor
+        self._server_step_inputs = (anchor, len(Z) * rho)   # the last one: its multipliers (`_loop`)
         return ex.call("server", "solve_local", linear=None, weight=len(Z) * rho, anchor=anchor,
                        x0=w, tol=1e-12, method="auto")["x"]
 
@@ -68,6 +70,7 @@ class RoundLoop:
         if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
             curvature = ex.map_stacked("local_curvature", clients, common={"z": w, "iterations": 20})
             rho_floor = 2.2 * float(np.max(curvature["L"]))
+        self._server_step_inputs = None
         Z = np.tile(w, (len(clients), 1))                               # z_p^1, one row per client
         LAM = np.zeros_like(Z)                                          # λ_p^1 = 0
         server_used = bool(problem.server.terms or problem.server.constraints)
@@ -115,9 +118,25 @@ class RoundLoop:
         info = self._info(ex, clients, Z, LAM, rho, records, t, history, shares) | diverged  # t rounds: z out
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
         values, multipliers = gather_values(ex, problem, w)
+        if math.isinf(self.epsilon) and projects_affine(problem):   # (a private run releases nothing more)
+            multipliers.update(self._set_multipliers(ex, clients, w, LAM, server_used))
         ex.ledger.rounds = rounds
         return {"status": status, "values": values, "multipliers": multipliers, "history": history,
                 "iterations": {"rounds": rounds}, "ledger": ex.ledger, "info": info}
+
+    def _set_multipliers(self, ex, clients, w, LAM, server_used) -> dict:
+        """The multipliers of the affine constraints the nodes projected on (the KKT certificate
+        reads affine constraints through them): each client's from its step's optimality at
+        z_p with λ_p (`client._set_multipliers`), the server's from its last (4a)."""
+        out: dict = {}
+        replies = ex.map("dp_admm_set_multipliers", {c: {"lam": LAM[i]} for i, c in enumerate(clients)})
+        for reply in replies.values():
+            out.update(reply["multipliers"])
+        inputs = getattr(self, "_server_step_inputs", None)
+        if server_used and inputs is not None:
+            out.update(ex.call("server", "server_set_multipliers", x=w, anchor=inputs[0],
+                               weight=float(inputs[1]))["multipliers"])
+        return out
 
     def _dual_step(self, rho, w, w_new, Z, Z_new, LAM) -> tuple[np.ndarray, dict]:
         """(4c) λ_p += ρ(w^{t+1} − z_p^{t+1}) on the stack, and the round's residuals: the largest

@@ -18,7 +18,8 @@ local function f̃_i = f_i / α_i, in which β, lr and σ are defined, so Σ_i �
 every choice of α. Server terms h(z) (λ‖z‖₁, a ball, smooth server terms) enter the z-step (3.2):
 z^{k+1} = argmin_z P_0(z) + h(z) + ((1+δ) Σα_iβ_i / 2) ‖z − (ẑ + δ z^k)/(1+δ)‖².
 Client constraints that are simple sets C_i on the shared variables (‖·‖₂/‖·‖₁/‖·‖∞ balls,
-bounds) are kept on the client and projected: f̃_i + ι_{C_i} is the local function, the local steps
+bounds, halfspaces, affine subspaces; several on one variable: their intersection, by Dykstra's
+algorithm, `compiler.projection`) are kept on the client and projected: f̃_i + ι_{C_i} is the local function, the local steps
 are projected gradient steps u ← Π_{C_i}(u − η e) and e is the projected-gradient mapping, so the
 consensus converges to a minimizer over ∩C_i. A client λ‖w‖₁ term is handled the same way, by
 its prox (soft-thresholding) in place of the projection: proximal gradient steps, and e the
@@ -47,11 +48,11 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
-from fedmodel.runtime.program import compile_programs
 from ..base import Backend, paper_preset
 from ..common import gather_values, progress, require_star
 from . import client  # noqa: F401  (registers the client procedures)
 from . import batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
+from ..projecting import compile_projecting, projects_affine
 from .composition import solve_subproblem
 from .server import rounds
 
@@ -184,9 +185,9 @@ class FedADMM(Backend):
         return raw / raw.sum()
 
     def _check_model(self, ex) -> None:
-        """Refuse a model FedADMM cannot run — client constraints that are not simple sets on the
-        shared variables, two norm balls on one variable, server constraints — as each node
-        reports it (local request "fedadmm_refusal", `client._refusal`); clients first."""
+        """Refuse a model FedADMM cannot run — client or server constraints that are not simple
+        sets on the shared variables, λ‖w‖₁ with a set its prox does not factor with — as each
+        node reports it (local request "fedadmm_refusal", `client._refusal`); clients first."""
         replies = ex.map("fedadmm_refusal", {node: {} for node in ex.clients + ["server"]})
         for reply in replies.values():
             if reply["refusal"]:
@@ -202,6 +203,20 @@ class FedADMM(Backend):
                 "beta_max": self.beta_range[1], "solver": self.local_solver,
                 "start": self.local_start, "safe": float(self.safeguard)}
 
+    @staticmethod
+    def _set_multipliers(ex, z: np.ndarray, server_step: tuple | None) -> dict:
+        """The multipliers of the affine constraints the nodes projected on (the KKT certificate
+        reads affine constraints through them): the clients' at their last local points, the
+        server's at its last z-step (anchor, weight)."""
+        out: dict = {}
+        for reply in ex.map("fedadmm_set_multipliers", {c: {} for c in ex.clients if c not in ex.lost}).values():
+            out.update(reply["multipliers"])
+        if server_step is not None:
+            anchor, weight = server_step
+            out.update(ex.call("server", "server_set_multipliers", x=z, anchor=anchor,
+                               weight=float(weight))["multipliers"])
+        return out
+
     def _hint(self) -> str:
         """What to change when a run diverges (the divergence message's last part)."""
         guard = "" if self.safeguard else "; or turn the safeguards on (safeguard=True, beta_range=None)"
@@ -216,8 +231,8 @@ class FedADMM(Backend):
         require_star(problem, topology, self.name)
         if not problem.clients:
             raise FedModelError("FedADMM needs at least one client")
-        # clients project onto their sets in their local solves
-        ex = make_executor(executor).start(compile_programs(problem, client_sets=True))
+        # clients project onto their sets in their local solves, the server in its z-step
+        ex = make_executor(executor).start(compile_projecting(problem))
         try:
             self._check_model(ex)
             alpha = self._weights(len(problem.clients), problem.clients)
@@ -233,6 +248,9 @@ class FedADMM(Backend):
         finally:
             bar.close()
         values, multipliers = gather_values(ex, problem, z)
+        server_step = info.pop("server_step", None)
+        if projects_affine(problem):
+            multipliers.update(self._set_multipliers(ex, z, server_step))
         final = ex.map("fedadmm_beta", {c: {} for c in ex.clients if c not in ex.lost})
         if ex.lost:
             info["lost"] = sorted(ex.lost)

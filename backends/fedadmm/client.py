@@ -13,6 +13,7 @@ import numpy as np
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from ..common import local_curvature
+from ..projecting import has_affine_sets, projected_multipliers
 from .insa import adapt, sigma_bound
 
 _CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "local_steps": "1",
@@ -83,6 +84,19 @@ def _penalty(program: NodeProgram):
     ProxAL's composition carrying β_i from one subproblem to the next."""
     s = program.state.get("fedadmm", {})
     return {"beta": s.get("beta"), "lr": s.get("lr")}
+
+
+@procedure("fedadmm_set_multipliers", {}, {"multipliers": "opaque"}, local=True, read_only=True)
+def _set_multipliers(program: NodeProgram) -> dict:
+    """The multipliers of the client's projected affine constraints at its last local point u_i:
+    the local step's optimality 0 ∈ ∇f̃_i(u) − λ_i + N_C(u) (λ_i after (2.8b)) gives the normal
+    element α_i λ_i − ∇f_i(u) in the model's units (f_i = α_i f̃_i). Driver bookkeeping (the
+    result's multipliers), served locally."""
+    s = program.state.get("fedadmm")
+    if not s or not has_affine_sets(program):
+        return {"multipliers": {}}
+    gradient = program.value_grad(s["u"], program.y)[1][:program.n_shared]
+    return {"multipliers": projected_multipliers(program, s["u"], s["alpha"] * s["lam"] - gradient)}
 
 
 @procedure("fedadmm_round", {"z": "x"}, {"w": "x", "beta": "1", "steps": "1", "drift": "1"})
@@ -207,33 +221,22 @@ def finish_round(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, st
 
 @procedure("fedadmm_refusal", {}, {"refusal": "str"}, local=True, read_only=True)
 def _refusal(program: NodeProgram) -> dict:
-    """Why FedADMM cannot run with this node as it is (None: it can). A client's constraints must
-    be simple sets on the shared variables (‖·‖₂/‖·‖₁/‖·‖∞ balls, bounds: projected in the local
-    solves), at most one ball per variable (a ball with other sets: their projections in
-    sequence are not the projection onto the intersection; bounds and ‖·‖∞ balls are intervals
-    per coordinate, where they are); the server's z-step projects, so it takes no other
-    constraint. Node-local bookkeeping, asked before the first round."""
+    """Why FedADMM cannot run with this node as it is (None: it can). Its constraints must be
+    simple sets on the shared variables — balls, bounds, halfspaces, affine subspaces with
+    constant coefficients, and intersections of them (`backends.projecting`) —, projected in
+    the clients' local solves and the server's z-step; what the compiler could not make a
+    projection is refused. Node-local bookkeeping, asked before the first round."""
+    if not program.constraints:
+        return {"refusal": None}
+    names = [c.name for c in program.constraints]
+    supported = ("norm balls, bounds, halfspaces a @ w <= b and hyperplanes a @ w == b with "
+                 "constant a, b, on shared variables")
     if program.role == "server":
-        if not program.constraints:
-            return {"refusal": None}
         return {"refusal": (
-            f"FedADMM's server step handles only constraints it can project on (bounds, a norm "
-            f"ball, nonnegativity); the server has {[c.name for c in program.constraints]}. "
-            "Use backends.ProxAL(inner=backends.FedADMM(...)) or backends.ProxAL")}
-    if program.constraints:       # what the compiler could not make a projection
-        return {"refusal": (
-            f"FedADMM handles client constraints only as projections (norm balls, bounds, "
-            f"nonnegativity on shared variables); client {program.name!r} has "
-            f"{[c.name for c in program.constraints]}. Use "
-            "backends.ProxAL(inner=backends.FedADMM(...)) (constraints by a proximal AL, "
-            "FedADMM on its subproblems) or backends.ProxAL / DALD")}
-    sets = [t for t in program.merit_ir.prox_terms if t.constraint is not None]
-    for var in {t.variable.uid: t.variable for t in sets}.values():
-        mine = [t for t in sets if t.variable is var]
-        if len(mine) > 1 and any(t.kind in ("ball2", "ball1") for t in mine):
-            return {"refusal": (
-                f"client {program.name!r} has {[t.label for t in mine]} on {var.name!r}: FedADMM "
-                "projects onto one norm ball per variable and client (alone, or bounds); put "
-                "the other set on another client or use backends.ProxAL(inner=backends.FedADMM(...))")}
-    return {"refusal": None}
-
+            f"FedADMM's server step handles only constraints it can project on ({supported}); "
+            f"the server has {names}. Use backends.ProxAL(inner=backends.FedADMM(...)) or "
+            "backends.ProxAL")}
+    return {"refusal": (
+        f"FedADMM handles client constraints only as projections ({supported}); client "
+        f"{program.name!r} has {names}. Use backends.ProxAL(inner=backends.FedADMM(...)) "
+        "(constraints by a proximal AL, FedADMM on its subproblems) or backends.ProxAL / DALD")}

@@ -69,6 +69,7 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
                           anchor=z_bar, x0=z, method="auto",
                           tol=backend.server_tol if server_tol is None else server_tol)
             z_new, server_residual = out["x"], float(out["grad_norm"])
+            info["server_step"] = (z_bar, (1 + memory) * s_beta)    # its multipliers (`FedADMM.run`)
         else:
             z_new = z_bar
         participants = list(clients) if chosen is None else [clients[j] for j in chosen]

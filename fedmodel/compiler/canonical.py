@@ -27,7 +27,8 @@ from ..atoms import (Abs, Add, BroadcastTo, Multiply, Neg, Norm1, Norm2, NormInf
                      add, broadcast_to, multiply, neg, sum_squares)
 from ..constraints import Constraint, Equality, Inequality
 from ..expression import Constant, Expression, Variable
-from .sets import ProxTerm, check_boxes_meet, coefficient_value, norm1_term, simple_set
+from .sets import (ProxTerm, check_boxes_meet, check_sets_meet, coefficient_value, merge_sets,
+                   norm1_term, simple_set)
 
 Coefficient = Union[float, Expression]   # a float, or a scalar expression over Parameters
 
@@ -230,13 +231,18 @@ class CanonicalConstraints:
     unsupported: list[Constraint] = field(default_factory=list)
 
 
-def canonical_constraints(constraints: list[Constraint], project: bool) -> CanonicalConstraints:
-    """Project simple sets on a shared variable when `project` (and nonsmooth ones with no
-    smooth form in any case: a ‖·‖₁ ball), rewrite nonsmooth ones with a smooth equivalent, keep
-    the rest for the augmented Lagrangian."""
+PROJECT_ALL = "all"   # `project` value: affine sets too (halfspaces, hyperplanes; FedADMM, DP-ADMM)
+
+
+def canonical_constraints(constraints: list[Constraint], project: bool | str) -> CanonicalConstraints:
+    """Project simple sets on a shared variable when `project` (balls however written, bounds;
+    with `project="all"` (`PROJECT_ALL`) also halfspaces, small polyhedra and affine subspaces
+    with constant coefficients) — and nonsmooth ones with no smooth form in any case (a ‖·‖₁
+    ball) —, rewrite nonsmooth ones with a smooth equivalent, keep the rest for the augmented
+    Lagrangian. Several sets on one variable become one set, their intersection (`merge_sets`)."""
     out = CanonicalConstraints()
     for constraint in constraints:
-        as_set = simple_set(constraint)
+        as_set = simple_set(constraint, affine=project == PROJECT_ALL)
         smooth = constraint.expr.is_smooth()
         if as_set is not None and project:
             out.sets.append(as_set)
@@ -255,6 +261,8 @@ def canonical_constraints(constraints: list[Constraint], project: bool) -> Canon
             out.smooth.append(constraint)
             out.unsupported.append(constraint)
     check_boxes_meet(out.sets)
+    out.sets = merge_sets(out.sets)
+    check_sets_meet(out.sets)
     return out
 
 

@@ -1,13 +1,18 @@
-"""Compiler pass: recognize simple constraints on a shared variable — a norm ball
-`norm2(x) <= r`, `norm1(x) <= r`, `norm_inf(x) <= r`, bounds `x <= u`, `x >= l`,
-nonnegativity — so a backend can handle them by
-projection (a prox step on the server) instead of the augmented Lagrangian, and the KKT
-certificate can use their normal cones exactly.
+"""Compiler pass: recognize simple constraints on a shared variable — a Euclidean ball however
+it is written (`norm2(x) <= r`, `sum_squares(x) <= r**2`, `quad_form(x, I) <= r**2`,
+`norm2(x)**2 <= r**2`, `r >= norm2(x)`, `2*norm2(x) <= 2*r`), `norm1(x) <= r`,
+`norm_inf(x) <= r`, bounds `x <= u`, `x >= l` (also on entries: `x[0] <= 1`), nonnegativity and,
+where the caller asks for them (`simple_set(..., affine=True)`), halfspaces `a @ x <= b`,
+polyhedra `A @ x <= b` with few rows and affine subspaces `A @ x == b` — so a backend can handle
+them by projection (a prox step) instead of the augmented Lagrangian, and the KKT certificate can
+use their normal cones exactly. Several sets on one variable are projected on as one set, their
+intersection, by Dykstra's algorithm (`merge_sets`, `compiler.projection`).
 
 Each prox-able piece (these sets, and terms like λ‖x‖₁) is a `ProxTerm` with the same small
 interface: `prox(v, t)`, `value(x)`, `remainder(x, g)` (g + the element of t∂ closest to −g),
-and a `kind` ("norm1", "ball2", "ball1", "ballinf", "upper", "lower") with, for "norm1", the
-current weight λ (`weight()`), so vectorized code can apply the prox without inspecting it.
+and a `kind` ("norm1", "ball2", "ball1", "ballinf", "upper", "lower", "halfspace",
+"polyhedron", "subspace", "intersection") with, for "norm1", the current weight λ (`weight()`),
+so vectorized code can apply the prox without inspecting it.
 """
 from __future__ import annotations
 
@@ -16,11 +21,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..atoms import Add, Neg, Norm1, Norm2, NormInf
+from ..atoms import Norm1, Norm2, NormInf, Power, QuadForm, Square, SumSquares
 from ..atoms.prox import soft_threshold
-from ..constraints import Constraint, Inequality
+from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
-from ..expression import Constant, Expression, Variable
+from ..expression import Expression, Parameter, Variable
+from . import projection
+from .projection import Ball, Ball1, Box, Halfspace, Piece, Subspace, project_l1_ball
+
+AFFINE_ROWS = 64   # a polyhedron A @ x <= b with more rows stays in the augmented Lagrangian
 
 ACTIVE = 1e-7
 ZERO = 1e-8   # |x_j| ≤ ZERO·max(1, ‖x‖∞) counts as 0 in the subdifferential of a nonsmooth term
@@ -37,6 +46,8 @@ class ProxTerm:
     kind: str = ""
     weight: Callable[[], float] | None = None   # λ of a "norm1" term, at its current value
     box: tuple[Any, Any] | None = None          # (lower, upper) per entry, for sets that are boxes
+    pieces: tuple[Piece, ...] = ()              # the set as `projection` pieces (flat entries)
+    members: tuple["ProxTerm", ...] = ()        # an intersection's sets, as recognized
 
     def residual(self, x: np.ndarray, g: np.ndarray, zero: float = ZERO) -> np.ndarray:
         """`remainder` at x with entries within `zero`·max(1, ‖x‖∞) of 0 read as 0 for a term
@@ -96,19 +107,7 @@ def _ball(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
         unit = x / norm
         return g + max(0.0, -float(np.vdot(g, unit))) * unit
     return ProxTerm(var, project, lambda x: 0.0, remainder, f"‖{var.name}‖₂ ≤ {radius:g}",
-                    constraint, kind="ball2")
-
-
-def project_l1_ball(v: np.ndarray, radius: float) -> np.ndarray:
-    """Euclidean projection onto {x : ‖x‖₁ ≤ radius} (sort-based, Duchi et al. 2008)."""
-    a = np.abs(np.ravel(v))
-    if a.sum() <= radius:
-        return v
-    u = np.sort(a)[::-1]
-    cumulative = np.cumsum(u) - radius
-    k = np.nonzero(u * np.arange(1, u.size + 1) > cumulative)[0][-1]
-    theta = cumulative[k] / (k + 1.0)
-    return soft_threshold(v, theta)
+                    constraint, kind="ball2", pieces=(Ball(radius),))
 
 
 def _ball1(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
@@ -127,7 +126,8 @@ def _ball1(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
                                 options={"xatol": 1e-12 * max(1.0, top)}).x if top > 0 else 0.0
         return residual(min((0.0, found), key=worst))
     return ProxTerm(var, lambda v, t: project_l1_ball(v, radius), lambda x: 0.0, remainder,
-                    f"‖{var.name}‖₁ ≤ {radius:g}", constraint, kind="ball1")
+                    f"‖{var.name}‖₁ ≤ {radius:g}", constraint, kind="ball1",
+                    pieces=(Ball1(radius),))
 
 
 def _ballinf(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
@@ -135,7 +135,8 @@ def _ballinf(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
         active = np.abs(x) >= radius * (1 - ACTIVE)
         return np.where(active, g + np.maximum(0.0, -g * np.sign(x)) * np.sign(x), g)
     return ProxTerm(var, lambda v, t: np.clip(v, -radius, radius), lambda x: 0.0, remainder,
-                    f"‖{var.name}‖∞ ≤ {radius:g}", constraint, kind="ballinf", box=(-radius, radius))
+                    f"‖{var.name}‖∞ ≤ {radius:g}", constraint, kind="ballinf", box=(-radius, radius),
+                    pieces=(Box(np.full(var.size, -radius), np.full(var.size, radius)),))
 
 
 def _upper(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm:
@@ -143,7 +144,8 @@ def _upper(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm
         active = x >= bound - ACTIVE * np.maximum(1.0, np.abs(bound))
         return np.where(active, np.maximum(g, 0.0), g)
     return ProxTerm(var, lambda v, t: np.minimum(v, bound), lambda x: 0.0, remainder,
-                    f"{var.name} ≤ u", constraint, kind="upper", box=(-np.inf, bound))
+                    f"{var.name} ≤ u", constraint, kind="upper", box=(-np.inf, bound),
+                    pieces=(Box(np.full(var.size, -np.inf), np.ravel(bound)),))
 
 
 def _lower(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm:
@@ -151,13 +153,8 @@ def _lower(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm
         active = x <= bound + ACTIVE * np.maximum(1.0, np.abs(bound))
         return np.where(active, np.minimum(g, 0.0), g)
     return ProxTerm(var, lambda v, t: np.maximum(v, bound), lambda x: 0.0, remainder,
-                    f"{var.name} ≥ l", constraint, kind="lower", box=(bound, np.inf))
-
-
-def _constant(expr: Expression) -> np.ndarray | None:
-    if type(expr) is Constant:
-        return np.asarray(expr.value, float)
-    return None
+                    f"{var.name} ≥ l", constraint, kind="lower", box=(bound, np.inf),
+                    pieces=(Box(np.ravel(bound), np.full(var.size, np.inf)),))
 
 
 def check_boxes_meet(sets: list[ProxTerm]) -> None:
@@ -183,25 +180,232 @@ def check_boxes_meet(sets: list[ProxTerm]) -> None:
                 "model is infeasible")
 
 
-def simple_set(constraint: Constraint) -> ProxTerm | None:
-    """A ProxTerm for a simple inequality on a shared variable, else None."""
+def _flat(function: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray, float], np.ndarray]:
+    """A prox (v, t) ↦ … of a set from a projection of flat vectors, for v of any shape."""
+    return lambda v, t: function(np.ravel(np.asarray(v, float))).reshape(np.shape(v))
+
+
+def pieces_term(var: Variable, pieces: tuple[Piece, ...], label: str, constraint: Constraint | None,
+                kind: str, box: tuple | None = None, members: tuple = ()) -> ProxTerm:
+    """The ProxTerm of the set ∩ `pieces` on `var`: one piece projected in closed form, several
+    by Dykstra's algorithm; its remainder from the pieces' tangent cones (`projection`), or,
+    where a piece has none (an ℓ1 ball), the members' remainders in turn (an upper bound)."""
+    def remainder(x, g):
+        shape = np.shape(g)
+        found = projection.intersection_residual(list(pieces), np.ravel(np.asarray(x, float)),
+                                                 np.ravel(np.asarray(g, float)))
+        if found is not None:
+            return found.reshape(shape)
+        for member in members:
+            g = member.remainder(x, g)
+        return g
+    return ProxTerm(var, _flat(lambda v: projection.project_intersection(list(pieces), v)),
+                    lambda x: 0.0, remainder, label, constraint, kind=kind, box=box,
+                    pieces=tuple(pieces), members=tuple(members))
+
+
+def _scalar_value(terms) -> np.ndarray | None:
+    """The sum of `terms` (canonical `Term`s) when they are all plain constants, else None."""
+    total = np.zeros(())
+    for term in terms:
+        if not term.atom.is_constant() or term.atom.parameters() or term.atom.data_owners() \
+                or not isinstance(term.coefficient, float):
+            return None
+        total = total + term.coefficient * np.asarray(term.atom.value, float)
+    return total
+
+
+def _squared_norm_of(atom: Expression) -> tuple[Expression, float] | None:
+    """(x, s) when `atom` is s·‖x‖₂² however written: sum_squares(x), quad_form(x, s·I) (s > 0),
+    norm2(x)**2, square(norm2(x))."""
+    if isinstance(atom, SumSquares):
+        return atom.args[0], 1.0
+    if isinstance(atom, (Power, Square)) and isinstance(atom.args[0], Norm2) \
+            and (isinstance(atom, Square) or atom.p == 2.0):
+        return atom.args[0].args[0], 1.0
+    if isinstance(atom, QuadForm):
+        P = atom.fixed_P()
+        if P is not None and P.shape[0] and P[0, 0] > 0 and np.array_equal(P, P[0, 0] * np.eye(P.shape[0])):
+            return atom.args[0], float(P[0, 0])
+    return None
+
+
+def _shared(expr: Expression) -> bool:
+    return isinstance(expr, Variable) and expr.owner is None
+
+
+def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
+    """A ProxTerm for a simple constraint on a shared variable, else None: a ball (‖·‖₂ however
+    written, ‖·‖₁, ‖·‖∞), bounds; with `affine` also halfspaces, small polyhedra and affine
+    subspaces with constant coefficients (`affine_set`)."""
+    from .canonical import flatten          # (canonical imports this module)
     if not isinstance(constraint, Inequality):
-        return None
-    expr = constraint.expr
-    parts = list(expr.args) if isinstance(expr, Add) else [expr]
-    constants = [p for p in parts if _constant(p) is not None]
-    others = [p for p in parts if _constant(p) is None]
-    if len(others) != 1 or len(constants) > 1:
-        return None
-    offset = _constant(constants[0]) if constants else np.zeros(())
-    core = others[0]
-    shared = lambda e: isinstance(e, Variable) and e.owner is None  # noqa: E731
+        return affine_set(constraint) if affine and isinstance(constraint, Equality) else None
+    terms = flatten(constraint.expr)
+    others = [t for t in terms if not t.atom.is_constant()]
+    offset = _scalar_value([t for t in terms if t.atom.is_constant()])
+    if len(others) != 1 or offset is None or not isinstance(others[0].coefficient, float):
+        return affine_set(constraint) if affine else None
+    c, core = others[0].coefficient, others[0].atom
     balls = {Norm2: _ball, Norm1: _ball1, NormInf: _ballinf}
-    if type(core) in balls and shared(core.args[0]) and offset.size == 1 and -offset > 0:
-        return balls[type(core)](core.args[0], float(-offset.item()), constraint)
-    if shared(core):                                   # x + c <= 0  ->  x <= -c
-        return _upper(core, np.broadcast_to(-offset, core.shape).copy(), constraint)
-    if isinstance(core, Neg) and shared(core.args[0]):  # -x + c <= 0  ->  x >= c
-        var = core.args[0]
-        return _lower(var, np.broadcast_to(offset, var.shape).copy(), constraint)
+    bound = -offset / c if c != 0 else None           # c·core + offset <= 0
+    if type(core) in balls and _shared(core.args[0]) and offset.size == 1 and c > 0 and bound > 0:
+        return balls[type(core)](core.args[0], float(bound.item()), constraint)
+    squared = _squared_norm_of(core)
+    if squared is not None and _shared(squared[0]) and offset.size == 1 and c > 0 and bound > 0:
+        return _ball(squared[0], float(np.sqrt(bound.item() / squared[1])), constraint)
+    if _shared(core) and c != 0 and np.broadcast_shapes(np.shape(bound), core.shape) == core.shape:
+        limit = np.broadcast_to(bound, core.shape).copy()
+        return _upper(core, limit, constraint) if c > 0 else _lower(core, limit, constraint)
+    return affine_set(constraint) if affine else None
+
+
+def _affine_map(constraint: Constraint) -> tuple[Variable, np.ndarray, np.ndarray] | None:
+    """(x, A, b) with `constraint.expr` = A·vec(x) + b, when it is affine in one shared variable x
+    with constant coefficients (no Parameter; data only the server's), else None."""
+    expr = constraint.expr
+    variables = expr.variables()
+    if len(variables) != 1 or not _shared(variables[0]) or not expr.is_affine() \
+            or expr.parameters() or expr.data_owners() - {"server"}:
+        return None
+    from ..atoms import multiply, sum as sum_
+    from .codegen import Plan
+    from .differentiate import grad
+    var, rows = variables[0], expr.size
+    if isinstance(constraint, Inequality) and rows > AFFINE_ROWS:
+        return None
+    weights = Parameter(expr.shape, name="row")        # A's row i = ∇ₓ eᵢᵀ(A x + b)
+    plan = Plan([expr, grad(sum_(multiply(weights, expr)) if expr.shape else expr, var)], [var])
+    zero = np.zeros(var.shape)
+    A = np.empty((rows, var.size))
+    for i in range(rows):
+        unit = np.zeros(rows)
+        unit[i] = 1.0
+        weights.value = unit.reshape(expr.shape)
+        b, row = plan(zero)
+        A[i] = np.ravel(np.broadcast_to(row, var.shape))
+    return var, A, np.ravel(np.broadcast_to(np.asarray(b, float), expr.shape)).astype(float)
+
+
+def affine_set(constraint: Constraint) -> ProxTerm | None:
+    """A ProxTerm for an affine constraint on one shared variable (`_affine_map`): A x + b <= 0
+    as bounds when every row reads one entry ("box"), else a halfspace per row ("halfspace",
+    "polyhedron": Dykstra); A x + b == 0 as an affine subspace ("subspace", closed form)."""
+    found = _affine_map(constraint)
+    if found is None:
+        return None
+    var, A, b = found
+    nonzero = A != 0
+    if not np.all(np.any(nonzero, axis=1)):       # a row without x: a constant, not a set
+        return None
+    label = repr(constraint)
+    if isinstance(constraint, Equality):
+        return pieces_term(var, (Subspace(A, -b),), label, constraint, "subspace")
+    pieces = tuple(Halfspace(a, -bi) for a, bi in zip(A, b))
+    return pieces_term(var, pieces, label, constraint, "halfspace" if len(pieces) == 1 else "polyhedron")
+
+
+AFFINE = ("halfspace", "polyhedron", "subspace")   # the kinds only `affine=True` recognizes
+
+
+def affine_multipliers(term: ProxTerm, x: np.ndarray, normal: np.ndarray) -> dict[str, np.ndarray]:
+    """Multipliers, by constraint name, of the affine constraints (kinds `AFFINE`) a projecting
+    backend handled in `term` (one set, or an intersection), from `normal`, an element of the
+    set's normal cone at x (flat): the nonnegative (halfspaces; equalities: free) combination of
+    the active constraints' normals — with the active balls' and bounds' — closest to it. The
+    KKT certificate reads affine constraints through their multipliers (the other backends keep
+    them in their augmented Lagrangian), so a backend that projects reports them."""
+    from scipy.optimize import lsq_linear
+    x, normal = np.ravel(np.asarray(x, float)), np.ravel(np.asarray(normal, float))
+    columns, lower, owners = [], [], []       # owners: (constraint, row) or None (not reported)
+    for member in term.members or (term,):
+        reported = member.kind in AFFINE
+        for row, piece in enumerate(member.pieces):
+            if isinstance(piece, Halfspace) and piece.active(x):
+                columns.append(piece.a), lower.append(0.0)
+                owners.append((member.constraint, row) if reported else None)
+            elif isinstance(piece, Subspace):
+                for j, a in enumerate(piece.rows):
+                    columns.append(a), lower.append(-np.inf)
+                    owners.append((member.constraint, j) if reported else None)
+            elif isinstance(piece, Ball) and np.linalg.norm(x) >= piece.radius * (1 - projection.ACTIVE):
+                columns.append(x / np.linalg.norm(x)), lower.append(0.0)
+                owners.append(None)
+            elif isinstance(piece, Box):
+                scale = projection.ACTIVE * np.maximum(1.0, np.abs(x))
+                for j in np.flatnonzero(x <= piece.lower + scale):
+                    columns.append(-np.eye(x.size)[j]), lower.append(0.0), owners.append(None)
+                for j in np.flatnonzero(x >= piece.upper - scale):
+                    columns.append(np.eye(x.size)[j]), lower.append(0.0), owners.append(None)
+    out = {m.constraint.name: np.zeros(m.constraint.shape) for m in term.members or (term,)
+           if m.kind in AFFINE}
+    if not out or not columns:
+        return out
+    found = lsq_linear(np.column_stack(columns), normal, bounds=(np.array(lower), np.inf)).x
+    for owner, value in zip(owners, found):
+        if owner is not None:
+            constraint, row = owner
+            out[constraint.name].flat[row] += value
+    return out
+
+
+BOXES = ("upper", "lower", "ballinf", "box")   # intervals per entry: projected on in turn, exactly
+
+
+def merge_sets(sets: list[ProxTerm]) -> list[ProxTerm]:
+    """The set terms with several sets on one variable, not all boxes, replaced by one term for
+    their intersection (projected by Dykstra's algorithm; its bounds as one box piece): projecting
+    on each set in turn would return a point of the last set, not the projection onto all.
+    Boxes alone are left as they are (clipping entry by entry in turn is exact)."""
+    by_variable: dict[int, list[ProxTerm]] = {}
+    for term in sets:
+        by_variable.setdefault(term.variable.uid, []).append(term)
+    out: list[ProxTerm] = []
+    for terms in by_variable.values():
+        if len(terms) == 1 or all(t.kind in BOXES for t in terms):
+            out.extend(terms)
+            continue
+        var = terms[0].variable
+        boxes = [p for t in terms for p in t.pieces if isinstance(p, Box)]
+        pieces = [p for t in terms for p in t.pieces if not isinstance(p, Box)]
+        if boxes:
+            pieces.insert(0, Box(np.max([b.lower for b in boxes], axis=0),
+                                 np.min([b.upper for b in boxes], axis=0)))
+        subspaces = [p for p in pieces if isinstance(p, Subspace)]
+        if len(subspaces) > 1:      # equalities together: one affine subspace, in closed form
+            pieces = [p for p in pieces if not isinstance(p, Subspace)] + [Subspace(
+                np.vstack([s.Q for s in subspaces]), np.concatenate([s.Q @ s.point for s in subspaces]))]
+        out.append(pieces_term(var, tuple(pieces), " ∩ ".join(t.label for t in terms),
+                               terms[0].constraint, "intersection", members=tuple(terms)))
+    return out
+
+
+def check_sets_meet(sets: list[ProxTerm]) -> None:
+    """Refuse an intersection of sets on one variable that holds no point (`projection.is_empty`):
+    Dykstra's algorithm would not converge on it, and no backend could return a feasible point."""
+    for term in sets:
+        if len(term.pieces) > 1 and projection.is_empty(list(term.pieces)):
+            names = ", ".join(repr(t.constraint.name) for t in term.members) if term.members \
+                else repr(term.constraint.name)
+            raise FedModelError(
+                f"the constraints {names} on {term.variable.label} leave no feasible point "
+                f"({term.label}); the model is infeasible")
+
+
+FACTORING = ("ball2", "ball1") + BOXES    # sets whose projection after λ‖x‖₁'s prox is the joint prox
+
+
+def prox_conflict(terms: list[ProxTerm]) -> str | None:
+    """Why applying `terms` (one node's) in turn is not the prox of their sum, or None: λ‖x‖₁
+    with a set on the same variable factors only for balls and boxes (soft-thresholding, then
+    the projection); with a halfspace, a subspace or an intersection it does not."""
+    for term in terms:
+        if term.kind != "norm1":
+            continue
+        other = [t for t in terms if t.variable is term.variable and t.constraint is not None
+                 and t.kind not in FACTORING]
+        if other:
+            return (f"{term.label} and the set {other[0].label} on {term.variable.label}: their "
+                    "proxes applied in turn are not the prox of their sum; write the ℓ1 term as "
+                    "a constraint (norm1(w) <= r), or use backends.ProxAL")
     return None

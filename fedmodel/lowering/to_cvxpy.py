@@ -33,7 +33,8 @@ class CvxpyContext:
             if isinstance(node, Variable):
                 self.leaves[node.uid] = cp.Variable(node.shape, name=node.label)
             elif isinstance(node, Parameter):
-                param = cp.Parameter(node.shape, name=node.label)
+                param = cp.Parameter(node.shape, name=node.label, nonneg=node.nonneg,
+                                     nonpos=node.nonpos)
                 if node.value is not None:
                     param.value = node.value
                 self.leaves[node.uid] = param

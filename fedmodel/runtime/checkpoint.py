@@ -89,6 +89,7 @@ class Checkpointer:
             raise CheckpointError(f"checkpoint {str(path)!r} is a directory; give a file path")
         if not path.parent.exists():
             raise CheckpointError(f"the directory of checkpoint {str(path)!r} does not exist")
+        _check_writable(path)
         variables = problem.variables()
         self = cls(path, int(every), fingerprint(problem, backend), variables)
         self.backend = backend.name
@@ -203,6 +204,20 @@ def _remap(obj, match, key_map, encode: bool):
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
         return tuple(_remap(v, match, key_map, encode) for v in obj)
     return obj
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse, before the run, a checkpoint whose directory does not take new files: the saves
+    write a temporary file there and rename it over `path` (`atomic_write`), so that is what is
+    probed — a permission test alone (os.access) would pass for root on a read-only mount."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write checkpoint {str(path)!r}: its directory "
+                              f"{str(path.parent)!r} does not take new files ({exc.strerror}); "
+                              "choose a writable directory or fix its permissions") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def atomic_write(path: str | os.PathLike, data: Any) -> None:

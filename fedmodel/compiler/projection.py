@@ -1,0 +1,222 @@
+"""Euclidean projections onto the simple sets the compiler recognizes (`compiler.sets`), and onto
+intersections of them by Dykstra's algorithm — one implementation for every backend that
+projects (FedADMM's and DP-ADMM's server and client steps, ProxAL's server step).
+
+A `Piece` is one closed convex set over a variable's flattened entries with a closed-form
+projection: a Euclidean ball ‖x‖₂ ≤ r, an ℓ1 ball, a box l ≤ x ≤ u, a halfspace aᵀx ≤ b and an
+affine subspace A x = b. Each also projects onto its tangent cone at a point (`tangent`), which
+gives the optimality residual of a point of the set: the element of the normal cone N(x) closest
+to −g is found through Moreau's decomposition, g + P_N(−g) = −P_T(−g) with T = N° the tangent
+cone, and the tangent cone of an intersection is the intersection of the pieces' tangent cones
+(under Slater's condition), projected on by Dykstra again.
+
+Dykstra's algorithm (Boyle & Dykstra 1986; Bauschke & Combettes, *Convex Analysis and Monotone
+Operator Theory*, §30.2): x⁰ = v, p_k = 0; one cycle projects x + p_k on each piece k in turn,
+y = P_k(x + p_k), p_k ← x + p_k − y, x ← y. Unlike alternating projections it converges to the
+projection of v onto the intersection, not to some point of it. It stops when a cycle moves x by
+at most `DYKSTRA_TOL`·max(1, ‖v‖∞) in every entry and x is in every piece to that tolerance, or
+after `DYKSTRA_CYCLES` cycles (then the last x: within the pieces to roughly the last cycle's move).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FedModelError
+from ..atoms.prox import soft_threshold
+
+ACTIVE = 1e-7          # a point within ACTIVE (relative) of a piece's boundary is on it
+DYKSTRA_TOL = 1e-13    # relative move of a cycle at which Dykstra's algorithm stops
+DYKSTRA_CYCLES = 20_000
+
+
+class Piece:
+    """A closed convex set over flat vectors with a closed-form projection."""
+
+    def project(self, v: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def tangent(self, x: np.ndarray, v: np.ndarray) -> np.ndarray | None:
+        """The projection of v onto the tangent cone of the set at x (x in the set), or None
+        when the piece has no closed form for it."""
+        raise NotImplementedError
+
+    def distance(self, x: np.ndarray) -> float:
+        """‖x − P(x)‖∞: how far x is outside the set."""
+        return float(np.max(np.abs(x - self.project(x)), initial=0.0))
+
+
+class Ball(Piece):
+    """‖x‖₂ ≤ radius."""
+
+    def __init__(self, radius: float):
+        self.radius = float(radius)
+
+    def project(self, v):
+        norm = np.linalg.norm(v)
+        return v if norm <= self.radius else v * (self.radius / norm)
+
+    def tangent(self, x, v):
+        norm = np.linalg.norm(x)
+        if norm < self.radius * (1 - ACTIVE):
+            return v
+        unit = x / norm                      # T = {v : xᵀv ≤ 0}
+        return v - max(0.0, float(unit @ v)) * unit
+
+
+class Ball1(Piece):
+    """‖x‖₁ ≤ radius (sort-based projection, Duchi et al. 2008); no tangent closed form here."""
+
+    def __init__(self, radius: float):
+        self.radius = float(radius)
+
+    def project(self, v):
+        return project_l1_ball(v, self.radius)
+
+    def tangent(self, x, v):
+        return None
+
+
+class Box(Piece):
+    """lower ≤ x ≤ upper entrywise (±inf for no bound)."""
+
+    def __init__(self, lower, upper):
+        self.lower, self.upper = np.asarray(lower, float), np.asarray(upper, float)
+
+    def project(self, v):
+        return np.clip(v, self.lower, self.upper)
+
+    def tangent(self, x, v):
+        scale = ACTIVE * np.maximum(1.0, np.abs(x))
+        out = np.where(x <= self.lower + scale, np.maximum(v, 0.0), v)
+        return np.where(x >= self.upper - scale, np.minimum(out, 0.0), out)
+
+
+class Halfspace(Piece):
+    """aᵀx ≤ b (a ≠ 0)."""
+
+    def __init__(self, a: np.ndarray, b: float):
+        self.a, self.b = np.asarray(a, float), float(b)
+        self.norm2 = float(self.a @ self.a)
+
+    def project(self, v):
+        excess = float(self.a @ v) - self.b
+        return v if excess <= 0 else v - (excess / self.norm2) * self.a
+
+    def active(self, x) -> bool:
+        slack = self.b - float(self.a @ x)
+        return slack <= ACTIVE * max(abs(self.b), np.sqrt(self.norm2) * float(np.linalg.norm(x)), 1e-300)
+
+    def tangent(self, x, v):
+        if not self.active(x):
+            return v
+        return v - (max(0.0, float(self.a @ v)) / self.norm2) * self.a
+
+
+class Subspace(Piece):
+    """A x = b (A: k × n of full row rank after dropping dependent rows; consistent)."""
+
+    def __init__(self, A: np.ndarray, b: np.ndarray):
+        A, b = np.atleast_2d(np.asarray(A, float)), np.ravel(np.asarray(b, float))
+        self.rows = A                      # as written: one multiplier per row
+        # an orthonormal basis Q of the row space (rank-revealing), and the point of least norm
+        u, s, vt = np.linalg.svd(A, full_matrices=False)
+        rank = int(np.sum(s > s[0] * max(A.shape) * np.finfo(float).eps)) if s.size and s[0] > 0 else 0
+        if rank == 0:
+            raise FedModelError("an affine constraint A x = b with A = 0 is not a hyperplane")
+        self.Q = vt[:rank]
+        self.point = self.Q.T @ ((u[:, :rank].T @ b) / s[:rank])
+        if np.max(np.abs(A @ self.point - b), initial=0.0) > 1e-9 * max(1.0, float(np.max(np.abs(b)))):
+            raise FedModelError("the equality constraints A x = b on one variable have no solution "
+                                "(b is not in the range of A): the model is infeasible")
+
+    def project(self, v):
+        return v - self.Q.T @ (self.Q @ (v - self.point))
+
+    def tangent(self, x, v):
+        return v - self.Q.T @ (self.Q @ v)
+
+
+def project_l1_ball(v: np.ndarray, radius: float) -> np.ndarray:
+    """Euclidean projection onto {x : ‖x‖₁ ≤ radius} (sort-based, Duchi et al. 2008)."""
+    a = np.abs(np.ravel(v))
+    if a.sum() <= radius:
+        return v
+    u = np.sort(a)[::-1]
+    cumulative = np.cumsum(u) - radius
+    k = np.nonzero(u * np.arange(1, u.size + 1) > cumulative)[0][-1]
+    theta = cumulative[k] / (k + 1.0)
+    return soft_threshold(v, theta)
+
+
+def dykstra(projections: list, v: np.ndarray, tol: float = DYKSTRA_TOL,
+            max_cycles: int = DYKSTRA_CYCLES) -> np.ndarray:
+    """The projection of v onto the intersection of the sets whose projections are
+    `projections` (callables), by Dykstra's algorithm (see the module docstring)."""
+    v = np.asarray(v, float)
+    if len(projections) == 1:
+        return projections[0](v)
+    x = v.copy()
+    increments = [np.zeros_like(x) for _ in projections]
+    scale = tol * max(1.0, float(np.max(np.abs(v), initial=0.0)))
+    for _ in range(max_cycles):
+        start = x
+        for k, project in enumerate(projections):
+            shifted = x + increments[k]
+            x = project(shifted)
+            increments[k] = shifted - x
+        if np.max(np.abs(x - start), initial=0.0) <= scale and \
+                all(np.max(np.abs(x - p(x)), initial=0.0) <= scale for p in projections[:-1]):
+            break
+    return x
+
+
+def project_intersection(pieces: list[Piece], v: np.ndarray) -> np.ndarray:
+    """The projection of v onto ∩ pieces."""
+    return dykstra([p.project for p in pieces], v)
+
+
+def intersection_residual(pieces: list[Piece], x: np.ndarray, g: np.ndarray) -> np.ndarray | None:
+    """g plus the element of the normal cone of ∩ pieces at x closest to −g: −P_T(−g), T the
+    intersection of the pieces' tangent cones at x (None when a piece has no tangent form)."""
+    if any(p.tangent(x, np.zeros_like(x)) is None for p in pieces):
+        return None
+    cones = [lambda v, p=p: p.tangent(x, v) for p in pieces]
+    return -dykstra(cones, -np.asarray(g, float))
+
+
+def is_empty(pieces: list[Piece]) -> bool:
+    """Whether ∩ pieces is empty: its linear part (boxes, halfspaces, subspaces) by a linear
+    program; with Euclidean balls, whether the least-norm point of the linear part (or 0) lies
+    outside the smallest ball. (ℓ1 balls are not checked.)"""
+    from scipy.optimize import linprog
+    linear = [p for p in pieces if isinstance(p, (Box, Halfspace, Subspace))]
+    balls = [p for p in pieces if isinstance(p, Ball)]
+    if not linear:
+        return False
+    n = next(p.a.size if isinstance(p, Halfspace) else p.Q.shape[1] if isinstance(p, Subspace)
+             else p.lower.size for p in linear)
+    lower, upper = np.full(n, -np.inf), np.full(n, np.inf)
+    rows, limits, equal_rows, equal_limits = [], [], [], []
+    for p in linear:
+        if isinstance(p, Box):
+            lower, upper = np.maximum(lower, p.lower), np.minimum(upper, p.upper)
+        elif isinstance(p, Halfspace):
+            rows.append(p.a)
+            limits.append(p.b)
+        else:
+            equal_rows.append(p.Q)
+            equal_limits.append(p.Q @ p.point)
+    if np.any(lower > upper):
+        return True
+    found = linprog(np.zeros(n), A_ub=np.array(rows) if rows else None, b_ub=limits or None,
+                    A_eq=np.vstack(equal_rows) if equal_rows else None,
+                    b_eq=np.concatenate(equal_limits) if equal_limits else None,
+                    bounds=list(zip(np.where(np.isinf(lower), None, lower),
+                                    np.where(np.isinf(upper), None, upper))), method="highs")
+    if found.status == 2:
+        return True
+    if not balls or found.status != 0:
+        return False
+    radius = min(b.radius for b in balls)
+    nearest = project_intersection(linear, np.zeros(n))
+    return float(np.linalg.norm(nearest)) > radius * (1 + 1e-9) + 1e-12
