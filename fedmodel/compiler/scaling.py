@@ -40,6 +40,7 @@ from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Parameter, Variable, postorder
 from .canonical import canonical_constraints, classify_objective
 from .codegen import Plan
+from .sets import simple_set
 from .differentiate import grad
 
 PROBE_BLOCKS = 32      # clients probed for the objective's scale (evenly spaced; scalars out)
@@ -193,7 +194,7 @@ def _is_set(constraint: Constraint) -> bool:
     """A constraint a backend may project on (or one that is nonsmooth): kept as written."""
     if not constraint.expr.is_smooth():
         return True
-    return bool(canonical_constraints([constraint], project=True).sets)
+    return simple_set(constraint, affine=True) is not None   # FedADMM projects affine sets too
 
 
 def _in_sets(problem) -> set[int]:
