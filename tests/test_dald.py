@@ -134,7 +134,7 @@ def test_cc_equals_textbook_consensus_admm():
         xhat = (sum(x) - sum(mu) / c) / len(parts)
         mu = [m + c * (xhat - xi) for m, xi in zip(mu, x)]
         res = prob.solve(DALD(rho=rho, eps_primal=0, eps_dual=0, max_iterations=k),
-                         topology=topologies.star(prob))
+                         topology=topologies.star(prob), scaling=False)   # ρ in the model's units
         assert res.iterations == {"outer": k, "inner": k}
         assert np.allclose(res.value(w), xhat, rtol=0, atol=1e-12)
         for i in range(3):
@@ -158,7 +158,8 @@ def test_dc_chain_prox_grad_matches_hand_coded_updates():
             x[i] = x[i] - alpha * g
         mu = [mu[i] + 2 * rho2 * (x[i] - x[i + 1]) for i in range(2)]
         res = prob.solve(DALD(solver="prox-grad", step=alpha, local_steps=1, eps_primal=0,
-                              eps_dual=0, max_iterations=k), topology=topologies.path(prob))
+                              eps_dual=0, max_iterations=k), topology=topologies.path(prob),
+                         scaling=False)   # α and ρ in the model's units, as the hand-coded steps
         for i in range(3):
             assert np.allclose(res.info["client_values"][f"c{i}"], x[i], atol=1e-13)
         assert np.allclose(res.info["consensus_multipliers"][("c0", "c1")], mu[0], atol=1e-13)

@@ -43,7 +43,7 @@ def test_dald_too_large_step_is_reported_as_diverged(topology, executor):
     prob, w = _least_squares()
     start = time.perf_counter()
     with pytest.warns(RuntimeWarning, match=r"DALD diverged at iteration \d+: .*x.*lower step \(now 0.3\)"):
-        res = prob.solve(DALD(solver="gd", step=0.3, local_steps=3, max_iterations=500),
+        res = prob.solve(DALD(solver="gd", step=0.3, local_steps=3, max_iterations=500), scaling=False,
                          topology=topology(prob), executor=executor)
     assert res.status == "diverged"
     assert res.iterations["inner"] < 100 and time.perf_counter() - start < 10
@@ -227,7 +227,8 @@ def test_default_adaptive_rho_recovers_from_a_bad_rho():
     prob, w = _lasso()
     x_star = prob.solve("cvxpy").value(w)
     paper = prob.solve(DALD.paper(rho=10.0, max_iterations=300), topology=topologies.star(prob))
-    fast = prob.solve(DALD(rho=10.0, max_iterations=300), topology=topologies.star(prob))
+    fast = prob.solve(DALD(rho=10.0, max_iterations=300), topology=topologies.star(prob),
+                      scaling=False)   # ρ = 10 in the model's units, as the paper preset's
     assert paper.status == "max_iterations" and np.max(np.abs(paper.value(w) - x_star)) > 1e-3
     assert fast.status == "converged" and fast.iterations["inner"] < 100
     assert np.max(np.abs(fast.value(w) - x_star)) <= 1e-4 * max(1.0, np.max(np.abs(x_star)))
@@ -254,7 +255,7 @@ def test_dp_admm_default_reaches_cvxpy_where_fixed_rho_diverges(n):
     assert res.status == "converged" and res.iterations["rounds"] < 1000
     np.testing.assert_allclose(res.value(w), x_star, atol=1e-6)
     with pytest.warns(RuntimeWarning, match="DP-ADMM diverged"):
-        assert prob.solve(DPADMM(rho_schedule="mnist")).status == "diverged"
+        assert prob.solve(DPADMM(rho_schedule="mnist"), scaling=False).status == "diverged"
     paper = prob.solve(DPADMM.paper(max_rounds=300))
     assert np.max(np.abs(paper.value(w) - x_star)) > 1e-3
 

@@ -162,11 +162,11 @@ def test_proximal_algorithm_matches_textbook_iterates():
     H = 2 * A.T @ A / M + np.eye(D) / alpha
     for k in range(1, 7):
         x = np.linalg.solve(H, 2 * A.T @ b / M + x / alpha)
-        res = prob.solve(ProximalAlgorithm(alpha=alpha, max_iterations=k, tol=0))
+        res = prob.solve(ProximalAlgorithm(alpha=alpha, max_iterations=k, tol=0), scaling=False)
         assert res.iterations["inner"] == k
         assert np.allclose(res.value(w), x, rtol=0, atol=1e-12), k
         assert np.max(np.abs(res.info["consensus_multipliers"]["c0"])) <= 1e-14   # μ ≡ 0 (68)
-    long = prob.solve(ProximalAlgorithm(alpha=alpha, max_iterations=2000, tol=1e-12))
+    long = prob.solve(ProximalAlgorithm(alpha=alpha, max_iterations=2000, tol=1e-12), scaling=False)
     assert long.status == "converged"
     assert np.allclose(long.value(w), np.linalg.lstsq(A, b, rcond=None)[0], atol=1e-9)
 
@@ -188,7 +188,7 @@ def test_distributed_gd_matches_textbook_iterates():
     for k in range(1, 7):
         mean = sum(xs) / len(xs)
         xs = [mean - alpha * 2 * A.T @ (A @ x - b) / M for (A, b), x in zip(parts, xs)]
-        res = prob.solve(DistributedGD(step=alpha, max_rounds=k, tol=0))
+        res = prob.solve(DistributedGD(step=alpha, max_rounds=k, tol=0), scaling=False)
         assert res.iterations == {"rounds": k}
         for i, x in enumerate(xs):
             assert np.allclose(res.info["client_values"][f"c{i}"], x, rtol=0, atol=1e-13), (k, i)
@@ -200,7 +200,7 @@ def test_distributed_gd_settles_near_the_optimum():
     parts = _regression(3, seed=5)
     prob, w = _least_squares_problem(parts)
     x_star = prob.solve("cvxpy").value(w)
-    errors = [np.max(np.abs(prob.solve(DistributedGD(step=a, max_rounds=3000, tol=1e-12)).value(w)
+    errors = [np.max(np.abs(prob.solve(DistributedGD(step=a, max_rounds=3000, tol=1e-12), scaling=False).value(w)
                             - x_star)) for a in (0.02, 0.005)]
     assert errors[0] < 0.5 and errors[1] < errors[0] / 2
 

@@ -151,7 +151,7 @@ class ScaledModel:
 def equilibrate(problem) -> ScaledModel | None:
     """The equilibrated copy of `problem`, or None when there is nothing to scale (every factor
     is one) or the data are not held here (loaders: the nodes hold them)."""
-    if problem.remote_data() or not _supported(problem):
+    if problem.remote_data() or not problem.is_convex() or not _supported(problem):
         return None
     variables = problem.variables()
     fixed = _in_sets(problem)
@@ -181,7 +181,8 @@ def equilibrate(problem) -> ScaledModel | None:
 def _supported(problem) -> bool:
     """Every term has a gradient or a prox and every constraint a smooth form or a projection.
     A model that fails this is refused by the backend; unscaled, its error shows the user's
-    expressions, not their equilibrated copies."""
+    expressions, not their equilibrated copies. (Nonconvex models are not equilibrated either:
+    CVXPY refuses them naming their terms, and a probe at the origin says little about them.)"""
     try:
         return not classify_objective(problem.objective_terms).unsupported and \
             not canonical_constraints(problem.constraints, project=True).unsupported

@@ -101,7 +101,7 @@ def measure(exp: Experiment, epsilons, seeds: int, rounds: int, verbose: bool = 
     rows: dict = {}
     for name, backend in (("CVXPY", CVXPY()), ("ProxAL", ProxAL())):
         start = time.perf_counter()
-        res = exp.problem.solve(backend)
+        res = exp.problem.solve(backend, scaling=False)   # as written
         v = res.value(exp.w)
         rows[name] = {"objective": [res.objective], "violation": [res.max_violation],
                       "error": [exp.test_error(v)], "status": res.status,
@@ -113,7 +113,7 @@ def measure(exp: Experiment, epsilons, seeds: int, rounds: int, verbose: bool = 
             algo = DPADMM(epsilon=eps, seed=seed, max_rounds=rounds if private else max(20 * rounds, 6000),
                           tol=0.0 if private else 1e-6, log_every=rounds)
             start = time.perf_counter()
-            res = exp.problem.solve(algo)
+            res = exp.problem.solve(algo, scaling=False)   # as written
             v = res.value(exp.w)
             runs.append((res.objective, res.max_violation, exp.test_error(v), res,
                          time.perf_counter() - start))

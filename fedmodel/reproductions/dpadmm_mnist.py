@@ -63,7 +63,7 @@ def solve(parts, variant: str, epsilon: float, rounds: int, seed: int = 0,
                         trust_radius=trust_radius, log_every=log_every or max(1, rounds // 20),
                         outp_std=outp_std)
     start = time.perf_counter()
-    res = prob.solve(algo)
+    res = prob.solve(algo, scaling=False)   # the paper's model as written
     return {"W": res.value(W), "history": res.history, "status": res.status,
             "seconds": time.perf_counter() - start, "info": res.info}
 

@@ -74,7 +74,7 @@ def solve(parts, options: dict, rounds: int, seed: int = 0, participation: float
     prob, W = softmax_regression(parts, CLASSES, scale="client", alpha=alpha, name="insa-mnist")
     algo = FedADMM.paper(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)
     start = time.perf_counter()
-    res = prob.solve(algo)
+    res = prob.solve(algo, scaling=False)   # the paper's model as written
     h = res.history
     first = res.history[0]["participants"][0] if h else None
     return {"W": res.value(W), **curves(res), "client_steps": [r["client_steps"].get(first) for r in h],
