@@ -196,7 +196,7 @@ class NodeProgram:
     def _direction_plan(self) -> tuple[Plan, list[Parameter]]:
         """The compiled Hessian-vector product ∇(∇P_i · v) with the direction v as Parameters
         (one per variable), built on first use: O(N) memory per product, whatever N."""
-        if self._hvp_directions is None:
+        if getattr(self, "_hvp_directions", None) is None:   # (absent in older pickles)
             g = [grad(self.merit_ir.expression, v) for v in self.variables]
             directions = [Parameter(v.shape, name=f"dir[{v.name}]") for v in self.variables]
             gv = add(*[sum_(multiply(gi, di)) for gi, di in zip(g, directions)])
