@@ -13,7 +13,7 @@ from fedmodel.collector import collection_paused
 from fedmodel.compiler.codegen import Plan
 from fedmodel.compiler.scaling import equilibrate
 from fedmodel.errors import DataError
-from fedmodel.expression import Constant, Data, Parameter
+from fedmodel.expression import Constant, Data, Parameter, is_sparse
 from fedmodel.result import Result
 from fedmodel.runtime.checkpoint import Checkpointer
 from .watch import steady_descent
@@ -106,7 +106,8 @@ def check_scaling(problem) -> None:
             if id(leaf) in seen or getattr(leaf, "remote", False) or leaf.value is None:
                 continue
             seen.add(id(leaf))
-            array = np.asarray(leaf.value, dtype=float)
+            value = leaf.value.data if is_sparse(leaf.value) else leaf.value   # stored entries
+            array = np.asarray(value, dtype=float)
             if array.size == 0:
                 continue
             largest = max(float(np.max(array)), -float(np.min(array)))   # no |array| copy

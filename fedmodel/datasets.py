@@ -127,12 +127,40 @@ def load_adult_uci121(split: str = "train", root=None) -> Dataset:
     return load_uci121("adult", split=split, root=root)
 
 
-def load_a9a(split: str = "train", root=None) -> Dataset:
-    """LIBSVM a9a (123 binary features), labels +1 → 1, −1 → 0."""
+def load_a9a(split: str = "train", root=None, sparse: bool = False) -> Dataset:
+    """LIBSVM a9a (123 binary features), labels +1 → 1, −1 → 0; `sparse`: X as scipy CSR."""
     from sklearn.datasets import load_svmlight_file
     relative = "libsvm/a9a" if split == "train" else "libsvm/a9a.t"
     X, y = load_svmlight_file(str(data_file(relative, root)), n_features=123)
-    return Dataset(np.asarray(X.todense()), (y > 0).astype(int), "a9a", {"file": relative})
+    X = X.tocsr() if sparse else np.asarray(X.todense())
+    return Dataset(X, (y > 0).astype(int), "a9a", {"file": relative})
+
+
+def hashed_pairs(X, buckets: int):
+    """X (scipy.sparse or array, n × p) with hashed pairwise interactions appended: for each
+    pair i < j of a row's nonzero features, the product X_i·X_j added into column
+    p + hash(i, j) mod `buckets` (a fixed multiplicative hash) — n × (p + buckets), CSR. a9a
+    with 16,384 buckets: d = 16,507, ~100 nonzeros a row (the large sparse model of issue 25)."""
+    import scipy.sparse as sp
+    X = sp.csr_array(X, dtype=float)
+    X.sum_duplicates()
+    n, p = X.shape
+    counts = np.diff(X.indptr)
+    rows, cols, vals = [np.repeat(np.arange(n), counts)], [X.indices.astype(np.int64)], [X.data]
+    for k in np.unique(counts[counts > 1]):       # rows with k nonzeros at once (a9a: k ≤ 14)
+        which = np.flatnonzero(counts == k)
+        at = X.indptr[which][:, None] + np.arange(k)         # (rows, k) positions in X.data
+        i, j = np.triu_indices(k, 1)
+        a = X.indices[at[:, i]].astype(np.uint64)
+        b = X.indices[at[:, j]].astype(np.uint64)
+        h = ((a * np.uint64(1_000_003) + b) * np.uint64(2_654_435_761)) % np.uint64(2**32)
+        rows.append(np.repeat(which, len(i)))
+        cols.append(p + (h % np.uint64(buckets)).astype(np.int64).ravel())
+        vals.append((X.data[at[:, i]] * X.data[at[:, j]]).ravel())
+    out = sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                       shape=(n, p + buckets))
+    out.sum_duplicates()
+    return out
 
 
 ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status",

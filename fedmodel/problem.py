@@ -14,7 +14,7 @@ from .collector import solve_scope
 from .compiler.split import split_constraint, split_objective
 from .constraints import Constraint
 from .errors import DataError, FedModelError, ShapeError
-from .expression import Constant, Data, Expression, Variable, as_expr
+from .expression import Constant, Data, Expression, Variable, as_expr, is_sparse, sparse_csr
 from .result import Certificate
 
 _problem_ids = itertools.count()
@@ -167,8 +167,12 @@ def _numeric_array(array: Any, what: str) -> np.ndarray:
     names the block and the data (NaN/inf and non-numeric entries are caught by `Data`)."""
     if array is None:
         raise DataError(f"{what} is None; pass a numeric array")
-    if hasattr(array, "toarray") and not isinstance(array, np.ndarray):  # scipy.sparse
-        array = array.toarray()
+    if is_sparse(array):     # kept sparse, as CSR (`expression.sparse_csr`)
+        out = sparse_csr(array, what)
+        if 0 in out.shape:
+            raise DataError(f"{what} is empty (shape {out.shape}); give every block non-empty "
+                            "data or remove the block")
+        return out
     try:
         out = np.asarray(array)
     except (TypeError, ValueError) as exc:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import FedModelError
-from ..expression import Constant, Expression, Leaf, Parameter, postorder
+from ..expression import Constant, Expression, Leaf, Parameter, is_sparse, postorder
 
 
 # Compiled plan sources. Constants and functions are bound as arguments of `_make`, so the plans
@@ -354,9 +354,9 @@ def _inline(node: Expression, args: list[str]) -> str | None:
 def _constant_kind(value: Any) -> int:
     """What the emitted source depends on in a constant: 0 not an array (a numpy or Python
     scalar from folding), 1 a 0-d array (bound as a numpy scalar too), 2 an array with axes
-    (an output of it is copied)."""
+    (an output of it is copied), 3 a scipy.sparse matrix (products only, never densified)."""
     if not isinstance(value, np.ndarray):
-        return 0
+        return 3 if is_sparse(value) else 0
     return 1 if value.ndim == 0 else 2
 
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import FedModelError
+from ..expression import is_sparse
 from .codegen import Plan, _missing
 
 
@@ -269,6 +270,41 @@ def _structure(plan: Plan) -> tuple:
             tuple(plan.out_slots), tuple(v.shape for v in plan.inputs))
 
 
+# scipy.sparse data reaches JAX densified (jax.numpy has no CSR products that vmap), only up
+# to this many entries over the plans lowered together; beyond, a FedModelError
+JAX_DENSIFY_MAX = 50_000_000
+
+
+class _Densified:
+    """A plan whose scipy.sparse constants read as dense arrays (the rest delegated)."""
+
+    def __init__(self, plan: Plan):
+        self._plan = plan
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._plan, name)
+
+    def constant(self, slot: int) -> Any:
+        value = self._plan.constant(slot)
+        return value.toarray() if is_sparse(value) else value
+
+
+def _dense_constants(plans: Sequence[Plan]) -> list:
+    """`plans`, those with sparse constants wrapped to read them dense (`_Densified`), after a
+    size check: a FedModelError before any allocation when the dense data would exceed
+    `JAX_DENSIFY_MAX` entries (the batched and serial executors keep it sparse)."""
+    sparse = [(p, s) for p in plans for s in p.constant_slots if is_sparse(p.constant(s))]
+    if not sparse:
+        return list(plans)
+    entries = sum(int(np.prod(p.constant(s).shape)) for p, s in sparse)
+    if entries > JAX_DENSIFY_MAX:
+        raise FedModelError(
+            f"executor='jax' would densify sparse client data into {entries:,} entries "
+            f"({8 * entries / 1e9:.1f} GB), beyond JAX_DENSIFY_MAX = {JAX_DENSIFY_MAX:,}: use "
+            "executor='batched' (sparse block products) or executor='serial' for this model")
+    return [_Densified(p) if any(q is p for q, _ in sparse) else p for p in plans]
+
+
 def _is_transpose(a: Any, b: Any) -> bool:
     """`a` is `b.T` (a folded transpose viewing the same memory): lowered as `b.T`, so the data
     is held once on the device."""
@@ -385,6 +421,7 @@ class JaxPlan:
     def __init__(self, plan: Plan):
         jax, jnp = jax_modules()
         self.plan = plan
+        plan = _dense_constants([plan])[0]
         self._lowered = _Lowered([plan], None, set(plan.constant_slots))
         with float64():
             self._consts = [jnp.asarray(np.asarray(plan.constant(s), dtype=float))
@@ -417,6 +454,7 @@ class JaxGroupPlan:
         jax, jnp = jax_modules()
         if not plans:
             raise FedModelError("JaxGroupPlan needs at least one plan")
+        plans = _dense_constants(plans)
         first = plans[0]
         if len({_structure(p) for p in plans}) > 1:
             raise FedModelError("JaxGroupPlan needs plans of one structure (the same steps with "

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import solvers
 from .solvers import MIN_STEP, accepted, descent, stale
 
 # a group's stacked Newton matrices (k × N² floats, N = n_x + n_y) are held twice over (the
@@ -23,8 +24,10 @@ MAX_HESSIAN_FLOATS = 25_000_000
 
 
 def stack_fits(k: int, N: int) -> bool:
-    """k clients' Newton matrices of N unknowns can be solved as one stack (`MAX_HESSIAN_FLOATS`)."""
-    return k * N * N <= MAX_HESSIAN_FLOATS
+    """k clients' Newton matrices of N unknowns can be solved as one stack (`MAX_HESSIAN_FLOATS`),
+    and each one may be formed at all (`solvers.dense_fits`: else the clients' solves are
+    Hessian-free, one by one)."""
+    return k * N * N <= MAX_HESSIAN_FLOATS and solvers.dense_fits(N)
 
 
 # fun_grad(Z, which): values (k,) and gradients (k, N) at Z of the rows `which` (None: all)

@@ -32,7 +32,7 @@ from .. import atoms as A
 from ..atoms.elementwise import Elementwise
 from ..compiler.codegen import Plan, _fused_pairs
 from ..errors import FedModelError
-from ..expression import Parameter
+from ..expression import Parameter, is_sparse
 from .dense_blocks import DenseBlocks
 
 
@@ -75,10 +75,24 @@ class Seg:
         return np.repeat(per_client, self.sizes)
 
 
+# scipy.sparse client data is multiplied as sparse (`BatchedPlan._sparse_block`); a step that
+# needs its entries one by one (an elementwise product with the data itself) densifies it only
+# up to this many entries over the group, else refuses (FedModelError, naming the serial executor)
+SPARSE_DENSIFY_MAX = 1_000_000
+
+
 def _flat_constant(cache: dict[int, np.ndarray], values: list, slot: int) -> np.ndarray:
     """The clients' values of per-client constant `slot` as one flat vector, made on first use
     and kept in `cache`."""
     if slot not in cache:
+        if any(is_sparse(v) for v in values):
+            entries = sum(int(np.prod(v.shape)) for v in values)
+            if entries > SPARSE_DENSIFY_MAX:
+                raise FedModelError(
+                    f"the batched executor would densify sparse client data ({entries} entries "
+                    "over the group) for a step other than a product with it (X @ w, X.T @ r); "
+                    "solve with executor='serial', which keeps every step sparse")
+            values = [v.toarray() if is_sparse(v) else v for v in values]
         cache[slot] = np.concatenate([np.ravel(v) for v in values]).astype(float)
     return cache[slot]
 
@@ -150,8 +164,10 @@ class BatchedPlan:
             self.kind[i] = "B"
             self.seg[i] = Seg([p.inputs[i].shape for p in plans])
         for slot in first.constant_slots:
-            values = [np.asarray(p.constant(slot)) for p in plans]
-            if all(v is values[0] or (v.shape == values[0].shape and np.array_equal(v, values[0]))
+            values = [p.constant(slot) for p in plans]
+            values = [v if is_sparse(v) else np.asarray(v) for v in values]   # sparse stays sparse
+            if all(v is values[0] or (not is_sparse(v) and not is_sparse(values[0]) and
+                                      v.shape == values[0].shape and np.array_equal(v, values[0]))
                    for v in values):
                 self.kind[slot] = "C"
                 v = values[0]
@@ -447,10 +463,10 @@ class BatchedPlan:
             return "block-diagonal", lambda vals: vals.__setitem__(out, bd @ g(vals))
         # a matrix shared by every client
         if ka == "C" and np.ndim(sa) == 2 and kb == "B" and sb.uniform is not None and len(sb.uniform) == 1:
-            M, g = np.asarray(sa), get[1]
+            M, g = (sa if is_sparse(sa) else np.asarray(sa)), get[1]
             return "shared-matrix", lambda vals: vals.__setitem__(out, (g(vals).reshape(n, -1) @ M.T).ravel())
         if kb == "C" and np.ndim(sb) == 2 and ka == "B" and sa.uniform is not None and len(sa.uniform) == 1:
-            M, g = np.asarray(sb), get[0]
+            M, g = (sb if is_sparse(sb) else np.asarray(sb)), get[0]
             return "shared-matrix", lambda vals: vals.__setitem__(out, (g(vals).reshape(n, -1) @ M).ravel())
         return None
 
@@ -458,6 +474,8 @@ class BatchedPlan:
         """diag(C_1, …, C_n) of a per-client constant (transposed: diag(C_1ᵀ, …)). A folded
         `X.T` is a view of X: its matrix is diag(X_i)ᵀ, sharing the data of diag(X_i), so the
         gradient's Xᵀr reads the same memory as Xw (half the traffic, one copy of the data)."""
+        if any(is_sparse(v) for v in self.common[slot]):
+            return self._sparse_block(self.common[slot], transpose)
         blocks = [np.asarray(v, float) for v in self.common[slot]]
         if transpose:
             blocks = [b.T if b.ndim == 2 else b for b in blocks]   # 1-D: v @ c = c as a row
@@ -479,6 +497,30 @@ class BatchedPlan:
         if key not in self._bd:
             self._bd[key] = (_block_diag(blocks), blocks)
         return self._bd[key][0]
+
+    def _sparse_block(self, values: list, transpose: bool):
+        """diag(C_i) (transposed: diag(C_iᵀ)) of per-client constants some of which are sparse,
+        never densified: one CSR diag of the clients' data in CSR orientation, built once per
+        group, and its transpose (a CSC view of the same arrays) where the step reads Cᵀ. A
+        folded `X.T` (CSC, a view of the CSR X) so shares the matrix of X's products."""
+        import scipy.sparse as sp
+        oriented, flipped = [], []
+        for v in values:
+            v = v if is_sparse(v) else sp.csr_array(np.atleast_2d(np.asarray(v, float)))
+            flipped.append(v.format == "csc")
+            oriented.append(v.T if v.format == "csc" else v.tocsr())   # (a view for csr/csc)
+        if len(set(flipped)) > 1:      # mixed orientations (rare): each block as the step reads it
+            blocks = [(v if f else v.T) if transpose else (v.T if f else v) for v, f in zip(oriented, flipped)]
+            return sp.block_diag([b.tocsr() for b in blocks], format="csr")
+        # keyed by the stored arrays (X and a folded X.T share them); the entry keeps them alive
+        key = ("sparse", tuple(id(v.data) for v in oriented))
+        if key not in self._bd:
+            base = sp.block_diag(oriented, format="csr")
+            index = np.int32 if max(base.nnz, *base.shape) < 2**31 - 1 else np.int64
+            base.indices, base.indptr = base.indices.astype(index), base.indptr.astype(index)
+            self._bd[key] = (base, oriented)
+        base = self._bd[key][0]
+        return base.T if flipped[0] != transpose else base
 
     def _loop(self, nodes, args, out: int, get) -> Callable:
         """Client by client with each client's own node (any atom)."""

@@ -4,6 +4,8 @@ Each stops on the ∞-norm of the gradient (or of a subgradient for prox steps),
 - `exact`: quadratic subproblems, one linear solve with the (constant) Hessian;
 - `newton`: Newton with the Hessian assembled from derived Hessian-vector products, for small
   dimensions, with backtracking;
+- `newton_cg`: truncated Newton (conjugate gradients on Hessian-vector products) for
+  dimensions whose d × d matrix exceeds `DENSE_NEWTON_FLOATS` (`dense_fits`): no matrix formed;
 - `lbfgs`: scipy's L-BFGS-B with analytic gradients (its `gtol` is an ∞-norm test);
 - `gd`: a fixed number of gradient steps (FedAvg/FedADMM-style local work);
 - `prox_gradient`: accelerated proximal gradient for a smooth part plus a prox-able term.
@@ -15,6 +17,18 @@ from typing import Callable
 import numpy as np
 
 FunGrad = Callable[[np.ndarray], tuple[float, np.ndarray]]
+
+# The most floats one dense Newton matrix may hold (160 MB; a factorization keeps up to three
+# such arrays alive: the Hessian, the shifted copy and its factor). Local solves with more
+# unknowns N (N² > this, N > 4472) are Hessian-free (`newton_cg`, L-BFGS): a d × d matrix at
+# d = 16,507 is 2.2 GB, and the factorization's copies crashed the interpreter (issue 25).
+# A module attribute, read at each call: set `solvers.DENSE_NEWTON_FLOATS` to change it.
+DENSE_NEWTON_FLOATS = 20_000_000
+
+
+def dense_fits(n: int, count: int = 1) -> bool:
+    """Whether `count` dense n × n Newton matrices fit `DENSE_NEWTON_FLOATS` floats."""
+    return count * n * n <= DENSE_NEWTON_FLOATS
 
 
 def lbfgs(fun_grad: FunGrad, x0: np.ndarray, tol: float, max_steps: int = 1000) -> tuple[np.ndarray, int, float]:
@@ -63,6 +77,67 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
 
 
 MIN_STEP = 1e-10        # backtracking below this step finds no descent at double precision
+
+
+def newton_cg(fun_grad: FunGrad, hvp: Callable[[np.ndarray, np.ndarray], np.ndarray], x0: np.ndarray,
+              tol: float, max_steps: int = 100, exact: bool = False) -> tuple[np.ndarray, int, float]:
+    """Truncated Newton for large smooth convex problems: each direction solves H d = −g by
+    conjugate gradients on `hvp(x, v)` = ∇²f(x)·v (no matrix is formed: memory O(n)), to the
+    relative residual η = min(0.5, √(‖g‖∞/‖g₀‖∞)) (superlinear near the solution) and never
+    much below what `tol` needs; a negative-curvature direction ends CG (−g if it is the
+    first). Steps are backtracked with `solvers.newton`'s rules (`descent`, `accepted`). With
+    `exact` (a quadratic: the "exact" method) CG goes to a relative residual of 1e-12, so one
+    step solves it, and at most 3 steps are taken. Returns (x, Newton steps, ‖∇‖∞)."""
+    x = np.array(x0, dtype=float)
+    value, g = fun_grad(x)
+    residual = first = norm_inf(g)
+    if exact:
+        max_steps = min(max_steps, 3)
+    steps = 0
+    while residual > tol and steps < max_steps:
+        eta = 1e-12 if exact else min(0.5, np.sqrt(residual / first)) if first > 0 else 0.5
+        target = max(eta * residual, 0.1 * tol)
+        direction, slope = descent(g, _conjugate_gradients(lambda v: hvp(x, v), g, target))
+        t = 1.0
+        while True:
+            candidate = x + t * direction
+            new_value, new_g = fun_grad(candidate)
+            new_residual = norm_inf(new_g)
+            if accepted(new_value, value, t, slope, new_residual, residual):
+                break
+            t *= 0.5
+            if t < MIN_STEP:     # no descent left at this precision
+                return x, steps, residual
+        x, value, g, residual = candidate, new_value, new_g, new_residual
+        steps += 1
+    return x, steps, residual
+
+
+def _conjugate_gradients(apply: Callable[[np.ndarray], np.ndarray], g: np.ndarray, target: float,
+                         max_iterations: int | None = None) -> np.ndarray:
+    """An approximate solution d of H d = −g by CG (H = `apply`, symmetric), stopped when
+    ‖H d + g‖∞ ≤ target, at negative or zero curvature (the iterate so far; −g at the start),
+    or after `max_iterations` (default min(n, 1000) + 20)."""
+    n = g.size
+    limit = max_iterations if max_iterations is not None else min(n, 1000) + 20
+    d = np.zeros(n)
+    r = -g.copy()                    # residual −g − H d
+    p = r.copy()
+    rr = float(r @ r)
+    for _ in range(limit):
+        if norm_inf(r) <= target:
+            break
+        Hp = apply(p)
+        curvature = float(p @ Hp)
+        if not curvature > 0.0:      # (also NaN) not positive definite along p
+            return d if d.any() else -g
+        alpha = rr / curvature
+        d += alpha * p
+        r -= alpha * Hp
+        rr_new = float(r @ r)
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    return d
 
 
 def descent(g: np.ndarray, direction: np.ndarray) -> tuple:
