@@ -175,7 +175,8 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
     else:
         with collection_paused():    # whole-model plans: millions of objects at n = 10⁴
             objective, violation = objective_and_violation(problem, values)
-            if outcome["status"] == "converged" and violation > CONVERGED_VIOLATION:
+            if violation > CONVERGED_VIOLATION and (outcome["status"] == "converged" or (
+                    outcome["status"] == "max_iterations" and outcome.get("biased_fixed_point"))):
                 _not_converged_when_infeasible(problem, backend_name, outcome, values)
             if certificate is None and values and np.isfinite(objective):
                 certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
@@ -204,13 +205,24 @@ def _judge_steady_descent(outcome: dict[str, Any]) -> None:
 def _not_converged_when_infeasible(problem, backend_name: str, outcome: dict[str, Any], values) -> None:
     """A run that stopped moving at a point violating constraints by more than
     CONVERGED_VIOLATION (FedAvg / FedProx on contradictory client sets: their stop test is the
-    model's change only) is "stalled", naming the constraints, never "converged"."""
+    model's change only) is "stalled", naming the constraints, never "converged". So is a run
+    at its round cap whose outcome says `biased_fixed_point` (FedAvg / FedProx / DGD: each
+    client's constraints hold at its own iterate, not at their average, so more rounds do not
+    remove the violation): "max_iterations" would suggest they might."""
     violated = violated_constraints(problem, values, CONVERGED_VIOLATION)
     worst = ", ".join(f"{name} by {v:.3g}" for name, v in list(violated.items())[:3])
     outcome.setdefault("info", {})["violated"] = violated
-    _say(outcome, "stalled", f"{backend_name} stopped moving at a point that violates {worst}: not a "
+    how = "stopped moving" if outcome["status"] == "converged" else \
+        f"reached its round cap ({_rounds(outcome)}) without removing the violation,"
+    _say(outcome, "stalled", f"{backend_name} {how} at a point that violates {worst}: not a "
          "solution. The model may be infeasible (prob.solve('cvxpy') decides it), or this backend "
          "does not enforce these constraints at its fixed point (ProxAL and DALD do)", status="stalled")
+
+
+def _rounds(outcome: dict[str, Any]) -> str:
+    """The run's length in its own unit, for a message ("10000 rounds", "1000 inner")."""
+    return ", ".join(f"{count} {unit}" for unit, count in (outcome.get("iterations") or {}).items()) \
+        or "its last iteration"
 
 
 def _warn_not_stationary(backend_name: str, outcome: dict[str, Any], stationarity: float) -> None:

@@ -163,6 +163,9 @@ class _DistributedPA(DALD):
         finally:
             step, self.step = self.step, (1.0 if automatic else self.step)
         out["info"]["step"] = step          # the local gradient step used (chosen when step=None)
+        # client constraints hold at each client's own iterate, not at x̂: at the round cap a
+        # violated client set is "stalled" (`base.finish_result`), never left to more rounds
+        out["biased_fixed_point"] = True
         out["iterations"] = {"rounds": out["iterations"]["inner"]}
         for record in out["history"]:
             record["round"] = record.pop("iteration")

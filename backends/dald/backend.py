@@ -136,26 +136,44 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
             hint = f"raise rho (now {self.rho!r}) or check the model's scaling"
         return DivergenceWatch("DALD", hint=hint)
 
+    def _stall_span(self, k: int) -> int:
+        """The stall rule's window after `k` outer steps: `stall_window`, growing with the run
+        (a quarter of it), so a long run is judged by its progress over a long stretch, not by
+        the last few steps of an oscillation."""
+        return max(int(self.stall_window), k // 4)
+
     def _stall(self, history: list[dict]) -> str | None:
-        """"infeasible" / "stalled" when the consensus and constraint residuals have not improved
-        by 0.1% over the last `stall_window` outer steps and stay well above the tolerance, and
-        the model's constraints are violated at the last reported point:
-        the augmented-Lagrangian signature of an infeasible model (the iterates settle at a
-        least-violation point while the multipliers grow linearly). "infeasible" needs the
-        iterates settled and exact local solves; with gd / prox-grad a slow run looks the same,
-        so it says "stalled"."""
-        W = self.stall_window
-        if W is None or len(history) < 2 * W:
+        """"infeasible" / "stalled" when the run shows the augmented-Lagrangian signature of an
+        infeasible model — the iterates settle at a least-violation point while the multipliers
+        grow linearly — and nothing else:
+
+        1. no progress: the best consensus / constraint residual of the last window is not 0.1 %
+           below the best of the window before (windows of `_stall_span(k)` steps, growing with
+           the run) and stays well above the tolerance;
+        2. the constraint multipliers grow at every step of the last window: their step
+           ‖Δμ‖/β (`constraint_residual`) stays above the tolerance and within a factor 2 of
+           its largest value in the window (a feasible run's steps shrink, or come and go as a
+           constraint turns active and inactive);
+        3. the model's constraints are violated at every reported point of the last window.
+
+        A feasible model whose residuals oscillate (adaptive ρ, a constraint turning active)
+        fails 2 or 3 and runs on. "infeasible" also needs the iterates settled and exact local
+        solves; with gd / prox-grad a slow run looks the same, so it says "stalled"."""
+        if self.stall_window is None:
+            return None
+        W = self._stall_span(len(history))
+        if len(history) < 2 * W:
             return None
         r = [max(h["primal_residual"], h["constraint_residual"]) for h in history[-2 * W:]]
         before, recent = min(r[:W]), min(r[W:])
         floor = max(100.0 * self.eps_primal, 1e-6)
         if recent < (1.0 - 1e-3) * before or recent <= floor:
             return None
-        # and a constraint is violated at the model itself: a feasible model whose consensus
-        # converges slowly (adaptive ρ still moving) shows the same plateau without a violation
+        steps = [h["constraint_residual"] for h in history[-W:]]
+        if min(steps) <= floor or min(steps) < 0.5 * max(steps):
+            return None
         reported = [h["violation"] for h in history[-W:] if np.isfinite(h["violation"])]
-        if not reported or reported[-1] <= floor:
+        if not reported or min(reported) <= floor:
             return None
         settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
         return "infeasible" if settled and self.solver not in ("gd", "prox-grad") else "stalled"
@@ -167,10 +185,10 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
             return
         violated = violated_constraints(problem, values, tol=self.eps_primal)
         what = ("the model looks infeasible (the iterates settled while the multipliers grow)"
-                if status == "infeasible" else "no progress")
+                if status == "infeasible" else "no progress while the multipliers grow")
         info["violated"] = violated
         info[status] = (f"DALD stopped at outer iteration {k}: the consensus / constraint residuals "
-                        f"did not improve over {2 * self.stall_window} outer iterations — {what}. "
+                        f"did not improve over {2 * self._stall_span(k)} outer iterations — {what}. "
                         f"Violated at the point returned: "
                         + (", ".join(f"{n} (by {v:.3g})" for n, v in violated.items()) or "none")
                         + ". Check these constraints together (and against the other clients' "

@@ -187,7 +187,8 @@ class FedDALDDC:
         ex.ledger.rounds = total
         consensus = {}
         for n, m in ex.map("dald_state", {n: {} for n in order}).items():
-            for j, mu in (m["mu"] or {}).items():
+            edges = m["mu"] if isinstance(m["mu"], dict) else {}   # (a node with no edges: none)
+            for j, mu in edges.items():
                 if position[n] < position[j]:
                     consensus[(n, j)] = mu
         self._stall_report(problem, status, values, info, k)

@@ -42,9 +42,12 @@ def _dc_solve(program, tol, solver, step, local_steps, warm=1.0):
                        + Σ_{e<s}[μ_esᵀ(x_e − x_s) + ‖ρ_es∘(x_e − x_s)‖²], newest neighbour copies."""
     s = program.state["dald"]
     edges = s["edges"].values()
-    linear = sum(e["sign"] * e["mu"] for e in edges)
-    weight = sum(2.0 * e["rho2"] * np.ones_like(e["x"]) for e in edges)
-    anchor = sum(2.0 * e["rho2"] * e["x"] for e in edges) / weight
+    if not edges:           # a one-node graph: no consensus terms, (20) is the node's own problem
+        linear, weight, anchor = np.zeros_like(s["x"]), 0.0, s["x"]
+    else:
+        linear = sum(e["sign"] * e["mu"] for e in edges)
+        weight = sum(2.0 * e["rho2"] * np.ones_like(e["x"]) for e in edges)
+        anchor = sum(2.0 * e["rho2"] * e["x"] for e in edges) / weight
     x0 = s["x"] if warm else anchor
     x, steps = local_argmin(program, linear, weight, anchor, x0, tol, solver, step, local_steps)
     s["x"], s["solved"] = x, True

@@ -58,7 +58,7 @@ from ..base import Backend, paper_preset
 from ..common import check_count, check_number as _number, require_star
 from .accounting import RunAccounting, calibrated_epsilon, composition
 from .batched import iadmm_step     # registers the client procedures (client) and the batched step
-from .constrained import check_clients
+from .constrained import check_clients, has_local_terms
 from ..projecting import compile_projecting
 from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS,
                       RhoSchedule, as_rho_schedule, check_clip, check_readings, check_sensitivity,
@@ -72,14 +72,15 @@ __all__ = ["DPADMM", "PAPER_DPADMM", "RHO_PRESETS", "RhoSchedule", "composition"
 class DPADMM(RoundLoop, RunAccounting, Backend):
     """DP-IADMM: ObjT (Algorithm 2), ObjP (Algorithm 1, default) and the OutP baseline.
 
-    Defaults: the fastest robust non-private configuration (ε̄ = ∞, ObjP, a = 10, stop at tol);
+    Defaults: the fastest robust non-private configuration (ε̄ = ∞, ObjP as linearized ADMM at
+    ρ = 2.2·max_p L̂_p without the proximal term, stop at tol; `_linearized`);
     the paper's exact setting is `DPADMM.paper(epsilon=...)` (ObjT, a = 1, δ^t = a/t², T = 2e4).
     epsilon: ε̄ per round and client (∞: non-private IADMM). delta: OutP's δ̄ (1e-6).
     rho_schedule: "auto" (default: "mnist", floored at 2.2·max_p L̂_p, the clients' measured
     curvature, when ε̄ = ∞; a private run never releases L̂_p, so there it is "mnist") |
     "mnist" (c1=2, c2=5, T_c=1e4; the paper) | "femnist" | a RhoSchedule | a number
-    (static ρ) | a callable (t, ε̄) -> ρ. a: scales η^t = a/√t (ObjP; default 10, paper 1), δ^t (ObjT)
-    and η̂^t (OutP).
+    (static ρ) | a callable (t, ε̄) -> ρ. a: scales η^t = a/√t (ObjP; default 10,
+    paper 1; not given: no proximal term in the non-private default), δ^t (ObjT) and η̂^t (OutP).
     max_rounds: T (paper: 2e4). seed: per-client generators spawned from it (None: each client
     seeds itself). trust_radius: "paper" (a/t²) | "code" (a) | callable t -> δ^t.
     trust_norm: "inf" | "2". sensitivity: "clip" (default; formal: per-record clipping) | "paper"
@@ -103,7 +104,7 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
     checkpointing = True
 
     def __init__(self, epsilon: float = float("inf"), variant: str = "objP", delta: float = 1e-6,
-                 rho_schedule: Any = "auto", a: float = 10.0, max_rounds: int = 20000,
+                 rho_schedule: Any = "auto", a: float | None = None, max_rounds: int = 20000,
                  seed: int | None = None, trust_radius: Any = "paper", trust_norm: str = "inf",
                  sensitivity: Any = "clip", clip: float = DEFAULT_CLIP, outp_std: str = "sigma",
                  outp_constants: tuple[float, float] | None = None,
@@ -128,7 +129,10 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
             raise FedModelError("epsilon_total is a budget of a private run: give a finite epsilon")
         self.epsilon_total = epsilon_total if epsilon_total is None else \
             _number("epsilon_total", epsilon_total, 0.0, math.inf, low_closed=True)
-        a, tol = _number("a", a, 0.0, math.inf), _number("tol", tol, 0.0, math.inf, low_closed=True)
+        # a=None: 10 where η^t = a/√t is used, and none in the non-private default (`_linearized`)
+        self.a_given = a is not None
+        a = 10.0 if a is None else _number("a", a, 0.0, math.inf)
+        tol = _number("tol", tol, 0.0, math.inf, low_closed=True)
         max_rounds, log_every = check_count("max_rounds", max_rounds), check_count("log_every", log_every)
         outp_constants = check_readings(trust_radius, trust_norm, outp_std, outp_constants, seed)
         self.epsilon, self.variant, self.delta = epsilon, names[variant.lower()], delta
@@ -168,9 +172,27 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         return super().equilibrates() and math.isinf(self.epsilon) and not self.calibrate
 
     # -- public schedules ---------------------------------------------------------------------
+    def _linearized(self) -> bool:
+        """The non-private default (rho_schedule="auto", ε̄ = ∞, ObjP, `a` not given): plain
+        linearized ADMM at ρ = 2.2·max_p L̂_p (the clients' curvature measured at w⁰, where the
+        linearized z-step is stable) with no proximal term, on models whose clients have no
+        local constraints or prox-able terms (their multipliers' curvature is not in L̂_p, and
+        without the growing proximal term the Neyman-Pearson model of
+        tests/test_dp_constraints.py diverged). The paper's ρ̂^t (21) (c1 = 2, for its 1/I loss
+        scaling) and ObjP's growing 1/η^t = √t/a damp the noise; without noise they only shrink
+        the step: on a 10-client logistic model (d = 20, L̂ ≈ 0.07) ρ = 2 ≈ 30·L̂ and √t/a left
+        20,000 rounds far from the optimum (docs/privacy.md has the rounds measured)."""
+        return self.auto_rho and math.isinf(self.epsilon) and self.variant == "objP" \
+            and not self.a_given and not getattr(self, "_local", True)
+
+    def prox(self, t: int) -> float:
+        """ObjP's proximal weight 1/η^t = √t/a (0 in the non-private default, `_linearized`)."""
+        return 0.0 if self._linearized() else math.sqrt(t) / self.a
+
     def rho(self, t: int, floor: float = 0.0) -> float:
-        """ρ^t of the schedule, at least `floor` (rho_schedule="auto": 2.2·max_p L̂_p of the run)."""
-        rho = self.rho_schedule(t, self.epsilon)
+        """ρ^t of the schedule, at least `floor` (rho_schedule="auto": 2.2·max_p L̂_p of the run;
+        the non-private default: `floor` itself, `_linearized`)."""
+        rho = floor if self._linearized() and floor > 0 else self.rho_schedule(t, self.epsilon)
         rho = max(rho, floor) if isinstance(rho, (int, float)) else rho
         if not isinstance(rho, (int, float)) or not 0 < rho < math.inf:
             raise FedModelError(f"rho_schedule gave ρ^{t} = {rho}; it must be positive and finite")
@@ -196,6 +218,7 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
             checkpointer: Checkpointer = NO_CHECKPOINT, **_):
         require_star(problem, topology, self.name)
         self._check_model(problem)
+        self._local = any(has_local_terms(c) for c in problem.clients)   # (`_linearized`)
         ex = make_executor(executor).start(compile_projecting(problem))   # affine sets projected too
         try:
             run = self._calibrated(ex) if self.calibrate else self

@@ -172,7 +172,7 @@ class RoundLoop:
         the returned parameters hold the clients' largest multiplier residual."""
         step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
         if self.variant == "objP":
-            step["prox"] = math.sqrt(t) / self.a                               # 1/η^t, η^t = a/√t
+            step["prox"] = self.prox(t)                                        # 1/η^t
             if local:
                 step["dual_step"] = self.dual_step / math.sqrt(t)
         elif self.variant == "objT":
