@@ -97,14 +97,42 @@ class _DistributedPA(DALD):
             largest = float(np.max(estimates["L"], initial=0.0))
             self.step = 1.0 / largest if largest > 0 else 1.0
 
+    def _client_step(self) -> float:
+        """α, the step one round's client update takes along −∇f_i at x̂: x_i ≈ x̂ − α∇f_i(x̂)
+        (exact prox solve: 1/μ; K gradient steps of size s with proximal weight μ:
+        s·Σ_{j<K}(1 − sμ)^j)."""
+        if self.exact_local:
+            return 1.0 / self.mu
+        decay = 1.0 - self.step * self.mu
+        if self.mu == 0.0 or decay == 1.0:
+            return self.step * self.local_steps
+        return (1.0 - decay ** self.local_steps) / self.mu
+
+    def _server_step(self, ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used):
+        """(53), x̂ = (1/n)Σ x_i, then — when the server block has terms h (a regularizer) — the
+        proximal step x̂ = argmin h(x) + (n/2α)‖x − (1/n)Σ x_i‖² on the server, α the clients'
+        step (`_client_step`). With one local gradient step this is proximal gradient descent
+        on Σ_i f_i + h with step α/n, so its fixed point is the model's minimizer: h is
+        neither dropped nor reweighted. It is the server's step rather than h/n handed to every
+        client because h may read server data, which the clients never see; a smooth h is
+        solved by Newton, a prox-able one (λ‖w‖₁) by its prox."""
+        return self._with_server_terms(ex, X.sum(axis=0) / len(X), len(X), xhat, server_used)
+
+    def _with_server_terms(self, ex, mean, n: int, xhat, server_used: bool) -> np.ndarray:
+        """`_server_step`'s proximal step on the server's terms at `mean` (n clients)."""
+        if not server_used:
+            return mean
+        return ex.call("server", "solve_local", linear=None, weight=n / self._client_step(),
+                       anchor=mean, x0=xhat, method="auto", tol=1e-12)["x"]
+
     def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):
         """DALD-CC's loop, or, on an executor whose server may see only sums (`ex.sum_only`:
         secure aggregation), `_cc_summed`."""
         if not ex.sum_only:
             return super()._cc(problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt)
-        return self._cc_summed(problem, ex, xhat, d, callback, verbose, start, ckpt)
+        return self._cc_summed(problem, ex, xhat, d, server_used, callback, verbose, start, ckpt)
 
-    def _cc_summed(self, problem, ex, xhat, d, callback, verbose, start, ckpt):
+    def _cc_summed(self, problem, ex, xhat, d, server_used, callback, verbose, start, ckpt):
         """(52)–(53) with x̂ = (1/n)·Σ_i x_i from `ex.map_sum`: the server never holds an x_i, so
         the consensus residual max_i‖x̂ − x_i‖∞ is not known (NaN in the history; the stop test
         of distributed PA does not use it) and info has no client models. Every client takes
@@ -123,7 +151,8 @@ class _DistributedPA(DALD):
         bar = progress(self.max_iterations, verbose, name)
         while k < self.max_iterations:
             k += 1
-            new = ex.map_sum("dald_cc_solve", clients, common={"xhat": xhat, **opts})["x"] / len(clients)
+            total = ex.map_sum("dald_cc_solve", clients, common={"xhat": xhat, **opts})["x"]
+            new = self._with_server_terms(ex, total / len(clients), len(clients), xhat, server_used)
             if watch.check(k, **{"x̂ (server model)": new}):
                 status = watch.report(info)
                 break
@@ -150,10 +179,11 @@ class _DistributedPA(DALD):
                 "iterations": {"outer": k, "inner": k}, "ledger": ex.ledger, "info": info}
 
     def run(self, problem, **kwargs):
-        if problem.server.terms or problem.server.constraints:
+        if problem.server.constraints:
             raise FedModelError(f"{type(self).__name__} has no server step for the server block's "
-                                "terms or constraints (e.g. a λ‖w‖₁ regularizer); put them on the "
-                                "clients or use backends.DALD")
+                                f"constraints {[c.name for c in problem.server.constraints]}: its "
+                                "fixed point would not enforce them; use backends.DALD or "
+                                "backends.ProxAL (prob.solve('dald') / 'proxal')")
         if self.exact_local and self.mu == 0:
             raise FedModelError("FedAvg with exact local solves needs local_steps ≥ 1 (an exact "
                                 "local argmin of f_i alone is one-shot averaging)")
