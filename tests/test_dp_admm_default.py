@@ -2,8 +2,8 @@
 logistic and least-squares models. It ran the paper's ρ̂^t (ρ ≥ 2, scaled for the paper's 1/I
 losses) and ObjP's growing proximal weight √t/a, so on 10 clients, d = 20, the logistic model
 ended at the 20,000-round cap 2.8e-3 from CVXPY (least squares: 1203 rounds); now it is
-linearized ADMM at ρ = 2.2·max_p L̂_p with no proximal term (`DPADMM._linearized`): 1789 and
-145 rounds (docs/privacy.md). The paper preset keeps the paper's setting."""
+linearized ADMM at ρ = 2.2·max_p L̂_p with no proximal term (`DPADMM._linearized`): 2028 and
+155 rounds (docs/privacy.md). The paper preset keeps the paper's setting."""
 from __future__ import annotations
 
 import math
