@@ -293,3 +293,13 @@ def test_fedmodel_run_verify_prints_not_ok_for_a_wrong_answer(capsys, monkeypatc
     assert any(line.startswith("solution distance") and "FAILED" in line
                for line in out.splitlines())
     assert "failed: objective gap, solution distance" in out
+
+
+def test_a_reference_that_fails_its_own_kkt_check_is_named():
+    """A reference whose own relative KKT measures fail (CVXPY's tolerances are absolute: at
+    logistic ×1e-6 its answer today is 100% off) is named in the report as suspect."""
+    good = exact("logistic ball", -6)
+    report = fm.verify(good, perturbed(good, seed=1))
+    assert not report.ok and "solution distance" in report.failed
+    assert "the reference itself fails its KKT check" in str(report)
+    assert "the reference itself" not in str(fm.verify(good, good))
