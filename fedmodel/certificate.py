@@ -14,15 +14,35 @@ written (CVXPY's multipliers). feasibility = max_j of [c_j]₊ and the complemen
 min(μ_j, |c_j|) for inequalities, |c_j| for equalities. This equals dist∞(c_j, N(μ_j)) of
 Definition 1 when μ_j = 0 or μ_j ≥ |c_j|, and does not jump when a solver returns a tiny
 positive multiplier (1e-9) for an inactive constraint, which Definition 1 would score as |c_j|.
+
+Those two are absolute, so they depend on the data's units (×10⁻⁶ makes every point look
+stationary). The relative measures beside them (`fm.verify` decides on these) are each divided
+by their own scale, computed from the model at the point, so multiplying the data by any power
+of ten leaves them unchanged for models homogeneous in the data:
+
+- the Lagrangian's pieces P_k are the objective's canonical terms and each multiplier-weighted
+  constraint Σ μ_j c_j; each has a size |P_k(x)| ∨ |P_k(x) − P_k(0)| (its value, or its change
+  from the origin when the value is near 0, e.g. a least-squares loss at a perfect fit);
+- relative stationarity: per variable v, the remainder over the size of the gradients that
+  must cancel, G_v = Σ_k ‖∇_v P_k(x)‖∞ + λ_v (norm1 weights), and at least their size at the
+  origin Σ_k ‖∇_v P_k(0)‖∞ (they all vanish at a perfect fit, where the remainder is rounding;
+  for a quadratic the ratio is then about the relative distance ‖H(x − x*)‖ / ‖H x*‖);
+- relative feasibility: per constraint, its violation over the size of its terms at x (the
+  largest entry of Σ_t |t(x)| over the canonical terms t of `lhs − rhs`);
+- relative complementarity: Σ_j Σ_e μ_je |c_je(x)| (the Lagrangian's departure from f) over
+  the Lagrangian's size Σ_k size(P_k);
+- `objective_scale` (the objective's pieces' sizes) and `lengths` (per variable, the
+  Lagrangian's size over G_v: how far x must move to change it by its own size) are the
+  scales `fm.verify` measures the objective gap and a distance to a zero optimum against.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .atoms import add, multiply, sum as sum_
-from .compiler.canonical import canonical_constraints, classify_objective, split_names
-from .compiler.sets import merge_sets
+from .atoms import multiply, sum as sum_
+from .compiler.canonical import canonical_constraints, classify_objective, flatten, split_names
 from .compiler.codegen import Plan
+from .compiler.sets import merge_sets
 from .compiler.differentiate import grad
 from .constraints import Constraint, Equality
 from .expression import Constant, Expression, Variable
@@ -32,6 +52,7 @@ from .result import Certificate
 # stopped at tolerance 1e-6 leaves 1e-7 where the answer has 0, and sign(1e-7) would charge
 # the full weight λ (DALD on examples/ring_lasso.py: 17.5 at a point 1.7e-7 from CVXPY's).
 # Reading such an entry as 0 gives the smaller residual, i.e. that of a point within KINK.
+# The relative stationarity reads entries within KINK·‖x‖∞ as 0 (no unit length 1).
 KINK = 1e-6
 
 
@@ -41,44 +62,126 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     """The certificate at `values` (by variable uid) with `multipliers` (by constraint name) of
     the model `Σ objective_terms` subject to `constraints` over `variables` (a Problem's
     `variables()`, `objective_terms` and `constraints`; `Problem.kkt_certificate` passes them)."""
-    inputs = [values[v.uid] for v in variables]
+    inputs = [np.asarray(values[v.uid], dtype=float) for v in variables]
     # the objective's canonical classification, the same as the compiled programs'
     classified = classify_objective(objective_terms)
-    lagrangian_terms, sets = list(classified.smooth), []
+    pieces = [t for t in classified.smooth if t.variables()]   # P_k with a gradient
+    constants = [t for t in classified.smooth if not t.variables()]
+    n_objective = len(pieces)
+    sets = []
     feasibility = 0.0
-    residual_plan = Plan([c.expr for c in constraints], variables)
-    residuals = residual_plan(*inputs) if constraints else []
-    scored = []   # (constraint or rewritten piece, its value; None: evaluated below)
-    for constraint, c_value in zip(constraints, residuals):
-        feasibility = max(feasibility, constraint.violation(c_value))
+    canonicals = []
+    for constraint in constraints:
         canonical = canonical_constraints([constraint], project=True)
         sets.extend(canonical.sets)
-        pieces = canonical.smooth
-        if len(pieces) > 1 and not any(n in multipliers for n in split_names(constraint)):
-            pieces = [constraint]   # multipliers of the user's form (e.g. from CVXPY)
-        scored.extend((piece, c_value if piece is constraint else None) for piece in pieces)
-    rewritten = [piece.expr for piece, value in scored if value is None]   # one plan for all
-    evaluated = iter(Plan(rewritten, variables)(*inputs) if rewritten else [])
-    for piece, value in scored:
-        value = np.asarray(next(evaluated) if value is None else value, dtype=float)
-        mu = np.broadcast_to(np.asarray(multipliers.get(piece.name, 0.0), dtype=float),
-                             piece.shape).copy()
-        if isinstance(piece, Equality):
-            dist = np.abs(value)
-        else:
-            dist = np.minimum(np.maximum(mu, 0.0), np.abs(value))   # complementarity
-        feasibility = max(feasibility, float(np.max(dist, initial=0.0)))
-        if np.any(mu != 0):
-            lagrangian_terms.append(sum_(multiply(Constant(mu), piece.expr)))
+        parts = canonical.smooth
+        if len(parts) > 1 and not any(n in multipliers for n in split_names(constraint)):
+            parts = [constraint]   # multipliers of the user's form (e.g. from CVXPY)
+        canonicals.append(parts)
+    # one plan at x: each constraint as written, the rewritten pieces, the constraints'
+    # canonical terms (their sizes scale the violations), the objective's constant terms
+    rewritten = [part.expr for parts, c in zip(canonicals, constraints) for part in parts
+                 if part is not c]
+    terms = [[t.expression() for t in flatten(c.expr)] for c in constraints]
+    outputs = [c.expr for c in constraints] + rewritten + [t for ts in terms for t in ts] + constants
+    evaluated = iter(Plan(outputs, variables)(*inputs) if outputs else [])
+    residuals = [next(evaluated) for _ in constraints]
+    rewritten_values = [next(evaluated) for _ in rewritten]
+    term_values = [[next(evaluated) for _ in ts] for ts in terms]
+    constant_value = sum(float(np.sum(next(evaluated))) for _ in constants)
+    relative_feasibility, worst_constraint = 0.0, None
+    for constraint, c_value, values_of_terms in zip(constraints, residuals, term_values):
+        violation = constraint.violation(c_value)
+        feasibility = max(feasibility, violation)
+        size = np.zeros(np.shape(c_value))
+        for value in values_of_terms:
+            size = size + np.abs(np.asarray(value, dtype=float))
+        relative = _ratio(violation, float(np.max(size, initial=0.0)))
+        if relative > relative_feasibility:
+            relative_feasibility, worst_constraint = relative, constraint.name
+    rewritten_values = iter(rewritten_values)
+    complementarity = []   # (piece name, Σ μ·|c|) of each inequality piece
+    for constraint, c_value, parts in zip(constraints, residuals, canonicals):
+        for part in parts:
+            value = np.asarray(c_value if part is constraint else next(rewritten_values), dtype=float)
+            mu = np.broadcast_to(np.asarray(multipliers.get(part.name, 0.0), dtype=float),
+                                 part.shape).copy()
+            if isinstance(part, Equality):
+                dist = np.abs(value)
+            else:
+                dist = np.minimum(np.maximum(mu, 0.0), np.abs(value))   # complementarity
+                complementarity.append((part.name, float(np.sum(np.maximum(mu, 0.0) * np.abs(value)))))
+            feasibility = max(feasibility, float(np.max(dist, initial=0.0)))
+            if np.any(mu != 0):
+                pieces.append(sum_(multiply(Constant(mu), part.expr)))
     prox_terms = list(classified.prox) + merge_sets(sets)   # one normal cone per variable: exact
-    lagrangian = add(*lagrangian_terms) if lagrangian_terms else Constant(0.0)
-    gradients = Plan([grad(lagrangian, v) for v in variables], variables)(*inputs)
-    stationarity = 0.0
-    for var, g in zip(variables, gradients):
-        g = np.broadcast_to(np.asarray(g, dtype=float), var.shape)
-        remainder = g
+    slot = {v.uid: i for i, v in enumerate(variables)}
+    members = [[slot[u.uid] for u in piece.variables() if u.uid in slot] for piece in pieces]
+    # every piece and its gradient in each of its variables, at x and at the origin
+    gradients = [grad(piece, variables[i]) for piece, idx in zip(pieces, members) for i in idx]
+    plan = Plan(pieces + gradients, variables)
+    at_x = plan(*inputs) if pieces else []
+    at_zero = _at_origin(plan, variables) if pieces else []
+    sums = [np.zeros(v.shape) for v in variables]          # ∇ of the Lagrangian's smooth part
+    scales = np.zeros(len(variables))                       # G_v
+    floors = np.zeros(len(variables))                       # G_v's floor: the gradients at 0
+    sizes = []
+    outputs_x, outputs_zero = iter(at_x[len(pieces):]), iter(at_zero[len(pieces):])
+    for k, idx in enumerate(members):
+        value, zero = float(np.sum(at_x[k])), float(np.sum(at_zero[k]))
+        sizes.append(max(abs(value), abs(value - zero) if np.isfinite(zero) else 0.0))
+        for i in idx:
+            g = np.broadcast_to(np.asarray(next(outputs_x), dtype=float), variables[i].shape)
+            sums[i] = sums[i] + g
+            scales[i] += float(np.max(np.abs(g), initial=0.0))
+            g0 = np.abs(np.asarray(next(outputs_zero), dtype=float))
+            if np.all(np.isfinite(g0)):
+                floors[i] += float(np.max(g0, initial=0.0))
+    objective_scale = sum(sizes[:n_objective]) + abs(constant_value)
+    for term in classified.prox:    # λ‖w‖₁: its subgradients are up to λ in size
+        i = slot[term.variable.uid]
+        scales[i] += term.weight()
+        objective_scale += float(term.value(inputs[i]))
+    lagrangian_scale = objective_scale + sum(sizes[n_objective:])
+    stationarity, relative_stationarity, worst_variable = 0.0, 0.0, None
+    lengths = {}
+    for i, var in enumerate(variables):
+        remainder, relative = sums[i], sums[i]
+        x = inputs[i]
+        near_zero = np.where(np.abs(x) <= KINK * float(np.max(np.abs(x), initial=0.0)), 0.0, x)
         for term in prox_terms:
             if term.variable is var:
-                remainder = term.residual(values[var.uid], remainder, KINK)
+                remainder = term.residual(x, remainder, KINK)
+                relative = term.residual(near_zero, relative, 0.0)
         stationarity = max(stationarity, float(np.max(np.abs(remainder), initial=0.0)))
-    return Certificate(stationarity=stationarity, feasibility=feasibility)
+        scale = max(scales[i], floors[i])
+        ratio = _ratio(float(np.max(np.abs(relative), initial=0.0)), scale)
+        if ratio > relative_stationarity:
+            relative_stationarity, worst_variable = ratio, var.label
+        lengths[var.uid] = lagrangian_scale / scale if scale > 0 else 0.0
+    total = sum(value for _, value in complementarity)
+    relative_complementarity = _ratio(total, lagrangian_scale)
+    worst = {"stationarity": worst_variable, "feasibility": worst_constraint,
+             "complementarity": max(complementarity, key=lambda p: p[1])[0] if total > 0 else None}
+    return Certificate(stationarity=stationarity, feasibility=feasibility,
+                       relative_stationarity=relative_stationarity,
+                       relative_feasibility=relative_feasibility,
+                       relative_complementarity=relative_complementarity,
+                       objective_scale=objective_scale, lengths=lengths, worst=worst)
+
+
+def _ratio(value: float, scale: float) -> float:
+    """value / scale, with 0/0 = 0 (nothing to measure) and x/0 = inf (no scale to excuse x)."""
+    if value == 0:
+        return 0.0
+    return value / scale if scale > 0 else float("inf")
+
+
+def _at_origin(plan: Plan, variables: list[Variable]) -> list[np.ndarray]:
+    """Every output of `plan` with every variable at 0 (nan where undefined, e.g. log(0))."""
+    zeros = [np.zeros(v.shape) for v in variables]
+    try:
+        with np.errstate(all="ignore"):
+            return list(plan(*zeros))
+    except (ArithmeticError, ValueError):
+        return [np.full(out.shape, np.nan) for out in plan.outputs]

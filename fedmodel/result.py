@@ -12,13 +12,36 @@ from .expression import Variable
 
 @dataclass
 class Certificate:
-    """KKT residuals in the ∞-norm (paper 1, Definition 1)."""
+    """KKT residuals in the ∞-norm (paper 1, Definition 1): `stationarity` and `feasibility`
+    are absolute, in the data's units. The `relative_*` fields are the same conditions each
+    divided by its own scale at the point (the gradients that must cancel, each constraint's
+    terms, the Lagrangian's size), unchanged when the data are multiplied by a power of ten;
+    `fm.verify` decides on them (`fedmodel.certificate` defines each). `objective_scale` and
+    `lengths` (per variable uid) are the scales verify measures gaps and distances against;
+    `worst` names the variable or constraint where each relative measure is largest."""
 
     stationarity: float
     feasibility: float
+    relative_stationarity: float | None = None
+    relative_feasibility: float | None = None
+    relative_complementarity: float | None = None
+    objective_scale: float | None = None
+    lengths: dict[int, float] = field(default_factory=dict, repr=False)
+    worst: dict[str, str | None] = field(default_factory=dict, repr=False)
+
+    @property
+    def relative(self) -> bool:
+        """Whether the relative measures were computed (not for a backend's own certificate)."""
+        return None not in (self.relative_stationarity, self.relative_feasibility,
+                            self.relative_complementarity, self.objective_scale)
 
     def __str__(self) -> str:
-        return f"stationarity {self.stationarity:.2e}, feasibility {self.feasibility:.2e}"
+        text = f"stationarity {self.stationarity:.2e}, feasibility {self.feasibility:.2e}"
+        if self.relative:
+            text += (f" (relative: {self.relative_stationarity:.2e}, "
+                     f"{self.relative_feasibility:.2e}, complementarity "
+                     f"{self.relative_complementarity:.2e})")
+        return text
 
 
 class History(list):

@@ -1,16 +1,50 @@
-"""`verify`: how far a result is from the exact answer (docs/api.md §5)."""
+"""`verify`: how far a result is from the exact answer (docs/api.md §5).
+
+Every measure is relative to its own scale, never to max(1, ·), so multiplying a model's data
+by a power of ten changes no verdict, and `ok` needs all of them within `rtol`:
+
+- objective gap |f(x) − f*| / S, S the objective's scale at the reference (`Certificate.
+  objective_scale`: Σ over its terms of |t(x*)| ∨ |t(x*) − t(0)|, so a least-squares optimum
+  near 0 is measured against the loss at the origin, not against 1);
+- solution distance, per variable, ‖x − x*‖∞ / ‖x*‖∞ (slacks excluded); when the optimum is
+  0 (or below ZERO_LENGTH of the variable's natural length, `Certificate.lengths`), that
+  length's ZERO_LENGTH part takes its place;
+- feasibility, KKT stationarity and complementarity: the result's certificate's relative
+  measures (`fedmodel.certificate`), computed at the result's point.
+"""
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .compiler.codegen import Plan
 from .result import Certificate, Result
+
+# a variable whose optimum is smaller than ZERO_LENGTH × its natural length (the Lagrangian's
+# size over its gradients' size) counts as 0: its distance is measured against that much. A
+# CVXPY optimum that is exactly 0 comes back as ~1e-12, which would make any backend's 1e-8
+# look infinitely far.
+ZERO_LENGTH = 1e-6
+
+# only the distance fails and it exceeds FAR × the KKT residuals (and rtol): a face of solutions
+# rather than an inexact answer (there the distance is about the size of the residuals)
+FAR = 10.0
+
+# the measures `ok` needs, in the order the report shows them
+MEASURES = ("objective gap", "solution distance", "feasibility", "KKT stationarity",
+            "KKT complementarity")
+KKT_MEASURES = MEASURES[2:]   # the result's certificate: all there is without a reference
 
 
 @dataclass
 class Report:
+    """What `verify` measured. `measures` maps each name in MEASURES that applies to its value
+    (nan: it could not be measured, which fails); `failed` lists the names beyond `rtol`
+    (and "status" when the run did not converge)."""
+
     objective_gap: float
     solution_distance: float
     max_violation: float
@@ -20,6 +54,24 @@ class Report:
     result: Result = field(repr=False)
     reference: Result | None = field(default=None, repr=False)
     notes: list[str] = field(default_factory=list)
+    measures: dict[str, float] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    where: dict[str, str] = field(default_factory=dict)   # measure -> worst variable/constraint
+
+    @property
+    def feasibility(self) -> float:
+        """The largest violation relative to its constraint's terms."""
+        return self.measures.get("feasibility", float("nan"))
+
+    @property
+    def stationarity(self) -> float:
+        """KKT stationarity relative to the gradients that must cancel."""
+        return self.measures.get("KKT stationarity", float("nan"))
+
+    @property
+    def complementarity(self) -> float:
+        """Σ μ·|c| relative to the Lagrangian's size."""
+        return self.measures.get("KKT complementarity", float("nan"))
 
     def __str__(self) -> str:
         ref = self.reference
@@ -27,24 +79,43 @@ class Report:
                 ("status", self.result.status, ref.status if ref else "-"),
                 ("objective", f"{self.result.objective:.8g}", f"{ref.objective:.8g}" if ref else "-"),
                 ("max violation", f"{self.result.max_violation:.2e}", f"{ref.max_violation:.2e}" if ref else "-")]
-        if self.result.certificate:
-            rows.append(("KKT stationarity", f"{self.result.certificate.stationarity:.2e}",
+        if self.kkt:   # absolute, in the data's units (paper 1, Definition 1)
+            rows.append(("KKT stationarity", f"{self.kkt.stationarity:.2e}",
                          f"{ref.certificate.stationarity:.2e}" if ref and ref.certificate else "-"))
-            rows.append(("KKT feasibility", f"{self.result.certificate.feasibility:.2e}",
+            rows.append(("KKT feasibility", f"{self.kkt.feasibility:.2e}",
                          f"{ref.certificate.feasibility:.2e}" if ref and ref.certificate else "-"))
-        width = max(len(r[0]) for r in rows)
+        width = max(len(r[0]) for r in rows + [(m,) for m in MEASURES])
         lines = [f"{a:<{width}}  {b:>16}  {c:>16}" for a, b, c in rows]
-        lines.append(f"{'objective gap':<{width}}  {self.objective_gap:>16.2e}  (relative)")
-        lines.append(f"{'solution distance':<{width}}  {self.solution_distance:>16.2e}  (∞-norm, relative)")
+        lines.append(f"relative measures (each on its own scale; ok when ≤ {self.rtol:g}):")
+        for name in MEASURES:
+            if name not in self.measures:   # e.g. no reference: the KKT measures decide
+                lines.append(f"{name:<{width}}  {'-':>16}  {'-':>8}  not measured")
+                continue
+            value = self.measures[name]
+            verdict = "FAILED" if name in self.failed else "ok"
+            where = f"  [{self.where[name]}]" if self.where.get(name) else ""
+            lines.append(f"{name:<{width}}  {value:>16.2e}  {verdict:>8}  {SCALES[name]}{where}")
         if ref is not None and ref.info.get("solver"):
             lines.append(f"reference solver: {ref.info['solver']}")
         lines.extend(f"note: {n}" for n in self.notes)
+        if self.failed:
+            lines.append(f"failed: {', '.join(self.failed)}")
         lines.append(f"verdict (rtol {self.rtol:g}): {'OK' if self.ok else 'NOT OK'}")
         return "\n".join(lines)
 
 
+SCALES = {"objective gap": "|f − f*| / the objective's scale at the reference",
+          "solution distance": "max over variables of ‖x − x*‖∞ / ‖x*‖∞",
+          "feasibility": "violation / size of the constraint's terms",
+          "KKT stationarity": "remainder / size of the gradients that cancel",
+          "KKT complementarity": "Σ μ·|c| / size of the Lagrangian"}
+
+
 def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) -> Report:
     """Compare `result` with `reference` (default: a fresh CVXPY solve when the model is convex).
+
+    Each measure is relative to its own scale (module docstring); `ok` holds only when the run
+    converged and every measure is within `rtol`; `failed` names the others.
 
     >>> report = verify(prob.solve("proxal"))   # doctest: +SKIP
     >>> report.ok
@@ -58,28 +129,122 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
             notes.append("the model is not convex: CVXPY cannot certify it; only the KKT "
                          "certificate applies")
             warnings.warn("verify: nonconvex model — no CVXPY reference, KKT certificate only")
+    measures: dict[str, float] = {}
+    where: dict[str, str] = {}
     gap, distance = float("nan"), float("nan")
-    if reference is not None and reference.status == "converged" and result.values:
-        gap = abs(result.objective - reference.objective) / max(1.0, abs(reference.objective))
-        distances = []
-        for uid, ref_value in reference.values.items():
-            if uid in result.values and not getattr(_variable(problem, uid), "is_slack", False):
-                scale = max(1.0, float(np.max(np.abs(ref_value), initial=0.0)))
-                distances.append(float(np.max(np.abs(result.values[uid] - ref_value), initial=0.0)) / scale)
-        distance = max(distances, default=0.0)
-    elif reference is not None:
+    answered = reference is not None and reference.status == "converged"
+    if reference is not None and not answered:
         notes.append(f"the reference ended {reference.status!r} "
                      f"({reference.info.get('cvxpy_status', '')})")
-    ok = result.status == "converged" and result.max_violation <= rtol
-    if reference is not None and reference.status == "converged":
-        ok = ok and gap <= rtol
-    elif reference is not None:
+    certificate = _certificate(result, notes) if result.values else None
+    if answered and result.values:
+        reference_certificate = _certificate(reference, notes)
+        if reference_certificate is not None and reference_certificate.relative:
+            worst = max(reference_certificate.relative_stationarity,
+                        reference_certificate.relative_feasibility,
+                        reference_certificate.relative_complementarity)
+            if not worst <= rtol:   # CVXPY's tolerances are absolute: data far from unit scale
+                notes.append(f"the reference itself fails its KKT check ({worst:.2g} relative): "
+                             f"the {reference.backend} answer may be inaccurate, so the gap and "
+                             "distance measure against an inexact point")
+        gap = _objective_gap(result, reference, reference_certificate)
+        distance, worst = _distance(problem, result, reference, reference_certificate)
+        measures["objective gap"], measures["solution distance"] = gap, distance
+        where["solution distance"] = worst
+    if result.values and (answered or reference is None):
+        cert = certificate if certificate is not None and certificate.relative else None
+        measures["feasibility"] = cert.relative_feasibility if cert else float("nan")
+        measures["KKT stationarity"] = cert.relative_stationarity if cert else float("nan")
+        measures["KKT complementarity"] = cert.relative_complementarity if cert else float("nan")
+        if cert:
+            where.update({"feasibility": cert.worst.get("feasibility"),
+                          "KKT stationarity": cert.worst.get("stationarity"),
+                          "KKT complementarity": cert.worst.get("complementarity")})
+    failed = [name for name, value in measures.items() if not value <= rtol]   # nan fails
+    if answered or reference is None:
+        if result.status != "converged" or not result.values:
+            failed.insert(0, "status")
+        ok = not failed
+    else:    # the reference has no answer: only the same verdict (infeasible, unbounded) agrees
         ok = _same_verdict(result, reference, notes)
-    if result.certificate is not None and reference is None:
-        ok = ok and max(result.certificate.stationarity, result.certificate.feasibility) <= rtol
+        if not ok:
+            failed.insert(0, "status")
+    if failed == ["solution distance"]:
+        kkt = max([measures[m] for m in KKT_MEASURES if m in measures], default=0.0)
+        if distance > FAR * max(kkt, rtol):
+            notes.append("the objective and the KKT conditions agree with the reference and only "
+                         f"the point differs ({distance:.2g}, {distance / max(kkt, rtol):.0f}× the "
+                         "KKT residuals): the minimizer may not be unique (a face of solutions); "
+                         "compare the objective and the constraints, not the point")
+        else:
+            notes.append("only the distance fails, by about as much as the KKT residuals allow: "
+                         "the answer is close, but not within rtol")
     return Report(objective_gap=gap, solution_distance=distance, max_violation=result.max_violation,
-                  kkt=result.certificate, ok=bool(ok), rtol=rtol, result=result,
-                  reference=reference, notes=notes)
+                  kkt=certificate if certificate is not None else result.certificate, ok=bool(ok),
+                  rtol=rtol, result=result, reference=reference, notes=notes, measures=measures,
+                  failed=failed, where={k: v for k, v in where.items() if v})
+
+
+def _certificate(result: Result, notes: list[str]) -> Certificate | None:
+    """The result's certificate with its relative measures: the backend's own when it has
+    them, else computed from the result's point (a backend's own certificate, a hand-made
+    Result, or data that lives on the workers until `prob.load_data()`)."""
+    if result.certificate is not None and result.certificate.relative:
+        return result.certificate
+    problem = result.problem
+    if problem is None or problem.remote_data() \
+            or any(v.uid not in result.values for v in problem.variables()):
+        notes.append(f"the {result.backend} result has no KKT certificate to measure"
+                     + (" (its data are on the workers: prob.load_data() first)"
+                        if problem is not None and problem.remote_data() else ""))
+        return result.certificate
+    return problem.kkt_certificate(result.values, result.multipliers)
+
+
+def _objective(result: Result) -> float:
+    """The objective at the result's point, evaluated again (a backend's report could be of
+    another point); the reported value where the model cannot be evaluated here."""
+    problem = result.problem
+    if problem is None or problem.remote_data():
+        return float(result.objective)
+    variables = problem.variables()
+    if any(v.uid not in result.values for v in variables):
+        return float(result.objective)
+    value = Plan([problem.objective], variables)(*[result.values[v.uid] for v in variables])[0]
+    return float(np.sum(value))
+
+
+def _objective_gap(result: Result, reference: Result, certificate: Certificate | None) -> float:
+    f, f_star = _objective(result), _objective(reference)
+    if f == f_star:
+        return 0.0
+    scale = certificate.objective_scale if certificate is not None and certificate.relative \
+        else abs(f_star)
+    return abs(f - f_star) / scale if scale > 0 else float("inf")
+
+
+def _distance(problem, result: Result, reference: Result,
+              certificate: Certificate | None) -> tuple[float, str | None]:
+    """The largest relative distance over the variables (not slacks), and its variable."""
+    lengths = certificate.lengths if certificate is not None else {}
+    variables = {v.uid: v for v in problem.variables()} if problem is not None else {}
+    worst, name = 0.0, None
+    for uid, ref_value in reference.values.items():
+        var = variables.get(uid)
+        if getattr(var, "is_slack", False):
+            continue
+        label = getattr(var, "label", str(uid))
+        if uid not in result.values:
+            return math.inf, label
+        ref_value = np.asarray(ref_value, dtype=float)
+        difference = float(np.max(np.abs(np.asarray(result.values[uid], dtype=float) - ref_value),
+                                  initial=0.0))
+        scale = max(float(np.max(np.abs(ref_value), initial=0.0)),
+                    ZERO_LENGTH * lengths.get(uid, 0.0))
+        distance = 0.0 if difference == 0 else difference / scale if scale > 0 else math.inf
+        if not distance <= worst:     # nan (a nan entry) is the worst
+            worst, name = distance, label
+    return worst, name
 
 
 VERDICTS = ("infeasible", "unbounded")
@@ -107,12 +272,3 @@ def _reference(problem, notes: list[str]) -> Result | None:
         notes.append(f"CVXPY cannot certify the model ({exc}); only the KKT certificate applies")
         warnings.warn(f"verify: CVXPY rejected the model — KKT certificate only: {exc}")
         return None
-
-
-def _variable(problem, uid):
-    if problem is None:
-        return None
-    for var in problem.variables():
-        if var.uid == uid:
-            return var
-    return None
