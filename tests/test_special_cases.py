@@ -60,7 +60,7 @@ def test_iterates_match_textbook_updates(backend, mu):
     for k in range(1, 6):
         algo = FedProx(mu=mu, step=step, local_steps=local_steps, max_rounds=k, tol=0) \
             if backend == "fedprox" else FedAvg(step=step, local_steps=local_steps, max_rounds=k, tol=0)
-        res = prob.solve(algo, topology=topologies.star(prob))
+        res = prob.solve(algo, topology=topologies.star(prob), scaling=False)   # textbook units
         assert res.iterations == {"rounds": k}
         assert np.allclose(res.value(w), expected[k - 1], rtol=0, atol=1e-13), (backend, k)
 
@@ -73,7 +73,7 @@ def test_fedprox_exact_local_solve_matches_closed_form():
     for k in range(1, 5):
         xhat = sum(np.linalg.solve(2 * A.T @ A / M + mu * np.eye(D), 2 * A.T @ b / M + mu * xhat)
                    for A, b in parts) / len(parts)
-        res = prob.solve(FedProx(mu=mu, local_steps=None, max_rounds=k, tol=0))
+        res = prob.solve(FedProx(mu=mu, local_steps=None, max_rounds=k, tol=0), scaling=False)
         assert np.allclose(res.value(w), xhat, rtol=0, atol=1e-12)
 
 
