@@ -59,12 +59,16 @@ class Backend:
                 callback = functools.partial(_in_user_units, callback, model)
         checkpointer = Checkpointer.create(self, work, checkpoint, checkpoint_every, resume)
         extra = {"checkpointer": checkpointer} if self.checkpointing else {}
-        outcome = checkpointer.finished()       # resuming a run that had already finished
-        if outcome is None:
-            outcome = runner.run(work, topology=topology, executor=executor, callback=callback,
-                                 verbose=verbose, checkpoint=checkpoint,
-                                 checkpoint_every=checkpoint_every, resume=resume, **extra)
-            checkpointer.finish(outcome)
+        try:
+            outcome = checkpointer.finished()       # resuming a run that had already finished
+            if outcome is None:
+                outcome = runner.run(work, topology=topology, executor=executor, callback=callback,
+                                     verbose=verbose, checkpoint=checkpoint,
+                                     checkpoint_every=checkpoint_every, resume=resume, **extra)
+                checkpointer.finish(outcome)
+        finally:
+            if model is not None:
+                model.release()
         if model is not None:
             outcome = model.outcome_to_user(outcome)
         wall_time = time.perf_counter() - start
@@ -158,8 +162,11 @@ def violated_constraints(problem, values: dict[int, np.ndarray], tol: float = 0.
     return dict(sorted(pairs, key=lambda pair: -pair[1]))
 
 
-CONVERGED_VIOLATION = 1e-3   # a "converged" point violating a constraint by more is not an answer
-NOT_STATIONARY = 1e-2        # a "converged" point with a larger KKT stationarity is warned about
+# on the certificate's relative measures (`Certificate.relative_*`; absolute only for a backend's
+# own certificate): a "converged" point violating a constraint by more is not an answer, and
+# one with a larger KKT stationarity is warned about
+CONVERGED_VIOLATION = 1e-3
+NOT_STATIONARY = 1e-2
 
 
 def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time: float) -> Result:
@@ -175,14 +182,19 @@ def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time
     else:
         with collection_paused():    # whole-model plans: millions of objects at n = 10⁴
             objective, violation = objective_and_violation(problem, values)
-            if violation > CONVERGED_VIOLATION and (outcome["status"] == "converged" or (
-                    outcome["status"] == "max_iterations" and outcome.get("biased_fixed_point"))):
-                _not_converged_when_infeasible(problem, backend_name, outcome, values)
             if certificate is None and values and np.isfinite(objective):
                 certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
-        if outcome["status"] == "converged" and certificate is not None \
-                and certificate.stationarity > NOT_STATIONARY:
-            _warn_not_stationary(backend_name, outcome, certificate.stationarity)
+            # the verdicts read the certificate's relative measures (data in any units), the
+            # absolute ones when a backend brought its own certificate
+            relative = certificate is not None and certificate.relative
+            infeasible = certificate.relative_feasibility if relative else violation
+            if infeasible > CONVERGED_VIOLATION and (outcome["status"] == "converged" or (
+                    outcome["status"] == "max_iterations" and outcome.get("biased_fixed_point"))):
+                _not_converged_when_infeasible(problem, backend_name, outcome, values)
+        if outcome["status"] == "converged" and certificate is not None:
+            stationarity = certificate.relative_stationarity if relative else certificate.stationarity
+            if stationarity > NOT_STATIONARY:
+                _warn_not_stationary(backend_name, outcome, stationarity)
     if outcome["status"] == "max_iterations":
         _judge_steady_descent(outcome)
     result = Result(status=outcome["status"], values=values, objective=objective,
@@ -209,7 +221,7 @@ def _not_converged_when_infeasible(problem, backend_name: str, outcome: dict[str
     at its round cap whose outcome says `biased_fixed_point` (FedAvg / FedProx / DGD: each
     client's constraints hold at its own iterate, not at their average, so more rounds do not
     remove the violation): "max_iterations" would suggest they might."""
-    violated = violated_constraints(problem, values, CONVERGED_VIOLATION)
+    violated = violated_constraints(problem, values)   # largest first; judged relatively above
     worst = ", ".join(f"{name} by {v:.3g}" for name, v in list(violated.items())[:3])
     outcome.setdefault("info", {})["violated"] = violated
     how = "stopped moving" if outcome["status"] == "converged" else \
@@ -232,7 +244,7 @@ def _warn_not_stationary(backend_name: str, outcome: dict[str, Any], stationarit
     its local iterate, not at their average)."""
     _say(outcome, "not_stationary",
          f"{backend_name} converged by its stop test, but the point is not a solution of the "
-         f"model: KKT stationarity {stationarity:.3g} (result.certificate). Its fixed point "
+         f"model: relative KKT stationarity {stationarity:.3g} (result.certificate). Its fixed point "
          "differs from the model's optimum (client drift with several local steps, or client "
          "constraints); ProxAL, DALD or FedADMM solve the model, prob.solve('cvxpy') checks it")
 

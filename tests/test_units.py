@@ -47,7 +47,7 @@ def constrained_logistic(scale: float):
         c = prob.add_client()
         c.minimize(fm.mean(fm.logistic(-(c.data(y[:, None] * X * scale, name="A") @ w))))
         X1 = rng.normal(size=(10, d)) + 0.5
-        c.subject_to(fm.mean(fm.logistic(-(c.data(X1 * scale, name="X1") @ w))) <= 0.4)
+        c.subject_to(fm.mean(fm.logistic(-(c.data(X1 * scale, name="X1") @ w))) <= 0.6)   # active (2 of 3)
     return prob, w, 1.0 / scale
 
 
@@ -63,7 +63,7 @@ def _runs(model, backend: str, topology=None, scales=SCALES) -> dict:
     return out
 
 
-def _assert_invariant(runs, name):
+def _assert_invariant(runs, name, answer_tol=1e-6):
     """Every scale: the unit run's status, at most 1.5× its iterations, its answer to 1e-6."""
     unit, unit_w = runs[0]
     for k, (res, value) in runs.items():
@@ -73,7 +73,7 @@ def _assert_invariant(runs, name):
                 assert res.iterations[key] <= 1.5 * count + 1, (name, k, res.iterations)
         if unit_w is not None:
             error = np.max(np.abs(value - unit_w)) / np.max(np.abs(unit_w))
-            assert error <= 1e-6, (name, k, error)
+            assert error <= answer_tol, (name, k, error)
 
 
 # name: (backend, topology, clients); pa is DALD with one client
@@ -89,7 +89,10 @@ def test_least_squares_in_any_units(name):
     backend, topology, clients = LEAST_SQUARES[name]
     model = functools.partial(least_squares, clients=clients)
     runs = _runs(model, backend, topology)
-    _assert_invariant(runs, name)
+    # CVXPY's cone program keeps the raw scale of its auxiliary variables (the residual
+    # A·w − b inside the second-order cone is 10^k-sized), so Clarabel's own iterations move
+    # with k: its answers agree to ~3e-6 at k = 6, not to rounding as ours do
+    _assert_invariant(runs, name, answer_tol=1e-5 if backend == "cvxpy" else 1e-6)
     unit, unit_w = runs[0]
     if unit.status == "converged":
         prob, w, _ = model(1.0)
@@ -98,9 +101,13 @@ def test_least_squares_in_any_units(name):
 
 @pytest.mark.parametrize("name", ["proxal", "cproxal", "dald", "cvxpy"])
 def test_constrained_logistic_in_any_units(name):
-    """Five of the scales (the slowest models of the sweep; least squares runs all 13)."""
+    """Five of the scales (the slowest models of the sweep; least squares runs all 13); the
+    unit run verified against CVXPY where it converged."""
     runs = _runs(constrained_logistic, name, scales=(-6, -2, 0, 3, 6))
-    _assert_invariant(runs, name)
+    _assert_invariant(runs, name, answer_tol=1e-5 if name == "cvxpy" else 1e-6)
+    unit, _ = runs[0]
+    if unit.status == "converged":
+        assert fm.verify(unit).ok, name
 
 
 def test_data_too_small_for_double_precision_is_refused():

@@ -82,6 +82,13 @@ class ScaledModel:
         self.original, self.problem, self.scaling = original, problem, scaling
         self.pairs = pairs    # (original variable, its scaled twin)
 
+    def release(self) -> None:
+        """Break the copy's block ↔ problem references once its run is over, so the copy (its
+        expressions, at 10⁵ clients millions of objects) is freed when dropped, not left to the
+        cyclic collector."""
+        for block in self.problem.blocks:
+            block.problem = None
+
     # ---- user units → equilibrated units -----------------------------------------------------
     def shared_to_scaled(self, flat: np.ndarray | None) -> np.ndarray | None:
         """A flat point of the shared variables (e.g. a backend's `w0`) in equilibrated units."""
