@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .report import finish, judge_gap, print_checks, print_header
+from .report import finish, judge_gap, print_checks, print_header, print_subset
 
 CASES = [(n, d, m) for n in (1, 5, 10) for d, m in ((100, 1), (300, 3), (500, 5))]
 # default subset: every n and every (d, m̃) of the paper once, including (10, 300, 3), the cell
@@ -137,9 +137,9 @@ def run(full: bool = False, cases: list[tuple[int, int, int]] | None = None) -> 
     print("Table 4 (He, Peng, Sun, App. E.2): linearly constrained QP, synthetic, code recipe;")
     print(f"settings {SETTINGS}; trials {list(trials)}; ours = mean over trials")
     if not full or cases:
-        what = ("each n and each (d, m) once" if not cases else "the cells asked for")
-        print(f"subset: {len(chosen)} of the {len(CASES)} cells ({what}), trials {list(trials)}; "
-              "`fedmodel reproduce table4 --full` runs all 9 cells × 10 trials")
+        what = "each n and each (d, m̃) once" if not cases else "the cells asked for"
+        print_subset("table4", f"{len(chosen)} of the {len(CASES)} cells ({what}), trials {list(trials)}",
+                     "all 9 cells × 10 trials")
     print('"gap" = (Alg. 1 obj − KKT opt)/|KKT opt|, + above the optimum, − below it; "bound" = the '
           "theory's allowance (Σ|μ_j|·ε2 + ε1·‖w − w*‖₁)/|KKT opt|\n")
     print_header("n>3 d>4 m>2 | paper Alg1>10 ours Alg1>10 KKT opt>10 gap>9 bound>8 side>5 verdict>7 | "

@@ -32,6 +32,11 @@ def print_checks(checks: Iterable[tuple[str, bool]]) -> bool:
     return ok
 
 
+def print_subset(name: str, covers: str, rest: str) -> None:
+    """Say what a reproduction's default subset covers and what `--full` runs instead."""
+    print(f"default subset: {covers}; `fedmodel reproduce {name} --full` runs {rest}")
+
+
 def finish(ok: bool) -> int:
     """Print the closing `result: OK` (or `MISMATCH`) line; the exit code, 0 when ok."""
     print("result:", "OK" if ok else "MISMATCH")
