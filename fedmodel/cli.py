@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     reproduce.add_argument("name", help="table1, table2, table4 (ProxAL), tableI, tableII, fig5 "
                            "(DALD), insa-table1, insa-table2 (FedADMM-InSa), dp-mnist (DP-IADMM), "
                            "dp-constrained (DP-IADMM with constraints)")
-    reproduce.add_argument("--full", action="store_true", help="the full table (slow)")
+    reproduce.add_argument("--full", action="store_true", help="the full table (slow: minutes to "
+                           "hours); without it a subset that runs in about 2 minutes or less and "
+                           "prints what it covers")
     reproduce.add_argument("--rounds", type=_positive_int("round"), default=None,
                            help="number of rounds (insa-table1, insa-table2, dp-mnist, dp-constrained)")
     reproduce.add_argument("--plot", default=None, metavar="DIR",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from . import dald_table2 as t2
-from .report import finish, save, subplots
+from .report import finish, save, subplots, print_subset
 
 LAMBDA, ITERATIONS = 1e-3, 300
 
@@ -66,6 +66,8 @@ def run(full: bool = False, plot_dir=None, engine: str = "backend", executor: st
     clients, every = ((100, 500), 1) if full else ((100,), 10)
     print(f"DALD paper, Fig. 5: first {ITERATIONS} iterations, λ = {LAMBDA:g}, n = {clients}; "
           f"per-client test accuracy mean (%) ± std (%-points); engine {engine}")
+    if not full:
+        print_subset("fig5", "n = 100, every 10th iteration", "n = 100 and 500, every iteration")
     results, ok = {}, True
     for n in clients:
         start = time.perf_counter()

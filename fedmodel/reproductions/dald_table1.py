@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from .report import finish, print_header
+from .report import finish, print_header, print_subset
 
 # dataset key → (row label, paper row key)
 DATASETS = {
@@ -107,6 +107,9 @@ def run(full: bool = False, iterations: int = 1000, seed: int = 0) -> int:
     print("DALD paper, Table I: AIO least squares vs Fed-DALD-DC on the 3-node chain "
           f"(ρ = 1, B4 v_max = 1, {iterations} inner iterations, exact local solves, "
           f"random equal split seed {seed}; DALD = root node x_3; metrics in-sample)")
+    if not full:
+        print_subset("tableI", f"{len(names)} of the {len(DATASETS)} datasets ({', '.join(names)})",
+                     "every dataset")
     print_header("dataset<18 N×d>9 | MSE AIO>10 paper>10 | MSE DALD>10 paper>10 nodes min–max>21 | "
                  "R² AIO>6 paper>6 | R² DALD>7 paper>6 | s>4")
     ok = True

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .report import finish
+from .report import finish, print_subset
 
 CLIENTS = (10, 50, 100, 200, 500, 1000)
 LAMBDAS = (0.0, 1e-4, 1e-3, 1e-2)
@@ -295,6 +295,11 @@ def run(full: bool = False, engine: str | None = None, executor: str | None = No
           f"α = {STEP}, ρ = 1, B4 v_max = 1, ε = {EPS}; per-client test accuracy mean (%) and "
           f"std (‱); engine {engine}" + (f" (executor {executor})" if engine == "backend" else "")
           + f", {jobs} process{'es' if jobs > 1 else ''}")
+    if not full:
+        print_subset("tableII", f"n ∈ {set(clients)}, λ ∈ {set(lambdas)}, "
+                     f"{' and '.join(map(str, checkpoints))} iterations",
+                     f"the {len(CLIENTS) * len(LAMBDAS)} (n, λ) cells, "
+                     f"{' and '.join(map(str, CHECKPOINTS))} iterations")
     print(f"{'n':>5} {'λ':>7} {'method':<8} iterations: mean std")
     ok, start = True, time.perf_counter()
     cells = [(n, lam) for n in clients for lam in lambdas]

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .report import finish, print_checks, print_header
+from .report import finish, print_checks, print_header, print_subset
 
 EPSILONS = (0.05, 0.1, 0.5, 1.0, math.inf)
 SEEDS = 5
@@ -188,6 +188,10 @@ def run(full: bool = False, rounds: int | None = None, seeds: int | None = None,
         epsilons, seeds, rounds = (1.0, math.inf), seeds or 1, rounds or 300
     print(f"DP-IADMM with local constraints (ObjP, defaults), T = {rounds} rounds, {seeds} seed(s); "
           "ε̄ per round and client")
+    if not full:
+        print_subset("dp-constrained", "subsampled models (3 clients; 300 NP / 100 MNIST records "
+                     f"each), ε̄ ∈ {set(epsilons)}, {rounds} rounds, 1 seed",
+                     f"all the data on 5 clients, ε̄ ∈ {set(EPSILONS)}, {ROUNDS} rounds, {SEEDS} seeds")
     results = {}
     for exp in experiments:
         print(f"\n{exp.name}: {len(exp.problem.clients)} clients")

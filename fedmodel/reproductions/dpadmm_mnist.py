@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .models import error_rate, softmax_regression
-from .report import finish, print_checks, save, subplots
+from .report import finish, print_checks, save, subplots, print_subset
 
 EPSILONS = (0.05, 0.1, 1.0, 5.0)
 VARIANTS = ("objT", "objP", "outP")
@@ -187,6 +187,10 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, per_agent:
           f"test set 10,000, multiclass LR (784×10, no bias), β = {BETA:g}, ρ̂^t (21) MNIST "
           f"constants, a = 1, Δ̄ by (20), T = {rounds} rounds (paper: {PAPER_ROUNDS}), seed {seed} "
           f"(paper: mean of 10). objT-paper: δ^t = a/t², objT-code: δ^t = a.")
+    if fast:
+        print_subset("dp-mnist", f"10 agents × {per_agent} images, T = {rounds}, ε̄ ∈ {set(epsilons)}, "
+                     "ObjT (code δ), OutP and non-private", f"10 × 6000 images, every ε̄ and algorithm, "
+                     f"T = {PAPER_ROUNDS} (hours)")
     results = evaluate(parts, X_test, y_test, rows, rounds, seed)
     print("\nTesting error (%), ours [paper's number where its text quotes one]:")
     radii = ("code",) if fast else ("paper", "code")

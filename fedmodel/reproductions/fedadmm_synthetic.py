@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .models import ridge_loss, ridge_optimum, ridge_regression
-from .report import finish, print_checks, print_header, save, subplots
+from .report import finish, print_checks, print_header, save, subplots, print_subset
 
 CLIENTS, DIM, SAMPLES, ROUNDS, GAMMA = 100, 1000, 10_000, 100, 1.0
 
@@ -109,6 +109,10 @@ def run(full: bool = False, rounds: int | None = None, seed: int = 0, beta: floa
     print(f"FedADMM-InSa Example 1: ridge (4.1), γ = 1, m = {clients}, n = {dim}, N = {samples} "
           f"(normal/t5/uniform = {counts}), {rounds} rounds, participation {frac:.0%}, lr 0.01, "
           f"β = {beta:g}, z^0 = 0, seed {seed}")
+    if not full:
+        print_subset("insa-table1", f"m = {clients}, n = {dim}, N = {samples}, {rounds} rounds, "
+                     f"{frac:.0%} participation", f"the paper's m = {CLIENTS}, n = {DIM}, N = {SAMPLES}, "
+                     f"K = {ROUNDS}, 10 % participation")
     print(f"F(0) = {f_zero:.4f}, F* = {f_star:.4f} (closed-form optimum)")
     results = {}
     for name, options in algorithms(beta).items():

@@ -32,7 +32,7 @@ import warnings
 
 import numpy as np
 
-from .report import print_header
+from .report import print_header, print_subset
 
 CLIENTS = (1, 5, 10, 20)
 THRESHOLD = 0.1
@@ -173,6 +173,10 @@ def run(full: bool = False, clients=None, trials=None) -> int:
           f"rebuilt from raw UCI Adult ({len(data[0][1])} client + {len(data[1][1])} server rows, "
           f"{data[0][0].shape[1]} features{'' if full else '; fast subset: 1/5 of the data'});")
     print(f"Alg. 1 settings {SETTINGS}; trials {list(trials)}; |disparity| ≤ {THRESHOLD}")
+    if not full:
+        print_subset("table2", f"n ∈ {set(clients)}, trials {list(trials)}, a stratified "
+                     f"1/{fraction} of adult-b",
+                     "all of adult-b, n ∈ {1, 5, 10, 20}, trials 1–10")
     print("The disparity constraints are differences of convex functions: the model is nonconvex, "
           "ProxAL's guarantees do not apply, CVXPY cannot certify it; KKT certificates below.\n")
     print_header("n>3 | paper obj>9 ours obj (std)>17 | paper cProx>11 ours cProx>10 | "
