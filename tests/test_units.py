@@ -152,3 +152,18 @@ def test_raw_adult_in_its_own_units_solves_and_verifies():
         res = prob.solve("proxal")
     assert res.status == "converged"
     assert fm.verify(res, ref).ok
+
+
+def test_multipliers_come_back_in_the_users_units():
+    """μ_j = μ̃_j r_j / σ, also for the pieces of a split constraint whose name has brackets
+    (`abs(a) <= t` → `name[+]`, `name[-]`): the certificate computed with them is a KKT point's,
+    at data ×1e-4 as at ×1."""
+    for scale in (1.0, 1e-4):
+        prob, w, _ = least_squares(scale)
+        prob.clients[0].subject_to((fm.abs(w[0] - 0.2) <= 0.1).named("band[c0]"))
+        prob.clients[1].subject_to((fm.sum(w) >= -0.3).named("sum[c1]"))
+        res = prob.solve("proxal")
+        ref = prob.solve("cvxpy")
+        assert res.status == "converged"
+        assert res.certificate.relative_stationarity <= 1e-4, scale
+        assert fm.verify(res, ref).ok, scale

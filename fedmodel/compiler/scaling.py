@@ -38,13 +38,14 @@ from ..atoms import MatMul, Multiply, add, multiply, sum as sum_
 from ..constraints import Constraint
 from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Parameter, Variable, postorder
-from .canonical import canonical_constraints, classify_objective
+from .canonical import SPLIT, canonical_constraints, classify_objective
 from .codegen import Plan
 from .sets import simple_set
 from .differentiate import grad
 
 PROBE_BLOCKS = 32      # clients probed for the objective's scale (evenly spaced; scalars out)
 LIMIT = 1e250          # no factor beyond: data that far off are refused before (`check_scaling`)
+PIECES = {s for pair in SPLIT.values() for s in pair}   # suffixes of a split constraint's pieces
 
 
 def factor(x: float) -> float:
@@ -123,7 +124,9 @@ class ScaledModel:
         (a constraint the compiler split into pieces, `name[+]`, has its parent's r_j)."""
         out = {}
         for name, mu in multipliers.items():
-            r = self.scaling.constraints.get(name, self.scaling.constraints.get(name.split("[")[0], 1.0))
+            parent = name[:-3] if name[-3:] in PIECES and name not in self.scaling.constraints \
+                else name
+            r = self.scaling.constraints.get(parent, 1.0)
             out[name] = np.asarray(mu, float) * (r / self.scaling.objective) \
                 if mu is not None else mu
         return out
