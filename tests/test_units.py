@@ -135,8 +135,8 @@ def test_factors_are_reported_and_presets_solve_the_model_as_written():
 def test_raw_adult_in_its_own_units_solves_and_verifies():
     """The UCI adult file as shipped (age in years, fnlwgt up to 1.2e6, capital-gain up to
     99,999, one-hot categoricals, an intercept, no standardization), 1,500 rows over 5 clients,
-    Neyman-Pearson with a server ridge: default ProxAL verified against CVXPY. As written (no
-    equilibration) the same run stalls: 20 outer iterations of ADMM steps at their cap."""
+    Neyman-Pearson with a server ridge: default ProxAL verified against CVXPY in ~5 s. As written
+    (`scaling=False`, max_outer=20) the same run had no answer after 11 minutes."""
     from fedmodel.builtin_models import neyman_pearson_clients
     from fedmodel.datasets import load_adult_raw
     try:
