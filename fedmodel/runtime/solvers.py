@@ -56,19 +56,12 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
     steps, fresh = 0, False
     while residual > tol and steps < max_steps:
         direction, slope = descent(g, _newton_direction(hessian(x, fresh), g))
-        t = 1.0
-        while True:
-            candidate = x + t * direction
-            new_value, new_g = fun_grad(candidate)
-            new_residual = norm_inf(new_g)
-            if accepted(new_value, value, t, slope, new_residual, residual):
-                break
-            t *= 0.5
-            if t < MIN_STEP:    # no descent left at this precision: fresh H, or stop if it was fresh
-                if fresh:
-                    return x, steps, residual
-                candidate, new_value, new_g, new_residual = x, value, g, residual
-                break
+        found = backtrack(fun_grad, x, value, residual, direction, slope)
+        if found is None:       # no descent left at this precision: fresh H, or stop if it was fresh
+            if fresh:
+                return x, steps, residual
+            found = x, value, g, residual
+        candidate, new_value, new_g, new_residual = found
         x, value, g = candidate, new_value, new_g
         fresh = bool(stale(new_residual, residual))
         residual = new_residual
@@ -77,6 +70,21 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
 
 
 MIN_STEP = 1e-10        # backtracking below this step finds no descent at double precision
+
+
+def backtrack(fun_grad: FunGrad, x: np.ndarray, value: float, residual: float,
+              direction: np.ndarray, slope: float):
+    """The first of the steps t = 1, ½, ¼, … along `direction` that `accepted` takes, as
+    (point, value, gradient, ‖gradient‖∞); None below MIN_STEP."""
+    t = 1.0
+    while t >= MIN_STEP:
+        candidate = x + t * direction
+        new_value, new_g = fun_grad(candidate)
+        new_residual = norm_inf(new_g)
+        if accepted(new_value, value, t, slope, new_residual, residual):
+            return candidate, new_value, new_g, new_residual
+        t *= 0.5
+    return None
 
 
 def newton_cg(fun_grad: FunGrad, hvp: Callable[[np.ndarray, np.ndarray], np.ndarray], x0: np.ndarray,
@@ -98,17 +106,10 @@ def newton_cg(fun_grad: FunGrad, hvp: Callable[[np.ndarray, np.ndarray], np.ndar
         eta = 1e-12 if exact else min(0.5, np.sqrt(residual / first)) if first > 0 else 0.5
         target = max(eta * residual, 0.1 * tol)
         direction, slope = descent(g, _conjugate_gradients(lambda v: hvp(x, v), g, target))
-        t = 1.0
-        while True:
-            candidate = x + t * direction
-            new_value, new_g = fun_grad(candidate)
-            new_residual = norm_inf(new_g)
-            if accepted(new_value, value, t, slope, new_residual, residual):
-                break
-            t *= 0.5
-            if t < MIN_STEP:     # no descent left at this precision
-                return x, steps, residual
-        x, value, g, residual = candidate, new_value, new_g, new_residual
+        found = backtrack(fun_grad, x, value, residual, direction, slope)
+        if found is None:        # no descent left at this precision
+            return x, steps, residual
+        x, value, g, residual = found
         steps += 1
     return x, steps, residual
 
