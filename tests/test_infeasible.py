@@ -211,6 +211,26 @@ def test_verdict_rules_on_synthetic_histories():
     assert _verdict(separable, **args) is None
 
 
+def test_a_violation_settling_on_a_positive_limit_is_infeasible():
+    """At β_max an infeasible model's violation approaches its least value v* > 0; equilibrated,
+    the NP model of test_proxal_speed falls by 7 %, 4 %, 2.6 % per iteration towards it, so the
+    1 % rule did not fire before "stalled" did. Drops shrinking geometrically extrapolate to their
+    limit: ≥ 0.9× the violation is infeasible; a fall to 0 (geometric, or sublinear like c/√k)
+    extrapolates far lower and is not."""
+    from backends.proxal_outer import _positive_limit, verdict as _verdict
+    args = dict(growth=4.0, beta_max=1e4, eps1=1e-3, eps2=1e-4)
+    settling = [0.02 + 0.01 * 0.6 ** k for k in range(4)]          # v* = 0.02, now 0.0222
+    assert _positive_limit(settling) == pytest.approx(0.02, rel=1e-9)
+    assert _verdict(_records(settling, [1e4] * 4 + [1e4]), **args) == "infeasible"
+    measured = [0.036402, 0.033917, 0.032575, 0.031726]             # the run's k = 5…8
+    assert _positive_limit(measured) == pytest.approx(0.0303, abs=1e-4)
+    assert _verdict(_records([0.043042] + measured, [4800] + [1e4] * 4), **args) == "infeasible"
+    for falling in ([0.1 * 0.6 ** k for k in range(5)], [0.1 / np.sqrt(k) for k in range(5, 10)],
+                    [0.1 / k for k in range(5, 10)]):
+        assert _positive_limit(falling[-4:]) < 0.9 * falling[-1]
+        assert _verdict(_records(falling, [1e4] * 5), **args) is None
+
+
 def lasso(upper: float):
     """The 4-client lasso of issue 13 (client objectives with a λ‖w‖₁ term) with the server
     constraints sum(w) ≥ 1 and sum(w) ≤ upper: infeasible for upper < 1."""
