@@ -77,16 +77,19 @@ def _step_batched(group: Group, members: list[str], payloads: dict) -> dict[str,
         if mix is not None and len(mix) and len(histories[0].outputs):
             X = _mixed(histories, np.asarray(mix, float))
             U, Lam = X[:, :n_x], rho[:, None] * X[:, n_x:]
-    # (22) with the old λ_i, u_i and the ρ_i the server used in (18)
-    # (the gradient-only plan, as the serial step's `NodeProgram.gradient`)
-    private = private_stack(group)
-    G = group.grad(np.broadcast_to(w, (group.n, n_x)), private)[rows, :n_x]
-    eps_tilde = np.abs(G + Lam - rho[:, None] * (w - U)).max(axis=1) if n_x else np.zeros(k)
     # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², warm-started at (u_i, y_i)
+    private = private_stack(group)
     Y = private[rows]
     Z, steps, _ = group.solve_newton(np.concatenate([U, Y], axis=1), rows, Lam, rho, w,
                                      float(opts["eps"]), method)
     U_new, Y_new = Z[:, :n_x], Z[:, n_x:]
+    # (22) with the old λ_i, u_i and the ρ_i the server used in (18), at the private values
+    # the step leaves, as the serial step (backends/proxal_nodes.py says why)
+    # (the gradient-only plan, as the serial step's `NodeProgram.gradient`)
+    private = private.copy()
+    private[rows] = Y_new
+    G = group.grad(np.broadcast_to(w, (group.n, n_x)), private)[rows, :n_x]
+    eps_tilde = np.abs(G + Lam - rho[:, None] * (w - U)).max(axis=1) if n_x else np.zeros(k)
     Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
     products = _pushed(histories, np.concatenate([U_new, Lam_new / rho[:, None]], axis=1),
                        np.concatenate([U, Lam / rho[:, None]], axis=1)) if anderson else None

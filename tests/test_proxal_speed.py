@@ -99,24 +99,34 @@ def barely_feasible(X, y, n, margin=0.02):
 def test_beta_growth_keeps_certificate_and_cuts_outer_iterations():
     """On a barely feasible model the violation stalls at β = 300; beta_growth raises β, every
     ADMM stop still satisfies Theorem 4.1, (11) holds with the final β_k, the answer verifies,
-    and it takes fewer outer iterations than fixed β."""
+    and it takes fewer outer iterations than fixed β.
+
+    ε2 = 2e-5 rather than the preset's 1e-4: ε2 bounds the violation of the equilibrated
+    constraint, whose row scale comes from its value at the origin (log 2 − threshold ≈ 0.67,
+    r = 1.486), while fm.verify divides the violation by the size of the constraint's terms at
+    the answer (class-1 loss + threshold ≈ 0.04). With ε2 = 1e-4 the run stopped at a violation
+    of 5.8e-5 (8.6e-5 equilibrated), 1.4e-3 relative; verifying at 1e-3 on this barely
+    feasible constraint needs ε2 ≲ 6e-5 (measured with 2e-5: 18 outer iterations, 1.3e-5,
+    verified; fixed β: still violating by 8.6e-4 at max_outer)."""
     X, y = adult_like(m=1000, d=6, seed=23)
     threshold = barely_feasible(X, y, 5, margin=0.02)
     prob, _, _ = table1.build(X, y, 5, threshold=threshold)
     reference = prob.solve("cvxpy")
     assert reference.status == "converged"
-    grown = prob.solve(ProxAL(**FAST_PROXAL, check_certificate=True))
-    fixed = prob.solve(ProxAL(**dict(FAST_PROXAL, beta_growth=1.0)))
+    options = dict(FAST_PROXAL, tol=(FAST_PROXAL["tol"][0], 2e-5))
+    grown = prob.solve(ProxAL(**options, check_certificate=True))
+    fixed = prob.solve(ProxAL(**dict(options, beta_growth=1.0)))
     betas = [record["beta"] for record in grown.history]
     assert betas[0] == 300.0 and betas[-1] > 300.0 and max(betas) <= FAST_PROXAL["beta_max"]
     assert all(b2 in (b1, min(4 * b1, 1e4)) for b1, b2 in zip(betas, betas[1:]))
     for record in grown.history:
         assert record["true_residual"] <= record["certificate"] * (1 + 1e-9) + 1e-12 <= record["tau"] * (1 + 1e-9) + 1e-12
     last = grown.history[-1]
-    eps1, eps2 = FAST_PROXAL["tol"]
+    eps1, eps2 = options["tol"]
     assert last["primal_change"] + last["beta"] * last["tau"] <= last["beta"] * eps1
     assert last["multiplier_change"] <= last["beta"] * eps2
-    assert grown.status == "converged" and fm.verify(grown, reference=reference).ok
+    report = fm.verify(grown, reference=reference)
+    assert grown.status == "converged" and report.ok, str(report)
     assert grown.iterations["outer"] < fixed.iterations["outer"]
     assert all(record["beta"] == 300.0 for record in fixed.history)
 
