@@ -46,6 +46,13 @@ PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, 
 class _DistributedPA(DALD):
     """Fed-DALD-CC with μ ≡ 0 and x̂ = mean(x_i) (distributed PA, (51)–(53))."""
 
+    # The model as written (docs/scaling.md): the automatic step 1/L̂ already follows the data's
+    # units (data ×10^k: same rounds, tests/test_units.py), while FedProx's μ and the prox
+    # weight β are the user's, in the model's units. Equilibrated, FedAvg with client balls
+    # and λ‖w‖₁ diverged at round 13 (tests/test_infeasible.py's ball-lasso; σ = 0.026, same
+    # first three rounds) where the model as written reaches its fixed point in 43.
+    scaling = False
+
     def __init__(self, prox: float, step: float | None, local_steps: int | None, max_rounds: int,
                  tol: float, x0: Any = None, beta: float = 2.0, warm_start: bool = False):
         name = type(self).__name__
@@ -259,6 +266,7 @@ class ProximalAlgorithm(DALD):
     Exact local solves; stops when ‖x^{k+1} − x^k‖∞ ≤ tol."""
 
     name = "pa"
+    scaling = False      # α is the user's step, in the model's units (as _DistributedPA's)
 
     def __init__(self, alpha: float = 1.0, max_iterations: int = 1000, tol: float = 1e-8,
                  x0: Any = None):
