@@ -19,85 +19,17 @@ multiplier at the solution is c times the original's (equal for c = 1); `abs(a) 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 
-from ..atoms import (Abs, Add, BroadcastTo, Multiply, Neg, Norm1, Norm2, NormInf, Pos, Sum,
-                     add, broadcast_to, multiply, neg, sum_squares)
+from ..atoms import (Abs, Multiply, Neg, Norm1, Norm2, NormInf, Pos, add, broadcast_to, multiply,
+                     neg, sum_squares)
 from ..constraints import Constraint, Equality, Inequality
 from ..expression import Constant, Expression, Variable
 from .sets import (ProxTerm, check_boxes_meet, check_sets_meet, coefficient_value, merge_sets,
                    norm1_term, simple_set)
 
-Coefficient = Union[float, Expression]   # a float, or a scalar expression over Parameters
-
-
-@dataclass
-class Term:
-    """One canonical term `coefficient · atom`."""
-    coefficient: Coefficient
-    atom: Expression
-
-    def expression(self) -> Expression:
-        if isinstance(self.coefficient, float) and self.coefficient == 1.0:
-            return self.atom
-        return multiply(self.coefficient, self.atom)
-
-
-def _times(a: Coefficient, b: Coefficient) -> Coefficient:
-    if isinstance(a, float) and isinstance(b, float):
-        return a * b
-    if isinstance(a, float) and a == 1.0:
-        return b
-    if isinstance(b, float) and b == 1.0:
-        return a
-    return multiply(a, b)
-
-
-def _scalar(expr: Expression) -> Coefficient | None:
-    """`expr` as a coefficient when it is a scalar constant (Parameters allowed, no data)."""
-    if expr.size != 1 or not expr.is_constant() or expr.data_owners():
-        return None
-    if expr.parameters():
-        return expr if expr.shape == () else None
-    return float(np.asarray(expr.value).item())
-
-
-def _scaled(expr: Multiply) -> tuple[Coefficient, Expression] | None:
-    """(c, e) when `expr` is c·e or e·c with c a scalar coefficient (`_scalar`) and e of
-    `expr`'s shape, else None."""
-    for side, other in ((expr.args[0], expr.args[1]), (expr.args[1], expr.args[0])):
-        c = _scalar(side)
-        if c is not None and other.shape == expr.shape:
-            return c, other
-    return None
-
-
-def flatten(expr: Expression, coefficient: Coefficient = 1.0) -> list[Term]:
-    """Terms whose sum (broadcast to `expr.shape`) is `expr`."""
-    if isinstance(expr, Add):
-        return [t for arg in expr.args for t in flatten(arg, coefficient)]
-    if isinstance(expr, Neg):
-        return flatten(expr.args[0], _times(-1.0, coefficient))
-    if isinstance(expr, Multiply) and (scaled := _scaled(expr)) is not None:
-        c, other = scaled
-        return flatten(other, _times(coefficient, c))
-    if isinstance(expr, BroadcastTo):
-        return [Term(t.coefficient, broadcast_to(t.atom, expr.shape) if t.atom.size > 1 else t.atom)
-                for t in flatten(expr.args[0], coefficient)]
-    if isinstance(expr, Sum) and isinstance(expr.args[0], Add) \
-            and all(a.shape == expr.args[0].shape for a in expr.args[0].args):
-        return [t for arg in expr.args[0].args for t in flatten(expr.with_args(arg), coefficient)]
-    return [Term(coefficient, _normalize(expr))]
-
-
-def _normalize(atom: Expression) -> Expression:
-    """One spelling per prox-able atom: `sum(abs(w))` → `norm1(w)`, `norm1(c·w)` → |c|·… is
-    left to `_norm1_of` (it moves a factor into the coefficient)."""
-    if type(atom) is Sum and atom.axis is None and isinstance(atom.args[0], Abs):
-        return Norm1(atom.args[0].args[0])
-    return atom
+from .terms import Coefficient, Term, _scaled, _times, flatten  # noqa: F401 (re-exported)
 
 
 def _norm1_of(term: Term) -> tuple[Variable, Coefficient] | None:

@@ -27,6 +27,7 @@ from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Expression, Parameter, Variable
 from . import projection
+from .terms import flatten
 from .projection import Ball, Ball1, Box, Halfspace, Piece, Subspace, project_l1_ball
 
 AFFINE_ROWS = 64   # a polyhedron A @ x <= b with more rows stays in the augmented Lagrangian
@@ -238,7 +239,6 @@ def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
     """A ProxTerm for a simple constraint on a shared variable, else None: a ball (‖·‖₂ however
     written, ‖·‖₁, ‖·‖∞), bounds; with `affine` also halfspaces, small polyhedra and affine
     subspaces with constant coefficients (`affine_set`)."""
-    from .canonical import flatten          # (canonical imports this module)
     if not isinstance(constraint, Inequality):
         return affine_set(constraint) if affine and isinstance(constraint, Equality) else None
     terms = flatten(constraint.expr)
