@@ -28,7 +28,8 @@ of ten leaves them unchanged for models homogeneous in the data:
   origin Σ_k ‖∇_v P_k(0)‖∞ (they all vanish at a perfect fit, where the remainder is rounding;
   for a quadratic the ratio is then about the relative distance ‖H(x − x*)‖ / ‖H x*‖);
 - relative feasibility: per constraint, its violation over the size of its terms at x (the
-  largest entry of Σ_t |t(x)| over the canonical terms t of `lhs − rhs`);
+  largest entry of Σ_t |t(x)| over the canonical terms t of `lhs − rhs`), a term c·v linear in
+  a variable counting at least |c| times v's length (below), so that a bound met at 0 has a size;
 - relative complementarity: Σ_j Σ_e μ_je |c_je(x)| (the Lagrangian's departure from f) over
   the Lagrangian's size Σ_k size(P_k);
 - `objective_scale` (the objective's pieces' sizes) and `lengths` (per variable, the
@@ -89,16 +90,14 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     rewritten_values = [next(evaluated) for _ in rewritten]
     term_values = [[next(evaluated) for _ in ts] for ts in terms]
     constant_value = sum(float(np.sum(next(evaluated))) for _ in constants)
-    relative_feasibility, worst_constraint = 0.0, None
+    violations = []   # (constraint, its violation, the size of its terms at x), judged below
     for constraint, c_value, values_of_terms in zip(constraints, residuals, term_values):
         violation = constraint.violation(c_value)
         feasibility = max(feasibility, violation)
         size = np.zeros(np.shape(c_value))
         for value in values_of_terms:
             size = size + np.abs(np.asarray(value, dtype=float))
-        relative = _ratio(violation, float(np.max(size, initial=0.0)))
-        if relative > relative_feasibility:
-            relative_feasibility, worst_constraint = relative, constraint.name
+        violations.append((constraint, violation, float(np.max(size, initial=0.0))))
     rewritten_values = iter(rewritten_values)
     complementarity = []   # (piece name, Σ μ·|c|) of each inequality piece
     for constraint, c_value, parts in zip(constraints, residuals, canonicals):
@@ -159,6 +158,16 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
         if ratio > relative_stationarity:
             relative_stationarity, worst_variable = ratio, var.label
         lengths[var.uid] = lagrangian_scale / scale if scale > 0 else 0.0
+    relative_feasibility, worst_constraint = 0.0, None
+    for constraint, violation, size in violations:
+        # a term c·v linear in a variable counts at least |c| times v's natural length: a bound
+        # s >= 0 met at s = 0 has terms of size 0, and 1e-12 would read as a 100 % violation
+        for term in flatten(constraint.expr):
+            if isinstance(term.atom, Variable) and isinstance(term.coefficient, float):
+                size = max(size, abs(term.coefficient) * lengths.get(term.atom.uid, 0.0))
+        relative = _ratio(violation, size)
+        if relative > relative_feasibility:
+            relative_feasibility, worst_constraint = relative, constraint.name
     total = sum(value for _, value in complementarity)
     relative_complementarity = _ratio(total, lagrangian_scale)
     worst = {"stationarity": worst_variable, "feasibility": worst_constraint,
