@@ -25,7 +25,11 @@ for i, (X0, X1) in enumerate(parts):
 prob.server.subject_to(fm.norm2(w) <= 10.0)              # a global constraint
 prob.server.minimize(0.005 * fm.sum_squares(w))
 
-res = prob.solve("proxal")                 # fast defaults; backends.ProxAL.paper() is the paper's
+# The objective is flat (its strong convexity is the 0.005 ridge), so a KKT tolerance ε leaves
+# the point about ε/0.01 from the minimizer: ProxAL's defaults, ε = (1e-5, 1e-4), stop ~3e-3
+# away, which fm.verify (solution distance ≤ 1e-3) rightly calls NOT OK; ε = (1e-6, 1e-5)
+# lands within 1e-4. backends.ProxAL.paper() is the paper's setting.
+res = prob.solve("proxal", tol=(1e-6, 1e-5))
 print(res)
 report = fm.verify(res)                    # against CVXPY's centralized solve and a KKT certificate
 print(report)
