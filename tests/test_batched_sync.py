@@ -273,8 +273,11 @@ def test_dc_solve_leaves_consistent_node_state():
     solved / fresh flag is left after the final multiplier step."""
     prob, _ = _logistic(n=6, l1_on="clients")
 
-    def algo():
-        return backends.DALD(solver="prox-grad", step=0.05, max_iterations=12, eps_primal=0.0, eps_dual=0.0)
+    def algo():   # the model as written: its node states are then in the result's units
+        backend = backends.DALD(solver="prox-grad", step=0.05, max_iterations=12, eps_primal=0.0,
+                                eps_dual=0.0)
+        backend.scaling = False
+        return backend
     serial = prob.solve(algo(), topology=topologies.path(prob), executor="serial")
     ex = BatchedExecutor()
     held = []

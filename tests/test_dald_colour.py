@@ -26,8 +26,10 @@ def _rgg(prob, seed=3):
 def test_colour_sweep_reaches_the_optimum_in_few_steps(build):
     prob, w = _least_squares(n=8, lam=0.02)
     topology = build(prob)
-    res = prob.solve(DALD(order="colour", **TIGHT), topology=topology)
-    default = prob.solve(DALD(**TIGHT), topology=topology)
+    # the model as written: on the random geometric graph the equilibrated run (ρ = 1 on an
+    # objective scaled by σ) needs more than 3000 iterations to 1e-8
+    res = prob.solve(DALD(order="colour", **TIGHT), topology=topology, scaling=False)
+    default = prob.solve(DALD(**TIGHT), topology=topology, scaling=False)
     assert res.status == "converged"
     assert _rel_error(res, prob.solve("cvxpy"), w) <= 1e-5
     colours = max(nx.coloring.greedy_color(nx.Graph(topology), "largest_first").values()) + 1

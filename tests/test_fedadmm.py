@@ -77,9 +77,10 @@ def test_l2_logistic_reaches_cvxpy_optimum(variant):
     {"penalty_rule": "code", "sigma_factor": 0.999, "adaptive": True}])  # the authors' code
 def test_other_readings_reach_cvxpy_optimum(options):
     prob, w = logistic_model(4)
-    ref = prob.solve("cvxpy")
+    ref = prob.solve("cvxpy", scaling=False)   # Clarabel on the σ = 10.7 copy is 2.6e-6 off here
+    # σ's bound and the strong convexity 0.1 are the model's, in its units: solve it as written
     res = prob.solve(FedADMM(beta=1.0, lr=0.5, max_rounds=3000, tol=1e-11, inexact=True,
-                             local_steps=100, **options))
+                             local_steps=100, **options), scaling=False)
     assert res.status == "converged"
     assert close_to(res, ref, w), (res.value(w), ref.value(w))
 
