@@ -252,7 +252,12 @@ class DistributedGD(_DistributedPA):
 
     name = "dgd"
 
-    def __init__(self, step: float = 1e-2, max_rounds: int = 1000, tol: float = 1e-8, x0: Any = None):
+    def __init__(self, step: float | None = None, max_rounds: int = 1000, tol: float = 1e-8,
+                 x0: Any = None):
+        # step=None: α = 1e-2 on the equilibrated model (the same run in any units); a step the
+        # user gives is in the model's units, so that run solves the model as written
+        self.scaling = step is None
+        step = 1e-2 if step is None else step
         check_number("DistributedGD: step", step, 0.0, np.inf)
         super().__init__(1.0 / step, step, 1, max_rounds, tol, x0, warm_start=True)
 
@@ -266,10 +271,13 @@ class ProximalAlgorithm(DALD):
     Exact local solves; stops when ‖x^{k+1} − x^k‖∞ ≤ tol."""
 
     name = "pa"
-    scaling = False      # α is the user's step, in the model's units (as _DistributedPA's)
 
-    def __init__(self, alpha: float = 1.0, max_iterations: int = 1000, tol: float = 1e-8,
+    def __init__(self, alpha: float | None = None, max_iterations: int = 1000, tol: float = 1e-8,
                  x0: Any = None):
+        # alpha=None: α = 1 on the equilibrated model; a given α is in the model's units (as
+        # DistributedGD's step)
+        self.scaling = alpha is None
+        alpha = 1.0 if alpha is None else alpha
         check_number("ProximalAlgorithm: alpha", alpha, 0.0, np.inf)
         check_number("ProximalAlgorithm: tol", tol, 0.0, np.inf, low_closed=True)
         check_count("ProximalAlgorithm: max_iterations", max_iterations)
