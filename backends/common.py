@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-import topologies
+from fedmodel import topologies
 from fedmodel.errors import FedModelError
 from fedmodel.expression import Constant
 from fedmodel.runtime.batched_group import in_group_order, private_stack

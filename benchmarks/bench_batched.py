@@ -95,9 +95,9 @@ def target_ratio(n: int, iterations: int, report_every: int) -> dict:
     """Per Table II method: medians of (wall, CPU) seconds per iteration at n clients and of one
     dense and one CSR pass Xᵀ(X v) over the stacked client data, alternating with the iterations."""
     import scipy.sparse as sp
-    import topologies
-    from backends.dald import DALD
-    from backends.special_cases import FedProx
+    from fedmodel import topologies
+    from fedmodel.backends.dald import DALD
+    from fedmodel.backends.special_cases import FedProx
     from fedmodel.reproductions import dald_table2 as t2
     exp = t2.experiment(n)
     X = np.abs(np.concatenate(exp.parts))           # the clients' rows (b·a: |·| = the pixels)

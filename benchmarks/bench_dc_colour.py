@@ -17,8 +17,8 @@ import networkx as nx
 import numpy as np
 
 import fedmodel as fm
-import topologies
-from backends import DALD
+from fedmodel import topologies
+from fedmodel.backends import DALD
 
 
 def problem(n: int, d: int = 10, rows: int = 10, seed: int = 0) -> fm.Problem:

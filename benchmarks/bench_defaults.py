@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
-from backends import (CVXPY, DALD, DPADMM, CentralizedProxAL, FedADMM, FedAvg,  # noqa: E402
+from fedmodel.backends import (CVXPY, DALD, DPADMM, CentralizedProxAL, FedADMM, FedAvg,  # noqa: E402
                       FedProx, ProxAL)
 from benchmarks.common import capped_solve, machine_info, timed  # noqa: E402
 from fedmodel import topologies  # noqa: E402

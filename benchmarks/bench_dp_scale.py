@@ -28,7 +28,7 @@ if __package__ in (None, ""):   # run as a script: `python benchmarks/bench_dp_s
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fedmodel as fm
-from backends.dp_admm import DPADMM
+from fedmodel.backends.dp_admm import DPADMM
 
 MECHANISMS = {"objP-clip": dict(epsilon=1.0), "outP": dict(epsilon=1.0, variant="outP"),
               "none": dict()}

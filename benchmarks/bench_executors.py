@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
-from backends import DALD, FedAvg, FedProx, ProxAL  # noqa: E402
+from fedmodel.backends import DALD, FedAvg, FedProx, ProxAL  # noqa: E402
 
 D, ROWS = 5, 10
 

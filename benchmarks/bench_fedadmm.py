@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
-from backends.fedadmm import FedADMM  # noqa: E402
+from fedmodel.backends.fedadmm import FedADMM  # noqa: E402
 
 
 def example1(m: int, n: int, per_client: int, seed: int = 0, gamma: float = 1.0):

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backends import FedAvg  # noqa: E402
+from fedmodel.backends import FedAvg  # noqa: E402
 from benchmarks.bench_executors import D, model  # noqa: E402
 from fedmodel.runtime.executor import SerialExecutor  # noqa: E402
 
@@ -79,7 +79,7 @@ def run(prob, ex, rounds: int) -> dict:
 DEPLOY_MODEL = """
 import sys
 sys.path.insert(0, {root!r})
-from backends import FedAvg
+from fedmodel.backends import FedAvg
 from benchmarks.bench_executors import model
 
 make_problem = model

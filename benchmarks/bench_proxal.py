@@ -34,9 +34,9 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
-from backends import CentralizedProxAL, ProxAL  # noqa: E402
+from fedmodel.backends import CentralizedProxAL, ProxAL  # noqa: E402
 from benchmarks.common import timed  # noqa: E402
-from backends.proxal import FAST_PROXAL, PAPER_PROXAL  # noqa: E402
+from fedmodel.backends.proxal import FAST_PROXAL, PAPER_PROXAL  # noqa: E402
 from fedmodel.reproductions import proxal_table1 as table1  # noqa: E402
 
 CASES = [("breast-cancer-wisc", 5), ("monks-1", 5), ("adult-a", 1), ("adult-a", 5), ("adult-a", 20)]

@@ -26,7 +26,7 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
-from backends import CVXPY, ProxAL  # noqa: E402
+from fedmodel.backends import CVXPY, ProxAL  # noqa: E402
 from benchmarks.common import capped_solve, timed  # noqa: E402
 from fedmodel.reproductions import proxal_table1 as table1  # noqa: E402
 

@@ -165,8 +165,8 @@ def ran(chosen, name: str) -> str:
 def solve_once(n: int, d: int, loss: str, rows: tuple[int, int], iterations: int,
                name: str) -> str:
     """One `prob.solve` (Fed-DALD-CC, W = 1 gradient step) timed by phase: a table row."""
-    import backends.base as base
-    import backends.dald.backend as dald_backend
+    import fedmodel.backends.base as base
+    import fedmodel.backends.dald.backend as dald_backend
     prob, X = build(n, d, loss, rows)
     # the fastest pass: on the shared 2-core machine a BLAS pass slows down up to 30× while
     # another process runs, and the median then follows the neighbours' load

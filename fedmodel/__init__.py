@@ -37,8 +37,8 @@ def __getattr__(name: str):
         "plot": ("fedmodel.plotting", "plot"),
         "render": ("fedmodel.problem", "render"),
         "compile": ("fedmodel.compiler.codegen", "Plan"),
-        "topologies": ("topologies", None),
-        "backends": ("backends", None),
+        "topologies": ("fedmodel.topologies", None),
+        "backends": ("fedmodel.backends", None),
         "datasets": ("fedmodel.datasets", None),
     }
     if name in lazy:

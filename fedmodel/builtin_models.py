@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from backends.proxal import FAST_PROXAL
+from fedmodel.backends.proxal import FAST_PROXAL
 
 
 def neyman_pearson(n_clients: int = 5, threshold: float = 0.2, seed: int = 0,

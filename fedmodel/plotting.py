@@ -68,7 +68,7 @@ def plot(result, path: str | Path, threshold: float = 1e-3, reference: Any = Non
             figure.savefig(directory / name, dpi=dpi)
             paths.append(directory / name)
     if topology is not None:
-        import topologies
+        from fedmodel import topologies
         paths.append(Path(topologies.draw(topology, directory / "topology.png") or directory / "topology.png"))
     return paths
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.anderson import ClientHistory, ServerMixer
+from fedmodel.backends.anderson import ClientHistory, ServerMixer
 
 
 def affine_map(blocks: int, size: int, radius: float, seed: int):
@@ -128,6 +128,6 @@ def test_client_history_keeps_memory_plus_one_and_returns_inner_products():
 @pytest.mark.parametrize("memory", [-1, 16])
 def test_proxal_rejects_a_bad_memory(memory):
     import fedmodel as fm
-    from backends import ProxAL
+    from fedmodel.backends import ProxAL
     with pytest.raises(fm.FedModelError, match="anderson"):
         ProxAL(anderson=memory)

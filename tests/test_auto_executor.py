@@ -3,7 +3,7 @@ on it gives the serial executor's numbers."""
 import numpy as np
 import pytest
 
-import backends
+from fedmodel import backends
 import fedmodel as fm
 from fedmodel import registry
 from fedmodel.runtime import auto_executor as auto

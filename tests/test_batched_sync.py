@@ -11,10 +11,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
-import backends
+from fedmodel import backends
 import fedmodel as fm
-from backends.dald.dc import GaussSeidelSweep   # (importing backends.dald registers its node steps)
-import topologies
+from fedmodel.backends.dald.dc import GaussSeidelSweep   # (importing backends.dald registers its node steps)
+from fedmodel import topologies
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.executor import SerialExecutor
 from fedmodel.runtime.program import compile_programs

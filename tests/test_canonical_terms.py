@@ -4,10 +4,10 @@ and on the server. Answers are checked against CVXPY; data are synthetic and kno
 import numpy as np
 import pytest
 
-import backends
+from fedmodel import backends
 import fedmodel as fm
-import topologies
-from backends.dald import DALD
+from fedmodel import topologies
+from fedmodel.backends.dald import DALD
 from fedmodel.compiler.canonical import (classify_objective, flatten, needs_projection,
                                          reformulate)
 from fedmodel.errors import SmoothnessError

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-import topologies
+from fedmodel import topologies
 from fedmodel import backends
 from fedmodel.runtime import checkpoint as ck
 

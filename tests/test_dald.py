@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-import topologies
-from backends.dald import DALD
+from fedmodel import topologies
+from fedmodel.backends.dald import DALD
 from fedmodel.runtime import SerialExecutor
 
 D, N_CLIENTS, SAMPLES = 5, 5, 20

@@ -8,9 +8,9 @@ import networkx as nx
 import numpy as np
 import pytest
 
-import topologies
-from backends import DALD
-from backends.dald import dc
+from fedmodel import topologies
+from fedmodel.backends import DALD
+from fedmodel.backends.dald import dc
 from test_dald import _least_squares, _rel_error
 
 TIGHT = dict(eps_primal=1e-8, eps_dual=1e-8, max_iterations=3000)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-import topologies
-from backends.dald import DALD
-from backends.dp_admm import DPADMM
+from fedmodel import topologies
+from fedmodel.backends.dald import DALD
+from fedmodel.backends.dp_admm import DPADMM
 
 D, SAMPLES = 5, 20
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.dald import kernels
+from fedmodel.backends.dald import kernels
 from fedmodel.runtime.kernels import exact_shape
 from test_kernels import FEW, _frozen, _per_row, _shrink, _unchanged
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-import topologies
-from backends.dald import DALD
-from backends.special_cases import DistributedGD, ProximalAlgorithm
+from fedmodel import topologies
+from fedmodel.backends.dald import DALD
+from fedmodel.backends.special_cases import DistributedGD, ProximalAlgorithm
 
 D, M = 5, 20
 TIGHT = dict(eps_primal=1e-9, eps_dual=1e-9, max_iterations=3000)

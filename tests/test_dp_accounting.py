@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from backends.dp_admm import PAPER_DPADMM
-from backends.dp_admm.accounting import (accountant_bounds, composition, pld_epsilon, rdp_epsilon,
+from fedmodel.backends.dp_admm import PAPER_DPADMM
+from fedmodel.backends.dp_admm.accounting import (accountant_bounds, composition, pld_epsilon, rdp_epsilon,
                                          round_event, rounds_within, schedule_event)
 
 PAPER_EPSILONS = (0.05, 0.1, 0.5, 1.0)        # ε̄ per round of the paper's MNIST experiments
@@ -97,7 +97,7 @@ def test_rounds_within_a_budget_is_the_largest_affordable(mechanism, epsilon, bu
 
 
 def test_progress_bar_shows_the_privacy_spent():
-    from backends.common import _Bar     # what `progress` shows when stderr is a terminal
+    from fedmodel.backends.common import _Bar     # what `progress` shows when stderr is a terminal
     bar = _Bar(3, "DP-ADMM")
     bar.update({"objective": 1.0, "violation": 0.0, "round": 1, "epsilon_advanced": 0.5})
     assert "ε=5.0e-01" in bar.bar.postfix

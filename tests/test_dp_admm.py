@@ -12,9 +12,9 @@ from scipy import stats
 from scipy.special import expit
 
 import fedmodel as fm
-import topologies
-from backends.dp_admm.accounting import accountant_bounds
-from backends.dp_admm import (DPADMM, RHO_PRESETS, RhoSchedule, composition, glm_sensitivity_bound,
+from fedmodel import topologies
+from fedmodel.backends.dp_admm.accounting import accountant_bounds
+from fedmodel.backends.dp_admm import (DPADMM, RHO_PRESETS, RhoSchedule, composition, glm_sensitivity_bound,
                               iadmm_step)
 from fedmodel.compiler.per_record import NotRecordSeparable, RecordGradients
 from fedmodel.runtime.privacy import NoiseLog, gaussian_noise, laplace_noise, node_generator

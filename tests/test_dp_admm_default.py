@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends.dp_admm import DPADMM
+from fedmodel.backends.dp_admm import DPADMM
 
 
 def _model(kind: str, n: int = 10, d: int = 20, m: int = 50, seed: int = 0):

@@ -9,7 +9,7 @@ import pytest
 from scipy.special import expit, softmax
 
 import fedmodel as fm
-from backends.dp_admm import DPADMM
+from fedmodel.backends.dp_admm import DPADMM
 from fedmodel.runtime.privacy import clipped_record_gradients
 from fedmodel.runtime.program import compile_programs
 from test_dp_admm import D, I, M, P, REG, _data     # P clients of M records, D features

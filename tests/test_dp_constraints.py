@@ -10,9 +10,9 @@ import pytest
 from dp_accounting import pld
 
 import fedmodel as fm
-from backends import CVXPY
-from backends.dp_admm import DPADMM
-from backends.dp_admm.constrained import LocalConstraints
+from fedmodel.backends import CVXPY
+from fedmodel.backends.dp_admm import DPADMM
+from fedmodel.backends.dp_admm.constrained import LocalConstraints
 from fedmodel.runtime.privacy import clipped_record_value
 from fedmodel.runtime.program import compile_programs
 
@@ -245,7 +245,7 @@ def test_dp_constrained_fast_subset(needs_data, capsys):
 def test_noise_calibrated_to_a_total_budget():
     """epsilon="budget": the largest ε̄ whose max_rounds rounds (two releases each here) spend at
     most epsilon_total by PLD; 0.2 % more ε̄ would exceed it. The run uses every round."""
-    from backends.dp_admm.accounting import pld_epsilon, round_event
+    from fedmodel.backends.dp_admm.accounting import pld_epsilon, round_event
     prob, _ = _np_model()
     rounds, budget = 50, 3.0
     res = prob.solve(DPADMM(epsilon="budget", epsilon_total=budget, max_rounds=rounds, seed=0, tol=0))

@@ -360,7 +360,7 @@ def test_unknown_backend_and_solver():
         prob.solve("cvxpy", solver="NOPE")
     with raises(fm.FedModelError, "bogus"):
         prob.solve("cvxpy", bogus=1)
-    from backends import CVXPY
+    from fedmodel.backends import CVXPY
     with raises(fm.FedModelError, "solver"):
         prob.solve(CVXPY(), solver="SCS")
 

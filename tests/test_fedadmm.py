@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends.fedadmm import FedADMM
-from backends.fedadmm.insa import adapt_penalty, sigma_bound
+from fedmodel.backends.fedadmm import FedADMM
+from fedmodel.backends.fedadmm.insa import adapt_penalty, sigma_bound
 from fedmodel.runtime import SerialExecutor
 from fedmodel.runtime.program import compile_programs
 

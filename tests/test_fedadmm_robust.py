@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends.fedadmm import FedADMM
-from backends.special_cases import DistributedGD, FedAvg, FedProx, ProximalAlgorithm
+from fedmodel.backends.fedadmm import FedADMM
+from fedmodel.backends.special_cases import DistributedGD, FedAvg, FedProx, ProximalAlgorithm
 
 GAMMA = 0.1
 SIZES = [8, 12, 16, 20, 25, 30, 40, 50, 60, 80]            # heterogeneous clients: sizes …

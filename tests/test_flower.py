@@ -221,7 +221,7 @@ class _HangingLoader:
         self.data, self.flag = data, flag
 
     def __call__(self):
-        from backends.fedadmm import client  # noqa: F401  (registers fedadmm_round here)
+        from fedmodel.backends.fedadmm import client  # noqa: F401  (registers fedadmm_round here)
         from fedmodel.runtime.ledger import PROCEDURES
         if not hasattr(PROCEDURES["fedadmm_round"], "flag"):
             serve = PROCEDURES["fedadmm_round"]

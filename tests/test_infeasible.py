@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends import CVXPY, CentralizedProxAL, ProxAL
-from backends.cvxpy_backend import STATUS
-from backends.watch import steady_descent
+from fedmodel.backends import CVXPY, CentralizedProxAL, ProxAL
+from fedmodel.backends.cvxpy_backend import STATUS
+from fedmodel.backends.watch import steady_descent
 from fedmodel.datasets import load_monks
 from fedmodel.reproductions import proxal_table1 as table1
 
@@ -191,7 +191,7 @@ def test_verdict_rules_on_synthetic_histories():
     """The stopping rules alone: a flat violation while β reaches β_max is infeasible; a slow
     (< 2× over 9 iterations) fall at β_max is stalled; equal objective drops with equal steps
     are unbounded; a falling violation or shrinking steps are none of these."""
-    from backends.proxal_outer import verdict as _verdict
+    from fedmodel.backends.proxal_outer import verdict as _verdict
     args = dict(growth=4.0, beta_max=1e4, eps1=1e-3, eps2=1e-4)
     assert _verdict(_records([0.43] * 5, [300, 300, 1200, 4800, 1e4]), **args) == "infeasible"
     assert _verdict(_records([0.43] * 4, [300, 1200, 4800, 4800]), **args) is None      # β not at max
@@ -217,7 +217,7 @@ def test_a_violation_settling_on_a_positive_limit_is_infeasible():
     1 % rule did not fire before "stalled" did. Drops shrinking geometrically extrapolate to their
     limit: ≥ 0.9× the violation is infeasible; a fall to 0 (geometric, or sublinear like c/√k)
     extrapolates far lower and is not."""
-    from backends.proxal_outer import _positive_limit, verdict as _verdict
+    from fedmodel.backends.proxal_outer import _positive_limit, verdict as _verdict
     args = dict(growth=4.0, beta_max=1e4, eps1=1e-3, eps2=1e-4)
     settling = [0.02 + 0.01 * 0.6 ** k for k in range(4)]          # v* = 0.02, now 0.0222
     assert _positive_limit(settling) == pytest.approx(0.02, rel=1e-9)
@@ -284,7 +284,7 @@ def test_inner_stall_rule():
     below the best of the `window` before them; a slow steady fall, or one after an early
     transient dip (monks-1 without Anderson), goes on; 0 turns it off; the paper preset has no
     stall rule; the option is validated."""
-    from backends.proxal import _stalled
+    from fedmodel.backends.proxal import _stalled
     from fedmodel.errors import FedModelError
     cycling = [1.0, 0.1] + [0.37, 0.028] * 6                 # 14 entries
     assert _stalled(cycling, 6) and not _stalled(cycling, 8)   # 8: shorter than two windows

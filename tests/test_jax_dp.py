@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends.dp_admm import DPADMM
+from fedmodel.backends.dp_admm import DPADMM
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.batched_records import group_record_gradients
 from fedmodel.runtime.privacy import _record_gradients

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("jax")
 
-import backends
+from fedmodel import backends
 import fedmodel as fm
-import topologies
-from backends.proxal import ProxAL
+from fedmodel import topologies
+from fedmodel.backends.proxal import ProxAL
 from fedmodel import registry
 from fedmodel.runtime.jax_executor import JaxExecutor, JaxFallbackWarning
 from test_batched import D, _least_squares, _logistic, _private_variables_problem
@@ -248,7 +248,7 @@ FEDADMM = {"InSa (defaults)": dict(max_rounds=25),
 def test_fedadmm_rounds_are_vectorized_and_match_serial(name, executor):
     """FedADMM's client round (backends/fedadmm/batched.py) for whole groups: per-client
     step counts (criterion), η_i halved by the safeguard, adaptive β_i, dropped-out clients."""
-    from backends.fedadmm import FedADMM
+    from fedmodel.backends.fedadmm import FedADMM
     from fedmodel.runtime.batched import BatchedExecutor
     prob, _ = _logistic(n=8, l1_on=None)
     serial = prob.solve(FedADMM(**FEDADMM[name]), executor="serial")

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends.proxal import ProxAL
+from fedmodel.backends.proxal import ProxAL
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.batched_group import Group

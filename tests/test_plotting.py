@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-import topologies
+from fedmodel import topologies
 from fedmodel import backends, plotting
 from fedmodel.result import History
 from test_checkpoint import PROXAL, constrained_model, least_squares
@@ -137,7 +137,7 @@ def test_progress_bar_only_with_verbose_on_a_terminal(monkeypatch):
 
 def test_progress_bar_shows_residuals_and_follows_the_record(monkeypatch):
     monkeypatch.setattr(sys, "stderr", _Terminal())
-    from backends.common import progress
+    from fedmodel.backends.common import progress
     bar = progress(10, True, "X")
     bar.update({"objective": 1.0, "violation": 0.0, "iteration": 4, "certificate": 1e-3,
                 "primal_residual": 2e-3, "dual_residual": 3e-4, "multiplier_change": None})

@@ -232,7 +232,7 @@ def test_solver_choice_and_options():
     res = prob.solve("cvxpy", solver="SCS", eps=1e-9, max_iters=100_000)
     assert res.info["solver"] == "SCS"
     np.testing.assert_allclose(res.value(w), cw.value, atol=1e-4)
-    from backends import CVXPY
+    from fedmodel.backends import CVXPY
     res2 = prob.solve(CVXPY(solver="clarabel"))
     assert res2.info["solver"] == "CLARABEL"
     np.testing.assert_allclose(res2.value(w), cw.value, atol=1e-5)
@@ -253,7 +253,7 @@ class _Given:
     """A backend that returns a given point and multipliers (to probe the certificate)."""
 
     def __new__(cls, values, multipliers):
-        from backends.base import Backend
+        from fedmodel.backends.base import Backend
 
         class Given(Backend):
             name = "given"

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends import CentralizedProxAL, ProxAL
-from backends.cproxal import PAPER_CPROXAL
-from backends.proxal import FAST_PROXAL, PAPER_PROXAL
+from fedmodel.backends import CentralizedProxAL, ProxAL
+from fedmodel.backends.cproxal import PAPER_CPROXAL
+from fedmodel.backends.proxal import FAST_PROXAL, PAPER_PROXAL
 from fedmodel.reproductions import proxal_table1 as table1
 
 

@@ -4,8 +4,8 @@ bounds the true ‖∇ℓ_k‖∞ (so ProxAL's stop rule and Theorem 4.1 stay so
 import pytest
 
 import fedmodel as fm
-from backends import ProxAL
-from backends.fedadmm import FedADMM
+from fedmodel.backends import ProxAL
+from fedmodel.backends.fedadmm import FedADMM
 from fedmodel.runtime.ledger import PROCEDURES
 
 from test_proxal import FAST, constrained_model

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends import ProxAL
-from backends.proxal import FAST_PROXAL, PAPER_PROXAL
+from fedmodel.backends import ProxAL
+from fedmodel.backends.proxal import FAST_PROXAL, PAPER_PROXAL
 from fedmodel.builtin_models import backend_options
 from fedmodel.reproductions import proxal_table1 as table1
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-import topologies
+from fedmodel import topologies
 from fedmodel import backends
 from fedmodel.runtime import checkpoint as ck
 from fedmodel.runtime.batched import BatchedExecutor
@@ -153,7 +153,7 @@ SERVER = textwrap.dedent("""
     import os, sys, traceback
     sys.path.insert(0, {here!r})
     import test_resume_kill as t
-    import backends.proxal, backends.dald, backends.fedadmm, backends.dp_admm, backends.special_cases
+    import fedmodel.backends.proxal, fedmodel.backends.dald, fedmodel.backends.fedadmm, fedmodel.backends.dp_admm, fedmodel.backends.special_cases  # noqa: F401,E401
     for line in sys.stdin:
         pid = os.fork()
         if pid == 0:

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedmodel as fm
-import topologies
+from fedmodel import topologies
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -224,7 +224,7 @@ def test_an_infeasible_model_is_reported(spec):
 def test_a_diverging_setting_is_reported(spec):
     """Local gradient steps far beyond 2/L (the paper's FedADMM, no safeguard): "diverged",
     with a warning that names the setting — never an answer."""
-    import backends
+    from fedmodel import backends
     prob, _ = build(spec, "one")
     with pytest.warns(RuntimeWarning, match="diverged"):
         res = prob.solve(backends.FedADMM.paper(lr=100.0))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends.base import objective_and_violation
+from fedmodel.backends.base import objective_and_violation
 from fedmodel import backends
 from fedmodel.collector import collection_paused
 from fedmodel.runtime import program as program_module

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-import topologies
-from backends.special_cases import FedAvg, FedProx
+from fedmodel import topologies
+from fedmodel.backends.special_cases import FedAvg, FedProx
 
 D, M = 4, 15
 

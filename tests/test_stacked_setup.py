@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends import ProxAL
-from backends.fedadmm import FedADMM
-from backends.common import curvature_rows, group_curvature, local_curvature
+from fedmodel.backends import ProxAL
+from fedmodel.backends.fedadmm import FedADMM
+from fedmodel.backends.common import curvature_rows, group_curvature, local_curvature
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.batched_group import Group
 from fedmodel.runtime.executor import SerialExecutor

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-import topologies
-from backends.dald import DALD
+from fedmodel import topologies
+from fedmodel.backends.dald import DALD
 
 
 def _records(primal, constraint, violation, dual=1e-3):

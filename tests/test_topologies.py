@@ -7,7 +7,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-import topologies as topo
+from fedmodel import topologies as topo
 from fedmodel.errors import TopologyError
 
 NAMES = ["c0", "c1", "c2", "c3", "c4"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from backends.dp_admm.accounting import accountant_bounds
+from fedmodel.backends.dp_admm.accounting import accountant_bounds
 
 
 def user_logistic(n: int = 4, m: int = 12, d: int = 5, lam: float = 0.05, seed: int = 0,

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fedmodel as fm
-from backends.base import Backend, finish_result
+from fedmodel.backends.base import Backend, finish_result
 from fedmodel import builtin_models, cli, registry
 
 W_TRUE = np.array([1.0, -2.0, 0.5])

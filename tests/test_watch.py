@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from backends.watch import DivergenceWatch
+from fedmodel.backends.watch import DivergenceWatch
 
 
 def test_non_finite_is_divergence_and_named():
@@ -58,7 +58,7 @@ def test_fedadmm_with_a_step_that_blows_up_at_once_says_diverged():
     ended "max_iterations" with iterates of 1e300 (the logistic's gradient is bounded: the
     first round is already huge and finite, so no growth was measured after it)."""
     import fedmodel as fm
-    from backends import FedADMM
+    from fedmodel.backends import FedADMM
     rng = np.random.default_rng(0)
     w = fm.Variable(3, name="w")
     prob = fm.Problem()

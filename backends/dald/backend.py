@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import networkx as nx
 import numpy as np
 
-import topologies
+from fedmodel import topologies
 from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime import make_executor
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import networkx as nx
 import numpy as np
 
-import topologies
+from fedmodel import topologies
 from fedmodel.errors import TopologyError
 from fedmodel.runtime.executor import Executor, stack_replies
 from fedmodel.runtime.ledger import MESSAGES, check_payload

@@ -81,8 +81,8 @@ def build_problem(X: np.ndarray, y: np.ndarray, nodes: int = 3, seed: int = 0):
 def dald(X: np.ndarray, y: np.ndarray, iterations: int = 1000, seed: int = 0,
          executor="serial") -> dict[str, np.ndarray]:
     """Fed-DALD-DC on the chain with the paper's settings; the node models by name (c0..c2)."""
-    import topologies
-    from backends.dald import DALD
+    from fedmodel import topologies
+    from fedmodel.backends.dald import DALD
     prob, _ = build_problem(X, y, seed=seed)
     algo = DALD.paper(eps_primal=0.0, eps_dual=0.0, max_iterations=iterations, solver="exact")
     res = prob.solve(algo, topology=topologies.hierarchy(HIERARCHY, prob), executor=executor,

@@ -129,9 +129,9 @@ def run_backend(method: str, exp: Experiment, lam: float, iterations: int,
     is called after every iteration with the stacked client models. `report_every`: the
     history's objective every k-th iteration only (the table needs the models, not the
     objective, which costs one more pass over the data)."""
-    import topologies
-    from backends.dald import DALD
-    from backends.special_cases import FedProx
+    from fedmodel import topologies
+    from fedmodel.backends.dald import DALD
+    from fedmodel.backends.special_cases import FedProx
     prob, _ = build_problem(exp, lam)
     names = [c.name for c in prob.clients]
     wanted, snaps = set(checkpoints), {}

@@ -96,8 +96,8 @@ def measure(exp: Experiment, epsilons, seeds: int, rounds: int, verbose: bool = 
     """Per ε̄: mean objective, mean and largest violation, mean test error over `seeds` DP-IADMM
     runs of T = `rounds` (ε̄ = ∞: one run, to tol 1e-6 or max(20·T, 6000) rounds), the total PLD ε; and the
     rows "ProxAL" and "CVXPY"."""
-    from backends import CVXPY, ProxAL
-    from backends.dp_admm import DPADMM
+    from fedmodel.backends import CVXPY, ProxAL
+    from fedmodel.backends.dp_admm import DPADMM
     rows: dict = {}
     for name, backend in (("CVXPY", CVXPY()), ("ProxAL", ProxAL())):
         start = time.perf_counter()

@@ -56,7 +56,7 @@ def solve(parts, variant: str, epsilon: float, rounds: int, seed: int = 0,
           trust_radius: str = "paper", log_every: int | None = None, outp_std: str = "sigma") -> dict:
     """One DPADMM run; returns the global W, its history and the wall time. `outp_std`: OutP's
     Gaussian std σ (Huang et al., default) or σ² (the authors' code)."""
-    from backends.dp_admm import DPADMM
+    from fedmodel.backends.dp_admm import DPADMM
     scale = "client" if variant == "outP" else "total"          # the code's loss scalings
     prob, W = softmax_regression(parts, CLASSES, beta=BETA, scale=scale, name="dp-mnist")
     algo = DPADMM.paper(epsilon=epsilon, variant=variant, max_rounds=rounds, seed=seed,

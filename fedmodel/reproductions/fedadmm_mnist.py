@@ -72,7 +72,7 @@ def load(train_per_class: int = 1000, test_per_class: int = 100, clients: int = 
 
 def solve(parts, options: dict, rounds: int, seed: int = 0, participation: float = 0.1) -> dict:
     """One FedADMM run on Σ α_i f_i (α_i = 1/m); loss per round from the history."""
-    from backends.fedadmm import FedADMM
+    from fedmodel.backends.fedadmm import FedADMM
     alpha = [1.0 / len(parts)] * len(parts)
     prob, W = softmax_regression(parts, CLASSES, scale="client", alpha=alpha, name="insa-mnist")
     algo = FedADMM.paper(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)

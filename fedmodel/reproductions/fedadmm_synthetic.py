@@ -55,7 +55,7 @@ def algorithms(beta: float = 2.0, steps=(2, 5, 10)) -> dict[str, dict]:
 
 def solve(parts, options: dict, rounds: int = ROUNDS, seed: int = 0, participation: float = 0.1) -> dict:
     """One FedADMM run; loss per round (Σα_i f_i(z^k), from the history) and local steps."""
-    from backends.fedadmm import FedADMM
+    from fedmodel.backends.fedadmm import FedADMM
     prob, u = ridge_regression(parts, GAMMA, name="insa-synthetic")
     algo = FedADMM.paper(lr=0.01, participation=participation, max_rounds=rounds, seed=seed, **options)
     start = time.perf_counter()

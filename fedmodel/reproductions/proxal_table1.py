@@ -91,7 +91,7 @@ def client_losses(w: np.ndarray, X: np.ndarray, y: np.ndarray, parts) -> tuple[n
 
 def solve_case(name: str, n: int, trials=range(1), data=None) -> dict:
     """Alg. 1 and cProx-AL over `trials`; the numbers of one Table 1 row."""
-    from backends import CentralizedProxAL, ProxAL
+    from fedmodel.backends import CentralizedProxAL, ProxAL
     X, y = data if data is not None else load(name)
     prob, w, parts = build(X, y, n)
     worst = smallest_worst_client_loss(X, y, parts)

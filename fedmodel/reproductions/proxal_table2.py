@@ -122,7 +122,7 @@ def start_point(d: int, trial: int) -> np.ndarray:
 
 def solve_case(n: int, trials=range(1, 2), data=None, fraction: int = 1) -> dict:
     """Alg. 1 (ProxAL) and cProx-AL over `trials`: the numbers of one Table 2 row."""
-    from backends import CentralizedProxAL, ProxAL
+    from fedmodel.backends import CentralizedProxAL, ProxAL
     data = data if data is not None else load(fraction)
     prob, w, parts = build(data, n)
     d = data[0][0].shape[1]

@@ -100,7 +100,7 @@ def kkt_optimum(n: int, d: int, m: int) -> float:
 
 def solve_case(n: int, d: int, m: int, trial: int = 0) -> dict:
     """Alg. 1 and cProx-AL on one instance and trial; the numbers of one Table 4 row."""
-    from backends import CentralizedProxAL, ProxAL
+    from fedmodel.backends import CentralizedProxAL, ProxAL
     prob, w = build(n, d, m)
     w0 = start_point(d, trial)
     w_star, optimum = kkt_solution(n, d, m)

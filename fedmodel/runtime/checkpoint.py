@@ -266,6 +266,7 @@ class _Unread:
 
 class _FormatReader(pickle.Unpickler):
     def find_class(self, module: str, name: str):
+        # "backends": files of fedmodel before it installed only `fedmodel` (issue 26)
         if module.split(".")[0] in ("fedmodel", "backends"):
             return _Unread
         return super().find_class(module, name)
