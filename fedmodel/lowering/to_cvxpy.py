@@ -125,8 +125,24 @@ def _neg(node: Neg, x: Any) -> Any:
 def _multiply(node: Multiply, a: Any, b: Any) -> Any:
     import cvxpy as cp
     if np.ndim(a) == 0 or np.ndim(b) == 0 or getattr(a, "shape", ()) == () or getattr(b, "shape", ()) == ():
-        return a * b
+        return _weighted(a, b) if isinstance(a, (int, float)) else \
+            _weighted(b, a) if isinstance(b, (int, float)) else a * b
     return cp.multiply(a, b)
+
+
+def _weighted(c: float, x: Any) -> Any:
+    """c·x, with c > 0 moved inside a sum of squares (c‖r‖² = ‖√c r‖²) or a norm (c‖r‖ = ‖c r‖):
+    the cone program's auxiliary variables then have the size of the weighted term, not of r.
+    An equilibrated model's σ·‖A w − b‖² with data ×10^k otherwise keeps a 10^k-sized residual
+    inside Clarabel's second-order cone (answers 3e-6 apart across k; now to rounding)."""
+    import cvxpy as cp
+    from cvxpy.atoms.pnorm import Pnorm
+    if c > 0 and isinstance(x, cp.quad_over_lin) and x.args[1].is_constant() \
+            and float(x.args[1].value) == 1.0:
+        return cp.sum_squares(np.sqrt(c) * x.args[0])
+    if c > 0 and isinstance(x, Pnorm) and x.p == 2 and x.axis is None:
+        return cp.norm(c * x.args[0], 2)
+    return c * x
 
 
 @cvxpy_rule(MatMul)
