@@ -65,6 +65,12 @@ class RuleTable:
         return next(((base, self._rules[base]) for base in kind.__mro__ if base in self._rules),
                     (None, None))
 
+    def find(self, node: Any) -> Rule | None:
+        """`node`'s rule, or None without one (or with a `not_applicable` entry): for callers
+        whose fallback is right for any atom (the batched plan's client-by-client loop)."""
+        rule = self.entry(type(node))[1]
+        return None if rule is None or isinstance(rule, NotApplicable) else rule
+
     def rule(self, node: Any) -> Rule:
         """The rule of `node`'s class or of its nearest base class that has one."""
         rule = self.entry(type(node))[1]
