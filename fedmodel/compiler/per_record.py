@@ -15,18 +15,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..atoms import (Add, BroadcastTo, LogSumExp, MatMul, Maximum, Mean, Multiply, Neg, Norm1, Reshape,
-                     Sum, SumSquares)
+from ..atoms import (Add, ArgmaxAbs, BroadcastTo, GreaterEqual, Index, IndexAdjoint, LogSumExp,
+                     MatMul, Maximum, Mean, Multiply, Neg, Norm1, Norm2, NormInf, QuadForm, Reshape,
+                     Softmax, Sum, SumSquares, SumTo, Transpose)
 from ..atoms.elementwise import Elementwise
 from ..errors import FedModelError
 from ..atoms.arithmetic import multiply
 from ..expression import Constant, Data, Expression, Leaf, Variable
 from .codegen import Plan
 from .differentiate import grad as derive
+from ..lowering.rules import RuleTable
 
 # how a subexpression depends on the records (see `_separable`)
 _ROWS, _TOTAL, _FREE, _CONST = "rows", "total", "free", "const"
-_LINEAR = (Add, Neg, Sum, BroadcastTo, Reshape)
 
 
 class _Product(NamedTuple):
@@ -240,26 +241,64 @@ def _combine(node: Expression, kinds: list[str | None]) -> str | None:
         return _CONST
     if _ROWS not in kinds and _TOTAL not in kinds:
         return _FREE
-    if _TOTAL in kinds:                  # only linear maps of a sum over records stay separable
-        if isinstance(node, Add) and _ROWS not in kinds:
-            return _TOTAL
-        linear = isinstance(node, _LINEAR) or (isinstance(node, (Multiply, MatMul))
-                                              and kinds.count(_CONST) == len(kinds) - 1)
-        return _TOTAL if linear and set(kinds) <= {_TOTAL, _CONST} else None
-    if _FREE in kinds:                   # a record mixed with the model outside `A @ w`
-        return None
-    m = {a.shape[0] for a, k in zip(node.args, kinds) if k == _ROWS}
-    if len(m) != 1:
-        return None
-    m = m.pop()
-    if isinstance(node, Sum):
-        return _TOTAL if node.axis in (None, 0) else _ROWS
-    if isinstance(node, (SumSquares, Norm1)):
-        return _TOTAL
-    if isinstance(node, LogSumExp):
-        return _ROWS if node.axis not in (None, 0) else None
-    if isinstance(node, MatMul):
-        return _ROWS if kinds == [_ROWS, _CONST] and node.args[0].ndim == 2 else None
-    if isinstance(node, (Elementwise, Add, Neg, Multiply, Maximum, BroadcastTo, Reshape)):
-        return _ROWS if node.shape[:1] == (m,) else None
+    # an atom without a rule is taken as not separable (right for any atom: the pass then
+    # refuses the objective); tests/test_atom_rules.py is what makes every atom state its rule
+    rule = RECORD_RULES.find(node)
+    return rule(node, kinds) if rule else None
+
+
+# rule(node, kinds of its arguments, with records among them) -> the node's kind or None
+RECORD_RULES = RuleTable(lambda node: FedModelError(
+    f"per-record gradients have no rule for the atom {type(node).__name__} ({node.display})"),
+    name="per-record")
+
+
+def _record_rule(total, rows):
+    """The rule of an atom from its two cases: `total(node, kinds)` when an argument is a sum
+    over records (only linear maps of one stay separable), else `rows(node, kinds, m)` when
+    arguments are rows of m records and none reads the model outside `A @ w`."""
+    def rule(node: Expression, kinds: list[str]) -> str | None:
+        if _TOTAL in kinds:
+            return total(node, kinds)
+        if _FREE in kinds:               # a record mixed with the model outside `A @ w`
+            return None
+        m = {a.shape[0] for a, k in zip(node.args, kinds) if k == _ROWS}
+        return rows(node, kinds, m.pop()) if len(m) == 1 else None
+    return rule
+
+
+def _linear_total(node: Expression, kinds: list[str]) -> str | None:
+    return _TOTAL if set(kinds) <= {_TOTAL, _CONST} else None
+
+
+def _product_total(node: Expression, kinds: list[str]) -> str | None:
+    """A product is linear in its one non-constant factor."""
+    return _linear_total(node, kinds) if kinds.count(_CONST) == len(kinds) - 1 else None
+
+
+def _none(node: Expression, kinds: list[str], m: int | None = None) -> None:
     return None
+
+
+def _row_wise(node: Expression, kinds: list[str], m: int) -> str | None:
+    """Row i of the result reads row i of the arguments only (entry-wise maps, broadcasts)."""
+    return _ROWS if node.shape[:1] == (m,) else None
+
+
+RECORD_RULES.register(Add)(_record_rule(
+    lambda node, kinds: _TOTAL if _ROWS not in kinds else None, _row_wise))
+RECORD_RULES.register(Neg, BroadcastTo, Reshape)(_record_rule(_linear_total, _row_wise))
+RECORD_RULES.register(Multiply)(_record_rule(_product_total, _row_wise))
+RECORD_RULES.register(Elementwise, Maximum)(_record_rule(_none, _row_wise))
+RECORD_RULES.register(Sum, Mean)(_record_rule(          # a sum over the rows is a total
+    _linear_total, lambda node, kinds, m: _TOTAL if node.axis in (None, 0) else _ROWS))
+RECORD_RULES.register(SumSquares, Norm1)(_record_rule(_none, lambda node, kinds, m: _TOTAL))
+RECORD_RULES.register(LogSumExp)(_record_rule(    # row-wise only along the rows' own axes
+    _none, lambda node, kinds, m: _ROWS if node.axis not in (None, 0) else None))
+RECORD_RULES.register(MatMul)(_record_rule(       # the rows times a constant matrix
+    _product_total,
+    lambda node, kinds, m: _ROWS if kinds == [_ROWS, _CONST] and node.args[0].ndim == 2 else None))
+# Not separable by records: a transpose or an index mixes rows; the norms 2 and ∞, quad_form
+# and softmax are not sums of per-row terms; the rest occur only in derived gradients.
+RECORD_RULES.register(Transpose, Index, IndexAdjoint, SumTo, GreaterEqual, Norm2, NormInf,
+                      ArgmaxAbs, QuadForm, Softmax)(_none)
