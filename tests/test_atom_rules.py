@@ -27,10 +27,9 @@ from fedmodel.lowering.to_sympy import (EXPLICIT_RULES, SCALAR_RULES, SYMPY_RULE
                                         _entrywise, _hadamard_power)
 from fedmodel.runtime.batched_plan import BATCHED_RULES
 
-TARGETS: dict[str, RuleTable] = {
-    "cvxpy": CVXPY_RULES, "sympy": SYMPY_RULES, "sympy explicit": EXPLICIT_RULES,
-    "numpy value": NUMPY_VALUE, "derivative": DERIVATIVE_RULES, "jax": JAX_RULES,
-    "batched": BATCHED_RULES, "per-record": RECORD_RULES, "classification": DEGREE_RULES}
+TARGETS: dict[str, RuleTable] = {table.name: table for table in (
+    CVXPY_RULES, SYMPY_RULES, EXPLICIT_RULES, NUMPY_VALUE, DERIVATIVE_RULES, JAX_RULES,
+    BATCHED_RULES, RECORD_RULES, DEGREE_RULES)}
 
 
 def concrete(kind: type) -> bool:
@@ -57,8 +56,8 @@ def _forwards_to_scalar(kind: type) -> bool:
 
 def missing_rules(kinds: list[type]) -> dict[str, list[str]]:
     """Per target, the atom classes of `kinds` without an entry of their own ("Class: why")."""
-    report = {name: table.missing(kinds, concrete) for name, table in TARGETS.items()}
-    report["sympy scalar"] = SCALAR_RULES.missing(
+    report = {name: table.uncovered(kinds, concrete) for name, table in TARGETS.items()}
+    report["sympy scalar"] = SCALAR_RULES.uncovered(
         [k for k in kinds if _forwards_to_scalar(k)], concrete)
     return {name: found for name, found in report.items() if found}
 

@@ -6,7 +6,7 @@ parent's rule unless it registers its own.
 Every lowering target has one table (CVXPY, sympy, numpy value and derivative, JAX, batched,
 per-record, classification), and `tests/test_atom_rules.py` checks that each table has an entry
 for every concrete atom class: a rule, or an explicit `not_applicable` entry that says why the
-atom never reaches that target. `missing(kinds)` is that check, so adding an atom without its
+atom never reaches that target. `uncovered(kinds)` is that check, so adding an atom without its
 rules fails a test instead of falling through an `isinstance` chain at run time.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ class NotApplicable:
 
 class RuleTable:
     """Rules of one lowering; `missing(node)` builds the exception for a class without one.
-    `name` names the target in completeness reports."""
+    `name` names the target (in tests/test_atom_rules.py's reports)."""
 
     def __init__(self, missing: Callable[[Any], Exception], name: str = ""):
         self._rules: dict[type, Rule | NotApplicable] = {}
@@ -82,7 +82,7 @@ class RuleTable:
         """`node` lowered, given its arguments lowered."""
         return self.rule(node)(node, *args)
 
-    def missing(self, kinds: Iterable[type], concrete: Callable[[type], bool]) -> list[str]:
+    def uncovered(self, kinds: Iterable[type], concrete: Callable[[type], bool]) -> list[str]:
         """Of the atom classes `kinds`, those without an entry of their own: no entry at all, or
         one inherited from another concrete class (`concrete(kind)`), as a new `Mean` of `Sum`
         would silently inherit the sum's rule. An entry of an abstract base (`Elementwise`)
