@@ -21,8 +21,17 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..atoms import Atom
 from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Parameter, is_sparse, postorder
+from ..lowering.rules import MethodRules
+
+# The numpy target: an atom's value is its own `numeric` method (the atom knows its math,
+# DESIGN.md); this table is how plans find it, and how tests/test_atom_rules.py checks that every
+# atom defines one. A plan step's function is the bound method, `fn.__self__` its node.
+NUMPY_VALUE = MethodRules(lambda node: FedModelError(
+    f"the atom {type(node).__name__} ({node.display}) has no numpy value: define its `numeric`"),
+    [("numeric", Atom)], name="numpy value")
 
 
 # Compiled plan sources. Constants and functions are bound as arguments of `_make`, so the plans
@@ -95,13 +104,14 @@ class Plan:
             key = (type(node), node.params(), arg_slots)
             slot = key_to_slot.get(key)
             if slot is None:
+                numeric = NUMPY_VALUE.rule(node)
                 if constant_slots.issuperset(arg_slots):  # constant folding
-                    value = node.numeric(*[template[s] for s in arg_slots])
+                    value = numeric(*[template[s] for s in arg_slots])
                     slot = new_slot(value)
                     constant_slots.add(slot)
                 else:
                     slot = new_slot()
-                    steps.append((node.numeric, arg_slots, slot))
+                    steps.append((numeric, arg_slots, slot))
                     size = math.prod(node.shape)     # = node.size, without np.prod's overhead
                     self._slot_size[slot] = size
                     signature.append((key[0], key[1], arg_slots, slot, node.shape == (), size > 1))

@@ -10,8 +10,18 @@ from typing import Any
 
 import numpy as np
 
+from ..atoms import Atom
+from ..atoms.elementwise import Elementwise
 from ..errors import FedModelError, ShapeError
 from ..expression import Constant, Expression, Leaf, Variable, as_expr, postorder
+from ..lowering.rules import MethodRules
+
+# The derivative target: an atom's vector-Jacobian product is its own `vjp` method, written in the
+# IR (an elementwise atom's from its `derivative`); tests/test_atom_rules.py checks every atom has
+# one. The error is the one `Atom.vjp` raised before this table.
+DERIVATIVE_RULES = MethodRules(lambda node: NotImplementedError(
+    f"{node.display} has no derivative rule"),
+    [("vjp", Atom), ("derivative", Elementwise)], name="derivative")
 
 
 def vjp(expr: Expression, wrt: Variable | Any, upstream: Any) -> Expression:
@@ -35,7 +45,7 @@ def vjp(expr: Expression, wrt: Variable | Any, upstream: Any) -> Expression:
         for i, arg in enumerate(node.args):
             if id(arg) not in depends:
                 continue
-            contribution = node.vjp(i, g)
+            contribution = DERIVATIVE_RULES(node, i, g)
             if contribution is not None:
                 adjoints.setdefault(id(arg), []).append(contribution)
     total = adjoints.get(id(wrt))

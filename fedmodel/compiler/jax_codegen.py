@@ -27,8 +27,13 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from .. import atoms as A
+from ..atoms.broadcasting import SumTo
+from ..atoms.indexing import Index, IndexAdjoint, numpy_key
+from ..atoms.reductions import ArgmaxAbs, Norm1, Norm2, NormInf, QuadForm, Softmax
 from ..errors import FedModelError
 from ..expression import is_sparse
+from ..lowering.rules import RuleTable
 from .codegen import Plan, _missing
 
 
@@ -79,125 +84,234 @@ def _zero_preserving(node: Any, K: dict) -> bool:
 def _rule(node: Any, K: dict, jnp: Any) -> Callable[..., Any]:
     """The jax.numpy computation of one step: fn(*arguments, mask=…, count=…) for the atom
     `node` (its parameters — axis, exponent, key, target — are the group's common ones)."""
-    A, E = K["A"], K["E"]
-    kind = type(node)
-    if kind is A.Add:
-        def add(*xs, **_):
-            out = xs[0]
-            for x in xs[1:]:
-                out = out + x
-            return out
-        return add
-    if kind is A.Multiply:
-        return lambda a, b, **_: a * b
-    if kind is A.Neg:
-        return lambda x, **_: -x
-    if kind is A.MatMul:
-        return lambda a, b, **_: a @ b
-    if kind is A.Transpose:
-        return lambda x, **_: x.T
-    if kind is A.Reshape:
-        return lambda x, **_: jnp.reshape(x, node.target)
-    if kind is A.BroadcastTo:
-        return lambda x, **_: jnp.broadcast_to(x, node.target)
-    if kind is K["SumTo"]:
-        target = tuple(node.target)
+    return JAX_RULES(node, jnp)
 
-        def sum_to(x, **_):
-            lead = x.ndim - len(target)
-            if lead:
-                x = jnp.sum(x, axis=tuple(range(lead)))
-            axes = tuple(i for i, n in enumerate(target) if n == 1 and x.shape[i] != 1)
-            return jnp.sum(x, axis=axes, keepdims=True) if axes else x
-        return sum_to
-    if kind is A.Exp:
-        return lambda x, **_: jnp.exp(x)
-    if kind is A.Log:
-        return lambda x, **_: jnp.log(x)
-    if kind is A.Power:
-        p = node.p
-        if p == 2:
-            return lambda x, **_: x * x
-        if p == -1:
-            return lambda x, **_: 1.0 / x
-        if p == 0.5:
-            return lambda x, **_: jnp.sqrt(x)
-        return lambda x, **_: jnp.power(x, p)
-    if kind is A.Sqrt:
-        return lambda x, **_: jnp.sqrt(x)
-    if kind is A.Square:
+
+JAX_RULES = RuleTable(lambda node: FedModelError(
+    f"the JAX lowering has no rule for the atom {type(node).__name__} ({node.display}); "
+    "evaluate this plan with numpy"), name="jax")
+jax_rule = JAX_RULES.register      # rule(node, jnp) -> fn(*arguments, mask=…, count=…)
+
+
+@jax_rule(A.Add)
+def _add(node: Any, jnp: Any) -> Callable[..., Any]:
+    def add(*xs, **_):
+        out = xs[0]
+        for x in xs[1:]:
+            out = out + x
+        return out
+    return add
+
+
+@jax_rule(A.Multiply)
+def _multiply(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda a, b, **_: a * b
+
+
+@jax_rule(A.Neg)
+def _neg(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: -x
+
+
+@jax_rule(A.MatMul)
+def _matmul(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda a, b, **_: a @ b
+
+
+@jax_rule(A.Transpose)
+def _transpose(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: x.T
+
+
+@jax_rule(A.Reshape)
+def _reshape(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.reshape(x, node.target)
+
+
+@jax_rule(A.BroadcastTo)
+def _broadcast_to(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.broadcast_to(x, node.target)
+
+
+@jax_rule(SumTo)
+def _sum_to(node: Any, jnp: Any) -> Callable[..., Any]:
+    target = tuple(node.target)
+
+    def sum_to(x, **_):
+        lead = x.ndim - len(target)
+        if lead:
+            x = jnp.sum(x, axis=tuple(range(lead)))
+        axes = tuple(i for i, n in enumerate(target) if n == 1 and x.shape[i] != 1)
+        return jnp.sum(x, axis=axes, keepdims=True) if axes else x
+    return sum_to
+
+
+@jax_rule(A.Exp)
+def _exp(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.exp(x)
+
+
+@jax_rule(A.Log)
+def _log(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.log(x)
+
+
+@jax_rule(A.Power)
+def _power(node: Any, jnp: Any) -> Callable[..., Any]:
+    p = node.p
+    if p == 2:
         return lambda x, **_: x * x
-    if kind is A.Abs:
-        return lambda x, **_: jnp.abs(x)
-    if kind is A.Logistic:      # max(x, 0) + log1p(e^{−|x|}), as the numpy atom
-        return lambda x, **_: jnp.maximum(x, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
-    if kind is A.Sigmoid:       # e^{min(x, 0)} / (1 + e^{−|x|}), as the numpy atom
-        return lambda x, **_: jnp.exp(jnp.minimum(x, 0.0)) / (1.0 + jnp.exp(-jnp.abs(x)))
-    if kind is A.Pos:
-        return lambda x, **_: jnp.maximum(x, 0.0)
-    if kind is A.Huber:
-        M = node.M
-        return lambda x, **_: jnp.where(jnp.abs(x) <= M, x * x, 2 * M * jnp.abs(x) - M ** 2)
-    if kind is E.Sign:
-        return lambda x, **_: jnp.sign(x)
-    if kind is E.Step:
-        return lambda x, **_: (x > 0).astype(jnp.float64)
-    if kind is E.Clip:
-        return lambda x, **_: jnp.clip(x, node.lower, node.upper)
-    if kind is A.Maximum:
-        return lambda a, b, **_: jnp.maximum(a, b)
-    if kind is A.GreaterEqual:
-        return lambda a, b, **_: (a >= b).astype(jnp.float64)
-    if kind is K["Index"]:
-        from ..atoms.indexing import numpy_key
-        key = numpy_key(node.key)
-        return lambda x, **_: x[key]
-    if kind is K["IndexAdjoint"]:
-        from ..atoms.indexing import numpy_key
-        key, target = numpy_key(node.key), tuple(node.target)
-        return lambda g, **_: jnp.zeros(target).at[key].add(g)
-    if kind in (A.Sum, A.Mean):
-        axis = node.axis
-        if kind is A.Sum:
-            return lambda x, **_: jnp.sum(x, axis=axis)
-        return lambda x, count, **_: jnp.sum(x, axis=axis) / count
-    if kind is A.SumSquares:
-        return lambda x, **_: jnp.sum(x * x)
-    if kind is K["Norm1"]:
-        return lambda x, **_: jnp.sum(jnp.abs(x))
-    if kind is K["Norm2"]:
-        return lambda x, **_: jnp.sqrt(jnp.sum(x * x))
-    if kind is K["NormInf"]:
-        return lambda x, **_: jnp.max(jnp.abs(x))
-    if kind is K["ArgmaxAbs"]:
-        def argmax_abs(x, **_):
-            flat = jnp.ravel(x)
-            i = jnp.argmax(jnp.abs(flat))
-            return jnp.zeros(flat.shape).at[i].set(jnp.sign(flat[i])).reshape(x.shape)
-        return argmax_abs
-    if kind is K["QuadForm"]:
-        return lambda x, P, **_: x @ P @ x
-    if kind is A.LogSumExp:
-        axis = node.axis
+    if p == -1:
+        return lambda x, **_: 1.0 / x
+    if p == 0.5:
+        return lambda x, **_: jnp.sqrt(x)
+    return lambda x, **_: jnp.power(x, p)
 
-        def lse(x, mask=None, **_):
-            masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
-            top = jnp.max(masked, axis=axis, keepdims=True)
-            top = jnp.where(jnp.isfinite(top), top, 0.0)     # an all-empty row: no NaN
-            z = jnp.exp(masked - top)
-            out = jnp.log(jnp.sum(z, axis=axis, keepdims=True)) + top
-            return out.reshape(()) if axis is None else jnp.squeeze(out, axis=axis)
-        return lse
-    if kind is K["Softmax"]:
-        axis = node.axis
 
-        def softmax(x, mask=None, **_):
-            masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
-            z = jnp.exp(masked - jnp.max(masked, axis=axis, keepdims=True))
-            return z / jnp.sum(z, axis=axis, keepdims=True)
-        return softmax
-    raise FedModelError(f"the JAX lowering has no rule for the atom {kind.__name__} "
-                        f"({node.display}); evaluate this plan with numpy")
+@jax_rule(A.Sqrt)
+def _sqrt(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.sqrt(x)
+
+
+@jax_rule(A.Square)
+def _square(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: x * x
+
+
+@jax_rule(A.Abs)
+def _abs(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.abs(x)
+
+
+@jax_rule(A.Logistic)
+def _logistic(node: Any, jnp: Any) -> Callable[..., Any]:
+    # max(x, 0) + log1p(e^{−|x|}), as the numpy atom
+    return lambda x, **_: jnp.maximum(x, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+@jax_rule(A.Sigmoid)
+def _sigmoid(node: Any, jnp: Any) -> Callable[..., Any]:
+    # e^{min(x, 0)} / (1 + e^{−|x|}), as the numpy atom
+    return lambda x, **_: jnp.exp(jnp.minimum(x, 0.0)) / (1.0 + jnp.exp(-jnp.abs(x)))
+
+
+@jax_rule(A.Pos)
+def _pos(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.maximum(x, 0.0)
+
+
+@jax_rule(A.Huber)
+def _huber(node: Any, jnp: Any) -> Callable[..., Any]:
+    M = node.M
+    return lambda x, **_: jnp.where(jnp.abs(x) <= M, x * x, 2 * M * jnp.abs(x) - M ** 2)
+
+
+@jax_rule(A.Sign)
+def _sign(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.sign(x)
+
+
+@jax_rule(A.Step)
+def _step(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: (x > 0).astype(jnp.float64)
+
+
+@jax_rule(A.Clip)
+def _clip(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.clip(x, node.lower, node.upper)
+
+
+@jax_rule(A.Maximum)
+def _maximum(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda a, b, **_: jnp.maximum(a, b)
+
+
+@jax_rule(A.GreaterEqual)
+def _greater_equal(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda a, b, **_: (a >= b).astype(jnp.float64)
+
+
+@jax_rule(Index)
+def _index(node: Any, jnp: Any) -> Callable[..., Any]:
+    key = numpy_key(node.key)
+    return lambda x, **_: x[key]
+
+
+@jax_rule(IndexAdjoint)
+def _index_adjoint(node: Any, jnp: Any) -> Callable[..., Any]:
+    key, target = numpy_key(node.key), tuple(node.target)
+    return lambda g, **_: jnp.zeros(target).at[key].add(g)
+
+
+@jax_rule(A.Sum)
+def _sum(node: Any, jnp: Any) -> Callable[..., Any]:
+    axis = node.axis
+    return lambda x, **_: jnp.sum(x, axis=axis)
+
+
+@jax_rule(A.Mean)
+def _mean(node: Any, jnp: Any) -> Callable[..., Any]:
+    axis = node.axis
+    return lambda x, count, **_: jnp.sum(x, axis=axis) / count
+
+
+@jax_rule(A.SumSquares)
+def _sum_squares(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.sum(x * x)
+
+
+@jax_rule(Norm1)
+def _norm1(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.sum(jnp.abs(x))
+
+
+@jax_rule(Norm2)
+def _norm2(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.sqrt(jnp.sum(x * x))
+
+
+@jax_rule(NormInf)
+def _norm_inf(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, **_: jnp.max(jnp.abs(x))
+
+
+@jax_rule(ArgmaxAbs)
+def _argmax_abs(node: Any, jnp: Any) -> Callable[..., Any]:
+    def argmax_abs(x, **_):
+        flat = jnp.ravel(x)
+        i = jnp.argmax(jnp.abs(flat))
+        return jnp.zeros(flat.shape).at[i].set(jnp.sign(flat[i])).reshape(x.shape)
+    return argmax_abs
+
+
+@jax_rule(QuadForm)
+def _quad_form(node: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda x, P, **_: x @ P @ x
+
+
+@jax_rule(A.LogSumExp)
+def _log_sum_exp(node: Any, jnp: Any) -> Callable[..., Any]:
+    axis = node.axis
+
+    def lse(x, mask=None, **_):
+        masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
+        top = jnp.max(masked, axis=axis, keepdims=True)
+        top = jnp.where(jnp.isfinite(top), top, 0.0)     # an all-empty row: no NaN
+        z = jnp.exp(masked - top)
+        out = jnp.log(jnp.sum(z, axis=axis, keepdims=True)) + top
+        return out.reshape(()) if axis is None else jnp.squeeze(out, axis=axis)
+    return lse
+
+
+@jax_rule(Softmax)
+def _softmax(node: Any, jnp: Any) -> Callable[..., Any]:
+    axis = node.axis
+
+    def softmax(x, mask=None, **_):
+        masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
+        z = jnp.exp(masked - jnp.max(masked, axis=axis, keepdims=True))
+        return z / jnp.sum(z, axis=axis, keepdims=True)
+    return softmax
 
 
 # ---- slot layout of a group of plans --------------------------------------------------------

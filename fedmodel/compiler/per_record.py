@@ -11,22 +11,23 @@ them (each term scaled to an L1 norm ≤ a bound) for a sensitivity that holds f
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..atoms import (Add, BroadcastTo, LogSumExp, MatMul, Maximum, Mean, Multiply, Neg, Norm1, Reshape,
-                     Sum, SumSquares)
+from ..atoms import (Add, ArgmaxAbs, BroadcastTo, GreaterEqual, Index, IndexAdjoint, LogSumExp,
+                     MatMul, Maximum, Mean, Multiply, Neg, Norm1, Norm2, NormInf, QuadForm, Reshape,
+                     Softmax, Sum, SumSquares, SumTo, Transpose)
 from ..atoms.elementwise import Elementwise
 from ..errors import FedModelError
 from ..atoms.arithmetic import multiply
 from ..expression import Constant, Data, Expression, Leaf, Variable
 from .codegen import Plan
 from .differentiate import grad as derive
+from ..lowering.rules import RuleTable
 
 # how a subexpression depends on the records (see `_separable`)
 _ROWS, _TOTAL, _FREE, _CONST = "rows", "total", "free", "const"
-_LINEAR = (Add, Neg, Sum, BroadcastTo, Reshape)
 
 
 class _Product(NamedTuple):
@@ -176,34 +177,17 @@ class RecordGradients:
 def _value_terms(node: Expression, kinds: dict, scale: Expression, where: str) -> list:
     """(scale, X, op) triples of a record-separable ("total") node summed to a scalar: its record
     i's term is Σ_k scale_k · Σ_j op_k(X_k)[i, j]. Linear maps of totals pass their factor down;
-    sums over rows with axis 0 are vectors that a sum or mean over all entries reduces above."""
+    sums over rows with axis 0 are vectors that a sum or mean over all entries reduces above.
+    Each atom's part is the `terms` of its record rule (RECORD_RULES)."""
     kind = kinds[id(node)]
     if kind in (_FREE, _CONST):
         return []
-    args = node.args
-    arg_kinds = [kinds[id(a)] for a in args]
-    if kind == _TOTAL and _TOTAL in arg_kinds:
-        if isinstance(node, Add):
-            return [t for a in args for t in _value_terms(a, kinds, scale, where)]
-        if isinstance(node, Neg):
-            return _value_terms(args[0], kinds, multiply(-1.0, scale), where)
-        if isinstance(node, Mean) and node.axis is None:
-            return _value_terms(args[0], kinds, multiply(1.0 / node.count, scale), where)
-        if (isinstance(node, Sum) and node.axis is None) or isinstance(node, Reshape) or \
-                (isinstance(node, BroadcastTo) and node.size == 1):
-            return _value_terms(args[0], kinds, scale, where)
-        if isinstance(node, Multiply) and all(a.size == 1 for a in args):
-            factor, total = (args[0], args[1]) if arg_kinds[1] == _TOTAL else (args[1], args[0])
-            return _value_terms(total, kinds, multiply(factor, scale), where)
-    elif kind == _TOTAL and arg_kinds[0] == _ROWS:
-        x = args[0]
-        if isinstance(node, Sum) and node.axis in (None, 0):     # axis 0: summed further up
-            factor = multiply(1.0 / node.count, scale) if isinstance(node, Mean) else scale
-            return [(factor, x, _identity)]
-        if isinstance(node, SumSquares):
-            return [(scale, x, np.square)]
-        if isinstance(node, Norm1):
-            return [(scale, x, np.abs)]
+    rule = RECORD_RULES.find(node) if kind == _TOTAL else None
+    if rule is not None and rule.terms is not None:
+        found = rule.terms(node, [kinds[id(a)] for a in node.args], scale,
+                           lambda x, factor: _value_terms(x, kinds, factor, where))
+        if found is not None:
+            return found
     raise NotRecordSeparable(f"per-record values of {where!r}: cannot split {node} by records")
 
 
@@ -240,26 +224,119 @@ def _combine(node: Expression, kinds: list[str | None]) -> str | None:
         return _CONST
     if _ROWS not in kinds and _TOTAL not in kinds:
         return _FREE
-    if _TOTAL in kinds:                  # only linear maps of a sum over records stay separable
-        if isinstance(node, Add) and _ROWS not in kinds:
-            return _TOTAL
-        linear = isinstance(node, _LINEAR) or (isinstance(node, (Multiply, MatMul))
-                                              and kinds.count(_CONST) == len(kinds) - 1)
-        return _TOTAL if linear and set(kinds) <= {_TOTAL, _CONST} else None
-    if _FREE in kinds:                   # a record mixed with the model outside `A @ w`
-        return None
-    m = {a.shape[0] for a, k in zip(node.args, kinds) if k == _ROWS}
-    if len(m) != 1:
-        return None
-    m = m.pop()
-    if isinstance(node, Sum):
-        return _TOTAL if node.axis in (None, 0) else _ROWS
-    if isinstance(node, (SumSquares, Norm1)):
-        return _TOTAL
-    if isinstance(node, LogSumExp):
-        return _ROWS if node.axis not in (None, 0) else None
-    if isinstance(node, MatMul):
-        return _ROWS if kinds == [_ROWS, _CONST] and node.args[0].ndim == 2 else None
-    if isinstance(node, (Elementwise, Add, Neg, Multiply, Maximum, BroadcastTo, Reshape)):
-        return _ROWS if node.shape[:1] == (m,) else None
+    # an atom without a rule is taken as not separable (right for any atom: the pass then
+    # refuses the objective); tests/test_atom_rules.py is what makes every atom state its rule
+    rule = RECORD_RULES.find(node)
+    return rule.kind(node, kinds) if rule else None
+
+
+# a `RecordRule` per atom class (below)
+RECORD_RULES = RuleTable(lambda node: FedModelError(
+    f"per-record gradients have no rule for the atom {type(node).__name__} ({node.display})"),
+    name="per-record")
+
+
+class RecordRule(NamedTuple):
+    """An atom's per-record rule: `kind(node, kinds)` its kind from its arguments' kinds;
+    `terms(node, kinds, scale, split)` the (scale, X, op) triples of a node that is a sum over
+    records (`_value_terms`; `split(arg, factor)` recurses), None where it has none."""
+    kind: Callable[[Expression, list[str]], str | None]
+    terms: Callable[..., list | None] | None = None
+
+
+def _record_rule(total, rows, terms=None) -> RecordRule:
+    """The rule of an atom from its two cases: `total(node, kinds)` when an argument is a sum
+    over records (only linear maps of one stay separable), else `rows(node, kinds, m)` when
+    arguments are rows of m records and none reads the model outside `A @ w`."""
+    def kind(node: Expression, kinds: list[str]) -> str | None:
+        if _TOTAL in kinds:
+            return total(node, kinds)
+        if _FREE in kinds:               # a record mixed with the model outside `A @ w`
+            return None
+        m = {a.shape[0] for a, k in zip(node.args, kinds) if k == _ROWS}
+        return rows(node, kinds, m.pop()) if len(m) == 1 else None
+    return RecordRule(kind, terms)
+
+
+def _linear_total(node: Expression, kinds: list[str]) -> str | None:
+    return _TOTAL if set(kinds) <= {_TOTAL, _CONST} else None
+
+
+def _product_total(node: Expression, kinds: list[str]) -> str | None:
+    """A product is linear in its one non-constant factor."""
+    return _linear_total(node, kinds) if kinds.count(_CONST) == len(kinds) - 1 else None
+
+
+def _none(node: Expression, kinds: list[str], m: int | None = None) -> None:
     return None
+
+
+def _row_wise(node: Expression, kinds: list[str], m: int) -> str | None:
+    """Row i of the result reads row i of the arguments only (entry-wise maps, broadcasts)."""
+    return _ROWS if node.shape[:1] == (m,) else None
+
+
+# -- the value terms of sums over records: a linear map of totals passes its factor down --
+def _add_terms(node, kinds, scale, split):
+    return [t for a in node.args for t in split(a, scale)] if _TOTAL in kinds else None
+
+
+def _neg_terms(node, kinds, scale, split):
+    return split(node.args[0], multiply(-1.0, scale)) if _TOTAL in kinds else None
+
+
+def _same_terms(node, kinds, scale, split):
+    """A reshape (or a broadcast of one entry) of a total: its terms."""
+    if _TOTAL in kinds and (isinstance(node, Reshape) or node.size == 1):
+        return split(node.args[0], scale)
+    return None
+
+
+def _scaled_terms(node, kinds, scale, split):
+    """A total times a scalar factor."""
+    if _TOTAL in kinds and all(a.size == 1 for a in node.args):
+        factor, total = node.args if kinds[1] == _TOTAL else node.args[::-1]
+        return split(total, multiply(factor, scale))
+    return None
+
+
+def _sum_terms(node, kinds, scale, split):
+    """A sum (mean) of a total over all entries passes it down (1/count); a sum over the rows
+    (all entries, or axis 0 summed further up) is itself the records' terms."""
+    mean = isinstance(node, Mean)
+    if _TOTAL in kinds:
+        if node.axis is None:
+            return split(node.args[0], multiply(1.0 / node.count, scale) if mean else scale)
+        return None
+    if kinds[0] == _ROWS and node.axis in (None, 0):
+        return [(multiply(1.0 / node.count, scale) if mean else scale, node.args[0], _identity)]
+    return None
+
+
+def _entry_terms(op):
+    """A sum of `op` over the rows' entries (sum of squares, 1-norm)."""
+    def terms(node, kinds, scale, split):
+        return [(scale, node.args[0], op)] if kinds[0] == _ROWS else None
+    return terms
+
+
+RECORD_RULES.register(Add)(_record_rule(
+    lambda node, kinds: _TOTAL if _ROWS not in kinds else None, _row_wise, _add_terms))
+RECORD_RULES.register(Neg)(_record_rule(_linear_total, _row_wise, _neg_terms))
+RECORD_RULES.register(BroadcastTo, Reshape)(_record_rule(_linear_total, _row_wise, _same_terms))
+RECORD_RULES.register(Multiply)(_record_rule(_product_total, _row_wise, _scaled_terms))
+RECORD_RULES.register(Elementwise, Maximum)(_record_rule(_none, _row_wise))
+RECORD_RULES.register(Sum, Mean)(_record_rule(          # a sum over the rows is a total
+    _linear_total, lambda node, kinds, m: _TOTAL if node.axis in (None, 0) else _ROWS, _sum_terms))
+RECORD_RULES.register(SumSquares)(_record_rule(_none, lambda node, kinds, m: _TOTAL,
+                                               _entry_terms(np.square)))
+RECORD_RULES.register(Norm1)(_record_rule(_none, lambda node, kinds, m: _TOTAL, _entry_terms(np.abs)))
+RECORD_RULES.register(LogSumExp)(_record_rule(    # row-wise only along the rows' own axes
+    _none, lambda node, kinds, m: _ROWS if node.axis not in (None, 0) else None))
+RECORD_RULES.register(MatMul)(_record_rule(       # the rows times a constant matrix
+    _product_total,
+    lambda node, kinds, m: _ROWS if kinds == [_ROWS, _CONST] and node.args[0].ndim == 2 else None))
+# Not separable by records: a transpose or an index mixes rows; the norms 2 and ∞, quad_form
+# and softmax are not sums of per-row terms; the rest occur only in derived gradients.
+RECORD_RULES.register(Transpose, Index, IndexAdjoint, SumTo, GreaterEqual, Norm2, NormInf,
+                      ArgmaxAbs, QuadForm, Softmax)(RecordRule(lambda node, kinds: None))

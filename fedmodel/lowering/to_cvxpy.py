@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from ..analysis import CONVEX
-from ..atoms import (Abs, Add, BroadcastTo, Exp, Huber, Index, Log, Logistic, LogSumExp, MatMul,
-                     Maximum, Mean, Multiply, Neg, Norm1, Norm2, NormInf, Pos, Power, QuadForm,
-                     Reshape, Sqrt, Square, Sum, SumSquares, Transpose)
+from ..atoms import (Abs, Add, ArgmaxAbs, BroadcastTo, Clip, Exp, GreaterEqual, Huber, Index,
+                     IndexAdjoint, Log, Logistic, LogSumExp, MatMul, Maximum, Mean, Multiply, Neg,
+                     Norm1, Norm2, NormInf, Pos, Power, QuadForm, Reshape, Sigmoid, Sign, Softmax,
+                     Sqrt, Square, Step, Sum, SumSquares, SumTo, Transpose)
 from ..atoms.indexing import numpy_key
 from ..errors import FedModelError
 from ..expression import Expression, Leaf, Parameter, Variable, postorder
@@ -72,8 +73,15 @@ def to_cvxpy(expr: Expression, context: CvxpyContext | None = None) -> Any:
 # ---- rules --------------------------------------------------------------------------------
 CVXPY_RULES = RuleTable(lambda node: FedModelError(
     f"{node.display} has no CVXPY lowering (it appears only in derived gradients, which CVXPY "
-    "does not need)"))
+    "does not need)"), name="cvxpy")
 cvxpy_rule = CVXPY_RULES.register
+
+# Atoms that only derived gradients build (σ of a logistic's slope, the sign and step of a
+# subgradient, clip, the indicator of a maximum, the adjoints of indexing and broadcasting,
+# the argmax of a norm-∞'s subgradient, log-sum-exp's softmax): no model a user writes holds
+# them, and CVXPY differentiates its own problem.
+CVXPY_RULES.not_applicable(Sigmoid, Sign, Step, Clip, GreaterEqual, IndexAdjoint, SumTo, ArgmaxAbs,
+                           Softmax, reason="appears only in derived gradients")
 
 
 def _same_name(name: str):

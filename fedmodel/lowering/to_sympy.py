@@ -105,8 +105,8 @@ def _no_rule(form: str) -> Callable[[Any], Exception]:
     return lambda node: NotImplementedError(f"{node.display} has no {form} sympy lowering")
 
 
-SYMPY_RULES = RuleTable(_no_rule("symbolic"))      # symbolic form: matrix expressions
-EXPLICIT_RULES = RuleTable(_no_rule("explicit"))   # explicit form: object arrays of scalars
+SYMPY_RULES = RuleTable(_no_rule("symbolic"), "sympy")             # matrix expressions
+EXPLICIT_RULES = RuleTable(_no_rule("explicit"), "sympy explicit")  # object arrays of scalars
 SCALAR_RULES = RuleTable(_no_rule("scalar"))       # the formula of an entry-wise atom on scalars
 sympy_rule, explicit_rule, scalar_rule = (SYMPY_RULES.register, EXPLICIT_RULES.register,
                                           SCALAR_RULES.register)
@@ -220,7 +220,7 @@ def _hadamard_power(node: Power, x: Any) -> Any:
     return SCALAR_RULES(node, x)
 
 
-@sympy_rule(Sum, LogSumExp)
+@sympy_rule(Sum, Mean, LogSumExp)
 def _along_axis(node: Sum | LogSumExp, x: Any) -> Any:
     return function(node.display, node.shape, x, *(() if node.axis is None else (node.axis,)))
 
