@@ -11,8 +11,8 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from ..common import gather_values, progress, stacked_report
-from . import cc_nodes  # noqa: F401  (registers the client steps (13), (15))
 from . import kernels
+from ..outcome import Outcome, Status
 
 ADAPT_UNTIL = 200      # adaptive ρ: outer iterations that may change it (then fixed: convergence)
 ADAPT_RANGE = 1e4      # ... and ρ∘ρ stays within [1/ADAPT_RANGE, ADAPT_RANGE] × its initial value
@@ -54,7 +54,7 @@ class FedDALDCC:
             raise FedModelError("Fed-DALD-CC needs Σ_i ρ_i∘ρ_i > 0 in every coordinate")
         X = np.tile(xhat, (len(clients), 1))
         mu_sum = np.zeros(d)           # server's mirror of Σ_i μ_i (each term is known to it)
-        history, total, status, k, info = [], 0, "max_iterations", 0, {}
+        history, total, status, k, info = [], 0, Status.MAX_ITERATIONS, 0, {}
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
         constrained = bool(problem.constraints)     # (a list over every block: once, not per iteration)
@@ -142,8 +142,8 @@ class FedDALDCC:
         self._stall_report(problem, status, values, info, k)
         info.update(consensus_multipliers=consensus,
                     client_values={c: X[i].copy() for i, c in enumerate(clients)})
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger, "info": info}
+        return Outcome(status, values=values, multipliers=multipliers, history=history,
+                       iterations={"outer": k, "inner": total}, info=info)
 
     def _server_step(self, ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used):
         if not self.dual_updates:                                   # distributed PA (53), p_i = 1/n
