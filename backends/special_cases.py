@@ -35,7 +35,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from .base import paper_preset
-from .common import check_count, check_number, gather_values, progress
+from .common import check_count, check_number, progress
 from .dald import DALD
 from .watch import DivergenceWatch
 from .outcome import Outcome, Status
@@ -180,11 +180,10 @@ class _DistributedPA(DALD):
                 status = stop
                 break
         bar.close()
-        values, multipliers = gather_values(ex, problem, xhat)
         ex.ledger.rounds = k
         info.update(secure_sum=True)
-        return Outcome(status, values=values, multipliers=multipliers, history=history,
-                       iterations={"outer": k, "inner": k}, info=info)
+        return Outcome(status, shared=xhat, history=history, iterations={"outer": k, "inner": k},
+                       info=info)
 
     def prepare(self, problem, topology):
         if problem.server.constraints:

@@ -244,6 +244,11 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         out.info["mode"] = mode
         return out
 
+    def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
+        """An infeasible / stalled run names the constraints violated at the gathered values."""
+        self._stall_report(problem, outcome.status, outcome.values, outcome.info,
+                           outcome.iterations.get("outer", 0))
+
     def _start_point(self, d: int) -> np.ndarray:
         """x⁰ for every node: zeros, or `x0` (a scalar or the d flattened shared variables)."""
         if self.x0 is None:

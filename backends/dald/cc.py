@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from ..common import gather_values, progress, stacked_report
+from ..common import progress, stacked_report
 from . import kernels
 from ..outcome import Outcome, Status
 
@@ -135,15 +135,13 @@ class FedDALDCC:
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2)
         bar.close()
-        values, multipliers = gather_values(ex, problem, xhat)
         ex.ledger.rounds = total
         mus = ex.map_stacked("dald_state", clients)["mu"]
         consensus = {c: np.array(m, float) for c, m in zip(clients, mus)}
-        self._stall_report(problem, status, values, info, k)
         info.update(consensus_multipliers=consensus,
                     client_values={c: X[i].copy() for i, c in enumerate(clients)})
-        return Outcome(status, values=values, multipliers=multipliers, history=history,
-                       iterations={"outer": k, "inner": total}, info=info)
+        return Outcome(status, shared=xhat, history=history, iterations={"outer": k, "inner": total},
+                       info=info)
 
     def _server_step(self, ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used):
         if not self.dual_updates:                                   # distributed PA (53), p_i = 1/n

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from ..common import gather_values, progress, stacked_report
+from ..common import progress, stacked_report
 from ..watch import DivergenceWatch
 from ..projecting import projects_affine
 from .accounting import privacy_report
@@ -118,11 +118,11 @@ class RoundLoop:
         rounds = t if status != Status.DIVERGED else t - 1
         info = self._info(ex, clients, Z, LAM, rho, records, t, history, shares) | diverged  # t rounds: z out
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
-        values, multipliers = gather_values(ex, problem, w)
+        projected = {}      # (they override the gathered ones of the same names)
         if math.isinf(self.epsilon) and projects_affine(problem):   # (a private run releases nothing more)
-            multipliers.update(self._set_multipliers(ex, clients, w, LAM, server_used))
+            projected = self._set_multipliers(ex, clients, w, LAM, server_used)
         ex.ledger.rounds = rounds
-        return Outcome(status, values=values, multipliers=multipliers, history=history,
+        return Outcome(status, shared=w, multipliers=projected, history=history,
                        iterations={"rounds": rounds}, info=info)
 
     def _set_multipliers(self, ex, clients, w, LAM, server_used) -> dict:
