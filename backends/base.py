@@ -5,31 +5,58 @@ import copy
 import functools
 import time
 import warnings
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
+from fedmodel import registry
 from fedmodel.collector import collection_paused
 from fedmodel.compiler.codegen import Plan
 from fedmodel.compiler.scaling import equilibrate
-from fedmodel.errors import DataError
+from fedmodel.errors import DataError, FedModelError
 from fedmodel.expression import Constant, Data, Parameter, is_sparse
 from fedmodel.result import Result
-from fedmodel.runtime.checkpoint import Checkpointer
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
+from fedmodel.runtime.executor import open_executor
+from fedmodel.runtime.program import compile_programs
+from .common import FRAMEWORK, gather_values
+from .outcome import Outcome, Status
 from .watch import steady_descent
 
 
+@dataclass
+class Run:
+    """What one run's algorithm loop is given besides the open executor (`Backend.loop`): the
+    topology as `Backend.prepare` returned it, the user's callback, the progress flag and the
+    checkpointer (the loop restores from it once its nodes are initialized:
+    `Checkpointer.restore` must come after the requests that initialize the nodes' state)."""
+
+    topology: Any = None
+    callback: Callable[[dict], Any] | None = None
+    verbose: bool = False
+    checkpointer: Checkpointer = NO_CHECKPOINT
+
+
 class Backend:
-    """Base class. Subclasses implement `run(problem, topology, executor, callback, verbose,
-    checkpoint...) -> dict` with at least `status`, `values`, `iterations`, `history`,
-    `multipliers`; `solve` adds timing, objective, violation and the KKT certificate."""
+    """Base class: the run the framework owns. `solve` equilibrates, checkpoints and judges
+    the outcome (`finish_result`); `run` checks (`prepare`), compiles (`compile`), opens the
+    executor as a context — closed, its node programs handed back and its actors or threads
+    ended, however the run ends (an error, KeyboardInterrupt) — with the backend's node
+    `procedures` registered, calls the algorithm `loop` on it, gathers the values at the
+    loop's shared vector and returns an `Outcome`. A subclass implements `loop` and lists its
+    node steps in `procedures`."""
 
     name = "backend"
-    checkpointing = False   # True: `run` takes a `checkpointer` (docs/checkpoints.md)
+    checkpointing = False   # True: its loop saves and restores checkpoints (docs/checkpoints.md)
     convergence_needs_convexity = True   # its guarantees assume a convex model (warn otherwise)
     # solve the equilibrated model (fedmodel/compiler/scaling.py) and report in the user's
     # units; False: the model as written (paper presets, whose constants are in the paper's units)
     scaling = True
+    # the node procedures its loop sends (`@procedure` functions or `ledger.Procedure`s),
+    # registered when the run opens its executor, with the framework's own (gathering values)
+    procedures: tuple = ()
+    framework_procedures: tuple = FRAMEWORK
 
     def equilibrates(self) -> bool:
         """Whether this run solves the equilibrated model (`scaling`; a private run overrides
@@ -37,10 +64,11 @@ class Backend:
         return bool(self.scaling)
 
     def solve(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-              checkpoint=None, checkpoint_every=None, resume=False, scaling=None) -> Result:
+              checkpoint=None, checkpoint_every=None, resume=False, scaling=None, **unknown) -> Result:
         """Run the algorithm on `problem` (`Problem.solve` calls this). `scaling`: solve the
         equilibrated model (True), the model as written (False), or the backend's default
-        (None: `self.scaling`, off in the papers' presets)."""
+        (None: `self.scaling`, off in the papers' presets). Another keyword is refused."""
+        refuse_unknown(self.name, unknown, SOLVE_OPTIONS)
         if self.convergence_needs_convexity and not problem.is_convex():
             warnings.warn(f"{self.name}: the model is not convex (DCP rules), so the algorithm's "
                           "convergence guarantees do not apply and CVXPY cannot certify the "
@@ -58,24 +86,82 @@ class Backend:
             if callback is not None:
                 callback = functools.partial(_in_user_units, callback, model)
         checkpointer = Checkpointer.create(self, work, checkpoint, checkpoint_every, resume)
-        extra = {"checkpointer": checkpointer} if self.checkpointing else {}
         try:
-            outcome = checkpointer.finished()       # resuming a run that had already finished
-            if outcome is None:
-                outcome = runner.run(work, topology=topology, executor=executor, callback=callback,
-                                     verbose=verbose, checkpoint=checkpoint,
-                                     checkpoint_every=checkpoint_every, resume=resume, **extra)
-                checkpointer.finish(outcome)
+            finished = checkpointer.finished()       # resuming a run that had already finished
+            if finished is not None:
+                outcome = Outcome.of(finished)
+            else:
+                outcome = Outcome.of(runner.run(work, topology=topology, executor=executor,
+                                                callback=callback, verbose=verbose,
+                                                checkpointer=checkpointer))
+                checkpointer.finish(outcome.as_dict())
         finally:
             if model is not None:
                 model.release()
         if model is not None:
-            outcome = model.outcome_to_user(outcome)
+            outcome = Outcome.of(model.outcome_to_user(outcome.as_dict()))
         wall_time = time.perf_counter() - start
         return finish_result(problem, self.name, outcome, wall_time)
 
-    def run(self, problem, **kwargs) -> dict[str, Any]:
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+            checkpoint=None, checkpoint_every=None, resume=False,
+            checkpointer: Checkpointer | None = None, **unknown) -> Outcome:
+        """One run on `problem` as given (no equilibration, no verdicts: `solve` adds those),
+        owned by the framework (class docstring). `checkpointer`: made from `checkpoint`,
+        `checkpoint_every`, `resume` when not given. Another keyword is refused."""
+        refuse_unknown(self.name, unknown, RUN_OPTIONS)
+        if checkpointer is None:
+            checkpointer = Checkpointer.create(self, problem, checkpoint, checkpoint_every, resume)
+        run = Run(self.prepare(problem, topology), callback, verbose, checkpointer)
+        programs = self.compile(problem)
+        served = tuple(self.framework_procedures) + tuple(self.procedures)
+        with open_executor(self.executor_for(executor), programs, served) as ex:
+            outcome = self.loop(problem, ex, run)
+            if outcome.values is None:           # gathered at the loop's shared vector
+                values, multipliers = gather_values(ex, problem, outcome.shared)
+                outcome.values, outcome.multipliers = values, {**multipliers, **outcome.multipliers}
+            self.conclude(problem, ex, run, outcome)
+            outcome.ledger = ex.ledger
+        return outcome
+
+    # ---- the steps a backend overrides --------------------------------------------------------
+    def prepare(self, problem, topology) -> Any:
+        """Check the model and the topology before anything is opened (raise FedModelError);
+        return the topology the loop gets as `run.topology`."""
+        return topology
+
+    def compile(self, problem) -> dict:
+        """The run's node programs (default: one per block, `compile_programs`)."""
+        return compile_programs(problem)
+
+    def executor_for(self, executor: Any) -> Any:
+        """The executor this backend runs on, given the user's choice (default: that one)."""
+        return executor
+
+    def loop(self, problem, ex, run: Run) -> Outcome:
+        """The algorithm on the open executor `ex`: an `Outcome` whose `values` are None (the
+        framework gathers them at `shared`, the final flat shared vector) or set."""
         raise NotImplementedError
+
+    def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
+        """After the values are gathered, with the executor still open: what the backend adds
+        to `outcome` from its nodes (e.g. the multipliers of projected sets)."""
+
+
+SOLVE_OPTIONS = ("topology", "executor", "callback", "verbose", "checkpoint", "checkpoint_every",
+                 "resume", "scaling")
+RUN_OPTIONS = ("topology", "executor", "callback", "verbose", "checkpoint", "checkpoint_every",
+               "resume", "checkpointer")
+
+
+def refuse_unknown(name: str, unknown: dict[str, Any], valid: tuple[str, ...]) -> None:
+    """A FedModelError naming the first keyword of `unknown` (with the closest valid one) —
+    the boundary where a misspelt run option used to be swallowed by `run(**_)`."""
+    if unknown:
+        given = sorted(unknown)[0]
+        message = registry.unknown_option(name, given, list(valid))
+        raise FedModelError(message.replace("for backend", "of a run of backend") +
+                            " (a backend's own options go to its constructor)")
 
 
 def _in_user_units(callback, model, record: dict) -> Any:
@@ -173,49 +259,54 @@ CONVERGED_VIOLATION = 1e-3
 NOT_STATIONARY = 1e-2
 
 
-def finish_result(problem, backend_name: str, outcome: dict[str, Any], wall_time: float) -> Result:
-    values = outcome["values"]
-    certificate = outcome.get("certificate")
+def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any], wall_time: float) -> Result:
+    """The public `Result` of a run's `outcome` on `problem`: objective, violation and KKT
+    certificate evaluated on the model, and the framework's verdicts on the backend's status
+    (a "converged" point that violates constraints is "stalled", a round cap reached while the
+    objective kept falling is "unbounded", a point far from stationary is warned about)."""
+    outcome = Outcome.of(outcome)
+    values = outcome.values or {}
+    certificate = outcome.certificate
     if problem.remote_data():
         # The data lives on the workers (loaders): the driver cannot evaluate the model, so the
         # objective and violation are the nodes' own last report and there is no KKT certificate
         # here (docs/ray.md); prob.load_data() then fm.verify(result) gives both.
-        last = outcome.get("history") or [{}]
+        last = outcome.history or [{}]
         objective = float(last[-1].get("objective", float("nan")))
         violation = float(last[-1].get("violation", float("nan")))
     else:
         with collection_paused():    # whole-model plans: millions of objects at n = 10⁴
             objective, violation = objective_and_violation(problem, values)
             if certificate is None and values and np.isfinite(objective):
-                certificate = problem.kkt_certificate(values, outcome.get("multipliers", {}))
+                certificate = problem.kkt_certificate(values, outcome.multipliers)
             relative = certificate is not None and certificate.relative
-            if violation > CONVERGED_VIOLATION and (outcome["status"] == "converged" or (
-                    outcome["status"] == "max_iterations" and outcome.get("biased_fixed_point"))):
+            if violation > CONVERGED_VIOLATION and (outcome.status is Status.CONVERGED or (
+                    outcome.status is Status.MAX_ITERATIONS and outcome.biased_fixed_point)):
                 _not_converged_when_infeasible(problem, backend_name, outcome, values)
-        if outcome["status"] == "converged" and certificate is not None:
+        if outcome.status is Status.CONVERGED and certificate is not None:
             stationarity = certificate.relative_stationarity if relative else certificate.stationarity
             if stationarity > NOT_STATIONARY:
                 _warn_not_stationary(backend_name, outcome, stationarity)
-    if outcome["status"] == "max_iterations":
+    if outcome.status is Status.MAX_ITERATIONS:
         _judge_steady_descent(outcome)
-    result = Result(status=outcome["status"], values=values, objective=objective,
+    result = Result(status=outcome.status, values=values, objective=objective,
                     max_violation=violation, backend=backend_name,
-                    iterations=outcome.get("iterations", {}), multipliers=outcome.get("multipliers", {}),
-                    ledger=outcome.get("ledger"), certificate=certificate, wall_time=wall_time,
-                    info=outcome.get("info", {}), problem=problem)
-    result.history.extend(outcome.get("history", []))
+                    iterations=outcome.iterations, multipliers=outcome.multipliers,
+                    ledger=outcome.ledger, certificate=certificate, wall_time=wall_time,
+                    info=outcome.info, problem=problem)
+    result.history.extend(outcome.history)
     return result
 
 
-def _judge_steady_descent(outcome: dict[str, Any]) -> None:
+def _judge_steady_descent(outcome: Outcome) -> None:
     """A run at its round cap whose objective never stopped falling is reported "unbounded"
     (`watch.steady_descent`), not returned as if its last point were an answer."""
-    message = steady_descent(outcome.get("history") or [])
+    message = steady_descent(outcome.history)
     if message is not None:
-        _say(outcome, "unbounded", message, status="unbounded")
+        _say(outcome, "unbounded", message, status=Status.UNBOUNDED)
 
 
-def _not_converged_when_infeasible(problem, backend_name: str, outcome: dict[str, Any], values) -> None:
+def _not_converged_when_infeasible(problem, backend_name: str, outcome: Outcome, values) -> None:
     """A run that stopped moving at a point violating constraints by more than
     CONVERGED_VIOLATION (FedAvg / FedProx on contradictory client sets: their stop test is the
     model's change only) is "stalled", naming the constraints, never "converged". So is a run
@@ -224,21 +315,21 @@ def _not_converged_when_infeasible(problem, backend_name: str, outcome: dict[str
     remove the violation): "max_iterations" would suggest they might."""
     violated = violated_constraints(problem, values, CONVERGED_VIOLATION)
     worst = ", ".join(f"{name} by {v:.3g}" for name, v in list(violated.items())[:3])
-    outcome.setdefault("info", {})["violated"] = violated
-    how = "stopped moving" if outcome["status"] == "converged" else \
+    outcome.info["violated"] = violated
+    how = "stopped moving" if outcome.status is Status.CONVERGED else \
         f"reached its round cap ({_rounds(outcome)}) without removing the violation,"
     _say(outcome, "stalled", f"{backend_name} {how} at a point that violates {worst}: not a "
          "solution. The model may be infeasible (prob.solve('cvxpy') decides it), or this backend "
-         "does not enforce these constraints at its fixed point (ProxAL and DALD do)", status="stalled")
+         "does not enforce these constraints at its fixed point (ProxAL and DALD do)", status=Status.STALLED)
 
 
-def _rounds(outcome: dict[str, Any]) -> str:
+def _rounds(outcome: Outcome) -> str:
     """The run's length in its own unit, for a message ("10000 rounds", "1000 inner")."""
-    return ", ".join(f"{count} {unit}" for unit, count in (outcome.get("iterations") or {}).items()) \
+    return ", ".join(f"{count} {unit}" for unit, count in outcome.iterations.items()) \
         or "its last iteration"
 
 
-def _warn_not_stationary(backend_name: str, outcome: dict[str, Any], stationarity: float) -> None:
+def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: float) -> None:
     """The backend's stop test passed at a point that is far from a KKT point of the model:
     FedAvg / FedProx converge to their own fixed point, which is not the model's solution with
     several local steps (client drift) or client constraints (each client's constraint holds at
@@ -250,10 +341,10 @@ def _warn_not_stationary(backend_name: str, outcome: dict[str, Any], stationarit
          "constraints); ProxAL, DALD or FedADMM solve the model, prob.solve('cvxpy') checks it")
 
 
-def _say(outcome: dict[str, Any], key: str, message: str, status: str | None = None) -> None:
+def _say(outcome: Outcome, key: str, message: str, status: Status | None = None) -> None:
     """A verdict of `finish_result` on the run: `message` in a warning and in info[key]; with
     `status`, the run ends with that status instead of the backend's."""
-    outcome.setdefault("info", {})[key] = message
+    outcome.info[key] = message
     if status is not None:
-        outcome["status"] = status
+        outcome.status = status
     warnings.warn(message, RuntimeWarning, stacklevel=4)

@@ -244,3 +244,8 @@ def _curvature_at(program, z, iterations=8):
     group request: the batched and JAX executors serve it by `group_curvature`)."""
     x = np.concatenate([np.asarray(z, float), program.y])
     return {"L": local_curvature(program, x, iterations=int(iterations))}
+
+
+# The node steps every run may send: gathering the values (`gather_values`, by the framework
+# in `Backend.run`), what a node holds, and the curvature estimate several backends share
+FRAMEWORK = (_shared_values, _node_terms, _curvature_at)

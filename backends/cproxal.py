@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.runtime import make_executor
-from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.program import NodeProgram
-from .base import Backend, paper_preset
-from .common import gather_values
+from . import proxal_outer
+from .base import Backend, Run, paper_preset
+from .outcome import Outcome, Status
 from .proxal_outer import check_options, next_beta, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -42,6 +41,7 @@ class CentralizedProxAL(Backend):
     name = "cproxal"
     checkpointing = True
     centralized = True   # a baseline that pools every block's data in one place (not federated)
+    procedures = (proxal_outer._violations,)
 
     def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-5, 1e-4),
                  max_outer: int = 100, local_solver: str = "auto", w0: Any = None,
@@ -56,14 +56,20 @@ class CentralizedProxAL(Backend):
         fixed β), with `overrides` on top."""
         return paper_preset(cls(**{**PAPER_CPROXAL, **overrides}))
 
-    def run(self, problem, callback=None, verbose=False, checkpointer: Checkpointer = NO_CHECKPOINT, **_):
+    def compile(self, problem) -> dict:
+        """One program pooling every block's terms and constraints, as the node "server"."""
         shared = problem.shared_variables()
         private = [v for v in problem.variables() if v.owner is not None]
         terms = [t for b in problem.blocks for t in b.terms]
-        pooled = NodeProgram("centralized", "server", terms, problem.constraints, shared, private)
-        ex = make_executor("serial").start({"server": pooled})
+        return {"server": NodeProgram("centralized", "server", terms, problem.constraints, shared, private)}
+
+    def executor_for(self, executor):
+        return "serial"         # the pooled program runs on the driver, whatever was asked
+
+    def loop(self, problem, ex, run: Run) -> Outcome:
+        callback, checkpointer = run.callback, run.checkpointer
         w = start_point(self.w0, ex.model_size)
-        history, status, total, info = [], "max_iterations", 0, {}
+        history, status, total, info = [], Status.MAX_ITERATIONS, 0, {}
         beta, last_change = self.beta, np.inf
         watch = DivergenceWatch("cProx-AL", "lower beta or start from a smaller w0 "
                                             "(backends.CentralizedProxAL)")
@@ -102,8 +108,6 @@ class CentralizedProxAL(Backend):
             beta, last_change = next_beta(self, beta, change["dmu"], last_change)
             checkpointer.save(ex, k + 1, {"w": w, "history": history, "total": total, "beta": beta,
                                           "last_change": last_change, "watch": dict(watch.smallest)})
-        values, multipliers = gather_values(ex, problem, w)
-        ex.close()
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"outer": len(history), "inner": total}, "ledger": ex.ledger,
-                "info": {**info, "centralized": CENTRALIZED}}
+        return Outcome(status, shared=w, history=history,
+                       iterations={"outer": len(history), "inner": total},
+                       info={**info, "centralized": CENTRALIZED})

@@ -13,7 +13,8 @@ import numpy as np
 
 from fedmodel.constraints import Equality
 from fedmodel.errors import CurvatureError, FedModelError
-from .base import Backend
+from .base import RUN_OPTIONS, Backend, refuse_unknown
+from .outcome import Outcome, Status
 
 # A reference solve should be more accurate than the federated answers it certifies: Clarabel's
 # default tolerances (1e-8) leave ~1e-4 errors in the solution of exponential-cone models
@@ -25,11 +26,11 @@ ATTEMPTS = (("CLARABEL", {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas"
             ("SCS", {"eps": 1e-9, "max_iters": 200_000}))
 # cvxpy's statuses in ours (docs/api.md §5); anything else (solver_error, unknown,
 # infeasible_or_unbounded, no answer at all) is "stalled": the solver could not decide.
-STATUS = {"optimal": "converged", "optimal_inaccurate": "converged",
-          "infeasible": "infeasible", "infeasible_inaccurate": "infeasible",
-          "unbounded": "unbounded", "unbounded_inaccurate": "unbounded",
-          "user_limit": "max_iterations"}
-UNDECIDED = "stalled"
+STATUS = {"optimal": Status.CONVERGED, "optimal_inaccurate": Status.CONVERGED,
+          "infeasible": Status.INFEASIBLE, "infeasible_inaccurate": Status.INFEASIBLE,
+          "unbounded": Status.UNBOUNDED, "unbounded_inaccurate": Status.UNBOUNDED,
+          "user_limit": Status.MAX_ITERATIONS}
+UNDECIDED = Status.STALLED
 FINAL = ("optimal", "infeasible", "unbounded")
 
 
@@ -64,7 +65,11 @@ class CVXPY(Backend):
         return [(solver, {**options, **self.solver_options})
                 for solver, options in ATTEMPTS if solver in installed]
 
-    def run(self, problem, **_: Any) -> dict[str, Any]:
+    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+            checkpoint=None, checkpoint_every=None, resume=False, checkpointer=None,
+            **unknown: Any) -> Outcome:
+        """One centralized solve (no executor, no nodes: `topology` and `executor` do not apply)."""
+        refuse_unknown(self.name, unknown, RUN_OPTIONS)
         import cvxpy as cp
         from fedmodel.lowering.problem import lower_problem
         cvx_problem, context, lowered = lower_problem(problem)
@@ -98,15 +103,16 @@ class CVXPY(Backend):
                                 f"rejected: {'; '.join(option_errors)}")
         best = _best(problem, candidates) or {"status": UNDECIDED, "values": {}, "multipliers": {},
                                               "iterations": 0, "solver": None, "cvxpy_status": None}
-        return {"status": best["status"], "values": best["values"], "multipliers": best["multipliers"],
-                "iterations": {"solver": best["iterations"]},
-                "info": {"solver": best["solver"], "cvxpy_status": best["cvxpy_status"], "attempts": attempts}}
+        return Outcome(best["status"], values=best["values"], multipliers=best["multipliers"],
+                       iterations={"solver": best["iterations"]},
+                       info={"solver": best["solver"], "cvxpy_status": best["cvxpy_status"],
+                             "attempts": attempts})
 
     @staticmethod
     def _snapshot(problem, cvx_problem, context, lowered, variables) -> dict[str, Any]:
         status = STATUS.get(cvx_problem.status, UNDECIDED)
         values, multipliers = {}, {}
-        if status == "converged":
+        if status == Status.CONVERGED:
             for var in variables:
                 value = context.variable(var).value
                 if value is None:
@@ -120,8 +126,8 @@ class CVXPY(Backend):
                     multipliers[constraint.name] = dual if isinstance(constraint, Equality) \
                         else np.maximum(dual, 0.0)
         stats = cvx_problem.solver_stats
-        return {"status": status, "values": values if status == "converged" else {},
-                "multipliers": multipliers if status == "converged" else {},
+        return {"status": status, "values": values if status == Status.CONVERGED else {},
+                "multipliers": multipliers if status == Status.CONVERGED else {},
                 "cvxpy_status": cvx_problem.status,
                 "solver": stats.solver_name if stats else None,
                 "iterations": int(getattr(stats, "num_iters", 0) or 0)}
@@ -134,7 +140,7 @@ def _best(problem, candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
     verdicts count only when no attempt found a solution."""
     if not candidates:
         return None
-    converged = [c for c in candidates if c["status"] == "converged"]
+    converged = [c for c in candidates if c["status"] == Status.CONVERGED]
     if not converged:
         final = [c for c in candidates if c["cvxpy_status"] in FINAL]
         return final[-1] if final else candidates[-1]

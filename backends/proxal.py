@@ -43,14 +43,11 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from fedmodel.runtime import make_executor
-from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
-from fedmodel.runtime.program import compile_programs
-from . import proxal_nodes  # noqa: F401  (registers the client procedures of Algorithm 2)
-from . import proxal_batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
+from . import proxal_batched, proxal_nodes, proxal_outer
 from .anderson import MAX_MEMORY, ServerMixer
-from .base import Backend, paper_preset
-from .common import check_choice, check_count, check_number, gather_values, progress, require_star
+from .base import Backend, Run, paper_preset
+from .common import check_choice, check_count, check_number, progress, require_star
+from .outcome import Outcome, Status
 from .proxal_outer import check_options, next_beta, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -115,6 +112,8 @@ class ProxAL(Backend):
 
     name = "proxal"
     checkpointing = True
+    # Algorithm 2's client steps (with their vectorized forms) and the verdict's node report
+    procedures = (proxal_nodes._sample_count, *proxal_batched.PROCEDURES, proxal_outer._violations)
 
     def __init__(self, beta: float = 300.0, rho: float = 0.1, s_bar: float = 1e-3, q: float = 0.3,
                  tol: tuple[float, float] = (1e-5, 1e-4), max_outer: int = 100,
@@ -138,6 +137,8 @@ class ProxAL(Backend):
             raise FedModelError(f"inner={inner!r} cannot solve ProxAL's subproblems; use "
                                 "inner=None (Algorithm 2) or inner=backends.FedADMM(...)")
         self.inner = inner
+        if inner is not None:       # its rounds run on this run's executor: its steps too
+            self.procedures = type(self).procedures + tuple(getattr(inner, "procedures", ()))
         # diagnostic: at each ADMM stop also compute the true ‖∇ℓ_k(w)‖∞ (one extra round)
         self.check_certificate = bool(check_certificate)
         self.anderson = int(anderson)
@@ -153,15 +154,16 @@ class ProxAL(Backend):
         return paper_preset(cls(**{"inner_stall": 0, **PAPER_PROXAL, **overrides}))   # the paper has no stall rule
 
     # Algorithm 1 --------------------------------------------------------------------------------
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
-        require_star(problem, topology, self.name)
-        ex = make_executor(executor).start(compile_programs(problem))
+    def prepare(self, problem, topology):
+        return require_star(problem, topology, self.name)
+
+    def loop(self, problem, ex, run: Run) -> Outcome:
+        callback, verbose, checkpointer = run.callback, run.verbose, run.checkpointer
         n = len(ex.clients)
         w = start_point(self.w0, ex.model_size)
         rho = self._client_rhos(ex)
         watch = DivergenceWatch("ProxAL", DIVERGENCE_HINT)
-        history, total_inner, status = [], 0, "max_iterations"
+        history, total_inner, status = [], 0, Status.MAX_ITERATIONS
         beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
         bar = progress(self.max_outer, verbose, "ProxAL")
         certificate_log, info = [], {}
@@ -207,12 +209,10 @@ class ProxAL(Backend):
                                   "last_change": last_change, "watch": dict(watch.smallest),
                                   "certificate_log": certificate_log, "history": history})
         bar.close()
-        values, multipliers = gather_values(ex, problem, w)
         ex.ledger.rounds = total_inner + len(history)
-        ex.close()
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"outer": len(history), "inner": total_inner}, "ledger": ex.ledger,
-                "info": {"admm_certificates": certificate_log, "rho": rho, **info}}
+        return Outcome(status, shared=w, history=history,
+                       iterations={"outer": len(history), "inner": total_inner},
+                       info={"admm_certificates": certificate_log, "rho": rho, **info})
 
     def _client_rhos(self, ex) -> dict[str, float]:
         """ρ_i⁰: `rho`, or a·m_i (Remark 4.2, a = `rho`) with each client's sample count m_i,

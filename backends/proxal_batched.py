@@ -26,7 +26,8 @@ import numpy as np
 from fedmodel.runtime.batched_group import Group, private_stack
 from fedmodel.runtime.batched_newton import stack_fits
 from fedmodel.runtime.batched_procedures import common_value, same_options
-from fedmodel.runtime.ledger import MESSAGES, register
+from fedmodel.runtime.ledger import with_forms
+from . import proxal_nodes
 from .anderson import extrapolate
 from .proxal_nodes import _admm_init, _balance
 
@@ -125,5 +126,6 @@ def _pushed(histories: list, outputs: np.ndarray, states: np.ndarray) -> np.ndar
     return np.array([h.push(g, x) for h, g, x in zip(histories, outputs, states)])
 
 
-register(MESSAGES["proxal_admm_init"], batched=_init_batched)
-register(MESSAGES["proxal_admm_step"], batched=_step_batched)
+# ProxAL's client steps with these forms (`ProxAL.procedures`)
+PROCEDURES = (with_forms(proxal_nodes._admm_init, batched=_init_batched),
+              with_forms(proxal_nodes._admm_step, batched=_step_batched))

@@ -13,6 +13,7 @@ from fedmodel.errors import FedModelError
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .common import check_choice, check_count, check_number
+from .outcome import Status
 
 STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeasible (see verdict)
 UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
@@ -81,11 +82,11 @@ def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, ep
         recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
         if recent[-1] > eps2 and (all(b > 0.99 * a for a, b in zip(recent, recent[1:]))
                                   or _positive_limit(recent) > max(eps2, 0.9 * recent[-1])):
-            return "infeasible"
+            return Status.INFEASIBLE
         window = history[-3 * STALL_OUTER - 1:]
         if len(window) > 3 * STALL_OUTER and all(r["beta"] >= beta_max for r in window[1:]) \
                 and recent[-1] > max(eps2, 0.5 * window[0]["violation"]):
-            return "stalled"
+            return Status.STALLED
     if len(history) > UNBOUNDED_OUTER:
         window = history[-UNBOUNDED_OUTER - 1:]
         drops = [a["objective"] - b["objective"] for a, b in zip(window, window[1:])]
@@ -94,7 +95,7 @@ def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, ep
                 and sum(drops) > max(1.0, abs(window[0]["objective"])) \
                 and all(b >= 0.9 * a for a, b in zip(drops, drops[1:])) \
                 and all(b >= 0.9 * a > 0 for a, b in zip(steps[1:], steps[2:])):
-            return "unbounded"
+            return Status.UNBOUNDED
     return None
 
 
@@ -145,7 +146,7 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     beta, tau = last["beta"], last["tau"]
     if solved and last["primal_change"] + beta * tau <= beta * backend.eps1 \
             and last["multiplier_change"] <= beta * backend.eps2:
-        return "converged"
+        return Status.CONVERGED
     found = verdict(history, backend.beta_growth, backend.beta_max, backend.eps1, backend.eps2)
     if found:
         replies = ex.map("proxal_violations", {node: {"x": x, "tol": backend.eps2} for node in ex.nodes})

@@ -35,9 +35,10 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from .base import paper_preset
-from .common import check_count, check_number, gather_values, progress
+from .common import check_count, check_number, progress
 from .dald import DALD
 from .watch import DivergenceWatch
+from .outcome import Outcome, Status
 
 #: the DALD paper's FedProx / FedAvg baseline (Sec. V-B): ρ = 1 (μ = 2), α = 1e-4, one step, 1000 rounds
 PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, "tol": 1e-8}
@@ -153,7 +154,7 @@ class _DistributedPA(DALD):
         ex.map_stacked("dald_cc_init", clients, rows={"rho": np.array([self._rho(c, d) for c in clients])},
                        common={"x0": xhat, "beta": beta})
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
-        watch, history, status, k, info, opts = self._watch(), [], "max_iterations", 0, {}, self._opts()
+        watch, history, status, k, info, opts = self._watch(), [], Status.MAX_ITERATIONS, 0, {}, self._opts()
         has_server = "server" in ex.programs
         bar = progress(self.max_iterations, verbose, name)
         while k < self.max_iterations:
@@ -179,13 +180,12 @@ class _DistributedPA(DALD):
                 status = stop
                 break
         bar.close()
-        values, multipliers = gather_values(ex, problem, xhat)
         ex.ledger.rounds = k
         info.update(secure_sum=True)
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"outer": k, "inner": k}, "ledger": ex.ledger, "info": info}
+        return Outcome(status, shared=xhat, history=history, iterations={"outer": k, "inner": k},
+                       info=info)
 
-    def run(self, problem, **kwargs):
+    def prepare(self, problem, topology):
         if problem.server.constraints:
             raise FedModelError(f"{type(self).__name__} has no server step for the server block's "
                                 f"constraints {[c.name for c in problem.server.constraints]}: its "
@@ -194,17 +194,20 @@ class _DistributedPA(DALD):
         if self.exact_local and self.mu == 0:
             raise FedModelError("FedAvg with exact local solves needs local_steps ≥ 1 (an exact "
                                 "local argmin of f_i alone is one-shot averaging)")
+        return super().prepare(problem, topology)
+
+    def loop(self, problem, ex, run) -> Outcome:
         automatic = self.step_option is None and not self.exact_local
         try:
-            out = super().run(problem, **kwargs)
+            out = super().loop(problem, ex, run)
         finally:
             step, self.step = self.step, (1.0 if automatic else self.step)
-        out["info"]["step"] = step          # the local gradient step used (chosen when step=None)
+        out.info["step"] = step          # the local gradient step used (chosen when step=None)
         # client constraints hold at each client's own iterate, not at x̂: at the round cap a
         # violated client set is "stalled" (`base.finish_result`), never left to more rounds
-        out["biased_fixed_point"] = True
-        out["iterations"] = {"rounds": out["iterations"]["inner"]}
-        for record in out["history"]:
+        out.biased_fixed_point = True
+        out.iterations = {"rounds": out.iterations["inner"]}
+        for record in out.history:
             record["round"] = record.pop("iteration")
         return out
 
@@ -286,9 +289,9 @@ class ProximalAlgorithm(DALD):
                          mode="cc", x0=x0)      # adaptive_rho=False: α = 1/(2ρ²) is the algorithm
         self.alpha = float(alpha)
 
-    def run(self, problem, **kwargs):
+    def prepare(self, problem, topology):
         if len(problem.clients) != 1 or problem.server.terms or problem.server.constraints:
             raise FedModelError("ProximalAlgorithm is DALD with one client and an empty server "
                                 f"block; this problem has {len(problem.clients)} clients (use "
                                 "backends.DALD or FedProx for several)")
-        return super().run(problem, **kwargs)
+        return super().prepare(problem, topology)

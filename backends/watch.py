@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from .outcome import Status
 
 GROWTH = 1e6     # a quantity this many times its smallest size so far (floored at FLOOR) diverges
 FLOOR = 1.0      # sizes below this count as this: a residual falling to 1e-9 and back to 1e-3 is fine
@@ -58,7 +59,7 @@ class DivergenceWatch:
         """Status "diverged": warn once with the message and keep it in `info["diverged"]`."""
         info["diverged"] = self.message
         warnings.warn(self.message, RuntimeWarning, stacklevel=3)
-        return "diverged"
+        return Status.DIVERGED
 
 
 STEADY_RECORDS = 20      # at least this many records in the last half of a run to judge it

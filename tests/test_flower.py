@@ -18,7 +18,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel import backends, topologies
-from fedmodel.runtime.ledger import MESSAGES, procedure
+from fedmodel.runtime.ledger import MESSAGES, install, procedure
 from test_ray import D, _model, _parts   # the same least-squares model and data as Ray's tests
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
@@ -312,6 +312,9 @@ def _sleep_on_c1(program, seconds):
     if program.name == "c1":
         time.sleep(seconds)
     return {}
+
+
+install([_sleep_on_c1])     # (where this module is imported: the driver and each client)
 
 
 def test_silent_client_fails_the_run_naming_it(flower):

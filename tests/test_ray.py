@@ -13,7 +13,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel import backends, topologies
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.ledger import install, procedure
 from fedmodel.runtime.program import compile_programs
 
 D = 3
@@ -249,6 +249,9 @@ def _slow_echo(program, x, marker):
     import time
     time.sleep(60)
     return {"x": 2.0 * x}
+
+
+install([_slow_echo])
 
 
 def test_timeout_restarts_the_client(ray_cluster, tmp_path):

@@ -13,11 +13,11 @@ import numpy as np
 
 from fedmodel import topologies
 from fedmodel.errors import FedModelError, TopologyError
-from fedmodel.runtime import make_executor
-from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
-from fedmodel.runtime.program import compile_programs
-from ..base import Backend, paper_preset, violated_constraints
+from fedmodel.runtime.checkpoint import Checkpointer
+from ..base import Backend, Run, paper_preset, violated_constraints
+from ..outcome import Outcome, Status
 from ..watch import DivergenceWatch
+from . import cc_nodes, dc_nodes, local
 from .cc import FedDALDCC
 from .dc import FedDALDDC
 from .options import PAPER_DALD, ClientModels, check_options
@@ -53,6 +53,8 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
 
     name = "dald"
     checkpointing = True
+    # the node steps of Fed-DALD-CC and -DC and the node's multiplier report
+    procedures = (*cc_nodes.PROCEDURES, *dc_nodes.PROCEDURES, local._state)
 
     def __init__(self, rho: Any = 1.0, inner_rule: str = "B4", v_max: int = 1,
                  eps_primal: float = 1e-6, eps_dual: float = 1e-6, solver: str = "auto",
@@ -176,16 +178,16 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         if not reported or min(reported) <= floor:
             return None
         settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
-        return "infeasible" if settled and self.solver not in ("gd", "prox-grad") else "stalled"
+        return Status.INFEASIBLE if settled and self.solver not in ("gd", "prox-grad") else Status.STALLED
 
     def _stall_report(self, problem, status: str, values: dict, info: dict, k: int) -> None:
         """For an infeasible / stalled run: the violated constraints by name (at the returned
         point, the least-violation point found) in info["violated"], a message and a warning."""
-        if status not in ("infeasible", "stalled"):
+        if status not in (Status.INFEASIBLE, Status.STALLED):
             return
         violated = violated_constraints(problem, values, tol=self.eps_primal)
         what = ("the model looks infeasible (the iterates settled while the multipliers grow)"
-                if status == "infeasible" else "no progress while the multipliers grow")
+                if status == Status.INFEASIBLE else "no progress while the multipliers grow")
         info["violated"] = violated
         info[status] = (f"DALD stopped at outer iteration {k}: the consensus / constraint residuals "
                         f"did not improve over {2 * self._stall_span(k)} outer iterations — {what}. "
@@ -225,27 +227,27 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
                                 "and no client–client edges; use topologies.star(problem) or mode='dc'")
         return G, U, mode
 
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
-        G, U, mode = self._topology(problem, topology)
+    def prepare(self, problem, topology):
+        """(G, its undirected view, "cc" or "dc"): the topology checked before the run opens."""
+        return self._topology(problem, topology)
+
+    def loop(self, problem, ex, run: Run) -> Outcome:
+        G, U, mode = run.topology
         server_used = bool(problem.server.terms or problem.server.constraints)
-        ex = make_executor(executor).start(compile_programs(problem))
         d = ex.model_size
-        try:
-            x0 = self._start_point(d)
-        except FedModelError:
-            ex.close()          # no node programs (Ray actors) left running
-            raise
+        x0 = self._start_point(d)
         self._prepare(ex, x0)
         self._rng = np.random.default_rng(self.seed)
         start = time.perf_counter()
-        try:
-            loop = self._cc if mode == "cc" else self._dc
-            out = loop(problem, G, U, ex, x0, d, server_used, callback, verbose, start, checkpointer)
-        finally:
-            ex.close()
-        out["info"]["mode"] = mode
+        loop = self._cc if mode == "cc" else self._dc
+        out = loop(problem, G, U, ex, x0, d, server_used, run.callback, run.verbose, start, run.checkpointer)
+        out.info["mode"] = mode
         return out
+
+    def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
+        """An infeasible / stalled run names the constraints violated at the gathered values."""
+        self._stall_report(problem, outcome.status, outcome.values, outcome.info,
+                           outcome.iterations.get("outer", 0))
 
     def _start_point(self, d: int) -> np.ndarray:
         """x⁰ for every node: zeros, or `x0` (a scalar or the d flattened shared variables)."""
@@ -305,7 +307,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
             self.monitor(record["inner_total"], ClientModels(nodes, X))
         bar.update(record)
         if self._converged(primal, dual, dmu):
-            return "converged"
+            return Status.CONVERGED
         if constrained:
             return self._stall(history)
         return None

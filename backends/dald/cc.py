@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from ..common import gather_values, progress, stacked_report
-from . import cc_nodes  # noqa: F401  (registers the client steps (13), (15))
+from ..common import progress, stacked_report
 from . import kernels
+from ..outcome import Outcome, Status
 
 ADAPT_UNTIL = 200      # adaptive ρ: outer iterations that may change it (then fixed: convergence)
 ADAPT_RANGE = 1e4      # ... and ρ∘ρ stays within [1/ADAPT_RANGE, ADAPT_RANGE] × its initial value
@@ -54,7 +54,7 @@ class FedDALDCC:
             raise FedModelError("Fed-DALD-CC needs Σ_i ρ_i∘ρ_i > 0 in every coordinate")
         X = np.tile(xhat, (len(clients), 1))
         mu_sum = np.zeros(d)           # server's mirror of Σ_i μ_i (each term is known to it)
-        history, total, status, k, info = [], 0, "max_iterations", 0, {}
+        history, total, status, k, info = [], 0, Status.MAX_ITERATIONS, 0, {}
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
         constrained = bool(problem.constraints)     # (a list over every block: once, not per iteration)
@@ -135,15 +135,13 @@ class FedDALDCC:
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2)
         bar.close()
-        values, multipliers = gather_values(ex, problem, xhat)
         ex.ledger.rounds = total
         mus = ex.map_stacked("dald_state", clients)["mu"]
         consensus = {c: np.array(m, float) for c, m in zip(clients, mus)}
-        self._stall_report(problem, status, values, info, k)
         info.update(consensus_multipliers=consensus,
                     client_values={c: X[i].copy() for i, c in enumerate(clients)})
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger, "info": info}
+        return Outcome(status, shared=xhat, history=history, iterations={"outer": k, "inner": total},
+                       info=info)
 
     def _server_step(self, ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used):
         if not self.dual_updates:                                   # distributed PA (53), p_i = 1/n

@@ -48,3 +48,6 @@ def _cc_dual(program, xhat, consensus=1.0):
     change = program.update_multipliers(s["x"])["dmu"] if program.constraints else 0.0
     return {"dmu": change}
 
+
+# Fed-DALD-CC's client steps (`DALD.procedures`)
+PROCEDURES = (_cc_init, _cc_solve, _cc_rescale, _cc_dual)

@@ -21,9 +21,9 @@ from fedmodel import topologies
 from fedmodel.errors import TopologyError
 from fedmodel.runtime.executor import Executor, stack_replies
 from fedmodel.runtime.ledger import MESSAGES, check_payload
-from ..common import gather_values, progress
-from . import dc_nodes  # noqa: F401  (registers the node steps (20), (21) and the sweep)
+from ..common import progress
 from . import kernels
+from ..outcome import Outcome, Status
 
 
 class GaussSeidelSweep:
@@ -130,7 +130,7 @@ class FedDALDDC:
         gauss_seidel = GaussSeidelSweep(ex, neighbors)
         moving = np.array([any(position[j] < position[n] for j in neighbors[n]) for n in order], dtype=bool)
         X = np.tile(x0, (len(order), 1))          # not the bottom nodes: they enter D (80)
-        history, total, status, k, info = [], 0, "max_iterations", 0, {}
+        history, total, status, k, info = [], 0, Status.MAX_ITERATIONS, 0, {}
         bar = progress(self.max_iterations, verbose, "DALD-DC")
         opts = self._opts()
         constrained = bool(problem.constraints)     # (a list over every block: once per run)
@@ -183,7 +183,6 @@ class FedDALDDC:
         rows = [position[c] for c in clients]
         shared = X[position["server"]].copy() if "server" in position and server_used else \
             X[rows].sum(axis=0) / len(clients)
-        values, multipliers = gather_values(ex, problem, shared)
         ex.ledger.rounds = total
         consensus = {}
         for n, m in ex.map("dald_state", {n: {} for n in order}).items():
@@ -191,11 +190,10 @@ class FedDALDDC:
             for j, mu in edges.items():
                 if position[n] < position[j]:
                     consensus[(n, j)] = mu
-        self._stall_report(problem, status, values, info, k)
         info.update(consensus_multipliers=consensus, order=order, sweep_steps=len(batches),
                     client_values={n: X[i].copy() for i, n in enumerate(order)})
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"outer": k, "inner": total}, "ledger": ex.ledger, "info": info}
+        return Outcome(status, shared=shared, history=history, iterations={"outer": k, "inner": total},
+                       info=info)
 
     def _record_dc(self, ex, order, X, k, v, total, primal, dual, constraint, start, report=True) -> dict:
         """`_record_cc` at each node's own iterate (the rows of X)."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.runtime.ledger import MessageKind, procedure, register
+from fedmodel.errors import FedModelError
+from fedmodel.runtime.ledger import MessageKind, Procedure, procedure
 from . import dc_batched
 from .local import SOLVE_OPTIONS, init_state, local_argmin
 
@@ -73,5 +74,15 @@ def _dc_dual(program, consensus=1.0):
 
 # The sweep's traffic is that of the solves and relays it stands for: `dc.GaussSeidelSweep` books
 # them, so the kind itself is local (no ledger entry of its own).
-register(MessageKind("dald_dc_sweep", dict(SOLVE_OPTIONS), {"x": "x", "steps": "1"}, local=True),
-         stacked=dc_batched.sweep_stacked)
+def _dc_sweep(program, **payload):
+    """Only a group serves a sweep (its stacked form); `GaussSeidelSweep` sends the solves and
+    relays node by node wherever none does, never this request to one node."""
+    raise FedModelError("dald_dc_sweep is served by a group's stacked form only; send "
+                        "dald_dc_solve and dald_dc_receive to a single node")
+
+
+SWEEP = Procedure(MessageKind("dald_dc_sweep", dict(SOLVE_OPTIONS), {"x": "x", "steps": "1"}, local=True),
+                  _dc_sweep, stacked=dc_batched.sweep_stacked)
+
+# Fed-DALD-DC's node steps (`DALD.procedures`)
+PROCEDURES = (_dc_init, _dc_link, _dc_receive, _dc_solve, _dc_dual, SWEEP)

@@ -51,15 +51,15 @@ import numpy as np
 
 from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError
-from fedmodel.runtime import make_executor
-from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.privacy import glm_sensitivity_bound
-from ..base import Backend, paper_preset
+from ..base import Backend, Run, paper_preset
 from ..common import check_count, check_number as _number, require_star
+from ..outcome import Outcome
+from . import batched, client
 from .accounting import RunAccounting, calibrated_epsilon, composition
-from .batched import iadmm_step     # registers the client procedures (client) and the batched step
+from .batched import iadmm_step
 from .constrained import check_clients, has_local_terms
-from ..projecting import compile_projecting
+from ..projecting import _server_set_multipliers, compile_projecting
 from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS,
                       RhoSchedule, as_rho_schedule, check_clip, check_readings, check_sensitivity,
                       outp_parameters)
@@ -102,6 +102,9 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
 
     name = "dp-admm"
     checkpointing = True
+    # the client steps (the round with its vectorized forms) and the server's multipliers
+    procedures = (*batched.PROCEDURES, client._client_init, client._client_set_multipliers,
+                  client._client_releases, client._client_log, _server_set_multipliers)
 
     def __init__(self, epsilon: float = float("inf"), variant: str = "objP", delta: float = 1e-6,
                  rho_schedule: Any = "auto", a: float | None = None, max_rounds: int = 20000,
@@ -214,17 +217,18 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         return outp_parameters(t, rho, records, self.epsilon, self.delta, self.a, self.outp_constants)
 
     # -- run ------------------------------------------------------------------------------------
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
-        require_star(problem, topology, self.name)
+    def prepare(self, problem, topology):
+        topology = require_star(problem, topology, self.name)
         self._check_model(problem)
+        return topology
+
+    def compile(self, problem) -> dict:
+        return compile_projecting(problem)      # affine sets projected too
+
+    def loop(self, problem, ex, run: Run) -> Outcome:
         self._local = any(has_local_terms(c) for c in problem.clients)   # (`_linearized`)
-        ex = make_executor(executor).start(compile_projecting(problem))   # affine sets projected too
-        try:
-            run = self._calibrated(ex) if self.calibrate else self
-            return run._loop(problem, ex, ex.model_size, callback, verbose, checkpointer)
-        finally:
-            ex.close()
+        backend = self._calibrated(ex) if self.calibrate else self
+        return backend._loop(problem, ex, ex.model_size, run.callback, run.verbose, run.checkpointer)
 
     def _calibrated(self, ex) -> "DPADMM":
         """A copy of this backend whose ε̄ spends `epsilon_total` (PLD) in max_rounds rounds."""

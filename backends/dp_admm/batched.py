@@ -20,8 +20,9 @@ import numpy as np
 
 from fedmodel.runtime.batched_group import Group, in_group_order, read_only
 from fedmodel.runtime.batched_records import group_record_gradients
-from fedmodel.runtime.ledger import MESSAGES, register
+from fedmodel.runtime.ledger import with_forms
 from fedmodel.runtime.privacy import NoiseLog, gaussian_noise, laplace_noise
+from . import client
 from .client import GaussianOutput, Identity, LaplaceObjective, iadmm_step
 from .constrained import _compiled
 
@@ -180,4 +181,5 @@ def _iadmm_steps(Z: np.ndarray, G: np.ndarray, W: np.ndarray, lam: np.ndarray, r
                      for z, g, w, l, r in zip(Z, G, W, lam, rho)])
 
 
-register(MESSAGES["dp_admm_step"], batched=_step_batched, stacked=_step_stacked)
+# DP-ADMM's client step with these forms (`DPADMM.procedures`)
+PROCEDURES = (with_forms(client._client_step, batched=_step_batched, stacked=_step_stacked),)

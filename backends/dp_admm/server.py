@@ -14,11 +14,12 @@ import time
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from ..common import gather_values, progress, stacked_report
+from ..common import progress, stacked_report
 from ..watch import DivergenceWatch
 from ..projecting import projects_affine
 from .accounting import privacy_report
 from .constrained import has_local_terms
+from ..outcome import Outcome, Status
 
 
 class RoundLoop:
@@ -74,7 +75,7 @@ class RoundLoop:
         Z = np.tile(w, (len(clients), 1))                               # z_p^1, one row per client
         LAM = np.zeros_like(Z)                                          # λ_p^1 = 0
         server_used = bool(problem.server.terms or problem.server.constraints)
-        history, status, t, rho, diverged = [], "max_iterations", 0, math.nan, {}
+        history, status, t, rho, diverged = [], Status.MAX_ITERATIONS, 0, math.nan, {}
         bar = progress(self.max_rounds, verbose, "DP-ADMM")
         start = time.perf_counter()
         watch = DivergenceWatch("DP-ADMM", hint=self._hint() + (
@@ -108,21 +109,21 @@ class RoundLoop:
                     callback(record)
                 bar.update(record)
             if done:
-                status = "converged"
+                status = Status.CONVERGED
                 break
             checkpointer.save(ex, t, {"t": t, "w": w, "z": Z, "lam": LAM, "rho": rho, "history": history,
                                       "watch": dict(watch.smallest)})
         bar.close()
-        status = "budget_exhausted" if status == "max_iterations" and last < self.max_rounds else status
-        rounds = t if status != "diverged" else t - 1
+        status = Status.BUDGET_EXHAUSTED if status == Status.MAX_ITERATIONS and last < self.max_rounds else status
+        rounds = t if status != Status.DIVERGED else t - 1
         info = self._info(ex, clients, Z, LAM, rho, records, t, history, shares) | diverged  # t rounds: z out
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
-        values, multipliers = gather_values(ex, problem, w)
+        projected = {}      # (they override the gathered ones of the same names)
         if math.isinf(self.epsilon) and projects_affine(problem):   # (a private run releases nothing more)
-            multipliers.update(self._set_multipliers(ex, clients, w, LAM, server_used))
+            projected = self._set_multipliers(ex, clients, w, LAM, server_used)
         ex.ledger.rounds = rounds
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"rounds": rounds}, "ledger": ex.ledger, "info": info}
+        return Outcome(status, shared=w, multipliers=projected, history=history,
+                       iterations={"rounds": rounds}, info=info)
 
     def _set_multipliers(self, ex, clients, w, LAM, server_used) -> dict:
         """The multipliers of the affine constraints the nodes projected on (the KKT certificate

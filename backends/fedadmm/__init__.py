@@ -46,14 +46,12 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from fedmodel.runtime import make_executor
-from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
-from ..base import Backend, paper_preset
-from ..common import gather_values, progress, require_star
-from . import client  # noqa: F401  (registers the client procedures)
-from . import batched  # noqa: F401  (their vectorized forms, for the batched and JAX executors)
-from ..projecting import compile_projecting, projects_affine
-from .composition import solve_subproblem
+from ..base import Backend, Run, paper_preset
+from ..common import progress, require_star
+from ..outcome import Outcome
+from ..projecting import _server_set_multipliers, compile_projecting, projects_affine
+from . import batched, client
+from .composition import _certificate, solve_subproblem
 from .server import rounds
 
 
@@ -78,6 +76,10 @@ class FedADMM(Backend):
 
     name = "fedadmm"
     checkpointing = True
+    # the client steps (the round and the set-up with their vectorized forms), the
+    # composition's certificate and the server's multipliers of projected sets
+    procedures = (*batched.PROCEDURES, client._penalty, client._set_multipliers, client._refusal,
+                  _certificate, _server_set_multipliers)
     #: the paper's experiments (spec §2.7): what `FedADMM.paper()` starts from
     PAPER = {"beta": 2.0, "local_steps": 10, "lr": 0.01, "inexact": False, "adaptive": False,
              "tol": None, "max_rounds": 100, "beta_range": (0.0, math.inf), "safeguard": False}
@@ -226,41 +228,42 @@ class FedADMM(Backend):
         return f"raise beta (now {self.beta:g}) or check the model's scaling{guard}"
 
     # ---- the rounds -----------------------------------------------------------------------------
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
-            checkpointer: Checkpointer = NO_CHECKPOINT, **_):
-        require_star(problem, topology, self.name)
+    def prepare(self, problem, topology):
+        topology = require_star(problem, topology, self.name)
         if not problem.clients:
             raise FedModelError("FedADMM needs at least one client")
+        return topology
+
+    def compile(self, problem) -> dict:
         # clients project onto their sets in their local solves, the server in its z-step
-        ex = make_executor(executor).start(compile_projecting(problem))
-        try:
-            self._check_model(ex)
-            alpha = self._weights(len(problem.clients), problem.clients)
-            z = np.zeros(ex.model_size) if self.w0 is None else _start_point(self.w0, ex.model_size)
-        except FedModelError:
-            ex.close()
-            raise
-        bar = progress(self.max_rounds, verbose, self.variant)
+        return compile_projecting(problem)
+
+    def loop(self, problem, ex, run: Run) -> Outcome:
+        self._check_model(ex)
+        alpha = self._weights(len(problem.clients), problem.clients)
+        z = np.zeros(ex.model_size) if self.w0 is None else _start_point(self.w0, ex.model_size)
+        bar = progress(self.max_rounds, run.verbose, self.variant)
         try:
             info = {"variant": self.variant, "alpha": alpha, "memory": self.memory}
-            z, history, status, steps = self.rounds(ex, z, alpha, self.max_rounds, callback, bar,
-                                                    checkpointer=checkpointer, info=info)
+            z, history, status, steps = self.rounds(ex, z, alpha, self.max_rounds, run.callback, bar,
+                                                    checkpointer=run.checkpointer, info=info)
         finally:
             bar.close()
-        values, multipliers = gather_values(ex, problem, z)
+        ex.ledger.rounds = len(history)
+        return Outcome(status, shared=z, history=history,
+                       iterations={"rounds": len(history), "local_steps": steps}, info=info)
+
+    def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
+        """The multipliers of the projected affine sets, the clients' final β_i and steps."""
+        info = outcome.info
         server_step = info.pop("server_step", None)
         if projects_affine(problem):
-            multipliers.update(self._set_multipliers(ex, z, server_step))
+            outcome.multipliers.update(self._set_multipliers(ex, outcome.shared, server_step))
         final = ex.map("fedadmm_beta", {c: {} for c in ex.clients if c not in ex.lost})
         if ex.lost:
             info["lost"] = sorted(ex.lost)
         info["final_beta"] = {c: r["beta"] for c, r in final.items()}
         info["final_lr"] = {c: r["lr"] for c, r in final.items()}    # after the safeguard's halvings
-        ex.ledger.rounds = len(history)
-        ex.close()
-        return {"status": status, "values": values, "multipliers": multipliers, "history": history,
-                "iterations": {"rounds": len(history), "local_steps": steps}, "ledger": ex.ledger,
-                "info": info}
 
     def rounds(self, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callback=None, bar=None,
                **options) -> tuple[np.ndarray, list[dict], str, int]:

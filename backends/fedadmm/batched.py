@@ -28,7 +28,8 @@ import numpy as np
 
 from fedmodel.runtime.batched_group import Group, in_group_order, private_stack
 from fedmodel.runtime.batched_procedures import common_value
-from fedmodel.runtime.ledger import MESSAGES, register
+from fedmodel.runtime.ledger import with_forms
+from . import client
 from ..common import group_curvature
 from .client import _gd_step, automatic_step, halved_step, round_end, start_state
 from .insa import sigma_bound
@@ -266,5 +267,6 @@ def _init_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) ->
             "beta": beta}
 
 
-register(MESSAGES["fedadmm_round"], batched=_round_batched, stacked=_round_stacked)
-register(MESSAGES["fedadmm_init"], stacked=_init_stacked)
+# FedADMM's client steps with these forms (`FedADMM.procedures`)
+PROCEDURES = (with_forms(client._round, batched=_round_batched, stacked=_round_stacked),
+              with_forms(client._init, stacked=_init_stacked))

@@ -6,6 +6,7 @@ import numpy as np
 
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
+from ..outcome import Status
 
 
 def solve_subproblem(backend, ex, w: np.ndarray, tau: float) -> tuple[np.ndarray, list[float], dict]:
@@ -44,7 +45,7 @@ def solve_subproblem(backend, ex, w: np.ndarray, tau: float) -> tuple[np.ndarray
                                                server_tol=max(backend.server_tol, 0.01 * tau), info=info)
     entry = {"tau": tau, "rounds": len(history), "local_steps": steps,
              "certificate": trace[-1] if trace else np.inf,
-             "solved": status == "converged", "diverged": info.get("diverged")}
+             "solved": status == Status.CONVERGED, Status.DIVERGED: info.get(Status.DIVERGED)}
     return z, trace or [np.inf], entry
 
 

@@ -17,6 +17,7 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from ..common import progress, stacked_report
 from ..watch import DivergenceWatch
 from .insa import sustained_growth
+from ..outcome import Status
 
 
 def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callback=None, bar=None, *,
@@ -41,7 +42,7 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
     size = max(1, math.ceil(backend.participation * m))
     server_terms = _needs_server_solve(ex)
     has_server_step = stop is not None or server_terms
-    history, status, total_steps, elapsed = [], "max_iterations", 0, 0.0
+    history, status, total_steps, elapsed = [], Status.MAX_ITERATIONS, 0, 0.0
     watch = DivergenceWatch(backend.variant, hint=backend._hint())
     saved = checkpointer.restore(ex)
     if saved:
@@ -95,16 +96,16 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
         bar.update(record)
         if stop is not None:
             if stop(z, record, z_bar, (1 + memory) * s_beta, server_residual):
-                status = "converged"
+                status = Status.CONVERGED
                 break
             continue
         if backend.tol is not None and max(change, drift) <= backend.tol:
-            status = "converged"
+            status = Status.CONVERGED
             break
         checkpointer.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
                                       "total_steps": total_steps, "elapsed": elapsed,
                                       "rng": rng.bit_generator.state, "watch": dict(watch.smallest)})
-    if status == "max_iterations" and stop is None and sustained_growth(history, watch):
+    if status == Status.MAX_ITERATIONS and stop is None and sustained_growth(history, watch):
         status = watch.report(info)
     return z, history, status, total_steps
 

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from . import batched_procedures  # noqa: F401  (registers the generic batched forms)
 from .batched_group import Group, program_signature
 from .executor import Executor, block_floats, run_on_node
-from .ledger import BATCHED, STACKED
+from .batched_procedures import GENERIC
+from .ledger import BATCHED, STACKED, install
 
 
 class BatchedExecutor(Executor):
@@ -56,6 +56,7 @@ class BatchedExecutor(Executor):
         self.stats: Counter = Counter()
 
     def start(self, programs) -> "BatchedExecutor":
+        install(GENERIC)        # the vectorized forms of the runtime's own requests
         super().start(programs)
         if self.tune_malloc:
             _keep_large_arrays_on_the_heap()

@@ -3,8 +3,7 @@
 A batched form serves one request kind for a whole `batched_group.Group` (see
 `ledger.procedure`); the runtime knows no algorithm, so it has only the generic forms of
 `report` (objective of unconstrained clients), `solve_local` with method "gd", `merit` and
-`update_multipliers`, registered when this module is imported (the batched executor imports
-it). The building blocks (`local_steps`, `request_rows`, `same_options`, `common_value`,
+`update_multipliers` (`GENERIC`, which the batched executor installs). The building blocks (`local_steps`, `request_rows`, `same_options`, `common_value`,
 `gradients_at`) serve the backends' own forms, which live
 beside their node steps. The elementwise work of a step is done by compiled kernels
 (`kernels`), one pass over the stacks each.
@@ -15,7 +14,9 @@ import numpy as np
 
 from . import kernels
 from .batched_group import Group, private_stack
-from .ledger import MESSAGES, register
+from .ledger import CORE, with_forms
+
+CORE_BY_NAME = {procedure.name: procedure for procedure in CORE}
 
 
 
@@ -184,7 +185,9 @@ def _merit_batched(group: Group, members: list[str], payloads: dict) -> dict[str
     return {m: {"value": float(values[j]), "grad": G[j].copy()} for j, m in enumerate(members)}
 
 
-register(MESSAGES["report"], batched=_report, stacked=_report_stacked)
-register(MESSAGES["solve_local"], batched=_solve_local)
-register(MESSAGES["update_multipliers"], batched=_update_multipliers_batched)
-register(MESSAGES["merit"], batched=_merit_batched)
+# The generic forms of the runtime's own requests, installed by the batched executor.
+GENERIC = tuple(with_forms(core, **forms) for core, forms in (
+    (CORE_BY_NAME["report"], {"batched": _report, "stacked": _report_stacked}),
+    (CORE_BY_NAME["solve_local"], {"batched": _solve_local}),
+    (CORE_BY_NAME["update_multipliers"], {"batched": _update_multipliers_batched}),
+    (CORE_BY_NAME["merit"], {"batched": _merit_batched})))

@@ -12,14 +12,15 @@ import numpy as np
 
 from .. import registry
 from ..errors import FedModelError
-from .ledger import MESSAGES, PROCEDURES, Ledger, MessageKind, allowed_sizes, check_payload
+from .ledger import CORE_KINDS, MESSAGES, Ledger, MessageKind, allowed_sizes, check_payload, install, lookup
 from .program import NodeProgram, ProgramSpec
 
 
 class Executor:
     """Interface: `start(programs)`, `call(node, kind, **payload)`, `map(kind, payloads)`,
     `map_stacked(kind, nodes, rows, common)` (one request to a group of nodes whose model-sized
-    fields are the rows of one (n, d) array; replies stacked the same way), `close()`.
+    fields are the rows of one (n, d) array; replies stacked the same way), `close()`. It is a
+    context manager: `with executor:` closes it however the block ends (an error, Ctrl-C).
 
     One owner per node: an executor serves only the node programs it holds (`program.holder`).
     `start` takes them over from whichever executor held them (that one writes its state back
@@ -33,6 +34,9 @@ class Executor:
         self.ledger = Ledger()
         self.model_size = 0
         self._holds_all = False     # holds every program since `take_over` (no per-node check then)
+        # the kinds this run may send: the runtime's own and its backend's procedures
+        # (`open_executor`); None: any registered kind (an executor started by hand)
+        self.kinds: frozenset[str] | None = None
 
     def start(self, programs: dict[str, NodeProgram]) -> "Executor":
         """Take `programs` (a run's node programs) over; those of an earlier run are freed."""
@@ -106,7 +110,7 @@ class Executor:
 
     def map(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Send `kind` to several nodes (conceptually in parallel); replies by node."""
-        declared = declared_kind(kind)
+        declared = self._declared(kind)
         self._serve(payloads)
         networked = not declared.local      # (and never to the server itself: its steps are local)
         for node, payload in payloads.items():
@@ -164,7 +168,7 @@ class Executor:
         only Σ_i of the clients' replies. This default asks every node (`map`, booked as usual)
         and sums here; an executor with secure aggregation (`sum_only`) serves it so that the
         server sees only the sums."""
-        declared = declared_kind(kind)
+        declared = self._declared(kind)
         nodes = list(nodes)
         check_sum_fields(declared, fields)
         if not nodes:
@@ -177,7 +181,7 @@ class Executor:
         """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
         match its declaration (checked once for the whole block); return the normalized request
         and its float count per node. `known`: see `_serve`."""
-        declared = declared_kind(kind)
+        declared = self._declared(kind)
         nodes = nodes if isinstance(nodes, tuple) else list(nodes)     # (a tuple cannot change)
         self._serve(nodes, known)
         rows, common = dict(rows or {}), dict(common or {})
@@ -201,6 +205,21 @@ class Executor:
     def close(self) -> None:
         """End of a run: the nodes' state written back into their programs, which are then free."""
         self._release()
+        self.kinds = None
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *failure: Any) -> None:
+        self.close()            # also after an exception or KeyboardInterrupt (never swallowed)
+
+    def _declared(self, kind: str) -> MessageKind:
+        """`declared_kind`, refusing a kind that is not among this run's procedures."""
+        if self.kinds is not None and kind not in self.kinds:
+            raise FedModelError(f"message kind {kind!r} is not a procedure of this run; the "
+                                f"backend lists its node steps in `procedures` (this run's: "
+                                f"{sorted(self.kinds)})")
+        return declared_kind(kind)
 
     def _release(self) -> None:
         self._holds_all = False
@@ -234,11 +253,26 @@ class RemoteNode:
 
 
 def run_on_node(program: NodeProgram, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """Serve one request on a node program (used by every executor, wherever the node lives)."""
-    procedure = PROCEDURES.get(kind)
-    if procedure is not None:
-        return procedure(program, **payload)
-    return getattr(program, kind)(**payload)
+    """Serve one request on a node program (used by every executor, wherever the node lives):
+    by the procedure registered for `kind` (`ledger.lookup`; an unregistered kind is refused)."""
+    return lookup(kind)(program, **payload)
+
+
+def open_executor(executor: Any, programs: dict[str, NodeProgram], procedures: Any) -> Executor:
+    """The executor of one run (`make_executor`), started on `programs`, serving the run's
+    `procedures` (registered here, `ledger.install`; other kinds than these and the runtime's
+    own are refused). Use it as `with open_executor(...) as ex:` so that it is closed — its
+    programs handed back, actors and threads ended — however the run ends. A start that fails
+    closes it before the error goes on."""
+    kinds = CORE_KINDS | install(procedures)
+    ex = make_executor(executor)
+    try:
+        started = ex.start(programs)      # (the auto executor returns the one it chose)
+    except BaseException:
+        ex.close()
+        raise
+    started.kinds = kinds
+    return started
 
 
 def declared_kind(kind: str) -> MessageKind:

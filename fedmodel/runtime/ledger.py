@@ -27,13 +27,37 @@ class MessageKind:
     read_only: bool = False  # leaves the node's state as it was (Ray: not logged for replay)
 
 
+_ABSENT = object()
+
+
+class _Registry(dict):
+    """kind name -> form. A name not registered yet is looked up once in the catalogue of the
+    installed backends (`catalogue`): a Flower client or a Ray worker serves what its
+    installed fedmodel declares, never what a message names."""
+
+    def __missing__(self, key: str) -> Any:
+        found = dict.get(self, key, _ABSENT) if _load_catalogue() else _ABSENT
+        if found is _ABSENT:
+            raise KeyError(key)
+        return found
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or (_load_catalogue() and dict.__contains__(self, key))
+
+
 def _kinds(*kinds: MessageKind) -> dict[str, MessageKind]:
     return {k.name: k for k in kinds}
 
 
 # Sizes: "x" = shared model size, "x|1" = model-sized or scalar, "1" = scalar, "<=k" = a short
 # vector of at most k numbers (statistics such as inner products, never data-sized).
-MESSAGES = _kinds(
+MESSAGES: dict[str, MessageKind] = _Registry(_kinds(
     MessageKind("configure", {"beta": "1", "prox_weight": "1", "center": "x"}, {}),
     MessageKind("merit", {"x": "x"}, {"value": "1", "grad": "x"}, read_only=True),
     MessageKind("solve_local", {"linear": "x", "weight": "x|1", "anchor": "x", "x0": "x", "tol": "1",
@@ -46,46 +70,173 @@ MESSAGES = _kinds(
     MessageKind("private_values", {}, {"values": "opaque"}, local=True, read_only=True),
     MessageKind("save_state", {}, {"state": "opaque"}, local=True, read_only=True),
     MessageKind("load_state", {"state": "opaque"}, {}, local=True),
-)
+))
 
-# Node-side procedures of backends (Flower's client `fit`): kind name -> function(program, **payload).
-PROCEDURES: dict[str, Callable] = {}
 
-# Their vectorized forms, served by the batched executor (fedmodel/runtime/batched.py) for a group
-# of same-structure clients. BATCHED: kind -> form(group, members, payloads) -> replies by member,
-# or None (not covered: those members are served one by one). STACKED: kind -> form(group, rows,
-# blocks, common) -> stacked replies, or None (not covered: the group request is split into
-# per-node messages); `rows` are the group indices of the request's nodes, `blocks` their
-# per-node fields as (len(rows), …) arrays (`Executor.map_stacked`).
+@dataclass(frozen=True)
+class Procedure:
+    """A node-side step: its message kind, the function serving it on one node program
+    (`serve(program, **payload) -> reply`: the node program's API only, never raw data; its
+    own state in `program.state`; a module-level function, so that Ray pickles it by name) and
+    its vectorized forms for the batched executor (`batched`, `stacked`: see `BATCHED`,
+    `STACKED`; each must leave every node's state exactly as `serve` would)."""
+
+    kind: MessageKind
+    serve: Callable
+    batched: Callable | None = None
+    stacked: Callable | None = None
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+
+# The registry, keyed by stable procedure names. Filled explicitly — by `install` when a run
+# opens its executor (the backend's `procedures`), by the runtime's own requests (`CORE`) and
+# by `catalogue` — never by importing a module. PROCEDURES: kind -> serve(program, **payload).
+# BATCHED: kind -> form(group, members, payloads) -> replies by member, or None (not covered:
+# those members are served one by one). STACKED: kind -> form(group, rows, blocks, common) ->
+# stacked replies, or None (not covered: the group request is split into per-node messages);
+# `rows` are the group indices of the request's nodes, `blocks` their per-node fields as
+# (len(rows), …) arrays (`Executor.map_stacked`).
+PROCEDURES: dict[str, Callable] = _Registry()
+# (The forms are installed with their procedure, so a run finds them without the catalogue.)
 BATCHED: dict[str, Callable] = {}
 STACKED: dict[str, Callable] = {}
-
-
-def register(kind: MessageKind, procedure: Callable | None = None, *, batched: Callable | None = None,
-             stacked: Callable | None = None) -> None:
-    """Declare a message kind; with `procedure(program, **payload) -> reply`, a node-side step of
-    a backend. It runs on the node with the node program's API only (never raw data) and keeps
-    its own state in `program.state`. Procedures must be module-level functions (picklable).
-    `batched` / `stacked`: the step's vectorized forms (see `BATCHED`, `STACKED`); each must
-    leave every node's state exactly as the procedure would."""
-    if kind.name in MESSAGES and MESSAGES[kind.name] != kind:
-        raise FedModelError(f"message kind {kind.name!r} is already declared differently")
-    MESSAGES[kind.name] = kind
-    for table, form in ((PROCEDURES, procedure), (BATCHED, batched), (STACKED, stacked)):
-        if form is not None:
-            table[kind.name] = form
 
 
 def procedure(name: str, request: dict[str, str], reply: dict[str, str], *, local: bool = False,
               read_only: bool = False, batched: Callable | None = None,
               stacked: Callable | None = None) -> Callable[[Callable], Callable]:
-    """Decorator form of `register`: declares the kind and registers the decorated node step
-    together with its vectorized forms."""
+    """Decorator: declares the node step's message kind and attaches its `Procedure` (with its
+    vectorized forms) to the function as `.procedure`. It registers nothing: a backend lists
+    its steps in `Backend.procedures`, which the run installs when it opens its executor."""
     def wrap(fn):
-        register(MessageKind(name, request, reply, local=local, read_only=read_only), fn,
-                 batched=batched, stacked=stacked)
+        fn.procedure = Procedure(MessageKind(name, request, reply, local=local, read_only=read_only),
+                                 fn, batched, stacked)
         return fn
     return wrap
+
+
+def as_procedure(step: Any) -> Procedure:
+    """`step` as a `Procedure`: itself, or the one `@procedure` attached to a function."""
+    found = step if isinstance(step, Procedure) else getattr(step, "procedure", None)
+    if not isinstance(found, Procedure):
+        raise FedModelError(f"{step!r} is not a node procedure: decorate it with "
+                            "fedmodel.runtime.ledger.procedure(...) or pass a Procedure")
+    return found
+
+
+def with_forms(step: Any, *, batched: Callable | None = None,
+               stacked: Callable | None = None) -> Procedure:
+    """`step`'s procedure with vectorized forms added (forms kept beside the algorithm's
+    vectorized code, e.g. backends/proxal_batched.py)."""
+    found = as_procedure(step)
+    return Procedure(found.kind, found.serve, batched or found.batched, stacked or found.stacked)
+
+
+def install(procedures: Any) -> frozenset[str]:
+    """Register `procedures` (Procedures or `@procedure` functions) by their kind names and
+    return those names. A name registered with another declaration is refused; a form already
+    registered is kept (so the first registration, or a test's spy put there, stays)."""
+    names = []
+    for step in procedures:
+        found = as_procedure(step)
+        declared = dict.get(MESSAGES, found.name)
+        if declared is not None and declared != found.kind:
+            raise FedModelError(f"message kind {found.name!r} is already declared differently: "
+                                f"{declared} vs {found.kind}")
+        MESSAGES[found.name] = found.kind
+        for table, form in ((PROCEDURES, found.serve), (BATCHED, found.batched), (STACKED, found.stacked)):
+            if form is not None and not dict.__contains__(table, found.name):
+                dict.__setitem__(table, found.name, form)
+        names.append(found.name)
+    return frozenset(names)
+
+
+def lookup(kind: str) -> Callable:
+    """The function serving `kind` on a node program: a registered procedure (this process's
+    runs, the runtime's own requests, the installed backends' catalogue). Anything else is
+    refused — there is no fallback to a method or a module of that name."""
+    found = PROCEDURES.get(kind)
+    if found is None:
+        raise FedModelError(f"no node procedure is registered for message kind {kind!r}; a backend "
+                            "lists its node steps in its `procedures` attribute")
+    return found
+
+
+_CATALOGUE: list[bool] = []
+
+
+def _load_catalogue() -> bool:
+    """Install every installed backend's `procedures` (the backend registry's entry points),
+    once per process; True when it was (or had been) loaded."""
+    if _CATALOGUE:
+        return _CATALOGUE[0]
+    _CATALOGUE.append(False)        # (a lookup while loading finds nothing more)
+    from .. import registry         # (the registry imports nothing of the runtime's)
+    for name in registry.names("backend"):
+        try:
+            backend = registry.lookup("backend", name)
+        except Exception:           # an add-on that fails to import serves nothing here
+            continue
+        install(getattr(backend, "framework_procedures", ()))   # (`Backend.run` sends both)
+        install(getattr(backend, "procedures", ()))
+    _CATALOGUE[0] = True
+    return True
+
+
+def catalogue() -> dict[str, Callable]:
+    """Every procedure this process can serve, by kind (the installed backends' and the
+    runtime's own)."""
+    _load_catalogue()
+    return dict(PROCEDURES)
+
+
+# The node program's own requests, served by its methods through these explicit procedures
+# (every served kind is a registered procedure: no method is found by a message's name).
+def _configure(program, **payload) -> dict:
+    return program.configure(**payload)
+
+
+def _merit(program, **payload) -> dict:
+    return program.merit(**payload)
+
+
+def _solve_local(program, **payload) -> dict:
+    return program.solve_local(**payload)
+
+
+def _update_multipliers(program, **payload) -> dict:
+    return program.update_multipliers(**payload)
+
+
+def _report(program, **payload) -> dict:
+    return program.report(**payload)
+
+
+def _multipliers(program) -> dict:
+    return program.multipliers()
+
+
+def _private_values(program) -> dict:
+    return program.private_values()
+
+
+def _save_state(program) -> dict:
+    return program.save_state()
+
+
+def _load_state(program, **payload) -> dict:
+    return program.load_state(**payload)
+
+
+CORE = tuple(Procedure(MESSAGES[name], serve) for name, serve in (
+    ("configure", _configure), ("merit", _merit), ("solve_local", _solve_local),
+    ("update_multipliers", _update_multipliers), ("report", _report),
+    ("multipliers", _multipliers), ("private_values", _private_values),
+    ("save_state", _save_state), ("load_state", _load_state)))
+CORE_KINDS = install(CORE)
 
 
 def allowed_sizes(spec: str, model_size: int) -> range | tuple[int, ...]:
