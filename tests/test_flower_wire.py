@@ -234,6 +234,27 @@ def test_client_data_comes_from_its_node_config(tmp_path):
         fe._raise_remote("c0", fe.BUILD, reply["error"])
 
 
+def test_replay_serves_declared_steps_only(caplog):
+    """A rejoined client's replay (plain-data JSON steps): the same state as serving the steps
+    one by one; a step of an unknown kind or with a mis-sized field refuses the whole replay."""
+    context, program = _built()
+    steps = [("configure", {"beta": 3.0, "prox_weight": 0.5, "center": np.full(D, 0.1)}),
+             ("solve_local", {"linear": np.zeros(D), "weight": 1.0, "anchor": np.zeros(D),
+                              "x0": np.zeros(D), "tol": 1e-10, "method": "lbfgs", "max_steps": 50.0,
+                              "lr": None})]
+    for kind, payload in steps:
+        getattr(program, kind)(**payload)
+    meta, reply = _serve(fe.encode(fe.REPLAY, {"steps": steps}), context)
+    assert not meta.get("failed"), reply
+    x = np.array([0.2, 0.0, -0.1])
+    meta, reply = _serve(fe.encode("merit", {"x": x}), context)
+    assert reply["value"] == program.merit(x)["value"]
+    _refused(fe.encode(fe.REPLAY, {"steps": [("os.system", {})]}), context, caplog,
+             "not a procedure this client")
+    _refused(fe.encode(fe.REPLAY, {"steps": [("merit", {"x": np.zeros(D + 1)})]}), context, caplog,
+             "has 4 numbers but is declared as 'x'")
+
+
 def test_plain_data_codec_refuses_what_is_not_plain():
     with pytest.raises(wire.WireError, match="is not plain data"):
         wire.dumps({"f": len})
@@ -248,3 +269,99 @@ def test_plain_data_codec_refuses_what_is_not_plain():
     np.testing.assert_array_equal(back["y"], state["y"])
     assert back[7] == (1, 2.5, None) and back["k"] == slice(0, 4, 2)
     assert back["rng"].random() == np.random.default_rng(1).random()
+
+
+MALICIOUS_SERVER = '''
+"""A ServerApp that sends crafted messages to the fedmodel ClientApp of a real SuperNode."""
+import json
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import ServerApp
+
+import fedmodel as fm
+from fedmodel.runtime import flower_executor as fe
+from fedmodel.runtime.program import compile_programs
+
+MARKER = {marker!r}
+
+
+class Marker:
+    def __reduce__(self):
+        return (open, (MARKER, "w"))
+
+
+def _raw(kind, config, extra=None):
+    header = json.dumps({{"kind": kind, "none": [], "json": [], "scalar": [], **(extra or {{}})}})
+    return RecordDict({{fe._ARRAYS: ArrayRecord({{}}), fe._CONFIG: ConfigRecord({{**config, "fm_header": header}})}})
+
+
+def _spec():
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    c = prob.add_client("c0")
+    c.minimize(0.5 * fm.sum_squares(c.data(np.eye(3), name="A") @ w - c.data(np.ones(3), name="b")))
+    return fe._build_payload(compile_programs(prob)["c0"].spec, lambda d: None)
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid, context):
+    out = Path(str(context.run_config["out"]))
+    deadline = time.monotonic() + 120
+    while not list(grid.get_node_ids()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    node = sorted(grid.get_node_ids())[0]
+    spec = _spec()
+    probes = [
+        ("build", fe.encode(fe.BUILD, spec)),
+        ("pickle", _raw(fe.BUILD, {{"spec": pickle.dumps(Marker())}}, {{"pickled": ["spec"]}})),
+        ("pickle-bytes", _raw("load_state", {{"state": pickle.dumps(Marker())}})),
+        ("module", fe.encode("merit", {{"x": np.zeros(3)}}, extra={{"module": "os"}})),
+        ("unknown", fe.encode("os.system", {{"x": np.zeros(3)}})),
+        ("oversized", fe.encode("merit", {{"x": np.zeros(10**6)}})),
+        ("misshaped", fe.encode("merit", {{"x": np.zeros((3, 1))}})),
+        ("atom", fe.encode(fe.BUILD, dict(spec, spec=spec["spec"].replace("SumSquares", "Evil")))),
+        ("honest", fe.encode("merit", {{"x": np.zeros(3)}})),
+    ]
+    results = {{}}
+    for name, content in probes:
+        message = Message(content, dst_node_id=node, message_type="train")
+        replies = fe._send_and_receive(grid, [message], 60)
+        meta, payload = fe.decode(replies[0].content)
+        results[name] = payload["error"] if meta.get("failed") else {{"ok": sorted(payload)}}
+    out.write_text(json.dumps({{"probes": results}}))
+'''
+
+
+@pytest.mark.integration
+def test_real_supernode_refuses_a_malicious_server(tmp_path):
+    """A real flower-superlink and flower-supernode (fedmodel's ClientApp) with a malicious
+    ServerApp: each crafted message is refused, the pickle's marker file never appears, and an
+    honest request after them is still served."""
+    from fedmodel.deploy import Deployment
+    from test_flower_deploy import _data, _model_file
+    model = _model_file(tmp_path, "backends.FedAvg(max_rounds=1)", n=1)
+    marker = tmp_path / "pwned"
+    dep = Deployment(model, 1, tmp_path / "work", timeout=60, data=_data(model))
+    try:
+        dep.start()
+        (dep.app_dir / "fedmodel_app" / "server.py").write_text(MALICIOUS_SERVER.format(marker=str(marker)))
+        result = dep.run(wait=600)["probes"]
+    finally:
+        dep.close()
+    assert not marker.exists()
+    # each refusal is logged on the client (its SuperNode's log)
+    assert (dep.workdir / "supernode-c0.log").read_text().count("fedmodel client refused") == 7
+    expected = {"pickle": "unknown header entries ['pickled']", "pickle-bytes": "bytes are refused",
+                "module": "names a module", "unknown": "not a procedure this client",
+                "oversized": "shape (1000000,)", "misshaped": "shape (3, 1)",
+                "atom": "'Evil' is not one of fedmodel's atoms"}
+    for name, text in expected.items():
+        assert result[name]["type"] == "WireError" and text in result[name]["message"], (name, result[name])
+    assert result["build"] == {"ok": ["n_shared"]} and result["honest"] == {"ok": ["grad", "value"]}

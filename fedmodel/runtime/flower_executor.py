@@ -240,11 +240,14 @@ def check_request(declared: MessageKind, payload: dict[str, Any], model_size: in
         spec = declared.request.get(key)
         if spec in (None, "str", "opaque") or value is None:
             continue
-        if isinstance(value, bool) or not (isinstance(value, (int, float, np.number, np.bool_)) or
-                                           (isinstance(value, np.ndarray) and value.ndim <= 1)):
+        if not (isinstance(value, (bool, int, float, np.number, np.bool_)) or
+                (isinstance(value, np.ndarray) and value.ndim <= 1)):
             raise WireError(f"request {declared.name!r}: field {key!r} declared {spec!r} carries "
                             f"{type(value).__name__} of shape {np.shape(value)} (numbers, 0-/1-D)")
-    check_payload(declared, declared.request, payload, model_size, "request")
+    try:
+        check_payload(declared, declared.request, payload, model_size, "request")
+    except FedModelError as err:        # (its text says "refusing to send": here, to serve)
+        raise WireError(f"refused: {err}".replace("; refusing to send it", "")) from None
 
 
 def _array_limits(declared: MessageKind, model_size: int) -> Callable[[str, tuple], None]:
