@@ -255,6 +255,21 @@ def test_replay_serves_declared_steps_only(caplog):
              "has 4 numbers but is declared as 'x'")
 
 
+def test_node_state_records_load_in_a_fresh_process():
+    """A deployment serves each message in a new process: node state holding a backend's record
+    (DP-ADMM's LaplaceObjective) decodes there although no backend was imported yet (the fixed
+    list is loaded first, nothing named in the text is imported)."""
+    import subprocess
+    import sys
+    from fedmodel.backends.dp_admm.client import LaplaceObjective
+    text = wire.dumps({"layer": LaplaceObjective(1.0, "clip", 0.1)})
+    code = ("import sys; import fedmodel.runtime.flower_executor as fe; "
+            "assert 'fedmodel.backends.dp_admm.client' not in sys.modules; "
+            "s = fe._loads(sys.stdin.read(), 'state'); print(type(s['layer']).__name__, s['layer'].record_bound)")
+    out = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True)
+    assert out.stdout.split() == ["LaplaceObjective", "0.1"], out.stderr[-2000:]
+
+
 def test_plain_data_codec_refuses_what_is_not_plain():
     with pytest.raises(wire.WireError, match="is not plain data"):
         wire.dumps({"f": len})

@@ -185,7 +185,7 @@ def decode(content: "RecordDict", limits: Callable[[str, tuple], None] | None = 
         payload[key] = value[()] if key in meta["scalar"] else value
     for key, value in config.items():
         if key in meta["json"]:
-            payload[key] = wire.loads(value, f"{where}, field {key!r}")
+            payload[key] = _loads(value, f"{where}, field {key!r}")
         elif isinstance(value, (bool, int, float, str)):
             payload[key] = value
         else:
@@ -203,20 +203,41 @@ def wire_size(content: "RecordDict") -> int:
 
 
 # ---- what a client serves ------------------------------------------------------------------------
-_LOADED: list[bool] = []
+_LOADED: set[str] = set()     # what `load_procedures` has imported in this process
 
 
-def load_procedures() -> None:
-    """Fill the procedure registry of this client process once: every backend its installed
-    fedmodel registers (entry points), and the modules the client host lists in
-    `FEDMODEL_CLIENT_MODULES` — never a name that came with a message."""
-    if _LOADED:
-        return
+def load_procedures(until: Callable[[], bool] = lambda: False) -> None:
+    """Fill this client process's procedure registry from a fixed list: the modules the client
+    host lists in `FEDMODEL_CLIENT_MODULES`, then the backends its installed fedmodel registers
+    (entry points), one at a time until `until()` holds — never a name that came with a
+    message. (One at a time: a deployment starts a process per message, and importing every
+    backend costs seconds, DP accounting alone ~3 s.)"""
+    hosts = [m.strip() for m in os.environ.get(CLIENT_MODULES_ENV, "").split(",") if m.strip()]
+    for module in hosts:
+        if module not in _LOADED:
+            importlib.import_module(module)     # the host's own configuration (allowlisted, tests/test_layers.py)
+            _LOADED.add(module)
     for name in registry.names("backend"):
-        registry.lookup("backend", name)
-    for module in filter(None, (m.strip() for m in os.environ.get(CLIENT_MODULES_ENV, "").split(","))):
-        importlib.import_module(module)     # the host's own configuration (allowlisted, tests/test_layers.py)
-    _LOADED.append(True)
+        if until():
+            return
+        if "backend:" + name not in _LOADED:
+            registry.lookup("backend", name)
+            _LOADED.add("backend:" + name)
+
+
+def _loads(text: Any, where: str) -> Any:
+    """`wire.loads`, with every backend of the fixed list imported first when the text holds
+    node-state records (`wire` finds their classes only among imported modules; a process
+    that served only node-program methods has imported none)."""
+    if isinstance(text, str) and '{"obj":' in text:
+        load_procedures()
+    return wire.loads(text, where)
+
+
+def _registered(kind: str) -> bool:
+    """Whether this process serves `kind`: declared, and a registered procedure or a method of
+    the node program."""
+    return kind in MESSAGES and (kind in PROCEDURES or callable(getattr(NodeProgram, kind, None)))
 
 
 def served_kind(kind: str) -> MessageKind:
@@ -224,12 +245,12 @@ def served_kind(kind: str) -> MessageKind:
     declares (`ledger.MESSAGES`, with its procedure in `ledger.PROCEDURES` or a node-program
     method); anything else is refused (WireError), never imported. The one lookup of the
     ClientApp (the registry keyed by kind)."""
-    load_procedures()
-    declared = MESSAGES.get(kind)
-    if declared is None or (kind not in PROCEDURES and not callable(getattr(NodeProgram, kind, None))):
+    if not _registered(kind):
+        load_procedures(until=lambda: _registered(kind))
+    if not _registered(kind):
         raise WireError(f"request kind {kind[:80]!r} is not a procedure this client's fedmodel "
                         "registers; refused")
-    return declared
+    return MESSAGES[kind]
 
 
 def check_request(declared: MessageKind, payload: dict[str, Any], model_size: int) -> None:
@@ -414,7 +435,7 @@ def _program_of(key: tuple[int, int], context: "Context") -> NodeProgram:
         arrays = {k: np.array(a.numpy()) for k, a in context.state[_SPEC_ARRAYS].items()}
         program = decode_spec(record["spec"], arrays, node_data(context)).build()
     if record["state"]:
-        program.load_state(wire.loads(record["state"], "node state"))
+        program.load_state(_loads(record["state"], "node state"))
     _CACHE[key] = (build, token, program)
     return program
 
