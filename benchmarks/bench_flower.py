@@ -16,7 +16,7 @@ client, n clients, R rounds, in ONE process, one executor after the other:
     python benchmarks/bench_flower.py [--sizes 5,50] [--rounds 10]
     python benchmarks/bench_flower.py --deploy [--sizes 5] [--rounds 4]
 
---deploy: the same FedAvg model as a `fedmodel deploy` (`flower_deploy.Deployment`): a real
+--deploy: the same FedAvg model as a `fedmodel deploy` (`fedmodel.deploy.Deployment`): a real
 flower-superlink and one flower-supernode process per client on 127.0.0.1 (insecure), the run
 submitted with `flwr run`. Seconds per round = median of the differences of the ServerApp's
 round time stamps (start-up and the build excluded); beside it the serial executor on the same
@@ -108,7 +108,7 @@ def _memory_mb(pids: list[int]) -> tuple[float, int]:
 def deploy(sizes: list[int], rounds: int) -> None:
     """--deploy: serial vs a real deployment, seconds per FedAvg round."""
     import tempfile
-    from fedmodel.runtime.flower_deploy import Deployment
+    from fedmodel.deploy import Deployment
 
     root = str(Path(__file__).resolve().parent.parent)
     print(f"FedAvg, d = {D}, 10 rows per client, {rounds} rounds; deployment on 127.0.0.1 "

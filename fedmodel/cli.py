@@ -97,9 +97,10 @@ def _reproduce(args: argparse.Namespace) -> int:
 def _deploy(args: argparse.Namespace) -> int:
     import json
     import tempfile
-    from fedmodel.runtime.flower_deploy import Deployment
+    from fedmodel.deploy import Deployment
     workdir = args.workdir or tempfile.mkdtemp(prefix="fedmodel-deploy-")
-    deployment = Deployment(args.model, args.clients, workdir, timeout=args.timeout, tls=args.tls)
+    deployment = Deployment(args.model, args.clients, workdir, timeout=args.timeout, tls=args.tls,
+                            data=args.data)
     deployment.write_app()
     print("\n".join(deployment.commands()))
     if args.print_only:
@@ -161,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to wait for the replies of one round trip")
     deploy.add_argument("--tls", action="store_true", help="TLS with a self-signed certificate "
                         "(written to WORKDIR/certificates) instead of insecure connections")
+    deploy.add_argument("--data", default=None, metavar="DIR/{client}",
+                        help="each client's data directory, with {client} for its name (DIR/c0/"
+                        "A.npy for data 'A' of client c0): the SuperNode's own node config; the "
+                        "model file's loaders never run in a deployment")
     deploy.add_argument("--print-only", action="store_true",
                         help="write the app and print the commands for separate hosts; start nothing")
     deploy.set_defaults(func=_deploy)

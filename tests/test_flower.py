@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -18,20 +19,33 @@ import pytest
 
 import fedmodel as fm
 from fedmodel import backends, topologies
-from fedmodel.runtime.ledger import MESSAGES, install, procedure
+from fedmodel.runtime.ledger import MESSAGES, PROCEDURES, install, procedure
 from test_ray import D, _model, _parts   # the same least-squares model and data as Ray's tests
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
 pytest.importorskip("ray", reason="Flower's simulation engine needs Ray")
 
 
+HANG_ENV = "FEDMODEL_TEST_HANG"     # a file whose existence makes c1's FedADMM round hang
+
+
 @pytest.fixture(scope="module")
-def flower():
-    """One simulation with three SuperNodes for the whole module, ended at its close."""
-    from fedmodel.runtime.flower_executor import FlowerExecutor
+def flower(tmp_path_factory):
+    """One simulation with three SuperNodes for the whole module, ended at its close. Its
+    clients serve this module's procedures too: the workers import it at start (their own
+    FEDMODEL_CLIENT_MODULES, inherited from this process, never a name from a message)."""
+    from fedmodel.runtime.flower_executor import CLIENT_MODULES_ENV, FlowerExecutor
+    saved = {k: os.environ.get(k) for k in (CLIENT_MODULES_ENV, HANG_ENV)}
+    os.environ[CLIENT_MODULES_ENV] = __name__
+    os.environ[HANG_ENV] = str(tmp_path_factory.mktemp("hang") / "flag")
     ex = FlowerExecutor(timeout=60, persistent=True)
     yield ex
     ex.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     assert ex._thread is None
 
 
@@ -104,7 +118,9 @@ def test_payload_types_survive_the_wire():
     assert back["s"]["procedures"]["rng"].random() == np.random.default_rng(1).random()
 
 
-def test_loader_data_loaded_on_the_clients(flower, tmp_path):
+def test_loader_data_sent_as_arrays_in_simulation(flower, tmp_path):
+    """In simulation the driver runs the loaders (on copies of the Data) and sends the arrays
+    to the clients (docs/flower.md); in deployment the clients read their own files."""
     parts = _parts()
     prob_arrays, w0 = _model(parts)
     prob, w = _model(parts, loader_dir=str(tmp_path))
@@ -112,12 +128,12 @@ def test_loader_data_loaded_on_the_clients(flower, tmp_path):
     serial = make().run(prob_arrays, executor="serial")
     remote = make().run(prob, executor=flower)
     np.testing.assert_allclose(remote["values"][w.uid], serial["values"][w0.uid], rtol=0, atol=1e-8)
-    # the driver never ran a loader: every loader Data is still remote here
+    # the model's loader Data are still remote here: their arrays were not kept
     assert len(prob.remote_data()) == 2 * len(parts)
 
 
 def test_client_error_names_the_client(flower, tmp_path):
-    """A loader that fails on its client stops the run with the client's own DataError."""
+    """A loader that fails stops the run with a DataError naming its client."""
     prob, w = _model(_parts(), constrained=False, loader_dir=str(tmp_path))
     os.remove(os.path.join(tmp_path, "c1_b.npy"))
     with pytest.raises(fm.DataError, match="'c1'"):
@@ -213,38 +229,33 @@ def test_map_sum_default_is_the_sum_of_the_replies():
     ex.close()
 
 
-class _HangingLoader:
-    """c1's data loader. Where it runs (every worker process that builds c1's program) it also
-    makes c1's FedADMM round hang while the file `flag` exists: a client that never returns."""
+def _hang_c1_while_flagged() -> None:
+    """c1's FedADMM round hangs while the file $FEDMODEL_TEST_HANG exists: a client that never
+    returns. Installed wherever this module is imported (the driver and each Flower worker)."""
+    from fedmodel.backends.fedadmm import client  # noqa: F401  (registers fedadmm_round here)
+    serve = PROCEDURES["fedadmm_round"]
+    if getattr(serve, "hangs", False):
+        return
 
-    def __init__(self, data, flag):
-        self.data, self.flag = data, flag
-
-    def __call__(self):
-        from fedmodel.backends.fedadmm import client  # noqa: F401  (registers fedadmm_round here)
-        from fedmodel.runtime.ledger import PROCEDURES
-        if not hasattr(PROCEDURES["fedadmm_round"], "flag"):
-            serve = PROCEDURES["fedadmm_round"]
-
-            def hanging(program, **payload):
-                while program.name == "c1" and os.path.exists(hanging.flag):
-                    time.sleep(0.05)
-                return serve(program, **payload)
-            PROCEDURES["fedadmm_round"] = hanging
-        # this run's flag (the worker may have served an earlier run)
-        PROCEDURES["fedadmm_round"].flag = self.flag
-        return self.data
+    def hanging(program, **payload):
+        flag = os.environ.get(HANG_ENV)
+        while program.name == "c1" and flag and os.path.exists(flag):
+            time.sleep(0.05)
+        return serve(program, **payload)
+    hanging.hangs = True
+    PROCEDURES["fedadmm_round"] = hanging
 
 
-def _admm_model(flag=None):
-    """Least squares on three clients; with `flag`, c1's data comes from a `_HangingLoader`."""
+_hang_c1_while_flagged()
+
+
+def _admm_model():
+    """Least squares on three clients."""
     w = fm.Variable(D, name="w")
     prob = fm.Problem()
     for i, (A, b) in enumerate(_parts()):
         c = prob.add_client(f"c{i}")
-        Ad = c.data(loader=_HangingLoader(A, flag), shape=A.shape, name="A") if flag and i == 1 \
-            else c.data(A, name="A")
-        c.minimize(0.5 * fm.sum_squares(Ad @ w - c.data(b, name="b")))
+        c.minimize(0.5 * fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")))
     return prob, w
 
 
@@ -272,8 +283,8 @@ def test_partial_participation_goes_on_without_a_lost_client(flower, tmp_path):
     serial_ex = DropsC1()
     serial = make().run(prob, executor=serial_ex,
                         callback=lambda r: setattr(serial_ex, "armed", r["round"] >= 2))
-    flag = tmp_path / "hang"
-    prob, w = _admm_model(str(flag))
+    flag = pathlib.Path(os.environ[HANG_ENV])
+    prob, w = _admm_model()
     flower.timeout = 2.0
     try:
         remote = make().run(prob, executor=flower, callback=lambda r: r["round"] == 2 and flag.touch())
@@ -294,8 +305,8 @@ def test_partial_participation_goes_on_without_a_lost_client(flower, tmp_path):
 def test_full_participation_stops_naming_the_lost_client(flower, tmp_path):
     """FedADMM with every client in every round has no rule to go on without one: NodeTimeout."""
     from fedmodel.runtime.flower_executor import NodeTimeout
-    flag = tmp_path / "hang"
-    prob, _ = _admm_model(str(flag))
+    flag = pathlib.Path(os.environ[HANG_ENV])
+    prob, _ = _admm_model()
     flower.timeout = 1.0
     try:
         with pytest.raises(NodeTimeout, match=r"\['c1'\].*fedadmm_round"):

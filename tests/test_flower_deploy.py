@@ -29,7 +29,8 @@ DATA = {data!r}
 
 
 class Shard:
-    """Reads one client's array where the client runs (its SuperNode's ClientApp)."""
+    """Reads one client's array (the serial run in one process; a deployment's clients read
+    their own files, DIR/NAME.npy of their node config, and this loader never runs there)."""
 
     def __init__(self, path):
         self.path = path
@@ -43,8 +44,8 @@ def make_problem(n_clients):
     prob = fm.Problem()
     for i in range(n_clients):
         c = prob.add_client(f"c{{i}}")
-        A = c.data(loader=Shard(f"{{DATA}}/c{{i}}_A.npy"), shape=(6, 3), name="A")
-        b = c.data(loader=Shard(f"{{DATA}}/c{{i}}_b.npy"), shape=(6,), name="b")
+        A = c.data(loader=Shard(f"{{DATA}}/c{{i}}/A.npy"), shape=(6, 3), name="A")
+        b = c.data(loader=Shard(f"{{DATA}}/c{{i}}/b.npy"), shape=(6,), name="b")
         c.minimize(0.5 * fm.sum_squares(A @ w - b))
         if {constrained}:
             c.subject_to(fm.sum(w) <= 0.3)
@@ -61,12 +62,18 @@ def _model_file(tmp_path, backend, n=2, constrained=False, options=None):
     data.mkdir()
     rng = np.random.default_rng(0)
     for i in range(n):
-        np.save(data / f"c{i}_A.npy", rng.normal(size=(6, 3)))
-        np.save(data / f"c{i}_b.npy", rng.normal(size=6))
+        (data / f"c{i}").mkdir()
+        np.save(data / f"c{i}" / "A.npy", rng.normal(size=(6, 3)))
+        np.save(data / f"c{i}" / "b.npy", rng.normal(size=6))
     path = tmp_path / "model.py"
     path.write_text(MODEL.format(data=str(data), backend=backend, constrained=constrained,
                                  options=options or {}))
     return path
+
+
+def _data(model):
+    """The clients' data directories of `_model_file`'s model (Deployment's `data`)."""
+    return str(model.parent / "data" / "{client}")
 
 
 def _serial(path, n=2):
@@ -82,18 +89,20 @@ def test_print_only_writes_the_app_and_the_commands(tmp_path, capsys):
     from fedmodel import cli
     model = _model_file(tmp_path, "backends.FedAvg(step=0.05, max_rounds=2)", n=3)
     work = tmp_path / "work"
-    assert cli.main(["deploy", str(model), "--clients", "3", "--workdir", str(work), "--print-only"]) == 0
+    assert cli.main(["deploy", str(model), "--clients", "3", "--workdir", str(work), "--print-only",
+                     "--data", _data(model)]) == 0
     out = capsys.readouterr().out
     assert out.count("flower-supernode --insecure") == 3
     for name in ("c0", "c1", "c2"):
         assert f"fedmodel-client=\"{name}\"" in out
+        assert f"fedmodel-data=\"{tmp_path / 'data' / name}\"" in out     # its own data files
     assert (work / "app" / "fedmodel_app" / "model.py").read_text() == model.read_text()
     assert 'clientapp = "fedmodel_app.client:app"' in (work / "app" / "pyproject.toml").read_text()
 
 
 def test_deploy_refuses_a_model_without_a_problem(tmp_path):
     from fedmodel import FedModelError
-    from fedmodel.runtime.flower_deploy import Deployment
+    from fedmodel.deploy import Deployment
     bad = tmp_path / "bad.py"
     bad.write_text("x = 1\n")
     with pytest.raises(FedModelError, match="neither make_problem"):
@@ -103,12 +112,14 @@ def test_deploy_refuses_a_model_without_a_problem(tmp_path):
     good = _model_file(tmp_path, "backends.FedAvg(max_rounds=1)")
     with pytest.raises(FedModelError, match="timeout must be positive"):
         Deployment(good, 2, tmp_path / "w", timeout=-1)
+    with pytest.raises(FedModelError, match="with {client} in it"):
+        Deployment(good, 2, tmp_path / "w", data=str(tmp_path / "data"))
 
 
 def test_tls_certificates_are_a_ca_and_a_server_certificate_it_signed(tmp_path):
     from cryptography import x509
     from cryptography.hazmat.primitives.asymmetric import ec
-    from fedmodel.runtime.flower_deploy import Deployment
+    from fedmodel.deploy import Deployment
     model = _model_file(tmp_path, "backends.FedAvg(max_rounds=1)")
     dep = Deployment(model, 2, tmp_path / "w", tls=True)
     paths = dep.certificates()
@@ -130,7 +141,7 @@ def test_deploy_equals_serial(tmp_path, capsys):
     model = _model_file(tmp_path, "backends.DALD(rho=1.0, max_iterations=2)", constrained=True)
     work = tmp_path / "work"
     assert cli.main(["deploy", str(model), "--clients", "2", "--workdir", str(work),
-                     "--timeout", "60", "--tls"]) == 0
+                     "--timeout", "60", "--tls", "--data", _data(model)]) == 0
     assert "running on https://127.0.0.1" in (work / "superlink.log").read_text()
     result = json.loads((work / "result.json").read_text())
     w, history = _serial(model)
@@ -144,9 +155,9 @@ def test_deploy_equals_serial(tmp_path, capsys):
 def test_supernode_killed_mid_run_rejoins(tmp_path):
     """kill -9 of c1's SuperNode after the first round; restarted, it rejoins as a new Flower
     node, is rebuilt and replayed, and the run ends with the uninterrupted answer."""
-    from fedmodel.runtime.flower_deploy import Deployment
+    from fedmodel.deploy import Deployment
     model = _model_file(tmp_path, "backends.FedAvg(step=0.05, local_steps=2, max_rounds=4)")
-    dep = Deployment(model, 2, tmp_path / "work", timeout=25, rejoin_timeout=120)
+    dep = Deployment(model, 2, tmp_path / "work", timeout=25, rejoin_timeout=120, data=_data(model))
     box: dict = {}
     try:
         dep.start()
@@ -178,11 +189,11 @@ def test_deploy_secure_sum_fedavg(tmp_path):
     """FedAvg with Flower's SecAgg+ across real SuperNode processes (`flower_options` in the
     model file): the serial answer to SecAgg+'s precision, 2 rounds → at most 2 quanta
     2c/Q (docs/flower.md), and not bitwise (the sum went through the fixed point)."""
-    from fedmodel.runtime.flower_deploy import Deployment
+    from fedmodel.deploy import Deployment
     from fedmodel.runtime.flower_executor import FlowerExecutor
     model = _model_file(tmp_path, "backends.FedAvg(step=0.05, local_steps=2, max_rounds=2, tol=0.0)",
                         options={"secure_sum": True})
-    dep = Deployment(model, 2, tmp_path / "work", timeout=60)
+    dep = Deployment(model, 2, tmp_path / "work", timeout=60, data=_data(model))
     try:
         dep.start()
         result = dep.run(wait=900)
@@ -220,12 +231,12 @@ def test_deploy_every_remaining_star_backend_equals_serial(tmp_path):
     """FedProx, FedADMM (exact, fixed penalty), FedADMM-InSa, DP-ADMM (seeded noise) and ProxAL (1 outer, 2 inner
     iterations, constrained) on one deployment (SuperLink + 2 SuperNodes), one `flwr run` each:
     each run's iterates are the serial executor's to 1e-8, and its noise (DP-ADMM) too."""
-    from fedmodel.runtime.flower_deploy import Deployment
+    from fedmodel.deploy import Deployment
     model = _model_file(tmp_path, "None", constrained="RUNS[CHOICE][1]")
     model.write_text(model.read_text() + RUNS)
     choice = tmp_path / "data" / "run.txt"
     choice.write_text("fedprox")      # (the model file needs it to name its clients)
-    dep = Deployment(model, 2, tmp_path / "work", timeout=60)
+    dep = Deployment(model, 2, tmp_path / "work", timeout=60, data=_data(model))
     results = {}
     try:
         dep.start()

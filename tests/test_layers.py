@@ -142,3 +142,51 @@ def test_no_backend_reads_the_atoms():
 def test_backend_modules_are_small(module):
     lines = len(MODULES[module].read_text().splitlines())
     assert lines <= 400, f"{module} has {lines} lines; split it by concept"
+
+
+# Dynamic imports whose module name is not a literal: each one here is reviewed, with why its
+# name comes from a fixed table or from this host's own configuration (never from a message,
+# a file or anything received). (module, enclosing function) -> why.
+DYNAMIC_IMPORTS = {
+    ("fedmodel", "__getattr__"): "the lazy table of fedmodel/__init__ (literal module names)",
+    ("fedmodel.reproductions", "run"): "REPRODUCTIONS' table of literal module names",
+    ("fedmodel.deploy", "_solve"): "the generated app's own package (APP_PACKAGE, a constant)",
+    ("fedmodel.runtime.flower_executor", "load_procedures"):
+        "the client host's FEDMODEL_CLIENT_MODULES (its own environment, never a message)",
+}
+
+
+def _dynamic_imports(path: pathlib.Path) -> list[tuple[str, int, str]]:
+    """(enclosing function, line, call) of each `import_module(...)` / `__import__(...)` call of
+    a file whose module name is not a string literal."""
+    found = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            if isinstance(child, ast.Call):
+                func = child.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                literal = bool(child.args) and isinstance(child.args[0], ast.Constant) and \
+                    isinstance(child.args[0].value, str)
+                if name in ("import_module", "__import__") and not literal:
+                    found.append((function, child.lineno, ast.unparse(child)[:80]))
+            visit(child, inner)
+    visit(ast.parse(path.read_text()), "<module>")
+    return found
+
+
+def test_no_dynamic_import_of_a_name_from_outside(tmp_path):
+    """No module imports a name it computed (a module name sent by a server was imported by
+    Flower clients before issue 26), except the reviewed calls of DYNAMIC_IMPORTS; and the
+    check itself flags such a call (a test of the test)."""
+    flagged = [f"{m}:{line} in {function}(): {call}" for m in sorted(MODULES)
+               for function, line, call in _dynamic_imports(MODULES[m])
+               if (m, function) not in DYNAMIC_IMPORTS]
+    assert not flagged, "dynamic imports of computed names:\n" + "\n".join(flagged)
+    used = {(m, f) for m in MODULES for f, _, _ in _dynamic_imports(MODULES[m])}
+    assert set(DYNAMIC_IMPORTS) <= used, f"stale entries: {set(DYNAMIC_IMPORTS) - used}"
+    probe = tmp_path / "probe.py"
+    probe.write_text("import importlib\n\ndef serve(meta):\n    importlib.import_module(meta['module'])\n"
+                     "    __import__('os')\n    __import__(meta['name'])\n")
+    assert [(f, line) for f, line, _ in _dynamic_imports(probe)] == [("serve", 4), ("serve", 6)]

@@ -6,26 +6,35 @@ engine (`flwr.simulation.run_simulation`) runs in a background thread and starts
 executor's ServerApp there; the ServerApp's `main` hands nothing out but serves a queue of jobs:
 each job is one batch of Messages that it sends with `grid.send_and_receive(..., timeout=...)`,
 so the Grid is only ever used by the thread Flower gave it to. Deployment (`grid=` the Grid of a
-running ServerApp, `flower_deploy.server_app`): the executor uses that grid directly, finds each
+running ServerApp, `fedmodel.deploy.server_app`): the executor uses that grid directly, finds each
 client's SuperNode by asking the nodes their name, and brings a client whose SuperNode died back
 when it rejoins (rebuild + replay of its requests). The server's own program (its steps are
 local) stays in the calling process, as with the Ray executor.
 
-On the client side, one ClientApp (`client_app`, module level) serves every request:
+Clients trust no bytes (docs/flower.md, threat model). On the wire there are only arrays
+(`ArrayRecord`, numeric dtypes), numbers and strings (`ConfigRecord`) and JSON text: plain data
+(`wire`) and the declarative model spec (`spec_codec`) — never pickle, never a module name.
+One ClientApp (`client_app`, module level) serves every request:
 
-- a "fedmodel.build" message carries the block's `ProgramSpec` (pickled); the ClientApp runs
-  the block's loaders there and compiles the node program (its data is loaded on the client
-  only), and keeps the spec in the node's Flower `Context.state`;
+- a "fedmodel.build" message carries the block's spec as JSON and its constants as arrays; the
+  ClientApp rebuilds the block from fedmodel's own atom table and compiles the node program.
+  Data the spec gives no array for is the client's own: the `.npy` files of the directory its
+  node config names (`--node-config 'fedmodel-data="DIR"'`: DIR/NAME.npy per data name). In
+  simulation the driver runs the loaders and sends the arrays (the simulation holds everything
+  in one machine anyway); in deployment a loader never runs on the server;
 - every other message carries one declared request (`ledger.MESSAGES`): arrays in an
-  `ArrayRecord`, Python scalars and strings in a `ConfigRecord`, "opaque" fields (node state,
-  multiplier dicts) pickled as bytes. The ClientApp serves it with `executor.run_on_node`, the
-  same function every executor uses, so backends' `@procedure` steps run unchanged.
+  `ArrayRecord`, Python scalars and strings in a `ConfigRecord`, other fields (multiplier
+  dicts, node state) as plain-data JSON. The ClientApp serves only kinds its installed fedmodel
+  registers (`served_kind`, after importing the backends once: `load_procedures`), checks the
+  request against the kind's declaration (fields, shapes, sizes) before running anything, and
+  refuses anything else with a logged error that goes back to the driver as the reply.
 
-Node state lives in Flower's `Context.state` of the node: after a state-changing request the
-node's `save_state` is stored there with a fresh token. Flower may run a node's next message in
-another worker process (its actor pool); a worker whose cached program does not carry the
-context's token rebuilds the program from the spec and loads that state, so the iterates do not
-depend on which worker served which message.
+Node state stays on the client: after a state-changing request the node's `save_state` is kept
+in Flower's `Context.state` of the node (typed records: the spec's text and arrays, the state as
+plain-data JSON) with a fresh token. Flower may run a node's next message in another worker
+process (its actor pool); a worker whose cached program does not carry the context's token
+rebuilds the program from the spec and loads that state, so the iterates do not depend on which
+worker served which message.
 
 Secure sums (`secure_sum`): `map_sum` runs Flower's SecAgg+ workflow on the grid and the
 ClientApp's train handler carries Flower's `secaggplus_mod` for its messages, so the server sees
@@ -39,24 +48,29 @@ ways (Flower's deflated object contents, what its gRPC transport pushes).
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import json
+import logging
 import math
-import pickle
+import os
 import queue
 import threading
 import time
-import traceback
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import FedModelError
+from .. import registry
+from ..errors import DataError, FedModelError
+from . import wire
 from .executor import Executor, RemoteNode, check_sum_fields, declared_kind, run_on_node
-from .ledger import MESSAGES, PROCEDURES, check_payload
+from .ledger import MESSAGES, PROCEDURES, MessageKind, allowed_sizes, check_payload
 from .program import NodeProgram, ProgramSpec
+from .spec_codec import decode_spec, encode_spec
+from .wire import WireError
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -75,8 +89,17 @@ BUILD = "fedmodel.build"        # message kind that ships a block's spec to its 
 HELLO = "fedmodel.hello"        # asks a node which client it is (deployment)
 REPLAY = "fedmodel.replay"      # replays a rejoined client's requests since its build
 NODE_NAME_KEY = "fedmodel-client"   # a SuperNode's --node-config key naming its client
+NODE_DATA_KEY = "fedmodel-data"     # ... and the directory of its data files (NAME.npy)
+#: the client host's own extra modules that register procedures (comma-separated; its
+#: environment, never a message): e.g. a site's own client steps, or a test's
+CLIENT_MODULES_ENV = "FEDMODEL_CLIENT_MODULES"
 _ARRAYS, _CONFIG = "fm_arrays", "fm_config"
 _STATE = "fedmodel"             # key of this node's record in Flower's Context.state
+_SPEC_ARRAYS = "fedmodel.spec"  # ... and of its spec's arrays
+_SPEC_PREFIX = "spec."          # a build message's array fields: the spec's arrays
+_HEADER_KEYS = frozenset({"kind", "none", "json", "scalar", "failed", "sum"})
+_NUMERIC = frozenset(wire.DTYPES)
+log = logging.getLogger(__name__)
 
 
 class NodeTimeout(FedModelError):
@@ -84,41 +107,90 @@ class NodeTimeout(FedModelError):
 
 
 # ---- payload <-> Flower records -------------------------------------------------------------------
-def encode(kind: str, payload: dict[str, Any], fields: dict[str, str], extra: dict | None = None) -> "RecordDict":
-    """One request or reply as a Flower RecordDict: numpy arrays (and numpy scalars, as 0-d
-    arrays) in an ArrayRecord, Python bools/ints/floats/strings in a ConfigRecord, declared
-    "opaque" fields and anything else pickled as bytes; None values are listed in the header."""
+def encode(kind: str, payload: dict[str, Any], fields: dict[str, str] | None = None,
+           extra: dict | None = None) -> "RecordDict":
+    """One request or reply as a Flower RecordDict: numeric numpy arrays (and numpy scalars, as
+    0-d arrays) in an ArrayRecord, Python bools/ints/floats/strings in a ConfigRecord, anything
+    else (dicts, lists, node state) as plain-data JSON text (`wire.dumps`: a value that is not
+    plain data is refused here); None values are listed in the header. (`fields`: the kind's
+    declaration, kept for callers; the types alone decide the form.)"""
     arrays: dict[str, Any] = {}
     config: dict[str, Any] = {}
-    meta: dict[str, Any] = {"kind": kind, "none": [], "pickled": [], "scalar": [], **(extra or {})}
+    meta: dict[str, Any] = {"kind": kind, "none": [], "json": [], "scalar": [], **(extra or {})}
     for key, value in payload.items():
         if value is None:
             meta["none"].append(key)
-        elif fields.get(key) == "opaque" or not isinstance(value, (np.ndarray, np.generic, bool, int,
-                                                                       float, str)):
-            config[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-            meta["pickled"].append(key)
-        elif isinstance(value, np.ndarray):
-            arrays[key] = Array(np.ascontiguousarray(value))
-        elif isinstance(value, np.generic):
-            arrays[key] = Array(np.asarray(value))
-            meta["scalar"].append(key)
-        else:
+        elif isinstance(value, (np.ndarray, np.generic)) and value.dtype.name in _NUMERIC:
+            # (np.require, not ascontiguousarray: that makes a 0-d array 1-d)
+            arrays[key] = Array(np.require(value, requirements="C"))
+            if isinstance(value, np.generic):
+                meta["scalar"].append(key)
+        elif isinstance(value, (bool, int, float, str)) and not isinstance(value, np.generic):
             config[key] = value
+        else:
+            config[key] = wire.dumps(value, f"field {key!r} of {kind!r}")
+            meta["json"].append(key)
     config["fm_header"] = json.dumps(meta)
     return RecordDict({_ARRAYS: ArrayRecord(arrays), _CONFIG: ConfigRecord(config)})
 
 
-def decode(content: "RecordDict") -> tuple[dict[str, Any], dict[str, Any]]:
-    """The header and the payload of a RecordDict made by `encode` (arrays writable copies)."""
+def _header(content: "RecordDict") -> dict[str, Any]:
+    """The checked header of a message made by `encode` (WireError: not one)."""
+    try:
+        config = content[_CONFIG]
+        content[_ARRAYS]
+    except (KeyError, TypeError):
+        raise WireError("not a fedmodel message (no fedmodel records)") from None
+    text = config.get("fm_header") if hasattr(config, "get") else None
+    try:
+        meta = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict) or not isinstance(meta.get("kind"), str):
+        raise WireError("a fedmodel message without a valid header")
+    if "module" in meta:
+        raise WireError(f"message {meta['kind']!r} names a module ({str(meta['module'])[:80]!r}); "
+                        "clients import nothing a message names (the server runs an older or "
+                        "a modified fedmodel)")
+    unknown = set(meta) - _HEADER_KEYS
+    if unknown:
+        raise WireError(f"message {meta['kind']!r}: unknown header entries {sorted(unknown)}")
+    for key in ("none", "json", "scalar"):
+        if not (isinstance(meta.get(key), list) and all(isinstance(k, str) for k in meta[key])):
+            raise WireError(f"message {meta['kind']!r}: header entry {key!r} is not a list of names")
+    return meta
+
+
+def decode(content: "RecordDict", limits: Callable[[str, tuple], None] | None = None
+           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The header and the payload of a RecordDict made by `encode` (arrays writable copies),
+    checked on the way: no bytes (nothing is unpickled), numeric arrays whose data match their
+    declared shape, JSON fields as plain data (`wire.loads`). `limits(key, shape)`: raises for
+    an array the receiver does not accept, called before the array is read."""
+    meta = _header(content)
     config = dict(content[_CONFIG])
-    meta = json.loads(config.pop("fm_header"))
+    config.pop("fm_header")
+    where = f"message {meta['kind']!r}"
     payload: dict[str, Any] = {}
     for key, array in content[_ARRAYS].items():
-        value = np.array(array.numpy())
+        if array.dtype not in _NUMERIC:
+            raise WireError(f"{where}: field {key!r} is an array of dtype {array.dtype!r} "
+                            f"(accepted: {', '.join(sorted(_NUMERIC))})")
+        if limits is not None:
+            limits(key, tuple(array.shape))
+        value = np.array(array.numpy())     # (np.load, allow_pickle=False)
+        if value.shape != tuple(array.shape) or value.dtype.name not in _NUMERIC:
+            raise WireError(f"{where}: field {key!r}: its data is not the declared {array.dtype} "
+                            f"array of shape {tuple(array.shape)}")
         payload[key] = value[()] if key in meta["scalar"] else value
     for key, value in config.items():
-        payload[key] = pickle.loads(value) if key in meta["pickled"] else value
+        if key in meta["json"]:
+            payload[key] = _loads(value, f"{where}, field {key!r}")
+        elif isinstance(value, (bool, int, float, str)):
+            payload[key] = value
+        else:
+            raise WireError(f"{where}: field {key!r} carries {type(value).__name__} (bytes are "
+                            "refused: fedmodel never unpickles what it receives)")
     for key in meta["none"]:
         payload[key] = None
     return meta, payload
@@ -130,11 +202,101 @@ def wire_size(content: "RecordDict") -> int:
     return sum(len(obj.deflate()) for obj in get_all_nested_objects(content).values())
 
 
-def _module_of(kind: str) -> str:
-    """The module registering `kind`'s procedure ("" if none): a client imports it to serve
-    the request (and a rejoined client to replay it)."""
-    procedure = PROCEDURES.get(kind)
-    return procedure.__module__ if procedure is not None else ""
+# ---- what a client serves ------------------------------------------------------------------------
+_LOADED: set[str] = set()     # what `load_procedures` has imported in this process
+
+
+def load_procedures(until: Callable[[], bool] = lambda: False) -> None:
+    """Fill this client process's procedure registry from a fixed list: the modules the client
+    host lists in `FEDMODEL_CLIENT_MODULES`, then the backends its installed fedmodel registers
+    (entry points), one at a time until `until()` holds — never a name that came with a
+    message. (One at a time: a deployment starts a process per message, and importing every
+    backend costs seconds, DP accounting alone ~3 s.)"""
+    hosts = [m.strip() for m in os.environ.get(CLIENT_MODULES_ENV, "").split(",") if m.strip()]
+    for module in hosts:
+        if module not in _LOADED:
+            importlib.import_module(module)     # the host's own configuration (allowlisted, tests/test_layers.py)
+            _LOADED.add(module)
+    for name in registry.names("backend"):
+        if until():
+            return
+        if "backend:" + name not in _LOADED:
+            registry.lookup("backend", name)
+            _LOADED.add("backend:" + name)
+
+
+def _loads(text: Any, where: str) -> Any:
+    """`wire.loads`, with every backend of the fixed list imported first when the text holds
+    node-state records (`wire` finds their classes only among imported modules; a process
+    that served only node-program methods has imported none)."""
+    if isinstance(text, str) and '{"obj":' in text:
+        load_procedures()
+    return wire.loads(text, where)
+
+
+def _registered(kind: str) -> bool:
+    """Whether this process serves `kind`: declared, and a registered procedure or a method of
+    the node program."""
+    return kind in MESSAGES and (kind in PROCEDURES or callable(getattr(NodeProgram, kind, None)))
+
+
+def served_kind(kind: str) -> MessageKind:
+    """The declaration of a request kind this client serves: one its installed fedmodel
+    declares (`ledger.MESSAGES`, with its procedure in `ledger.PROCEDURES` or a node-program
+    method); anything else is refused (WireError), never imported. The one lookup of the
+    ClientApp (the registry keyed by kind)."""
+    if not _registered(kind):
+        load_procedures(until=lambda: _registered(kind))
+    if not _registered(kind):
+        raise WireError(f"request kind {kind[:80]!r} is not a procedure this client's fedmodel "
+                        "registers; refused")
+    return MESSAGES[kind]
+
+
+def check_request(declared: MessageKind, payload: dict[str, Any], model_size: int) -> None:
+    """Refuse a request that does not match its declaration before it is served: undeclared
+    fields, numeric fields that are not numbers or not 0-/1-D, sizes beyond the declared ones
+    (`ledger.check_payload`)."""
+    for key, value in payload.items():
+        spec = declared.request.get(key)
+        if spec in (None, "str", "opaque") or value is None:
+            continue
+        if not (isinstance(value, (bool, int, float, np.number, np.bool_)) or
+                (isinstance(value, np.ndarray) and value.ndim <= 1)):
+            raise WireError(f"request {declared.name!r}: field {key!r} declared {spec!r} carries "
+                            f"{type(value).__name__} of shape {np.shape(value)} (numbers, 0-/1-D)")
+    try:
+        check_payload(declared, declared.request, payload, model_size, "request")
+    except FedModelError as err:        # (its text says "refusing to send": here, to serve)
+        raise WireError(f"refused: {err}".replace("; refusing to send it", "")) from None
+
+
+def _array_limits(declared: MessageKind, model_size: int) -> Callable[[str, tuple], None]:
+    """`decode`'s check of a request's arrays against `declared`, from their shapes alone."""
+    def check(key: str, shape: tuple) -> None:
+        spec = declared.request.get(key)
+        if spec is None:
+            raise WireError(f"request {declared.name!r} carries undeclared field {key!r}")
+        size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if spec not in ("str", "opaque") and (len(shape) > 1 or size not in allowed_sizes(spec, model_size)):
+            raise WireError(f"request {declared.name!r}: field {key!r} is an array of shape {shape}, "
+                            f"declared {spec!r} (model size {model_size}); refused unread")
+    return check
+
+
+def node_data(context: "Context") -> Callable[[str, tuple], Callable[[], Any]]:
+    """The loaders of this client's own data: data NAME is the file NAME.npy of the directory
+    its node config names (`fedmodel-data`), read without pickle."""
+    folder = context.node_config.get(NODE_DATA_KEY) if context.node_config else None
+
+    def loader(name: str, shape: tuple) -> Callable[[], Any]:
+        def load() -> np.ndarray:
+            if not folder:
+                raise DataError(f"this client has no data directory: start its SuperNode with "
+                                f"--node-config '{NODE_DATA_KEY}=\"DIR\"' (DIR/{name}.npy)")
+            return np.load(os.path.join(str(folder), f"{name}.npy"), allow_pickle=False)
+        return load
+    return loader
 
 
 # ---- client side ---------------------------------------------------------------------------------
@@ -145,42 +307,57 @@ _CACHE: dict[tuple[int, int], tuple[str, str, NodeProgram]] = {}
 
 
 def _serve_message(message: "Message", context: "Context") -> "Message":
-    """The ClientApp's one handler: build the node program or serve one request on it."""
-    meta, payload = decode(message.content)
-    kind = meta["kind"]
+    """The ClientApp's one handler: build the node program or serve one request on it; a
+    refused or failed request is logged and answered with its error (never a silent reply)."""
+    kind = "?"
     key = (message.metadata.run_id, message.metadata.dst_node_id)
     try:
+        kind = _header(message.content)["kind"]
         if kind == HELLO:       # which client this node is (deployment: its --node-config)
-            content = encode(kind, {"name": str(context.node_config.get(NODE_NAME_KEY, ""))}, {})
+            content = encode(kind, {"name": str(context.node_config.get(NODE_NAME_KEY, ""))})
             return Message(content, reply_to=message)
         if kind == BUILD:
-            spec_bytes = payload["spec"]
-            program = pickle.loads(spec_bytes).build()   # runs the loaders here, on the client
+            _, payload = decode(message.content)
+            text = payload.pop("spec", None)
+            arrays = {k[len(_SPEC_PREFIX):]: v for k, v in payload.items() if k.startswith(_SPEC_PREFIX)}
+            if not isinstance(text, str) or len(arrays) != len(payload):
+                raise WireError(f"{BUILD!r} carries a spec text and its arrays only")
+            program = decode_spec(text, arrays, node_data(context)).build()   # its data read here
             build, token = uuid.uuid4().hex, uuid.uuid4().hex
-            context.state[_STATE] = ConfigRecord({"spec": spec_bytes, "build": build, "token": token,
-                                                  "state": b""})
+            context.state[_SPEC_ARRAYS] = ArrayRecord({k: Array(np.require(v, requirements="C"))
+                                                       for k, v in arrays.items()})
+            context.state[_STATE] = ConfigRecord({"spec": text, "build": build, "token": token,
+                                                  "state": ""})
             _CACHE[key] = (build, token, program)
-            reply = {"n_shared": program.n_shared}
-            fields: dict[str, str] = {}
+            reply: dict[str, Any] = {"n_shared": program.n_shared}
         elif kind == REPLAY:     # a rejoined node: the state-changing requests since its build
             program = _program_of(key, context)
-            for step_kind, step_payload, module in payload["steps"]:
-                if module:
-                    importlib.import_module(module)
-                run_on_node(program, step_kind, step_payload)
-            reply, fields = {}, {}
+            _, payload = decode(message.content)
+            steps = payload.get("steps")
+            if set(payload) != {"steps"} or not isinstance(steps, list):
+                raise WireError(f"{REPLAY!r} carries a list of steps only")
+            for step in steps:
+                if not (isinstance(step, tuple) and len(step) == 2 and isinstance(step[0], str)
+                        and isinstance(step[1], dict)):
+                    raise WireError(f"{REPLAY!r}: a step must be (kind, payload)")
+                declared = served_kind(step[0])
+                check_request(declared, step[1], program.n_shared)
+                run_on_node(program, step[0], step[1])
+            reply = {}
             _remember(key, context, program)
         else:
-            if meta.get("module"):      # importing the module registers the backend's procedure
-                importlib.import_module(meta["module"])
+            declared = served_kind(kind)
             program = _program_of(key, context)
+            _, payload = decode(message.content, _array_limits(declared, program.n_shared))
+            check_request(declared, payload, program.n_shared)
             reply = run_on_node(program, kind, payload)
-            fields = MESSAGES[kind].reply
-            if not MESSAGES[kind].read_only:
+            if not declared.read_only:
                 _remember(key, context, program)
-        content = encode(kind, reply, fields)
-    except Exception as err:    # sent back to the driver, which raises it (never a silent reply)
-        content = encode(kind, {"error": _portable(err)}, {"error": "opaque"}, {"failed": True})
+        content = encode(kind, reply)
+    except Exception as err:    # sent back to the driver, which raises it
+        if isinstance(err, WireError):
+            log.error("fedmodel client refused a %r message: %s", kind, err)
+        content = encode(kind, {"error": wire.error_to_plain(err)}, extra={"failed": True})
     return Message(content, reply_to=message)
 
 
@@ -191,20 +368,27 @@ def _serve_summed(message: "Message", context: "Context") -> "Message":
     outside the protocol's clipping range would be clipped silently: refused instead."""
     fitins = compat.recorddict_to_fitins(message.content, keep_input=True)
     config = dict(fitins.config)
-    keys = json.loads(config.pop("fm_array_keys"))
+    keys = wire.loads(config.pop("fm_array_keys", None), "fm_array_keys")
     arrays = parameters_to_ndarrays(fitins.parameters)
-    meta, payload = decode(RecordDict({_ARRAYS: ArrayRecord({k: Array(a) for k, a in zip(keys, arrays)}),
-                                       _CONFIG: ConfigRecord(config)}))
-    kind = meta["kind"]
-    if meta.get("module"):
-        importlib.import_module(meta["module"])
+    if not (isinstance(keys, list) and len(keys) == len(arrays) and all(isinstance(k, str) for k in keys)):
+        raise WireError("a secure sum's array names do not match its arrays")
+    content = RecordDict({_ARRAYS: ArrayRecord({k: Array(a) for k, a in zip(keys, arrays)}),
+                          _CONFIG: ConfigRecord(config)})
+    kind = _header(content)["kind"]
+    declared = served_kind(kind)
     key = (message.metadata.run_id, message.metadata.dst_node_id)
     program = _program_of(key, context)
+    meta, payload = decode(content, _array_limits(declared, program.n_shared))
+    check_request(declared, payload, program.n_shared)
+    fields = meta.get("sum")
+    if not (isinstance(fields, list) and fields):
+        raise WireError(f"secure sum of {kind!r}: no fields to sum")
+    check_sum_fields(declared, fields)
     reply = run_on_node(program, kind, payload)
     _remember(key, context, program)
     clip = float(context.state.config_records[RECORD_KEY_STATE]["clipping_range"])
     values = []
-    for field in meta["sum"]:
+    for field in fields:
         value = np.asarray(reply[field], dtype=float)
         if not np.all(np.isfinite(value)) or np.any(np.abs(value) > clip):
             raise FedModelError(f"secure sum of {kind!r}: field {field!r} has entries outside the "
@@ -224,11 +408,12 @@ def _secure_sum_mod(message: "Message", context: "Context", call_next) -> "Messa
 
 
 def _remember(key: tuple[int, int], context: "Context", program: NodeProgram) -> None:
-    """Keep the node's new state in its Context (with a fresh token) and in this worker's cache."""
+    """Keep the node's new state in its Context (plain-data JSON, a fresh token) and in this
+    worker's cache."""
     record = context.state[_STATE]
     token = uuid.uuid4().hex
-    state = program.save_state()["state"]
-    context.state[_STATE] = ConfigRecord({**dict(record), "token": token, "state": pickle.dumps(state)})
+    state = wire.dumps(program.save_state()["state"], "node state")
+    context.state[_STATE] = ConfigRecord({**dict(record), "token": token, "state": state})
     _CACHE[key] = (record["build"], token, program)
 
 
@@ -244,22 +429,15 @@ def _program_of(key: tuple[int, int], context: "Context") -> NodeProgram:
     if cached is not None and cached[:2] == (build, token):
         return cached[2]
     # a program of this run's spec compiled here earlier is reused (only its state is stale)
-    program = cached[2] if cached is not None and cached[0] == build else \
-        pickle.loads(record["spec"]).build()
+    if cached is not None and cached[0] == build:
+        program = cached[2]
+    else:
+        arrays = {k: np.array(a.numpy()) for k, a in context.state[_SPEC_ARRAYS].items()}
+        program = decode_spec(record["spec"], arrays, node_data(context)).build()
     if record["state"]:
-        program.load_state(pickle.loads(record["state"]))
+        program.load_state(_loads(record["state"], "node state"))
     _CACHE[key] = (build, token, program)
     return program
-
-
-def _portable(err: Exception) -> Any:
-    """The exception itself when it survives pickling (a FedModelError naming the data and the
-    client), else its type, message and traceback as text."""
-    try:
-        pickle.loads(pickle.dumps(err))
-        return err
-    except Exception:   # an unpicklable exception: its text still reaches the driver
-        return f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
 
 
 if ClientApp is not None:
@@ -284,7 +462,7 @@ class FlowerExecutor(Executor):
 
     grid: None (run Flower's simulation engine in a background thread) or the `Grid` of a
         running ServerApp (deployment: SuperNodes name their client with
-        `--node-config 'fedmodel-client="c0"'`; `flower_deploy.server_app` passes its grid).
+        `--node-config 'fedmodel-client="c0"'`; `fedmodel.deploy.server_app` passes its grid).
     timeout: seconds to wait for the replies of one batch of requests (every receive has one).
         A client that does not reply in time stops the run with `NodeTimeout` naming it; in
         deployment it is first waited for (`rejoin_timeout` s) to rejoin, then rebuilt and its
@@ -333,7 +511,7 @@ class FlowerExecutor(Executor):
         self.round_trips = 0                     # batches sent through the Grid
         self.faults: list[dict] = []             # one record per client that had to rejoin
         self._lost: dict[str, str] = {}          # client -> why it was dropped (map_available)
-        self._specs: dict[str, bytes] = {}
+        self._specs: dict[str, dict] = {}         # client -> its build message (spec text, arrays)
         self._log: dict[str, list] = {}          # client -> state-changing requests since its build
         self._thread: threading.Thread | None = None
         self._jobs: queue.Queue = queue.Queue()
@@ -363,11 +541,12 @@ class FlowerExecutor(Executor):
                 self.node_ids = dict(zip(remote, self._wait_for_nodes(len(remote))))
             else:
                 self.node_ids = self._identify(list(remote), self.start_timeout)
-            self._specs = {name: pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
-                           for name, spec in remote.items()}
+            # simulation: the driver runs the loaders and sends the arrays; deployment: a
+            # loader's data is the client's own (its node config), never loaded here
+            ship = _load_here if self.grid is None else (lambda data: None)
+            self._specs = {name: _build_payload(spec, ship) for name, spec in remote.items()}
             self._log = {name: [] for name in remote}
-            self._exchange(BUILD, {name: {"spec": b} for name, b in self._specs.items()},
-                           {"spec": "opaque"}, self.start_timeout)
+            self._exchange(BUILD, self._specs, {}, self.start_timeout)
         except BaseException:       # backends never get to close() when start fails
             self.close()
             raise
@@ -527,9 +706,8 @@ class FlowerExecutor(Executor):
                 self.faults.append({"node": node, "kind": kind, "old_node_id": self.node_ids[node],
                                     "lost": True, "time": time.time()})
             if not declared.read_only:
-                module = _module_of(kind)
                 for node in got:
-                    self._log[node].append((kind, remote[node], module))
+                    self._log[node].append((kind, remote[node]))
         for node, reply in replies.items():
             floats = check_payload(declared, declared.reply, reply, self.model_size, "reply")
             if booked and node != "server":
@@ -551,9 +729,8 @@ class FlowerExecutor(Executor):
         if remote:
             replies.update(self._exchange(kind, remote, MESSAGES[kind].request, self.timeout))
             if not MESSAGES[kind].read_only:
-                module = _module_of(kind)
                 for node, payload in remote.items():
-                    self._log[node].append((kind, payload, module))
+                    self._log[node].append((kind, payload))
         return replies
 
     def _exchange(self, kind: str, payloads: dict[str, dict], fields: dict[str, str],
@@ -579,12 +756,10 @@ class FlowerExecutor(Executor):
     def _send(self, kind: str, payloads: dict[str, dict], fields: dict[str, str],
               timeout: float) -> tuple[dict[str, dict], list[str]]:
         """One round trip: the replies that arrived within `timeout`, and the clients missing."""
-        module = _module_of(kind)
-        extra = {"module": module} if module else {}
         message_type = "query" if kind in MESSAGES and MESSAGES[kind].read_only else "train"
         sent: dict[str, Any] = {}
         for node, payload in payloads.items():
-            content = encode(kind, payload, fields, extra)
+            content = encode(kind, payload, fields)
             sent[node] = Message(content, dst_node_id=self.node_ids[node], message_type=message_type)
             self.wire_bytes[("server", node, kind)] += wire_size(content)
         answers = self._ask(lambda grid: _send_and_receive(grid, list(sent.values()), timeout),
@@ -624,8 +799,8 @@ class FlowerExecutor(Executor):
                               f"and did not rejoin within {self.rejoin_timeout:g} s "
                               "(rejoin_timeout)") from None
         record["new_node_id"] = self.node_ids[node]
-        for step, payload, fields in ((BUILD, {"spec": self._specs[node]}, {"spec": "opaque"}),
-                                      (REPLAY, {"steps": self._log[node]}, {"steps": "opaque"})):
+        for step, payload, fields in ((BUILD, self._specs[node], {}),
+                                      (REPLAY, {"steps": self._log[node]}, {})):
             _, missing = self._send(step, {node: payload}, fields, self.start_timeout)
             if missing:
                 raise NodeTimeout(f"client {node!r} rejoined but did not answer {step!r} within "
@@ -675,8 +850,7 @@ class FlowerExecutor(Executor):
             raise FedModelError(f"a secure sum needs at least two clients served by Flower, got "
                                 f"{nodes}" + (f" ({local} run here)" if local else ""))
         floats = check_payload(declared, declared.request, common, self.model_size, "request")
-        module = _module_of(kind)
-        content = encode(kind, common, declared.request, {"module": module, "sum": fields})
+        content = encode(kind, common, declared.request, {"sum": fields})
         arrays = content[_ARRAYS]
         config = {**dict(content[_CONFIG]), "fm_array_keys": json.dumps(list(arrays))}
         fitins = FitIns(ndarrays_to_parameters([a.numpy() for a in arrays.values()]), config)
@@ -702,7 +876,7 @@ class FlowerExecutor(Executor):
             self.ledger.record("server", node, kind, floats)
             self.ledger.record(node, "server", kind, reply_floats)
             if not declared.read_only:
-                self._log[node].append((kind, dict(common), module))
+                self._log[node].append((kind, dict(common)))
         return out
 
     def wire_total(self, direction: str | None = None) -> int:
@@ -734,11 +908,25 @@ def _send_and_receive(grid: "Grid", messages: list, timeout: float | None) -> li
 
 
 def _raise_remote(node: str, kind: str, error: Any) -> None:
-    """Raise a client's error here: a FedModelError as itself (it names the data and the
-    client), anything else wrapped with the client's name and its remote traceback."""
-    if isinstance(error, FedModelError):
-        raise error
-    raise FedModelError(f"client {node!r} failed serving {kind!r}: {error!r}")
+    """Raise a client's error here: a fedmodel error as its own class (a DataError names the
+    data and the client), anything else as a FedModelError with the client's name; the
+    record is plain data (`wire.error_to_plain`), its class looked up among fedmodel's."""
+    err = wire.error_from_plain(error)
+    if isinstance(error, dict) and error.get("fedmodel"):
+        raise err
+    raise FedModelError(f"client {node!r} failed serving {kind!r}: {err}")
+
+
+def _load_here(data: Any) -> np.ndarray:
+    """(Simulation) a loader's data, loaded in this process to be sent to its client: on a
+    copy of the leaf, so the model's Data stays remote here (a DataError names the block)."""
+    return copy.copy(data).load()
+
+
+def _build_payload(spec: ProgramSpec, ship: Callable[[Any], Any]) -> dict[str, Any]:
+    """The fields of a block's build message: the spec's JSON text and its arrays."""
+    text, arrays = encode_spec(spec, ship)
+    return {"spec": text, **{_SPEC_PREFIX + k: v for k, v in arrays.items()}}
 
 
 # ---- SecAgg+ on the server side ------------------------------------------------------------------

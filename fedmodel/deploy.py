@@ -1,5 +1,6 @@
 """Deployment on Flower: a model file becomes a Flower app; a real SuperLink and one SuperNode
 per client run as separate processes (`fedmodel deploy MODEL.py --clients N`, docs/flower.md).
+An application (it solves the model file's problem), on top of the runtime's `FlowerExecutor`.
 
 The model file defines `make_problem(n_clients) -> Problem` (or a module-level `problem`) and
 optionally `backend` (a name or a backend instance; default: `Problem.solve`'s),
@@ -11,7 +12,9 @@ optionally `backend` (a name or a backend instance; default: `Problem.solve`'s),
   with a `FlowerExecutor` on the ServerApp's grid, then writes the result as JSON;
 - `client.py`: `flower_executor.client_app`. Each SuperNode runs it for its messages; a node
   learns which client it is from `--node-config 'fedmodel-client="c0"'`, builds that client's
-  program from the spec the server sends and runs the client's loaders there.
+  program from the declarative spec the server sends, and reads the client's data from its own
+  files (`fedmodel-data="DIR"`: DIR/NAME.npy per data name; `Deployment(data=...)`). The model
+  file's loaders never run in a deployment (they are what a serial run in one process uses).
 
 `Deployment.start` launches the processes on 127.0.0.1 (insecure, or TLS with a self-signed
 certificate: `tls=True`), `run` submits the
@@ -34,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import FedModelError
-from .flower_executor import NODE_NAME_KEY, FlowerExecutor
+from .errors import FedModelError
+from .runtime.flower_executor import NODE_DATA_KEY, NODE_NAME_KEY, FlowerExecutor
 
 try:
     from flwr.app import Context
@@ -136,11 +139,14 @@ def _exe(name: str) -> str:
 class Deployment:
     """A SuperLink and one SuperNode per client as processes on 127.0.0.1 (see the module
     docstring). `workdir` holds the app, Flower's home (its connection config), the logs and
-    the result."""
+    the result. `data`: each client's data directory, a path with `{client}` in it (e.g.
+    "shards/{client}": client c0 reads shards/c0/A.npy for its data "A"), passed to its
+    SuperNode as node config; without it a client whose spec needs data of its own fails
+    naming the data."""
 
     def __init__(self, model_path: str | os.PathLike, clients: int, workdir: str | os.PathLike,
                  timeout: float = 120.0, start_timeout: float = 300.0, rejoin_timeout: float = 180.0,
-                 tls: bool = False):
+                 tls: bool = False, data: str | None = None):
         if ServerApp is None:
             raise FedModelError("fedmodel deploy needs Flower: pip install 'fedmodel[flower]'")
         self.model_path = Path(model_path)
@@ -162,6 +168,10 @@ class Deployment:
         self.supernodes: dict[str, subprocess.Popen] = {}
         self.result_path = self.workdir / "result.json"
         self.tls = bool(tls)
+        if data is not None and (not isinstance(data, str) or "{client}" not in data or '"' in data):
+            raise FedModelError(f"data must be a directory path with {{client}} in it (each "
+                                f"client's files there: NAME.npy per data name), got {data!r}")
+        self.data = data
 
     def _client_names(self) -> list[str]:
         """The model's client names (building the problem runs no loader)."""
@@ -187,7 +197,7 @@ class Deployment:
         shutil.copyfile(self.model_path, package / "model.py")
         # (Flower checks the sources for an assignment to `app`, not only an import of it)
         (package / "server.py").write_text(
-            "from fedmodel.runtime.flower_deploy import server_app\n\napp = server_app\n")
+            "from fedmodel.deploy import server_app\n\napp = server_app\n")
         (package / "client.py").write_text(
             "from fedmodel.runtime.flower_executor import client_app\n\napp = client_app\n")
         config = {"out": str(self.result_path), "clients": self.clients, **self.timeouts}
@@ -248,9 +258,12 @@ clientapp = "{APP_PACKAGE}.client:app"
     def supernode_command(self, name: str, superlink: str | None = None) -> list[str]:
         port = self.node_ports[self.names.index(name)]
         security = ["--root-certificates", str(self.certificates()["ca"])] if self.tls else ["--insecure"]
+        config = f'{NODE_NAME_KEY}="{name}"'
+        if self.data is not None:       # the client's own data directory (its host's config)
+            config += f' {NODE_DATA_KEY}="{Path(self.data.format(client=name)).resolve()}"'
         return [_exe("flower-supernode"), *security,
                 "--superlink", superlink or f"127.0.0.1:{self.port}", "--port", str(port),
-                "--node-config", f'{NODE_NAME_KEY}="{name}"']
+                "--node-config", config]
 
     def commands(self) -> list[str]:
         """What to run on separate hosts (SUPERLINK_HOST: the SuperLink's address)."""

@@ -1,0 +1,382 @@
+"""Clients trust no bytes: the Flower ClientApp handler, called directly with crafted Messages
+(as a malicious server or anyone on the SuperNode's channel could send them), refuses every
+message that is not typed, declared data — a pickle whose unpickling would run code, an unknown
+procedure, a module name, an oversized or mis-shaped array, a spec naming an unknown atom —
+without executing anything, and logs it; the honest path (spec as JSON, arrays, plain-data
+state) gives the serial program's numbers bitwise.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.runtime import wire
+from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.program import compile_programs
+from fedmodel.runtime.spec_codec import decode_spec, encode_spec
+
+pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Metadata, RecordDict  # noqa: E402
+
+from fedmodel.runtime import flower_executor as fe  # noqa: E402
+
+D = 3
+CALLS: list[str] = []      # the probe procedure's calls in this process
+
+
+@procedure("wire_test_probe", {"x": "x"}, {"value": "1"}, read_only=True)
+def _probe(program, x):
+    """A procedure that records that it ran (a refused request must never reach it)."""
+    CALLS.append(program.name)
+    return {"value": float(np.sum(x))}
+
+
+class _Marker:
+    """Unpickling this writes a file: proof that received bytes were executed."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _model(loader_dir=None):
+    rng = np.random.default_rng(4)
+    A, b = rng.normal(size=(8, D)), rng.normal(size=8)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem()
+    c = prob.add_client("c0")
+    if loader_dir is None:
+        Ad, bd = c.data(A, name="A"), c.data(b, name="b")
+    else:
+        np.save(os.path.join(loader_dir, "A.npy"), A)
+        np.save(os.path.join(loader_dir, "b.npy"), b)
+        Ad = c.data(loader=lambda: A, shape=A.shape, name="A")
+        bd = c.data(loader=lambda: b, shape=b.shape, name="b")
+    c.minimize(0.5 * fm.sum_squares(Ad @ w - bd) + 0.1 * fm.sum(fm.logistic(Ad @ w)))
+    c.subject_to(fm.sum(w) <= 0.3)
+    return prob, A, b
+
+
+def _message(content, kind="train", node=5):
+    metadata = Metadata(run_id=1, message_id=f"m{time.monotonic_ns()}", src_node_id=0,
+                        dst_node_id=node, reply_to_message_id="", group_id="",
+                        created_at=time.time(), ttl=3600.0, message_type=kind)
+    return Message(content, metadata=metadata)
+
+
+def _context(data_dir=None, node=5):
+    config = {"fedmodel-client": "c0"}
+    if data_dir is not None:
+        config["fedmodel-data"] = str(data_dir)
+    return Context(run_id=1, node_id=node, node_config=config, state=RecordDict(), run_config={})
+
+
+def _serve(content, context):
+    """The handler's reply: (header, payload)."""
+    return fe.decode(fe._serve_message(_message(content), context).content)
+
+
+def _refused(content, context, caplog, match):
+    """Assert the handler refused `content` (an error reply naming `match`, logged)."""
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger=fe.__name__):
+        meta, reply = _serve(content, context)
+    assert meta.get("failed"), reply
+    assert reply["error"]["type"] == "WireError" and match in reply["error"]["message"], reply
+    assert any("refused" in r.getMessage() for r in caplog.records)
+    return reply["error"]["message"]
+
+
+def _built(data_dir=None, ship=True):
+    """A Flower context holding the compiled client program of `_model`, and that program as
+    the serial executor compiles it."""
+    program = compile_programs(_model()[0])["c0"]
+    spec = compile_programs(_model(None if ship else str(data_dir))[0])["c0"]
+    spec = getattr(spec, "spec", spec)
+    payload = fe._build_payload(spec, fe._load_here if ship else (lambda d: None))
+    context = _context(data_dir)
+    meta, reply = _serve(fe.encode(fe.BUILD, payload), context)
+    assert not meta.get("failed"), reply
+    return context, program
+
+
+def test_spec_round_trip_is_bitwise():
+    """JSON spec → client program: the same merit, gradient and report bitwise."""
+    prob, _, _ = _model()
+    program = compile_programs(prob)["c0"]
+    text, arrays = encode_spec(program.spec, lambda d: None)
+    back = decode_spec(text, arrays).build()
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.normal(size=D)
+        assert program.merit(x)["value"] == back.merit(x)["value"]
+        np.testing.assert_array_equal(program.merit(x)["grad"], back.merit(x)["grad"])
+        assert program.report(x) == back.report(x)
+    assert json.loads(text)["format"] == "fedmodel.spec/1"
+
+
+def test_honest_requests_are_served(tmp_path):
+    """Build from the spec (arrays sent, simulation) and serve a declared request: the serial
+    program's numbers bitwise; node state kept as plain-data JSON in Context.state."""
+    context, program = _built()
+    program.configure(beta=2.0, prox_weight=1.0, center=np.zeros(D))
+    x = np.array([0.1, -0.2, 0.3])
+    meta, reply = _serve(fe.encode("configure", {"beta": 2.0, "prox_weight": 1.0,
+                                                 "center": np.zeros(D)}), context)
+    assert not meta.get("failed"), reply
+    meta, reply = _serve(fe.encode("merit", {"x": x}), context)
+    assert reply["value"] == program.merit(x)["value"]
+    np.testing.assert_array_equal(reply["grad"], program.merit(x)["grad"])
+    state = context.state[fe._STATE]["state"]
+    assert isinstance(state, str) and wire.loads(state)["beta"] == 2.0
+
+
+def test_pickle_payloads_are_never_unpickled(tmp_path, caplog):
+    """A pickle whose unpickling writes a file, in a request field (the old "pickled" form),
+    as the build's spec and as node state: refused, and the file never appears."""
+    marker = tmp_path / "pwned"
+    evil = pickle.dumps(_Marker(str(marker)))
+    context, _ = _built()
+    header = json.dumps({"kind": "load_state", "none": [], "json": [], "scalar": [], "pickled": ["state"]})
+    content = RecordDict({fe._ARRAYS: ArrayRecord({}),
+                          fe._CONFIG: ConfigRecord({"state": evil, "fm_header": header})})
+    _refused(content, context, caplog, "unknown header entries ['pickled']")
+    header = json.dumps({"kind": "load_state", "none": [], "json": [], "scalar": []})
+    content = RecordDict({fe._ARRAYS: ArrayRecord({}),
+                          fe._CONFIG: ConfigRecord({"state": evil, "fm_header": header})})
+    _refused(content, context, caplog, "bytes are refused")
+    header = json.dumps({"kind": fe.BUILD, "none": [], "json": [], "scalar": []})
+    content = RecordDict({fe._ARRAYS: ArrayRecord({}),
+                          fe._CONFIG: ConfigRecord({"spec": evil, "fm_header": header})})
+    _refused(content, _context(), caplog, "bytes are refused")
+    # plain data has no pickle: a "state" JSON text naming a class is not a tag it knows
+    _refused(RecordDict({
+        fe._ARRAYS: ArrayRecord({}),
+        fe._CONFIG: ConfigRecord({"state": json.dumps({"pickle": evil.hex()}), "fm_header": json.dumps(
+            {"kind": "load_state", "none": [], "json": ["state"], "scalar": []})})}),
+        context, caplog, "unknown tag 'pickle'")
+    assert not marker.exists()
+
+
+def test_unknown_procedures_and_module_names_are_refused(tmp_path, caplog):
+    context, _ = _built()
+    CALLS.clear()
+    message = _refused(fe.encode("os.system", {"x": np.zeros(D)}), context, caplog,
+                       "not a procedure this client")
+    assert "'os.system'" in message
+    # the old wire's module field: refused, nothing imported
+    name = "fedmodel_wire_test_never_imported"
+    content = fe.encode("wire_test_probe", {"x": np.zeros(D)}, extra={"module": name})
+    _refused(content, context, caplog, "names a module")
+    assert name not in __import__("sys").modules and CALLS == []
+    # a declared procedure with a correct request runs (the probe is registered here)
+    meta, reply = _serve(fe.encode("wire_test_probe", {"x": np.ones(D)}), context)
+    assert reply == {"value": 3.0} and CALLS == ["c0"]
+
+
+def test_oversized_and_misshaped_arrays_are_refused(caplog):
+    context, _ = _built()
+    CALLS.clear()
+    _refused(fe.encode("wire_test_probe", {"x": np.zeros(D + 5)}), context, caplog,
+             "field 'x' is an array of shape (8,), declared 'x'")
+    _refused(fe.encode("wire_test_probe", {"x": np.zeros((D, 1))}), context, caplog,
+             "shape (3, 1)")
+    _refused(fe.encode("wire_test_probe", {"x": np.zeros(D), "extra": np.zeros(1)}), context,
+             caplog, "undeclared field 'extra'")
+    _refused(fe.encode("wire_test_probe", {"x": "abc"}), context, caplog, "carries str")
+    assert CALLS == []
+
+
+def test_spec_naming_an_unknown_atom_is_refused(caplog):
+    prob, _, _ = _model()
+    payload = fe._build_payload(compile_programs(prob)["c0"].spec, lambda d: None)
+    assert '"atom":"SumSquares"' in payload["spec"]
+    for bad, match in (("os.system", "is not one of fedmodel's atoms"),
+                       ("__import__", "is not one of fedmodel's atoms")):
+        forged = dict(payload, spec=payload["spec"].replace('"atom":"SumSquares"', f'"atom":"{bad}"'))
+        _refused(fe.encode(fe.BUILD, forged), _context(), caplog, match)
+    # an argument that is a later node (a cycle) and a data name that is a path
+    doc = json.loads(payload["spec"])
+    atom = next(i for i, n in enumerate(doc["nodes"]) if n["op"] == "atom")
+    doc["nodes"][atom]["args"] = [atom]
+    _refused(fe.encode(fe.BUILD, dict(payload, spec=json.dumps(doc))), _context(), caplog,
+             "indices of earlier nodes")
+    doc = json.loads(payload["spec"])
+    data = next(n for n in doc["nodes"] if n["op"] == "data")
+    data["name"], data["value"] = "../../etc/passwd", None
+    _refused(fe.encode(fe.BUILD, dict(payload, spec=json.dumps(doc))), _context("/tmp"), caplog,
+             "is not a plain name")
+
+
+def test_client_data_comes_from_its_node_config(tmp_path):
+    """Deployment: the spec carries no data; the client reads DIR/NAME.npy of its own node
+    config, and a client without it fails naming the data and the client (DataError)."""
+    context, program = _built(tmp_path, ship=False)
+    x = np.array([0.3, 0.1, -0.4])
+    meta, reply = _serve(fe.encode("merit", {"x": x}), context)
+    assert reply["value"] == program.merit(x)["value"]
+    prob, _, _ = _model(str(tmp_path))
+    payload = fe._build_payload(compile_programs(prob)["c0"], lambda d: None)
+    assert all(np.size(v) < 8 for k, v in payload.items() if k != "spec")   # no data in it
+    meta, reply = _serve(fe.encode(fe.BUILD, payload), _context())
+    assert meta["failed"] and reply["error"]["type"] == "DataError"
+    with pytest.raises(fm.DataError, match="client 'c0'.*fedmodel-data"):
+        fe._raise_remote("c0", fe.BUILD, reply["error"])
+
+
+def test_replay_serves_declared_steps_only(caplog):
+    """A rejoined client's replay (plain-data JSON steps): the same state as serving the steps
+    one by one; a step of an unknown kind or with a mis-sized field refuses the whole replay."""
+    context, program = _built()
+    steps = [("configure", {"beta": 3.0, "prox_weight": 0.5, "center": np.full(D, 0.1)}),
+             ("solve_local", {"linear": np.zeros(D), "weight": 1.0, "anchor": np.zeros(D),
+                              "x0": np.zeros(D), "tol": 1e-10, "method": "lbfgs", "max_steps": 50.0,
+                              "lr": None})]
+    for kind, payload in steps:
+        getattr(program, kind)(**payload)
+    meta, reply = _serve(fe.encode(fe.REPLAY, {"steps": steps}), context)
+    assert not meta.get("failed"), reply
+    x = np.array([0.2, 0.0, -0.1])
+    meta, reply = _serve(fe.encode("merit", {"x": x}), context)
+    assert reply["value"] == program.merit(x)["value"]
+    _refused(fe.encode(fe.REPLAY, {"steps": [("os.system", {})]}), context, caplog,
+             "not a procedure this client")
+    _refused(fe.encode(fe.REPLAY, {"steps": [("merit", {"x": np.zeros(D + 1)})]}), context, caplog,
+             "has 4 numbers but is declared as 'x'")
+
+
+def test_node_state_records_load_in_a_fresh_process():
+    """A deployment serves each message in a new process: node state holding a backend's record
+    (DP-ADMM's LaplaceObjective) decodes there although no backend was imported yet (the fixed
+    list is loaded first, nothing named in the text is imported)."""
+    import subprocess
+    import sys
+    from fedmodel.backends.dp_admm.client import LaplaceObjective
+    text = wire.dumps({"layer": LaplaceObjective(1.0, "clip", 0.1)})
+    code = ("import sys; import fedmodel.runtime.flower_executor as fe; "
+            "assert 'fedmodel.backends.dp_admm.client' not in sys.modules; "
+            "s = fe._loads(sys.stdin.read(), 'state'); print(type(s['layer']).__name__, s['layer'].record_bound)")
+    out = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True)
+    assert out.stdout.split() == ["LaplaceObjective", "0.1"], out.stderr[-2000:]
+
+
+def test_plain_data_codec_refuses_what_is_not_plain():
+    with pytest.raises(wire.WireError, match="is not plain data"):
+        wire.dumps({"f": len})
+    with pytest.raises(wire.WireError, match="dtype"):
+        wire.dumps(np.array([object()]))
+    with pytest.raises(wire.WireError, match="unknown tag"):
+        wire.loads('{"cls": "os.system"}')
+    with pytest.raises(wire.WireError, match="bytes for a float64 array"):
+        wire.loads('{"a": ["float64", [1000000], "AAAAAAAAAAA="]}')
+    state = {"y": np.arange(3.0), 7: (1, 2.5, None), "rng": np.random.default_rng(1), "k": slice(0, 4, 2)}
+    back = wire.loads(wire.dumps(state))
+    np.testing.assert_array_equal(back["y"], state["y"])
+    assert back[7] == (1, 2.5, None) and back["k"] == slice(0, 4, 2)
+    assert back["rng"].random() == np.random.default_rng(1).random()
+
+
+MALICIOUS_SERVER = '''
+"""A ServerApp that sends crafted messages to the fedmodel ClientApp of a real SuperNode."""
+import json
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import ServerApp
+
+import fedmodel as fm
+from fedmodel.runtime import flower_executor as fe
+from fedmodel.runtime.program import compile_programs
+
+MARKER = {marker!r}
+
+
+class Marker:
+    def __reduce__(self):
+        return (open, (MARKER, "w"))
+
+
+def _raw(kind, config, extra=None):
+    header = json.dumps({{"kind": kind, "none": [], "json": [], "scalar": [], **(extra or {{}})}})
+    return RecordDict({{fe._ARRAYS: ArrayRecord({{}}), fe._CONFIG: ConfigRecord({{**config, "fm_header": header}})}})
+
+
+def _spec():
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    c = prob.add_client("c0")
+    c.minimize(0.5 * fm.sum_squares(c.data(np.eye(3), name="A") @ w - c.data(np.ones(3), name="b")))
+    return fe._build_payload(compile_programs(prob)["c0"].spec, lambda d: None)
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid, context):
+    out = Path(str(context.run_config["out"]))
+    deadline = time.monotonic() + 120
+    while not list(grid.get_node_ids()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    node = sorted(grid.get_node_ids())[0]
+    spec = _spec()
+    probes = [
+        ("build", fe.encode(fe.BUILD, spec)),
+        ("pickle", _raw(fe.BUILD, {{"spec": pickle.dumps(Marker())}}, {{"pickled": ["spec"]}})),
+        ("pickle-bytes", _raw("load_state", {{"state": pickle.dumps(Marker())}})),
+        ("module", fe.encode("merit", {{"x": np.zeros(3)}}, extra={{"module": "os"}})),
+        ("unknown", fe.encode("os.system", {{"x": np.zeros(3)}})),
+        ("oversized", fe.encode("merit", {{"x": np.zeros(10**6)}})),
+        ("misshaped", fe.encode("merit", {{"x": np.zeros((3, 1))}})),
+        ("atom", fe.encode(fe.BUILD, dict(spec, spec=spec["spec"].replace("SumSquares", "Evil")))),
+        ("honest", fe.encode("merit", {{"x": np.zeros(3)}})),
+    ]
+    results = {{}}
+    for name, content in probes:
+        message = Message(content, dst_node_id=node, message_type="train")
+        replies = fe._send_and_receive(grid, [message], 60)
+        meta, payload = fe.decode(replies[0].content)
+        results[name] = payload["error"] if meta.get("failed") else {{"ok": sorted(payload)}}
+    out.write_text(json.dumps({{"probes": results}}))
+'''
+
+
+@pytest.mark.integration
+def test_real_supernode_refuses_a_malicious_server(tmp_path):
+    """A real flower-superlink and flower-supernode (fedmodel's ClientApp) with a malicious
+    ServerApp: each crafted message is refused, the pickle's marker file never appears, and an
+    honest request after them is still served."""
+    from fedmodel.deploy import Deployment
+    from test_flower_deploy import _data, _model_file
+    model = _model_file(tmp_path, "backends.FedAvg(max_rounds=1)", n=1)
+    marker = tmp_path / "pwned"
+    dep = Deployment(model, 1, tmp_path / "work", timeout=60, data=_data(model))
+    try:
+        dep.start()
+        (dep.app_dir / "fedmodel_app" / "server.py").write_text(MALICIOUS_SERVER.format(marker=str(marker)))
+        result = dep.run(wait=600)["probes"]
+    finally:
+        dep.close()
+    assert not marker.exists()
+    # each refusal is logged on the client (its SuperNode's log)
+    assert (dep.workdir / "supernode-c0.log").read_text().count("fedmodel client refused") == 7
+    expected = {"pickle": "unknown header entries ['pickled']", "pickle-bytes": "bytes are refused",
+                "module": "names a module", "unknown": "not a procedure this client",
+                "oversized": "shape (1000000,)", "misshaped": "shape (3, 1)",
+                "atom": "'Evil' is not one of fedmodel's atoms"}
+    for name, text in expected.items():
+        assert result[name]["type"] == "WireError" and text in result[name]["message"], (name, result[name])
+    assert result["build"] == {"ok": ["n_shared"]} and result["honest"] == {"ok": ["grad", "value"]}
