@@ -18,7 +18,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.runtime import wire
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.ledger import install, procedure
 from fedmodel.runtime.program import compile_programs
 from fedmodel.runtime.spec_codec import decode_spec, encode_spec
 
@@ -37,6 +37,9 @@ def _probe(program, x):
     """A procedure that records that it ran (a refused request must never reach it)."""
     CALLS.append(program.name)
     return {"value": float(np.sum(x))}
+
+
+install([_probe])       # (explicit registration: this process serves it)
 
 
 class _Marker:
