@@ -151,7 +151,7 @@ DYNAMIC_IMPORTS = {
     ("fedmodel", "__getattr__"): "the lazy table of fedmodel/__init__ (literal module names)",
     ("fedmodel.reproductions", "run"): "REPRODUCTIONS' table of literal module names",
     ("fedmodel.deploy", "_solve"): "the generated app's own package (APP_PACKAGE, a constant)",
-    ("fedmodel.runtime.flower_executor", "load_procedures"):
+    ("fedmodel.runtime.flower_executor", "load_client_modules"):
         "the client host's FEDMODEL_CLIENT_MODULES (its own environment, never a message)",
 }
 

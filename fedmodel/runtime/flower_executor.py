@@ -25,7 +25,7 @@ One ClientApp (`client_app`, module level) serves every request:
 - every other message carries one declared request (`ledger.MESSAGES`): arrays in an
   `ArrayRecord`, Python scalars and strings in a `ConfigRecord`, other fields (multiplier
   dicts, node state) as plain-data JSON. The ClientApp serves only kinds its installed fedmodel
-  registers (`served_kind`, after importing the backends once: `load_procedures`), checks the
+  registers (`served_kind`, the installed backends' steps, loaded one backend at a time), checks the
   request against the kind's declaration (fields, shapes, sizes) before running anything, and
   refuses anything else with a logged error that goes back to the driver as the reply.
 
@@ -55,6 +55,7 @@ import logging
 import math
 import os
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -63,11 +64,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import registry
 from ..errors import DataError, FedModelError
 from . import wire
 from .executor import Executor, RemoteNode, check_sum_fields, declared_kind, run_on_node
-from .ledger import MESSAGES, PROCEDURES, MessageKind, allowed_sizes, check_payload
+from .ledger import MESSAGES, PROCEDURES, MessageKind, allowed_sizes, catalogue, check_payload
 from .program import NodeProgram, ProgramSpec
 from .spec_codec import decode_spec, encode_spec
 from .wire import WireError
@@ -203,51 +203,31 @@ def wire_size(content: "RecordDict") -> int:
 
 
 # ---- what a client serves ------------------------------------------------------------------------
-_LOADED: set[str] = set()     # what `load_procedures` has imported in this process
-
-
-def load_procedures(until: Callable[[], bool] = lambda: False) -> None:
-    """Fill this client process's procedure registry from a fixed list: the modules the client
-    host lists in `FEDMODEL_CLIENT_MODULES`, then the backends its installed fedmodel registers
-    (entry points), one at a time until `until()` holds — never a name that came with a
-    message. (One at a time: a deployment starts a process per message, and importing every
-    backend costs seconds, DP accounting alone ~3 s.)"""
-    hosts = [m.strip() for m in os.environ.get(CLIENT_MODULES_ENV, "").split(",") if m.strip()]
-    for module in hosts:
-        if module not in _LOADED:
-            importlib.import_module(module)     # the host's own configuration (allowlisted, tests/test_layers.py)
-            _LOADED.add(module)
-    for name in registry.names("backend"):
-        if until():
-            return
-        if "backend:" + name not in _LOADED:
-            registry.lookup("backend", name)
-            _LOADED.add("backend:" + name)
+def load_client_modules() -> None:
+    """Import the modules the client host lists in `FEDMODEL_CLIENT_MODULES` (its own
+    configuration, e.g. a test's wrapped procedures), once per process — never a name that came
+    with a message."""
+    for module in os.environ.get(CLIENT_MODULES_ENV, "").split(","):
+        if module.strip() and module.strip() not in sys.modules:
+            importlib.import_module(module.strip())   # the host's own configuration (allowlisted, tests/test_layers.py)
 
 
 def _loads(text: Any, where: str) -> Any:
-    """`wire.loads`, with every backend of the fixed list imported first when the text holds
+    """`wire.loads`, with every installed backend's procedures loaded first when the text holds
     node-state records (`wire` finds their classes only among imported modules; a process
-    that served only node-program methods has imported none)."""
+    that served only node-program requests has imported none)."""
     if isinstance(text, str) and '{"obj":' in text:
-        load_procedures()
+        catalogue()
     return wire.loads(text, where)
-
-
-def _registered(kind: str) -> bool:
-    """Whether this process serves `kind`: declared, and a registered procedure or a method of
-    the node program."""
-    return kind in MESSAGES and (kind in PROCEDURES or callable(getattr(NodeProgram, kind, None)))
 
 
 def served_kind(kind: str) -> MessageKind:
     """The declaration of a request kind this client serves: one its installed fedmodel
-    declares (`ledger.MESSAGES`, with its procedure in `ledger.PROCEDURES` or a node-program
-    method); anything else is refused (WireError), never imported. The one lookup of the
-    ClientApp (the registry keyed by kind)."""
-    if not _registered(kind):
-        load_procedures(until=lambda: _registered(kind))
-    if not _registered(kind):
+    registers (`ledger.MESSAGES` and `ledger.PROCEDURES`, which load the installed backends'
+    steps one backend at a time until the kind is found); anything else is refused
+    (WireError), never imported. The one lookup of the ClientApp."""
+    load_client_modules()
+    if not (kind in MESSAGES and kind in PROCEDURES):
         raise WireError(f"request kind {kind[:80]!r} is not a procedure this client's fedmodel "
                         "registers; refused")
     return MESSAGES[kind]

@@ -36,7 +36,8 @@ class _Registry(dict):
     installed fedmodel declares, never what a message names."""
 
     def __missing__(self, key: str) -> Any:
-        found = dict.get(self, key, _ABSENT) if _load_catalogue() else _ABSENT
+        _load_catalogue(until=lambda: dict.__contains__(self, key))
+        found = dict.get(self, key, _ABSENT)
         if found is _ABSENT:
             raise KeyError(key)
         return found
@@ -48,7 +49,9 @@ class _Registry(dict):
             return default
 
     def __contains__(self, key: object) -> bool:
-        return dict.__contains__(self, key) or (_load_catalogue() and dict.__contains__(self, key))
+        if not dict.__contains__(self, key):
+            _load_catalogue(until=lambda: dict.__contains__(self, key))
+        return dict.__contains__(self, key)
 
 
 def _kinds(*kinds: MessageKind) -> dict[str, MessageKind]:
@@ -165,25 +168,33 @@ def lookup(kind: str) -> Callable:
     return found
 
 
-_CATALOGUE: list[bool] = []
+_CATALOGUE: dict[str, Any] = {"loaded": set(), "busy": False}
 
 
-def _load_catalogue() -> bool:
-    """Install every installed backend's `procedures` (the backend registry's entry points),
-    once per process; True when it was (or had been) loaded."""
-    if _CATALOGUE:
-        return _CATALOGUE[0]
-    _CATALOGUE.append(False)        # (a lookup while loading finds nothing more)
+def _load_catalogue(until: Callable[[], bool] = lambda: False) -> None:
+    """Install the installed backends' `procedures` (the backend registry's entry points), one
+    backend at a time until `until()` holds, each backend once per process. One at a time: a
+    Flower deployment starts a client process per message, and importing every backend costs
+    seconds (DP accounting's alone ~3 s), where one request needs one backend's steps."""
+    if _CATALOGUE["busy"]:          # (a lookup while loading finds nothing more)
+        return
     from .. import registry         # (the registry imports nothing of the runtime's)
-    for name in registry.names("backend"):
-        try:
-            backend = registry.lookup("backend", name)
-        except Exception:           # an add-on that fails to import serves nothing here
-            continue
-        install(getattr(backend, "framework_procedures", ()))   # (`Backend.run` sends both)
-        install(getattr(backend, "procedures", ()))
-    _CATALOGUE[0] = True
-    return True
+    _CATALOGUE["busy"] = True
+    try:
+        for name in registry.names("backend"):
+            if until():
+                return
+            if name in _CATALOGUE["loaded"]:
+                continue
+            _CATALOGUE["loaded"].add(name)
+            try:
+                backend = registry.lookup("backend", name)
+            except Exception:       # an add-on that fails to import serves nothing here
+                continue
+            install(getattr(backend, "framework_procedures", ()))   # (`Backend.run` sends both)
+            install(getattr(backend, "procedures", ()))
+    finally:
+        _CATALOGUE["busy"] = False
 
 
 def catalogue() -> dict[str, Callable]:
