@@ -27,7 +27,8 @@ the rows split over the clients):
                   a client ball ‖w‖₂ ≤ 5 and a server ridge 1e-3‖w‖² (bench_large_d's model).
 
 A model CVXPY finds infeasible at a split (NP: some client's class-1 loss cannot reach 0.2)
-is listed as such and not run. Results are appended as JSON lines to `--out` (one per run), and
+is listed as such and not run; where CVXPY's reference does not finish within the timeout,
+the runs are listed "?" (not verified: `fm.verify` would start another CVXPY solve). Results are appended as JSON lines to `--out` (one per run), and
 the markdown table is printed from that file, so subsets can be rerun and merged:
 
     nice -n 19 python benchmarks/bench_rounds.py --out rounds.jsonl
@@ -243,21 +244,27 @@ def warm_up(backends: Iterable[str]) -> None:
         timed_solve(prob, backend, 120.0)
 
 
-def run_case(model: str, n: int, backends: Iterable[str], timeout: float) -> list[dict]:
-    """Every backend's default run on one model at n clients: one record per backend."""
+def run_case(model: str, n: int, backends: Iterable[str], timeout: float,
+             out: Path | None = None) -> list[dict]:
+    """Every backend's default run on one model at n clients: one record per backend, each
+    appended to `out` (JSON lines) as soon as it is made (a stopped benchmark keeps them)."""
     base = {"model": model, "n": n}
     try:
         prob, _ = MODELS[model](n)
     except fm.FedModelError as exc:                  # e.g. more clients than rows of a class
-        return [{**base, "backend": "*", "outcome": f"model not built: {_reason(exc)}"}]
+        records = [{**base, "backend": "*", "outcome": f"model not built: {_reason(exc)}"}]
+        _append(out, records)
+        return records
     reference, cvxpy_wall, cvxpy_cpu, ref_outcome = timed_solve(prob, "cvxpy", timeout)
     base["cvxpy_s"], base["cvxpy_cpu_s"] = cvxpy_wall, cvxpy_cpu
     if reference is None or reference.status != "converged":
         status = ref_outcome if reference is None else \
             f"{reference.status} ({reference.info.get('cvxpy_status', '')})"
         if reference is not None and "infeasible" in status:
-            return [{**base, "backend": "*", "outcome": f"model infeasible (CVXPY: {status})"}]
-        reference = None                             # verify against the KKT certificate only
+            records = [{**base, "backend": "*", "outcome": f"model infeasible (CVXPY: {status})"}]
+            _append(out, records)
+            return records
+        reference = None     # not verified: fm.verify would start another, untimed, CVXPY solve
         base["reference"] = status
     records = []
     for backend in backends:
@@ -265,15 +272,25 @@ def run_case(model: str, n: int, backends: Iterable[str], timeout: float) -> lis
         result, wall, cpu, outcome = timed_solve(prob, backend, timeout)
         record = {**base, "backend": backend, "outcome": outcome, "wall_s": wall, "cpu_s": cpu}
         if result is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                report = fm.verify(result, reference)
+            verified, failed = None, [f"no CVXPY reference: {base.get('reference')}"]
+            if reference is not None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    report = fm.verify(result, reference)
+                verified, failed = bool(report.ok), list(report.failed)
+                record.update(distance=float(report.solution_distance),
+                              gap=float(report.objective_gap), notes=list(report.notes))
             record.update(status=result.status, iterations=dict(result.iterations),
-                          verified=bool(report.ok), failed=list(report.failed),
-                          **ledger_row(result, n))
+                          verified=verified, failed=failed, **ledger_row(result, n))
         records.append(record)
-        print(json.dumps(record), file=sys.stderr, flush=True)
+        _append(out, [record])
     return records
+
+
+def _append(out: Path | None, records: list[dict]) -> None:
+    if out is not None:
+        with out.open("a") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
 
 
 # ---- the table -------------------------------------------------------------------------------
@@ -313,7 +330,9 @@ def table(records: list[dict]) -> str:
             lines.append(f"| {r['model']} | {r['n']} | {r['backend']} | — | {r['outcome']} | | | | "
                          f"{wall} | {cvx} |")
             continue
-        verified = "yes" if r["verified"] else f"NO ({r['status']}; {', '.join(r['failed'])})"
+        failed = ", ".join(r["failed"]) + (f"; distance {r['distance']:.1e}" if "distance" in r else "")
+        verified = "yes" if r["verified"] else f"NO ({r['status']}; {failed})" \
+            if r["verified"] is False else f"? ({r['status']}; {failed})"
         if r["rounds"] is None or r["backend"] == "cproxal":
             msgs = floats = "—"
         else:
@@ -352,10 +371,7 @@ def main(argv: list[str] | None = None) -> None:
         warm_up(args.backends)
         for n in args.n:                 # small n first: a long run at n = 200 cannot hide them
             for model in args.models:
-                records = run_case(model, n, args.backends, args.timeout)
-                with args.out.open("a") as handle:
-                    for r in records:
-                        handle.write(json.dumps(r) + "\n")
+                run_case(model, n, args.backends, args.timeout, args.out)
     print(table(load(args.out)))
 
 
