@@ -166,3 +166,22 @@ def test_multipliers_come_back_in_the_users_units():
         assert res.status == "converged"
         assert res.certificate.relative_stationarity <= 1e-4, scale
         assert fm.verify(res, ref).ok, scale
+
+
+def test_cvxpy_solves_as_written_where_clarabel_is_inaccurate_on_the_equilibrated_copy():
+    """NP monks-1 (one-hot, no unique minimizer): Clarabel is 'optimal' on the model as written
+    but only 'optimal_inaccurate' on the equilibrated copy, where the chain fell through ECOS to
+    SCS's 200,000 iterations (89 s). The equilibrated attempts stop after Clarabel and the model
+    is solved again as written: Clarabel's optimal answer, 95 iterations."""
+    from fedmodel.reproductions import proxal_table1
+    try:
+        X, y = proxal_table1.load("monks-1")
+    except (OSError, fm.FedModelError) as exc:
+        missing_data(f"monks-1 not available: {exc}")
+    prob, w, _ = proxal_table1.build(X, y, 5)
+    res = prob.solve("cvxpy")
+    assert res.status == "converged" and res.info["solver"] == "CLARABEL"
+    assert "as written CLARABEL: optimal" in res.info["attempts"]
+    assert not any("SCS" in attempt or "ECOS" in attempt for attempt in res.info["attempts"])
+    assert any(a.startswith("equilibrated CLARABEL") for a in res.info["attempts"])
+    assert res.objective == pytest.approx(prob.solve("cvxpy", scaling=False).objective, rel=1e-8)
