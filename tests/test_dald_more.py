@@ -74,12 +74,11 @@ TOPOLOGIES = {
 # Lasso on the star and the ring is in tests/test_dald.py; here the other graphs.
 # L1-logistic: each iteration is n local proximal Newton solves (NodeProgram._solve_prox_newton;
 # FISTA took about a minute per topology here), ~160 iterations at ρ = 0.2: ~1 s per topology.
-# the fast suite: lasso on a path, l1-logistic on the star; the other graphs in CI's integration run
+# the fast suite: lasso on a path; the other graphs and l1-logistic in CI's integration run
 @pytest.mark.parametrize("model, topology", [
     *[pytest.param("lasso", t, marks=[pytest.mark.integration] if t != "path" else [])
       for t in ("path", "erdos_renyi", "tree")],
-    *[pytest.param("l1_logistic", t, marks=[pytest.mark.integration] if t != "star" else [])
-      for t in TOPOLOGIES]])
+    *[pytest.param("l1_logistic", t, marks=pytest.mark.integration) for t in TOPOLOGIES]])
 def test_l1_models_reach_cvxpy_optimum_on_every_topology(model, topology):
     n, build = TOPOLOGIES[topology]
     prob, w = (_lasso if model == "lasso" else _l1_logistic)(n)
@@ -116,7 +115,7 @@ def _al_cc(parts, xs, xhat, mu, rho2=1.0):
     return f + sum(m @ (xhat - x) + rho2 * np.sum((xhat - x) ** 2) for m, x in zip(mu, xs))
 
 
-@pytest.mark.parametrize("mode", ["dc", "cc"])
+@pytest.mark.parametrize("mode", [pytest.param("dc", marks=pytest.mark.integration), "cc"])
 def test_exact_inner_loop_decreases_the_augmented_lagrangian(mode):
     """Inner rule B3 with v_max^k = 8 and ε = 0: every outer loop has exactly 8 inner
     iterations. A run capped at 8 + t inner iterations ends on x^{2,t}; Λ_ρ(x^{2,t}, μ²) must

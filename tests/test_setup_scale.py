@@ -142,6 +142,7 @@ def test_dropped_programs_leave_no_cycles():
     assert sum(found.values()) < 10, found   # before: 3600 (a dict and a function per plan)
 
 
+@pytest.mark.integration     # gc over a full run: CI runs it after the fast suite
 def test_final_objective_and_certificate_leave_no_cycles():
     prob = mixed_problem(n=30)
     result = prob.solve(backends.DALD(solver="gd", step=0.05, max_iterations=2, eps_primal=0.0,
