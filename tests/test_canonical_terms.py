@@ -200,6 +200,7 @@ CONSTRAINTS = {
 }
 
 
+@pytest.mark.integration     # ProxAL and FedADMM runs to 1e-4: CI runs it after the fast suite
 def test_client_norm2_ball_solves_under_proxal_and_fedadmm():
     """The issue's case: a client `norm2(w) <= 0.5` (refused before). FedADMM takes client
     constraints as ProxAL's inner solver; 5e-5 is above ProxAL's default stopping tolerances'

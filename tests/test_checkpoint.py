@@ -107,7 +107,7 @@ def _check_resume(tmp_path, prob, make, stop_at, every=1, topology=None, executo
     return reference
 
 
-@pytest.mark.parametrize("anderson", [0, 5])
+@pytest.mark.parametrize("anderson", [0, pytest.param(5, marks=pytest.mark.integration)])
 def test_proxal_resume_equals_uninterrupted(tmp_path, anderson):
     prob, w = constrained_model()
     ref = _check_resume(tmp_path, prob, lambda: backends.ProxAL(**PROXAL, anderson=anderson), stop_at=6, every=2)
@@ -273,6 +273,7 @@ def _wait_for(condition, proc, timeout=60.0):
     raise AssertionError("timed out waiting for the subprocess")
 
 
+@pytest.mark.integration     # kill-and-resume in a subprocess: CI runs it after the fast suite
 def test_sigkill_a_solving_subprocess_then_resume(tmp_path):
     path = tmp_path / "proxal.ckpt"
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")

@@ -29,7 +29,10 @@ def test_every_registered_backend_is_covered():
     assert set(BACKENDS) == SOLVED | REFUSED
 
 
-@pytest.mark.parametrize("name", sorted(SOLVED))
+# DALD on the star (822 steps) and ProxAL (the run test_cli.py's `run --verify` makes in the fast
+# suite) in CI's integration run; the others in the fast suite
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.integration) if n in ("dald", "proxal") else n
+                                  for n in sorted(SOLVED)])
 def test_backend_verifies_on_the_builtin_model(capsys, name):
     code, out, err = _run(capsys, "--backend", name)
     assert code == 0, out + err

@@ -54,12 +54,15 @@ def test_cc_star_lasso_reaches_cvxpy_optimum():
     assert abs(res.objective - ref.objective) <= 1e-7 * abs(ref.objective)
 
 
+# every graph in CI's integration run (DC on a ring in the fast suite: test_dald_more's global constraints)
 @pytest.mark.parametrize("name, build", [
-    ("path", lambda p: topologies.path(p)),
-    ("ring", lambda p: topologies.ring(p)),
-    ("erdos_renyi", lambda p: topologies.erdos_renyi(p, 0.5, seed=3)),
-    ("tree", lambda p: topologies.from_networkx(
-        nx.relabel_nodes(nx.balanced_tree(2, 2), {k: f"c{k}" for k in range(7)}), p)),
+    pytest.param("path", lambda p: topologies.path(p), marks=pytest.mark.integration),
+    pytest.param("ring", lambda p: topologies.ring(p), marks=pytest.mark.integration),
+    pytest.param("erdos_renyi", lambda p: topologies.erdos_renyi(p, 0.5, seed=3),
+                 marks=pytest.mark.integration),
+    pytest.param("tree", lambda p: topologies.from_networkx(
+        nx.relabel_nodes(nx.balanced_tree(2, 2), {k: f"c{k}" for k in range(7)}), p),
+        marks=pytest.mark.integration),
 ])
 def test_dc_graphs_reach_cvxpy_optimum(name, build):
     n = 7 if name == "tree" else N_CLIENTS
@@ -72,6 +75,7 @@ def test_dc_graphs_reach_cvxpy_optimum(name, build):
     assert spread <= 1e-8                                     # consensus reached
 
 
+@pytest.mark.integration     # a DC run to 1e-9: CI runs it after the fast suite
 def test_dc_hosts_server_block_on_a_client():
     """Server terms (λ‖w‖₁) on a graph without a server: the server block's program is one more
     DC node hosted by the last client of the sequence."""
@@ -186,6 +190,7 @@ def test_hierarchy_matrix_gives_the_coordination_sequence():
     assert _rel_error(res, prob.solve("cvxpy"), w) <= 1e-5
 
 
+@pytest.mark.integration     # DALD runs with dropped clients to 1e-6: CI runs it after the fast suite
 @pytest.mark.parametrize("build", [topologies.star, topologies.ring])
 def test_partial_participation_client_dropout_still_converges(build):
     """Partial-cycle coordination: each node takes part in an inner iteration with probability

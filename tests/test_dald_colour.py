@@ -22,6 +22,7 @@ def _rgg(prob, seed=3):
     return topologies.from_networkx(nx.relabel_nodes(G, {i: f"c{i}" for i in G}), prob)
 
 
+@pytest.mark.integration     # DALD-DC colour sweeps to the optimum: CI runs it after the fast suite
 @pytest.mark.parametrize("build", [topologies.ring, _rgg])
 def test_colour_sweep_reaches_the_optimum_in_few_steps(build):
     prob, w = _least_squares(n=8, lam=0.02)

@@ -2,7 +2,6 @@
 are validated when the backend is built, badly scaled data is refused before a run, and DALD
 stops an infeasible constrained model quickly, naming the violated constraints. Data are
 synthetic and known to the test."""
-import time
 import warnings
 
 import numpy as np
@@ -41,12 +40,11 @@ def test_dald_too_large_step_is_reported_as_diverged(topology, executor):
     """gd with step 0.3 > 2/L: before the watch this returned status "max_iterations" with
     iterates of size 1e149 (star) / 1e189 (path) after 500 iterations."""
     prob, w = _least_squares()
-    start = time.perf_counter()
     with pytest.warns(RuntimeWarning, match=r"DALD diverged at iteration \d+: .*x.*lower step \(now 0.3\)"):
         res = prob.solve(DALD(solver="gd", step=0.3, local_steps=3, max_iterations=500), scaling=False,
                          topology=topology(prob), executor=executor)
     assert res.status == "diverged"
-    assert res.iterations["inner"] < 100 and time.perf_counter() - start < 10
+    assert res.iterations["inner"] < 100        # stopped early, not after max_iterations = 500
     assert "lower step" in res.info["diverged"]
     assert np.all(np.isfinite(res.value(w))) and np.max(np.abs(res.value(w))) < 1e12
 
@@ -146,10 +144,13 @@ def test_huge_data_is_refused_within_seconds(backend):
     """Entries of 1e150 (squares overflow): before the check ProxAL ran for over a minute with
     overflow warnings; now every backend refuses before running, naming client and data."""
     prob, _ = _least_squares(scale_client=1, scale=1e150)
-    start = time.perf_counter()
-    with pytest.raises(fm.DataError, match=r"'c1.A' of block 'c1' has entries as large as 3.*e\+150.*Rescale"):
-        prob.solve(backend)
-    assert time.perf_counter() - start < 5
+    rounds = []       # callback(record) after every iteration / round: none may have run
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(fm.DataError, match=r"'c1.A' of block 'c1' has entries as large as 3.*e\+150.*Rescale"):
+            prob.solve(backend, callback=rounds.append)
+    assert rounds == []
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]    # no overflow
 
 
 def test_large_data_warns_and_data_changed_in_place_is_checked():

@@ -74,9 +74,11 @@ TOPOLOGIES = {
 # Lasso on the star and the ring is in tests/test_dald.py; here the other graphs.
 # L1-logistic: each iteration is n local proximal Newton solves (NodeProgram._solve_prox_newton;
 # FISTA took about a minute per topology here), ~160 iterations at ρ = 0.2: ~1 s per topology.
+# the fast suite: lasso on a path; the other graphs and l1-logistic in CI's integration run
 @pytest.mark.parametrize("model, topology", [
-    *[("lasso", t) for t in ("path", "erdos_renyi", "tree")],
-    *[("l1_logistic", t) for t in TOPOLOGIES]])
+    *[pytest.param("lasso", t, marks=[pytest.mark.integration] if t != "path" else [])
+      for t in ("path", "erdos_renyi", "tree")],
+    *[pytest.param("l1_logistic", t, marks=pytest.mark.integration) for t in TOPOLOGIES]])
 def test_l1_models_reach_cvxpy_optimum_on_every_topology(model, topology):
     n, build = TOPOLOGIES[topology]
     prob, w = (_lasso if model == "lasso" else _l1_logistic)(n)
@@ -113,7 +115,7 @@ def _al_cc(parts, xs, xhat, mu, rho2=1.0):
     return f + sum(m @ (xhat - x) + rho2 * np.sum((xhat - x) ** 2) for m, x in zip(mu, xs))
 
 
-@pytest.mark.parametrize("mode", ["dc", "cc"])
+@pytest.mark.parametrize("mode", [pytest.param("dc", marks=pytest.mark.integration), "cc"])
 def test_exact_inner_loop_decreases_the_augmented_lagrangian(mode):
     """Inner rule B3 with v_max^k = 8 and ε = 0: every outer loop has exactly 8 inner
     iterations. A run capped at 8 + t inner iterations ends on x^{2,t}; Λ_ρ(x^{2,t}, μ²) must
@@ -195,6 +197,7 @@ def test_distributed_gd_matches_textbook_iterates():
         assert np.allclose(res.value(w), sum(xs) / len(xs), rtol=0, atol=1e-13)
 
 
+@pytest.mark.integration     # DGD to its fixed point: CI runs it after the fast suite
 def test_distributed_gd_settles_near_the_optimum():
     """Constant step: the average iterate lands within O(α) of the optimum, closer for smaller α."""
     parts = _regression(3, seed=5)
@@ -206,7 +209,7 @@ def test_distributed_gd_settles_near_the_optimum():
 
 
 # ---- client dropout under partial-cycle coordination ------------------------------------------
-@pytest.mark.parametrize("build", [topologies.star, topologies.path])
+@pytest.mark.parametrize("build", [topologies.star, pytest.param(topologies.path, marks=pytest.mark.integration)])
 def test_client_dropping_out_and_returning_still_converges(build):
     """c2 is unreachable for inner iterations 20–120 (it keeps its iterate and multipliers);
     the run goes on without it and converges to the optimum once it is back."""
@@ -234,7 +237,8 @@ def test_client_dropping_out_and_returning_still_converges(build):
 # ---- global constraints on a peer-to-peer graph, owned by a designated node --------------------
 @pytest.mark.parametrize("name, build, host", [
     ("ring", topologies.ring, "c1"),
-    ("erdos_renyi", lambda p: topologies.erdos_renyi(p, 0.6, seed=2), "c3"),
+    pytest.param("erdos_renyi", lambda p: topologies.erdos_renyi(p, 0.6, seed=2), "c3",
+                 marks=pytest.mark.integration),
 ])
 def test_global_constraints_on_p2p_graph_owned_by_a_designated_node(name, build, host):
     prob, w = _lasso(5, lam=0.0)

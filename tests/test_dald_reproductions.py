@@ -3,17 +3,15 @@ Data from ../shared/data (tests skip when a file is absent); diabetes ships with
 import numpy as np
 import pytest
 
-from fedmodel.errors import DataError
 from fedmodel.reproductions import dald_table1 as t1
 from fedmodel.reproductions import dald_table2 as t2
-from conftest import missing_data
+from conftest import load_data
+
+pytestmark = pytest.mark.integration     # paper reproductions: CI runs it after the fast suite
 
 
 def _design(name):
-    try:
-        return t1.design(name)
-    except DataError as exc:
-        missing_data(str(exc))
+    return load_data(t1.design, name)
 
 
 @pytest.mark.parametrize("name", ["diabetes", "cal_housing", "abalone", "power-plant", "winequality"])
@@ -51,10 +49,7 @@ def test_table1_dald_chain_reaches_the_aio_mse(name, tol):
 
 @pytest.fixture(scope="module")
 def mnist10():
-    try:
-        return t2.experiment(10)
-    except DataError as exc:
-        missing_data(str(exc))
+    return load_data(t2.experiment, 10)
 
 
 def test_table2_partition_and_evaluation_set(mnist10):

@@ -27,6 +27,7 @@ def test_uci121_loaders_match_the_data_readme(shared):
     assert abs(float(np.mean(adult.X[:, 0]))) < 0.05          # z-scored
 
 
+@pytest.mark.integration     # every reference loader at full size: CI runs it after the fast suite
 def test_other_loaders(shared):
     a9a = ds.load_a9a()
     assert a9a.X.shape == (32561, 123) and set(np.unique(a9a.y)) == {0, 1}

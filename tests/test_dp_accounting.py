@@ -71,7 +71,7 @@ def test_a_varying_schedule_is_grouped_into_runs_of_equal_epsilon():
 
 
 @pytest.mark.parametrize("epsilon", PAPER_EPSILONS)
-@pytest.mark.parametrize("rounds", [1, 10, 100, 1000, PAPER_DPADMM["max_rounds"]])
+@pytest.mark.parametrize("rounds", [1, 10, 100, 1000, pytest.param(PAPER_DPADMM["max_rounds"], marks=pytest.mark.integration)])
 def test_pld_is_never_looser_than_advanced_composition_on_the_paper_schedules(epsilon, rounds):
     delta = 1e-6
     objective = composition([epsilon] * rounds, 0.0, delta)

@@ -3,8 +3,6 @@ exactly IADMM, the noise enters as the paper says (objective vs output perturbat
 calibrated Laplace / Gaussian scale, Δ̄ is (20), the ρ̂^t table, privacy accounting, seeds, the
 trust region, and graceful degradation with finite ε̄. Data are synthetic and known to the test."""
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from fedmodel.backends.dp_admm import (DPADMM, RHO_PRESETS, RhoSchedule, composi
                               iadmm_step)
 from fedmodel.compiler.per_record import NotRecordSeparable, RecordGradients
 from fedmodel.runtime.privacy import NoiseLog, gaussian_noise, laplace_noise, node_generator
-from conftest import missing_data
+from conftest import load_data
 
 P, M, D = 5, 30, 8
 I = P * M
@@ -298,13 +296,12 @@ def test_node_noise_is_seeded_per_node_and_logged():
     assert np.array_equal(report["noise"][0], xi) and NoiseLog().report()["noise"] is None
 
 
+@pytest.mark.integration     # MNIST, 10 agents of 6000: CI runs it after the fast suite
 def test_mnist_first_round_matches_the_authors_code_output():
     """Spec 5.3 code-level check: MNIST, 10 agents of 6000, ObjT, ε̄ = 0.05, iteration 0:
     ρ = 102 and the average noise magnitude (1/PJK)Σ|ξ| ≈ 0.157 (Δ̄ of (20) at z = 0)."""
-    path = Path(os.environ.get("FEDMODEL_DATA", Path(__file__).parents[1] / ".." / "shared" / "data"))
-    if not (path / "mnist_train.npz").exists():
-        missing_data(f"MNIST not found in {path} (set FEDMODEL_DATA)")
-    data = np.load(path / "mnist_train.npz")
+    from fedmodel.datasets import data_file
+    data = np.load(load_data(data_file, "mnist_train.npz"))
     X, y = data["X"] / 255.0, data["y"]
     W = fm.Variable((784, 10), name="W")
     prob = fm.Problem()

@@ -31,7 +31,8 @@ def _model(kind: str, n: int = 10, d: int = 20, m: int = 50, seed: int = 0):
     return prob, w
 
 
-@pytest.mark.parametrize("kind, rounds", [("logistic", 2500), ("least-squares", 300)])
+@pytest.mark.parametrize("kind, rounds", [pytest.param("logistic", 2500, marks=pytest.mark.integration),
+                                          ("least-squares", 300)])
 def test_nonprivate_default_converges(kind, rounds):
     prob, w = _model(kind)
     reference = prob.solve("cvxpy").value(w)

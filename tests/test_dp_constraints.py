@@ -234,6 +234,7 @@ def test_reproduction_models_are_the_stated_ones(needs_data):
     assert ball.test_error(u) == pytest.approx(np.mean(wrong))
 
 
+@pytest.mark.integration     # a reproduction's subset on MNIST: CI runs it after the fast suite
 def test_dp_constrained_fast_subset(needs_data, capsys):
     from fedmodel.reproductions import dpadmm_constrained as rep
     assert rep.run() == 0

@@ -14,6 +14,7 @@ def test_there_are_example_scripts():
     assert len(SCRIPTS) >= 3
 
 
+@pytest.mark.integration     # each script in a subprocess, end to end: CI runs it after the fast suite
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_example_script_runs_and_verifies(script):
     completed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,

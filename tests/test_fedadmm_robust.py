@@ -60,6 +60,7 @@ def assert_converged_or_diverged(res, said, w, w_star, where):
 GRID = list(itertools.product([0.1, 1.0, 10.0], [0.01, 0.05], [1, 10, 50]))
 
 
+@pytest.mark.integration     # an 18-cell grid: CI runs it after the fast suite
 def test_insa_grid_converges_to_the_closed_form(ridge):
     """β ∈ {0.1, 1, 10}, lr ∈ {0.01, 0.05}, E ∈ {1, 10, 50}: with η forced by the user (up to 2.8/L_i
     on the stiffest client, so the paper's rule diverges on 8 of the 18 cells, see the slow test)
@@ -194,7 +195,7 @@ def largest_client_curvature(seed: int = 0, d: int = 5) -> float:
     return largest
 
 
-@pytest.mark.parametrize("make", [FedProx, FedAvg])
+@pytest.mark.parametrize("make", [FedProx, pytest.param(FedAvg, marks=pytest.mark.integration)])
 def test_fedprox_fedavg_defaults_take_the_step_from_the_data(ridge, make):
     """step=None → 1/max_i L_i (one local step: gradient descent on (1/n)Σ f_i, no client drift);
     the closed form within 1e-6, where the paper preset (α = 1e-4, 1000 rounds) is still 2e-2 off."""

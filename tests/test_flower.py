@@ -22,6 +22,8 @@ from fedmodel import backends, topologies
 from fedmodel.runtime.ledger import MESSAGES, PROCEDURES, install, procedure
 from test_ray import D, _model, _parts   # the same least-squares model and data as Ray's tests
 
+pytestmark = pytest.mark.integration     # Flower's simulation engine: CI runs it after the fast suite
+
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
 pytest.importorskip("ray", reason="Flower's simulation engine needs Ray")
 

@@ -20,6 +20,8 @@ import pytest
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
 
+pytestmark = pytest.mark.integration     # real SuperLink/SuperNode processes: CI runs it after the fast suite
+
 MODEL = '''
 import numpy as np
 import fedmodel as fm

@@ -6,7 +6,6 @@ is 1, at sum(w) = 0). Contradictory bounds w ≥ 1, w ≤ 0 of one block are ref
 is compiled (compiler.sets.check_boxes_meet), under every backend that projects on them."""
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
@@ -14,10 +13,12 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends import CVXPY, CentralizedProxAL, ProxAL
+from fedmodel.backends.dald import DALD
 from fedmodel.backends.cvxpy_backend import STATUS
 from fedmodel.backends.watch import steady_descent
 from fedmodel.datasets import load_monks
 from fedmodel.reproductions import proxal_table1 as table1
+from conftest import load_data
 
 BACKENDS = [ProxAL, CentralizedProxAL]
 
@@ -34,11 +35,11 @@ def least_squares(n: int = 3, d: int = 4, seed: int = 0):
 
 
 def quiet_solve(prob, backend, **options):
+    """The result and the messages of the RuntimeWarnings the solve raised."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        start = time.perf_counter()
         result = prob.solve(backend, **options)
-    return result, time.perf_counter() - start, [str(c.message) for c in caught if c.category is RuntimeWarning]
+    return result, [str(c.message) for c in caught if c.category is RuntimeWarning]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -46,8 +47,8 @@ def test_contradictory_server_constraints(backend):
     prob, w = least_squares()
     prob.server.subject_to((fm.sum(w) >= 1).named("lo"), (fm.sum(w) <= -1).named("hi"))
     assert prob.solve("cvxpy").status == "infeasible"
-    result, seconds, warned = quiet_solve(prob, backend())
-    assert result.status == "infeasible" and seconds < 10.0
+    result, warned = quiet_solve(prob, backend())
+    assert result.status == "infeasible"
     assert result.iterations["outer"] <= 8
     assert any("infeasible" in message for message in warned)
     # the least violating points have sum(w) = 0 and violate both constraints by exactly 1
@@ -65,7 +66,7 @@ def test_feasible_neighbour_is_not_flagged(backend):
     """The same model with one constraint sum(w) ≤ 1 converges and agrees with CVXPY."""
     prob, w = least_squares()
     prob.server.subject_to((fm.sum(w) <= -1).named("hi"))
-    result, _, warned = quiet_solve(prob, backend())
+    result, warned = quiet_solve(prob, backend())
     assert result.status == "converged" and not warned
     reference = prob.solve("cvxpy")
     assert fm.verify(result, reference=reference).ok
@@ -76,7 +77,7 @@ def test_feasible_neighbour_is_not_flagged(backend):
 def monks_ordinal():
     """monks-1's six ordinal 121-UCI columns: without an intercept no w gets every client's
     class-1 loss to 0.2 (infeasible); with an intercept column the model is feasible."""
-    train, test = load_monks(1, "train"), load_monks(1, "test")
+    train, test = load_data(load_monks, 1, "train"), load_data(load_monks, 1, "test")
     X, y = np.vstack([train.X, test.X]), np.concatenate([train.y, test.y])
     return X, y
 
@@ -92,22 +93,23 @@ def least_squares_violation(X, y, parts, threshold: float = 0.2) -> float:
     return max(float(loss.value) for loss in losses) - threshold
 
 
+@pytest.mark.integration     # monks-1 data, CVXPY and three ProxAL runs: CI runs it after the fast suite
 def test_neyman_pearson_without_intercept_is_infeasible_quickly(monks_ordinal):
     X, y = monks_ordinal
     infeasible, _, parts = table1.build(X, y, 5)
     assert table1.smallest_worst_client_loss(X, y, parts) > 0.4      # far above the 0.2 bound
     assert infeasible.solve("cvxpy").status == "infeasible"
     feasible, _, _ = table1.build(np.hstack([X, np.ones((len(X), 1))]), y, 5)
-    ok, _, _ = quiet_solve(feasible, ProxAL())
+    ok, _ = quiet_solve(feasible, ProxAL())
     assert ok.status == "converged"
-    result, seconds, warned = quiet_solve(infeasible, ProxAL())
-    assert result.status == "infeasible" and seconds < 10.0
+    result, warned = quiet_solve(infeasible, ProxAL())
+    assert result.status == "infeasible"
     # measured: 249 vs 117 ADMM iterations, 5 vs 4 outer iterations
     assert result.iterations["inner"] <= 5 * ok.iterations["inner"]
     assert set(result.info["violated"]) == {repr(c) for c in infeasible.constraints}
     assert result.max_violation == pytest.approx(least_squares_violation(X, y, parts), abs=1e-4)   # 0.4280
     assert fm.verify(result).ok
-    central, _, _ = quiet_solve(infeasible, CentralizedProxAL())
+    central, _ = quiet_solve(infeasible, CentralizedProxAL())
     assert central.status == "infeasible" and central.max_violation == pytest.approx(result.max_violation, abs=1e-4)
 
 
@@ -125,8 +127,8 @@ def unbounded_model():
 def test_unbounded_model_stops_with_unbounded(backend):
     prob = unbounded_model()
     assert prob.solve("cvxpy").status == "unbounded"
-    result, seconds, warned = quiet_solve(prob, backend())
-    assert result.status == "unbounded" and seconds < 10.0
+    result, warned = quiet_solve(prob, backend())
+    assert result.status == "unbounded"
     assert result.iterations["outer"] <= 10 and any("unbounded" in m for m in warned)
     objectives = [record["objective"] for record in result.history]
     assert objectives[-1] < objectives[0] < 0
@@ -136,16 +138,20 @@ def test_unbounded_model_stops_with_unbounded(backend):
 def test_unbounded_model_under_default_dald_is_reported_as_diverged():
     """A user's unbounded model under a consensus backend with its defaults: the iterates grow
     without end, so the run must say so (status + warning), not return a point."""
-    result, seconds, warned = quiet_solve(unbounded_model(), "dald")
-    assert result.status == "diverged" and seconds < 10.0
+    result, warned = quiet_solve(unbounded_model(), "dald")
+    assert result.status == "diverged"
+    # the divergence watch stops it early (measured: 214 of max_iterations = 1000)
+    assert result.iterations["outer"] <= DALD().max_iterations // 2
     assert any("diverged" in m for m in warned)
 
 
-@pytest.mark.parametrize("backend", ["fedadmm", "dgd", "fedavg", "fedprox"])
+# FedAvg and FedProx run to the 1000-round cap on every client (~30 s each): integration
+@pytest.mark.parametrize("backend", ["fedadmm", "dgd", pytest.param("fedavg", marks=pytest.mark.integration),
+                                     pytest.param("fedprox", marks=pytest.mark.integration)])
 def test_unbounded_model_under_default_gradient_backends_is_reported(backend):
     """Their iterates grow linearly (FedADMM's to ~3e6 in 1000 rounds, DGD's to ~11): too slow
     for the divergence watch, so the round cap ends the run — and says "unbounded"."""
-    result, _, warned = quiet_solve(unbounded_model(), backend)
+    result, warned = quiet_solve(unbounded_model(), backend)
     assert result.status == "unbounded" and any("unbounded below" in m for m in warned)
     assert "unbounded below" in result.info["unbounded"]
 
@@ -174,7 +180,7 @@ def test_cvxpy_statuses_map_to_ours():
 def test_verify_does_not_accept_a_different_verdict():
     prob, w = least_squares()
     prob.server.subject_to((fm.sum(w) >= 1).named("lo"), (fm.sum(w) <= -1).named("hi"))
-    result, _, _ = quiet_solve(prob, ProxAL.paper(max_outer=3, max_inner=100))   # fixed β: no verdict
+    result, _ = quiet_solve(prob, ProxAL.paper(max_outer=3, max_inner=100))   # fixed β: no verdict
     assert result.status == "max_iterations"
     report = fm.verify(result)
     assert not report.ok and "infeasible" in str(report)
@@ -252,23 +258,22 @@ def test_contradictory_lasso_is_infeasible_about_as_fast_as_its_feasible_neighbo
     cycles near a kink of λ‖w‖₁ on the infeasible model and the inner stall rule bounds each
     ADMM run. The verdict costs at most 12× the feasible variant's inner iterations (measured,
     equilibrated: 195 against 132; as written: 235 against 142). Asserted on iteration counts,
-    which a loaded CI machine does not change, plus a generous absolute bound on the time."""
+    which a loaded CI machine does not change."""
     feasible, w = lasso(1.5)
-    quiet_solve(feasible, ProxAL())                     # warm-up: imports, first plan compiles
-    ok, _, warned = quiet_solve(feasible, ProxAL())
+    ok, warned = quiet_solve(feasible, ProxAL())
     assert ok.status == "converged" and not warned
     np.testing.assert_allclose(ok.value(w), feasible.solve("cvxpy").value(w), atol=1e-3)
     infeasible, w = lasso(-1.0)
     assert infeasible.solve("cvxpy").status == "infeasible"
-    result, seconds, warned = quiet_solve(infeasible, ProxAL())
+    result, warned = quiet_solve(infeasible, ProxAL())
     assert result.status == "infeasible" and any("infeasible" in m for m in warned)
-    assert result.iterations["inner"] <= 12 * ok.iterations["inner"] and seconds < 10.0
+    assert result.iterations["inner"] <= 12 * ok.iterations["inner"]
     # On the model as written (scaling=False) the first ADMM run cycles (certificate ≈ 0.028 ↔
     # 0.37 > τ) and the stall rule ends it after two windows of 50 (without the rule: 164
     # iterations here, and 1000 = max_inner in every outer iteration before (22) counted the
     # client's λ∂‖w‖₁). Equilibrated, the same run does not cycle: it reaches τ (certificate
     # 4.7e-5 ≤ 1e-3 after 75 iterations), so the rule is not needed there.
-    raw, _, warned_raw = quiet_solve(infeasible, ProxAL(), scaling=False)
+    raw, warned_raw = quiet_solve(infeasible, ProxAL(), scaling=False)
     assert raw.status == "infeasible" and any("infeasible" in m for m in warned_raw)
     first = raw.history[0]
     assert first["certificate"] > first["tau"] and first["inner"] == 100
@@ -364,7 +369,7 @@ def test_a_point_violating_client_sets_is_never_converged(backend, second, cvxpy
     violated a box by 1 (contradictory boxes) or 0.31–0.5 (overlapping ones) and was reported
     "converged". Now "stalled", with the violated constraints named."""
     assert _client_boxes(second).solve("cvxpy").status == cvxpy_status
-    result, _, warned = quiet_solve(_client_boxes(second), backend)
+    result, warned = quiet_solve(_client_boxes(second), backend)
     assert result.status == "stalled" and result.max_violation > 0.3
     assert any("not a solution" in m for m in warned)
     assert "c0.con0" in " ".join(result.info["violated"])
@@ -388,10 +393,10 @@ def test_a_converged_point_far_from_kkt_is_said_to_be_no_solution():
         client.subject_to(fm.norm2(w) <= 2.0)
     x_star = prob.solve("cvxpy").value(w)
     for backend in ("fedavg", "fedprox"):
-        result, _, warned = quiet_solve(prob, backend)
+        result, warned = quiet_solve(prob, backend)
         assert np.max(np.abs(result.value(w) - x_star)) > 1e-3 and result.certificate.stationarity > 1.0
         assert any("not a solution of the model" in m for m in warned)
         assert "stationarity" in result.info["not_stationary"]
-    result, _, warned = quiet_solve(prob, "dald")
+    result, warned = quiet_solve(prob, "dald")
     assert result.status == "converged" and not any("not a solution" in m for m in warned)
     np.testing.assert_allclose(result.value(w), x_star, atol=1e-5)

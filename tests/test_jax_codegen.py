@@ -16,6 +16,8 @@ from fedmodel.compiler.jax_codegen import JaxGroupPlan, JaxPlan
 from fedmodel.runtime.program import NodeProgram
 from test_gradients import FIXED, _point, smooth_models
 
+pytestmark = pytest.mark.integration     # JAX equivalence (compiles per shape): CI runs it after the fast suite
+
 TOL = 1e-10
 
 

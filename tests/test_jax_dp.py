@@ -20,6 +20,8 @@ from fedmodel.runtime.privacy import _record_gradients
 from fedmodel.runtime.program import compile_programs
 from test_batched import D, _close, _logistic
 
+pytestmark = pytest.mark.integration     # JAX equivalence (compiles per shape): CI runs it after the fast suite
+
 TOL = 1e-8
 SETTINGS = {
     "ObjP clip (default)": dict(epsilon=1.0, clip=0.05),        # small C: most records clipped

@@ -23,7 +23,9 @@ from test_batched import D, _least_squares, _logistic, _private_variables_proble
 TOL = 1e-8
 # set-up steps (dald_cc_init, …) go node by node and say so; the tests that check the warnings
 # catch them themselves
-pytestmark = pytest.mark.filterwarnings("ignore::fedmodel.runtime.jax_executor.JaxFallbackWarning")
+# JAX equivalence (compiles per shape): integration, CI runs it after the fast suite
+pytestmark = [pytest.mark.integration,
+              pytest.mark.filterwarnings("ignore::fedmodel.runtime.jax_executor.JaxFallbackWarning")]
 
 
 def _close(got, want, what):

@@ -13,6 +13,8 @@ pytest.importorskip("jax")
 from fedmodel.runtime import jax_executor  # noqa: E402
 from fedmodel.runtime.jax_executor import JaxGroup  # noqa: E402
 
+pytestmark = pytest.mark.integration     # JAX equivalence (compiles per shape): CI runs it after the fast suite
+
 D = 3
 N_CLIENTS = 40
 

@@ -37,6 +37,8 @@ pytest.importorskip("jax")
 from fedmodel.runtime.jax_executor import JaxExecutor, JaxFallbackWarning, JaxGroup  # noqa: E402
 from test_jax_executor import assert_same_run  # noqa: E402
 
+pytestmark = pytest.mark.integration     # JAX equivalence (compiles per shape): CI runs it after the fast suite
+
 D = 4
 STEP_KINDS = ("proxal_admm_init", "proxal_admm_step", "update_multipliers")
 

@@ -21,7 +21,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = {"fedmodel": "fedmodel", "backends": "fedmodel.backends",
             "topologies": "fedmodel.topologies"}
 
-# bottom to top; a module's layer is that of its longest matching prefix
+# bottom to top; a module's layer is that of its longest matching prefix (a prefix covers
+# itself and its submodules). There is no catch-all: the package's own `fedmodel/__init__` is
+# listed alone in ROOT_MODULE, so a new top-level module lands in no layer until someone puts
+# it in one (test_every_module_has_a_layer fails, and test_an_unlisted_module_is_reported checks
+# that it can)
+ROOT_MODULE = "fedmodel"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("fedmodel.errors", "fedmodel.registry", "fedmodel.collector")),
     ("model", ("fedmodel.expression", "fedmodel.analysis", "fedmodel.atoms", "fedmodel.constraints",
@@ -30,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("problem", ("fedmodel.problem", "fedmodel.result", "fedmodel.certificate")),
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("fedmodel.backends",)),
-    ("applications", ("fedmodel", "fedmodel.verify", "fedmodel.plotting", "fedmodel.builtin_models",
+    ("applications", (ROOT_MODULE, "fedmodel.verify", "fedmodel.plotting", "fedmodel.builtin_models",
                       "fedmodel.reproductions", "fedmodel.cli",
                       "fedmodel.datasets")),
 ]
@@ -76,14 +81,31 @@ def _imports(module: str) -> set[str]:
     return found
 
 
-def _layer(module: str) -> int:
+def _covers(prefix: str, module: str) -> bool:
+    """`prefix` names `module` or a package above it; the root package names only itself."""
+    if prefix == ROOT_MODULE:
+        return module == ROOT_MODULE
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _find_layer(module: str) -> int | None:
+    """Index in LAYERS of the longest prefix covering `module`, None when none does."""
     best, rank = -1, None
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+            if _covers(prefix, module) and len(prefix) > best:
                 best, rank = len(prefix), index
+    return rank
+
+
+def _layer(module: str) -> int:
+    rank = _find_layer(module)
     assert rank is not None, f"{module} is in no layer; add it to LAYERS"
     return rank
+
+
+def _unlayered(modules) -> list[str]:
+    return sorted(m for m in modules if _find_layer(m) is None)
 
 
 GRAPH = nx.DiGraph()
@@ -92,8 +114,21 @@ GRAPH.add_edges_from((m, t) for m in MODULES for t in _imports(m))
 
 
 def test_every_module_has_a_layer():
-    for module in MODULES:
-        _layer(module)
+    missing = _unlayered(MODULES)
+    assert not missing, f"modules in no layer (add each to LAYERS): {missing}"
+
+
+def test_an_unlisted_module_is_reported():
+    """The test of the test: a new top-level module, or one in a folder no prefix names, is in
+    no layer (the root package `fedmodel` covers only its own __init__), while listed packages
+    still cover their new submodules."""
+    invented = ["fedmodel.brand_new_module", "fedmodel.newpackage.part", "fedmodelx",
+                "fedmodel.runtime.brand_new_module", "fedmodel.backends.newalgo.client"]
+    assert _unlayered(invented) == ["fedmodel.brand_new_module", "fedmodel.newpackage.part",
+                                    "fedmodelx"]
+    assert _find_layer(ROOT_MODULE) == len(LAYERS) - 1
+    with pytest.raises(AssertionError, match="fedmodel.brand_new_module is in no layer"):
+        _layer("fedmodel.brand_new_module")
 
 
 def test_no_upward_import():

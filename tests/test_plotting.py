@@ -148,6 +148,7 @@ def test_progress_bar_shows_residuals_and_follows_the_record(monkeypatch):
     bar.close()
 
 
+@pytest.mark.integration     # the CLI end to end: CI runs it after the fast suite
 def test_cli_plot_option(tmp_path, capsys):
     from fedmodel.cli import main
     assert main(["run", "--clients", "2", "--topology", "star", "--plot", str(tmp_path)]) == 0  # ProxAL

@@ -13,6 +13,7 @@ from fedmodel.backends import CentralizedProxAL, ProxAL
 from fedmodel.backends.cproxal import PAPER_CPROXAL
 from fedmodel.backends.proxal import FAST_PROXAL, PAPER_PROXAL
 from fedmodel.reproductions import proxal_table1 as table1
+from conftest import load_data
 
 
 def _options(backend) -> dict:
@@ -34,11 +35,12 @@ def test_defaults_are_the_fast_preset_and_paper_is_the_papers():
 
 @pytest.fixture(scope="module")
 def monks5():
-    X, y = table1.load("monks-1")       # one-hot: feasible
+    X, y = load_data(table1.load, "monks-1")       # one-hot: feasible
     prob, w, _ = table1.build(X, y, 5)
     return prob, w, prob.solve("cvxpy")
 
 
+@pytest.mark.integration     # monks5: CVXPY on monks-1 (~1 min): CI runs it after the fast suite
 def test_default_proxal_on_monks1_is_fast_and_verified(monks5):
     """Issue 13's slow case (178 s unverified with the paper's fixed ρ), through the string name
     as a user writes it. NP on monks-1 has no minimizer (a direction lowers the active
@@ -55,6 +57,7 @@ def test_default_proxal_on_monks1_is_fast_and_verified(monks5):
     assert report.objective_gap <= 1e-3 and result.max_violation <= 1e-4 + 1e-12
 
 
+@pytest.mark.integration     # monks5: CVXPY on monks-1 (~1 min): CI runs it after the fast suite
 def test_paper_preset_is_the_slow_path(monks5):
     """The paper's fixed ρ = 0.01, q = 0.9 needs far more ADMM iterations per outer step than
     the defaults (one outer step here, capped, to keep the test short)."""

@@ -27,6 +27,7 @@ def count_proxal_steps(monkeypatch):
     return total
 
 
+@pytest.mark.integration     # ProxAL with FedADMM inner steps against CVXPY: CI runs it after the fast suite
 def test_composition_verifies_against_cvxpy_and_counts_local_steps(count_proxal_steps):
     prob, w = constrained_model(0)            # local ineq./eq., private slack, global ineq./eq., λ‖w‖₁
     ref = prob.solve("cvxpy")

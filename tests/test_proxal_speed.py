@@ -13,6 +13,7 @@ from fedmodel.backends import ProxAL
 from fedmodel.backends.proxal import FAST_PROXAL, PAPER_PROXAL
 from fedmodel.builtin_models import backend_options
 from fedmodel.reproductions import proxal_table1 as table1
+from conftest import load_data
 
 
 def adult_like(m: int = 2000, d: int = 8, seed: int = 0, positive: float = 0.25):
@@ -62,6 +63,7 @@ def test_fast_preset_keeps_the_certificate():
     assert last["multiplier_change"] <= beta * eps2
 
 
+@pytest.mark.integration     # 20 clients: CI runs it after the fast suite
 def test_converges_at_twenty_clients_on_adult_like_data():
     """Issue 3 (c): n = 20 converges (well inside max_outer) and verifies."""
     X, y = adult_like(m=4000, d=8, seed=5)
@@ -96,6 +98,7 @@ def barely_feasible(X, y, n, margin=0.02):
     return table1.smallest_worst_client_loss(X, y, parts) + margin
 
 
+@pytest.mark.integration     # two ProxAL runs at m = 2000: CI runs it after the fast suite
 def test_beta_growth_keeps_certificate_and_cuts_outer_iterations():
     """On a barely feasible model the violation stalls at β = 300; beta_growth raises β, every
     ADMM stop still satisfies Theorem 4.1, (11) holds with the final β_k, the answer verifies,
@@ -153,17 +156,18 @@ def test_adult_at_twenty_clients_is_infeasible():
     """Why ProxAL does not converge on adult (121-UCI, 14 features, no intercept) at n = 20:
     no w makes every client's class-1 loss ≤ 0.2 — the smallest achievable worst-client loss
     is 0.2198 (two solvers agree)."""
-    X, y = table1.load("adult-a")
+    X, y = load_data(table1.load, "adult-a")
     _, _, parts = table1.build(X, y, 20)
     assert table1.smallest_worst_client_loss(X, y, parts) == pytest.approx(0.2198, abs=5e-4)
 
 
+@pytest.mark.integration     # monks-1 at n = 5, twice (~1 min): CI runs it after the fast suite
 def test_anderson_cuts_admm_iterations_on_monks1():
     """Issue 3's slow case (monks-1, n = 5): with the fast preset, Anderson acceleration
     (anderson=5) needs at most half the ADMM iterations of the same preset without it
     (measured: 258 vs 1246), and both reach CVXPY's objective. ε1 = 1e-3: the model has no
     minimizer (see test_proxal_defaults), so the default 1e-5 only follows its drift longer."""
-    X, y = table1.load("monks-1")
+    X, y = load_data(table1.load, "monks-1")
     prob, _, _ = table1.build(X, y, 5)
     reference = prob.solve("cvxpy")
     fast = prob.solve(ProxAL(**dict(FAST_PROXAL, tol=(1e-3, 1e-4))))

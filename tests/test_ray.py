@@ -16,6 +16,8 @@ from fedmodel import backends, topologies
 from fedmodel.runtime.ledger import install, procedure
 from fedmodel.runtime.program import compile_programs
 
+pytestmark = pytest.mark.integration     # Ray: a local cluster, worker processes: CI runs it after the fast suite
+
 D = 3
 
 

@@ -5,6 +5,8 @@ import pytest
 from fedmodel.reproductions import proxal_table4
 from conftest import missing_data
 
+pytestmark = pytest.mark.integration     # paper reproductions: CI runs it after the fast suite
+
 
 def test_table4_instance_recipe_matches_the_spec_kkt_optima():
     # ../shared/spec/fl_constraints.md §4.3: exact KKT optima of the code-recipe instances

@@ -13,6 +13,8 @@ from fedmodel import datasets
 from fedmodel.reproductions import models
 from conftest import missing_data
 
+pytestmark = pytest.mark.integration     # paper reproductions on MNIST: CI runs it after the fast suite
+
 @pytest.fixture
 def needs_data():
     if not (datasets.data_dir() / "mnist_train.npz").is_file():

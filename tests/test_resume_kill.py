@@ -28,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from test_checkpoint import constrained_model, least_squares  # noqa: E402
 
+pytestmark = pytest.mark.integration     # kill-and-resume in subprocesses: CI runs it after the fast suite
+
 
 def logistic_model(seed: int = 0, n_clients: int = 3, d: int = 4):
     """Logistic regression with a disk on each client and a server constraint: non-quadratic merits,

@@ -24,6 +24,16 @@ from fedmodel import topologies
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TOL = 2e-3          # ‖x − x*‖∞ / max(1, ‖x*‖∞) for a default federated run against CVXPY
+# Each property runs twice: FAST_EXAMPLES examples in the fast suite, all of SETTINGS'
+# max_examples in CI's integration run (derandomized: the same first examples in both)
+FAST_EXAMPLES = 1
+
+
+def _sized(check, **strategies):
+    """`check` as two tests: (fast, integration), given `strategies`."""
+    fast = settings(SETTINGS, max_examples=FAST_EXAMPLES)(given(**strategies)(check))
+    full = pytest.mark.integration(SETTINGS(given(**strategies)(check)))
+    return fast, full
 
 
 @dataclass(frozen=True)
@@ -142,9 +152,7 @@ def _solve(prob, name: str, options: dict):
 
 
 # ---- equivalent rewrites ----------------------------------------------------------------------
-@SETTINGS
-@given(spec=specs, style=st.sampled_from(["one", "reversed", "scaled", "central"]))
-def test_rewrites_solve_to_the_same_answer(spec, style):
+def _check_rewrites_solve_to_the_same_answer(spec, style):
     """CVXPY and ProxAL on a rewrite give what they give on the plain model."""
     plain, w = build(spec, "split")
     other, v = build(spec, style)
@@ -163,9 +171,13 @@ def test_rewrites_solve_to_the_same_answer(spec, style):
         assert np.max(np.abs(fed_other.value(v) - fed_plain.value(w))) <= 1e-8
 
 
-@SETTINGS
-@given(spec=specs)
-def test_every_applicable_backend_agrees_with_cvxpy(spec):
+(test_rewrites_solve_to_the_same_answer,
+ test_rewrites_solve_to_the_same_answer_all_examples) = _sized(
+    _check_rewrites_solve_to_the_same_answer, spec=specs,
+    style=st.sampled_from(["one", "reversed", "scaled", "central"]))
+
+
+def _check_every_applicable_backend_agrees_with_cvxpy(spec):
     """Default options, the model as a user writes it (one `minimize`, same private names)."""
     prob, w = build(spec, "one")
     ref = prob.solve("cvxpy")
@@ -177,9 +189,12 @@ def test_every_applicable_backend_agrees_with_cvxpy(spec):
         assert res.max_violation <= 1e-3, (name, options)
 
 
-@SETTINGS
-@given(spec=specs, split_seed=st.integers(0, 1000))
-def test_the_same_data_split_differently_is_the_same_model(spec, split_seed):
+(test_every_applicable_backend_agrees_with_cvxpy,
+ test_every_applicable_backend_agrees_with_cvxpy_all_examples) = _sized(
+    _check_every_applicable_backend_agrees_with_cvxpy, spec=specs)
+
+
+def _check_the_same_data_split_differently_is_the_same_model(spec, split_seed):
     prob, w = build(spec, "one")
     other, v = build(spec, "one", split_seed=split_seed)
     ref, ref_other = prob.solve("cvxpy"), other.solve("cvxpy")
@@ -189,9 +204,12 @@ def test_the_same_data_split_differently_is_the_same_model(spec, split_seed):
     assert _distance(res, ref, v, w) <= TOL
 
 
-@SETTINGS
-@given(spec=specs.filter(lambda s: s.private))
-def test_duplicate_private_names_are_the_clients_business(spec):
+(test_the_same_data_split_differently_is_the_same_model,
+ test_the_same_data_split_differently_is_the_same_model_all_examples) = _sized(
+    _check_the_same_data_split_differently_is_the_same_model, spec=specs, split_seed=st.integers(0, 1000))
+
+
+def _check_duplicate_private_names_are_the_clients_business(spec):
     same, w = build(spec, "one", same_names=True)
     distinct, v = build(spec, "one", same_names=False)
     for backend in ("cvxpy", "proxal"):
@@ -204,10 +222,13 @@ def test_duplicate_private_names_are_the_clients_business(spec):
         np.testing.assert_allclose(private_a, private_b, atol=1e-6)
 
 
+(test_duplicate_private_names_are_the_clients_business,
+ test_duplicate_private_names_are_the_clients_business_all_examples) = _sized(
+    _check_duplicate_private_names_are_the_clients_business, spec=specs.filter(lambda s: s.private))
+
+
 # ---- what must be reported, never returned as an answer -----------------------------------------
-@SETTINGS
-@given(spec=specs.filter(lambda s: not s.private))
-def test_an_infeasible_model_is_reported(spec):
+def _check_an_infeasible_model_is_reported(spec):
     """Contradictory server constraints on top of a random model: no backend may call it converged."""
     prob, w = build(spec, "one")
     prob.server.subject_to((fm.sum(w) >= 1.0).named("at_least"), (fm.sum(w) <= -1.0).named("at_most"))
@@ -219,9 +240,12 @@ def test_an_infeasible_model_is_reported(spec):
     assert fm.verify(res, ref).ok            # both say infeasible: they agree
 
 
-@SETTINGS
-@given(spec=specs.filter(lambda s: not s.private and s.ball is None and not s.lam))
-def test_a_diverging_setting_is_reported(spec):
+(test_an_infeasible_model_is_reported,
+ test_an_infeasible_model_is_reported_all_examples) = _sized(
+    _check_an_infeasible_model_is_reported, spec=specs.filter(lambda s: not s.private))
+
+
+def _check_a_diverging_setting_is_reported(spec):
     """Local gradient steps far beyond 2/L (the paper's FedADMM, no safeguard): "diverged",
     with a warning that names the setting — never an answer."""
     from fedmodel import backends
@@ -229,3 +253,9 @@ def test_a_diverging_setting_is_reported(spec):
     with pytest.warns(RuntimeWarning, match="diverged"):
         res = prob.solve(backends.FedADMM.paper(lr=100.0))
     assert res.status == "diverged" and "lr" in res.info["diverged"]
+
+
+(test_a_diverging_setting_is_reported,
+ test_a_diverging_setting_is_reported_all_examples) = _sized(
+    _check_a_diverging_setting_is_reported,
+    spec=specs.filter(lambda s: not s.private and s.ball is None and not s.lam))

@@ -201,6 +201,7 @@ class _Stop(Exception):
     pass
 
 
+@pytest.mark.integration     # checkpoint, resume and batched runs: CI runs it after the fast suite
 def test_checkpoint_resume_and_batched_keep_each_clients_s(tmp_path):
     """Checkpoints store values by position in problem.variables() and the batched executor
     stacks clients: neither may mix up the three `s`."""

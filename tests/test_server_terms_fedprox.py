@@ -25,7 +25,8 @@ def _model(regularizer):
 
 
 @pytest.mark.parametrize("backend", ["fedavg", "fedprox"])
-@pytest.mark.parametrize("executor", ["serial", "batched"])
+# the batched executor's cases in CI's integration run
+@pytest.mark.parametrize("executor", ["serial", pytest.param("batched", marks=pytest.mark.integration)])
 @pytest.mark.parametrize("regularizer", [lambda w: 1e-3 * fm.sum_squares(w),
                                          lambda w: 0.5 * fm.sum_squares(w),
                                          lambda w: 0.05 * fm.norm1(w)],

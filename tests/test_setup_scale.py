@@ -127,6 +127,7 @@ def cyclic_garbage(work: Callable[[], None]) -> collections.Counter:
             gc.enable()
 
 
+@pytest.mark.integration     # gc over many programs: CI runs it after the fast suite
 def test_dropped_programs_leave_no_cycles():
     prob = mixed_problem(n=300)
     compile_programs(mixed_problem(n=3))      # one-time set-up (caches, imports) left out
@@ -141,6 +142,7 @@ def test_dropped_programs_leave_no_cycles():
     assert sum(found.values()) < 10, found   # before: 3600 (a dict and a function per plan)
 
 
+@pytest.mark.integration     # gc over a full run: CI runs it after the fast suite
 def test_final_objective_and_certificate_leave_no_cycles():
     prob = mixed_problem(n=30)
     result = prob.solve(backends.DALD(solver="gd", step=0.05, max_iterations=2, eps_primal=0.0,
@@ -207,6 +209,7 @@ def test_an_application_freeze_is_left_alone(nothing_frozen):
     assert gc.get_freeze_count() == 0 and 0 in during
 
 
+@pytest.mark.integration     # gc over a batched run: CI runs it after the fast suite
 def test_a_batched_run_leaves_no_cycles_of_its_plans():
     prob = mixed_problem(n=30)
     prob.solve(short_dald(), executor="batched")     # one-time set-up (numba, caches) left out

@@ -11,7 +11,7 @@ from fedmodel import backends
 from fedmodel.runtime import batched_newton, solvers
 from fedmodel.runtime.batched_plan import BatchedPlan
 from fedmodel.runtime.program import NodeProgram, compile_programs
-from tests.conftest import missing_data
+from conftest import load_data
 
 D = 300
 
@@ -164,7 +164,7 @@ def _no_dense_newton(monkeypatch, budget):
     return hvps
 
 
-@pytest.mark.parametrize("executor", ["serial", "batched"])
+@pytest.mark.parametrize("executor", ["serial", pytest.param("batched", marks=pytest.mark.integration)])
 def test_hessian_free_solves_reach_cvxpy(monkeypatch, executor):
     """With a budget below d², no d × d matrix is formed (the server's quadratic step and the
     Newton-type client steps run on Hessian-vector products) and ProxAL, DALD and FedADMM
@@ -195,10 +195,7 @@ def test_jax_executor_refuses_to_densify_beyond_its_limit(monkeypatch):
 # ---- a9a with hashed pairwise features ----------------------------------------------------------
 def _a9a_hashed(rows=600, clients=3, buckets=1900, radius=50.0, ridge=1e-2):
     from fedmodel.datasets import hashed_pairs, load_a9a
-    try:
-        data = load_a9a(sparse=True)
-    except fm.DataError as exc:
-        missing_data(str(exc))
+    data = load_data(load_a9a, sparse=True)
     X = hashed_pairs(data.X[:rows], buckets)
     y = np.where(data.y[:rows] > 0, 1.0, -1.0)
     w = fm.Variable(X.shape[1], name="w")
@@ -212,6 +209,7 @@ def _a9a_hashed(rows=600, clients=3, buckets=1900, radius=50.0, ridge=1e-2):
     return prob, w
 
 
+@pytest.mark.integration     # real data, d = 2,023, three backends (~1 min): CI runs it after the fast suite
 def test_a9a_hashed_sparse_backends_agree_with_cvxpy(monkeypatch):
     """a9a with hashed pairwise interactions (d = 2,023, ~100 nonzeros a row, CSR), 600 rows
     over 3 clients: ProxAL, DALD and FedADMM with sparse data, the budget below d² (every

@@ -43,16 +43,21 @@ def test_fedadmm_that_blows_up_on_batched_says_diverged():
     assert result.status == "diverged"
 
 
-def test_dp_admm_defaults_on_batched_equal_the_seeded_serial_run():
+# the first 200 rounds in the fast suite (ε̄ per round: the cap changes no noise scale); the
+# default max_rounds = 20,000 (minutes) in CI's integration run
+@pytest.mark.parametrize("rounds", [pytest.param({"max_rounds": 200}, id="200-rounds"),
+                                    pytest.param({}, id="default-rounds", marks=pytest.mark.integration)])
+def test_dp_admm_defaults_on_batched_equal_the_seeded_serial_run(rounds):
     prob, w = _model(private=False)
     ex = BatchedExecutor()
-    batched = prob.solve("dp-admm", executor=ex, epsilon=1.0, seed=3)
-    serial = prob.solve("dp-admm", epsilon=1.0, seed=3)
+    batched = prob.solve("dp-admm", executor=ex, epsilon=1.0, seed=3, **rounds)
+    serial = prob.solve("dp-admm", epsilon=1.0, seed=3, **rounds)
     assert ex.stats[("dp_admm_step", "batched")] > 0 and ex.stats[("dp_admm_step", "serial")] == 0
     assert batched.status == serial.status
     np.testing.assert_allclose(batched.value(w), serial.value(w), rtol=0, atol=1e-10)
 
 
+@pytest.mark.integration     # JAX equivalence: CI runs it after the fast suite
 def test_fedadmm_defaults_on_jax_equal_serial():
     from fedmodel.runtime.jax_executor import JaxExecutor
     prob, w = _model()

@@ -57,6 +57,7 @@ def test_the_stall_window_grows_with_the_run():
     assert DALD()._stall(_records([1e-7] * 400, steps, steps, dual=1e-12)) == "infeasible"
 
 
+@pytest.mark.integration     # 822 DALD steps: CI runs it after the fast suite
 def test_dald_solves_the_builtin_model_on_a_star():
     """`fedmodel run --backend dald --verify`'s model and options: "stalled" at outer step 119,
     0.12 (relative ∞-norm) from CVXPY; now converged (822 outer steps on the equilibrated

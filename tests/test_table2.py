@@ -8,6 +8,8 @@ import pytest
 from fedmodel import datasets
 from conftest import missing_data
 
+pytestmark = pytest.mark.integration     # paper reproduction on adult-b: CI runs it after the fast suite
+
 @pytest.fixture(autouse=True, scope="module")
 def _reference_data():
     if not (datasets.data_dir() / "SHA256SUMS").is_file():

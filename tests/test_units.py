@@ -14,10 +14,20 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from conftest import missing_data
+from conftest import load_data
 from fedmodel import backends, topologies
 
 SCALES = range(-6, 7)
+# The fast suite runs the extremes and the unit run; CI's integration run the other scales (with
+# the unit run, the reference of every comparison): together every scale of the sweep
+FAST_SCALES = (-6, 0, 6)
+
+
+def _split(scales, fast=FAST_SCALES) -> list:
+    """`scales` as two parametrize cases: the fast ones, and the rest plus 0 (integration)."""
+    rest = tuple(k for k in scales if k == 0 or k not in fast)
+    return [pytest.param(tuple(k for k in scales if k in fast), id="fast-scales"),
+            pytest.param(rest, id="other-scales", marks=pytest.mark.integration)]
 
 
 def least_squares(scale: float, clients: int = 3):
@@ -85,11 +95,12 @@ LEAST_SQUARES = {"proxal": ("proxal", None, 3), "cproxal": ("cproxal", None, 3),
                  "dp-admm": ("dp-admm", None, 3), "cvxpy": ("cvxpy", None, 3)}
 
 
+@pytest.mark.parametrize("scales", _split(SCALES))
 @pytest.mark.parametrize("name", list(LEAST_SQUARES))
-def test_least_squares_in_any_units(name):
+def test_least_squares_in_any_units(name, scales):
     backend, topology, clients = LEAST_SQUARES[name]
     model = functools.partial(least_squares, clients=clients)
-    runs = _runs(model, backend, topology)
+    runs = _runs(model, backend, topology, scales=scales)
     # CVXPY too: the lowering moves σ inside the sum of squares (fedmodel/lowering/to_cvxpy.py
     # `_weighted`); with σ outside, Clarabel's cone kept the 10^k-sized residual: 3.4e-6 at k = 6
     _assert_invariant(runs, name)
@@ -99,11 +110,12 @@ def test_least_squares_in_any_units(name):
         assert np.max(np.abs(unit_w - prob.solve("cvxpy").value(w))) <= 1e-4, name
 
 
+@pytest.mark.parametrize("scales", _split((-6, -2, 0, 3, 6)))
 @pytest.mark.parametrize("name", ["proxal", "cproxal", "dald", "cvxpy"])
-def test_constrained_logistic_in_any_units(name):
+def test_constrained_logistic_in_any_units(name, scales):
     """Five of the scales (the slowest models of the sweep; least squares runs all 13); the
     unit run verified against CVXPY where it converged."""
-    runs = _runs(constrained_logistic, name, scales=(-6, -2, 0, 3, 6))
+    runs = _runs(constrained_logistic, name, scales=scales)
     _assert_invariant(runs, name)
     unit, _ = runs[0]
     if unit.status == "converged":
@@ -131,6 +143,7 @@ def test_factors_are_reported_and_presets_solve_the_model_as_written():
     assert "scaling" not in prob.solve("proxal", scaling=False).info
 
 
+@pytest.mark.integration     # real data, 1,500 rows: CI runs it after the fast suite
 def test_raw_adult_in_its_own_units_solves_and_verifies():
     """The UCI adult file as shipped (age in years, fnlwgt up to 1.2e6, capital-gain up to
     99,999, one-hot categoricals, an intercept, no standardization), 1,500 rows over 5 clients,
@@ -138,10 +151,7 @@ def test_raw_adult_in_its_own_units_solves_and_verifies():
     (`scaling=False`, max_outer=20) the same run had no answer after 11 minutes."""
     from fedmodel.builtin_models import neyman_pearson_clients
     from fedmodel.datasets import load_adult_raw
-    try:
-        data = load_adult_raw()
-    except fm.DataError as exc:
-        missing_data(str(exc))
+    data = load_data(load_adult_raw)
     X = np.hstack([data.X[:1500], np.ones((1500, 1))])
     prob, w, _ = neyman_pearson_clients(X, data.y[:1500], 5, 0.6, 0)
     prob.server.minimize(1e-2 * fm.sum_squares(w))
@@ -174,10 +184,7 @@ def test_cvxpy_solves_as_written_where_clarabel_is_inaccurate_on_the_equilibrate
     SCS's 200,000 iterations (89 s). The equilibrated attempts stop after Clarabel and the model
     is solved again as written: Clarabel's optimal answer, 95 iterations."""
     from fedmodel.reproductions import proxal_table1
-    try:
-        X, y = proxal_table1.load("monks-1")
-    except (OSError, fm.FedModelError) as exc:
-        missing_data(f"monks-1 not available: {exc}")
+    X, y = load_data(proxal_table1.load, "monks-1")
     prob, w, _ = proxal_table1.build(X, y, 5)
     res = prob.solve("cvxpy")
     assert res.status == "converged" and res.info["solver"] == "CLARABEL"
