@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("fedmodel.backends",)),
     ("applications", (ROOT_MODULE, "fedmodel.verify", "fedmodel.plotting", "fedmodel.builtin_models",
-                      "fedmodel.reproductions", "fedmodel.cli",
+                      "fedmodel.reproductions", "fedmodel.cli", "fedmodel.deploy",
                       "fedmodel.datasets")),
 ]
 ALGORITHM_WORDS = re.compile(r"dald|admm|proxal|fedprox|fedavg|insa|dgd", re.IGNORECASE)
