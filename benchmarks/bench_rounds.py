@@ -59,6 +59,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
+from benchmarks import bench_defaults  # noqa: E402
 from benchmarks.common import machine_info  # noqa: E402
 
 ROWS_PER_CLIENT, DIM = 20, 10
@@ -122,17 +123,9 @@ def logistic_ball(n: int, radius: float = 1.0, lam: float = 0.01):
 
 
 def lasso(n: int, lam: float = 0.05):
-    """Mean squared error / 2 + λ‖w‖₁ written per client (`loss + λ/n · norm1(w)`); sparse truth."""
-    rng = np.random.default_rng(1)
-    w_true = np.where(rng.random(DIM) < 0.4, rng.standard_normal(DIM), 0.0)
-    prob, w = fm.Problem(name="lasso"), fm.Variable(DIM, name="w")
-    for i in range(n):
-        A = rng.standard_normal((ROWS_PER_CLIENT, DIM))
-        b = A @ w_true + 0.1 * rng.standard_normal(ROWS_PER_CLIENT)
-        c = prob.add_client(f"c{i}")
-        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b"))
-                   / (2 * n * ROWS_PER_CLIENT) + lam / n * fm.norm1(w))
-    return prob, w
+    """Mean squared error / 2 + λ‖w‖₁ written per client (`loss + λ/n · norm1(w)`); sparse
+    truth (bench_defaults' lasso at this suite's size)."""
+    return bench_defaults.lasso(n=n, m=ROWS_PER_CLIENT, d=DIM, lam=lam)
 
 
 def _neyman_pearson(dataset: str) -> Callable:

@@ -215,7 +215,6 @@ def test_singleton_groups_and_min_group_take_the_serial_path():
 def _drive(ex_steps, programs, d):
     """Init, then alternate solve/dual rounds, each on the executor listed in `ex_steps` (which
     takes the programs over from the one before: `Executor.take_over`)."""
-    import fedmodel.backends.dald  # noqa: F401  (declares the DALD message kinds)
     clients = [n for n, p in programs.items() if p.role == "client"]
     executors = {"serial": SerialExecutor().start(programs), "batched": BatchedExecutor().start(programs)}
     executors["serial"].take_over().map("dald_cc_init", {c: {"x0": np.zeros(d), "beta": 2.0, "rho": np.ones(d)}
@@ -243,7 +242,6 @@ def test_switching_executors_midway_keeps_client_state():
 
 
 def test_bad_payload_is_refused_like_the_serial_executor():
-    import fedmodel.backends.dald  # noqa: F401
     prob, _ = _logistic()
     ex = BatchedExecutor().start(compile_programs(prob))
     clients = ex.clients

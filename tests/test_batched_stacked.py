@@ -19,7 +19,6 @@ from test_batched import D, MODELS, TOL, _assert_same, _assert_value_grad_per_cl
 
 def _started(executor, prob, rho=1.0):
     """An executor whose clients ran `dald_cc_init` (so the DALD procedures apply)."""
-    import fedmodel.backends.dald  # noqa: F401  (registers the procedures)
     ex = executor.start(compile_programs(prob))
     ex.map("dald_cc_init", {c: {"x0": np.zeros(D), "beta": 2.0, "rho": rho} for c in ex.clients})
     return ex

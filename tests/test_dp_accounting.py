@@ -5,7 +5,6 @@ composition on the paper's schedules, and the budget search."""
 import math
 
 import dp_accounting
-import numpy as np
 import pytest
 from scipy import optimize, stats
 

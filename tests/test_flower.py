@@ -234,7 +234,6 @@ def test_map_sum_default_is_the_sum_of_the_replies():
 def _hang_c1_while_flagged() -> None:
     """c1's FedADMM round hangs while the file $FEDMODEL_TEST_HANG exists: a client that never
     returns. Installed wherever this module is imported (the driver and each Flower worker)."""
-    from fedmodel.backends.fedadmm import client  # noqa: F401  (registers fedadmm_round here)
     serve = PROCEDURES["fedadmm_round"]
     if getattr(serve, "hangs", False):
         return

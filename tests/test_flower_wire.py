@@ -24,7 +24,7 @@ from fedmodel.runtime.spec_codec import decode_spec, encode_spec
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Metadata, RecordDict  # noqa: E402
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, Metadata, RecordDict  # noqa: E402
 
 from fedmodel.runtime import flower_executor as fe  # noqa: E402
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import atoms as _atoms
 from ..atoms.base import Atom
-from ..constraints import Constraint, Equality, Inequality
+from ..constraints import Equality, Inequality
 from ..errors import FedModelError
 from ..expression import (Constant, Data, Expression, Leaf, Parameter, Variable, _matvec_layout,
                           _reserve_uid, is_sparse, postorder, sparse_csr)
