@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from . import proxal_batched, proxal_nodes, proxal_outer
+from . import proxal_nodes, proxal_outer
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
@@ -113,7 +113,7 @@ class ProxAL(Backend):
     name = "proxal"
     checkpointing = True
     # Algorithm 2's client steps (with their vectorized forms) and the verdict's node report
-    procedures = (proxal_nodes._sample_count, *proxal_batched.PROCEDURES, proxal_outer._violations)
+    procedures = (*proxal_nodes.PROCEDURES, proxal_outer._violations)
 
     def __init__(self, beta: float = 300.0, rho: float = 0.1, s_bar: float = 1e-3, q: float = 0.3,
                  tol: tuple[float, float] = (1e-5, 1e-4), max_outer: int = 100,

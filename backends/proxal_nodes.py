@@ -1,12 +1,25 @@
 """ProxAL's client side (Algorithm 2 of He, Peng, Sun, "Federated learning with convex global and
-local constraints"; equation numbers: that paper): the node procedures that run on each client
-with its program's API only, keeping their state (u_i, λ_i, ρ_i, Anderson history) in
-`program.state["admm"]`, and the client's sample count m_i for ρ_i = a·m_i (Remark 4.2)."""
+local constraints"; equation numbers: that paper): the client steps, each written once over rows
+of clients (`fedmodel.runtime.client_step`: a group of one on the serial, Ray and Flower
+executors, a whole group on the batched and JAX ones), keeping each client's state (u_i, λ_i,
+ρ_i, Anderson history) in `program.state["admm"]`, and the client's sample count m_i for
+ρ_i = a·m_i (Remark 4.2).
+
+`proxal_admm_step` does, for the rows at once: the local solve (19) by `Group.solve_local`
+(Newton and exact solves of a stack that fits: one batched solve, `batched_newton`; L-BFGS,
+prox, GD and Newton-CG: each client's own solver), the certificate (22) from one ∇P_i
+evaluation, the multiplier step (20), ũ_i (21) and adaptive ρ_i; Anderson's per-client
+histories (mix, push) client by client. Members sent different options or server iterates are
+served one by one (the same step on each).
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from fedmodel.expression import Data
+from fedmodel.runtime.batched_group import Group, private_stack
+from fedmodel.runtime.batched_procedures import common_value, same_options
+from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .anderson import MAX_MEMORY, ClientHistory
@@ -21,49 +34,91 @@ def _sample_count(program: NodeProgram) -> dict:
     return {"samples": float(max(rows or [1]))}
 
 
-@procedure("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1"}, {"u_tilde": "x"})
-def _admm_init(program: NodeProgram, w, rho, anderson=0.0):
-    """Step 1 of Algorithm 2: u⁰ = w̃⁰, λ⁰ = −∇P_i(w̃⁰), ũ⁰ = w̃⁰ − ∇P_i(w̃⁰)/ρ_i."""
-    grad = program.merit(w)["grad"]
-    program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": float(rho), "w": w.copy(),
-                             "history": ClientHistory(int(anderson)) if anderson else None}
-    return {"u_tilde": w - grad / rho}
+@client_step("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1"}, {"u_tilde": "x"})
+def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
+    """Step 1 of Algorithm 2: u⁰ = w̃⁰, λ⁰ = −∇P_i(w̃⁰), ũ⁰ = w̃⁰ − ∇P_i(w̃⁰)/ρ_i. Each client's
+    gradient from its own plan (once per ADMM run): the request does not say which local solver
+    follows, and an L-BFGS-B run started from a gradient that differs in the last bits can take
+    other steps."""
+    replies = {}
+    for m in members:
+        program, request = group.programs[group.index[m]], payloads[m]
+        w, rho, anderson = np.asarray(request["w"], float), float(request["rho"]), int(request.get("anderson", 0.0))
+        grad = program.merit(w)["grad"]
+        program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": rho, "w": w.copy(),
+                                 "history": ClientHistory(anderson) if anderson else None}
+        replies[m] = {"u_tilde": w - grad / rho}
+    group.forget()          # new state dicts
+    return replies
 
 
-@procedure("proxal_admm_step", {"w": "x", "eps": "1", "adaptive": "1", "solver": "str",
-                                "mix": f"<={MAX_MEMORY}", "restart": "1"},
-           {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1", "products": f"<={MAX_MEMORY + 1}"})
-def _admm_step(program: NodeProgram, w, eps, adaptive=0.0, solver="auto", mix=None, restart=0.0):
-    """One client step of Algorithm 2 at the server's w^{t+1}: certificate (22), local solve
-    (19), multiplier step (20), ũ_i (21); with Anderson, first the mix the server sent."""
-    s = program.state["admm"]
-    u, lam, rho, history = s["u"], s["lam"], s["rho"], s["history"]
-    if history is not None:            # Anderson acceleration (backends/anderson.py)
-        if restart:
+@client_step("proxal_admm_step", {"w": "x", "eps": "1", "adaptive": "1", "solver": "str",
+                                  "mix": f"<={MAX_MEMORY}", "restart": "1"},
+             {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1", "products": f"<={MAX_MEMORY + 1}"})
+def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """One client step of Algorithm 2 at the server's w^{t+1} for the rows `members`:
+    certificate (22), local solve (19), multiplier step (20), ũ_i (21); with Anderson, first
+    the mix the server sent. None (served one by one) when the members were sent different
+    options or iterates."""
+    opts = same_options(payloads, members, ("eps", "adaptive", "solver", "restart"))
+    w = common_value(payloads, members)
+    mix = None if opts is None else opts.get("mix")
+    if opts is None or w is None or (mix is not None and any(
+            payloads[m] is not opts and not np.array_equal(payloads[m].get("mix"), mix) for m in members)):
+        return None
+    rows = np.array([group.index[m] for m in members])
+    states = [group.programs[i].state["admm"] for i in rows]
+    k, n_x = len(members), group.n_x
+    U = np.array([s["u"] for s in states], dtype=float).reshape(k, n_x)
+    Lam = np.array([s["lam"] for s in states], dtype=float).reshape(k, n_x)
+    rho = np.array([float(s["rho"]) for s in states])
+    histories = [s["history"] for s in states]
+    for j, history in enumerate(histories):   # Anderson acceleration (backends/anderson.py)
+        if history is None:
+            continue
+        if opts.get("restart", 0.0):
             history.clear()
-        if mix is not None and len(mix):   # the state x_i = (u_i, λ_i/ρ_i) the server mixed ũ_i of
+        if mix is not None and len(mix):       # the state x_i = (u_i, λ_i/ρ_i) the server mixed ũ_i of
             x = history.mix(np.asarray(mix, float))
-            u, lam = x[:u.size], rho * x[u.size:]
-    # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², to ‖∇φ_i‖∞ ≤ ε_{t+1}
-    out = program.solve_local(linear=lam, weight=rho, anchor=w, x0=u, tol=eps, method=solver)
-    u_new = out["x"]
+            U[j], Lam[j] = x[:n_x], rho[j] * x[n_x:]
+    # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², to ‖∇φ_i‖∞ ≤ ε_{t+1}, warm-started
+    # at (u_i, y_i)
+    private = private_stack(group)
+    Z, steps, _ = group.solve_local(np.concatenate([U, private[rows]], axis=1), rows, Lam, rho, w,
+                                    float(opts["eps"]), opts.get("solver", "auto"))
+    U_new, Y_new = Z[:, :n_x], Z[:, n_x:]
     # (22) with the OLD λ_i^t, u_i^t and the ρ_i^t the server used in (18), and the private
     # values y_i this step leaves (those the run reports): ∇_w ℓ_k(w, y) = ∇P_0(w) +
     # Σ_i ∇_w P_i(w, y_i) for any y_i, and (18) gives ∇P_0(w) ≈ −Σ_i (λ_i − ρ_i (w − u_i))
     # whatever they are. Read before the solve (at y_i^t), it bounded ∇_w ℓ_k at a point the
     # run does not return (equilibrated private slack: true 6.2e-4 against 2.9e-4).
-    eps_tilde = float(np.max(np.abs(program.prox_remainder(   # a client's λ‖w‖₁: its ∂ counts
-        w, program.gradient(w) + lam - rho * (w - u))), initial=0.0))
-    lam_new = lam + rho * (u_new - w)                                  # (20)
-    reply = {"eps_tilde": eps_tilde, "steps": out["steps"]}
-    if history is not None:            # the iterate in the ρ it was computed with
-        reply["products"] = history.push(np.concatenate([u_new, lam_new / rho]),
-                                         np.concatenate([u, lam / rho]))
-    if adaptive:
-        rho = _balance(rho, primal=np.max(np.abs(u_new - w)), dual=rho * np.max(np.abs(w - s["w"])))
-    program.state["admm"] = {"u": u_new, "lam": lam_new, "rho": rho, "w": w.copy(), "history": history}
-    reply.update(u_tilde=u_new + lam_new / rho, rho=rho)                  # (21), with the new ρ
-    return reply
+    private = private.copy()
+    private[rows] = Y_new
+    remainder = group.grad(np.broadcast_to(w, (group.n, n_x)), private)[rows, :n_x] + Lam - rho[:, None] * (w - U)
+    if group.prox:                      # a client's λ‖w‖₁ or set: its ∂ counts
+        remainder = np.array([group.programs[i].prox_remainder(w, r) for i, r in zip(rows, remainder)])
+    eps_tilde = np.abs(remainder).max(axis=1, initial=0.0)
+    Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
+    new_rho = rho
+    if opts.get("adaptive", 0.0):
+        primal = np.abs(U_new - w).max(axis=1, initial=0.0)
+        previous = np.array([s["w"] for s in states], dtype=float).reshape(k, n_x)
+        dual = rho * np.abs(w - previous).max(axis=1, initial=0.0)
+        new_rho = np.array([_balance(r, p, d) for r, p, d in zip(rho.tolist(), primal.tolist(), dual.tolist())])
+    U_tilde = U_new + Lam_new / new_rho[:, None]                                 # (21), new ρ
+    w_kept, replies = w.copy(), {}
+    for j, m in enumerate(members):     # each client's state and reply (row views of fresh stacks)
+        program, history = group.programs[rows[j]], histories[j]
+        program.y = Y_new[j]
+        reply = {"eps_tilde": float(eps_tilde[j]), "steps": int(steps[j]), "u_tilde": U_tilde[j],
+                 "rho": float(new_rho[j])}
+        if history is not None:         # the iterate in the ρ it was computed with
+            reply["products"] = history.push(np.concatenate([U_new[j], Lam_new[j] / rho[j]]),
+                                             np.concatenate([U[j], Lam[j] / rho[j]]))
+        program.state["admm"] = {"u": U_new[j], "lam": Lam_new[j], "rho": float(new_rho[j]), "w": w_kept,
+                                 "history": history}
+        replies[m] = reply
+    return replies
 
 
 def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor: float = 2.0) -> float:
@@ -73,3 +128,7 @@ def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor
     if dual > ratio * primal:
         return rho / factor
     return rho
+
+
+# ProxAL's client steps (`ProxAL.procedures`)
+PROCEDURES = (_sample_count, _admm_init, _admm_step)

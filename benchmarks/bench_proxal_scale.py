@@ -1,5 +1,5 @@
 """ProxAL per outer iteration vs the number of clients n, serial vs batched vs JAX executors
-(issue 16; the vectorized client steps of backends/proxal_batched.py), in one process.
+(issue 16; the vectorized client steps of backends/proxal_nodes.py), in one process.
 
 Workload: synthetic logistic regression (labels ±1, d features, 10–100 rows per client), each
 client with its own norm ball ‖w − c_i‖² ≤ 1 (an augmented-Lagrangian term: Newton local

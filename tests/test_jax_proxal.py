@@ -1,4 +1,4 @@
-"""ProxAL's client steps vectorized (backends/proxal_batched.py) on `executor="batched"` and
+"""ProxAL's client steps vectorized (backends/proxal_nodes.py: one step over rows of clients) on `executor="batched"` and
 `executor="jax"`: the same run as the serial executor to 1e-8 (history with every ADMM
 certificate, multipliers, final values, ledger), with the forms really serving the rounds
 (`stats[(kind, "batched")]`, `jax_calls`) and no JaxFallbackWarning for them; the batched
@@ -133,28 +133,47 @@ def test_two_structures_are_two_vectorized_groups():
         assert ex.stats[("proxal_admm_step", "batched")] == 6 * serial.iterations["inner"]
 
 
-def test_groups_with_too_large_hessian_stacks_are_served_per_node(monkeypatch):
-    """Above MAX_HESSIAN_FLOATS (k·N² floats per stack) the step goes client by client."""
+def _count_solves(monkeypatch) -> dict:
+    """Counts of the group's batched Newton solves and of the clients' own local solves."""
+    from fedmodel.runtime.batched_group import Group
+    from fedmodel.runtime.program import NodeProgram
+    counts = {"batched": 0, "own": 0}
+    for cls, method, key in ((Group, "solve_newton", "batched"), (NodeProgram, "solve_local", "own")):
+        original = getattr(cls, method)
+
+        def counted(self, *args, _original=original, _key=key, **kwargs):
+            counts[_key] += 1
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, method, counted)
+    return counts
+
+
+def test_groups_with_too_large_hessian_stacks_solve_per_client(monkeypatch):
+    """Above MAX_HESSIAN_FLOATS (k·N² floats per stack) the group's step solves client by
+    client (each client's own Newton solve): the same numbers, no batched solve."""
     import fedmodel.runtime.batched_newton as batched_newton
     prob, _ = _least_squares(n=3)
     serial = prob.solve(ProxAL(max_outer=2), executor="serial")
     monkeypatch.setattr(batched_newton, "MAX_HESSIAN_FLOATS", 3 * D_LS ** 2 - 1)
+    counts = _count_solves(monkeypatch)
     ex = BatchedExecutor()
     assert_same_run(serial, prob.solve(ProxAL(max_outer=2), executor=ex))
-    assert ex.stats[("proxal_admm_step", "batched")] == 0 < ex.stats[("proxal_admm_step", "serial")]
+    assert ex.stats[("proxal_admm_step", "serial")] == 0 < ex.stats[("proxal_admm_step", "batched")]
+    assert counts["batched"] == 0 < counts["own"]
 
 
-def test_lbfgs_falls_back_per_node_with_the_same_numbers():
-    """local_solver="lbfgs" has no vectorized form: served node by node (same numbers), and the
-    JAX executor names the kind."""
+def test_lbfgs_solves_per_client_with_the_same_numbers(monkeypatch):
+    """local_solver="lbfgs" (scipy's L-BFGS-B runs one client at a time): the group's step runs
+    each client's own solver, with the serial numbers."""
     prob = _ball_logistic(n=3)
     make = lambda: ProxAL(max_outer=2, local_solver="lbfgs")     # noqa: E731
     serial = prob.solve(make(), executor="serial")
+    counts = _count_solves(monkeypatch)
     ex = JaxExecutor()
-    run, named = _run(prob, make, ex)
+    run, _ = _run(prob, make, ex)
     assert_same_run(serial, run)
-    assert any("'proxal_admm_step'" in m for m in named)
-    assert ex.stats[("proxal_admm_step", "batched")] == 0
+    assert ex.stats[("proxal_admm_step", "serial")] == 0 < ex.stats[("proxal_admm_step", "batched")]
+    assert counts["batched"] == 0 < counts["own"]
 
 
 # ---- the batched Newton solve and Hessians, against each client's own -------------------------

@@ -220,7 +220,7 @@ def test_checkpoint_resume_and_batched_keep_each_clients_s(tmp_path):
     with pytest.raises(_Stop):
         prob.solve(make(), checkpoint=path, checkpoint_every=1, callback=stop_after_two)
     resumed = prob.solve(make(), checkpoint=path, resume=True)
-    # the batched executor's vectorized ProxAL steps (backends/proxal_batched.py) round
+    # the batched executor's vectorized ProxAL steps (backends/proxal_nodes.py) round
     # differently from the serial ones, and this run amplifies rounding (Anderson, adaptive ρ:
     # serial from w⁰ + 1e-14 moves the answer by 2e-6, the batched run by 3e-6); a mix-up of
     # the clients' s would be O(1); with ProxAL's tighter default ε1 (1e-5) it runs longer and

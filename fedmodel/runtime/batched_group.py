@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .batched_newton import NewtonMatrices, newton_batched
+from .batched_newton import NewtonMatrices, newton_batched, stack_fits
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
 from .program import NodeProgram
@@ -135,6 +135,41 @@ class Group:
         """The method `NodeProgram.solve_local(method=...)` runs on every member ("auto"
         resolved: the members share prox terms, degree and size, hence the choice)."""
         return self.programs[0]._choose(method)
+
+    def solve_local(self, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor, tol: float,
+                    method: str = "auto", max_steps: int = 1000, lr: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`NodeProgram.solve_local` for the clients `rows` from Z0 (k, N) = (x, y) rows:
+        (Z, steps, ‖∇‖∞) per client. Newton and exact solves of a stack that fits
+        (`batched_newton.stack_fits`) are one batched solve (`solve_newton`); any other method
+        (prox, L-BFGS, GD, Newton-CG) runs each client's own solver. `linear`, `anchor`: (n_x,)
+        or (k, n_x); `weight`: a number, (k,) or (k, n_x). The members' `y` are not written."""
+        rows = np.asarray(rows, dtype=np.intp)
+        chosen = self.local_method(method)
+        if chosen in ("exact", "newton") and stack_fits(len(rows), self.n_x + self.n_y):
+            weight = np.broadcast_to(np.asarray(weight, float).reshape(-1, 1) if np.ndim(weight) == 1
+                                     else np.asarray(weight, float), (len(rows), self.n_x))
+            return self.solve_newton(Z0, rows, linear, weight, anchor, tol, chosen, max_steps)
+        return self._solve_each(Z0, rows, linear, weight, anchor, tol, method, max_steps, lr)
+
+    def _solve_each(self, Z0, rows, linear, weight, anchor, tol, method, max_steps, lr):
+        """`solve_local` client by client, each by its program's own solver (its y restored)."""
+        k, n_x = len(rows), self.n_x
+        linear = np.broadcast_to(np.asarray(linear, float), (k, n_x))
+        anchor = np.broadcast_to(np.asarray(anchor, float), (k, n_x))
+        weights = np.asarray(weight, float)
+        Z, steps, residual = np.array(Z0, dtype=float), np.zeros(k, dtype=int), np.zeros(k)
+        for j, r in enumerate(rows):
+            program = self.programs[r]
+            kept = program.y
+            program.y = Z[j, n_x:].copy()
+            w = weights if weights.ndim == 0 else weights[j]
+            out = program.solve_local(linear=linear[j], weight=w, anchor=anchor[j], x0=Z[j, :n_x], tol=tol,
+                                      method=method, max_steps=max_steps, lr=lr)
+            Z[j, :n_x], Z[j, n_x:] = out["x"], program.y
+            steps[j], residual[j] = int(out["steps"]), float(out["grad_norm"])
+            program.y = kept
+        return Z, steps, residual
 
     def solve_newton(self, Z0: np.ndarray, rows: np.ndarray, linear: np.ndarray, weight: np.ndarray,
                      anchor: np.ndarray, tol: float, method: str, max_steps: int = 1000

@@ -133,7 +133,7 @@ def as_procedure(step: Any) -> Procedure:
 def with_forms(step: Any, *, batched: Callable | None = None,
                stacked: Callable | None = None) -> Procedure:
     """`step`'s procedure with vectorized forms added (forms kept beside the algorithm's
-    vectorized code, e.g. backends/proxal_batched.py)."""
+    vectorized code)."""
     found = as_procedure(step)
     return Procedure(found.kind, found.serve, batched or found.batched, stacked or found.stacked)
 
