@@ -109,17 +109,21 @@ class GaussianOutput(Identity):
 
 @procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
                             "bound": "1", "clip": "1", "std": "str", "norm": "str", "seed": "1",
-                            "index": "1", "record": "1", "share": "1", "value_clip": "1"},
+                            "index": "1", "record": "1", "share": "1", "value_clip": "1",
+                            "noise": "1", "rate": "1"},
            {"records": "1", "constraint_releases": "1"})
 def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, clip=None,
-                 std="sigma", norm="inf", seed=None, index=0, record=0.0, share=0.0, value_clip=1.0):
+                 std="sigma", norm="inf", seed=None, index=0, record=0.0, share=0.0, value_clip=1.0,
+                 noise=None, rate=1.0):
     """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
     own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
     OS entropy on the client, so that no one else can replay — and subtract — its noise.
     sensitivity="clip" takes the clip norm C in `clip` (the record bound is C/I_p). Local
     constraints and prox-able terms (`constrained.LocalConstraints`): the J constraints that read
     the client's data get the fraction `share` of ε̄ (ε̄·share/J each), the gradient the rest;
-    the reply's `constraint_releases` is J (None without local constraints or terms)."""
+    the reply's `constraint_releases` is J (None without local constraints or terms).
+    mechanism="sampled_gaussian" (`sampled`): noise multiplier `noise`, Poisson rate `rate`, the
+    L2 clip norm C in `clip`."""
     rng, records = node_generator(seed, index), record_count(program)
     local, releases = _local_constraints(program, mechanism, epsilon, sensitivity, clip, share,
                                          value_clip)
@@ -130,6 +134,10 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
                                  record_bound)
         if bound is None:
             _refuse_unknown_records(program, np.asarray(z0, float), sensitivity)
+    elif mechanism == "sampled_gaussian":
+        from .sampled import SampledGaussianObjective      # (it builds on this module's Identity)
+        layer = SampledGaussianObjective(float(noise), float(rate), float(clip) / records)
+        _refuse_unknown_records(program, np.asarray(z0, float), "clip")
     else:
         layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()
     program.state["dp_admm"] = {"z": np.array(z0, float), "rng": rng, "layer": layer, "norm": norm,

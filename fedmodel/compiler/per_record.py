@@ -135,6 +135,36 @@ class RecordGradients:
         return correction
 
 
+    def record_l2(self, parts: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(an upper bound of ‖record i's gradient term‖₂ for every record i, the adjoints u):
+        ‖a_i ⊗ u_i‖₂ = ‖a_i‖₂‖u_i‖₂ per product, summed over the products (triangle
+        inequality). Needs every product to read records of one row count (NotRecordSeparable)."""
+        counts = {p.rows.shape[0] for p in self.products}
+        if len(counts) > 1:
+            raise NotRecordSeparable(f"{self._where!r} reads records of several row counts {sorted(counts)}; "
+                                     "a sampled release needs one set of records")
+        rows = self._forward(*parts)
+        adjoints = [np.broadcast_to(u, p.rows.shape)
+                    for p, u in zip(self.products, self._adjoint(*parts, *rows))]
+        norms = 0.0
+        for product, u in zip(self.products, adjoints):
+            data = product.data.value
+            squares = data.multiply(data).sum(axis=1) if hasattr(data, "multiply") else np.sum(data * data, axis=1)
+            u_rows = np.asarray(u).reshape(product.rows.shape[0], -1)
+            norms = norms + np.sqrt(np.asarray(squares, float).ravel()) * np.linalg.norm(u_rows, axis=1)
+        return np.asarray(norms, float), adjoints
+
+    def weighted_terms(self, parts: list[np.ndarray], weights: np.ndarray,
+                       adjoints: list[np.ndarray]) -> list[np.ndarray]:
+        """Σ_i weights_i·(record i's gradient term) per shared variable (values of their shapes),
+        from the adjoints `record_l2` returned at the same point."""
+        total = [np.zeros(np.shape(x)) for x in parts]
+        for product, u in zip(self.products, adjoints):
+            factor = weights.reshape((product.rows.shape[0],) + (1,) * (np.ndim(u) - 1))
+            k = self._shared.index(product.product.args[1].uid)
+            total[k] = total[k] + np.reshape(product.data.value.T @ (factor * u), np.shape(parts[k]))
+        return total
+
     def record_values(self, parts: list[np.ndarray]) -> np.ndarray:
         """Record i's term of the objective's value at `parts`, for every record i (a vector
         whose sum is the objective less its record-free part). Needs a scalar objective whose

@@ -48,6 +48,24 @@ def clipped_record_gradients(program, z: np.ndarray, grad: np.ndarray, bound: fl
     return grad if correction is None else grad + program.shared.pack(correction)
 
 
+def sampled_clipped_gradient(program, z: np.ndarray, grad: np.ndarray, bound: float,
+                             sample: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(the record-free part r' of `grad`, Σ_{i ∈ sample} clip(record i's term)) at the shared
+    point z (flat), each term scaled by min(1, bound/‖term‖₂): adding or removing one record
+    moves the sum by at most `bound` in L2. `sample`: a boolean mask over the records (None:
+    all). Raises `NotRecordSeparable` as `record_sensitivity` does."""
+    records = _record_gradients(program)
+    parts = program.shared.unpack(z)
+    if not records.products:
+        return np.array(grad, dtype=float), np.zeros_like(grad, dtype=float)
+    norms, adjoints = records.record_l2(parts)
+    with np.errstate(divide="ignore"):
+        scale = np.where(norms > bound, bound / norms, 1.0)
+    everything = program.shared.pack(records.weighted_terms(parts, np.ones_like(norms), adjoints))
+    kept = scale if sample is None else np.where(sample, scale, 0.0)
+    return grad - everything, program.shared.pack(records.weighted_terms(parts, kept, adjoints))
+
+
 def clipped_record_value(program, z: np.ndarray, bound: float, of) -> float:
     """The value of the scalar `of` at the shared point z (flat) with each record's term clipped to
     [−bound, bound]: replacing one record moves it by at most 2·bound. Raises `NotRecordSeparable`
