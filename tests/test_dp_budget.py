@@ -70,10 +70,11 @@ def test_sampled_clipped_sum_clips_each_records_term_in_l2():
     terms = _terms(A, b, z)
     bound = 0.5 * float(np.median(np.linalg.norm(terms, axis=1)))
     sample = np.random.default_rng(2).random(len(A)) < 0.3
-    rest, clipped = sampled_clipped_gradient(program, z, grad, bound, sample)
+    estimate = sampled_clipped_gradient(program, z, grad, bound, sample, rate=0.3)
     scale = np.minimum(1.0, bound / np.linalg.norm(terms, axis=1))
-    np.testing.assert_allclose(clipped, (terms * scale[:, None])[sample].sum(axis=0), rtol=1e-10, atol=1e-14)
-    np.testing.assert_allclose(rest, 2 * REG / P * z, rtol=1e-9, atol=1e-13)   # the record-free part
+    expected = 2 * REG / P * z + (terms * scale[:, None])[sample].sum(axis=0) / 0.3   # r' + Σ_S clip/q
+    np.testing.assert_allclose(estimate, expected, rtol=1e-9, atol=1e-13)
+    assert sampled_clipped_gradient(program, z, grad, 1e9, None) == pytest.approx(grad, rel=1e-12)
 
 
 def test_one_record_moves_the_clipped_sum_by_at_most_the_bound():
@@ -83,11 +84,11 @@ def test_one_record_moves_the_clipped_sum_by_at_most_the_bound():
     grad = program.merit(z)["grad"]
     bound = 1e-3
     everyone = np.ones(len(A), dtype=bool)
-    full = sampled_clipped_gradient(program, z, grad, bound, everyone)[1]
+    full = sampled_clipped_gradient(program, z, grad, bound, everyone)
     for i in range(0, len(A), 7):
         without = everyone.copy()
         without[i] = False
-        moved = np.linalg.norm(full - sampled_clipped_gradient(program, z, grad, bound, without)[1])
+        moved = np.linalg.norm(full - sampled_clipped_gradient(program, z, grad, bound, without))
         assert moved <= bound * (1 + 1e-12)
 
 

@@ -35,14 +35,16 @@ class SampledGaussianObjective(Identity):
     record_bound: float
 
     def objective(self, program, state, z, grad, constraints=None):
-        if constraints is not None:
+        if constraints is not None and constraints[1] > 0:     # (sets alone: projected, released free)
             raise FedModelError(f"client {program.name!r}: the sampled Gaussian mechanism does not "
                                 "release local constraints; use DPADMM(epsilon=..., sensitivity='clip') "
                                 "(the paper's Laplace releases) for clients with local constraints")
         rng = state["rng"]
         sample = rng.random(record_count(program)) < self.rate if self.rate < 1.0 else None
-        rest, clipped = sampled_clipped_gradient(program, z, grad, self.record_bound, sample)
+        estimate = sampled_clipped_gradient(program, z, grad, self.record_bound, sample, self.rate)
         std = self.noise_multiplier * self.record_bound
         noise = gaussian_noise(rng, std, grad.shape)
         state["log"].add(std, noise)
-        return rest + (clipped + noise) / self.rate
+        if constraints is not None:
+            estimate = estimate + constraints[0]
+        return estimate + noise / self.rate

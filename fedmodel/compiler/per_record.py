@@ -92,6 +92,7 @@ class RecordGradients:
         self._objective, self._reduced, self._kinds, self._where = objective, reduced, kinds, where
         self._shared_vars = list(shared)
         self._values: tuple | None = None     # `record_values`' plan and terms, compiled on first use
+        self._row_l2: list | None = None      # `record_l2`'s row norms, computed on first use
 
     def _terms(self, parts: list[np.ndarray]) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
         """The adjoints u = ∂f/∂S (one per product, of S's shape) and, per record count m, the
@@ -146,12 +147,14 @@ class RecordGradients:
         rows = self._forward(*parts)
         adjoints = [np.broadcast_to(u, p.rows.shape)
                     for p, u in zip(self.products, self._adjoint(*parts, *rows))]
+        if self._row_l2 is None:        # ‖a_i‖₂ of every product's rows, once
+            self._row_l2 = [np.sqrt(np.asarray(p.data.value.multiply(p.data.value).sum(axis=1) if
+                                               hasattr(p.data.value, "multiply") else
+                                               np.einsum("ij,ij->i", p.data.value, p.data.value), float).ravel())
+                            for p in self.products]
         norms = 0.0
-        for product, u in zip(self.products, adjoints):
-            data = product.data.value
-            squares = data.multiply(data).sum(axis=1) if hasattr(data, "multiply") else np.sum(data * data, axis=1)
-            u_rows = np.asarray(u).reshape(product.rows.shape[0], -1)
-            norms = norms + np.sqrt(np.asarray(squares, float).ravel()) * np.linalg.norm(u_rows, axis=1)
+        for product, row_l2, u in zip(self.products, self._row_l2, adjoints):
+            norms = norms + row_l2 * np.linalg.norm(np.asarray(u).reshape(product.rows.shape[0], -1), axis=1)
         return np.asarray(norms, float), adjoints
 
     def weighted_terms(self, parts: list[np.ndarray], weights: np.ndarray,
