@@ -118,3 +118,51 @@ def test_a_per_round_epsilon_warns_when_the_total_exceeds_ten():
 def test_bad_knob_options_are_refused(options, match):
     with pytest.raises(fm.FedModelError, match=match):
         DPADMM(epsilon_total=1.0, **options)
+
+
+def test_constrained_clients_release_gaussian_values_accounted_as_one_gaussian():
+    """Neyman-Pearson (a constraint that reads the client's class-1 records): the knob releases
+    the gradient (σ_g) and the constraint's value (σ_c) with Gaussian noise; by hand, dp-accounting's
+    PLD of the T-fold composition of both Gaussians equals the run's ε (≤ E), and
+    1/σ² = 1/σ_g² + 1/σ_c² with the value's share 0.25."""
+    from test_dp_constraints import _np_model
+    prob, _ = _np_model()
+    res = prob.solve(DPADMM(epsilon_total=4.0, seed=1, max_rounds=40, constraint_share=0.25))
+    privacy = res.info["privacy"]
+    sigma, sigma_g, sigma_c = privacy["noise_multiplier"], privacy["gradient_noise"], privacy["value_noise"]
+    assert 1 / sigma ** 2 == pytest.approx(1 / sigma_g ** 2 + 1 / sigma_c ** 2, rel=1e-12)
+    assert (1 / sigma_c ** 2) / (1 / sigma ** 2) == pytest.approx(0.25, rel=1e-12)
+    one = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(sigma_g),
+                                         dp_accounting.GaussianDpEvent(sigma_c)])
+    by_hand = pld.PLDAccountant(value_discretization_interval=1e-3).compose(
+        dp_accounting.SelfComposedDpEvent(one, 40)).get_epsilon(1e-6)
+    assert privacy["pld"][0] == pytest.approx(by_hand, rel=5e-3) and privacy["pld"][0] <= 4.0
+    assert privacy["formal"] and np.isfinite(res.objective)
+
+
+def test_constraint_releases_move_by_at_most_their_l2_bounds():
+    """Replacing one class-1 record by one with a huge loss and gradient (one record out, one
+    in: two add/remove steps) moves the clipped Σ μ ∇c by ≤ twice its L2 sensitivity μ·C/I_1."""
+    from fedmodel.backends.dp_admm.constrained import LocalConstraints
+    from test_dp_constraints import D as D_NP, _np_model
+    C, mu = 1.0, 0.7
+    releases = []
+    for first in (None, np.full(D_NP, -40.0)):
+        prob, _ = _np_model(X1_first=first)
+        program = compile_programs(prob, client_sets=True)["c0"]
+        local = LocalConstraints()
+        local.privatize(program, C, 5.0, math.inf, noise_c=1.0)
+        (constraint,) = program.constraints
+        program.merit_ir.multipliers[constraint.name].value = np.array(mu)
+        _, extra, bound = local.gradient(program, np.random.default_rng(5).normal(size=D_NP))
+        releases.append((extra, bound))
+    (g0, bound0), (g1, bound1) = releases
+    assert bound0 == bound1 == pytest.approx(mu * C / 30)
+    assert 0 < np.linalg.norm(g1 - g0) <= 2 * bound0 + 1e-12      # a replacement: remove + add
+
+
+def test_constrained_clients_cannot_be_subsampled():
+    from test_dp_constraints import _np_model
+    prob, _ = _np_model()
+    with pytest.raises(fm.FedModelError, match="sample_rate=1"):
+        prob.solve(DPADMM(epsilon_total=4.0, seed=1, max_rounds=10, sample_rate=0.5))

@@ -141,7 +141,8 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
             raise FedModelError(f"epsilon_total without a per-round epsilon runs ObjP with the sampled "
                                 f"Gaussian mechanism; variant {variant!r} needs a per-round epsilon")
         self.sample_rate = _number("sample_rate", sample_rate, 0.0, 1.0, closed=True)
-        self.noise_multiplier = None            # σ of the sampled Gaussian rounds (`loop`)
+        # σ of the sampled Gaussian rounds, and its gradient / constraint-value parts (`_noised`)
+        self.noise_multiplier = self.gradient_noise = self.value_noise = None
         if max_rounds is None:
             max_rounds = BUDGET_ROUNDS if self.sampled else 20000
         self.epsilon_total = epsilon_total if epsilon_total is None else \
@@ -241,7 +242,7 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
 
     def loop(self, problem, ex, run: Run) -> Outcome:
         self._local = any(has_local_terms(c) for c in problem.clients)   # (`_linearized`)
-        backend = self._calibrated(ex) if self.calibrate else self._noised() if self.sampled else self
+        backend = self._calibrated(ex) if self.calibrate else self._noised(ex) if self.sampled else self
         return backend._loop(problem, ex, ex.model_size, run.callback, run.verbose, run.checkpointer)
 
     def _calibrated(self, ex) -> "DPADMM":
@@ -254,13 +255,22 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         run.calibrate = False
         return run
 
-    def _noised(self) -> "DPADMM":
-        """A copy of this backend whose sampled Gaussian rounds spend `epsilon_total` (PLD at
-        composition_delta) in max_rounds rounds: σ calibrated; ε̄ is one round's PLD ε (what the
-        ρ schedule (21) and the per-round report read)."""
+    def _noised(self, ex) -> "DPADMM":
+        """A copy of this backend whose Gaussian rounds spend `epsilon_total` (PLD at
+        composition_delta) in max_rounds rounds: the round's noise multiplier σ calibrated
+        (`noise_multiplier`), split between the gradient (σ_g) and the J released constraint
+        values (σ_c) so that 1/σ² = 1/σ_g² + J/σ_c², J/σ_c² the share `constraint_share` of it.
+        ε̄ is one round's PLD ε (what the ρ schedule (21) and the per-round report read)."""
+        releases = int(max(r["releases"] for r in ex.map("dp_admm_releases", {c: {} for c in ex.clients}).values()))
+        if releases and self.sample_rate < 1.0:
+            raise FedModelError(f"sample_rate={self.sample_rate:g}: clients whose constraints read their "
+                                "data release every record's terms each round; use sample_rate=1")
         run = copy.copy(self)
         run.noise_multiplier = calibrated_noise(self.epsilon_total, self.composition_delta,
                                                 self.max_rounds, self.sample_rate)
+        share = self.constraint_share if releases else 0.0
+        run.gradient_noise = run.noise_multiplier / math.sqrt(1.0 - share)
+        run.value_noise = run.noise_multiplier * math.sqrt(releases / share) if releases else None
         run.epsilon = sampled_gaussian_epsilons(run.noise_multiplier, self.sample_rate, 1,
                                                 self.composition_delta)["pld"][0]
         return run

@@ -12,6 +12,7 @@ z_p leaves it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,11 +111,11 @@ class GaussianOutput(Identity):
 @procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
                             "bound": "1", "clip": "1", "std": "str", "norm": "str", "seed": "1",
                             "index": "1", "record": "1", "share": "1", "value_clip": "1",
-                            "noise": "1", "rate": "1"},
+                            "noise": "1", "noise_c": "1", "rate": "1"},
            {"records": "1", "constraint_releases": "1"})
 def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, clip=None,
                  std="sigma", norm="inf", seed=None, index=0, record=0.0, share=0.0, value_clip=1.0,
-                 noise=None, rate=1.0):
+                 noise=None, noise_c=None, rate=1.0):
     """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
     own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
     OS entropy on the client, so that no one else can replay — and subtract — its noise.
@@ -122,11 +123,11 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
     constraints and prox-able terms (`constrained.LocalConstraints`): the J constraints that read
     the client's data get the fraction `share` of ε̄ (ε̄·share/J each), the gradient the rest;
     the reply's `constraint_releases` is J (None without local constraints or terms).
-    mechanism="sampled_gaussian" (`sampled`): noise multiplier `noise`, Poisson rate `rate`, the
-    L2 clip norm C in `clip`."""
+    mechanism="sampled_gaussian" (`sampled`): noise multipliers `noise` (the gradient) and
+    `noise_c` (each constraint value), Poisson rate `rate`, the L2 clip norm C in `clip`."""
     rng, records = node_generator(seed, index), record_count(program)
     local, releases = _local_constraints(program, mechanism, epsilon, sensitivity, clip, share,
-                                         value_clip)
+                                         value_clip, noise_c)
     epsilon = float(epsilon) * (1.0 - share if releases else 1.0)
     if mechanism == "laplace":
         record_bound = None if clip is None else float(clip) / records
@@ -145,7 +146,7 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
     return {"records": float(records), "constraint_releases": None if local is None else float(releases)}
 
 
-def _local_constraints(program, mechanism, epsilon, sensitivity, clip, share, value_clip):
+def _local_constraints(program, mechanism, epsilon, sensitivity, clip, share, value_clip, noise_c=None):
     """The client's `LocalConstraints` (None when it has neither constraints nor prox-able terms)
     and the number of values it releases per round. A private client whose constraints read its
     data needs sensitivity="clip"."""
@@ -155,6 +156,9 @@ def _local_constraints(program, mechanism, epsilon, sensitivity, clip, share, va
     local = LocalConstraints()
     if mechanism == "none" or not releases:
         return local, 0
+    if mechanism == "sampled_gaussian":         # Gaussian releases (L2 clipping, add/remove)
+        local.privatize(program, float(clip), float(value_clip), math.inf, float(noise_c))
+        return local, releases
     if sensitivity != "clip":
         raise FedModelError(
             f"client {program.name!r} has constraints that read its data: a private run releases "

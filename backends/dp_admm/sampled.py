@@ -12,7 +12,9 @@ record-free part of the gradient, e.g. a data-free regularizer). Adding or remov
 moves the clipped sum by at most C/I_p in L2, so a round is the sampled Gaussian mechanism
 (`accounting.sampled_gaussian_event`); the step's result, z_p^{t+1}, is a post-processing of it
 and of public values (w, λ_p, z_p^t). The ε the accountant reports holds for add/remove
-neighbours of a client's records, per client."""
+neighbours of a client's records, per client. Local constraints that read the client's data
+(`constrained`) are released with Gaussian noise too (q = 1): their clipped Σ_j μ_j ∇c_j with
+the gradient, their values on their own (σ split by `DPADMM._noised`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,16 +37,22 @@ class SampledGaussianObjective(Identity):
     record_bound: float
 
     def objective(self, program, state, z, grad, constraints=None):
-        if constraints is not None and constraints[1] > 0:     # (sets alone: projected, released free)
-            raise FedModelError(f"client {program.name!r}: the sampled Gaussian mechanism does not "
-                                "release local constraints; use DPADMM(epsilon=..., sensitivity='clip') "
-                                "(the paper's Laplace releases) for clients with local constraints")
+        """f̃'_p: the sampled clipped gradient plus noise; with local constraints that read data
+        (`constrained`: their clipped Σ_j μ_j ∇c_j and its L2 sensitivity), one release of the
+        sum, its noise σ times the summed sensitivity (every record, q = 1)."""
+        sensitivity, extra = self.record_bound, None
+        if constraints is not None:
+            extra, bound = constraints
+            if bound > 0 and self.rate < 1.0:
+                raise FedModelError(f"client {program.name!r}: its constraints read its records, and "
+                                    "the sampled release does not sample them: use sample_rate=1")
+            sensitivity += bound
         rng = state["rng"]
         sample = rng.random(record_count(program)) < self.rate if self.rate < 1.0 else None
         estimate = sampled_clipped_gradient(program, z, grad, self.record_bound, sample, self.rate)
-        std = self.noise_multiplier * self.record_bound
+        if extra is not None:
+            estimate = estimate + extra
+        std = self.noise_multiplier * sensitivity
         noise = gaussian_noise(rng, std, grad.shape)
         state["log"].add(std, noise)
-        if constraints is not None:
-            estimate = estimate + constraints[0]
         return estimate + noise / self.rate

@@ -38,7 +38,8 @@ class RoundLoop:
                            "std": self.outp_std, "norm": self.trust_norm,
                            "seed": self.seed, "index": i, "record": float(self.record_noise)}
             if mechanism == "sampled_gaussian":
-                payloads[c].update(noise=self.noise_multiplier, rate=self.sample_rate, clip=self.clip)
+                payloads[c].update(noise=self.gradient_noise, noise_c=self.value_noise,
+                                   rate=self.sample_rate, clip=self.clip)
             if local:
                 payloads[c].update(share=self.constraint_share, value_clip=self.value_clip)
         replies = ex.map("dp_admm_init", payloads)
@@ -224,8 +225,8 @@ class RoundLoop:
             self._mechanism(), self.epsilon, rounds, self.composition_delta, self._round_delta(),
             shares, formal, self.accountant(rounds, shares)) | {"epsilon_total": self.epsilon_total}
         if self.sampled:
-            privacy |= {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate,
-                        "clip": self.clip}
+            privacy |= {"noise_multiplier": self.noise_multiplier, "gradient_noise": self.gradient_noise,
+                        "value_noise": self.value_noise, "sample_rate": self.sample_rate, "clip": self.clip}
         elif math.isfinite(self.epsilon) and privacy["pld"][0] > 10.0:
             warnings.warn(
                 f"dp-admm: the run's total privacy loss is ε = {privacy['pld'][0]:.3g} (PLD, δ = "

@@ -49,14 +49,14 @@ def clipped_record_gradients(program, z: np.ndarray, grad: np.ndarray, bound: fl
 
 
 def sampled_clipped_gradient(program, z: np.ndarray, grad: np.ndarray, bound: float,
-                             sample: np.ndarray | None, rate: float = 1.0) -> np.ndarray:
+                             sample: np.ndarray | None, rate: float = 1.0, of=None) -> np.ndarray:
     """r' + (1/q)·Σ_{i ∈ sample} clip(record i's term) at the shared point z (flat): `grad` (the
-    objective's gradient there) with its record terms replaced, r' its record-free part, each
+    gradient of `of`, default the node's objective, there) with its record terms replaced, r' its record-free part, each
     sampled term scaled by min(1, bound/‖term‖₂) — adding or removing one record moves the sum
     by at most `bound` in L2 —, q = `rate`. `sample`: a boolean mask over the records (None:
     all). One pass over the data: grad + Σ_i (kept_i·s_i/q − 1)·term_i. Raises
     `NotRecordSeparable` as `record_sensitivity` does."""
-    records = _record_gradients(program)
+    records = _record_gradients(program, of)
     if not records.products:
         return np.array(grad, dtype=float)
     parts = program.shared.unpack(z)
