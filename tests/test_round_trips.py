@@ -5,8 +5,10 @@ client (`Ledger.summary`), `print(res)` shows them on one line and the progress 
 
 Before this change the ledger had only `rounds`, the count a backend set for its own iterations
 (FedAvg: 3 for the 8 exchanges counted by hand below), and `res.info`, `print(res)` and the bar
-had no communication at all: every test here fails on main (AttributeError on `round_trips`,
-KeyError on "communication", no "communication" line, no "trips" in the bar's postfix)."""
+had no communication at all. On main this module does not import (no `ledger.FLOAT_BYTES`); its
+tests need `Ledger.exchange` / `round_trips`, `info["communication"]`, the printed line and the
+bar's "trips", none of which main has. The DALD-DC test also fails with only
+backends/dald/dc.py reverted (the sweep served as one block booked no round trips)."""
 from __future__ import annotations
 
 import pickle
