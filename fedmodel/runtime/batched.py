@@ -86,6 +86,7 @@ class BatchedExecutor(Executor):
         self.stats[(kind, "batched")] += len(nodes)
         if not declared.local:
             self.ledger.record_group(key, kind, floats, down=True)
+            self.ledger.exchange(kind, key)
         up = sum(block_floats(declared, declared.reply, k, b, len(nodes), self.model_size, "reply")
                  for k, b in replies.items())
         if not declared.local:
