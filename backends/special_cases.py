@@ -37,6 +37,7 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from .base import paper_preset
 from .common import check_count, check_number, progress
 from .dald import DALD
+from .dp_fedavg import CLIENT_DP_ROUNDS, ClientPrivacy, check_model, private_rounds
 from .watch import DivergenceWatch
 from .outcome import Outcome, Status
 
@@ -54,9 +55,13 @@ class _DistributedPA(DALD):
     # first three rounds) where the model as written reaches its fixed point in 43.
     scaling = False
 
-    def __init__(self, prox: float, step: float | None, local_steps: int | None, max_rounds: int,
-                 tol: float, x0: Any = None, beta: float = 2.0, warm_start: bool = False):
+    def __init__(self, prox: float, step: float | None, local_steps: int | None, max_rounds: int | None,
+                 tol: float, x0: Any = None, beta: float = 2.0, warm_start: bool = False,
+                 privacy: ClientPrivacy | None = None):
         name = type(self).__name__
+        self.client_privacy = privacy        # client-level DP (`dp_fedavg`), or None
+        if max_rounds is None:
+            max_rounds = CLIENT_DP_ROUNDS if privacy is not None else 10000
         check_number(f"{name}: mu", prox, 0.0, np.inf, low_closed=True)
         if step is not None:
             check_number(f"{name}: step", step, 0.0, np.inf)
@@ -134,8 +139,14 @@ class _DistributedPA(DALD):
                        anchor=mean, x0=xhat, method="auto", tol=1e-12)["x"]
 
     def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):
-        """DALD-CC's loop, or, on an executor whose server may see only sums (`ex.sum_only`:
-        secure aggregation), `_cc_summed`."""
+        """DALD-CC's loop; with client-level DP, `dp_fedavg.private_rounds`; on an executor whose
+        server may see only sums (`ex.sum_only`: secure aggregation), `_cc_summed`."""
+        if self.client_privacy is not None:
+            if ex.sum_only or ckpt is not NO_CHECKPOINT:
+                raise FedModelError(f"{type(self).__name__} with client-level DP runs on an executor "
+                                    "that shows the server the clients' updates (central DP), without "
+                                    "checkpoints")
+            return private_rounds(self, self.client_privacy, ex, xhat, server_used, callback, verbose)
         if not ex.sum_only:
             return super()._cc(problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt)
         return self._cc_summed(problem, ex, xhat, d, server_used, callback, verbose, start, ckpt)
@@ -186,6 +197,8 @@ class _DistributedPA(DALD):
                        info=info)
 
     def prepare(self, problem, topology):
+        if self.client_privacy is not None:
+            check_model(type(self).__name__, problem)
         if problem.server.constraints:
             raise FedModelError(f"{type(self).__name__} has no server step for the server block's "
                                 f"constraints {[c.name for c in problem.server.constraints]}: its "
@@ -220,28 +233,39 @@ class FedProx(_DistributedPA):
     `warm_start=True` starts the local steps from the client's own previous x_i instead of x̂
     (the DALD solver layer's x^{k,v,0} = x^{k,v−1}; Fed-DALD-CC with μ ≡ 0 — the reading of the
     paper's FedProx baseline in Table II). With one local step from x̂ the proximal term is
-    zero at the start point, so `mu` would have no effect."""
+    zero at the start point, so `mu` would have no effect. Client-level DP: `epsilon_total`,
+    `delta`, `clip`, `sample_rate`, `seed` (`dp_fedavg`; max_rounds then defaults to 100)."""
 
     name = "fedprox"
 
     def __init__(self, mu: float = 2.0, step: float | None = None, local_steps: int | None = 1,
-                 max_rounds: int = 10000, tol: float = 1e-8, x0: Any = None,
-                 warm_start: bool = False):
-        super().__init__(mu, step, local_steps, max_rounds, tol, x0, warm_start=warm_start)
+                 max_rounds: int | None = None, tol: float = 1e-8, x0: Any = None,
+                 warm_start: bool = False, epsilon_total: float | None = None, delta: float = 1e-6,
+                 clip: float | None = None, sample_rate: float = 1.0, seed: int | None = None):
+        privacy = ClientPrivacy.from_options("FedProx", epsilon_total, delta, clip, sample_rate, seed)
+        super().__init__(mu, step, local_steps, max_rounds, tol, x0, warm_start=warm_start, privacy=privacy)
 
 
 class FedAvg(_DistributedPA):
     """FedAvg (McMahan et al.) as FedProx with ρ → 0⁺: `local_steps` GD steps of size `step`
     on f_i from x̂, then x̂ = mean of the client models. Defaults as FedProx's (`step=None`:
-    1/max_i L̂_i); `FedAvg.paper()`: α = 1e-4, one local step, 1000 rounds."""
+    1/max_i L̂_i); `FedAvg.paper()`: α = 1e-4, one local step, 1000 rounds. Client-level DP
+    (DP-FedAvg): `epsilon_total`, `delta`, `clip`, `sample_rate`, `seed` (`dp_fedavg`; max_rounds
+    then defaults to 100).
+
+    >>> res = prob.solve(FedAvg(epsilon_total=4.0, clip=0.1, sample_rate=0.5))  # doctest: +SKIP
+    """
 
     name = "fedavg"
 
-    def __init__(self, step: float | None = None, local_steps: int = 1, max_rounds: int = 10000,
-                 tol: float = 1e-8, x0: Any = None):
+    def __init__(self, step: float | None = None, local_steps: int = 1, max_rounds: int | None = None,
+                 tol: float = 1e-8, x0: Any = None, epsilon_total: float | None = None,
+                 delta: float = 1e-6, clip: float | None = None, sample_rate: float = 1.0,
+                 seed: int | None = None):
         if local_steps is None:
             raise FedModelError("FedAvg needs local_steps ≥ 1")
-        super().__init__(0.0, step, local_steps, max_rounds, tol, x0)
+        privacy = ClientPrivacy.from_options("FedAvg", epsilon_total, delta, clip, sample_rate, seed)
+        super().__init__(0.0, step, local_steps, max_rounds, tol, x0, privacy=privacy)
 
 
 class DistributedGD(_DistributedPA):
