@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -51,6 +52,7 @@ _OPTIONS = tuple(k for k in _CONFIG if k not in ("z", "beta", "alpha", "lam_star
 # `fedadmm_init` set it)
 _SAME = ("inexact", "reference", "safe", "solver", "start", "local_steps", "adaptive", "sigma",
          "sigma_factor", "c", "mu", "tau", "penalty_rule", "beta_min", "beta_max", "auto_lr")
+_shared_options = itemgetter(*_SAME)
 _LAST = ("steps", "bound", "residual", "beta", "primal", "dual")
 
 
@@ -125,15 +127,15 @@ def _init(group: Group, members: list[str], payloads: dict) -> dict[str, dict] |
 class _Clients:
     """A group's FedADMM clients between rounds: their state dicts, the options they share
     (`opts`: the first dict) and, one entry per client, what the rounds change. `last`: the
-    diagnostics of each client's last finite round (`state["last"]`), `ran`: which clients
-    have one from these rounds, `dirty`: whose dicts are behind."""
+    diagnostics of each client's last finite round (`state["last"]`; a row per `_LAST` entry),
+    `ran`: which clients have one from these rounds, `dirty`: whose dicts are behind."""
     states: list[dict]
     opts: dict
     alpha: np.ndarray
     beta: np.ndarray
     lr: np.ndarray
     curvature: np.ndarray | None
-    last: dict[str, np.ndarray]
+    last: np.ndarray
     ran: np.ndarray
     dirty: np.ndarray
 
@@ -147,7 +149,7 @@ class _Clients:
             if self.curvature is not None:
                 s["curvature"] = float(self.curvature[i])
             if self.ran[i]:
-                last = {k: float(self.last[k][i]) for k in _LAST}
+                last = dict(zip(_LAST, self.last[:, i].tolist()))
                 last["steps"] = int(last["steps"])
                 if not inexact:
                     last["bound"] = last["residual"] = None
@@ -165,13 +167,14 @@ def _clients(group: Group) -> _Clients | None:
             raise FedModelError(f"FedADMM: client(s) {missing} have no FedADMM state; a run sends "
                                 "'fedadmm_init' before its first 'fedadmm_round'")
         first = states[0]
-        same = tuple(first[k] for k in _SAME)
-        if any(tuple(s[k] for k in _SAME) != same for s in states):
-            return None
+        if len(states) > 1:
+            same = _shared_options(first)
+            if any(_shared_options(s) != same for s in states):
+                return None
         column = lambda key: np.array([float(s[key]) for s in states])     # noqa: E731
         return _Clients(states, first, column("alpha"), column("beta"), column("lr"),
                         column("curvature") if first["auto_lr"] else None,
-                        {k: np.zeros(group.n) for k in _LAST}, np.zeros(group.n, dtype=bool),
+                        np.zeros((len(_LAST), group.n)), np.zeros(group.n, dtype=bool),
                         np.zeros(group.n, dtype=bool))
     return group.checked("fedadmm", validate)
 
@@ -213,7 +216,7 @@ class _Round:
     def __init__(self, group: Group, clients: _Clients, rows: np.ndarray, z: np.ndarray):
         self.group, self.C, self.rows, self.z = group, clients, rows, z
         n = group.n_x
-        self.everyone = in_group_order(rows, group.n)
+        self.everyone = len(rows) == group.n and (group.n == 1 or in_group_order(rows, group.n))
         U_all = group.gather("u", clients.states, n, slot="fedadmm_u")
         LAM_all = group.gather("lam", clients.states, n, slot="fedadmm_lam")
         self.U, self.lam = (U_all, LAM_all) if self.everyone else (U_all[rows], LAM_all[rows])
@@ -221,8 +224,7 @@ class _Round:
         self.lr = clients.lr[rows]                   # (halved in place by the safeguard)
         private = private_stack(group)
         self.Y = private if self.everyone else private[rows]
-        # a group evaluation of some rows: the others stay at one valid point for the round
-        self.full_x, self.full_y = np.broadcast_to(z, (group.n, n)).copy(), private.copy()
+        self.full: tuple[np.ndarray, np.ndarray] | None = None      # (`gradients`)
         self.prox = bool(group.prox)                 # sets C_i and/or λ‖w‖₁: proximal steps
 
     # -- e_i (3.6) ------------------------------------------------------------------------------
@@ -235,8 +237,11 @@ class _Round:
                              for r, x in zip(rows, X)]).reshape(len(rows), -1)   # step computes all)
         if self.everyone and sub is None:
             return group.grad(X[:, :n], X[:, n:])
-        self.full_x[rows], self.full_y[rows] = X[:, :n], X[:, n:]
-        return group.grad(self.full_x, self.full_y)[rows]
+        if self.full is None:       # the group's other rows stay at one valid point for the round
+            self.full = np.broadcast_to(self.z, (group.n, n)).copy(), private_stack(group)
+        full_x, full_y = self.full
+        full_x[rows], full_y[rows] = X[:, :n], X[:, n:]
+        return group.grad(full_x, full_y)[rows]
 
     def residual(self, X: np.ndarray, sub: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """(e_i, its proximal point) at X = (u, y) of the rows `rows[sub]`: e_i = ∇f̃_i(u, y)
@@ -247,10 +252,10 @@ class _Round:
         itself is then the next local step (x − η·e would only round-trip to it, and a second
         prox of it would soft-threshold twice)."""
         n = self.group.n_x
-        pick = (lambda a: a) if sub is None else (lambda a: a[sub])     # noqa: E731
-        alpha, lr = pick(self.alpha), pick(self.lr)
+        alpha, lr, lam, beta = (self.alpha, self.lr, self.lam, self.beta) if sub is None else \
+            (self.alpha[sub], self.lr[sub], self.lam[sub], self.beta[sub])
         G = self.gradients(X, sub) / alpha[:, None]
-        G[:, :n] += -pick(self.lam) + pick(self.beta)[:, None] * (X[:, :n] - self.z)
+        G[:, :n] += -lam + beta[:, None] * (X[:, :n] - self.z)
         if not self.prox:
             return G, None
         P = X - lr[:, None] * G
@@ -359,9 +364,9 @@ class _Round:
         C.beta[rows], C.lr[rows] = new_beta, new_lr
         done = rows[finite]
         residual = norm_e if C.opts["inexact"] else None
-        for key, value in zip(_LAST, (steps, bound, residual, beta, end.primal, end.dual)):
+        for j, value in enumerate((steps, bound, residual, beta, end.primal, end.dual)):
             if value is not None:
-                C.last[key][done] = value[finite]
+                C.last[j, done] = value[finite]
         C.ran[done] = True
         C.dirty[rows] = True
         if group.n_y:
