@@ -307,27 +307,32 @@ class _Round:
         ‖e‖ (co-coercivity), so a step that does proves η too large: it is rejected and η_i
         halved for this and later rounds (the paper has no such test; a too-large η makes the
         local run, and then the whole run, diverge). `steps` counts in place."""
-        safe = self.C.opts["safe"]
+        safe, k = self.C.opts["safe"], len(X)
         while True:
             active = steps < cap if bound is None else (norm_e > bound) & (steps < cap)
-            if not active.any():
+            count = int(np.count_nonzero(active))
+            if not count:
                 return X, E, P, norm_e
-            sub = None if active.all() else np.flatnonzero(active)
+            # many rows stepping: every row steps (one group evaluation computes them all; the
+            # inactive rows' steps are not taken); few: only those, each by its own plan
+            sub = None if 4 * count > k else np.flatnonzero(active)
             pick = (lambda a: a) if sub is None else (lambda a: a[sub])     # noqa: E731
             X_new = pick(P) if self.prox else pick(X) - pick(self.lr)[:, None] * pick(E)
             E_new, P_new = self.residual(X_new, sub)
             norm_new = _row_norms(E_new)
-            accept = norm_new <= pick(norm_e) * (1 + 1e-9) + 1e-300 if safe else np.ones(len(X_new), bool)
+            stepped = active if sub is None else np.ones(count, dtype=bool)
+            ok = norm_new <= pick(norm_e) * (1 + 1e-9) + 1e-300 if safe else stepped
+            accept = stepped & ok
             if sub is None and accept.all():
                 X, E, P, norm_e = X_new, E_new, P_new, norm_new
             else:
-                idx = np.flatnonzero(active)
-                where = idx[accept]
+                where = accept if sub is None else sub[accept]
                 X[where], E[where], norm_e[where] = X_new[accept], E_new[accept], norm_new[accept]
                 if self.prox:
                     P[where] = P_new[accept]
-                if not accept.all():
-                    self.halve(idx[~accept], X, E, P, norm_e)
+                bad = stepped & ~ok
+                if bad.any():
+                    self.halve(np.flatnonzero(bad) if sub is None else sub[bad], X, E, P, norm_e)
             steps += active
 
     def halve(self, bad: np.ndarray, X, E, P, norm_e) -> None:
