@@ -335,7 +335,7 @@ def test_batched_executor_gives_the_same_run():
     opts = dict(lr=0.2, max_rounds=30, inexact=True, adaptive=True, participation=0.5, seed=2)
     a = prob.solve(FedADMM(**opts))
     b = prob.solve(FedADMM(**opts), executor="batched")
-    # the rounds run vectorized (backends/fedadmm/batched.py): the batched executor's guarantee,
+    # the rounds run vectorized (backends/fedadmm/client.py on a group): the batched executor's guarantee,
     # equal up to summation order (docs/executors.md)
     np.testing.assert_allclose(a.value(w), b.value(w), rtol=0, atol=1e-12)
     assert a.iterations == b.iterations
@@ -382,6 +382,78 @@ def test_batched_rounds_with_every_client_leave_the_serial_client_states(name, m
     if "diverging" in name:
         assert batched.status == "diverged" and np.all(np.isfinite(batched.value(w)))
         assert all(s["last"] == {} and s["beta"] == 1.0 for s in states["batched"])     # as before the round
+
+
+def _with_client_terms(kind: str, m: int = 6):
+    """`logistic_model` whose clients also hold λ‖w‖₁ ("l1"), a box on every other client
+    ("box": two model structures), a ‖w‖₂ ball on every client ("ball"), or nothing."""
+    prob, w = logistic_model(m=m)
+    for i, client in enumerate(prob.clients):
+        if kind == "l1":
+            client.minimize(0.02 * fm.norm1(w))
+        elif kind == "box" and i % 2 == 0:
+            client.subject_to(w <= 0.1)
+            client.subject_to(w >= -0.1)
+        elif kind == "ball":
+            client.subject_to(fm.norm2(w) <= 0.2)
+    return prob, w
+
+
+# name: (client terms, options, which local solves run: the group's batched Newton solve or
+# each client's own solver; None: gradient steps only)
+EVERY_KIND = {
+    "node's Newton solver to criterion (3.7), warm start": ("", dict(local_solver="newton", local_start="u",
+                                                                     reference="u", max_rounds=10), "batched"),
+    "exact ADMM by the node's Newton solver": ("", dict(local_solver="newton", inexact=False, adaptive=False,
+                                                         max_rounds=8), "batched"),
+    "node's L-BFGS solver": ("", dict(local_solver="lbfgs", max_rounds=8), "own"),
+    "l1 clients, proximal steps, safeguard halves eta": ("l1", dict(reference="u", lr=40.0, max_rounds=15), None),
+    "l1 clients, partial participation": ("l1", dict(participation=0.5, seed=2, max_rounds=15), None),
+    "box on every other client (two groups), vanilla": ("box", dict(inexact=False, adaptive=False, local_steps=5,
+                                                                    max_rounds=10), None),
+    "ball clients, the node's prox solver": ("ball", dict(local_solver="newton", max_rounds=10), "own")}
+
+
+@pytest.mark.parametrize("name", EVERY_KIND)
+def test_batched_rounds_of_every_client_kind_and_solver_are_group_steps(name, monkeypatch):
+    """Prox and projected clients, the node's solvers (Newton, exact, L-BFGS, prox) and
+    per-node requests are served by the group's step (`fedadmm_round` never goes node by
+    node), with the serial run's numbers: history, step counts, each client's β_i, η_i, L̂_i,
+    u_i, λ_i and last diagnostics."""
+    from fedmodel.runtime.batched import BatchedExecutor
+    from fedmodel.runtime.batched_group import Group
+    from fedmodel.runtime.program import NodeProgram
+    kind, options, solves = EVERY_KIND[name]
+    prob, w = _with_client_terms(kind)
+    serial_ex, ex = SerialExecutor(), BatchedExecutor()
+    serial = prob.solve(FedADMM(**options), executor=serial_ex)
+    counts = {"batched": 0, "own": 0}
+    for cls, method, key in ((Group, "solve_newton", "batched"), (NodeProgram, "solve_local", "own")):
+        original = getattr(cls, method)
+
+        def counted(self, *args, _original=original, _key=key, **kwargs):
+            counts[_key] += 1
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, method, counted)
+    batched = prob.solve(FedADMM(**options), executor=ex)
+    assert ex.stats[("fedadmm_round", "serial")] == 0 < ex.stats[("fedadmm_round", "batched")]
+    assert ex.stats[("fedadmm_init", "serial")] == 0
+    if solves is not None:      # (the server's z-step, when it solves, is its own solve_local)
+        assert counts[solves] > 0 and counts["batched" if solves == "own" else "own"] <= serial.iterations["rounds"]
+    assert (serial.status, serial.iterations) == (batched.status, batched.iterations)
+    assert [r["client_steps"] for r in serial.history] == [r["client_steps"] for r in batched.history]
+    np.testing.assert_allclose(batched.value(w), serial.value(w), rtol=0, atol=1e-12)
+    for c in ex.clients:
+        a, b = serial_ex.programs[c].state["fedadmm"], ex.programs[c].state["fedadmm"]
+        for key in ("beta", "lr", "curvature", "u", "lam"):
+            np.testing.assert_allclose(np.asarray(b[key], float), np.asarray(a[key], float), rtol=1e-10, atol=1e-12)
+        assert a["last"].keys() == b["last"].keys()
+        for key, value in a["last"].items():
+            assert (value is None) == (b["last"][key] is None)
+            if value is not None:
+                assert b["last"][key] == pytest.approx(value, rel=1e-10, abs=1e-12)
+    if "safeguard" in name:
+        assert min(ex.programs[c].state["fedadmm"]["lr"] for c in ex.clients) < 40.0
 
 
 @pytest.mark.parametrize("options", [{}, {"local_solver": "gd"}, {"inexact": False}])

@@ -283,7 +283,7 @@ FEDADMM = {"InSa (defaults)": dict(max_rounds=25),
 @pytest.mark.parametrize("name, executor", [(name, "jax") for name in FEDADMM]
                          + [("criterion (3.7), safeguard halves eta", "batched")])   # (same form)
 def test_fedadmm_rounds_are_vectorized_and_match_serial(name, executor):
-    """FedADMM's client round (backends/fedadmm/batched.py) for whole groups: per-client
+    """FedADMM's client round (backends/fedadmm/client.py) for whole groups: per-client
     step counts (criterion), η_i halved by the safeguard, adaptive β_i, dropped-out clients."""
     from fedmodel.backends.fedadmm import FedADMM
     from fedmodel.runtime.batched import BatchedExecutor
@@ -298,6 +298,24 @@ def test_fedadmm_rounds_are_vectorized_and_match_serial(name, executor):
     if "safeguard" in name:
         lrs = [p.state["fedadmm"]["lr"] for p in ex.programs.values() if p.role == "client"]
         assert min(lrs) < 40.0 and serial.iterations["local_steps"] < 8 * 25 * 50
+
+
+FEDADMM_KINDS = {"l1 clients (proximal steps)": ("clients", dict(max_rounds=15), "value_grad"),
+                 "node's Newton solver": (None, dict(local_solver="newton", max_rounds=15), "hessian")}
+
+
+@pytest.mark.parametrize("name", FEDADMM_KINDS)
+def test_fedadmm_rounds_of_prox_clients_and_newton_solves_run_in_jax(name):
+    """λ‖w‖₁ clients (each row's prox by its program) and the node's Newton solver (one
+    batched solve, Hessians by one vmap) inside the group's round on `executor="jax"`."""
+    from fedmodel.backends.fedadmm import FedADMM
+    l1_on, options, evaluation = FEDADMM_KINDS[name]
+    prob, _ = _logistic(n=8, l1_on=l1_on)
+    serial = prob.solve(FedADMM(**options), executor="serial")
+    ex = JaxExecutor()
+    assert_same_run(serial, prob.solve(FedADMM(**options), executor=ex))
+    assert ex.stats[("fedadmm_round", "serial")] == 0 < ex.stats[("fedadmm_round", "batched")]
+    assert ex.jax_calls[evaluation] > 0
 
 
 def test_buckets_split_clients_by_data_size_on_a_geometric_grid():

@@ -34,8 +34,8 @@ Readings where the paper and its experiments differ (defaults: the paper's exper
 - `memory=None`: δ = 0 for vanilla, 0.01 for In / InSa (as in the experiments).
 Algorithm 2 (In) has no body in the text; it is Algorithm 3 with β fixed (spec §2.4).
 
-The clients' steps are in `client` (their vectorized form in `batched`), the server's loop in
-`server`, InSa's rules and the safeguards in `insa`, FedADMM as ProxAL's subproblem solver in
+The clients' steps are in `client` (each written once over rows of clients: one node, or a
+whole group on the batched and JAX executors), the server's loop in `server`, InSa's rules and the safeguards in `insa`, FedADMM as ProxAL's subproblem solver in
 `composition`.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ from ..base import Backend, Run, paper_preset
 from ..common import progress, require_star
 from ..outcome import Outcome
 from ..projecting import _server_set_multipliers, compile_projecting, projects_affine
-from . import batched, client
+from . import client
 from .composition import _certificate, solve_subproblem
 from .server import rounds
 
@@ -76,10 +76,9 @@ class FedADMM(Backend):
 
     name = "fedadmm"
     checkpointing = True
-    # the client steps (the round and the set-up with their vectorized forms), the
-    # composition's certificate and the server's multipliers of projected sets
-    procedures = (*batched.PROCEDURES, client._penalty, client._set_multipliers, client._refusal,
-                  _certificate, _server_set_multipliers)
+    # the client steps (the set-up, the round, the node-local bookkeeping), the composition's
+    # certificate and the server's multipliers of projected sets
+    procedures = (*client.PROCEDURES, _certificate, _server_set_multipliers)
     #: the paper's experiments (spec §2.7): what `FedADMM.paper()` starts from
     PAPER = {"beta": 2.0, "local_steps": 10, "lr": 0.01, "inexact": False, "adaptive": False,
              "tol": None, "max_rounds": 100, "beta_range": (0.0, math.inf), "safeguard": False}

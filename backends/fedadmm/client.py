@@ -1,18 +1,44 @@
 """FedADMM's client side (Song, Wang, Zuazua, arXiv 2402.13989, Algorithms 1 and 3; equation
-numbers: that paper): the node procedures that run on each client with its program's API only,
-state in `program.state["fedadmm"]` — the local update of u_i (2.9) to the inexactness criterion
-(3.7) or by the node's solver (2.8a), the multiplier step (2.8b), the message w_i, InSa's β_i
-(3.14)–(3.15) — and the model check of what a client may hold (simple sets, λ‖w‖₁)."""
+numbers: that paper): the client steps, each written once over rows of clients
+(`fedmodel.runtime.client_step`: a group of one on the serial, Ray and Flower executors, a whole
+group on the batched and JAX ones), state in `program.state["fedadmm"]` — the local update of
+u_i (2.9) to the inexactness criterion (3.7) or by the node's solver (2.8a), the multiplier step
+(2.8b), the message w_i, InSa's β_i (3.14)–(3.15) — and the model check of what a client may
+hold (simple sets, λ‖w‖₁).
+
+What is vectorized, and how (`_Round`): every local step is one ∇P_i evaluation for the rows
+still stepping (`Group.grad`: the program's own plan on one node, numpy's batched plans or one
+vmap on a group; when at most a quarter of the rows still step, each by its own plan: a group
+evaluation computes every client); prox / projection clients take the prox of each row by its
+program (`NodeProgram.apply_prox`: the serial numbers); the node's solver (Newton, exact,
+L-BFGS, prox) is `Group.solve_local` (one batched Newton solve of a stack that fits, otherwise
+each client's own solver). Clients that meet their criterion stop stepping (masks); each keeps
+its own α_i, β_i, η_i, σ_i, L̂_i; a step the safeguard rejects halves that client's η_i. Norms
+are taken row by row as `np.linalg.norm` takes them (`common._row_norms`), so a group of one
+computes the serial numbers bit for bit.
+
+Between rounds a group keeps what the rounds change as stacks (`_Clients`: β_i, η_i, L̂_i, the
+last round's diagnostics; u_i and λ_i as row views published with `Group.publish`) and writes
+them into the clients' `program.state["fedadmm"]` when the executor syncs them (at once on one
+node). A group whose members hold different options (or are sent different z) is served member
+by member, by the same step.
+"""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedmodel.errors import FedModelError
+from fedmodel.runtime.batched_group import Group, in_group_order, private_stack
+from fedmodel.runtime.batched_procedures import common_value, same_options
+from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
-from ..common import local_curvature
+from ..common import _row_norms, group_curvature
 from ..projecting import has_affine_sets, projected_multipliers
 from .insa import adapt, sigma_bound
 
@@ -20,21 +46,17 @@ _CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "
            "inexact": "1", "sigma": "1", "sigma_factor": "1", "c": "1", "reference": "str",
            "adaptive": "1", "mu": "1", "tau": "1", "penalty_rule": "str", "beta_min": "1", "beta_max": "1",
            "solver": "str", "start": "str", "safe": "1"}
+# the options of a client's state (its `config`): every field but the start point and weights
+_OPTIONS = tuple(k for k in _CONFIG if k not in ("z", "beta", "alpha", "lam_start"))
+# the options a group's clients must share to step together (every client's state, as
+# `fedadmm_init` set it)
+_SAME = ("inexact", "reference", "safe", "solver", "start", "local_steps", "adaptive", "sigma",
+         "sigma_factor", "c", "mu", "tau", "penalty_rule", "beta_min", "beta_max", "auto_lr")
+_shared_options = itemgetter(*_SAME)
+_LAST = ("steps", "bound", "residual", "beta", "primal", "dual")
 
 
-@procedure("fedadmm_init", _CONFIG, {"w": "x", "beta": "1"})
-def _init(program: NodeProgram, z, beta, alpha, lam_start="zero", **config):
-    """u_i^0 = z^0, λ_i^0 = 0 (the authors' code) or ∇f̃_i(z^0) ("gradient", used by ProxAL's
-    composition: the multiplier's value at a solution, λ_i* = ∇f̃_i(z*)); β_i^0; the automatic
-    step from L̂_i (the batched form, `batched._init_stacked`, estimates a group's L̂_i at once)."""
-    s = start_state(program, z, beta, alpha, lam_start, config)
-    if s["auto_lr"]:
-        # L̂_i of f̃_i = f_i/α_i near the start, once per run
-        automatic_step(s, local_curvature(program, np.concatenate([s["u"], program.y]), s["alpha"]))
-    program.state["fedadmm"] = s
-    return {"w": s["beta"] * s["u"] - s["lam"], "beta": s["beta"]}   # the server's first cache entry
-
-
+# ---- set-up -------------------------------------------------------------------------------------
 def start_state(program: NodeProgram, z, beta, alpha, lam_start: str, config: dict) -> dict:
     """The client's FedADMM state at the start of a run, without its automatic step (L̂_i: the
     caller's `automatic_step`). β = None keeps the β_i of a previous run (composition)."""
@@ -55,29 +77,344 @@ def automatic_step(s: dict, curvature: float) -> None:
     s["lr"] = 1.0 / (s["curvature"] + s["beta"])
 
 
-def _residual(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """e_i^k at x = (u, y) (3.6): ∇f̃_i(u, y) − λ_i^k + β_i^k (u − z^k) (zero padding for y).
-    A client with local sets C_i (u ∈ C_i, projected): the projected-gradient mapping
-    (x − Π_C(x − η e))/η instead, which is e inside C_i away from its boundary and 0 exactly at
-    the constrained minimizer, so the criterion (3.7) and the step x − η·e keep their meaning."""
-    n = program.n_shared
-    g = program.value_grad(x[:n], x[n:])[1] / s["alpha"]
-    g[:n] += -s["lam"] + s["beta"] * (x[:n] - z)
-    if _projects(program):
-        # the proximal point itself is the next local step (`_gd_step`): x − η·e would only
-        # round-trip to it, and a second prox of it would soft-threshold twice
-        s["prox_point"] = program.apply_prox(x - s["lr"] * g, s["lr"] / s["alpha"])
-        g = (x - s["prox_point"]) / s["lr"]
-    return g
+def _init_rows(group: Group, rows: np.ndarray, z: np.ndarray, beta, alpha, lam_start: str,
+               config: dict) -> tuple[np.ndarray, np.ndarray]:
+    """u_i^0 = z^0, λ_i^0 = 0 (the authors' code) or ∇f̃_i(z^0) ("gradient", used by ProxAL's
+    composition: the multiplier's value at a solution, λ_i* = ∇f̃_i(z*)); β_i^0; the automatic
+    step from L̂_i of f̃_i = f_i/α_i near the start (`common.group_curvature`: one gradient of
+    the rows per power-iteration step; on one node the program's own, `local_curvature`'s
+    numbers). Returns the server's first cache entries (w_i, β_i), one row per client."""
+    group.sync()                # β = None keeps each client's β_i: read from its state
+    states = [start_state(group.programs[r], z, beta, a, lam_start, config) for r, a in zip(rows, alpha)]
+    if states[0]["auto_lr"]:
+        for s, curvature in zip(states, group_curvature(group, rows, z, np.asarray(alpha, float))):
+            automatic_step(s, curvature)
+    for r, s in zip(rows, states):
+        group.programs[r].state["fedadmm"] = s
+    group.forget()              # new state dicts: the rounds' check of them (`_clients`) is void
+    betas = np.array([s["beta"] for s in states])
+    return betas[:, None] * z - np.array([s["lam"] for s in states]).reshape(len(rows), -1), betas
 
 
-def _projects(program: NodeProgram) -> bool:
-    """Whether the client's local solves are proximal: over sets C_i (simple constraints on the
-    shared variables compiled as projections: `compile_programs(client_sets=True)`) and/or with
-    a λ‖w‖₁ term (its prox, soft-thresholding, in place of the projection)."""
-    return bool(program.merit_ir.prox_terms)
+def _init_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """`fedadmm_init` as a group request (common z and options, α_i as a block or common)."""
+    if set(blocks) - {"alpha"} or "z" not in common:
+        return None
+    alpha = blocks["alpha"] if "alpha" in blocks else np.full(len(rows), common["alpha"])
+    config = {k: v for k, v in common.items() if k in _OPTIONS}
+    w, beta = _init_rows(group, rows, np.asarray(common["z"], float), common.get("beta"), alpha,
+                         common.get("lam_start", "zero"), config)
+    return {"w": w, "beta": beta}
 
 
+@client_step("fedadmm_init", _CONFIG, {"w": "x", "beta": "1"}, stacked=_init_stacked)
+def _init(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """The clients' start (`_init_rows`) for the members (per-node payloads: one z and options,
+    α_i each its own); None for a group sent different ones (served member by member)."""
+    z = common_value(payloads, members, "z")
+    opts = same_options(payloads, members, _OPTIONS + ("beta", "lam_start"))
+    if z is None or opts is None:
+        return None
+    rows = np.array([group.index[m] for m in members])
+    config = {k: v for k, v in opts.items() if k in _OPTIONS}
+    w, beta = _init_rows(group, rows, z, opts.get("beta"), [float(payloads[m]["alpha"]) for m in members],
+                         opts.get("lam_start", "zero"), config)
+    return {m: {"w": w[j], "beta": float(beta[j])} for j, m in enumerate(members)}
+
+
+# ---- the round ----------------------------------------------------------------------------------
+@dataclass
+class _Clients:
+    """A group's FedADMM clients between rounds: their state dicts, the options they share
+    (`opts`: the first dict) and, one entry per client, what the rounds change. `last`: the
+    diagnostics of each client's last finite round (`state["last"]`; a row per `_LAST` entry),
+    `ran`: which clients have one from these rounds, `dirty`: whose dicts are behind."""
+    states: list[dict]
+    opts: dict
+    alpha: np.ndarray
+    beta: np.ndarray
+    lr: np.ndarray
+    curvature: np.ndarray | None
+    last: np.ndarray
+    ran: np.ndarray
+    dirty: np.ndarray
+
+    def write_back(self) -> None:
+        """The scalars into the dicts of the clients that ran since the last write-back
+        (`Group.on_sync`: when the executor syncs; on one node at once)."""
+        inexact = self.opts["inexact"]
+        for i in np.flatnonzero(self.dirty):
+            s = self.states[i]
+            s["beta"], s["lr"] = float(self.beta[i]), float(self.lr[i])
+            if self.curvature is not None:
+                s["curvature"] = float(self.curvature[i])
+            if self.ran[i]:
+                last = dict(zip(_LAST, self.last[:, i].tolist()))
+                last["steps"] = int(last["steps"])
+                if not inexact:
+                    last["bound"] = last["residual"] = None
+                s["last"] = last
+        self.dirty[:] = False
+
+
+def _clients(group: Group) -> _Clients | None:
+    """The group's `_Clients` (None when its clients hold different options: served one by
+    one), built once until a client's state changes outside the rounds (`Group.checked`)."""
+    def validate():
+        states = [p.state.get("fedadmm") for p in group.programs]
+        missing = [name for name, s in zip(group.names, states) if s is None]
+        if missing:
+            raise FedModelError(f"FedADMM: client(s) {missing} have no FedADMM state; a run sends "
+                                "'fedadmm_init' before its first 'fedadmm_round'")
+        first = states[0]
+        if len(states) > 1:
+            same = _shared_options(first)
+            if any(_shared_options(s) != same for s in states):
+                return None
+        column = lambda key: np.array([float(s[key]) for s in states])     # noqa: E731
+        return _Clients(states, first, column("alpha"), column("beta"), column("lr"),
+                        column("curvature") if first["auto_lr"] else None,
+                        np.zeros((len(_LAST), group.n)), np.zeros(group.n, dtype=bool),
+                        np.zeros(group.n, dtype=bool))
+    return group.checked("fedadmm", validate)
+
+
+def _round_rows(group: Group, rows: np.ndarray, z: np.ndarray) -> dict | None:
+    """One round of the clients `rows` at z (`_Round`); replies stacked, or None."""
+    clients = _clients(group)
+    if clients is None:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _Round(group, clients, rows, np.asarray(z, float)).run()
+
+
+def _round_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """`fedadmm_round` as a group request (one z for all), or None."""
+    if blocks or "z" not in common:
+        return None
+    return _round_rows(group, rows, common["z"])
+
+
+@client_step("fedadmm_round", {"z": "x"}, {"w": "x", "beta": "1", "steps": "1", "drift": "1"},
+             stacked=_round_stacked)
+def _round(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """One client update of Algorithm 1 / 3 at the received z^k for the members; replies w_i
+    and β_i^k. A diverging local run (lr too large) replies NaN; the server stops with status
+    "diverged". None (served member by member) when the members were sent different z."""
+    z = common_value(payloads, members, "z")
+    out = None if z is None else _round_rows(group, np.array([group.index[m] for m in members]), z)
+    if out is None:
+        return None
+    return {m: {"w": out["w"][j], "beta": float(out["beta"][j]), "steps": int(out["steps"][j]),
+                "drift": float(out["drift"][j])} for j, m in enumerate(members)}
+
+
+class _Round:
+    """One round of the clients `rows` of a group at z: arrays with one row per client (X the
+    local points (u, y), E the residuals e_i (3.6), P their proximal points)."""
+
+    def __init__(self, group: Group, clients: _Clients, rows: np.ndarray, z: np.ndarray):
+        self.group, self.C, self.rows, self.z = group, clients, rows, z
+        n = group.n_x
+        self.everyone = len(rows) == group.n and (group.n == 1 or in_group_order(rows, group.n))
+        U_all = group.gather("u", clients.states, n, slot="fedadmm_u")
+        LAM_all = group.gather("lam", clients.states, n, slot="fedadmm_lam")
+        self.U, self.lam = (U_all, LAM_all) if self.everyone else (U_all[rows], LAM_all[rows])
+        self.beta, self.alpha = clients.beta[rows], clients.alpha[rows]
+        self.lr = clients.lr[rows]                   # (halved in place by the safeguard)
+        private = private_stack(group)
+        self.Y = private if self.everyone else private[rows]
+        self.full: tuple[np.ndarray, np.ndarray] | None = None      # (`gradients`)
+        self.prox = bool(group.prox)                 # sets C_i and/or λ‖w‖₁: proximal steps
+
+    # -- e_i (3.6) ------------------------------------------------------------------------------
+    def gradients(self, X: np.ndarray, sub: np.ndarray | None) -> np.ndarray:
+        """∇P_i at X of the rows `rows[sub]` (sub None: all)."""
+        group, n = self.group, self.group.n_x
+        rows = self.rows if sub is None else self.rows[sub]
+        if 4 * len(rows) <= len(self.rows):      # few clients still stepping: each by its own
+            return np.array([group.programs[r].value_grad(x[:n], x[n:])[1]   # plan (a group
+                             for r, x in zip(rows, X)]).reshape(len(rows), -1)   # step computes all)
+        if self.everyone and sub is None:
+            return group.grad(X[:, :n], X[:, n:])
+        if self.full is None:       # the group's other rows stay at one valid point for the round
+            self.full = np.broadcast_to(self.z, (group.n, n)).copy(), private_stack(group)
+        full_x, full_y = self.full
+        full_x[rows], full_y[rows] = X[:, :n], X[:, n:]
+        return group.grad(full_x, full_y)[rows]
+
+    def residual(self, X: np.ndarray, sub: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """(e_i, its proximal point) at X = (u, y) of the rows `rows[sub]`: e_i = ∇f̃_i(u, y)
+        − λ_i^k + β_i^k (u − z^k) (3.6) (zero padding for y). A client with local sets C_i
+        (u ∈ C_i, projected) or λ‖w‖₁: the proximal-gradient mapping (x − prox(x − η e))/η
+        instead, which is e inside C_i away from its boundary and 0 exactly at the constrained
+        minimizer, so the criterion (3.7) and the step keep their meaning; the proximal point
+        itself is then the next local step (x − η·e would only round-trip to it, and a second
+        prox of it would soft-threshold twice)."""
+        n = self.group.n_x
+        alpha, lr, lam, beta = (self.alpha, self.lr, self.lam, self.beta) if sub is None else \
+            (self.alpha[sub], self.lr[sub], self.lam[sub], self.beta[sub])
+        G = self.gradients(X, sub) / alpha[:, None]
+        G[:, :n] += -lam + beta[:, None] * (X[:, :n] - self.z)
+        if not self.prox:
+            return G, None
+        P = X - lr[:, None] * G
+        rows = self.rows if sub is None else self.rows[sub]
+        for j, (r, t) in enumerate(zip(rows, lr / alpha)):      # each row by its program's prox
+            P[j] = self.group.programs[r].apply_prox(P[j], t)
+        return (X - P) / lr[:, None], P
+
+    # -- the local run --------------------------------------------------------------------------
+    def run(self) -> dict:
+        s0, n = self.C.opts, self.group.n_x
+        k, cap = len(self.rows), int(s0["local_steps"])
+        # û := z^k (Algorithms 1, 3) or u_i^k (`local_start="u"`); private variables: their last value
+        X = np.concatenate([np.broadcast_to(self.z, (k, n)) if s0["start"] == "z" else self.U, self.Y], axis=1)
+        E, P = self.residual(X)
+        norm_e = _row_norms(E)
+        steps, bound = np.zeros(k, dtype=int), None
+        if s0["inexact"]:
+            sigma = s0["sigma"] if s0["sigma"] is not None else \
+                s0["sigma_factor"] * sigma_bound(self.beta, s0["c"])                  # (3.9)/(3.18)
+            ref = norm_e if s0["reference"] == "z" else \
+                _row_norms(self.residual(np.concatenate([self.U, self.Y], axis=1))[0])   # (3.7): u_i^k
+            bound = sigma * ref                                                       # Remark 3.4: z^k
+        if s0["solver"] != "gd":        # the node's solver: to the criterion, or exact ADMM (2.8a)
+            tol = bound / math.sqrt(X.shape[1]) if s0["inexact"] else 1e-10      # ‖e‖₂ ≤ √N‖e‖∞
+            X, steps = self.solve(X, tol, cap)
+            E, P = self.residual(X)
+            norm_e = _row_norms(E)
+        if s0["inexact"] or s0["solver"] == "gd":
+            # (2.9): test, then step (spec §2.3); the residual is the step; E fixed steps
+            # without the criterion
+            X, E, P, norm_e = self.steps(X, E, P, norm_e, steps, bound, cap)
+        return self.close(X, steps, bound, norm_e)
+
+    def solve(self, X: np.ndarray, tol, cap: int) -> tuple[np.ndarray, np.ndarray]:
+        """argmin_u L_{β_i}(u, λ_i, z) by the node's own solver (Newton / exact / L-BFGS; prox
+        for proximal clients: Newton etc. do not project) to ‖e‖∞ ≤ tol, from α_i·L = P_i(u, y)
+        − α_iλ_iᵀu + (α_iβ_i/2)‖u − z‖² (+ const): (X, steps)."""
+        alpha = self.alpha
+        method = "prox" if self.prox else self.C.opts["solver"]
+        Z, steps, _ = self.group.solve_local(X, self.rows, -alpha[:, None] * self.lam, alpha * self.beta,
+                                             self.z, alpha * tol, method, cap)
+        return Z, steps
+
+    def steps(self, X, E, P, norm_e, steps: np.ndarray, bound, cap: int):
+        """Local steps x − η e (2.9) (the proximal point for proximal clients) of every row
+        until its criterion holds (`bound`; None: E = `cap` steps) or `cap`. Safeguard
+        (`safe`): for a convex L-smooth L_β, gradient descent with η ≤ 2/(L̃+β) never increases
+        ‖e‖ (co-coercivity), so a step that does proves η too large: it is rejected and η_i
+        halved for this and later rounds (the paper has no such test; a too-large η makes the
+        local run, and then the whole run, diverge). `steps` counts in place."""
+        safe, k = self.C.opts["safe"], len(X)
+        while True:
+            active = steps < cap if bound is None else (norm_e > bound) & (steps < cap)
+            count = int(np.count_nonzero(active))
+            if not count:
+                return X, E, P, norm_e
+            # many rows stepping: every row steps (one group evaluation computes them all; the
+            # inactive rows' steps are not taken); few: only those, each by its own plan
+            sub = None if 4 * count > k else np.flatnonzero(active)
+            pick = (lambda a: a) if sub is None else (lambda a: a[sub])     # noqa: E731
+            X_new = pick(P) if self.prox else pick(X) - pick(self.lr)[:, None] * pick(E)
+            E_new, P_new = self.residual(X_new, sub)
+            norm_new = _row_norms(E_new)
+            stepped = active if sub is None else np.ones(count, dtype=bool)
+            ok = norm_new <= pick(norm_e) * (1 + 1e-9) + 1e-300 if safe else stepped
+            accept = stepped & ok
+            if sub is None and accept.all():
+                X, E, P, norm_e = X_new, E_new, P_new, norm_new
+            else:
+                where = accept if sub is None else sub[accept]
+                X[where], E[where], norm_e[where] = X_new[accept], E_new[accept], norm_new[accept]
+                if self.prox:
+                    P[where] = P_new[accept]
+                bad = stepped & ~ok
+                if bad.any():
+                    self.halve(np.flatnonzero(bad) if sub is None else sub[bad], X, E, P, norm_e)
+            steps += active
+
+    def halve(self, bad: np.ndarray, X, E, P, norm_e) -> None:
+        """A step the safeguard rejects, for the rows `bad`: (η/2, L̂) with L̂ raised so that the
+        automatic step keeps η = 1/(L̂ + β); a proximal client's mapping depends on η (a smooth
+        client's does not), so its residual at its point is taken again."""
+        C, rows = self.C, self.rows[bad]
+        self.lr[bad] *= 0.5
+        if C.curvature is not None:
+            C.curvature[rows] = np.maximum(C.curvature[rows], 1.0 / self.lr[bad] - self.beta[bad])
+        if self.prox:
+            E[bad], P[bad] = self.residual(X[bad], bad)
+            norm_e[bad] = _row_norms(E[bad])
+
+    # -- the end of the round -------------------------------------------------------------------
+    def close(self, X: np.ndarray, steps: np.ndarray, bound, norm_e: np.ndarray) -> dict:
+        """The end of the round at the local solutions X (`round_end`): the state into `C` and
+        the group's stacks (a client whose X is not finite keeps its state and replies NaN),
+        the replies stacked."""
+        group, C, rows, n = self.group, self.C, self.rows, self.group.n_x
+        U, lam, beta, lr = self.U, self.lam, self.beta, self.lr
+        finite = np.all(np.isfinite(X), axis=1)
+        U_new = np.ascontiguousarray(X[:, :n])
+        end = round_end(C.opts, U_new, U, lam, beta, self.z, lr, None if C.curvature is None else C.curvature[rows])
+        new_beta, new_lr, lam_new, w, drift = end.beta, end.lr, end.lam, end.w, end.drift
+        if not finite.all():
+            keep = ~finite
+            U_new[keep], lam_new[keep], w[keep], drift[keep] = U[keep], lam[keep], np.nan, np.inf
+            new_beta, new_lr = np.where(finite, new_beta, beta), np.where(finite, new_lr, lr)
+        if not self.everyone:
+            U_new, lam_new = _scatter(group, "fedadmm_u", rows, U_new), _scatter(group, "fedadmm_lam", rows, lam_new)
+        group.publish("u", U_new, C.states, slot="fedadmm_u")
+        group.publish("lam", lam_new, C.states, slot="fedadmm_lam")
+        C.beta[rows], C.lr[rows] = new_beta, new_lr
+        done = rows[finite]
+        residual = norm_e if C.opts["inexact"] else None
+        for j, value in enumerate((steps, bound, residual, beta, end.primal, end.dual)):
+            if value is not None:
+                C.last[j, done] = value[finite]
+        C.ran[done] = True
+        C.dirty[rows] = True
+        if group.n_y:
+            for j in np.flatnonzero(finite):
+                group.programs[rows[j]].y = X[j, n:].copy()
+        group.on_sync("fedadmm", C.write_back)
+        return {"w": w, "beta": beta, "steps": steps.astype(float), "drift": drift}
+
+
+def _scatter(group: Group, slot: str, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The stack under `slot` with `values` in its `rows` (a new array: the old one's rows are
+    the clients' published state)."""
+    out = group.stack(slot).copy()
+    out[rows] = values
+    return out
+
+
+class RoundEnd(NamedTuple):
+    """What `round_end` computes for a group's clients (stacks, one row per client)."""
+    lam: np.ndarray         # λ_i^{k+1} (2.8b)
+    w: np.ndarray           # the message β_i^k u_i^{k+1} − λ_i^{k+1}
+    primal: Any             # ‖u_i^{k+1} − u_i^k‖ (3.14a)
+    dual: Any               # ‖u_i^{k+1} − z^k‖ (3.14b)
+    drift: Any              # ‖u_i^{k+1} − z^k‖∞
+    beta: Any               # β_i^{k+1} (3.15; β_i^k without adaptation)
+    lr: Any                 # η_i for the next round
+
+
+def round_end(s: dict, u, u_old, lam, beta, z: np.ndarray, lr, curvature) -> RoundEnd:
+    """The end of a round at the local solutions u (k, n) of a group's clients (β (k,)): the
+    multiplier step (2.8b), the message, the residuals (3.14) and InSa's β, η (`insa.adapt`)
+    with the options of `s`. It writes no state."""
+    b = np.asarray(beta, float)[..., None]
+    lam = lam - b * (u - z)                                                      # (2.8b)
+    primal = np.linalg.norm(u - u_old, axis=-1)                                  # (3.14a)
+    dual = np.linalg.norm(u - z, axis=-1)                                        # (3.14b)
+    drift = np.max(np.abs(u - z), axis=-1, initial=0.0)
+    new_beta, new_lr = adapt(s, beta, primal, dual, float(np.max(np.abs(z), initial=1.0)), lr,
+                             curvature) if s["adaptive"] else (beta, lr)
+    return RoundEnd(lam, b * u - lam, primal, dual, drift, new_beta, new_lr)
+
+
+# ---- node-local bookkeeping ---------------------------------------------------------------------
 @procedure("fedadmm_beta", {}, {"beta": "1", "lr": "1"}, local=True, read_only=True)
 def _penalty(program: NodeProgram):
     """The client's current β_i and step η_i (None before its first round): reporting, and
@@ -97,126 +434,6 @@ def _set_multipliers(program: NodeProgram) -> dict:
         return {"multipliers": {}}
     gradient = program.value_grad(s["u"], program.y)[1][:program.n_shared]
     return {"multipliers": projected_multipliers(program, s["u"], s["alpha"] * s["lam"] - gradient)}
-
-
-@procedure("fedadmm_round", {"z": "x"}, {"w": "x", "beta": "1", "steps": "1", "drift": "1"})
-def _round(program: NodeProgram, z):
-    """One client update of Algorithm 1 / 3 at the received z^k; replies w_i and β_i^k.
-    A diverging local run (lr too large) replies NaN; the server stops with status "diverged"."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return _client_update(program, program.state["fedadmm"], np.asarray(z, float))
-
-
-def _solve(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, tol: float, cap: int):
-    """argmin_u L_{β_i}(u, λ_i, z) by the node's own solver (Newton / exact / L-BFGS) to
-    ‖e‖∞ ≤ tol, from α_i·L = P_i(u, y) − α_iλ_iᵀu + (α_iβ_i/2)‖u − z‖² (+ const); ‖e‖₂ ≤ √N‖e‖∞."""
-    n, alpha = program.n_shared, s["alpha"]
-    program.y = x[n:].copy()
-    method = "prox" if _projects(program) else s["solver"]     # Newton etc. do not project
-    out = program.solve_local(linear=-alpha * s["lam"], weight=alpha * s["beta"], anchor=z, x0=x[:n],
-                              tol=alpha * tol, method=method, max_steps=cap)
-    x = np.concatenate([out["x"], program.y])
-    return x, _residual(program, s, x, z), int(out["steps"])
-
-
-def halved_step(lr, curvature, beta):
-    """The reaction to a step the safeguard rejects (scalars or arrays): (η/2, L̂) with L̂ raised
-    so that the automatic step keeps η = 1/(L̂ + β) (None when η is not automatic)."""
-    lr = lr * 0.5
-    return lr, None if curvature is None else np.maximum(curvature, 1.0 / lr - beta)
-
-
-def _gd_step(program: NodeProgram, s: dict, x: np.ndarray, e: np.ndarray, z: np.ndarray):
-    """One local step x − η e (2.9). Safeguard (`safe`): for a convex L-smooth L_β, gradient
-    descent with η ≤ 2/(L̃+β) never increases ‖e‖ (co-coercivity), so a step that does proves η
-    too large: it is rejected and η_i halved for this and later rounds (the paper has no such
-    test; a too-large η makes the local run, and then the whole run, diverge)."""
-    # the proximal point prox(x − η∇) that `_residual` computed with e at this x: feasible to
-    # the last bit (a set), exact zeros (λ‖w‖₁)
-    x_new = s["prox_point"] if _projects(program) else x - s["lr"] * e
-    e_new = _residual(program, s, x_new, z)
-    if s["safe"]:
-        norm, norm_new = float(np.linalg.norm(e)), float(np.linalg.norm(e_new))
-        if not (norm_new <= norm * (1 + 1e-9) + 1e-300):
-            s["lr"], curvature = halved_step(s["lr"], s["curvature"], s["beta"])
-            if curvature is not None:
-                s["curvature"] = float(curvature)
-            # the projected mapping depends on η (for a smooth client it does not)
-            return x, (_residual(program, s, x, z) if _projects(program) else e)
-    return x_new, e_new
-
-
-def _client_update(program: NodeProgram, s: dict, z: np.ndarray) -> dict:
-    z = np.asarray(z, float)
-    beta, cap = s["beta"], int(s["local_steps"])
-    # û := z^k (Algorithms 1, 3) or u_i^k (`local_start="u"`); private variables: their last value
-    x = np.concatenate([z if s["start"] == "z" else s["u"], program.y])
-    e = _residual(program, s, x, z)
-    steps, bound = 0, None
-    if s["inexact"]:
-        sigma = s["sigma"] if s["sigma"] is not None else \
-            s["sigma_factor"] * sigma_bound(beta, s["c"])                        # (3.9)/(3.18)
-        if s["reference"] == "z":                                                # Remark 3.4
-            ref = float(np.linalg.norm(e))
-        else:                                                                    # (3.7): u_i^k
-            ref = float(np.linalg.norm(_residual(program, s, np.concatenate([s["u"], program.y]), z)))
-            if _projects(program):       # the next step needs x's proximal point, not u's
-                e = _residual(program, s, x, z)
-        bound = sigma * ref
-        if s["solver"] != "gd":
-            x, e, steps = _solve(program, s, x, z, bound / math.sqrt(x.size), cap)
-        while float(np.linalg.norm(e)) > bound and steps < cap:   # test, then step (spec §2.3)
-            x, e = _gd_step(program, s, x, e, z)                  # (2.9): the residual is the step
-            steps += 1
-    elif s["solver"] != "gd":                                     # exact ADMM (2.8a)
-        x, e, steps = _solve(program, s, x, z, 1e-10, cap)
-    else:
-        for _ in range(cap):                                      # E steps of (2.9)
-            x, e = _gd_step(program, s, x, e, z)
-            steps += 1
-    return finish_round(program, s, x, z, steps, bound, float(np.linalg.norm(e)) if s["inexact"] else None)
-
-
-class RoundEnd(NamedTuple):
-    """What `round_end` computes, for one client (floats, (n,) arrays) or a group's (stacks)."""
-    lam: np.ndarray         # λ_i^{k+1} (2.8b)
-    w: np.ndarray           # the message β_i^k u_i^{k+1} − λ_i^{k+1}
-    primal: Any             # ‖u_i^{k+1} − u_i^k‖ (3.14a)
-    dual: Any               # ‖u_i^{k+1} − z^k‖ (3.14b)
-    drift: Any              # ‖u_i^{k+1} − z^k‖∞
-    beta: Any               # β_i^{k+1} (3.15; β_i^k without adaptation)
-    lr: Any                 # η_i for the next round
-
-
-def round_end(s: dict, u, u_old, lam, beta, z: np.ndarray, lr, curvature) -> RoundEnd:
-    """The end of a round at the local solutions u (one client: u (n,), β a float; a group's
-    clients: u (k, n), β (k,)): the multiplier step (2.8b), the message, the residuals (3.14)
-    and InSa's β, η (`insa.adapt`) with the options of `s`. The per-client round and the
-    batched one (`batched._update`) share it; it writes no state."""
-    b = np.asarray(beta, float)[..., None]
-    lam = lam - b * (u - z)                                                      # (2.8b)
-    primal = np.linalg.norm(u - u_old, axis=-1)                                  # (3.14a)
-    dual = np.linalg.norm(u - z, axis=-1)                                        # (3.14b)
-    drift = np.max(np.abs(u - z), axis=-1, initial=0.0)
-    new_beta, new_lr = adapt(s, beta, primal, dual, float(np.max(np.abs(z), initial=1.0)), lr,
-                             curvature) if s["adaptive"] else (beta, lr)
-    return RoundEnd(lam, b * u - lam, primal, dual, drift, new_beta, new_lr)
-
-
-def finish_round(program: NodeProgram, s: dict, x: np.ndarray, z: np.ndarray, steps: int,
-                 bound: float | None, residual: float | None) -> dict:
-    """The end of a client round at its local solution x = (u, y) (`round_end`): the state and
-    the reply (NaN when x is not finite)."""
-    n, beta = program.n_shared, s["beta"]
-    if not np.all(np.isfinite(x)):
-        return {"w": np.full(n, np.nan), "beta": beta, "steps": steps, "drift": math.inf}
-    u = x[:n].copy()
-    program.y = x[n:].copy()
-    end = round_end(s, u, s["u"], s["lam"], beta, z, s["lr"], s["curvature"])
-    s["last"] = {"steps": steps, "bound": bound, "residual": residual, "beta": beta,
-                 "primal": float(end.primal), "dual": float(end.dual)}
-    s["beta"], s["lr"], s["u"], s["lam"] = float(end.beta), float(end.lr), u, end.lam
-    return {"w": end.w, "beta": beta, "steps": steps, "drift": float(end.drift)}
 
 
 @procedure("fedadmm_refusal", {}, {"refusal": "str"}, local=True, read_only=True)
@@ -240,3 +457,7 @@ def _refusal(program: NodeProgram) -> dict:
         f"FedADMM handles client constraints only as projections ({supported}); client "
         f"{program.name!r} has {names}. Use backends.ProxAL(inner=backends.FedADMM(...)) "
         "(constraints by a proximal AL, FedADMM on its subproblems) or backends.ProxAL / DALD")}
+
+
+# FedADMM's client steps (`FedADMM.procedures`)
+PROCEDURES = (_init, _round, _penalty, _set_multipliers, _refusal)

@@ -25,12 +25,12 @@ def adapt_penalty(beta, primal, dual, mu: float, tau: float):
 
 def adapt(s: dict, beta, primal, dual, scale: float, lr, curvature):
     """(β_i^{k+1} by (3.15) within `beta_range`, the step η_i that goes with it), for one client
-    (floats) or a group's clients (arrays, elementwise), with the options of `s`: the per-client
-    round and the batched one share this rule. Safeguards (`safe`): residuals at round-off
+    (floats) or a group's clients (arrays, elementwise), with the options of `s` (the round,
+    `client._Round`). Safeguards (`safe`): residuals at round-off
     (both ≤ 1e-12·max(1, ‖z‖∞) = 1e-12·`scale`) leave β and η alone (their ratio is noise: the
     paper's rule then drifts β to 1e-27 or 1e+30); with the automatic η, η follows β:
     η = 1/(L̂ + β), L̂ = `curvature` (with the user's η, a β that makes the local steps unstable
-    is caught by `client._gd_step`, which halves η)."""
+    is caught by the local steps' safeguard, `client._Round.steps`, which halves η)."""
     p = beta * primal if s["penalty_rule"] == "code" else primal
     new = np.clip(adapt_penalty(beta, p, dual, s["mu"], s["tau"]), s["beta_min"], s["beta_max"])
     new_lr = 1.0 / (curvature + new) if s["auto_lr"] else lr

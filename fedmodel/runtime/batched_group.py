@@ -136,14 +136,15 @@ class Group:
         resolved: the members share prox terms, degree and size, hence the choice)."""
         return self.programs[0]._choose(method)
 
-    def solve_local(self, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor, tol: float,
+    def solve_local(self, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor, tol,
                     method: str = "auto", max_steps: int = 1000, lr: float | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`NodeProgram.solve_local` for the clients `rows` from Z0 (k, N) = (x, y) rows:
         (Z, steps, ‖∇‖∞) per client. Newton and exact solves of a stack that fits
         (`batched_newton.stack_fits`) are one batched solve (`solve_newton`); any other method
         (prox, L-BFGS, GD, Newton-CG) runs each client's own solver. `linear`, `anchor`: (n_x,)
-        or (k, n_x); `weight`: a number, (k,) or (k, n_x). The members' `y` are not written."""
+        or (k, n_x); `weight`: a number, (k,) or (k, n_x); `tol`: a number or (k,) (each
+        client's own). The members' `y` are not written."""
         rows = np.asarray(rows, dtype=np.intp)
         chosen = self.local_method(method)
         if chosen in ("exact", "newton") and stack_fits(len(rows), self.n_x + self.n_y):
@@ -158,13 +159,15 @@ class Group:
         linear = np.broadcast_to(np.asarray(linear, float), (k, n_x))
         anchor = np.broadcast_to(np.asarray(anchor, float), (k, n_x))
         weights = np.asarray(weight, float)
+        tols = np.asarray(tol, float)
         Z, steps, residual = np.array(Z0, dtype=float), np.zeros(k, dtype=int), np.zeros(k)
         for j, r in enumerate(rows):
             program = self.programs[r]
             kept = program.y
             program.y = Z[j, n_x:].copy()
             w = weights if weights.ndim == 0 else weights[j]
-            out = program.solve_local(linear=linear[j], weight=w, anchor=anchor[j], x0=Z[j, :n_x], tol=tol,
+            out = program.solve_local(linear=linear[j], weight=w, anchor=anchor[j], x0=Z[j, :n_x],
+                                      tol=tol if tols.ndim == 0 else tols[j],
                                       method=method, max_steps=max_steps, lr=lr)
             Z[j, :n_x], Z[j, n_x:] = out["x"], program.y
             steps[j], residual[j] = int(out["steps"]), float(out["grad_norm"])
@@ -172,7 +175,7 @@ class Group:
         return Z, steps, residual
 
     def solve_newton(self, Z0: np.ndarray, rows: np.ndarray, linear: np.ndarray, weight: np.ndarray,
-                     anchor: np.ndarray, tol: float, method: str, max_steps: int = 1000
+                     anchor: np.ndarray, tol, method: str, max_steps: int = 1000
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`NodeProgram.solve_local` with method "exact" or "newton" for the clients `rows` at
         once: argmin_z P_i(z) + linear_iᵀx + ½ weight_i‖x − anchor‖² from Z0 (k, N), returning
@@ -182,7 +185,8 @@ class Group:
         change). An evaluation is one group `value_grad` call (or, for at most
         `STRAGGLERS`·n clients, each one's own plan), Hessians one group `hessian` call.
         Memory: a few (k, N) stacks, the clients' Hessians and their (k, N, N) factor stack.
-        weight: (k,) or (k, n_x); the members do not write their `y` here (the caller does)."""
+        tol: a number or (k,); weight: (k,) or (k, n_x); the members do not write their `y`
+        here (the caller does)."""
         if method not in ("exact", "newton"):
             raise FedModelError(f"Group.solve_newton: method {method!r} is not 'exact' or 'newton'")
         if method == "exact":        # as `NodeProgram.solve_local`: exact solve, one refinement

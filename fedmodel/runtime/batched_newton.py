@@ -36,10 +36,11 @@ StackFunGrad = Callable[[np.ndarray, "np.ndarray | None"], tuple[np.ndarray, np.
 Directions = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
-def newton_batched(fun_grad: StackFunGrad, direction: Directions, Z0: np.ndarray, tol: float,
+def newton_batched(fun_grad: StackFunGrad, direction: Directions, Z0: np.ndarray, tol,
                    max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`solvers.newton` for k problems from Z0 (k, N): (Z, steps, ‖∇‖∞) per problem, each the
-    serial solve's decisions (direction or −∇, backtracking, chord refresh, stop)."""
+    serial solve's decisions (direction or −∇, backtracking, chord refresh, stop); `tol`: a
+    number or (k,), one per problem."""
     Z = np.array(Z0, dtype=float)
     k = len(Z)
     value, G = fun_grad(Z, None)
