@@ -1,38 +1,24 @@
 """Fed-DALD-DC node steps (Algorithm 3): `dald_dc_init`, `dald_dc_link`, `dald_dc_receive`,
-`dald_dc_solve` (20), `dald_dc_dual` (21), and `dald_dc_sweep`, a whole Gauss–Seidel sweep of (20)
-with its relays inside one client group. Each node keeps its state in `program.state["dald"]`
-(its x, and per edge end: μ_e, 2ρ_e²'s ρ_e², the sign of C_e at this end, the newest copy of the
-neighbour's model).
+`dald_dc_solve` (20), `dald_dc_dual` (21) and `dald_dc_sweep` (a Gauss–Seidel sweep of (20) with
+its relays inside one client group). State: `program.state["dald"]` (x; per edge end μ_e, ρ_e²,
+the sign of C_e at this end, the newest copy of the neighbour's model).
 
-`dald_dc_solve` and `dald_dc_dual` are each written once, over rows of nodes
-(`fedmodel.runtime.client_step`): on one node (serial, Ray, Flower executors) the form runs on
-a group of one evaluated by the node's own plans and solvers, on the batched and JAX executors
-on a group (e.g. a parallel batch of S: nodes that share no edge). (20) for the rows is the
-consensus terms of each row's edges from the neighbour copies it holds (`kernels.edge_terms`:
-Σ sign_e μ_e, Σ 2ρ_e², the weighted mean of the copies) and then the rows' local solve
-(`local.local_argmin`: compiled (proximal-)gradient passes for all rows, or one batched Newton
-solve). (21) is `kernels.edge_dual` over the rows' edge ends.
+`dald_dc_solve` and `dald_dc_dual` are written once, over rows of nodes (`client_step`): one
+node on the serial, Ray and Flower executors, a group (e.g. a parallel batch of S) on the
+batched and JAX ones. (20) is each row's consensus terms from the copies it holds
+(`kernels.edge_terms`: Σ sign_e μ_e, Σ 2ρ_e², the weighted mean of the copies), then the rows'
+local solve (`local.local_argmin`); (21) is `kernels.edge_dual` over the rows' edge ends.
 
-`dald_dc_sweep` (a group request: `dc.GaussSeidelSweep`) is the one step that is not a
-per-node message: it stands for the solves of S one after another *and* the relays of each new
-model to the later neighbours, so only an engine that holds every node of S can serve it; with
-none, `GaussSeidelSweep` sends `dald_dc_solve` per parallel batch and `dald_dc_receive` per
-relay instead. Why a sweep can be batched at all: with one proximal-gradient step (W = 1)
-warm-started at x_s, (20)'s expensive part ∇P_s(x_s) (a pass over the node's data) depends on
-nothing but the node's own state, so every node can compute it before its turn (what a real
-node would do while it waits); only the cheap neighbour terms are sequential. So: one batched
-∇P for the group, then one compiled loop over S (`kernels.gauss_seidel_sweep`) that takes for
-each node the same consensus terms (`edge_terms_row`) and the same proximal-gradient step as
-`dald_dc_solve` — the arithmetic is written once, in the compiled row functions, and the sweep
-equals the node-by-node sweep up to the rounding of the batched gradient. Anything else (W > 1:
-∇P at the later steps depends on the neighbours, a cold start, private variables, a neighbour
-outside the group such as a hosted server block) takes `dald_dc_solve` per batch.
-
-While the batched executor holds the nodes, the sweep's and the group dual's stacks (x_i, the
-edges' μ_e and neighbour copies as row views, `SweepState`'s flags) are authoritative;
-`Group.sync` writes them back when the dicts are read (a request served node by node or by a
-per-member form, a hand-over to another executor, `close`), so the serial path, checkpoints
-and a change of executor see the same state.
+`dald_dc_sweep` stays a group's stacked form: it stands for the solves of S one after another
+*and* the relays between them, so only an engine holding every node of S can serve it (else
+`dc.GaussSeidelSweep` sends `dald_dc_solve` per parallel batch and `dald_dc_receive` per
+relay). With W = 1 and a warm start, ∇P_s(x_s) depends only on the node's own state, so one
+batched ∇P serves the group and one compiled loop over S (`kernels.gauss_seidel_sweep`) takes
+for each node the same consensus terms (`edge_terms_row`) and the same proximal-gradient step
+as `dald_dc_solve`: the arithmetic is written once, in the compiled row functions. W > 1, a
+cold start, private variables or an edge leaving the group: `dald_dc_solve` per batch.
+While the batched executor holds the nodes, its stacks and `SweepState` are authoritative;
+`Group.sync` writes them back into the dicts before anything reads them.
 """
 from __future__ import annotations
 
@@ -83,8 +69,7 @@ class OwnEnds:
     2ρ_e² ((m, d)) per end, and per end its row k, whether C_e = x_row − x_e (sign > 0)."""
 
     def __init__(self, group: Group, rows: np.ndarray, states: list[dict]):
-        n_x, k = group.n_x, len(rows)
-        tables = [s["edges"] for s in states]
+        n_x, k, tables = group.n_x, len(rows), [s["edges"] for s in states]
         self.ends = [end for table in tables for end in table.values()]
         m = len(self.ends)
         self.row = np.repeat(np.arange(k), [len(t) for t in tables])
@@ -93,17 +78,10 @@ class OwnEnds:
         ptr[k + 1:] = m
         self.sign = np.array([float(e["sign"]) for e in self.ends])
         self.adjacency = (ptr, np.arange(m), k + np.arange(m), self.sign)
-        self.X = np.empty((k + m, n_x))
-        self.X[:k] = [s["x"] for s in states]
-        for j, e in enumerate(self.ends):
-            self.X[k + j] = e["x"]
+        self.X = np.array([np.broadcast_to(v, (n_x,)) for v in [s["x"] for s in states] + [e["x"] for e in self.ends]],
+                          dtype=float).reshape(k + m, n_x)
         self.MU = np.array([np.broadcast_to(e["mu"], (n_x,)) for e in self.ends]).reshape(m, n_x)
         self.twice_rho2 = np.array([2.0 * np.broadcast_to(e["rho2"], (n_x,)) for e in self.ends]).reshape(m, n_x)
-
-
-def _dc_rows(group: Group, members: list[str]) -> tuple[np.ndarray, list[dict]]:
-    rows = np.array([group.index[m] for m in members], dtype=np.intp)
-    return rows, [group.programs[i].state["dald"] for i in rows]
 
 
 # ---- (20): a node's solve, for rows of nodes -----------------------------------------------------
@@ -118,7 +96,8 @@ def _dc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     if opts is None:
         return None
     group.sync()                # (the group's stacks, e.g. after a sweep, into the nodes' dicts)
-    rows, states = _dc_rows(group, members)
+    rows = np.array([group.index[m] for m in members], dtype=np.intp)
+    states = [group.programs[i].state["dald"] for i in rows]
     ends = OwnEnds(group, rows, states)
     k = len(rows)
     linear, total, anchor = kernels.edge_terms(ends.X, ends.MU, np.arange(k), ends.adjacency, ends.twice_rho2)
@@ -194,8 +173,8 @@ def _dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) ->
     """`dald_dc_dual` as a group request, or None."""
     if blocks:
         return None
-    primal, dmu = _dual_rows(group, np.asarray(rows, dtype=np.intp), common.get("consensus", 1.0))
-    return {"primal": primal, "dmu": dmu}
+    return dict(zip(("primal", "dmu"), _dual_rows(group, np.asarray(rows, dtype=np.intp),
+                                                  common.get("consensus", 1.0))))
 
 
 @client_step("dald_dc_dual", {"consensus": "1"}, {"primal": "1", "dmu": "1"}, stacked=_dual_stacked)
