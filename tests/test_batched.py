@@ -210,7 +210,13 @@ def test_two_structures_form_two_groups():
     assert _batched(ex, "dald_cc_solve") == 6 * 20
 
 
-def test_client_dropout_under_partial_participation_matches_serial():
+@pytest.mark.parametrize("few", [False, True])
+def test_client_dropout_under_partial_participation_matches_serial(few, monkeypatch):
+    """`few`: every partial round counts as "a few clients of a large group" (Group.STRAGGLERS),
+    which `local.local_argmin` serves row by row on each client's own plans: the same numbers."""
+    if few:
+        from fedmodel.runtime.batched_group import Group
+        monkeypatch.setattr(Group, "STRAGGLERS", 1.0)
     prob, _ = _logistic(n=8, l1_on="server")
     backend = backends.DALD(solver="prox-grad", step=0.2, max_iterations=40, coordination="partial",
                             participation=0.6, seed=3)

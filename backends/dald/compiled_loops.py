@@ -49,25 +49,34 @@ def edge_terms_row(i, X, B, rank, ptr, edge, nbr, sign, MU, weight, linear, tota
     (0 ≤ rank[nbr] < rank[i]), else X[nbr]. A node without edges: 0, 0 and x_i."""
     d = X.shape[1]
     wide = weight.shape[1] > 1
-    for c in range(d):
-        linear[c] = 0.0
-        total[c] = 0.0
-        anchor[c] = 0.0
     if ptr[i] == ptr[i + 1]:
         for c in range(d):
-            anchor[c] = X[i, c]
+            linear[c], total[c], anchor[c] = 0.0, 0.0, X[i, c]
         return
+    t = 0.0                                  # Σ_e w_e when each w_e is one number
     for k in range(ptr[i], ptr[i + 1]):
         e, j = edge[k], nbr[k]
         other = B[j] if 0 <= rank[j] < rank[i] else X[j]
         m, sg, w = MU[e], sign[k], pick(weight, e)
+        first = k == ptr[i]                  # (0 + a = a: the first edge is assigned)
+        if wide:
+            for c in range(d):
+                linear[c] = sg * m[c] if first else linear[c] + sg * m[c]
+                total[c] = w[c] if first else total[c] + w[c]
+                anchor[c] = w[c] * other[c] if first else anchor[c] + w[c] * other[c]
+        else:
+            w0 = w[0]
+            t = w0 if first else t + w0
+            for c in range(d):
+                linear[c] = sg * m[c] if first else linear[c] + sg * m[c]
+                anchor[c] = w0 * other[c] if first else anchor[c] + w0 * other[c]
+    if wide:
         for c in range(d):
-            wc = w[c] if wide else w[0]
-            linear[c] += sg * m[c]
-            total[c] += wc
-            anchor[c] += wc * other[c]
-    for c in range(d):
-        anchor[c] /= total[c]
+            anchor[c] /= total[c]
+    else:
+        for c in range(d):
+            total[c] = t
+            anchor[c] /= t
 
 
 @jit

@@ -71,17 +71,18 @@ class OwnEnds:
     def __init__(self, group: Group, rows: np.ndarray, states: list[dict]):
         n_x, k, tables = group.n_x, len(rows), [s["edges"] for s in states]
         self.ends = [end for table in tables for end in table.values()]
-        m = len(self.ends)
-        self.row = np.repeat(np.arange(k), [len(t) for t in tables])
-        ptr = np.zeros(k + m + 1, dtype=np.intp)
-        ptr[1:k + 1] = np.cumsum([len(t) for t in tables])
-        ptr[k + 1:] = m
-        self.sign = np.array([float(e["sign"]) for e in self.ends])
-        self.adjacency = (ptr, np.arange(m), k + np.arange(m), self.sign)
-        self.X = np.array([np.broadcast_to(v, (n_x,)) for v in [s["x"] for s in states] + [e["x"] for e in self.ends]],
-                          dtype=float).reshape(k + m, n_x)
-        self.MU = np.array([np.broadcast_to(e["mu"], (n_x,)) for e in self.ends]).reshape(m, n_x)
-        self.twice_rho2 = np.array([2.0 * np.broadcast_to(e["rho2"], (n_x,)) for e in self.ends]).reshape(m, n_x)
+        m, counts = len(self.ends), [len(t) for t in tables]
+        self.row = np.repeat(np.arange(k), counts) if k > 1 else np.zeros(m, dtype=np.intp)
+        ptr = np.full(k + m + 1, m, dtype=np.intp)          # (the copies' rows have no ends)
+        ptr[0], ptr[1:k + 1] = 0, np.cumsum(counts)
+        self.sign = np.array([e["sign"] for e in self.ends], dtype=float)
+        ends = np.arange(m)
+        self.adjacency = (ptr, ends, k + ends, self.sign)
+        self.X = np.array([s["x"] for s in states] + [e["x"] for e in self.ends], dtype=float).reshape(k + m, n_x)
+        self.MU = np.array([e["mu"] for e in self.ends], dtype=float).reshape(m, n_x)
+        rho2 = [e["rho2"] for e in self.ends]       # one number per edge: (m, 1)
+        self.twice_rho2 = 2.0 * (np.array(rho2, dtype=float).reshape(m, 1) if all(np.ndim(r) == 0 for r in rho2)
+                                 else np.array([np.broadcast_to(r, (n_x,)) for r in rho2], dtype=float).reshape(m, n_x))
 
 
 # ---- (20): a node's solve, for rows of nodes -----------------------------------------------------

@@ -40,15 +40,15 @@ def local_argmin(group: Group, rows: np.ndarray, X0: np.ndarray, linear, weight,
     if tol is None or tol < 0:  # default: 1e-10 for quadratic nodes (one linear solve); 1e-8
         # otherwise — Newton's Armijo test cannot see decreases below rounding (|f|·1e-16)
         tol = 1e-10 if first.quadratic else 1e-8
+    if solver in ("prox-grad", "gd") and len(rows) < n and len(rows) <= Group.STRAGGLERS * n:
+        # a few clients of a large group (a dropout round, a Gauss–Seidel batch): each on its
+        # own plans, not n rows of work for each
+        return _each_row(group, rows, X0, linear, weight, anchor, tol, solver, step, steps, subtract_linear)
     for i in rows if group.n_y else ():    # re-center the private variables' proximal term (1/β)
         p = group.programs[i]
         p.configure(float(p.merit_ir.beta.value), 0.0, X0[i])
     has_prox = bool(group.prox)
     if solver in ("prox-grad", "gd"):
-        if len(rows) < n and len(rows) <= Group.STRAGGLERS * n:
-            # a few clients of a large group (a dropout round, a Gauss–Seidel batch): each on
-            # its own plans, not n rows of work for each
-            return _each_row(group, rows, X0, linear, weight, anchor, tol, solver, step, steps, subtract_linear)
         Z = np.concatenate([X0, private_stack(group)], axis=1) if group.n_y else X0
         Z = local_steps(group, Z, linear, weight, anchor, float(step), int(steps),
                         solver == "prox-grad" or has_prox, subtract_linear)
