@@ -125,11 +125,34 @@ def test_dald_cc_gd_with_several_local_steps_matches_serial():
     assert _batched(ex, "dald_cc_solve") == 5 * 30
 
 
-def test_dald_cc_exact_solver_falls_back_and_matches_serial():
+def _count_solves(monkeypatch) -> dict:
+    """Counts of the groups' batched Newton solves and of the clients' own local solves."""
+    from fedmodel.runtime.batched_group import Group
+    from fedmodel.runtime.program import NodeProgram
+    counts = {"batched": 0, "own": 0}
+    for cls, method, key in ((Group, "solve_newton", "batched"), (NodeProgram, "solve_local", "own")):
+        original = getattr(cls, method)
+
+        def counted(self, *args, _original=original, _key=key, **kwargs):
+            counts[_key] += 1
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, method, counted)
+    return counts
+
+
+def test_dald_cc_exact_solver_is_one_batched_solve_and_matches_serial(monkeypatch):
+    """solver="exact": the group's step (13) is one batched Newton solve of the clients' local
+    problems (`Group.solve_local`), with the serial numbers; the serial run solves per client."""
     prob, _ = _least_squares()
-    serial, batched, ex = _solve_both(prob, backends.DALD(solver="exact", max_iterations=15))
+    counts = _count_solves(monkeypatch)
+    serial = prob.solve(backends.DALD(solver="exact", max_iterations=15), executor="serial")
+    assert counts["batched"] == 0 < counts["own"]
+    counts.update(batched=0, own=0)
+    ex = BatchedExecutor()
+    batched = prob.solve(backends.DALD(solver="exact", max_iterations=15), executor=ex)
     _assert_same(serial, batched)
-    assert _batched(ex, "dald_cc_solve") == 0 and ex.stats[("dald_cc_solve", "serial")] > 0
+    assert _batched(ex, "dald_cc_solve") == 5 * 15 and ex.stats[("dald_cc_solve", "serial")] == 0
+    assert counts["batched"] == 15            # one per round; the clients' own solver never
     assert _batched(ex, "dald_cc_dual") > 0
 
 
@@ -187,7 +210,13 @@ def test_two_structures_form_two_groups():
     assert _batched(ex, "dald_cc_solve") == 6 * 20
 
 
-def test_client_dropout_under_partial_participation_matches_serial():
+@pytest.mark.parametrize("few", [False, True])
+def test_client_dropout_under_partial_participation_matches_serial(few, monkeypatch):
+    """`few`: every partial round counts as "a few clients of a large group" (Group.STRAGGLERS),
+    which `local.local_argmin` serves row by row on each client's own plans: the same numbers."""
+    if few:
+        from fedmodel.runtime.batched_group import Group
+        monkeypatch.setattr(Group, "STRAGGLERS", 1.0)
     prob, _ = _logistic(n=8, l1_on="server")
     backend = backends.DALD(solver="prox-grad", step=0.2, max_iterations=40, coordination="partial",
                             participation=0.6, seed=3)

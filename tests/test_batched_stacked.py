@@ -14,7 +14,8 @@ from fedmodel.runtime.batched_group import Group
 from fedmodel.runtime.executor import SerialExecutor
 from fedmodel.runtime.ledger import Ledger
 from fedmodel.runtime.program import compile_programs
-from test_batched import D, MODELS, TOL, _assert_same, _assert_value_grad_per_client, _client_programs, _logistic
+from test_batched import (D, MODELS, TOL, _assert_same, _assert_value_grad_per_client, _client_programs, _count_solves,
+                          _least_squares, _logistic)
 
 
 def _started(executor, prob, rho=1.0):
@@ -178,6 +179,34 @@ def test_dc_sweep_with_several_local_steps_takes_the_node_by_node_path():
     batched = prob.solve(algo, topology=topologies.path(prob), executor=ex)
     _assert_same(serial, batched)
     assert ex.stats[("dald_dc_sweep", "batched")] == 0     # W = 2: ∇P depends on the neighbours
+
+
+@pytest.mark.parametrize("case", ["exact", "prox-grad-W2", "gd-cold"])
+def test_dc_parallel_batches_are_one_group_step_and_equal_the_serial_run(case, monkeypatch):
+    """A Fed-DALD-DC sweep the group cannot serve as one block (exact solves, W = 2, a cold
+    start) sends `dald_dc_solve` per parallel batch of S (here the colour classes of a ring):
+    each batch is one group step (`dald_dc_solve`'s form over its rows: one batched Newton solve,
+    or W compiled steps), with the serial run's numbers; (21) goes per edge of the group."""
+    if case == "exact":
+        prob, _ = _least_squares(n=6)
+        options = dict(solver="exact")
+    else:
+        prob, _ = _logistic(n=6, l1_on="clients")
+        options = dict(solver="prox-grad", step=0.05, local_steps=2) if case == "prox-grad-W2" else \
+            dict(solver="gd", step=0.05, warm_start=False)
+
+    def algo():
+        return backends.DALD(order="colour", max_iterations=12, eps_primal=0.0, eps_dual=0.0, **options)
+    serial = prob.solve(algo(), topology=topologies.ring(prob), executor="serial")
+    counts = _count_solves(monkeypatch)
+    ex = BatchedExecutor()
+    batched = prob.solve(algo(), topology=topologies.ring(prob), executor=ex)
+    _assert_same(serial, batched)
+    assert batched.info["sweep_steps"] == 2
+    assert ex.stats[("dald_dc_sweep", "batched")] == 0 and ex.stats[("dald_dc_solve", "serial")] == 0
+    assert ex.stats[("dald_dc_solve", "batched")] == 6 * 12 and ex.stats[("dald_dc_dual", "batched")] == 6 * 12
+    if case == "exact":
+        assert counts["batched"] == 2 * 12 and counts["own"] == 0     # one batched solve per batch
 
 
 # ---- reporting every k-th iteration ------------------------------------------------------------

@@ -2,8 +2,9 @@
 implementations of the formulas in their docstrings, on random inputs.
 
 The kernels do the serial procedures' operations in the same order, so every comparison is
-exact (`assert_array_equal`), the Gauss–Seidel sweep included (its reference sums each node's
-edge terms in the kernel's CSR order)."""
+exact (`assert_array_equal`), the Gauss–Seidel sweep included (its reference computes each
+node's consensus terms in the kernel's CSR order, then the node's own proximal-gradient step, as
+`dald_dc_solve` does on one node)."""
 import networkx as nx
 import numpy as np
 import pytest
@@ -126,17 +127,16 @@ def _csr(graph: nx.Graph, n: int):
 
 
 def _sweep_reference(X, G, MU, order, adjacency, weight, step, threshold, cols, project=None):
-    """Node by node in `order`: g = ∇P_i + Σ_e (sign·μ_e + w_e∘(x_i − x_j)), x_j the newest model
-    (this sweep's if j came earlier), z = x_i − αg, then soft-thresholding (or `project`)."""
+    """Node by node in `order`, as `dald_dc_solve` computes one node's (20): its consensus terms
+    linear = Σ_e sign·μ_e, total = Σ_e w_e, anchor = Σ_e w_e∘x_j / total (x_j the newest model:
+    this sweep's if j came earlier), then z = x_i − α(∇P_i + linear + total∘(x_i − anchor)), then
+    soft-thresholding (or `project`)."""
     ptr, edge, nbr, sign = adjacency
     W = np.broadcast_to(weight, MU.shape)
     B, done = X.copy(), set()
     for i in order:
-        g = G[i].copy()
-        for k in range(ptr[i], ptr[i + 1]):
-            e, j = edge[k], nbr[k]
-            other = B[j] if j in done else X[j]
-            g += sign[k] * MU[e] + W[e] * (X[i] - other)
+        linear, total, anchor = _terms_reference(i, X, B, done, MU, ptr, edge, nbr, sign, W)
+        g = G[i] + (linear + total * (X[i] - anchor))
         z = X[i] - step * g
         if project is not None:
             project(z, i)
@@ -144,6 +144,39 @@ def _sweep_reference(X, G, MU, order, adjacency, weight, step, threshold, cols, 
             z[cols] = _shrink(z[cols], threshold[i])
         B[i], done = z, done | {i}
     return B
+
+
+def _terms_reference(i, X, B, done, MU, ptr, edge, nbr, sign, W):
+    """Node i's consensus terms of (20) in its CSR order, as Python sums (no edge: 0, 0, x_i)."""
+    if ptr[i] == ptr[i + 1]:
+        return np.zeros(X.shape[1]), np.zeros(X.shape[1]), X[i].copy()
+    ks = range(ptr[i], ptr[i + 1])
+    others = [B[nbr[k]] if nbr[k] in done else X[nbr[k]] for k in ks]
+    linear = sum(sign[k] * MU[edge[k]] for k in ks)
+    total = sum(W[edge[k]] * np.ones(X.shape[1]) for k in ks)
+    anchor = sum(W[edge[k]] * other for k, other in zip(ks, others)) / total
+    return linear, total, anchor
+
+
+@pytest.mark.parametrize("kind", ["path", "ring", "erdos_renyi", "tree"])
+@pytest.mark.parametrize("wide", [False, True])
+def test_edge_terms_equal_their_formula(kind, wide):
+    """Σ_e sign·μ_e, Σ_e w_e and the weighted mean of the neighbour models, per node of `rows`
+    (a random subset, any order), bitwise as Python sums in CSR order; a node without edges
+    gets 0, 0 and its own model; inputs untouched."""
+    for seed in range(5):
+        X, _, MU, order, adjacency, weight, _, _ = _sweep_case(kind, 7, 4, wide, True, seed)
+        ptr, edge, nbr, sign = adjacency
+        before = _frozen(X, MU, order, weight, *adjacency)
+        got = kernels.edge_terms(X, MU, order, adjacency, weight)
+        W = np.broadcast_to(weight, MU.shape)
+        for k, i in enumerate(order):
+            for a, b in zip(got, _terms_reference(i, X, X, set(), MU, ptr, edge, nbr, sign, W)):
+                np.testing.assert_array_equal(a[k], b)
+        _unchanged(before, (X, MU, order, weight, *adjacency))
+    lonely = kernels.edge_terms(np.array([[2.0, 3.0]]), np.zeros((0, 2)), np.array([0]),
+                                (np.array([0, 0]), np.zeros(0, int), np.zeros(0, int), np.zeros(0)), 1.0)
+    assert [a.tolist() for a in lonely] == [[[0.0, 0.0]], [[0.0, 0.0]], [[2.0, 3.0]]]
 
 
 def _graph(kind, n, seed):

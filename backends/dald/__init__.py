@@ -18,8 +18,9 @@ Constraints: a node's own constraints enter its merit P_i as augmented-Lagrangia
 penalty β (default β = 2ρ², the paper's ‖ρ∘h‖² ⇔ (β/2)‖h‖²); their multipliers are updated
 by the owner at every outer step (Step 2) with `update_multipliers`.
 
-Each node step is registered with its vectorized forms for the batched executor
-(`cc_batched`, `dc_batched`, compiled loops in `kernels`).
+Each client step is written once, over rows of clients (`fedmodel.runtime.client_step`): the
+serial, Ray and Flower executors run it on one node, the batched and JAX executors on a group
+(`cc_nodes`, `dc_nodes`, the local solver layer `local`, compiled loops in `kernels`).
 """
 from .backend import DALD
 from .options import PAPER_DALD, ClientModels

@@ -1,32 +1,36 @@
 """Fed-DALD-CC client steps (Algorithm 2): `dald_cc_init`, `dald_cc_solve` (13), `dald_cc_rescale`
-(adaptive ρ) and `dald_cc_dual` (15), each registered with its vectorized forms (`cc_batched`).
-Each runs on its node with the node program's API only and keeps its state in
-`program.state["dald"]`.
+(adaptive ρ) and `dald_cc_dual` (15); FedProx and FedAvg run through them too.
+
+`dald_cc_solve` and `dald_cc_dual` are each written once, over rows of clients
+(`fedmodel.runtime.client_step`): on one node (serial, Ray, Flower executors) the same form runs
+on a group of one evaluated by the node's own plans and solvers; on the batched and JAX
+executors on a whole group, with the clients' x_i, μ_i, ρ_i∘ρ_i kept in their
+`program.state["dald"]` as row views of the group's stacks (`Group.gather` / `Group.publish`).
+What is vectorized: (13)'s local solve for all rows at once (`local.local_argmin`: W compiled
+(proximal-)gradient passes, or one batched Newton solve), (15) as one compiled pass over the
+stacks (`kernels.consensus_dual`); a node's own constraint multipliers (Step 2) client by client.
+Each form's `stacked=` adapter serves the coordinator's group requests (`Executor.map_stacked`:
+one x̂ for all, or a block of them) with the same code. `dald_cc_init` and `dald_cc_rescale`
+write one node's state (nothing to vectorize).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from fedmodel.runtime.batched_group import Group, in_group_order, read_only
+from fedmodel.runtime.batched_procedures import request_rows, same_options
+from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
-from . import cc_batched
-from .local import SOLVE_OPTIONS, init_state, local_argmin
+from . import kernels
+from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin
+
+_SOLVE_OPTS = tuple(SOLVE_OPTIONS)
 
 
 @procedure("dald_cc_init", {"x0": "x", "beta": "1", "rho": "x|1"}, {})
 def _cc_init(program, x0, beta, rho):
     init_state(program, np.asarray(x0, float), beta, np.asarray(rho, float) ** 2)
     return {}
-
-
-@procedure("dald_cc_solve", {"xhat": "x", **SOLVE_OPTIONS}, {"x": "x", "steps": "1"},
-           batched=cc_batched.solve_batched, stacked=cc_batched.solve_stacked)
-def _cc_solve(program, xhat, tol, solver, step, local_steps, warm=1.0):
-    """(13): x_i = argmin f_i(x_i) + μ_iᵀ(x̂ − x_i) + ‖ρ_i∘(x̂ − x_i)‖², warm-started at x_i."""
-    s = program.state["dald"]
-    x0 = s["x"] if warm else xhat
-    x, steps = local_argmin(program, -s["mu"], 2.0 * s["rho2"], xhat, x0, tol, solver, step, local_steps)
-    s["x"] = x
-    return {"x": x, "steps": steps}
 
 
 @procedure("dald_cc_rescale", {"factor": "1"}, {})
@@ -38,15 +42,117 @@ def _cc_rescale(program, factor):
     return {}
 
 
-@procedure("dald_cc_dual", {"xhat": "x", "consensus": "1"}, {"dmu": "1"},
-           batched=cc_batched.dual_batched, stacked=cc_batched.dual_stacked)
-def _cc_dual(program, xhat, consensus=1.0):
-    """(15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i); the node's own constraint multipliers likewise (Step 2)."""
-    s = program.state["dald"]
+def _cc_stacks(group: Group):
+    """(states, x_i, μ_i, ρ_i∘ρ_i stacks) of the group's DALD-CC clients, or None (not covered)."""
+    states = cc_states(group)
+    if states is None:
+        return None
+    # ρ_i∘ρ_i changes only node by node (`dald_cc_rescale`, which voids the group's checks):
+    # its stack is kept with the checks instead of re-verifying n row objects per request
+    rho2 = group.checked("cc_rho2", lambda: group.gather("rho2", states, group.n_x))
+    return states, group.gather("x", states, group.n_x), group.gather("mu", states, group.n_x), rho2
+
+
+def _solve_block(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """(13): x_i = argmin f_i(x_i) + μ_iᵀ(x̂ − x_i) + ‖ρ_i∘(x̂ − x_i)‖², warm-started at x_i (or
+    x̂), for the group's clients `rows` (indices); `xhat` is one model for all or an (n, d)
+    stack. Returns (the new (n, d) stack of x_i — the other clients keep theirs —, published
+    as their state; steps per row), or None (the clients are not Fed-DALD-CC clients)."""
+    stacks = _cc_stacks(group)
+    if stacks is None:
+        return None
+    states, X, MU, RHO2 = stacks
+    XHAT = np.broadcast_to(np.asarray(xhat, float), X.shape) if np.ndim(xhat) == 1 else xhat
+    x0 = X if opts.get("warm", 1.0) else XHAT
+    # linear term −μ_i (passed as μ_i, subtracted: no pass to negate it), weight 2ρ_i∘ρ_i
+    new_x, steps = local_argmin(group, rows, x0, MU, group.twice("rho2", RHO2), XHAT, opts.get("tol"),
+                                opts["solver"], opts["step"], opts["local_steps"], subtract_linear=True)
+    if len(rows) < group.n and x0 is not X:     # clients that did not take part keep their x_i
+        kept = np.ones(group.n, dtype=bool)
+        kept[rows] = False
+        new_x[kept] = X[kept]
+    group.publish("x", new_x, states)
+    return new_x, steps
+
+
+def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """`dald_cc_solve` as a group request (one x̂ for all, or a block of them), or None."""
+    if not all(k in common for k in ("xhat", "solver", "step", "local_steps")) or \
+            set(blocks) - {"xhat"} or ("xhat" in blocks) == ("xhat" in common):
+        return None
+    xhat = common.get("xhat")
+    if "xhat" in blocks:
+        states = cc_states(group)
+        if states is None:
+            return None
+        xhat = group.gather("x", states, group.n_x).copy()
+        xhat[rows] = blocks["xhat"]
+    out = _solve_block(group, rows, xhat, common)
+    if out is None:
+        return None
+    new_x, steps = out
+    return {"x": read_only(new_x) if in_group_order(rows, group.n) else new_x[rows],
+            "steps": steps.astype(float)}
+
+
+@client_step("dald_cc_solve", {"xhat": "x", **SOLVE_OPTIONS}, {"x": "x", "steps": "1"}, stacked=_solve_stacked)
+def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """(13) for the rows `members` (per-node payloads), or None (members sent different options)."""
+    opts = same_options(payloads, members, _SOLVE_OPTS)
+    states = cc_states(group)
+    if opts is None or states is None:
+        return None
+    rows = np.array([group.index[m] for m in members], dtype=np.intp)
+    X = group.gather("x", states, group.n_x)
+    out = _solve_block(group, rows, request_rows(group, members, payloads, "xhat", X), opts)
+    if out is None:
+        return None
+    new_x, steps = out
+    return {m: {"x": new_x[i], "steps": int(k)} for m, i, k in zip(members, rows, steps)}
+
+
+def _dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np.ndarray | None:
+    """(15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i) for the group's clients `rows` (one compiled pass); a
+    node's own constraint multipliers (Step 2) client by client. Returns dmu per row."""
+    stacks = _cc_stacks(group)
+    if stacks is None:
+        return None
+    states, X, MU, RHO2 = stacks
     if consensus:
-        s["mu"] = s["mu"] + 2.0 * s["rho2"] * (xhat - s["x"])
-    change = program.update_multipliers(s["x"])["dmu"] if program.constraints else 0.0
-    return {"dmu": change}
+        step = kernels.consensus_dual(MU, X, xhat, group.twice("rho2", RHO2))   # one pass
+        if len(rows) == group.n:
+            new = step
+        else:
+            new = MU.copy()
+            new[rows] = step[rows]
+        group.publish("mu", new, states)
+    dmu = np.zeros(len(rows))
+    if group.constrained:
+        for k, i in enumerate(rows):
+            p = group.programs[i]
+            dmu[k] = p.update_multipliers(X[i])["dmu"] if p.constraints else 0.0
+    return dmu
+
+
+def _dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """`dald_cc_dual` as a group request (one x̂ for all), or None."""
+    if blocks or (common.get("consensus", 1.0) and "xhat" not in common):
+        return None
+    dmu = _dual_block(group, rows, common.get("xhat"), common.get("consensus", 1.0))
+    return None if dmu is None else {"dmu": dmu}
+
+
+@client_step("dald_cc_dual", {"xhat": "x", "consensus": "1"}, {"dmu": "1"}, stacked=_dual_stacked)
+def _cc_dual(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """(15) and the node's own constraint multipliers (Step 2) for the rows `members`."""
+    opts = same_options(payloads, members, ("consensus",))
+    states = cc_states(group)
+    if opts is None or states is None:
+        return None
+    consensus = opts.get("consensus", 1.0)
+    xhat = request_rows(group, members, payloads, "xhat", group.gather("x", states, group.n_x)) if consensus else None
+    dmu = _dual_block(group, np.array([group.index[m] for m in members], dtype=np.intp), xhat, consensus)
+    return {m: {"dmu": float(v)} for m, v in zip(members, dmu)}
 
 
 # Fed-DALD-CC's client steps (`DALD.procedures`)

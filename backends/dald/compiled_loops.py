@@ -3,7 +3,7 @@ Module-level functions, so that numba's on-disk cache finds them again in the ne
 Bounds are not checked here: the wrappers in `kernels` check every shape and index."""
 import numpy as np
 
-from fedmodel.runtime.compiled_loops import jit, larger, max_abs_diff, pick, shrink
+from fedmodel.runtime.compiled_loops import jit, larger, max_abs_diff, pick, prox_grad_step
 
 
 @jit
@@ -42,35 +42,64 @@ def edge_dual(X, MU, tail, head, weight, move, out, size):
 
 
 @jit
-def gauss_seidel_sweep(X, G, MU, order, rank, ptr, edge, nbr, sign, weight, step, threshold,
-                       lo, hi, B):
-    """Nodes `order` of a sweep of (20), one proximal-gradient step each, into B:
-    B[i] ← shrink(x_i − α(∇P_i + Σ_e sign_e μ_e + Σ_e w_e∘(x_i − x_e))), where node i's
-    edges are edge[ptr[i]:ptr[i+1]] to nbr[…] and x_e is the neighbour's new model B[nbr]
-    when it comes earlier in the sweep (0 ≤ rank[nbr] < rank[i]), else its model X[nbr]."""
+def edge_terms_row(i, X, B, rank, ptr, edge, nbr, sign, MU, weight, linear, total, anchor):
+    """Node i's consensus terms of (20), from its edges edge[ptr[i]:ptr[i+1]] to nbr[…] in that
+    order: linear ← Σ_e sign_e μ_e, total ← Σ_e w_e, anchor ← Σ_e w_e∘x_e / total, where x_e is
+    the neighbour's newest model: B[nbr] when it comes earlier in the sweep
+    (0 ≤ rank[nbr] < rank[i]), else X[nbr]. A node without edges: 0, 0 and x_i."""
     d = X.shape[1]
     wide = weight.shape[1] > 1
-    g = np.empty(d)                          # node i's gradient of (20), then its step
+    if ptr[i] == ptr[i + 1]:
+        for c in range(d):
+            linear[c], total[c], anchor[c] = 0.0, 0.0, X[i, c]
+        return
+    t = 0.0                                  # Σ_e w_e when each w_e is one number
+    for k in range(ptr[i], ptr[i + 1]):
+        e, j = edge[k], nbr[k]
+        other = B[j] if 0 <= rank[j] < rank[i] else X[j]
+        m, sg, w = MU[e], sign[k], pick(weight, e)
+        first = k == ptr[i]                  # (0 + a = a: the first edge is assigned)
+        if wide:
+            for c in range(d):
+                linear[c] = sg * m[c] if first else linear[c] + sg * m[c]
+                total[c] = w[c] if first else total[c] + w[c]
+                anchor[c] = w[c] * other[c] if first else anchor[c] + w[c] * other[c]
+        else:
+            w0 = w[0]
+            t = w0 if first else t + w0
+            for c in range(d):
+                linear[c] = sg * m[c] if first else linear[c] + sg * m[c]
+                anchor[c] = w0 * other[c] if first else anchor[c] + w0 * other[c]
+    if wide:
+        for c in range(d):
+            anchor[c] /= total[c]
+    else:
+        for c in range(d):
+            total[c] = t
+            anchor[c] /= t
+
+
+@jit
+def edge_terms(X, MU, rows, rank, ptr, edge, nbr, sign, weight, out):
+    """out[:, k] ← (linear, total, anchor) of node rows[k] (`edge_terms_row`, neighbours from X)."""
+    for k in range(rows.shape[0]):
+        edge_terms_row(rows[k], X, X, rank, ptr, edge, nbr, sign, MU, weight, out[0, k], out[1, k], out[2, k])
+
+
+@jit
+def gauss_seidel_sweep(X, G, MU, order, rank, ptr, edge, nbr, sign, weight, step, threshold,
+                       lo, hi, B):
+    """Nodes `order` of a sweep of (20), one proximal-gradient step each, into B: node i's
+    consensus terms from the newest copies (`edge_terms_row`), then the step of its local problem
+    B[i] ← shrink(x_i − α(∇P_i + total∘(x_i − anchor) + linear)) (the runtime's
+    `prox_grad_step`: the arithmetic of a node's own step, `local.local_argmin`)."""
+    d = X.shape[1]
+    terms = np.empty((3, d))                 # node i's linear, total, anchor
     for s in range(order.shape[0]):
         i = order[s]
-        x, grad = X[i], G[i]
-        for c in range(d):
-            g[c] = grad[c]
-        for k in range(ptr[i], ptr[i + 1]):
-            e, j = edge[k], nbr[k]
-            other = B[j] if 0 <= rank[j] < rank[i] else X[j]
-            m, sg, w = MU[e], sign[k], pick(weight, e)
-            if wide:
-                for c in range(d):
-                    g[c] += sg * m[c] + w[c] * (x[c] - other[c])
-            else:
-                w0 = w[0]
-                for c in range(d):
-                    g[c] += sg * m[c] + w0 * (x[c] - other[c])
-        b = B[i]
-        for c in range(d):
-            b[c] = x[c] - step * g[c]
-        shrink(b, threshold[i], lo, hi)
+        edge_terms_row(i, X, B, rank, ptr, edge, nbr, sign, MU, weight, terms[0], terms[1], terms[2])
+        prox_grad_step(X[i:i + 1], G[i:i + 1], terms[1:2], terms[2:3], terms[0:1], 1.0, step, d,
+                       threshold[i:i + 1], lo, hi, B[i:i + 1])
 
 
 @jit

@@ -1,6 +1,7 @@
 """DALD's compiled kernels: the multiplier steps (15) and (21), the Fed-DALD-CC server's
-residual and Σμ mirror, the Fed-DALD-DC residual (80) and a whole Gauss–Seidel sweep of (20),
-each one pass over the (n, d) stacks (conventions: `fedmodel.runtime.kernels`).
+residual and Σμ mirror, the Fed-DALD-DC residual (80), the consensus terms of (20) and a whole
+Gauss–Seidel sweep of (20) built from them, each one pass over the (n, d) stacks (conventions:
+`fedmodel.runtime.kernels`).
 """
 from __future__ import annotations
 
@@ -42,13 +43,48 @@ def edge_dual(X: np.ndarray, MU: np.ndarray, tail: np.ndarray, head: np.ndarray,
     return out, size
 
 
+def _adjacency(adjacency, n: int, m: int):
+    """(ptr, edge, nbr, sign) checked for n nodes and m edges, as the compiled loops take them."""
+    ptr, edge, nbr, sign = adjacency
+    ptr = indices(ptr, len(edge) + 1, n + 1)
+    if np.any(np.diff(ptr) < 0) or ptr[0] != 0 or ptr[-1] != len(edge):
+        raise ValueError("adjacency pointers must rise from 0 to the number of ends")
+    return ptr, indices(edge, m), indices(nbr, n, len(edge)), operand(sign, 1, len(edge), widen=True).ravel()
+
+
+def edge_terms(X: np.ndarray, MU: np.ndarray, rows: np.ndarray, adjacency, weight
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The consensus terms of (20) of the nodes `rows` (rows of X), each from its edges
+    (adjacency = (ptr, edge, nbr, sign), CSR over X's rows) with the neighbour models X[nbr]:
+    (linear Σ_e sign_e μ_e, total Σ_e w_e, anchor Σ_e w_e∘x_e / total), (k, d) each, so that
+    node i's local problem is linear_iᵀx + ½Σ_j total_ij (x_j − anchor_ij)². weight: 2ρ_e² per
+    edge, (m, 1) or (m, d). A node without edges: 0, 0 and its own x.
+
+    >>> ptr, edge, nbr, sign = np.array([0, 2, 2, 2]), np.array([0, 1]), np.array([1, 2]), np.array([1.0, -1.0])
+    >>> X, MU = np.array([[0.0], [1.0], [4.0]]), np.array([[3.0], [1.0]])
+    >>> [a.ravel().tolist() for a in edge_terms(X, MU, np.array([0]), (ptr, edge, nbr, sign), np.ones((2, 1)))]
+    [[2.0], [2.0], [2.5]]
+    """
+    n, d = X.shape
+    m = len(MU)
+    rows = indices(rows, n)
+    ptr, edge, nbr, sign = _adjacency(adjacency, n, m)
+    out = np.empty((3, len(rows), d))
+    _compiled().edge_terms(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), rows, np.full(n, -1, dtype=np.intp),
+                           ptr, edge, nbr, sign, operand(weight, m, d), out)
+    return out[0], out[1], out[2]
+
+
 def gauss_seidel_sweep(X: np.ndarray, G: np.ndarray, MU: np.ndarray, order: np.ndarray, adjacency,
                        weight: np.ndarray, step: float, threshold: np.ndarray,
                        cols: slice = slice(0, 0), prox_row=None) -> np.ndarray:
-    """A Fed-DALD-DC sweep over the nodes `order` (see `dc_batched.sweep_block`): the new (n, d)
+    """A Fed-DALD-DC sweep over the nodes `order` (see `dc_nodes._sweep_block`): the new (n, d)
     model stack (nodes outside `order` keep theirs). adjacency = (ptr, edge, nbr, sign), each
     node's edges in CSR layout; weight: 2ρ_e² per edge, (m, 1) or (m, d). `prox_row(z, i)`, if
     given, is node i's prox step on its new row z, in place (node by node, after the kernel).
+    Each node's step is its consensus terms (`edge_terms`, with the newest neighbour models)
+    and one proximal-gradient step of its local problem: the numbers of `dald_dc_solve` on the
+    node with the same neighbour models and gradient.
 
     A 3-node chain x = (0, 1, 2), no gradients or multipliers, 2ρ² = 1, α = 0.5, order 0, 1, 2:
     node 0 moves half way to node 1 (0.5), node 1 to the mean of its neighbours' newest models,
@@ -70,13 +106,9 @@ def gauss_seidel_sweep(X: np.ndarray, G: np.ndarray, MU: np.ndarray, order: np.n
     if np.count_nonzero(rank >= 0) != len(order):
         raise ValueError("a node appears twice in the sweep order")
     B = np.empty((n, d)) if len(order) == n else np.array(X, dtype=float)
-    ptr, edge, nbr, sign = adjacency
-    ptr = indices(ptr, len(edge) + 1, n + 1)
-    if np.any(np.diff(ptr) < 0) or ptr[0] != 0 or ptr[-1] != len(edge):
-        raise ValueError("adjacency pointers must rise from 0 to the number of ends")
     args = (exact_shape(X, (n, d)), exact_shape(G, (n, d)), exact_shape(MU, (m, d)))
-    rest = (rank, ptr, indices(edge, m), indices(nbr, n, len(edge)), operand(sign, 1, len(edge), widen=True).ravel(),
-            operand(weight, m, d), float(step), operand(threshold, 1, n, widen=True).ravel())
+    rest = (rank, *_adjacency(adjacency, n, m), operand(weight, m, d), float(step),
+            operand(threshold, 1, n, widen=True).ravel())
     run = _compiled().gauss_seidel_sweep
     if prox_row is None:
         run(*args, order, *rest, *column_bounds(cols, d), B)

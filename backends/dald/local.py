@@ -1,68 +1,141 @@
 """The node side shared by Fed-DALD-CC and Fed-DALD-DC: the solver layer a node runs for its
-local problem ((13) / (20)), its state (`program.state["dald"]`), and `dald_state` (what the
-coordinator reads back at the end: μ_i, or the edge multipliers μ_e).
+local problem ((13) / (20)) — written once, for rows of clients (`local_argmin`) — its state
+(`program.state["dald"]`), and `dald_state` (what the coordinator reads back at the end: μ_i,
+or the edge multipliers μ_e).
+
+A step runs on a group of clients (`fedmodel.runtime.client_step`): a `NodeRows` (one node: the
+serial, Ray and Flower executors), a numpy `Group` (the batched executor) or a `JaxGroup` (vmap).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.runtime.ledger import procedure
-from fedmodel.runtime.program import NodeProgram
-from .cc_batched import state_batched, state_stacked
+from fedmodel.runtime.batched_group import Group, in_group_order, private_stack, read_only
+from fedmodel.runtime.batched_procedures import local_steps
+from fedmodel.runtime.client_step import NodeRows, client_step
 
 # the solver layer's options, in the requests of (13) and (20)
 SOLVE_OPTIONS = {"tol": "1", "solver": "str", "step": "1", "local_steps": "1", "warm": "1"}
 
 
 # ---- solver layer (runs on the node) ----------------------------------------------------------
-def _prox_grad(program, linear, weight, anchor, x0, step, steps):
-    """W proximal-gradient steps (63)/(64): z ← prox_{αΠ}(z − α∇Ψ(z)) (Ψ: smooth part + AL)."""
-    n_x = program.n_shared
-    z = np.concatenate([x0, program.y])
-    weight = np.broadcast_to(weight, (n_x,))
-    for _ in range(steps):
-        _, g = program.value_grad(z[:n_x], z[n_x:])
-        g = g.copy()
-        g[:n_x] += linear + weight * (z[:n_x] - anchor)
-        z = program.apply_prox(z - step * g, step)
-    program.y = z[n_x:].copy()
-    return z[:n_x], steps
+def local_argmin(group: Group, rows: np.ndarray, X0: np.ndarray, linear, weight, anchor,
+                 tol: float | None, solver: str, step: float, steps: float,
+                 subtract_linear: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """x_i ≈ argmin P_i(x) + linear_iᵀx + ½Σ_j weight_ij(x_j − anchor_ij)² for the clients `rows`
+    of `group`, warm-started at X0 (n, n_x) (every client's row; only `rows` are solved):
+    (new (n, n_x) stack — the other rows are X0's —, steps per row). `linear`, `weight`,
+    `anchor`: a scalar, a (n_x,) row, or one row per client of the group ((n, 1) or (n, n_x));
+    `subtract_linear`: `linear` holds −linear. The solved clients' private values y_i are written.
 
-
-def local_argmin(program: NodeProgram, linear: np.ndarray | float, weight: np.ndarray | float,
-                 anchor: np.ndarray, x0: np.ndarray, tol: float | None, solver: str, step: float,
-                 local_steps: float) -> tuple[np.ndarray, int]:
-    """x_i ≈ argmin P_i(x) + linearᵀx + ½Σ weight_j(x_j − anchor_j)² by the chosen solver layer.
-    "gd" on a node with a prox-able term (λ‖w‖₁) becomes prox-gradient steps (GD would ignore it);
-    "newton" on such a node uses the node's exact prox solver."""
+    Solver layers: "prox-grad", and "gd" on a node with a prox-able term (λ‖w‖₁: GD would ignore
+    it), are W proximal-gradient steps (63)/(64) z ← prox_{αΠ}(z − α∇Ψ(z)) (Ψ: smooth part + AL),
+    "gd" otherwise W gradient steps — for all rows at once (`batched_procedures.local_steps`, one
+    compiled pass per step; under JAX one fused loop). "auto", "exact" and "newton" ("prox" on a
+    node with a prox-able term) are `Group.solve_local`: one batched Newton solve of the rows on
+    a group (each client's own solver where it does not fit), the node's own solver on one node."""
+    rows = np.asarray(rows, dtype=np.intp)
+    n, n_x = group.n, group.n_x
+    first = group.programs[rows[0]]
     if tol is None or tol < 0:  # default: 1e-10 for quadratic nodes (one linear solve); 1e-8
         # otherwise — Newton's Armijo test cannot see decreases below rounding (|f|·1e-16)
-        tol = 1e-10 if program.quadratic else 1e-8
-    if program.n_private:      # re-center the private variables' proximal term (weight 1/β)
-        program.configure(float(program.merit_ir.beta.value), 0.0, x0)
-    has_prox = bool(program.merit_ir.prox_terms)
-    if solver == "prox-grad" or (solver == "gd" and has_prox):
-        x, steps = _prox_grad(program, linear, weight, anchor, x0, float(step), int(local_steps))
-        return x, steps
-    method = {"auto": "auto", "exact": "auto", "newton": "prox" if has_prox else "newton",
-              "gd": "gd"}[solver]
-    out = program.solve_local(linear=linear, weight=weight, anchor=anchor, x0=x0, tol=float(tol),
-                              method=method, max_steps=int(local_steps) if solver == "gd" else 1000,
-                              lr=float(step))
-    return out["x"], out["steps"]
+        tol = 1e-10 if first.quadratic else 1e-8
+    if solver in ("prox-grad", "gd") and len(rows) < n and len(rows) <= Group.STRAGGLERS * n:
+        # a few clients of a large group (a dropout round, a Gauss–Seidel batch): each on its
+        # own plans, not n rows of work for each
+        return _each_row(group, rows, X0, linear, weight, anchor, tol, solver, step, steps, subtract_linear)
+    for i in rows if group.n_y else ():    # re-center the private variables' proximal term (1/β)
+        p = group.programs[i]
+        p.configure(float(p.merit_ir.beta.value), 0.0, X0[i])
+    has_prox = bool(group.prox)
+    if solver in ("prox-grad", "gd"):
+        Z = np.concatenate([X0, private_stack(group)], axis=1) if group.n_y else X0
+        Z = local_steps(group, Z, linear, weight, anchor, float(step), int(steps),
+                        solver == "prox-grad" or has_prox, subtract_linear)
+        out = np.ascontiguousarray(Z[:, :n_x]) if len(rows) == n else np.array(X0, dtype=float)
+        if len(rows) < n:           # clients that did not take part keep their x_i
+            out[rows] = Z[rows, :n_x]
+        for i in rows if group.n_y else ():
+            group.programs[i].y = Z[i, n_x:].copy()
+        return out, np.full(len(rows), int(steps))
+    method = {"auto": "auto", "exact": "auto", "newton": "prox" if has_prox else "newton"}[solver]
+    sign = -1.0 if subtract_linear else 1.0
+    Z0 = np.concatenate([X0[rows], private_stack(group)[rows]], axis=1)
+    Z, taken, _ = group.solve_local(Z0, rows, sign * _rows_of(linear, rows, n), _rows_of(weight, rows, n),
+                                    _rows_of(anchor, rows, n), float(tol), method, 1000, float(step))
+    out = np.array(X0, dtype=float)
+    out[rows] = Z[:, :n_x]
+    for j, i in enumerate(rows if group.n_y else ()):
+        group.programs[i].y = Z[j, n_x:].copy()
+    return out, taken
 
 
-def init_state(program: NodeProgram, x0: np.ndarray, beta: float, rho2: np.ndarray | None) -> None:
+def _rows_of(a, rows: np.ndarray, n: int):
+    """An operand of `local_argmin` for the rows `rows`, as `Group.solve_local` takes it: a
+    per-client stack's rows ((n, 1): one number per row), a (d,) row repeated, a scalar as is."""
+    a = np.asarray(a, dtype=float)
+    if a.ndim == 2 and a.shape[0] == n:
+        a = a[rows]
+        return a[:, 0] if a.shape[1] == 1 else a
+    return np.broadcast_to(a, (len(rows), a.shape[-1])) if a.ndim >= 1 else a
+
+
+def _each_row(group: Group, rows, X0, linear, weight, anchor, tol, solver, step, steps, subtract_linear):
+    """`local_argmin` client by client, each as a group of one (its own plans)."""
+    out, taken, n = np.array(X0, dtype=float), np.zeros(len(rows), dtype=int), group.n
+    for j, i in enumerate(rows):
+        one = NodeRows(group.programs[i])
+        x, k = local_argmin(one, np.zeros(1, dtype=np.intp), X0[i:i + 1], _one(linear, i, n),
+                            _one(weight, i, n), _one(anchor, i, n), tol, solver, step, steps, subtract_linear)
+        out[i], taken[j] = x[0], k[0]
+    return out, taken
+
+
+def _one(a, i: int, n: int):
+    """Row i of a per-client operand, as a one-row operand; anything else as is."""
+    a = np.asarray(a, dtype=float)
+    return a[i:i + 1] if a.ndim == 2 and a.shape[0] == n else a
+
+
+def init_state(program, x0: np.ndarray, beta: float, rho2: np.ndarray | None) -> None:
     """A node's DALD state at x⁰: penalty β for its own constraints; ρ_i∘ρ_i (CC) or None (DC)."""
     program.configure(float(beta), 0.0, x0)
     program.state["dald"] = {"x": np.array(x0, float), "rho2": rho2, "edges": {}, "mu": np.zeros_like(x0)}
 
 
-@procedure("dald_state", {}, {"mu": "opaque"}, local=True, read_only=True, batched=state_batched,
-           stacked=state_stacked)
-def _state(program):
-    """μ_i (CC), or {neighbour: μ_e} (DC)."""
-    s = program.state.get("dald", {})
-    mu = {k: e["mu"].copy() for k, e in s.get("edges", {}).items()} if s.get("edges") else s.get("mu")
-    return {"mu": mu}
+# ---- the clients' states ----------------------------------------------------------------------
+def cc_states(group: Group) -> list[dict] | None:
+    """The clients' Fed-DALD-CC states (None unless every client ran `dald_cc_init`), checked
+    once until a client is next served node by node (or handed to another executor)."""
+    def validate():
+        states = [p.state.get("dald") for p in group.programs]
+        return None if any(s is None or s.get("rho2") is None for s in states) else states
+    return group.checked("cc", validate)
 
+
+def star_states(group: Group) -> list[dict] | None:
+    """`cc_states` when no client holds DC edge multipliers (μ_i is then one row per client),
+    else None; checked once until a client is next served node by node (not per report)."""
+    def validate():
+        states = cc_states(group)
+        return None if states is None or any(s.get("edges") for s in states) else states
+    return group.checked("cc_star", validate)
+
+
+def _state_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
+    """μ_i of Fed-DALD-CC clients as the group's (n, d) stack (rows of the request)."""
+    if blocks or common or star_states(group) is None:
+        return None
+    MU = group.gather("mu", cc_states(group), group.n_x)
+    return {"mu": read_only(MU) if in_group_order(rows, group.n) else MU[rows]}
+
+
+@client_step("dald_state", {}, {"mu": "opaque"}, local=True, read_only=True, stacked=_state_stacked)
+def _state(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
+    """μ_i (CC: the array the client holds), or {neighbour: μ_e} (DC), of each member."""
+    replies = {}
+    for m in members:
+        s = group.programs[group.index[m]].state.get("dald", {})
+        mu = {k: e["mu"].copy() for k, e in s.get("edges", {}).items()} if s.get("edges") else s.get("mu")
+        replies[m] = {"mu": mu}
+    return replies

@@ -59,9 +59,20 @@ class NodeRows(Group):
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self._solve_each(Z0, rows, linear, weight, anchor, tol, method, max_steps, lr)
 
+    def gather(self, key: str, states: list[dict], width: int, slot: str | None = None) -> np.ndarray:
+        """The states' `key` rows as a stack, without the group's bookkeeping (a NodeRows serves
+        one request; `publish` hands rows over at once): the one row itself as a (1, width)
+        view when it is a float row (forms never write a gathered stack in place)."""
+        if len(states) == 1:
+            row = states[0][key]
+            if isinstance(row, np.ndarray) and row.dtype == np.float64 and row.shape == (width,):
+                return row[None, :]
+        return np.array([np.broadcast_to(np.asarray(s[key], float), (width,)) for s in states],
+                        dtype=float).reshape(len(states), width)
+
     def publish(self, key: str, stack: np.ndarray, states: list[dict], slot: str | None = None) -> None:
-        super().publish(key, stack, states, slot)
-        self.sync()
+        for state, row in zip(states, stack):
+            state[key] = row
 
     def on_sync(self, name: str, write_back: Callable[[], None]) -> None:
         super().on_sync(name, write_back)
