@@ -26,6 +26,7 @@ from fedmodel.runtime.privacy import (NoiseLog, clipped_record_gradients, gaussi
                                       record_sensitivity)
 from ..projecting import has_affine_sets, projected_multipliers
 from .constrained import LocalConstraints
+from .sampled import SampledGaussianObjective
 
 
 def iadmm_step(z, grad, w, lam, rho, prox=0.0, radius=None, norm="inf") -> np.ndarray:
@@ -136,7 +137,6 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
         if bound is None:
             _refuse_unknown_records(program, np.asarray(z0, float), sensitivity)
     elif mechanism == "sampled_gaussian":
-        from .sampled import SampledGaussianObjective      # (it builds on this module's Identity)
         layer = SampledGaussianObjective(float(noise), float(rate), float(clip) / records)
         _refuse_unknown_records(program, np.asarray(z0, float), "clip")
     else:

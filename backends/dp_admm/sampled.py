@@ -23,14 +23,14 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.privacy import gaussian_noise, record_count, sampled_clipped_gradient
-from .client import Identity
 
 
 @dataclass
-class SampledGaussianObjective(Identity):
+class SampledGaussianObjective:
     """Objective perturbation by the subsampled Gaussian mechanism (see the module docstring):
     `noise_multiplier` σ, `rate` q ∈ (0, 1], `record_bound` C/I_p (the L2 clip of a record's
-    term of f'_p)."""
+    term of f'_p). A DP layer of the client's step, as `client.LaplaceObjective`: it perturbs
+    the step's linear term (`objective`) and leaves its result (`output`)."""
 
     noise_multiplier: float
     rate: float
@@ -56,3 +56,7 @@ class SampledGaussianObjective(Identity):
         noise = gaussian_noise(rng, std, grad.shape)
         state["log"].add(std, noise)
         return estimate + noise / self.rate
+
+    def output(self, state, z, sigma):
+        """The step's result, unperturbed (objective perturbation only)."""
+        return z

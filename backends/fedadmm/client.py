@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,11 +35,10 @@ from fedmodel.errors import FedModelError
 from fedmodel.runtime.batched_group import Group, in_group_order, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
 from fedmodel.runtime.client_step import client_step
-from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from ..common import _row_norms, group_curvature
-from ..projecting import has_affine_sets, projected_multipliers
-from .insa import adapt, sigma_bound
+from .bookkeeping import _penalty, _refusal, _set_multipliers
+from .insa import round_end, sigma_bound
 
 _CONFIG = {"z": "x", "beta": "1", "alpha": "1", "lam_start": "str", "lr": "1", "local_steps": "1",
            "inexact": "1", "sigma": "1", "sigma_factor": "1", "c": "1", "reference": "str",
@@ -387,76 +385,6 @@ def _scatter(group: Group, slot: str, rows: np.ndarray, values: np.ndarray) -> n
     out = group.stack(slot).copy()
     out[rows] = values
     return out
-
-
-class RoundEnd(NamedTuple):
-    """What `round_end` computes for a group's clients (stacks, one row per client)."""
-    lam: np.ndarray         # λ_i^{k+1} (2.8b)
-    w: np.ndarray           # the message β_i^k u_i^{k+1} − λ_i^{k+1}
-    primal: Any             # ‖u_i^{k+1} − u_i^k‖ (3.14a)
-    dual: Any               # ‖u_i^{k+1} − z^k‖ (3.14b)
-    drift: Any              # ‖u_i^{k+1} − z^k‖∞
-    beta: Any               # β_i^{k+1} (3.15; β_i^k without adaptation)
-    lr: Any                 # η_i for the next round
-
-
-def round_end(s: dict, u, u_old, lam, beta, z: np.ndarray, lr, curvature) -> RoundEnd:
-    """The end of a round at the local solutions u (k, n) of a group's clients (β (k,)): the
-    multiplier step (2.8b), the message, the residuals (3.14) and InSa's β, η (`insa.adapt`)
-    with the options of `s`. It writes no state."""
-    b = np.asarray(beta, float)[..., None]
-    lam = lam - b * (u - z)                                                      # (2.8b)
-    primal = np.linalg.norm(u - u_old, axis=-1)                                  # (3.14a)
-    dual = np.linalg.norm(u - z, axis=-1)                                        # (3.14b)
-    drift = np.max(np.abs(u - z), axis=-1, initial=0.0)
-    new_beta, new_lr = adapt(s, beta, primal, dual, float(np.max(np.abs(z), initial=1.0)), lr,
-                             curvature) if s["adaptive"] else (beta, lr)
-    return RoundEnd(lam, b * u - lam, primal, dual, drift, new_beta, new_lr)
-
-
-# ---- node-local bookkeeping ---------------------------------------------------------------------
-@procedure("fedadmm_beta", {}, {"beta": "1", "lr": "1"}, local=True, read_only=True)
-def _penalty(program: NodeProgram):
-    """The client's current β_i and step η_i (None before its first round): reporting, and
-    ProxAL's composition carrying β_i from one subproblem to the next."""
-    s = program.state.get("fedadmm", {})
-    return {"beta": s.get("beta"), "lr": s.get("lr")}
-
-
-@procedure("fedadmm_set_multipliers", {}, {"multipliers": "opaque"}, local=True, read_only=True)
-def _set_multipliers(program: NodeProgram) -> dict:
-    """The multipliers of the client's projected affine constraints at its last local point u_i:
-    the local step's optimality 0 ∈ ∇f̃_i(u) − λ_i + N_C(u) (λ_i after (2.8b)) gives the normal
-    element α_i λ_i − ∇f_i(u) in the model's units (f_i = α_i f̃_i). Driver bookkeeping (the
-    result's multipliers), served locally."""
-    s = program.state.get("fedadmm")
-    if not s or not has_affine_sets(program):
-        return {"multipliers": {}}
-    gradient = program.value_grad(s["u"], program.y)[1][:program.n_shared]
-    return {"multipliers": projected_multipliers(program, s["u"], s["alpha"] * s["lam"] - gradient)}
-
-
-@procedure("fedadmm_refusal", {}, {"refusal": "str"}, local=True, read_only=True)
-def _refusal(program: NodeProgram) -> dict:
-    """Why FedADMM cannot run with this node as it is (None: it can). Its constraints must be
-    simple sets on the shared variables — balls, bounds, halfspaces, affine subspaces with
-    constant coefficients, and intersections of them (`backends.projecting`) —, projected in
-    the clients' local solves and the server's z-step; what the compiler could not make a
-    projection is refused. Node-local bookkeeping, asked before the first round."""
-    if not program.constraints:
-        return {"refusal": None}
-    names = [c.name for c in program.constraints]
-    supported = ("norm balls, bounds, halfspaces a @ w <= b and hyperplanes a @ w == b with "
-                 "constant a, b, on shared variables")
-    if program.role == "server":
-        return {"refusal": (
-            f"FedADMM's server step handles only constraints it can project on ({supported}); "
-            f"the server has {names}. Use backends.ProxAL(inner=backends.FedADMM(...)) or "
-            "backends.ProxAL")}
-    return {"refusal": (
-        f"FedADMM handles client constraints only as projections ({supported}); client "
-        f"{program.name!r} has {names}. Use backends.ProxAL(inner=backends.FedADMM(...)) "
-        "(constraints by a proximal AL, FedADMM on its subproblems) or backends.ProxAL / DALD")}
 
 
 # FedADMM's client steps (`FedADMM.procedures`)

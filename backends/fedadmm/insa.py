@@ -1,10 +1,12 @@
 """FedADMM-InSa's self-adaptive rules (Song, Wang, Zuazua, arXiv 2402.13989; equation numbers:
 that paper) and the safeguards around them (docs/fedadmm.md): the inexactness bound σ (3.9)/(3.18),
-the penalty rule (3.15) and its application within `beta_range`, and the server's test for a run
+the penalty rule (3.15) and its application within `beta_range`, the end of a client round
+(the multiplier step (2.8b), residuals (3.14)) and the server's test for a run
 that diverges too slowly for the divergence watch."""
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,3 +58,27 @@ def sustained_growth(history: list[dict], watch: DivergenceWatch, window: int = 
                      f"{watch.hint}")
     return True
 
+
+class RoundEnd(NamedTuple):
+    """What `round_end` computes for a group's clients (stacks, one row per client)."""
+    lam: np.ndarray         # λ_i^{k+1} (2.8b)
+    w: np.ndarray           # the message β_i^k u_i^{k+1} − λ_i^{k+1}
+    primal: Any             # ‖u_i^{k+1} − u_i^k‖ (3.14a)
+    dual: Any               # ‖u_i^{k+1} − z^k‖ (3.14b)
+    drift: Any              # ‖u_i^{k+1} − z^k‖∞
+    beta: Any               # β_i^{k+1} (3.15; β_i^k without adaptation)
+    lr: Any                 # η_i for the next round
+
+
+def round_end(s: dict, u, u_old, lam, beta, z: np.ndarray, lr, curvature) -> RoundEnd:
+    """The end of a round at the local solutions u (k, n) of a group's clients (β (k,)): the
+    multiplier step (2.8b), the message, the residuals (3.14) and InSa's β, η (`adapt`)
+    with the options of `s` (`client._round` calls it). It writes no state."""
+    b = np.asarray(beta, float)[..., None]
+    lam = lam - b * (u - z)                                                      # (2.8b)
+    primal = np.linalg.norm(u - u_old, axis=-1)                                  # (3.14a)
+    dual = np.linalg.norm(u - z, axis=-1)                                        # (3.14b)
+    drift = np.max(np.abs(u - z), axis=-1, initial=0.0)
+    new_beta, new_lr = adapt(s, beta, primal, dual, float(np.max(np.abs(z), initial=1.0)), lr,
+                             curvature) if s["adaptive"] else (beta, lr)
+    return RoundEnd(lam, b * u - lam, primal, dual, drift, new_beta, new_lr)
