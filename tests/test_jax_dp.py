@@ -1,9 +1,10 @@
-"""DP-ADMM's vectorized client step (backends/dp_admm/batched.py) on the batched and JAX
-executors: a seeded run gives the serial run's iterates, history, privacy accounting and noise
-draws (to 1e-8; the draws exactly) for ObjP with per-record clipping (the default), OutP, ObjT
-and ε̄ = ∞, with ragged clients; the step really ran vectorized; a client with local
-constraints falls back to the per-node path and says so. The group's per-record terms
-(fedmodel/runtime/batched_records.py) are checked against each node's own `RecordGradients`."""
+"""DP-ADMM's client step (backends/dp_admm/client.py, written once over rows of clients) on the
+batched and JAX executors: a seeded run gives the serial run's iterates, history, privacy
+accounting and noise draws (to 1e-8; the draws exactly) for ObjP with per-record clipping (the
+default), OutP, ObjT and ε̄ = ∞, with ragged clients; the step really ran on the group; clients
+with local constraints in their Lagrangian are served by the group step too. The group's
+per-record terms (fedmodel/runtime/batched_records.py) are checked against each node's own
+`RecordGradients`."""
 from __future__ import annotations
 
 import warnings
@@ -227,22 +228,42 @@ def test_clients_of_two_groups_and_a_server_term_match_serial():
 
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])
-def test_a_constrained_client_falls_back_to_the_per_node_step(executor):
-    """Clients with local constraints in the Lagrangian (`state["local"]` with multipliers) take
-    the per-node step; the jax executor says so; the numbers are the serial ones. (A halfspace
-    such as sum(w) >= 1 is a projection now, a prox term the group step applies: test below.)"""
-    prob, w = _logistic(n=4, l1_on=None)
-    for client in prob.clients:
-        client.subject_to(fm.sum(fm.exp(w)) <= 20.0)
+@pytest.mark.parametrize("constraint", ["exact", "released"])
+def test_clients_with_constraints_in_their_lagrangian_are_served_by_the_group_step(executor, constraint):
+    """Clients with local constraints in the Lagrangian (`state["local"]` with multipliers): the
+    group step serves them — each row's Lagrangian gradient and multipliers' step by its own
+    plans inside the step; a constraint that reads data ("released": Neyman-Pearson's class-1
+    loss) has its value released with noise from the client's generator — and nothing is served
+    node by node (once the per-node path). The numbers, noise draws and multipliers are the
+    serial ones. (A halfspace such as sum(w) >= 1 is a projection, a prox term: test below.)"""
+    if constraint == "exact":
+        prob, w = _logistic(n=4, l1_on=None)
+        for client in prob.clients:
+            client.subject_to(fm.sum(fm.exp(w)) <= 20.0)
+    else:
+        from test_dp_constraints import _np_model
+        prob, w = _np_model(n=4)
     serial, _ = _run(prob, "serial", epsilon=1.0, max_rounds=4)
     ex = _executor(executor)
     run, messages = _run(prob, ex, epsilon=1.0, max_rounds=4)
-    assert ex.stats[("dp_admm_step", "batched")] == 0 and ex.stats[("dp_admm_step", "serial")] == 16
-    if executor == "jax":
-        assert any("'dp_admm_step' served node by node" in m for m in messages), messages
+    assert len(ex.groups) == 1
+    assert ex.stats[("dp_admm_step", "batched")] == 16 and ex.stats[("dp_admm_step", "serial")] == 0
+    assert not [m for m in messages if "dp_admm_step" in m], messages
     for uid in serial.values:
         np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
-    _same(run.info["privacy"], serial.info["privacy"], "privacy")
+    for a, b in zip(serial.history, run.history):
+        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
+              "history")
+    for key in ("client_values", "privacy", "sensitivity"):
+        _same(run.info[key], serial.info[key], key)
+    assert run.multipliers.keys() == serial.multipliers.keys()
+    for name, mu in serial.multipliers.items():
+        np.testing.assert_allclose(run.multipliers[name], mu, rtol=0, atol=TOL)
+    for c, drawn in serial.info["noise"].items():
+        np.testing.assert_array_equal(run.info["noise"][c], drawn)
+    if constraint == "released":        # the multipliers moved: their step and releases ran
+        assert max(abs(float(mu)) for mu in serial.multipliers.values()) > 0.0
+        assert serial.info["privacy"]["round_shares"][1] > 0.0
 
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])
