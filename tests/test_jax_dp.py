@@ -17,7 +17,8 @@ import fedmodel as fm
 from fedmodel.backends.dp_admm import DPADMM
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.batched_records import group_record_gradients
-from fedmodel.runtime.privacy import _record_gradients
+from fedmodel.runtime.client_step import NodeRows
+from fedmodel.runtime.privacy import _record_gradients, record_sensitivity
 from fedmodel.runtime.program import compile_programs
 from test_batched import D, _close, _logistic
 
@@ -90,7 +91,8 @@ def test_seeded_dp_admm_matches_serial(setting, executor):
 
 def test_the_clipped_setting_clips_and_the_step_uses_the_clipped_gradient():
     """With C = 0.05 the group's clipping changes the gradient of every client (so the
-    equality above covers the clipping), and equals each node's own correction."""
+    equality above covers the clipping), and equals each node's own correction; on a group of
+    one (`NodeRows`, the step on one client) the terms are the program's own, bit for bit."""
     prob, _ = _logistic(n=6, l1_on=None)
     ex = BatchedExecutor().start(compile_programs(prob, client_sets=True))
     try:
@@ -104,9 +106,16 @@ def test_the_clipped_setting_clips_and_the_step_uses_the_clipped_gradient():
             own = _record_gradients(program).clipping_correction(program.shared.unpack(X[i]), bound[i])
             np.testing.assert_allclose(correction[i], program.shared.pack(own), rtol=1e-12, atol=1e-15)
             assert np.linalg.norm(correction[i]) > 1e-3
+            one = group_record_gradients(NodeRows(program))
+            mine, clipped_one = one.clipping_correction(X[i:i + 1], bound[i:i + 1])
+            np.testing.assert_array_equal(mine, program.shared.pack(own)[None, :])
+            assert clipped_one.tolist() == [True]
+            assert one.max_l1(X[i:i + 1]).tolist() == [record_sensitivity(program, X[i])]
         # a bound no term reaches: nothing clipped, no correction (as the per-node `None`)
         correction, clipped = records.clipping_correction(X, 1e6)
         assert not clipped.any() and not correction.any()
+        correction, clipped = group_record_gradients(NodeRows(group.programs[0])).clipping_correction(X[:1], 1e6)
+        assert correction.shape == (1, group.n_x) and not clipped.any() and not correction.any()
     finally:
         ex.close()
 
