@@ -20,7 +20,7 @@ from fedmodel.result import Result
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.executor import open_executor
 from fedmodel.runtime.program import compile_programs
-from .common import FRAMEWORK, gather_values
+from .common import FRAMEWORK, gather_values, running
 from .outcome import Outcome, Status
 from .watch import steady_descent
 
@@ -115,7 +115,7 @@ class Backend:
         run = Run(self.prepare(problem, topology), callback, verbose, checkpointer)
         programs = self.compile(problem)
         served = tuple(self.framework_procedures) + tuple(self.procedures)
-        with open_executor(self.executor_for(executor), programs, served) as ex:
+        with open_executor(self.executor_for(executor), programs, served) as ex, running(ex):
             outcome = self.loop(problem, ex, run)
             if outcome.values is None:           # gathered at the loop's shared vector
                 values, multipliers = gather_values(ex, problem, outcome.shared)
@@ -289,6 +289,8 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
                 _warn_not_stationary(backend_name, outcome, stationarity)
     if outcome.status is Status.MAX_ITERATIONS:
         _judge_steady_descent(outcome)
+    if outcome.ledger is not None:      # round trips, floats and bytes per client (the ledger's)
+        outcome.info["communication"] = outcome.ledger.summary([c.name for c in problem.clients])
     result = Result(status=outcome.status, values=values, objective=objective,
                     max_violation=violation, backend=backend_name,
                     iterations=outcome.iterations, multipliers=outcome.multipliers,

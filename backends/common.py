@@ -5,7 +5,9 @@ network traffic), so that backends never read a node program themselves."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -59,6 +61,22 @@ def _node_terms(program) -> dict:
             "objective": float(not zero)}
 
 
+# The executor of the run in progress (`running`), read by its progress bar for the running
+# round-trip count: the bar is made inside each backend's loop, which need not pass it along.
+_RUNNING: ContextVar = ContextVar("fedmodel_running_executor", default=None)
+
+
+@contextmanager
+def running(ex) -> Iterator[Any]:
+    """While the block runs, `ex` is the run's executor for the progress bars made in it (a
+    nested run, e.g. ProxAL's inner FedADMM, sees its own; the outer one's comes back after)."""
+    token = _RUNNING.set(ex)
+    try:
+        yield ex
+    finally:
+        _RUNNING.reset(token)
+
+
 class _Silent:
     def update(self, record: dict) -> None:
         pass
@@ -71,10 +89,13 @@ class _Bar:
     def __init__(self, total: int, label: str):
         from tqdm import tqdm
         self.bar = tqdm(total=total, desc=label, leave=False, file=sys.stderr)
+        self.executor = _RUNNING.get()
 
     def update(self, record: dict) -> None:
         fields = {"obj": f"{_number(record.get('objective')):.4g}",
                   "viol": f"{_number(record.get('violation')):.1e}"}
+        if self.executor is not None:       # the ledger as it stands (a resumed run: its loaded one)
+            fields["trips"] = str(self.executor.ledger.round_trips)
         for key, label in _REPORTED:        # whichever of these this backend reports
             if record.get(key) is not None:
                 fields[label] = f"{_number(record[key]):.1e}"
@@ -116,9 +137,9 @@ def stacked_report(ex, clients, x: np.ndarray, with_server: bool) -> tuple[float
 
 
 def progress(total: int, verbose: bool, label: str):
-    """A tqdm bar with objective, violation and what else the backend reports (primal / dual
-    residuals, changes, certificate, privacy spent) when `verbose` and stderr is a terminal;
-    else silent."""
+    """A tqdm bar with objective, violation, the round trips so far (the run's ledger, see
+    `running`) and what else the backend reports (primal / dual residuals, changes,
+    certificate, privacy spent) when `verbose` and stderr is a terminal; else silent."""
     return _Bar(total, label) if verbose and sys.stderr.isatty() else _Silent()
 
 

@@ -3,10 +3,14 @@
 Each backend runs as `prob.solve(name)` with no options (its defaults; DP-ADMM's default is
 non-private) on a suite of models at n clients, and each run reports:
 
-- round trips: the Result's ledger (`res.ledger.rounds`; fedmodel/runtime/ledger.py), with the
-  backend's own iteration counts beside it (ProxAL: outer and inner ADMM iterations);
+- round trips: `res.info["communication"]["round_trips"]`, the ledger's count of server →
+  clients → server exchanges of every kind that is not local (`Ledger.exchange`,
+  fedmodel/runtime/ledger.py), with the backend's own iteration counts beside it (ProxAL:
+  outer and inner ADMM iterations) and its own round count (`res.ledger.rounds`: the count a
+  backend sets, which leaves out set-up and per-iteration extras: records made before the
+  ledger counted round trips have only that one, marked † in the table);
 - messages and floats per client: the ledger's totals (server→clients plus clients→server)
-  divided by n (bytes = 8 × floats);
+  divided by n (bytes = 8 × floats), and the largest client's floats each way;
 - whether the answer verifies: `fm.verify(res, reference).ok` at its default 1e-3, against
   one CVXPY solve per model (the reference, timed: "CVXPY s"); a default run that does not
   verify is reported NO, never tuned;
@@ -200,9 +204,10 @@ def timed_solve(prob, backend: str, timeout: float):
     """(result or None, wall seconds, CPU seconds, outcome): outcome "ok", "timeout",
     "refused: …" or "error: …". The run is stopped by SIGALRM after `timeout` wall seconds."""
     previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
     start, cpu = time.perf_counter(), time.process_time()
     try:
+        # (armed inside the try: a tiny timeout fired before it escaped as an error)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")        # statuses are in the table
             result = prob.solve(backend)
@@ -220,13 +225,18 @@ def timed_solve(prob, backend: str, timeout: float):
 
 
 def ledger_row(result, n: int) -> dict:
-    """Round trips and per-client traffic of a Result's ledger (None entries: no ledger)."""
-    ledger = result.ledger
-    if ledger is None:
-        return {"rounds": None, "messages_per_client": None, "floats_per_client": None}
-    total = ledger.total()
-    return {"rounds": int(ledger.rounds), "messages_per_client": total["messages"] / n,
-            "floats_per_client": total["floats"] / n}
+    """Round trips and per-client traffic of a Result (`info["communication"]`, the ledger's;
+    None entries: no ledger)."""
+    com = result.info.get("communication")
+    if result.ledger is None or com is None:
+        return {"round_trips": None, "rounds": None, "messages_per_client": None,
+                "floats_per_client": None}
+    per = com["floats_per_client"]
+    return {"round_trips": int(com["round_trips"]), "trips_by_kind": dict(com["by_kind"]),
+            "rounds": int(result.ledger.rounds),
+            "messages_per_client": (com["messages"]["down"] + com["messages"]["up"]) / n,
+            "floats_per_client": (com["floats"]["down"] + com["floats"]["up"]) / n,
+            "floats_max": {"down": per["down"]["max"], "up": per["up"]["max"]}}
 
 
 def warm_up(backends: Iterable[str]) -> None:
@@ -292,9 +302,10 @@ def _rounds_cell(r: dict) -> str:
         return "—"
     if r["backend"] == "cproxal":
         return "0 (centralized)"
-    rounds = r["rounds"]
+    # (a record made before the ledger counted round trips has the backend's own count only)
+    rounds, dagger = (r["round_trips"], "") if "round_trips" in r else (r["rounds"], "†")
     mark = "**" if rounds is not None and rounds > 100 else ""
-    return f"{mark}{rounds}{mark}"
+    return f"{mark}{rounds}{dagger}{mark}"
 
 
 def _iterations_cell(r: dict) -> str:

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     reproduce = sub.add_parser("reproduce", help="run a paper reproduction")
     reproduce.add_argument("name", help="table1, table2, table4 (ProxAL), tableI, tableII, fig5 "
                            "(DALD), insa-table1, insa-table2 (FedADMM-InSa), dp-mnist (DP-IADMM), "
-                           "dp-constrained (DP-IADMM with constraints)")
+                           "dp-constrained (DP-IADMM with constraints), dp-budget (DP-IADMM at a total ε)")
     reproduce.add_argument("--full", action="store_true", help="the full table (slow: minutes to "
                            "hours); without it a subset that runs in about 2 minutes or less and "
                            "prints what it covers")

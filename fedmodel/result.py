@@ -108,6 +108,9 @@ class Result:
                  f"  max violation  {self.max_violation:.2e}"]
         if self.certificate is not None:
             lines.append(f"  KKT            {self.certificate}")
+        communication = self.info.get("communication") if isinstance(self.info, dict) else None
+        if isinstance(communication, dict):
+            lines.append(f"  communication  {communication_line(communication)}")
         privacy = self.info.get("privacy") if isinstance(self.info, dict) else None
         if isinstance(privacy, dict) and "pld" in privacy:   # a private run's accounting, per client
             (pld, delta), rdp = privacy["pld"], privacy["rdp"][0]
@@ -118,3 +121,25 @@ class Result:
 
     def _iterations(self) -> str:
         return ", ".join(f"{v} {k}" for k, v in self.iterations.items()) or "-"
+
+
+def communication_line(summary: dict[str, Any]) -> str:
+    """One line of a run's communication (`Ledger.summary`): round trips, then the floats (and
+    bytes) a client received and sent, the mean over the clients, and the max where it differs."""
+    per, nbytes = summary["floats_per_client"], summary["bytes_per_client"]
+    trips = summary["round_trips"]
+    text = (f"{trips} round trip{'' if trips == 1 else 's'}; per client "
+            f"{per['down']['mean']:.4g} floats down ({_size(nbytes['down']['mean'])}), "
+            f"{per['up']['mean']:.4g} up ({_size(nbytes['up']['mean'])})")
+    if any(per[d]["max"] != per[d]["mean"] for d in ("down", "up")):   # clients differ
+        text += f", mean; max {per['down']['max']:.4g} down, {per['up']['max']:.4g} up"
+    return text
+
+
+def _size(count: float) -> str:
+    """A byte count for reading: B, KiB, MiB or GiB."""
+    for unit in ("B", "KiB", "MiB"):
+        if count < 1024:
+            return f"{count:.3g} {unit}"
+        count /= 1024
+    return f"{count:.3g} GiB"

@@ -130,3 +130,19 @@ def test_no_gpu_plugin_means_no_gpu_and_no_jax_import(monkeypatch):
                         lambda name, *a: None if name in auto.GPU_PLUGINS else real(name, *a))
     monkeypatch.setattr(auto, "jax_available", lambda: True)
     assert auto.gpu_available() is False
+
+
+def test_a_jax_pick_is_the_batched_executor_with_its_jax_engine(monkeypatch):
+    """`auto` builds one executor for both vectorized picks: "jax" is `BatchedExecutor` with the
+    JAX engine (JaxGroups, built once), "batched" the same class with numpy's."""
+    pytest.importorskip("jax")
+    from fedmodel.runtime.jax_engine import JaxGroup
+    monkeypatch.setattr(auto, "choose", lambda programs: ("jax", "picked by the test"))
+    chooser = AutoExecutor()
+    ex = chooser.start(compile_programs(_logistic(10, 10)))
+    try:
+        assert type(ex) is BatchedExecutor and ex.engine.name == "jax" and ex.min_group == auto.MIN_GROUP
+        assert chooser.chosen == "jax" and ex.auto_choice == ("jax", "picked by the test")
+        assert len(ex.groups) == 1 and type(ex.groups[0]) is JaxGroup and ex.groups[0].n == 10
+    finally:
+        ex.close()

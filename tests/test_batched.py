@@ -7,7 +7,7 @@ import pytest
 from fedmodel import backends
 import fedmodel as fm
 from fedmodel.backends.proxal import ProxAL
-from fedmodel.runtime.batched import BatchedExecutor
+from fedmodel.runtime.batched import BatchedExecutor, NumpyEngine
 from fedmodel.runtime.batched_group import Group, program_signature
 from fedmodel.runtime.batched_plan import BatchedPlan, _block_diag
 from fedmodel.runtime.executor import SerialExecutor
@@ -210,6 +210,54 @@ def test_singleton_groups_and_min_group_take_the_serial_path():
     _assert_same(prob.solve(backend, executor="serial"), batched)
     assert ex.groups == [] and _batched(ex, "dald_cc_solve") == 0
 
+
+
+# ---- engines: one executor, the engine builds its groups --------------------------------------
+class _CountingEngine(NumpyEngine):
+    """An engine as a user would add one: numpy's groups, counting the groups it builds and the
+    group gradients they evaluate."""
+    name = "counting"
+
+    def __init__(self):
+        super().__init__()
+        self.built, self.gradients = [], 0
+
+    def group(self, names, programs):
+        engine = self
+
+        class Counted(Group):
+            def grad(self, X, Y):
+                engine.gradients += 1
+                return super().grad(X, Y)
+        self.built.append(Counted(names, programs))
+        return self.built[-1]
+
+
+def test_the_engine_builds_each_group_once_and_gives_the_serial_numbers():
+    """`BatchedExecutor(engine=...)`: numpy by default; an engine instance builds every group of
+    the run exactly once (the executor's groups are the ones it built) and the run equals the
+    serial one; the numpy engine reports no fallbacks and counts no JAX calls."""
+    assert BatchedExecutor().engine.name == BatchedExecutor(engine="numpy").engine.name == "numpy"
+    prob, _ = _logistic(two_kinds=True)         # two structures: two groups
+    backend = backends.DALD(solver="gd", step=0.1, local_steps=2, max_iterations=15)
+    engine = _CountingEngine()
+    ex = BatchedExecutor(engine=engine)
+    _assert_same(prob.solve(backend, executor="serial"), prob.solve(backend, executor=ex))
+    assert ex.engine is engine and len(ex.groups) == 2
+    assert [id(g) for g in ex.groups] == [id(g) for g in engine.built]     # built once, kept
+    assert engine.gradients == 2 * 2 * 15           # 2 groups × 2 local steps × 15 iterations
+    assert _batched(ex, "dald_cc_solve") == 6 * 15
+    numpy = BatchedExecutor()
+    prob.solve(backend, executor=numpy)
+    assert numpy.fallbacks == [] and not numpy.jax_calls
+    assert all(type(g) is Group for g in numpy.groups)
+
+
+@pytest.mark.parametrize("engine, shown", [("torch", "'torch'"), (3, "3"), (None, "None")])
+def test_an_unknown_engine_is_refused_naming_the_choices(engine, shown):
+    with pytest.raises(fm.FedModelError, match=rf"unknown engine {shown}; use one of \['jax', 'numpy'\] "
+                                               "or an Engine instance"):
+        BatchedExecutor(engine=engine)
 
 # ---- state consistency: switching executors midway ----------------------------------------------
 def _drive(ex_steps, programs, d):

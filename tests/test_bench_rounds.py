@@ -26,6 +26,9 @@ def test_records_carry_the_ledger_of_the_run(tmp_path):
     total = res.ledger.total()
     fed = records["fedadmm"]
     assert fed["outcome"] == "ok" and fed["verified"] is True and fed["n"] == 3
+    # round trips: the ledger's count (FedADMM: its set-up exchange + one per round)
+    assert fed["round_trips"] == res.ledger.round_trips == res.info["communication"]["round_trips"]
+    assert fed["round_trips"] == res.iterations["rounds"] + 1
     assert fed["rounds"] == res.ledger.rounds == res.iterations["rounds"] > 0
     assert fed["messages_per_client"] == pytest.approx(total["messages"] / 3, rel=1e-12)
     assert fed["floats_per_client"] == pytest.approx(total["floats"] / 3, rel=1e-12)
@@ -34,8 +37,12 @@ def test_records_carry_the_ledger_of_the_run(tmp_path):
     text = bench_rounds.table(bench_rounds.load(out))
     row = next(line for line in text.splitlines() if "| fedadmm |" in line)
     cells = [c.strip() for c in row.split("|")]
-    assert cells[4].strip("*") == str(res.ledger.rounds) and cells[5] == "yes"
+    assert cells[4].strip("*") == str(res.ledger.round_trips) and cells[5] == "yes"
     assert "0 (centralized)" in text
+    # a record made before the ledger counted round trips shows the backend's count, marked
+    old = {k: v for k, v in fed.items() if k not in ("round_trips", "trips_by_kind", "floats_max")}
+    row = next(line for line in bench_rounds.table([old]).splitlines() if "| fedadmm |" in line)
+    assert row.split("|")[4].strip() == f"{res.ledger.rounds}†"
 
 
 def test_timeout_and_refusal_are_recorded():

@@ -501,7 +501,7 @@ def test_finite_epsilon_degrades_gracefully():
     (dict(seed=-3), "seed"),
     (dict(outp_constants=(1.0,)), "outp_constants"),
     (dict(epsilon=0.5, epsilon_total=-1.0), "epsilon_total"),
-    (dict(epsilon_total=1.0), "epsilon_total"),                   # ε̄ = ∞: nothing to budget
+    (dict(epsilon_total=1.0, variant="outP"), "per-round epsilon"),   # the knob runs ObjP only
 ])
 def test_bad_options_raise(options, match):
     with pytest.raises(fm.FedModelError, match=match):

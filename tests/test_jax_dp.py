@@ -276,6 +276,32 @@ def test_clients_with_constraints_in_their_lagrangian_are_served_by_the_group_st
 
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])
+@pytest.mark.parametrize("rate", [1.0, 0.5])
+def test_the_sampled_gaussian_knob_is_served_by_the_group_step(executor, rate):
+    """`DPADMM(epsilon_total=E)` (issue 28's subsampled Gaussian layer, backends/dp_admm/
+    sampled.py): the group step serves it — each row's Poisson sample, L2 clipping and noise by
+    the layer itself, from the client's own generator — with the serial numbers and the same
+    draws bit for bit (once served node by node)."""
+    prob, _ = _logistic(n=6, l1_on=None)
+    options = {"epsilon_total": 4.0, "sample_rate": rate}
+    serial, _ = _run(prob, "serial", **options)
+    ex = _executor(executor)
+    run, messages = _run(prob, ex, **options)
+    assert ex.stats[("dp_admm_step", "batched")] == 6 * 12 and ex.stats[("dp_admm_step", "serial")] == 0
+    assert not [m for m in messages if "dp_admm_step" in m], messages
+    for uid in serial.values:
+        np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
+    for a, b in zip(serial.history, run.history):
+        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
+              "history")
+    for key in ("client_values", "privacy", "sensitivity"):
+        _same(run.info[key], serial.info[key], key)
+    for c, drawn in serial.info["noise"].items():
+        assert drawn.shape == (12, D)
+        np.testing.assert_array_equal(run.info["noise"][c], drawn)
+
+
+@pytest.mark.parametrize("executor", ["batched", "jax"])
 def test_a_projected_halfspace_keeps_the_group_step(executor):
     """sum(w) >= 1 on every client is projected (a prox term after the step): the group step
     serves it, with the serial numbers."""

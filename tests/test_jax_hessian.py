@@ -10,7 +10,7 @@ import fedmodel as fm
 from fedmodel.runtime.program import compile_programs
 
 pytest.importorskip("jax")
-from fedmodel.runtime import jax_executor  # noqa: E402
+from fedmodel.runtime import jax_engine  # noqa: E402
 from fedmodel.runtime.jax_executor import JaxGroup  # noqa: E402
 
 pytestmark = pytest.mark.integration     # JAX equivalence (compiles per shape): CI runs it after the fast suite
@@ -80,11 +80,11 @@ def test_hessians_reuse_the_lowered_merit_and_its_device_data(monkeypatch):
     value_grad holds."""
     made = []
 
-    class Counting(jax_executor.JaxGroupPlan):
+    class Counting(jax_engine.JaxGroupPlan):
         def __init__(self, plans):
             made.append(len(plans))
             super().__init__(plans)
-    monkeypatch.setattr(jax_executor, "JaxGroupPlan", Counting)
+    monkeypatch.setattr(jax_engine, "JaxGroupPlan", Counting)
     group, _ = _ragged_group()
     X, Y = _points(2)
     group.value_grad(X, Y)

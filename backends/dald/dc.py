@@ -38,6 +38,7 @@ class GaussSeidelSweep:
         self.ex, self.neighbors = ex, neighbors
         self._relays: tuple = ((), ())     # (sweep nodes, their relay targets): the same every round
         self._flat: tuple = (None, ())     # (the batches last swept, their nodes as one tuple)
+        self._trips: tuple = (None, 0, 0)  # (the batches last swept, their solve and relay trips)
 
     def __call__(self, batches: Sequence[Sequence[str]], opts: dict[str, Any]) -> dict[str, Any]:
         """The replies stacked (`Executor.map_stacked` layout) in sweep order: the nodes of
@@ -48,6 +49,7 @@ class GaussSeidelSweep:
         block = self.ex.map_stacked("dald_dc_sweep", nodes, common=opts, split=False)
         if block is not None:
             self._book(nodes, opts)
+            self._book_round_trips(batches, nodes)
             return block
         replies = []
         for batch in batches:
@@ -69,6 +71,16 @@ class GaussSeidelSweep:
             self._relays = (nodes, tuple(j for node in nodes for j in self.neighbors[node]))
         ledger.record_group(self._relays[1], "dald_dc_receive", d, down=True)
         ledger.record_group(self._relays[1], "dald_dc_receive", 0, down=False)
+
+    def _book_round_trips(self, batches: Sequence[Sequence[str]], nodes: tuple[str, ...]) -> None:
+        """The round trips of a sweep served as one block, as the node-by-node sweep books them
+        (`Ledger.exchange`): one solve per parallel batch, one relay per node with neighbours."""
+        if self._trips[0] is not batches:
+            solves = sum(any(n != "server" for n in batch) for batch in batches)
+            relays = sum(any(j != "server" for j in self.neighbors[n]) for n in nodes)
+            self._trips = (batches, solves, relays)
+        self.ex.ledger.exchange("dald_dc_solve", nodes, times=self._trips[1])
+        self.ex.ledger.exchange("dald_dc_receive", nodes, times=self._trips[2])
 
 
 def colour_order(H: nx.Graph, order: list[str]) -> list[str]:

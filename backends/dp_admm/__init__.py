@@ -56,7 +56,8 @@ from ..base import Backend, Run, paper_preset
 from ..common import check_count, check_number as _number, require_star
 from ..outcome import Outcome
 from . import client
-from .accounting import RunAccounting, calibrated_epsilon, composition
+from .accounting import (RunAccounting, calibrated_epsilon, calibrated_noise, composition,
+                         sampled_gaussian_epsilons)
 from .client import iadmm_step
 from .constrained import check_clients, has_local_terms
 from ..projecting import _server_set_multipliers, compile_projecting
@@ -64,6 +65,11 @@ from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESET
                       RhoSchedule, as_rho_schedule, check_clip, check_readings, check_sensitivity,
                       outp_parameters)
 from .server import RoundLoop
+
+# The rounds `DPADMM(epsilon_total=E)` spends its budget in when max_rounds is not given: the
+# noise per round grows like √T at a fixed total ε (sampled Gaussian, q = 1: σ = 6.5 at
+# T = 100, 11.3 at T = 300 for ε = 8, δ = 1e-6), so the knob takes few rounds.
+BUDGET_ROUNDS = 100
 
 __all__ = ["DPADMM", "PAPER_DPADMM", "RHO_PRESETS", "RhoSchedule", "composition",
            "glm_sensitivity_bound", "iadmm_step"]
@@ -106,14 +112,14 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
     procedures = (*client.PROCEDURES, _server_set_multipliers)
 
     def __init__(self, epsilon: float = float("inf"), variant: str = "objP", delta: float = 1e-6,
-                 rho_schedule: Any = "auto", a: float | None = None, max_rounds: int = 20000,
+                 rho_schedule: Any = "auto", a: float | None = None, max_rounds: int | None = None,
                  seed: int | None = None, trust_radius: Any = "paper", trust_norm: str = "inf",
                  sensitivity: Any = "clip", clip: float = DEFAULT_CLIP, outp_std: str = "sigma",
                  outp_constants: tuple[float, float] | None = None,
                  composition_delta: float | None = None, tol: float = 1e-8, log_every: int = 1,
                  record_noise: bool = False, w0: Any = None, epsilon_total: float | None = None,
                  dual_step: float = 10.0, constraint_share: float = 0.2,
-                 value_clip: float = DEFAULT_VALUE_CLIP):
+                 value_clip: float = DEFAULT_VALUE_CLIP, sample_rate: float = 1.0):
         names = {v.lower(): v for v in VARIANTS}
         if not isinstance(variant, str) or variant.lower() not in names:
             raise FedModelError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -127,8 +133,17 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         delta = _number("delta", delta, 0.0, 1.0)
         if composition_delta is not None:
             composition_delta = _number("composition_delta", composition_delta, 0.0, 1.0)
-        if epsilon_total is not None and math.isinf(epsilon):
-            raise FedModelError("epsilon_total is a budget of a private run: give a finite epsilon")
+        # one knob: a total budget and no per-round ε̄ — the sampled Gaussian mechanism
+        # (`sampled`), its noise calibrated so that max_rounds rounds spend epsilon_total
+        self.sampled = epsilon_total is not None and math.isinf(epsilon)
+        if self.sampled and names[variant.lower()] != "objP":
+            raise FedModelError(f"epsilon_total without a per-round epsilon runs ObjP with the sampled "
+                                f"Gaussian mechanism; variant {variant!r} needs a per-round epsilon")
+        self.sample_rate = _number("sample_rate", sample_rate, 0.0, 1.0, closed=True)
+        # σ of the sampled Gaussian rounds, and its gradient / constraint-value parts (`_noised`)
+        self.noise_multiplier = self.gradient_noise = self.value_noise = None
+        if max_rounds is None:
+            max_rounds = BUDGET_ROUNDS if self.sampled else 20000
         self.epsilon_total = epsilon_total if epsilon_total is None else \
             _number("epsilon_total", epsilon_total, 0.0, math.inf, low_closed=True)
         # a=None: 10 where η^t = a/√t is used, and none in the non-private default (`_linearized`)
@@ -171,7 +186,7 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
     def equilibrates(self) -> bool:
         """A private run solves the model as written: scale factors computed from the data
         would be a release that the accountant does not cover."""
-        return super().equilibrates() and math.isinf(self.epsilon) and not self.calibrate
+        return super().equilibrates() and math.isinf(self.epsilon) and not (self.calibrate or self.sampled)
 
     # -- public schedules ---------------------------------------------------------------------
     def _linearized(self) -> bool:
@@ -226,7 +241,7 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
 
     def loop(self, problem, ex, run: Run) -> Outcome:
         self._local = any(has_local_terms(c) for c in problem.clients)   # (`_linearized`)
-        backend = self._calibrated(ex) if self.calibrate else self
+        backend = self._calibrated(ex) if self.calibrate else self._noised(ex) if self.sampled else self
         return backend._loop(problem, ex, ex.model_size, run.callback, run.verbose, run.checkpointer)
 
     def _calibrated(self, ex) -> "DPADMM":
@@ -237,6 +252,26 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         run.epsilon = calibrated_epsilon(self.epsilon_total, self.composition_delta,
                                          self.max_rounds, shares)
         run.calibrate = False
+        return run
+
+    def _noised(self, ex) -> "DPADMM":
+        """A copy of this backend whose Gaussian rounds spend `epsilon_total` (PLD at
+        composition_delta) in max_rounds rounds: the round's noise multiplier σ calibrated
+        (`noise_multiplier`), split between the gradient (σ_g) and the J released constraint
+        values (σ_c) so that 1/σ² = 1/σ_g² + J/σ_c², J/σ_c² the share `constraint_share` of it.
+        ε̄ is one round's PLD ε (what the ρ schedule (21) and the per-round report read)."""
+        releases = int(max(r["releases"] for r in ex.map("dp_admm_releases", {c: {} for c in ex.clients}).values()))
+        if releases and self.sample_rate < 1.0:
+            raise FedModelError(f"sample_rate={self.sample_rate:g}: clients whose constraints read their "
+                                "data release every record's terms each round; use sample_rate=1")
+        run = copy.copy(self)
+        run.noise_multiplier = calibrated_noise(self.epsilon_total, self.composition_delta,
+                                                self.max_rounds, self.sample_rate)
+        share = self.constraint_share if releases else 0.0
+        run.gradient_noise = run.noise_multiplier / math.sqrt(1.0 - share)
+        run.value_noise = run.noise_multiplier * math.sqrt(releases / share) if releases else None
+        run.epsilon = sampled_gaussian_epsilons(run.noise_multiplier, self.sample_rate, 1,
+                                                self.composition_delta)["pld"][0]
         return run
 
     def _check_model(self, problem) -> None:

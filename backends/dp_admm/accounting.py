@@ -78,7 +78,7 @@ def _pld_interval(event: dp_accounting.DpEvent) -> float:
     ε̄ = 1 schedule take 30 s; this grid takes 0.2 s and moves ε by < 1e-5 relative."""
     if isinstance(event, dp_accounting.ComposedDpEvent):
         return min(_pld_interval(e) for e in event.events)
-    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    if isinstance(event, (dp_accounting.SelfComposedDpEvent, dp_accounting.PoissonSampledDpEvent)):
         return _pld_interval(event.event)
     return 1e-2 / event.noise_multiplier
 
@@ -110,11 +110,13 @@ def accountant_bounds(mechanism: str, epsilon: float, rounds: int, delta: float,
 
 
 def privacy_report(mechanism: str, epsilon: float, rounds: int, delta: float, round_delta: float,
-                   shares: tuple[float, ...], formal: bool) -> dict:
+                   shares: tuple[float, ...], formal: bool, bounds: dict | None = None) -> dict:
     """`info["privacy"]` less the composition bounds: the accountants' ε at `delta` (`accountant_bounds`),
     the per-round guarantee and its `shares`, and whether it is formal (`formal`: the run's
     sensitivity holds over all neighbours; a run with no release or ε̄ = ∞ never is)."""
-    return accountant_bounds(mechanism, epsilon, rounds, delta, round_delta, shares) | {
+    if bounds is None:
+        bounds = accountant_bounds(mechanism, epsilon, rounds, delta, round_delta, shares)
+    return bounds | {
         "per_round": (epsilon, round_delta), "rounds": rounds, "round_shares": shares,
         "formal": bool(formal and math.isfinite(epsilon) and rounds > 0),
         "composition_delta": delta,
@@ -171,6 +173,49 @@ def calibrated_epsilon(budget: float, delta: float, rounds: int,
     return low
 
 
+# ---- the subsampled Gaussian mechanism (`sampled.SampledGaussianObjective`) --------------------
+# Each round a client sums the clipped gradient terms (L2 norm ≤ C each) of a Poisson sample of
+# its records (rate q) and adds N(0, (σC)²) to the sum: adding or removing one record moves the
+# sum by at most C in L2, so a round is the sampled Gaussian mechanism of DP-SGD (Abadi et al.
+# 2016), a `PoissonSampledDpEvent(q, GaussianDpEvent(σ))`; T rounds are its T-fold composition
+# (add/remove neighbours, the relation Poisson subsampling amplifies).
+
+def sampled_gaussian_event(noise_multiplier: float, rate: float, rounds: int) -> dp_accounting.DpEvent:
+    """`rounds` rounds of the sampled Gaussian mechanism (noise σ = `noise_multiplier`, Poisson
+    sampling rate q = `rate`; q = 1 is the plain Gaussian mechanism)."""
+    one = dp_accounting.GaussianDpEvent(noise_multiplier)
+    if rate < 1.0:
+        one = dp_accounting.PoissonSampledDpEvent(rate, one)
+    return dp_accounting.SelfComposedDpEvent(one, rounds)
+
+
+def sampled_gaussian_epsilons(noise_multiplier: float, rate: float, rounds: int, delta: float
+                              ) -> dict[str, tuple[float, float]]:
+    """{"rdp": (ε, δ), "pld": (ε, δ)} of `rounds` sampled Gaussian rounds at `delta`."""
+    if rounds == 0:
+        return {"rdp": (0.0, 0.0), "pld": (0.0, 0.0)}
+    event = sampled_gaussian_event(noise_multiplier, rate, rounds)
+    return {"rdp": (rdp_epsilon(event, delta), delta), "pld": (pld_epsilon(event, delta), delta)}
+
+
+def calibrated_noise(budget: float, delta: float, rounds: int, rate: float) -> float:
+    """The smallest noise multiplier σ (to 0.1 % relative) whose `rounds` sampled Gaussian rounds
+    at rate q have a PLD ε at `delta` ≤ `budget` (the noise `epsilon_total` asks for). Bisection
+    on log σ; the bracket is widened until it holds the answer."""
+    def spent(sigma: float) -> float:
+        return pld_epsilon(sampled_gaussian_event(sigma, rate, rounds), delta)
+
+    low, high = 0.5, 2.0
+    while spent(high) > budget:
+        low, high = high, 4.0 * high
+    while spent(low) <= budget and low > 1e-3:
+        low, high = low / 4.0, low
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if spent(middle) <= budget else (middle, high)
+    return high
+
+
 class RunAccounting:
     """The accounting of a DP-IADMM run, per client, from the backend's options (`epsilon`,
     `variant`, `delta`, `composition_delta`, `epsilon_total`, `max_rounds`)."""
@@ -180,19 +225,28 @@ class RunAccounting:
         eps, dlt = self.epsilon, self._round_delta()
         if rounds == 0:
             return composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
-        return composed(rounds * eps, rounds * eps * eps, rounds * eps * math.expm1(eps),
+        return composed(rounds * eps, rounds * eps * eps, rounds * eps * (math.expm1(eps) if eps < 700.0 else math.inf),
                         rounds * dlt, self.composition_delta)
+
+    def accountant(self, rounds: int, shares: tuple[float, ...] = (1.0,)) -> dict[str, tuple[float, float]]:
+        """The RDP and PLD accountants' ε at composition_delta after `rounds` rounds (`shares`:
+        a round's releases)."""
+        if self.sampled:
+            return sampled_gaussian_epsilons(self.noise_multiplier, self.sample_rate, rounds,
+                                             self.composition_delta)
+        return accountant_bounds(self._mechanism(), self.epsilon, rounds, self.composition_delta,
+                                 self._round_delta(), shares)
 
     def budget_rounds(self, shares: tuple[float, ...] = (1.0,)) -> int:
         """The rounds a run may release: max_rounds, or fewer where they would take the PLD ε (at
         δ = composition_delta) past `epsilon_total` (`shares`: a round's releases)."""
-        if self.epsilon_total is None:
+        if self.epsilon_total is None or self.sampled:    # (sampled: σ spends it in max_rounds)
             return self.max_rounds
         return rounds_within(self._mechanism(), self.epsilon, self.epsilon_total,
                              self.composition_delta, self.max_rounds, self.delta, shares)
 
     def _mechanism(self) -> str:
-        return "gaussian" if self.variant == "outP" else "laplace"
+        return "sampled_gaussian" if self.sampled else "gaussian" if self.variant == "outP" else "laplace"
 
     def _round_delta(self) -> float:
         return self.delta if self.variant == "outP" and math.isfinite(self.epsilon) else 0.0

@@ -39,7 +39,7 @@ from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, node_generator,
                                       record_count, record_sensitivity)
 from ..projecting import has_affine_sets, projected_multipliers
-from .constrained import LocalConstraints, _compiled
+from .constrained import LocalConstraints, _compiled, local_constraints
 
 _SLOT = "dp_admm.z"          # the group's stack of the rows' z_p
 
@@ -60,8 +60,10 @@ def iadmm_step(z, grad, w, lam, rho, prox=0.0, radius=None, norm="inf") -> np.nd
 
 
 class Identity:
-    """No perturbation: the step is exactly IADMM (ε̄ = ∞). `perturbs`: where a layer's noise
-    enters the step ("objective": the linear term of H^t; "output": z_p^{t+1}; None)."""
+    """No perturbation: the step is exactly IADMM (ε̄ = ∞). `perturbs`: where a layer's noise,
+    drawn row by row by `release`, enters the step ("objective": the linear term of H^t;
+    "output": z_p^{t+1}; None). A layer may instead perturb one client's linear term itself,
+    `objective(program, state, z, grad, constraints)` (`sampled.SampledGaussianObjective`)."""
 
     perturbs: str | None = None
 
@@ -80,7 +82,7 @@ class LaplaceObjective(Identity):
     for every z and every pair D, D' — a data-independent Δ̄, so Theorems 1 and 3 (whose proof,
     Prop. 2, needs only that the noise of D and D' differs by f̃'(D') − f̃'(D)) hold formally
     for the step run with f̃'. Clipping applies to what the step uses, not only to Δ̄
-    (`_clean_terms`). "paper": Δ̄ of (20) at z_p^t; "replace": twice that; a number: Δ̄ itself."""
+    (`_objective`). "paper": Δ̄ of (20) at z_p^t; "replace": twice that; a number: Δ̄ itself."""
 
     epsilon: float
     sensitivity: Any = "paper"           # "paper" | "replace" | "clip" | a fixed bound Δ̄
@@ -128,20 +130,24 @@ def release(states: list[dict], layers: list, clean: np.ndarray, scales: list[fl
 
 @procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
                             "bound": "1", "clip": "1", "std": "str", "norm": "str", "seed": "1",
-                            "index": "1", "record": "1", "share": "1", "value_clip": "1"},
+                            "index": "1", "record": "1", "share": "1", "value_clip": "1",
+                            "noise": "1", "noise_c": "1", "rate": "1"},
            {"records": "1", "constraint_releases": "1"})
 def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, clip=None,
-                 std="sigma", norm="inf", seed=None, index=0, record=0.0, share=0.0, value_clip=1.0):
+                 std="sigma", norm="inf", seed=None, index=0, record=0.0, share=0.0, value_clip=1.0,
+                 noise=None, noise_c=None, rate=1.0):
     """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
     own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
     OS entropy on the client, so that no one else can replay — and subtract — its noise.
     sensitivity="clip" takes the clip norm C in `clip` (the record bound is C/I_p). Local
     constraints and prox-able terms (`constrained.LocalConstraints`): the J constraints that read
     the client's data get the fraction `share` of ε̄ (ε̄·share/J each), the gradient the rest;
-    the reply's `constraint_releases` is J (None without local constraints or terms)."""
+    the reply's `constraint_releases` is J (None without local constraints or terms).
+    mechanism="sampled_gaussian" (`sampled`): noise multipliers `noise` (the gradient) and
+    `noise_c` (each constraint value), Poisson rate `rate`, the L2 clip norm C in `clip`."""
     rng, records = node_generator(seed, index), record_count(program)
-    local, releases = _local_constraints(program, mechanism, epsilon, sensitivity, clip, share,
-                                         value_clip)
+    local, releases = local_constraints(program, mechanism, epsilon, sensitivity, clip, share,
+                                        value_clip, noise_c)
     epsilon = float(epsilon) * (1.0 - share if releases else 1.0)
     if mechanism == "laplace":
         record_bound = None if clip is None else float(clip) / records
@@ -149,29 +155,15 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
                                  record_bound)
         if bound is None:
             _refuse_unknown_records(program, np.asarray(z0, float), sensitivity)
+    elif mechanism == "sampled_gaussian":
+        from .sampled import SampledGaussianObjective      # (it builds on this module's Identity)
+        layer = SampledGaussianObjective(float(noise), float(rate), float(clip) / records)
+        _refuse_unknown_records(program, np.asarray(z0, float), "clip")
     else:
         layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()
     program.state["dp_admm"] = {"z": np.array(z0, float), "rng": rng, "layer": layer, "norm": norm,
                                 "log": NoiseLog(keep=bool(record)), "local": local}
     return {"records": float(records), "constraint_releases": None if local is None else float(releases)}
-
-
-def _local_constraints(program, mechanism, epsilon, sensitivity, clip, share, value_clip):
-    """The client's `LocalConstraints` (None when it has neither constraints nor prox-able terms)
-    and the number of values it releases per round. A private client whose constraints read its
-    data needs sensitivity="clip"."""
-    releases = LocalConstraints.releases(program)
-    if releases is None:
-        return None, 0
-    local = LocalConstraints()
-    if mechanism == "none" or not releases:
-        return local, 0
-    if sensitivity != "clip":
-        raise FedModelError(
-            f"client {program.name!r} has constraints that read its data: a private run releases "
-            f"them with per-record clipping, so it needs sensitivity='clip' (got {sensitivity!r})")
-    local.privatize(program, float(clip), float(value_clip), float(epsilon) * share / releases)
-    return local, releases
 
 
 def _refuse_unknown_records(program, z0: np.ndarray, sensitivity: str) -> None:
@@ -286,9 +278,7 @@ def _step_rows(group: Group, rows: _Rows, W: np.ndarray, lam: np.ndarray, rho: n
     if per_record and records is None:
         return None
     Z = group.gather("z", rows.states, group.n_x, _SLOT)
-    G, bounds = _clean_terms(group, rows, records, Z)
-    if rows.kind.perturbs == "objective":
-        G = release(rows.states, rows.layers, G, bounds)           # f'_p + ξ̃_p^t: G^t (10)
+    G = _objective(group, rows, records, Z)                        # f'_p + ξ̃_p^t: G^t (10)
     Z_new = _iadmm_steps(Z, G, W, lam, rho, prox, radius, rows.norm)  # (8)/(9) ≡ (5)/(6) at ξ̃
     residual = [None] * group.n
     if rows.local:     # `LocalConstraints.project`: the prox of the sets and terms, step 1/(ρ + 1/η)
@@ -307,23 +297,25 @@ def _step_rows(group: Group, rows: _Rows, W: np.ndarray, lam: np.ndarray, rho: n
     return Z_new, residual
 
 
-def _clean_terms(group: Group, rows: _Rows, records: Any, Z: np.ndarray) -> tuple[np.ndarray, list | None]:
-    """The linear term of H^t (5b) before noise, row by row, and its L1 sensitivity Δ̄_p (11b)
-    (None without objective perturbation): f'_p(z_p^t; D_p) (37), with every record's term
-    clipped to C/I_p under sensitivity "clip" (Δ̄ = 2C/I_p; `LaplaceObjective`), plus for
-    clients with constraints Σ_j μ_j ∇c_j (clipped too once private; its sensitivity adds to
-    Δ̄: one release of the sum; `LocalConstraints.gradient`). `records`: the rows' per-record
-    terms (`group_record_gradients`) for sensitivity "clip", "paper" and "replace"."""
+def _objective(group: Group, rows: _Rows, records: Any, Z: np.ndarray) -> np.ndarray:
+    """The linear term of H^t (5b) the step uses, row by row: f'_p(z_p^t; D_p) (37), plus for
+    clients with constraints Σ_j μ_j ∇c_j (`LocalConstraints.gradient`: clipped once private,
+    its sensitivity adding to Δ̄: one release of the sum), perturbed by the layer. Laplace
+    (11a): every record's term of f'_p clipped to C/I_p under sensitivity "clip" (Δ̄ = 2C/I_p;
+    `LaplaceObjective`), Δ̄ of (20) under "paper" / "replace" (`records`: the rows' per-record
+    terms), then `release`. A layer with its own `objective(program, state, z, grad,
+    constraints)` (`sampled.SampledGaussianObjective`) perturbs each row's term itself."""
     n, n_x = group.n, group.n_x
     lagrangian, extra = rows.lagrangian, None
-    if lagrangian.all():
-        G = np.empty((n, n_x))
-    else:
-        G = group.grad(Z, private_stack(group))[:, :n_x]
+    G = np.empty((n, n_x)) if lagrangian.all() else group.grad(Z, private_stack(group))[:, :n_x]
     if lagrangian.any():        # ∇f_p and Σ_j μ_j ∇c_j from the client's Lagrangian plan
         G, extra, extra_bound = np.array(G), np.zeros((n, n_x)), np.zeros(n)
         for i in np.flatnonzero(lagrangian):
             G[i], extra[i], extra_bound[i] = rows.states[i]["local"].gradient(group.programs[i], Z[i])
+    if hasattr(rows.kind, "objective"):
+        return np.array([layer.objective(p, s, z, g, None if extra is None else (extra[i], extra_bound[i]))
+                         for i, (layer, p, s, z, g) in
+                         enumerate(zip(rows.layers, group.programs, rows.states, Z, G))]).reshape(n, n_x)
     bounds = None
     if rows.mode == "clip":
         record_bound = np.array([layer.record_bound for layer in rows.layers], dtype=float)
@@ -338,9 +330,8 @@ def _clean_terms(group: Group, rows: _Rows, records: Any, Z: np.ndarray) -> tupl
         bounds = [float(layer.sensitivity) for layer in rows.layers]
     if extra is not None:
         G = G + extra
-        if bounds is not None:
-            bounds = [b + float(e) for b, e in zip(bounds, extra_bound)]
-    return G, bounds
+        bounds = None if bounds is None else [b + float(e) for b, e in zip(bounds, extra_bound)]
+    return release(rows.states, rows.layers, G, bounds) if rows.kind.perturbs == "objective" else G
 
 
 def _iadmm_steps(Z: np.ndarray, G: np.ndarray, W: np.ndarray, lam: np.ndarray, rho: np.ndarray,

@@ -22,6 +22,12 @@ Privacy (per round ε̄ = ε_g + J·ε_c, J the client's constraints that read i
   z (which depends on them) stays a post-processing of the per-round releases.
 Constraints that read no data are used exactly (no noise). `accounting` composes the round's
 releases as one Laplace event at ε_g and J at ε_c.
+
+With the Gaussian mechanism (`DPADMM(epsilon_total=E)`, `sampled`) the same releases are
+Gaussian under add/remove neighbours: record terms of ∇c_j clipped to L2 norm C/I_j (the
+gradient's sensitivity C/I_f + Σ_j μ_j C/I_j, noise σ_g times it) and each value's record terms
+to [−B/I_j, B/I_j] (sensitivity B/I_j, noise σ_c times it); the round is then a Gaussian
+mechanism with 1/σ² = 1/σ_g² + J/σ_c² (Gaussians compose exactly in μ-GDP).
 """
 from __future__ import annotations
 
@@ -38,7 +44,8 @@ from fedmodel.constraints import Equality
 from fedmodel.errors import FedModelError
 from fedmodel.expression import Data
 from fedmodel.runtime.privacy import (clipped_record_gradients, clipped_record_value,
-                                      laplace_noise, record_count)
+                                      gaussian_noise, laplace_noise, record_count,
+                                      sampled_clipped_gradient)
 
 
 def has_local_terms(client) -> bool:
@@ -104,6 +111,7 @@ class LocalConstraints:
     clip: float = 1.0
     value_clip: float = 1.0
     epsilon_c: float = math.inf
+    noise_c: float | None = None        # Gaussian releases: σ_c (None: Laplace at epsilon_c)
 
     @staticmethod
     def releases(program) -> int | None:
@@ -112,10 +120,13 @@ class LocalConstraints:
         compiled = _compiled(program)
         return sum(compiled.reads_data) if compiled.constraints or compiled.has_prox else None
 
-    def privatize(self, program, clip: float, value_clip: float, epsilon_c: float) -> None:
-        """Release with noise from now on. Data-dependent constraints must be scalar sums of
-        per-record terms (FedModelError otherwise)."""
+    def privatize(self, program, clip: float, value_clip: float, epsilon_c: float,
+                  noise_c: float | None = None) -> None:
+        """Release with noise from now on: Laplace at ε_c, or Gaussian with noise multiplier
+        `noise_c` (L2 clipping). Data-dependent constraints must be scalar sums of per-record
+        terms (FedModelError otherwise)."""
         self.private, self.clip, self.value_clip, self.epsilon_c = True, clip, value_clip, epsilon_c
+        self.noise_c = noise_c
         compiled, z = _compiled(program), np.zeros(program.n_shared)
         for c, data in zip(compiled.constraints, compiled.reads_data):
             if not data:
@@ -132,8 +143,9 @@ class LocalConstraints:
                     f"a scalar constraint whose records enter as rows of `data @ w` ({error})") from None
 
     def gradient(self, program, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """(∇f_p(z), Σ_j μ_j ∇c_j(z), the latter's L1 sensitivity): once private, every record's
-        term of ∇c_j clipped to C/I_j and the sensitivity Σ_j μ_j·2C/I_j."""
+        """(∇f_p(z), Σ_j μ_j ∇c_j(z), the latter's sensitivity): once private, every record's
+        term of ∇c_j clipped to C/I_j and the sensitivity Σ_j μ_j·2C/I_j (L1, replace one record;
+        Gaussian releases: L2, add/remove one record, Σ_j μ_j·C/I_j)."""
         compiled, d = _compiled(program), program.n_shared
         flat = [program.shared.pack(list(part)) if len(part) else np.zeros(d) for part in
                 _chunks(compiled.gradients(*program.shared.unpack(z)), len(program.shared.variables))]
@@ -143,7 +155,10 @@ class LocalConstraints:
             if not np.any(mu.value):
                 continue
             weight = float(mu.value) if c.expr.shape == () else 1.0   # vectors: μ_j is in g
-            if self.private and data:
+            if self.private and data and self.noise_c is not None:
+                g = sampled_clipped_gradient(program, z, g, self.clip / records, None, of=c.expr)
+                bound += weight * self.clip / records
+            elif self.private and data:
                 g = clipped_record_gradients(program, z, g, self.clip / records, of=c.expr)
                 bound += weight * 2.0 * self.clip / records
             extra = extra + weight * g
@@ -170,7 +185,8 @@ class LocalConstraints:
             if noisy:
                 bound = self.value_clip / records
                 value = np.asarray(clipped_record_value(program, z, bound, of=c.expr))
-                value = value + laplace_noise(rng, 2.0 * bound, self.epsilon_c, value.shape)
+                value = value + (laplace_noise(rng, 2.0 * bound, self.epsilon_c, value.shape)
+                                 if self.noise_c is None else gaussian_noise(rng, self.noise_c * bound, value.shape))
             value = np.asarray(value, float)
             new = mu.value + step * value
             if not isinstance(c, Equality):
@@ -178,6 +194,28 @@ class LocalConstraints:
             residual = max(residual, float(np.max(np.abs(new - mu.value), initial=0.0)) / step)
             mu.value = new
         return residual
+
+
+def local_constraints(program, mechanism: str, epsilon: float, sensitivity, clip, share: float,
+                      value_clip: float, noise_c: float | None = None) -> tuple[LocalConstraints | None, int]:
+    """The client's `LocalConstraints` at `dp_admm_init` (None when it has neither constraints
+    nor prox-able terms) and the number of values it releases per round. A private client whose
+    Laplace-released constraints read its data needs sensitivity="clip"."""
+    releases = LocalConstraints.releases(program)
+    if releases is None:
+        return None, 0
+    local = LocalConstraints()
+    if mechanism == "none" or not releases:
+        return local, 0
+    if mechanism == "sampled_gaussian":         # Gaussian releases (L2 clipping, add/remove)
+        local.privatize(program, float(clip), float(value_clip), math.inf, float(noise_c))
+        return local, releases
+    if sensitivity != "clip":
+        raise FedModelError(
+            f"client {program.name!r} has constraints that read its data: a private run releases "
+            f"them with per-record clipping, so it needs sensitivity='clip' (got {sensitivity!r})")
+    local.privatize(program, float(clip), float(value_clip), float(epsilon) * share / releases)
+    return local, releases
 
 
 def _chunks(values: list, size: int) -> list[list]:

@@ -10,6 +10,7 @@ draws its noise as before.
 from __future__ import annotations
 
 import math
+import warnings
 import time
 
 import numpy as np
@@ -37,6 +38,9 @@ class RoundLoop:
                            "bound": bound, "clip": self.clip if self.sensitivity == "clip" else None,
                            "std": self.outp_std, "norm": self.trust_norm,
                            "seed": self.seed, "index": i, "record": float(self.record_noise)}
+            if mechanism == "sampled_gaussian":
+                payloads[c].update(noise=self.gradient_noise, noise_c=self.value_noise,
+                                   rate=self.sample_rate, clip=self.clip)
             if local:
                 payloads[c].update(share=self.constraint_share, value_clip=self.value_clip)
         replies = ex.map("dp_admm_init", payloads)
@@ -217,9 +221,19 @@ class RoundLoop:
             record["noise_magnitude"] = float(np.mean(drawn)) if drawn else 0.0
         formal = self.outp_std == "sigma" if self.variant == "outP" else \
             self.sensitivity == "clip" or not isinstance(self.sensitivity, str)
+        formal = formal or self.sampled
         privacy = self.privacy(rounds) | privacy_report(
             self._mechanism(), self.epsilon, rounds, self.composition_delta, self._round_delta(),
-            shares, formal) | {"epsilon_total": self.epsilon_total}
+            shares, formal, self.accountant(rounds, shares)) | {"epsilon_total": self.epsilon_total}
+        if self.sampled:
+            privacy |= {"noise_multiplier": self.noise_multiplier, "gradient_noise": self.gradient_noise,
+                        "value_noise": self.value_noise, "sample_rate": self.sample_rate, "clip": self.clip}
+        elif math.isfinite(self.epsilon) and privacy["pld"][0] > 10.0:
+            warnings.warn(
+                f"dp-admm: the run's total privacy loss is ε = {privacy['pld'][0]:.3g} (PLD, δ = "
+                f"{self.composition_delta:g}; per client, over {rounds} rounds at ε̄ = {self.epsilon:g} "
+                "per round). To ask for a total instead, use DPADMM(epsilon_total=E) without epsilon "
+                "(the sampled Gaussian mechanism, calibrated to spend E)", UserWarning, stacklevel=4)
         scales = {c: np.asarray(lg["scale"]) for c, lg in logs.items()}
         info = {"variant": self.variant, "privacy": privacy, "client_values": dict(zip(clients, Z)),
                 "dual_variables": dict(zip(clients, LAM)), "rho": rho, "records": records,

@@ -92,6 +92,7 @@ class RecordGradients:
         self._objective, self._reduced, self._kinds, self._where = objective, reduced, kinds, where
         self._shared_vars = list(shared)
         self._values: tuple | None = None     # `record_values`' plan and terms, compiled on first use
+        self._row_l2: list | None = None      # `record_l2`'s row norms, computed on first use
 
     def _terms(self, parts: list[np.ndarray]) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
         """The adjoints u = ∂f/∂S (one per product, of S's shape) and, per record count m, the
@@ -134,6 +135,38 @@ class RecordGradients:
             correction[k] = correction[k] + product.data.value.T @ (factor * u)
         return correction
 
+
+    def record_l2(self, parts: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(an upper bound of ‖record i's gradient term‖₂ for every record i, the adjoints u):
+        ‖a_i ⊗ u_i‖₂ = ‖a_i‖₂‖u_i‖₂ per product, summed over the products (triangle
+        inequality). Needs every product to read records of one row count (NotRecordSeparable)."""
+        counts = {p.rows.shape[0] for p in self.products}
+        if len(counts) > 1:
+            raise NotRecordSeparable(f"{self._where!r} reads records of several row counts {sorted(counts)}; "
+                                     "a sampled release needs one set of records")
+        rows = self._forward(*parts)
+        adjoints = [np.broadcast_to(u, p.rows.shape)
+                    for p, u in zip(self.products, self._adjoint(*parts, *rows))]
+        if self._row_l2 is None:        # ‖a_i‖₂ of every product's rows, once
+            self._row_l2 = [np.sqrt(np.asarray(p.data.value.multiply(p.data.value).sum(axis=1) if
+                                               hasattr(p.data.value, "multiply") else
+                                               np.einsum("ij,ij->i", p.data.value, p.data.value), float).ravel())
+                            for p in self.products]
+        norms = 0.0
+        for product, row_l2, u in zip(self.products, self._row_l2, adjoints):
+            norms = norms + row_l2 * np.linalg.norm(np.asarray(u).reshape(product.rows.shape[0], -1), axis=1)
+        return np.asarray(norms, float), adjoints
+
+    def weighted_terms(self, parts: list[np.ndarray], weights: np.ndarray,
+                       adjoints: list[np.ndarray]) -> list[np.ndarray]:
+        """Σ_i weights_i·(record i's gradient term) per shared variable (values of their shapes),
+        from the adjoints `record_l2` returned at the same point."""
+        total = [np.zeros(np.shape(x)) for x in parts]
+        for product, u in zip(self.products, adjoints):
+            factor = weights.reshape((product.rows.shape[0],) + (1,) * (np.ndim(u) - 1))
+            k = self._shared.index(product.product.args[1].uid)
+            total[k] = total[k] + np.reshape(product.data.value.T @ (factor * u), np.shape(parts[k]))
+        return total
 
     def record_values(self, parts: list[np.ndarray]) -> np.ndarray:
         """Record i's term of the objective's value at `parts`, for every record i (a vector

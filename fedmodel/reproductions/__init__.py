@@ -23,6 +23,7 @@ _MODULES = {
     "insa-table2": "fedmodel.reproductions.fedadmm_mnist",      # FedADMM-InSa: MNIST
     "dp-mnist": "fedmodel.reproductions.dpadmm_mnist",       # DP-IADMM: MNIST test error vs ε̄
     "dp-constrained": "fedmodel.reproductions.dpadmm_constrained",  # DP-IADMM with constraints (ours)
+    "dp-budget": "fedmodel.reproductions.dpadmm_budget",     # DP-IADMM at a total ε (ours)
 }
 
 

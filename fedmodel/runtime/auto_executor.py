@@ -161,12 +161,10 @@ class AutoExecutor(Executor):
     def start(self, programs: dict) -> Executor:
         built = {name: p.build() if isinstance(p, ProgramSpec) else p for name, p in programs.items()}
         name, reason = choose(list(built.values()))
-        if name == "jax":
-            from .jax_executor import JaxExecutor
-            executor: Executor = JaxExecutor(min_group=MIN_GROUP)
-        elif name == "batched":
+        if name in ("batched", "jax"):         # one executor, its numpy or JAX engine
             from .batched import BatchedExecutor
-            executor = BatchedExecutor(min_group=MIN_GROUP)
+            executor: Executor = BatchedExecutor(min_group=MIN_GROUP,
+                                                 engine="jax" if name == "jax" else "numpy")
         else:
             executor = SerialExecutor()
         executor.start(built)

@@ -1,12 +1,17 @@
-"""The batched executor: many clients with one model structure served by one numpy computation.
+"""The batched executor: many clients with one model structure served by one computation.
 
 `BatchedExecutor` is an `Executor` (same `start` / `call` / `map`, same checks, same ledger).
 At `start` it groups the client programs whose compiled merits have the same structure
-(`batched_group.program_signature`). A request of a kind that has a batched form
-(`ledger.BATCHED`, registered with the node step) sent to two or more members of a group is
-served for the whole group at once; everything else — other kinds, singleton groups, the
-server, options a batched form does not cover — goes through the serial per-node path
-(`run_on_node`), so every backend runs on it unchanged.
+(`batched_group.program_signature`) and has its *engine* build each group, once: the numpy
+engine (`NumpyEngine`, the default: `batched_group.Group`, numpy batched plans) or the JAX
+engine (`engine="jax"`, `jax_engine.JaxEngine`: a `JaxGroup`, the merits by `jax.vmap`;
+`executor="jax"` is this executor with that engine). Everything else — grouping, stacked
+state, the client steps' forms, checks, ledger, `stats` — is the executor's, whatever the
+engine (`Engine` says what an engine provides; `ENGINES` names them). A request of a kind
+that has a batched form (`ledger.BATCHED`, registered with the node step) sent to two or more
+members of a group is served for the whole group at once; everything else — other kinds,
+singleton groups, the server, options a batched form does not cover — goes through the serial
+per-node path (`run_on_node`), so every backend runs on it unchanged.
 
 Per-client state belongs where the serial procedures keep it (`program.state`, `program.y`, the
 merit's Parameters), so a run can hand its programs to another executor midway (`take_over`),
@@ -30,24 +35,94 @@ backend's own forms live beside its node steps.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import FedModelError
 from .batched_group import Group, program_signature
 from .executor import Executor, block_floats, run_on_node
 from .batched_procedures import GENERIC
 from .ledger import BATCHED, STACKED, install
 
 
+@runtime_checkable
+class Engine(Protocol):
+    """How a `BatchedExecutor`'s groups compute. The executor asks its engine to build each
+    group of same-structure clients once, at `start` (`group`: a `batched_group.Group` or a
+    subclass that evaluates the members' merits its own way); the engine reports what it did
+    not serve itself (`served_alone`, `fallbacks`) and counts what it did (`calls`)."""
+
+    name: str
+    fallbacks: list[str]        # what ran without the engine's own arithmetic, and why
+
+    def start(self) -> None:
+        """A run starts (`BatchedExecutor.start`): forget what the previous one reported."""
+
+    def group(self, names: list[str], programs: list) -> Group:
+        """The group of the client programs `programs` (named `names`), built once per run."""
+
+    def served_alone(self, group: Group, kind: str) -> None:
+        """A member of `group` is about to be served node by node for `kind`."""
+
+    def calls(self, groups: list[Group]) -> Counter:
+        """Evaluations the engine served over `groups`, by kind."""
+
+
+class NumpyEngine:
+    """The numpy engine (`Engine`): `batched_group.Group`, whose merits are numpy batched plans
+    (`batched_plan.BatchedPlan`: block-diagonal sparse or dense-block products). A member served
+    node by node is only counted (`BatchedExecutor.stats`); it reports no fallbacks."""
+
+    name = "numpy"
+
+    def __init__(self) -> None:
+        self.fallbacks: list[str] = []
+
+    def start(self) -> None:
+        self.fallbacks = []
+
+    def group(self, names: list[str], programs: list) -> Group:
+        return Group(names, programs)
+
+    def served_alone(self, group: Group, kind: str) -> None:
+        pass
+
+    def calls(self, groups: list[Group]) -> Counter:
+        return Counter()
+
+
+def _jax_engine() -> Engine:
+    from .jax_engine import JaxEngine     # (imports JAX: only when this engine is asked for)
+    return JaxEngine()
+
+
+#: engine name -> factory (`BatchedExecutor(engine=name)`); an `Engine` instance is also accepted
+ENGINES: dict[str, Callable[[], Engine]] = {"numpy": NumpyEngine, "jax": _jax_engine}
+
+
+def make_engine(engine: "str | Engine") -> Engine:
+    """The engine named `engine` (`ENGINES`), or `engine` itself when it is an `Engine` (an
+    instance serves one executor: its reports are that executor's)."""
+    if isinstance(engine, str) and engine in ENGINES:
+        return ENGINES[engine]()
+    if not isinstance(engine, str) and isinstance(engine, Engine):
+        return engine
+    raise FedModelError(f"BatchedExecutor: unknown engine {engine!r}; use one of {sorted(ENGINES)} "
+                        "or an Engine instance (fedmodel.runtime.batched.Engine)")
+
+
 class BatchedExecutor(Executor):
     """Serves requests to groups of same-structure clients with vectorized procedures.
 
     min_group: smallest group served in batch (smaller ones take the serial path).
-    `stats` counts requests served batched / serially by kind."""
+    engine: "numpy" (default), "jax" (`executor="jax"`) or an `Engine`: how the groups compute.
+    `stats` counts requests served batched / serially by kind; `fallbacks` lists what the
+    engine reported running without it (JAX), `jax_calls` what JAX evaluated."""
 
-    def __init__(self, min_group: int = 2, tune_malloc: bool = True):
+    def __init__(self, min_group: int = 2, tune_malloc: bool = True, engine: "str | Engine" = "numpy"):
         super().__init__()
+        self.engine = make_engine(engine)
         self.min_group = int(min_group)
         self.tune_malloc = bool(tune_malloc)
         self.groups: list[Group] = []
@@ -64,12 +139,26 @@ class BatchedExecutor(Executor):
         for name, program in self.programs.items():
             if program.role == "client":
                 by_signature.setdefault(program_signature(program), []).append(name)
-        self.groups = [Group(names, [self.programs[n] for n in names])
+        self.engine.start()
+        self.groups = [self.engine.group(names, [self.programs[n] for n in names])
                        for names in by_signature.values() if len(names) >= self.min_group]
         self._group_of_member = {name: group for group in self.groups for name in group.names}
         self._resolved = {}
         self.stats = Counter()
         return self
+
+    @property
+    def fallbacks(self) -> list[str]:
+        """What the engine reported serving without its own arithmetic this run, and why (the
+        JAX engine: groups on numpy, kinds served node by node; the numpy engine: none)."""
+        return self.engine.fallbacks
+
+    @property
+    def jax_calls(self) -> Counter:
+        """Evaluations the engine served over all groups: with JAX "value_grad", "objective",
+        "hessian" (one per vmapped call) and "local_steps" (steps inside the fused loop);
+        empty on the numpy engine."""
+        return self.engine.calls(self.groups)
 
     def map_stacked(self, kind: str, nodes, rows=None, common=None, split: bool = True) -> dict[str, Any] | None:
         """`Executor.map_stacked` served as one block when every node belongs to one group and
@@ -86,6 +175,7 @@ class BatchedExecutor(Executor):
         self.stats[(kind, "batched")] += len(nodes)
         if not declared.local:
             self.ledger.record_group(key, kind, floats, down=True)
+            self.ledger.exchange(kind, key)
         up = sum(block_floats(declared, declared.reply, k, b, len(nodes), self.model_size, "reply")
                  for k, b in replies.items())
         if not declared.local:
@@ -147,6 +237,7 @@ class BatchedExecutor(Executor):
         group = self._group_of_member.get(node)
         if group is None:
             return run_on_node(self.programs[node], kind, payload)
+        self.engine.served_alone(group, kind)
         group.sync()                    # the member's state into its program, which serves it
         try:
             return run_on_node(self.programs[node], kind, payload)

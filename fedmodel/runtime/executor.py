@@ -117,6 +117,7 @@ class Executor:
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
             if networked and node != "server":
                 self.ledger.record("server", node, kind, floats)
+        self.ledger.exchange(kind, payloads)
         # all requests of one kind go out together, then we wait for every reply
         replies = self._dispatch_batch(kind, payloads)
         for node in payloads:

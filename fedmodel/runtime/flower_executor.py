@@ -675,6 +675,7 @@ class FlowerExecutor(Executor):
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
             if booked and node != "server":
                 self.ledger.record("server", node, kind, floats)
+        self.ledger.exchange(kind, payloads)
         remote = {node: p for node, p in payloads.items() if node in self.node_ids}
         replies = {node: run_on_node(self.programs[node], kind, payload)
                    for node, payload in payloads.items() if node not in self.node_ids}
@@ -852,6 +853,7 @@ class FlowerExecutor(Executor):
             total = np.asarray(total, float) * len(nodes)   # SecAgg+ returns the mean
             out[field] = total
         reply_floats = sum(int(np.size(v)) for v in out.values())
+        self.ledger.exchange(kind, nodes)     # (one sum of the algorithm's; SecAgg+'s stages: `round_trips`)
         for node in nodes:
             self.ledger.record("server", node, kind, floats)
             self.ledger.record(node, "server", kind, reply_floats)

@@ -48,6 +48,26 @@ def clipped_record_gradients(program, z: np.ndarray, grad: np.ndarray, bound: fl
     return grad if correction is None else grad + program.shared.pack(correction)
 
 
+def sampled_clipped_gradient(program, z: np.ndarray, grad: np.ndarray, bound: float,
+                             sample: np.ndarray | None, rate: float = 1.0, of=None) -> np.ndarray:
+    """r' + (1/q)·Σ_{i ∈ sample} clip(record i's term) at the shared point z (flat): `grad` (the
+    gradient of `of`, default the node's objective, there) with its record terms replaced, r' its record-free part, each
+    sampled term scaled by min(1, bound/‖term‖₂) — adding or removing one record moves the sum
+    by at most `bound` in L2 —, q = `rate`. `sample`: a boolean mask over the records (None:
+    all). One pass over the data: grad + Σ_i (kept_i·s_i/q − 1)·term_i. Raises
+    `NotRecordSeparable` as `record_sensitivity` does."""
+    records = _record_gradients(program, of)
+    if not records.products:
+        return np.array(grad, dtype=float)
+    parts = program.shared.unpack(z)
+    norms, adjoints = records.record_l2(parts)
+    with np.errstate(divide="ignore"):
+        kept = np.where(norms > bound, bound / norms, 1.0)
+    if sample is not None:
+        kept = np.where(sample, kept, 0.0)
+    return grad + program.shared.pack(records.weighted_terms(parts, kept / rate - 1.0, adjoints))
+
+
 def clipped_record_value(program, z: np.ndarray, bound: float, of) -> float:
     """The value of the scalar `of` at the shared point z (flat) with each record's term clipped to
     [−bound, bound]: replacing one record moves it by at most 2·bound. Raises `NotRecordSeparable`
