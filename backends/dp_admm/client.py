@@ -40,6 +40,7 @@ from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, n
                                       record_count, record_sensitivity)
 from ..projecting import has_affine_sets, projected_multipliers
 from .constrained import LocalConstraints, _compiled, local_constraints
+from .sampled import SampledGaussianObjective
 
 _SLOT = "dp_admm.z"          # the group's stack of the rows' z_p
 
@@ -156,7 +157,6 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
         if bound is None:
             _refuse_unknown_records(program, np.asarray(z0, float), sensitivity)
     elif mechanism == "sampled_gaussian":
-        from .sampled import SampledGaussianObjective      # (it builds on this module's Identity)
         layer = SampledGaussianObjective(float(noise), float(rate), float(clip) / records)
         _refuse_unknown_records(program, np.asarray(z0, float), "clip")
     else:

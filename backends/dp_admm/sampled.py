@@ -19,15 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.privacy import gaussian_noise, record_count, sampled_clipped_gradient
-from .client import Identity
 
 
 @dataclass
-class SampledGaussianObjective(Identity):
+class SampledGaussianObjective:
     """Objective perturbation by the subsampled Gaussian mechanism (see the module docstring):
     `noise_multiplier` σ, `rate` q ∈ (0, 1], `record_bound` C/I_p (the L2 clip of a record's
     term of f'_p)."""
@@ -35,6 +32,7 @@ class SampledGaussianObjective(Identity):
     noise_multiplier: float
     rate: float
     record_bound: float
+    perturbs = None     # (not by `client.release`: `objective` perturbs one client's term itself)
 
     def objective(self, program, state, z, grad, constraints=None):
         """f̃'_p: the sampled clipped gradient plus noise; with local constraints that read data
