@@ -1,9 +1,10 @@
-"""DP-ADMM's vectorized client step (backends/dp_admm/batched.py) on the batched and JAX
-executors: a seeded run gives the serial run's iterates, history, privacy accounting and noise
-draws (to 1e-8; the draws exactly) for ObjP with per-record clipping (the default), OutP, ObjT
-and ε̄ = ∞, with ragged clients; the step really ran vectorized; a client with local
-constraints falls back to the per-node path and says so. The group's per-record terms
-(fedmodel/runtime/batched_records.py) are checked against each node's own `RecordGradients`."""
+"""DP-ADMM's client step (backends/dp_admm/client.py, written once over rows of clients) on the
+batched and JAX executors: a seeded run gives the serial run's iterates, history, privacy
+accounting and noise draws (to 1e-8; the draws exactly) for ObjP with per-record clipping (the
+default), OutP, ObjT and ε̄ = ∞, with ragged clients; the step really ran on the group; clients
+with local constraints in their Lagrangian are served by the group step too. The group's
+per-record terms (fedmodel/runtime/batched_records.py) are checked against each node's own
+`RecordGradients`."""
 from __future__ import annotations
 
 import warnings
@@ -16,7 +17,8 @@ import fedmodel as fm
 from fedmodel.backends.dp_admm import DPADMM
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.batched_records import group_record_gradients
-from fedmodel.runtime.privacy import _record_gradients
+from fedmodel.runtime.client_step import NodeRows
+from fedmodel.runtime.privacy import _record_gradients, record_sensitivity
 from fedmodel.runtime.program import compile_programs
 from test_batched import D, _close, _logistic
 
@@ -89,7 +91,8 @@ def test_seeded_dp_admm_matches_serial(setting, executor):
 
 def test_the_clipped_setting_clips_and_the_step_uses_the_clipped_gradient():
     """With C = 0.05 the group's clipping changes the gradient of every client (so the
-    equality above covers the clipping), and equals each node's own correction."""
+    equality above covers the clipping), and equals each node's own correction; on a group of
+    one (`NodeRows`, the step on one client) the terms are the program's own, bit for bit."""
     prob, _ = _logistic(n=6, l1_on=None)
     ex = BatchedExecutor().start(compile_programs(prob, client_sets=True))
     try:
@@ -103,9 +106,16 @@ def test_the_clipped_setting_clips_and_the_step_uses_the_clipped_gradient():
             own = _record_gradients(program).clipping_correction(program.shared.unpack(X[i]), bound[i])
             np.testing.assert_allclose(correction[i], program.shared.pack(own), rtol=1e-12, atol=1e-15)
             assert np.linalg.norm(correction[i]) > 1e-3
+            one = group_record_gradients(NodeRows(program))
+            mine, clipped_one = one.clipping_correction(X[i:i + 1], bound[i:i + 1])
+            np.testing.assert_array_equal(mine, program.shared.pack(own)[None, :])
+            assert clipped_one.tolist() == [True]
+            assert one.max_l1(X[i:i + 1]).tolist() == [record_sensitivity(program, X[i])]
         # a bound no term reaches: nothing clipped, no correction (as the per-node `None`)
         correction, clipped = records.clipping_correction(X, 1e6)
         assert not clipped.any() and not correction.any()
+        correction, clipped = group_record_gradients(NodeRows(group.programs[0])).clipping_correction(X[:1], 1e6)
+        assert correction.shape == (1, group.n_x) and not clipped.any() and not correction.any()
     finally:
         ex.close()
 
@@ -227,22 +237,68 @@ def test_clients_of_two_groups_and_a_server_term_match_serial():
 
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])
-def test_a_constrained_client_falls_back_to_the_per_node_step(executor):
-    """Clients with local constraints in the Lagrangian (`state["local"]` with multipliers) take
-    the per-node step; the jax executor says so; the numbers are the serial ones. (A halfspace
-    such as sum(w) >= 1 is a projection now, a prox term the group step applies: test below.)"""
-    prob, w = _logistic(n=4, l1_on=None)
-    for client in prob.clients:
-        client.subject_to(fm.sum(fm.exp(w)) <= 20.0)
+@pytest.mark.parametrize("constraint", ["exact", "released"])
+def test_clients_with_constraints_in_their_lagrangian_are_served_by_the_group_step(executor, constraint):
+    """Clients with local constraints in the Lagrangian (`state["local"]` with multipliers): the
+    group step serves them — each row's Lagrangian gradient and multipliers' step by its own
+    plans inside the step; a constraint that reads data ("released": Neyman-Pearson's class-1
+    loss) has its value released with noise from the client's generator — and nothing is served
+    node by node (once the per-node path). The numbers, noise draws and multipliers are the
+    serial ones. (A halfspace such as sum(w) >= 1 is a projection, a prox term: test below.)"""
+    if constraint == "exact":
+        prob, w = _logistic(n=4, l1_on=None)
+        for client in prob.clients:
+            client.subject_to(fm.sum(fm.exp(w)) <= 20.0)
+    else:
+        from test_dp_constraints import _np_model
+        prob, w = _np_model(n=4)
     serial, _ = _run(prob, "serial", epsilon=1.0, max_rounds=4)
     ex = _executor(executor)
     run, messages = _run(prob, ex, epsilon=1.0, max_rounds=4)
-    assert ex.stats[("dp_admm_step", "batched")] == 0 and ex.stats[("dp_admm_step", "serial")] == 16
-    if executor == "jax":
-        assert any("'dp_admm_step' served node by node" in m for m in messages), messages
+    assert len(ex.groups) == 1
+    assert ex.stats[("dp_admm_step", "batched")] == 16 and ex.stats[("dp_admm_step", "serial")] == 0
+    assert not [m for m in messages if "dp_admm_step" in m], messages
     for uid in serial.values:
         np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
-    _same(run.info["privacy"], serial.info["privacy"], "privacy")
+    for a, b in zip(serial.history, run.history):
+        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
+              "history")
+    for key in ("client_values", "privacy", "sensitivity"):
+        _same(run.info[key], serial.info[key], key)
+    assert run.multipliers.keys() == serial.multipliers.keys()
+    for name, mu in serial.multipliers.items():
+        np.testing.assert_allclose(run.multipliers[name], mu, rtol=0, atol=TOL)
+    for c, drawn in serial.info["noise"].items():
+        np.testing.assert_array_equal(run.info["noise"][c], drawn)
+    if constraint == "released":        # the multipliers moved: their step and releases ran
+        assert max(abs(float(mu)) for mu in serial.multipliers.values()) > 0.0
+        assert serial.info["privacy"]["round_shares"][1] > 0.0
+
+
+@pytest.mark.parametrize("executor", ["batched", "jax"])
+@pytest.mark.parametrize("rate", [1.0, 0.5])
+def test_the_sampled_gaussian_knob_is_served_by_the_group_step(executor, rate):
+    """`DPADMM(epsilon_total=E)` (issue 28's subsampled Gaussian layer, backends/dp_admm/
+    sampled.py): the group step serves it — each row's Poisson sample, L2 clipping and noise by
+    the layer itself, from the client's own generator — with the serial numbers and the same
+    draws bit for bit (once served node by node)."""
+    prob, _ = _logistic(n=6, l1_on=None)
+    options = {"epsilon_total": 4.0, "sample_rate": rate}
+    serial, _ = _run(prob, "serial", **options)
+    ex = _executor(executor)
+    run, messages = _run(prob, ex, **options)
+    assert ex.stats[("dp_admm_step", "batched")] == 6 * 12 and ex.stats[("dp_admm_step", "serial")] == 0
+    assert not [m for m in messages if "dp_admm_step" in m], messages
+    for uid in serial.values:
+        np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
+    for a, b in zip(serial.history, run.history):
+        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
+              "history")
+    for key in ("client_values", "privacy", "sensitivity"):
+        _same(run.info[key], serial.info[key], key)
+    for c, drawn in serial.info["noise"].items():
+        assert drawn.shape == (12, D)
+        np.testing.assert_array_equal(run.info["noise"][c], drawn)
 
 
 @pytest.mark.parametrize("executor", ["batched", "jax"])

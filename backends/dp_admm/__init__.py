@@ -55,10 +55,10 @@ from fedmodel.runtime.privacy import glm_sensitivity_bound
 from ..base import Backend, Run, paper_preset
 from ..common import check_count, check_number as _number, require_star
 from ..outcome import Outcome
-from . import batched, client
+from . import client
 from .accounting import (RunAccounting, calibrated_epsilon, calibrated_noise, composition,
                          sampled_gaussian_epsilons)
-from .batched import iadmm_step
+from .client import iadmm_step
 from .constrained import check_clients, has_local_terms
 from ..projecting import _server_set_multipliers, compile_projecting
 from .options import (DEFAULT_CLIP, DEFAULT_VALUE_CLIP, PAPER_DPADMM, RHO_PRESETS, VARIANTS,
@@ -108,9 +108,8 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
 
     name = "dp-admm"
     checkpointing = True
-    # the client steps (the round with its vectorized forms) and the server's multipliers
-    procedures = (*batched.PROCEDURES, client._client_init, client._client_set_multipliers,
-                  client._client_releases, client._client_log, _server_set_multipliers)
+    # the client steps (each written once over rows of clients) and the server's multipliers
+    procedures = (*client.PROCEDURES, _server_set_multipliers)
 
     def __init__(self, epsilon: float = float("inf"), variant: str = "objP", delta: float = 1e-6,
                  rho_schedule: Any = "auto", a: float | None = None, max_rounds: int | None = None,

@@ -196,6 +196,28 @@ class LocalConstraints:
         return residual
 
 
+def local_constraints(program, mechanism: str, epsilon: float, sensitivity, clip, share: float,
+                      value_clip: float, noise_c: float | None = None) -> tuple[LocalConstraints | None, int]:
+    """The client's `LocalConstraints` at `dp_admm_init` (None when it has neither constraints
+    nor prox-able terms) and the number of values it releases per round. A private client whose
+    Laplace-released constraints read its data needs sensitivity="clip"."""
+    releases = LocalConstraints.releases(program)
+    if releases is None:
+        return None, 0
+    local = LocalConstraints()
+    if mechanism == "none" or not releases:
+        return local, 0
+    if mechanism == "sampled_gaussian":         # Gaussian releases (L2 clipping, add/remove)
+        local.privatize(program, float(clip), float(value_clip), math.inf, float(noise_c))
+        return local, releases
+    if sensitivity != "clip":
+        raise FedModelError(
+            f"client {program.name!r} has constraints that read its data: a private run releases "
+            f"them with per-record clipping, so it needs sensitivity='clip' (got {sensitivity!r})")
+    local.privatize(program, float(clip), float(value_clip), float(epsilon) * share / releases)
+    return local, releases
+
+
 def _chunks(values: list, size: int) -> list[list]:
     """`values` cut into consecutive lists of `size`."""
     return [values[i:i + size] for i in range(0, len(values), size)]

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.privacy import gaussian_noise, record_count, sampled_clipped_gradient
 
@@ -35,6 +33,7 @@ class SampledGaussianObjective:
     noise_multiplier: float
     rate: float
     record_bound: float
+    perturbs = None     # (not by `client.release`: `objective` perturbs one client's term itself)
 
     def objective(self, program, state, z, grad, constraints=None):
         """f̃'_p: the sampled clipped gradient plus noise; with local constraints that read data

@@ -3,8 +3,9 @@ OutP as the server runs them. The server keeps its per-client quantities — z_p
 stacks in client order, so a round's (4a), (4c) and residuals are a few array passes, and it sends
 each round's client step as one group request (`Executor.map_stacked`: common w^{t+1} and step
 sizes, λ_p (and OutP's per-client 1/η̂, σ) as blocks). The batched and JAX executors serve it as
-one block (`batched._step_stacked`); the serial, Ray and Flower executors split it into the same
-per-node messages, in client order, so every client draws its noise as before.
+one block (`client._step_stacked`); the serial, Ray and Flower executors split it into the same
+per-node messages, in client order, each served by the same step on one client, so every client
+draws its noise as before.
 """
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ product with the block-diagonal diag(A_1, …, A_n)ᵀ (the matrices shared with
 plans). The numbers are the per-node ones up to summation order (a few ulps); the clipping
 decisions (‖term‖₁ > bound) are the same comparisons.
 
-Used by the node steps' vectorized forms (the batched and JAX executors); the records never
-leave the nodes' programs.
+Used by the client steps written over rows of clients (on the batched and JAX executors; on one
+client, `client_step.NodeRows`, `NodeRecordGradients` gives its program's own terms); the
+records never leave the nodes' programs.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..errors import FedModelError
 from ..expression import Expression, Leaf
 from .batched_group import Group
 from .batched_plan import BatchedPlan, Seg
+from .client_step import NodeRows
 from .privacy import _record_gradients
 
 
@@ -170,11 +172,32 @@ def _classes(rows: list[int]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(v) for v in order.values())
 
 
-def group_record_gradients(group: Group) -> GroupRecordGradients | None:
+class NodeRecordGradients:
+    """`GroupRecordGradients` of one client (`client_step.NodeRows`, a group of one row): the
+    program's own `RecordGradients` (`privacy`'s, the per-node numbers)."""
+
+    def __init__(self, program):
+        self.program, self.records = program, _record_gradients(program)
+
+    def max_l1(self, X: np.ndarray) -> np.ndarray:
+        return np.array([self.records.max_l1(self.program.shared.unpack(X[0]))])
+
+    def clipping_correction(self, X: np.ndarray, bound) -> tuple[np.ndarray, np.ndarray]:
+        shared = self.program.shared
+        correction = self.records.clipping_correction(shared.unpack(X[0]), float(np.ravel(bound)[0]))
+        if correction is None:          # no term over the bound: ∇f is kept as it is
+            return np.zeros((1, X.shape[1])), np.zeros(1, dtype=bool)
+        return shared.pack(correction)[None, :], np.ones(1, dtype=bool)
+
+
+def group_record_gradients(group: Group) -> GroupRecordGradients | NodeRecordGradients | None:
     """The group's `GroupRecordGradients` of the clients' objectives, built once and kept in
     `group.memo`; None when the per-record gradients are not known for these clients (not
     record-separable, or laid out differently): the caller then takes the per-node path, which
-    raises the per-node error where there is one."""
+    raises the per-node error where there is one. A group of one client (`NodeRows`) gets its
+    program's own terms (`NodeRecordGradients`; the per-node error raised here)."""
+    if isinstance(group, NodeRows):
+        return NodeRecordGradients(group.program)
     if "record_gradients" not in group.memo:
         try:
             group.memo["record_gradients"] = GroupRecordGradients(group)
