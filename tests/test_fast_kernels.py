@@ -141,8 +141,8 @@ def test_value_grad_flattens_the_gradient_of_a_matrix_variable():
 
 
 def test_hessian_plan_computes_sigmoid_curvature_once_and_matches_closed_form():
-    """∇² mean(logistic(Xw)) = Xᵀ diag(σ(1 − σ)) X / m: the all-columns Hessian plan forms
-    σ(1 − σ) once for all d columns (one shared 1.0 in Sigmoid's derivative), not per column."""
+    """∇² mean(logistic(Xw)) = Xᵀ diag(σ(1 − σ)) X / m: the Hessian plan (all d directions at
+    once) forms σ(1 − σ) once (one shared 1.0 in Sigmoid's derivative), not per column."""
     from fedmodel.runtime.program import compile_programs
     rng = np.random.default_rng(5)
     A = rng.normal(size=(200, 6))
@@ -156,7 +156,7 @@ def test_hessian_plan_computes_sigmoid_curvature_once_and_matches_closed_form():
     H = program.hessian(z)
     s = scipy.special.expit(A @ z)
     np.testing.assert_allclose(H, A.T @ (A * (s * (1 - s))[:, None]) / 200, rtol=1e-12, atol=1e-15)
-    steps = dict(line.split(" = ") for line in program._hvp_plan[0].describe().splitlines())
+    steps = dict(line.split(" = ") for line in program._hessian_plan.describe().splitlines())
     negated = [slot for slot, step in steps.items() if step.startswith("neg(")]     # −σ
     assert len(negated) == 1
     assert sum(step.startswith("add(") and negated[0] in step for step in steps.values()) == 1
