@@ -119,3 +119,30 @@ def test_a_step_without_a_rule_over_directions_is_refused_and_the_node_falls_bac
     program._hessian_plan = None
     np.testing.assert_allclose(program.hessian(z), batched, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(batched, closed_form_hessian(A0, A1, z), rtol=1e-12, atol=1e-14)
+
+
+def test_a_newton_solve_loads_no_scipy():
+    """The dense Newton path (Hessian plan, inversion, directions) needs numpy alone: a ProxAL
+    solve of a constrained logistic model in a fresh interpreter imports no scipy, whose import
+    was a third of a cold solve's (~0.3 s CPU of ~0.8 s)."""
+    import json
+    import subprocess
+    import sys
+    code = """
+import json, sys
+import numpy as np
+import fedmodel as fm
+rng = np.random.default_rng(0)
+w = fm.Variable(4, name="w")
+prob = fm.Problem()
+for i in range(2):
+    c = prob.add_client(f"c{i}")
+    c.minimize(fm.mean(fm.logistic(c.data(rng.standard_normal((30, 4)), name="X") @ w)))
+    c.subject_to(fm.mean(fm.logistic(-(c.data(rng.standard_normal((20, 4)), name="Y") @ w))) <= 0.6)
+res = prob.solve("proxal", max_outer=3, local_solver="newton")
+print(json.dumps({"steps": res.iterations["inner"], "scipy": sorted(m for m in sys.modules if m.split(".")[0] == "scipy")}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["steps"] > 0
+    assert found["scipy"] == []

@@ -319,25 +319,22 @@ class NodeProgram:
             return "exact-cg" if method == "exact" else "newton-cg"
         return method
 
-    def _newton_matrix(self, z: np.ndarray, weight_x: np.ndarray, fresh: bool):
-        """Cholesky factor (or, if not positive definite, the matrix) of ∇²P_i + diag(weight).
-        ∇²P_i is cached until a Newton step asks for a fresh one (the chord rule in
-        `solvers.newton`), also across parameter changes: an earlier Hessian is only a chord
-        matrix, and the first step that makes too little progress replaces it. A quadratic
-        merit's Hessian is constant until β or a proximal weight changes, so "exact" costs one
-        factorization per change and one back-substitution per solve."""
-        from scipy.linalg import cho_factor
+    def _newton_matrix(self, z: np.ndarray, weight_x: np.ndarray, fresh: bool) -> solvers.Inverse:
+        """The inverse (`solvers.Inverse`) of ∇²P_i + diag(weight). ∇²P_i is cached until a
+        Newton step asks for a fresh one (the chord rule in `solvers.newton`), also across
+        parameter changes: an earlier Hessian is only a chord matrix, and the first step that
+        makes too little progress replaces it. A quadratic merit's Hessian is constant until β
+        or a proximal weight changes, so "exact" costs one inversion per change and one
+        matrix-vector product per solve."""
         if fresh or self._hessian_cache is None:
             self._hessian_cache, self._factor_cache = self.hessian(z), None
         key = weight_x.tobytes()
-        if self._factor_cache is None or self._factor_cache[0] != key:
+        cached = self._factor_cache
+        # (a checkpoint written before the inverse held a Cholesky factor: recomputed)
+        if cached is None or cached[0] != key or not isinstance(cached[1], solvers.Inverse):
             H = self._hessian_cache.copy()
             H[np.diag_indices(self.n_shared)] += weight_x
-            try:
-                factor = cho_factor(H)
-            except np.linalg.LinAlgError:
-                factor = H
-            self._factor_cache = (key, factor)
+            self._factor_cache = (key, solvers.Inverse(H))
         return self._factor_cache[1]
 
     def _forget_hessian(self) -> None:
