@@ -18,7 +18,7 @@ Models (d ≤ 50): np-monks1 (556 × 17), logistic-ball-50 (mean logistic loss, 
 client, d = 50, client ball ‖w‖₂ ≤ 1 and a server ridge), np-adult (32,561 × 14; `--adult`).
 
     python benchmarks/bench_cold.py                  # both parts (~5 min on a quiet machine)
-    python benchmarks/bench_cold.py --part steps --n 5 40
+    python benchmarks/bench_cold.py --part steps --n 5 40 --models logistic-ball-50
     python benchmarks/bench_cold.py --part cold --max-outer 3
 
 It imports the fedmodel its interpreter has installed (it does not put this checkout on the
@@ -173,6 +173,7 @@ def main() -> None:
     parser.add_argument("--max-outer", type=int, default=None)
     parser.add_argument("--n", type=int, nargs="+", default=[5, 40])
     parser.add_argument("--adult", action="store_true", help="also NP adult (32,561 rows)")
+    parser.add_argument("--models", nargs="+", default=None, help="only these models (per-step part)")
     args = parser.parse_args()
     import fedmodel
     print(f"fedmodel: {fedmodel.__file__}; python {sys.version.split()[0]}; numpy {np.__version__}; "
@@ -193,6 +194,8 @@ def main() -> None:
                   "logistic-ball-50": logistic_ball}
         if args.adult:
             models["np-adult"] = lambda n, data=np_data("adult-a"): neyman_pearson(data, n)
+        if args.models:
+            models = {name: build for name, build in models.items() if name in args.models}
         print("\n| model | d | n | serial µs / step / client | batched µs / step / client "
               "| ADMM iterations timed | merit eval µs | Hessian µs | first Hessian µs |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
