@@ -19,6 +19,7 @@ from fedmodel.atoms.elementwise import Elementwise
 from fedmodel.compiler.classify import DEGREE_RULES
 from fedmodel.compiler.codegen import NUMPY_VALUE
 from fedmodel.compiler.differentiate import DERIVATIVE_RULES
+from fedmodel.compiler.directions import DIRECTION_RULES
 from fedmodel.compiler.jax_codegen import JAX_RULES
 from fedmodel.compiler.per_record import RECORD_RULES
 from fedmodel.lowering.rules import NotApplicable, RuleTable
@@ -29,7 +30,7 @@ from fedmodel.runtime.batched_plan import BATCHED_RULES
 
 TARGETS: dict[str, RuleTable] = {table.name: table for table in (
     CVXPY_RULES, SYMPY_RULES, EXPLICIT_RULES, NUMPY_VALUE, DERIVATIVE_RULES, JAX_RULES,
-    BATCHED_RULES, RECORD_RULES, DEGREE_RULES)}
+    BATCHED_RULES, RECORD_RULES, DEGREE_RULES, DIRECTION_RULES)}
 
 
 def concrete(kind: type) -> bool:

@@ -111,18 +111,20 @@ def test_logistic_and_sigmoid_kernel_equals_the_two_kernels():
     assert logistic_and_sigmoid(-2.0) == (_logistic(-2.0), _sigmoid(-2.0))
 
 
-def test_newton_direction_from_a_cholesky_factor_equals_cho_solve():
+def test_newton_direction_from_an_inverse_equals_the_cholesky_solve():
+    """A Newton matrix held as its inverse (`solvers.Inverse`, as the batched executor holds
+    them) gives scipy's Cholesky solve's direction to rounding; a singular one a gradient step."""
     from scipy.linalg import cho_factor, cho_solve
 
-    from fedmodel.runtime.solvers import _newton_direction
+    from fedmodel.runtime.solvers import Inverse, _newton_direction
     rng = np.random.default_rng(3)
     A = rng.normal(size=(30, 6))
     H, g = A.T @ A + np.eye(6), rng.normal(size=6)
-    for lower in (False, True):
-        factor = cho_factor(H, lower=lower)
-        np.testing.assert_array_equal(_newton_direction(factor, g), -cho_solve(factor, g))
-    np.testing.assert_allclose(_newton_direction(H, g), -np.linalg.solve(H, g), rtol=1e-12)
-    assert np.array_equal(_newton_direction(np.zeros((6, 6)), g), -g)   # singular: a gradient step
+    expected = -cho_solve(cho_factor(H), g)
+    np.testing.assert_allclose(_newton_direction(Inverse(H), g), expected, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(_newton_direction(H, g), expected, rtol=1e-13, atol=0)
+    for singular in (np.zeros((6, 6)), Inverse(np.zeros((6, 6)))):   # a gradient step
+        assert np.array_equal(_newton_direction(singular, g), -g)
 
 
 def test_value_grad_flattens_the_gradient_of_a_matrix_variable():
@@ -141,8 +143,8 @@ def test_value_grad_flattens_the_gradient_of_a_matrix_variable():
 
 
 def test_hessian_plan_computes_sigmoid_curvature_once_and_matches_closed_form():
-    """∇² mean(logistic(Xw)) = Xᵀ diag(σ(1 − σ)) X / m: the all-columns Hessian plan forms
-    σ(1 − σ) once for all d columns (one shared 1.0 in Sigmoid's derivative), not per column."""
+    """∇² mean(logistic(Xw)) = Xᵀ diag(σ(1 − σ)) X / m: the Hessian plan (all d directions at
+    once) forms σ(1 − σ) once (one shared 1.0 in Sigmoid's derivative), not per column."""
     from fedmodel.runtime.program import compile_programs
     rng = np.random.default_rng(5)
     A = rng.normal(size=(200, 6))
@@ -156,7 +158,7 @@ def test_hessian_plan_computes_sigmoid_curvature_once_and_matches_closed_form():
     H = program.hessian(z)
     s = scipy.special.expit(A @ z)
     np.testing.assert_allclose(H, A.T @ (A * (s * (1 - s))[:, None]) / 200, rtol=1e-12, atol=1e-15)
-    steps = dict(line.split(" = ") for line in program._hvp_plan[0].describe().splitlines())
+    steps = dict(line.split(" = ") for line in program._hessian_plan.describe().splitlines())
     negated = [slot for slot, step in steps.items() if step.startswith("neg(")]     # −σ
     assert len(negated) == 1
     assert sum(step.startswith("add(") and negated[0] in step for step in steps.values()) == 1

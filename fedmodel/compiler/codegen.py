@@ -57,10 +57,19 @@ class Plan:
     [5.0, [2.0, 4.0]]
     """
 
-    def __init__(self, outputs: Sequence[Expression], inputs: Sequence[Leaf]):
+    def __init__(self, outputs: Sequence[Expression], inputs: Sequence[Leaf],
+                 batched: Sequence[Leaf] = ()):
+        """`batched`: inputs whose values carry k directions along a trailing axis (shape
+        `leaf.shape + (k,)`), for outputs linear in them (a Hessian-vector product in its
+        direction): every step that reads one runs its `directions.DIRECTION_RULES` rule and
+        its result carries the axis too (`batched_outputs`); `directions.Unbatchable` when a
+        step has no such rule."""
         self.outputs = list(outputs)
         self.inputs = list(inputs)
         slot_of_input = {leaf.uid: i for i, leaf in enumerate(self.inputs)}
+        batched_slots = {slot_of_input[leaf.uid] for leaf in batched}
+        self._batched: dict[int, tuple] = {}    # step index -> (rule, which arguments carry the axis)
+        self.batched_size = 0                   # largest size of a direction-carrying step, per direction
         template: list[Any] = [None] * len(self.inputs)
         params: list[tuple[int, Parameter]] = []
         constant_slots: set[int] = set()
@@ -105,7 +114,17 @@ class Plan:
             slot = key_to_slot.get(key)
             if slot is None:
                 numeric = NUMPY_VALUE.rule(node)
-                if constant_slots.issuperset(arg_slots):  # constant folding
+                carried = tuple(a in batched_slots for a in arg_slots)
+                if any(carried):
+                    form = self._batch_step(node, len(steps), carried, [
+                        is_sparse(template[a]) if a in constant_slots else False for a in arg_slots])
+                    slot = new_slot()
+                    batched_slots.add(slot)
+                    steps.append((numeric, arg_slots, slot))
+                    self._slot_size[slot] = 2       # an array whatever its node's shape (deleted after use)
+                    self.batched_size = max(self.batched_size, math.prod(node.shape))
+                    signature.append((key[0], key[1], arg_slots, slot, carried, form))
+                elif constant_slots.issuperset(arg_slots):  # constant folding
                     value = numeric(*[template[s] for s in arg_slots])
                     slot = new_slot(value)
                     constant_slots.add(slot)
@@ -120,6 +139,7 @@ class Plan:
         self._steps = tuple(steps)
         self._params = tuple(params)
         self._out_slots = tuple(node_slot[id(o)] for o in self.outputs)
+        self.batched_outputs = tuple(slot in batched_slots for slot in self._out_slots)
         used = set(self._out_slots).union(*(args for _, args, _ in steps))
         for slot in constant_slots - used:   # folded away into other constants: drop them
             template[slot] = None
@@ -129,8 +149,21 @@ class Plan:
         self.structure_key = (
             len(self.inputs), tuple(signature),
             tuple((slot, _constant_kind(template[slot])) for slot in sorted(self._constant_slots)),
-            tuple((slot, param.shape == ()) for slot, param in params), self._out_slots)
+            tuple((slot, param.shape == ()) for slot, param in params), self._out_slots,
+            tuple(sorted(slot_of_input[leaf.uid] for leaf in batched)))
         self._run = self._generate()
+
+    def _batch_step(self, node: Expression, index: int, carried: tuple, sparse: list) -> str | None:
+        """Record step `index`'s rule over directions (`carried`: which arguments carry them;
+        `sparse`: which are sparse constants) and return its inline form (or None)."""
+        from .directions import DIRECTION_RULES, Unbatchable, inline_form
+        rule = DIRECTION_RULES.find(node)
+        if rule is None:
+            raise Unbatchable(f"{node.display} ({node}) has no rule for a value carrying "
+                              "several directions (fedmodel.compiler.directions)")
+        form = inline_form(node, carried, tuple(a.ndim for a in node.args), tuple(sparse))
+        self._batched[index] = (rule, carried, form)
+        return form
 
     def __call__(self, *values: Any) -> list[Any]:
         if len(values) != len(self.inputs):
@@ -170,6 +203,9 @@ class Plan:
                 bound.append(param_of[ref])
             elif kind == "fn":
                 bound.append(self._steps[ref][0])
+            elif kind == "directions":      # a step over directions: its rule, given its node
+                rule, carried, _ = self._batched[ref]
+                bound.append(functools.partial(rule, self._steps[ref][0].__self__, carried))
             else:                       # "object": the same for every plan of the structure
                 bound.append(ref)
         namespace: dict[str, Any] = {}
@@ -188,7 +224,8 @@ class Plan:
         """Emit the steps as the source of one Python function over locals, and say how to bind
         its free names: (name, kind, ref) in the order of `_make`'s parameters, kind
         "const"/"scalar" (constant slot ref), "param" (the Parameter of slot ref), "fn" (step
-        ref's function) or "object" (ref itself). It reads only what `structure_key` holds, so
+        ref's function), "directions" (step ref's rule over directions, `batched`) or "object"
+        (ref itself). It reads only what `structure_key` holds, so
         plans of one structure share it.
 
         Names: `v{i}` the i-th input, `s{k}` slot k (a step's result or a parameter's value),
@@ -240,6 +277,10 @@ class Plan:
                     for o in outs:
                         name[o] = out_name[o] = f"s{o}"
                     body.append(f"{', '.join(f's{o}' for o in outs)} = {f}({', '.join(arg_names)})")
+            elif j in self._batched:
+                form = self._batched[j][2]
+                body.append(f"s{out} = " + (form.format(*arg_names) if form is not None else
+                                            f"{bind(f'f{j}', 'directions', j)}({', '.join(arg_names)})"))
             else:
                 inline = _inline(fn.__self__, arg_names)
                 if inline is None:

@@ -17,15 +17,18 @@ from ..compiler.classify import polynomial_degree
 from ..collector import collection_paused, freeze_setup
 from ..compiler.codegen import Plan
 from ..compiler.differentiate import grad
+from ..compiler.directions import Unbatchable
 from ..compiler.merit import build_merit
 from ..constraints import Constraint, Equality
 from ..errors import FedModelError, SmoothnessError
-from ..expression import Constant, Data, Parameter, Variable
+from ..expression import Data, Parameter, Variable
 from . import solvers
 from .active_set import feature_sign, l1_residual
 
 
-HESSIAN_PLAN_MAX = 64   # unknowns up to which `NodeProgram.hessian` compiles all columns in one plan
+# floats per direction-carrying intermediate of `NodeProgram.hessian` (32 MB): its columns go in
+# blocks of directions that keep each intermediate (e.g. X V for data X) within it
+HESSIAN_BLOCK_FLOATS = 4_000_000
 ACTIVE_SET_MAX = 500    # unknowns up to which a quadratic + λ‖w‖₁ subproblem is solved exactly
 
 
@@ -72,7 +75,6 @@ class NodeProgram:
                                     self.variables)
         self.objective_plan = Plan([m.objective], self.variables)
         self.quadratic = _is_quadratic(self.value_grad_plan)
-        self._hvp_plan = None
         self._hvp_directions = None   # see _direction_plan
         self._gradient_plan = None   # see gradient
         self._hessian_cache: np.ndarray | None = None
@@ -148,13 +150,17 @@ class NodeProgram:
                                for gi, v in zip(parts, self.variables)]) if self.variables else np.zeros(0)
 
     def hessian(self, z: np.ndarray) -> np.ndarray:
-        """∇²P_i(z) from derived Hessian-vector products. Up to HESSIAN_PLAN_MAX unknowns one
-        plan computes all n columns (∇(∇P·e_j) for the unit vectors e_j) in one call, sharing
-        the first-order intermediates (X w, σ(X w), …) between the columns: ~6× faster than n
-        calls of one HVP plan (adult, n = 14). Larger layouts use the HVP plan column by column.
-        A matrix beyond `solvers.DENSE_NEWTON_FLOATS` is refused (FedModelError), never
-        allocated: such sizes take the Hessian-free solves (`hvp`, `_choose`)."""
-        layout = Layout(self.variables)
+        """∇²P_i(z) from the derived Hessian-vector product ∇(∇P_i · v), compiled once as a plan
+        that carries many directions v at once (`codegen.Plan(batched=...)`): called with the
+        unit vectors it returns the matrix, e.g. Xᵀ (s ⊙ X) for a loss of X w in one matrix
+        product, where deriving and compiling one product per column (the earlier one-plan
+        path) cost d differentiations at set-up and d matrix-vector products per call.
+        Columns go in blocks of at most `HESSIAN_BLOCK_FLOATS` floats per intermediate; a
+        merit whose product has a step without a rule over directions takes the single-
+        direction plan column by column. A matrix beyond `solvers.DENSE_NEWTON_FLOATS` is
+        refused (FedModelError), never allocated: such sizes take the Hessian-free solves
+        (`hvp`, `_choose`)."""
+        layout = self._layout
         values, n = layout.unpack(z), layout.size
         if not solvers.dense_fits(n):
             raise FedModelError(
@@ -162,45 +168,65 @@ class NodeProgram:
                 f"beyond the dense Newton budget (fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = "
                 f"{solvers.DENSE_NEWTON_FLOATS:.3g} floats); use a Hessian-free local solver "
                 "(method 'auto', 'newton-cg' or 'lbfgs')")
-        if self._hvp_plan is None:
-            if n <= HESSIAN_PLAN_MAX:
-                g = [grad(self.merit_ir.expression, v) for v in self.variables]
-                columns = []
-                for j in range(n):
-                    e = np.zeros(n)
-                    e[j] = 1.0
-                    gv = add(*[sum_(multiply(gi, Constant(di))) for gi, di in zip(g, layout.unpack(e))
-                               if np.any(di)])
-                    columns += [grad(gv, v) for v in self.variables]
-                self._hvp_plan = (Plan(columns, self.variables), None)
-            else:
-                self._hvp_plan = self._direction_plan()
-        plan, directions = self._hvp_plan
-        k = len(self.variables)
-        if directions is None:
-            out = plan(*values)
-            if k == 1 and all(np.shape(o) == self.variables[0].shape for o in out):
-                H = np.column_stack([np.ravel(o) for o in out])   # one variable: no pack per column
-            else:
-                H = np.column_stack([layout.pack(out[j * k:(j + 1) * k]) for j in range(n)]) if n else np.zeros((0, 0))
-        else:
-            H = np.empty((n, n))
-            for j in range(n):
-                e = np.zeros(n)
-                e[j] = 1.0
-                for d, dv in zip(directions, layout.unpack(e)):
-                    d.value = dv
-                H[:, j] = layout.pack(plan(*values))
+        plan = self._hessian_plan
+        if plan is None:                    # no rule over directions: one product per column
+            H = np.column_stack([self.hvp(z, e) for e in np.eye(n)]) if n else np.zeros((0, 0))
+            return 0.5 * (H + H.T)
+        H = np.empty((n, n))
+        for start, k, directions in self._unit_directions:
+            out = plan(*values, *directions)
+            if len(out) == 1 and plan.batched_outputs[0] and out[0].shape == (n, k):
+                H[:, start:start + k] = out[0]            # one vector variable: its columns
+                continue
+            H[:, start:start + k] = np.concatenate([     # (an output not carrying them is 0)
+                np.reshape(np.broadcast_to(o if carried else np.reshape(o, np.shape(o) + (1,)),
+                                           v.shape + (k,)), (v.size, k))
+                for o, carried, v in zip(out, plan.batched_outputs, self.variables)])
         return 0.5 * (H + H.T)
+
+    @functools.cached_property
+    def _layout(self) -> Layout:
+        """The layout of z = (x, y): all the node's variables."""
+        return Layout(self.variables)
+
+    @functools.cached_property
+    def _unit_directions(self) -> list[tuple[int, int, list[np.ndarray]]]:
+        """The unit vectors e_j in blocks for `_hessian_plan`: (first column, k, the block's
+        directions per variable, each of shape var.shape + (k,)); at most
+        `HESSIAN_BLOCK_FLOATS` floats per direction-carrying intermediate of a block."""
+        layout, plan = self._layout, self._hessian_plan
+        n = layout.size
+        block = max(1, min(n, HESSIAN_BLOCK_FLOATS // max(plan.batched_size, 1)))
+        identity = np.eye(n)
+        return [(start, min(block, n - start),
+                 [np.reshape(E, v.shape + (E.shape[1],)) for E, v in
+                  zip(np.split(identity[:, start:start + block], layout.offsets[1:-1]), self.variables)])
+                for start in range(0, n, block)]
+
+    @functools.cached_property
+    def _hvp_expressions(self) -> tuple[list, list[Parameter]]:
+        """∇(∇P_i · v) per variable as expressions, with the direction v as Parameters (one per
+        variable), derived once from the merit plan's own gradients (`value_grad_plan`)."""
+        directions = [Parameter(v.shape, name=f"dir[{v.name}]") for v in self.variables]
+        gv = add(*[sum_(multiply(gi, di)) for gi, di in zip(self.value_grad_plan.outputs[1:], directions)])
+        return [grad(gv, v) for v in self.variables], directions
+
+    @functools.cached_property
+    def _hessian_plan(self) -> Plan | None:
+        """The Hessian-vector product's plan over many directions (the directions are inputs
+        after the variables), or None when one of its steps has no rule over directions."""
+        products, directions = self._hvp_expressions
+        try:
+            return Plan(products, self.variables + directions, batched=directions)
+        except Unbatchable:
+            return None
 
     def _direction_plan(self) -> tuple[Plan, list[Parameter]]:
         """The compiled Hessian-vector product ∇(∇P_i · v) with the direction v as Parameters
         (one per variable), built on first use: O(N) memory per product, whatever N."""
         if getattr(self, "_hvp_directions", None) is None:   # (absent in older pickles)
-            g = [grad(self.merit_ir.expression, v) for v in self.variables]
-            directions = [Parameter(v.shape, name=f"dir[{v.name}]") for v in self.variables]
-            gv = add(*[sum_(multiply(gi, di)) for gi, di in zip(g, directions)])
-            self._hvp_directions = (Plan([grad(gv, v) for v in self.variables], self.variables), directions)
+            products, directions = self._hvp_expressions
+            self._hvp_directions = (Plan(products, self.variables), directions)
         return self._hvp_directions
 
     def hvp(self, z: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -293,25 +319,22 @@ class NodeProgram:
             return "exact-cg" if method == "exact" else "newton-cg"
         return method
 
-    def _newton_matrix(self, z: np.ndarray, weight_x: np.ndarray, fresh: bool):
-        """Cholesky factor (or, if not positive definite, the matrix) of ∇²P_i + diag(weight).
-        ∇²P_i is cached until a Newton step asks for a fresh one (the chord rule in
-        `solvers.newton`), also across parameter changes: an earlier Hessian is only a chord
-        matrix, and the first step that makes too little progress replaces it. A quadratic
-        merit's Hessian is constant until β or a proximal weight changes, so "exact" costs one
-        factorization per change and one back-substitution per solve."""
-        from scipy.linalg import cho_factor
+    def _newton_matrix(self, z: np.ndarray, weight_x: np.ndarray, fresh: bool) -> solvers.Inverse:
+        """The inverse (`solvers.Inverse`) of ∇²P_i + diag(weight). ∇²P_i is cached until a
+        Newton step asks for a fresh one (the chord rule in `solvers.newton`), also across
+        parameter changes: an earlier Hessian is only a chord matrix, and the first step that
+        makes too little progress replaces it. A quadratic merit's Hessian is constant until β
+        or a proximal weight changes, so "exact" costs one inversion per change and one
+        matrix-vector product per solve."""
         if fresh or self._hessian_cache is None:
             self._hessian_cache, self._factor_cache = self.hessian(z), None
         key = weight_x.tobytes()
-        if self._factor_cache is None or self._factor_cache[0] != key:
+        cached = self._factor_cache
+        # (a checkpoint written before the inverse held a Cholesky factor: recomputed)
+        if cached is None or cached[0] != key or not isinstance(cached[1], solvers.Inverse):
             H = self._hessian_cache.copy()
             H[np.diag_indices(self.n_shared)] += weight_x
-            try:
-                factor = cho_factor(H)
-            except np.linalg.LinAlgError:
-                factor = H
-            self._factor_cache = (key, factor)
+            self._factor_cache = (key, solvers.Inverse(H))
         return self._factor_cache[1]
 
     def _forget_hessian(self) -> None:

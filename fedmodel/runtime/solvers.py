@@ -46,7 +46,7 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
            tol: float, max_steps: int = 100) -> tuple[np.ndarray, int, float]:
     """Damped Newton with Armijo backtracking; a gradient step when H is not positive definite.
 
-    `hessian(x, fresh)` returns H or its Cholesky factor; it may be computed at an earlier point (a chord step, which
+    `hessian(x, fresh)` returns H or its `Inverse`; it may be computed at an earlier point (a chord step, which
     saves assembling H in every step of a warm-started sequence of similar subproblems); it is
     asked for a fresh one (`fresh=True`) when a step cuts the gradient by less than half.
     Its rules (`descent`, `accepted`, `MIN_STEP`, `stale`) are `batched_newton.newton_batched`'s."""
@@ -175,15 +175,26 @@ def norm_inf(v: np.ndarray) -> float:
     return float(np.abs(v).max()) if v.size else 0.0
 
 
+class Inverse:
+    """A Newton matrix A = ∇²f + diag(w) held as A⁻¹ (None where A is singular): each direction
+    is then one matrix-vector product, as in the batched executor's `FactorStack`. numpy's
+    inversion, not scipy's Cholesky: `scipy.linalg` was a third of a cold solve's imports
+    (~0.3 s CPU) for one factorization per Hessian; a matrix that is not positive definite
+    gets the direction −A⁻¹g as before (`descent` turns an ascent direction into −g)."""
+
+    __slots__ = ("matrix",)
+
+    def __init__(self, A: np.ndarray):
+        try:
+            self.matrix: np.ndarray | None = np.linalg.inv(A)
+        except np.linalg.LinAlgError:
+            self.matrix = None
+
+
 def _newton_direction(H, g: np.ndarray) -> np.ndarray:
-    """−H⁻¹g for a matrix or a `scipy.linalg.cho_factor` factor; −g when H is singular."""
-    from scipy.linalg.lapack import dpotrs
-    if isinstance(H, tuple):
-        # LAPACK's potrs directly: what `cho_solve(H, g, check_finite=False)` computes, bitwise,
-        # without its ~6 µs of argument handling per call (g is finite here: a non-finite one
-        # fails every Armijo test and ends the solve)
-        x, info = dpotrs(H[0], g, lower=H[1])
-        return -x if info == 0 else -g
+    """−H⁻¹g for an `Inverse` or a matrix; −g when H is singular."""
+    if isinstance(H, Inverse):
+        return -g if H.matrix is None else -(H.matrix @ g)
     try:
         return -np.linalg.solve(H, g)
     except np.linalg.LinAlgError:

@@ -1,0 +1,213 @@
+"""Cheap rounds and a cold first solve (issue 27, item 3).
+
+Two measurements, CPU seconds (`time.process_time`; wall beside it where it matters) with
+BLAS on one thread:
+
+1. **Cold first solve**: a fresh interpreter runs `import fedmodel`, `import fedmodel.backends`,
+   builds NP monks-1 one-hot at n = 5 (the ProxAL Table 1 reproduction's loader and split) and
+   runs `prob.solve("proxal")` (the defaults); each phase timed in the child, `--repeats`
+   fresh processes (after one that writes the bytecode caches), the fastest kept. `--max-outer K` caps ProxAL's outer iterations (the
+   default solve's round trips are item 2's business; the cap keeps the phases comparable).
+2. **Per ADMM step per client**: default ProxAL stopped after 1 and after 4 outer iterations
+   (K1 < K2 ADMM iterations), on the serial and the batched executor; (CPU(4) − CPU(1)) /
+   ((K2 − K1)·n) is one round of Algorithm 2 (the server's solve (18), every client's step
+   (19)–(22), the messages, the outer steps' share) per client, set-up cancelled. Beside it the node program's own costs: one merit evaluation (value and
+   gradient plan), one Hessian, and the first Hessian (its plan derived and compiled).
+
+Models (d ≤ 50): np-monks1 (556 × 17), logistic-ball-50 (mean logistic loss, 40 rows a
+client, d = 50, client ball ‖w‖₂ ≤ 1 and a server ridge), np-adult (32,561 × 14; `--adult`).
+
+    python benchmarks/bench_cold.py                  # both parts (~5 min on a quiet machine)
+    python benchmarks/bench_cold.py --part steps --n 5 40 --models logistic-ball-50
+    python benchmarks/bench_cold.py --part cold --max-outer 3
+
+It imports the fedmodel its interpreter has installed (it does not put this checkout on the
+path), so one script measures two checkouts: run it with each one's interpreter.
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")   # before numpy: a shared machine's cores
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+COLD = r"""
+import json, os, sys, time
+marks = [("start", time.perf_counter(), time.process_time())]
+def mark(name):
+    marks.append((name, time.perf_counter(), time.process_time()))
+import fedmodel as fm
+mark("import fedmodel")
+import fedmodel.backends
+mark("import backends")
+from fedmodel.reproductions import proxal_table1
+X, y = proxal_table1.load("monks-1")
+prob, w, _ = proxal_table1.build(X, y, 5)
+mark("data + model")
+options = json.loads(sys.argv[1])
+res = prob.solve("proxal", **options)
+mark("solve")
+warm_start = (time.perf_counter(), time.process_time())
+again = prob.solve("proxal", **options)
+warm = (time.perf_counter() - warm_start[0], time.process_time() - warm_start[1])
+phases = {name: (t - marks[i][1], c - marks[i][2]) for i, (name, t, c) in enumerate(marks[1:])}
+print(json.dumps({"phases": phases, "total": (marks[-1][1] - marks[0][1], marks[-1][2] - marks[0][2]),
+                  "warm": warm, "status": str(res.status), "iterations": res.iterations,
+                  "rounds": res.ledger.rounds, "objective": res.objective,
+                  "same_again": bool(again.objective == res.objective),
+                  "scipy": any(m.split(".")[0] == "scipy" for m in sys.modules),
+                  "fedmodel": fm.__file__}))
+"""
+
+
+def cold_solve(repeats: int, max_outer: int | None) -> dict:
+    """The fastest (by total CPU) of `repeats` fresh-process cold solves, after one untimed
+    run that writes the bytecode caches (an installed package has them; with
+    PYTHONDONTWRITEBYTECODE set, as on this project's machines, every process would compile
+    fedmodel's sources again: ~0.2 s CPU)."""
+    options = {} if max_outer is None else {"max_outer": max_outer}
+    runs = []
+    with tempfile.TemporaryDirectory() as where:     # not a checkout: the installed fedmodel
+        # (the caches go to a folder of their own, not beside the sources)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(where, "pycache")
+        for _ in range(repeats + 1):
+            out = subprocess.run([sys.executable, "-c", COLD, json.dumps(options)], cwd=where,
+                                 env=env, capture_output=True, text=True, check=True)
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return min(runs[1:], key=lambda r: r["total"][1])
+
+
+# ---- models ----------------------------------------------------------------------------------
+def np_data(name: str):
+    from fedmodel.reproductions import proxal_table1
+    return proxal_table1.load(name)
+
+
+def neyman_pearson(data, n: int):
+    from fedmodel.reproductions import proxal_table1
+    X, y = data
+    prob, w, _ = proxal_table1.build(X, y, n)
+    return prob
+
+
+def logistic_ball(n: int, d: int = 50, rows: int = 40, radius: float = 1.0, ridge: float = 0.01):
+    """Mean logistic loss (labels from a logistic model), client balls ‖w‖₂ ≤ radius (active)
+    and a server ridge: bench_rounds' logistic-ball at d = 50."""
+    import fedmodel as fm
+    rng = np.random.default_rng(2)
+    w_true = 6.0 * rng.standard_normal(d) / np.sqrt(d)        # ‖w_true‖ ≈ 6: the ball is active
+    w = fm.Variable(d, name="w")
+    prob = fm.Problem(name="logistic-ball-50")
+    for i in range(n):
+        X = rng.standard_normal((rows, d)) + 0.3 * rng.standard_normal(d)
+        margin = X @ w_true
+        y = np.where(rng.random(rows) < 1 / (1 + np.exp(-margin)), 1.0, -1.0)
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.mean(fm.logistic(c.data(-y[:, None] * X, name="Z") @ w)) / n)
+        c.subject_to(fm.norm2(w) <= radius)
+    prob.server.minimize(0.5 * ridge * fm.sum_squares(w))
+    return prob
+
+
+# ---- per step --------------------------------------------------------------------------------
+def _run(prob, executor: str, outer: int) -> tuple[float, int]:
+    """CPU seconds and ADMM iterations of default ProxAL stopped after `outer` outer iterations."""
+    start = time.process_time()
+    res = prob.solve("proxal", executor=executor, max_outer=outer)
+    return time.process_time() - start, int(res.iterations["inner"])
+
+
+def per_step(prob, n: int, executor: str, outer=(1, 4), repeats: int = 3) -> tuple[float, int]:
+    """(µs of CPU per ADMM iteration per client, iterations in the difference): default ProxAL
+    stopped after outer[0] and after outer[1] outer iterations, set-up cancelled by the
+    difference (the iterations between are the default run's own)."""
+    best, count = np.inf, 0
+    _run(prob, executor, outer[0])      # warm-up: the first run compiles the plans' structures
+    for _ in range(repeats):
+        (t1, k1), (t2, k2) = _run(prob, executor, outer[0]), _run(prob, executor, outer[1])
+        if k2 > k1:
+            best, count = min(best, (t2 - t1) / ((k2 - k1) * n)), k2 - k1
+    return best * 1e6, count
+
+
+def program_costs(prob) -> dict:
+    """µs of CPU: one merit evaluation, one Hessian, and the first Hessian (derive + compile)
+    of the first client, at a point and parameters of a run (β = 300, ω = 0.1)."""
+    from fedmodel.runtime.program import compile_programs
+    program = compile_programs(prob)[prob.clients[0].name]
+    program.configure(300.0, 0.1, np.zeros(program.n_shared))
+    z = np.linspace(-0.3, 0.3, program.n_shared + program.n_private)
+    x, y = z[:program.n_shared], z[program.n_shared:]
+    start = time.process_time()
+    program.hessian(z)
+    first = time.process_time() - start
+
+    def best(fn, number=200):
+        times = []
+        for _ in range(5):
+            t = time.process_time()
+            for _ in range(number):
+                fn()
+            times.append((time.process_time() - t) / number)
+        return min(times) * 1e6
+    values = program._values(x, y)
+    return {"merit": best(lambda: program.value_grad_plan(*values)),
+            "hessian": best(lambda: program.hessian(z)), "first hessian": first * 1e6,
+            "d": program.n_shared + program.n_private}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("cold", "steps", "both"), default="both")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-outer", type=int, default=None)
+    parser.add_argument("--n", type=int, nargs="+", default=[5, 40])
+    parser.add_argument("--adult", action="store_true", help="also NP adult (32,561 rows)")
+    parser.add_argument("--models", nargs="+", default=None, help="only these models (per-step part)")
+    args = parser.parse_args()
+    import fedmodel
+    print(f"fedmodel: {fedmodel.__file__}; python {sys.version.split()[0]}; numpy {np.__version__}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    if args.part in ("cold", "both"):
+        run = cold_solve(args.repeats, args.max_outer)
+        print(f"\ncold first solve, NP monks-1 n = 5, ProxAL defaults"
+              f"{'' if args.max_outer is None else f' (max_outer={args.max_outer})'}: "
+              f"{run['status']}, {run['iterations']}, {run['rounds']} round trips, "
+              f"objective {run['objective']:.10g}; scipy imported: {run['scipy']}")
+        print("| phase | wall s | CPU s |\n|---|---:|---:|")
+        for name, (wall, cpu) in run["phases"].items():
+            print(f"| {name} | {wall:.3f} | {cpu:.3f} |")
+        print(f"| **total (cold)** | **{run['total'][0]:.3f}** | **{run['total'][1]:.3f}** |")
+        print(f"| the same solve again, warm | {run['warm'][0]:.3f} | {run['warm'][1]:.3f} |")
+    if args.part in ("steps", "both"):
+        models = {"np-monks1": lambda n, data=np_data("monks-1"): neyman_pearson(data, n),
+                  "logistic-ball-50": logistic_ball}
+        if args.adult:
+            models["np-adult"] = lambda n, data=np_data("adult-a"): neyman_pearson(data, n)
+        if args.models:
+            models = {name: build for name, build in models.items() if name in args.models}
+        print("\n| model | d | n | serial µs / step / client | batched µs / step / client "
+              "| ADMM iterations timed | merit eval µs | Hessian µs | first Hessian µs |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for name, build in models.items():
+            for n in args.n:
+                prob = build(n)
+                costs = program_costs(prob)
+                (serial, count), (batched, _) = per_step(prob, n, "serial"), per_step(prob, n, "batched")
+                print(f"| {name} | {costs['d']} | {n} | {serial:.0f} | {batched:.0f} | {count} | "
+                      f"{costs['merit']:.0f} | {costs['hessian']:.0f} | {costs['first hessian']:.0f} |",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
