@@ -90,6 +90,17 @@ def test_projected_client_sets_keep_exactness_and_report_multipliers():
     assert sum(float(np.sum(al.multipliers[name])) for name in names) == pytest.approx(total, rel=1e-4)
 
 
+def test_progress_schedule_resumes_exactly(tmp_path):
+    """τ_k is read from the outer records, which the checkpoint keeps: a run stopped after 3
+    outer iterations and resumed equals the uninterrupted one (the projected client disks'
+    multipliers included)."""
+    from test_checkpoint import PROXAL, _check_resume, constrained_model
+    prob, _ = constrained_model()
+    reference = _check_resume(tmp_path, prob, lambda: ProxAL(**PROXAL, anderson=0), stop_at=3)
+    assert len(reference.history) >= 4 and reference.history[-1]["tau"] < PROXAL["s_bar"] / 16
+    assert {"disk0", "disk1", "disk2"} <= set(reference.multipliers)
+
+
 def test_paper_preset_keeps_the_papers_rules():
     paper = ProxAL.paper()
     assert (paper.tau_rule, paper.local_tol_cap, paper.client_sets) == ("paper", float("inf"), False)
