@@ -28,6 +28,23 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   "infeasible" (or "stalled"), naming the violated constraints (`proxal_outer.verdict`); an objective that
   falls by the same amount at every outer iteration while the iterates move by the same distance
   (a proximal point method on a model with no minimizer) stops with "unbounded".
+- `tau_rule="progress"`: τ_k = min(s̄/(k+1)², ε1·max(1/2, r/10)), r the last outer step's
+  distance to (11) (`proxal_outer.next_tau`): never above the paper's summable schedule, so
+  its theory, (22)–(23) and (11) hold as they are, but ε1/2 as soon as the steps are small —
+  the paper's τ_k < ε1 needs ≥ 11 outer iterations whatever the model;
+- `local_tol_cap=κ`: ε_{t+1} = min(q^t, κ τ_k) (κ = ∞: the paper's q^t). ε_{t+1} is part of
+  the certificate, so q^t alone makes every ADMM run at least log τ_k / log q iterations long,
+  even one that starts at its answer; capped, the local solves (Newton: a step or two more)
+  are as exact as the certificate needs from the first iteration;
+- `client_sets=True`: a client's simple sets on the shared variables (norm balls, bounds) are
+  projected in its local solve (19) instead of entering P_i as augmented-Lagrangian terms,
+  whose curvature β‖∇c‖² (300 at β = 300) made the consensus ADMM ill-conditioned (logistic
+  with client balls at n = 40: 300–400 ADMM iterations per outer step). (22) then reads the
+  set's normal cone (`prox_remainder`); the server's w meets the sets only up to the consensus
+  residual, so the stop also asks for the largest violation ≤ ε2 (implied by (11) for the AL's
+  constraints). The multipliers come from each client's last local point
+  (`proxal_nodes._set_multipliers`). Off with FedADMM as inner solver and with an explicit
+  Newton / L-BFGS / GD local solver (neither projects);
 - `anderson=m`: Anderson acceleration of the ADMM with memory m (backends/anderson.py): the
   server mixes the last m + 1 iterates with coefficients computed from the inner products of
   the clients' residuals; each client mixes its own (u_i, λ_i/ρ_i). (22) bounds ‖∇ℓ_k(w)‖∞ for
@@ -79,6 +96,9 @@ DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxA
 # - anderson = 5: Anderson acceleration of the ADMM (backends/anderson.py; ρ changes restart
 #   it). The certificate (22) holds for any client state, so (23) stays sound; on the NP models
 #   it cuts the ADMM iterations 2–6× (docs/BENCHMARKS.md).
+# - tau_rule = "progress", local_tol_cap = 0.1, client_sets = True (module docstring): the round
+#   trips to a verified point fall from 124–629 to 20–84 on bench_rounds' synthetic models at
+#   n = 5 and 40 (docs/BENCHMARKS.md, "ProxAL in ≤ 100 round trips").
 # `backends.ProxAL()` defaults equal FAST_PROXAL; `backends.ProxAL.paper()` is PAPER_PROXAL (its
 # fixed-ρ, fixed-β, no-Anderson options are spelled out so that changing defaults cannot touch it).
 PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), adaptive_rho=False,
@@ -108,9 +128,10 @@ def _stalled(trace: list[float], window: int) -> bool:
 # ---- the backend ------------------------------------------------------------------------------
 class ProxAL(Backend):
     """Algorithm 1 with Algorithm 2. Defaults: the fast robust setting (β = 300, adaptive ρ_i from
-    0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e4, Anderson memory 5; it equals
+    0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e4, Anderson memory 5, τ_k tied to the
+    measured progress, local tolerances ≤ τ_k/10, client sets projected; it equals
     `FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting (fixed ρ_i = 0.01,
-    q = 0.9, fixed β).
+    q = 0.9, fixed β, τ_k = s̄/(k+1)², ε_{t+1} = q^t, client constraints in the AL).
 
     >>> res = prob.solve(ProxAL(), topology=topologies.star(prob))  # doctest: +SKIP
     """
