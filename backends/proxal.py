@@ -60,9 +60,9 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
+from fedmodel.runtime.program import compile_programs
 from . import proxal_nodes, proxal_outer
 from .anderson import MAX_MEMORY, ServerMixer
-from fedmodel.runtime.program import compile_programs
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
 from .outcome import Outcome, Status

@@ -2,8 +2,9 @@
 local constraints"; equation numbers: that paper): the client steps, each written once over rows
 of clients (`fedmodel.runtime.client_step`: a group of one on the serial, Ray and Flower
 executors, a whole group on the batched and JAX ones), keeping each client's state (u_i, λ_i,
-ρ_i, Anderson history) in `program.state["admm"]`, and the client's sample count m_i for
-ρ_i = a·m_i (Remark 4.2).
+ρ_i, Anderson history) in `program.state["admm"]`, the client's sample count m_i for
+ρ_i = a·m_i (Remark 4.2), and the multipliers of the sets a client projects in (19)
+(`ProxAL(client_sets=True)`), read from its last local point.
 
 `proxal_admm_step` does, for the rows at once: the local solve (19) by `Group.solve_local`
 (Newton and exact solves of a stack that fits: one batched solve, `batched_newton`; L-BFGS,
