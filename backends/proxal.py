@@ -316,8 +316,10 @@ class ProxAL(Backend):
     @staticmethod
     def _true_residual(ex, w) -> float | None:
         """‖∇ℓ_k(w)‖∞ = ‖Σ_{i=0}^n ∇P_{i,k}(w)‖∞, which (23) bounds (Theorem 4.1); None when
-        a node has a prox term or a projection (then ∂ℓ_k is a set)."""
-        if any(r["prox_terms"] for r in ex.map("node_terms", {node: {} for node in ex.nodes}).values()):
+        the server has a prox term or a projection (then ∂ℓ_k is a set). A client's prox term
+        or projected set is not counted: the value is ∂ℓ_k's only where those are smooth at w
+        (a set inactive, a λ‖w‖₁ away from its kinks)."""
+        if ex.call("server", "node_terms")["prox_terms"]:
             return None
         grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})
         return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))
