@@ -28,6 +28,23 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   "infeasible" (or "stalled"), naming the violated constraints (`proxal_outer.verdict`); an objective that
   falls by the same amount at every outer iteration while the iterates move by the same distance
   (a proximal point method on a model with no minimizer) stops with "unbounded".
+- `tau_rule="progress"`: τ_k = min(s̄/(k+1)², ε1·max(1/2, r/10)), r the last outer step's
+  distance to (11) (`proxal_outer.next_tau`): never above the paper's summable schedule, so
+  its theory, (22)–(23) and (11) hold as they are, but ε1/2 as soon as the steps are small —
+  the paper's τ_k < ε1 needs ≥ 11 outer iterations whatever the model;
+- `local_tol_cap=κ`: ε_{t+1} = min(q^t, κ τ_k) (κ = ∞: the paper's q^t). ε_{t+1} is part of
+  the certificate, so q^t alone makes every ADMM run at least log τ_k / log q iterations long,
+  even one that starts at its answer; capped, the local solves (Newton: a step or two more)
+  are as exact as the certificate needs from the first iteration;
+- `client_sets=True`: a client's simple sets on the shared variables (norm balls, bounds) are
+  projected in its local solve (19) instead of entering P_i as augmented-Lagrangian terms,
+  whose curvature β‖∇c‖² (300 at β = 300) made the consensus ADMM ill-conditioned (logistic
+  with client balls at n = 40: 300–400 ADMM iterations per outer step). (22) then reads the
+  set's normal cone (`prox_remainder`); the server's w meets the sets only up to the consensus
+  residual, so the stop also asks for the largest violation ≤ ε2 (implied by (11) for the AL's
+  constraints). The multipliers come from each client's last local point
+  (`proxal_nodes._set_multipliers`). Off with FedADMM as inner solver and with an explicit
+  Newton / L-BFGS / GD local solver (neither projects);
 - `anderson=m`: Anderson acceleration of the ADMM with memory m (backends/anderson.py): the
   server mixes the last m + 1 iterates with coefficients computed from the inner products of
   the clients' residuals; each client mixes its own (u_i, λ_i/ρ_i). (22) bounds ‖∇ℓ_k(w)‖∞ for
@@ -43,12 +60,13 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
+from fedmodel.runtime.program import compile_programs
 from . import proxal_nodes, proxal_outer
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
 from .outcome import Outcome, Status
-from .proxal_outer import check_options, next_beta, outer_stop, start_point
+from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_stop, start_point
 from .watch import DivergenceWatch
 
 
@@ -78,12 +96,19 @@ DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxA
 # - anderson = 5: Anderson acceleration of the ADMM (backends/anderson.py; ρ changes restart
 #   it). The certificate (22) holds for any client state, so (23) stays sound; on the NP models
 #   it cuts the ADMM iterations 2–6× (docs/BENCHMARKS.md).
+# - tau_rule = "progress", local_tol_cap = 0.1, client_sets = True (module docstring): the round
+#   trips to a verified point fall from 124–629 to 20–84 on bench_rounds' synthetic models at
+#   n = 5 and 40 (docs/BENCHMARKS.md, "ProxAL in ≤ 100 round trips").
 # `backends.ProxAL()` defaults equal FAST_PROXAL; `backends.ProxAL.paper()` is PAPER_PROXAL (its
 # fixed-ρ, fixed-β, no-Anderson options are spelled out so that changing defaults cannot touch it).
 PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), adaptive_rho=False,
                     beta_growth=1.0, anderson=0)
 FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, tol=(1e-5, 1e-4),
-                   beta_growth=4.0, beta_max=1e4, anderson=5)
+                   beta_growth=4.0, beta_max=1e4, anderson=5, tau_rule="progress", local_tol_cap=0.1,
+                   client_sets=True)
+# the paper's outer schedule, local tolerances and client constraints, spelled out for
+# `ProxAL.paper()` (like its fixed ρ and β) so that changing the defaults cannot touch it
+_PAPER_RULES = dict(tau_rule="paper", local_tol_cap=float("inf"), client_sets=False)
 
 
 def _stalled(trace: list[float], window: int) -> bool:
@@ -103,9 +128,10 @@ def _stalled(trace: list[float], window: int) -> bool:
 # ---- the backend ------------------------------------------------------------------------------
 class ProxAL(Backend):
     """Algorithm 1 with Algorithm 2. Defaults: the fast robust setting (β = 300, adaptive ρ_i from
-    0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e4, Anderson memory 5; it equals
+    0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e4, Anderson memory 5, τ_k tied to the
+    measured progress, local tolerances ≤ τ_k/10, client sets projected; it equals
     `FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting (fixed ρ_i = 0.01,
-    q = 0.9, fixed β).
+    q = 0.9, fixed β, τ_k = s̄/(k+1)², ε_{t+1} = q^t, client constraints in the AL).
 
     >>> res = prob.solve(ProxAL(), topology=topologies.star(prob))  # doctest: +SKIP
     """
@@ -120,7 +146,8 @@ class ProxAL(Backend):
                  max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = True,
                  local_solver: str = "auto", w0: Any = None, inner: Any = None,
                  check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e4,
-                 anderson: int = 5, inner_stall: int = 50):
+                 anderson: int = 5, inner_stall: int = 50, tau_rule: str = "progress",
+                 local_tol_cap: float = 0.1, client_sets: bool = True):
         options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
         for key, value in options.items():         # beta, s_bar, eps1, eps2, max_outer, ..., w0
             setattr(self, key, value)
@@ -145,17 +172,40 @@ class ProxAL(Backend):
         # the inner loop gives up when `inner_stall` ADMM iterations did not improve on the
         # certificate of the `inner_stall` before them by 1 % (0: never; see `_stalled`)
         self.inner_stall = check_count("inner_stall", inner_stall, low=0)
+        self.tau_rule = check_choice("tau_rule", tau_rule, TAU_RULES)
+        self.local_tol_cap = check_number("local_tol_cap (ε_{t+1} ≤ local_tol_cap·τ_k)", local_tol_cap, 0,
+                                          float("inf"), closed=True)
+        self.client_sets = bool(client_sets)
 
     @classmethod
     def paper(cls, **overrides: Any) -> "ProxAL":
         """The paper's exact NP setting (`PAPER_PROXAL`: β = 300, fixed
         ρ_i = 0.01, q = 0.9, s̄ = 1e-3, ε = (1e-3, 1e-3), no β growth, no Anderson), with
         `overrides` on top (e.g. `w0=`, `max_outer=`)."""
-        return paper_preset(cls(**{"inner_stall": 0, **PAPER_PROXAL, **overrides}))   # the paper has no stall rule
+        return paper_preset(cls(**{"inner_stall": 0, **_PAPER_RULES, **PAPER_PROXAL, **overrides}))   # the paper has no stall rule
 
     # Algorithm 1 --------------------------------------------------------------------------------
     def prepare(self, problem, topology):
         return require_star(problem, topology, self.name)
+
+    def compile(self, problem) -> dict:
+        """One program per block; with `client_sets` (and Algorithm 2 as the inner solver, local
+        solver "auto" or "prox"), a client's simple sets on the shared variables (norm balls,
+        bounds; `compile_programs(client_sets=True)`) are projected in its local solve (19)
+        instead of entering its augmented Lagrangian (see the module docstring)."""
+        return compile_programs(problem, client_sets=self._projects_client_sets())
+
+    def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
+        """The multipliers of the sets the clients projected (`proxal_set_multipliers`)."""
+        if self._projects_client_sets():
+            asked = {c: {} for c in ex.clients if c not in ex.lost}
+            for reply in ex.map("proxal_set_multipliers", asked).values():
+                outcome.multipliers.update(reply["multipliers"])
+
+    def _projects_client_sets(self) -> bool:
+        # FedADMM as inner solver has its own certificate, which reads client sets as AL terms;
+        # an explicit Newton / L-BFGS / GD local solver would not project
+        return self.client_sets and self.inner is None and self.local_solver in ("auto", "prox")
 
     def loop(self, problem, ex, run: Run) -> Outcome:
         callback, verbose, checkpointer = run.callback, run.verbose, run.checkpointer
@@ -178,7 +228,7 @@ class ProxAL(Backend):
         # on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
         subproblem = self._admm if self.inner is None else self.inner.solve_subproblem
         for k in range(len(history), self.max_outer):
-            tau = self.s_bar / (k + 1) ** 2                                       # step 2
+            tau = next_tau(self, k, history)                                      # step 2
             omega = 1.0 / ((n + 1) * beta)         # proximal weight of each P_{i,k} (13)–(14)
             ex.map("configure", {node: {"beta": beta, "prox_weight": omega, "center": w}
                                  for node in ex.nodes})
@@ -200,7 +250,11 @@ class ProxAL(Backend):
             if callback:
                 callback(record)
             bar.update(record)
-            stop = outer_stop(self, history, ex, w, info, solved=trace[-1] <= tau)   # (11) or a verdict
+            # (11) or a verdict. The violation test is implied by (11) for the AL's constraints
+            # (Δμ = βc where c > 0); it binds for the sets clients project, which the server's
+            # w meets only up to the ADMM's consensus residual
+            solved = trace[-1] <= tau and record["violation"] <= self.eps2
+            stop = outer_stop(self, history, ex, w, info, solved=solved)
             if stop:
                 status = stop
                 break
@@ -235,7 +289,8 @@ class ProxAL(Backend):
         w = w_start
         certificate, trace = np.inf, []
         for t in range(self.max_inner):
-            eps = max(self.q ** t, 1e-2 * tau)  # step 3; floor: see the module docstring
+            # step 3: ε_{t+1} = q^t, capped at local_tol_cap·τ_k and floored at τ_k/100 (module docstring)
+            eps = max(min(self.q ** t, self.local_tol_cap * tau), 1e-2 * tau)
             total_rho = sum(rho.values())
             anchor = sum(rho[c] * u_tilde[c] for c in clients) / total_rho if clients else w
             w = ex.call("server", "solve_local", linear=None, weight=total_rho, anchor=anchor,
@@ -261,7 +316,9 @@ class ProxAL(Backend):
     @staticmethod
     def _true_residual(ex, w) -> float | None:
         """‖∇ℓ_k(w)‖∞ = ‖Σ_{i=0}^n ∇P_{i,k}(w)‖∞, which (23) bounds (Theorem 4.1); None when
-        the server has a prox term or a projection (then ∂ℓ_k is a set)."""
+        the server has a prox term or a projection (then ∂ℓ_k is a set). A client's prox term
+        or projected set is not counted: the value is ∂ℓ_k's only where those are smooth at w
+        (a set inactive, a λ‖w‖₁ away from its kinks)."""
         if ex.call("server", "node_terms")["prox_terms"]:
             return None
         grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})

@@ -2,8 +2,9 @@
 local constraints"; equation numbers: that paper): the client steps, each written once over rows
 of clients (`fedmodel.runtime.client_step`: a group of one on the serial, Ray and Flower
 executors, a whole group on the batched and JAX ones), keeping each client's state (u_i, λ_i,
-ρ_i, Anderson history) in `program.state["admm"]`, and the client's sample count m_i for
-ρ_i = a·m_i (Remark 4.2).
+ρ_i, Anderson history) in `program.state["admm"]`, the client's sample count m_i for
+ρ_i = a·m_i (Remark 4.2), and the multipliers of the sets a client projects in (19)
+(`ProxAL(client_sets=True)`), read from its last local point.
 
 `proxal_admm_step` does, for the rows at once: the local solve (19) by `Group.solve_local`
 (Newton and exact solves of a stack that fits: one batched solve, `batched_newton`; L-BFGS,
@@ -130,5 +131,59 @@ def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor
     return rho
 
 
+@procedure("proxal_set_multipliers", {}, {"multipliers": "opaque"}, local=True, read_only=True)
+def _set_multipliers(program: NodeProgram) -> dict:
+    """The multipliers, by constraint name, of the sets this client projected in (19)
+    (`ProxAL(client_sets=True)`), at its last local point u_i: (19) and (20) give
+    0 ∈ ∇P_i(u_i) + λ_i + N_C(u_i), so −(∇P_i(u_i) + λ_i) is the normal-cone element; it is
+    written as Σ_j ν_j ∇g_j(u_i) over the active rows g_j of the sets' constraints, ν ≥ 0
+    (bounded least squares on the constraints' Jacobian by central differences: a set's
+    constraint reads only the shared variable). Driver bookkeeping (the result's multipliers:
+    the KKT certificate reads sets through their normal cones), served locally."""
+    state = program.state.get("admm")
+    terms = [m for t in program.merit_ir.prox_terms for m in (t.members or (t,)) if m.constraint is not None]
+    if not state or not terms:
+        return {"multipliers": {}}
+    u = np.asarray(state["u"], float)
+    normal = -(program.value_grad(u, program.y)[1][:program.n_shared] + state["lam"])
+    values, normals = program.shared.unpack(u), program.shared.unpack(normal)
+    out: dict = {}
+    for variable in {id(m.variable): m.variable for m in terms}.values():
+        i = program.shared.variables.index(variable)
+        members = [m.constraint for m in terms if m.variable is variable]
+        out.update(_normal_multipliers(members, variable, values[i], normals[i]))
+    return {"multipliers": out}
+
+
+def _normal_multipliers(constraints, variable, x, normal) -> dict[str, np.ndarray]:
+    """ν ≥ 0 (one per row of each constraint g ≤ 0; 0 on inactive rows) with Σ ν_j ∇g_j(x)
+    closest to `normal`."""
+    from scipy.optimize import lsq_linear
+    from fedmodel.compiler.codegen import Plan
+    plan = Plan([c.expr for c in constraints], [variable])
+    x = np.asarray(x, float)
+    flat, shape = x.ravel(), x.shape
+    value = np.concatenate([np.ravel(v) for v in plan(x)])
+    step = 1e-6 * max(1.0, float(np.max(np.abs(flat), initial=0.0)))
+    jacobian = np.empty((value.size, flat.size))
+    for j in range(flat.size):
+        up, down = flat.copy(), flat.copy()
+        up[j] += step
+        down[j] -= step
+        jacobian[:, j] = (np.concatenate([np.ravel(v) for v in plan(up.reshape(shape))])
+                          - np.concatenate([np.ravel(v) for v in plan(down.reshape(shape))])) / (2 * step)
+    slack = 1e-6 * np.maximum(1.0, np.abs(jacobian).sum(axis=1) * max(1.0, float(np.max(np.abs(flat), initial=0.0))))
+    active = value >= -slack
+    nu = np.zeros(value.size)
+    if np.any(active):
+        nu[active] = lsq_linear(jacobian[active].T, np.ravel(normal), bounds=(0.0, np.inf)).x
+    out, start = {}, 0
+    for c in constraints:
+        size = int(np.prod(c.shape, dtype=int))
+        out[c.name] = nu[start:start + size].reshape(c.shape)
+        start += size
+    return out
+
+
 # ProxAL's client steps (`ProxAL.procedures`)
-PROCEDURES = (_sample_count, _admm_init, _admm_step)
+PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers)

@@ -52,6 +52,29 @@ def start_point(w0, size: int) -> np.ndarray:
     return w0.copy()
 
 
+TAU_RULES = ("paper", "progress")
+
+
+def next_tau(backend, k: int, history: list[dict]) -> float:
+    """τ_k, the tolerance of outer iteration k's subproblem (Algorithm 1, step 2).
+
+    "paper": s̄/(k+1)². "progress": never above it, so Σ_k τ_k < ∞ and the paper's convergence
+    theory hold, and (22)–(23) and the stop rule (11) are untouched, but no smaller than the
+    last outer step says is needed: τ_k = min(s̄/(k+1)², ε1·max(1/2, r/10)) with
+    r = max(‖Δ(w, y)‖∞/(β ε1), ‖Δμ‖∞/(β ε2)) of the previous outer iteration (r ≤ 1: (11)
+    held but for its τ term). Far from the stop, r is large and τ_k is the paper's; once the
+    steps are small, τ_k = ε1/2 and (11) can hold at the next iteration. The paper's schedule
+    needs τ_k < ε1, i.e. (k+1)² > s̄/ε1 — at least 11 outer iterations (s̄ = 1e-3, ε1 = 1e-5)
+    whatever the model, each a full ADMM run (docs/BENCHMARKS.md)."""
+    paper = backend.s_bar / (k + 1) ** 2
+    if backend.tau_rule == "paper" or not history:
+        return paper
+    last = history[-1]
+    ratio = max(last["primal_change"] / (last["beta"] * backend.eps1),
+                last["multiplier_change"] / (last["beta"] * backend.eps2))
+    return min(paper, backend.eps1 * max(0.5, 0.1 * ratio))
+
+
 def next_beta(backend, beta: float, dmu: float, last_change: float) -> tuple[float, float]:
     """The AL penalty update after outer iteration k: (β_{k+1}, the constraint change
     ‖Δμ‖∞/β_k ≈ the violation). β rises ×`beta_growth` (up to `beta_max`) when that change is

@@ -110,7 +110,10 @@ def _check_resume(tmp_path, prob, make, stop_at, every=1, topology=None, executo
 @pytest.mark.parametrize("anderson", [0, pytest.param(5, marks=pytest.mark.integration)])
 def test_proxal_resume_equals_uninterrupted(tmp_path, anderson):
     prob, w = constrained_model()
-    ref = _check_resume(tmp_path, prob, lambda: backends.ProxAL(**PROXAL, anderson=anderson), stop_at=6, every=2)
+    # the paper's τ_k schedule: a long run (11 outer; the default progress rule stops after 5,
+    # whose resume tests/test_proxal_rounds.py checks)
+    ref = _check_resume(tmp_path, prob, lambda: backends.ProxAL(**PROXAL, anderson=anderson, tau_rule="paper"),
+                        stop_at=6, every=2)
     assert len(ref.history) >= 8 and ref.max_violation < 1e-2      # a real, nontrivial run
 
 
