@@ -79,7 +79,7 @@ def test_reproduction_names_are_the_documented_ones_and_their_modules_exist():
     from fedmodel.reproductions import REPRODUCTIONS, _MODULES
     assert sorted(REPRODUCTIONS) == sorted(["table1", "table2", "table4", "tableI", "tableII", "fig5",
                                             "insa-table1", "insa-table2", "dp-mnist",
-                                            "dp-constrained"])
+                                            "dp-constrained", "dp-budget"])
     for module in _MODULES.values():             # imported lazily by `fedmodel reproduce`
         assert callable(importlib.import_module(module).run)
 
