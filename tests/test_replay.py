@@ -1,6 +1,8 @@
 """What the remote executors share (issue 26, item 4): the replay log that brings a rebuilt client
-back (`fedmodel/runtime/replay.py`, used by the Ray executor). No Ray here: a rebuilt program is
-a program compiled again from its spec.
+back (`fedmodel/runtime/replay.py`, used by the Ray and Flower executors) and
+`Executor.map(kind, payloads, missing="raise" | "drop")`, the one map that may go on without a
+client (it replaced Flower's own `map_available`). No Ray or Flower here: a rebuilt program is
+a program compiled again from its spec, a lost client one that a test executor never asks.
 """
 from __future__ import annotations
 
@@ -98,3 +100,57 @@ def test_replaying_the_log_on_a_rebuilt_program_restores_its_state(snapshot_afte
     assert _state_text(rebuilt) == _state_text(original)
     assert rebuilt.merit(x)["value"] == original.merit(x)["value"]
     np.testing.assert_array_equal(rebuilt.merit(x)["grad"], original.merit(x)["grad"])
+
+
+# ---- map(missing=...) --------------------------------------------------------------------------------
+class _LosesC1(SerialExecutor):
+    """An executor that can lose a client: c1 never answers a request that may go without it."""
+
+    dropped: frozenset = frozenset()
+
+    @property
+    def lost(self) -> frozenset:
+        return self.dropped
+
+    def _dispatch_available(self, kind, payloads):
+        self.dropped = self.dropped | ({"c1"} & set(payloads))
+        return self._dispatch_batch(kind, {n: p for n, p in payloads.items() if n != "c1"})
+
+
+def test_map_drop_leaves_a_lost_client_out_and_refuses_it_later():
+    x = np.array([0.2, -0.1, 0.4])
+    serial = SerialExecutor().start(compile_programs(_model(3)))
+    expected = serial.map("merit", {c: {"x": x} for c in ("c0", "c1", "c2")})
+    ex = _LosesC1().start(compile_programs(_model(3)))
+    replies = ex.map("merit", {c: {"x": x} for c in ("c0", "c1", "c2")}, missing="drop")
+    assert sorted(replies) == ["c0", "c2"] and ex.lost == {"c1"}
+    for node in replies:
+        assert replies[node]["value"] == expected[node]["value"]
+    # every request sent is booked, and only the replies that came (D + 1 floats each)
+    messages, floats = ex.ledger.messages, ex.ledger.floats
+    assert [messages[("server", c, "merit")] for c in ("c0", "c1", "c2")] == [1, 1, 1]
+    assert [messages[(c, "server", "merit")] for c in ("c0", "c1", "c2")] == [1, 0, 1]
+    assert floats[("c0", "server", "merit")] == D + 1 and ex.ledger.round_trips == 1
+    # a lost client is refused before anything is sent or booked
+    with pytest.raises(fm.FedModelError, match=r"\['c1'\] were dropped earlier.*'merit'"):
+        ex.map("merit", {"c0": {"x": x}, "c1": {"x": x}})
+    assert ex.ledger.messages[("server", "c0", "merit")] == 1
+    assert ex.map("merit", {"c0": {"x": x}})["c0"]["value"] == expected["c0"]["value"]
+
+
+def test_map_missing_is_raise_or_drop():
+    x = np.zeros(D)
+    ex = SerialExecutor().start(compile_programs(_model(2)))
+    payloads = {c: {"x": x} for c in ("c0", "c1")}
+    raised = ex.map("merit", payloads)
+    # in this process every node answers: both are the same, and the old name is "drop"
+    for replies in (ex.map("merit", payloads, missing="raise"),
+                    ex.map("merit", payloads, missing="drop"), ex.map_available("merit", payloads)):
+        assert sorted(replies) == ["c0", "c1"]
+        for node in replies:
+            assert replies[node]["value"] == raised[node]["value"]
+            np.testing.assert_array_equal(replies[node]["grad"], raised[node]["grad"])
+    assert ex.ledger.messages[("server", "c0", "merit")] == 4
+    with pytest.raises(fm.FedModelError, match=r"missing must be 'raise' or 'drop', got 'skip'"):
+        ex.map("merit", payloads, missing="skip")
+    assert ex.ledger.messages[("server", "c0", "merit")] == 4    # refused before it was sent
