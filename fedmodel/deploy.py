@@ -10,11 +10,12 @@ optionally `backend` (a name or a backend instance; default: `Problem.solve`'s),
 - `server.py`: `server_app` below. Flower starts it in the SuperLink's `flwr-serverapp`
   process; it imports the model, builds the problem (loaders do not run there) and solves it
   with a `FlowerExecutor` on the ServerApp's grid, then writes the result as JSON;
-- `client.py`: `flower_executor.client_app`. Each SuperNode runs it for its messages; a node
-  learns which client it is from `--node-config 'fedmodel-client="c0"'`, builds that client's
-  program from the declarative spec the server sends, and reads the client's data from its own
-  files (`fedmodel-data="DIR"`: DIR/NAME.npy per data name; `Deployment(data=...)`). The model
-  file's loaders never run in a deployment (they are what a serial run in one process uses).
+- `client.py`: `client_app` of `fedmodel.runtime.flower.client_app`. Each SuperNode runs it for
+  its messages; a node learns which client it is from `--node-config 'fedmodel-client="c0"'`,
+  builds that client's program from the declarative spec the server sends, and reads the
+  client's data from its own files (`fedmodel-data="DIR"`: DIR/NAME.npy per data name;
+  `Deployment(data=...)`). The model file's loaders never run in a deployment (they are what a
+  serial run in one process uses).
 
 `Deployment.start` launches the processes on 127.0.0.1 (insecure, or TLS with a self-signed
 certificate: `tls=True`), `run` submits the
@@ -38,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FedModelError
-from .runtime.flower_executor import NODE_DATA_KEY, NODE_NAME_KEY, FlowerExecutor
+from .runtime.flower.codec import NODE_DATA_KEY, NODE_NAME_KEY
+from .runtime.flower.driver import FlowerExecutor
 
 try:
     from flwr.app import Context
@@ -199,7 +201,7 @@ class Deployment:
         (package / "server.py").write_text(
             "from fedmodel.deploy import server_app\n\napp = server_app\n")
         (package / "client.py").write_text(
-            "from fedmodel.runtime.flower_executor import client_app\n\napp = client_app\n")
+            "from fedmodel.runtime.flower.client_app import client_app\n\napp = client_app\n")
         config = {"out": str(self.result_path), "clients": self.clients, **self.timeouts}
         lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
         (self.app_dir / "pyproject.toml").write_text(f"""[build-system]

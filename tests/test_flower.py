@@ -36,7 +36,8 @@ def flower(tmp_path_factory):
     """One simulation with three SuperNodes for the whole module, ended at its close. Its
     clients serve this module's procedures too: the workers import it at start (their own
     FEDMODEL_CLIENT_MODULES, inherited from this process, never a name from a message)."""
-    from fedmodel.runtime.flower_executor import CLIENT_MODULES_ENV, FlowerExecutor
+    from fedmodel.runtime.flower.client_app import CLIENT_MODULES_ENV
+    from fedmodel.runtime.flower.driver import FlowerExecutor
     saved = {k: os.environ.get(k) for k in (CLIENT_MODULES_ENV, HANG_ENV)}
     os.environ[CLIENT_MODULES_ENV] = __name__
     os.environ[HANG_ENV] = str(tmp_path_factory.mktemp("hang") / "flag")
@@ -93,7 +94,7 @@ def test_flower_iterates_equal_serial(flower, case):
 
 def test_wire_bytes_of_one_request():
     """The byte count of a message: an 8-float array and a string field, Flower's records."""
-    from fedmodel.runtime.flower_executor import decode, encode, wire_size
+    from fedmodel.runtime.flower.codec import decode, encode, wire_size
     small = encode("solve_local", {"anchor": np.ones(8), "method": "gd"}, MESSAGES["solve_local"].request)
     big = encode("solve_local", {"anchor": np.arange(1000.0), "method": "gd"},
                  MESSAGES["solve_local"].request)
@@ -109,7 +110,7 @@ def test_wire_bytes_of_one_request():
 def test_payload_types_survive_the_wire():
     """numpy scalars stay numpy scalars, Python scalars stay Python, None stays None, opaque
     fields (node state) come back equal."""
-    from fedmodel.runtime.flower_executor import decode, encode
+    from fedmodel.runtime.flower.codec import decode, encode
     state = {"y": np.arange(3.0), "procedures": {"rng": np.random.default_rng(1)}}
     payload = {"a": np.float64(0.25), "b": 3, "c": 0.5, "d": True, "e": None, "s": state}
     _, back = decode(encode("k", payload, {"s": "opaque"}))
@@ -144,7 +145,7 @@ def test_client_error_names_the_client(flower, tmp_path):
 
 def test_registered_by_name_and_bad_options():
     from fedmodel import registry
-    from fedmodel.runtime.flower_executor import FlowerExecutor
+    from fedmodel.runtime.flower.driver import FlowerExecutor
     assert registry.lookup("executor", "flower") is FlowerExecutor
     with pytest.raises(fm.FedModelError, match="timeout must be positive"):
         FlowerExecutor(timeout=0)
@@ -274,10 +275,11 @@ def test_partial_participation_goes_on_without_a_lost_client(flower, tmp_path):
         def lost(self):
             return frozenset({"c1"}) if self.gone else frozenset()
 
-        def map_available(self, kind, payloads):
-            if self.armed and "c1" in payloads:
-                self.gone = True
-            return self.map(kind, {n: p for n, p in payloads.items() if n not in self.lost})
+        def map(self, kind, payloads, missing="raise"):
+            if missing == "drop":
+                self.gone = self.gone or (self.armed and "c1" in payloads)
+                payloads = {n: p for n, p in payloads.items() if n not in self.lost}
+            return super().map(kind, payloads, missing)
 
     make = lambda: backends.FedADMM(participation=0.67, max_rounds=8, seed=2, tol=None)   # 2 of 3
     prob, w0 = _admm_model()
@@ -305,7 +307,7 @@ def test_partial_participation_goes_on_without_a_lost_client(flower, tmp_path):
 
 def test_full_participation_stops_naming_the_lost_client(flower, tmp_path):
     """FedADMM with every client in every round has no rule to go on without one: NodeTimeout."""
-    from fedmodel.runtime.flower_executor import NodeTimeout
+    from fedmodel.runtime.flower.driver import NodeTimeout
     flag = pathlib.Path(os.environ[HANG_ENV])
     prob, _ = _admm_model()
     flower.timeout = 1.0
@@ -332,7 +334,7 @@ install([_sleep_on_c1])     # (where this module is imported: the driver and eac
 def test_silent_client_fails_the_run_naming_it(flower):
     """Last in the module: c1's request is still running when the run stops (the simulation
     ends after it)."""
-    from fedmodel.runtime.flower_executor import NodeTimeout
+    from fedmodel.runtime.flower.driver import NodeTimeout
     from fedmodel.runtime.program import compile_programs
     prob, _ = _model(_parts(), constrained=False)
     flower.start(compile_programs(prob))

@@ -100,6 +100,12 @@ def test_print_only_writes_the_app_and_the_commands(tmp_path, capsys):
         assert f"fedmodel-data=\"{tmp_path / 'data' / name}\"" in out     # its own data files
     assert (work / "app" / "fedmodel_app" / "model.py").read_text() == model.read_text()
     assert 'clientapp = "fedmodel_app.client:app"' in (work / "app" / "pyproject.toml").read_text()
+    # the ClientApp the SuperNodes run is fedmodel's, named where it lives
+    from fedmodel.runtime.flower.client_app import client_app
+    client = {}
+    exec((work / "app" / "fedmodel_app" / "client.py").read_text(), client)
+    assert client["app"] is client_app
+    assert "fedmodel.runtime.flower.client_app" in (work / "app" / "fedmodel_app" / "client.py").read_text()
 
 
 def test_deploy_refuses_a_model_without_a_problem(tmp_path):
@@ -192,7 +198,7 @@ def test_deploy_secure_sum_fedavg(tmp_path):
     model file): the serial answer to SecAgg+'s precision, 2 rounds → at most 2 quanta
     2c/Q (docs/flower.md), and not bitwise (the sum went through the fixed point)."""
     from fedmodel.deploy import Deployment
-    from fedmodel.runtime.flower_executor import FlowerExecutor
+    from fedmodel.runtime.flower.driver import FlowerExecutor
     model = _model_file(tmp_path, "backends.FedAvg(step=0.05, local_steps=2, max_rounds=2, tol=0.0)",
                         options={"secure_sum": True})
     dep = Deployment(model, 2, tmp_path / "work", timeout=60, data=_data(model))
@@ -265,7 +271,7 @@ def test_deployment_grid_is_pulled_often_and_within_the_timeout():
     message never answered ends the loop at the timeout with the others' replies."""
     from types import SimpleNamespace
 
-    from fedmodel.runtime import flower_executor as fe
+    from fedmodel.runtime.flower.codec import send_and_receive
 
     class FakeGrid:      # replies to message k from the k-th pull on; "never" is never answered
         def __init__(self):
@@ -281,10 +287,10 @@ def test_deployment_grid_is_pulled_often_and_within_the_timeout():
 
     grid = FakeGrid()
     start = time.monotonic()
-    replies = fe._send_and_receive(grid, ["m1", "m2", "m3"], timeout=30)
+    replies = send_and_receive(grid, ["m1", "m2", "m3"], timeout=30)
     assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m1", "m2", "m3"]
     assert grid.pulls == 3 and time.monotonic() - start < 1.0
     start = time.monotonic()
-    replies = fe._send_and_receive(FakeGrid(), ["m1", "never"], timeout=0.3)
+    replies = send_and_receive(FakeGrid(), ["m1", "never"], timeout=0.3)
     assert [r.metadata.reply_to_message_id for r in replies] == ["m1"]
     assert 0.3 <= time.monotonic() - start < 1.5

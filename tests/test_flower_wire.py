@@ -26,7 +26,7 @@ pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmod
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, Metadata, RecordDict  # noqa: E402
 
-from fedmodel.runtime import flower_executor as fe  # noqa: E402
+from fedmodel.runtime.flower import client_app as capp, codec, driver  # noqa: E402
 
 D = 3
 CALLS: list[str] = []      # the probe procedure's calls in this process
@@ -86,13 +86,13 @@ def _context(data_dir=None, node=5):
 
 def _serve(content, context):
     """The handler's reply: (header, payload)."""
-    return fe.decode(fe._serve_message(_message(content), context).content)
+    return codec.decode(capp.serve_message(_message(content), context).content)
 
 
 def _refused(content, context, caplog, match):
     """Assert the handler refused `content` (an error reply naming `match`, logged)."""
     caplog.clear()
-    with caplog.at_level(logging.ERROR, logger=fe.__name__):
+    with caplog.at_level(logging.ERROR, logger=capp.__name__):
         meta, reply = _serve(content, context)
     assert meta.get("failed"), reply
     assert reply["error"]["type"] == "WireError" and match in reply["error"]["message"], reply
@@ -106,9 +106,9 @@ def _built(data_dir=None, ship=True):
     program = compile_programs(_model()[0])["c0"]
     spec = compile_programs(_model(None if ship else str(data_dir))[0])["c0"]
     spec = getattr(spec, "spec", spec)
-    payload = fe._build_payload(spec, fe._load_here if ship else (lambda d: None))
+    payload = codec.build_payload(spec, driver._load_here if ship else (lambda d: None))
     context = _context(data_dir)
-    meta, reply = _serve(fe.encode(fe.BUILD, payload), context)
+    meta, reply = _serve(codec.encode(codec.BUILD, payload), context)
     assert not meta.get("failed"), reply
     return context, program
 
@@ -134,13 +134,13 @@ def test_honest_requests_are_served(tmp_path):
     context, program = _built()
     program.configure(beta=2.0, prox_weight=1.0, center=np.zeros(D))
     x = np.array([0.1, -0.2, 0.3])
-    meta, reply = _serve(fe.encode("configure", {"beta": 2.0, "prox_weight": 1.0,
+    meta, reply = _serve(codec.encode("configure", {"beta": 2.0, "prox_weight": 1.0,
                                                  "center": np.zeros(D)}), context)
     assert not meta.get("failed"), reply
-    meta, reply = _serve(fe.encode("merit", {"x": x}), context)
+    meta, reply = _serve(codec.encode("merit", {"x": x}), context)
     assert reply["value"] == program.merit(x)["value"]
     np.testing.assert_array_equal(reply["grad"], program.merit(x)["grad"])
-    state = context.state[fe._STATE]["state"]
+    state = context.state[capp.STATE]["state"]
     assert isinstance(state, str) and wire.loads(state)["beta"] == 2.0
 
 
@@ -151,21 +151,21 @@ def test_pickle_payloads_are_never_unpickled(tmp_path, caplog):
     evil = pickle.dumps(_Marker(str(marker)))
     context, _ = _built()
     header = json.dumps({"kind": "load_state", "none": [], "json": [], "scalar": [], "pickled": ["state"]})
-    content = RecordDict({fe._ARRAYS: ArrayRecord({}),
-                          fe._CONFIG: ConfigRecord({"state": evil, "fm_header": header})})
+    content = RecordDict({codec.ARRAYS: ArrayRecord({}),
+                          codec.CONFIG: ConfigRecord({"state": evil, "fm_header": header})})
     _refused(content, context, caplog, "unknown header entries ['pickled']")
     header = json.dumps({"kind": "load_state", "none": [], "json": [], "scalar": []})
-    content = RecordDict({fe._ARRAYS: ArrayRecord({}),
-                          fe._CONFIG: ConfigRecord({"state": evil, "fm_header": header})})
+    content = RecordDict({codec.ARRAYS: ArrayRecord({}),
+                          codec.CONFIG: ConfigRecord({"state": evil, "fm_header": header})})
     _refused(content, context, caplog, "bytes are refused")
-    header = json.dumps({"kind": fe.BUILD, "none": [], "json": [], "scalar": []})
-    content = RecordDict({fe._ARRAYS: ArrayRecord({}),
-                          fe._CONFIG: ConfigRecord({"spec": evil, "fm_header": header})})
+    header = json.dumps({"kind": codec.BUILD, "none": [], "json": [], "scalar": []})
+    content = RecordDict({codec.ARRAYS: ArrayRecord({}),
+                          codec.CONFIG: ConfigRecord({"spec": evil, "fm_header": header})})
     _refused(content, _context(), caplog, "bytes are refused")
     # plain data has no pickle: a "state" JSON text naming a class is not a tag it knows
     _refused(RecordDict({
-        fe._ARRAYS: ArrayRecord({}),
-        fe._CONFIG: ConfigRecord({"state": json.dumps({"pickle": evil.hex()}), "fm_header": json.dumps(
+        codec.ARRAYS: ArrayRecord({}),
+        codec.CONFIG: ConfigRecord({"state": json.dumps({"pickle": evil.hex()}), "fm_header": json.dumps(
             {"kind": "load_state", "none": [], "json": ["state"], "scalar": []})})}),
         context, caplog, "unknown tag 'pickle'")
     assert not marker.exists()
@@ -174,50 +174,50 @@ def test_pickle_payloads_are_never_unpickled(tmp_path, caplog):
 def test_unknown_procedures_and_module_names_are_refused(tmp_path, caplog):
     context, _ = _built()
     CALLS.clear()
-    message = _refused(fe.encode("os.system", {"x": np.zeros(D)}), context, caplog,
+    message = _refused(codec.encode("os.system", {"x": np.zeros(D)}), context, caplog,
                        "not a procedure this client")
     assert "'os.system'" in message
     # the old wire's module field: refused, nothing imported
     name = "fedmodel_wire_test_never_imported"
-    content = fe.encode("wire_test_probe", {"x": np.zeros(D)}, extra={"module": name})
+    content = codec.encode("wire_test_probe", {"x": np.zeros(D)}, extra={"module": name})
     _refused(content, context, caplog, "names a module")
     assert name not in __import__("sys").modules and CALLS == []
     # a declared procedure with a correct request runs (the probe is registered here)
-    meta, reply = _serve(fe.encode("wire_test_probe", {"x": np.ones(D)}), context)
+    meta, reply = _serve(codec.encode("wire_test_probe", {"x": np.ones(D)}), context)
     assert reply == {"value": 3.0} and CALLS == ["c0"]
 
 
 def test_oversized_and_misshaped_arrays_are_refused(caplog):
     context, _ = _built()
     CALLS.clear()
-    _refused(fe.encode("wire_test_probe", {"x": np.zeros(D + 5)}), context, caplog,
+    _refused(codec.encode("wire_test_probe", {"x": np.zeros(D + 5)}), context, caplog,
              "field 'x' is an array of shape (8,), declared 'x'")
-    _refused(fe.encode("wire_test_probe", {"x": np.zeros((D, 1))}), context, caplog,
+    _refused(codec.encode("wire_test_probe", {"x": np.zeros((D, 1))}), context, caplog,
              "shape (3, 1)")
-    _refused(fe.encode("wire_test_probe", {"x": np.zeros(D), "extra": np.zeros(1)}), context,
+    _refused(codec.encode("wire_test_probe", {"x": np.zeros(D), "extra": np.zeros(1)}), context,
              caplog, "undeclared field 'extra'")
-    _refused(fe.encode("wire_test_probe", {"x": "abc"}), context, caplog, "carries str")
+    _refused(codec.encode("wire_test_probe", {"x": "abc"}), context, caplog, "carries str")
     assert CALLS == []
 
 
 def test_spec_naming_an_unknown_atom_is_refused(caplog):
     prob, _, _ = _model()
-    payload = fe._build_payload(compile_programs(prob)["c0"].spec, lambda d: None)
+    payload = codec.build_payload(compile_programs(prob)["c0"].spec, lambda d: None)
     assert '"atom":"SumSquares"' in payload["spec"]
     for bad, match in (("os.system", "is not one of fedmodel's atoms"),
                        ("__import__", "is not one of fedmodel's atoms")):
         forged = dict(payload, spec=payload["spec"].replace('"atom":"SumSquares"', f'"atom":"{bad}"'))
-        _refused(fe.encode(fe.BUILD, forged), _context(), caplog, match)
+        _refused(codec.encode(codec.BUILD, forged), _context(), caplog, match)
     # an argument that is a later node (a cycle) and a data name that is a path
     doc = json.loads(payload["spec"])
     atom = next(i for i, n in enumerate(doc["nodes"]) if n["op"] == "atom")
     doc["nodes"][atom]["args"] = [atom]
-    _refused(fe.encode(fe.BUILD, dict(payload, spec=json.dumps(doc))), _context(), caplog,
+    _refused(codec.encode(codec.BUILD, dict(payload, spec=json.dumps(doc))), _context(), caplog,
              "indices of earlier nodes")
     doc = json.loads(payload["spec"])
     data = next(n for n in doc["nodes"] if n["op"] == "data")
     data["name"], data["value"] = "../../etc/passwd", None
-    _refused(fe.encode(fe.BUILD, dict(payload, spec=json.dumps(doc))), _context("/tmp"), caplog,
+    _refused(codec.encode(codec.BUILD, dict(payload, spec=json.dumps(doc))), _context("/tmp"), caplog,
              "is not a plain name")
 
 
@@ -226,15 +226,15 @@ def test_client_data_comes_from_its_node_config(tmp_path):
     config, and a client without it fails naming the data and the client (DataError)."""
     context, program = _built(tmp_path, ship=False)
     x = np.array([0.3, 0.1, -0.4])
-    meta, reply = _serve(fe.encode("merit", {"x": x}), context)
+    meta, reply = _serve(codec.encode("merit", {"x": x}), context)
     assert reply["value"] == program.merit(x)["value"]
     prob, _, _ = _model(str(tmp_path))
-    payload = fe._build_payload(compile_programs(prob)["c0"], lambda d: None)
+    payload = codec.build_payload(compile_programs(prob)["c0"], lambda d: None)
     assert all(np.size(v) < 8 for k, v in payload.items() if k != "spec")   # no data in it
-    meta, reply = _serve(fe.encode(fe.BUILD, payload), _context())
+    meta, reply = _serve(codec.encode(codec.BUILD, payload), _context())
     assert meta["failed"] and reply["error"]["type"] == "DataError"
     with pytest.raises(fm.DataError, match="client 'c0'.*fedmodel-data"):
-        fe._raise_remote("c0", fe.BUILD, reply["error"])
+        codec.raise_remote("c0", codec.BUILD, reply["error"])
 
 
 def test_replay_serves_declared_steps_only(caplog):
@@ -247,14 +247,14 @@ def test_replay_serves_declared_steps_only(caplog):
                               "lr": None})]
     for kind, payload in steps:
         getattr(program, kind)(**payload)
-    meta, reply = _serve(fe.encode(fe.REPLAY, {"steps": steps}), context)
+    meta, reply = _serve(codec.encode(codec.REPLAY, {"steps": steps}), context)
     assert not meta.get("failed"), reply
     x = np.array([0.2, 0.0, -0.1])
-    meta, reply = _serve(fe.encode("merit", {"x": x}), context)
+    meta, reply = _serve(codec.encode("merit", {"x": x}), context)
     assert reply["value"] == program.merit(x)["value"]
-    _refused(fe.encode(fe.REPLAY, {"steps": [("os.system", {})]}), context, caplog,
+    _refused(codec.encode(codec.REPLAY, {"steps": [("os.system", {})]}), context, caplog,
              "not a procedure this client")
-    _refused(fe.encode(fe.REPLAY, {"steps": [("merit", {"x": np.zeros(D + 1)})]}), context, caplog,
+    _refused(codec.encode(codec.REPLAY, {"steps": [("merit", {"x": np.zeros(D + 1)})]}), context, caplog,
              "has 4 numbers but is declared as 'x'")
 
 
@@ -266,11 +266,26 @@ def test_node_state_records_load_in_a_fresh_process():
     import sys
     from fedmodel.backends.dp_admm.client import LaplaceObjective
     text = wire.dumps({"layer": LaplaceObjective(1.0, "clip", 0.1)})
-    code = ("import sys; import fedmodel.runtime.flower_executor as fe; "
+    code = ("import sys; import fedmodel.runtime.flower.client_app; "
+            "from fedmodel.runtime.flower.codec import loads; "
             "assert 'fedmodel.backends.dp_admm.client' not in sys.modules; "
-            "s = fe._loads(sys.stdin.read(), 'state'); print(type(s['layer']).__name__, s['layer'].record_bound)")
+            "s = loads(sys.stdin.read(), 'state'); print(type(s['layer']).__name__, s['layer'].record_bound)")
     out = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True)
     assert out.stdout.split() == ["LaplaceObjective", "0.1"], out.stderr[-2000:]
+
+
+def test_the_former_module_re_exports_the_package():
+    """`fedmodel.runtime.flower_executor` (named by entry points, imports and the client.py of
+    apps written before the split) gives the very objects of `fedmodel.runtime.flower`; the
+    executor named "flower" is the driver's."""
+    from fedmodel import registry
+    from fedmodel.runtime import flower_executor as former
+    rooms = (capp, codec, driver)
+    for name in former.__all__:
+        homes = [getattr(room, name) for room in rooms if hasattr(room, name)]
+        assert homes and all(getattr(former, name) is home for home in homes), name
+    assert former.client_app is capp.client_app and former.FlowerExecutor is driver.FlowerExecutor
+    assert registry.lookup("executor", "flower") is driver.FlowerExecutor
 
 
 def test_plain_data_codec_refuses_what_is_not_plain():
@@ -301,7 +316,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import ServerApp
 
 import fedmodel as fm
-from fedmodel.runtime import flower_executor as fe
+from fedmodel.runtime.flower import codec
 from fedmodel.runtime.program import compile_programs
 
 MARKER = {marker!r}
@@ -314,7 +329,7 @@ class Marker:
 
 def _raw(kind, config, extra=None):
     header = json.dumps({{"kind": kind, "none": [], "json": [], "scalar": [], **(extra or {{}})}})
-    return RecordDict({{fe._ARRAYS: ArrayRecord({{}}), fe._CONFIG: ConfigRecord({{**config, "fm_header": header}})}})
+    return RecordDict({{codec.ARRAYS: ArrayRecord({{}}), codec.CONFIG: ConfigRecord({{**config, "fm_header": header}})}})
 
 
 def _spec():
@@ -322,7 +337,7 @@ def _spec():
     prob = fm.Problem()
     c = prob.add_client("c0")
     c.minimize(0.5 * fm.sum_squares(c.data(np.eye(3), name="A") @ w - c.data(np.ones(3), name="b")))
-    return fe._build_payload(compile_programs(prob)["c0"].spec, lambda d: None)
+    return codec.build_payload(compile_programs(prob)["c0"].spec, lambda d: None)
 
 
 app = ServerApp()
@@ -337,21 +352,21 @@ def main(grid, context):
     node = sorted(grid.get_node_ids())[0]
     spec = _spec()
     probes = [
-        ("build", fe.encode(fe.BUILD, spec)),
-        ("pickle", _raw(fe.BUILD, {{"spec": pickle.dumps(Marker())}}, {{"pickled": ["spec"]}})),
+        ("build", codec.encode(codec.BUILD, spec)),
+        ("pickle", _raw(codec.BUILD, {{"spec": pickle.dumps(Marker())}}, {{"pickled": ["spec"]}})),
         ("pickle-bytes", _raw("load_state", {{"state": pickle.dumps(Marker())}})),
-        ("module", fe.encode("merit", {{"x": np.zeros(3)}}, extra={{"module": "os"}})),
-        ("unknown", fe.encode("os.system", {{"x": np.zeros(3)}})),
-        ("oversized", fe.encode("merit", {{"x": np.zeros(10**6)}})),
-        ("misshaped", fe.encode("merit", {{"x": np.zeros((3, 1))}})),
-        ("atom", fe.encode(fe.BUILD, dict(spec, spec=spec["spec"].replace("SumSquares", "Evil")))),
-        ("honest", fe.encode("merit", {{"x": np.zeros(3)}})),
+        ("module", codec.encode("merit", {{"x": np.zeros(3)}}, extra={{"module": "os"}})),
+        ("unknown", codec.encode("os.system", {{"x": np.zeros(3)}})),
+        ("oversized", codec.encode("merit", {{"x": np.zeros(10**6)}})),
+        ("misshaped", codec.encode("merit", {{"x": np.zeros((3, 1))}})),
+        ("atom", codec.encode(codec.BUILD, dict(spec, spec=spec["spec"].replace("SumSquares", "Evil")))),
+        ("honest", codec.encode("merit", {{"x": np.zeros(3)}})),
     ]
     results = {{}}
     for name, content in probes:
         message = Message(content, dst_node_id=node, message_type="train")
-        replies = fe._send_and_receive(grid, [message], 60)
-        meta, payload = fe.decode(replies[0].content)
+        replies = codec.send_and_receive(grid, [message], 60)
+        meta, payload = codec.decode(replies[0].content)
         results[name] = payload["error"] if meta.get("failed") else {{"ok": sorted(payload)}}
     out.write_text(json.dumps({{"probes": results}}))
 '''

@@ -179,6 +179,20 @@ def test_backend_modules_are_small(module):
     assert lines <= 400, f"{module} has {lines} lines; split it by concept"
 
 
+FLOWER = "fedmodel.runtime.flower."
+
+
+def test_the_flower_rooms_import_downwards():
+    """The Flower executor split by job (issue 26, item 4): the codec imports no other room,
+    SecAgg+ only the codec, the ClientApp never the driver (a SuperNode loads no server code),
+    and no module imports the former `flower_executor` (kept as a re-export for old imports)."""
+    rooms = {m[len(FLOWER):]: sorted(t[len(FLOWER):] for t in GRAPH.successors(m) if t.startswith(FLOWER))
+             for m in MODULES if m.startswith(FLOWER)}
+    assert rooms == {"codec": [], "secagg": ["codec"], "client_app": ["codec", "secagg"],
+                     "driver": ["client_app", "codec", "secagg"]}
+    assert list(GRAPH.predecessors("fedmodel.runtime.flower_executor")) == []
+
+
 # Dynamic imports whose module name is not a literal: each one here is reviewed, with why its
 # name comes from a fixed table or from this host's own configuration (never from a message,
 # a file or anything received). (module, enclosing function) -> why.
@@ -186,7 +200,7 @@ DYNAMIC_IMPORTS = {
     ("fedmodel", "__getattr__"): "the lazy table of fedmodel/__init__ (literal module names)",
     ("fedmodel.reproductions", "run"): "REPRODUCTIONS' table of literal module names",
     ("fedmodel.deploy", "_solve"): "the generated app's own package (APP_PACKAGE, a constant)",
-    ("fedmodel.runtime.flower_executor", "load_client_modules"):
+    ("fedmodel.runtime.flower.client_app", "load_client_modules"):
         "the client host's FEDMODEL_CLIENT_MODULES (its own environment, never a message)",
 }
 

@@ -3,7 +3,7 @@ numbers: that paper): the rounds on a started executor — the clients' updates,
 (3.1)/(3.2), the divergence watch, the history, checkpoints. With every client taking part a
 round sends one group request (`Executor.map_stacked`: common z, the replies as stacks), which
 the batched and JAX executors serve as one block and the others split into per-node messages;
-partial participation sends per-node requests to the round's sample (`map_available`: a client
+partial participation sends per-node requests to the round's sample (`map(missing="drop")`: a client
 that does not reply is dropped)."""
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ def _client_round(backend, ex, clients: tuple, z: np.ndarray, rng, size: int, w_
         return (None, reply["steps"], float(np.max(reply["drift"], initial=0.0)),
                 np.asarray(reply["w"], float).reshape(m, -1), np.asarray(reply["beta"], float))
     chosen = _sample(rng, m, size, [j for j, c in enumerate(clients) if c not in ex.lost])
-    replies = (ex.map_available if backend.participation < 1 else ex.map)(
-        "fedadmm_round", {clients[j]: {"z": z} for j in chosen})
+    replies = ex.map("fedadmm_round", {clients[j]: {"z": z} for j in chosen},
+                     missing="drop" if backend.participation < 1 else "raise")
     chosen = [j for j in chosen if clients[j] in replies]
     for j in chosen:
         w_cache[j], b_cache[j] = replies[clients[j]]["w"], replies[clients[j]]["beta"]

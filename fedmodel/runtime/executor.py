@@ -17,10 +17,11 @@ from .program import NodeProgram, ProgramSpec
 
 
 class Executor:
-    """Interface: `start(programs)`, `call(node, kind, **payload)`, `map(kind, payloads)`,
-    `map_stacked(kind, nodes, rows, common)` (one request to a group of nodes whose model-sized
-    fields are the rows of one (n, d) array; replies stacked the same way), `close()`. It is a
-    context manager: `with executor:` closes it however the block ends (an error, Ctrl-C).
+    """Interface: `start(programs)`, `call(node, kind, **payload)`, `map(kind, payloads,
+    missing="raise" | "drop")`, `map_stacked(kind, nodes, rows, common)` (one request to a group
+    of nodes whose model-sized fields are the rows of one (n, d) array; replies stacked the same
+    way), `close()`. It is a context manager: `with executor:` closes it however the block ends
+    (an error, Ctrl-C).
 
     One owner per node: an executor serves only the node programs it holds (`program.holder`).
     `start` takes them over from whichever executor held them (that one writes its state back
@@ -108,10 +109,21 @@ class Executor:
         """Send `kind` to one node (`map` with one payload); its reply."""
         return self.map(kind, {node: payload})[node]
 
-    def map(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """Send `kind` to several nodes (conceptually in parallel); replies by node."""
+    def map(self, kind: str, payloads: dict[str, dict[str, Any]],
+            missing: str = "raise") -> dict[str, dict[str, Any]]:
+        """Send `kind` to several nodes (conceptually in parallel); replies by node.
+
+        missing: what a client that does not reply means. "raise" (the default): the run stops
+        with the executor's error naming it. "drop": the step is one a backend may take without
+        some of the clients (its partial-participation rule): the replies that came, and a
+        client that did not reply is left out of them and added to `lost`, so no later request
+        reaches it. Only an executor that can lose a client (Flower: no reply within its
+        timeout) drops one; in this process every node answers and both are the same."""
+        if missing not in ("raise", "drop"):
+            raise FedModelError(f"map({kind!r}, ...): missing must be 'raise' or 'drop', got {missing!r}")
         declared = self._declared(kind)
         self._serve(payloads)
+        self._refuse_lost(kind, payloads)
         networked = not declared.local      # (and never to the server itself: its steps are local)
         for node, payload in payloads.items():
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
@@ -119,7 +131,11 @@ class Executor:
                 self.ledger.record("server", node, kind, floats)
         self.ledger.exchange(kind, payloads)
         # all requests of one kind go out together, then we wait for every reply
-        replies = self._dispatch_batch(kind, payloads)
+        if missing == "raise":
+            replies = self._dispatch_batch(kind, payloads)
+        else:
+            replies = self._dispatch_available(kind, payloads)
+            payloads = {node: payloads[node] for node in payloads if node in replies}
         for node in payloads:
             floats = check_payload(declared, declared.reply, replies[node], self.model_size, "reply")
             if networked and node != "server":
@@ -148,15 +164,13 @@ class Executor:
 
     @property
     def lost(self) -> frozenset:
-        """Clients this run has lost (`map_available`); executors in this process lose none."""
+        """Clients this run has lost (`map(..., missing="drop")`); executors in this process
+        lose none."""
         return frozenset()
 
     def map_available(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """`map` for a step a backend may take without some of the clients (its partial-
-        participation rule): the replies that came, by node. An executor that can lose a client
-        (Flower: no reply within its timeout) leaves it out of the replies and adds it to `lost`
-        instead of failing the run; this default (every node answers) is `map`."""
-        return self.map(kind, payloads)
+        """Former name of `map(kind, payloads, missing="drop")`."""
+        return self.map(kind, payloads, missing="drop")
 
     #: True where `map_sum` lets the server see only the sum (secure aggregation): backends then
     #: take the loop of theirs that needs only sums of client vectors (docs/flower.md)
@@ -202,6 +216,22 @@ class Executor:
 
     def _dispatch(self, node: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _dispatch_available(self, kind: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """`_dispatch_batch` for `map(..., missing="drop")`: the replies of the nodes that
+        answered. An executor that can lose a client overrides it (and `lost`); in this
+        process every node answers."""
+        return self._dispatch_batch(kind, payloads)
+
+    def _refuse_lost(self, kind: str, nodes) -> None:
+        """Refuse a request to a client this run has lost (`lost`) before anything is sent."""
+        lost = self.lost
+        if not lost:
+            return
+        lost = [node for node in nodes if node in lost]
+        if lost:
+            raise FedModelError(f"client(s) {lost} were dropped earlier in this run; {kind!r} "
+                                "cannot reach them")
 
     def close(self) -> None:
         """End of a run: the nodes' state written back into their programs, which are then free."""

@@ -10,14 +10,14 @@ executor does; this class only dispatches a batch of requests concurrently and w
 Faults (a dead actor, or a request that exceeds `timeout`) are handled here, for every backend:
 the actor is replaced, its program rebuilt (loaders run again on the new worker), the node's
 last snapshot (`save_state`, every `snapshot_every` state-changing requests) loaded, the
-requests sent since that snapshot replayed, and the failed request retried. Node procedures are
+requests sent since that snapshot replayed (`replay.ReplayLog`, shared with the Flower
+executor), and the failed request retried. Node procedures are
 deterministic functions of their state and requests (random ones keep their generator in
 `program.state`), so the run continues with the iterates it would have had without the fault.
 A node that fails more than `max_restarts` times stops the run with `NodeFailure`.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import numpy as np
@@ -26,6 +26,7 @@ from ..errors import FedModelError
 from .executor import Executor, RemoteNode, run_on_node
 from .ledger import MESSAGES, PROCEDURES, Ledger, check_payload
 from .program import NodeProgram, ProgramSpec
+from .replay import ReplayLog
 
 try:
     import ray
@@ -93,11 +94,9 @@ class RayExecutor(Executor):
         self.init_options = dict(init_options or {})
         self.actors: dict[str, Any] = {}
         self.placement: dict[str, str] = {}     # client -> Ray node id it runs on
-        self.faults: list[dict] = []            # one record per recovered (or fatal) fault
         self.recovery = Ledger()                # traffic spent on replays (not the algorithm's)
+        self.replay = ReplayLog()               # per client: snapshot and requests since; faults
         self._specs: dict[str, Any] = {}
-        self._log: dict[str, list] = {}
-        self._snapshot: dict[str, Any] = {}
         self._restarts: dict[str, int] = {}
         self._started_ray = False
 
@@ -114,7 +113,8 @@ class RayExecutor(Executor):
         # the server (and programs built outside compile_programs) run here, as in the serial case
         super().start({name: (RemoteNode(remote[name]) if name in remote else local[name])
                        for name in programs})
-        self.faults, self.recovery = [], Ledger()
+        self.recovery = Ledger()
+        self.replay.start(remote)
         self._specs = {name: ray.put(spec) for name, spec in remote.items()}
         self._restarts = {name: 0 for name in remote}
         for name in [n for n in self.actors if n not in remote]:
@@ -147,12 +147,16 @@ class RayExecutor(Executor):
             options["num_cpus"] = self.num_cpus
         actor = _remote_actor_class().options(**options).remote()
         self.actors[name] = actor
-        self._log[name], self._snapshot[name] = [], None
         return actor.build.remote(self._specs[name])
 
     def _rebuild(self, name: str):
-        self._log[name], self._snapshot[name] = [], None
         return self.actors[name].build.remote(self._specs[name])
+
+    @property
+    def faults(self) -> list[dict]:
+        """One record per recovered (or fatal) fault (`replay.ReplayLog.fault`: node, request
+        kind, reason, restart, requests replayed, time)."""
+        return self.replay.faults
 
     def _resources_of(self, name: str) -> dict | None:
         res = self.resources
@@ -216,8 +220,7 @@ class RayExecutor(Executor):
             if reply is None:
                 reply = self._recover(node, kind, payloads[node], procedure, reason or "actor died")
             replies[node] = _writable(reply)
-            if not MESSAGES[kind].read_only:      # (read-only requests need no replay after a fault)
-                self._log[node].append((kind, payloads[node], procedure))
+            self.replay.record(node, kind, payloads[node])   # (a state-changing request only)
         self._maybe_snapshot(list(refs))
         return replies
 
@@ -234,28 +237,23 @@ class RayExecutor(Executor):
         """Replace the actor, restore snapshot + replay, retry the request (module docstring)."""
         while True:
             self._restarts[node] += 1
-            record = {"node": node, "kind": kind, "reason": reason, "restart": self._restarts[node],
-                      "replayed": len(self._log[node]), "time": time.time()}
-            self.faults.append(record)
+            record = self.replay.fault(node, kind, reason=reason, restart=self._restarts[node])
             if self._restarts[node] > self.max_restarts:
                 record["fatal"] = True
                 raise NodeFailure(f"client {node!r} failed {self._restarts[node]} times (last: "
                                   f"{reason} during {kind!r}); max_restarts={self.max_restarts}")
             _kill(self.actors[node])
-            log, snapshot = self._log[node], self._snapshot[node]
             self._await_build(node, self._spawn(node))
             actor = self.actors[node]
-            steps = ([("load_state", {"state": snapshot}, None)] if snapshot is not None else []) + log
             try:
-                for step_kind, step_payload, step_procedure in steps:   # replay, in order
+                for step_kind, step_payload in self.replay.steps(node):   # replay, in order
                     self._record_recovery(node, step_kind, step_payload)
-                    if self._get(node, actor.serve.remote(step_kind, step_payload, step_procedure),
-                                 self.timeout) is None:
+                    step = actor.serve.remote(step_kind, step_payload, PROCEDURES.get(step_kind))
+                    if self._get(node, step, self.timeout) is None:
                         raise _Retry
                 reply = self._get(node, actor.serve.remote(kind, payload, procedure), self.timeout)
             except _Retry:
                 reply = None
-            self._log[node], self._snapshot[node] = log, snapshot
             if reply is not None:
                 record["recovered"] = True
                 return reply
@@ -271,12 +269,12 @@ class RayExecutor(Executor):
     def _maybe_snapshot(self, nodes: list[str]) -> None:
         """Every `snapshot_every` state-changing requests, keep the node's `save_state` (in the
         object store, referenced by the driver) and forget the replay log before it."""
-        due = [n for n in nodes if self.snapshot_every and len(self._log[n]) >= self.snapshot_every]
-        refs = {n: self.actors[n].serve.remote("save_state", {}, None) for n in due}
+        refs = {n: self.actors[n].serve.remote("save_state", {}, None)
+                for n in self.replay.due(nodes, self.snapshot_every)}
         for node, ref in refs.items():
             reply = self._get(node, ref, self.timeout)
             if reply is not None:      # a failed snapshot keeps the log: recovery still works
-                self._snapshot[node], self._log[node] = reply["state"], []
+                self.replay.snapshot(node, reply["state"])
 
 
 class _Retry(Exception):

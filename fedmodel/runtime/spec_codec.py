@@ -12,7 +12,7 @@ text declares — so a spec can describe a model but cannot carry code.
 
 Data the text gives no array for is the receiving node's own: `decode_spec` reads it with the
 `local_data(name, shape)` loader the receiver passes (a Flower client: the file its node config
-names, `flower_executor.node_data`), never with anything the sender chose.
+names, `flower.client_app.node_data`), never with anything the sender chose.
 """
 from __future__ import annotations
 
