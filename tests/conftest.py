@@ -28,3 +28,20 @@ def load_data(loader: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if "not found" not in str(exc):
             raise
         missing_data(str(exc))
+
+
+@pytest.fixture
+def solve_counts(monkeypatch) -> dict:
+    """Counts of the groups' batched Newton solves ("batched": `Group.solve_newton`) and of the
+    clients' own local solves ("own": `NodeProgram.solve_local`) from now on in the test."""
+    from fedmodel.runtime.batched_group import Group
+    from fedmodel.runtime.program import NodeProgram
+    counts = {"batched": 0, "own": 0}
+    for cls, method, key in ((Group, "solve_newton", "batched"), (NodeProgram, "solve_local", "own")):
+        original = getattr(cls, method)
+
+        def counted(self, *args, _original=original, _key=key, **kwargs):
+            counts[_key] += 1
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, method, counted)
+    return counts

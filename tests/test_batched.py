@@ -125,26 +125,11 @@ def test_dald_cc_gd_with_several_local_steps_matches_serial():
     assert _batched(ex, "dald_cc_solve") == 5 * 30
 
 
-def _count_solves(monkeypatch) -> dict:
-    """Counts of the groups' batched Newton solves and of the clients' own local solves."""
-    from fedmodel.runtime.batched_group import Group
-    from fedmodel.runtime.program import NodeProgram
-    counts = {"batched": 0, "own": 0}
-    for cls, method, key in ((Group, "solve_newton", "batched"), (NodeProgram, "solve_local", "own")):
-        original = getattr(cls, method)
-
-        def counted(self, *args, _original=original, _key=key, **kwargs):
-            counts[_key] += 1
-            return _original(self, *args, **kwargs)
-        monkeypatch.setattr(cls, method, counted)
-    return counts
-
-
-def test_dald_cc_exact_solver_is_one_batched_solve_and_matches_serial(monkeypatch):
+def test_dald_cc_exact_solver_is_one_batched_solve_and_matches_serial(solve_counts):
     """solver="exact": the group's step (13) is one batched Newton solve of the clients' local
     problems (`Group.solve_local`), with the serial numbers; the serial run solves per client."""
     prob, _ = _least_squares()
-    counts = _count_solves(monkeypatch)
+    counts = solve_counts
     serial = prob.solve(backends.DALD(solver="exact", max_iterations=15), executor="serial")
     assert counts["batched"] == 0 < counts["own"]
     counts.update(batched=0, own=0)

@@ -133,42 +133,27 @@ def test_two_structures_are_two_vectorized_groups():
         assert ex.stats[("proxal_admm_step", "batched")] == 6 * serial.iterations["inner"]
 
 
-def _count_solves(monkeypatch) -> dict:
-    """Counts of the group's batched Newton solves and of the clients' own local solves."""
-    from fedmodel.runtime.batched_group import Group
-    from fedmodel.runtime.program import NodeProgram
-    counts = {"batched": 0, "own": 0}
-    for cls, method, key in ((Group, "solve_newton", "batched"), (NodeProgram, "solve_local", "own")):
-        original = getattr(cls, method)
-
-        def counted(self, *args, _original=original, _key=key, **kwargs):
-            counts[_key] += 1
-            return _original(self, *args, **kwargs)
-        monkeypatch.setattr(cls, method, counted)
-    return counts
-
-
-def test_groups_with_too_large_hessian_stacks_solve_per_client(monkeypatch):
+def test_groups_with_too_large_hessian_stacks_solve_per_client(monkeypatch, solve_counts):
     """Above MAX_HESSIAN_FLOATS (k·N² floats per stack) the group's step solves client by
     client (each client's own Newton solve): the same numbers, no batched solve."""
     import fedmodel.runtime.batched_newton as batched_newton
     prob, _ = _least_squares(n=3)
     serial = prob.solve(ProxAL(max_outer=2), executor="serial")
     monkeypatch.setattr(batched_newton, "MAX_HESSIAN_FLOATS", 3 * D_LS ** 2 - 1)
-    counts = _count_solves(monkeypatch)
+    counts = solve_counts
     ex = BatchedExecutor()
     assert_same_run(serial, prob.solve(ProxAL(max_outer=2), executor=ex))
     assert ex.stats[("proxal_admm_step", "serial")] == 0 < ex.stats[("proxal_admm_step", "batched")]
     assert counts["batched"] == 0 < counts["own"]
 
 
-def test_lbfgs_solves_per_client_with_the_same_numbers(monkeypatch):
+def test_lbfgs_solves_per_client_with_the_same_numbers(solve_counts):
     """local_solver="lbfgs" (scipy's L-BFGS-B runs one client at a time): the group's step runs
     each client's own solver, with the serial numbers."""
     prob = _ball_logistic(n=3)
     make = lambda: ProxAL(max_outer=2, local_solver="lbfgs")     # noqa: E731
     serial = prob.solve(make(), executor="serial")
-    counts = _count_solves(monkeypatch)
+    counts = solve_counts
     ex = JaxExecutor()
     run, _ = _run(prob, make, ex)
     assert_same_run(serial, run)
