@@ -398,3 +398,21 @@ def test_real_supernode_refuses_a_malicious_server(tmp_path):
     for name, text in expected.items():
         assert result[name]["type"] == "WireError" and text in result[name]["message"], (name, result[name])
     assert result["build"] == {"ok": ["n_shared"]} and result["honest"] == {"ok": ["grad", "value"]}
+
+
+def test_node_state_after_a_newton_solve_is_plain_data_and_resumes_bitwise():
+    """A node's saved state after Newton solves (its chord Hessian kept) travels as plain data
+    (the factor is not kept: an `Inverse` does not travel) and a restored node takes the same
+    next solve bit for bit (the factor is recomputed from the kept Hessian)."""
+    rng = np.random.default_rng(0)
+    w, prob = fm.Variable(4, name="w"), fm.Problem()
+    c = prob.add_client("c0")
+    X, y = rng.normal(size=(30, 4)), np.sign(rng.normal(size=30))
+    c.minimize(fm.mean(fm.logistic(-fm.multiply(c.data(y, name="y"), c.data(X, name="X") @ w))))
+    programs = [compile_programs(prob)["c0"] for _ in range(2)]
+    solve = dict(linear=np.zeros(4), weight=1.0, anchor=np.zeros(4), tol=1e-12, method="newton")
+    programs[0].solve_local(x0=np.zeros(4), **solve)
+    state = wire.loads(wire.dumps(programs[0].save_state()))          # raises on non-plain data
+    programs[1].load_state(state["state"])
+    again = [p.solve_local(x0=np.full(4, 0.3), **solve)["x"] for p in programs]
+    assert np.array_equal(again[0], again[1])

@@ -500,8 +500,10 @@ class NodeProgram:
                           "procedures": _copy_state(self.state),
                           "prox_weight": m.prox_weight.value,
                           "centers": {uid: p.value.copy() for uid, p in m.centers.items()},
-                          "hessian": _copy_state((self._hessian_cache, self._factor_cache,
-                                                  self._hessian_key))}}
+                          # the factor (an `Inverse` of the chord Hessian + weight) is not
+                          # kept: it is a deterministic function of the kept Hessian, recomputed
+                          # bit for bit on first use, and only plain data travels (Flower)
+                          "hessian": _copy_state((self._hessian_cache, None, self._hessian_key))}}
 
     def load_state(self, state: dict) -> dict:
         m = self.merit_ir
