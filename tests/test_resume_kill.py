@@ -255,7 +255,7 @@ def test_sigkill_inside_a_checkpoint_write_keeps_the_previous_one(forker, tmp_pa
     _check(forker, tmp_path, name, 3, where="write")
 
 
-@pytest.mark.parametrize("name, k", [("proxal-logistic", 70), ("proxal-batched", 100), ("dald-cc", 50),
+@pytest.mark.parametrize("name, k", [("proxal-logistic", 70), ("proxal-batched", 30), ("dald-cc", 50),
                                      ("fedadmm-insa", 20), ("dp-admm", 20)])
 def test_sigkill_between_two_requests_mid_iteration(forker, tmp_path, name, k):
     _, done = _check(forker, tmp_path, name, k, where="request")
