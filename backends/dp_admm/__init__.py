@@ -96,9 +96,12 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
     (L_p: Lipschitz constant of ∇f_p); the paper's ρ̂^t meets this at its 1/I loss scaling.
     outp_std: "sigma" | "sigma2". outp_constants: (c1, c3) of η̂ and σ (default (I_p, I_p/4) as
     the code). composition_delta: δ' of advanced composition and the δ at which the RDP and
-    PLD accountants report ε. epsilon_total: a total budget (PLD ε at that δ): the run stops
-    before a round that would exceed it (status "budget_exhausted"); with epsilon="budget", ε̄ is
-    calibrated so that max_rounds rounds spend it (ObjP/ObjT). tol: stop when the primal
+    PLD accountants report ε. epsilon_total: the total budget (PLD ε at that δ). Alone (no
+    per-round epsilon) it is the one knob: ObjP with the Gaussian mechanism (`sampled`:
+    records' gradient terms clipped in L2 to `clip`/I_p, Poisson-sampled at `sample_rate`),
+    its noise calibrated so that max_rounds (default 100) rounds spend it. With a per-round
+    epsilon the run stops before a round that would exceed it (status "budget_exhausted");
+    with epsilon="budget", ε̄ is calibrated so that max_rounds rounds spend it (ObjP/ObjT). tol: stop when the primal
     ‖w − z_p‖∞ and dual ρ‖Δw‖∞ residuals are ≤ tol (0: run all rounds). log_every: history
     stride. record_noise: keep every noise draw on the clients (info["noise"], for tests).
     Local constraints (ObjP; `constrained`): dual_step (multipliers' step η_t = dual_step/√t),
