@@ -14,7 +14,7 @@ from fedmodel.runtime.batched_group import Group
 from fedmodel.runtime.executor import SerialExecutor
 from fedmodel.runtime.ledger import Ledger
 from fedmodel.runtime.program import compile_programs
-from test_batched import (D, MODELS, TOL, _assert_same, _assert_value_grad_per_client, _client_programs, _count_solves,
+from test_batched import (D, MODELS, TOL, _assert_same, _assert_value_grad_per_client, _client_programs,
                           _least_squares, _logistic)
 
 
@@ -182,7 +182,7 @@ def test_dc_sweep_with_several_local_steps_takes_the_node_by_node_path():
 
 
 @pytest.mark.parametrize("case", ["exact", "prox-grad-W2", "gd-cold"])
-def test_dc_parallel_batches_are_one_group_step_and_equal_the_serial_run(case, monkeypatch):
+def test_dc_parallel_batches_are_one_group_step_and_equal_the_serial_run(case, solve_counts):
     """A Fed-DALD-DC sweep the group cannot serve as one block (exact solves, W = 2, a cold
     start) sends `dald_dc_solve` per parallel batch of S (here the colour classes of a ring):
     each batch is one group step (`dald_dc_solve`'s form over its rows: one batched Newton solve,
@@ -198,7 +198,8 @@ def test_dc_parallel_batches_are_one_group_step_and_equal_the_serial_run(case, m
     def algo():
         return backends.DALD(order="colour", max_iterations=12, eps_primal=0.0, eps_dual=0.0, **options)
     serial = prob.solve(algo(), topology=topologies.ring(prob), executor="serial")
-    counts = _count_solves(monkeypatch)
+    counts = solve_counts
+    counts.update(batched=0, own=0)             # the batched run's solves only
     ex = BatchedExecutor()
     batched = prob.solve(algo(), topology=topologies.ring(prob), executor=ex)
     _assert_same(serial, batched)
