@@ -350,6 +350,18 @@ EVERY_CLIENT = {"InSa, criterion (3.7), safeguard halves eta": dict(reference="u
                                                                safeguard=False, local_steps=200, max_rounds=5)}
 
 
+def _assert_same_client_state(a: dict, b: dict) -> None:
+    """Two runs' FedADMM state of one client: β_i, η_i, L̂_i, u_i, λ_i and the last round's
+    diagnostics, to 1e-10."""
+    for key in ("beta", "lr", "curvature", "u", "lam"):
+        np.testing.assert_allclose(np.asarray(b[key], float), np.asarray(a[key], float), rtol=1e-10, atol=1e-12)
+    assert a["last"].keys() == b["last"].keys()
+    for key, value in a["last"].items():
+        assert (value is None) == (b["last"][key] is None)
+        if value is not None:
+            assert b["last"][key] == pytest.approx(value, rel=1e-10, abs=1e-12)
+
+
 @pytest.mark.parametrize("name", EVERY_CLIENT)
 def test_batched_rounds_with_every_client_leave_the_serial_client_states(name, monkeypatch):
     """Full participation on the batched executor: each round is one group request, served by
@@ -370,13 +382,7 @@ def test_batched_rounds_with_every_client_leave_the_serial_client_states(name, m
     assert (serial.status, serial.iterations) == (batched.status, batched.iterations)
     assert [r["client_steps"] for r in serial.history] == [r["client_steps"] for r in batched.history]
     for a, b in zip(states["serial"], states["batched"]):
-        for key in ("beta", "lr", "curvature", "u", "lam"):
-            np.testing.assert_allclose(np.asarray(b[key], float), np.asarray(a[key], float), rtol=1e-10, atol=1e-12)
-        assert a["last"].keys() == b["last"].keys()
-        for key, value in a["last"].items():
-            assert (value is None) == (b["last"][key] is None)
-            if value is not None:
-                assert b["last"][key] == pytest.approx(value, rel=1e-10, abs=1e-12)
+        _assert_same_client_state(a, b)
     if "safeguard" in name:
         assert min(s["lr"] for s in states["batched"]) < 40.0
     if "diverging" in name:
@@ -436,14 +442,7 @@ def test_batched_rounds_of_every_client_kind_and_solver_are_group_steps(name, so
     assert [r["client_steps"] for r in serial.history] == [r["client_steps"] for r in batched.history]
     np.testing.assert_allclose(batched.value(w), serial.value(w), rtol=0, atol=1e-12)
     for c in ex.clients:
-        a, b = serial_ex.programs[c].state["fedadmm"], ex.programs[c].state["fedadmm"]
-        for key in ("beta", "lr", "curvature", "u", "lam"):
-            np.testing.assert_allclose(np.asarray(b[key], float), np.asarray(a[key], float), rtol=1e-10, atol=1e-12)
-        assert a["last"].keys() == b["last"].keys()
-        for key, value in a["last"].items():
-            assert (value is None) == (b["last"][key] is None)
-            if value is not None:
-                assert b["last"][key] == pytest.approx(value, rel=1e-10, abs=1e-12)
+        _assert_same_client_state(serial_ex.programs[c].state["fedadmm"], ex.programs[c].state["fedadmm"])
     if "safeguard" in name:
         assert min(ex.programs[c].state["fedadmm"]["lr"] for c in ex.clients) < 40.0
 

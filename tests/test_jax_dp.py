@@ -174,17 +174,23 @@ def test_clients_with_only_sets_and_prox_terms_are_vectorized_and_match_serial(e
     serial, _ = _run(prob, "serial", **options)
     ex = _executor(executor)
     run, messages = _run(prob, ex, **options)
-    assert ex.stats[("dp_admm_step", "batched")] == 60 and ex.stats[("dp_admm_step", "serial")] == 0
+    _assert_group_step_like_serial(ex, messages, serial, run, 60, ("client_values", "dual_variables", "privacy"))
+    z = np.array(list(serial.info["client_values"].values()))
+    assert np.isclose(np.abs(z).max(), 0.1) and (z == 0).any()     # the bounds and λ‖w‖₁ acted
+
+
+def _assert_group_step_like_serial(ex, messages, serial, run, steps: int, keys: tuple) -> None:
+    """`dp_admm_step` served `steps` times by the group's step (never node by node, no fallback
+    message), with the serial run's values, history and `info[key]` for `keys`."""
+    assert ex.stats[("dp_admm_step", "batched")] == steps and ex.stats[("dp_admm_step", "serial")] == 0
     assert not [m for m in messages if "dp_admm_step" in m], messages
     for uid in serial.values:
         np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
     for a, b in zip(serial.history, run.history):
         _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
               "history")
-    for key in ("client_values", "dual_variables", "privacy"):
+    for key in keys:
         _same(run.info[key], serial.info[key], key)
-    z = np.array(list(serial.info["client_values"].values()))
-    assert np.isclose(np.abs(z).max(), 0.1) and (z == 0).any()     # the bounds and λ‖w‖₁ acted
 
 
 class _Spy(BatchedExecutor):
@@ -256,15 +262,7 @@ def test_clients_with_constraints_in_their_lagrangian_are_served_by_the_group_st
     ex = _executor(executor)
     run, messages = _run(prob, ex, epsilon=1.0, max_rounds=4)
     assert len(ex.groups) == 1
-    assert ex.stats[("dp_admm_step", "batched")] == 16 and ex.stats[("dp_admm_step", "serial")] == 0
-    assert not [m for m in messages if "dp_admm_step" in m], messages
-    for uid in serial.values:
-        np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
-    for a, b in zip(serial.history, run.history):
-        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
-              "history")
-    for key in ("client_values", "privacy", "sensitivity"):
-        _same(run.info[key], serial.info[key], key)
+    _assert_group_step_like_serial(ex, messages, serial, run, 16, ("client_values", "privacy", "sensitivity"))
     assert run.multipliers.keys() == serial.multipliers.keys()
     for name, mu in serial.multipliers.items():
         np.testing.assert_allclose(run.multipliers[name], mu, rtol=0, atol=TOL)
@@ -287,15 +285,7 @@ def test_the_sampled_gaussian_knob_is_served_by_the_group_step(executor, rate):
     serial, _ = _run(prob, "serial", **options)
     ex = _executor(executor)
     run, messages = _run(prob, ex, **options)
-    assert ex.stats[("dp_admm_step", "batched")] == 6 * 12 and ex.stats[("dp_admm_step", "serial")] == 0
-    assert not [m for m in messages if "dp_admm_step" in m], messages
-    for uid in serial.values:
-        np.testing.assert_allclose(run.values[uid], serial.values[uid], rtol=0, atol=TOL)
-    for a, b in zip(serial.history, run.history):
-        _same({k: v for k, v in b.items() if k != "time"}, {k: v for k, v in a.items() if k != "time"},
-              "history")
-    for key in ("client_values", "privacy", "sensitivity"):
-        _same(run.info[key], serial.info[key], key)
+    _assert_group_step_like_serial(ex, messages, serial, run, 6 * 12, ("client_values", "privacy", "sensitivity"))
     for c, drawn in serial.info["noise"].items():
         assert drawn.shape == (12, D)
         np.testing.assert_array_equal(run.info["noise"][c], drawn)
