@@ -6,11 +6,12 @@ The rules, in order (each measured on benchmarks/bench_rounds.py's suite; docs/B
 "backend='auto'"):
 
 1. A nonsmooth term with neither a gradient nor a prox (`compiler.canonical.classify_objective`)
-   is refused: no federated backend can take it (CVXPY, centralized, can).
-2. A peer-to-peer graph (a topology without a "server" node) runs DALD (Fed-DALD-DC): only the
-   DALD/DGD family runs on graphs. Its Gauss-Seidel sweep goes in colour classes
-   (`order="colour"`, one parallel batch each: 2 instead of n on a path). Such a model may not hold server terms or constraints, nor
-   ask for differential privacy (DP-ADMM needs a server): refused, saying which.
+   is refused: no federated backend can take it (CVXPY, centralized, can); so is a model
+   without clients.
+2. A graph that is no star (ring, path, grid, a server with client–client edges) runs DALD
+   (Fed-DALD-DC, the server block hosted on a client): only the DALD/DGD family runs on such
+   graphs. Its Gauss-Seidel sweep goes in colour classes (`order="colour"`, one parallel batch
+   each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
 3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
 4. A star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
    Pearson — or couples variables) or a client has private variables: its augmented
@@ -32,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedmodel import registry
+from fedmodel import registry, topologies
 from fedmodel.compiler.canonical import classify_objective
 from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
@@ -58,7 +59,6 @@ class Traits:
     prox: list[str] = field(default_factory=list)         # blocks with a λ‖w‖₁ term
     unsupported: list[str] = field(default_factory=list)  # nonsmooth terms without a prox
     private: list[str] = field(default_factory=list)      # clients with private variables
-    server: list[str] = field(default_factory=list)       # the server block's terms and constraints
 
 
 def describe(problem) -> Traits:
@@ -74,8 +74,6 @@ def describe(problem) -> Traits:
         traits.unsupported += [f"{where}: {expr}" for expr in classified.unsupported]
         if classified.prox:
             traits.prox.append(where)
-        if block.kind == "server" and (block.terms or block.constraints):
-            traits.server.append(f"{len(block.terms)} terms, {len(block.constraints)} constraints")
     traits.private = [c.name for c in problem.clients if c.private_variables]
     return traits
 
@@ -88,10 +86,15 @@ def round_trip_cost(executor: Any) -> float:
     return float(getattr(executor, "round_trip_cost", 0.0))
 
 
-def has_server(topology: Any) -> bool:
-    """Whether a topology (networkx graph) has a server node: backends with a server run on it."""
-    return topology is None or any(
-        node == "server" or data.get("role") == "server" for node, data in topology.nodes(data=True))
+def is_star(problem, topology: Any) -> bool:
+    """Whether a topology is a star (None is one): a server node joined to every client and no
+    client–client edge — where backends with a server run (DALD's own test for Fed-DALD-CC)."""
+    if topology is None:
+        return True
+    server = topologies.server_node(topology)
+    graph = topology.to_undirected() if topology.is_directed() else topology
+    return server is not None and all(server in edge for edge in graph.edges) \
+        and graph.degree(server) == len(problem.clients)
 
 
 @dataclass
@@ -138,7 +141,11 @@ class Auto:
         dear = cost >= DEAR_ROUND_TRIP
         trip = (f"round trips {'dear' if dear else 'cheap'} on this executor "
                 f"(~{cost:.3g} s each; dear from {DEAR_ROUND_TRIP:g} s)")
-        if not has_server(topology):
+        if not traits.clients:
+            raise FedModelError(f"no backend can run problem {problem.name!r} federated: it has no "
+                                "clients (add them with prob.add_client) — or solve it centrally "
+                                "with backend='cvxpy'")
+        if not is_star(problem, topology):
             return self._graph(problem, topology, traits, cost, trip)
         if self.privacy:
             return self._pick("dp-admm", dict(self.privacy), cost, [
@@ -167,22 +174,17 @@ class Auto:
             "local work per round, fewer round trips"])
 
     def _graph(self, problem, topology, traits: Traits, cost: float, trip: str) -> Choice:
-        """A peer-to-peer graph: DALD (Fed-DALD-DC) with its sweep in colour classes, where the
-        model allows one."""
+        """A graph that is no star: DALD (Fed-DALD-DC, a server block hosted on a client) with its
+        sweep in colour classes, unless privacy is asked."""
         nodes = topology.number_of_nodes()
         if self.privacy:
             raise TopologyError(
-                f"no backend can run problem {problem.name!r} privately on a peer-to-peer graph "
-                f"({nodes} nodes, no server): DP-ADMM needs a star; pass a star topology (or none) "
-                "or drop the DP options")
-        if traits.server:
-            raise TopologyError(
-                f"no backend can run problem {problem.name!r} on a peer-to-peer graph ({nodes} nodes, "
-                f"no server): the server block holds {traits.server[0]}, and only DALD-style "
-                "backends run on graphs, with no server; move them into the clients or use a star")
+                f"no backend can run problem {problem.name!r} privately on a graph that is no star "
+                f"({nodes} nodes): DP-ADMM needs a server joined to every client; pass a star "
+                "topology (or none) or drop the DP options")
         return self._pick("dald", {"order": "colour"}, cost, [
-            f"peer-to-peer topology ({nodes} nodes, no server): only DALD-style backends run on "
-            "graphs (Fed-DALD-DC)", "its sweep in colour classes (order='colour'): each class one "
+            f"a graph that is no star ({nodes} nodes, {topology.number_of_edges()} edges): only "
+            "DALD-style backends run on graphs (Fed-DALD-DC)", "its sweep in colour classes (order='colour'): each class one "
             "parallel batch, so fewer round trips per iteration", trip])
 
     def _pick(self, backend: str, settings: dict, cost: float, reasons: list[str]) -> Choice:

@@ -101,7 +101,13 @@ def test_graph_topology_picks_dald_with_coloured_sweep():
     path = topologies.path(prob)
     res = _solve(prob, topology=path)
     assert res.backend == "dald" and res.info["auto"]["settings"] == {"order": "colour"}
-    assert res.info["auto"]["reasons"][0].startswith("peer-to-peer topology (4 nodes, no server)")
+    assert res.info["auto"]["reasons"][0].startswith("a graph that is no star (4 nodes, 3 edges)")
+    # a server joined to some clients only is no star either (DALD-DC hosts the server block)
+    partial = topologies.path(prob)
+    partial.add_node("server", role="server")
+    partial.add_edge("server", "c0")
+    assert auto.Auto().choose(prob, partial).backend == "dald"
+    assert auto.Auto().choose(prob, topologies.star(prob)).backend == "proxal"
     # the coloured sweep (a path has 2 colours): DALD's rule in another node order, so the
     # same answer in fewer round trips
     sequential = _solve(prob, "dald", topology=path)
@@ -111,13 +117,15 @@ def test_graph_topology_picks_dald_with_coloured_sweep():
 
 
 def test_a_model_no_backend_runs_is_refused_saying_why():
-    prob, _ = bench_rounds.logistic_ball(3)       # a server ridge
-    with pytest.raises(fm.TopologyError, match=r"no backend can run problem 'logistic-ball' on a "
-                       r"peer-to-peer graph \(3 nodes, no server\): the server block holds 1 terms"):
-        prob.solve(topology=topologies.ring(prob))
     prob, _ = bench_rounds.ridge(3)
-    with pytest.raises(fm.TopologyError, match="privately on a peer-to-peer graph .*DP-ADMM needs a star"):
+    with pytest.raises(fm.TopologyError, match=r"no backend can run problem 'ridge' privately on a "
+                       r"graph that is no star \(3 nodes\): DP-ADMM needs a server"):
         prob.solve(topology=topologies.ring(prob), epsilon_total=1.0)
+    server_only = fm.Problem(name="central")
+    server_only.server.minimize(fm.sum_squares(fm.Variable(2, name="v") - 1.0))
+    with pytest.raises(fm.FedModelError, match="no backend can run problem 'central' federated: "
+                       "it has no clients"):
+        server_only.solve()
     # a nonsmooth client term with no prox: no federated backend; CVXPY is named
     rng = np.random.default_rng(0)
     w = fm.Variable(3, name="w")
