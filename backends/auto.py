@@ -3,7 +3,7 @@ model and from what a round trip costs on the executor, run it, and say what was
 in `res.info["auto"]` (docs/api.md, "Choosing a backend: auto").
 
 The rules, in order (each measured on benchmarks/bench_rounds.py's suite; docs/BENCHMARKS.md,
-"backend='auto'"):
+the section on backend="auto"):
 
 1. A nonsmooth term with neither a gradient nor a prox (`compiler.canonical.classify_objective`)
    is refused: no federated backend can take it (CVXPY, centralized, can); so is a model
@@ -40,12 +40,13 @@ from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
 from fedmodel.problem import make_backend
 
 # Clients from which FedADMM replaces ProxAL on models it takes (star, simple sets only):
-# measured crossing on bench_rounds' suite (docs/BENCHMARKS.md, "backend='auto'").
+# measured crossing on bench_rounds' suite (docs/BENCHMARKS.md, the section on backend="auto").
 MANY_CLIENTS = 40
 # Seconds per round trip from which a round trip is "dear" (Flower's simulation: ~0.1 s,
 # a deployment 6.6 s; Ray on loopback ~0.015 s, in process ~1e-4 s: docs/BENCHMARKS.md)
 DEAR_ROUND_TRIP = 0.05
-# ProxAL's local tolerance cap where round trips are dear (default 0.1: ε_{t+1} = min(q^t, τ_k/10))
+# ProxAL's local tolerance cap where round trips are dear (its default 0.1:
+# ε_{t+1} = min(q^t, τ_k/10))
 DEAR_LOCAL_TOL_CAP = 0.01
 DP_OPTIONS = ("epsilon_total", "epsilon", "delta")
 
@@ -149,7 +150,8 @@ class Auto:
             return self._graph(problem, topology, traits, cost, trip)
         if self.privacy:
             return self._pick("dp-admm", dict(self.privacy), cost, [
-                f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend", trip])
+                f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend",
+                trip])
         many = MANY_CLIENTS
         simple = f"only simple sets ({_few(traits.sets)})" if traits.sets else "no constraints"
         if traits.general or traits.private:
@@ -158,8 +160,8 @@ class Auto:
             reasons = [f"{why}: ProxAL's augmented Lagrangian treats them exactly", trip]
         elif traits.clients >= many:
             return self._pick("fedadmm", {}, cost, [
-                f"{traits.clients} clients ≥ {many}, {simple}: FedADMM's round trips stay flat in n "
-                "where ProxAL's consensus ADMM grows", trip])
+                f"{traits.clients} clients ≥ {many}, {simple}: FedADMM's round trips stay flat "
+                "in n where ProxAL's consensus ADMM grows", trip])
         else:
             reasons = [f"{traits.clients} clients < {many}, {simple}: ProxAL's defaults take the "
                        "fewest round trips", trip]
@@ -184,8 +186,9 @@ class Auto:
                 "topology (or none) or drop the DP options")
         return self._pick("dald", {"order": "colour"}, cost, [
             f"a graph that is no star ({nodes} nodes, {topology.number_of_edges()} edges): only "
-            "DALD-style backends run on graphs (Fed-DALD-DC)", "its sweep in colour classes (order='colour'): each class one "
-            "parallel batch, so fewer round trips per iteration", trip])
+            "DALD-style backends run on graphs (Fed-DALD-DC)",
+            "its sweep in colour classes (order='colour'): each class one parallel batch, so "
+            "fewer round trips per iteration", trip])
 
     def _pick(self, backend: str, settings: dict, cost: float, reasons: list[str]) -> Choice:
         settings = {**settings, **self.overrides.get(backend, {})}
