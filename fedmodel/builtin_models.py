@@ -71,6 +71,9 @@ MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 RUN_OPTIONS: dict[str, dict] = {"proxal": {**FAST_PROXAL, "tol": (1e-6, 1e-7)},
                                 "cproxal": {"tol": (1e-5, 1e-6)}}
 GRAPH_OPTIONS: dict[str, dict] = {"dald": {"rho": 0.1, "max_iterations": 3000}}
+# auto (the default): the options above for whichever backend it picks
+RUN_OPTIONS["auto"], GRAPH_OPTIONS["auto"] = ({"overrides": dict(RUN_OPTIONS)},
+                                              {"overrides": {**RUN_OPTIONS, **GRAPH_OPTIONS}})
 
 
 def backend_options(backend: str, topology: str | None = None) -> dict:

@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a built-in example model end to end")
     run.add_argument("example", nargs="?", default="neyman-pearson")
-    run.add_argument("--backend", default="proxal", help="proxal (default), cvxpy, dald, …")
+    run.add_argument("--backend", default="auto",
+                     help="auto (default: picked for the model), proxal, cvxpy, dald, …")
     run.add_argument("--topology", default=None, help="star, path, ring, complete, …")
     run.add_argument("--clients", type=_positive_int("client"), default=5)
     run.add_argument("--verify", action="store_true", help="print the verification table")

@@ -442,11 +442,12 @@ class Problem:
         from .lowering.problem import lower_problem
         return lower_problem(self)[0]
 
-    def solve(self, backend: Any = "proxal", topology: Any = None, executor: Any = "serial",
+    def solve(self, backend: Any = "auto", topology: Any = None, executor: Any = "serial",
               callback: Any = None, verbose: bool = False, checkpoint: str | None = None,
               checkpoint_every: int | None = None, resume: bool = False,
               scaling: bool | None = None, **options: Any):
-        """Solve with a backend (instance or name); see docs/api.md §2 for the arguments.
+        """Solve with a backend (instance or name; "auto", the default, picks one for the model
+        and the executor and says why in `res.info["auto"]`); see docs/api.md §2 for the arguments.
         `scaling=False` solves the model as written instead of its equilibrated copy
         (`fedmodel.compiler.scaling`; None: the backend's default)."""
         self.validate()

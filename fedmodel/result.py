@@ -108,6 +108,9 @@ class Result:
                  f"  max violation  {self.max_violation:.2e}"]
         if self.certificate is not None:
             lines.append(f"  KKT            {self.certificate}")
+        auto = self.info.get("auto") if isinstance(self.info, dict) else None
+        if isinstance(auto, dict):      # backend="auto": what it picked and the deciding reason
+            lines.append(f"  auto           picked {auto['backend']}: {auto['reasons'][0]}")
         communication = self.info.get("communication") if isinstance(self.info, dict) else None
         if isinstance(communication, dict):
             lines.append(f"  communication  {communication_line(communication)}")

@@ -41,8 +41,9 @@ def test_examples_lists_neyman_pearson(capsys):
 def test_run_prints_result_and_verification_table(capsys, with_tiny):
     assert cli.main(["run", "tiny", "--clients", "4", "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "tiny: 4 clients, 3 shared parameters; backend proxal" in out
+    assert "tiny: 4 clients, 3 shared parameters; backend auto" in out   # the default
     assert "proxal: converged" in out and "objective" in out and "KKT" in out
+    assert "  auto           picked proxal: " in out
     assert "objective gap" in out and "solution distance" in out
     verdict = [line for line in out.splitlines() if line.startswith("verdict")]
     assert len(verdict) == 1 and verdict[0].endswith(": OK")
@@ -118,7 +119,9 @@ def test_neyman_pearson_example_model():
 def test_run_default_example_with_verify(capsys):
     assert cli.main(["run", "--verify"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("neyman-pearson: 5 clients, 30 shared parameters; backend proxal")
+    assert out.startswith("neyman-pearson: 5 clients, 30 shared parameters; backend auto")
     assert "proxal: converged" in out and "objective gap" in out
+    # the client constraints read data: auto picks ProxAL, with `run`'s ProxAL options
+    assert "  auto           picked proxal: constraints that are no simple set" in out
     verdict = [line for line in out.splitlines() if line.startswith("verdict")]
     assert len(verdict) == 1 and verdict[0].endswith(": OK")

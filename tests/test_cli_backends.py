@@ -15,7 +15,7 @@ import pytest
 from fedmodel import cli, registry
 
 BACKENDS = sorted(registry.names("backend"))
-SOLVED = {"cvxpy", "proxal", "cproxal", "dald"}      # verified OK on the built-in model
+SOLVED = {"cvxpy", "proxal", "cproxal", "dald", "auto"}      # verified OK on the built-in model
 REFUSED = {"fedavg", "fedprox", "dgd", "pa", "dp-admm", "fedadmm"}
 
 
@@ -29,9 +29,10 @@ def test_every_registered_backend_is_covered():
     assert set(BACKENDS) == SOLVED | REFUSED
 
 
-# DALD on the star (822 steps) and ProxAL (the run test_cli.py's `run --verify` makes in the fast
+# DALD on the star (822 steps), ProxAL and auto (the run test_cli.py's `run --verify` makes in the fast
 # suite) in CI's integration run; the others in the fast suite
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.integration) if n in ("dald", "proxal") else n
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.integration)
+                                  if n in ("dald", "proxal", "auto") else n
                                   for n in sorted(SOLVED)])
 def test_backend_verifies_on_the_builtin_model(capsys, name):
     code, out, err = _run(capsys, "--backend", name)
@@ -55,11 +56,13 @@ def test_graph_backends_on_a_ring_are_refused_with_the_alternative(capsys, name)
 
 
 @pytest.mark.integration
-def test_dald_verifies_on_a_six_ring(capsys):
+@pytest.mark.parametrize("name", ["dald", "auto"])
+def test_dald_verifies_on_a_six_ring(capsys, name):
     """Fed-DALD-DC with `backend_options("dald", "ring")` (ρ = 0.1): 213 iterations, 2e-5 from
     CVXPY; with ρ = 1 it was "stalled" at iteration 298 (0.41 away), and is 0.28 away after
-    1000 iterations without the stall rule."""
-    code, out, err = _run(capsys, "--backend", "dald", "--topology", "ring", "--clients", "6")
+    1000 iterations without the stall rule. `auto` picks DALD on the ring, with those options
+    (its overrides) and the coloured sweep."""
+    code, out, err = _run(capsys, "--backend", name, "--topology", "ring", "--clients", "6")
     assert code == 0, out + err
     distance = float(re.search(r"solution distance\s+([0-9.e+-]+)", out).group(1))
     assert distance <= 1e-4

@@ -28,7 +28,14 @@ class Executor:
     first, `hand_back`), `take_over` does so again later, `close` writes back and frees them; a
     free program is taken by the first executor that serves it, one held by another executor
     is refused. In between, an executor may keep the state in its own form (the batched
-    executor: stacked arrays) and the programs' own attributes may be stale (`sync`)."""
+    executor: stacked arrays) and the programs' own attributes may be stale (`sync`).
+
+    `round_trip_cost`: about how many seconds one round trip (a request to every client and
+    their replies) costs on this executor beyond the nodes' own work — a hint, read from the
+    class before a run (`backend="auto"` does more local work per round where it is dear).
+    In process it is ~1e-4 s; executors whose clients live elsewhere set their own."""
+
+    round_trip_cost: float = 1e-4
 
     def __init__(self):
         self.programs: dict[str, NodeProgram] = {}

@@ -76,6 +76,8 @@ class RayExecutor(Executor):
         client names) without starting new workers; `shutdown()` releases them.
     """
 
+    round_trip_cost = 0.015    # loopback Ray, 10 clients: ~58 ms a FedAvg round of 4 (docs/BENCHMARKS.md)
+
     def __init__(self, address: str | None = None, resources: Any = None,
                  timeout: float | None = None, max_restarts: int = 3, snapshot_every: int = 50,
                  start_timeout: float = 120.0, num_cpus: float | None = None,

@@ -1,0 +1,220 @@
+"""`backend="auto"` (the default of `Problem.solve`): pick the backend and its settings from the
+model and from what a round trip costs on the executor, run it, and say what was picked and why
+in `res.info["auto"]` (docs/api.md, "Choosing a backend: auto").
+
+The rules, in order (each measured on benchmarks/bench_rounds.py's suite; docs/BENCHMARKS.md,
+the section on backend="auto"):
+
+1. A nonsmooth term with neither a gradient nor a prox (`compiler.canonical.classify_objective`)
+   is refused: no federated backend can take it (CVXPY, centralized, can); so is a model
+   without clients.
+2. A graph that is no star (ring, path, grid, a server with client–client edges) runs DALD
+   (Fed-DALD-DC, the server block hosted on a client): only the DALD/DGD family runs on such
+   graphs. Its Gauss-Seidel sweep goes in colour classes (`order="colour"`, one parallel batch
+   each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
+3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
+4. A star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
+   Pearson — or couples variables) or a client has private variables: its augmented
+   Lagrangian is the one exact treatment. Otherwise (unconstrained, or norm balls, bounds,
+   halfspaces only, ℓ1 by its prox) ProxAL below `MANY_CLIENTS` clients and FedADMM from there
+   on: ProxAL's consensus ADMM needs more iterations per outer step as n grows (bench_rounds:
+   logistic-ball 26 / 69 / 553 round trips at n = 5 / 40 / 200, FedADMM 41 / 52 / 57). Where
+   FedADMM still refuses the model (a client's ℓ1 term and its set, say), ProxAL runs.
+   Where round trips are dear (`Executor.round_trip_cost` ≥ `DEAR_ROUND_TRIP` seconds: Flower,
+   not the in-process executors) ProxAL solves its local subproblems tighter
+   (`local_tol_cap=DEAR_LOCAL_TOL_CAP`): more local work per round, fewer round trips
+   (logistic-ball n = 40: 69 → 38), more CPU per round trip; on cheap ones its default.
+
+`Auto(overrides={"proxal": {...}})` adds options to whichever backend is picked (the command
+line's tighter ProxAL tolerances, for instance); `Auto(epsilon_total=...)` asks for privacy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedmodel import registry, topologies
+from fedmodel.compiler.canonical import classify_objective
+from fedmodel.compiler.sets import simple_set
+from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
+from fedmodel.problem import make_backend
+
+# Clients from which FedADMM replaces ProxAL on models it takes (star, simple sets only):
+# measured crossing on bench_rounds' suite (docs/BENCHMARKS.md, the section on backend="auto").
+MANY_CLIENTS = 40
+# Seconds per round trip from which a round trip is "dear" (Flower's simulation: ~0.1 s,
+# a deployment 6.6 s; Ray on loopback ~0.015 s, in process ~1e-4 s: docs/BENCHMARKS.md)
+DEAR_ROUND_TRIP = 0.05
+# ProxAL's local tolerance cap where round trips are dear (its default 0.1:
+# ε_{t+1} = min(q^t, τ_k/10))
+DEAR_LOCAL_TOL_CAP = 0.01
+DP_OPTIONS = ("epsilon_total", "epsilon", "delta")
+
+
+@dataclass
+class Traits:
+    """What in a model decides the backend (`describe`)."""
+    clients: int
+    general: list[str] = field(default_factory=list)      # constraints no projection takes
+    sets: list[str] = field(default_factory=list)         # simple sets (balls, bounds, affine)
+    prox: list[str] = field(default_factory=list)         # blocks with a λ‖w‖₁ term
+    unsupported: list[str] = field(default_factory=list)  # nonsmooth terms without a prox
+    private: list[str] = field(default_factory=list)      # clients with private variables
+
+
+def describe(problem) -> Traits:
+    """The model's constraints and where they live, its nonsmooth terms, private variables and
+    server block: what `Auto.choose` decides from."""
+    traits = Traits(clients=len(problem.clients))
+    for block in problem.blocks:
+        where = "server" if block.kind == "server" else f"client {block.name!r}"
+        for constraint in block.constraints:
+            simple = simple_set(constraint, affine=True) is not None
+            (traits.sets if simple else traits.general).append(f"{where}: {constraint.name}")
+        classified = classify_objective(block.terms)
+        traits.unsupported += [f"{where}: {expr}" for expr in classified.unsupported]
+        if classified.prox:
+            traits.prox.append(where)
+    traits.private = [c.name for c in problem.clients if c.private_variables]
+    return traits
+
+
+def round_trip_cost(executor: Any) -> float:
+    """Seconds a round trip costs on `executor` beyond the nodes' own work: the executor's
+    `round_trip_cost` (an instance's, or its class's for a name, without starting it)."""
+    if isinstance(executor, str) or executor is None:
+        executor = registry.lookup("executor", executor or "serial")
+    return float(getattr(executor, "round_trip_cost", 0.0))
+
+
+def is_star(problem, topology: Any) -> bool:
+    """Whether a topology is a star (None is one): a server node joined to every client and no
+    client–client edge — where backends with a server run (DALD's own test for Fed-DALD-CC)."""
+    if topology is None:
+        return True
+    server = topologies.server_node(topology)
+    graph = topology.to_undirected() if topology.is_directed() else topology
+    return server is not None and all(server in edge for edge in graph.edges) \
+        and graph.degree(server) == len(problem.clients)
+
+
+@dataclass
+class Choice:
+    """What `Auto` picked: a registered backend name, its options, and why (one reason a rule)."""
+    backend: str
+    settings: dict[str, Any]
+    reasons: list[str]
+    round_trip_cost: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "settings": dict(self.settings),
+                "reasons": list(self.reasons), "round_trip_cost": self.round_trip_cost}
+
+
+class Auto:
+    """`backend="auto"`: the backend and settings the model and the executor call for (module
+    docstring). `overrides`: {backend name: options} added to the picked backend's; DP options
+    (`epsilon_total`, `epsilon`, `delta`) ask for a private run (DP-ADMM)."""
+
+    name = "auto"
+
+    def __init__(self, overrides: dict[str, dict[str, Any]] | None = None, **privacy: Any):
+        unknown = sorted(set(privacy) - set(DP_OPTIONS))
+        if unknown:
+            raise FedModelError(f"backend 'auto' takes {list(DP_OPTIONS)} (a private run) and "
+                                f"overrides={{backend: options}}, not {unknown}; to set a "
+                                "backend's options, name it: prob.solve('proxal', ...)")
+        if overrides is not None and not (isinstance(overrides, dict) and
+                                          all(isinstance(v, dict) for v in overrides.values())):
+            raise FedModelError(f"overrides must be {{backend name: {{option: value}}}}, got "
+                                f"{overrides!r}")
+        self.overrides = dict(overrides or {})
+        self.privacy = {k: v for k, v in privacy.items() if v is not None}
+
+    def choose(self, problem, topology: Any = None, executor: Any = "serial") -> Choice:
+        """The backend, its settings and the reasons, from the model and the executor."""
+        traits, cost = describe(problem), round_trip_cost(executor)
+        if traits.unsupported:
+            raise SmoothnessError(
+                f"no backend can run problem {problem.name!r}: the terms {traits.unsupported} are "
+                "nonsmooth with no prox (only λ·norm1(w) of a shared variable has one); write "
+                "them as constraints (e.g. t ≥ |a|) or solve centrally with backend='cvxpy'")
+        dear = cost >= DEAR_ROUND_TRIP
+        trip = (f"round trips {'dear' if dear else 'cheap'} on this executor "
+                f"(~{cost:.3g} s each; dear from {DEAR_ROUND_TRIP:g} s)")
+        if not traits.clients:
+            raise FedModelError(f"no backend can run problem {problem.name!r} federated: it has no "
+                                "clients (add them with prob.add_client) — or solve it centrally "
+                                "with backend='cvxpy'")
+        if not is_star(problem, topology):
+            return self._graph(problem, topology, traits, cost, trip)
+        if self.privacy:
+            return self._pick("dp-admm", dict(self.privacy), cost, [
+                f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend",
+                trip])
+        many = MANY_CLIENTS
+        simple = f"only simple sets ({_few(traits.sets)})" if traits.sets else "no constraints"
+        if traits.general or traits.private:
+            why = (f"constraints that are no simple set ({_few(traits.general)})" if traits.general
+                   else f"private variables on clients {_few(traits.private)}")
+            reasons = [f"{why}: ProxAL's augmented Lagrangian treats them exactly", trip]
+        elif traits.clients >= many:
+            return self._pick("fedadmm", {}, cost, [
+                f"{traits.clients} clients ≥ {many}, {simple}: FedADMM's round trips stay flat "
+                "in n where ProxAL's consensus ADMM grows", trip])
+        else:
+            reasons = [f"{traits.clients} clients < {many}, {simple}: ProxAL's defaults take the "
+                       "fewest round trips", trip]
+        return self._proxal(reasons, cost)
+
+    def _proxal(self, reasons: list[str], cost: float) -> Choice:
+        """ProxAL, with more local work per round where round trips are dear."""
+        if cost < DEAR_ROUND_TRIP:
+            return self._pick("proxal", {}, cost, reasons)
+        return self._pick("proxal", {"local_tol_cap": DEAR_LOCAL_TOL_CAP}, cost, reasons + [
+            f"local subproblems solved tighter (local_tol_cap={DEAR_LOCAL_TOL_CAP:g}): more "
+            "local work per round, fewer round trips"])
+
+    def _graph(self, problem, topology, traits: Traits, cost: float, trip: str) -> Choice:
+        """A graph that is no star: DALD (Fed-DALD-DC, a server block hosted on a client) with its
+        sweep in colour classes, unless privacy is asked."""
+        nodes = topology.number_of_nodes()
+        if self.privacy:
+            raise TopologyError(
+                f"no backend can run problem {problem.name!r} privately on a graph that is no star "
+                f"({nodes} nodes): DP-ADMM needs a server joined to every client; pass a star "
+                "topology (or none) or drop the DP options")
+        return self._pick("dald", {"order": "colour"}, cost, [
+            f"a graph that is no star ({nodes} nodes, {topology.number_of_edges()} edges): only "
+            "DALD-style backends run on graphs (Fed-DALD-DC)",
+            "its sweep in colour classes (order='colour'): each class one parallel batch, so "
+            "fewer round trips per iteration", trip])
+
+    def _pick(self, backend: str, settings: dict, cost: float, reasons: list[str]) -> Choice:
+        settings = {**settings, **self.overrides.get(backend, {})}
+        return Choice(backend, settings, reasons, cost)
+
+    def solve(self, problem, topology: Any = None, executor: Any = "serial", **options: Any):
+        """Choose (`choose`), run the choice with `Problem.solve`'s other arguments, and record
+        the choice in `res.info["auto"]`."""
+        choice = self.choose(problem, topology, executor)
+        try:
+            result = make_backend(choice.backend, **choice.settings).solve(
+                problem, topology=topology, executor=executor, **options)
+        except FedModelError as refusal:
+            if choice.backend != "fedadmm":
+                raise
+            # (FedADMM checks its nodes before its first round: nothing ran) ProxAL takes any
+            # constraint and prox term FedADMM's projections cannot combine
+            why = f"FedADMM refused the model ({' '.join(str(refusal).split()[:12])} …)"
+            choice = self._proxal([why + ": ProxAL runs it"], choice.round_trip_cost)
+            result = make_backend(choice.backend, **choice.settings).solve(
+                problem, topology=topology, executor=executor, **options)
+        result.info["auto"] = choice.as_dict()
+        return result
+
+
+def _few(items: list[str], shown: int = 3) -> str:
+    """At most `shown` items, then how many more (a reason stays one line)."""
+    more = f", … {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
