@@ -441,10 +441,19 @@ clientapp = "{APP_PACKAGE}.client:app"
         return proc.pid
 
     def close(self) -> None:
-        """End every process this deployment started, by its process group id."""
-        for proc in [*self.supernodes.values(), self.superlink]:
-            if proc is not None:
-                _end(proc, signal.SIGTERM)
+        """End every process this deployment started, by its process group id, and the
+        process groups its processes started: Flower starts the SuperLink's SuperExec in a
+        session of its own, which outlived the SuperLink (with its ServerApps) on a loaded
+        machine."""
+        procs = [p for p in [*self.supernodes.values(), self.superlink] if p is not None]
+        groups = _descendant_groups([p.pid for p in procs])
+        for proc in procs:
+            _end(proc, signal.SIGTERM)
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.supernodes, self.superlink = {}, None
 
     def __enter__(self) -> "Deployment":
@@ -488,6 +497,30 @@ def _self_signed(host: str) -> dict[str, bytes]:
     return {"ca": ca.public_bytes(pem), "cert": server.public_bytes(pem),
             "key": key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
                                      serialization.NoEncryption())}
+
+
+def _descendant_groups(pids: list[int]) -> set[int]:
+    """The process groups of the descendants of `pids` (Linux /proc) other than their own."""
+    parent: dict[int, int] = {}
+    group: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(entry)], group[int(entry)] = int(fields[1]), int(fields[2])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    seen, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo.extend(children.get(pid, []))
+    return {group[p] for p in seen if p in group} - set(pids) - {os.getpgrp()}
 
 
 def _end(proc: subprocess.Popen, sig: int) -> None:

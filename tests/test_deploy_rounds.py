@@ -152,6 +152,40 @@ def test_a_node_remembers_which_backend_serves_a_kind(tmp_path):
         assert json.loads((folder / "kinds.json").read_text())[kind] == first["provider"]
 
 
+def test_close_ends_the_sessions_its_processes_started(tmp_path):
+    """Flower starts the SuperLink's SuperExec in a session of its own: `close` ends that
+    process group too, not only the groups of the processes it started itself."""
+    import os
+    import subprocess
+    import time
+    pidfile = tmp_path / "child"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time\n"
+         "c = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+         f"open({str(pidfile)!r}, 'w').write(str(c.pid))\ntime.sleep(300)\n"],
+        start_new_session=True)
+    for _ in range(600):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    assert os.getpgid(child) == child != parent.pid       # its own session, like the SuperExec
+    dep = deploy.Deployment.__new__(deploy.Deployment)
+    dep.supernodes, dep.superlink = {}, parent
+    dep.close()
+    assert parent.poll() is not None
+    for _ in range(200):        # (killed; reaped by init, or a zombie until then)
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the child's session outlived close()")
+
+
 def test_every_example_defines_make_problem():
     """Each example builds its model for any number of clients (what a deployment asks)."""
     assert len(EXAMPLES) >= 3
