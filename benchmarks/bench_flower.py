@@ -15,12 +15,25 @@ client, n clients, R rounds, in ONE process, one executor after the other:
 
     python benchmarks/bench_flower.py [--sizes 5,50] [--rounds 10]
     python benchmarks/bench_flower.py --deploy [--sizes 5] [--rounds 4]
+    python benchmarks/bench_flower.py --client-cpu
+    python benchmarks/bench_flower.py --goal fedadmm-ridge [--sizes 5]
+    python benchmarks/bench_flower.py --goal proxal-np-adult [--sizes 5]
 
 --deploy: the same FedAvg model as a `fedmodel deploy` (`fedmodel.deploy.Deployment`): a real
 flower-superlink and one flower-supernode process per client on 127.0.0.1 (insecure), the run
 submitted with `flwr run`. Seconds per round = median of the differences of the ServerApp's
 round time stamps (start-up and the build excluded); beside it the serial executor on the same
 problem in this process. Processes are counted (`ps`) while the deployment is up.
+
+--client-cpu: CPU seconds of one ClientApp process before it serves its request (Flower's and
+fedmodel's imports, the procedure lookup), Flower's entry point and the catalogue in name order
+(before) against `fedmodel deploy`'s lean entry point and the node's kind cache (after).
+
+--goal: issue 27 item 4's deployments, a backend's defaults to the end on a bench_rounds model
+(FedADMM on ridge, ProxAL on NP adult): wall seconds from `Deployment.start` to the result,
+round trips, the solution's distance to CVXPY's (solved here), and where a round trip goes
+(`FlowerExecutor.round_trip_breakdown`: medians over the replies of the run's client-side and
+server-side time stamps). --deploy and --goal print that breakdown too.
 
 Ray: `ray.init(num_cpus=2)` on this machine, shut down before Flower starts its own (Flower's
 simulation engine runs on Ray and ends it when it stops).
@@ -105,6 +118,128 @@ def _memory_mb(pids: list[int]) -> tuple[float, int]:
     return sum(rss.get(p, 0) for p in seen) / 1024, len(seen)
 
 
+GOAL_MODEL = """
+import sys
+sys.path.insert(0, {root!r})
+from benchmarks import bench_rounds
+
+
+def make_problem(n_clients):
+    return bench_rounds.MODELS[{model!r}](n_clients)[0]
+
+
+backend = {backend!r}
+"""
+GOALS = {"fedadmm-ridge": ("ridge", "fedadmm"), "proxal-np-adult": ("np-adult", "proxal")}
+STAGES = ("to_process", "imports", "to_handler", "lookup", "program", "serve", "save", "to_server", "total",
+          "round_trip", "cpu_before", "cpu_handler")
+
+
+def breakdown_row(label: str, breakdown: dict) -> str:
+    """One markdown row of `FlowerExecutor.round_trip_breakdown` (seconds)."""
+    return f"| {label} | " + " | ".join(f"{breakdown.get(k, float('nan')):.3f}" for k in STAGES) + " |"
+
+
+def breakdown_header() -> str:
+    return ("| run | " + " | ".join(STAGES) + " |\n|" + "---|" * (len(STAGES) + 1))
+
+
+def _deployed(text: str, n: int, work: Path, wait: float, timeout: float = 600
+              ) -> tuple[dict, float]:
+    """Run a model file's text as a deployment of n clients; (result, wall s start → result).
+    A run without a result after `wait` s is stopped; its result is then the ServerApp's last
+    progress line, with "status" "stopped after WAIT s"."""
+    from fedmodel import FedModelError
+    from fedmodel.deploy import Deployment
+    path = work / "model.py"
+    path.write_text(text)
+    dep = Deployment(path, n, work / "run", timeout=timeout, start_timeout=1800)
+    try:
+        begin = time.perf_counter()
+        dep.start()
+        try:
+            result = dep.run(wait=wait)
+        except FedModelError as err:
+            if "no result after" not in str(err):
+                raise
+            lines = dep.progress_lines()
+            result = {**(lines[-1] if lines else {"round_trips": 0, "seconds": float("nan")}),
+                      "status": f"stopped after {wait:g} s ({len(lines)} rounds)", "values": {}}
+        return result, time.perf_counter() - begin
+    finally:
+        dep.close()
+
+
+def goal(name: str, sizes: list[int], wait: float) -> None:
+    """--goal: a backend's defaults to the end in a deployment, checked against CVXPY."""
+    import tempfile
+    from benchmarks import bench_rounds
+    model, backend = GOALS[name]
+    root = str(Path(__file__).resolve().parent.parent)
+    rows = []
+    for n in sizes:
+        prob, _ = bench_rounds.MODELS[model](n)
+        reference = prob.solve("cvxpy").values_by_label()
+        with tempfile.TemporaryDirectory() as work:
+            result, wall = _deployed(GOAL_MODEL.format(root=root, model=model, backend=backend),
+                                     n, Path(work), wait)
+        distance = max((float(np.max(np.abs(np.asarray(result["values"][k]) - v)))
+                        for k, v in reference.items() if k in result["values"]), default=float("nan"))
+        scale = max(float(np.max(np.abs(v))) for v in reference.values())
+        rows.append((n, result, wall, distance, scale))
+        print(f"{name} n = {n}: {result['status']}, wall {wall:.0f} s (ServerApp {result['seconds']:.0f} s), "
+              f"{result['round_trips']} round trips, {wall / max(result['round_trips'], 1):.2f} s per "
+              f"round trip, max |w − w_cvxpy| {distance:.2e} (|w_cvxpy|∞ {scale:.2f})", flush=True)
+    print(breakdown_header())
+    for n, result, *_ in rows:
+        print(breakdown_row(f"{name} n = {n}", result.get("breakdown", {})))
+
+
+CLIENT_PROCESS = """
+import json, sys, time
+t0 = time.process_time()
+if sys.argv[1] == "lean":       # what fedmodel deploy's flwr-clientapp imports (deploy.LEAN_CLIENTAPP)
+    import importlib.util, flwr.supernode
+    spec = importlib.util.spec_from_file_location(
+        "lean", flwr.supernode.__path__[0] + "/cli/flwr_clientapp.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+else:                            # Flower's own flwr-clientapp entry point
+    import flwr.supernode.cli.flwr_clientapp
+import flwr.clientapp, flwr.app
+t1 = time.process_time()
+from fedmodel.runtime.flower import client_app
+t2 = time.process_time()
+cache = client_app.KindCache(sys.argv[3]) if sys.argv[3] != "-" else None
+client_app.served_kind(sys.argv[2], cache)
+t3 = time.process_time()
+print(json.dumps([t1 - t0, t2 - t1, t3 - t2]))
+"""
+
+
+def client_cpu(kinds: tuple[str, ...] = ("fedadmm_round", "proxal_admm_step"), repeat: int = 3) -> None:
+    """--client-cpu: CPU seconds (load-independent) of what every ClientApp process of a
+    deployment does before fedmodel serves its request — Flower's imports, fedmodel's, finding
+    the request's procedure — before (Flower's entry point, the catalogue in name order) and
+    after (the lean entry point, the node's kind cache); medians of `repeat` fresh processes."""
+    import json
+    import subprocess
+    import tempfile
+    print("| request kind | Flower imports (entry point / lean) | fedmodel client_app | "
+          "procedure lookup (name order / node's cache) | total before / after |")
+    print("|---|---|---|---|---|")
+    for kind in kinds:
+        with tempfile.TemporaryDirectory() as cache:
+            def cpu(form: str, folder: str) -> list[float]:
+                out = subprocess.run([sys.executable, "-c", CLIENT_PROCESS, form, kind, folder],
+                                     capture_output=True, text=True, check=True).stdout
+                return json.loads(out.strip().splitlines()[-1])
+            cpu("lean", cache)                  # (fills the node's cache)
+            before = np.median([cpu("entry", "-") for _ in range(repeat)], axis=0)
+            after = np.median([cpu("lean", cache) for _ in range(repeat)], axis=0)
+        print(f"| {kind} | {before[0]:.2f} / {after[0]:.2f} | {after[1]:.2f} | {before[2]:.2f} / "
+              f"{after[2]:.2f} | {before.sum():.2f} / {after.sum():.2f} |", flush=True)
+
+
 def deploy(sizes: list[int], rounds: int) -> None:
     """--deploy: serial vs a real deployment, seconds per FedAvg round."""
     import tempfile
@@ -116,6 +251,7 @@ def deploy(sizes: list[int], rounds: int) -> None:
     print("| n | serial ms/round | deployment s/round | deployment / serial | round trips (run) | "
           "s per round trip | start-up, build, 1st round, gather s | processes | resident MB |")
     print("|---|---|---|---|---|---|---|---|---|")
+    breakdowns = []
     for n in sizes:
         serial = run(model(n), SerialExecutor(), rounds)["s"]
         with tempfile.TemporaryDirectory() as work:
@@ -137,6 +273,10 @@ def deploy(sizes: list[int], rounds: int) -> None:
         print(f"| {n} | {1e3 * serial:.2f} | {per_round:.2f} | {per_round / serial:.0f} | {trips} | "
               f"{result['seconds'] / trips:.2f} | {total - (ends[-1] - ends[0]):.0f} | {procs} | "
               f"{mb:.0f} |", flush=True)
+        breakdowns.append((n, result.get("breakdown", {})))
+    print(breakdown_header())
+    for n, b in breakdowns:
+        print(breakdown_row(f"FedAvg n = {n}", b))
 
 
 def main(argv=None) -> None:
@@ -144,8 +284,19 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes", default="5,50")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--deploy", action="store_true", help="a real deployment (see above)")
+    parser.add_argument("--goal", choices=sorted(GOALS), help="a backend's defaults deployed (above)")
+    parser.add_argument("--wait", type=float, default=3600.0,
+                        help="--goal: stop a deployment without a result after this many s")
+    parser.add_argument("--client-cpu", action="store_true",
+                        help="CPU seconds of a ClientApp process before its request (above)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.client_cpu:
+        client_cpu()
+        return
+    if args.goal:
+        goal(args.goal, sizes, args.wait)
+        return
     if args.deploy:
         deploy(sizes, args.rounds)
         return

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FedModelError
-from .runtime.flower.codec import NODE_DATA_KEY, NODE_NAME_KEY
+from .runtime.flower.codec import NODE_CACHE_KEY, NODE_DATA_KEY, NODE_NAME_KEY
 from .runtime.flower.driver import FlowerExecutor
 
 try:
@@ -51,7 +51,17 @@ except ImportError:     # optional extra: Deployment then says how to install it
 APP_PACKAGE = "fedmodel_app"
 # A SuperNode's SuperExec looks for a message to start a ClientApp for every 1 s by default
 # (flwr 1.42); this environment variable is Flower's knob for it, set on every process we start.
-POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05"}
+# FEDMODEL_SUPERNODE_POLL is ours: `run_supernode` caps the SuperNode's hard-coded waits with it.
+POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05", "FEDMODEL_SUPERNODE_POLL": "0.2"}
+SUPERNODE_POLL_ENV = "FEDMODEL_SUPERNODE_POLL"
+# the SuperLink, and the Flower commands a SuperLink / SuperNode start from PATH (their console
+# scripts' targets): `fedmodel deploy` writes them into WORKDIR/bin for this Python, so that
+# the ServerApp and every ClientApp import this environment's fedmodel (not that of the first
+# `flwr-clientapp` on PATH)
+FLOWER_SCRIPTS = {"flower-superlink": "flwr.superlink.cli:flower_superlink",
+                  "flwr-serverapp": "flwr.superlink.cli:flwr_serverapp",
+                  "flwr-clientapp": "flwr.supernode.cli:flwr_clientapp",
+                  "flower-superexec": "flwr.supercore.cli:flower_superexec"}
 
 
 def load_problem(module: Any, n_clients: int):
@@ -93,8 +103,12 @@ def _solve(grid: "Grid", config: Any, out: Path) -> None:
 
     def callback(record: dict) -> None:
         stamps.append(time.perf_counter())
+        # (round trips so far and where they went: a run stopped early still tells)
+        line = {"objective": float(record.get("objective", float("nan"))),
+                "round_trips": executor.round_trips, "seconds": stamps[-1] - start,
+                "breakdown": executor.round_trip_breakdown()}
         with open(progress, "a") as f:
-            f.write(json.dumps({"objective": float(record.get("objective", float("nan")))}) + "\n")
+            f.write(json.dumps(line) + "\n")
 
     start = time.perf_counter()
     # (no `backend` in the model file: Problem.solve's default backend)
@@ -112,6 +126,7 @@ def _solve(grid: "Grid", config: Any, out: Path) -> None:
         "node_ids": executor.node_ids, "seconds": time.perf_counter() - start,
         "round_ends": [t - start for t in stamps],
         "secure_sum": executor.sum_only,
+        "breakdown": executor.round_trip_breakdown(),
     }
     out.write_text(json.dumps(summary, default=str))
 
@@ -121,6 +136,57 @@ if ServerApp is not None:
     server_app.main()(_serve)
 else:
     server_app = None
+
+
+# `flwr-clientapp` as WORKDIR/bin writes it: Flower's own `flwr_clientapp` (the same function),
+# loaded from its file without its package's __init__, which imports the whole SuperNode CLI
+# (its SQL object store among it): 0.5–0.9 of the 1.9–2.2 CPU s of Flower's imports that a
+# ClientApp process (one per message) paid, measured with flwr 1.42 (bench_flower --client-cpu)
+LEAN_CLIENTAPP = """import importlib.util
+import sys
+
+import flwr.supernode
+
+try:
+    _spec = importlib.util.spec_from_file_location(
+        "fedmodel_flwr_clientapp", flwr.supernode.__path__[0] + "/cli/flwr_clientapp.py")
+    _module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_module)
+    main = _module.flwr_clientapp
+except (OSError, ImportError, AttributeError):     # another Flower layout: its own entry point
+    from flwr.supernode.cli import flwr_clientapp as main
+sys.exit(main())
+"""
+
+
+class _CappedSleep:
+    """The `time` module, with `sleep` waiting at most `cap` seconds (`run_supernode`)."""
+
+    def __init__(self, cap: float):
+        self.cap = cap
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(min(seconds, self.cap))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def run_supernode(argv: list[str], poll: float) -> None:
+    """`flower-supernode ARGV`, with the waits Flower 1.42 hard-codes in its SuperNode loop
+    (`flwr.supernode.start_client_internal`: 3 s between two pulls of an idle node, 0.5 s
+    between two looks for the ClientApp's reply) capped at `poll` seconds. These waits were
+    most of a deployment round trip (docs/flower.md, breakdown) and Flower offers no setting
+    for them; only that module's sleeps change, its protocol does not. Run as
+    `python -m fedmodel.deploy flower-supernode ARGS` (poll: env FEDMODEL_SUPERNODE_POLL)."""
+    from flwr.supernode import start_client_internal
+    from flwr.supernode.cli import flower_supernode
+
+    if not (math.isfinite(poll) and poll > 0):
+        raise FedModelError(f"{SUPERNODE_POLL_ENV} must be positive seconds, got {poll!r}")
+    start_client_internal.time = _CappedSleep(poll)
+    sys.argv = ["flower-supernode", *argv]
+    flower_supernode()
 
 
 def _free_port() -> int:
@@ -254,8 +320,10 @@ clientapp = "{APP_PACKAGE}.client:app"
                         "--ssl-keyfile", str(c["key"])]
         else:
             security = ["--insecure"]
-        return [_exe("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(self.port),
-                "--disable-runtime-dependency-installation"]
+        # (this Python's own script: a pyenv shim would put its own Python first on the PATH
+        # of the SuperLink's children, the ServerApp among them)
+        return [str(self._scripts() / "flower-superlink"), *security, "--host", "127.0.0.1",
+                "--port", str(self.port), "--disable-runtime-dependency-installation"]
 
     def supernode_command(self, name: str, superlink: str | None = None) -> list[str]:
         port = self.node_ports[self.names.index(name)]
@@ -263,14 +331,18 @@ clientapp = "{APP_PACKAGE}.client:app"
         config = f'{NODE_NAME_KEY}="{name}"'
         if self.data is not None:       # the client's own data directory (its host's config)
             config += f' {NODE_DATA_KEY}="{Path(self.data.format(client=name)).resolve()}"'
-        return [_exe("flower-supernode"), *security,
+        # what the node remembers between its ClientApp processes (client_app.KindCache)
+        config += f' {NODE_CACHE_KEY}="{self.workdir / "cache" / name}"'
+        # (this Python runs Flower's SuperNode with its waits capped: `run_supernode`)
+        return [sys.executable, "-m", "fedmodel.deploy", "flower-supernode", *security,
                 "--superlink", superlink or f"127.0.0.1:{self.port}", "--port", str(port),
                 "--node-config", config]
 
     def commands(self) -> list[str]:
         """What to run on separate hosts (SUPERLINK_HOST: the SuperLink's address)."""
         def line(cmd: list[str]) -> str:
-            return " ".join([Path(cmd[0]).name] + [f"'{c}'" if '"' in c else c for c in cmd[1:]])
+            head = "python" if cmd[0] == sys.executable else Path(cmd[0]).name
+            return " ".join([head] + [f"'{c}'" if '"' in c else c for c in cmd[1:]])
 
         link = line(self.superlink_command()).replace("127.0.0.1", "0.0.0.0")
         out = [f"# on the server host:\n{link}"]
@@ -282,8 +354,23 @@ clientapp = "{APP_PACKAGE}.client:app"
                    "fedmodel --stream")
         return out
 
+    def _scripts(self) -> Path:
+        """workdir/bin: Flower's commands that a SuperLink / SuperNode start from PATH, for
+        this Python (`FLOWER_SCRIPTS`)."""
+        folder = self.workdir / "bin"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, target in FLOWER_SCRIPTS.items():
+            module, function = target.split(":")
+            path = folder / name
+            body = LEAN_CLIENTAPP if name == "flwr-clientapp" else \
+                f"import sys\nfrom {module} import {function}\nsys.exit({function}())\n"
+            path.write_text(f"#!{sys.executable}\n{body}")
+            path.chmod(0o755)
+        return folder
+
     def _spawn(self, cmd: list[str], log: str) -> subprocess.Popen:
         env = {**POLL_ENV, **os.environ, "FLWR_HOME": str(self.flwr_home)}
+        env["PATH"] = os.pathsep.join([str(self._scripts()), env.get("PATH", "")])
         with open(self.workdir / log, "ab") as f:
             # own session: ending it by its group id also ends the ServerApp/ClientApp children
             return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
@@ -338,8 +425,14 @@ clientapp = "{APP_PACKAGE}.client:app"
 
     def progress(self) -> int:
         """Rounds the running ServerApp has reported so far."""
+        return len(self.progress_lines())
+
+    def progress_lines(self) -> list[dict]:
+        """The running ServerApp's line per round: objective, round trips and seconds so far,
+        and where the round trips went (`FlowerExecutor.round_trip_breakdown`)."""
         path = self.result_path.with_suffix(".progress")
-        return len(path.read_text().splitlines()) if path.exists() else 0
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(line) for line in lines if line.strip()]
 
     def kill_supernode(self, name: str) -> int:
         """kill -9 the SuperNode of client `name` (and its ClientApp children); its pid."""
@@ -348,10 +441,19 @@ clientapp = "{APP_PACKAGE}.client:app"
         return proc.pid
 
     def close(self) -> None:
-        """End every process this deployment started, by its process group id."""
-        for proc in [*self.supernodes.values(), self.superlink]:
-            if proc is not None:
-                _end(proc, signal.SIGTERM)
+        """End every process this deployment started, by its process group id, and the
+        process groups its processes started: Flower starts the SuperLink's SuperExec in a
+        session of its own, which outlived the SuperLink (with its ServerApps) on a loaded
+        machine."""
+        procs = [p for p in [*self.supernodes.values(), self.superlink] if p is not None]
+        groups = _descendant_groups([p.pid for p in procs])
+        for proc in procs:
+            _end(proc, signal.SIGTERM)
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.supernodes, self.superlink = {}, None
 
     def __enter__(self) -> "Deployment":
@@ -397,6 +499,30 @@ def _self_signed(host: str) -> dict[str, bytes]:
                                      serialization.NoEncryption())}
 
 
+def _descendant_groups(pids: list[int]) -> set[int]:
+    """The process groups of the descendants of `pids` (Linux /proc) other than their own."""
+    parent: dict[int, int] = {}
+    group: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(entry)], group[int(entry)] = int(fields[1]), int(fields[2])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    seen, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo.extend(children.get(pid, []))
+    return {group[p] for p in seen if p in group} - set(pids) - {os.getpgrp()}
+
+
 def _end(proc: subprocess.Popen, sig: int) -> None:
     """Signal a process's group (it leads its own session) and wait for it; SIGKILL after 10 s."""
     if proc.poll() is None:
@@ -409,3 +535,9 @@ def _end(proc: subprocess.Popen, sig: int) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+if __name__ == "__main__":      # python -m fedmodel.deploy flower-supernode ARGS
+    if sys.argv[1:2] != ["flower-supernode"]:
+        raise SystemExit("usage: python -m fedmodel.deploy flower-supernode [flower-supernode args]")
+    run_supernode(sys.argv[2:], float(os.environ.get(SUPERNODE_POLL_ENV, POLL_ENV[SUPERNODE_POLL_ENV])))

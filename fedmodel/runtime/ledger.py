@@ -169,6 +169,32 @@ def lookup(kind: str) -> Callable:
 
 
 _CATALOGUE: dict[str, Any] = {"loaded": set(), "busy": False}
+_PROVIDER: dict[str, str] = {}      # kind -> the installed backend whose steps registered it
+
+
+def load_backend(name: str) -> bool:
+    """Install the steps of the installed backend `name` (its registry entry point), once per
+    process; False if there is no such backend or it fails to import (it serves nothing)."""
+    from .. import registry         # (the registry imports nothing of the runtime's)
+    if name in _CATALOGUE["loaded"]:
+        return True
+    if name not in registry.names("backend"):
+        return False
+    _CATALOGUE["loaded"].add(name)
+    try:
+        backend = registry.lookup("backend", name)
+    except Exception:       # an add-on that fails to import serves nothing here
+        return False
+    for steps in (getattr(backend, "framework_procedures", ()), getattr(backend, "procedures", ())):
+        for kind in install(steps):     # (`Backend.run` sends both)
+            _PROVIDER.setdefault(kind, name)
+    return True
+
+
+def provider(kind: str) -> str | None:
+    """The installed backend whose steps registered `kind` in this process's catalogue, if
+    the catalogue loaded it (a client remembers it: `client_app.KindCache`)."""
+    return _PROVIDER.get(kind)
 
 
 def _load_catalogue(until: Callable[[], bool] = lambda: False) -> None:
@@ -184,15 +210,7 @@ def _load_catalogue(until: Callable[[], bool] = lambda: False) -> None:
         for name in registry.names("backend"):
             if until():
                 return
-            if name in _CATALOGUE["loaded"]:
-                continue
-            _CATALOGUE["loaded"].add(name)
-            try:
-                backend = registry.lookup("backend", name)
-            except Exception:       # an add-on that fails to import serves nothing here
-                continue
-            install(getattr(backend, "framework_procedures", ()))   # (`Backend.run` sends both)
-            install(getattr(backend, "procedures", ()))
+            load_backend(name)
     finally:
         _CATALOGUE["busy"] = False
 

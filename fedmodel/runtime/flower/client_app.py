@@ -24,10 +24,14 @@ worker served which message. The stages of a secure sum go through Flower's `sec
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import sys
+import tempfile
+import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -35,13 +39,14 @@ import numpy as np
 from ...errors import DataError, FedModelError
 from .. import wire
 from ..executor import check_sum_fields, run_on_node
+from .. import ledger
 from ..ledger import MESSAGES, PROCEDURES, MessageKind
 from ..program import NodeProgram
 from ..spec_codec import decode_spec
 from ..wire import WireError
 from . import secagg
-from .codec import (BUILD, HELLO, NODE_DATA_KEY, NODE_NAME_KEY, REPLAY, array_limits, build_parts,
-                    check_request, decode, encode, header, loads)
+from .codec import (BUILD, HELLO, NODE_CACHE_KEY, NODE_DATA_KEY, NODE_NAME_KEY, REPLAY,
+                    array_limits, build_parts, check_request, decode, encode, header, loads)
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
@@ -55,6 +60,23 @@ CLIENT_MODULES_ENV = "FEDMODEL_CLIENT_MODULES"
 STATE = "fedmodel"              # key of this node's record in Flower's Context.state
 SPEC_ARRAYS = "fedmodel.spec"   # ... and of its spec's arrays
 log = logging.getLogger(__name__)
+_IMPORTED = time.time()     # when this process had imported Flower and fedmodel (timings)
+
+
+def _process_start() -> float | None:
+    """This process's start (epoch seconds; Linux /proc), for the round-trip breakdown: a
+    deployment starts a `flwr-clientapp` process per message."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+_STARTED = _process_start()
 
 
 # ---- what a client serves ------------------------------------------------------------------------
@@ -67,15 +89,72 @@ def load_client_modules() -> None:
             importlib.import_module(module.strip())   # the host's own configuration (allowlisted, tests/test_layers.py)
 
 
-def served_kind(kind: str) -> MessageKind:
+class KindCache:
+    """Which installed backend serves which request kind, remembered by this node in its own
+    directory (node config `fedmodel-cache`: DIR/kinds.json, written and read by the node only,
+    JSON). A deployment starts a ClientApp process per message, and finding a kind by loading
+    the installed backends in name order imported all of them for ProxAL's steps (~2 CPU s a
+    message, DP accounting's SciPy most of it); with the table a process loads the one backend.
+    The file holds backend names only: a name that is not an installed backend's, a file that
+    is not this form, or an entry that does not register its kind is ignored and the kind looked
+    up the slow way (so a tampered file costs time, never imports anything new)."""
+
+    FILE = "kinds.json"
+
+    def __init__(self, folder: str | os.PathLike):
+        self.path = Path(folder) / self.FILE
+
+    def _read(self) -> dict[str, str]:
+        try:
+            table = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(table, dict):
+            return {}
+        return {k: v for k, v in table.items() if isinstance(k, str) and isinstance(v, str)}
+
+    def backend_of(self, kind: str) -> str | None:
+        """The backend remembered for `kind`, or None."""
+        return self._read().get(kind)
+
+    def remember(self, kind: str, backend: str | None) -> None:
+        """Keep `kind` → `backend` (atomically replaced file; a failed write is only a miss)."""
+        table = self._read()
+        if backend is None or table.get(kind) == backend:
+            return
+        table[kind] = backend
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False,
+                                             suffix=".tmp") as f:
+                json.dump(table, f)
+            os.replace(f.name, self.path)
+        except OSError as err:
+            log.warning("fedmodel client could not write its kind cache %s: %s", self.path, err)
+
+
+def kind_cache(context: "Context | None") -> KindCache | None:
+    """The node's `KindCache`, if its node config names a directory (`fedmodel-cache`)."""
+    folder = context.node_config.get(NODE_CACHE_KEY) if context is not None and \
+        context.node_config else None
+    return KindCache(str(folder)) if folder else None
+
+
+def served_kind(kind: str, cache: KindCache | None = None) -> MessageKind:
     """The declaration of a request kind this client serves: one its installed fedmodel
     registers (`ledger.MESSAGES` and `ledger.PROCEDURES`, which load the installed backends'
-    steps one backend at a time until the kind is found); anything else is refused
-    (WireError), never imported. The one lookup of the ClientApp."""
+    steps one backend at a time until the kind is found — first the backend `cache` remembers
+    for it); anything else is refused (WireError), never imported. The one lookup of the
+    ClientApp."""
     load_client_modules()
+    remembered = cache.backend_of(kind) if cache is not None else None
+    if remembered is not None:
+        ledger.load_backend(remembered)     # (an installed backend's name, or nothing loads)
     if not (kind in MESSAGES and kind in PROCEDURES):
         raise WireError(f"request kind {kind[:80]!r} is not a procedure this client's fedmodel "
                         "registers; refused")
+    if cache is not None and remembered != ledger.provider(kind):
+        cache.remember(kind, ledger.provider(kind))
     return MESSAGES[kind]
 
 
@@ -106,6 +185,14 @@ def serve_message(message: "Message", context: "Context") -> "Message":
     refused or failed request is logged and answered with its error (never a silent reply)."""
     kind = "?"
     key = (message.metadata.run_id, message.metadata.dst_node_id)
+    # where the time of a round trip goes on the client (docs/flower.md, breakdown): epoch
+    # stamps of this process's start, imports and handler entry, and seconds spent finding the
+    # request's procedure (`served_kind`: loading its backend), getting the node program
+    # (cache / rebuild / state), serving, and saving the state
+    # (and the CPU seconds this process had used on entry and on leaving: load-independent)
+    timing = {"started": _STARTED, "imported": _IMPORTED, "entered": time.time(),
+              "cpu_entered": time.process_time(), "lookup": 0.0, "program": 0.0, "served": 0.0,
+              "saved": 0.0}
     try:
         kind = header(message.content)["kind"]
         if kind == HELLO:       # which client this node is (deployment: its --node-config)
@@ -115,6 +202,7 @@ def serve_message(message: "Message", context: "Context") -> "Message":
             _, payload = decode(message.content)
             text, arrays = build_parts(payload)
             program = decode_spec(text, arrays, node_data(context)).build()   # its data read here
+            timing["program"] = time.time() - timing["entered"]
             build, token = uuid.uuid4().hex, uuid.uuid4().hex
             context.state[SPEC_ARRAYS] = ArrayRecord({k: Array(np.require(v, requirements="C"))
                                                       for k, v in arrays.items()})
@@ -132,20 +220,28 @@ def serve_message(message: "Message", context: "Context") -> "Message":
                 if not (isinstance(step, tuple) and len(step) == 2 and isinstance(step[0], str)
                         and isinstance(step[1], dict)):
                     raise WireError(f"{REPLAY!r}: a step must be (kind, payload)")
-                declared = served_kind(step[0])
+                declared = served_kind(step[0], kind_cache(context))
                 check_request(declared, step[1], program.n_shared)
                 run_on_node(program, step[0], step[1])
             reply = {}
             _remember(key, context, program)
         else:
-            declared = served_kind(kind)
+            declared = served_kind(kind, kind_cache(context))
+            timing["lookup"] = time.time() - timing["entered"]
+            clock = time.time()
             program = _program_of(key, context)
+            timing["program"] = time.time() - clock
             _, payload = decode(message.content, array_limits(declared, program.n_shared))
             check_request(declared, payload, program.n_shared)
+            clock = time.time()
             reply = run_on_node(program, kind, payload)
+            timing["served"] = time.time() - clock
             if not declared.read_only:
+                clock = time.time()
                 _remember(key, context, program)
-        content = encode(kind, reply)
+                timing["saved"] = time.time() - clock
+        timing["left"], timing["cpu_left"] = time.time(), time.process_time()
+        content = encode(kind, reply, extra={"timing": timing})
     except Exception as err:    # sent back to the driver, which raises it
         if isinstance(err, WireError):
             log.error("fedmodel client refused a %r message: %s", kind, err)
@@ -159,7 +255,7 @@ def _serve_summed(message: "Message", context: "Context") -> "Message":
     the mod quantizes and masks them before anything leaves the node)."""
     content = secagg.request_of(message)
     kind = header(content)["kind"]
-    declared = served_kind(kind)
+    declared = served_kind(kind, kind_cache(context))
     key = (message.metadata.run_id, message.metadata.dst_node_id)
     program = _program_of(key, context)
     meta, payload = decode(content, array_limits(declared, program.n_shared))
@@ -183,6 +279,16 @@ def _remember(key: tuple[int, int], context: "Context", program: NodeProgram) ->
     _CACHE[key] = (record["build"], token, program)
 
 
+def _state(text: str) -> dict:
+    """A node state from its plain-data JSON: with the classes of the backends this process
+    has loaded (the request's: `served_kind` runs first), else after loading every installed
+    backend's (`codec.loads`: a state may hold another backend's records)."""
+    try:
+        return wire.loads(text, "node state")
+    except WireError:
+        return loads(text, "node state")
+
+
 def _program_of(key: tuple[int, int], context: "Context") -> NodeProgram:
     """This node's program holding the state recorded in its Context: the cached one when it
     does, else rebuilt from the spec with that state loaded."""
@@ -201,7 +307,7 @@ def _program_of(key: tuple[int, int], context: "Context") -> NodeProgram:
         arrays = {k: np.array(a.numpy()) for k, a in context.state[SPEC_ARRAYS].items()}
         program = decode_spec(record["spec"], arrays, node_data(context)).build()
     if record["state"]:
-        program.load_state(loads(record["state"], "node state"))
+        program.load_state(_state(record["state"]))
     _CACHE[key] = (build, token, program)
     return program
 

@@ -36,10 +36,11 @@ HELLO = "fedmodel.hello"        # asks a node which client it is (deployment)
 REPLAY = "fedmodel.replay"      # replays a rejoined client's requests since its build
 NODE_NAME_KEY = "fedmodel-client"   # a SuperNode's --node-config key naming its client
 NODE_DATA_KEY = "fedmodel-data"     # ... and the directory of its data files (NAME.npy)
+NODE_CACHE_KEY = "fedmodel-cache"   # ... and a directory of its own for what it remembers
 ARRAYS, CONFIG = "fm_arrays", "fm_config"   # the two records of a fedmodel message
 SPEC_PREFIX = "spec."           # a build message's array fields: the spec's arrays
 PULL_INTERVAL = 0.05    # seconds between two pulls for replies from a deployment's SuperLink
-_HEADER_KEYS = frozenset({"kind", "none", "json", "scalar", "failed", "sum"})
+_HEADER_KEYS = frozenset({"kind", "none", "json", "scalar", "failed", "sum", "timing"})
 _NUMERIC = frozenset(wire.DTYPES)
 
 
@@ -209,18 +210,25 @@ def build_parts(payload: dict[str, Any]) -> tuple[str, dict[str, np.ndarray]]:
 
 
 # ---- the server's transport --------------------------------------------------------------------------
-def send_and_receive(grid: Any, messages: list, timeout: float | None) -> list:
+def send_and_receive(grid: Any, messages: list, timeout: float | None,
+                     stamps: dict[str, float] | None = None) -> list:
     """`grid.send_and_receive`, but a deployment's grid (Flower's HttpGrid) is polled every
     PULL_INTERVAL s instead of its fixed 3 s (flwr 1.42), which alone added up to 3 s to every
-    round trip; the simulation's in-memory grid keeps its own loop (its `pull_interval`)."""
+    round trip; the simulation's in-memory grid keeps its own loop (its `pull_interval`).
+    `stamps`: filled with the epoch time each reply was pulled, by the id it replies to."""
     if hasattr(grid, "pull_interval"):
-        return list(grid.send_and_receive(messages, timeout=timeout))
+        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        if stamps is not None:
+            stamps.update((m.metadata.reply_to_message_id, time.time()) for m in replies)
+        return replies
     waiting = set(grid.push_messages(messages))
     end = time.monotonic() + (timeout if timeout is not None else math.inf)
     replies: list = []
     while waiting:
         got = list(grid.pull_messages(waiting))
         replies.extend(got)
+        if stamps is not None:
+            stamps.update((m.metadata.reply_to_message_id, time.time()) for m in got)
         waiting.difference_update(m.metadata.reply_to_message_id for m in got)
         if not waiting or time.monotonic() >= end:
             break

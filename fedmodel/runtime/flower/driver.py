@@ -122,6 +122,7 @@ class FlowerExecutor(Executor):
         self.node_ids: dict[str, int] = {}       # client -> Flower node id
         self.wire_bytes: Counter = Counter()     # (sender, receiver, kind) -> bytes on the wire
         self.round_trips = 0                     # batches sent through the Grid
+        self.timings: list[dict] = []            # per reply: where its round trip went (`_send`)
         self._lost: dict[str, str] = {}          # client -> why it was dropped (missing="drop")
         self._specs: dict[str, dict] = {}         # client -> its build message (spec text, arrays)
         self.replay = ReplayLog()                # per client: requests since its build; faults
@@ -141,6 +142,7 @@ class FlowerExecutor(Executor):
         super().start({name: (_FlowerNode(remote[name]) if name in remote else program)
                        for name, program in programs.items()})
         self.wire_bytes, self.round_trips, self._lost = Counter(), 0, {}
+        self.timings = []
         self.replay.start(remote)
         self.node_ids = {}
         if not remote:          # every program runs here (e.g. one pooled program): no Flower
@@ -366,8 +368,10 @@ class FlowerExecutor(Executor):
             content = encode(kind, payload, fields)
             sent[node] = Message(content, dst_node_id=self.node_ids[node], message_type=message_type)
             self.wire_bytes[("server", node, kind)] += wire_size(content)
-        answers = self._ask(lambda grid: send_and_receive(grid, list(sent.values()), timeout),
-                            timeout)
+        stamps: dict[str, float] = {}
+        posted = time.time()
+        answers = self._ask(lambda grid: send_and_receive(grid, list(sent.values()), timeout,
+                                                          stamps), timeout)
         self.round_trips += 1
         by_id = {m.metadata.message_id: node for node, m in sent.items()}
         got = {by_id[a.metadata.reply_to_message_id]: a for a in answers
@@ -381,8 +385,60 @@ class FlowerExecutor(Executor):
             meta, reply = decode(answer.content)
             if meta.get("failed"):
                 raise_remote(node, kind, reply["error"])
+            self._time(kind, node, posted, stamps.get(answer.metadata.reply_to_message_id),
+                       meta.get("timing"))
             replies[node] = reply
         return replies, [node for node in payloads if node not in got]
+
+    def _time(self, kind: str, node: str, posted: float, pulled: float | None,
+              client: Any) -> None:
+        """Keep one reply's time stamps (`timings`, `round_trip_breakdown`): the server's
+        (sent, pulled) and the client's (`client_app.serve_message`), numbers only."""
+        if not isinstance(client, dict):
+            return
+        stamps = {k: float(v) for k, v in client.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.timings.append({"kind": kind, "node": node, "posted": posted, "pulled": pulled,
+                             **stamps})
+
+    def round_trip_breakdown(self) -> dict[str, float]:
+        """Median seconds per reply of each stage of a round trip (`timings`; docs/flower.md):
+        to_process (server push → the ClientApp's process started: SuperLink, the SuperNode's
+        pull, its SuperExec's poll, the process start), imports (process start → Flower and
+        fedmodel imported), to_handler (→ fedmodel's handler entered: Flower loads the app and
+        the task's Context), lookup / program / serve / save (fedmodel: the request's procedure,
+        the node program, the request, its state), to_server (reply ready → pulled by the server), total (push → pull),
+        round_trip (push → the batch's last reply pulled); cpu_before / cpu_handler: CPU
+        seconds of the client's process before fedmodel's handler and in it."""
+        rows = [t for t in self.timings if t.get("pulled") is not None and "left" in t]
+        if not rows:
+            return {}
+
+        def median(values: list) -> float:
+            values = [v for v in values if v is not None]
+            return float(np.median(values)) if values else float("nan")
+
+        with_start = [t for t in rows if t.get("started") is not None]
+        batches: dict[float, float] = {}    # one round trip: push → its last reply pulled
+        for t in rows:
+            batches[t["posted"]] = max(batches.get(t["posted"], 0.0), t["pulled"] - t["posted"])
+        return {
+            "replies": float(len(rows)),
+            "round_trip": median(list(batches.values())),
+            "to_process": median([t["started"] - t["posted"] for t in with_start]),
+            "imports": median([t["imported"] - t["started"] for t in with_start]),
+            "to_handler": median([t["entered"] - t["imported"] for t in rows]),
+            "lookup": median([t.get("lookup", 0.0) for t in rows]),
+            "program": median([t["program"] for t in rows]),
+            "serve": median([t["served"] for t in rows]),
+            "save": median([t["saved"] for t in rows]),
+            "to_server": median([t["pulled"] - t["left"] for t in rows]),
+            # CPU seconds of the ClientApp process before fedmodel's handler, and in it
+            "cpu_before": median([t.get("cpu_entered") for t in rows]),
+            "cpu_handler": median([t["cpu_left"] - t["cpu_entered"] for t in rows
+                                   if "cpu_left" in t and "cpu_entered" in t]),
+            "total": median([t["pulled"] - t["posted"] for t in rows]),
+        }
 
     def _rejoin(self, node: str, kind: str, restart: int) -> None:
         """Deployment: wait for `node`'s SuperNode to come back (a new Flower node naming the
