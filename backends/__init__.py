@@ -6,7 +6,6 @@ read through `fedmodel.registry`; `make_backend(name, **options)` and the attrib
 """
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any
 
 from fedmodel import registry
@@ -20,7 +19,7 @@ __all__ = ["Backend", "CVXPY", "make_backend"]
 def __getattr__(name: str) -> Any:
     # the registered backend whose class is `name`, found by the entry point's attribute so
     # that only its module is imported
-    for entry in entry_points(group=registry.GROUPS["backend"]):
+    for entry in registry.installed("backend"):
         if entry.attr == name:
             return registry.lookup("backend", entry.name)
     raise AttributeError(f"module 'backends' has no attribute {name!r}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.expression import Data
-from fedmodel.runtime.batched_group import Group, private_stack
+from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
@@ -95,7 +95,7 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     # run does not return (equilibrated private slack: true 6.2e-4 against 2.9e-4).
     private = private.copy()
     private[rows] = Y_new
-    remainder = group.grad(np.broadcast_to(w, (group.n, n_x)), private)[rows, :n_x] + Lam - rho[:, None] * (w - U)
+    remainder = group.grad(broadcast_rows(w, group.n, n_x), private)[rows, :n_x] + Lam - rho[:, None] * (w - U)
     if group.prox:                      # a client's λ‖w‖₁ or set: its ∂ counts
         remainder = np.array([group.programs[i].prox_remainder(w, r) for i, r in zip(rows, remainder)])
     eps_tilde = np.abs(remainder).max(axis=1, initial=0.0)

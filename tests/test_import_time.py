@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("cvxpy", "sympy", "ray", "matplotlib", "networkx", "sklearn", "scipy", "pandas",
          "numba", "jax", "flwr", "dp_accounting")
@@ -84,3 +86,67 @@ def test_python_X_importtime_agrees():
     names = {row[-1].strip() for row in rows}
     assert "fedmodel" in names, out.stderr[-500:]
     assert not set(HEAVY) & {name.split(".")[0] for name in names}
+
+
+SOLVE_PROBE = """
+import importlib.metadata, json, sys
+scans = []
+scan = importlib.metadata.entry_points
+def counted(*args, **kwargs):
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    if caller.split(".")[0] == "fedmodel":      # (numba scans its own once, for its compiler)
+        scans.append(caller)
+    return scan(*args, **kwargs)
+importlib.metadata.entry_points = counted      # before fedmodel binds it
+import numpy as np
+import fedmodel as fm
+from fedmodel import backends, registry
+rng = np.random.default_rng(0)
+w = fm.Variable(3, name="w")
+prob = fm.Problem()
+for i in range(2):
+    c = prob.add_client(f"c{i}")
+    c.minimize(fm.mean(fm.logistic(c.data(rng.standard_normal((6, 3)), name="X") @ w)))
+    c.subject_to(fm.norm2(w) <= 1.0)
+prob.server.minimize(0.05 * fm.sum_squares(w))
+backends.ProxAL, backends.FedADMM, registry.names("backend"), registry.names("executor")
+statuses = [str(prob.solve("proxal", max_outer=1).status),
+            str(prob.solve("proxal", executor="batched", max_outer=1).status),
+            str(prob.solve("fedadmm", max_rounds=2).status),
+            str(prob.solve(backends.ProxAL(max_outer=1)).status)]
+out = {"scans": len(scans), "networkx": "networkx" in sys.modules, "statuses": statuses}
+registry.refresh()
+registry.lookup("backend", "proxal"); registry.names("backend")
+out["after_refresh"] = len(scans)
+star = fm.topologies.star(prob)         # a graph the user asks for: networkx now
+out["star"] = [sorted(star.nodes), "networkx" in sys.modules]
+print(json.dumps(out))
+"""
+
+
+def test_star_solves_import_no_networkx_and_scan_entry_points_once():
+    """Issue 27 item 3 (cold first solve): server backends on their default star never build
+    the graph, so networkx (~0.2 s CPU to import) is not imported by `import fedmodel`,
+    `fedmodel.backends` and four solves (serial, batched, FedADMM, a backend instance); the
+    installed entry points (~16 ms a scan) are read once for every lookup and name list, and
+    again only after `registry.refresh()`. Counted, not timed."""
+    out = run_probe(SOLVE_PROBE)
+    assert out["networkx"] is False
+    assert out["scans"] == 1
+    assert out["after_refresh"] == 2
+    assert len(out["statuses"]) == 4
+    assert out["star"] == [["c0", "c1", "server"], True]
+
+
+def test_default_star_still_needs_a_client():
+    """The default star is checked, not built: a problem without clients is refused as
+    `topologies.star` refuses it."""
+    import fedmodel as fm
+    from fedmodel.backends.common import require_star
+    prob = fm.Problem()
+    with pytest.raises(fm.TopologyError, match="star topology needs at least 1 client"):
+        require_star(prob, None, "proxal")
+    with pytest.raises(fm.TopologyError, match="star topology needs at least 1 client"):
+        fm.topologies.star(prob)
+    prob.add_client("c0").minimize(fm.sum_squares(fm.Variable(2, name="w")))
+    assert require_star(prob, None, "proxal") is None

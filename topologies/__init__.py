@@ -5,10 +5,10 @@ from .builders import (complete, erdos_renyi, from_networkx, grid, path, random_
                        star)
 from .draw import draw
 from .hierarchy import coordination_order, hierarchy, hierarchy_matrix, solve_order
-from .validate import client_names, has_server, neighbors, server_node, validate
+from .validate import client_names, has_server, neighbors, require_clients, server_node, validate
 
 __all__ = [
     "client_names", "star", "path", "ring", "complete", "grid", "erdos_renyi", "random_regular",
     "from_networkx", "hierarchy", "coordination_order", "solve_order", "hierarchy_matrix",
-    "validate", "has_server", "server_node", "neighbors", "draw",
+    "validate", "has_server", "server_node", "neighbors", "draw", "require_clients",
 ]

@@ -8,20 +8,21 @@ import math
 import random
 from typing import Any
 
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from fedmodel.errors import TopologyError
 
-from .validate import SERVER, client_names, validate
+from .validate import SERVER, client_names, require_clients, validate
+
+if TYPE_CHECKING:      # networkx is imported by the builders when called (see validate.py)
+    import networkx as nx
 
 MAX_TRIES = 100
 
 
 def _clients_graph(problem: Any, kind: str, minimum: int = 1) -> tuple[nx.Graph, list[str]]:
-    names = client_names(problem)
-    if len(names) < minimum:
-        raise TopologyError(f"{kind} topology needs at least {minimum} client(s), the problem "
-                            f"has {len(names)}; add clients with problem.add_client(...)")
+    import networkx as nx
+    names = require_clients(problem, kind, minimum)
     G = nx.Graph(kind=kind)
     G.add_nodes_from(names, role="client")
     return G, names
@@ -50,6 +51,7 @@ def path(problem: Any) -> nx.Graph:
 
 def ring(problem: Any) -> nx.Graph:
     """Cycle through the clients in order (n edges for n ≥ 3; 2 clients give one edge)."""
+    import networkx as nx
     G, names = _clients_graph(problem, "ring")
     G.add_edges_from(zip(names, names[1:] + names[:1]))
     G.remove_edges_from(list(nx.selfloop_edges(G)))
@@ -82,6 +84,7 @@ def grid(problem: Any, rows: int, cols: int) -> nx.Graph:
 
 def _sample_connected(kind: str, n: int, sample, seed: int | None,
                       hint: str) -> tuple[nx.Graph, int]:
+    import networkx as nx
     rng = random.Random(seed)
     for attempt in range(1, MAX_TRIES + 1):
         H = sample(rng)
@@ -94,6 +97,7 @@ def _sample_connected(kind: str, n: int, sample, seed: int | None,
 def erdos_renyi(problem: Any, p: float, seed: int | None = None) -> nx.Graph:
     """G(n, p) random graph, resampled (reproducibly from `seed`) until connected, ≤ 100 tries.
     Graph attributes `p`, `seed`, `attempts` record how it was drawn."""
+    import networkx as nx
     G, names = _clients_graph(problem, "erdos_renyi")
     if not 0.0 <= p <= 1.0:
         raise TopologyError(f"edge probability p={p} must be in [0, 1]")
@@ -107,6 +111,7 @@ def erdos_renyi(problem: Any, p: float, seed: int | None = None) -> nx.Graph:
 
 def random_regular(problem: Any, degree: int, seed: int | None = None) -> nx.Graph:
     """Random `degree`-regular graph, resampled (reproducibly from `seed`) until connected."""
+    import networkx as nx
     G, names = _clients_graph(problem, "random_regular")
     n = len(names)
     if degree < 0 or degree >= n or (n * degree) % 2:
@@ -125,6 +130,7 @@ def random_regular(problem: Any, degree: int, seed: int | None = None) -> nx.Gra
 def from_networkx(G: nx.Graph, problem: Any) -> nx.Graph:
     """Adopt a user graph without relabelling: its nodes must be exactly the client names,
     optionally plus "server". Returns a copy with `role` set and validated (connected)."""
+    import networkx as nx
     if not isinstance(G, nx.Graph):
         raise TopologyError(f"from_networkx needs a networkx graph, got {type(G).__name__}")
     names = client_names(problem)

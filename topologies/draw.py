@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from .validate import _is_server
+
+if TYPE_CHECKING:      # networkx: see validate.py
+    import networkx as nx
 
 CLIENT_COLOR = "#9ecae1"
 SERVER_COLOR = "#fd8d3c"

@@ -24,13 +24,14 @@ coordination order [[a], [b], [c]]. Fed-DALD-CC: every client row has a 1 in the
 """
 from __future__ import annotations
 
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from fedmodel.errors import TopologyError
 
 from .validate import SERVER, client_names
+
+if TYPE_CHECKING:      # networkx is imported by `hierarchy` when called (see validate.py)
+    import networkx as nx
 
 
 def _as_rows(matrix: Any) -> list[list[float]]:
@@ -50,6 +51,7 @@ def hierarchy(matrix: Any, problem: Any) -> nx.DiGraph:
     """Coordination hierarchy of DALD from its hierarchical matrix (see the module docstring
     for the encoding). Raises TopologyError on a malformed matrix, a cycle or a disconnected
     hierarchy."""
+    import networkx as nx
     rows = _as_rows(matrix)
     clients = client_names(problem)
     n = len(rows)

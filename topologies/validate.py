@@ -1,14 +1,19 @@
 """Check that a graph fits a problem: one node per client (by name), at most one server,
-connected. Also the small queries backends need (`has_server`, `server_node`, `neighbors`)."""
+connected. Also the small queries backends need (`has_server`, `server_node`, `neighbors`).
+
+networkx (~0.2 s CPU to import) is imported by the functions that touch a graph, in this package's
+modules alike: a server backend's default star is never built (`backends.common.require_star`),
+so `import fedmodel.backends` and a solve on it do not import networkx."""
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from fedmodel.errors import TopologyError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 SERVER = "server"
 ROLES = ("server", "client")
@@ -44,6 +49,16 @@ def client_names(problem: Any) -> list[str]:
     return names
 
 
+def require_clients(problem: Any, kind: str, minimum: int = 1) -> list[str]:
+    """`client_names(problem)`, raising TopologyError when there are fewer than `minimum` for a
+    `kind` topology (the builders' check, also a server backend's for its default star)."""
+    names = client_names(problem)
+    if len(names) < minimum:
+        raise TopologyError(f"{kind} topology needs at least {minimum} client(s), the problem "
+                            f"has {len(names)}; add clients with problem.add_client(...)")
+    return names
+
+
 def _is_server(G: nx.Graph, node: Any) -> bool:
     default = "server" if node == SERVER else "client"
     return G.nodes[node].get("role", default) == "server"
@@ -71,6 +86,7 @@ def neighbors(G: nx.Graph, node: Any) -> list:
 
 
 def _components(G: nx.Graph) -> list[list[str]]:
+    import networkx as nx
     parts = nx.weakly_connected_components(G) if G.is_directed() else nx.connected_components(G)
     return sorted((sorted(map(str, c)) for c in parts), key=lambda c: (-len(c), c))
 
@@ -78,6 +94,7 @@ def _components(G: nx.Graph) -> list[list[str]]:
 def validate(G: Any, problem: Any, need_server: bool = False) -> None:
     """Raise TopologyError unless `G` is a non-empty, connected networkx graph whose nodes are
     exactly the problem's clients, plus at most one server (exactly one when `need_server`)."""
+    import networkx as nx
     if not isinstance(G, nx.Graph):
         raise TopologyError(f"topology must be a networkx graph, got {type(G).__name__}; build one "
                             f"with topologies.star(problem), topologies.ring(problem), ...")

@@ -7,6 +7,7 @@ accident. Each message (sender, receiver, kind, number of floats) is recorded in
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -268,8 +269,11 @@ CORE = tuple(Procedure(MESSAGES[name], serve) for name, serve in (
 CORE_KINDS = install(CORE)
 
 
+@functools.lru_cache(maxsize=1024)
 def allowed_sizes(spec: str, model_size: int) -> range | tuple[int, ...]:
-    """The float counts a field declared as `spec` may carry (one place for the size rules)."""
+    """The float counts a field declared as `spec` may carry (one place for the size rules).
+    Memoized (the answers are immutable): every field of every request asks, ~12 per ADMM step
+    and client."""
     if spec.startswith("<="):
         return range(int(spec[2:]) + 1)
     return {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec]
