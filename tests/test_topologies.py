@@ -241,6 +241,6 @@ def test_draw_writes_png(tmp_path):
 
 
 def test_import_does_not_load_matplotlib():
-    code = "import sys, topologies; print('matplotlib' in sys.modules)"
+    code = "import sys, fedmodel.topologies; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
