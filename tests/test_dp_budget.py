@@ -200,3 +200,38 @@ def test_dp_budget_checks_judge_the_goals_and_the_budget():
     assert all(ok for _, ok in checks({"m": rows}, goals=False))
     rows[("knob", 8.0)] = row(0.034, 8.1)
     assert not all(ok for _, ok in checks({"m": rows}, goals=False))
+
+
+def _neyman_pearson_at(scale: float):
+    """A small Neyman-Pearson model (3 clients, D features) with every feature ×`scale`, and its
+    test error at w: the rate of class-0 test records scored positive plus class-1 negative."""
+    rng = np.random.default_rng(4)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem(name=f"np-x{scale:g}")
+    for i in range(3):
+        c = prob.add_client(f"c{i}")
+        X0, X1 = (scale * (rng.normal(size=(60, D)) + shift) for shift in (0.3, -0.3))
+        c.minimize(fm.mean(fm.logistic(c.data(X0, name=f"X0_{i}") @ w)) / 3)
+        c.subject_to((fm.mean(fm.logistic(-(c.data(X1, name=f"X1_{i}") @ w))) <= 0.6).named(f"np{i}"))
+    T0, T1 = (scale * (rng.normal(size=(500, D)) + shift) for shift in (0.3, -0.3))
+    return prob, w, lambda v: float(np.mean(np.concatenate([T0 @ v > 0, T1 @ v <= 0])))
+
+
+def test_the_knob_is_in_the_units_of_its_clip():
+    """Units (issue 28): the knob sees no data, so its one scale is the clip C (a record's
+    gradient bound, in the loss's units); ρ^t and 1/η^t are in C² (`DPADMM.units`). The same
+    model with its data ×1e-3 and ×1e3 and C ×1e-3 and ×1e3 is then the same run in w/s:
+    the same test error and w·s, to rounding. (At the default C = 1 the ×1e3 data would have
+    every record's gradient clipped to a thousandth, and a ρ a millionth of its curvature:
+    C, like DP-SGD's clip norm, must be given in the data's units — docs/privacy.md.)"""
+    runs = {}
+    for scale in (1e-3, 1.0, 1e3):
+        prob, w, error = _neyman_pearson_at(scale)
+        res = prob.solve(DPADMM(epsilon_total=4.0, seed=1, max_rounds=60, clip=0.5 * scale))
+        assert res.status == "max_iterations" and res.info["privacy"]["pld"][0] <= 4.0
+        runs[scale] = (scale * res.value(w), error(res.value(w)))
+    reference, error = runs[1.0]
+    assert 0.0 < error < 0.45                                   # it learned something
+    for scale in (1e-3, 1e3):
+        np.testing.assert_allclose(runs[scale][0], reference, rtol=1e-6, atol=1e-9 * np.abs(reference).max())
+        assert runs[scale][1] == error

@@ -205,14 +205,23 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         return self.auto_rho and math.isinf(self.epsilon) and self.variant == "objP" \
             and not self.a_given and not getattr(self, "_local", True)
 
+    def units(self) -> float:
+        """The curvature unit of the knob's ρ^t and 1/η^t: C² (`clip` C, the bound on a record's
+        gradient in the loss's units) for `epsilon_total` alone (`sampled`), 1 otherwise. The
+        knob sees no data, so C is its only scale: a GLM record x moves the gradient by up to
+        |ℓ'|·‖x‖ and the curvature by ℓ''·‖x‖², so at C ≈ ‖x‖ the step sizes scale with C². Data
+        ×s with C ×s is then the same run in w/s (tests/test_dp_budget.py, docs/privacy.md)."""
+        return self.clip ** 2 if self.sampled else 1.0
+
     def prox(self, t: int) -> float:
-        """ObjP's proximal weight 1/η^t = √t/a (0 in the non-private default, `_linearized`)."""
-        return 0.0 if self._linearized() else math.sqrt(t) / self.a
+        """ObjP's proximal weight 1/η^t = √t/a (0 in the non-private default, `_linearized`),
+        in `units`."""
+        return 0.0 if self._linearized() else self.units() * math.sqrt(t) / self.a
 
     def rho(self, t: int, floor: float = 0.0) -> float:
-        """ρ^t of the schedule, at least `floor` (rho_schedule="auto": 2.2·max_p L̂_p of the run;
-        the non-private default: `floor` itself, `_linearized`)."""
-        rho = floor if self._linearized() and floor > 0 else self.rho_schedule(t, self.epsilon)
+        """ρ^t of the schedule in `units`, at least `floor` (rho_schedule="auto": 2.2·max_p L̂_p
+        of the run; the non-private default: `floor` itself, `_linearized`)."""
+        rho = floor if self._linearized() and floor > 0 else self.rho_schedule(t, self.epsilon) * self.units()
         rho = max(rho, floor) if isinstance(rho, (int, float)) else rho
         if not isinstance(rho, (int, float)) or not 0 < rho < math.inf:
             raise FedModelError(f"rho_schedule gave ρ^{t} = {rho}; it must be positive and finite")
