@@ -235,3 +235,40 @@ def test_the_knob_is_in_the_units_of_its_clip():
     for scale in (1e-3, 1e3):
         np.testing.assert_allclose(runs[scale][0], reference, rtol=1e-6, atol=1e-9 * np.abs(reference).max())
         assert runs[scale][1] == error
+
+
+def test_the_knobs_penalty_follows_its_noise_from_public_facts():
+    """ρ = C²·(0.5 + 10·ν), ν = σ_g·√d/(q·min_p I_p) (`DPADMM.knob_penalty`): from the noise,
+    d and the record counts only, the same at every round and for every seed; the paper's
+    schedule (21), 2 + 5/ε̄, is kept where a per-round ε̄ or a schedule is given."""
+    prob = _logistic(_data(kind="logistic"))
+    for clip, rate in ((1.0, 1.0), (2.0, 0.5)):
+        res = prob.solve(DPADMM(epsilon_total=2.0, seed=0, max_rounds=30, clip=clip, sample_rate=rate))
+        noise = res.info["privacy"]["gradient_noise"] * math.sqrt(D) / (rate * I / P)
+        assert res.info["rho"] == pytest.approx(clip ** 2 * (0.5 + 10.0 * noise), rel=1e-12)
+        assert {h["rho"] for h in res.history} == {res.info["rho"]}
+        assert res.history[-1]["prox"] == pytest.approx(clip ** 2 * math.sqrt(30) / 100.0, rel=1e-12)
+    given = prob.solve(DPADMM(epsilon_total=2.0, seed=0, max_rounds=5, rho_schedule="mnist"))
+    assert given.info["rho"] == pytest.approx(2.0 + 5.0 / given.info["privacy"]["per_round"][0], rel=1e-12)
+
+
+def test_the_knobs_multiplier_step_is_capped_by_its_value_noise():
+    """A Gaussian-released constraint value of noise s = σ_c·B/I_j moves μ by η·min(1, 0.01/s)·ĉ
+    (`constrained.VALUE_NOISE_STEP`): the same draw, the step and its projection by hand."""
+    from fedmodel.backends.dp_admm.constrained import LocalConstraints
+    from fedmodel.runtime.privacy import clipped_record_value
+    from test_dp_constraints import D as D_NP, _np_model
+    prob, _ = _np_model()
+    program = compile_programs(prob, client_sets=True)["c0"]
+    (constraint,) = program.constraints
+    multiplier = program.merit_ir.multipliers[constraint.name]
+    z = np.random.default_rng(5).normal(size=D_NP)
+    B, records = 5.0, 30
+    for noise_c, eta in ((0.05, 1.0), (40.0, 0.01 / (40.0 * B / records))):   # s = 0.0083, 6.7
+        local = LocalConstraints()
+        local.privatize(program, 1.0, B, math.inf, noise_c=noise_c)
+        multiplier.value = np.array(0.7)
+        local.update_multipliers(program, z, 2.0, np.random.default_rng(9))
+        drawn = np.random.default_rng(9).normal(0.0, noise_c * B / records)
+        released = float(clipped_record_value(program, z, B / records, of=constraint.expr)) + drawn
+        assert float(multiplier.value) == pytest.approx(max(0.7 + 2.0 * eta * released, 0.0), rel=1e-12)

@@ -72,6 +72,7 @@ class RoundLoop:
         w = self._start(d)
         local = any(has_local_terms(c) for c in problem.clients)
         records, shares = self._init_clients(ex, w, local)
+        self.knob_rho = self.knob_penalty(np.array(list(records.values())), d)  # (None: the schedule)
         rho_floor = 0.0
         if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
             curvature = ex.map_stacked("local_curvature", clients, common={"z": w, "iterations": 20})
