@@ -108,7 +108,7 @@ class RoundLoop:
             # an infeasible model: its multipliers grow by its least violation every round (a
             # noisy run's released values never settle, so only the non-private one is judged)
             if local and math.isinf(self.epsilon) and watch.check_shrinking(
-                    t, "the local constraints' multiplier step", max(residual, residuals["primal_residual"]),
+                    t, "the residual (consensus, local constraints)", max(residual, residuals["primal_residual"]),
                     max(100.0 * self.tol, 1e-6)):
                 status = watch.report(diverged)    # (the point returned: the last round's)
                 break
