@@ -8,7 +8,8 @@ optimum (CVXPY; ProxAL reaches the same point, `dp-constrained` shows it), on th
 MNIST 3 vs 7 with client balls; 5 clients, all the data), ε_total ∈ {1, 2, 4, 8} at δ = 1e-6,
 over `SEEDS` noise seeds. No paper has this table: it is our own measurement.
 
-Client-level DP (DP-FedAvg, issue 28 item 3) is not built: the table has no client-level rows.
+Client-level DP (DP-FedAvg, backends/dp_fedavg.py) has no rows here: these 5-client models have client
+constraints, which it refuses (docs/privacy.md).
 
 `run(full=True)` (`fedmodel reproduce dp-budget --full`) measures the table; `run()` is the fast
 subset (CI): subsampled models (3 clients; 300 NP / 100 MNIST records per client), ε_total = 8,
