@@ -20,6 +20,7 @@ GROWTH = 1e6     # a quantity this many times its smallest size so far (floored 
 FLOOR = 1.0      # sizes below this count as this: a residual falling to 1e-9 and back to 1e-3 is fine
 CEILING = 1e100  # a quantity this large diverged, whatever its first size (a run that blew up in
                  # its first iteration sets no baseline the growth test could measure from)
+STALL_WINDOW = 100   # `check_shrinking` judges a residual over windows of max(this, t/4) iterations
 
 
 class DivergenceWatch:
@@ -32,6 +33,7 @@ class DivergenceWatch:
         self.backend, self.hint = backend, hint
         self.growth, self.floor = float(growth), float(floor)
         self.smallest: dict[str, float] = {}
+        self.trace: dict[str, list[float]] = {}
         self.message: str | None = None
 
     def check(self, iteration: int, **quantities) -> bool:
@@ -49,6 +51,27 @@ class DivergenceWatch:
                 return self._stop(iteration, f"‖{name}‖∞ grew to {size:.3g} (from at most "
                                              f"{max(smallest, self.floor):.3g})")
             self.smallest[name] = min(smallest, size)
+        return False
+
+    def check_shrinking(self, iteration: int, name: str, value: float, floor: float,
+                        window: int = STALL_WINDOW) -> bool:
+        """True (and `message` set) when `name`, a residual a convergent run drives to 0 (a
+        multiplier's step: the violation it is updated by), stopped shrinking: the smallest value
+        of the last W iterations (W = max(`window`, iteration/4), growing with the run) is not
+        0.1 % below the smallest of the W before and stays above `floor`. The signature of an
+        infeasible model, whose multipliers grow by at least its least violation every step
+        however slowly the iterates drift: a growth test on the iterates waits for them to grow
+        1e6-fold, which a well-scaled model takes thousands of iterations to do."""
+        trace = self.trace.setdefault(name, [])
+        trace.append(float(value))
+        span = max(int(window), len(trace) // 4)
+        if len(trace) < 2 * span:
+            return False
+        recent, before = min(trace[-span:]), min(trace[-2 * span:-span])
+        if recent > floor and recent >= (1.0 - 1e-3) * before:
+            return self._stop(iteration, f"{name} did not shrink over iterations "
+                                         f"{iteration - 2 * span + 1}..{iteration} (smallest "
+                                         f"{before:.3g}, then {recent:.3g})")
         return False
 
     def _stop(self, iteration: int, what: str) -> bool:

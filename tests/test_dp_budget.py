@@ -200,3 +200,75 @@ def test_dp_budget_checks_judge_the_goals_and_the_budget():
     assert all(ok for _, ok in checks({"m": rows}, goals=False))
     rows[("knob", 8.0)] = row(0.034, 8.1)
     assert not all(ok for _, ok in checks({"m": rows}, goals=False))
+
+
+def _neyman_pearson_at(scale: float):
+    """A small Neyman-Pearson model (3 clients, D features) with every feature ×`scale`, and its
+    test error at w: the rate of class-0 test records scored positive plus class-1 negative."""
+    rng = np.random.default_rng(4)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem(name=f"np-x{scale:g}")
+    for i in range(3):
+        c = prob.add_client(f"c{i}")
+        X0, X1 = (scale * (rng.normal(size=(60, D)) + shift) for shift in (0.3, -0.3))
+        c.minimize(fm.mean(fm.logistic(c.data(X0, name=f"X0_{i}") @ w)) / 3)
+        c.subject_to((fm.mean(fm.logistic(-(c.data(X1, name=f"X1_{i}") @ w))) <= 0.6).named(f"np{i}"))
+    T0, T1 = (scale * (rng.normal(size=(500, D)) + shift) for shift in (0.3, -0.3))
+    return prob, w, lambda v: float(np.mean(np.concatenate([T0 @ v > 0, T1 @ v <= 0])))
+
+
+def test_the_knob_is_in_the_units_of_its_clip():
+    """Units (issue 28): the knob sees no data, so its one scale is the clip C (a record's
+    gradient bound, in the loss's units); ρ^t and 1/η^t are in C² (`DPADMM.units`). The same
+    model with its data ×1e-3 and ×1e3 and C ×1e-3 and ×1e3 is then the same run in w/s:
+    the same test error and w·s, to rounding. (At the default C = 1 the ×1e3 data would have
+    every record's gradient clipped to a thousandth, and a ρ a millionth of its curvature:
+    C, like DP-SGD's clip norm, must be given in the data's units — docs/privacy.md.)"""
+    runs = {}
+    for scale in (1e-3, 1.0, 1e3):
+        prob, w, error = _neyman_pearson_at(scale)
+        res = prob.solve(DPADMM(epsilon_total=4.0, seed=1, max_rounds=60, clip=0.5 * scale))
+        assert res.status == "max_iterations" and res.info["privacy"]["pld"][0] <= 4.0
+        runs[scale] = (scale * res.value(w), error(res.value(w)))
+    reference, error = runs[1.0]
+    assert 0.0 < error < 0.45                                   # it learned something
+    for scale in (1e-3, 1e3):
+        np.testing.assert_allclose(runs[scale][0], reference, rtol=1e-6, atol=1e-9 * np.abs(reference).max())
+        assert runs[scale][1] == error
+
+
+def test_the_knobs_penalty_follows_its_noise_from_public_facts():
+    """ρ = C²·(0.5 + 10·ν), ν = σ_g·√d/(q·min_p I_p) (`DPADMM.knob_penalty`): from the noise,
+    d and the record counts only, the same at every round and for every seed; the paper's
+    schedule (21), 2 + 5/ε̄, is kept where a per-round ε̄ or a schedule is given."""
+    prob = _logistic(_data(kind="logistic"))
+    for clip, rate in ((1.0, 1.0), (2.0, 0.5)):
+        res = prob.solve(DPADMM(epsilon_total=2.0, seed=0, max_rounds=30, clip=clip, sample_rate=rate))
+        noise = res.info["privacy"]["gradient_noise"] * math.sqrt(D) / (rate * I / P)
+        assert res.info["rho"] == pytest.approx(clip ** 2 * (0.5 + 10.0 * noise), rel=1e-12)
+        assert {h["rho"] for h in res.history} == {res.info["rho"]}
+        assert res.history[-1]["prox"] == pytest.approx(clip ** 2 * math.sqrt(30) / 100.0, rel=1e-12)
+    given = prob.solve(DPADMM(epsilon_total=2.0, seed=0, max_rounds=5, rho_schedule="mnist"))
+    assert given.info["rho"] == pytest.approx(2.0 + 5.0 / given.info["privacy"]["per_round"][0], rel=1e-12)
+
+
+def test_the_knobs_multiplier_step_is_capped_by_its_value_noise():
+    """A Gaussian-released constraint value of noise s = σ_c·B/I_j moves μ by η·min(1, 0.01/s)·ĉ
+    (`constrained.VALUE_NOISE_STEP`): the same draw, the step and its projection by hand."""
+    from fedmodel.backends.dp_admm.constrained import LocalConstraints
+    from fedmodel.runtime.privacy import clipped_record_value
+    from test_dp_constraints import D as D_NP, _np_model
+    prob, _ = _np_model()
+    program = compile_programs(prob, client_sets=True)["c0"]
+    (constraint,) = program.constraints
+    multiplier = program.merit_ir.multipliers[constraint.name]
+    z = np.random.default_rng(5).normal(size=D_NP)
+    B, records = 5.0, 30
+    for noise_c, eta in ((0.05, 1.0), (40.0, 0.01 / (40.0 * B / records))):   # s = 0.0083, 6.7
+        local = LocalConstraints()
+        local.privatize(program, 1.0, B, math.inf, noise_c=noise_c)
+        multiplier.value = np.array(0.7)
+        local.update_multipliers(program, z, 2.0, np.random.default_rng(9))
+        drawn = np.random.default_rng(9).normal(0.0, noise_c * B / records)
+        released = float(clipped_record_value(program, z, B / records, of=constraint.expr)) + drawn
+        assert float(multiplier.value) == pytest.approx(max(0.7 + 2.0 * eta * released, 0.0), rel=1e-12)

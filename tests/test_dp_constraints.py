@@ -164,7 +164,7 @@ def test_refusals_name_what_to_change():
 def test_infeasible_constraints_are_never_reported_converged():
     prob, _ = _np_model(r=0.05)                                 # no w has class-1 loss ≤ 0.05
     with pytest.warns(RuntimeWarning, match="common feasible point"):
-        res = prob.solve(DPADMM(max_rounds=3000, tol=1e-6), scaling=False)   # (see the note)
+        res = prob.solve(DPADMM(max_rounds=3000, tol=1e-6), )     # equilibrated (the default)
     assert res.status == "diverged" and res.history[-1]["violation"] > 0.05
 
 

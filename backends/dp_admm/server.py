@@ -72,6 +72,7 @@ class RoundLoop:
         w = self._start(d)
         local = any(has_local_terms(c) for c in problem.clients)
         records, shares = self._init_clients(ex, w, local)
+        self.knob_rho = self.knob_penalty(np.array(list(records.values())), d)  # (None: the schedule)
         rho_floor = 0.0
         if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
             curvature = ex.map_stacked("local_curvature", clients, common={"z": w, "iterations": 20})
@@ -104,6 +105,13 @@ class RoundLoop:
             LAM, residuals = self._dual_step(rho, w, w_new, Z, Z_new, LAM)    # (4c)
             w, Z = w_new, Z_new
             residual = step.get("multiplier_residual", 0.0)      # local constraints' KKT residual
+            # an infeasible model: its multipliers grow by its least violation every round (a
+            # noisy run's released values never settle, so only the non-private one is judged)
+            if local and math.isinf(self.epsilon) and watch.check_shrinking(
+                    t, "the residual (consensus, local constraints)", max(residual, residuals["primal_residual"]),
+                    max(100.0 * self.tol, 1e-6)):
+                status = watch.report(diverged)    # (the point returned: the last round's)
+                break
             done = self.tol > 0 and max(residuals["primal_residual"], residuals["dual_residual"],
                                         residual) <= self.tol
             if t % self.log_every == 0 or done or t == last:

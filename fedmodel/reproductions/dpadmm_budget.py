@@ -1,13 +1,15 @@
 """Privacy at a total ε (issue 28): DP-IADMM asked for a total budget E with one knob,
 `DPADMM(epsilon_total=E)` (ObjP with the Gaussian mechanism, record-level, σ calibrated so that
-its T = 100 rounds spend E: backends/dp_admm/sampled.py), beside the paper's per-round setting
+its T = `BUDGET_ROUNDS` rounds spend E: backends/dp_admm/sampled.py; ρ, the proximal weight and
+the multipliers' step from the noise and public counts, backends/dp_admm/__init__.py), beside the paper's per-round setting
 calibrated to the same total (`DPADMM(epsilon="budget", epsilon_total=E)`: the per-round
 Laplace ε̄ that spends E in `PAPER_ROUNDS` rounds, ObjP, clipping C = 1) and the non-private
 optimum (CVXPY; ProxAL reaches the same point, `dp-constrained` shows it), on the two constrained models of `dpadmm_constrained` (Neyman-Pearson on adult,
 MNIST 3 vs 7 with client balls; 5 clients, all the data), ε_total ∈ {1, 2, 4, 8} at δ = 1e-6,
 over `SEEDS` noise seeds. No paper has this table: it is our own measurement.
 
-Client-level DP (DP-FedAvg, issue 28 item 3) is not built: the table has no client-level rows.
+Client-level DP (DP-FedAvg, backends/dp_fedavg.py) has no rows here: these 5-client models have client
+constraints, which it refuses (docs/privacy.md).
 
 `run(full=True)` (`fedmodel reproduce dp-budget --full`) measures the table; `run()` is the fast
 subset (CI): subsampled models (3 clients; 300 NP / 100 MNIST records per client), ε_total = 8,
@@ -124,8 +126,9 @@ def run(full: bool = False, seeds: int | None = None, root=None) -> int:
         print_subset("dp-budget", "subsampled models (3 clients; 300 NP / 100 MNIST records each), "
                      "ε_total = 8, 1 seed", f"all the data on 5 clients, ε_total ∈ {set(BUDGETS)}, "
                      f"{SEEDS} seeds")
+    from fedmodel.backends.dp_admm import BUDGET_ROUNDS
     print(f"DP-IADMM at a total ε (δ = {DELTA:g}, record-level, per client): the knob "
-          f"(Gaussian, 100 rounds) and the per-round Laplace setting calibrated to the same total "
+          f"(Gaussian, {BUDGET_ROUNDS} rounds) and the per-round Laplace setting calibrated to the same total "
           f"({PAPER_ROUNDS} rounds); {seeds} seed(s)")
     results = {}
     for exp in experiments:
