@@ -101,21 +101,22 @@ backend = FedAvg(step=0.1, local_steps=1, max_rounds={rounds}, tol=0.0)
 
 
 def _memory_mb(pids: list[int]) -> tuple[float, int]:
-    """Resident memory (MB) and count of these processes and all their descendants (`ps`)."""
-    import subprocess
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,rss="], capture_output=True, text=True).stdout
-    rows = [tuple(int(x) for x in line.split()) for line in out.splitlines() if line.strip()]
-    children: dict[int, list[int]] = {}
-    for pid, ppid, _ in rows:
-        children.setdefault(ppid, []).append(pid)
-    rss = {pid: r for pid, _, r in rows}
-    seen, todo = set(), list(pids)
-    while todo:
-        pid = todo.pop()
-        if pid not in seen:
-            seen.add(pid)
-            todo.extend(children.get(pid, []))
-    return sum(rss.get(p, 0) for p in seen) / 1024, len(seen)
+    """Resident memory (MB) and count of these processes and all their descendants (psutil)."""
+    import psutil
+    procs = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    rss = 0
+    for proc in set(procs):
+        try:
+            rss += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return rss / 2**20, len(set(procs))
 
 
 GOAL_MODEL = """

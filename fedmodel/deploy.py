@@ -500,27 +500,20 @@ def _self_signed(host: str) -> dict[str, bytes]:
 
 
 def _descendant_groups(pids: list[int]) -> set[int]:
-    """The process groups of the descendants of `pids` (Linux /proc) other than their own."""
-    parent: dict[int, int] = {}
-    group: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+    """The process groups of the descendants of `pids` other than their own (psutil)."""
+    import psutil
+    groups = set()
+    for pid in pids:
+        try:
+            children = psutil.Process(pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        for child in children:
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parent[int(entry)], group[int(entry)] = int(fields[1]), int(fields[2])
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parent.items():
-        children.setdefault(ppid, []).append(pid)
-    seen, todo = set(), list(pids)
-    while todo:
-        pid = todo.pop()
-        if pid not in seen:
-            seen.add(pid)
-            todo.extend(children.get(pid, []))
-    return {group[p] for p in seen if p in group} - set(pids) - {os.getpgrp()}
+                groups.add(os.getpgid(child.pid))
+            except ProcessLookupError:
+                pass
+    return groups - set(pids) - {os.getpgrp()}
 
 
 def _end(proc: subprocess.Popen, sig: int) -> None:
