@@ -74,7 +74,7 @@ def next_tau(backend, k: int, history: list[dict]) -> float:
                 last["multiplier_change"] / (last["beta"] * backend.eps2))
     tau = min(paper, backend.eps1 * max(0.5, 0.1 * ratio))
     tol = getattr(backend, "dist_tol", np.inf)
-    if tol < np.inf and ratio <= 10:
+    if tol < np.inf and ratio <= 10 and "size" in last:     # (records saved before dist_tol lack it)
         # near (11): the distance test needs √d τ/μ ≤ dist_tol‖w‖/2 (`distance_left`)
         mu = curvature(history)
         if mu > 0:
@@ -168,7 +168,7 @@ def _still(history: list[dict], tol: float) -> bool:
     (10⁻¹⁷, then 6e-7, 3e-7, 1e-7 on bench_rounds' logistic-ball model with its ball in the
     augmented Lagrangian) and say nothing of the curvature, but they are far below the
     tolerance."""
-    return len(history) >= 2 and all(r.get("step", np.inf) <= 1e-2 * tol * r["size"] for r in history[-2:])
+    return len(history) >= 2 and all(r.get("step", np.inf) <= 1e-2 * tol * r.get("size", 0.0) for r in history[-2:])
 
 
 def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:

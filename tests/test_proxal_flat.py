@@ -11,7 +11,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends import ProxAL
-from fedmodel.backends.proxal_outer import curvature, distance_left
+from fedmodel.backends.proxal_outer import _near, curvature, distance_left, next_tau
 
 
 def _flat(d: int = 40, rows: int = 10, clients: int = 3, ridge: float = 1e-3):
@@ -77,3 +77,12 @@ def test_distance_estimate_reads_the_contraction_of_the_outer_steps():
     mixed = _history([1.0, 0.5], beta=1.0) + _history([0.4], beta=4.0)
     assert curvature(mixed) == pytest.approx(1.0)
     assert distance_left(mixed, 4) == pytest.approx(0.4 / 4.0)
+
+
+def test_records_saved_before_the_distance_test_still_resume():
+    """A checkpoint's history from before `dist_tol` has no step/size/dimension: the next τ and
+    the stop read it without a KeyError (τ as (11) alone sets it; no standing-still reading)."""
+    old = {"beta": 300.0, "primal_change": 1e-3, "multiplier_change": 0.0, "tau": 1e-5}
+    new = dict(old, step=1e-3, size=1.0, dimension=4)
+    assert next_tau(ProxAL(), 3, [old]) == pytest.approx(5e-6)
+    assert _near(ProxAL(), [old, new]) is False
