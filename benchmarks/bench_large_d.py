@@ -17,8 +17,8 @@ with other work, threaded BLAS calls wait for preempted threads (a DALD run was 
 with the default threads at load 8 on 2 cores). "verified": the solution within 1e-3 of
 CVXPY's (relative 2-norm distance), the objective within 1e-6 relative, constraints within
 1e-6·r. The "accurate" rows are the settings the tests use (ProxAL tol 1e-6, FedADMM with
-Newton-type local solves) where a default's stopping rule stops short (ProxAL's default
-tolerances (1e-3, 1e-4) are absolute).
+Newton-type local solves) where a default's stopping rule stops short (ProxAL's (11) alone is
+an absolute stationarity test; its default now also estimates the distance left, `dist_tol`).
 
     python benchmarks/bench_large_d.py                 # every case (long: tens of minutes)
     python benchmarks/bench_large_d.py --cases mnist   # one case
