@@ -185,6 +185,7 @@ class _DistributedPA(DALD):
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
         watch, history, status, k, info, opts = self._watch(), [], Status.MAX_ITERATIONS, 0, {}, self._opts()
         has_server = "server" in ex.programs
+        client_constrained = any(block.constraints for block in problem.clients)
         bar = progress(self.max_iterations, verbose, name)
         while k < self.max_iterations:
             k += 1
@@ -195,9 +196,10 @@ class _DistributedPA(DALD):
                 break
             dual = float(np.max(np.abs(new - xhat), initial=0.0))
             xhat = new
-            # the clients' own constraint multipliers (no consensus step: μ ≡ 0)
+            # the clients' own constraint multipliers (no consensus step: μ ≡ 0), when they have any
             dmu = float(np.max(ex.map_stacked("dald_cc_dual", clients,
-                                              common={"xhat": xhat, "consensus": 0.0})["dmu"], initial=0.0))
+                                              common={"xhat": xhat, "consensus": 0.0})["dmu"],
+                               initial=0.0)) if client_constrained else 0.0
             report = k % self.report_every == 0 or self._converged(np.nan, dual, dmu) or \
                 k >= self.max_iterations
             record = self._record_cc(ex, clients, xhat, k, 1, k, float("nan"), dual, dmu / beta, start, report,

@@ -114,27 +114,47 @@ def test_executors_book_one_round_trip_per_request(executor):
 # ---- a run: counted by hand -------------------------------------------------------------------
 def test_fedavg_three_rounds_by_hand():
     """FedAvg(max_rounds=3), default step: 1 curvature estimate (the automatic step), 1 set-up
-    (dald_cc_init), then per round the local solve and the multiplier step (dald_cc_dual: FedAvg
-    sends it even without constraints) — 2 + 3 × 2 = 8 round trips where `rounds` says 3."""
+    (dald_cc_init), then per round the local solve — 2 + 3 = 5 round trips where `rounds` says
+    3. No multiplier step (dald_cc_dual): without constraints it has nothing to do (it was sent
+    every round before, 8 round trips: `test_fedavg_sends_multipliers_only_for_constraints`)."""
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=3))
     assert res.iterations == {"rounds": 3} and res.ledger.rounds == 3
-    assert res.ledger.round_trips == 8
+    assert res.ledger.round_trips == 5
     com = res.info["communication"]
-    assert com["round_trips"] == 8
-    assert com["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1, "dald_cc_solve": 3, "dald_cc_dual": 3}
-    assert com["messages"] == {"down": 8 * 3, "up": 8 * 3}
+    assert com["round_trips"] == 5
+    assert com["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1, "dald_cc_solve": 3}
+    assert com["messages"] == {"down": 5 * 3, "up": 5 * 3}
     # floats a client receives: curvature z + iterations (d + 1); init x0, beta, rho (2d + 1);
-    # per round solve xhat + tol, step, local_steps, warm (d + 4) and dual xhat + consensus (d + 1)
-    down = (D + 1) + (2 * D + 1) + 3 * ((D + 4) + (D + 1))
-    # sends: the curvature L (1); init nothing; per round solve x + steps (d + 1) and dual dmu (1)
-    up = 1 + 0 + 3 * ((D + 1) + 1)
-    assert (down, up) == (44, 16)
+    # per round solve xhat + tol, step, local_steps, warm (d + 4)
+    down = (D + 1) + (2 * D + 1) + 3 * (D + 4)
+    # sends: the curvature L (1); init nothing; per round solve x + steps (d + 1)
+    up = 1 + 0 + 3 * (D + 1)
+    assert (down, up) == (32, 13)
     assert com["floats_per_client"] == {"down": {"mean": down, "max": down}, "up": {"mean": up, "max": up}}
     assert com["bytes_per_client"]["down"] == {"mean": 8 * down, "max": 8 * down}
     # a given step needs no curvature estimate: one round trip fewer
     given = prob.solve(backends.FedAvg(step=0.1, max_rounds=3))
-    assert given.info["communication"]["round_trips"] == 7
+    assert given.info["communication"]["round_trips"] == 4
+
+
+@pytest.mark.parametrize("backend", ["fedavg", "fedprox"])
+def test_fedavg_sends_multipliers_only_for_constraints(backend):
+    """The multiplier step (dald_cc_dual) goes out each round only when a client has constraints
+    of its own (FedAvg/FedProx have no consensus multipliers, μ ≡ 0): before, it went every
+    round regardless, 2 round trips a round where 1 does. Same iterates either way."""
+    make = {"fedavg": backends.FedAvg, "fedprox": backends.FedProx}[backend]
+    prob, w = _least_squares(n=3)
+    res = prob.solve(make(max_rounds=6, tol=0.0))
+    assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1,
+                                                    "dald_cc_solve": 6}
+    assert res.info["communication"]["round_trips"] == 2 + 6            # was 2 + 6 × 2
+    # one client with a constraint: the step goes out every round (to every client: one request)
+    prob.clients[1].subject_to(fm.norm2(w) <= 0.5)
+    res = prob.solve(make(max_rounds=6, tol=0.0))
+    assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1,
+                                                    "dald_cc_solve": 6, "dald_cc_dual": 6}
+    assert max(r["constraint_residual"] for r in res.history) > 0.0     # the multipliers moved
 
 
 CASES = {
@@ -210,7 +230,8 @@ def test_resumed_run_counts_as_the_straight_run(tmp_path):
     with pytest.raises(Stop):
         prob.solve(make(), checkpoint=path, checkpoint_every=1, callback=stop_at_third)
     resumed = prob.solve(make(), checkpoint=path, resume=True)
-    assert straight.info["communication"]["round_trips"] == 1 + 6 * 2     # init + 6 × (solve, dual)
+    assert straight.info["communication"]["round_trips"] == 1 + 6     # init + 6 solves (no dual:
+    # no constraints)
     assert resumed.info["communication"] == straight.info["communication"]
 
 
@@ -219,7 +240,7 @@ def test_print_shows_round_trips_and_floats_per_client():
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=3))
     line = next(line for line in str(res).splitlines() if line.strip().startswith("communication"))
-    assert line.split(None, 1)[1] == "8 round trips; per client 44 floats down (352 B), 16 up (128 B)"
+    assert line.split(None, 1)[1] == "5 round trips; per client 32 floats down (256 B), 13 up (104 B)"
 
 
 def test_print_shows_max_where_clients_differ():
@@ -241,7 +262,7 @@ def test_cvxpy_result_has_no_communication_line():
 
 def test_progress_bar_shows_running_round_trips(monkeypatch):
     """verbose=True on a terminal: each update's postfix carries the round trips so far —
-    FedAvg's k-th round record comes after 2 set-up trips and k × 2 round trips."""
+    FedAvg's k-th round record comes after 2 set-up trips and k round trips."""
     import tqdm
     from fedmodel.backends import common
     postfixes = []
@@ -253,7 +274,7 @@ def test_progress_bar_shows_running_round_trips(monkeypatch):
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=4), verbose=True)
     trips = [int(p["trips"]) for p in postfixes]
-    assert trips == [2 + 2 * k for k in range(1, 5)] and trips[-1] == res.ledger.round_trips
+    assert trips == [2 + k for k in range(1, 5)] and trips[-1] == res.ledger.round_trips
     assert common._RUNNING.get() is None            # the run's executor is forgotten after it
 
 
@@ -286,6 +307,6 @@ def test_flower_counts_as_serial():
     finally:
         ex.shutdown()
     assert remote.info["communication"] == serial.info["communication"]
-    assert serial.info["communication"]["round_trips"] == 7
+    assert serial.info["communication"]["round_trips"] == 4
     # Flower's own count of its batches adds the build, the local reports and the gathering
-    assert trips > 7
+    assert trips > 4
