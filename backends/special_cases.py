@@ -48,15 +48,16 @@ PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, 
 class _DistributedPA(DALD):
     """Fed-DALD-CC with μ ≡ 0 and x̂ = mean(x_i) (distributed PA, (51)–(53))."""
 
-    # The model as written (docs/scaling.md): the automatic step 1/L̂ already follows the data's
-    # units (data ×10^k: same rounds, tests/test_units.py), while FedProx's μ and the prox
-    # weight β are the user's, in the model's units. Equilibrated, FedAvg with client balls
-    # and λ‖w‖₁ diverged at round 13 (tests/test_infeasible.py's ball-lasso; σ = 0.026, same
-    # first three rounds) where the model as written reaches its fixed point in 43.
-    scaling = False
+    # Equilibrated by default, as every backend (docs/scaling.md). It diverged on the ball-lasso
+    # (tests/test_infeasible.py) at round 13 because two fixed numbers met the step 1/L̂ that
+    # follows the data: the penalty β = 2 of the clients' own constraints (a norm ball keeps its
+    # row scale 1, while σ = 0.026 shrinks the objective: step·β = 14 > 2), and FedProx's μ = 2
+    # once its local steps see the proximal term (several steps, or warm starts: step·μ = 4.2 on
+    # least squares). With the automatic step both now follow L̂ (`_prepare`). A step the user
+    # gives is in the model's units, so that run solves the model as written (as DistributedGD's).
 
     def __init__(self, prox: float, step: float | None, local_steps: int | None, max_rounds: int | None,
-                 tol: float, x0: Any = None, beta: float = 2.0, warm_start: bool = False,
+                 tol: float, x0: Any = None, beta: float | None = None, warm_start: bool = False,
                  privacy: ClientPrivacy | None = None):
         name = type(self).__name__
         self.client_privacy = privacy        # client-level DP (`dp_fedavg`), or None
@@ -72,12 +73,15 @@ class _DistributedPA(DALD):
         if not isinstance(warm_start, (bool, np.bool_)):
             raise FedModelError(f"{name}: warm_start must be True or False, got {warm_start!r}")
         self.step_option = step          # None: 1/max_i L̂_i, chosen at each run
+        self.beta_option = beta          # None: 2, or L̂/2 with the automatic step (`_prepare`)
+        self.scaling = step is None      # a step of the user's is in the model's units
         step = 1.0 if step is None else step
         super().__init__(rho=float(np.sqrt(prox / 2.0)), inner_rule="B4", v_max=1,
                          eps_primal=tol, eps_dual=tol,
                          solver="exact" if local_steps is None else "gd", step=step,
                          local_steps=1 if local_steps is None else int(local_steps),
-                         max_iterations=max_rounds, warm_start=warm_start, mode="cc", beta=beta,
+                         max_iterations=max_rounds, warm_start=warm_start, mode="cc",
+                         beta=2.0 if beta is None else beta,
                          x0=x0, adaptive_rho=False, stall_window=None)
         # a fixed proximal weight μ = 2ρ² is the algorithm (no adaptive ρ); no stall verdict: the
         # consensus residual C does not vanish at FedProx's fixed point when clients differ
@@ -101,14 +105,28 @@ class _DistributedPA(DALD):
                 "raise mu or check the model's scaling")
         return DivergenceWatch(type(self).__name__, hint=hint)
 
+    def equilibrates(self) -> bool:
+        """As every backend, unless client-level DP: factors computed from the data would be a
+        release that `dp_fedavg`'s accountant does not cover."""
+        return super().equilibrates() and self.client_privacy is None
+
     def _prepare(self, ex, x0: np.ndarray) -> None:
-        """step=None: 1/max_i L̂_i, a gradient step every client's objective tolerates (L̂_i: its
-        largest curvature near x0, estimated on the client: `backends.common.local_curvature`)."""
+        """step=None: a gradient step every client's local objective tolerates, from L̂ = max_i L̂_i
+        (L̂_i: client i's largest curvature near x0, estimated on the client:
+        `backends.common.local_curvature`). The local objective adds to f_i the proximal term
+        μ‖x − x̂‖²/2 — zero at the start of one step from x̂, else curvature μ — and the penalty
+        β·c_j² of the client's own constraints, of curvature β‖∇c_j‖² once one is active
+        (‖∇c_j‖ ≈ 1: a norm ball's, or an equilibrated row's). So the step is 1/(L̂ + μ) when the
+        proximal term counts, else 1/L̂, and β = L̂/2 (unless given): fixed numbers there made
+        step·β and step·μ follow the data's units, and diverge past 2 (class comment)."""
         if self.step_option is None and not self.exact_local:
             # one group request (the batched and JAX executors: one group gradient per step)
             estimates = ex.map_stacked("local_curvature", tuple(ex.clients), common={"z": x0, "iterations": 8})
             largest = float(np.max(estimates["L"], initial=0.0))
-            self.step = 1.0 / largest if largest > 0 else 1.0
+            proximal = self.mu if self.local_steps > 1 or self.warm_start else 0.0
+            self.step = 1.0 / (largest + proximal) if largest + proximal > 0 else 1.0
+            if self.beta_option is None and largest > 0:
+                self.beta = 0.5 * largest
 
     def _client_step(self) -> float:
         """α, the step one round's client update takes along −∇f_i at x̂: x_i ≈ x̂ − α∇f_i(x̂)
@@ -167,6 +185,7 @@ class _DistributedPA(DALD):
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
         watch, history, status, k, info, opts = self._watch(), [], Status.MAX_ITERATIONS, 0, {}, self._opts()
         has_server = "server" in ex.programs
+        client_constrained = any(block.constraints for block in problem.clients)
         bar = progress(self.max_iterations, verbose, name)
         while k < self.max_iterations:
             k += 1
@@ -177,9 +196,10 @@ class _DistributedPA(DALD):
                 break
             dual = float(np.max(np.abs(new - xhat), initial=0.0))
             xhat = new
-            # the clients' own constraint multipliers (no consensus step: μ ≡ 0)
+            # the clients' own constraint multipliers (no consensus step: μ ≡ 0), when they have any
             dmu = float(np.max(ex.map_stacked("dald_cc_dual", clients,
-                                              common={"xhat": xhat, "consensus": 0.0})["dmu"], initial=0.0))
+                                              common={"xhat": xhat, "consensus": 0.0})["dmu"],
+                               initial=0.0)) if client_constrained else 0.0
             report = k % self.report_every == 0 or self._converged(np.nan, dual, dmu) or \
                 k >= self.max_iterations
             record = self._record_cc(ex, clients, xhat, k, 1, k, float("nan"), dual, dmu / beta, start, report,
@@ -215,6 +235,7 @@ class _DistributedPA(DALD):
             out = super().loop(problem, ex, run)
         finally:
             step, self.step = self.step, (1.0 if automatic else self.step)
+            self.beta = 2.0 if self.beta_option is None else self.beta_option
         out.info["step"] = step          # the local gradient step used (chosen when step=None)
         # client constraints hold at each client's own iterate, not at x̂: at the round cap a
         # violated client set is "stalled" (`base.finish_result`), never left to more rounds
@@ -283,10 +304,11 @@ class DistributedGD(_DistributedPA):
                  x0: Any = None):
         # step=None: α = 1e-2 on the equilibrated model (the same run in any units); a step the
         # user gives is in the model's units, so that run solves the model as written
-        self.scaling = step is None
+        given = step
         step = 1e-2 if step is None else step
         check_number("DistributedGD: step", step, 0.0, np.inf)
         super().__init__(1.0 / step, step, 1, max_rounds, tol, x0, warm_start=True)
+        self.scaling = given is None
 
 
 class ProximalAlgorithm(DALD):

@@ -114,27 +114,47 @@ def test_executors_book_one_round_trip_per_request(executor):
 # ---- a run: counted by hand -------------------------------------------------------------------
 def test_fedavg_three_rounds_by_hand():
     """FedAvg(max_rounds=3), default step: 1 curvature estimate (the automatic step), 1 set-up
-    (dald_cc_init), then per round the local solve and the multiplier step (dald_cc_dual: FedAvg
-    sends it even without constraints) — 2 + 3 × 2 = 8 round trips where `rounds` says 3."""
+    (dald_cc_init), then per round the local solve — 2 + 3 = 5 round trips where `rounds` says
+    3. No multiplier step (dald_cc_dual): without constraints it has nothing to do (it was sent
+    every round before, 8 round trips: `test_fedavg_sends_multipliers_only_for_constraints`)."""
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=3))
     assert res.iterations == {"rounds": 3} and res.ledger.rounds == 3
-    assert res.ledger.round_trips == 8
+    assert res.ledger.round_trips == 5
     com = res.info["communication"]
-    assert com["round_trips"] == 8
-    assert com["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1, "dald_cc_solve": 3, "dald_cc_dual": 3}
-    assert com["messages"] == {"down": 8 * 3, "up": 8 * 3}
+    assert com["round_trips"] == 5
+    assert com["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1, "dald_cc_solve": 3}
+    assert com["messages"] == {"down": 5 * 3, "up": 5 * 3}
     # floats a client receives: curvature z + iterations (d + 1); init x0, beta, rho (2d + 1);
-    # per round solve xhat + tol, step, local_steps, warm (d + 4) and dual xhat + consensus (d + 1)
-    down = (D + 1) + (2 * D + 1) + 3 * ((D + 4) + (D + 1))
-    # sends: the curvature L (1); init nothing; per round solve x + steps (d + 1) and dual dmu (1)
-    up = 1 + 0 + 3 * ((D + 1) + 1)
-    assert (down, up) == (44, 16)
+    # per round solve xhat + tol, step, local_steps, warm (d + 4)
+    down = (D + 1) + (2 * D + 1) + 3 * (D + 4)
+    # sends: the curvature L (1); init nothing; per round solve x + steps (d + 1)
+    up = 1 + 0 + 3 * (D + 1)
+    assert (down, up) == (32, 13)
     assert com["floats_per_client"] == {"down": {"mean": down, "max": down}, "up": {"mean": up, "max": up}}
     assert com["bytes_per_client"]["down"] == {"mean": 8 * down, "max": 8 * down}
     # a given step needs no curvature estimate: one round trip fewer
     given = prob.solve(backends.FedAvg(step=0.1, max_rounds=3))
-    assert given.info["communication"]["round_trips"] == 7
+    assert given.info["communication"]["round_trips"] == 4
+
+
+@pytest.mark.parametrize("backend", ["fedavg", "fedprox"])
+def test_fedavg_sends_multipliers_only_for_constraints(backend):
+    """The multiplier step (dald_cc_dual) goes out each round only when a client has constraints
+    of its own (FedAvg/FedProx have no consensus multipliers, μ ≡ 0): before, it went every
+    round regardless, 2 round trips a round where 1 does. Same iterates either way."""
+    make = {"fedavg": backends.FedAvg, "fedprox": backends.FedProx}[backend]
+    prob, w = _least_squares(n=3)
+    res = prob.solve(make(max_rounds=6, tol=0.0))
+    assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1,
+                                                    "dald_cc_solve": 6}
+    assert res.info["communication"]["round_trips"] == 2 + 6            # was 2 + 6 × 2
+    # one client with a constraint: the step goes out every round (to every client: one request)
+    prob.clients[1].subject_to(fm.norm2(w) <= 0.5)
+    res = prob.solve(make(max_rounds=6, tol=0.0))
+    assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1,
+                                                    "dald_cc_solve": 6, "dald_cc_dual": 6}
+    assert max(r["constraint_residual"] for r in res.history) > 0.0     # the multipliers moved
 
 
 CASES = {
@@ -181,13 +201,48 @@ def test_dald_dc_sweep_as_one_block_counts_as_node_by_node(topology):
     assert ex.stats[("dald_dc_sweep", "batched")] > 0          # (the block really served it)
     one, two = serial.info["communication"], batched.info["communication"]
     assert one["round_trips"] == two["round_trips"] and one["by_kind"] == two["by_kind"]
-    # by hand: set-up 1 init and 1 link per edge end (sent node by node: 2 × 4 edges on the
-    # path, 2 × 5 on the ring); 12 sweeps of S = c0 … c4, whose consecutive nodes share an edge
-    # (5 batches of one node: 5 solves) and each node relays to its neighbours (5); 12 duals
-    edges = {"path": 4, "ring": 5}[topology]
-    assert one["by_kind"] == {"dald_dc_init": 1, "dald_dc_link": 2 * edges, "dald_dc_solve": 12 * 5,
+    # by hand: set-up 1 init and 1 mapped request of every node's edge ends (it was one
+    # dald_dc_link per edge end, sent node by node: 2 × 4 on the path, 2 × 5 on the ring); 12
+    # sweeps of S = c0 … c4, whose consecutive nodes share an edge (5 batches of one node: 5
+    # solves) and each node relays to its neighbours (5); 12 duals
+    assert one["by_kind"] == {"dald_dc_init": 1, "dald_dc_links": 1, "dald_dc_solve": 12 * 5,
                               "dald_dc_receive": 12 * 5, "dald_dc_dual": 12}
     assert serial.iterations == {"outer": 12, "inner": 12} and serial.ledger.rounds == 12
+
+
+@pytest.mark.parametrize("topology", ["path", "ring", "complete"])
+def test_dald_dc_links_in_one_request_gives_the_same_iterates(monkeypatch, topology):
+    """DALD-DC's set-up sends every node's edge ends in one mapped request (`dald_dc_links`: one
+    round trip); the iterates are bitwise those of the set-up sent end by end (`dald_dc_link`,
+    2 round trips per edge, as before), replayed here by expanding the mapped request."""
+    from fedmodel import topologies
+    prob, _ = _least_squares(n=5, rows=8)
+    graph = getattr(topologies, topology)(prob)
+    make = lambda: backends.DALD(max_iterations=15, eps_primal=0.0, eps_dual=0.0)  # noqa: E731
+    one = prob.solve(make(), topology=graph)
+    trips = one.info["communication"]["by_kind"]
+    assert trips["dald_dc_links"] == 1 and "dald_dc_link" not in trips
+    send = SerialExecutor.map
+
+    def end_by_end(self, kind, payloads, missing="raise"):
+        if kind != "dald_dc_links":
+            return send(self, kind, payloads, missing)
+        for node, p in payloads.items():
+            for j, neighbor in enumerate(p["neighbors"]):
+                self.call(node, "dald_dc_link", neighbor=neighbor, rho=p["rho"][j], after=p["after"][j],
+                          x=p["x"])
+        return {node: {} for node in payloads}
+    monkeypatch.setattr(SerialExecutor, "map", end_by_end)
+    old = prob.solve(make(), topology=graph)
+    edges = graph.number_of_edges() - sum(1 for e in graph.edges if "server" in e)
+    assert old.info["communication"]["by_kind"]["dald_dc_link"] == 2 * edges
+    assert old.info["communication"]["round_trips"] == one.info["communication"]["round_trips"] + 2 * edges - 1
+    assert old.iterations == one.iterations
+    for a, b in zip(old.history, one.history):
+        for key in ("primal_residual", "dual_residual", "objective"):
+            assert a[key] == b[key] or (np.isnan(a[key]) and np.isnan(b[key])), key
+    for v in one.values:
+        assert np.array_equal(one.values[v], old.values[v])
 
 
 def test_resumed_run_counts_as_the_straight_run(tmp_path):
@@ -210,7 +265,8 @@ def test_resumed_run_counts_as_the_straight_run(tmp_path):
     with pytest.raises(Stop):
         prob.solve(make(), checkpoint=path, checkpoint_every=1, callback=stop_at_third)
     resumed = prob.solve(make(), checkpoint=path, resume=True)
-    assert straight.info["communication"]["round_trips"] == 1 + 6 * 2     # init + 6 × (solve, dual)
+    assert straight.info["communication"]["round_trips"] == 1 + 6     # init + 6 solves (no dual:
+    # no constraints)
     assert resumed.info["communication"] == straight.info["communication"]
 
 
@@ -219,7 +275,7 @@ def test_print_shows_round_trips_and_floats_per_client():
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=3))
     line = next(line for line in str(res).splitlines() if line.strip().startswith("communication"))
-    assert line.split(None, 1)[1] == "8 round trips; per client 44 floats down (352 B), 16 up (128 B)"
+    assert line.split(None, 1)[1] == "5 round trips; per client 32 floats down (256 B), 13 up (104 B)"
 
 
 def test_print_shows_max_where_clients_differ():
@@ -241,7 +297,7 @@ def test_cvxpy_result_has_no_communication_line():
 
 def test_progress_bar_shows_running_round_trips(monkeypatch):
     """verbose=True on a terminal: each update's postfix carries the round trips so far —
-    FedAvg's k-th round record comes after 2 set-up trips and k × 2 round trips."""
+    FedAvg's k-th round record comes after 2 set-up trips and k round trips."""
     import tqdm
     from fedmodel.backends import common
     postfixes = []
@@ -253,7 +309,7 @@ def test_progress_bar_shows_running_round_trips(monkeypatch):
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=4), verbose=True)
     trips = [int(p["trips"]) for p in postfixes]
-    assert trips == [2 + 2 * k for k in range(1, 5)] and trips[-1] == res.ledger.round_trips
+    assert trips == [2 + k for k in range(1, 5)] and trips[-1] == res.ledger.round_trips
     assert common._RUNNING.get() is None            # the run's executor is forgotten after it
 
 
@@ -286,6 +342,6 @@ def test_flower_counts_as_serial():
     finally:
         ex.shutdown()
     assert remote.info["communication"] == serial.info["communication"]
-    assert serial.info["communication"]["round_trips"] == 7
+    assert serial.info["communication"]["round_trips"] == 4
     # Flower's own count of its batches adds the build, the local reports and the gathering
-    assert trips > 7
+    assert trips > 4

@@ -62,6 +62,24 @@ def constrained_logistic(scale: float):
     return prob, w, 1.0 / scale
 
 
+def ball_lasso(scale: float):
+    """The ball-lasso of tests/test_infeasible.py (12 clients: mean squares + λ‖w‖₁, each with
+    ‖w‖₂ ≤ 2), data ×`scale` and λ ×`scale`² (the same model with its objective in other units):
+    the solution does not change. The ball keeps its units (a projected set: row scale 1)."""
+    rng = np.random.default_rng(3)
+    w = fm.Variable(8, name="w")
+    prob = fm.Problem(name="ball-lasso")
+    for i in range(12):
+        client = prob.add_client(f"c{i}")
+        m = int(rng.integers(10, 30))
+        A = rng.standard_normal((m, 8))
+        b = A @ np.ones(8) + 0.1 * rng.standard_normal(m)
+        client.minimize(fm.sum_squares(client.data(A * scale, name="A") @ w - client.data(b * scale, name="b")) / m
+                        + 0.05 * scale ** 2 * fm.norm1(w))
+        client.subject_to(fm.norm2(w) <= 2.0)
+    return prob, w, 1.0
+
+
 def _runs(model, backend: str, topology=None, scales=SCALES) -> dict:
     """{k: (result, answer mapped back to unit data)} over `scales`."""
     out = {}
@@ -120,6 +138,37 @@ def test_constrained_logistic_in_any_units(name, scales):
     unit, _ = runs[0]
     if unit.status == "converged":
         assert fm.verify(unit).ok, name
+
+
+@pytest.mark.parametrize("scales", _split((-6, -1, 0, 3, 6), fast=(-1, 0, 6)))
+@pytest.mark.parametrize("name", ["fedavg", "fedprox"])
+def test_fedavg_with_client_balls_in_any_units(name, scales):
+    """FedAvg / FedProx equilibrate as the other backends, with client constraints. Before, they
+    solved the model as written because equilibrated they diverged here at round 13: the ball's
+    penalty β = 2 (the ball keeps row scale 1 while σ = 0.026 shrinks the objective) met the
+    step 1/L̂ (step·β = 14 > 2); as written the same happened at data ×0.1. β follows L̂ now: 33
+    rounds at every scale, to the fixed point of the unit run (3.2e-3 from CVXPY's: a biased
+    fixed point, tests/test_infeasible.py)."""
+    runs = _runs(ball_lasso, name, scales=scales)
+    _assert_invariant(runs, name)
+    unit, unit_w = runs[0]
+    assert unit.status == "converged" and "scaling" in unit.info, (unit.status, unit.info.keys())
+    assert unit.iterations["rounds"] <= 40, unit.iterations
+    prob, w, _ = ball_lasso(1.0)
+    assert np.max(np.abs(unit_w - prob.solve("cvxpy").value(w))) <= 5e-3
+
+
+@pytest.mark.parametrize("options", [{"local_steps": 5}, {"warm_start": True}])
+def test_fedprox_local_steps_see_the_proximal_term(options):
+    """The automatic step is 1/(L̂ + μ) once FedProx's local steps see μ‖x − x̂‖²/2 (several
+    steps, or warm starts): with 1/L̂, step·μ = 4.2 on equilibrated least squares and 2.4 on the
+    constrained logistic model as written, and both diverged."""
+    for model, scaling in ((least_squares, True), (constrained_logistic, False)):
+        prob, _, _ = model(1.0)
+        res = prob.solve(backends.FedProx(**options), scaling=scaling)
+        assert res.status == ("converged" if model is least_squares else "stalled"), \
+            (model.__name__, res.status)       # stalled: client constraints (a biased fixed point)
+        assert res.info["step"] * 2.0 < 1.0, res.info["step"]      # μ = 2: step·μ < 1
 
 
 def test_data_too_small_for_double_precision_is_refused():

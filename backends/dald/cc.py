@@ -58,6 +58,9 @@ class FedDALDCC:
         bar = progress(self.max_iterations, verbose, "DALD-CC")
         opts = self._opts()
         constrained = bool(problem.constraints)     # (a list over every block: once, not per iteration)
+        # Step 2 has nothing to do on the clients without (15) (FedAvg, FedProx: μ ≡ 0) and without
+        # constraints of their own: not sent (it was a round trip every round, half of FedAvg's)
+        send_dual = self.dual_updates or any(block.constraints for block in problem.clients)
         # the server's report is asked for when it has terms or constraints (else it is 0, 0)
         has_server = "server" in ex.programs and server_used
         watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
@@ -100,11 +103,13 @@ class FedDALDCC:
             gap, primal = kernels.consensus_gap(X, xhat, twice_rho2, member)
             # Step 2: multiplier step (15) on the clients
             active = clients if everyone else [c for c in clients if c in active]
-            replies = ex.map_stacked("dald_cc_dual", active,
-                                     common={"xhat": xhat, "consensus": float(self.dual_updates)})
+            dmu = 0.0
+            if send_dual:
+                replies = ex.map_stacked("dald_cc_dual", active,
+                                         common={"xhat": xhat, "consensus": float(self.dual_updates)})
+                dmu = float(np.max(replies["dmu"], initial=0.0))
             if self.dual_updates:
                 mu_sum += gap
-            dmu = float(np.max(replies["dmu"], initial=0.0))
             # the stop test's D at the weights of this step: stationarity ≈ n·2ρ²·D, so once
             # adaptive ρ has raised ρ∘ρ F-fold, D must be F times smaller to certify the same
             # point (at ρ ×100 an unscaled D ≤ 1e-6 passed points with KKT stationarity 1e-2)

@@ -134,11 +134,12 @@ class FedDALDDC:
         position = {n: i for i, n in enumerate(order)}
         neighbors = {n: list(H.neighbors(n)) for n in order}
         ex.map("dald_dc_init", {n: {"x0": x0, "beta": beta} for n in order})
-        for n in order:
-            for j in neighbors[n]:
-                edge = (n, j) if position[n] < position[j] else (j, n)
-                ex.call(n, "dald_dc_link", neighbor=j, rho=self._rho(edge, d),
-                        after=float(position[j] > position[n]), x=x0)
+        # every node's edge ends in one mapped request (one round trip; one per end was 2 per edge)
+        ex.map("dald_dc_links", {n: {"neighbors": list(neighbors[n]),
+                                     "rho": [self._rho((n, j) if position[n] < position[j] else (j, n), d)
+                                             for j in neighbors[n]],
+                                     "after": [float(position[j] > position[n]) for j in neighbors[n]],
+                                     "x": x0} for n in order if neighbors[n]})
         gauss_seidel = GaussSeidelSweep(ex, neighbors)
         moving = np.array([any(position[j] < position[n] for j in neighbors[n]) for n in order], dtype=bool)
         X = np.tile(x0, (len(order), 1))          # not the bottom nodes: they enter D (80)

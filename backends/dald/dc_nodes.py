@@ -1,4 +1,5 @@
-"""Fed-DALD-DC node steps (Algorithm 3): `dald_dc_init`, `dald_dc_link`, `dald_dc_receive`,
+"""Fed-DALD-DC node steps (Algorithm 3): `dald_dc_init`, `dald_dc_link` (`dald_dc_links`: all of
+a node's edges in one message), `dald_dc_receive`,
 `dald_dc_solve` (20), `dald_dc_dual` (21) and `dald_dc_sweep` (a Gauss–Seidel sweep of (20) with
 its relays inside one client group). State: `program.state["dald"]` (x; per edge end μ_e, ρ_e²,
 the sign of C_e at this end, the newest copy of the neighbour's model).
@@ -50,6 +51,17 @@ def _dc_link(program, neighbor, rho, after, x):
     program.state["dald"]["edges"][neighbor] = {
         "rho2": np.asarray(rho, float) ** 2, "sign": 1.0 if after else -1.0,
         "mu": np.zeros_like(x, dtype=float), "x": np.array(x, float)}
+    return {}
+
+
+@procedure("dald_dc_links", {"neighbors": "str", "rho": "opaque", "after": "opaque", "x": "x"}, {})
+def _dc_links(program, neighbors, rho, after, x):
+    """Every edge end of the node at once (`dald_dc_link` per entry, in order): one mapped
+    request sets up the whole graph — one round trip, where one `dald_dc_link` per edge end took
+    2 per edge. `rho`, `after`: one entry per neighbour. (Declared opaque: the ledger does not
+    count their floats, a few per edge, once per run.)"""
+    for j, neighbor in enumerate(neighbors):
+        _dc_link(program, neighbor, rho[j], after[j], x)
     return {}
 
 
@@ -396,4 +408,4 @@ SWEEP = Procedure(MessageKind("dald_dc_sweep", dict(SOLVE_OPTIONS), {"x": "x", "
                   _dc_sweep, stacked=_sweep_stacked)
 
 # Fed-DALD-DC's node steps (`DALD.procedures`)
-PROCEDURES = (_dc_init, _dc_link, _dc_receive, _dc_solve, _dc_dual, SWEEP)
+PROCEDURES = (_dc_init, _dc_link, _dc_links, _dc_receive, _dc_solve, _dc_dual, SWEEP)
