@@ -23,8 +23,7 @@ from ..collector import collection_paused, freeze_setup
 from ..constraints import Constraint, Equality
 from ..expression import Data, Variable
 from . import local_solvers
-from .compiled_merit import HESSIAN_BLOCK_FLOATS, CompiledMerit, Layout   # noqa: F401 (re-export)
-from .local_solvers import ACTIVE_SET_MAX   # noqa: F401 (re-export)
+from .compiled_merit import CompiledMerit, Layout
 from .node_state import NodeState
 
 
