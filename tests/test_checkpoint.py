@@ -117,6 +117,41 @@ def test_proxal_resume_equals_uninterrupted(tmp_path, anderson):
     assert len(ref.history) >= 8 and ref.max_violation < 1e-2      # a real, nontrivial run
 
 
+def _places_of(value: float, obj, where: str = "") -> list[str]:
+    """Where `value` is stored in a checkpoint's payload (numbers, 0-d arrays, inside
+    containers), leaving out the run's records (`history`, `certificate_log`: what the result
+    reports per iteration, not state)."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() if k not in ("history", "certificate_log")
+                for p in _places_of(value, v, f"{where}/{k}")]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in _places_of(value, v, f"{where}[{i}]")]
+    if isinstance(obj, (float, np.floating)) or (isinstance(obj, np.ndarray) and obj.shape == ()):
+        return [where] if float(obj) == value else []
+    return []
+
+
+@pytest.mark.parametrize("executor", ["serial", pytest.param("batched", marks=pytest.mark.integration)])
+def test_a_proxal_checkpoint_holds_beta_once_and_resumes_bitwise(tmp_path, executor):
+    """β is stored once in a checkpoint — in ProxAL's loop state; the node states leave out the
+    settings "configure" sends again (docs/architecture.md follows β) — and the run resumed from
+    it equals the uninterrupted one bitwise (a client with a private variable, whose proximal
+    weight 1/β the node derives)."""
+    beta = 7.25                     # a value nothing else in the run takes
+    prob, w = constrained_model(seed=3)
+
+    def make():
+        return backends.ProxAL(**{**PROXAL, "beta": beta}, beta_growth=1.0, tau_rule="paper")
+    _check_resume(tmp_path, prob, make, stop_at=4, executor=executor)
+    path = tmp_path / "beta.ckpt"
+    with pytest.raises(Stop):
+        prob.solve(make(), executor=executor, checkpoint=path, callback=_stop_after(3))
+    saved = ck.read(path)
+    assert len(saved["nodes"]) == 4 and saved["loop"]["beta"] == beta
+    assert _places_of(beta, saved) == ["/loop/beta"]
+    assert [r["beta"] for r in saved["loop"]["history"]] == [beta, beta]   # the records keep theirs
+
+
 def test_dald_cc_resume_with_seeded_participation(tmp_path):
     prob, w = constrained_model(1, server_l1=False)
     make = lambda: backends.DALD(rho=2.0, coordination="partial", participation=0.6,  # noqa: E731

@@ -158,7 +158,7 @@ def test_hessian_plan_computes_sigmoid_curvature_once_and_matches_closed_form():
     H = program.hessian(z)
     s = scipy.special.expit(A @ z)
     np.testing.assert_allclose(H, A.T @ (A * (s * (1 - s))[:, None]) / 200, rtol=1e-12, atol=1e-15)
-    steps = dict(line.split(" = ") for line in program._hessian_plan.describe().splitlines())
+    steps = dict(line.split(" = ") for line in program.compiled._hessian_plan.describe().splitlines())
     negated = [slot for slot, step in steps.items() if step.startswith("neg(")]     # −σ
     assert len(negated) == 1
     assert sum(step.startswith("add(") and negated[0] in step for step in steps.values()) == 1
@@ -182,7 +182,7 @@ def test_gradient_alone_equals_the_merit_gradient_bitwise():
     program.set_multipliers({"np": np.array(0.7)})
     x = rng.normal(size=5)
     alone = program.gradient(x)
-    program._recent.clear()                       # no memoized evaluation: the full plan runs
+    program.compiled.forget()                       # no memoized evaluation: the full plan runs
     assert np.array_equal(alone, program.merit(x)["grad"])
     # closed form: ∇f + [μ + βc]₊ ∇c + ω (x − center)
     s0, s1 = scipy.special.expit(A0 @ x), scipy.special.expit(-(A1 @ x))

@@ -499,7 +499,7 @@ def test_node_program_hessian_one_plan_equals_hvp_columns_and_finite_differences
     of 3 and 1 directions, and the column-by-column HVP path give the same matrix, which
     matches central differences of the derived gradient — on a client with a matrix-shaped
     shared variable, a private variable, a logistic objective and an AL constraint term."""
-    from fedmodel.runtime import program as program_module
+    from fedmodel.runtime import compiled_merit
     from fedmodel.runtime.program import compile_programs
     rng = np.random.default_rng(seed)
     W = fm.Variable((3, 2), name="W")
@@ -513,13 +513,13 @@ def test_node_program_hessian_one_plan_equals_hvp_columns_and_finite_differences
     prog.configure(7.0, 0.1, rng.standard_normal(6))
     z = rng.standard_normal(7)
     one_plan = prog.hessian(z)
-    assert len(prog._unit_directions) == 1
+    assert len(prog.compiled._unit_directions) == 1
     for per_block in (3, 1):        # blocks of `per_block` directions (the largest step: 15 floats)
-        monkeypatch.setattr(program_module, "HESSIAN_BLOCK_FLOATS", 15 * per_block)
-        del prog._unit_directions
+        monkeypatch.setattr(compiled_merit, "HESSIAN_BLOCK_FLOATS", 15 * per_block)
+        del prog.compiled._unit_directions
         np.testing.assert_allclose(prog.hessian(z), one_plan, rtol=1e-12, atol=1e-12)
-        assert len(prog._unit_directions) == -(-7 // per_block)
-    prog._hessian_plan = None          # as a merit with a step that has no rule over directions
+        assert len(prog.compiled._unit_directions) == -(-7 // per_block)
+    prog.compiled._hessian_plan = None          # as a merit with a step that has no rule over directions
     columns = prog.hessian(z)
     np.testing.assert_allclose(one_plan, columns, rtol=1e-12, atol=1e-12)
     h = 1e-6

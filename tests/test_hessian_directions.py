@@ -93,7 +93,7 @@ def test_node_hessian_matches_the_closed_form(sparse):
     z = np.linspace(-0.5, 0.8, 6)
     H = program.hessian(z)
     np.testing.assert_allclose(H, closed_form_hessian(A0, A1, z), rtol=1e-12, atol=1e-14)
-    assert program._hessian_plan is not None
+    assert program.compiled._hessian_plan is not None
 
 
 def test_hessian_plan_is_derived_once_whatever_the_dimension():
@@ -104,7 +104,7 @@ def test_hessian_plan_is_derived_once_whatever_the_dimension():
     small.hessian(np.zeros(4))
     z = np.full(40, 0.05)
     np.testing.assert_allclose(large.hessian(z), closed_form_hessian(A0, A1, z), rtol=1e-12, atol=1e-14)
-    assert large._hessian_plan.n_steps == small._hessian_plan.n_steps < 50
+    assert large.compiled._hessian_plan.n_steps == small.compiled._hessian_plan.n_steps < 50
 
 
 def test_a_step_without_a_rule_over_directions_is_refused_and_the_node_falls_back():
@@ -116,7 +116,7 @@ def test_a_step_without_a_rule_over_directions_is_refused_and_the_node_falls_bac
     program, A0, A1 = logistic_client(5)
     z = np.linspace(0.3, -0.2, 5)
     batched = program.hessian(z)
-    program._hessian_plan = None
+    program.compiled._hessian_plan = None
     np.testing.assert_allclose(program.hessian(z), batched, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(batched, closed_form_hessian(A0, A1, z), rtol=1e-12, atol=1e-14)
 

@@ -90,7 +90,7 @@ def test_node_program_plans_agree_with_numpy(constrained):
         program.set_multipliers({name: np.full(np.shape(p.value), 0.7)
                                  for name, p in program.merit_ir.multipliers.items()})
     v = rng.standard_normal(3)
-    for plan in (program.value_grad_plan, program.objective_plan, program._all_residuals):
+    for plan in (program.value_grad_plan, program.objective_plan, program.compiled.all_residuals):
         assert_agree(plan(v), JaxPlan(plan)(v))
     # a parameter changed after lowering is read at call time
     jplan = JaxPlan(program.value_grad_plan)

@@ -164,7 +164,7 @@ def test_plans_of_one_structure_share_their_key():
 def test_residual_plans_compiled_on_first_use():
     programs = compile_programs(mixed_problem(n=3))
     free, ball = programs["c0"], programs["c2"]               # no constraint; ‖w‖² ≤ 4
-    assert "_residuals" not in vars(free) and "_all_residuals" not in vars(free)
+    assert "residuals" not in vars(free.compiled) and "all_residuals" not in vars(free.compiled)
     x = np.full(3, 2.0)
     assert free.violations(x) == {} and free.report(x)["violation"] == 0.0
     assert ball.report(x)["violation"] == pytest.approx(8.0)

@@ -46,7 +46,7 @@ def local_argmin(group: Group, rows: np.ndarray, X0: np.ndarray, linear, weight,
         return _each_row(group, rows, X0, linear, weight, anchor, tol, solver, step, steps, subtract_linear)
     for i in rows if group.n_y else ():    # re-center the private variables' proximal term (1/β)
         p = group.programs[i]
-        p.configure(float(p.merit_ir.beta.value), 0.0, X0[i])
+        p.configure(p.node_state.beta, 0.0, X0[i])     # (β as `init_state` set it)
     has_prox = bool(group.prox)
     if solver in ("prox-grad", "gd"):
         Z = np.concatenate([X0, private_stack(group)], axis=1) if group.n_y else X0

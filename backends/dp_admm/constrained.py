@@ -195,7 +195,7 @@ class LocalConstraints:
             if not isinstance(c, Equality):
                 new = np.maximum(new, 0.0)
             residual = max(residual, float(np.max(np.abs(new - mu.value), initial=0.0)) / eta)
-            mu.value = new
+            program.set_multipliers({c.name: new})     # the node's state and its merit's μ_j
         return residual
 
 

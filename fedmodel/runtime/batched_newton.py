@@ -3,7 +3,7 @@ batched and JAX executors' form of `NodeProgram.solve_local`'s "newton" and "exa
 
 `newton_batched` is `solvers.newton` with its rules (`solvers.descent`, `accepted`, `MIN_STEP`,
 `stale`) taken per client with masks. `NewtonMatrices` serves its directions as
-`NodeProgram._newton_matrix` serves the serial solve's: ∇²P_i is the chord Hessian the client's
+`local_solvers.newton_matrix` serves the serial solve's: ∇²P_i is the chord Hessian the client's
 program keeps, and the matrix ∇²P_i + diag(weight_i) is factored — here inverted, stacked, in a
 `FactorStack` kept with the group across steps and solves — only for the clients whose Hessian
 or weight changed; every step then costs one stacked matrix-vector product.
@@ -171,7 +171,7 @@ def _invert(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class NewtonMatrices:
     """The Newton directions of a group's clients `rows` for `newton_batched`, as
-    `NodeProgram._newton_matrix` gives each client's serial solve: ∇²P_i is the chord Hessian
+    `local_solvers.newton_matrix` gives each client's serial solve: ∇²P_i is the chord Hessian
     the client's program keeps (`_hessian_cache`), evaluated afresh by one group `hessian`
     call for the clients that have none, or whose last step asked for one when `chord` is on
     ("newton"; "exact" keeps its Hessian), and then stored in the program, so that a later

@@ -5,7 +5,9 @@ A checkpoint is one pickle file holding
 - `loop`: the backend's own loop state (a plain dict it hands over at the end of an outer
   iteration: iterates, counters, RNG states, the history so far);
 - `nodes`: every node program's state, fetched through the executor's `save_state` request and
-  given back with `load_state` (so it works with any executor — the driver never reads data);
+  given back with `load_state` (so it works with any executor — the driver never reads data),
+  without the settings the driver sends in "configure" (`NodeState.SETTINGS`: β, ω): the
+  loop state holds β, once, and the resumed loop sends it again;
 - `ledger`: the communication ledger so far (a resumed run books the same traffic);
 - `fingerprint`: a hash of the problem (structure and data) and of the backend's options — a
   checkpoint of another problem or other settings is refused;
@@ -33,11 +35,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import FedModelError
+from .node_state import without_settings
 
 # 2: node states of the refactored runtime and backends (backends.dald package, DALD's node
 # steps in backends/dald, DP-ADMM's noise in runtime.privacy, ...); format-1 files pickle classes
-# of modules that no longer exist, so they are refused by their format before anything else
-FORMAT = 2
+# of modules that no longer exist, so they are refused by their format before anything else.
+# 3: node states are `NodeState`s' fields (the Hessian without its key, no β: issue 26)
+FORMAT = 3
 
 
 class CheckpointError(FedModelError):
@@ -142,7 +146,8 @@ class Checkpointer:
         `every`. `loop` must hold everything the loop needs to continue, history included."""
         if self.path is None or iteration % self.every:
             return False
-        nodes = {n: r["state"] for n, r in executor.map("save_state", {n: {} for n in executor.nodes}).items()}
+        nodes = {n: without_settings(r["state"])
+                 for n, r in executor.map("save_state", {n: {} for n in executor.nodes}).items()}
         self._write({"iteration": int(iteration), "loop": loop, "nodes": nodes,
                      "ledger": executor.ledger, "outcome": None})
         return True
