@@ -209,13 +209,14 @@ def test_a_server_step_keeps_the_clients_checks_and_stacks():
 
 # ---- Fed-DALD-DC: relayed copies, edge multipliers and flags written back ---------------------
 def _dc_start(ex, clients, graph):
-    """`dald_dc_init` and `dald_dc_link` on a graph of the clients, order S = clients."""
+    """`dald_dc_init` and `dald_dc_links` (one edge end a request) on a graph of the clients,
+    order S = clients."""
     position = {c: i for i, c in enumerate(clients)}
     neighbors = {c: sorted(graph.neighbors(c), key=position.get) for c in clients}
     ex.map("dald_dc_init", {c: {"x0": np.zeros(D), "beta": 2.0} for c in clients})
     for c in clients:
         for j in neighbors[c]:
-            ex.call(c, "dald_dc_link", neighbor=j, rho=1.0, after=float(position[j] > position[c]),
+            ex.call(c, "dald_dc_links", neighbors=[j], rho=[1.0], after=[float(position[j] > position[c])],
                     x=np.zeros(D))
     return neighbors
 
@@ -339,7 +340,7 @@ def test_dc_two_batched_executors_on_the_same_programs():
 
 
 def test_dc_relinking_an_edge_rebuilds_the_batched_layout():
-    """`dald_dc_link` again for existing neighbours (a new ρ) replaces the end dicts: the
+    """`dald_dc_links` again for existing neighbours (a new ρ) replaces the end dicts: the
     batched sweep must use the new ends and their 2ρ², as the serial sweep does."""
     prob, _ = _logistic(n=6, l1_on="clients")
     sweeps = []
@@ -352,7 +353,8 @@ def test_dc_relinking_an_edge_rebuilds_the_batched_layout():
         x = {c: np.array(ex.programs[c].state["dald"]["x"]) for c in clients}
         for i, c in enumerate(clients):
             for j in neighbors[c]:
-                ex.call(c, "dald_dc_link", neighbor=j, rho=3.0, after=float(clients.index(j) > i), x=x[j])
+                ex.call(c, "dald_dc_links", neighbors=[j], rho=[3.0], after=[float(clients.index(j) > i)],
+                        x=x[j])
         sweeps.append(np.array(GaussSeidelSweep(ex, neighbors)([[c] for c in clients], DC_STEP)["x"]))
     np.testing.assert_allclose(sweeps[0], sweeps[1], rtol=0, atol=TOL)
     assert np.abs(sweeps[1]).max() > 1e-3

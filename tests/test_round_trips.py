@@ -201,8 +201,8 @@ def test_dald_dc_sweep_as_one_block_counts_as_node_by_node(topology):
     assert ex.stats[("dald_dc_sweep", "batched")] > 0          # (the block really served it)
     one, two = serial.info["communication"], batched.info["communication"]
     assert one["round_trips"] == two["round_trips"] and one["by_kind"] == two["by_kind"]
-    # by hand: set-up 1 init and 1 mapped request of every node's edge ends (it was one
-    # dald_dc_link per edge end, sent node by node: 2 × 4 on the path, 2 × 5 on the ring); 12
+    # by hand: set-up 1 init and 1 mapped request of every node's edge ends (it was
+    # one request per edge end, sent node by node: 2 × 4 on the path, 2 × 5 on the ring); 12
     # sweeps of S = c0 … c4, whose consecutive nodes share an edge (5 batches of one node: 5
     # solves) and each node relays to its neighbours (5); 12 duals
     assert one["by_kind"] == {"dald_dc_init": 1, "dald_dc_links": 1, "dald_dc_solve": 12 * 5,
@@ -213,15 +213,15 @@ def test_dald_dc_sweep_as_one_block_counts_as_node_by_node(topology):
 @pytest.mark.parametrize("topology", ["path", "ring", "complete"])
 def test_dald_dc_links_in_one_request_gives_the_same_iterates(monkeypatch, topology):
     """DALD-DC's set-up sends every node's edge ends in one mapped request (`dald_dc_links`: one
-    round trip); the iterates are bitwise those of the set-up sent end by end (`dald_dc_link`,
-    2 round trips per edge, as before), replayed here by expanding the mapped request."""
+    round trip); the iterates are bitwise those of the set-up sent end by end (2 round trips per
+    edge, as before), replayed here by splitting the mapped request into one per edge end."""
     from fedmodel import topologies
     prob, _ = _least_squares(n=5, rows=8)
     graph = getattr(topologies, topology)(prob)
     make = lambda: backends.DALD(max_iterations=15, eps_primal=0.0, eps_dual=0.0)  # noqa: E731
     one = prob.solve(make(), topology=graph)
     trips = one.info["communication"]["by_kind"]
-    assert trips["dald_dc_links"] == 1 and "dald_dc_link" not in trips
+    assert trips["dald_dc_links"] == 1
     send = SerialExecutor.map
 
     def end_by_end(self, kind, payloads, missing="raise"):
@@ -229,13 +229,13 @@ def test_dald_dc_links_in_one_request_gives_the_same_iterates(monkeypatch, topol
             return send(self, kind, payloads, missing)
         for node, p in payloads.items():
             for j, neighbor in enumerate(p["neighbors"]):
-                self.call(node, "dald_dc_link", neighbor=neighbor, rho=p["rho"][j], after=p["after"][j],
-                          x=p["x"])
+                send(self, kind, {node: dict(neighbors=[neighbor], rho=[p["rho"][j]],
+                                             after=[p["after"][j]], x=p["x"])}, missing)
         return {node: {} for node in payloads}
     monkeypatch.setattr(SerialExecutor, "map", end_by_end)
     old = prob.solve(make(), topology=graph)
     edges = graph.number_of_edges() - sum(1 for e in graph.edges if "server" in e)
-    assert old.info["communication"]["by_kind"]["dald_dc_link"] == 2 * edges
+    assert old.info["communication"]["by_kind"]["dald_dc_links"] == 2 * edges
     assert old.info["communication"]["round_trips"] == one.info["communication"]["round_trips"] + 2 * edges - 1
     assert old.iterations == one.iterations
     for a, b in zip(old.history, one.history):

@@ -1,8 +1,7 @@
-"""Fed-DALD-DC node steps (Algorithm 3): `dald_dc_init`, `dald_dc_link` (`dald_dc_links`: all of
-a node's edges in one message), `dald_dc_receive`,
-`dald_dc_solve` (20), `dald_dc_dual` (21) and `dald_dc_sweep` (a Gauss–Seidel sweep of (20) with
-its relays inside one client group). State: `program.state["dald"]` (x; per edge end μ_e, ρ_e²,
-the sign of C_e at this end, the newest copy of the neighbour's model).
+"""Fed-DALD-DC node steps (Algorithm 3): `dald_dc_init`, `dald_dc_links` (a node's edge ends),
+`dald_dc_receive`, `dald_dc_solve` (20), `dald_dc_dual` (21) and `dald_dc_sweep` (a Gauss–Seidel
+sweep of (20) with its relays inside one client group). State: `program.state["dald"]` (x; per
+edge end μ_e, ρ_e², the sign of C_e at this end, the newest copy of the neighbour's model).
 
 `dald_dc_solve` and `dald_dc_dual` are written once, over rows of nodes (`client_step`): one
 node on the serial, Ray and Flower executors, a group (e.g. a parallel batch of S) on the
@@ -45,23 +44,15 @@ def _dc_init(program, x0, beta):
     return {}
 
 
-@procedure("dald_dc_link", {"neighbor": "str", "rho": "x|1", "after": "1", "x": "x"}, {})
-def _dc_link(program, neighbor, rho, after, x):
-    """Edge to `neighbor`; `after` = 1 when the neighbour comes later in S (C = x_self − x_nbr)."""
-    program.state["dald"]["edges"][neighbor] = {
-        "rho2": np.asarray(rho, float) ** 2, "sign": 1.0 if after else -1.0,
-        "mu": np.zeros_like(x, dtype=float), "x": np.array(x, float)}
-    return {}
-
-
 @procedure("dald_dc_links", {"neighbors": "str", "rho": "opaque", "after": "opaque", "x": "x"}, {})
 def _dc_links(program, neighbors, rho, after, x):
-    """Every edge end of the node at once (`dald_dc_link` per entry, in order): one mapped
-    request sets up the whole graph — one round trip, where one `dald_dc_link` per edge end took
-    2 per edge. `rho`, `after`: one entry per neighbour. (Declared opaque: the ledger does not
-    count their floats, a few per edge, once per run.)"""
-    for j, neighbor in enumerate(neighbors):
-        _dc_link(program, neighbor, rho[j], after[j], x)
+    """The node's edge ends, one per neighbour (an existing end is replaced, e.g. with a new ρ);
+    `after` = 1 when the neighbour comes later in S (C = x_self − x_nbr). One mapped request sets
+    up the whole graph. (`rho`, `after` opaque: the ledger skips these few floats, once a run.)"""
+    edges = program.state["dald"]["edges"]
+    for neighbor, rho_e, after_e in zip(neighbors, rho, after):
+        edges[neighbor] = {"rho2": np.asarray(rho_e, float) ** 2, "sign": 1.0 if after_e else -1.0,
+                           "mu": np.zeros_like(x, dtype=float), "x": np.array(x, float)}
     return {}
 
 
@@ -242,7 +233,7 @@ class EdgeLayout:
 
     def valid(self, states: list[dict]) -> bool:
         """Still the same edge tables holding the same end dicts: `dald_dc_init` makes a new
-        table, `dald_dc_link` adds an end (or replaces one, e.g. with a new ρ)."""
+        table, `dald_dc_links` adds ends (or replaces them, e.g. with a new ρ)."""
         return len(states) == len(self.tables) and all(map(_same_table, states, self.tables, self.counts)) \
             and all(map(is_, (end for table in self.tables for end in table.values()), self.ends))
 
@@ -395,11 +386,9 @@ def _group_dual(group: Group, known, consensus: float) -> np.ndarray:
     return primal
 
 
-# The sweep's traffic is that of the solves and relays it stands for: `dc.GaussSeidelSweep` books
-# them, so the kind itself is local (no ledger entry of its own).
 def _dc_sweep(program, **payload):
-    """Only a group serves a sweep (its stacked form); `GaussSeidelSweep` sends the solves and
-    relays node by node wherever none does, never this request to one node."""
+    """Only a group serves a sweep (its stacked form); elsewhere `dc.GaussSeidelSweep` sends the
+    solves and relays node by node. It books their traffic, so the kind itself is local."""
     raise FedModelError("dald_dc_sweep is served by a group's stacked form only; send "
                         "dald_dc_solve and dald_dc_receive to a single node")
 
@@ -408,4 +397,4 @@ SWEEP = Procedure(MessageKind("dald_dc_sweep", dict(SOLVE_OPTIONS), {"x": "x", "
                   _dc_sweep, stacked=_sweep_stacked)
 
 # Fed-DALD-DC's node steps (`DALD.procedures`)
-PROCEDURES = (_dc_init, _dc_link, _dc_links, _dc_receive, _dc_solve, _dc_dual, SWEEP)
+PROCEDURES = (_dc_init, _dc_links, _dc_receive, _dc_solve, _dc_dual, SWEEP)
