@@ -73,7 +73,7 @@ class _DistributedPA(DALD):
         if not isinstance(warm_start, (bool, np.bool_)):
             raise FedModelError(f"{name}: warm_start must be True or False, got {warm_start!r}")
         self.step_option = step          # None: 1/max_i L̂_i, chosen at each run
-        self.beta_option = beta          # None: 2, or L̂/2 with the automatic step (`_prepare`)
+        self.beta_option = beta          # None: 2, or min(2, L̂/2) with the automatic step (`_prepare`)
         self.scaling = step is None      # a step of the user's is in the model's units
         step = 1.0 if step is None else step
         super().__init__(rho=float(np.sqrt(prox / 2.0)), inner_rule="B4", v_max=1,
@@ -117,8 +117,10 @@ class _DistributedPA(DALD):
         μ‖x − x̂‖²/2 — zero at the start of one step from x̂, else curvature μ — and the penalty
         β·c_j² of the client's own constraints, of curvature β‖∇c_j‖² once one is active
         (‖∇c_j‖ ≈ 1: a norm ball's, or an equilibrated row's). So the step is 1/(L̂ + μ) when the
-        proximal term counts, else 1/L̂, and β = L̂/2 (unless given): fixed numbers there made
-        step·β and step·μ follow the data's units, and diverge past 2 (class comment)."""
+        proximal term counts, else 1/L̂, and β = min(2, L̂/2) (unless given): fixed numbers there
+        made step·β and step·μ follow the data's units, and diverge past 2 (class comment). The
+        cap 2 (the old fixed β) is for rows as written, whose ‖∇c_j‖² may be far above 1
+        (Σw ≤ b in d = 5: L̂/2 = 3.2 made step·β·‖∇c‖² = 2.5 and never settled; β = 2: 57 rounds)."""
         if self.step_option is None and not self.exact_local:
             # one group request (the batched and JAX executors: one group gradient per step)
             estimates = ex.map_stacked("local_curvature", tuple(ex.clients), common={"z": x0, "iterations": 8})
@@ -126,7 +128,7 @@ class _DistributedPA(DALD):
             proximal = self.mu if self.local_steps > 1 or self.warm_start else 0.0
             self.step = 1.0 / (largest + proximal) if largest + proximal > 0 else 1.0
             if self.beta_option is None and largest > 0:
-                self.beta = 0.5 * largest
+                self.beta = min(2.0, 0.5 * largest)
 
     def _client_step(self) -> float:
         """α, the step one round's client update takes along −∇f_i at x̂: x_i ≈ x̂ − α∇f_i(x̂)
