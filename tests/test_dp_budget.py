@@ -29,7 +29,8 @@ from test_dp_clipping import _logistic
 logging.getLogger("absl").setLevel(logging.ERROR)     # RDP orders that do not converge: excluded
 
 
-@pytest.mark.parametrize("budget, rounds, rate", [(1.0, 100, 1.0), (8.0, 300, 0.2), (4.0, 50, 0.05)])
+@pytest.mark.parametrize("budget, rounds, rate", [(1.0, 100, 1.0), (8.0, 300, 0.2),
+                                                       pytest.param(4.0, 50, 0.05, marks=pytest.mark.integration)])
 def test_calibrated_noise_spends_the_budget(budget, rounds, rate):
     """σ spends E to 0.1 %: dp-accounting's PLD ε of the T-fold sampled Gaussian at σ is ≤ E
     and at σ·0.99 above it (a finer grid than ours: the library's default)."""

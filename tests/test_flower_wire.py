@@ -258,6 +258,7 @@ def test_replay_serves_declared_steps_only(caplog):
              "has 4 numbers but is declared as 'x'")
 
 
+@pytest.mark.integration   # (CI's integration run: the fast suite stays under 3 minutes)
 def test_node_state_records_load_in_a_fresh_process():
     """A deployment serves each message in a new process: node state holding a backend's record
     (DP-ADMM's LaplaceObjective) decodes there although no backend was imported yet (the fixed

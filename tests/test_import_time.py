@@ -55,6 +55,7 @@ def test_third_party_check_sees_a_heavy_import():
     assert found == {"numpy", "cvxpy", "sympy"}
 
 
+@pytest.mark.integration   # (CI's integration run: the fast suite stays under 3 minutes)
 def test_building_and_differentiating_stays_lazy_until_lowering():
     """Expressions, gradients and plans need only numpy; the first lowering loads CVXPY."""
     code = """

@@ -192,6 +192,7 @@ def test_a_run_serves_only_its_backends_procedures():
     assert all(p.holder is None for p in ex.programs.values())
 
 
+@pytest.mark.integration   # (CI's integration run: the fast suite stays under 3 minutes)
 def test_importing_a_node_module_registers_nothing_and_lookup_finds_installed_steps():
     """In a fresh interpreter: importing a backend's node module leaves the registry as it
     was; `lookup(kind)` (what a client calls) finds an installed backend's step by its

@@ -31,6 +31,7 @@ def _line(ax, label):
     return found[0]
 
 
+@pytest.mark.integration   # (CI's integration run: the fast suite stays under 3 minutes)
 def test_plot_writes_the_papers_figures(tmp_path, proxal_run):
     prob, res = proxal_run
     paths = fm.plot(res, tmp_path / "figs", topology=topologies.star(prob))

@@ -94,7 +94,7 @@ def test_certificate_bounds_the_true_subproblem_gradient_theorem_4_1():
             assert np.polyfit(np.arange(len(trace)), trace, 1)[0] < 0
 
 
-@pytest.mark.parametrize("seed,server_l1", [(5, False), (1, True)])
+@pytest.mark.parametrize("seed,server_l1", [pytest.param(5, False, marks=pytest.mark.integration), (1, True)])
 def test_anderson_accelerated_admm_keeps_the_certificate_and_verifies(seed, server_l1):
     """ProxAL(anderson=5): mixed client states still satisfy Theorem 4.1 at every inner stop
     (the server's (18) uses ũ_i of the same mixed states), the answer verifies against CVXPY,

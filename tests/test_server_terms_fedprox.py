@@ -24,8 +24,8 @@ def _model(regularizer):
     return prob, w
 
 
-@pytest.mark.parametrize("backend", ["fedavg", "fedprox"])
-# the batched executor's cases in CI's integration run
+# FedProx (FedAvg with a proximal weight: the same code) and the batched executor in CI's integration run
+@pytest.mark.parametrize("backend", ["fedavg", pytest.param("fedprox", marks=pytest.mark.integration)])
 @pytest.mark.parametrize("executor", ["serial", pytest.param("batched", marks=pytest.mark.integration)])
 @pytest.mark.parametrize("regularizer", [lambda w: 1e-3 * fm.sum_squares(w),
                                          lambda w: 0.5 * fm.sum_squares(w),

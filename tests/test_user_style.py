@@ -69,6 +69,7 @@ def test_a_users_client_l1_term_runs_in_the_private_step():
 
 
 # ---- executors by name, switched between solves ------------------------------------------------
+@pytest.mark.integration   # (CI's integration run: the fast suite stays under 3 minutes)
 def test_switching_executors_between_solves_gives_the_serial_answers():
     """A user solves once batched, then again with the default (serial) executor: each answer is
     the serial run's (the first within the batched tolerance, the second bit for bit), on a model
@@ -102,6 +103,7 @@ def test_an_unknown_backend_name_is_a_clear_error():
 
 
 # ---- checkpoints of a by-name run, resumed on another executor -----------------------------------
+@pytest.mark.integration   # (CI's integration run: the fast suite stays under 3 minutes)
 def test_a_batched_run_by_name_resumes_serially_as_if_never_stopped(tmp_path):
     """The user's DALD run with its defaults, batched and checkpointed, stopped by a crash
     (an exception in the callback) and resumed by name on the default serial executor: the
