@@ -17,6 +17,7 @@ from fedmodel.backends.dald import DALD
 from fedmodel.backends.cvxpy_backend import STATUS
 from fedmodel.backends.watch import steady_descent
 from fedmodel.datasets import load_monks
+from test_units import ball_lasso
 from fedmodel.reproductions import proxal_table1 as table1
 from conftest import load_data
 
@@ -382,17 +383,7 @@ def test_a_converged_point_far_from_kkt_is_said_to_be_no_solution():
     FedProx stop (their fixed point: each client's ball holds at its own iterate, not at the
     average) 3e-3 from CVXPY's answer with KKT stationarity ≈ 7 — said in a warning; DALD's
     point is a solution and is not warned about."""
-    rng = np.random.default_rng(3)
-    w = fm.Variable(8, name="w")
-    prob = fm.Problem(name="ball-lasso")
-    for i in range(12):
-        client = prob.add_client(f"c{i}")
-        m = int(rng.integers(10, 30))
-        A = rng.standard_normal((m, 8))
-        b = A @ np.ones(8) + 0.1 * rng.standard_normal(m)
-        client.minimize(fm.sum_squares(client.data(A, name="A") @ w - client.data(b, name="b")) / m
-                        + 0.05 * fm.norm1(w))
-        client.subject_to(fm.norm2(w) <= 2.0)
+    prob, w, _ = ball_lasso(1.0)
     x_star = prob.solve("cvxpy").value(w)
     for backend in ("fedavg", "fedprox"):
         result, warned = quiet_solve(prob, backend)

@@ -63,9 +63,9 @@ def constrained_logistic(scale: float):
 
 
 def ball_lasso(scale: float):
-    """The ball-lasso of tests/test_infeasible.py (12 clients: mean squares + λ‖w‖₁, each with
-    ‖w‖₂ ≤ 2), data ×`scale` and λ ×`scale`² (the same model with its objective in other units):
-    the solution does not change. The ball keeps its units (a projected set: row scale 1)."""
+    """The ball-lasso (also tests/test_infeasible.py's far-from-KKT model; 12 clients: mean
+    squares + λ‖w‖₁, each with ‖w‖₂ ≤ 2), data ×`scale` and λ ×`scale`² (the same model with
+    its objective in other units): the solution does not change. The ball keeps its units (a projected set: row scale 1)."""
     rng = np.random.default_rng(3)
     w = fm.Variable(8, name="w")
     prob = fm.Problem(name="ball-lasso")
