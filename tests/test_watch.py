@@ -70,3 +70,30 @@ def test_fedadmm_with_a_step_that_blows_up_at_once_says_diverged():
     with pytest.warns(RuntimeWarning, match="diverged"):
         result = prob.solve(FedADMM(lr=1e6, safeguard=False, adaptive=False, max_rounds=5))
     assert result.status == "diverged"
+
+
+def _first_stop(trace) -> int | None:
+    watch = DivergenceWatch("dp-admm", hint="")
+    for t, value in enumerate(trace):
+        if watch.check_shrinking(t, "residual", value, floor=1e-6):
+            return t
+    return None
+
+
+def test_a_residual_that_rises_then_falls_is_not_called_infeasible():
+    """The shape of non-private DP-IADMM on NP adult (3 clients, feasible): 2.6e-4 at round 0,
+    rising to 8.7e-4 by round 650, then falling ~0.05 % a round. "Not shrinking" alone called it
+    diverged at round 199 (the reproduction's fast subset failed)."""
+    t = np.arange(3000)
+    rising = 2.6e-4 + 6.1e-4 * (1 - np.exp(-t / 200.0))
+    trace = np.where(t < 650, rising, rising[649] * np.exp(-5e-4 * (t - 649)))
+    assert _first_stop(trace) is None
+
+
+@pytest.mark.parametrize("shape, stop", [("settled", 199), ("grown", 200)])
+def test_a_residual_that_settles_or_grows_is_called_infeasible(shape, stop):
+    """An infeasible model's multipliers grow by its least violation every round: the residual
+    settles at a constant (wobbling) or grows with them (the equilibrated NP model, r = 0.05)."""
+    t = np.arange(3000)
+    trace = 0.3 + 1e-3 * np.sin(t) if shape == "settled" else 1.0 + 40.0 * t
+    assert _first_stop(trace) == stop      # the first two windows of 100 rounds (grown: past round 0)
