@@ -11,6 +11,7 @@ were an answer.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -36,6 +37,7 @@ class DivergenceWatch:
         self.growth, self.floor = float(growth), float(floor)
         self.smallest: dict[str, float] = {}
         self.trace: dict[str, list[float]] = {}
+        self.least: dict[str, float] = {}          # each trace's smallest value so far
         self.message: str | None = None
 
     def check(self, iteration: int, **quantities) -> bool:
@@ -71,12 +73,13 @@ class DivergenceWatch:
         8.7e-4 at 650, 8.5e-5 at 5,900.)"""
         trace = self.trace.setdefault(name, [])
         trace.append(float(value))
+        self.least[name] = min(self.least.get(name, math.inf), trace[-1])
         span = max(int(window), len(trace) // 4)
         if len(trace) < 2 * span:
             return False
         recent, before = min(trace[-span:]), min(trace[-2 * span:-span])
         settled = max(trace[-2 * span:]) <= (1.0 + FLAT) * min(recent, before)
-        grown = min(recent, before) >= GROWN * min(trace)
+        grown = min(recent, before) >= GROWN * self.least[name]
         if recent > floor and recent >= (1.0 - 1e-3) * before and (settled or grown):
             return self._stop(iteration, f"{name} did not shrink over iterations "
                                          f"{iteration - 2 * span + 1}..{iteration} (smallest "
