@@ -105,6 +105,15 @@ def test_epsilon_total_alone_is_the_knob():
     assert 1.98 <= privacy["pld"][0] <= 2.0 and privacy["rdp"][0] >= privacy["pld"][0] * 0.95
     assert privacy["sample_rate"] == 0.5 and privacy["noise_multiplier"] > 0
     assert np.isfinite(res.objective)
+    # accounted as 40 Poisson-sampled rounds at the reported σ, by dp-accounting directly (its
+    # default grids); the same σ unsampled would spend 1.5 times more
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        0.5, dp_accounting.GaussianDpEvent(privacy["noise_multiplier"])), 40)
+    assert privacy["pld"][0] == pytest.approx(pld.PLDAccountant().compose(event).get_epsilon(1e-6), rel=1e-4)
+    assert privacy["rdp"][0] == pytest.approx(
+        dp_accounting.rdp.RdpAccountant().compose(event).get_epsilon(1e-6), rel=1e-9)
+    unsampled = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(privacy["noise_multiplier"]), 40)
+    assert pld.PLDAccountant().compose(unsampled).get_epsilon(1e-6) > 1.5 * privacy["pld"][0]
 
 
 def test_a_per_round_epsilon_warns_when_the_total_exceeds_ten():
