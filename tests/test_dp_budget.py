@@ -212,6 +212,18 @@ def test_dp_budget_checks_judge_the_goals_and_the_budget():
     assert not all(ok for _, ok in checks({"m": rows}, goals=False))
 
 
+def test_dp_budget_measures_the_knob_rows_alone_in_the_order_given():
+    """`measure(..., per_round=False)`: the knob's rows for each budget, in the order given (the
+    goal rows E = 8 and E = 1 first in a long run), then CVXPY; each spends ≤ its budget."""
+    from fedmodel.reproductions.dpadmm_budget import measure
+    from fedmodel.reproductions.dpadmm_constrained import Experiment
+    prob, w, error = _neyman_pearson_at(1.0)
+    rows = measure(Experiment("np", prob, w, error), (8.0, 1.0), 1, verbose=False, per_round=False)
+    assert list(rows) == [("knob", 8.0), ("knob", 1.0), "CVXPY"]
+    assert rows[("knob", 8.0)]["pld"][0] <= 8.0 and rows[("knob", 1.0)]["pld"][0] <= 1.0
+    assert rows["CVXPY"]["status"] == "converged" and 0.0 <= rows["CVXPY"]["error"][0] <= 0.5
+
+
 def _neyman_pearson_at(scale: float):
     """A small Neyman-Pearson model (3 clients, D features) with every feature ×`scale`, and its
     test error at w: the rate of class-0 test records scored positive plus class-1 negative."""

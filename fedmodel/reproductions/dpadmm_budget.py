@@ -48,19 +48,23 @@ def _runs(exp: Experiment, make, seeds: int) -> dict:
     return out
 
 
-def measure(exp: Experiment, budgets, seeds: int, verbose: bool = True) -> dict:
-    """Rows "CVXPY" (the non-private optimum) and, per budget E, ("knob", E) and ("per-round", E)."""
+def measure(exp: Experiment, budgets, seeds: int, verbose: bool = True, per_round: bool = True) -> dict:
+    """Rows, per budget E in the order given, ("knob", E) and (with `per_round`) ("per-round", E),
+    then "CVXPY" (the non-private optimum; last, so that the private rows of a long run are
+    printed first)."""
     from fedmodel.backends import CVXPY
     from fedmodel.backends.dp_admm import DPADMM
-    rows = {"CVXPY": _runs(exp, lambda seed: CVXPY(), 1)}
+    rows: dict = {}
     for budget in budgets:
         rows[("knob", budget)] = _runs(exp, lambda seed: DPADMM(epsilon_total=budget, delta=DELTA, seed=seed), seeds)
-        rows[("per-round", budget)] = _runs(exp, lambda seed: DPADMM(
-            epsilon="budget", epsilon_total=budget, delta=DELTA, max_rounds=PAPER_ROUNDS, tol=0.0,
-            seed=seed), seeds)
+        if per_round:
+            rows[("per-round", budget)] = _runs(exp, lambda seed: DPADMM(
+                epsilon="budget", epsilon_total=budget, delta=DELTA, max_rounds=PAPER_ROUNDS, tol=0.0,
+                seed=seed), seeds)
         if verbose:
-            for key in (("knob", budget), ("per-round", budget)):
+            for key in (k for k in (("knob", budget), ("per-round", budget)) if k in rows):
                 _print_row(_label(key), rows[key])
+    rows["CVXPY"] = _runs(exp, lambda seed: CVXPY(), 1)
     if verbose:
         _print_row("CVXPY", rows["CVXPY"])
     return rows
