@@ -24,19 +24,31 @@ def compile_projecting(problem) -> dict:
     projection (`True`), so a server that holds an affine set is compiled again with it.
     FedModelError where a node's λ‖w‖₁ and sets would be applied in turn inexactly
     (`sets.prox_conflict`)."""
-    programs = compile_programs(problem, client_sets=PROJECT_ALL)
-    server = problem.server
-    if any(affine_only(c) for c in server.constraints):
-        shared = problem.shared_variables()
-        spec = ProgramSpec(server.name, "server", server.terms, server.constraints, shared,
-                           list(getattr(server, "private_variables", [])), project=PROJECT_ALL)
-        programs[server.name] = spec if spec.remote else spec.build()
+    programs = project_server_sets(problem, compile_programs(problem, client_sets=PROJECT_ALL))
     for name, program in programs.items():     # (a program built on its worker is not checked)
         merit = getattr(program, "merit_ir", None)
         conflict = prox_conflict(merit.prox_terms) if merit is not None else None
         if conflict:
             raise FedModelError(f"node {name!r}: {conflict}")
     return programs
+
+
+def project_server_sets(problem, programs: dict) -> dict:
+    """`programs` with the server's program compiled again to project its affine sets too
+    (`compile_programs` gives the server plain projection: balls, bounds), where it holds one."""
+    server = problem.server
+    if any(affine_only(c) for c in server.constraints):
+        shared = problem.shared_variables()
+        spec = ProgramSpec(server.name, "server", server.terms, server.constraints, shared,
+                           list(getattr(server, "private_variables", [])), project=PROJECT_ALL)
+        programs[server.name] = spec if spec.remote else spec.build()
+    return programs
+
+
+def projectable(constraint) -> bool:
+    """A constraint a server step can enforce by projection: a simple set (ball, bound) or an
+    affine one (halfspace, polyhedron, subspace with constant coefficients)."""
+    return simple_set(constraint, affine=True) is not None
 
 
 def affine_only(constraint) -> bool:

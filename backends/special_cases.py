@@ -37,6 +37,7 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from .base import paper_preset
 from .common import check_count, check_number, progress
 from .dald import DALD
+from .projecting import _server_set_multipliers, affine_only, project_server_sets, projectable
 from .dp_fedavg import CLIENT_DP_ROUNDS, ClientPrivacy, check_model, private_rounds
 from .watch import DivergenceWatch
 from .outcome import Outcome, Status
@@ -47,6 +48,8 @@ PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, 
 
 class _DistributedPA(DALD):
     """Fed-DALD-CC with μ ≡ 0 and x̂ = mean(x_i) (distributed PA, (51)–(53))."""
+
+    procedures = (*DALD.procedures, _server_set_multipliers)
 
     # Equilibrated by default, as every backend (docs/scaling.md). It diverged on the ball-lasso
     # (tests/test_infeasible.py) at round 13 because two fixed numbers met the step 1/L̂ that
@@ -155,7 +158,9 @@ class _DistributedPA(DALD):
         """`_server_step`'s proximal step on the server's terms at `mean` (n clients)."""
         if not server_used:
             return mean
-        return ex.call("server", "solve_local", linear=None, weight=n / self._client_step(),
+        weight = n / self._client_step()
+        self._server_step_inputs = (mean, weight)
+        return ex.call("server", "solve_local", linear=None, weight=weight,
                        anchor=mean, x0=xhat, method="auto", tol=1e-12)["x"]
 
     def _cc(self, problem, G, U, ex, xhat, d, server_used, callback, verbose, start, ckpt):
@@ -221,15 +226,31 @@ class _DistributedPA(DALD):
     def prepare(self, problem, topology):
         if self.client_privacy is not None:
             check_model(type(self).__name__, problem)
-        if problem.server.constraints:
-            raise FedModelError(f"{type(self).__name__} has no server step for the server block's "
-                                f"constraints {[c.name for c in problem.server.constraints]}: its "
-                                "fixed point would not enforce them; use backends.DALD or "
-                                "backends.ProxAL (prob.solve('dald') / 'proxal')")
+        unprojectable = [c.name for c in problem.server.constraints if not projectable(c)]
+        if unprojectable:
+            raise FedModelError(f"{type(self).__name__} enforces the server block's constraints by "
+                                f"projecting the average on them, and {unprojectable} are not sets "
+                                "it can project on (balls, bounds, halfspaces, affine sets with "
+                                "constant coefficients); use backends.DALD or backends.ProxAL "
+                                "(prob.solve('dald') / 'proxal')")
         if self.exact_local and self.mu == 0:
             raise FedModelError("FedAvg with exact local solves needs local_steps ≥ 1 (an exact "
                                 "local argmin of f_i alone is one-shot averaging)")
         return super().prepare(problem, topology)
+
+    def compile(self, problem) -> dict:
+        """The server's sets, affine ones included, are projected in its step (53)."""
+        self._server_step_inputs = None
+        return project_server_sets(problem, super().compile(problem))
+
+    def conclude(self, problem, ex, run, outcome: Outcome) -> None:
+        """The multipliers of the server's projected affine sets (the KKT certificate reads
+        affine constraints through them), from its last step (53)'s anchor and weight."""
+        super().conclude(problem, ex, run, outcome)
+        inputs = self._server_step_inputs
+        if inputs is not None and any(affine_only(c) for c in problem.server.constraints):
+            outcome.multipliers.update(ex.call("server", "server_set_multipliers", x=outcome.shared,
+                                               anchor=inputs[0], weight=float(inputs[1]))["multipliers"])
 
     def loop(self, problem, ex, run) -> Outcome:
         automatic = self.step_option is None and not self.exact_local

@@ -65,7 +65,7 @@ BACKENDS = {
 @pytest.mark.parametrize("name", [name for name in BACKENDS if name != "cproxal"])   # (its own executor)
 @pytest.mark.parametrize("error", [Boom("in the callback"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
 def test_a_run_that_raises_in_its_loop_hands_every_program_back(name, error):
-    prob, _ = _model(server=name != "fedavg")     # (FedAvg has no server step)
+    prob, _ = _model()
     ex = SerialExecutor()
     backend = BACKENDS[name]()
     with pytest.raises(type(error)):
@@ -95,11 +95,12 @@ def test_a_batched_run_that_raises_writes_the_stacked_state_back():
 
 
 def test_a_failed_check_before_the_loop_opens_nothing():
-    """A model the backend refuses (FedAvg: server constraints) fails in `prepare`, before an
-    executor is opened: no program is compiled into it."""
-    prob, _ = _model()
+    """A model the backend refuses (FedAvg: a server constraint it cannot project on) fails in
+    `prepare`, before an executor is opened: no program is compiled into it."""
+    prob, w = _model(server=False)
+    prob.server.subject_to(fm.sum_squares(np.diag([1.0, 2.0, 3.0]) @ w) <= 0.6)   # an ellipsoid
     ex = SerialExecutor()
-    with pytest.raises(fm.FedModelError, match="no server step"):
+    with pytest.raises(fm.FedModelError, match="not sets it can project on"):
         prob.solve(backends.FedAvg(max_rounds=3), executor=ex)
     assert ex.programs == {}
 

@@ -42,8 +42,16 @@ def test_server_regularizer_is_solved_exactly(backend, executor, regularizer):
     assert np.max(np.abs(result.value(w) - reference)) <= 1e-5 * np.max(np.abs(reference))
 
 
-def test_server_constraints_are_still_refused_with_the_alternative():
+def test_a_server_ball_with_a_server_term_is_solved_and_other_sets_are_refused():
+    """A ball is projected on in the server's step beside the ridge (tests/test_fedavg_server_sets.py
+    has halfspaces); a set with no closed-form projection (an ellipsoid) is refused with the
+    alternative."""
     prob, w = _model(lambda w: 1e-3 * fm.sum_squares(w))
     prob.server.subject_to(fm.norm2(w) <= 1.0)
+    reference = prob.solve("cvxpy").value(w)
+    result = prob.solve("fedavg")
+    assert result.status == "converged"
+    assert np.max(np.abs(result.value(w) - reference)) <= 1e-5 * np.max(np.abs(reference))
+    prob.server.subject_to(fm.sum_squares(np.diag(np.arange(1.0, 6.0)) @ w) <= 4.0)
     with pytest.raises(fm.FedModelError, match="server block's constraints.*backends.DALD"):
         prob.solve("fedavg")

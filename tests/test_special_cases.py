@@ -112,11 +112,11 @@ def test_client_drift_with_many_local_steps_is_reported_not_hidden():
     assert res.certificate.stationarity > 1e-4
 
 
-def test_server_constraints_are_refused():
-    """Server terms enter the server step (tests/test_server_terms_fedprox.py); server
-    constraints are refused."""
+def test_bad_options_and_unprojectable_server_sets_are_refused():
+    """Server terms and projectable sets enter the server step (tests/test_server_terms_fedprox.py,
+    tests/test_fedavg_server_sets.py); other server constraints are refused."""
     prob, w = _problem(_parts())
-    prob.server.subject_to(fm.norm2(w) <= 1.0)
+    prob.server.subject_to(fm.sum_squares(w) + fm.sum(w) <= 1.0)
     with pytest.raises(fm.FedModelError, match="server"):
         prob.solve(FedProx())
     with pytest.raises(fm.FedModelError):
