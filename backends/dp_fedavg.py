@@ -1,5 +1,5 @@
 """Client-level differential privacy for FedAvg / FedProx (DP-FedAvg, McMahan et al. 2018;
-issue 28, item 3): `FedAvg(epsilon_total=E, clip=S)`.
+issue 28, item 3): `FedAvg(step=α, epsilon_total=E, clip=S)`.
 
 The unit of privacy is a client: the sequence of server models x̂^1..x̂^T is (E, δ)-DP with
 respect to adding or removing one client's whole data. Each round the server

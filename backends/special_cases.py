@@ -69,6 +69,11 @@ class _DistributedPA(DALD):
         check_number(f"{name}: mu", prox, 0.0, np.inf, low_closed=True)
         if step is not None:
             check_number(f"{name}: step", step, 0.0, np.inf)
+        elif privacy is not None and local_steps is not None:
+            raise FedModelError(f"{name}(epsilon_total=...) needs step=α, the local gradient step in "
+                                "the model's units (about 1/L for L-smooth client objectives): the "
+                                "automatic step reads every client's curvature, a release the "
+                                "client-level accountant does not cover")
         if local_steps is not None:
             check_count(f"{name}: local_steps", local_steps)
         check_count(f"{name}: max_rounds", max_rounds)
@@ -297,7 +302,7 @@ class FedAvg(_DistributedPA):
     (DP-FedAvg): `epsilon_total`, `delta`, `clip`, `sample_rate`, `seed` (`dp_fedavg`; max_rounds
     then defaults to 100).
 
-    >>> res = prob.solve(FedAvg(epsilon_total=4.0, clip=0.1, sample_rate=0.5))  # doctest: +SKIP
+    >>> res = prob.solve(FedAvg(step=0.5, epsilon_total=4.0, clip=0.1, sample_rate=0.5))  # doctest: +SKIP
     """
 
     name = "fedavg"

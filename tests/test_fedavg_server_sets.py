@@ -40,6 +40,6 @@ def test_client_level_dp_keeps_the_server_ball_exactly():
     """The noisy average is projected on the ball: every released model is in it."""
     prob, w = _least_squares(n=40, d=3)
     prob.server.subject_to(fm.norm2(w) <= 1.0)
-    res = prob.solve(backends.FedAvg(epsilon_total=8, clip=1.0, seed=0))
+    res = prob.solve(backends.FedAvg(step=0.5, epsilon_total=8, clip=1.0, seed=0))
     assert res.info["privacy"]["level"] == "client"
     assert np.linalg.norm(res.value(w)) <= 1.0 + 1e-9
