@@ -20,10 +20,12 @@ the section on backend="auto"):
    on: ProxAL's consensus ADMM needs more iterations per outer step as n grows (bench_rounds:
    logistic-ball 26 / 69 / 553 round trips at n = 5 / 40 / 200, FedADMM 41 / 52 / 57). Where
    FedADMM still refuses the model (a client's ℓ1 term and its set, say), ProxAL runs.
-   Where round trips are dear (`Executor.round_trip_cost` ≥ `DEAR_ROUND_TRIP` seconds: Flower,
-   not the in-process executors) ProxAL solves its local subproblems tighter
-   (`local_tol_cap=DEAR_LOCAL_TOL_CAP`): more local work per round, fewer round trips
-   (logistic-ball n = 40: 69 → 38), more CPU per round trip; on cheap ones its default.
+   Where round trips are dear (≥ `DEAR_ROUND_TRIP` seconds: Flower, not the in-process
+   executors; the executor's measurement where it has one, `Executor.measure_round_trip` —
+   Ray measures when a run opens it —, else its fixed hint `round_trip_cost`) ProxAL solves
+   its local subproblems tighter (`local_tol_cap=DEAR_LOCAL_TOL_CAP`): more local work per
+   round, fewer round trips (logistic-ball n = 40: 69 → 38), more CPU per round trip; on
+   cheap ones its default.
 
 `Auto(overrides={"proxal": {...}})` adds options to whichever backend is picked (the command
 line's tighter ProxAL tolerances, for instance); `Auto(epsilon_total=...)` asks for privacy.
@@ -38,6 +40,7 @@ from fedmodel.compiler.canonical import classify_objective
 from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
 from fedmodel.problem import make_backend
+from fedmodel.runtime.executor import round_trip_estimate
 
 # Clients from which FedADMM replaces ProxAL on models it takes (star, simple sets only):
 # measured crossing on bench_rounds' suite (docs/BENCHMARKS.md, the section on backend="auto").
@@ -80,11 +83,19 @@ def describe(problem) -> Traits:
 
 
 def round_trip_cost(executor: Any) -> float:
-    """Seconds a round trip costs on `executor` beyond the nodes' own work: the executor's
-    `round_trip_cost` (an instance's, or its class's for a name, without starting it)."""
+    """Seconds a round trip costs on `executor` beyond the nodes' own work (`round_trip_source`
+    says where the number comes from)."""
+    return round_trip_source(executor)[0]
+
+
+def round_trip_source(executor: Any) -> tuple[float, str]:
+    """(seconds a round trip costs on `executor`, where that comes from): its measurement
+    (`Executor.measure_round_trip`: an instance's own, else the last one of its class in this
+    process), else its class's fixed hint `round_trip_cost` — for a name, the registered
+    class's, without starting it (`executor.round_trip_estimate`)."""
     if isinstance(executor, str) or executor is None:
         executor = registry.lookup("executor", executor or "serial")
-    return float(getattr(executor, "round_trip_cost", 0.0))
+    return round_trip_estimate(executor)
 
 
 def is_star(problem, topology: Any) -> bool:
@@ -133,7 +144,7 @@ class Auto:
 
     def choose(self, problem, topology: Any = None, executor: Any = "serial") -> Choice:
         """The backend, its settings and the reasons, from the model and the executor."""
-        traits, cost = describe(problem), round_trip_cost(executor)
+        traits, (cost, source) = describe(problem), round_trip_source(executor)
         if traits.unsupported:
             raise SmoothnessError(
                 f"no backend can run problem {problem.name!r}: the terms {traits.unsupported} are "
@@ -141,7 +152,7 @@ class Auto:
                 "them as constraints (e.g. t ≥ |a|) or solve centrally with backend='cvxpy'")
         dear = cost >= DEAR_ROUND_TRIP
         trip = (f"round trips {'dear' if dear else 'cheap'} on this executor "
-                f"(~{cost:.3g} s each; dear from {DEAR_ROUND_TRIP:g} s)")
+                f"(~{cost:.3g} s each, {source}; dear from {DEAR_ROUND_TRIP:g} s)")
         if not traits.clients:
             raise FedModelError(f"no backend can run problem {problem.name!r} federated: it has no "
                                 "clients (add them with prob.add_client) — or solve it centrally "

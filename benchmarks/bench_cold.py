@@ -14,12 +14,17 @@ BLAS on one thread:
    (19)–(22), the messages, the outer steps' share) per client, set-up cancelled. Beside it the node program's own costs: one merit evaluation (value and
    gradient plan), one Hessian, and the first Hessian (its plan derived and compiled).
 
+3. **Where a serial step goes** (`--part breakdown`): exclusive CPU time per layer of one ADMM
+   step per client (NP monks-1 n = 5, 3 outer iterations), each layer's functions wrapped by
+   a timer (the wrappers' own cost is printed beside: subtract it when comparing with part 2).
+
 Models (d ≤ 50): np-monks1 (556 × 17), logistic-ball-50 (mean logistic loss, 40 rows a
 client, d = 50, client ball ‖w‖₂ ≤ 1 and a server ridge), np-adult (32,561 × 14; `--adult`).
 
     python benchmarks/bench_cold.py                  # both parts (~5 min on a quiet machine)
     python benchmarks/bench_cold.py --part steps --n 5 40 --models logistic-ball-50
     python benchmarks/bench_cold.py --part cold --max-outer 3
+    python benchmarks/bench_cold.py --part breakdown --executor serial
 
 It imports the fedmodel its interpreter has installed (it does not put this checkout on the
 path), so one script measures two checkouts: run it with each one's interpreter.
@@ -166,9 +171,87 @@ def program_costs(prob) -> dict:
             "d": program.n_shared + program.n_private}
 
 
+def step_breakdown(executor: str = "serial", outer: int = 3) -> None:
+    """Print the exclusive CPU µs per client step of each layer of a default ProxAL run on NP
+    monks-1 n = 5 (module docstring, part 3). Patches fedmodel's classes in this process."""
+    import fedmodel.backends.anderson as anderson
+    import fedmodel.backends.proxal_nodes as proxal_nodes
+    import fedmodel.runtime.batched_group as batched_group
+    import fedmodel.runtime.client_step as client_step
+    import fedmodel.runtime.compiled_merit as compiled_merit
+    import fedmodel.runtime.executor as executors
+    import fedmodel.runtime.local_solvers as local_solvers
+    import fedmodel.runtime.program as program
+    import fedmodel.runtime.solvers as solvers
+    from fedmodel.compiler import codegen
+    clock, spent, stack = time.process_time, {}, []
+
+    def timed(label, fn):
+        def wrapper(*args, **kwargs):
+            start = clock()
+            stack.append(0.0)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = clock() - start
+                inner = stack.pop()
+                entry = spent.setdefault(label, [0, 0.0])
+                entry[0] += 1
+                entry[1] += elapsed - inner
+                if stack:
+                    stack[-1] += elapsed
+        return wrapper
+    layers = [(executors.Executor, "map", "executor map, payload checks, ledger"),
+              (client_step.OneNode, "__call__", "client step on one node (NodeRows built)"),
+              (anderson.ClientHistory, "mix", "Anderson, client side"),
+              (anderson.ClientHistory, "push", "Anderson, client side"),
+              (batched_group.Group, "_solve_each", "Group._solve_each (rows → one solve)"),
+              (program.NodeProgram, "solve_local", "NodeProgram.solve_local (local problem)"),
+              (solvers, "newton", "Newton loop (solvers.newton)"),
+              (solvers, "backtrack", "backtracking (solvers.backtrack)"),
+              (local_solvers, "newton_matrix", "Newton matrix (chord Hessian, inverse)"),
+              (compiled_merit.CompiledMerit, "value_grad", "CompiledMerit.value_grad (memo, copies)"),
+              (compiled_merit.CompiledMerit, "gradient_z", "CompiledMerit.gradient_z (memo)"),
+              (compiled_merit.CompiledMerit, "hessian", "Hessian (its plan)")]
+    for owner, name, label in layers:
+        if hasattr(owner, name):
+            setattr(owner, name, timed(label, getattr(owner, name)))
+    built = codegen.Plan.__init__
+
+    def init(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        self._run = timed("plan evaluations (numpy)", self._run)
+    codegen.Plan.__init__ = init
+    serve = proxal_nodes._admm_step.procedure.serve
+    object.__setattr__(serve, "form", timed("ProxAL's step form (backends/proxal_nodes.py)", serve.form))
+    prob = neyman_pearson(np_data("monks-1"), 5)
+    prob.solve("proxal", max_outer=outer, executor=executor)       # plans built, wrapped
+    empty, start = timed("-", lambda: None), clock()
+    for _ in range(20000):
+        empty()
+    overhead = (clock() - start) / 20000
+    spent.clear()
+    start = clock()
+    res = prob.solve("proxal", max_outer=outer, executor=executor)
+    total = clock() - start
+    steps = int(res.iterations["inner"]) * 5
+    calls = sum(n for n, _ in spent.values())
+    print(f"\nwhere a client step goes: ProxAL defaults, NP monks-1 n = 5, executor={executor!r}, "
+          f"{outer} outer iterations ({steps} client steps): {1e6 * total / steps:.0f} µs CPU a "
+          f"step as wrapped; the timers' own cost ~{overhead * 1e6:.1f} µs × {calls / steps:.1f} "
+          f"calls = {overhead * calls / steps * 1e6:.0f} µs of it")
+    print("| layer (exclusive) | calls / step | µs / step | share |\n|---|---:|---:|---:|")
+    for label, (count, seconds) in sorted(spent.items(), key=lambda item: -item[1][1]):
+        print(f"| {label} | {count / steps:.2f} | {1e6 * seconds / steps:.0f} | {seconds / total:.0%} |")
+    rest = total - sum(seconds for _, seconds in spent.values())
+    print(f"| the rest (ProxAL's server loop and solve, outer steps) | | {1e6 * rest / steps:.0f} | "
+          f"{rest / total:.0%} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("cold", "steps", "both"), default="both")
+    parser.add_argument("--part", choices=("cold", "steps", "both", "breakdown"), default="both")
+    parser.add_argument("--executor", default="serial", help="the executor of --part breakdown")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-outer", type=int, default=None)
     parser.add_argument("--n", type=int, nargs="+", default=[5, 40])
@@ -178,6 +261,9 @@ def main() -> None:
     import fedmodel
     print(f"fedmodel: {fedmodel.__file__}; python {sys.version.split()[0]}; numpy {np.__version__}; "
           f"load average {os.getloadavg()[0]:.1f}")
+    if args.part == "breakdown":
+        step_breakdown(args.executor)
+        return
     if args.part in ("cold", "both"):
         run = cold_solve(args.repeats, args.max_outer)
         print(f"\ncold first solve, NP monks-1 n = 5, ProxAL defaults"

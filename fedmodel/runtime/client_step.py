@@ -48,7 +48,9 @@ class NodeRows(Group):
         return np.array([value]), g[None, :]
 
     def grad(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-        return self.value_grad(X, Y)[1]
+        # the gradient plan, as `Group.grad`: P_i's value (a logistic loss's log1p pass) is not
+        # computed for a step that discards it (ProxAL's (22), once per ADMM step)
+        return self.program.compiled.gradient_z(np.asarray(X[0], float), np.asarray(Y[0], float))[None, :]
 
     def objective(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         p = self.program

@@ -6,6 +6,7 @@ kind and recorded in the ledger.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,11 +32,22 @@ class Executor:
     executor: stacked arrays) and the programs' own attributes may be stale (`sync`).
 
     `round_trip_cost`: about how many seconds one round trip (a request to every client and
-    their replies) costs on this executor beyond the nodes' own work — a hint, read from the
-    class before a run (`backend="auto"` does more local work per round where it is dear).
-    In process it is ~1e-4 s; executors whose clients live elsewhere set their own."""
+    their replies) costs on this executor beyond the nodes' own work — a fixed hint, read from
+    the class before a run (`backend="auto"` does more local work per round where it is dear).
+    In process it is ~1e-4 s; executors whose clients live elsewhere set their own.
+    `measure_round_trip()` measures it instead (a no-op request to every client, timed); a
+    class with `measure_on_start` does so once when a run opens it (`open_executor`), and
+    `round_trip_estimate` prefers a measurement to the hint."""
 
     round_trip_cost: float = 1e-4
+    #: measure the round trip once when a run opens this executor (`open_executor`): for
+    #: executors whose transport costs what the hint cannot know (Ray: the cluster's network);
+    #: in process the hint is the measurement (a probe there is ~10 µs of Python)
+    measure_on_start: bool = False
+    #: seconds of the last `measure_round_trip` on this instance (None: never measured)
+    measured_round_trip_cost: float | None = None
+    #: the clock `measure_round_trip` reads (a test injects one: no sleeping)
+    clock = staticmethod(time.perf_counter)
 
     def __init__(self):
         self.programs: dict[str, NodeProgram] = {}
@@ -101,6 +113,29 @@ class Executor:
                     raise FedModelError(f"node program {node!r} is held by another executor; call "
                                         "take_over() on this one first (the other one hands it back)")
                 program.holder = self
+
+    def measure_round_trip(self, repeats: int = 2) -> float:
+        """Seconds one round trip costs on this started executor beyond the nodes' own work:
+        the fastest of `repeats` no-op requests ("probe", served by every client, booked as
+        local: not the algorithm's traffic) sent to all clients at once, timed on `clock`. A
+        first probe slower than `SLOW_PROBE` seconds is not repeated (a dear transport is
+        known from one sample, and each costs as much again). Kept on the instance
+        (`measured_round_trip_cost`) and, for later choices on the same kind of executor in
+        this process, in `MEASURED_ROUND_TRIPS` (`round_trip_estimate` reads both)."""
+        clients = self.clients
+        if not clients:
+            raise FedModelError(f"{type(self).__name__}.measure_round_trip: the executor holds no "
+                                "client programs; start it on a run's programs first "
+                                "(ex.start(compile_programs(problem)))")
+        best = float("inf")
+        for _ in range(max(1, int(repeats))):
+            start = self.clock()
+            self.map("probe", {client: {} for client in clients})
+            best = min(best, self.clock() - start)
+            if best > SLOW_PROBE:
+                break
+        self.measured_round_trip_cost = MEASURED_ROUND_TRIPS[type(self)] = best
+        return best
 
     @property
     def nodes(self) -> list[str]:
@@ -267,6 +302,28 @@ class Executor:
                 program.holder = None
 
 
+# A first probe slower than this (seconds) is not repeated (`Executor.measure_round_trip`)
+SLOW_PROBE = 0.05
+# Seconds per round trip last measured in this process, by executor class
+# (`Executor.measure_round_trip`): read by `round_trip_estimate` for an executor not measured
+# itself (a name: a new instance per run)
+MEASURED_ROUND_TRIPS: dict[type, float] = {}
+
+
+def round_trip_estimate(executor: Any) -> tuple[float, str]:
+    """(seconds a round trip costs on `executor` beyond the nodes' own work, where the number
+    comes from): the instance's own measurement, else the last one of its class in this
+    process (`MEASURED_ROUND_TRIPS`), else the class's fixed hint `round_trip_cost`.
+    `executor`: an instance or an executor class."""
+    measured = getattr(executor, "measured_round_trip_cost", None)
+    if isinstance(executor, Executor) and measured is not None:
+        return float(measured), "measured on this executor"
+    kind = executor if isinstance(executor, type) else type(executor)
+    if kind in MEASURED_ROUND_TRIPS:
+        return MEASURED_ROUND_TRIPS[kind], f"measured on a {kind.__name__} earlier in this process"
+    return float(getattr(executor, "round_trip_cost", 0.0)), "the executor's fixed hint"
+
+
 class SerialExecutor(Executor):
     """Runs every node program in this process, one after the other (the default)."""
 
@@ -310,6 +367,12 @@ def open_executor(executor: Any, programs: dict[str, NodeProgram], procedures: A
         ex.close()
         raise
     started.kinds = kinds
+    if started.measure_on_start and started.measured_round_trip_cost is None and started.clients:
+        try:
+            started.measure_round_trip()
+        except BaseException:
+            started.close()
+            raise
     return started
 
 

@@ -74,6 +74,9 @@ MESSAGES: dict[str, MessageKind] = _Registry(_kinds(
     MessageKind("private_values", {}, {"values": "opaque"}, local=True, read_only=True),
     MessageKind("save_state", {}, {"state": "opaque"}, local=True, read_only=True),
     MessageKind("load_state", {"state": "opaque"}, {}, local=True),
+    # a no-op round trip that times the transport (`Executor.measure_round_trip`): not the
+    # algorithm's traffic, so booked as local, and read-only (never replayed)
+    MessageKind("probe", {}, {}, local=True, read_only=True),
 ))
 
 
@@ -261,11 +264,15 @@ def _load_state(program, **payload) -> dict:
     return program.load_state(**payload)
 
 
+def _probe(program) -> dict:
+    return {}
+
+
 CORE = tuple(Procedure(MESSAGES[name], serve) for name, serve in (
     ("configure", _configure), ("merit", _merit), ("solve_local", _solve_local),
     ("update_multipliers", _update_multipliers), ("report", _report),
     ("multipliers", _multipliers), ("private_values", _private_values),
-    ("save_state", _save_state), ("load_state", _load_state)))
+    ("save_state", _save_state), ("load_state", _load_state), ("probe", _probe)))
 CORE_KINDS = install(CORE)
 
 

@@ -77,6 +77,7 @@ class RayExecutor(Executor):
     """
 
     round_trip_cost = 0.015    # loopback Ray, 10 clients: ~58 ms a FedAvg round of 4 (docs/BENCHMARKS.md)
+    measure_on_start = True    # a cluster's network is not loopback's: one probe when a run opens
 
     def __init__(self, address: str | None = None, resources: Any = None,
                  timeout: float | None = None, max_restarts: int = 3, snapshot_every: int = 50,

@@ -1,0 +1,87 @@
+"""Issue 27 item 3 (cheap rounds): what one serial ProxAL ADMM step evaluates, counted (never
+timed). ProxAL's test (22) needs only ∇P_i at the server's w: on one node (`NodeRows.grad`, the
+serial, Ray and Flower executors) it runs the gradient plan, as the batched `Group.grad` does,
+not the value-and-gradient plan, whose loss values (a logistic's log1p pass) it would discard.
+On main the serial step evaluated P_i there too: `gradient_plan` was never called."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedmodel.builtin_models import neyman_pearson
+from fedmodel.runtime import compiled_merit
+from fedmodel.runtime.client_step import NodeRows
+from fedmodel.runtime.program import compile_programs
+
+
+def _count_plans(monkeypatch):
+    """Count calls of each client's value-gradient and gradient plans (by plan role)."""
+    counts = {"value_grad": 0, "gradient": 0}
+    built = compiled_merit.CompiledMerit.__init__
+
+    def init(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        if self.name == "server":
+            return
+        plan = self.value_grad_plan
+        run = plan._run
+
+        def counted(*values):
+            counts["value_grad"] += 1
+            return run(*values)
+        plan._run = counted
+        gradient = self.gradient_plan
+        run_g = gradient._run
+
+        def counted_g(*values):
+            counts["gradient"] += 1
+            return run_g(*values)
+        gradient._run = counted_g
+    monkeypatch.setattr(compiled_merit.CompiledMerit, "__init__", init)
+    return counts
+
+
+def test_serial_proxal_step_takes_the_gradient_plan_for_its_certificate(monkeypatch):
+    counts = _count_plans(monkeypatch)
+    prob, _ = neyman_pearson(3)
+    res = prob.solve("proxal", max_outer=2)
+    steps = 3 * int(res.iterations["inner"])          # client steps (3 clients)
+    # (22): one gradient evaluation per client step, by the gradient plan
+    assert counts["gradient"] == steps
+    # the local Newton solves: from ~1 to ~5 value-gradient evaluations a step (the start, one
+    # per Newton step; a start the last solve ended at is memoized), never the (22) one
+    per_step = counts["value_grad"] / steps
+    assert 1.0 <= per_step <= 6.0, per_step
+
+
+def test_node_rows_gradient_is_the_value_gradient_plans_bitwise():
+    """The gradient plan's ∇P_i (z = (x, y)) equals the value-gradient plan's bit for bit (the
+    serial iterates are unchanged by the switch)."""
+    prob, w = neyman_pearson(3)
+    programs = compile_programs(prob)
+    program = programs["c0"]
+    program.configure(300.0, 0.1, np.full(program.n_shared, 0.05))
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        x = rng.standard_normal(program.n_shared)
+        fast = NodeRows(program).grad(x[None, :], np.zeros((1, program.n_private)))
+        program.compiled.forget()
+        _, full = program.value_grad(x, program.y)
+        assert fast.shape == (1, program.n_shared + program.n_private)
+        assert np.array_equal(fast[0], full)
+    # a memoized evaluation is reused as it is
+    assert np.array_equal(NodeRows(program).grad(x[None, :], np.zeros((1, 0)))[0], full)
+
+
+def test_one_vector_layout_passes_the_point_itself():
+    """A client with one vector variable and nothing private hands z to its plans as it is
+    (no unpacking per evaluation); the values are those of the general layout."""
+    prob, w = neyman_pearson(3)
+    program = compile_programs(prob)["c0"]
+    merit = program.compiled
+    assert merit._one_vector
+    x = np.linspace(-1.0, 1.0, program.n_shared)
+    (only,) = merit.values(x, program.y)
+    assert only is x
+    assert [np.array_equal(a, b) for a, b in
+            zip(merit.values(x, program.y), merit.shared.unpack(x) + merit.private.unpack(program.y))] == [True]
