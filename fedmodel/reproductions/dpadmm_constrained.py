@@ -73,8 +73,11 @@ def neyman_pearson(clients: int = 5, per_client: int | None = None, root=None) -
                       lambda v: float(np.mean((test.X @ v > 0) != (test.y == 1))))
 
 
-def mnist_ball(clients: int = 5, per_client: int | None = None, root=None) -> Experiment:
-    """Logistic regression on MNIST 3 vs 7 with ‖w‖₂ ≤ R on every client (contiguous split)."""
+def mnist_ball(clients: int = 5, per_client: int | None = None, root=None,
+               server_ball: bool = False) -> Experiment:
+    """Logistic regression on MNIST 3 vs 7 with ‖w‖₂ ≤ R on every client (contiguous split);
+    `server_ball`: the same ball once, as the server's constraint (the same model, for backends
+    that project on server sets, e.g. client-level DP-FedAvg)."""
     import fedmodel as fm
     from fedmodel.datasets import load_mnist, load_mnist37
     train, test = load_mnist37(root=root), load_mnist("test", root=root)
@@ -87,7 +90,10 @@ def mnist_ball(clients: int = 5, per_client: int | None = None, root=None) -> Ex
         c = prob.add_client(f"c{i}")
         A, b = c.data(train.X[rows], name=f"A{i}"), c.data(2.0 * train.y[rows] - 1.0, name=f"b{i}")
         c.minimize(fm.mean(fm.logistic(-fm.multiply(b, A @ w))) / clients)
-        c.subject_to((fm.norm2(w) <= BALL_RADIUS).named(f"ball[{c.name}]"))
+        if not server_ball:
+            c.subject_to((fm.norm2(w) <= BALL_RADIUS).named(f"ball[{c.name}]"))
+    if server_ball:
+        prob.server.subject_to((fm.norm2(w) <= BALL_RADIUS).named("ball"))
     return Experiment("mnist 3v7, norm ball", prob, w,
                       lambda v: float(np.mean(np.sign(X_test @ v) != b_test)))
 
