@@ -75,11 +75,19 @@ def next_tau(backend, k: int, history: list[dict]) -> float:
     tau = min(paper, backend.eps1 * max(0.5, 0.1 * ratio))
     tol = getattr(backend, "dist_tol", np.inf)
     if tol < np.inf and ratio <= 10 and "size" in last:     # (records saved before dist_tol lack it)
-        # near (11): the distance test needs √d τ/μ ≤ dist_tol‖w‖/2 (`distance_left`)
+        # near (11): the distance test needs √d τ/μ ≤ dist_tol‖w‖/2 (`distance_left`), but
+        # while the outer steps are larger than that an inexact proximal point step needs
+        # its stationarity error only small beside its own step, √d τ ≤ INEXACT·‖Δw‖₂/β
+        # (the step's term of `distance_left`): MNIST d = 784, 447 → 276 ADMM iterations
         mu = curvature(history)
         if mu > 0:
-            tau = min(tau, max(0.5 * tol * mu * last["size"] / np.sqrt(last["dimension"]), 1e-3 * tau))
+            root_d = np.sqrt(last["dimension"])
+            tau = min(tau, max(0.5 * tol * mu * last["size"] / root_d, 1e-3 * tau,
+                               INEXACT * last["step"] / (last["beta"] * root_d)))
     return tau
+
+
+INEXACT = 0.1   # the tightened τ_k's floor, as a fraction of the last outer step (`next_tau`)
 
 
 def next_beta(backend, beta: float, dmu: float, last_change: float,

@@ -167,10 +167,11 @@ def newton_matrix(program: NodeProgram, z: np.ndarray, weight_x: np.ndarray,
     across parameter changes: an earlier Hessian is only a chord matrix, and the first step that
     makes too little progress replaces it. A quadratic merit's Hessian is constant until β
     or a proximal weight changes, so "exact" costs one inversion per change and one
-    matrix-vector product per solve. When a second uniform weight comes for the same Hessian
-    (an ADMM's ρ_i rebalanced), the Hessian is eigendecomposed once and every later weight is
-    a `SpectralInverse` (no factorization): ProxAL on the MNIST clients (d = 784) inverted
-    826 matrices for 32 Hessians, 103 of its 171 s."""
+    matrix-vector product per solve. A uniform weight on a node without private variables
+    (an ADMM's ρ_i, which residual balancing changes) is a shift of the whole matrix: the
+    Hessian is eigendecomposed once and each weight is a `SpectralInverse` (no factorization
+    per weight): ProxAL on the MNIST clients (d = 784) inverted 826 matrices for 32 Hessians,
+    103 of its 171 s."""
     if fresh or program._hessian_cache is None:
         program._hessian_cache, program._factor_cache = program.hessian(z), None
     key = weight_x.tobytes()
@@ -178,8 +179,9 @@ def newton_matrix(program: NodeProgram, z: np.ndarray, weight_x: np.ndarray,
     if cached is None or cached[0] != key:
         H = program._hessian_cache
         spectrum = cached[2] if cached is not None else None
-        uniform = weight_x.size == H.shape[0] and bool(np.all(weight_x == weight_x[0]))
-        if uniform and cached is not None:      # (the same Hessian: a fresh one clears the cache)
+        # (a function of the Hessian and the weight only, not of the weights before: a node
+        # resumed from its saved state, Hessian and all, takes the same steps bitwise)
+        if weight_x.size == H.shape[0] and bool(np.all(weight_x == weight_x[0])):
             spectrum = spectrum if spectrum is not None else np.linalg.eigh(H)
             inverse = SpectralInverse(*spectrum, float(weight_x[0]))
         else:
