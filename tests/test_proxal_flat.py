@@ -43,7 +43,7 @@ def test_defaults_reach_the_answer_on_a_flat_model(flat):
     assert fm.verify(res, reference=ref).ok
     assert res.history[-1]["beta"] > 300  # β rose: the steps contracted by 0.97 at β = 300
     # the tightened τ_k floored by the last outer step (`next_tau`): 1,439 ADMM iterations
-    # before, 923 now (16 outer iterations both; 3.6e-5 → 3.8e-5 from CVXPY's point)
+    # before, 980 now (16 outer iterations both; 3.6e-5 → 2.9e-5 from CVXPY's point)
     assert res.iterations["inner"] <= 1100 and res.iterations["outer"] <= 16
 
 
@@ -93,8 +93,8 @@ def test_records_saved_before_the_distance_test_still_resume():
 
 def test_the_tightened_tau_is_floored_by_the_last_outer_step():
     """Near (11) τ_k is tightened for the distance test (√d τ/μ ≤ dist_tol‖w‖/2), but not
-    below INEXACT·‖Δw‖₂/(β√d) while the outer steps are larger than the tolerance: an
-    inexact proximal point step needs its error small beside its own length only."""
+    below INEXACT·‖Δw‖₂/(β√d) while the distance the steps predict is far above the
+    tolerance: an inexact proximal point step needs its error small beside its own length."""
     from fedmodel.backends.proxal_outer import INEXACT
 
     def history(scale):     # steps shrinking by 0.8 at β = 300: μ = 0.25/300
