@@ -20,6 +20,9 @@ from .active_set import feature_sign, l1_residual
 NodeProgram = Any
 
 ACTIVE_SET_MAX = 500    # unknowns up to which a quadratic + λ‖w‖₁ subproblem is solved exactly
+# unknowns up to which a solve inside sets (`_inside`) takes dense chord Newton: its Hessian
+# and inverse, 2 × 32 MB a node at 2,000, are kept across solves; Newton-CG beyond
+CHORD_NEWTON_MAX = 2000
 
 
 @dataclass
@@ -36,7 +39,9 @@ class LocalProblem:
 
 def _prox(program: NodeProgram, lp: LocalProblem):
     """Prox terms all λ‖w‖₁ (and not too many unknowns): exact feature-sign search for a
-    quadratic merit, proximal Newton otherwise; FISTA for other terms or when those fail."""
+    quadratic merit, proximal Newton otherwise; prox terms all sets, none active at the warm
+    start: Newton on the smooth part, kept if it ends inside the sets (`_inside`); FISTA for
+    other terms or when those fail."""
     terms = program.merit_ir.prox_terms
     z0 = lp.z0
     if terms and all(t.kind == "norm1" for t in terms) and z0.size <= ACTIVE_SET_MAX and \
@@ -45,9 +50,38 @@ def _prox(program: NodeProgram, lp: LocalProblem):
         exact = solve(program, lp.fun_grad, z0, lp.tol, lp.weight_x)
         if exact is not None:
             return exact
+    tried = 0
+    if terms and all(t.constraint is not None for t in terms):
+        found, tried = _inside(program, lp)
+        if found is not None:
+            return found
     lipschitz = float(np.max(lp.weight_x, initial=1.0))
-    return solvers.prox_gradient(lp.fun_grad, program.apply_prox, z0, lp.tol, lipschitz,
-                                 max_steps=100_000)
+    z, steps, residual = solvers.prox_gradient(lp.fun_grad, program.apply_prox, z0, lp.tol, lipschitz,
+                                               max_steps=100_000)
+    return z, steps + tried, residual
+
+
+def _inside(program: NodeProgram, lp: LocalProblem) -> tuple[tuple | None, int]:
+    """A local solve whose prox terms are all sets (client balls, bounds: `client_sets`), by
+    the smooth solver when no set is active at the warm start (the normal cones add nothing to
+    the gradient there): the smooth part's minimizer, if it lies in the sets with ‖∇‖∞ ≤ tol,
+    is the constrained one to the same tolerance (0 is in the normal cone of any point of a
+    set). Dense chord Newton up to `CHORD_NEWTON_MAX` unknowns and within the dense budget (the
+    Hessian kept across the ADMM's solves: a solve is then a few evaluations), Newton-CG beyond. FISTA needed
+    ~1,300 steps a solve at the tolerances of ProxAL's last outer iterations on the MNIST
+    clients (d = 784, ball inactive; docs/BENCHMARKS.md). Returns ((z, steps, residual) or
+    None when a set is active or the minimizer is outside them, the steps tried)."""
+    n_x = program.n_shared
+    g0 = lp.fun_grad(lp.z0)[1][:n_x]
+    if not np.array_equal(program.prox_remainder(lp.z0[:n_x], g0), g0):
+        return None, 0                  # a set active at the warm start: projected steps
+    name = choose(program, "exact" if program.quadratic else "newton")     # (the dense budget)
+    if lp.z0.size > CHORD_NEWTON_MAX and not name.endswith("-cg"):
+        name += "-cg"
+    z, steps, residual = SOLVERS[name](program, lp)
+    if residual <= lp.tol and np.array_equal(program.apply_prox(z, 1.0), z):
+        return (z, steps, residual), steps
+    return None, steps
 
 
 def _newton_with(fresh_matrices: bool, exact: bool):
@@ -133,16 +167,54 @@ def newton_matrix(program: NodeProgram, z: np.ndarray, weight_x: np.ndarray,
     across parameter changes: an earlier Hessian is only a chord matrix, and the first step that
     makes too little progress replaces it. A quadratic merit's Hessian is constant until β
     or a proximal weight changes, so "exact" costs one inversion per change and one
-    matrix-vector product per solve."""
+    matrix-vector product per solve. A uniform weight on a node without private variables
+    (an ADMM's ρ_i, which residual balancing changes) is a shift of the whole matrix: the
+    Hessian is eigendecomposed once and each weight is a `SpectralInverse` (no factorization
+    per weight): ProxAL on the MNIST clients (d = 784) inverted 826 matrices for 32 Hessians,
+    103 of its 171 s."""
     if fresh or program._hessian_cache is None:
         program._hessian_cache, program._factor_cache = program.hessian(z), None
     key = weight_x.tobytes()
     cached = program._factor_cache
     if cached is None or cached[0] != key:
-        H = program._hessian_cache.copy()
-        H[np.diag_indices(program.n_shared)] += weight_x
-        program._factor_cache = (key, solvers.Inverse(H))
+        H = program._hessian_cache
+        spectrum = cached[2] if cached is not None else None
+        # (a function of the Hessian and the weight only, not of the weights before: a node
+        # resumed from its saved state, Hessian and all, takes the same steps bitwise)
+        if weight_x.size == H.shape[0] and bool(np.all(weight_x == weight_x[0])):
+            spectrum = spectrum if spectrum is not None else np.linalg.eigh(H)
+            inverse = SpectralInverse(*spectrum, float(weight_x[0]))
+        else:
+            A = H.copy()
+            A[np.diag_indices(program.n_shared)] += weight_x
+            inverse, spectrum = solvers.Inverse(A), None
+        program._factor_cache = (key, inverse, spectrum)
     return program._factor_cache[1]
+
+
+class SpectralInverse(solvers.Inverse):
+    """(H + w I)⁻¹ from H's eigendecomposition (values λ, vectors V): applied as
+    V diag(1/(λ + w)) Vᵀ, two matrix-vector products, the cost of `Inverse`'s one product of
+    an explicit inverse twice over, with no O(n³) work per new w. Singular (None) where some
+    λ + w is 0; a shift that leaves the matrix indefinite gives −A⁻¹g as `Inverse` does."""
+
+    __slots__ = ()
+
+    def __init__(self, values: np.ndarray, vectors: np.ndarray, weight: float):
+        denominator = values + weight
+        self.matrix = _Spectral(vectors, 1.0 / denominator) if np.all(denominator != 0) else None
+
+
+class _Spectral:
+    """The operator V diag(scale) Vᵀ (`SpectralInverse.matrix`: `matrix @ g` as for an array)."""
+
+    __slots__ = ("vectors", "scale")
+
+    def __init__(self, vectors: np.ndarray, scale: np.ndarray):
+        self.vectors, self.scale = vectors, scale
+
+    def __matmul__(self, g: np.ndarray) -> np.ndarray:
+        return self.vectors @ (self.scale * (self.vectors.T @ g))
 
 
 def _quadratic_l1(program: NodeProgram, fun_grad, z0, tol, weight_x):

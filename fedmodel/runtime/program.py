@@ -44,7 +44,7 @@ class NodeProgram:
             # changes an array in place, both replace it (and save_state copies)
             mu={name: p.value for name, p in m.multipliers.items()},
             centers={uid: p.value for uid, p in m.centers.items()})
-        self._factor_cache: tuple | None = None    # (weights, Inverse of ∇²P_i + diag): derived
+        self._factor_cache: tuple | None = None    # (weights, Inverse of ∇²P_i + diag, spectrum): derived
         self._hessian_key: tuple | None = None     # the settings the kept Hessian is exact for
         self.holder = None   # the executor holding its state (`Executor.take_over`), or None: free
 
