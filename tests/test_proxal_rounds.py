@@ -36,7 +36,8 @@ def test_defaults_verify_in_few_round_trips(model, n, most):
     assert result.ledger.rounds <= most
     before = prob.solve(ProxAL(**PAPER_RULES))
     assert before.status == "converged" and before.iterations["outer"] >= 11   # τ_k < ε1 needs k ≥ 10
-    assert before.ledger.rounds >= 4 * result.ledger.rounds
+    # 3.5×: ADMM's batched ρ changes (proxal.RHO_PERIOD) sped the paper-rules run too (lasso 174 vs 44)
+    assert before.ledger.rounds >= 3.5 * result.ledger.rounds
 
 
 def test_progress_schedule_keeps_the_certificate_and_the_stop_rule():
@@ -114,3 +115,11 @@ def test_paper_preset_keeps_the_papers_rules():
 def test_bad_round_options_are_refused(options, match):
     with pytest.raises(fm.FedModelError, match=match):
         ProxAL(**options)
+
+
+def test_batched_rho_changes_keep_anderson_memory_at_n40():
+    """Adaptive ρ rebalanced every RHO_PERIOD = 3 ADMM steps, not every step (each change
+    restarts the Anderson memory): bench_rounds' logistic-ball at n = 40 in 37 round trips,
+    verified; rebalancing at every step took 95."""
+    _, _, _, result = _verified(bench_rounds.logistic_ball, 40)
+    assert result.info["communication"]["round_trips"] <= 50
