@@ -126,3 +126,14 @@ def test_batched_rho_changes_keep_anderson_memory_at_n40():
     verified; rebalancing at every step took 95."""
     _, _, _, result = _verified(bench_rounds.logistic_ball, 40)
     assert result.info["communication"]["round_trips"] <= 50
+
+
+def test_clients_solve_to_the_tolerance_over_n_at_n40():
+    """The n clients solve (19) to ε_{t+1}/n: each ε̃_i of (22) carries its client's local
+    solve error, and at ε_{t+1} each their sum kept the certificate above τ_k (the stall rule
+    ended the ADMM runs). bench_rounds' logistic at n = 40: 46 round trips (4 outer × 34 ADMM),
+    verified; 94 on main, 97 with ρ batched alone (at n = 200: 604 on main → 53); the paper
+    preset (local_tol_cap = ∞) keeps ε_{t+1} for every client."""
+    _, _, _, result = _verified(bench_rounds.logistic, 40)
+    assert result.info["communication"]["round_trips"] <= 60
+    assert all(c <= t for t, c in result.info["admm_certificates"])       # every ADMM run met (23)
