@@ -20,6 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 MAX_MEMORY = 15   # the inner-product message is declared as "<=16" numbers
+# ‖Δf_j‖² formed from Gram entries (‖f_j‖² − 2⟨f_j, f_{j+1}⟩ + ‖f_{j+1}‖², summed over clients)
+# is round-off below ~ROUNDOFF·(‖f_j‖² + ‖f_{j+1}‖²) (a few hundred ulps: sums over clients and
+# coordinates); the mixer's Tikhonov term is at least that, column by column
+ROUNDOFF = 1e-12
 
 
 def extrapolate(outputs: list[np.ndarray], gamma: np.ndarray) -> np.ndarray:
@@ -94,8 +98,16 @@ class ServerMixer:
         diff[np.arange(1, size), np.arange(size - 1)] = 1.0
         normal = diff.T @ gram @ diff
         rhs = diff.T @ gram[:, -1]
+        # Tikhonov term: reg·‖ΔF‖², and per column Δf_j = f_{j+1} − f_j at least the round-off
+        # of its norm (ROUNDOFF): a column below it carries no direction (round-off, or a drift
+        # f_{j+1} ≈ f_j: an iteration moving by a fixed step). With reg·‖ΔF‖² alone a stuck
+        # ProxAL ADMM (the contradictory lasso of test_infeasible as written: ‖f‖ = 5.2e-7
+        # twice, ΔFᵀΔF = 0 in floating point, ΔFᵀf = −2.4e-24) got γ = −2.4e286, iterates 1e278
+        # and the status "diverged"
+        floor = ROUNDOFF * (np.diag(gram)[:-1] + np.diag(gram)[1:])
         try:
-            gamma = np.linalg.solve(normal + self.reg * max(np.trace(normal), 1e-300) * np.eye(size - 1), rhs)
+            gamma = np.linalg.solve(normal + np.diag(np.maximum(floor, self.reg * max(np.trace(normal), 1e-300))),
+                                    rhs)
         except np.linalg.LinAlgError:
             gamma = np.full(size - 1, np.nan)
         if not np.all(np.isfinite(gamma)):

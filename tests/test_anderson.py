@@ -131,3 +131,20 @@ def test_proxal_rejects_a_bad_memory(memory):
     from fedmodel.backends import ProxAL
     with pytest.raises(fm.FedModelError, match="anderson"):
         ProxAL(anderson=memory)
+
+
+def test_a_residual_that_stands_still_is_not_extrapolated_to_overflow():
+    """Two residuals equal to 11 digits (ProxAL's ADMM on the contradictory lasso of
+    test_infeasible, as written: ‖f‖ = 5.2e-7 twice) make ΔFᵀΔF = 0 in floating point; the
+    Tikhonov term reg·‖ΔF‖² alone gave γ = −2.4e286 (iterates 1e278). With the per-column
+    round-off floor ROUNDOFF·(‖f_j‖² + ‖f_{j+1}‖²) γ = ΔFᵀf / floor = −4.5."""
+    mixer = ServerMixer(memory=5)
+    points = {"c0": np.ones(2)}
+    mixer.step(points, np.array([2.6714468305336348e-13]), changed=False)
+    gamma, restart, _ = mixer.step(points, np.array([2.6714468305095292e-13, 2.6714468304854237e-13]),
+                                   changed=False)
+    assert not restart and gamma == pytest.approx([-2.4105569779636755e-24 / (1e-12 * 5.342893661019e-13)],
+                                                  rel=1e-6)
+    assert gamma == pytest.approx([-4.51], abs=0.01)
+    # well above round-off the floor is not felt: the split Anderson still equals the textbook
+    # one (test_split_anderson_equals_centralized_anderson_iterate_by_iterate)

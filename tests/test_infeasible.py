@@ -256,9 +256,9 @@ def lasso(upper: float):
 
 def test_contradictory_lasso_is_infeasible_about_as_fast_as_its_feasible_neighbour():
     """Default ProxAL on the client-ℓ1 lasso: on the model as written the inner certificate (22)
-    cycles near a kink of λ‖w‖₁ on the infeasible model and the inner stall rule bounds each
+    can cycle near a kink of λ‖w‖₁ on the infeasible model, and the inner stall rule bounds each
     ADMM run. The verdict costs at most 12× the feasible variant's inner iterations (measured,
-    equilibrated: 195 against 132; as written: 235 against 142). Asserted on iteration counts,
+    equilibrated: 134 against 22; as written: 143). Asserted on iteration counts,
     which a loaded CI machine does not change."""
     feasible, w = lasso(1.5)
     ok, warned = quiet_solve(feasible, ProxAL())
@@ -269,15 +269,16 @@ def test_contradictory_lasso_is_infeasible_about_as_fast_as_its_feasible_neighbo
     result, warned = quiet_solve(infeasible, ProxAL())
     assert result.status == "infeasible" and any("infeasible" in m for m in warned)
     assert result.iterations["inner"] <= 12 * ok.iterations["inner"]
-    # On the model as written (scaling=False) the first ADMM run cycles (certificate ≈ 0.028 ↔
-    # 0.37 > τ) and the stall rule ends it after two windows of 50 (without the rule: 164
-    # iterations here, and 1000 = max_inner in every outer iteration before (22) counted the
-    # client's λ∂‖w‖₁). Equilibrated, the same run does not cycle: it reaches τ (certificate
-    # 4.7e-5 ≤ 1e-3 after 75 iterations), so the rule is not needed there.
+    # On the model as written (scaling=False) the first ADMM run's fixed-point residual stands
+    # still at 5.2e-7 for two steps (adaptive ρ rebalanced every proxal.RHO_PERIOD = 3 steps
+    # lets Anderson keep them) while its certificate cycles (≈ 0.028 ↔ 0.37 > τ): ΔFᵀΔF = 0 in
+    # floating point, and with a Tikhonov term scaled by it γ = −2.4e286, iterates 1e278, status
+    # "diverged". With the round-off floor (anderson.ROUNDOFF) the run reaches τ (4.1e-5 ≤ 1e-3
+    # after 75 iterations) and the verdict takes 5 outer, 143 inner iterations (22 feasible).
     raw, warned_raw = quiet_solve(infeasible, ProxAL(), scaling=False)
     assert raw.status == "infeasible" and any("infeasible" in m for m in warned_raw)
-    first = raw.history[0]
-    assert first["certificate"] > first["tau"] and first["inner"] == 100
+    assert raw.iterations["inner"] <= 12 * ok.iterations["inner"]
+    assert np.all(np.isfinite(raw.value(w))) and abs(float(np.sum(raw.value(w)))) <= 1e-3
     assert result.history[0]["certificate"] <= result.history[0]["tau"]
     # the least violation of sum(w) ≥ 1, sum(w) ≤ −1 is 1, at sum(w) = 0
     assert abs(float(np.sum(result.value(w)))) <= 1e-3

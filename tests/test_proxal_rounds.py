@@ -35,8 +35,12 @@ def test_defaults_verify_in_few_round_trips(model, n, most):
     assert result.ledger.rounds == result.iterations["inner"] + result.iterations["outer"]
     assert result.ledger.rounds <= most
     before = prob.solve(ProxAL(**PAPER_RULES))
-    assert before.status == "converged" and before.iterations["outer"] >= 11   # τ_k < ε1 needs k ≥ 10
-    assert before.ledger.rounds >= 4 * result.ledger.rounds
+    # (11) needs τ_k ≤ ε1 − ‖Δw‖∞/β: k ≥ 9 (τ_9 = s̄/100 = ε1 stops only with ‖Δw‖∞ at
+    # round-off: lasso 1e-19 at its 10th outer step since Anderson's round-off floor), else k ≥ 10
+    assert before.status == "converged" and before.iterations["outer"] >= 10
+    # 3×: ADMM's batched ρ changes (proxal.RHO_PERIOD) and Anderson's round-off floor sped the
+    # paper-rules run too (lasso 145 = 10 outer + 135 ADMM, against 44)
+    assert before.ledger.rounds >= 3 * result.ledger.rounds
 
 
 def test_progress_schedule_keeps_the_certificate_and_the_stop_rule():
@@ -114,3 +118,22 @@ def test_paper_preset_keeps_the_papers_rules():
 def test_bad_round_options_are_refused(options, match):
     with pytest.raises(fm.FedModelError, match=match):
         ProxAL(**options)
+
+
+def test_batched_rho_changes_keep_anderson_memory_at_n40():
+    """Adaptive ρ rebalanced every RHO_PERIOD = 3 ADMM steps, not every step (each change
+    restarts the Anderson memory): bench_rounds' logistic-ball at n = 40 in 37 round trips,
+    verified; rebalancing at every step took 95."""
+    _, _, _, result = _verified(bench_rounds.logistic_ball, 40)
+    assert result.info["communication"]["round_trips"] <= 50
+
+
+def test_clients_solve_to_the_tolerance_over_n_at_n40():
+    """The n clients solve (19) to ε_{t+1}/n: each ε̃_i of (22) carries its client's local
+    solve error, and at ε_{t+1} each their sum kept the certificate above τ_k (the stall rule
+    ended the ADMM runs). bench_rounds' logistic at n = 40: 46 round trips (4 outer × 34 ADMM),
+    verified; 94 on main, 97 with ρ batched alone (at n = 200: 604 on main → 53); the paper
+    preset (local_tol_cap = ∞) keeps ε_{t+1} for every client."""
+    _, _, _, result = _verified(bench_rounds.logistic, 40)
+    assert result.info["communication"]["round_trips"] <= 60
+    assert all(c <= t for t, c in result.info["admm_certificates"])       # every ADMM run met (23)
