@@ -73,18 +73,19 @@ def test_many_clients_with_simple_sets_pick_fedadmm():
     assert auto.Auto().choose(bench_rounds.logistic_ball(39)[0]).backend == "proxal"
 
 
-def test_dear_round_trips_do_more_local_work_in_fewer_round_trips():
-    prob, _ = bench_rounds.logistic_ball(20)
+def test_dear_round_trips_do_more_local_work_and_stay_verified():
+    """Where round trips are dear auto asks ProxAL for tighter local solves. Since ProxAL's
+    clients solve (19) to ε_{t+1}/n (proxal.py, local_tol_cap) that no longer saves round trips
+    systematically — measured cheap → dear 30 → 32, 36 → 35, 35 → 37, 59 → 33, 51 → 57 at
+    n = 5, 10, 15, 20, 30 (before it: 43 → 36 at n = 10) — so this checks the choice, that the
+    answer is still verified and that it costs at most 20 % more round trips."""
+    prob, _ = bench_rounds.logistic_ball(10)
     cheap, dear = _solve(prob), _solve(prob, executor=DearSerial())
     assert cheap.info["auto"]["settings"] == {}
     assert dear.info["auto"]["settings"] == {"local_tol_cap": auto.DEAR_LOCAL_TOL_CAP}
     assert dear.info["auto"]["round_trip_cost"] == 5.0
     assert "round trips dear on this executor (~5 s each" in dear.info["auto"]["reasons"][1]
-    # measured: 59 → 33 round trips at n = 20. Since ProxAL's clients solve (19) to ε_{t+1}/n
-    # (proxal.py, local_tol_cap) the gain is not systematic: cheap → dear 30 → 32, 36 → 35,
-    # 35 → 37, 59 → 33, 51 → 57 at n = 5, 10, 15, 20, 30 (before it: 43 → 36 at n = 10;
-    # 69 → 38 at n = 40 before proxal.RHO_PERIOD = 3: the integration test below)
-    assert trips(dear) <= trips(cheap) - 2
+    assert trips(dear) <= 1.2 * trips(cheap)
     reference = _solve(prob, "cvxpy")
     assert fm.verify(cheap, reference).ok and fm.verify(dear, reference).ok
 
