@@ -16,16 +16,18 @@ the section on backend="auto"):
 4. A star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
    Pearson — or couples variables) or a client has private variables: its augmented
    Lagrangian is the one exact treatment. Otherwise (unconstrained, or norm balls, bounds,
-   halfspaces only, ℓ1 by its prox) ProxAL below `MANY_CLIENTS` clients and FedADMM from there
-   on: ProxAL's consensus ADMM needs more iterations per outer step as n grows (bench_rounds:
-   logistic-ball 26 / 69 / 553 round trips at n = 5 / 40 / 200, FedADMM 41 / 52 / 57). Where
-   FedADMM still refuses the model (a client's ℓ1 term and its set, say), ProxAL runs.
+   halfspaces only, ℓ1 by its prox) ProxAL below `MANY_CLIENTS` clients; from there on
+   FedADMM where round trips are cheap and ProxAL where they are dear. ProxAL takes fewer round
+   trips at every n (bench_rounds, n = 40 / 200: 31–46 / 31–53 against FedADMM's 52–66 / 57–93)
+   but more CPU at n ≥ 40 (logistic-ball: 3.8 / 30 s against 1.2 / 4.9 s). Where FedADMM still
+   refuses the model (a client's ℓ1 term and its set, say), ProxAL runs.
    Where round trips are dear (≥ `DEAR_ROUND_TRIP` seconds: Flower, not the in-process
    executors; the executor's measurement where it has one, `Executor.measure_round_trip` —
    Ray measures when a run opens it —, else its fixed hint `round_trip_cost`) ProxAL solves
    its local subproblems tighter (`local_tol_cap=DEAR_LOCAL_TOL_CAP`): more local work per
-   round, fewer round trips (logistic-ball n = 40: 69 → 38), more CPU per round trip; on
-   cheap ones its default.
+   round (since the clients' ε/n tolerance this saves round trips only sometimes: logistic-ball
+   30 → 32, 36 → 35, 59 → 33 at n = 5, 10, 20), more CPU per round trip; on cheap ones its
+   default.
 
 `Auto(overrides={"proxal": {...}})` adds options to whichever backend is picked (the command
 line's tighter ProxAL tolerances, for instance); `Auto(epsilon_total=...)` asks for privacy.
@@ -42,8 +44,8 @@ from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
 from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
 
-# Clients from which FedADMM replaces ProxAL on models it takes (star, simple sets only):
-# measured crossing on bench_rounds' suite (docs/BENCHMARKS.md, the section on backend="auto").
+# Clients from which FedADMM replaces ProxAL on models it takes (star, simple sets only) where
+# round trips are cheap: from there ProxAL's CPU is the larger (docs/BENCHMARKS.md, bench_rounds).
 MANY_CLIENTS = 40
 # Seconds per round trip from which a round trip is "dear" (Flower's simulation: ~0.1 s,
 # a deployment 6.6 s; Ray on loopback ~0.015 s, in process ~1e-4 s: docs/BENCHMARKS.md)
@@ -169,10 +171,13 @@ class Auto:
             why = (f"constraints that are no simple set ({_few(traits.general)})" if traits.general
                    else f"private variables on clients {_few(traits.private)}")
             reasons = [f"{why}: ProxAL's augmented Lagrangian treats them exactly", trip]
-        elif traits.clients >= many:
+        elif traits.clients >= many and not dear:
             return self._pick("fedadmm", {}, cost, [
-                f"{traits.clients} clients ≥ {many}, {simple}: FedADMM's round trips stay flat "
-                "in n where ProxAL's consensus ADMM grows", trip])
+                f"{traits.clients} clients ≥ {many}, {simple}, cheap round trips: FedADMM takes "
+                "less CPU (ProxAL takes fewer round trips, which pays where they are dear)", trip])
+        elif traits.clients >= many:
+            reasons = [f"{traits.clients} clients ≥ {many}, {simple}, dear round trips: ProxAL "
+                       "takes the fewest", trip]
         else:
             reasons = [f"{traits.clients} clients < {many}, {simple}: ProxAL's defaults take the "
                        "fewest round trips", trip]

@@ -71,6 +71,9 @@ def test_many_clients_with_simple_sets_pick_fedadmm():
     assert choice.backend == "fedadmm" and choice.settings == {}
     assert choice.reasons[0].startswith("40 clients ≥ 40, only simple sets (client 'c0': c0.con0")
     assert auto.Auto().choose(bench_rounds.logistic_ball(39)[0]).backend == "proxal"
+    # where round trips are dear, ProxAL: fewer round trips at every n (36 vs 52 at n = 40)
+    dear = auto.Auto().choose(prob, executor=DearSerial())
+    assert dear.backend == "proxal" and "dear round trips" in dear.reasons[0]
 
 
 def test_dear_round_trips_do_more_local_work_and_stay_verified():
