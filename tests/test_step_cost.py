@@ -14,6 +14,14 @@ from fedmodel.runtime.client_step import NodeRows
 from fedmodel.runtime.program import compile_programs
 
 
+def _counting(run, role: str, counts: dict):
+    """`run`, counting its calls in counts[role]."""
+    def counted(*values):
+        counts[role] += 1
+        return run(*values)
+    return counted
+
+
 def _count_plans(monkeypatch):
     """Count calls of each client's value-gradient and gradient plans (by plan role)."""
     counts = {"value_grad": 0, "gradient": 0}
@@ -23,20 +31,8 @@ def _count_plans(monkeypatch):
         built(self, *args, **kwargs)
         if self.name == "server":
             return
-        plan = self.value_grad_plan
-        run = plan._run
-
-        def counted(*values):
-            counts["value_grad"] += 1
-            return run(*values)
-        plan._run = counted
-        gradient = self.gradient_plan
-        run_g = gradient._run
-
-        def counted_g(*values):
-            counts["gradient"] += 1
-            return run_g(*values)
-        gradient._run = counted_g
+        for role, plan in (("value_grad", self.value_grad_plan), ("gradient", self.gradient_plan)):
+            plan._run = _counting(plan._run, role, counts)
     monkeypatch.setattr(compiled_merit.CompiledMerit, "__init__", init)
     return counts
 
@@ -48,10 +44,11 @@ def test_serial_proxal_step_takes_the_gradient_plan_for_its_certificate(monkeypa
     steps = 3 * int(res.iterations["inner"])          # client steps (3 clients)
     # (22): one gradient evaluation per client step, by the gradient plan
     assert counts["gradient"] == steps
-    # the local Newton solves: from ~1 to ~5 value-gradient evaluations a step (the start, one
-    # per Newton step; a start the last solve ended at is memoized), never the (22) one
+    # the local Newton solves: from ~1 to ~7 value-gradient evaluations a step (the start, one
+    # per Newton step; a start the last solve ended at is memoized), never the (22) one; 6.8
+    # since the clients solve (19) to ε/n (proxal.py), 5.65 before
     per_step = counts["value_grad"] / steps
-    assert 1.0 <= per_step <= 6.0, per_step
+    assert 1.0 <= per_step <= 8.0, per_step
 
 
 def test_node_rows_gradient_is_the_value_gradient_plans_bitwise():
