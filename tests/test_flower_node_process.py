@@ -36,8 +36,18 @@ from flwr.supernode.start_client_internal import _insert_message  # noqa: E402
 
 from fedmodel import deploy  # noqa: E402
 from fedmodel.runtime.flower import client_app as capp, codec, driver, node_process  # noqa: E402
+from fedmodel.runtime.ledger import install, procedure  # noqa: E402
 from fedmodel.runtime.program import compile_programs  # noqa: E402
 from test_flower_wire import _model  # noqa: E402
+
+@procedure("node_process_test_wait", {"seconds": "1"}, {"value": "1"}, read_only=True)
+def _wait(program, seconds):
+    """A request that takes `seconds` (the crash test kills the process while it waits)."""
+    time.sleep(float(seconds))
+    return {"value": float(seconds)}
+
+
+install([_wait])    # (this process serves it; a node process imports this module for it)
 
 RUN, NODE = 7, 11
 FAB = b"a FAB the node process never installs"
@@ -282,3 +292,41 @@ def test_run_supernode_starts_the_node_process_only_for_process_isolation():
                                 "c.pem", "--ssl-ca-certfile", "ca.pem"]) == ("127.0.0.1:9", "ca.pem")
     dep_args = deploy.Deployment.__init__.__defaults__
     assert dep_args[-1] is True     # node_process: on by default
+
+
+def test_a_process_killed_mid_request_is_reported_and_started_again(monkeypatch, tmp_path):
+    """kill -9 of the node process while it serves a request: Flower's SuperNode expires the
+    task's token (no heartbeat; its 30 s interval made 3 s here) and answers the message
+    'ClientApp stopped responding' (which the driver raises naming the client, never a hang),
+    the supervisor starts the process again, and the new process serves the next message
+    (rebuilding the program from the spec in the Context)."""
+    import os
+    import signal
+    from flwr.supercore.corestate import in_memory_corestate
+    monkeypatch.setattr(in_memory_corestate, "HEARTBEAT_DEFAULT_INTERVAL", 3.0)
+    # the node process imports this module for `node_process_test_wait` (its host's own config)
+    monkeypatch.setenv(capp.CLIENT_MODULES_ENV, "test_flower_node_process")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.dirname(__file__),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    spec = compile_programs(_model()[0])["c0"]
+    with RuntimeAPI() as api:
+        sup = node_process.Supervisor(node_process.command(api.address, None, os.getpid())).start()
+        try:
+            api.put(codec.BUILD, codec.build_payload(getattr(spec, "spec", spec), driver._load_here))
+            assert not api.replies(1, wait=120)[0][0].get("failed")
+            first = sup.process
+            api.put("node_process_test_wait", {"seconds": 60.0}, message_type="query")
+            deadline = time.monotonic() + 60
+            while not api.state.get_tasks(statuses=[Status.RUNNING]):
+                assert time.monotonic() < deadline, "the request was not taken"
+                time.sleep(0.05)
+            time.sleep(0.5)     # (it is in the handler: the module loaded, sleeping)
+            os.kill(first.pid, signal.SIGKILL)
+            crashed = api.replies(1, wait=60)[0]
+            api.put("node_process_test_wait", {"seconds": 0.0}, message_type="query")
+            after = api.replies(1, wait=120)[0]
+        finally:
+            sup.stop()
+    assert crashed[0] == {"error": "ClientApp stopped responding."}
+    assert sup.starts == 2 and sup.process is not first and sup.exits[0][1] == -signal.SIGKILL
+    assert not after[0].get("failed") and after[1] == {"value": 0.0}

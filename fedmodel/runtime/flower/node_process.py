@@ -42,6 +42,31 @@ from typing import Any, Callable
 from ...errors import FedModelError
 from . import client_app as client_app_module
 
+# (imported when this module is, before the first task: a task's token must be used within 30 s
+# of its claim, and Flower's runtime modules take seconds to import on a loaded machine)
+try:
+    import httpx
+    from flwr.app import Error, Message
+    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.common.serde import context_from_proto
+    from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
+    from flwr.proto.runtime_pb2 import (  # pylint: disable=E0611
+        AcquireTaskRequest, PullAppMessagesRequest, PullTaskInputRequest)
+    from flwr.supercore.app_utils import start_parent_process_monitor
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+        make_confirm_message_received_fn_protobuf, make_pull_object_fn_protobuf)
+    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.retry import RetryInvoker, exponential
+    from flwr.supercore.runtime import RuntimeHttpClient
+    from flwr.supercore.runtime.tracing import RuntimeTracingInterceptor
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+except ImportError:     # optional extra: `serve` then says how to install it
+    RuntimeHttpClient = None
+
 log = logging.getLogger(__name__)
 
 #: seconds between two claims of an idle node: the wait doubles from the first to the second
@@ -58,8 +83,6 @@ def _task_retry_invoker() -> Any:
     retry of a refusal (a 4xx: an expired token, a stopped run). Flower's own HTTP invoker
     (`make_simple_http_retry_invoker`) answers a 401 by SIGINT to its process, which ends a
     `flwr-clientapp` after its one task — and would end this process for one expired token."""
-    import httpx
-    from flwr.supercore.retry import RetryInvoker, exponential
 
     def give_up(err: Exception) -> bool:
         return isinstance(err, httpx.HTTPStatusError) and err.response.status_code not in (502, 503, 504)
@@ -75,14 +98,6 @@ def pull_task_input(client: Any) -> tuple[Any, Any]:
     not yet there after 0.02 s instead of Flower's 1 s: this process claims a task as soon as
     the SuperNode creates it, which is before the SuperNode has the message's objects (a
     process per message started 2 s later never waited; this one waited 1.2 s a message)."""
-    from flwr.common.serde import context_from_proto
-    from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
-    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest  # pylint: disable=E0611
-    from flwr.app import Message
-    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
-        make_confirm_message_received_fn_protobuf, make_pull_object_fn_protobuf)
-    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
-    from flwr.supercore.task_identity import TaskIdentity
 
     res = client.PullTaskInput(PullTaskInputRequest())
     TaskIdentity.task_id, TaskIdentity.run_id = res.task_id, res.run.run_id
@@ -105,8 +120,6 @@ def pull_task_input(client: Any) -> tuple[Any, Any]:
 
 def runtime_client(address: str, root_certificates: str | None, interceptors: list) -> Any:
     """Flower's HTTP client of a SuperNode's Runtime API (insecure without certificates)."""
-    from flwr.supercore.runtime import RuntimeHttpClient
-    from flwr.supercore.runtime.tracing import RuntimeTracingInterceptor
     return RuntimeHttpClient.from_server_address(
         server_address=address, insecure=root_certificates is None,
         root_certificates=root_certificates,
@@ -122,11 +135,6 @@ def serve_task(address: str, token: str, root_certificates: str | None = None,
     push the reply, then the Context (the node state the app kept there) and the task's end.
     Returns the task's sub-status ("completed" or "failed"); an app that raises is answered
     with Flower's error reply, as `flwr-clientapp` does."""
-    from flwr.app import Error, Message
-    from flwr.common.constant import ErrorCode, SubStatus
-    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
-    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
     app = client_app_module.client_app if app is None else app
     acquired, cpu = time.time(), time.process_time()
@@ -169,15 +177,13 @@ def serve(address: str, root_certificates: str | None = None, parent_pid: int | 
           poll: tuple[float, float] = POLL) -> int:
     """Claim and serve the SuperNode's ClientApp tasks, one at a time, until `stop` is set or
     the parent process ends (`parent_pid`, Flower's monitor: SIGINT); the tasks served."""
-    from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
-    from flwr.supercore.app_utils import start_parent_process_monitor
-    from flwr.supercore.constant import TaskType
-    from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
-    import httpx
 
+    if RuntimeHttpClient is None:
+        raise FedModelError("fedmodel's node process needs Flower: pip install 'fedmodel[flower]'")
     if parent_pid is not None:
         start_parent_process_monitor(parent_pid)
     stop = stop or threading.Event()
+    client_app_module.load_client_modules()     # (the host's own modules: once, before any claim)
     client = runtime_client(address, root_certificates,
                             [RuntimeVersionHttpInterceptor(component_name="SuperExec")])
     request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
