@@ -17,6 +17,10 @@ optionally `backend` (a name or a backend instance; default: `Problem.solve`'s),
   `Deployment(data=...)`). The model file's loaders never run in a deployment (they are what a
   serial run in one process uses).
 
+Each SuperNode runs with `--isolation process` and one long-lived fedmodel process serves all
+its messages (`runtime.flower.node_process`, started by `run_supernode`); the app's `client.py`
+is then not used (it is for `node_process=False`: Flower's `flwr-clientapp` per message).
+
 `Deployment.start` launches the processes on 127.0.0.1 (insecure, or TLS with a self-signed
 certificate: `tls=True`), `run` submits the
 app with `flwr run` and waits for the result, `close` ends every process it started by its
@@ -54,6 +58,9 @@ APP_PACKAGE = "fedmodel_app"
 # FEDMODEL_SUPERNODE_POLL is ours: `run_supernode` caps the SuperNode's hard-coded waits with it.
 POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05", "FEDMODEL_SUPERNODE_POLL": "0.2"}
 SUPERNODE_POLL_ENV = "FEDMODEL_SUPERNODE_POLL"
+# ... but the SuperLink's SuperExec only starts a ServerApp per `flwr run`: Flower's 1 s there
+# (at 0.05 s its polls cost the SuperLink ~20 requests a second for the whole deployment)
+SUPERLINK_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "1.0"}
 # the SuperLink, and the Flower commands a SuperLink / SuperNode start from PATH (their console
 # scripts' targets): `fedmodel deploy` writes them into WORKDIR/bin for this Python, so that
 # the ServerApp and every ClientApp import this environment's fedmodel (not that of the first
@@ -409,8 +416,8 @@ clientapp = "{APP_PACKAGE}.client:app"
             path.chmod(0o755)
         return folder
 
-    def _spawn(self, cmd: list[str], log: str) -> subprocess.Popen:
-        env = {**POLL_ENV, **os.environ, "FLWR_HOME": str(self.flwr_home)}
+    def _spawn(self, cmd: list[str], log: str, defaults: dict | None = None) -> subprocess.Popen:
+        env = {**POLL_ENV, **(defaults or {}), **os.environ, "FLWR_HOME": str(self.flwr_home)}
         env["PATH"] = os.pathsep.join([str(self._scripts()), env.get("PATH", "")])
         with open(self.workdir / log, "ab") as f:
             # own session: ending it by its group id also ends the ServerApp/ClientApp children
@@ -420,7 +427,7 @@ clientapp = "{APP_PACKAGE}.client:app"
     def start(self) -> "Deployment":
         """Write the app, start the SuperLink and one SuperNode per client."""
         self.write_app()
-        self.superlink = self._spawn(self.superlink_command(), "superlink.log")
+        self.superlink = self._spawn(self.superlink_command(), "superlink.log", SUPERLINK_ENV)
         self._wait_for_port(self.port)
         for name in self.names:
             self.start_supernode(name)

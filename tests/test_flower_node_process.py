@@ -290,8 +290,21 @@ def test_run_supernode_starts_the_node_process_only_for_process_isolation():
     assert deploy._runtime_api(["--isolation", "process", "--port", "9101"]) == ("127.0.0.1:9101", None)
     assert deploy._runtime_api(["--isolation", "process", "--host", "0.0.0.0", "--port", "9", "--ssl-certfile",
                                 "c.pem", "--ssl-ca-certfile", "ca.pem"]) == ("127.0.0.1:9", "ca.pem")
-    dep_args = deploy.Deployment.__init__.__defaults__
-    assert dep_args[-1] is True     # node_process: on by default
+
+
+def test_deployment_supernodes_run_with_the_node_process(tmp_path):
+    """`fedmodel deploy`'s SuperNodes (and its printed commands) run with --isolation process,
+    so `run_supernode` starts a node process for each; node_process=False keeps Flower's
+    process per message. The SuperLink's SuperExec polls at Flower's 1 s."""
+    from test_flower_deploy import _model_file
+    model = _model_file(tmp_path, "backends.FedAvg(step=0.05, max_rounds=2)")
+    on = deploy.Deployment(model, 2, tmp_path / "on")
+    off = deploy.Deployment(model, 2, tmp_path / "off", node_process=False)
+    for name in on.names:
+        assert deploy._runtime_api(on.supernode_command(name)[4:]) is not None
+        assert deploy._runtime_api(off.supernode_command(name)[4:]) is None
+    assert all("--isolation process" in line for line in on.commands()[1:-1])
+    assert deploy.SUPERLINK_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] == "1.0"
 
 
 def test_a_process_killed_mid_request_is_reported_and_started_again(monkeypatch, tmp_path):

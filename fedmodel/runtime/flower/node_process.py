@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.root_certificates and not os.path.isfile(args.root_certificates):
         raise FedModelError(f"--root-certificates {args.root_certificates!r}: no such file")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)    # (a line per HTTP call otherwise)
     # Flower's parent monitor raises SIGINT; SIGTERM (Deployment.close) ends the loop the same way
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
