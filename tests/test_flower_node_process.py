@@ -265,6 +265,7 @@ def test_supervisor_stop_ends_a_running_process():
     assert sup.process.poll() is not None and sup.starts == 1 and sup.exits == []
 
 
+@pytest.mark.integration     # (real node processes, seconds each: CI's integration run)
 def test_node_process_ends_with_its_parent(tmp_path):
     """`--parent-pid`: the node process ends when that process ends (Flower's monitor), here
     with no SuperNode listening at all."""
@@ -307,6 +308,7 @@ def test_deployment_supernodes_run_with_the_node_process(tmp_path):
     assert deploy.SUPERLINK_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] == "1.0"
 
 
+@pytest.mark.integration     # (real node processes, seconds each: CI's integration run)
 def test_a_process_killed_mid_request_is_reported_and_started_again(monkeypatch, tmp_path):
     """kill -9 of the node process while it serves a request: Flower's SuperNode expires the
     task's token (no heartbeat; its 30 s interval made 3 s here) and answers the message
