@@ -25,6 +25,12 @@ submitted with `flwr run`. Seconds per round = median of the differences of the 
 round time stamps (start-up and the build excluded); beside it the serial executor on the same
 problem in this process. Processes are counted (`ps`) while the deployment is up.
 
+--deploy and --goal run each SuperNode with fedmodel's node process (one long-lived ClientApp
+process per SuperNode, `Deployment(node_process=True)`); --process-per-message runs Flower's
+default instead (a `flwr-clientapp` process per message), for the before/after comparison. Both
+report the deployment's CPU seconds (every process of it, psutil) per round trip and the load
+average: wall times on a shared machine depend on the others' load, CPU seconds do not.
+
 --client-cpu: CPU seconds of one ClientApp process before it serves its request (Flower's and
 fedmodel's imports, the procedure lookup), Flower's entry point and the catalogue in name order
 (before) against `fedmodel deploy`'s lean entry point and the node's kind cache (after).
@@ -41,6 +47,7 @@ simulation engine runs on Ray and ends it when it stops).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -100,8 +107,8 @@ backend = FedAvg(step=0.1, local_steps=1, max_rounds={rounds}, tol=0.0)
 """
 
 
-def _memory_mb(pids: list[int]) -> tuple[float, int]:
-    """Resident memory (MB) and count of these processes and all their descendants (psutil)."""
+def _tree(pids: list[int]) -> list:
+    """These processes and all their descendants (psutil)."""
     import psutil
     procs = []
     for pid in pids:
@@ -110,13 +117,34 @@ def _memory_mb(pids: list[int]) -> tuple[float, int]:
             procs += [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             continue
+    return list(set(procs))
+
+
+def _memory_mb(pids: list[int]) -> tuple[float, int]:
+    """Resident memory (MB) and count of these processes and all their descendants (psutil)."""
+    import psutil
     rss = 0
-    for proc in set(procs):
+    procs = _tree(pids)
+    for proc in procs:
         try:
             rss += proc.memory_info().rss
         except psutil.NoSuchProcess:
             pass
-    return rss / 2**20, len(set(procs))
+    return rss / 2**20, len(procs)
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) of these processes and their descendants, the children
+    they have already waited for included (a process per message: its ClientApps)."""
+    import psutil
+    total = 0.0
+    for proc in _tree(pids):
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 GOAL_MODEL = """
@@ -145,16 +173,18 @@ def breakdown_header() -> str:
     return ("| run | " + " | ".join(STAGES) + " |\n|" + "---|" * (len(STAGES) + 1))
 
 
-def _deployed(text: str, n: int, work: Path, wait: float, timeout: float = 600
-              ) -> tuple[dict, float]:
+def _deployed(text: str, n: int, work: Path, wait: float, timeout: float = 600,
+              node_process: bool = True) -> tuple[dict, float]:
     """Run a model file's text as a deployment of n clients; (result, wall s start → result).
     A run without a result after `wait` s is stopped; its result is then the ServerApp's last
-    progress line, with "status" "stopped after WAIT s"."""
+    progress line, with "status" "stopped after WAIT s". The result's "cpu_s": CPU seconds of
+    every process of the deployment (SuperLink, ServerApp, SuperNodes, ClientApps)."""
     from fedmodel import FedModelError
     from fedmodel.deploy import Deployment
     path = work / "model.py"
     path.write_text(text)
-    dep = Deployment(path, n, work / "run", timeout=timeout, start_timeout=1800)
+    dep = Deployment(path, n, work / "run", timeout=timeout, start_timeout=1800,
+                     node_process=node_process)
     try:
         begin = time.perf_counter()
         dep.start()
@@ -166,12 +196,14 @@ def _deployed(text: str, n: int, work: Path, wait: float, timeout: float = 600
             lines = dep.progress_lines()
             result = {**(lines[-1] if lines else {"round_trips": 0, "seconds": float("nan")}),
                       "status": f"stopped after {wait:g} s ({len(lines)} rounds)", "values": {}}
-        return result, time.perf_counter() - begin
+        wall = time.perf_counter() - begin
+        result["cpu_s"] = _cpu_s([p.pid for p in [dep.superlink, *dep.supernodes.values()]])
+        return result, wall
     finally:
         dep.close()
 
 
-def goal(name: str, sizes: list[int], wait: float) -> None:
+def goal(name: str, sizes: list[int], wait: float, node_process: bool = True) -> None:
     """--goal: a backend's defaults to the end in a deployment, checked against CVXPY."""
     import tempfile
     from benchmarks import bench_rounds
@@ -183,14 +215,16 @@ def goal(name: str, sizes: list[int], wait: float) -> None:
         reference = prob.solve("cvxpy").values_by_label()
         with tempfile.TemporaryDirectory() as work:
             result, wall = _deployed(GOAL_MODEL.format(root=root, model=model, backend=backend),
-                                     n, Path(work), wait)
+                                     n, Path(work), wait, node_process=node_process)
         distance = max((float(np.max(np.abs(np.asarray(result["values"][k]) - v)))
                         for k, v in reference.items() if k in result["values"]), default=float("nan"))
         scale = max(float(np.max(np.abs(v))) for v in reference.values())
         rows.append((n, result, wall, distance, scale))
         print(f"{name} n = {n}: {result['status']}, wall {wall:.0f} s (ServerApp {result['seconds']:.0f} s), "
               f"{result['round_trips']} round trips, {wall / max(result['round_trips'], 1):.2f} s per "
-              f"round trip, max |w − w_cvxpy| {distance:.2e} (|w_cvxpy|∞ {scale:.2f})", flush=True)
+              f"round trip, max |w − w_cvxpy| {distance:.2e} (|w_cvxpy|∞ {scale:.2f}), deployment CPU "
+              f"{result['cpu_s']:.0f} s ({result['cpu_s'] / max(result['round_trips'], 1):.2f} per round "
+              f"trip), load average {os.getloadavg()[0]:.1f}", flush=True)
     print(breakdown_header())
     for n, result, *_ in rows:
         print(breakdown_row(f"{name} n = {n}", result.get("breakdown", {})))
@@ -241,31 +275,36 @@ def client_cpu(kinds: tuple[str, ...] = ("fedadmm_round", "proxal_admm_step"), r
               f"{after[2]:.2f} | {before.sum():.2f} / {after.sum():.2f} |", flush=True)
 
 
-def deploy(sizes: list[int], rounds: int) -> None:
+def deploy(sizes: list[int], rounds: int, node_process: bool = True) -> None:
     """--deploy: serial vs a real deployment, seconds per FedAvg round."""
     import tempfile
     from fedmodel.deploy import Deployment
 
     root = str(Path(__file__).resolve().parent.parent)
     print(f"FedAvg, d = {D}, 10 rows per client, {rounds} rounds; deployment on 127.0.0.1 "
-          "(SuperLink + n SuperNodes, insecure)")
+          "(SuperLink + n SuperNodes, insecure), ClientApps: "
+          + ("one node process per SuperNode" if node_process else "a process per message"))
     print("| n | serial ms/round | deployment s/round | deployment / serial | round trips (run) | "
-          "s per round trip | start-up, build, 1st round, gather s | processes | resident MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "s per round trip | start-up, build, 1st round, gather s | processes | resident MB | "
+          "CPU s per round trip | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     breakdowns = []
     for n in sizes:
         serial = run(model(n), SerialExecutor(), rounds)["s"]
         with tempfile.TemporaryDirectory() as work:
             path = Path(work) / "model.py"
             path.write_text(DEPLOY_MODEL.format(root=root, rounds=rounds))
-            dep = Deployment(path, n, Path(work) / "run", timeout=600, start_timeout=1800)
+            dep = Deployment(path, n, Path(work) / "run", timeout=600, start_timeout=1800,
+                             node_process=node_process)
             try:
                 begin = time.perf_counter()
                 dep.start()
                 result = dep.run(wait=3600)
                 total = time.perf_counter() - begin
                 # (after the run: every SuperNode has started its SuperExec by then)
-                mb, procs = _memory_mb([p.pid for p in [dep.superlink, *dep.supernodes.values()]])
+                pids = [p.pid for p in [dep.superlink, *dep.supernodes.values()]]
+                mb, procs = _memory_mb(pids)
+                cpu = _cpu_s(pids)
             finally:
                 dep.close()
         ends = result["round_ends"]
@@ -273,7 +312,7 @@ def deploy(sizes: list[int], rounds: int) -> None:
         trips = result["round_trips"]
         print(f"| {n} | {1e3 * serial:.2f} | {per_round:.2f} | {per_round / serial:.0f} | {trips} | "
               f"{result['seconds'] / trips:.2f} | {total - (ends[-1] - ends[0]):.0f} | {procs} | "
-              f"{mb:.0f} |", flush=True)
+              f"{mb:.0f} | {cpu / trips:.2f} | {os.getloadavg()[0]:.1f} |", flush=True)
         breakdowns.append((n, result.get("breakdown", {})))
     print(breakdown_header())
     for n, b in breakdowns:
@@ -290,16 +329,19 @@ def main(argv=None) -> None:
                         help="--goal: stop a deployment without a result after this many s")
     parser.add_argument("--client-cpu", action="store_true",
                         help="CPU seconds of a ClientApp process before its request (above)")
+    parser.add_argument("--process-per-message", action="store_true",
+                        help="--deploy/--goal: Flower's default isolation, a flwr-clientapp "
+                             "process per message (before issue 27 item 4), not the node process")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.client_cpu:
         client_cpu()
         return
     if args.goal:
-        goal(args.goal, sizes, args.wait)
+        goal(args.goal, sizes, args.wait, node_process=not args.process_per_message)
         return
     if args.deploy:
-        deploy(sizes, args.rounds)
+        deploy(sizes, args.rounds, node_process=not args.process_per_message)
         return
     import ray
     from fedmodel.runtime.flower_executor import FlowerExecutor

@@ -17,6 +17,10 @@ optionally `backend` (a name or a backend instance; default: `Problem.solve`'s),
   `Deployment(data=...)`). The model file's loaders never run in a deployment (they are what a
   serial run in one process uses).
 
+Each SuperNode runs with `--isolation process` and one long-lived fedmodel process serves all
+its messages (`runtime.flower.node_process`, started by `run_supernode`); the app's `client.py`
+is then not used (it is for `node_process=False`: Flower's `flwr-clientapp` per message).
+
 `Deployment.start` launches the processes on 127.0.0.1 (insecure, or TLS with a self-signed
 certificate: `tls=True`), `run` submits the
 app with `flwr run` and waits for the result, `close` ends every process it started by its
@@ -54,6 +58,9 @@ APP_PACKAGE = "fedmodel_app"
 # FEDMODEL_SUPERNODE_POLL is ours: `run_supernode` caps the SuperNode's hard-coded waits with it.
 POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05", "FEDMODEL_SUPERNODE_POLL": "0.2"}
 SUPERNODE_POLL_ENV = "FEDMODEL_SUPERNODE_POLL"
+# ... but the SuperLink's SuperExec only starts a ServerApp per `flwr run`: Flower's 1 s there
+# (at 0.05 s its polls cost the SuperLink ~20 requests a second for the whole deployment)
+SUPERLINK_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "1.0"}
 # the SuperLink, and the Flower commands a SuperLink / SuperNode start from PATH (their console
 # scripts' targets): `fedmodel deploy` writes them into WORKDIR/bin for this Python, so that
 # the ServerApp and every ClientApp import this environment's fedmodel (not that of the first
@@ -178,15 +185,51 @@ def run_supernode(argv: list[str], poll: float) -> None:
     between two looks for the ClientApp's reply) capped at `poll` seconds. These waits were
     most of a deployment round trip (docs/flower.md, breakdown) and Flower offers no setting
     for them; only that module's sleeps change, its protocol does not. Run as
-    `python -m fedmodel.deploy flower-supernode ARGS` (poll: env FEDMODEL_SUPERNODE_POLL)."""
+    `python -m fedmodel.deploy flower-supernode ARGS` (poll: env FEDMODEL_SUPERNODE_POLL).
+
+    With `--isolation process` (what `Deployment` passes) Flower starts no SuperExec and this
+    process starts fedmodel's node process instead (`runtime.flower.node_process`: one
+    long-lived ClientApp process serving every message of the node), supervised: it ends with
+    the SuperNode, and one that dies is logged and started again (`node_process.Supervisor`)."""
     from flwr.supernode import start_client_internal
     from flwr.supernode.cli import flower_supernode
 
     if not (math.isfinite(poll) and poll > 0):
         raise FedModelError(f"{SUPERNODE_POLL_ENV} must be positive seconds, got {poll!r}")
     start_client_internal.time = _CappedSleep(poll)
+    supervisor = None
+    runtime = _runtime_api(argv)
+    if runtime is not None:
+        from .runtime.flower import node_process
+        address, ca = runtime
+        supervisor = node_process.Supervisor(
+            node_process.command(address, ca, os.getpid()),
+            give_up=lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
     sys.argv = ["flower-supernode", *argv]
-    flower_supernode()
+    try:
+        flower_supernode()
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+
+
+def _runtime_api(argv: list[str]) -> tuple[str, str | None] | None:
+    """For a SuperNode command line with `--isolation process`: the address of its Runtime API
+    (`--host`, `--port`, Flower's defaults 127.0.0.1:9094) and the CA certificate that verifies
+    it (`--ssl-ca-certfile` when it serves TLS, else None); None for other isolation modes."""
+    import argparse
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--isolation", default="subprocess")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9094)
+    parser.add_argument("--ssl-certfile", default=None)
+    parser.add_argument("--ssl-ca-certfile", default=None)
+    args, _ = parser.parse_known_args(argv)
+    if args.isolation != "process":
+        return None
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host   # (a wildcard bind)
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{args.port}", (args.ssl_ca_certfile if args.ssl_certfile else None)
 
 
 def _free_port() -> int:
@@ -210,11 +253,13 @@ class Deployment:
     the result. `data`: each client's data directory, a path with `{client}` in it (e.g.
     "shards/{client}": client c0 reads shards/c0/A.npy for its data "A"), passed to its
     SuperNode as node config; without it a client whose spec needs data of its own fails
-    naming the data."""
+    naming the data. `node_process`: each SuperNode runs with `--isolation process` and one
+    long-lived fedmodel ClientApp process serves all its messages (`runtime.flower.node_process`);
+    False: Flower's default, a `flwr-clientapp` process per message (~1.9 CPU s each)."""
 
     def __init__(self, model_path: str | os.PathLike, clients: int, workdir: str | os.PathLike,
                  timeout: float = 120.0, start_timeout: float = 300.0, rejoin_timeout: float = 180.0,
-                 tls: bool = False, data: str | None = None):
+                 tls: bool = False, data: str | None = None, node_process: bool = True):
         if ServerApp is None:
             raise FedModelError("fedmodel deploy needs Flower: pip install 'fedmodel[flower]'")
         self.model_path = Path(model_path)
@@ -240,6 +285,7 @@ class Deployment:
             raise FedModelError(f"data must be a directory path with {{client}} in it (each "
                                 f"client's files there: NAME.npy per data name), got {data!r}")
         self.data = data
+        self.node_process = bool(node_process)
 
     def _client_names(self) -> list[str]:
         """The model's client names (building the problem runs no loader)."""
@@ -333,10 +379,12 @@ clientapp = "{APP_PACKAGE}.client:app"
             config += f' {NODE_DATA_KEY}="{Path(self.data.format(client=name)).resolve()}"'
         # what the node remembers between its ClientApp processes (client_app.KindCache)
         config += f' {NODE_CACHE_KEY}="{self.workdir / "cache" / name}"'
+        # (one fedmodel process serves the node's messages: `run_supernode` starts it)
+        isolation = ["--isolation", "process"] if self.node_process else []
         # (this Python runs Flower's SuperNode with its waits capped: `run_supernode`)
         return [sys.executable, "-m", "fedmodel.deploy", "flower-supernode", *security,
                 "--superlink", superlink or f"127.0.0.1:{self.port}", "--port", str(port),
-                "--node-config", config]
+                *isolation, "--node-config", config]
 
     def commands(self) -> list[str]:
         """What to run on separate hosts (SUPERLINK_HOST: the SuperLink's address)."""
@@ -368,8 +416,8 @@ clientapp = "{APP_PACKAGE}.client:app"
             path.chmod(0o755)
         return folder
 
-    def _spawn(self, cmd: list[str], log: str) -> subprocess.Popen:
-        env = {**POLL_ENV, **os.environ, "FLWR_HOME": str(self.flwr_home)}
+    def _spawn(self, cmd: list[str], log: str, defaults: dict | None = None) -> subprocess.Popen:
+        env = {**POLL_ENV, **(defaults or {}), **os.environ, "FLWR_HOME": str(self.flwr_home)}
         env["PATH"] = os.pathsep.join([str(self._scripts()), env.get("PATH", "")])
         with open(self.workdir / log, "ab") as f:
             # own session: ending it by its group id also ends the ServerApp/ClientApp children
@@ -379,7 +427,7 @@ clientapp = "{APP_PACKAGE}.client:app"
     def start(self) -> "Deployment":
         """Write the app, start the SuperLink and one SuperNode per client."""
         self.write_app()
-        self.superlink = self._spawn(self.superlink_command(), "superlink.log")
+        self.superlink = self._spawn(self.superlink_command(), "superlink.log", SUPERLINK_ENV)
         self._wait_for_port(self.port)
         for name in self.names:
             self.start_supernode(name)

@@ -23,6 +23,7 @@ worker served which message. The stages of a secure sum go through Flower's `sec
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import logging
@@ -77,6 +78,19 @@ def _process_start() -> float | None:
 
 
 _STARTED = _process_start()
+# A process that serves many messages (`node_process`) gives each its own stamps (epoch s):
+# when it claimed the task, when the message and Context had been pulled, and its CPU seconds
+# then; empty in a process per message (the process's own start and imports stand for them)
+_TASK: dict[str, float] = {}
+
+
+def begin_task(acquired: float | None, pulled: float = 0.0, cpu: float = 0.0) -> None:
+    """The stamps of the message this process serves next (`node_process.serve_task`), for the
+    round-trip breakdown: claimed at `acquired`, pulled at `pulled`, CPU time `cpu` at the
+    claim; None: none (after the message)."""
+    _TASK.clear()
+    if acquired is not None:
+        _TASK.update(acquired=acquired, pulled=pulled, cpu=cpu)
 
 
 # ---- what a client serves ------------------------------------------------------------------------
@@ -173,10 +187,22 @@ def node_data(context: "Context") -> Callable[[str, tuple], Callable[[], Any]]:
     return loader
 
 
+def spec_hash(text: str, arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of a build message's spec: its JSON text and its arrays (names, dtypes, shapes,
+    bytes) — the identity of a compiled node program in this process's cache."""
+    h = hashlib.sha256(text.encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"|{name} {a.dtype.str} {a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
 # ---- the handlers ----------------------------------------------------------------------------------
 # Node programs this worker process has built: (run id, node id) -> (build, token, program). The
-# build id names the spec it was compiled from (one per `start`), the token which state of the
-# node it holds (`Context.state`, module docstring).
+# build id is the hash of the spec it was compiled from (`spec_hash`), the token which state of
+# the node it holds (`Context.state`, module docstring). A process that serves all of a node's
+# messages (`node_process`) compiles the program once, at the build message.
 _CACHE: dict[tuple[int, int], tuple[str, str, NodeProgram]] = {}
 
 
@@ -190,9 +216,12 @@ def serve_message(message: "Message", context: "Context") -> "Message":
     # request's procedure (`served_kind`: loading its backend), getting the node program
     # (cache / rebuild / state), serving, and saving the state
     # (and the CPU seconds this process had used on entry and on leaving: load-independent)
-    timing = {"started": _STARTED, "imported": _IMPORTED, "entered": time.time(),
-              "cpu_entered": time.process_time(), "lookup": 0.0, "program": 0.0, "served": 0.0,
-              "saved": 0.0}
+    # (a process serving many messages: its claim of the task and the pull of its input, and
+    # CPU seconds counted from the claim — `begin_task`)
+    cpu0 = _TASK.get("cpu", 0.0)
+    timing = {"started": _TASK.get("acquired", _STARTED), "imported": _TASK.get("pulled", _IMPORTED),
+              "entered": time.time(), "cpu_entered": time.process_time() - cpu0, "lookup": 0.0,
+              "program": 0.0, "served": 0.0, "saved": 0.0}
     try:
         kind = header(message.content)["kind"]
         if kind == HELLO:       # which client this node is (deployment: its --node-config)
@@ -203,7 +232,7 @@ def serve_message(message: "Message", context: "Context") -> "Message":
             text, arrays = build_parts(payload)
             program = decode_spec(text, arrays, node_data(context)).build()   # its data read here
             timing["program"] = time.time() - timing["entered"]
-            build, token = uuid.uuid4().hex, uuid.uuid4().hex
+            build, token = spec_hash(text, arrays), uuid.uuid4().hex
             context.state[SPEC_ARRAYS] = ArrayRecord({k: Array(np.require(v, requirements="C"))
                                                       for k, v in arrays.items()})
             context.state[STATE] = ConfigRecord({"spec": text, "build": build, "token": token,
@@ -240,7 +269,7 @@ def serve_message(message: "Message", context: "Context") -> "Message":
                 clock = time.time()
                 _remember(key, context, program)
                 timing["saved"] = time.time() - clock
-        timing["left"], timing["cpu_left"] = time.time(), time.process_time()
+        timing["left"], timing["cpu_left"] = time.time(), time.process_time() - cpu0
         content = encode(kind, reply, extra={"timing": timing})
     except Exception as err:    # sent back to the driver, which raises it
         if isinstance(err, WireError):
