@@ -16,7 +16,7 @@ client, n clients, R rounds, in ONE process, one executor after the other:
     python benchmarks/bench_flower.py [--sizes 5,50] [--rounds 10]
     python benchmarks/bench_flower.py --deploy [--sizes 5] [--rounds 4]
     python benchmarks/bench_flower.py --client-cpu
-    python benchmarks/bench_flower.py --goal fedadmm-ridge [--sizes 5]
+    python benchmarks/bench_flower.py --goal fedadmm-ridge [--sizes 5] [--no-report]
     python benchmarks/bench_flower.py --goal proxal-np-adult [--sizes 5]
 
 --deploy: the same FedAvg model as a `fedmodel deploy` (`fedmodel.deploy.Deployment`): a real
@@ -39,7 +39,9 @@ fedmodel's imports, the procedure lookup), Flower's entry point and the catalogu
 (FedADMM on ridge, ProxAL on NP adult): wall seconds from `Deployment.start` to the result,
 round trips, the solution's distance to CVXPY's (solved here), and where a round trip goes
 (`FlowerExecutor.round_trip_breakdown`: medians over the replies of the run's client-side and
-server-side time stamps). --deploy and --goal print that breakdown too.
+server-side time stamps). --deploy and --goal print that breakdown too. --no-report (FedADMM):
+the same run without the per-round `report` request, a Flower round trip of its own that the
+ledger books `local` (docs/flower.md, "Messages per round"); the round trips by kind are printed.
 
 Ray: `ray.init(num_cpus=2)` on this machine, shut down before Flower starts its own (Flower's
 simulation engine runs on Ray and ends it when it stops).
@@ -159,6 +161,20 @@ def make_problem(n_clients):
 
 backend = {backend!r}
 """
+# --no-report (FedADMM): the same backend without the per-round "report" request (the history's
+# objective / violation: a round trip of its own on Flower, booked `local` by the ledger), so the
+# deployment sends the round trips the serial ledger counts; the iterates are bitwise the same
+NO_REPORT = """
+from fedmodel.backends import FedADMM
+
+
+class _NoReport(FedADMM):
+    def rounds(self, ex, z, alpha, max_rounds, callback=None, bar=None, **options):
+        return super().rounds(ex, z, alpha, max_rounds, callback, bar, **{{"report": False, **options}})
+
+
+backend = _NoReport()
+"""
 GOALS = {"fedadmm-ridge": ("ridge", "fedadmm"), "proxal-np-adult": ("np-adult", "proxal")}
 STAGES = ("to_process", "imports", "to_handler", "lookup", "program", "serve", "save", "to_server", "total",
           "round_trip", "cpu_before", "cpu_handler")
@@ -203,18 +219,23 @@ def _deployed(text: str, n: int, work: Path, wait: float, timeout: float = 600,
         dep.close()
 
 
-def goal(name: str, sizes: list[int], wait: float, node_process: bool = True) -> None:
-    """--goal: a backend's defaults to the end in a deployment, checked against CVXPY."""
+def goal(name: str, sizes: list[int], wait: float, node_process: bool = True,
+         report: bool = True) -> None:
+    """--goal: a backend's defaults to the end in a deployment, checked against CVXPY.
+    `report` False (FedADMM only): without the per-round report request (`NO_REPORT`)."""
     import tempfile
     from benchmarks import bench_rounds
     model, backend = GOALS[name]
+    if not report and backend != "fedadmm":
+        raise SystemExit("--no-report is FedADMM's (--goal fedadmm-ridge)")
     root = str(Path(__file__).resolve().parent.parent)
+    text = GOAL_MODEL + ("" if report else NO_REPORT)
     rows = []
     for n in sizes:
         prob, _ = bench_rounds.MODELS[model](n)
         reference = prob.solve("cvxpy").values_by_label()
         with tempfile.TemporaryDirectory() as work:
-            result, wall = _deployed(GOAL_MODEL.format(root=root, model=model, backend=backend),
+            result, wall = _deployed(text.format(root=root, model=model, backend=backend),
                                      n, Path(work), wait, node_process=node_process)
         distance = max((float(np.max(np.abs(np.asarray(result["values"][k]) - v)))
                         for k, v in reference.items() if k in result["values"]), default=float("nan"))
@@ -224,7 +245,8 @@ def goal(name: str, sizes: list[int], wait: float, node_process: bool = True) ->
               f"{result['round_trips']} round trips, {wall / max(result['round_trips'], 1):.2f} s per "
               f"round trip, max |w − w_cvxpy| {distance:.2e} (|w_cvxpy|∞ {scale:.2f}), deployment CPU "
               f"{result['cpu_s']:.0f} s ({result['cpu_s'] / max(result['round_trips'], 1):.2f} per round "
-              f"trip), load average {os.getloadavg()[0]:.1f}", flush=True)
+              f"trip), load average {os.getloadavg()[0]:.1f}; round trips by kind "
+              f"{result.get('trips', {})}", flush=True)
     print(breakdown_header())
     for n, result, *_ in rows:
         print(breakdown_row(f"{name} n = {n}", result.get("breakdown", {})))
@@ -332,13 +354,16 @@ def main(argv=None) -> None:
     parser.add_argument("--process-per-message", action="store_true",
                         help="--deploy/--goal: Flower's default isolation, a flwr-clientapp "
                              "process per message (before issue 27 item 4), not the node process")
+    parser.add_argument("--no-report", action="store_true",
+                        help="--goal fedadmm-ridge: without FedADMM's per-round report request")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.client_cpu:
         client_cpu()
         return
     if args.goal:
-        goal(args.goal, sizes, args.wait, node_process=not args.process_per_message)
+        goal(args.goal, sizes, args.wait, node_process=not args.process_per_message,
+             report=not args.no_report)
         return
     if args.deploy:
         deploy(sizes, args.rounds, node_process=not args.process_per_message)

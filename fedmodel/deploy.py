@@ -112,7 +112,8 @@ def _solve(grid: "Grid", config: Any, out: Path) -> None:
         stamps.append(time.perf_counter())
         # (round trips so far and where they went: a run stopped early still tells)
         line = {"objective": float(record.get("objective", float("nan"))),
-                "round_trips": executor.round_trips, "seconds": stamps[-1] - start,
+                "round_trips": executor.round_trips, "trips": dict(executor.trips),
+                "seconds": stamps[-1] - start,
                 "breakdown": executor.round_trip_breakdown()}
         with open(progress, "a") as f:
             f.write(json.dumps(line) + "\n")
@@ -126,10 +127,12 @@ def _solve(grid: "Grid", config: Any, out: Path) -> None:
         "status": result.status, "objective": result.objective,
         "max_violation": result.max_violation, "backend": result.backend,
         "values": {label: value.tolist() for label, value in result.values_by_label().items()},
-        "history": [float(h["objective"]) for h in result.history],
+        # (NaN where a round has no report, e.g. FedADMM's rounds(report=False))
+        "history": [float(h.get("objective", float("nan"))) for h in result.history],
         "ledger": {"down": result.ledger.total("down"), "up": result.ledger.total("up")},
         "wire_bytes": {"down": executor.wire_total("down"), "up": executor.wire_total("up")},
-        "round_trips": executor.round_trips, "faults": executor.faults,
+        "round_trips": executor.round_trips, "trips": dict(executor.trips),
+        "faults": executor.faults,
         "node_ids": executor.node_ids, "seconds": time.perf_counter() - start,
         "round_ends": [t - start for t in stamps],
         "secure_sum": executor.sum_only,

@@ -92,6 +92,42 @@ def test_flower_iterates_equal_serial(flower, case):
     assert flower.wire_bytes[("server", "c0", "fedmodel.build")] > 0
 
 
+class _FedADMMNoReport(backends.FedADMM):
+    """FedADMM without the per-round report request (the history's objective / violation)."""
+
+    def rounds(self, ex, z, alpha, max_rounds, callback=None, bar=None, **options):
+        return super().rounds(ex, z, alpha, max_rounds, callback, bar, **{"report": False, **options})
+
+
+def test_round_trips_by_kind_name_what_the_ledger_books_local(flower):
+    """Issue 27 item 4: a FedADMM deployment counted two Flower round trips per round where the
+    serial ledger counts one. `trips` names them: each round's `fedadmm_round` and the
+    history's `report`, a kind declared `local` (the harness's metric), so the ledger books no
+    round trip for it although on Flower it is a batch of its own. Without the report, the
+    batches of the kinds the ledger counts are the serial ledger's round trips, the iterates
+    bitwise the same, and what is left is the build and the bookkeeping at start and end."""
+    prob, w = _model(_parts(), constrained=False)
+    serial = backends.FedADMM(max_rounds=6, seed=2, tol=None).run(prob, executor="serial")
+    rounds = len(serial["history"])
+    assert rounds == 6 and serial["ledger"].round_trips == 1 + rounds     # init + the rounds
+    bookkeeping = {"fedmodel.build": 1, "fedadmm_refusal": 1, "fedadmm_beta": 1,
+                   "private_values": 1, "multipliers": 1}
+
+    remote = backends.FedADMM(max_rounds=6, seed=2, tol=None).run(prob, executor=flower)
+    assert dict(flower.trips) == {**bookkeeping, "fedadmm_init": 1, "fedadmm_round": rounds,
+                                  "report": rounds}
+    assert flower.round_trips == sum(flower.trips.values()) == 2 * rounds + 6
+    assert remote["ledger"].round_trips == serial["ledger"].round_trips
+
+    quiet = _FedADMMNoReport(max_rounds=6, seed=2, tol=None).run(prob, executor=flower)
+    assert dict(flower.trips) == {**bookkeeping, "fedadmm_init": 1, "fedadmm_round": rounds}
+    counted = {k: n for k, n in flower.trips.items() if k in MESSAGES and not MESSAGES[k].local}
+    assert counted == dict(serial["ledger"].trips) == {"fedadmm_init": 1, "fedadmm_round": rounds}
+    assert flower.round_trips == serial["ledger"].round_trips + 5
+    np.testing.assert_array_equal(quiet["values"][w.uid], serial["values"][w.uid])
+    assert [h["z_change"] for h in quiet["history"]] == [h["z_change"] for h in serial["history"]]
+
+
 def test_wire_bytes_of_one_request():
     """The byte count of a message: an 8-float array and a string field, Flower's records."""
     from fedmodel.runtime.flower.codec import decode, encode, wire_size
@@ -198,6 +234,7 @@ def test_secure_sum_equals_plain_to_secagg_precision(flower, make):
     assert secure["ledger"].floats[("c0", "server", "dald_cc_solve")] == 6 * D
     # four SecAgg+ stages per round, each one batch through the grid and counted in bytes
     assert flower.wire_bytes[("c1", "server", "dald_cc_solve")] > 0
+    assert flower.trips["dald_cc_solve"] == 4 * 6
 
 
 def test_secure_sum_refuses_values_outside_the_clipping_range(flower):

@@ -122,6 +122,9 @@ class FlowerExecutor(Executor):
         self.node_ids: dict[str, int] = {}       # client -> Flower node id
         self.wire_bytes: Counter = Counter()     # (sender, receiver, kind) -> bytes on the wire
         self.round_trips = 0                     # batches sent through the Grid
+        # ... by request kind: every batch, the build and the kinds the ledger books `local`
+        # (reports, gathers) too, so a run's round trips beyond the ledger's are named
+        self.trips: Counter = Counter()
         self.timings: list[dict] = []            # per reply: where its round trip went (`_send`)
         self._lost: dict[str, str] = {}          # client -> why it was dropped (missing="drop")
         self._specs: dict[str, dict] = {}         # client -> its build message (spec text, arrays)
@@ -142,6 +145,7 @@ class FlowerExecutor(Executor):
         super().start({name: (_FlowerNode(remote[name]) if name in remote else program)
                        for name, program in programs.items()})
         self.wire_bytes, self.round_trips, self._lost = Counter(), 0, {}
+        self.trips = Counter()
         self.timings = []
         self.replay.start(remote)
         self.node_ids = {}
@@ -373,6 +377,7 @@ class FlowerExecutor(Executor):
         answers = self._ask(lambda grid: send_and_receive(grid, list(sent.values()), timeout,
                                                           stamps), timeout)
         self.round_trips += 1
+        self.trips[kind] += 1
         by_id = {m.metadata.message_id: node for node, m in sent.items()}
         got = {by_id[a.metadata.reply_to_message_id]: a for a in answers
                if a.metadata.reply_to_message_id in by_id}

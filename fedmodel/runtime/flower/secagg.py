@@ -111,6 +111,7 @@ class CountingGrid:
                 wire_size(m.content)
         replies = send_and_receive(self.grid, messages, timeout)
         self.executor.round_trips += 1
+        self.executor.trips[self.kind] += 1
         for r in replies:
             if r.has_error():
                 self.errors[self.names.get(r.metadata.src_node_id, str(r.metadata.src_node_id))] = \
