@@ -478,3 +478,36 @@ def test_client_l1_lasso_with_many_proximal_steps_does_not_drift():
     res = prob.solve(FedADMM())
     assert res.status == "converged" and res.iterations["rounds"] <= 200
     np.testing.assert_allclose(res.value(w), ref.value(w), atol=1e-6)
+
+
+def test_report_every_thins_the_per_round_report_and_leaves_the_iterates():
+    """The history's objective is a "report" request per round (booked local by the ledger, a
+    round trip of its own on a deployment): `report_every=k` sends it every k-th round (NaN in
+    the others) with the iterates bitwise unchanged."""
+    class Counting(SerialExecutor):
+        reports = 0
+
+        def map_stacked(self, kind, nodes, rows=None, common=None, **kwargs):
+            if kind == "report":
+                type(self).reports += 1
+            return super().map_stacked(kind, nodes, rows=rows, common=common, **kwargs)
+
+    prob, w = _report_model()
+    every, thinned = (prob.solve(FedADMM(max_rounds=20, tol=None, report_every=k), executor=Counting())
+                      for k in (1, 5))
+    assert np.array_equal(every.value(w), thinned.value(w))
+    assert [r["round"] for r in thinned.history if np.isfinite(r["objective"])] == [5, 10, 15, 20]
+    assert Counting.reports == 20 + 4
+    with pytest.raises(fm.FedModelError, match="report_every"):
+        FedADMM(report_every=0)
+
+
+def _report_model():
+    rng = np.random.default_rng(3)
+    w = fm.Variable(4, name="w")
+    prob = fm.Problem()
+    for i in range(3):
+        c = prob.add_client(f"c{i}")
+        A = rng.normal(size=(10, 4))
+        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(A @ np.ones(4), name="b")) / 10)
+    return prob, w

@@ -88,8 +88,11 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
                   "drift": drift, "time": elapsed}
         if ex.lost:
             record["lost"] = sorted(ex.lost)
-        if report:      # (the objective of the clients still in the run)
+        if report and (k + 1) % backend.report_every == 0:
+            # (the objective of the clients still in the run)
             record["objective"], record["violation"] = _report(ex, clients, z, server_terms)
+        elif report:
+            record["objective"] = record["violation"] = math.nan
         history.append(record)
         if callback:
             callback(record)
