@@ -139,3 +139,23 @@ def test_an_active_data_constraint_on_a_flat_model_is_solved_not_just_stationary
     report = fm.verify(res, reference=ref)
     assert res.status == "converged" and report.ok, str(report)
     assert report.solution_distance < 2e-4 and report.objective_gap < 1e-6
+
+
+def test_a_barely_feasible_data_constraint_is_solved_not_called_stalled():
+    """β's cap is what sets the pace once an active constraint's violation falls slowly: the
+    steps contract by 1/(1 + β_max μ) per outer iteration. With β_max = 1e4 (main at bbeaf7a)
+    this barely feasible NP model (threshold 0.003 above the least worst-client class-1 loss,
+    which CVXPY solves) ended "stalled" after 19 outer iterations, 466 round trips, and did not
+    verify; with β_max = 1e6 it converges (20 outer, 752 round trips) and verifies."""
+    from fedmodel.reproductions import proxal_table1
+    from test_proxal_speed import adult_like, barely_feasible
+    X, y = adult_like(m=1000, d=6, seed=23)
+    prob, _, _ = proxal_table1.build(X, y, 5, threshold=barely_feasible(X, y, 5, margin=0.003))
+    ref = prob.solve("cvxpy")
+    assert ref.status == "converged"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve("proxal")
+    report = fm.verify(res, reference=ref)
+    assert res.status == "converged" and report.ok, str(report)
+    assert res.history[-1]["beta"] > 1e4
