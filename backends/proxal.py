@@ -105,12 +105,17 @@ DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxA
 # - ε2 = 1e-4: a violation of ε2 moves the objective by about |μ|·ε2; with the multipliers of
 #   the NP models (|μ| ≈ 10 on adult) ε2 = 1e-3 leaves gaps of ~1e-2, so answers do not verify
 #   at rtol 1e-3;
-# - beta_growth = 4 (β_max = 1e4): β rises between outer iterations only when the violation
+# - beta_growth = 4 (β_max = 1e6): β rises between outer iterations only when the violation
 #   stalls (falls by less than 4×), the standard AL penalty update; iteration k uses its β_k in
 #   the multiplier step, the proximal weight and (11). On near-degenerate models (adult at
 #   n = 5: 36 → 6 outer iterations) it is what makes ProxAL fast; elsewhere β stays 300. On an
 #   infeasible model the violation then stalls at β_max and ProxAL stops after 3 such outer
-#   iterations (status "infeasible", info["infeasible"] and info["violated"]);
+#   iterations (status "infeasible", info["infeasible"] and info["violated"]). β_max = 1e6, not
+#   1e4: on an active constraint of a flat objective the outer steps contract by 1/(1 + β_max μ)
+#   once β is capped (NP adult n = 5, μ ≈ 8e-6 equilibrated: 0.927 a step, 89 outer / 1,771
+#   round trips at 1e4; 16 / 390 at 1e6), and a barely feasible NP model ended "stalled" at 1e4
+#   (tests/test_proxal_flat.py). The cost: an infeasible verdict needs 2 more raises (adult
+#   n = 10: 6 outer / 135 round trips → 8 / 314); bench_rounds' synthetic rows never reach 1e4;
 # - anderson = 5: Anderson acceleration of the ADMM (backends/anderson.py; ρ changes restart
 #   it). The certificate (22) holds for any client state, so (23) stays sound; on the NP models
 #   it cuts the ADMM iterations 2–6× (docs/BENCHMARKS.md). Adaptive ρ rebalances only every
@@ -128,7 +133,7 @@ DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxA
 PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), adaptive_rho=False,
                     beta_growth=1.0, anderson=0)
 FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, tol=(1e-5, 1e-4),
-                   beta_growth=4.0, beta_max=1e4, anderson=5, tau_rule="progress", local_tol_cap=0.1,
+                   beta_growth=4.0, beta_max=1e6, anderson=5, tau_rule="progress", local_tol_cap=0.1,
                    client_sets=True, dist_tol=1e-4)
 # the paper's outer schedule, local tolerances and client constraints, spelled out for
 # `ProxAL.paper()` (like its fixed ρ and β) so that changing the defaults cannot touch it
@@ -152,7 +157,7 @@ def _stalled(trace: list[float], window: int) -> bool:
 # ---- the backend ------------------------------------------------------------------------------
 class ProxAL(Backend):
     """Algorithm 1 with Algorithm 2. Defaults: the fast robust setting (β = 300, adaptive ρ_i from
-    0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e4, Anderson memory 5, τ_k tied to the
+    0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e6, Anderson memory 5, τ_k tied to the
     measured progress, local tolerances ≤ τ_k/10, client sets projected; it equals
     `FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting (fixed ρ_i = 0.01,
     q = 0.9, fixed β, τ_k = s̄/(k+1)², ε_{t+1} = q^t, client constraints in the AL).
@@ -169,7 +174,7 @@ class ProxAL(Backend):
                  tol: tuple[float, float] = (1e-5, 1e-4), max_outer: int = 100,
                  max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = True,
                  local_solver: str = "auto", w0: Any = None, inner: Any = None,
-                 check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e4,
+                 check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e6,
                  anderson: int = 5, inner_stall: int = 50, tau_rule: str = "progress",
                  local_tol_cap: float = 0.1, client_sets: bool = True, dist_tol: float = 1e-4):
         options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)

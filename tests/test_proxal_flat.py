@@ -106,3 +106,56 @@ def test_the_tightened_tau_is_floored_by_the_last_outer_step():
     assert next_tau(ProxAL(), 3, history(1e-3)) > 5 * tight
     assert next_tau(ProxAL(), 3, history(1e-7)) == pytest.approx(tight)      # at the stop: the target
 
+
+
+def _flat_neyman_pearson():
+    """bench_rounds' NP adult in small (issue 25: its ProxAL row said "converged" and failed
+    verify's distance): an adult-like Neyman-Pearson model (600 rows, 5 clients) whose class-1
+    loss constraint is active (CVXPY's multipliers up to 0.15) and whose objective is flat along
+    one direction (a column nearly equal to another, as adult's flat directions: curvature
+    ≈ 8e-6 there after equilibration)."""
+    from fedmodel.reproductions import proxal_table1
+    from test_proxal_speed import adult_like
+    X, y = adult_like(m=600, d=6, seed=0)
+    near_copy = X[:, 0] + 0.03 * np.random.default_rng(0).standard_normal(len(y))
+    prob, w, _ = proxal_table1.build(np.column_stack([X, near_copy]), y, 5, threshold=0.3)
+    return prob, w
+
+
+def test_an_active_data_constraint_on_a_flat_model_is_solved_not_just_stationary():
+    """Measured on this model (main at bbeaf7a): the stationarity rule (11) alone
+    (`dist_tol=inf`, the rule of bench_rounds' old NP adult row: 44 outer, 1.7e-3 away there)
+    stops "converged" 1.1e-3 from CVXPY's point (21 outer iterations); the default distance
+    test goes on to 3.2e-5 (14 outer) and verifies."""
+    prob, w = _flat_neyman_pearson()
+    ref = prob.solve("cvxpy")
+    assert ref.status == "converged" and max(ref.multipliers.values()) > 0.1      # active
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stationary = prob.solve(ProxAL(dist_tol=float("inf")))
+        res = prob.solve("proxal")
+    far = fm.verify(stationary, reference=ref)
+    assert stationary.status == "converged" and far.solution_distance > 5e-4
+    report = fm.verify(res, reference=ref)
+    assert res.status == "converged" and report.ok, str(report)
+    assert report.solution_distance < 2e-4 and report.objective_gap < 1e-6
+
+
+def test_a_barely_feasible_data_constraint_is_solved_not_called_stalled():
+    """β's cap is what sets the pace once an active constraint's violation falls slowly: the
+    steps contract by 1/(1 + β_max μ) per outer iteration. With β_max = 1e4 (main at bbeaf7a)
+    this barely feasible NP model (threshold 0.003 above the least worst-client class-1 loss,
+    which CVXPY solves) ended "stalled" after 19 outer iterations, 466 round trips, and did not
+    verify; with β_max = 1e6 it converges (20 outer, 752 round trips) and verifies."""
+    from fedmodel.reproductions import proxal_table1
+    from test_proxal_speed import adult_like, barely_feasible
+    X, y = adult_like(m=1000, d=6, seed=23)
+    prob, _, _ = proxal_table1.build(X, y, 5, threshold=barely_feasible(X, y, 5, margin=0.003))
+    ref = prob.solve("cvxpy")
+    assert ref.status == "converged"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve("proxal")
+    report = fm.verify(res, reference=ref)
+    assert res.status == "converged" and report.ok, str(report)
+    assert res.history[-1]["beta"] > 1e4
