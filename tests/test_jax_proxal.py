@@ -99,7 +99,7 @@ def test_constrained_logistic_newton_matches_serial(make):
     clients (6, 9, 12 rows)."""
     prob = _ball_logistic()
     serial, _ = _check_vectorized(prob, make, "newton")
-    assert serial.iterations["inner"] >= 10
+    assert serial.iterations["inner"] >= 5        # (defaults: 9 ADMM steps since ρ is batched)
     perturbed = prob.solve(make(w0=np.full(D, 1e-14)), executor="serial")    # a well-conditioned run
     assert_same_run(serial, perturbed)
 
