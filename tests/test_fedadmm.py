@@ -492,7 +492,7 @@ def test_report_every_thins_the_per_round_report_and_leaves_the_iterates():
                 type(self).reports += 1
             return super().map_stacked(kind, nodes, rows=rows, common=common, **kwargs)
 
-    prob, w = _report_model()
+    prob, w = ridge_model(ridge_data(m=3))
     every, thinned = (prob.solve(FedADMM(max_rounds=20, tol=None, report_every=k), executor=Counting())
                       for k in (1, 5))
     assert np.array_equal(every.value(w), thinned.value(w))
@@ -501,13 +501,3 @@ def test_report_every_thins_the_per_round_report_and_leaves_the_iterates():
     with pytest.raises(fm.FedModelError, match="report_every"):
         FedADMM(report_every=0)
 
-
-def _report_model():
-    rng = np.random.default_rng(3)
-    w = fm.Variable(4, name="w")
-    prob = fm.Problem()
-    for i in range(3):
-        c = prob.add_client(f"c{i}")
-        A = rng.normal(size=(10, 4))
-        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(A @ np.ones(4), name="b")) / 10)
-    return prob, w
