@@ -212,6 +212,7 @@ def test_dp_budget_checks_judge_the_goals_and_the_budget():
     assert not all(ok for _, ok in checks({"m": rows}, goals=False))
 
 
+@pytest.mark.integration     # (5–12 s: CI's integration run keeps the fast suite under 3 minutes)
 def test_dp_budget_measures_the_knob_rows_alone_in_the_order_given():
     """`measure(..., per_round=False)`: the knob's rows for each budget, in the order given (the
     goal rows E = 8 and E = 1 first in a long run), then CVXPY; each spends ≤ its budget."""

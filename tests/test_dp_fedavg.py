@@ -72,6 +72,7 @@ def test_many_clients_reach_the_optimum_at_a_total_epsilon_of_8():
         assert res.info["privacy"]["pld"][0] <= options["epsilon_total"]
 
 
+@pytest.mark.integration     # (5–12 s: CI's integration run keeps the fast suite under 3 minutes)
 def test_runs_are_seeded():
     prob, w, _ = _least_squares(n=10)
     runs = [prob.solve(FedProx(step=1.9, epsilon_total=4.0, clip=0.05, sample_rate=0.5, max_rounds=10, seed=s))

@@ -122,6 +122,7 @@ def _flat_neyman_pearson():
     return prob, w
 
 
+@pytest.mark.integration     # (5–12 s: CI's integration run keeps the fast suite under 3 minutes)
 def test_an_active_data_constraint_on_a_flat_model_is_solved_not_just_stationary():
     """Measured on this model (main at bbeaf7a): the stationarity rule (11) alone
     (`dist_tol=inf`, the rule of bench_rounds' old NP adult row: 44 outer, 1.7e-3 away there)
@@ -141,6 +142,7 @@ def test_an_active_data_constraint_on_a_flat_model_is_solved_not_just_stationary
     assert report.solution_distance < 2e-4 and report.objective_gap < 1e-6
 
 
+@pytest.mark.integration     # (5–12 s: CI's integration run keeps the fast suite under 3 minutes)
 def test_a_barely_feasible_data_constraint_is_solved_not_called_stalled():
     """β's cap is what sets the pace once an active constraint's violation falls slowly: the
     steps contract by 1/(1 + β_max μ) per outer iteration. With β_max = 1e4 (main at bbeaf7a)

@@ -120,6 +120,7 @@ def test_bad_round_options_are_refused(options, match):
         ProxAL(**options)
 
 
+@pytest.mark.integration     # (5–12 s: CI's integration run keeps the fast suite under 3 minutes)
 def test_batched_rho_changes_keep_anderson_memory_at_n40():
     """Adaptive ρ rebalanced every RHO_PERIOD = 3 ADMM steps, not every step (each change
     restarts the Anderson memory): bench_rounds' logistic-ball at n = 40 in 37 round trips,

@@ -158,6 +158,7 @@ def test_fedavg_with_client_balls_in_any_units(name, scales):
     assert np.max(np.abs(unit_w - prob.solve("cvxpy").value(w))) <= 5e-3
 
 
+@pytest.mark.integration     # (5–12 s: CI's integration run keeps the fast suite under 3 minutes)
 @pytest.mark.parametrize("options", [{"local_steps": 5}, {"warm_start": True}])
 def test_fedprox_local_steps_see_the_proximal_term(options):
     """The automatic step is 1/(L̂ + μ) once FedProx's local steps see μ‖x − x̂‖²/2 (several
