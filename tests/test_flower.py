@@ -375,12 +375,16 @@ def test_silent_client_fails_the_run_naming_it(flower):
     from fedmodel.runtime.program import compile_programs
     prob, _ = _model(_parts(), constrained=False)
     flower.start(compile_programs(prob))
-    flower.timeout = 0.5
+    # every node answers once first (a cold simulation — this test alone, or first on its xdist
+    # worker — starts its ClientApps within the first request), then a timeout of 2 s, which the
+    # others' replies meet on a loaded machine too
+    flower.map("flower_test_sleep", {c: {"seconds": 0.0} for c in ("c0", "c1", "c2")})
+    flower.timeout = 2.0
     start = time.monotonic()
     try:
-        with pytest.raises(NodeTimeout, match=r"\['c1'\].*flower_test_sleep.*0.5 s"):
-            flower.map("flower_test_sleep", {c: {"seconds": 3.0} for c in ("c0", "c1", "c2")})
+        with pytest.raises(NodeTimeout, match=r"\['c1'\].*flower_test_sleep.*2 s"):
+            flower.map("flower_test_sleep", {c: {"seconds": 10.0} for c in ("c0", "c1", "c2")})
     finally:
         flower.timeout = 60
         flower.close()
-    assert time.monotonic() - start < 3.0      # the run stopped at the timeout, not after c1
+    assert time.monotonic() - start < 10.0     # the run stopped at the timeout, not after c1
