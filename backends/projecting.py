@@ -91,3 +91,10 @@ def _server_set_multipliers(program, x, anchor, weight) -> dict:
     x = np.asarray(x, float)
     normal = weight * (np.asarray(anchor, float) - x) - program.value_grad(x, program.y)[1][:program.n_shared]
     return {"multipliers": projected_multipliers(program, x, normal)}
+
+
+def server_set_multipliers(ex, x: np.ndarray, step: tuple) -> dict:
+    """The multipliers of the server's projected affine sets at x, the result of its last
+    proximal step `step` = (anchor, weight) (the local request "server_set_multipliers")."""
+    anchor, weight = step
+    return ex.call("server", "server_set_multipliers", x=x, anchor=anchor, weight=float(weight))["multipliers"]

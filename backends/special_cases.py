@@ -37,7 +37,8 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from .base import paper_preset
 from .common import check_count, check_number, progress
 from .dald import DALD
-from .projecting import _server_set_multipliers, affine_only, project_server_sets, projectable
+from .projecting import (_server_set_multipliers, affine_only, project_server_sets, projectable,
+                         server_set_multipliers)
 from .dp_fedavg import CLIENT_DP_ROUNDS, ClientPrivacy, check_model, private_rounds
 from .watch import DivergenceWatch
 from .outcome import Outcome, Status
@@ -254,8 +255,7 @@ class _DistributedPA(DALD):
         super().conclude(problem, ex, run, outcome)
         inputs = self._server_step_inputs
         if inputs is not None and any(affine_only(c) for c in problem.server.constraints):
-            outcome.multipliers.update(ex.call("server", "server_set_multipliers", x=outcome.shared,
-                                               anchor=inputs[0], weight=float(inputs[1]))["multipliers"])
+            outcome.multipliers.update(server_set_multipliers(ex, outcome.shared, inputs))
 
     def loop(self, problem, ex, run) -> Outcome:
         automatic = self.step_option is None and not self.exact_local

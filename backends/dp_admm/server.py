@@ -18,7 +18,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from ..common import progress, stacked_report
 from ..watch import DivergenceWatch
-from ..projecting import projects_affine
+from ..projecting import projects_affine, server_set_multipliers
 from .accounting import privacy_report
 from .constrained import has_local_terms
 from ..outcome import Outcome, Status
@@ -148,8 +148,7 @@ class RoundLoop:
             out.update(reply["multipliers"])
         inputs = getattr(self, "_server_step_inputs", None)
         if server_used and inputs is not None:
-            out.update(ex.call("server", "server_set_multipliers", x=w, anchor=inputs[0],
-                               weight=float(inputs[1]))["multipliers"])
+            out.update(server_set_multipliers(ex, w, inputs))
         return out
 
     def _dual_step(self, rho, w, w_new, Z, Z_new, LAM) -> tuple[np.ndarray, dict]:

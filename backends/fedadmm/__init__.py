@@ -49,7 +49,7 @@ from fedmodel.errors import FedModelError
 from ..base import Backend, Run, paper_preset
 from ..common import progress, require_star
 from ..outcome import Outcome
-from ..projecting import _server_set_multipliers, compile_projecting, projects_affine
+from ..projecting import _server_set_multipliers, compile_projecting, projects_affine, server_set_multipliers
 from . import client
 from .composition import _certificate, solve_subproblem
 from .server import rounds
@@ -218,9 +218,7 @@ class FedADMM(Backend):
         for reply in ex.map("fedadmm_set_multipliers", {c: {} for c in ex.clients if c not in ex.lost}).values():
             out.update(reply["multipliers"])
         if server_step is not None:
-            anchor, weight = server_step
-            out.update(ex.call("server", "server_set_multipliers", x=z, anchor=anchor,
-                               weight=float(weight))["multipliers"])
+            out.update(server_set_multipliers(ex, z, server_step))
         return out
 
     def _hint(self) -> str:
