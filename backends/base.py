@@ -17,6 +17,7 @@ from fedmodel.compiler.scaling import equilibrate
 from fedmodel.errors import DataError, FedModelError
 from fedmodel.expression import Constant, Data, Parameter, is_sparse
 from fedmodel.result import Result
+from fedmodel.runtime.blas import run_blas_threads
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.executor import open_executor
 from fedmodel.runtime.program import compile_programs
@@ -115,7 +116,8 @@ class Backend:
         run = Run(self.prepare(problem, topology), callback, verbose, checkpointer)
         programs = self.compile(problem)
         served = tuple(self.framework_procedures) + tuple(self.procedures)
-        with open_executor(self.executor_for(executor), programs, served) as ex, running(ex):
+        with run_blas_threads(), open_executor(self.executor_for(executor), programs, served) as ex, \
+                running(ex):
             outcome = self.loop(problem, ex, run)
             if outcome.values is None:           # gathered at the loop's shared vector
                 values, multipliers = gather_values(ex, problem, outcome.shared)
