@@ -358,3 +358,48 @@ def test_client_constraints_without_projection_are_refused_clearly():
     prob.clients[1].subject_to(fm.log_sum_exp(w) <= 1.0)
     with pytest.raises(fm.FedModelError, match=r"client 'c1'.*ProxAL\(inner=backends.FedADMM"):
         prob.solve(FedADMM())
+
+
+def _records(changes, drifts, objectives):
+    return [{"round": k + 1, "z_change": c, "drift": d, "objective": f, "mean_beta": 1.0}
+            for k, (c, d, f) in enumerate(zip(changes, drifts, objectives))]
+
+
+def test_sustained_growth_needs_the_drift_and_an_objective_that_does_not_fall():
+    """The end-of-run test of a slow divergence (`insa.sustained_growth`): changes rising ×1.1
+    a round for 20 rounds (6.7-fold) are a divergence when the clients' drift grows with them
+    and the objective does not fall; not when the drift falls (the clients agree ever better)
+    or the objective falls (a converging InSa run cut short at round 202 after its β_i were
+    halved, tests/test_fedadmm_local_solver.py: changes 6.5-fold, drift 6.9-fold, objective
+    0.0859631 → 0.0859588). Objectives not reported (NaN: `report_every`) are not tested."""
+    from fedmodel.backends.fedadmm.insa import sustained_growth
+    from fedmodel.backends.watch import DivergenceWatch
+    rising = list(1e-3 * 1.1 ** np.arange(21))
+    up, down, unknown = list(1.0 + np.arange(21.0)), list(1.0 - 1e-4 * np.arange(21)), [np.nan] * 21
+    cases = {"diverging": (rising, rising, up, True),
+             "diverging, objective not reported": (rising, rising, unknown, True),
+             "drift falls": (rising, list(1e-3 * 0.97 ** np.arange(21)), up, False),
+             "objective falls": (rising, rising, down, False),
+             "changes fall": (rising[::-1], rising, up, False)}
+    for name, (changes, drifts, objectives, expected) in cases.items():
+        watch = DivergenceWatch("FedADMM-InSa", hint="raise beta")
+        history = _records([1.0] * 5 + changes, [1.0] * 5 + drifts, [1.0] * 5 + objectives)
+        assert sustained_growth(history, watch) is expected, name
+        if expected:
+            assert "6.73-fold" in watch.message and "drift" in watch.message
+            assert "iteration 26" in watch.message
+
+
+def test_a_converging_default_run_cut_short_is_not_called_diverged():
+    """The flat logistic model of tests/test_fedadmm_local_solver.py converges at round 449
+    with the defaults; cut at 202 rounds, right after InSa halved the β_i, it is
+    max_iterations, not "diverged" (its z-changes and drift had risen for 20 rounds, its
+    objective fell)."""
+    from test_fedadmm_local_solver import flat_logistic
+    prob, w = flat_logistic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = prob.solve(FedADMM(max_rounds=202))
+    changes = [r["z_change"] for r in res.history[-21:]]
+    assert all(b > a for a, b in zip(changes, changes[1:])) and changes[-1] > 5 * changes[0]
+    assert res.status == "max_iterations" and "diverged" not in res.info

@@ -55,7 +55,7 @@ from .composition import _certificate, solve_subproblem
 from .server import rounds
 
 
-LOCAL_SOLVERS = ("gd", "auto", "newton", "exact", "lbfgs")
+LOCAL_SOLVERS = ("gd-auto", "gd", "auto", "newton", "exact", "lbfgs")
 
 
 # ---- the backend ------------------------------------------------------------------------------
@@ -65,7 +65,11 @@ class FedADMM(Backend):
 
     Defaults: FedADMM-InSa with the safeguards (docs/fedadmm.md): the automatic local step
     η_i = 1/(L̂_i + β_i) (`lr=None`, L̂_i estimated on the client), rejected steps that increase
-    the local residual, β_i within `beta_range` = β⁰·[1e-3, 1e3], and a stop at `tol`.
+    the local residual, β_i within `beta_range` = β⁰·[1e-3, 1e3], and a stop at `tol`. Local
+    solver `"gd-auto"`: gradient steps (2.9), except for a client whose local problem they
+    cannot solve within `local_steps` = E steps — E·η_i·β_i < 1, i.e. its condition bound
+    (L̂_i + β_i)/β_i above E, as when InSa lowers β_i far below the curvature — which takes
+    the node's "auto" solver that round (Newton / Newton-CG; `client._Round.run`).
     `FedADMM.paper()` is the paper's experimental setting (vanilla, β = 2, E = 10, η = 0.01,
     no safeguards, no stop): the reproductions use it. Full participation unless
     `participation` < 1 (paper: 0.1).
@@ -81,7 +85,8 @@ class FedADMM(Backend):
     procedures = (*client.PROCEDURES, _certificate, _server_set_multipliers)
     #: the paper's experiments (spec §2.7): what `FedADMM.paper()` starts from
     PAPER = {"beta": 2.0, "local_steps": 10, "lr": 0.01, "inexact": False, "adaptive": False,
-             "tol": None, "max_rounds": 100, "beta_range": (0.0, math.inf), "safeguard": False}
+             "tol": None, "max_rounds": 100, "beta_range": (0.0, math.inf), "safeguard": False,
+             "local_solver": "gd"}
 
     @classmethod
     def paper(cls, **overrides) -> "FedADMM":
@@ -96,7 +101,7 @@ class FedADMM(Backend):
                  reference: str = "z", sigma_factor: float = 1.0, strong_convexity: float = 1.0,
                  penalty_rule: str = "paper", alpha: Any = "uniform", tol: float | None = 1e-8,
                  w0: Any = None, server_tol: float = 1e-10,
-                 beta_range: tuple[float, float] | None = None, local_solver: str = "gd",
+                 beta_range: tuple[float, float] | None = None, local_solver: str = "gd-auto",
                  local_start: str = "z", safeguard: bool = True, report_every: int = 1):
         problems = []
         for label, value in (("beta", beta), ("lr", 1.0 if lr is None else lr), ("mu", mu), ("tau", tau),

@@ -277,37 +277,63 @@ class _Round:
             ref = norm_e if s0["reference"] == "z" else \
                 _row_norms(self.residual(np.concatenate([self.U, self.Y], axis=1))[0])   # (3.7): u_i^k
             bound = sigma * ref                                                       # Remark 3.4: z^k
-        if s0["solver"] != "gd":        # the node's solver: to the criterion, or exact ADMM (2.8a)
-            tol = bound / math.sqrt(X.shape[1]) if s0["inexact"] else 1e-10      # ‖e‖₂ ≤ √N‖e‖∞
-            X, steps = self.solve(X, tol, cap)
-            E, P = self.residual(X)
-            norm_e = _row_norms(E)
-        if s0["inexact"] or s0["solver"] == "gd":
+        solver, solved = s0["solver"], None
+        if solver == "gd-auto":
+            # E gradient steps multiply the error along L_β's flattest direction (curvature β_i
+            # where f̃_i is flat) by (1 − η_iβ_i)^E ≈ exp(−Eη_iβ_i): when that is not even 1/e
+            # (Eη_iβ_i < 1, i.e. (L̂_i + β_i)/β_i > E) they leave it nearly where it was and the
+            # consensus creeps (MNIST, InSa's β_i → 2e-3: ‖Δz‖ ~ 1/k); those clients take the
+            # node's solver this round
+            slow = cap * self.lr * self.beta < 1.0
+            solver, solved = ("auto", None) if slow.all() else ("gd", np.flatnonzero(slow))
+        if solver != "gd" or solved is not None and solved.size:
+            # the node's solver: to the criterion, or exact ADMM (2.8a) (‖e‖₂ ≤ √N‖e‖∞)
+            tol = bound / math.sqrt(X.shape[1]) if s0["inexact"] else 1e-10
+            if solved is None:
+                X, steps = self.solve(X, tol, cap, method=solver)
+                E, P = self.residual(X)
+                norm_e = _row_norms(E)
+            else:
+                X[solved], steps[solved] = self.solve(X[solved], np.broadcast_to(tol, (k,))[solved], cap,
+                                                      "auto", solved)
+                E[solved], P_sub = self.residual(X[solved], solved)
+                if P_sub is not None:
+                    P[solved] = P_sub
+                norm_e[solved] = _row_norms(E[solved])
+        if s0["inexact"] or solver == "gd":
             # (2.9): test, then step (spec §2.3); the residual is the step; E fixed steps
-            # without the criterion
-            X, E, P, norm_e = self.steps(X, E, P, norm_e, steps, bound, cap)
+            # without the criterion (not for the rows just solved exactly)
+            X, E, P, norm_e = self.steps(X, E, P, norm_e, steps, bound, cap,
+                                         None if s0["inexact"] else solved)
         return self.close(X, steps, bound, norm_e)
 
-    def solve(self, X: np.ndarray, tol, cap: int) -> tuple[np.ndarray, np.ndarray]:
-        """argmin_u L_{β_i}(u, λ_i, z) by the node's own solver (Newton / exact / L-BFGS; prox
-        for proximal clients: Newton etc. do not project) to ‖e‖∞ ≤ tol, from α_i·L = P_i(u, y)
-        − α_iλ_iᵀu + (α_iβ_i/2)‖u − z‖² (+ const): (X, steps)."""
-        alpha = self.alpha
-        method = "prox" if self.prox else self.C.opts["solver"]
-        Z, steps, _ = self.group.solve_local(X, self.rows, -alpha[:, None] * self.lam, alpha * self.beta,
-                                             self.z, alpha * tol, method, cap)
+    def solve(self, X: np.ndarray, tol, cap: int, method: str,
+              sub: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """argmin_u L_{β_i}(u, λ_i, z) by the node's own solver `method` (Newton / exact /
+        L-BFGS / "auto"; prox for proximal clients: Newton etc. do not project) to ‖e‖∞ ≤ tol,
+        from α_i·L = P_i(u, y) − α_iλ_iᵀu + (α_iβ_i/2)‖u − z‖² (+ const), for the rows
+        `rows[sub]` (None: all): (X, steps)."""
+        alpha, lam, beta, rows = (self.alpha, self.lam, self.beta, self.rows) if sub is None else \
+            (self.alpha[sub], self.lam[sub], self.beta[sub], self.rows[sub])
+        Z, steps, _ = self.group.solve_local(X, rows, -alpha[:, None] * lam, alpha * beta, self.z,
+                                             alpha * tol, "prox" if self.prox else method, cap)
         return Z, steps
 
-    def steps(self, X, E, P, norm_e, steps: np.ndarray, bound, cap: int):
+    def steps(self, X, E, P, norm_e, steps: np.ndarray, bound, cap: int, skip: np.ndarray | None = None):
         """Local steps x − η e (2.9) (the proximal point for proximal clients) of every row
-        until its criterion holds (`bound`; None: E = `cap` steps) or `cap`. Safeguard
+        (but the rows `skip`) until its criterion holds (`bound`; None: E = `cap` steps) or
+        `cap`. Safeguard
         (`safe`): for a convex L-smooth L_β, gradient descent with η ≤ 2/(L̃+β) never increases
         ‖e‖ (co-coercivity), so a step that does proves η too large: it is rejected and η_i
         halved for this and later rounds (the paper has no such test; a too-large η makes the
         local run, and then the whole run, diverge). `steps` counts in place."""
         safe, k = self.C.opts["safe"], len(X)
+        stepping = np.ones(k, dtype=bool)
+        if skip is not None:
+            stepping[skip] = False
         while True:
             active = steps < cap if bound is None else (norm_e > bound) & (steps < cap)
+            active &= stepping
             count = int(np.count_nonzero(active))
             if not count:
                 return X, E, P, norm_e
