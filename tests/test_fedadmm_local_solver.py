@@ -40,6 +40,7 @@ def _spy_solves(monkeypatch) -> list:
     return calls
 
 
+@pytest.mark.integration   # ~11 s at load 8 (CVXPY, the default and the gd contrast): CI's integration run
 def test_flat_clients_take_the_node_solver_and_the_default_verifies(monkeypatch):
     prob, w = flat_logistic()
     ref = prob.solve("cvxpy")
