@@ -285,3 +285,31 @@ def _load(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_server_pulls_soon_after_a_push_or_a_reply_and_less_while_none_come(monkeypatch):
+    """`codec.send_and_receive` on a deployment grid: the first pull at once, then waits of
+    0.05 s doubling to 0.2 s while no reply comes (each pull costs the SuperLink an HTTP
+    request: a fixed 0.05 s made ~20 a second for a whole round trip), back to 0.05 s after a
+    pull that brought a reply; every reply collected."""
+    from types import SimpleNamespace
+
+    from fedmodel.runtime.flower import codec
+
+    answers = {5: ["m1"], 7: ["m2", "m3"]}      # pull number -> the replies it brings
+
+    class Grid:
+        pulls = 0
+
+        def push_messages(self, messages):
+            return list(messages)
+
+        def pull_messages(self, ids):
+            Grid.pulls += 1
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+                    for i in answers.get(Grid.pulls, [])]
+    slept = []
+    monkeypatch.setattr(codec.time, "sleep", slept.append)
+    replies = codec.send_and_receive(Grid(), ["m1", "m2", "m3"], timeout=3600)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m1", "m2", "m3"]
+    assert slept == [0.05, 0.1, 0.2, 0.2, 0.05, 0.1]

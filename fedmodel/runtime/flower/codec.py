@@ -39,7 +39,10 @@ NODE_DATA_KEY = "fedmodel-data"     # ... and the directory of its data files (N
 NODE_CACHE_KEY = "fedmodel-cache"   # ... and a directory of its own for what it remembers
 ARRAYS, CONFIG = "fm_arrays", "fm_config"   # the two records of a fedmodel message
 SPEC_PREFIX = "spec."           # a build message's array fields: the spec's arrays
-PULL_INTERVAL = 0.05    # seconds between two pulls for replies from a deployment's SuperLink
+# seconds between two pulls for replies from a deployment's SuperLink: the first after a push
+# or a pull that brought replies, doubling to the second while none come (each pull is an HTTP
+# request that costs the SuperLink CPU: ~20 a second for a whole round trip at a fixed 0.05 s)
+PULL_INTERVAL, PULL_MAX = 0.05, 0.2
 _HEADER_KEYS = frozenset({"kind", "none", "json", "scalar", "failed", "sum", "timing", "packed"})
 PACKED = "fm_packed"    # ConfigRecord entry: a message's arrays, their raw bytes (`encode`)
 #: arrays beyond this many bytes in all travel as an ArrayRecord (Flower chunks it) instead
@@ -266,9 +269,10 @@ def build_parts(payload: dict[str, Any]) -> tuple[str, dict[str, np.ndarray]]:
 # ---- the server's transport --------------------------------------------------------------------------
 def send_and_receive(grid: Any, messages: list, timeout: float | None,
                      stamps: dict[str, float] | None = None) -> list:
-    """`grid.send_and_receive`, but a deployment's grid (Flower's HttpGrid) is polled every
-    PULL_INTERVAL s instead of its fixed 3 s (flwr 1.42), which alone added up to 3 s to every
-    round trip; the simulation's in-memory grid keeps its own loop (its `pull_interval`).
+    """`grid.send_and_receive`, but a deployment's grid (Flower's HttpGrid) is polled after
+    PULL_INTERVAL s, the wait doubling to PULL_MAX while no reply comes, instead of every 3 s
+    (flwr 1.42), which alone added up to 3 s to every round trip; the simulation's in-memory
+    grid keeps its own loop (its `pull_interval`).
     `stamps`: filled with the epoch time each reply was pulled, by the id it replies to."""
     if hasattr(grid, "pull_interval"):
         replies = list(grid.send_and_receive(messages, timeout=timeout))
@@ -278,6 +282,7 @@ def send_and_receive(grid: Any, messages: list, timeout: float | None,
     waiting = set(grid.push_messages(messages))
     end = time.monotonic() + (timeout if timeout is not None else math.inf)
     replies: list = []
+    wait = PULL_INTERVAL
     while waiting:
         got = list(grid.pull_messages(waiting))
         replies.extend(got)
@@ -286,5 +291,8 @@ def send_and_receive(grid: Any, messages: list, timeout: float | None,
         waiting.difference_update(m.metadata.reply_to_message_id for m in got)
         if not waiting or time.monotonic() >= end:
             break
-        time.sleep(PULL_INTERVAL)
+        if got:     # (after a reply the others are likely close: look again soon)
+            wait = PULL_INTERVAL
+        time.sleep(min(wait, max(end - time.monotonic(), 0.0)))
+        wait = min(2 * wait, PULL_MAX)
     return replies
