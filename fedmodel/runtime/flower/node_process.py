@@ -284,6 +284,8 @@ class Supervisor:
                 os.set_blocking(self.process.stdin.fileno(), False)
             self.starts += 1
             code = self.process.wait()
+            if self.process.stdin is not None:
+                self.process.stdin.close()      # (a new process gets a new pipe)
             if self._stopped.is_set():
                 return
             self.exits.append((time.monotonic(), code))
