@@ -167,6 +167,9 @@ class ProxAL(Backend):
 
     name = "proxal"
     checkpointing = True
+    # the clients' "configure" of each outer iteration rides on Algorithm 2's "proxal_admm_init"
+    # (one message instead of two back to back, the same iterates; False: two, as before)
+    configure_with_init = True
     # Algorithm 2's client steps (with their vectorized forms) and the verdict's node report
     procedures = (*proxal_nodes.PROCEDURES, proxal_outer._violations)
 
@@ -242,7 +245,7 @@ class ProxAL(Backend):
 
     def loop(self, problem, ex, run: Run) -> Outcome:
         callback, verbose, checkpointer = run.callback, run.verbose, run.checkpointer
-        n = len(ex.clients)
+        n, clients = len(ex.clients), set(ex.clients)
         w = start_point(self.w0, ex.model_size)
         rho = self._client_rhos(ex)
         watch = DivergenceWatch("ProxAL", DIVERGENCE_HINT)
@@ -263,9 +266,12 @@ class ProxAL(Backend):
         for k in range(len(history), self.max_outer):
             tau = next_tau(self, k, history)                                      # step 2
             omega = 1.0 / ((n + 1) * beta)         # proximal weight of each P_{i,k} (13)–(14)
-            ex.map("configure", {node: {"beta": beta, "prox_weight": omega, "center": w}
-                                 for node in ex.nodes})
-            w_next, trace, rho = subproblem(ex, w, tau, rho)                      # steps 3–4
+            settings = {"beta": beta, "prox_weight": omega}
+            # (Algorithm 2: the clients configure with their ADMM's init, one message)
+            folded = {"settings": settings} if self.configure_with_init and self.inner is None else {}
+            ex.map("configure", {node: {**settings, "center": w} for node in ex.nodes
+                                 if not (folded and node in clients)})
+            w_next, trace, rho = subproblem(ex, w, tau, rho, **folded)            # steps 3–4
             total_inner += len(trace)
             true_residual = self._true_residual(ex, w_next) if self.check_certificate else None
             certificate_log.append((tau, trace[-1]))
@@ -312,12 +318,13 @@ class ProxAL(Backend):
         return {c: self.rho * r["samples"] for c, r in replies.items()}
 
     # Algorithm 2 --------------------------------------------------------------------------------
-    def _admm(self, ex, w_start, tau, rho):
+    def _admm(self, ex, w_start, tau, rho, settings=None):
         """Algorithm 2 from w̃⁰ = w_start to (23) with τ_k = `tau`: returns the last server
-        iterate, the certificates (22) of its iterations and the clients' ρ_i."""
+        iterate, the certificates (22) of its iterations and the clients' ρ_i. `settings`
+        (β, ω): the clients configure P_{i,k} with the init (center w_start)."""
         clients = ex.clients
-        replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c], "anderson": self.anderson}
-                                              for c in clients})
+        replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c], "anderson": self.anderson,
+                                                  **(settings or {})} for c in clients})
         u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
         mixer = ServerMixer(self.anderson) if self.anderson else None
         mix, restart = np.zeros(0), False

@@ -35,16 +35,20 @@ def _sample_count(program: NodeProgram) -> dict:
     return {"samples": float(max(rows or [1]))}
 
 
-@client_step("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1"}, {"u_tilde": "x"})
+@client_step("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1", "beta": "1", "prox_weight": "1"},
+             {"u_tilde": "x"})
 def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
     """Step 1 of Algorithm 2: u⁰ = w̃⁰, λ⁰ = −∇P_i(w̃⁰), ũ⁰ = w̃⁰ − ∇P_i(w̃⁰)/ρ_i. Each client's
     gradient from its own plan (once per ADMM run): the request does not say which local solver
     follows, and an L-BFGS-B run started from a gradient that differs in the last bits can take
-    other steps."""
+    other steps. With `beta` and `prox_weight` the client first configures P_{i,k} (13) with
+    center w̃⁰ = w_k, as "configure" would: the outer step's two requests in one message."""
     replies = {}
     for m in members:
         program, request = group.programs[group.index[m]], payloads[m]
         w, rho, anderson = np.asarray(request["w"], float), float(request["rho"]), int(request.get("anderson", 0.0))
+        if request.get("beta") is not None:
+            program.configure(beta=request["beta"], prox_weight=request["prox_weight"], center=w)
         grad = program.merit(w)["grad"]
         program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": rho, "w": w.copy(),
                                  "history": ClientHistory(anderson) if anderson else None}

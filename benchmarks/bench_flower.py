@@ -18,6 +18,7 @@ client, n clients, R rounds, in ONE process, one executor after the other:
     python benchmarks/bench_flower.py --client-cpu
     python benchmarks/bench_flower.py --goal fedadmm-ridge [--sizes 5] [--no-report]
     python benchmarks/bench_flower.py --goal proxal-np-adult [--sizes 5]
+    python benchmarks/bench_flower.py --idle --sizes 5
 
 --deploy: the same FedAvg model as a `fedmodel deploy` (`fedmodel.deploy.Deployment`): a real
 flower-superlink and one flower-supernode process per client on 127.0.0.1 (insecure), the run
@@ -42,6 +43,9 @@ round trips, the solution's distance to CVXPY's (solved here), and where a round
 server-side time stamps). --deploy and --goal print that breakdown too. --no-report (FedADMM):
 the same run without the per-round `report` request, a Flower round trip of its own that the
 ledger books `local` (docs/flower.md, "Messages per round"); the round trips by kind are printed.
+
+--idle: % of a core each kind of process of an idle deployment (n SuperNodes with the node
+process, no run) uses: the polling left when no message moves.
 
 Ray: `ray.init(num_cpus=2)` on this machine, shut down before Flower starts its own (Flower's
 simulation engine runs on Ray and ends it when it stops).
@@ -247,6 +251,46 @@ def goal(name: str, sizes: list[int], wait: float, node_process: bool = True,
         print(breakdown_row(f"{name} n = {n}", result.get("breakdown", {})))
 
 
+def idle(sizes: list[int], settle: float = 40.0, span: float = 20.0) -> None:
+    """--idle: % of a core each kind of process of an idle deployment uses (n SuperNodes with
+    the node process, no run; measured over `span` s after `settle` s of start-up): the polling
+    that costs CPU while no message moves (docs/flower.md, "No idle polling")."""
+    import tempfile
+
+    import psutil
+    from fedmodel.deploy import Deployment
+    root = str(Path(__file__).resolve().parent.parent)
+
+    def by_role(pids: list[int]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for proc in _tree(pids):
+            try:
+                cmd = " ".join(proc.cmdline())
+                times = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            role = next((r for r in ("node_process", "flower-supernode", "superlink") if r in cmd), "other")
+            out[role] = out.get(role, 0.0) + times.user + times.system
+        return out
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as work:
+            path = Path(work) / "model.py"
+            path.write_text(GOAL_MODEL.format(root=root, model="ridge", backend="fedadmm"))
+            dep = Deployment(path, n, Path(work) / "run")
+            try:
+                dep.start()
+                time.sleep(settle)
+                pids = [p.pid for p in [dep.superlink, *dep.supernodes.values()]]
+                before, start = by_role(pids), time.perf_counter()
+                time.sleep(span)
+                after, seconds = by_role(pids), time.perf_counter() - start
+            finally:
+                dep.close()
+        share = {k: 100 * (after[k] - before.get(k, 0.0)) / seconds for k in after}
+        print(f"idle deployment, n = {n}: " + ", ".join(f"{k} {v:.1f} %" for k, v in sorted(share.items()))
+              + f" of a core (all {sum(share.values()):.1f} %), load average {os.getloadavg()[0]:.1f}")
+
+
 CLIENT_PROCESS = """
 import json, sys, time
 t0 = time.process_time()
@@ -351,8 +395,13 @@ def main(argv=None) -> None:
                              "process per message (before issue 27 item 4), not the node process")
     parser.add_argument("--no-report", action="store_true",
                         help="--goal fedadmm-ridge: without FedADMM's per-round report request")
+    parser.add_argument("--idle", action="store_true",
+                        help="CPU of an idle deployment's processes, by kind (above)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.idle:
+        idle(sizes)
+        return
     if args.client_cpu:
         client_cpu()
         return

@@ -38,9 +38,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import FedModelError
 from .runtime.flower.codec import NODE_CACHE_KEY, NODE_DATA_KEY, NODE_NAME_KEY
@@ -170,16 +171,39 @@ sys.exit(main())
 
 
 class _CappedSleep:
-    """The `time` module, with `sleep` waiting at most `cap` seconds (`run_supernode`)."""
+    """The `time` module, with `sleep` waiting at most `cap` seconds (`run_supernode`), and
+    ending early when `activity` is set (then cleared): the SuperNode's Runtime API stored
+    something its loop may be waiting for (a reply, a reply's object, a task's end)."""
 
-    def __init__(self, cap: float):
-        self.cap = cap
+    def __init__(self, cap: float, activity: threading.Event | None = None):
+        self.cap, self.activity = cap, activity
 
     def sleep(self, seconds: float) -> None:
-        time.sleep(min(seconds, self.cap))
+        if self.activity is None:
+            time.sleep(min(seconds, self.cap))
+        elif self.activity.wait(min(seconds, self.cap)):
+            self.activity.clear()       # (the loop looks again: a spurious wake costs a look)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
+
+
+def _on_stored(cls: type, names: tuple[str, ...], event: threading.Event) -> None:
+    """Set `event` after every call of these methods of `cls` (the SuperNode's node state: its
+    Runtime API storing what the node process pushed), so that the SuperNode's loop waiting
+    for a reply wakes at once instead of after its next sleep."""
+    for name in names:
+        method = getattr(cls, name, None)
+        if method is None or getattr(method, "_fedmodel_wakes", False):
+            continue
+
+        def stored(self, *args, _method=method, **kwargs):
+            try:
+                return _method(self, *args, **kwargs)
+            finally:
+                event.set()
+        stored._fedmodel_wakes = True
+        setattr(cls, name, stored)
 
 
 def run_supernode(argv: list[str], poll: float) -> None:
@@ -196,24 +220,43 @@ def run_supernode(argv: list[str], poll: float) -> None:
     the SuperNode, and one that dies is logged and started again (`node_process.Supervisor`)."""
     from flwr.supernode import start_client_internal
     from flwr.supernode.cli import flower_supernode
+    from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
 
     if not (math.isfinite(poll) and poll > 0):
         raise FedModelError(f"{SUPERNODE_POLL_ENV} must be positive seconds, got {poll!r}")
-    start_client_internal.time = _CappedSleep(poll)
+    activity = threading.Event()
+    _on_stored(InMemoryNodeState, ("store_message_and_object_tree", "store_object", "finish_task"),
+               activity)
+    start_client_internal.time = _CappedSleep(poll, activity)
     supervisor = None
     runtime = _runtime_api(argv)
     if runtime is not None:
         from .runtime.flower import node_process
         address, ca = runtime
         supervisor = node_process.Supervisor(
-            node_process.command(address, ca, os.getpid()),
-            give_up=lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+            node_process.command(address, ca, os.getpid(), wake=True),
+            give_up=lambda: os.kill(os.getpid(), signal.SIGTERM), wake=True).start()
+        _wake_after_pull(start_client_internal, supervisor.wake)
     sys.argv = ["flower-supernode", *argv]
     try:
         flower_supernode()
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _wake_after_pull(module: Any, wake: Callable[[], None]) -> None:
+    """Call `wake` whenever the SuperNode's loop (`module`: flwr 1.42's
+    `start_client_internal`) has pulled a message with all its objects from the SuperLink and
+    made its task: the node process claims it then, its objects already there."""
+    pull = module._pull_and_store_message
+
+    def pulled(*args: Any, **kwargs: Any) -> Any:
+        run_id = pull(*args, **kwargs)
+        if run_id is not None:
+            wake()
+        return run_id
+    module._pull_and_store_message = pulled
 
 
 def _runtime_api(argv: list[str]) -> tuple[str, str | None] | None:

@@ -61,29 +61,95 @@ def test_round_trip_breakdown_is_the_median_of_each_stage():
         assert b[key] == pytest.approx(value, abs=1e-12), key
 
 
+def _restored_after(monkeypatch) -> None:
+    """What `run_supernode` changes in this process, put back after the test: the SuperNode
+    loop module's `time`, the node state's methods that wake it, `sys.argv`."""
+    from flwr.supernode import start_client_internal
+    from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
+
+    monkeypatch.setattr(start_client_internal, "time", start_client_internal.time)
+    for name in ("store_message_and_object_tree", "store_object", "finish_task"):
+        monkeypatch.setattr(InMemoryNodeState, name, getattr(InMemoryNodeState, name))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+
+
 def test_supernode_waits_are_capped_and_only_there(monkeypatch):
     """`run_supernode` caps the sleeps of Flower's SuperNode loop module (its 3 s idle pull,
-    its 0.5 s reply polls) and no other module's, then runs Flower's own `flower-supernode`
-    with the arguments given."""
+    its 0.5 s reply polls) and no other module's, ends them early when the node's Runtime API
+    stores what the loop waits for (a reply, its objects, a task's end: no clock between the
+    node process's push and the SuperNode's), then runs Flower's own `flower-supernode` with
+    the arguments given."""
     import time as real_time
 
+    from flwr.supercore.object_store import ObjectStoreFactory
     from flwr.supernode import start_client_internal
     from flwr.supernode import cli
+    from flwr.supernode.nodestate import NodeStateFactory
 
-    slept, ran = [], []
-    monkeypatch.setattr(real_time, "sleep", slept.append)
+    ran = []
     monkeypatch.setattr(cli, "flower_supernode", lambda: ran.append(list(sys.argv)))
-    monkeypatch.setattr(start_client_internal, "time", start_client_internal.time)
-    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    _restored_after(monkeypatch)
     deploy.run_supernode(["--insecure", "--superlink", "h:1"], poll=0.2)
     assert ran == [["flower-supernode", "--insecure", "--superlink", "h:1"]]
-    start_client_internal.time.sleep(3)
-    start_client_internal.time.sleep(0.5)
-    start_client_internal.time.sleep(0.05)
-    assert slept == [0.2, 0.2, 0.05]
-    assert start_client_internal.time.monotonic is real_time.monotonic   # the rest is `time`'s
+    capped = start_client_internal.time
+    waited = []
+
+    class Recorder:
+        def wait(self, seconds):
+            waited.append(seconds)
+            return False
+    activity, capped.activity = capped.activity, Recorder()
+    capped.sleep(3)
+    capped.sleep(0.5)
+    capped.sleep(0.05)
+    assert waited == [0.2, 0.2, 0.05]
+    assert capped.monotonic is real_time.monotonic   # the rest is `time`'s
+    # the node's Runtime API storing a task's end (a reply, an object) wakes the loop's sleep
+    capped.activity = activity
+    state = NodeStateFactory(objectstore_factory=ObjectStoreFactory()).state()
+    assert not activity.is_set()
+    state.finish_task(12345, "completed", "")
+    assert activity.is_set()
+    capped.sleep(3600)          # (returns at once: the activity is there; then cleared)
+    assert not activity.is_set()
     with pytest.raises(fm.FedModelError, match="must be positive seconds"):
         deploy.run_supernode([], poll=0.0)
+
+
+def test_the_supernode_wakes_its_node_process_after_each_pull(monkeypatch):
+    """With `--isolation process` the node process is woken (`Supervisor.wake`) each time the
+    SuperNode's loop has pulled a message whole, and only then (not on an empty pull)."""
+    from flwr.supernode import start_client_internal
+    from flwr.supernode import cli
+    from fedmodel.runtime.flower import node_process
+
+    started, woken = [], []
+
+    class FakeSupervisor:
+        def __init__(self, command, give_up=None, wake=False):
+            started.append((command, wake))
+
+        def start(self):
+            return self
+
+        def wake(self):
+            woken.append(1)
+
+        def stop(self):
+            pass
+    pulls = iter([None, 7, None, 8])
+    monkeypatch.setattr(node_process, "Supervisor", FakeSupervisor)
+    monkeypatch.setattr(start_client_internal, "_pull_and_store_message", lambda **kw: next(pulls))
+    _restored_after(monkeypatch)
+
+    def loop():     # (Flower's loop, four times)
+        got = [start_client_internal._pull_and_store_message(state=None) for _ in range(4)]
+        assert got == [None, 7, None, 8]
+    monkeypatch.setattr(cli, "flower_supernode", loop)
+    deploy.run_supernode(["--insecure", "--isolation", "process", "--port", "9101"], poll=0.2)
+    (command, wake), = started
+    assert wake and command[-1] == "--wake-stdin"
+    assert len(woken) == 2
 
 
 def test_flower_commands_run_this_python(tmp_path):
@@ -219,3 +285,31 @@ def _load(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_server_pulls_soon_after_a_push_or_a_reply_and_less_while_none_come(monkeypatch):
+    """`codec.send_and_receive` on a deployment grid: the first pull at once, then waits of
+    0.05 s doubling to 0.2 s while no reply comes (each pull costs the SuperLink an HTTP
+    request: a fixed 0.05 s made ~20 a second for a whole round trip), back to 0.05 s after a
+    pull that brought a reply; every reply collected."""
+    from types import SimpleNamespace
+
+    from fedmodel.runtime.flower import codec
+
+    answers = {5: ["m1"], 7: ["m2", "m3"]}      # pull number -> the replies it brings
+
+    class Grid:
+        pulls = 0
+
+        def push_messages(self, messages):
+            return list(messages)
+
+        def pull_messages(self, ids):
+            Grid.pulls += 1
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+                    for i in answers.get(Grid.pulls, [])]
+    slept = []
+    monkeypatch.setattr(codec.time, "sleep", slept.append)
+    replies = codec.send_and_receive(Grid(), ["m1", "m2", "m3"], timeout=3600)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m1", "m2", "m3"]
+    assert slept == [0.05, 0.1, 0.2, 0.2, 0.05, 0.1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import socket
 import sys
 import threading
@@ -197,6 +198,80 @@ def test_one_process_serves_the_build_and_two_requests_with_one_compile(monkeypa
         assert started <= timing["started"] <= timing["imported"] <= timing["entered"] <= timing["left"]
         assert 0.0 <= timing["cpu_entered"] <= timing["cpu_left"] < 60.0
     assert sorted(t.status.sub_status for t in tasks) == [SubStatus.COMPLETED] * 3
+
+
+def test_a_woken_process_claims_only_when_the_supernode_wakes_it(monkeypatch):
+    """With `wake` (the SuperNode's pipe, `--wake-stdin`) an idle node process asks the Runtime
+    API for a task once per wake (and after each task it served), never on a clock: 6 claims
+    for a build and two requests woken twice — polling made ~5 a second while idle. Wakes
+    that come while it serves are not lost (one wake, two messages: both served), and the
+    pipe's end (the SuperNode gone) ends it."""
+    claims = []
+    real = node_process.runtime_client
+
+    def counting(*args, **kwargs):
+        client = real(*args, **kwargs)
+        acquire = client.AcquireTask
+
+        def counted(request):
+            answer = acquire(request)
+            claims.append(answer.HasField("task"))
+            return answer
+        client.AcquireTask = counted
+        return client
+    monkeypatch.setattr(node_process, "runtime_client", counting)
+    program = compile_programs(_model()[0])["c0"]
+    spec = getattr(program, "spec", program)
+    xs = [np.array([0.1, -0.2, 0.3]), np.array([1.0, 2.0, -0.5])]
+    read, write = os.pipe()
+    served = []
+    with RuntimeAPI() as api:
+        thread = threading.Thread(target=lambda: served.append(node_process.serve(
+            api.address, wake=node_process.Wake(read), woken_poll=1e6)), daemon=True)
+        thread.start()
+        try:
+            _claimed(claims, 1)         # (its first claim, at start: nothing yet)
+            api.put(codec.BUILD, codec.build_payload(spec, driver._load_here))
+            os.write(write, b"\1")
+            assert not api.replies(1)[0][0].get("failed")
+            _claimed(claims, 3)         # (after the build: nothing yet)
+            for x in xs:
+                api.put("merit", {"x": x}, message_type="query")
+            os.write(write, b"\1")
+            replies = api.replies(2)
+            tasks = _finished(api, 3)
+        finally:
+            os.close(write)         # (EOF: serve returns)
+            thread.join(timeout=30)
+            os.close(read)
+    assert not thread.is_alive() and served == [3]
+    assert sorted(t.status.sub_status for t in tasks) == [SubStatus.COMPLETED] * 3
+    for x, (meta, reply) in zip(xs, replies):
+        assert reply["value"] == program.merit(x)["value"]
+    # [start: none] [wake: the build, none] [one wake: x1, x2, none]
+    assert claims == [False, True, False, True, True, False]
+
+
+def _claimed(claims: list, count: int, wait: float = 60.0) -> None:
+    deadline = time.monotonic() + wait
+    while len(claims) < count:
+        assert time.monotonic() < deadline, f"{len(claims)} of {count} claims after {wait} s"
+        time.sleep(0.01)
+
+
+def test_supervisor_wakes_its_process_on_stdin():
+    """`Supervisor(wake=True)` gives its process a pipe on stdin; `wake` writes one byte."""
+    sup = node_process.Supervisor(
+        [sys.executable, "-c", "import os, sys; sys.exit(os.read(0, 1)[0] + 40)"],
+        max_restarts=0, wake=True).start()
+    deadline = time.monotonic() + 60
+    while sup.process is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    sup.wake()
+    sup._thread.join(timeout=60)
+    assert [code for _, code in sup.exits] == [41]
+    node_process.Supervisor(["true"]).wake()        # (not started, no pipe: nothing)
 
 
 def test_build_id_is_the_spec_hash():

@@ -305,6 +305,89 @@ def test_plain_data_codec_refuses_what_is_not_plain():
     assert back["rng"].random() == np.random.default_rng(1).random()
 
 
+def _packed(kind, header_extra, config):
+    """A crafted one-record message: `config` and a header with `header_extra` entries."""
+    meta = {"kind": kind, "none": [], "json": [], "scalar": [], **header_extra}
+    return RecordDict({codec.CONFIG: ConfigRecord({**config, "fm_header": json.dumps(meta)})})
+
+
+def test_a_request_is_three_flower_objects_with_its_arrays_bitwise():
+    """The message layout of a deployment: every array of a request in one bytes entry of its
+    one ConfigRecord, so a message is 3 Flower objects (Message, RecordDict, ConfigRecord;
+    each an HTTP request per hop) however many arrays it carries (on main: 4 + 2 per array,
+    8 for FedADMM's two-array round); the arrays come back bitwise with their dtypes and
+    shapes, scalars as numpy scalars, the rest as before."""
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+    rng = np.random.default_rng(3)
+    arrays = {"z": rng.normal(size=7), "u": np.array([np.nan, -0.0, np.inf, 5e-324, -1.5]),
+              "m": rng.normal(size=(2, 3)).astype(np.float32), "i": np.arange(-3, 4, dtype=np.int64),
+              "k": np.array([1, 2], dtype=np.uint8), "mask": np.array([True, False, True]),
+              "e": np.zeros(0), "s": np.float64(-0.0), "t": np.int32(7)}
+    payload = {**arrays, "rho": 2.5, "name": "gd", "none": None, "d": {"a": (1, 2)}}
+    content = codec.encode("fedadmm_round", payload)
+    assert set(content) == {codec.CONFIG}
+    assert len(get_all_nested_objects(content)) == 2        # + the Message: 3 objects
+    meta, back = codec.decode(content)
+    assert set(back) == set(payload)
+    for key, value in arrays.items():
+        assert type(back[key]) is type(value) and back[key].dtype == value.dtype, key
+        assert np.shape(back[key]) == np.shape(value), key
+        assert np.asarray(back[key]).tobytes() == np.asarray(value).tobytes(), key   # bitwise
+    assert back["z"].flags.writeable and back["m"].flags.c_contiguous
+    assert (back["rho"], back["name"], back["none"], back["d"]) == (2.5, "gd", None, {"a": (1, 2)})
+    # a two-array request (FedADMM's round: z and its multiplier) against the ArrayRecord form
+    two = {"z": np.ones(5), "u": np.zeros(5)}
+    assert len(get_all_nested_objects(codec.encode("k", two))) == 2
+    assert len(get_all_nested_objects(codec.encode("k", two, pack=False))) == 7
+    assert codec.wire_size(codec.encode("k", two)) < codec.wire_size(codec.encode("k", two, pack=False)) - 500
+    # arrays beyond PACK_LIMIT in all go as an ArrayRecord (Flower chunks it); decoded the same
+    big = np.arange(codec.PACK_LIMIT // 8 + 1, dtype=np.float64)
+    content = codec.encode("k", {"x": big, "y": np.ones(2)})
+    assert codec.ARRAYS in content
+    _, back = codec.decode(content)
+    assert back["x"].tobytes() == big.tobytes() and back["y"].tobytes() == np.ones(2).tobytes()
+
+
+def test_packed_arrays_refuse_anything_but_their_declared_numbers(tmp_path, caplog):
+    """The packed bytes are read as arrays of the header's whitelisted dtypes and shapes, and
+    only if they add up exactly; undeclared or mis-sized fields are refused before the bytes
+    are read; bytes anywhere else are refused as before; nothing is unpickled."""
+    marker = tmp_path / "executed"
+    evil = pickle.dumps(_Marker(str(marker)))
+    x = np.arange(D, dtype=np.float64)
+    calls = len(CALLS)
+
+    def refused(extra, config, match):
+        with pytest.raises(wire.WireError, match=match):
+            codec.decode(_packed("wire_test_probe", extra, config))
+
+    refused({"packed": [["x", "object", [1]]]}, {codec.PACKED: evil}, "dtype 'object'")
+    refused({"packed": [["x", "float64", [D]]]}, {codec.PACKED: evil}, "packed bytes for arrays of")
+    refused({"packed": [["x", "float64", [D]]]}, {codec.PACKED: x.tobytes() + b"\0"},
+            "packed bytes for arrays of")
+    refused({"packed": [["x", "float64", [-1]]]}, {codec.PACKED: b""}, "shape")
+    refused({"packed": [["x", "float64", "3"]]}, {codec.PACKED: x.tobytes()}, "shape")
+    refused({"packed": [["x", "float64", [D]]]}, {}, "need both")
+    refused({}, {codec.PACKED: x.tobytes()}, "need both")
+    refused({"packed": [["x", "float64", [D]]]}, {codec.PACKED: x.tobytes().hex()}, "need both")
+    refused({"packed": "x"}, {codec.PACKED: x.tobytes()}, "not a list of")
+    refused({"packed": [["x", "float64", [D]], ["x", "float64", [D]]]},
+            {codec.PACKED: x.tobytes() * 2}, "twice")
+    refused({"packed": [["x", "float64", [D]]]}, {codec.PACKED: x.tobytes(), "x": 1.0}, "twice")
+    refused({"packed": [["m", "bool", [2]]]}, {codec.PACKED: b"\x01\x02"}, "bool array")
+    refused({}, {"state": evil}, "bytes are refused")          # (the only bytes: the packed ones)
+    # the receiver's limits run on the header's shapes before the bytes are read
+    context, _ = _built()
+    _refused(_packed("wire_test_probe", {"packed": [["x", "float64", [D + 1]]]},
+                     {codec.PACKED: np.zeros(D + 1).tobytes()}), context, caplog, "refused unread")
+    _refused(_packed("wire_test_probe", {"packed": [["extra", "float64", [1]], ["x", "float64", [D]]]},
+                     {codec.PACKED: np.zeros(D + 1).tobytes()}), context, caplog, "undeclared field")
+    assert not marker.exists() and len(CALLS) == calls
+    meta, reply = _serve(_packed("wire_test_probe", {"packed": [["x", "float64", [D]]]},
+                                 {codec.PACKED: x.tobytes()}), context)
+    assert not meta.get("failed") and reply["value"] == 3.0 and len(CALLS) == calls + 1
+
+
 MALICIOUS_SERVER = '''
 """A ServerApp that sends crafted messages to the fedmodel ClientApp of a real SuperNode."""
 import json

@@ -138,3 +138,32 @@ def test_clients_solve_to_the_tolerance_over_n_at_n40():
     _, _, _, result = _verified(bench_rounds.logistic, 40)
     assert result.info["communication"]["round_trips"] <= 60
     assert all(c <= t for t, c in result.info["admm_certificates"])       # every ADMM run met (23)
+
+
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+def test_the_clients_configure_rides_on_the_admm_init(executor):
+    """Each outer iteration's 'configure' of the clients goes in Algorithm 2's
+    'proxal_admm_init' (the two went back to back; one message now, on a deployment one round
+    trip of seconds less per outer iteration): the same iterates and history bitwise, on the
+    serial executor and on the batched one (its group forms), one round trip less per outer
+    iteration, no 'configure' to a client; the server still configures (locally)."""
+    from test_proxal import FAST, constrained_model
+
+    prob, w = constrained_model(3)
+    folded = prob.solve(ProxAL(**FAST), executor=executor)
+    apart = ProxAL(**FAST)
+    apart.configure_with_init = False
+    apart = prob.solve(apart, executor=executor)
+    assert folded.status == apart.status and folded.iterations == apart.iterations
+    for label, value in apart.values_by_label().items():
+        assert np.asarray(folded.values_by_label()[label]).tobytes() == np.asarray(value).tobytes(), label
+    assert [h["objective"] for h in folded.history] == [h["objective"] for h in apart.history]
+    assert [h["certificate"] for h in folded.history] == [h["certificate"] for h in apart.history]
+    outer = folded.iterations["outer"]
+    assert outer >= 2
+    assert apart.ledger.round_trips - folded.ledger.round_trips == outer
+    configured = {receiver for (_, receiver, kind) in folded.ledger.messages if kind == "configure"}
+    assert configured <= {"server"}
+    inits = sum(m for (sender, _, kind), m in folded.ledger.messages.items()
+                if kind == "proxal_admm_init" and sender == "server")
+    assert inits == outer * 3       # (one per client and outer iteration)

@@ -173,20 +173,36 @@ def _array(body: Any, where: str, scalar: bool) -> Any:
             and isinstance(body[1], list) and isinstance(body[2], str)):
         raise WireError(f"{where}: an array must be [dtype, shape, base64 data]")
     dtype, shape, text = body
-    if dtype not in DTYPES:
-        raise WireError(f"{where}: array dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape) \
-            or len(shape) > 8:
-        raise WireError(f"{where}: array shape {shape!r} (at most 8 nonnegative ints)")
+    check_array_form(dtype, shape, where)
     try:
         data = base64.b64decode(text.encode("ascii"), validate=True)
     except ValueError:
         raise WireError(f"{where}: array data that is not base64") from None
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if len(data) != count * np.dtype(dtype).itemsize:
-        raise WireError(f"{where}: {len(data)} bytes for a {dtype} array of shape {tuple(shape)}")
-    array = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    array = array_from_bytes(dtype, shape, data, where)
     return array[()] if scalar else array
+
+
+def check_array_form(dtype: Any, shape: Any, where: str) -> int:
+    """Check an array's declared dtype (one of DTYPES) and shape (a list of at most 8
+    nonnegative ints) before any of its data is read; its size in bytes."""
+    if not (isinstance(dtype, str) and dtype in DTYPES):
+        raise WireError(f"{where}: array dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if not (isinstance(shape, list) and len(shape) <= 8 and
+            all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+        raise WireError(f"{where}: array shape {shape!r} (at most 8 nonnegative ints)")
+    return (int(np.prod(shape, dtype=np.int64)) if shape else 1) * np.dtype(dtype).itemsize
+
+
+def array_from_bytes(dtype: str, shape: list, data: bytes, where: str) -> np.ndarray:
+    """A writable array of a checked form (`check_array_form`) from exactly its raw bytes (C
+    order, this machine's byte order, as `tobytes` writes them): read as numbers only, never
+    unpickled; a bool array's bytes must be 0 or 1."""
+    size = check_array_form(dtype, shape, where)
+    if len(data) != size:
+        raise WireError(f"{where}: {len(data)} bytes for a {dtype} array of shape {tuple(shape)}")
+    if dtype == "bool" and bytes(data).translate(None, b"\x00\x01"):
+        raise WireError(f"{where}: a bool array with bytes other than 0 and 1")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
 def dumps(value: Any, where: str = "value") -> str:

@@ -39,20 +39,32 @@ NODE_DATA_KEY = "fedmodel-data"     # ... and the directory of its data files (N
 NODE_CACHE_KEY = "fedmodel-cache"   # ... and a directory of its own for what it remembers
 ARRAYS, CONFIG = "fm_arrays", "fm_config"   # the two records of a fedmodel message
 SPEC_PREFIX = "spec."           # a build message's array fields: the spec's arrays
-PULL_INTERVAL = 0.05    # seconds between two pulls for replies from a deployment's SuperLink
-_HEADER_KEYS = frozenset({"kind", "none", "json", "scalar", "failed", "sum", "timing"})
+# seconds between two pulls for replies from a deployment's SuperLink: the first after a push
+# or a pull that brought replies, doubling to the second while none come (each pull is an HTTP
+# request that costs the SuperLink CPU: ~20 a second for a whole round trip at a fixed 0.05 s)
+PULL_INTERVAL, PULL_MAX = 0.05, 0.2
+_HEADER_KEYS = frozenset({"kind", "none", "json", "scalar", "failed", "sum", "timing", "packed"})
+PACKED = "fm_packed"    # ConfigRecord entry: a message's arrays, their raw bytes (`encode`)
+#: arrays beyond this many bytes in all travel as an ArrayRecord (Flower chunks it) instead
+PACK_LIMIT = 4 * 2 ** 20
 _NUMERIC = frozenset(wire.DTYPES)
 
 
 # ---- payload <-> Flower records -------------------------------------------------------------------
 def encode(kind: str, payload: dict[str, Any], fields: dict[str, str] | None = None,
-           extra: dict | None = None) -> "RecordDict":
-    """One request or reply as a Flower RecordDict: numeric numpy arrays (and numpy scalars, as
-    0-d arrays) in an ArrayRecord, Python bools/ints/floats/strings in a ConfigRecord, anything
-    else (dicts, lists, node state) as plain-data JSON text (`wire.dumps`: a value that is not
-    plain data is refused here); None values are listed in the header. (`fields`: the kind's
-    declaration, kept for callers; the types alone decide the form.)"""
-    arrays: dict[str, Any] = {}
+           extra: dict | None = None, pack: bool = True) -> "RecordDict":
+    """One request or reply as a Flower RecordDict: Python bools/ints/floats/strings in a
+    ConfigRecord, anything else (dicts, lists, node state) as plain-data JSON text there
+    (`wire.dumps`: a value that is not plain data is refused here); None values are listed in
+    the header. Numeric numpy arrays (and numpy scalars, as 0-d arrays) go, with `pack`, as one
+    bytes entry of that same ConfigRecord (`PACKED`: their raw bytes one after the other, their
+    names, dtypes and shapes in the header), so that the message is 3 Flower objects (Message,
+    RecordDict, ConfigRecord) whatever its arrays: a deployment moves each object with its own
+    HTTP request on each hop, and an ArrayRecord costs 1 + 2 per array (Array, ArrayChunk).
+    Arrays beyond PACK_LIMIT bytes in all, or `pack` False (SecAgg+'s FitIns), go as an
+    ArrayRecord (Flower chunks it). (`fields`: the kind's declaration, kept for callers; the
+    types alone decide the form.)"""
+    arrays: dict[str, np.ndarray] = {}
     config: dict[str, Any] = {}
     meta: dict[str, Any] = {"kind": kind, "none": [], "json": [], "scalar": [], **(extra or {})}
     for key, value in payload.items():
@@ -60,7 +72,7 @@ def encode(kind: str, payload: dict[str, Any], fields: dict[str, str] | None = N
             meta["none"].append(key)
         elif isinstance(value, (np.ndarray, np.generic)) and value.dtype.name in _NUMERIC:
             # (np.require, not ascontiguousarray: that makes a 0-d array 1-d)
-            arrays[key] = Array(np.require(value, requirements="C"))
+            arrays[key] = np.require(value, requirements="C")
             if isinstance(value, np.generic):
                 meta["scalar"].append(key)
         elif isinstance(value, (bool, int, float, str)) and not isinstance(value, np.generic):
@@ -68,15 +80,21 @@ def encode(kind: str, payload: dict[str, Any], fields: dict[str, str] | None = N
         else:
             config[key] = wire.dumps(value, f"field {key!r} of {kind!r}")
             meta["json"].append(key)
+    if pack and sum(a.nbytes for a in arrays.values()) <= PACK_LIMIT:
+        if arrays:
+            meta["packed"] = [[k, a.dtype.name, list(a.shape)] for k, a in arrays.items()]
+            config[PACKED] = b"".join(a.tobytes() for a in arrays.values())
+        config["fm_header"] = json.dumps(meta)
+        return RecordDict({CONFIG: ConfigRecord(config)})
     config["fm_header"] = json.dumps(meta)
-    return RecordDict({ARRAYS: ArrayRecord(arrays), CONFIG: ConfigRecord(config)})
+    return RecordDict({ARRAYS: ArrayRecord({k: Array(a) for k, a in arrays.items()}),
+                       CONFIG: ConfigRecord(config)})
 
 
 def header(content: "RecordDict") -> dict[str, Any]:
     """The checked header of a message made by `encode` (WireError: not one)."""
     try:
         config = content[CONFIG]
-        content[ARRAYS]
     except (KeyError, TypeError):
         raise WireError("not a fedmodel message (no fedmodel records)") from None
     text = config.get("fm_header") if hasattr(config, "get") else None
@@ -96,21 +114,26 @@ def header(content: "RecordDict") -> dict[str, Any]:
     for key in ("none", "json", "scalar"):
         if not (isinstance(meta.get(key), list) and all(isinstance(k, str) for k in meta[key])):
             raise WireError(f"message {meta['kind']!r}: header entry {key!r} is not a list of names")
+    packed = meta.get("packed", [])
+    if not (isinstance(packed, list) and all(
+            isinstance(e, list) and len(e) == 3 and isinstance(e[0], str) for e in packed)):
+        raise WireError(f"message {meta['kind']!r}: header entry 'packed' is not a list of "
+                        "[name, dtype, shape]")
     return meta
 
 
 def decode(content: "RecordDict", limits: Callable[[str, tuple], None] | None = None
            ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The header and the payload of a RecordDict made by `encode` (arrays writable copies),
-    checked on the way: no bytes (nothing is unpickled), numeric arrays whose data match their
-    declared shape, JSON fields as plain data (`wire.loads`). `limits(key, shape)`: raises for
+    checked on the way: no bytes but the packed arrays' (read as numbers, nothing is
+    unpickled), numeric arrays whose data match their declared dtype and shape, JSON fields as plain data (`wire.loads`). `limits(key, shape)`: raises for
     an array the receiver does not accept, called before the array is read."""
     meta = header(content)
     config = dict(content[CONFIG])
     config.pop("fm_header")
     where = f"message {meta['kind']!r}"
     payload: dict[str, Any] = {}
-    for key, array in content[ARRAYS].items():
+    for key, array in (content[ARRAYS].items() if ARRAYS in content else ()):
         if array.dtype not in _NUMERIC:
             raise WireError(f"{where}: field {key!r} is an array of dtype {array.dtype!r} "
                             f"(accepted: {', '.join(sorted(_NUMERIC))})")
@@ -120,8 +143,14 @@ def decode(content: "RecordDict", limits: Callable[[str, tuple], None] | None = 
         if value.shape != tuple(array.shape) or value.dtype.name not in _NUMERIC:
             raise WireError(f"{where}: field {key!r}: its data is not the declared {array.dtype} "
                             f"array of shape {tuple(array.shape)}")
-        payload[key] = value[()] if key in meta["scalar"] else value
+        payload[key] = value
+    payload.update(_unpacked(meta, config.pop(PACKED, None), set(payload), where, limits))
+    for key in meta["scalar"]:
+        if key in payload:
+            payload[key] = payload[key][()]
     for key, value in config.items():
+        if key in payload:
+            raise WireError(f"{where}: field {key!r} twice")
         if key in meta["json"]:
             payload[key] = loads(value, f"{where}, field {key!r}")
         elif isinstance(value, (bool, int, float, str)):
@@ -132,6 +161,34 @@ def decode(content: "RecordDict", limits: Callable[[str, tuple], None] | None = 
     for key in meta["none"]:
         payload[key] = None
     return meta, payload
+
+
+def _unpacked(meta: dict, blob: Any, taken: set, where: str,
+              limits: Callable[[str, tuple], None] | None) -> dict[str, np.ndarray]:
+    """The arrays of a packed message (`encode`): the header's [name, dtype, shape] entries
+    read one after the other from the bytes of `PACKED`, each form checked (`limits` too)
+    before its bytes are read, and the bytes exactly used up; numbers only, nothing unpickled."""
+    entries = meta.get("packed", [])
+    if blob is None and not entries:
+        return {}
+    if not isinstance(blob, bytes) or not entries:
+        raise WireError(f"{where}: packed arrays need both the header's 'packed' entry and the "
+                        f"{PACKED!r} bytes")
+    forms, offset = [], 0
+    for key, dtype, shape in entries:
+        if key in taken or key == PACKED:
+            raise WireError(f"{where}: field {key!r} twice")
+        taken.add(key)
+        size = wire.check_array_form(dtype, shape, f"{where}, field {key!r}")
+        if limits is not None:
+            limits(key, tuple(shape))
+        forms.append((key, dtype, shape, offset, size))
+        offset += size
+    if offset != len(blob):
+        raise WireError(f"{where}: {len(blob)} packed bytes for arrays of {offset} bytes")
+    view = memoryview(blob)
+    return {key: wire.array_from_bytes(dtype, shape, view[start:start + size], f"{where}, field {key!r}")
+            for key, dtype, shape, start, size in forms}
 
 
 def raise_remote(node: str, kind: str, error: Any) -> None:
@@ -212,9 +269,10 @@ def build_parts(payload: dict[str, Any]) -> tuple[str, dict[str, np.ndarray]]:
 # ---- the server's transport --------------------------------------------------------------------------
 def send_and_receive(grid: Any, messages: list, timeout: float | None,
                      stamps: dict[str, float] | None = None) -> list:
-    """`grid.send_and_receive`, but a deployment's grid (Flower's HttpGrid) is polled every
-    PULL_INTERVAL s instead of its fixed 3 s (flwr 1.42), which alone added up to 3 s to every
-    round trip; the simulation's in-memory grid keeps its own loop (its `pull_interval`).
+    """`grid.send_and_receive`, but a deployment's grid (Flower's HttpGrid) is polled after
+    PULL_INTERVAL s, the wait doubling to PULL_MAX while no reply comes, instead of every 3 s
+    (flwr 1.42), which alone added up to 3 s to every round trip; the simulation's in-memory
+    grid keeps its own loop (its `pull_interval`).
     `stamps`: filled with the epoch time each reply was pulled, by the id it replies to."""
     if hasattr(grid, "pull_interval"):
         replies = list(grid.send_and_receive(messages, timeout=timeout))
@@ -224,6 +282,7 @@ def send_and_receive(grid: Any, messages: list, timeout: float | None,
     waiting = set(grid.push_messages(messages))
     end = time.monotonic() + (timeout if timeout is not None else math.inf)
     replies: list = []
+    wait = PULL_INTERVAL
     while waiting:
         got = list(grid.pull_messages(waiting))
         replies.extend(got)
@@ -232,5 +291,8 @@ def send_and_receive(grid: Any, messages: list, timeout: float | None,
         waiting.difference_update(m.metadata.reply_to_message_id for m in got)
         if not waiting or time.monotonic() >= end:
             break
-        time.sleep(PULL_INTERVAL)
+        if got:     # (after a reply the others are likely close: look again soon)
+            wait = PULL_INTERVAL
+        time.sleep(min(wait, max(end - time.monotonic(), 0.0)))
+        wait = min(2 * wait, PULL_MAX)
     return replies

@@ -513,7 +513,7 @@ class FlowerExecutor(Executor):
             raise FedModelError(f"a secure sum needs at least two clients served by Flower, got "
                                 f"{nodes}" + (f" ({local} run here)" if local else ""))
         floats = check_payload(declared, declared.request, common, self.model_size, "request")
-        fitins = secagg.to_fitins(encode(kind, common, declared.request, {"sum": fields}))
+        fitins = secagg.to_fitins(encode(kind, common, declared.request, {"sum": fields}, pack=False))
         started = time.monotonic()
         sums, failures, seen = self._ask(
             lambda grid: secagg.secure_round(self._secure, grid, self, kind, fitins,

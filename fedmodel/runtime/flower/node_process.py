@@ -18,8 +18,10 @@ server's package) is neither installed nor imported here (`flwr-clientapp` insta
 imports its client module).
 
 `Supervisor` (used by `fedmodel.deploy.run_supernode`, inside the SuperNode's process) starts
-it with `--parent-pid` of the SuperNode, so it ends when the SuperNode ends, and restarts it
-when it dies (logged, at most `max_restarts` times a minute, then the SuperNode is stopped). A
+it with `--parent-pid` of the SuperNode, so it ends when the SuperNode ends, and with
+`--wake-stdin`: the SuperNode writes a byte on the process's stdin when it has pulled a
+message whole, and the process claims then instead of polling (`Wake`). It restarts the
+process when it dies (logged, at most `max_restarts` times a minute, then the SuperNode is stopped). A
 message whose process died while serving it is answered by Flower itself: the SuperNode
 expires the task's token (no heartbeat for 60 s) and replies `ClientApp stopped responding`,
 which the driver raises naming the client (`FedModelError`), so a crash stops the run, reported.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -72,6 +75,13 @@ log = logging.getLogger(__name__)
 #: seconds between two claims of an idle node: the wait doubles from the first to the second
 #: while no task comes (a busy node answers fast, an idle one costs ~5 HTTP calls a second)
 POLL = (0.01, 0.2)
+#: ... and of a node process the SuperNode wakes (`--wake-stdin`: a byte on its stdin for every
+#: message the SuperNode has pulled whole): a claim only when woken, and this often in case
+WOKEN_POLL = 5.0
+#: seconds of a task before its heartbeat starts: Flower's token of a task expires after 60 s
+#: without one (flwr 1.42: 2 × 30 s); a request served in milliseconds needs none (each
+#: heartbeat is an HTTP call and a thread, Flower's sender beats at once when started)
+HEARTBEAT_AFTER = 15.0
 #: seconds before the first and the longest retry of a message's object not yet on the node
 PULL_BACKOFF = (0.02, 0.5)
 #: seconds a task's calls to the Runtime API are retried on transport errors (then it fails)
@@ -141,9 +151,11 @@ def serve_task(address: str, token: str, root_certificates: str | None = None,
                             [RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
                              RuntimeTokenHttpInterceptor(token)])
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    later = threading.Timer(HEARTBEAT_AFTER, heartbeat.start)   # (a long task's only)
+    later.daemon = True
     context, status, details = None, SubStatus.FAILED, "fedmodel node process: task not served"
     try:
-        heartbeat.start()
+        later.start()
         message, context = pull_task_input(client)     # (the run's FAB is not installed)
         # the round-trip breakdown's process stages for this message (client_app.serve_message)
         client_app_module.begin_task(acquired, time.time(), cpu)
@@ -165,17 +177,51 @@ def serve_task(address: str, token: str, root_certificates: str | None = None,
         try:
             push_task_output(client, context, status, details)
         finally:
+            later.cancel()
+            later.join()        # (a heartbeat starting right now has started)
             if heartbeat.is_running:
                 heartbeat.stop()
             client.close()
     return status
 
 
+class Wake:
+    """The read end of a pipe on which the SuperNode (`deploy.run_supernode`) writes a byte
+    whenever it has pulled a message whole and made its task: the node process claims then,
+    instead of asking the Runtime API five times a second while idle. Bytes that come while a
+    task is served stay in the pipe, so no wake is lost: the next `wait` returns at once. The
+    pipe's end (the SuperNode gone) ends `serve`."""
+
+    def __init__(self, fd: int):
+        self.fd, self.closed = fd, False
+        os.set_blocking(fd, False)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for a wake; True when woken (every pending byte read)."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return False
+        try:
+            while True:
+                data = os.read(self.fd, 4096)
+                if not data:        # the writer closed its end: the SuperNode is gone
+                    self.closed = True
+                    break
+                if len(data) < 4096:
+                    break
+        except BlockingIOError:     # (drained)
+            pass
+        return True
+
+
 def serve(address: str, root_certificates: str | None = None, parent_pid: int | None = None,
           stop: threading.Event | None = None, app: Any = None,
-          poll: tuple[float, float] = POLL) -> int:
+          poll: tuple[float, float] = POLL, wake: Wake | None = None,
+          woken_poll: float = WOKEN_POLL) -> int:
     """Claim and serve the SuperNode's ClientApp tasks, one at a time, until `stop` is set or
-    the parent process ends (`parent_pid`, Flower's monitor: SIGINT); the tasks served."""
+    the parent process ends (`parent_pid`, Flower's monitor: SIGINT); the tasks served. With
+    `wake` an idle node claims when the SuperNode wakes it (and every `woken_poll` s), else
+    every `poll` s (doubling from the first to the second while no task comes)."""
     if RuntimeHttpClient is None:
         raise FedModelError("fedmodel's node process needs Flower: pip install 'fedmodel[flower]'")
     if parent_pid is not None:
@@ -198,6 +244,11 @@ def serve(address: str, root_certificates: str | None = None, parent_pid: int | 
                 serve_task(address, claimed.token, root_certificates, app)
                 served, wait = served + 1, poll[0]
                 continue
+            if wake is not None:
+                wake.wait(woken_poll)
+                if wake.closed:
+                    break
+                continue
             stop.wait(wait)
             wait = min(2 * wait, poll[1])
     finally:
@@ -213,9 +264,9 @@ class Supervisor:
     nothing). `starts` counts the processes started."""
 
     def __init__(self, command: list[str], max_restarts: int = 3, window: float = 60.0,
-                 give_up: Callable[[], None] | None = None):
+                 give_up: Callable[[], None] | None = None, wake: bool = False):
         self.command, self.max_restarts, self.window = list(command), max_restarts, window
-        self.give_up = give_up
+        self.give_up, self.wakeable = give_up, wake
         self.starts, self.exits = 0, []     # (monotonic time, exit code) of each exit
         self.process: subprocess.Popen | None = None
         self._stopped = threading.Event()
@@ -227,9 +278,14 @@ class Supervisor:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            self.process = subprocess.Popen(self.command)
+            self.process = subprocess.Popen(
+                self.command, stdin=subprocess.PIPE if self.wakeable else None)
+            if self.wakeable:
+                os.set_blocking(self.process.stdin.fileno(), False)
             self.starts += 1
             code = self.process.wait()
+            if self.process.stdin is not None:
+                self.process.stdin.close()      # (a new process gets a new pipe)
             if self._stopped.is_set():
                 return
             self.exits.append((time.monotonic(), code))
@@ -245,6 +301,18 @@ class Supervisor:
                       "message it was serving is answered by Flower with 'ClientApp stopped "
                       "responding')", self.process.pid, code)
 
+    def wake(self) -> None:
+        """(`wake` True) Wake the node process: a byte on its stdin (`Wake`). A full pipe holds
+        wakes it has not read yet, and a process that has died claims when started again: both
+        are ignored."""
+        proc = self.process
+        if proc is None or proc.stdin is None:
+            return
+        try:
+            os.write(proc.stdin.fileno(), b"\1")
+        except (BlockingIOError, BrokenPipeError, OSError, ValueError):
+            pass
+
     def stop(self, wait: float = 10.0) -> None:
         """Stop supervising and end the node process (SIGTERM, SIGKILL after `wait` s)."""
         self._stopped.set()
@@ -259,11 +327,12 @@ class Supervisor:
         self._thread.join(timeout=wait)
 
 
-def command(address: str, root_certificates: str | None, parent_pid: int) -> list[str]:
-    """The node process's command line, for this Python."""
+def command(address: str, root_certificates: str | None, parent_pid: int,
+            wake: bool = False) -> list[str]:
+    """The node process's command line, for this Python (`wake`: woken on its stdin)."""
     security = ["--root-certificates", root_certificates] if root_certificates else ["--insecure"]
     return [sys.executable, "-m", __name__, "--runtime-api-address", address, *security,
-            "--parent-pid", str(parent_pid)]
+            "--parent-pid", str(parent_pid), *(["--wake-stdin"] if wake else [])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--root-certificates", help="CA certificate of the Runtime API (PEM)")
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="end when this process (the SuperNode) ends")
+    parser.add_argument("--wake-stdin", action="store_true",
+                        help="claim a task when a byte comes on stdin (the SuperNode's wake, "
+                             f"deploy.run_supernode), else every {WOKEN_POLL:g} s only")
     args = parser.parse_args(argv)
     if args.root_certificates and not os.path.isfile(args.root_certificates):
         raise FedModelError(f"--root-certificates {args.root_certificates!r}: no such file")
@@ -284,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     # Flower's parent monitor raises SIGINT; SIGTERM (Deployment.close) ends the loop the same way
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        serve(args.runtime_api_address, args.root_certificates, args.parent_pid)
+        serve(args.runtime_api_address, args.root_certificates, args.parent_pid,
+              wake=Wake(sys.stdin.fileno()) if args.wake_stdin else None)
     except KeyboardInterrupt:
         pass
     return 0

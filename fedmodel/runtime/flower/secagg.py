@@ -36,8 +36,9 @@ _ARRAY_KEYS = "fm_array_keys"   # FitIns config entry: the names of its arrays, 
 
 # ---- a request as FitIns and back -------------------------------------------------------------------
 def to_fitins(content: "RecordDict") -> "FitIns":
-    """A fedmodel request (`codec.encode`) as the FitIns SecAgg+ sends: its arrays as the
-    parameters, their names and the config record as the config."""
+    """A fedmodel request (`codec.encode(..., pack=False)`: its arrays in an ArrayRecord) as the
+    FitIns SecAgg+ sends: its arrays as the parameters, their names and the config record as
+    the config."""
     arrays = content[ARRAYS]
     config = {**dict(content[CONFIG]), _ARRAY_KEYS: json.dumps(list(arrays))}
     return FitIns(ndarrays_to_parameters([a.numpy() for a in arrays.values()]), config)
