@@ -43,6 +43,7 @@ import time
 from typing import Any, Callable
 
 from ...errors import FedModelError
+from ..blas import run_blas_threads
 from . import client_app as client_app_module
 
 # (imported when this module is, before the first task: a task's token must be used within 30 s
@@ -356,8 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     # Flower's parent monitor raises SIGINT; SIGTERM (Deployment.close) ends the loop the same way
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        serve(args.runtime_api_address, args.root_certificates, args.parent_pid,
-              wake=Wake(sys.stdin.fileno()) if args.wake_stdin else None)
+        with run_blas_threads():        # (the client steps' small matrices: one BLAS thread, as in-process)
+            serve(args.runtime_api_address, args.root_certificates, args.parent_pid,
+                  wake=Wake(sys.stdin.fileno()) if args.wake_stdin else None)
     except KeyboardInterrupt:
         pass
     return 0
