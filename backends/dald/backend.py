@@ -66,7 +66,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
                  v_max_schedule: Callable[[int], int] | None = None, x0: Any = None,
                  monitor: Callable[[int, dict], None] | None = None,
                  availability: Callable[[int], Sequence[str]] | None = None, report_every: int = 1,
-                 stall_window: int | None = 20, adaptive_rho: bool = True):
+                 stall_window: int | None = 20, adaptive_rho: bool = True, one_message: bool = True):
         check_options(locals())
         self.rho, self.inner_rule, self.v_max = rho, inner_rule, int(v_max)
         self.eps_primal, self.eps_dual = float(eps_primal), float(eps_dual)
@@ -92,6 +92,10 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         self.stall_window = stall_window
         # Fed-DALD-CC: residual balancing of ρ (not in the paper) while k ≤ ADAPT_UNTIL
         self.adaptive_rho = bool(adaptive_rho)
+        # Fed-DALD-CC with every client in every step: Step 2 (15) of outer iteration k sent
+        # with the solve request (13) of k + 1 (same x̂, same iterates): one round trip per
+        # iteration instead of two (the paper's box sends them apart; DALD.paper() does)
+        self.one_message = bool(one_message)
         self.dual_updates = True          # False: distributed PA / FedProx (μ ≡ 0), see special_cases
         self.require_consensus = True     # outer stop also needs ‖C‖∞ ≤ ε_pri
 

@@ -63,12 +63,19 @@ class FedDALDCC:
         send_dual = self.dual_updates or any(block.constraints for block in problem.clients)
         # the server's report is asked for when it has terms or constraints (else it is 0, 0)
         has_server = "server" in ex.programs and server_used
+        # one message per iteration (`one_message`): Step 2 (and a penalty rescale) of outer
+        # iteration k travels with the solve request of k + 1, which carries the same x̂ — the
+        # iterates are those of the two-message loop; `owed` is the Step 2 not yet sent
+        fuse = self.one_message and self.dual_updates and self.coordination == "full" and send_dual
+        client_constrained = any(block.constraints for block in problem.clients)
+        owed, owed_factor, dmu_sent = False, 1.0, 0.0
         watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
         if saved:
             k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
             history = saved["history"]
             # adaptive ρ: the weights the run had reached (bitwise, not recomputed)
             RHO2, total_rho2, twice_rho2 = saved["rho2"], saved["total_rho2"], saved["twice_rho2"]
+            owed, owed_factor, dmu_sent = saved.get("owed", (False, 1.0, 0.0))
         while total < self.max_iterations:
             k += 1
             v, dual, active = 0, np.inf, set()
@@ -80,7 +87,12 @@ class FedDALDCC:
                     active = clients                # every client has taken part: nothing to add
                 elif len(active) < len(clients):
                     active.update(part)
-                reply = ex.map_stacked("dald_cc_solve", part, common={"xhat": xhat, **opts})   # (13)
+                common = {"xhat": xhat, **opts}
+                if owed:                     # the last outer iteration's Step 2 first, then (13)
+                    common.update(dual=1.0, factor=owed_factor)
+                reply = ex.map_stacked("dald_cc_solve", part, common=common)   # (13)
+                if owed:
+                    owed, dmu_sent = False, float(np.max(reply["dmu"], initial=0.0))
                 if len(part) == len(clients):
                     X = reply["x"]                   # never written in place (may be read-only)
                 else:
@@ -104,7 +116,9 @@ class FedDALDCC:
             # Step 2: multiplier step (15) on the clients
             active = clients if everyone else [c for c in clients if c in active]
             dmu = 0.0
-            if send_dual:
+            if fuse:           # sent with the next solve; its dmu (own constraints) comes back then
+                owed, owed_factor, dmu = True, 1.0, dmu_sent
+            elif send_dual:
                 replies = ex.map_stacked("dald_cc_dual", active,
                                          common={"xhat": xhat, "consensus": float(self.dual_updates)})
                 dmu = float(np.max(replies["dmu"], initial=0.0))
@@ -122,7 +136,13 @@ class FedDALDCC:
                 if factor != 1.0 and 1.0 / ADAPT_RANGE <= scale <= ADAPT_RANGE:
                     # weights on the server and the clients; μ stays as it is (unscaled)
                     RHO2, total_rho2, twice_rho2 = RHO2 * factor, total_rho2 * factor, twice_rho2 * factor
-                    ex.map_stacked("dald_cc_rescale", clients, common={"factor": factor})
+                    if owed:
+                        owed_factor *= factor
+                    else:
+                        ex.map_stacked("dald_cc_rescale", clients, common={"factor": factor})
+            if owed and client_constrained and self._converged(primal, stiff, 0.0):
+                # the stop also needs this Step 2's change of the clients' own multipliers
+                dmu, owed = self._settle(ex, clients, xhat, owed_factor), False
             if problem.server.constraints:
                 dmu = max(dmu, ex.call("server", "update_multipliers", x=xhat)["dmu"])
             last = self._converged(primal, stiff, dmu) or total >= self.max_iterations
@@ -138,7 +158,10 @@ class FedDALDCC:
                 status = stop
                 break
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
-                       rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2)
+                       rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2,
+                       owed=(owed, owed_factor, dmu_sent))
+        if owed:          # the clients end in the state of the two-message loop (μ_i, ρ_i)
+            self._settle(ex, clients, xhat, owed_factor)
         bar.close()
         ex.ledger.rounds = total
         mus = ex.map_stacked("dald_state", clients)["mu"]
@@ -147,6 +170,14 @@ class FedDALDCC:
                     client_values={c: X[i].copy() for i, c in enumerate(clients)})
         return Outcome(status, shared=xhat, history=history, iterations={"outer": k, "inner": total},
                        info=info)
+
+    def _settle(self, ex, clients, xhat, factor: float) -> float:
+        """Step 2 owed to the clients (`one_message`), sent on its own: (15) and their own
+        constraint multipliers at x̂, then the owed penalty rescale; the largest dmu."""
+        replies = ex.map_stacked("dald_cc_dual", clients, common={"xhat": xhat, "consensus": 1.0})
+        if factor != 1.0:
+            ex.map_stacked("dald_cc_rescale", clients, common={"factor": factor})
+        return float(np.max(replies["dmu"], initial=0.0))
 
     def _server_step(self, ex, X, RHO2, uniform, total_rho2, mu_sum, xhat, server_used):
         if not self.dual_updates:                                   # distributed PA (53), p_i = 1/n

@@ -13,7 +13,8 @@ RULES = ("B1", "B2", "B3", "B4")
 # model's scale: ρ = 1 needs 68 iterations on a lasso but > 3000 on a logistic model where ρ = 0.1
 # needs 94), ε = 1e-6 (ε = 1e-5 stops 2e-4 away from CVXPY there), and stall detection.
 PAPER_DALD = dict(rho=1.0, inner_rule="B4", v_max=1, eps_primal=1e-5, eps_dual=1e-5, step=1e-4,
-                  local_steps=1, max_iterations=1000, stall_window=None, adaptive_rho=False)
+                  local_steps=1, max_iterations=1000, stall_window=None, adaptive_rho=False,
+                  one_message=False)
 
 
 def check_rho(rho) -> None:
