@@ -69,3 +69,50 @@ def test_paper_preset_keeps_the_papers_two_messages():
     prob, _ = _ridge()
     res = prob.solve(DALD.paper(max_iterations=5))
     assert res.info["communication"]["by_kind"] == {"dald_cc_init": 1, "dald_cc_solve": 5, "dald_cc_dual": 5}
+
+
+# ---- iterations: residual balancing on Boyd's residuals, band 3; D read in the initial ρ's units
+@pytest.mark.parametrize("model, most", [("ridge", 100), ("logistic", 100), ("logistic-ball", 100),
+                                         ("lasso", 100)])
+def test_defaults_reach_a_verified_point_in_at_most_100_round_trips(model, most):
+    """bench_rounds' models at n = 5 (main: 305, 388, 91, 175 round trips; now 63, 94, 28, 47)."""
+    from benchmarks import bench_rounds
+    prob, w = bench_rounds.MODELS[model](5)
+    ref = prob.solve("cvxpy")
+    res = prob.solve(DALD())
+    report = fm.verify(res, ref)
+    assert res.status == "converged" and report.ok, str(report)
+    assert report.solution_distance <= 1e-4
+    assert res.info["communication"]["round_trips"] <= most
+
+
+def test_forty_clients_take_far_fewer_iterations():
+    """ridge n = 40: main 435 iterations (873 round trips); Boyd's residuals for the balance: 112."""
+    from benchmarks import bench_rounds
+    prob, w = bench_rounds.MODELS["ridge"](40)
+    res = prob.solve(DALD())
+    assert res.status == "converged" and fm.verify(res).ok
+    assert res.iterations["outer"] <= 140 and res.info["communication"]["round_trips"] <= 142
+
+
+def test_distance_left_reads_the_contraction_of_the_steps():
+    from fedmodel.backends.dald.cc import distance_left
+    assert distance_left([8.0, 4.0, 2.0], window=2) == pytest.approx(2.0)        # 2·½/(1 − ½)
+    r = 0.9 ** 10
+    assert distance_left([1.0, r], window=1) == pytest.approx(r * r / (1.0 - r))
+    assert distance_left([1.0, 1.0, 1.0], window=2) == np.inf                   # no contraction
+    assert distance_left([1.0, 2.0], window=1) == np.inf
+    assert distance_left([1.0, 0.0], window=1) == 0.0                           # standing still
+    assert distance_left([0.5] * 3, window=3) == np.inf                         # window not full
+
+
+def test_dist_tol_holds_the_stop_until_the_estimated_distance_is_met():
+    prob, w = _ridge()
+    ref = prob.solve("cvxpy")
+    loose = prob.solve(DALD(dist_tol=None))
+    tight = prob.solve(DALD(dist_tol=1e-9))
+    assert loose.status == tight.status == "converged"
+    assert tight.iterations["outer"] > loose.iterations["outer"]
+    far = np.linalg.norm(loose.value(w) - ref.value(w))
+    near = np.linalg.norm(tight.value(w) - ref.value(w))
+    assert near < 0.1 * far and near <= 1e-8 * np.linalg.norm(ref.value(w)) * 100

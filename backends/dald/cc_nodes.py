@@ -80,15 +80,13 @@ def _solve_block(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple[np.n
 
 
 def _step2_first(group: Group, rows: np.ndarray, xhat, opts: dict) -> np.ndarray | None:
-    """The previous outer iteration's Step 2 carried by a solve request (`opts["dual"]`): (15)
-    and the node's own constraint multipliers at the request's x̂ (`_dual_block`), then
-    ρ_i∘ρ_i ← factor·ρ_i∘ρ_i (as `dald_cc_rescale`), for the rows `rows`, before their (13).
-    Returns dmu per row, or None when the request carries no Step 2 (nothing is done)."""
-    if not opts.get("dual"):
-        return None
-    dmu = _dual_block(group, rows, xhat, 1.0)
+    """What a solve request carries before its (13), for the rows `rows`: the previous outer
+    iteration's Step 2 (`opts["dual"]`: (15) and the node's own constraint multipliers at the
+    request's x̂, `_dual_block`), then ρ_i∘ρ_i ← factor·ρ_i∘ρ_i (`opts["factor"]`, as
+    `dald_cc_rescale`). Returns dmu per row, or None when it carries no Step 2."""
+    dmu = _dual_block(group, rows, xhat, 1.0) if opts.get("dual") else None
     factor = float(opts.get("factor", 1.0))
-    if dmu is not None and factor != 1.0:
+    if factor != 1.0:
         states = cc_states(group)
         rho2 = group.gather("rho2", states, group.n_x)
         scaled = rho2.copy()
@@ -110,7 +108,7 @@ def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -
             return None
         xhat = group.gather("x", states, group.n_x).copy()
         xhat[rows] = blocks["xhat"]
-    if common.get("dual") and cc_states(group) is None:
+    if (common.get("dual") or common.get("factor", 1.0) != 1.0) and cc_states(group) is None:
         return None
     dmu = _step2_first(group, rows, xhat, common)
     out = _solve_block(group, rows, xhat, common)
