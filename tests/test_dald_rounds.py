@@ -72,7 +72,7 @@ def test_paper_preset_keeps_the_papers_two_messages():
 
 
 # ---- iterations: residual balancing on Boyd's residuals, band 3; D read in the initial ρ's units
-@pytest.mark.parametrize("model, most", [("ridge", 100), ("logistic", 100), ("logistic-ball", 100),
+@pytest.mark.parametrize("model, most", [("ridge", 100), ("logistic", 100), ("logistic-ball", 50),
                                          ("lasso", 100)])
 def test_defaults_reach_a_verified_point_in_at_most_100_round_trips(model, most):
     """bench_rounds' models at n = 5 (main: 305, 388, 91, 175 round trips; now 63, 94, 28, 47)."""
