@@ -116,3 +116,17 @@ def test_dist_tol_holds_the_stop_until_the_estimated_distance_is_met():
     far = np.linalg.norm(loose.value(w) - ref.value(w))
     near = np.linalg.norm(tight.value(w) - ref.value(w))
     assert near < 0.1 * far and near <= 1e-8 * np.linalg.norm(ref.value(w)) * 100
+
+
+def test_a_start_transient_is_no_baseline_for_the_stall_rule():
+    """A box model CVXPY solves (random-model check, docs/BENCHMARKS.md): at step 2, before the
+    clients' constraint multipliers moved, the consensus residual was 0.025; steps 21–40 sat at
+    0.042 while the multipliers still grew, and the rule compared the two: "stalled" at step 40.
+    Only steps where the multipliers acted are a baseline now; an infeasible run's are all such."""
+    primal = [0.45, 0.025] + [0.1] * 18 + [0.042] * 20
+    constraint = [0.0, 0.0] + [0.02] * 18 + [0.011] * 20
+    history = [{"primal_residual": p, "constraint_residual": c, "violation": 0.05, "dual_residual": 1e-3}
+               for p, c in zip(primal, constraint)]
+    assert DALD()._stall(history) is None
+    history[1]["constraint_residual"] = 0.011             # had the multipliers acted there: a stall
+    assert DALD()._stall(history) == "stalled"
