@@ -137,7 +137,7 @@ def test_cc_equals_textbook_consensus_admm():
             x[i] = np.linalg.solve(H, 2 * A.T @ b / SAMPLES + mu[i] + c * xhat)
         xhat = (sum(x) - sum(mu) / c) / len(parts)
         mu = [m + c * (xhat - xi) for m, xi in zip(mu, x)]
-        res = prob.solve(DALD(rho=rho, eps_primal=0, eps_dual=0, max_iterations=k),
+        res = prob.solve(DALD(rho=rho, eps_primal=0, eps_dual=0, max_iterations=k, adaptive_rho=False),
                          topology=topologies.star(prob), scaling=False)   # ρ in the model's units
         assert res.iterations == {"outer": k, "inner": k}
         assert np.allclose(res.value(w), xhat, rtol=0, atol=1e-12)

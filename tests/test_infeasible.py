@@ -393,4 +393,4 @@ def test_a_converged_point_far_from_kkt_is_said_to_be_no_solution():
         assert "stationarity" in result.info["not_stationary"]
     result, warned = quiet_solve(prob, "dald")
     assert result.status == "converged" and not any("not a solution" in m for m in warned)
-    np.testing.assert_allclose(result.value(w), x_star, atol=1e-5)
+    np.testing.assert_allclose(result.value(w), x_star, atol=1e-4)   # (DALD stops 2e-5 relative away: dist_tol)

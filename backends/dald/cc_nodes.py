@@ -24,7 +24,11 @@ from fedmodel.runtime.ledger import procedure
 from . import kernels
 from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin
 
-_SOLVE_OPTS = tuple(SOLVE_OPTIONS)
+# a solve request may carry the previous outer iteration's Step 2 (`dual`: (15) and the node's own
+# constraint multipliers at the x̂ it brings) and the penalty rescale (`factor`) that the server
+# decided after it, done before (13): one message where the paper's box has two (DALD(one_message))
+STEP2_OPTIONS = {"dual": "1", "factor": "1"}
+_SOLVE_OPTS = (*SOLVE_OPTIONS, *STEP2_OPTIONS)
 
 
 @procedure("dald_cc_init", {"x0": "x", "beta": "1", "rho": "x|1"}, {})
@@ -75,6 +79,23 @@ def _solve_block(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple[np.n
     return new_x, steps
 
 
+def _step2_first(group: Group, rows: np.ndarray, xhat, opts: dict) -> np.ndarray | None:
+    """What a solve request carries before its (13), for the rows `rows`: the previous outer
+    iteration's Step 2 (`opts["dual"]`: (15) and the node's own constraint multipliers at the
+    request's x̂, `_dual_block`), then ρ_i∘ρ_i ← factor·ρ_i∘ρ_i (`opts["factor"]`, as
+    `dald_cc_rescale`). Returns dmu per row, or None when it carries no Step 2."""
+    dmu = _dual_block(group, rows, xhat, 1.0) if opts.get("dual") else None
+    factor = float(opts.get("factor", 1.0))
+    if factor != 1.0:
+        states = cc_states(group)
+        rho2 = group.gather("rho2", states, group.n_x)
+        scaled = rho2.copy()
+        scaled[rows] = rho2[rows] * factor
+        group.publish("rho2", scaled, states)
+        group.forget()            # the cached ρ_i∘ρ_i stack (`_cc_stacks`) is void
+    return dmu
+
+
 def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """`dald_cc_solve` as a group request (one x̂ for all, or a block of them), or None."""
     if not all(k in common for k in ("xhat", "solver", "step", "local_steps")) or \
@@ -87,15 +108,22 @@ def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -
             return None
         xhat = group.gather("x", states, group.n_x).copy()
         xhat[rows] = blocks["xhat"]
+    if (common.get("dual") or common.get("factor", 1.0) != 1.0) and cc_states(group) is None:
+        return None
+    dmu = _step2_first(group, rows, xhat, common)
     out = _solve_block(group, rows, xhat, common)
     if out is None:
         return None
     new_x, steps = out
-    return {"x": read_only(new_x) if in_group_order(rows, group.n) else new_x[rows],
-            "steps": steps.astype(float)}
+    reply = {"x": read_only(new_x) if in_group_order(rows, group.n) else new_x[rows],
+             "steps": steps.astype(float)}
+    if dmu is not None:
+        reply["dmu"] = dmu
+    return reply
 
 
-@client_step("dald_cc_solve", {"xhat": "x", **SOLVE_OPTIONS}, {"x": "x", "steps": "1"}, stacked=_solve_stacked)
+@client_step("dald_cc_solve", {"xhat": "x", **SOLVE_OPTIONS, **STEP2_OPTIONS},
+             {"x": "x", "steps": "1", "dmu": "1"}, stacked=_solve_stacked)
 def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """(13) for the rows `members` (per-node payloads), or None (members sent different options)."""
     opts = same_options(payloads, members, _SOLVE_OPTS)
@@ -104,11 +132,16 @@ def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dic
         return None
     rows = np.array([group.index[m] for m in members], dtype=np.intp)
     X = group.gather("x", states, group.n_x)
-    out = _solve_block(group, rows, request_rows(group, members, payloads, "xhat", X), opts)
+    xhat = request_rows(group, members, payloads, "xhat", X)
+    dmu = _step2_first(group, rows, xhat, opts)
+    out = _solve_block(group, rows, xhat, opts)
     if out is None:
         return None
     new_x, steps = out
-    return {m: {"x": new_x[i], "steps": int(k)} for m, i, k in zip(members, rows, steps)}
+    replies = {m: {"x": new_x[i], "steps": int(k)} for m, i, k in zip(members, rows, steps)}
+    for m, change in zip(members, () if dmu is None else dmu):
+        replies[m]["dmu"] = float(change)
+    return replies
 
 
 def _dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np.ndarray | None:

@@ -8,12 +8,15 @@ from ..common import check_callable, check_choice, check_count, check_number
 
 SOLVERS = ("auto", "exact", "gd", "newton", "prox-grad")
 RULES = ("B1", "B2", "B3", "B4")
-# `DALD.paper()`: the paper's exact setting. The constructor's defaults differ in three ways, for
-# speed and robustness: adaptive ρ on a star (residual balancing; no fixed ρ is good for every
-# model's scale: ρ = 1 needs 68 iterations on a lasso but > 3000 on a logistic model where ρ = 0.1
-# needs 94), ε = 1e-6 (ε = 1e-5 stops 2e-4 away from CVXPY there), and stall detection.
+# `DALD.paper()`: the paper's exact setting. The constructor's defaults differ, for speed and
+# robustness: adaptive ρ on a star (residual balancing; no fixed ρ is good for every model's
+# scale: ρ = 1 needs 68 iterations on a lasso but > 3000 on a logistic model where ρ = 0.1 needs
+# 94), ε = 1e-6 (ε = 1e-5 stops 2e-4 away from CVXPY there), stall detection, one message per
+# iteration on a star (`one_message`: Step 2 rides with the next solve) and the distance rule
+# (`dist_tol`: the stop also needs the steps' contraction to put x̂ within 1e-4 of the answer).
 PAPER_DALD = dict(rho=1.0, inner_rule="B4", v_max=1, eps_primal=1e-5, eps_dual=1e-5, step=1e-4,
-                  local_steps=1, max_iterations=1000, stall_window=None, adaptive_rho=False)
+                  local_steps=1, max_iterations=1000, stall_window=None, adaptive_rho=False,
+                  one_message=False, dist_tol=None)
 
 
 def check_rho(rho) -> None:
@@ -52,6 +55,8 @@ def check_options(o: dict) -> None:
     check_number("step", o["step"], 0.0, np.inf)
     if o["beta"] is not None:
         check_number("beta (penalty of the nodes' own constraints)", o["beta"], 0.0, np.inf)
+    if o["dist_tol"] is not None:
+        check_number("dist_tol", o["dist_tol"], 0.0, np.inf)
     if o["local_tol"] is not None:
         check_number("local_tol", o["local_tol"], 0.0, np.inf)
     if o["seed"] is not None:

@@ -1,0 +1,132 @@
+"""DALD's round trips (issue 27 item 2): Fed-DALD-CC sends Step 2 (15) of outer iteration k with
+the solve request (13) of k + 1 (`DALD(one_message=True)`, the default), so an iteration is one
+round trip, with the iterates, multipliers and verdict of the two-message loop of the paper's
+box (`one_message=False`, what `DALD.paper()` keeps). Small synthetic models, known to the test."""
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.backends.dald import DALD
+
+D, SAMPLES = 4, 15
+
+
+def _logistic_ball(n=3, radius=0.6, seed=1):
+    """Mean logistic loss with an active client ball ‖w‖₂ ≤ radius (client constraints: their
+    multipliers move in Step 2) and a server ridge."""
+    rng = np.random.default_rng(seed)
+    truth = 3.0 * rng.normal(size=D)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem()
+    for i in range(n):
+        A = rng.normal(size=(SAMPLES, D)) + 0.3 * i
+        y = np.where(rng.random(SAMPLES) < 1.0 / (1.0 + np.exp(-A @ truth)), 1.0, -1.0)
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.mean(fm.logistic(c.data(-y[:, None] * A, name="Z") @ w)) / n)
+        c.subject_to(fm.norm2(w) <= radius)
+    prob.server.minimize(0.005 * fm.sum_squares(w))
+    return prob, w
+
+
+def _ridge(n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    truth = rng.normal(size=D)
+    w = fm.Variable(D, name="w")
+    prob = fm.Problem()
+    for i in range(n):
+        A = rng.normal(size=(SAMPLES, D)) + 0.3 * i
+        b = A @ truth + 0.1 * rng.normal(size=SAMPLES)
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")) / (n * SAMPLES)
+                   + 0.05 / n * fm.sum_squares(w))
+    return prob, w
+
+
+@pytest.mark.parametrize("build", [_ridge, _logistic_ball])
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+def test_one_message_per_iteration_gives_the_two_message_iterates(build, executor):
+    prob, w = build()
+    options = dict(rho=1.0, max_iterations=400)
+    two = prob.solve(DALD(one_message=False, **options), executor=executor)
+    one = prob.solve(DALD(**options), executor=executor)
+    assert one.status == two.status == "converged"
+    assert one.iterations == two.iterations
+    np.testing.assert_array_equal(one.value(w), two.value(w))
+    for name, mu in two.info["consensus_multipliers"].items():       # the clients' μ_i at the end
+        np.testing.assert_array_equal(one.info["consensus_multipliers"][name], mu)
+    for name, mu in two.multipliers.items():                        # their own constraints' too
+        np.testing.assert_array_equal(np.asarray(one.multipliers[name]), np.asarray(mu))
+    k = one.iterations["outer"]
+    trips, old = one.info["communication"], two.info["communication"]
+    # init, one solve per iteration (Step 2 and rescales inside), one Step 2 sent alone at the end
+    assert trips["by_kind"]["dald_cc_solve"] == k and trips["by_kind"]["dald_cc_dual"] == 1
+    assert trips["round_trips"] == k + 2 and "dald_cc_rescale" not in trips["by_kind"]
+    assert old["by_kind"]["dald_cc_rescale"] >= 1          # (the rescale rode along, above)
+    assert old["round_trips"] == 2 * k + 1 + old["by_kind"]["dald_cc_rescale"]
+
+
+def test_paper_preset_keeps_the_papers_two_messages():
+    prob, _ = _ridge()
+    res = prob.solve(DALD.paper(max_iterations=5))
+    assert res.info["communication"]["by_kind"] == {"dald_cc_init": 1, "dald_cc_solve": 5, "dald_cc_dual": 5}
+
+
+# ---- iterations: residual balancing on Boyd's residuals, band 3; D read in the initial ρ's units
+@pytest.mark.parametrize("model, most", [("ridge", 100), ("logistic", 100), ("logistic-ball", 50),
+                                         ("lasso", 100)])
+def test_defaults_reach_a_verified_point_in_at_most_100_round_trips(model, most):
+    """bench_rounds' models at n = 5 (main: 305, 388, 91, 175 round trips; now 63, 94, 28, 47)."""
+    from benchmarks import bench_rounds
+    prob, w = bench_rounds.MODELS[model](5)
+    ref = prob.solve("cvxpy")
+    res = prob.solve(DALD())
+    report = fm.verify(res, ref)
+    assert res.status == "converged" and report.ok, str(report)
+    assert report.solution_distance <= 1e-4
+    assert res.info["communication"]["round_trips"] <= most
+
+
+def test_forty_clients_take_far_fewer_iterations():
+    """ridge n = 40: main 435 iterations (873 round trips); Boyd's residuals for the balance: 112."""
+    from benchmarks import bench_rounds
+    prob, w = bench_rounds.MODELS["ridge"](40)
+    res = prob.solve(DALD())
+    assert res.status == "converged" and fm.verify(res).ok
+    assert res.iterations["outer"] <= 140 and res.info["communication"]["round_trips"] <= 142
+
+
+def test_distance_left_reads_the_contraction_of_the_steps():
+    from fedmodel.backends.dald.cc import distance_left
+    assert distance_left([8.0, 4.0, 2.0], window=2) == pytest.approx(2.0)        # 2·½/(1 − ½)
+    r = 0.9 ** 10
+    assert distance_left([1.0, r], window=1) == pytest.approx(r * r / (1.0 - r))
+    assert distance_left([1.0, 1.0, 1.0], window=2) == np.inf                   # no contraction
+    assert distance_left([1.0, 2.0], window=1) == np.inf
+    assert distance_left([1.0, 0.0], window=1) == 0.0                           # standing still
+    assert distance_left([0.5] * 3, window=3) == np.inf                         # window not full
+
+
+def test_dist_tol_holds_the_stop_until_the_estimated_distance_is_met():
+    prob, w = _ridge()
+    ref = prob.solve("cvxpy")
+    loose = prob.solve(DALD(dist_tol=None))
+    tight = prob.solve(DALD(dist_tol=1e-9))
+    assert loose.status == tight.status == "converged"
+    assert tight.iterations["outer"] > loose.iterations["outer"]
+    far = np.linalg.norm(loose.value(w) - ref.value(w))
+    near = np.linalg.norm(tight.value(w) - ref.value(w))
+    assert near < 0.1 * far and near <= 1e-8 * np.linalg.norm(ref.value(w)) * 100
+
+
+def test_a_start_transient_is_no_baseline_for_the_stall_rule():
+    """A box model CVXPY solves (random-model check, docs/BENCHMARKS.md): at step 2, before the
+    clients' constraint multipliers moved, the consensus residual was 0.025; steps 21–40 sat at
+    0.042 while the multipliers still grew, and the rule compared the two: "stalled" at step 40.
+    Only steps where the multipliers acted are a baseline now; an infeasible run's are all such."""
+    primal = [0.45, 0.025] + [0.1] * 18 + [0.042] * 20
+    constraint = [0.0, 0.0] + [0.02] * 18 + [0.011] * 20
+    history = [{"primal_residual": p, "constraint_residual": c, "violation": 0.05, "dual_residual": 1e-3}
+               for p, c in zip(primal, constraint)]
+    assert DALD()._stall(history) is None
+    history[1]["constraint_residual"] = 0.011             # had the multipliers acted there: a stall
+    assert DALD()._stall(history) == "stalled"
