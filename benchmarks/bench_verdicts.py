@@ -12,6 +12,8 @@ feasibility):
 - ls-ball:   least squares, each client a ball ‖w‖₂ ≤ R_i, a server ridge;
 - logit-ball: logistic loss, client balls, a server ridge;
 - lasso-box: lasso written per client, each client a box |w| ≤ b_i;
+- np-barely: NP with r = 0.002 above the least worst-client class-1 loss (large multipliers:
+             where an "infeasible" verdict would be premature);
 - infeasible: NP with r below the least worst-client loss, or client balls around centres
              farther apart than their radii.
 
@@ -53,7 +55,7 @@ import fedmodel as fm  # noqa: E402
 from benchmarks.bench_rounds import _reason, ledger_row  # noqa: E402
 
 BACKENDS = ("proxal", "fedadmm", "dald", "dp-admm", "fedprox")
-KINDS = ("np", "ls-ball", "logit-ball", "lasso-box", "infeasible")
+KINDS = ("np", "ls-ball", "logit-ball", "lasso-box", "infeasible", "np-barely")
 HONEST = ("max_iterations", "stalled", "budget_exhausted")
 CLAIMS_NO_ANSWER = ("infeasible", "diverged", "unbounded")
 
@@ -182,6 +184,8 @@ def random_model(kind: str, seed: int):
     rng = np.random.default_rng([KINDS.index(kind), seed])
     if kind == "np":
         return neyman_pearson(rng)
+    if kind == "np-barely":
+        return neyman_pearson(rng, margin=0.002)
     if kind in ("ls-ball", "logit-ball"):
         return _balls(rng, kind)
     if kind == "lasso-box":

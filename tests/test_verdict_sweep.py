@@ -94,10 +94,10 @@ def test_default_proxal_verdicts_on_random_models(kind, seed):
 # the sweep's models (seeds 0-7 of each kind) that default ProxAL solves in a few seconds, among
 # them logit-ball seeds 3 and 7, "converged" and NOT OK on main (the certificate's client balls)
 SWEEP = [("ls-ball", s) for s in (1, 2, 3, 4, 6, 7)] + [("logit-ball", s) for s in (0, 1, 2, 3, 4, 6, 7)] \
-    + [("lasso-box", s) for s in (3, 4, 5, 6)] + [("np", 1)]
+    + [("lasso-box", s) for s in (3, 5)]
 
 
-@pytest.mark.integration     # 18 ProxAL runs and CVXPY solves
+@pytest.mark.integration     # 15 ProxAL runs and CVXPY solves: 160 s at load 14 on 2 cores
 @pytest.mark.parametrize("kind,seed", SWEEP)
 def test_default_proxal_verdicts_on_the_sweep(kind, seed):
     _judge(kind, seed)
