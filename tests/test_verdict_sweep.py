@@ -101,3 +101,27 @@ SWEEP = [("ls-ball", s) for s in (1, 2, 3, 4, 6, 7)] + [("logit-ball", s) for s 
 @pytest.mark.parametrize("kind,seed", SWEEP)
 def test_default_proxal_verdicts_on_the_sweep(kind, seed):
     _judge(kind, seed)
+
+
+def test_beta_is_not_raised_on_the_contraction_of_an_unsolved_subproblem():
+    """np-barely seed 0 (n = 10, d = 17; docs/BENCHMARKS.md): at outer iteration 10 ProxAL was at
+    violation 1e-7 beside CVXPY's answer; the next two ADMM runs stopped unsolved (stall rule /
+    max_inner: certificate 4.9e-3 and 5e-5 above τ 3.7e-8), their steps 1.9e-5 then 2.1e-5 read
+    as a contraction of 1.09, and the flat-objective rule raised β 1.9e4 → 7.7e4 → ... → 1e6,
+    where the ADMM could not solve either: "stalled" 0.22 away after 11,899 round trips (main at
+    b61ef0b). The records below are those two iterations'; the rule must wait for a solved one."""
+    from fedmodel.backends import ProxAL
+    from fedmodel.backends.proxal_outer import next_beta
+
+    def record(step, certificate, tau):
+        return {"beta": 1.92e4, "step": step, "size": 3.0, "dimension": 17, "tau": tau,
+                "certificate": certificate, "primal_change": step / 2, "multiplier_change": 3.5e-3}
+    unsolved = [record(4.05e-5, 5.3e-7, 3.68e-8), record(1.9e-5, 4.9e-3, 3.68e-8),
+                record(2.08e-5, 5e-5, 8.73e-9)]
+    beta, change = next_beta(ProxAL(), 1.92e4, 3.54e-3, 1.8e-7, unsolved)
+    assert beta == 1.92e4 and change == pytest.approx(3.54e-3 / 1.92e4)
+    # the same steps from solved subproblems (certificate ≤ τ) still raise β ×4
+    solved = [dict(r, certificate=0.5 * r["tau"]) for r in unsolved]
+    assert next_beta(ProxAL(), 1.92e4, 3.54e-3, 1.8e-7, solved)[0] == pytest.approx(7.68e4)
+    # and a violation that stalls raises β whatever the subproblem (the infeasibility path)
+    assert next_beta(ProxAL(), 1.92e4, 40.0, 1e-3, unsolved)[0] == pytest.approx(7.68e4)
