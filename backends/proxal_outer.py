@@ -109,11 +109,23 @@ def next_beta(backend, beta: float, dmu: float, last_change: float,
     change = dmu / beta
     if backend.beta_growth > 1 and change > backend.eps2 and change > 0.25 * last_change:
         return min(backend.beta_growth * beta, backend.beta_max), change
+    # (the contraction is read only from a solved subproblem, (23) met: an ADMM run stopped by
+    # its stall rule or max_inner leaves a step that says nothing of the curvature — on the
+    # sweep's np-barely seed 0 (docs/BENCHMARKS.md) two such steps, 1.9e-5 then 2.1e-5 at a
+    # violation of 1e-7, raised β 1.9e4 → 1e6, the ADMM could not solve at that β and the run
+    # walked off its answer to end "stalled" 0.22 away after 11,899 round trips)
     if backend.beta_growth > 1 and history and getattr(backend, "dist_tol", np.inf) < np.inf \
-            and change <= backend.eps2 and 0.5 < contraction(history) < np.inf \
+            and change <= backend.eps2 and _solved(history[-1]) \
+            and 0.5 < contraction(history) < np.inf \
             and not _still(history, backend.dist_tol):
         return min(backend.beta_growth * beta, backend.beta_max), change
     return beta, change
+
+
+def _solved(record: dict) -> bool:
+    """The outer iteration's subproblem met (23): its last certificate ≤ its τ_k (records
+    saved before they held both: True)."""
+    return record.get("certificate", 0.0) <= record.get("tau", np.inf)
 
 
 def contraction(history: list[dict]) -> float:

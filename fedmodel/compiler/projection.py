@@ -35,9 +35,10 @@ class Piece:
     def project(self, v: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def tangent(self, x: np.ndarray, v: np.ndarray) -> np.ndarray | None:
-        """The projection of v onto the tangent cone of the set at x (x in the set), or None
-        when the piece has no closed form for it."""
+    def tangent(self, x: np.ndarray, v: np.ndarray, active: float = ACTIVE) -> np.ndarray | None:
+        """The projection of v onto the tangent cone of the set at x (x in the set; a point
+        within `active`, relative, of a boundary is on it), or None when the piece has no
+        closed form for it."""
         raise NotImplementedError
 
     def distance(self, x: np.ndarray) -> float:
@@ -55,9 +56,9 @@ class Ball(Piece):
         norm = np.linalg.norm(v)
         return v if norm <= self.radius else v * (self.radius / norm)
 
-    def tangent(self, x, v):
+    def tangent(self, x, v, active=ACTIVE):
         norm = np.linalg.norm(x)
-        if norm < self.radius * (1 - ACTIVE):
+        if norm < self.radius * (1 - active):
             return v
         unit = x / norm                      # T = {v : xᵀv ≤ 0}
         return v - max(0.0, float(unit @ v)) * unit
@@ -72,7 +73,7 @@ class Ball1(Piece):
     def project(self, v):
         return project_l1_ball(v, self.radius)
 
-    def tangent(self, x, v):
+    def tangent(self, x, v, active=ACTIVE):
         return None
 
 
@@ -85,8 +86,8 @@ class Box(Piece):
     def project(self, v):
         return np.clip(v, self.lower, self.upper)
 
-    def tangent(self, x, v):
-        scale = ACTIVE * np.maximum(1.0, np.abs(x))
+    def tangent(self, x, v, active=ACTIVE):
+        scale = active * np.maximum(1.0, np.abs(x))
         out = np.where(x <= self.lower + scale, np.maximum(v, 0.0), v)
         return np.where(x >= self.upper - scale, np.minimum(out, 0.0), out)
 
@@ -102,12 +103,12 @@ class Halfspace(Piece):
         excess = float(self.a @ v) - self.b
         return v if excess <= 0 else v - (excess / self.norm2) * self.a
 
-    def active(self, x) -> bool:
+    def active(self, x, tol: float = ACTIVE) -> bool:
         slack = self.b - float(self.a @ x)
-        return slack <= ACTIVE * max(abs(self.b), np.sqrt(self.norm2) * float(np.linalg.norm(x)), 1e-300)
+        return slack <= tol * max(abs(self.b), np.sqrt(self.norm2) * float(np.linalg.norm(x)), 1e-300)
 
-    def tangent(self, x, v):
-        if not self.active(x):
+    def tangent(self, x, v, active=ACTIVE):
+        if not self.active(x, active):
             return v
         return v - (max(0.0, float(self.a @ v)) / self.norm2) * self.a
 
@@ -132,7 +133,7 @@ class Subspace(Piece):
     def project(self, v):
         return v - self.Q.T @ (self.Q @ (v - self.point))
 
-    def tangent(self, x, v):
+    def tangent(self, x, v, active=ACTIVE):
         return v - self.Q.T @ (self.Q @ v)
 
 
@@ -175,12 +176,14 @@ def project_intersection(pieces: list[Piece], v: np.ndarray) -> np.ndarray:
     return dykstra([p.project for p in pieces], v)
 
 
-def intersection_residual(pieces: list[Piece], x: np.ndarray, g: np.ndarray) -> np.ndarray | None:
+def intersection_residual(pieces: list[Piece], x: np.ndarray, g: np.ndarray,
+                          active: float = ACTIVE) -> np.ndarray | None:
     """g plus the element of the normal cone of ∩ pieces at x closest to −g: −P_T(−g), T the
-    intersection of the pieces' tangent cones at x (None when a piece has no tangent form)."""
-    if any(p.tangent(x, np.zeros_like(x)) is None for p in pieces):
+    intersection of the pieces' tangent cones at x, a point within `active` (relative) of a
+    piece's boundary counting as on it (None when a piece has no tangent form)."""
+    if any(p.tangent(x, np.zeros_like(x), active) is None for p in pieces):
         return None
-    cones = [lambda v, p=p: p.tangent(x, v) for p in pieces]
+    cones = [lambda v, p=p: p.tangent(x, v, active) for p in pieces]
     return -dykstra(cones, -np.asarray(g, float))
 
 

@@ -197,8 +197,10 @@ def pieces_term(var: Variable, pieces: tuple[Piece, ...], label: str, constraint
     where a piece has none (an ℓ1 ball), the members' remainders in turn (an upper bound)."""
     def remainder(x, g):
         shape = np.shape(g)
+        # the certificate's ACTIVE, as the single sets' remainders: an iterate 4e-7 inside one
+        # of several client balls read as interior at projection.ACTIVE = 1e-7
         found = projection.intersection_residual(list(pieces), np.ravel(np.asarray(x, float)),
-                                                 np.ravel(np.asarray(g, float)))
+                                                 np.ravel(np.asarray(g, float)), ACTIVE)
         if found is not None:
             return found.reshape(shape)
         for member in members:
