@@ -7,6 +7,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends.dald import DALD
+from test_dald_dp_robust import _least_squares
 
 D, SAMPLES = 4, 15
 
@@ -29,16 +30,10 @@ def _logistic_ball(n=3, radius=0.6, seed=1):
 
 
 def _ridge(n=4, seed=0):
-    rng = np.random.default_rng(seed)
-    truth = rng.normal(size=D)
-    w = fm.Variable(D, name="w")
-    prob = fm.Problem()
-    for i in range(n):
-        A = rng.normal(size=(SAMPLES, D)) + 0.3 * i
-        b = A @ truth + 0.1 * rng.normal(size=SAMPLES)
-        c = prob.add_client(f"c{i}")
-        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")) / (n * SAMPLES)
-                   + 0.05 / n * fm.sum_squares(w))
+    """test_dald_dp_robust's least squares with a ridge 0.05‖w‖² on every client."""
+    prob, w = _least_squares(n=n, seed=seed)
+    for c in prob.clients:
+        c.minimize(0.05 * fm.sum_squares(w))
     return prob, w
 
 
