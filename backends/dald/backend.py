@@ -166,10 +166,12 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
            ‖Δμ‖/β (`constraint_residual`) stays above the tolerance and within a factor 2 of
            its largest value in the window (a feasible run's steps shrink, or come and go as a
            constraint turns active and inactive);
-        3. the model's constraints are violated at every reported point of the last window.
+        3. the model's constraints are violated at every reported point of the last window;
+        4. no client's own inequality multiplier fell in the last window (`unwinding`, Fed-DALD-CC:
+           a constraint that holds at x_i but still acts; the residuals move again once it is 0).
 
         A feasible model whose residuals oscillate (adaptive ρ, a constraint turning active)
-        fails 2 or 3 and runs on. "infeasible" also needs the iterates settled and exact local
+        fails 2, 3 or 4 and runs on. "infeasible" also needs the iterates settled and exact local
         solves; with gd / prox-grad a slow run looks the same, so it says "stalled"."""
         if self.stall_window is None:
             return None
