@@ -98,6 +98,8 @@ class FedDALDCC:
         fuse = self.one_message and self.dual_updates and self.coordination == "full" and send_dual
         client_constrained = any(block.constraints for block in problem.clients)
         owed, owed_factor, dmu_sent = False, 1.0, 0.0
+        # the clients' own multipliers still letting go (`local.unwinding`), for the stall rule
+        unwind_sent = 0.0
         # the distance rule (`dist_tol`): the outer steps ‖Δx̂‖₂, whose contraction bounds how
         # far x̂ still is from the answer (a flat objective has small residuals far from it)
         steps, outer_start = [], xhat
@@ -108,6 +110,7 @@ class FedDALDCC:
             # adaptive ρ: the weights the run had reached (bitwise, not recomputed)
             RHO2, total_rho2, twice_rho2 = saved["rho2"], saved["total_rho2"], saved["twice_rho2"]
             owed, owed_factor, dmu_sent = saved.get("owed", (False, 1.0, 0.0))
+            unwind_sent = saved.get("unwind", 0.0)
             steps, outer_start = list(saved.get("steps", [])), xhat
         while total < self.max_iterations:
             k += 1
@@ -128,6 +131,7 @@ class FedDALDCC:
                 reply = ex.map_stacked("dald_cc_solve", part, common=common)   # (13)
                 if owed:
                     owed, dmu_sent = False, float(np.max(reply["dmu"], initial=0.0))
+                    unwind_sent = float(np.max(reply["unwind"], initial=0.0))
                 if len(part) == len(clients):
                     X = reply["x"]                   # never written in place (may be read-only)
                 else:
@@ -150,13 +154,14 @@ class FedDALDCC:
             gap, primal = kernels.consensus_gap(X, xhat, twice_rho2, member)
             # Step 2: multiplier step (15) on the clients
             active = clients if everyone else [c for c in clients if c in active]
-            dmu = 0.0
+            dmu, unwind = 0.0, 0.0
             if fuse:           # sent with the next solve; its dmu (own constraints) comes back then
-                owed, dmu = True, dmu_sent
+                owed, dmu, unwind = True, dmu_sent, unwind_sent
             elif send_dual:
                 replies = ex.map_stacked("dald_cc_dual", active,
                                          common={"xhat": xhat, "consensus": float(self.dual_updates)})
                 dmu = float(np.max(replies["dmu"], initial=0.0))
+                unwind = float(np.max(replies["unwind"], initial=0.0))
             if self.dual_updates:
                 mu_sum += gap
             # the stop test's D at the weights of this step: stationarity ≈ n·2ρ²·D (69), so once
@@ -195,6 +200,7 @@ class FedDALDCC:
             report = last or k % self.report_every == 0
             record = self._record_cc(ex, clients, xhat, k, v, total, primal, stiff, dmu / beta, start,
                                      report, has_server)
+            record["unwinding"] = unwind
             # Σμ_i as the clients hold it (μ ≡ 0 without (15)): a diagnostic, on reported records
             record["sum_mu"] = 0.0 if not self.dual_updates else float("nan") if not report else \
                 float(np.max(np.abs(np.sum(ex.map_stacked("dald_state", clients)["mu"], axis=0)), initial=0.0))
@@ -205,7 +211,7 @@ class FedDALDCC:
                 break
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2,
-                       owed=(owed, owed_factor, dmu_sent), steps=steps[-DIST_WINDOW - 1:])
+                       owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-DIST_WINDOW - 1:])
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
             self._settle(ex, clients, xhat)     # ρ_i, owed_factor, changes no result: not sent)
         bar.close()

@@ -22,7 +22,7 @@ from fedmodel.runtime.batched_procedures import request_rows, same_options
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from . import kernels
-from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin
+from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin, unwinding
 
 # a solve request may carry the previous outer iteration's Step 2 (`dual`: (15) and the node's own
 # constraint multipliers at the x̂ it brings) and the penalty rescale (`factor`) that the server
@@ -79,11 +79,11 @@ def _solve_block(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple[np.n
     return new_x, steps
 
 
-def _step2_first(group: Group, rows: np.ndarray, xhat, opts: dict) -> np.ndarray | None:
+def _step2_first(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple | None:
     """What a solve request carries before its (13), for the rows `rows`: the previous outer
     iteration's Step 2 (`opts["dual"]`: (15) and the node's own constraint multipliers at the
     request's x̂, `_dual_block`), then ρ_i∘ρ_i ← factor·ρ_i∘ρ_i (`opts["factor"]`, as
-    `dald_cc_rescale`). Returns dmu per row, or None when it carries no Step 2."""
+    `dald_cc_rescale`). Returns (dmu, unwind) per row, or None when it carries no Step 2."""
     dmu = _dual_block(group, rows, xhat, 1.0) if opts.get("dual") else None
     factor = float(opts.get("factor", 1.0))
     if factor != 1.0:
@@ -118,12 +118,12 @@ def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -
     reply = {"x": read_only(new_x) if in_group_order(rows, group.n) else new_x[rows],
              "steps": steps.astype(float)}
     if dmu is not None:
-        reply["dmu"] = dmu
+        reply["dmu"], reply["unwind"] = dmu
     return reply
 
 
 @client_step("dald_cc_solve", {"xhat": "x", **SOLVE_OPTIONS, **STEP2_OPTIONS},
-             {"x": "x", "steps": "1", "dmu": "1"}, stacked=_solve_stacked)
+             {"x": "x", "steps": "1", "dmu": "1", "unwind": "1"}, stacked=_solve_stacked)
 def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """(13) for the rows `members` (per-node payloads), or None (members sent different options)."""
     opts = same_options(payloads, members, _SOLVE_OPTS)
@@ -139,14 +139,15 @@ def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dic
         return None
     new_x, steps = out
     replies = {m: {"x": new_x[i], "steps": int(k)} for m, i, k in zip(members, rows, steps)}
-    for m, change in zip(members, () if dmu is None else dmu):
-        replies[m]["dmu"] = float(change)
+    for m, change, unwind in zip(members, *(((), ()) if dmu is None else dmu)):
+        replies[m]["dmu"], replies[m]["unwind"] = float(change), float(unwind)
     return replies
 
 
-def _dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np.ndarray | None:
+def _dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> tuple | None:
     """(15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i) for the group's clients `rows` (one compiled pass); a
-    node's own constraint multipliers (Step 2) client by client. Returns dmu per row."""
+    node's own constraint multipliers (Step 2) client by client. Returns (dmu, unwind) per row
+    (`local.unwinding`)."""
     stacks = _cc_stacks(group)
     if stacks is None:
         return None
@@ -159,23 +160,27 @@ def _dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> np.nd
             new = MU.copy()
             new[rows] = step[rows]
         group.publish("mu", new, states)
-    dmu = np.zeros(len(rows))
+    dmu, unwind = np.zeros(len(rows)), np.zeros(len(rows))
     if group.constrained:
         for k, i in enumerate(rows):
             p = group.programs[i]
-            dmu[k] = p.update_multipliers(X[i])["dmu"] if p.constraints else 0.0
-    return dmu
+            if p.constraints:
+                before = {name: mu.copy() for name, mu in p.node_state.mu.items()}
+                dmu[k] = p.update_multipliers(X[i])["dmu"]
+                unwind[k] = unwinding(p, before)
+    return dmu, unwind
 
 
 def _dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """`dald_cc_dual` as a group request (one x̂ for all), or None."""
     if blocks or (common.get("consensus", 1.0) and "xhat" not in common):
         return None
-    dmu = _dual_block(group, rows, common.get("xhat"), common.get("consensus", 1.0))
-    return None if dmu is None else {"dmu": dmu}
+    out = _dual_block(group, rows, common.get("xhat"), common.get("consensus", 1.0))
+    return None if out is None else {"dmu": out[0], "unwind": out[1]}
 
 
-@client_step("dald_cc_dual", {"xhat": "x", "consensus": "1"}, {"dmu": "1"}, stacked=_dual_stacked)
+@client_step("dald_cc_dual", {"xhat": "x", "consensus": "1"}, {"dmu": "1", "unwind": "1"},
+             stacked=_dual_stacked)
 def _cc_dual(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """(15) and the node's own constraint multipliers (Step 2) for the rows `members`."""
     opts = same_options(payloads, members, ("consensus",))
@@ -184,8 +189,9 @@ def _cc_dual(group: Group, members: list[str], payloads: dict) -> dict[str, dict
         return None
     consensus = opts.get("consensus", 1.0)
     xhat = request_rows(group, members, payloads, "xhat", group.gather("x", states, group.n_x)) if consensus else None
-    dmu = _dual_block(group, np.array([group.index[m] for m in members], dtype=np.intp), xhat, consensus)
-    return {m: {"dmu": float(v)} for m, v in zip(members, dmu)}
+    dmu, unwind = _dual_block(group, np.array([group.index[m] for m in members], dtype=np.intp), xhat,
+                              consensus)
+    return {m: {"dmu": float(v), "unwind": float(u)} for m, v, u in zip(members, dmu, unwind)}
 
 
 # Fed-DALD-CC's client steps (`DALD.procedures`)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedmodel.constraints import Equality
 from fedmodel.runtime.batched_group import Group, in_group_order, private_stack, read_only
 from fedmodel.runtime.batched_procedures import local_steps
 from fedmodel.runtime.client_step import NodeRows, client_step
@@ -101,6 +102,23 @@ def init_state(program, x0: np.ndarray, beta: float, rho2: np.ndarray | None) ->
     """A node's DALD state at x⁰: penalty β for its own constraints; ρ_i∘ρ_i (CC) or None (DC)."""
     program.configure(float(beta), 0.0, x0)
     program.state["dald"] = {"x": np.array(x0, float), "rho2": rho2, "edges": {}, "mu": np.zeros_like(x0)}
+
+
+def unwinding(program, before: dict[str, np.ndarray]) -> float:
+    """The largest step, in units of the node's β, by which one of its inequality multipliers
+    fell in its last update and stayed positive (`before`: the multipliers before it), else 0.
+    Such a multiplier belongs to a constraint that holds strictly at x_i yet still acts on the
+    local solve: it falls by β·|c| every step until it reaches 0 and lets go — a plateau of the
+    residuals that ends (the stall rule, `DALD._stall`). An infeasible run's multipliers do not
+    fall steadily."""
+    after, largest = program.node_state.mu, 0.0
+    for constraint in program.constraints:
+        if isinstance(constraint, Equality):      # free sign: a falling one lets nothing go
+            continue
+        old, new = before[constraint.name], after[constraint.name]
+        falling = (new > 0.0) & (new < old)
+        largest = max(largest, float(np.max(old[falling] - new[falling], initial=0.0)))
+    return largest / float(program.node_state.beta or 1.0)
 
 
 # ---- the clients' states ----------------------------------------------------------------------
