@@ -81,6 +81,7 @@ def test_defaults_reach_a_verified_point_in_at_most_100_round_trips(model, most)
     assert res.info["communication"]["round_trips"] <= most
 
 
+@pytest.mark.integration   # ~3 s: CI's integration run (the fast suite is at its budget)
 def test_forty_clients_take_far_fewer_iterations():
     """ridge n = 40: main 435 iterations (873 round trips); Boyd's residuals for the balance: 112."""
     from benchmarks import bench_rounds

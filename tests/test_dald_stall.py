@@ -85,6 +85,7 @@ def _random_model(rng):
     return kind, n, d, prob, w
 
 
+@pytest.mark.integration   # ~10 s (836 DALD steps and CVXPY): CI's integration run
 def test_a_box_model_cvxpy_solves_is_not_called_stalled():
     """The random check's model 3 (ls-box, 8 clients, d = 4): residuals flat at 0.025 from step
     250 to 650 while client 1's box multiplier fell 0.05 a step from 22 to 0; main said

@@ -185,6 +185,7 @@ def test_anderson_cuts_admm_iterations_on_monks1():
         assert report.objective_gap <= 1e-3 and set(report.failed) <= {"solution distance"}
 
 
+@pytest.mark.integration   # ~3 s: CI's integration run (the fast suite is at its budget)
 def test_infeasible_model_stops_once_the_violation_stalls_at_beta_max():
     """With β growth, an infeasible model drives β to β_max and then the violation stops
     falling: ProxAL stops (status "infeasible", a warning, info["infeasible"]) a few outer
