@@ -325,9 +325,15 @@ def test_partial_participation_goes_on_without_a_lost_client(flower, tmp_path):
                         callback=lambda r: setattr(serial_ex, "armed", r["round"] >= 2))
     flag = pathlib.Path(os.environ[HANG_ENV])
     prob, w = _admm_model()
-    flower.timeout = 2.0
+    # 2 s from round 1's end on: the run's set-up requests start a cold simulation's ClientApps
+    # (alone or first on an xdist worker every client missed 2 s on 'fedadmm_refusal')
+
+    def shorten_then_hang_c1(record):
+        flower.timeout = 2.0
+        if record["round"] == 2:
+            flag.touch()
     try:
-        remote = make().run(prob, executor=flower, callback=lambda r: r["round"] == 2 and flag.touch())
+        remote = make().run(prob, executor=flower, callback=shorten_then_hang_c1)
     finally:
         flower.timeout = 60
         flag.unlink(missing_ok=True)      # lets c1's hung call end (its late reply is ignored)
