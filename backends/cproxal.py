@@ -19,11 +19,13 @@ from fedmodel.runtime.program import NodeProgram
 from . import proxal_outer
 from .base import Backend, Run, paper_preset
 from .outcome import Outcome, Status
-from .proxal_outer import check_options, next_beta, outer_stop, start_point
+from .common import check_number
+from .proxal_outer import check_options, next_beta, next_tau, outer_stop, start_point
 from .watch import DivergenceWatch
 
-# The paper's cProx-AL setting (β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3), fixed β): `CentralizedProxAL.paper()`.
-PAPER_CPROXAL = dict(beta=300.0, s_bar=1e-3, tol=(1e-3, 1e-3), beta_growth=1.0)
+# The paper's cProx-AL setting (β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3), fixed β, (11) alone):
+# `CentralizedProxAL.paper()`.
+PAPER_CPROXAL = dict(beta=300.0, s_bar=1e-3, tol=(1e-3, 1e-3), beta_growth=1.0, dist_tol=float("inf"))
 CENTRALIZED = ("cProx-AL is the paper's centralized baseline: it pooled every block's terms and "
                "constraints in one program on the driver (one node, no clients), so no message "
                "crossed a network and its ledger is empty")
@@ -35,8 +37,12 @@ class CentralizedProxAL(Backend):
     (so no data stays with its owner). Runs on the driver as the only node of a serial executor
     (`topology` and `executor` are ignored); its result has an empty ledger and says so in
     `info["centralized"]`. Defaults add ProxAL's
-    β growth (×4 up to 1e4, which also detects infeasible / unbounded models) and ε2 = 1e-4;
-    `CentralizedProxAL.paper()` is the paper's fixed-β setting."""
+    β growth (×4 up to 1e4, which also detects infeasible / unbounded models), ε2 = 1e-4 and
+    its distance test (`dist_tol`, `proxal_outer.distance_left`: "converged" also needs the
+    distance the outer steps' contraction predicts ≤ dist_tol·‖w‖₂, τ_k tightened near it, β
+    raised on a flat objective — (11) alone stopped 0.9 % from CVXPY's point on
+    tests/test_proxal_flat.py's model); `CentralizedProxAL.paper()` is the paper's fixed-β
+    setting with (11) alone."""
 
     name = "cproxal"
     checkpointing = True
@@ -45,10 +51,13 @@ class CentralizedProxAL(Backend):
 
     def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-5, 1e-4),
                  max_outer: int = 100, local_solver: str = "auto", w0: Any = None,
-                 beta_growth: float = 4.0, beta_max: float = 1e4):
+                 beta_growth: float = 4.0, beta_max: float = 1e4, dist_tol: float = 1e-4):
         options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
         for key, value in options.items():
             setattr(self, key, value)
+        self.dist_tol = check_number("dist_tol (the relative distance left at the stop)", dist_tol, 0,
+                                     float("inf"), closed=True)
+        self.tau_rule = "paper"         # τ_k = s̄/(k+1)², tightened near the distance test only
 
     @classmethod
     def paper(cls, **overrides: Any) -> "CentralizedProxAL":
@@ -79,7 +88,7 @@ class CentralizedProxAL(Backend):
             w, history, total = saved["w"], saved["history"], saved["total"]
             beta, last_change, watch.smallest = saved["beta"], saved["last_change"], dict(saved["watch"])
         for k in range(len(history), self.max_outer):
-            tau = self.s_bar / (k + 1) ** 2                                       # step 2
+            tau = next_tau(self, k, history)                                      # step 2
             ex.call("server", "configure", beta=beta, prox_weight=1.0 / beta, center=w)
             gradient = ex.call("server", "merit", x=w)["grad"]   # a non-finite start would crash the solver
             if not np.all(np.isfinite(gradient)) and watch.check(k, merit_gradient=gradient):
@@ -93,11 +102,15 @@ class CentralizedProxAL(Backend):
                 status = watch.report(info)
                 break
             dw = max(float(np.max(np.abs(out["x"] - w), initial=0.0)), change["dy"])
-            w = out["x"]
+            previous, w = w, out["x"]
             report = ex.call("server", "report", x=w)
             record = {"iteration": k + 1, "objective": report["objective"], "violation": report["violation"],
-                      "inner": int(out["steps"]), "tau": tau, "primal_change": dw, "beta": beta,
-                      "multiplier_change": change["dmu"], "time": time.perf_counter() - start}
+                      "inner": int(out["steps"]), "tau": tau, "certificate": float(out["grad_norm"]),
+                      "primal_change": dw, "beta": beta, "multiplier_change": change["dmu"],
+                      "time": time.perf_counter() - start,
+                      # for the distance test (proxal_outer._near)
+                      "step": float(np.linalg.norm(w - previous)), "size": float(np.linalg.norm(w)),
+                      "dimension": w.size}
             history.append(record)
             if callback:
                 callback(record)
@@ -105,7 +118,7 @@ class CentralizedProxAL(Backend):
             if stop:
                 status = stop
                 break
-            beta, last_change = next_beta(self, beta, change["dmu"], last_change)
+            beta, last_change = next_beta(self, beta, change["dmu"], last_change, history)
             checkpointer.save(ex, k + 1, {"w": w, "history": history, "total": total, "beta": beta,
                                           "last_change": last_change, "watch": dict(watch.smallest)})
         return Outcome(status, shared=w, history=history,

@@ -18,7 +18,7 @@ from conftest import load_data
 
 def _options(backend) -> dict:
     return {"beta": backend.beta, "s_bar": backend.s_bar, "tol": (backend.eps1, backend.eps2),
-            "beta_growth": backend.beta_growth}
+            "beta_growth": backend.beta_growth, "dist_tol": backend.dist_tol}
 
 
 def test_defaults_are_the_fast_preset_and_paper_is_the_papers():
@@ -31,6 +31,7 @@ def test_defaults_are_the_fast_preset_and_paper_is_the_papers():
     assert ProxAL.paper(max_outer=7, rho=0.5).max_outer == 7 and ProxAL.paper(rho=0.5).rho == 0.5
     assert _options(CentralizedProxAL.paper()) == {**PAPER_CPROXAL, "tol": (1e-3, 1e-3)}
     assert CentralizedProxAL().beta_growth == 4.0 and CentralizedProxAL().eps2 == 1e-4
+    assert CentralizedProxAL().dist_tol == 1e-4 and CentralizedProxAL.paper().dist_tol == float("inf")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.backends import ProxAL
+from fedmodel.backends import CentralizedProxAL, ProxAL
 from fedmodel.backends.proxal_outer import _near, curvature, distance_left, next_tau
 
 
@@ -161,3 +161,20 @@ def test_a_barely_feasible_data_constraint_is_solved_not_called_stalled():
     report = fm.verify(res, reference=ref)
     assert res.status == "converged" and report.ok, str(report)
     assert res.history[-1]["beta"] > 1e4
+
+
+def test_cproxal_reaches_the_answer_on_a_flat_model(flat):
+    """cProx-AL (Algorithm 3) shares the outer rules: with (11) alone (`dist_tol=inf`, its
+    default before it took the distance test) it said "converged" 8.8e-3 from CVXPY's point
+    after 48 outer iterations, and verify said NO; now 4.7e-5 in 15."""
+    prob, w, ref = flat
+    res = prob.solve("cproxal")
+    distance = np.linalg.norm(res.value(w) - ref.value(w)) / np.linalg.norm(ref.value(w))
+    assert res.status == "converged" and distance < 2e-4
+    assert fm.verify(res, reference=ref).ok
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        alone = prob.solve(CentralizedProxAL(dist_tol=float("inf")))
+    assert alone.status == "converged"
+    assert np.linalg.norm(alone.value(w) - ref.value(w)) > 1e-3 * np.linalg.norm(ref.value(w))
+    assert not fm.verify(alone, reference=ref).ok
