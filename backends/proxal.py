@@ -336,7 +336,7 @@ class ProxAL(Backend):
         the clients' solves hold their constraints (`client_constraints`); a client that
         reports it cannot meet them ends the run, its violation in `failed`."""
         clients = ex.clients
-        mode = {} if local is None else {"local": float(local)}
+        mode = {"local": 0.0} if local is False else {}     # (held is a node's default)
         replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c], "anderson": self.anderson,
                                                   **(settings or {}), **mode} for c in clients})
         u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
