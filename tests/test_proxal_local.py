@@ -149,3 +149,25 @@ def test_the_paper_preset_keeps_constraints_in_the_augmented_lagrangian():
     assert ProxAL().client_constraints == FAST_PROXAL["client_constraints"] == "local"
     with pytest.raises(fm.FedModelError, match="client_constraints"):
         ProxAL(client_constraints="server")
+
+
+def test_several_held_constraints_with_several_rows_match_cvxpy():
+    """Two held constraints, one of them two rows (A w ≤ b, both rows active), beside the NP
+    constraint: the local solve's point and every row's multiplier equal CVXPY's."""
+    import cvxpy as cp
+    prob, w, X0, X1 = one_client(threshold=0.4)
+    A, b = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, -1.0]]), np.array([0.2, -0.3])
+    prob.blocks[-1].subject_to((A @ w <= b).named("rows"))
+    program = compile_programs(prob, client_sets=True, client_constraints=True)["c0"]
+    assert sorted(program.local_names) == ["np", "rows"]
+    lam, rho, anchor = np.array([0.3, -0.2, 0.1, 0.4]), 0.5, np.array([1.0, -1.0, 0.5, 0.0])
+    out = program.solve_local(linear=lam, weight=rho, anchor=anchor, x0=np.zeros(4), tol=1e-10)
+    u = cp.Variable(4)
+    constraints = [cp.sum(cp.logistic(-(X1 @ u))) / len(X1) <= 0.4, A @ u <= b]
+    cp.Problem(cp.Minimize(cp.sum(cp.logistic(X0 @ u)) / len(X0) + lam @ u + rho / 2 * cp.sum_squares(u - anchor)),
+               constraints).solve(solver="CLARABEL")
+    np.testing.assert_allclose(out["x"], u.value, atol=1e-5)
+    mu = program.multipliers()["multipliers"]
+    assert np.all(constraints[1].dual_value > 0.01)      # both rows active
+    np.testing.assert_allclose(np.ravel(mu["rows"]), constraints[1].dual_value, rtol=1e-4, atol=1e-6)
+    assert float(mu["np"]) == pytest.approx(float(constraints[0].dual_value), rel=1e-4, abs=1e-6)

@@ -47,15 +47,20 @@ class Merit:
 
 
 LOCAL_PENALTY = 300.0   # σ of a local constraint's AL term outside a local solve (= ProxAL's β₀)
+# rows up to which a constraint is held locally: its certificate reads ∇g row by row (one plan
+# evaluation each, `local_solvers.LocalPlans.jacobian`); a larger one stays in the AL
+LOCAL_ROWS = 64
 
 
 def is_local(constraint: Constraint, variables: list[Variable]) -> bool:
-    """A constraint a client's local solve can hold itself: a smooth convex inequality on the
-    shared variables only (`variables` with no owner), not a set (sets are projected)."""
+    """A constraint a client's local solve can hold itself: a smooth convex inequality of at
+    most LOCAL_ROWS rows on the shared variables only (`variables` with no owner), not a set
+    (sets are projected)."""
     reads = {v.uid for v in constraint.expr.variables()}
     shared = {v.uid for v in variables if v.owner is None}
     return not isinstance(constraint, Equality) and constraint.expr.is_smooth() \
-        and constraint.expr.is_convex() and bool(reads) and reads <= shared
+        and constraint.expr.is_convex() and bool(reads) and reads <= shared \
+        and int(np.prod(constraint.shape, dtype=int)) <= LOCAL_ROWS
 
 
 def build_merit(terms: list[Expression], constraints: list[Constraint],
