@@ -51,6 +51,12 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   constraints). The multipliers come from each client's last local point
   (`proxal_nodes._set_multipliers`). Off with FedADMM as inner solver and with an explicit
   Newton / L-BFGS / GD local solver (neither projects);
+- `client_constraints="local"`: a client's smooth convex inequalities on the shared variables
+  (NP's class-1 loss ≤ γ) are held in its solve (19) by a local method of multipliers
+  (`local_solvers._local_al`), not in the AL: the consensus ADMM is over ∩ X_i, (22) reads
+  their normal cones (`NodeProgram.constraint_remainder`), the outer loop keeps the rest (NP
+  adult n = 5: 16 outer / 374 round trips → 4 / 56). A client that cannot meet them, or an
+  unsolved ADMM (∩ X_i may be empty), puts them back in the AL, whose verdicts name them;
 - `dist_tol=δ`: "converged" needs (11) and an estimate of ‖w − w*‖₂ ≤ δ‖w‖₂ from the outer
   records (`proxal_outer.distance_left`: the stationarity (11) bounds, divided by the curvature
   the outer steps' contraction shows; δ = ∞: the paper's (11) alone). Near the stop τ_k is
@@ -78,7 +84,7 @@ from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
 from .outcome import Outcome, Status
-from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_stop, start_point
+from .proxal_outer import TAU_RULES, _stalled, check_options, next_beta, next_tau, outer_stop, start_point
 from .watch import DivergenceWatch
 
 
@@ -122,7 +128,8 @@ DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxA
 #   RHO_PERIOD-th ADMM step, so the memory can fill between restarts.
 # - tau_rule = "progress", local_tol_cap = 0.1, client_sets = True (module docstring): the round
 #   trips to a verified point fall from 124–629 to 20–84 on bench_rounds' synthetic models at
-#   n = 5 and 40 (docs/BENCHMARKS.md, "ProxAL in ≤ 100 round trips").
+#   n = 5 and 40 (docs/BENCHMARKS.md, "ProxAL in ≤ 100 round trips"); client_constraints = "local":
+#   the NP models' from 211–374 to 56–133 (docs/BENCHMARKS.md, "Client constraints held locally").
 # - dist_tol = 1e-4: "converged" also needs the distance to the answer estimated from the outer
 #   steps (their contraction gives the curvature μ: `proxal_outer.distance_left`) ≤ 1e-4‖w‖₂;
 #   near the stop τ_k is tightened to what that estimate needs, and β rises when the steps
@@ -134,24 +141,11 @@ PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), a
                     beta_growth=1.0, anderson=0)
 FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, tol=(1e-5, 1e-4),
                    beta_growth=4.0, beta_max=1e6, anderson=5, tau_rule="progress", local_tol_cap=0.1,
-                   client_sets=True, dist_tol=1e-4)
+                   client_sets=True, dist_tol=1e-4, client_constraints="local")
 # the paper's outer schedule, local tolerances and client constraints, spelled out for
 # `ProxAL.paper()` (like its fixed ρ and β) so that changing the defaults cannot touch it
-_PAPER_RULES = dict(tau_rule="paper", local_tol_cap=float("inf"), client_sets=False, dist_tol=float("inf"))
-
-
-def _stalled(trace: list[float], window: int) -> bool:
-    """True when the best certificate (22) of the last `window` ADMM iterations is not 1 % below
-    the best of the `window` before them (window = 0: never). Comparing window with window, not
-    with the best ever, keeps a steadily falling certificate after an early transient dip going.
-    The certificate then cycles instead of falling — seen when a client's nonsmooth term
-    (λ‖w‖₁) is evaluated at a server iterate creeping towards its kink (w_j → 0 but not 0, so
-    its subgradient stays ±λ) on an infeasible model. The outer loop reads trace[-1] > τ_k as
-    an unsolved subproblem (no convergence claimed) and goes on, so `verdict` gets its outer
-    iterations in a bounded number of ADMM steps. Depends on the trace alone: deterministic."""
-    if not window or len(trace) < 2 * window:
-        return False
-    return min(trace[-window:]) > 0.99 * min(trace[-2 * window:-window])
+_PAPER_RULES = dict(tau_rule="paper", local_tol_cap=float("inf"), client_sets=False, dist_tol=float("inf"),
+                    client_constraints="al")
 
 
 # ---- the backend ------------------------------------------------------------------------------
@@ -179,7 +173,8 @@ class ProxAL(Backend):
                  local_solver: str = "auto", w0: Any = None, inner: Any = None,
                  check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e6,
                  anderson: int = 5, inner_stall: int = 50, tau_rule: str = "progress",
-                 local_tol_cap: float = 0.1, client_sets: bool = True, dist_tol: float = 1e-4):
+                 local_tol_cap: float = 0.1, client_sets: bool = True, dist_tol: float = 1e-4,
+                 client_constraints: str = "local"):
         options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
         for key, value in options.items():         # beta, s_bar, eps1, eps2, max_outer, ..., w0
             setattr(self, key, value)
@@ -208,6 +203,9 @@ class ProxAL(Backend):
         self.local_tol_cap = check_number("local_tol_cap (ε_{t+1} ≤ local_tol_cap·τ_k)", local_tol_cap, 0,
                                           float("inf"), closed=True)
         self.client_sets = bool(client_sets)
+        # "local": a client's smooth convex inequalities on the shared variables are held in its
+        # local solves (19) (module docstring); "al": in the augmented Lagrangian (the paper)
+        self.client_constraints = check_choice("client_constraints", client_constraints, ("al", "local"))
         # (11) also waits for the outer steps' geometric tail to be ≤ dist_tol·‖w‖₂
         # (`proxal_outer.distance_left`; ∞: (11) alone, the paper's rule)
         self.dist_tol = check_number("dist_tol (the relative distance left at the stop)", dist_tol, 0,
@@ -229,7 +227,8 @@ class ProxAL(Backend):
         solver "auto" or "prox"), a client's simple sets on the shared variables (norm balls,
         bounds; `compile_programs(client_sets=True)`) are projected in its local solve (19)
         instead of entering its augmented Lagrangian (see the module docstring)."""
-        return compile_programs(problem, client_sets=self._projects_client_sets())
+        return compile_programs(problem, client_sets=self._projects_client_sets(),
+                                client_constraints=self._holds_client_constraints())
 
     def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
         """The multipliers of the sets the clients projected (`proxal_set_multipliers`)."""
@@ -243,6 +242,10 @@ class ProxAL(Backend):
         # an explicit Newton / L-BFGS / GD local solver would not project
         return self.client_sets and self.inner is None and self.local_solver in ("auto", "prox")
 
+    def _holds_client_constraints(self) -> bool:
+        # as client sets: Algorithm 2's own local solves ("auto" / "prox") hold them
+        return self.client_constraints == "local" and self._projects_client_sets()
+
     def loop(self, problem, ex, run: Run) -> Outcome:
         callback, verbose, checkpointer = run.callback, run.verbose, run.checkpointer
         n, clients = len(ex.clients), set(ex.clients)
@@ -251,6 +254,7 @@ class ProxAL(Backend):
         watch = DivergenceWatch("ProxAL", DIVERGENCE_HINT)
         history, total_inner, status = [], 0, Status.MAX_ITERATIONS
         beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
+        local = self._holds_client_constraints()       # the clients' solves hold their constraints
         bar = progress(self.max_outer, verbose, "ProxAL")
         certificate_log, info = [], {}
         start = time.perf_counter()
@@ -259,6 +263,7 @@ class ProxAL(Backend):
             w, rho, total_inner = saved["w"], saved["rho"], saved["total_inner"]
             certificate_log, history = saved["certificate_log"], saved["history"]
             beta, last_change = saved["beta"], saved["last_change"]
+            local = saved.get("local", local)
             watch.smallest = dict(saved["watch"])           # the growth test's memory
         # Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace holds upper bounds
         # on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
@@ -271,7 +276,13 @@ class ProxAL(Backend):
             folded = {"settings": settings} if self.configure_with_init and self.inner is None else {}
             ex.map("configure", {node: {**settings, "center": w} for node in ex.nodes
                                  if not (folded and node in clients)})
+            failed: dict = {}
+            if self._holds_client_constraints():
+                folded.update(local=local, failed=failed)
             w_next, trace, rho = subproblem(ex, w, tau, rho, **folded)            # steps 3–4
+            if local and (failed or trace[-1] > tau):   # unmet or no consensus: back to the AL
+                local, info["client_constraints"] = False, f"held locally until outer iteration {k + 1}, " \
+                    f"then in the augmented Lagrangian (local violation {max(failed.values(), default=0):.3g})"
             total_inner += len(trace)
             true_residual = self._true_residual(ex, w_next) if self.check_certificate else None
             certificate_log.append((tau, trace[-1]))
@@ -301,7 +312,7 @@ class ProxAL(Backend):
                 break
             beta, last_change = next_beta(self, beta, dmu, last_change, history)
             checkpointer.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
-                                  "last_change": last_change, "watch": dict(watch.smallest),
+                                  "last_change": last_change, "watch": dict(watch.smallest), "local": local,
                                   "certificate_log": certificate_log, "history": history})
         bar.close()
         ex.ledger.rounds = total_inner + len(history)
@@ -318,13 +329,16 @@ class ProxAL(Backend):
         return {c: self.rho * r["samples"] for c, r in replies.items()}
 
     # Algorithm 2 --------------------------------------------------------------------------------
-    def _admm(self, ex, w_start, tau, rho, settings=None):
+    def _admm(self, ex, w_start, tau, rho, settings=None, local=None, failed=None):
         """Algorithm 2 from w̃⁰ = w_start to (23) with τ_k = `tau`: returns the last server
         iterate, the certificates (22) of its iterations and the clients' ρ_i. `settings`
-        (β, ω): the clients configure P_{i,k} with the init (center w_start)."""
+        (β, ω): the clients configure P_{i,k} with the init (center w_start). `local`: whether
+        the clients' solves hold their constraints (`client_constraints`); a client that
+        reports it cannot meet them ends the run, its violation in `failed`."""
         clients = ex.clients
+        mode = {"local": 0.0} if local is False else {}     # (held is a node's default)
         replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c], "anderson": self.anderson,
-                                                  **(settings or {})} for c in clients})
+                                                  **(settings or {}), **mode} for c in clients})
         u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
         mixer = ServerMixer(self.anderson) if self.anderson else None
         mix, restart = np.zeros(0), False
@@ -348,6 +362,10 @@ class ProxAL(Backend):
             new_rho = {c: r["rho"] for c, r in replies.items()}
             certificate = eps + sum(r["eps_tilde"] for r in replies.values())
             trace.append(certificate)
+            lost = {c: r["local_failed"] for c, r in replies.items() if "local_failed" in r}
+            if lost and failed is not None:
+                failed.update(lost)
+                break
             if not np.isfinite(certificate):      # blown up: the outer DivergenceWatch reports it
                 break
             if mixer and certificate > tau:   # the clients' next states, mixed (backends/anderson.py)

@@ -20,6 +20,7 @@ import numpy as np
 from fedmodel.expression import Data
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
+from fedmodel.runtime import local_solvers
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
@@ -35,21 +36,29 @@ def _sample_count(program: NodeProgram) -> dict:
     return {"samples": float(max(rows or [1]))}
 
 
-@client_step("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1", "beta": "1", "prox_weight": "1"},
+@client_step("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1", "beta": "1", "prox_weight": "1",
+                                  "local": "1"},
              {"u_tilde": "x"})
 def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
     """Step 1 of Algorithm 2: u⁰ = w̃⁰, λ⁰ = −∇P_i(w̃⁰), ũ⁰ = w̃⁰ − ∇P_i(w̃⁰)/ρ_i. Each client's
     gradient from its own plan (once per ADMM run): the request does not say which local solver
     follows, and an L-BFGS-B run started from a gradient that differs in the last bits can take
     other steps. With `beta` and `prox_weight` the client first configures P_{i,k} (13) with
-    center w̃⁰ = w_k, as "configure" would: the outer step's two requests in one message."""
+    center w̃⁰ = w_k, as "configure" would: the outer step's two requests in one message.
+    `local` (0 or 1, with `ProxAL(client_constraints="local")`): whether the client's local
+    solves hold its smooth convex constraints (`NodeProgram.hold_locally`; 0: the fallback to
+    the augmented Lagrangian)."""
     replies = {}
     for m in members:
         program, request = group.programs[group.index[m]], payloads[m]
         w, rho, anderson = np.asarray(request["w"], float), float(request["rho"]), int(request.get("anderson", 0.0))
+        if request.get("local") is not None:
+            program.hold_locally(bool(request["local"]))
         if request.get("beta") is not None:
             program.configure(beta=request["beta"], prox_weight=request["prox_weight"], center=w)
         grad = program.merit(w)["grad"]
+        if program.local_names:         # ∇F_i + ∇gᵀν of the held constraints, not their AL term
+            grad = local_solvers.lagrangian_gradient(program, w, grad)
         program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": rho, "w": w.copy(),
                                  "history": ClientHistory(anderson) if anderson else None}
         replies[m] = {"u_tilde": w - grad / rho}
@@ -59,7 +68,8 @@ def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, di
 
 @client_step("proxal_admm_step", {"w": "x", "eps": "1", "adaptive": "1", "solver": "str",
                                   "mix": f"<={MAX_MEMORY}", "restart": "1"},
-             {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1", "products": f"<={MAX_MEMORY + 1}"})
+             {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1", "products": f"<={MAX_MEMORY + 1}",
+              "local_failed": "1"})
 def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """One client step of Algorithm 2 at the server's w^{t+1} for the rows `members`:
     certificate (22), local solve (19), multiplier step (20), ũ_i (21); with Anderson, first
@@ -100,8 +110,8 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     private = private.copy()
     private[rows] = Y_new
     remainder = group.grad(broadcast_rows(w, group.n, n_x), private)[rows, :n_x] + Lam - rho[:, None] * (w - U)
-    if group.prox:                      # a client's λ‖w‖₁ or set: its ∂ counts
-        remainder = np.array([group.programs[i].prox_remainder(w, r) for i, r in zip(rows, remainder)])
+    if group.prox or group.programs[rows[0]].local_names:   # a client's λ‖w‖₁, set or held constraint: its ∂ counts
+        remainder = np.array([group.programs[i].constraint_remainder(w, r) for i, r in zip(rows, remainder)])
     eps_tilde = np.abs(remainder).max(axis=1, initial=0.0)
     Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
     new_rho = rho
@@ -117,6 +127,9 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
         program.y = Y_new[j]
         reply = {"eps_tilde": float(eps_tilde[j]), "steps": int(steps[j]), "u_tilde": U_tilde[j],
                  "rho": float(new_rho[j])}
+        failed = program.state.pop("local_failed", None)
+        if failed is not None:          # its held constraints could not be met (`local_solvers._local_al`)
+            reply["local_failed"] = float(failed)
         if history is not None:         # the iterate in the ρ it was computed with
             reply["products"] = history.push(np.concatenate([U_new[j], Lam_new[j] / rho[j]]),
                                              np.concatenate([U[j], Lam[j] / rho[j]]))

@@ -199,6 +199,20 @@ def _still(history: list[dict], tol: float) -> bool:
     return len(history) >= 2 and all(r.get("step", np.inf) <= 1e-2 * tol * r.get("size", 0.0) for r in history[-2:])
 
 
+def _stalled(trace: list[float], window: int) -> bool:
+    """True when the best certificate (22) of the last `window` ADMM iterations is not 1 % below
+    the best of the `window` before them (window = 0: never). Comparing window with window, not
+    with the best ever, keeps a steadily falling certificate after an early transient dip going.
+    The certificate then cycles instead of falling — seen when a client's nonsmooth term
+    (λ‖w‖₁) is evaluated at a server iterate creeping towards its kink (w_j → 0 but not 0, so
+    its subgradient stays ±λ) on an infeasible model. The outer loop reads trace[-1] > τ_k as
+    an unsolved subproblem (no convergence claimed) and goes on, so `verdict` gets its outer
+    iterations in a bounded number of ADMM steps. Depends on the trace alone: deterministic."""
+    if not window or len(trace) < 2 * window:
+        return False
+    return min(trace[-window:]) > 0.99 * min(trace[-2 * window:-window])
+
+
 def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:
     """The verdict on a run from its outer records: "infeasible", "stalled", "unbounded" or None.
 

@@ -41,11 +41,35 @@ class Merit:
     centers: dict[int, Parameter] = field(default_factory=dict)   # variable uid -> center
     constraints: list[Constraint] = field(default_factory=list)    # those in the AL (canonical)
     unsupported: list[str] = field(default_factory=list)   # terms with no prox nor gradient, why
+    # the constraints a local solve keeps (`local=True`): name -> their own penalty σ, which
+    # replaces β in their AL term (their μ are then the local solves' multipliers)
+    local_penalties: dict[str, Parameter] = field(default_factory=dict)
+
+
+LOCAL_PENALTY = 300.0   # σ of a local constraint's AL term outside a local solve (= ProxAL's β₀)
+# rows up to which a constraint is held locally: its certificate reads ∇g row by row (one plan
+# evaluation each, `local_solvers.LocalPlans.jacobian`); a larger one stays in the AL
+LOCAL_ROWS = 64
+
+
+def is_local(constraint: Constraint, variables: list[Variable]) -> bool:
+    """A constraint a client's local solve can hold itself: a smooth convex inequality of at
+    most LOCAL_ROWS rows on the shared variables only (`variables` with no owner), not a set
+    (sets are projected)."""
+    reads = {v.uid for v in constraint.expr.variables()}
+    shared = {v.uid for v in variables if v.owner is None}
+    return not isinstance(constraint, Equality) and constraint.expr.is_smooth() \
+        and constraint.expr.is_convex() and bool(reads) and reads <= shared \
+        and int(np.prod(constraint.shape, dtype=int)) <= LOCAL_ROWS
 
 
 def build_merit(terms: list[Expression], constraints: list[Constraint],
-                variables: list[Variable], name: str, project: bool = False) -> Merit:
-    """The merit P_i of one block, as an IR expression over `variables`."""
+                variables: list[Variable], name: str, project: bool = False,
+                local: bool = False) -> Merit:
+    """The merit P_i of one block, as an IR expression over `variables`. With `local`, the
+    smooth convex inequalities on shared variables (`is_local`) get their own penalty
+    Parameter σ in place of β (`Merit.local_penalties`): a local solve holds them exactly by a
+    method of multipliers on (μ, σ), the outer loop leaves their μ alone."""
     classified = classify_objective(terms)
     sorted_constraints = canonical_constraints(constraints, project)
     proxable = classified.prox + sorted_constraints.sets
@@ -57,15 +81,21 @@ def build_merit(terms: list[Expression], constraints: list[Constraint],
     half_over_beta = multiply(0.5, power(beta, -1))
     parts = [objective]
     multipliers: dict[str, Parameter] = {}
+    penalties: dict[str, Parameter] = {}
     for constraint in constraints:
         mu = Parameter(constraint.shape, name=f"mu[{constraint.name}]", value=np.zeros(constraint.shape))
         multipliers[constraint.name] = mu
         if isinstance(constraint, Equality):
             parts.append(sum_(multiply(mu, constraint.expr)))
             parts.append(multiply(multiply(0.5, beta), sum_squares(constraint.expr)))
-        else:
-            shifted = pos(add(mu, multiply(beta, constraint.expr)))
-            parts.append(multiply(half_over_beta, add(sum_squares(shifted), multiply(-1.0, sum_squares(mu)))))
+            continue
+        penalty, half = beta, half_over_beta
+        if local and is_local(constraint, variables):
+            penalty = penalties[constraint.name] = Parameter((), name=f"sigma[{constraint.name}]",
+                                                             value=LOCAL_PENALTY)
+            half = multiply(0.5, power(penalty, -1))
+        shifted = pos(add(mu, multiply(penalty, constraint.expr)))
+        parts.append(multiply(half, add(sum_squares(shifted), multiply(-1.0, sum_squares(mu)))))
     prox_weight = Parameter((), name=f"omega_{name}", value=0.0)
     private_weight = Parameter((), name=f"omega_y_{name}", value=0.0)
     centers = {}
@@ -76,4 +106,5 @@ def build_merit(terms: list[Expression], constraints: list[Constraint],
         parts.append(multiply(multiply(0.5, weight), sum_squares(add(var, multiply(-1.0, center)))))
     return Merit(expression=add(*parts), objective=objective, prox_terms=proxable, beta=beta,
                  multipliers=multipliers, prox_weight=prox_weight, private_weight=private_weight,
-                 centers=centers, constraints=constraints, unsupported=unsupported)
+                 centers=centers, constraints=constraints, unsupported=unsupported,
+                 local_penalties=penalties)

@@ -51,12 +51,12 @@ class CompiledMerit:
     """P_i of node `name` over z = (x, y) (shared `x`, private `y`), compiled once."""
 
     def __init__(self, name: str, terms: list, constraints: list[Constraint],
-                 shared: Layout, private: Layout, project: bool = False):
+                 shared: Layout, private: Layout, project: bool = False, local: bool = False):
         self.name = name
         self.shared, self.private = shared, private
         self.n_shared = shared.size
         self.variables = shared.variables + private.variables
-        self.ir = m = build_merit(terms, constraints, self.variables, name, project=project)
+        self.ir = m = build_merit(terms, constraints, self.variables, name, project=project, local=local)
         self.constraints = m.constraints   # handled by the AL (canonical: rewritten if nonsmooth)
         self.all_constraints = constraints
         if m.unsupported or not m.expression.is_smooth():

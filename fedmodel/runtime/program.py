@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..compiler.canonical import needs_projection
+from ..compiler.merit import LOCAL_PENALTY
 from ..collector import collection_paused, freeze_setup
 from ..constraints import Constraint, Equality
 from ..expression import Data, Variable
@@ -31,12 +32,13 @@ class NodeProgram:
     """Compiled merit P_i, its gradient, constraints and objective of one node, and its state."""
 
     def __init__(self, name: str, role: str, terms: list, constraints: list[Constraint],
-                 shared: list[Variable], private: list[Variable], project: bool = False):
+                 shared: list[Variable], private: list[Variable], project: bool = False,
+                 local: bool = False):
         self.name, self.role = name, role
         self.shared, self.private = Layout(shared), Layout(private)
         self.n_shared, self.n_private = self.shared.size, self.private.size
         self.variables = shared + private
-        self.compiled = CompiledMerit(name, terms, constraints, self.shared, self.private, project)
+        self.compiled = CompiledMerit(name, terms, constraints, self.shared, self.private, project, local)
         m = self.compiled.ir
         self.node_state = NodeState(
             y=np.zeros(self.n_private), y_center=np.zeros(self.n_private),
@@ -121,8 +123,45 @@ class NodeProgram:
         for var, value in zip(self.variables, self._values(np.asarray(center, float), s.y_center)):
             s.centers[var.uid] = np.array(value, dtype=float)
         self.compiled.set_parameters(beta=beta, prox_weight=prox_weight, centers=s.centers)
+        self._sync_penalties()
         self._forget_hessian()
         return {}
+
+    # ---- constraints its local solves hold (`compile_programs(client_constraints=True)`) -----
+    @property
+    def local_names(self) -> list[str]:
+        """The constraints this client's local solves hold exactly (local solver "local-al";
+        their μ are the multipliers of its last local solve, which "update_multipliers" leaves
+        alone); [] when it has none or was told to keep them in the AL (`hold_locally(False)`)."""
+        penalties = self.merit_ir.local_penalties
+        return list(penalties) if penalties and self.state.get("local_constraints", True) else []
+
+    def hold_locally(self, local: bool) -> None:
+        """Hold the local constraints in the local solves (True) or put them back in the
+        augmented Lagrangian with the node's β (False: a backend's fallback), kept in the state."""
+        if self.merit_ir.local_penalties and bool(local) != bool(self.local_names):
+            self.state["local_constraints"] = bool(local)
+            self._sync_penalties()
+
+    def _sync_penalties(self, value: float | None = None) -> None:
+        """Write σ of the local constraints' AL terms: `value` (a local solve's), else the
+        state's — β when they are in the AL, `merit.LOCAL_PENALTY` when held locally."""
+        penalties = self.merit_ir.local_penalties
+        if not penalties:
+            return
+        if value is None:
+            value = self._settings_key()[0] if not self.local_names else LOCAL_PENALTY
+        for parameter in penalties.values():
+            parameter.value = float(value)
+        self.compiled.forget()
+
+    def constraint_remainder(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """`prox_remainder` after the local constraints' share: g (∇P_i at x plus the ADMM's
+        terms) without their AL gradient, plus the element of their normal cone closest to −g
+        (`local_solvers.local_remainder`) — the optimality residual when the local solves hold them."""
+        if self.local_names:
+            g = local_solvers.local_remainder(self, x, g)
+        return self.prox_remainder(x, g)
 
     def merit(self, x: np.ndarray) -> dict:
         value, g = self.value_grad(np.asarray(x, float), self.y)
@@ -208,8 +247,10 @@ class NodeProgram:
         beta = self._settings_key()[0]
         residuals = self.compiled.residuals(*self._values(np.asarray(x, float), self.y)) \
             if self.constraints else []
-        change, new_mu = 0.0, {}
+        change, new_mu, local = 0.0, {}, self.local_names
         for constraint, c_value in zip(self.constraints, residuals):
+            if constraint.name in local:      # its μ is the local solves' (`local_solvers._local_al`)
+                continue
             mu = s.mu[constraint.name]
             new = mu + beta * np.asarray(c_value)
             if not isinstance(constraint, Equality):
@@ -265,6 +306,7 @@ class NodeProgram:
         self.compiled.set_parameters(beta=s.beta if "beta" in state else None,
                                      prox_weight=s.prox_weight if "prox_weight" in state else None,
                                      centers=s.centers, multipliers=s.mu)
+        self._sync_penalties()
         # the kept Hessian is exact for the settings it was saved with, which are the node's
         # now (a state is saved after `_forget_hessian` has matched them); its factor is derived
         self._factor_cache = None
@@ -279,8 +321,9 @@ class ProgramSpec:
     It carries the layout, so backends can read `n_shared` and `shared` from it."""
 
     def __init__(self, name: str, role: str, terms: list, constraints: list[Constraint],
-                 shared: list[Variable], private: list[Variable], project: bool = False):
-        self.name, self.role, self.project = name, role, project
+                 shared: list[Variable], private: list[Variable], project: bool = False,
+                 local: bool = False):
+        self.name, self.role, self.project, self.local = name, role, project, local
         self.terms, self.constraints = list(terms), list(constraints)
         self.shared, self.private = Layout(shared), Layout(private)
         self.n_shared, self.n_private = self.shared.size, self.private.size
@@ -303,18 +346,21 @@ class ProgramSpec:
         for item in self.loader_data:
             item.load()
         program = NodeProgram(self.name, self.role, self.terms, self.constraints,
-                              self.shared.variables, self.private.variables, project=self.project)
+                              self.shared.variables, self.private.variables, project=self.project,
+                              local=self.local)
         program.spec = self
         return program
 
 
-def compile_programs(problem, project: bool = True,
-                     client_sets: bool = False) -> dict[str, "NodeProgram | ProgramSpec"]:
+def compile_programs(problem, project: bool = True, client_sets: bool = False,
+                     client_constraints: bool = False) -> dict[str, "NodeProgram | ProgramSpec"]:
     """One NodeProgram per block (server first, then clients in order). With `project`, simple
     constraints on the shared variables held by the server are handled by projection; with
     `client_sets` also those held by clients, on the client (for backends whose client solves
-    project, e.g. FedADMM). A block whose data is produced on its worker stays a `ProgramSpec`
-    (the executor builds it there)."""
+    project, e.g. FedADMM); with `client_constraints` a client's smooth convex inequalities on
+    the shared variables get their own penalty (`compiler.merit.is_local`), for backends whose
+    local solves hold them (local solver "local-al": `local_solvers._local_al`). A block whose
+    data is produced on its worker stays a `ProgramSpec` (the executor builds it there)."""
     shared = problem.shared_variables()
     # a client's constraint on the shared variables alone with no smooth form (a ‖·‖₁ ball) is
     # the same constraint on the server, where it is projected (unless clients' solves project)
@@ -328,7 +374,8 @@ def compile_programs(problem, project: bool = True,
             constraints = block.constraints + moved if role == "server" else \
                 [c for c in block.constraints if not any(c is m for m in moved)]
             spec = ProgramSpec(block.name, role, block.terms, constraints, shared, private,
-                               project=project and (role == "server" or client_sets))
+                               project=project and (role == "server" or client_sets),
+                               local=client_constraints and role == "client")
             programs[block.name] = spec if spec.remote else spec.build()
         freeze_setup()       # (in the pause: see there)
     return programs

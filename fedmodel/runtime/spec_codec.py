@@ -111,7 +111,7 @@ def encode_spec(spec: ProgramSpec, ship: Callable[[Data], np.ndarray | None]) ->
                     "expr": index[id(c.expr)], "name": c.name, "owner": c.owner}
                    for c in spec.constraints]
     text = json.dumps({"format": FORMAT, "name": spec.name, "role": spec.role,
-                       "project": bool(spec.project), "nodes": nodes,
+                       "project": bool(spec.project), "local": bool(getattr(spec, "local", False)), "nodes": nodes,
                        "terms": [index[id(t)] for t in spec.terms], "constraints": constraints,
                        "shared": [index[id(v)] for v in spec.shared.variables],
                        "private": [index[id(v)] for v in spec.private.variables]},
@@ -166,7 +166,8 @@ def decode_spec(text: str, arrays: dict[str, np.ndarray],
         constraints.append(made)
     shared = [pick(j, "shared variable", Variable) for j in _list(doc.get("shared"), where)]
     private = [pick(j, "private variable", Variable) for j in _list(doc.get("private"), where)]
-    return ProgramSpec(block, role, terms, constraints, shared, private, project=bool(doc.get("project")))
+    return ProgramSpec(block, role, terms, constraints, shared, private, project=bool(doc.get("project")),
+                       local=bool(doc.get("local")))
 
 
 def _list(value: Any, where: str) -> list:
