@@ -36,11 +36,11 @@ class CentralizedProxAL(Backend):
     the subproblem solved to dist∞(0, ∂ℓ_k) ≤ τ_k by one program that pools every block's data
     (so no data stays with its owner). Runs on the driver as the only node of a serial executor
     (`topology` and `executor` are ignored); its result has an empty ledger and says so in
-    `info["centralized"]`. Defaults add ProxAL's
-    β growth (×4 up to 1e4, which also detects infeasible / unbounded models), ε2 = 1e-4 and
-    its distance test (`dist_tol`, `proxal_outer.distance_left`: "converged" also needs the
-    distance the outer steps' contraction predicts ≤ dist_tol·‖w‖₂, τ_k tightened near it, β
-    raised on a flat objective — (11) alone stopped 0.9 % from CVXPY's point on
+    `info["centralized"]`. Defaults add ProxAL's β growth (×4 up to 1e4, which also detects
+    infeasible / unbounded models), ε2 = 1e-4 and its distance test (`dist_tol`,
+    `proxal_outer.distance_left`: "converged" also needs the distance the outer steps'
+    contraction predicts ≤ dist_tol·‖w‖₂; τ_k on ProxAL's "progress" schedule, tightened near
+    that test; β raised on a flat objective — (11) alone stopped 0.9 % from CVXPY's point on
     tests/test_proxal_flat.py's model); `CentralizedProxAL.paper()` is the paper's fixed-β
     setting with (11) alone."""
 
@@ -57,7 +57,9 @@ class CentralizedProxAL(Backend):
             setattr(self, key, value)
         self.dist_tol = check_number("dist_tol (the relative distance left at the stop)", dist_tol, 0,
                                      float("inf"), closed=True)
-        self.tau_rule = "paper"         # τ_k = s̄/(k+1)², tightened near the distance test only
+        # ProxAL's schedule (`proxal_outer.next_tau`): τ_k tied to the last outer step, tightened
+        # near the distance test; the paper's s̄/(k+1)² without a distance test
+        self.tau_rule = "paper" if self.dist_tol == float("inf") else "progress"
 
     @classmethod
     def paper(cls, **overrides: Any) -> "CentralizedProxAL":

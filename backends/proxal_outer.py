@@ -66,15 +66,14 @@ def next_tau(backend, k: int, history: list[dict]) -> float:
     steps are small, τ_k = ε1/2 and (11) can hold at the next iteration. The paper's schedule
     needs τ_k < ε1, i.e. (k+1)² > s̄/ε1 — at least 11 outer iterations (s̄ = 1e-3, ε1 = 1e-5)
     whatever the model, each a full ADMM run (docs/BENCHMARKS.md). With a distance test
-    (`dist_tol`, either rule: cProx-AL keeps the paper's schedule) τ_k is also tightened to
-    what that test needs once the steps are small."""
+    (`dist_tol`) "progress" also tightens τ_k to what that test needs once the steps are small."""
     paper = backend.s_bar / (k + 1) ** 2
-    if not history:
+    if backend.tau_rule == "paper" or not history:
         return paper
     last = history[-1]
     ratio = max(last["primal_change"] / (last["beta"] * backend.eps1),
                 last["multiplier_change"] / (last["beta"] * backend.eps2))
-    tau = paper if backend.tau_rule == "paper" else min(paper, backend.eps1 * max(0.5, 0.1 * ratio))
+    tau = min(paper, backend.eps1 * max(0.5, 0.1 * ratio))
     tol = getattr(backend, "dist_tol", np.inf)
     if tol < np.inf and ratio <= 10 and "size" in last:     # (records saved before dist_tol lack it)
         # near (11): the distance test needs √d τ/μ ≤ dist_tol‖w‖/2 (`distance_left`)
