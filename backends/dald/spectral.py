@@ -32,7 +32,7 @@ def curvature(dx: np.ndarray, dg: np.ndarray) -> tuple[float, float]:
     if xg <= 0.0 or xx <= 0.0 or gg <= 0.0:
         return float("nan"), 0.0
     sd, mg = gg / xg, xg / xx
-    return (mg if 2.0 * mg > sd else sd - 0.5 * mg), xg / np.sqrt(xx * gg)
+    return (mg if 2.0 * mg > sd else sd - 0.5 * mg), float(xg / np.sqrt(xx * gg))
 
 
 def penalty(tau: float, client: tuple[np.ndarray, np.ndarray], server: tuple[np.ndarray, np.ndarray],
