@@ -53,9 +53,11 @@ def test_one_message_per_iteration_gives_the_two_message_iterates(build, executo
         np.testing.assert_array_equal(np.asarray(one.multipliers[name]), np.asarray(mu))
     k = one.iterations["outer"]
     trips, old = one.info["communication"], two.info["communication"]
-    # init, one solve per iteration (Step 2 and rescales inside), one Step 2 sent alone at the end
-    assert trips["by_kind"]["dald_cc_solve"] == k and trips["by_kind"]["dald_cc_dual"] == 1
-    assert trips["round_trips"] == k + 2 and "dald_cc_rescale" not in trips["by_kind"]
+    # init, one solve per iteration (Step 2 and rescales inside), one Step 2 sent alone at the
+    # end, and (client constraints) one alone at each step where the rest of the stop test held
+    alone = trips["by_kind"]["dald_cc_dual"]
+    assert trips["by_kind"]["dald_cc_solve"] == k and 1 <= alone <= (3 if prob.constraints else 1)
+    assert trips["round_trips"] == k + 1 + alone and "dald_cc_rescale" not in trips["by_kind"]
     assert old["by_kind"]["dald_cc_rescale"] >= 1          # (the rescale rode along, above)
     assert old["round_trips"] == 2 * k + 1 + old["by_kind"]["dald_cc_rescale"]
 
@@ -66,11 +68,13 @@ def test_paper_preset_keeps_the_papers_two_messages():
     assert res.info["communication"]["by_kind"] == {"dald_cc_init": 1, "dald_cc_solve": 5, "dald_cc_dual": 5}
 
 
-# ---- iterations: residual balancing on Boyd's residuals, band 3; D read in the initial ρ's units
-@pytest.mark.parametrize("model, most", [("ridge", 100), ("logistic", 100), ("logistic-ball", 50),
-                                         ("lasso", 100)])
+# ---- iterations: spectral penalty (Xu et al. 2017) on the coordinator's iterates; D read in the
+# initial ρ's units
+@pytest.mark.parametrize("model, most", [("ridge", 45), ("logistic", 62), ("logistic-ball", 35),
+                                         ("lasso", 42)])
 def test_defaults_reach_a_verified_point_in_at_most_100_round_trips(model, most):
-    """bench_rounds' models at n = 5 (main: 305, 388, 91, 175 round trips; now 63, 94, 28, 47)."""
+    """bench_rounds' models at n = 5 (b61ef0b: 305, 388, 91, 175 round trips; residual balancing
+    63, 94, 28, 47; the spectral penalty 36, 51, 28, 35)."""
     from benchmarks import bench_rounds
     prob, w = bench_rounds.MODELS[model](5)
     ref = prob.solve("cvxpy")
@@ -81,14 +85,44 @@ def test_defaults_reach_a_verified_point_in_at_most_100_round_trips(model, most)
     assert res.info["communication"]["round_trips"] <= most
 
 
-@pytest.mark.integration   # ~3 s: CI's integration run (the fast suite is at its budget)
-def test_forty_clients_take_far_fewer_iterations():
-    """ridge n = 40: main 435 iterations (873 round trips); Boyd's residuals for the balance: 112."""
+@pytest.mark.integration   # ~5 s each under load: CI's integration run (the fast suite is at its budget)
+@pytest.mark.parametrize("model, most", [("ridge", 50), ("logistic", 55), ("logistic-ball", 40),
+                                         ("lasso", 50)])
+def test_forty_clients_reach_a_verified_point_in_at_most_100_round_trips(model, most):
+    """bench_rounds' models at n = 40: b61ef0b 873, 1,130, 232, 470 round trips; residual
+    balancing 114, 150, 53, 114 (ρ∘ρ settled at 1/16 where 1/100 is the fixed optimum); the
+    spectral penalty 41, 45, 30, 41."""
     from benchmarks import bench_rounds
-    prob, w = bench_rounds.MODELS["ridge"](40)
+    prob, w = bench_rounds.MODELS[model](40)
+    ref = prob.solve("cvxpy")
     res = prob.solve(DALD())
-    assert res.status == "converged" and fm.verify(res).ok
-    assert res.iterations["outer"] <= 140 and res.info["communication"]["round_trips"] <= 142
+    report = fm.verify(res, ref)
+    assert res.status == "converged" and report.ok, str(report)
+    assert report.solution_distance <= 1e-4
+    assert res.info["communication"]["round_trips"] <= most
+
+
+def test_spectral_penalty_reads_the_curvature_of_both_sides():
+    """Xu et al.'s estimates: on a quadratic f_i with Hessian h·I every estimate is h; the
+    penalty is √(α̂β̂) when both sides correlate, one of them when only it does, else unchanged."""
+    from fedmodel.backends.dald.spectral import curvature, penalty
+    rng = np.random.default_rng(0)
+    dx = rng.normal(size=(5, 3))
+    assert curvature(dx, 0.04 * dx) == pytest.approx((0.04, 1.0))
+    # a diagonal Hessian diag(1, 4): MG ⟨dx,dg⟩/⟨dx,dx⟩ = 2.5, SD ⟨dg,dg⟩/⟨dx,dg⟩ = 3.4, 2·MG > SD
+    assert curvature(np.array([1.0, 1.0]), np.array([1.0, 4.0]))[0] == pytest.approx(2.5)
+    # SD > 2·MG: SD − MG/2 (diag(1, 100) along (10, 1): MG = 200/101, SD = 10100/200)
+    assert curvature(np.array([10.0, 1.0]), np.array([10.0, 100.0]))[0] == \
+        pytest.approx(10100 / 200 - 100 / 101)
+    assert np.isnan(curvature(dx, -dx)[0]) and curvature(dx, -dx)[1] == 0.0     # not monotone
+    assert np.isnan(curvature(dx, 0 * dx)[0])                                    # flat: no estimate
+    flat = (dx, np.zeros_like(dx))
+    assert penalty(1.0, (dx, 0.04 * dx), (dx, 0.25 * dx)) == pytest.approx(0.1)  # √(0.04·0.25)
+    assert penalty(1.0, (dx, 0.04 * dx), flat) == pytest.approx(0.04)
+    assert penalty(1.0, flat, (dx, 0.25 * dx)) == pytest.approx(0.25)
+    assert penalty(0.7, flat, flat) == 0.7
+    noisy = (np.array([1.0, 0.0]), np.array([0.1, 1.0]))                          # correlation 0.0995
+    assert penalty(0.7, noisy, flat) == 0.7
 
 
 def test_distance_left_reads_the_contraction_of_the_steps():
@@ -126,3 +160,35 @@ def test_a_start_transient_is_no_baseline_for_the_stall_rule():
     assert DALD()._stall(history) is None
     history[1]["constraint_residual"] = 0.011             # had the multipliers acted there: a stall
     assert DALD()._stall(history) == "stalled"
+
+
+def _flat_logistic(seed=3, n=5, d=40, rows=30, ridge=1e-4, radius=100.0):
+    """Sparse non-negative features, a server ridge 1e-4 and an inactive client ball: a flat
+    loss (small curvature), where a small stationarity residual is still far from the answer."""
+    rng = np.random.default_rng(seed)
+    truth = 3.0 * rng.normal(size=d)
+    w = fm.Variable(d, name="w")
+    prob = fm.Problem()
+    for i in range(n):
+        A = rng.random((rows, d)) * (rng.random((rows, d)) < 0.3)
+        margin = A @ truth - A.sum(axis=1) * truth.mean()
+        y = np.where(rng.random(rows) < 1.0 / (1.0 + np.exp(-margin)), 1.0, -1.0)
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.mean(fm.logistic(c.data(-y[:, None] * A, name="Z") @ w)) / n)
+        c.subject_to(fm.norm2(w) <= radius)
+    prob.server.minimize(ridge * fm.sum_squares(w))
+    return prob, w
+
+
+@pytest.mark.integration   # ~3 s under load (200 outer steps at d = 40 and CVXPY)
+def test_the_stop_test_never_reads_d_more_leniently_than_it_is():
+    """The spectral rule takes ρ∘ρ far below its initial value on a flat loss; reading D in the
+    initial ρ's units then divided it by that factor (MNIST 3v7: "converged" 1.2e-3 from CVXPY,
+    not verified). Here that stopped at 170 steps, 1.4e-5 (relative) away; D ≤ ε as well: 201
+    steps, 1.4e-6 away."""
+    prob, w = _flat_logistic()
+    ref = prob.solve("cvxpy")
+    res = prob.solve(DALD())
+    x_star = ref.value(w)
+    assert res.status == "converged"
+    assert np.linalg.norm(res.value(w) - x_star) <= 5e-6 * np.linalg.norm(x_star)

@@ -136,14 +136,16 @@ def test_unbounded_model_stops_with_unbounded(backend):
     assert fm.verify(result).ok
 
 
-def test_unbounded_model_under_default_dald_is_reported_as_diverged():
+def test_unbounded_model_under_default_dald_is_reported_as_unbounded():
     """A user's unbounded model under a consensus backend with its defaults: the iterates grow
-    without end, so the run must say so (status + warning), not return a point."""
+    without end, so the run must say so (status + warning), not return a point. (With residual
+    balancing ρ fell and the iterates grew fast enough for the divergence watch: "diverged" at
+    214; the spectral penalty sees no curvature in a linear loss and keeps ρ, the iterates grow
+    linearly and the round cap's check says "unbounded", what CVXPY says.)"""
     result, warned = quiet_solve(unbounded_model(), "dald")
-    assert result.status == "diverged"
-    # the divergence watch stops it early (measured: 214 of max_iterations = 1000)
-    assert result.iterations["outer"] <= DALD().max_iterations // 2
-    assert any("diverged" in m for m in warned)
+    assert result.status == "unbounded"
+    assert any("unbounded below" in m for m in warned)
+    assert "unbounded below" in result.info["unbounded"]
 
 
 # FedAvg and FedProx run to the 1000-round cap on every client (~30 s each): integration

@@ -28,8 +28,9 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
 
     Defaults: ρ = 1 (all ones), μ¹ = 0, x⁰ = 0, inner rule B4 with v_max = 1, step α = 1e-4 for
     the GD / prox-grad solver layer with W = 1, as in the paper; and, not in the paper,
-    ε_pri = ε_dual = 1e-6 (paper 1e-5), `adaptive_rho` (Fed-DALD-CC: ρ rescaled by residual
-    balancing for the first ADAPT_UNTIL outer steps, with exact local solves only (a larger ρ
+    ε_pri = ε_dual = 1e-6 (paper 1e-5), `adaptive_rho` (Fed-DALD-CC: ρ rescaled by the spectral
+    penalty rule of Xu et al. 2017 (`spectral`: curvature estimates from the iterates the
+    coordinator already has, no extra message) for the first ADAPT_UNTIL outer steps, with exact local solves only (a larger ρ
     would make the fixed gd / prox-grad step unstable); a given ρ is the initial value) and
     `stall_window` (constrained models: "infeasible" / "stalled"), `one_message` (Fed-DALD-CC:
     Step 2 sent with the next solve request, one round trip per iteration, the same iterates)
@@ -93,7 +94,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         # constrained models: residuals flat for 2 × stall_window outer steps → "infeasible" /
         # "stalled" (not in the paper; None: off, as in DALD.paper())
         self.stall_window = stall_window
-        # Fed-DALD-CC: residual balancing of ρ (not in the paper) while k ≤ ADAPT_UNTIL
+        # Fed-DALD-CC: spectral penalty selection of ρ (not in the paper) while k ≤ ADAPT_UNTIL
         self.adaptive_rho = bool(adaptive_rho)
         # Fed-DALD-CC with every client in every step: Step 2 (15) of outer iteration k sent
         # with the solve request (13) of k + 1 (same x̂, same iterates): one round trip per

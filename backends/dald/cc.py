@@ -11,7 +11,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from ..common import progress, stacked_report
-from . import kernels
+from . import kernels, spectral
 from ..outcome import Outcome, Status
 
 ADAPT_UNTIL = 200      # adaptive ρ: outer iterations that may change it (then fixed: convergence)
@@ -21,6 +21,12 @@ ADAPT_RANGE = 1e4      # ... and ρ∘ρ stays within [1/ADAPT_RANGE, ADAPT_RANG
 # 10–18× the primal for 150+ iterations) and 3 took ridge / logistic / lasso n = 5 from 151 /
 # 192 / 86 iterations to 79 / 94 / 45 (with the stop test's D in the initial ρ's units)
 BALANCE_RATIO = 3.0
+# adaptive ρ's rule: "spectral" (`spectral.penalty`, Xu et al. 2017) or "balance" (`_balance`).
+# Balancing settled ρ∘ρ at 1/16 on bench_rounds' n = 40 models where a fixed 1/100 was 2.5×
+# faster (it equalizes the residuals, which is not the fastest rate): ridge / logistic / lasso
+# n = 40 took 112 / 148 / 112 iterations, the spectral rule 39 / 43 / 39 (n = 5: 61 / 92 / 45 →
+# 34 / 49 / 33), every run verified against CVXPY
+PENALTY_RULE = "spectral"
 
 
 def _balance(primal: float, dual: float, ratio: float = BALANCE_RATIO, factor: float = 2.0) -> float:
@@ -103,6 +109,9 @@ class FedDALDCC:
         # the distance rule (`dist_tol`): the outer steps ‖Δx̂‖₂, whose contraction bounds how
         # far x̂ still is from the answer (a flat objective has small residuals far from it)
         steps, outer_start = [], xhat
+        # spectral penalty (`spectral`): the server's mirror of every μ_i, and the iterates of the
+        # step the next estimate compares with (X, λ̂, x̂, μ at k0)
+        MU, anchor = np.zeros((len(clients), d)), None
         watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
         if saved:
             k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
@@ -112,6 +121,7 @@ class FedDALDCC:
             owed, owed_factor, dmu_sent = saved.get("owed", (False, 1.0, 0.0))
             unwind_sent = saved.get("unwind", 0.0)
             steps, outer_start = list(saved.get("steps", [])), xhat
+            MU, anchor = saved.get("spectral", (MU, None))
         while total < self.max_iterations:
             k += 1
             v, dual, active = 0, np.inf, set()
@@ -123,6 +133,7 @@ class FedDALDCC:
                     active = clients                # every client has taken part: nothing to add
                 elif len(active) < len(clients):
                     active.update(part)
+                sent = xhat
                 common = {"xhat": xhat, **opts}
                 if owed:                     # the last outer iteration's Step 2 first, then (13)
                     common["dual"] = 1.0
@@ -169,6 +180,10 @@ class FedDALDCC:
             # same point — ε_dual is read in the units of the initial ρ (at ρ ×100 an unscaled
             # D ≤ 1e-6 passed points with KKT stationarity 1e-2; at ρ∘ρ ÷8 it asked 8× more)
             stiff = dual * (float(RHO2[0, 0]) / initial_rho2 if RHO2[0, 0] > 0 else 1.0)   # (ρ = 0: FedAvg)
+            # ... but never more leniently than D itself: at ρ∘ρ ÷1000 (the spectral rule on MNIST
+            # 3v7, d = 784, a flat loss) D/1000 ≤ 1e-6 passed a point 1.2e-3 from CVXPY at step 64;
+            # D ≤ 1e-6 stops at 102, 6.1e-5 away (bench_rounds' models: the same iterations)
+            stiff = max(stiff, dual)
             steps.append(float(np.linalg.norm(xhat - outer_start)))
             outer_start = xhat
             # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction
@@ -178,11 +193,12 @@ class FedDALDCC:
             # not with gd / prox-grad: a larger ρ would make their fixed step unstable
             if self.adaptive_rho and self.dual_updates and k <= ADAPT_UNTIL and \
                     self.solver not in ("gd", "prox-grad"):
-                # Boyd et al.'s residuals: the clients' RMS ‖x_i − x̂‖₂ against 2ρ²‖Δx̂‖₂ (the ∞-norm
-                # of the worst client, as the stop test reads them, kept ρ 8× higher at n = 40:
-                # ridge 193 iterations where these take 112)
-                spread = float(np.sqrt(np.mean(np.sum(np.square(X - xhat), axis=1))))
-                factor = _balance(spread, float(np.max(twice_rho2)) * steps[-1])
+                if PENALTY_RULE == "spectral":
+                    factor, MU, anchor = self._spectral(k, X, xhat, sent, MU, anchor, twice_rho2, member)
+                else:
+                    # Boyd et al.'s residuals: the clients' RMS ‖x_i − x̂‖₂ against 2ρ²‖Δx̂‖₂
+                    spread = float(np.sqrt(np.mean(np.sum(np.square(X - xhat), axis=1))))
+                    factor = _balance(spread, float(np.max(twice_rho2)) * steps[-1])
                 scale = float(RHO2[0, 0] / initial_rho2) * factor
                 if factor != 1.0 and 1.0 / ADAPT_RANGE <= scale <= ADAPT_RANGE:
                     # weights on the server and the clients; μ stays as it is (unscaled)
@@ -211,7 +227,8 @@ class FedDALDCC:
                 break
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2,
-                       owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-DIST_WINDOW - 1:])
+                       owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-DIST_WINDOW - 1:],
+                       spectral=(MU, anchor))
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
             self._settle(ex, clients, xhat)     # ρ_i, owed_factor, changes no result: not sent)
         bar.close()
@@ -222,6 +239,31 @@ class FedDALDCC:
                     client_values={c: X[i].copy() for i, c in enumerate(clients)})
         return Outcome(status, shared=xhat, history=history, iterations={"outer": k, "inner": total},
                        info=info)
+
+    @staticmethod
+    def _spectral(k: int, X, xhat, sent, MU, anchor, twice_rho2, member: np.ndarray):
+        """The spectral rule's factor for ρ∘ρ after outer step k (`spectral.penalty`, every
+        `spectral.EVERY` steps; 1 in between), the server's mirror of μ_i after this step's (15),
+        and the estimate's anchor (X, λ̂, x̂, μ at the step the next estimate compares with).
+        λ̂_i = μ_i + 2ρ_i²(x̂_sent − x_i) is the gradient (13) certifies at x_i. A step some client
+        skipped (partial participation, `member` False) has no new gradient: the client side's
+        estimate reads the clients that took part in both steps compared."""
+        weight = np.broadcast_to(twice_rho2, X.shape)
+        grad = MU + weight * (sent - X)                 # λ̂_i: client i's gradient at x_i
+        MU = MU + weight * (xhat - X) * member[:, None]     # (15), as the clients do it
+        if anchor is not None and k % spectral.EVERY:
+            return 1.0, MU, anchor
+        now = (X, grad, xhat, MU, member)
+        if anchor is None:
+            return 1.0, MU, now
+        X0, G0, XHAT0, MU0, member0 = anchor
+        both = member & member0
+        if not both.any():
+            return 1.0, MU, now
+        tau = float(np.mean(weight))
+        new = spectral.penalty(tau, (X[both] - X0[both], grad[both] - G0[both]),
+                               (np.broadcast_to(xhat - XHAT0, X.shape), MU0 - MU))
+        return (new / tau if np.isfinite(new) and new > 0.0 else 1.0), MU, now
 
     def _settle(self, ex, clients, xhat) -> float:
         """Step 2 owed to the clients (`one_message`), sent on its own: (15) and their own

@@ -22,7 +22,7 @@ from fedmodel.runtime.batched_procedures import request_rows, same_options
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from . import kernels
-from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin, unwinding
+from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin, own_multipliers
 
 # a solve request may carry the previous outer iteration's Step 2 (`dual`: (15) and the node's own
 # constraint multipliers at the x̂ it brings) and the penalty rescale (`factor`) that the server
@@ -160,15 +160,7 @@ def _dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> tuple
             new = MU.copy()
             new[rows] = step[rows]
         group.publish("mu", new, states)
-    dmu, unwind = np.zeros(len(rows)), np.zeros(len(rows))
-    if group.constrained:
-        for k, i in enumerate(rows):
-            p = group.programs[i]
-            if p.constraints:
-                before = {name: mu.copy() for name, mu in p.node_state.mu.items()}
-                dmu[k] = p.update_multipliers(X[i])["dmu"]
-                unwind[k] = unwinding(p, before)
-    return dmu, unwind
+    return own_multipliers(group, rows, [X[i] for i in rows])
 
 
 def _dual_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:

@@ -185,6 +185,8 @@ class FedDALDDC:
             last = self._converged(primal, dual, dmu) or total >= self.max_iterations
             record = self._record_dc(ex, order, X, k, v, total, primal, dual, dmu / beta, start,
                                      last or k % self.report_every == 0)
+            # a node's own multiplier still letting go (`local.unwinding`), for the stall rule
+            record["unwinding"] = float(np.max(replies["unwind"], initial=0.0))
             stop = self._outer_step_done(record, history, callback, bar, order, X, constrained,
                                          primal, dual, dmu)
             if stop:

@@ -121,6 +121,21 @@ def unwinding(program, before: dict[str, np.ndarray]) -> float:
     return largest / float(program.node_state.beta or 1.0)
 
 
+def own_multipliers(group: Group, rows: np.ndarray, xs) -> tuple[np.ndarray, np.ndarray]:
+    """Step 2's update of the nodes' own constraint multipliers at their models `xs` (one per
+    row of `rows`), node by node: (dmu, unwind) per row — the largest multiplier change and
+    `unwinding` (Fed-DALD-CC and -DC report both; the stall rule reads the second)."""
+    dmu, unwind = np.zeros(len(rows)), np.zeros(len(rows))
+    if group.constrained:
+        for k, (i, x) in enumerate(zip(rows, xs)):
+            p = group.programs[i]
+            if p.constraints:
+                before = {name: mu.copy() for name, mu in p.node_state.mu.items()}
+                dmu[k] = p.update_multipliers(x)["dmu"]
+                unwind[k] = unwinding(p, before)
+    return dmu, unwind
+
+
 # ---- the clients' states ----------------------------------------------------------------------
 def cc_states(group: Group) -> list[dict] | None:
     """The clients' Fed-DALD-CC states (None unless every client ran `dald_cc_init`), checked

@@ -9,7 +9,7 @@ from ..common import check_callable, check_choice, check_count, check_number
 SOLVERS = ("auto", "exact", "gd", "newton", "prox-grad")
 RULES = ("B1", "B2", "B3", "B4")
 # `DALD.paper()`: the paper's exact setting. The constructor's defaults differ, for speed and
-# robustness: adaptive ρ on a star (residual balancing; no fixed ρ is good for every model's
+# robustness: adaptive ρ on a star (spectral penalty selection; no fixed ρ is good for every model's
 # scale: ρ = 1 needs 68 iterations on a lasso but > 3000 on a logistic model where ρ = 0.1 needs
 # 94), ε = 1e-6 (ε = 1e-5 stops 2e-4 away from CVXPY there), stall detection, one message per
 # iteration on a star (`one_message`: Step 2 rides with the next solve) and the distance rule
