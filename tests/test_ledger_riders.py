@@ -127,6 +127,23 @@ def test_proxal_report_rides_on_update_multipliers():
     assert abs(new["history"][-1]["violation"] - violation) <= 1e-9
 
 
+@pytest.mark.parametrize("options, alone", [({}, 0), ({"variant": "objT"}, 0), ({"log_every": 3}, 0),
+                                             ({"variant": "outP"}, 7)])
+def test_dp_admm_report_rides_on_the_rounds_step(options, alone):
+    """DP-ADMM (ObjP, ObjT): a logged round's report at w^{t+1} travels with that round's
+    `dp_admm_step`, which carries w^{t+1}; OutP's step carries w^t, so its report still goes
+    alone. The history and the answer (noise included) bit for bit as before."""
+    prob, w, _ = _model(constrained=False)
+    make = lambda: backends.DPADMM(epsilon=1.0, max_rounds=7, seed=3, tol=0, **options)
+    old, new = make().run(prob, executor=_Unfolded()), make().run(prob, executor="serial")
+    assert _history(new) == _history(old) and len(new["history"]) == (3 if options.get("log_every") else 7)
+    np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
+    assert new["ledger"] == old["ledger"]
+    assert old["ledger"].requests["report"] == len(old["history"])
+    assert new["ledger"].requests["report"] == alone
+    assert new["ledger"].requests["dp_admm_step"] == 7
+
+
 # ---- the mechanism, on two test procedures: a state change and a peek at the state ----------------
 @procedure("riders_bump", {"by": "1"}, {"count": "1"})
 def _bump(program, by):
