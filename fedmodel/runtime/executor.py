@@ -44,9 +44,10 @@ class Rider:
 
 class Executor:
     """Interface: `start(programs)`, `call(node, kind, **payload)`, `map(kind, payloads,
-    missing="raise" | "drop")`, `map_stacked(kind, nodes, rows, common)` (one request to a group
-    of nodes whose model-sized fields are the rows of one (n, d) array; replies stacked the same
-    way), `close()`. It is a context manager: `with executor:` closes it however the block ends
+    missing="raise" | "drop", rider=None)`, `map_stacked(kind, nodes, rows, common, rider=None)`
+    (one request to a group of nodes whose model-sized fields are the rows of one (n, d)
+    array; replies stacked the same way; `rider`: a `Rider`, a local read-only request in the
+    same message), `close()`. It is a context manager: `with executor:` closes it however the block ends
     (an error, Ctrl-C).
 
     One owner per node: an executor serves only the node programs it holds (`program.holder`).
@@ -199,13 +200,12 @@ class Executor:
         declared = self._declared(kind)
         self._serve(payloads)
         self._refuse_lost(kind, payloads)
+        rider_kind = None if rider is None else self._check_rider(rider, payloads)
         networked = not declared.local      # (and never to the server itself: its steps are local)
         for node, payload in payloads.items():
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
             if networked and node != "server":
                 self.ledger.record("server", node, kind, floats)
-        if rider is not None:
-            rider_kind = self._check_rider(rider, payloads)
         self.ledger.exchange(kind, payloads)
         # all requests of one kind go out together, then we wait for every reply
         if rider is not None:
@@ -239,8 +239,8 @@ class Executor:
         answered with None (for kinds that only have a block form). `rider`: as in `map`, its
         replies stacked in `rider.replies`."""
         if rider is not None and not self.folds_riders:
-            return self._around(rider, list(nodes), lambda: self.map_stacked(kind, nodes, rows=rows, common=common, split=split),
-                                stacked=True)
+            return self._around(rider, list(nodes), stacked=True, send=lambda: self.map_stacked(
+                kind, nodes, rows=rows, common=common, split=split))
         declared, nodes, rows, common, _ = self._check_stacked(kind, nodes, rows, common)
         if not split:
             return None
