@@ -206,3 +206,31 @@ def test_a_rider_on_the_wire():
         decode(wrong, array_limits(MESSAGES["merit"], 4, MESSAGES["report"]))
     with pytest.raises(WireError, match="not \\[kind, before\\]"):
         rider_of(header(encode("merit", {"x": z}, extra={"ride": "report"})))
+
+
+def test_fedadmm_resume_completes_the_pending_record(tmp_path):
+    """A checkpoint of round k is written before round k's report comes back (it rides on
+    round k + 1's request), so it holds round k's record without its objective; the resumed run
+    completes it with the first round's rider, hands it to its callback, and ends with the
+    uninterrupted run's answer and history, bit for bit."""
+    prob, w, _ = _model(constrained=False)
+    make = lambda: backends.FedADMM(max_rounds=9, seed=5, tol=None)
+    reference = prob.solve(make())
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_6(record):
+        if record["round"] == 6:
+            raise Stop
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(Stop):
+        prob.solve(make(), checkpoint=path, checkpoint_every=2, callback=stop_at_6)
+    from fedmodel.runtime import checkpoint as ck
+    saved = ck.read(path)["loop"]["history"]
+    assert len(saved) == 6 and "objective" not in saved[-1] and "objective" in saved[-2]
+    seen = []
+    resumed = prob.solve(make(), checkpoint=path, resume=True, callback=seen.append)
+    assert [r["round"] for r in seen] == [6, 7, 8, 9]
+    assert _history({"history": resumed.history}) == _history({"history": reference.history})
+    np.testing.assert_array_equal(resumed.value(w), reference.value(w))
