@@ -208,11 +208,11 @@ def test_a_rider_on_the_wire():
         rider_of(header(encode("merit", {"x": z}, extra={"ride": "report"})))
 
 
-def test_fedadmm_resume_completes_the_pending_record(tmp_path):
-    """A checkpoint of round k is written before round k's report comes back (it rides on
-    round k + 1's request), so it holds round k's record without its objective; the resumed run
-    completes it with the first round's rider, hands it to its callback, and ends with the
-    uninterrupted run's answer and history, bit for bit."""
+def test_fedadmm_with_checkpoints_asks_each_report_before_its_checkpoint(tmp_path):
+    """Round k's callback runs before checkpoint k is written (docs/checkpoints.md), so a run
+    that checkpoints asks each round's report at the end of its round, by itself, as before
+    riders: a callback that stops the run at round 6 leaves checkpoint 4, and the resumed run
+    ends bit for bit as the uninterrupted one."""
     prob, w, _ = _model(constrained=False)
     make = lambda: backends.FedADMM(max_rounds=9, seed=5, tol=None)
     reference = prob.solve(make())
@@ -227,10 +227,12 @@ def test_fedadmm_resume_completes_the_pending_record(tmp_path):
     with pytest.raises(Stop):
         prob.solve(make(), checkpoint=path, checkpoint_every=2, callback=stop_at_6)
     from fedmodel.runtime import checkpoint as ck
-    saved = ck.read(path)["loop"]["history"]
-    assert len(saved) == 6 and "objective" not in saved[-1] and "objective" in saved[-2]
+    saved = ck.read(path)
+    assert saved["iteration"] == 4 and all("objective" in h for h in saved["loop"]["history"])
     seen = []
     resumed = prob.solve(make(), checkpoint=path, resume=True, callback=seen.append)
-    assert [r["round"] for r in seen] == [6, 7, 8, 9]
+    assert [r["round"] for r in seen] == [5, 6, 7, 8, 9]
     assert _history({"history": resumed.history}) == _history({"history": reference.history})
     np.testing.assert_array_equal(resumed.value(w), reference.value(w))
+    assert resumed.ledger.requests["report"] == 9      # (the ledger resumed with the run)
+    assert reference.ledger.requests["report"] == 1

@@ -115,7 +115,9 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
         history.append(record)
         if report and (k + 1) % backend.report_every == 0:
             pending = record    # (the objective of the clients still in the run: `complete`)
-            if backend.participation < 1:       # (no group request to ride on: ask now)
+            # asked now where there is no group request to ride on, or where a checkpoint follows
+            # (round k's callback runs before checkpoint k is written: docs/checkpoints.md)
+            if backend.participation < 1 or checkpointer is not NO_CHECKPOINT:
                 complete()
         else:
             if report:
