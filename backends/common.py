@@ -127,11 +127,14 @@ def _number(value) -> float:
         return float("nan")
 
 
-def stacked_report(ex, clients, x: np.ndarray, with_server: bool) -> tuple[float, float]:
+def stacked_report(ex, clients, x: np.ndarray, with_server: bool,
+                   reports: dict | None = None) -> tuple[float, float]:
     """(objective, violation) of the model at x: the clients' "report" as one group request
-    (`map_stacked`), plus the server's when `with_server` (a server without terms or
-    constraints reports 0, 0, so the caller may skip it)."""
-    reports = ex.map_stacked("report", clients, common={"x": x})
+    (`map_stacked`; `reports`: their stacked replies already got, e.g. as a `Rider` of another
+    request), plus the server's when `with_server` (a server without terms or constraints
+    reports 0, 0, so the caller may skip it)."""
+    if reports is None:
+        reports = ex.map_stacked("report", clients, common={"x": x})
     objective = float(np.sum(reports["objective"]))
     violation = float(np.max(reports["violation"], initial=0.0))
     if with_server:

@@ -78,6 +78,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import FedModelError
+from fedmodel.runtime.executor import Rider
 from fedmodel.runtime.program import compile_programs
 from . import proxal_nodes, proxal_outer
 from .anderson import MAX_MEMORY, ServerMixer
@@ -286,7 +287,11 @@ class ProxAL(Backend):
             total_inner += len(trace)
             true_residual = self._true_residual(ex, w_next) if self.check_certificate else None
             certificate_log.append((tau, trace[-1]))
-            changes = ex.map("update_multipliers", {node: {"x": w_next} for node in ex.nodes})  # 5, 7–8
+            # the history's report at w_{k+1} rides on the multipliers' update (after it, as
+            # when it was a request of its own: one message per node; `Rider`)
+            rider = Rider("report", {"x": w_next}) if np.all(np.isfinite(w_next)) else None
+            changes = ex.map("update_multipliers", {node: {"x": w_next} for node in ex.nodes},  # 5, 7–8
+                             rider=rider)
             dmu = max(r["dmu"] for r in changes.values())
             dw = max(float(np.max(np.abs(w_next - w), initial=0.0)),
                      max(r["dy"] for r in changes.values()))
@@ -294,7 +299,7 @@ class ProxAL(Backend):
                 status = watch.report(info)     # keep the last finite iterate as the answer
                 break
             previous, w = w, w_next
-            record = self._record(ex, w, k, trace, tau, dw, dmu, start)
+            record = self._record(ex, w, k, trace, tau, dw, dmu, start, rider and rider.replies)
             record["true_residual"], record["beta"] = true_residual, beta
             record.update(step=float(np.linalg.norm(w - previous)), size=float(np.linalg.norm(w)),
                           dimension=w.size)           # for the distance test (proxal_outer._near)
@@ -387,9 +392,11 @@ class ProxAL(Backend):
         grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})
         return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))
 
-    def _record(self, ex, w, k, trace, tau, dw, dmu, start) -> dict:
-        """Outer iteration k's record: objective and violation reported by the nodes at w."""
-        reports = ex.map("report", {node: {"x": w} for node in ex.nodes})
+    def _record(self, ex, w, k, trace, tau, dw, dmu, start, reports: dict | None = None) -> dict:
+        """Outer iteration k's record: objective and violation reported by the nodes at w
+        (`reports`: their replies, by node, already got)."""
+        if reports is None:
+            reports = ex.map("report", {node: {"x": w} for node in ex.nodes})
         return {"iteration": k + 1, "objective": sum(r["objective"] for r in reports.values()),
                 "violation": max(r["violation"] for r in reports.values()),
                 "client_objective": {c: reports[c]["objective"] for c in ex.clients},

@@ -165,10 +165,10 @@ def make_problem(n_clients):
 
 backend = {backend!r}
 """
-# --no-report (FedADMM): the same backend without the per-round "report" request (the history's
-# objective / violation: a round trip of its own on Flower, booked `local` by the ledger;
-# FedADMM(report_every=k) thins it), so the deployment sends the round trips the serial ledger
-# counts; the iterates are bitwise the same
+# --no-report (FedADMM): the same backend without the per-round report (the history's
+# objective / violation, booked `local` by the ledger; FedADMM(report_every=k) thins it). Since
+# the report rides in the next round's request (`executor.Rider`) it costs one batch per run, not
+# one per round: the defaults send what this sends plus one; the iterates are bitwise the same
 NO_REPORT = """
 from fedmodel.backends import FedADMM
 
@@ -233,6 +233,7 @@ def goal(name: str, sizes: list[int], wait: float, node_process: bool = True,
     for n in sizes:
         prob, _ = bench_rounds.MODELS[model](n)
         reference = prob.solve("cvxpy").values_by_label()
+        load = os.getloadavg()[0]       # (at the start; the print gives the end's)
         with tempfile.TemporaryDirectory() as work:
             result, wall = _deployed(text.format(root=root, model=model, backend=backend),
                                      n, Path(work), wait, node_process=node_process)
@@ -244,7 +245,7 @@ def goal(name: str, sizes: list[int], wait: float, node_process: bool = True,
               f"{result['round_trips']} round trips, {wall / max(result['round_trips'], 1):.2f} s per "
               f"round trip, max |w − w_cvxpy| {distance:.2e} (|w_cvxpy|∞ {scale:.2f}), deployment CPU "
               f"{result['cpu_s']:.0f} s ({result['cpu_s'] / max(result['round_trips'], 1):.2f} per round "
-              f"trip), load average {os.getloadavg()[0]:.1f}; round trips by kind "
+              f"trip), load average {load:.1f} → {os.getloadavg()[0]:.1f}; round trips by kind "
               f"{result.get('trips', {})}", flush=True)
     print(breakdown_header())
     for n, result, *_ in rows:

@@ -481,9 +481,10 @@ def test_client_l1_lasso_with_many_proximal_steps_does_not_drift():
 
 
 def test_report_every_thins_the_per_round_report_and_leaves_the_iterates():
-    """The history's objective is a "report" request per round (booked local by the ledger, a
-    round trip of its own on a deployment): `report_every=k` sends it every k-th round (NaN in
-    the others) with the iterates bitwise unchanged."""
+    """The history's objective is a "report" per round (booked local by the ledger): round k's
+    rides in round k + 1's request (`executor.Rider`: no request of its own), the last round's
+    goes alone. `report_every=k` asks it every k-th round (NaN in the others) with the iterates
+    bitwise unchanged."""
     class Counting(SerialExecutor):
         reports = 0
 
@@ -497,7 +498,8 @@ def test_report_every_thins_the_per_round_report_and_leaves_the_iterates():
                       for k in (1, 5))
     assert np.array_equal(every.value(w), thinned.value(w))
     assert [r["round"] for r in thinned.history if np.isfinite(r["objective"])] == [5, 10, 15, 20]
-    assert Counting.reports == 20 + 4
+    assert Counting.reports == 1 + 1      # (the last round's of each run; 20 + 4 before riders)
+    assert [r["round"] for r in every.history if np.isfinite(r["objective"])] == list(range(1, 21))
     with pytest.raises(fm.FedModelError, match="report_every"):
         FedADMM(report_every=0)
 

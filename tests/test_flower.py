@@ -101,11 +101,14 @@ class _FedADMMNoReport(backends.FedADMM):
 
 def test_round_trips_by_kind_name_what_the_ledger_books_local(flower):
     """Issue 27 item 4: a FedADMM deployment counted two Flower round trips per round where the
-    serial ledger counts one. `trips` names them: each round's `fedadmm_round` and the
-    history's `report`, a kind declared `local` (the harness's metric), so the ledger books no
-    round trip for it although on Flower it is a batch of its own. Without the report, the
-    batches of the kinds the ledger counts are the serial ledger's round trips, the iterates
-    bitwise the same, and what is left is the build and the bookkeeping at start and end."""
+    serial ledger counts one: each round's `fedadmm_round` and the history's `report`, a kind
+    declared `local` (the harness's metric), so the ledger books no round trip for it although
+    on Flower it was a batch of its own. Now round k's report rides in round k + 1's
+    `fedadmm_round` Message (`executor.Rider`): one batch per round, the last round's report
+    alone; `trips` equals the ledger's `requests` (every request, local kinds included) plus
+    the build. Without the report, the batches of the kinds the ledger counts are the serial
+    ledger's round trips, the iterates bitwise the same, and what is left is the build and the
+    bookkeeping at start and end."""
     prob, w = _model(_parts(), constrained=False)
     serial = backends.FedADMM(max_rounds=6, seed=2, tol=None).run(prob, executor="serial")
     rounds = len(serial["history"])
@@ -115,9 +118,12 @@ def test_round_trips_by_kind_name_what_the_ledger_books_local(flower):
 
     remote = backends.FedADMM(max_rounds=6, seed=2, tol=None).run(prob, executor=flower)
     assert dict(flower.trips) == {**bookkeeping, "fedadmm_init": 1, "fedadmm_round": rounds,
-                                  "report": rounds}
-    assert flower.round_trips == sum(flower.trips.values()) == 2 * rounds + 6
+                                  "report": 1}
+    assert flower.round_trips == sum(flower.trips.values()) == rounds + 7
     assert remote["ledger"].round_trips == serial["ledger"].round_trips
+    assert dict(remote["ledger"].requests) == dict(serial["ledger"].requests) == \
+        {k: n for k, n in flower.trips.items() if k != "fedmodel.build"}
+    assert repr(remote["history"][-1]["objective"]) == repr(serial["history"][-1]["objective"])
 
     quiet = _FedADMMNoReport(max_rounds=6, seed=2, tol=None).run(prob, executor=flower)
     assert dict(flower.trips) == {**bookkeeping, "fedadmm_init": 1, "fedadmm_round": rounds}

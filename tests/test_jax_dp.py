@@ -197,16 +197,18 @@ class _Spy(BatchedExecutor):
     """Counts the kinds sent per node (`map`) and as group requests (`map_stacked`)."""
 
     def start(self, programs):
-        self.per_node, self.grouped = Counter(), Counter()
+        self.per_node, self.grouped, self.riders = Counter(), Counter(), Counter()
         return super().start(programs)
 
-    def map(self, kind, payloads):
+    def map(self, kind, payloads, missing="raise", rider=None):
         self.per_node[kind] += 1
-        return super().map(kind, payloads)
+        self.riders[rider and rider.kind] += rider is not None
+        return super().map(kind, payloads, missing, rider)
 
-    def map_stacked(self, kind, nodes, rows=None, common=None, split=True):
+    def map_stacked(self, kind, nodes, rows=None, common=None, split=True, rider=None):
         self.grouped[kind] += 1
-        return super().map_stacked(kind, nodes, rows, common, split)
+        self.riders[rider and rider.kind] += rider is not None
+        return super().map_stacked(kind, nodes, rows, common, split, rider)
 
 
 @pytest.mark.parametrize("setting", ["ObjP clip (default)", "OutP"])
@@ -218,7 +220,10 @@ def test_a_round_is_one_group_request_served_as_a_block(setting):
     serial, _ = _run(prob, "serial", **SETTINGS[setting])
     ex = _Spy()
     run, _ = _run(prob, ex, **SETTINGS[setting])
-    assert ex.grouped["dp_admm_step"] == ex.grouped["report"] == 12
+    # (ObjP's report at w^{t+1} rides on the step that carries it; OutP's step carries w^t)
+    rides = setting != "OutP"
+    assert ex.grouped["dp_admm_step"] == 12
+    assert (ex.grouped["report"], ex.riders["report"]) == ((0, 12) if rides else (12, 0))
     assert ex.per_node["dp_admm_step"] == ex.per_node["report"] == 0
     assert ex.stats[("dp_admm_step", "batched")] == 6 * 12
     _same(run.info["client_values"], serial.info["client_values"], "client_values")

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from fedmodel.errors import FedModelError
+from fedmodel.runtime.executor import Rider
 from ..common import progress, stacked_report
 from ..watch import DivergenceWatch
 from ..projecting import projects_affine, server_set_multipliers
@@ -97,8 +98,9 @@ class RoundLoop:
         records_column = np.array([records[c] for c in clients], dtype=float)
         for t in range(t + 1, last + 1):
             rho = self.rho(t, rho_floor)                                       # (21)
-            step, w_new, Z_new = self._round(ex, clients, t, rho, w, Z, LAM, records_column,
-                                             server_used, local)
+            # (a logged round's report rides on its client step where that carries w^{t+1})
+            step, w_new, Z_new, reports = self._round(ex, clients, t, rho, w, Z, LAM, records_column,
+                                                      server_used, local, t % self.log_every == 0 or t == last)
             if watch.check(t, **{"w (server model)": w_new, "z_p (client models)": Z_new}):
                 status = watch.report(diverged)
                 break
@@ -116,7 +118,7 @@ class RoundLoop:
                                         residual) <= self.tol
             if t % self.log_every == 0 or done or t == last:
                 record = self._record(ex, clients, t, rho, step, residuals, w, start, server_used,
-                                      residual if local else None)
+                                      residual if local else None, reports)
                 history.append(record)
                 if callback:
                     callback(record)
@@ -164,8 +166,10 @@ class RoundLoop:
             "dual_residual": rho * float(np.max(np.abs(w_new - w), initial=0.0)),
             "consensus_violation": float(np.sum(size))}
 
-    def _record(self, ex, clients, t, rho, step, residuals, w, start, server_used, residual) -> dict:
-        """One history record (the objective and violation at w on every node)."""
+    def _record(self, ex, clients, t, rho, step, residuals, w, start, server_used, residual,
+                reports=None) -> dict:
+        """One history record (the objective and violation at w on every node; `reports`: the
+        clients' stacked reports at w already got)."""
         privacy = self.privacy(t)
         return {"round": t, "rho": rho, "radius": step["radius"],
                 "prox": step["prox"] if self.variant == "objP" else None, "step": residuals["step"],
@@ -176,13 +180,15 @@ class RoundLoop:
                 "consensus_violation_mean": residuals["consensus_violation"] / len(clients),
                 "epsilon": self.epsilon, "epsilon_basic": privacy["basic"][0],
                 "epsilon_advanced": privacy["advanced"][0],
-                "time": time.perf_counter() - start, **self._report(ex, clients, w, server_used)}
+                "time": time.perf_counter() - start, **self._report(ex, clients, w, server_used, reports)}
 
-    def _round(self, ex, clients, t, rho, w, Z, LAM, records, server_used, local):
+    def _round(self, ex, clients, t, rho, w, Z, LAM, records, server_used, local, report=False):
         """One round's (4a) and client steps, in the variant's order; returns the client step's
-        parameters, w^{t+1} and the stack of z^{t+1} (λ is updated by the caller, (4c)). With
-        `local` constraints the step also takes the multipliers' step η_t = dual_step/√t, and
-        the returned parameters hold the clients' largest multiplier residual."""
+        parameters, w^{t+1}, the stack of z^{t+1} (λ is updated by the caller, (4c)) and, with
+        `report`, the clients' stacked reports at w^{t+1} (None where it cannot ride: OutP's
+        step carries w^t, or w^{t+1} is not finite). With `local` constraints the step also
+        takes the multipliers' step η_t = dual_step/√t, and the returned parameters hold the
+        clients' largest multiplier residual."""
         step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
         if self.variant == "objP":
             step["prox"] = self.prox(t)                                        # 1/η^t
@@ -197,13 +203,15 @@ class RoundLoop:
             common = {k: v for k, v in step.items() if k not in rows}
             Z_new = ex.map_stacked("dp_admm_step", clients, rows=rows, common={"w": w, **common})["z"]
             w_new = self._server_step(ex, Z_new, LAM, rho, w, server_used)      # (4a)
-            return step, w_new, Z_new
+            return step, w_new, Z_new, None
         w_new = self._server_step(ex, Z, LAM, rho, w, server_used)              # (4a)
+        # the record's report at w^{t+1} in the step's own message (after it, as when asked alone)
+        rider = Rider("report", {"x": w_new}) if report and np.all(np.isfinite(w_new)) else None
         replies = ex.map_stacked("dp_admm_step", clients, rows={"lam": LAM},
-                                 common={"w": w_new, **step})                   # (8) / (9)
+                                 common={"w": w_new, **step}, rider=rider)      # (8) / (9)
         if local:
             step["multiplier_residual"] = max(v or 0.0 for v in replies["multiplier_residual"])
-        return step, w_new, replies["z"]
+        return step, w_new, replies["z"], rider and rider.replies
 
     def _hint(self) -> str:
         """What to change when a run diverges: the z-step is stable when ρ^t (plus ObjP's √t/a)
@@ -214,10 +222,12 @@ class RoundLoop:
         return (f"raise rho_schedule above the clients' gradient Lipschitz constants, or lower a "
                 f"(now {self.a:g}) so the proximal weight √t/a dominates them sooner")
 
-    def _report(self, ex, clients, w, server_used) -> dict:
-        """Objective and violation at w: the clients' reports as one group request, plus the
-        server's when it holds terms or constraints (else it is 0, 0)."""
-        objective, violation = stacked_report(ex, clients, w, server_used and "server" in ex.programs)
+    def _report(self, ex, clients, w, server_used, reports=None) -> dict:
+        """Objective and violation at w: the clients' reports as one group request (or their
+        stacked `reports`, got as a rider), plus the server's when it holds terms or
+        constraints (else it is 0, 0)."""
+        objective, violation = stacked_report(ex, clients, w, server_used and "server" in ex.programs,
+                                              reports)
         return {"objective": objective, "violation": violation}
 
     def _info(self, ex, clients, Z, LAM, rho, records, rounds, history, shares) -> dict:

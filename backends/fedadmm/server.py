@@ -14,6 +14,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
+from fedmodel.runtime.executor import Rider
 from ..common import progress, stacked_report
 from ..watch import DivergenceWatch
 from .insa import sustained_growth
@@ -53,10 +54,33 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
     else:                       # the sizes at the start: the growth test's baseline
         watch.check(0, client_messages=w_cache, z=z)
     memory = backend.memory
+    # a round's record whose report (objective, violation at its z) rides on the next round's
+    # request (`Rider`, before the step: the clients' state is the one the report would have
+    # seen), completed — and handed to the callback — then; one message per round
+    pending = history[-1] if report and history and "objective" not in history[-1] else None
+
+    def complete(reports=None):
+        nonlocal pending
+        if pending is None:
+            return
+        pending["objective"], pending["violation"] = _report(ex, clients, z, server_terms, reports)
+        if callback:
+            callback(pending)
+        bar.update(pending)
+        pending = None
+
     for k in range(len(history), max_rounds):
         start = time.perf_counter()
+        rider = None
+        if pending is not None:
+            if backend.participation >= 1 and not ex.lost:
+                rider = Rider("report", {"x": z}, before=True)
+            else:               # (a sample of the clients is asked: the report by itself)
+                complete()
         chosen, steps, drift, w_cache, b_cache = _client_round(backend, ex, clients, z, rng, size,
-                                                               w_cache, b_cache)
+                                                               w_cache, b_cache, rider)
+        if rider is not None:
+            complete(rider.replies)
         s_beta = float(alpha @ b_cache)
         z_hat = (alpha @ w_cache) / s_beta                                            # (3.1a)
         z_bar = (z_hat + memory * z) / (1.0 + memory)                                 # (3.1b)
@@ -88,15 +112,19 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
                   "drift": drift, "time": elapsed}
         if ex.lost:
             record["lost"] = sorted(ex.lost)
-        if report and (k + 1) % backend.report_every == 0:
-            # (the objective of the clients still in the run)
-            record["objective"], record["violation"] = _report(ex, clients, z, server_terms)
-        elif report:
-            record["objective"] = record["violation"] = math.nan
         history.append(record)
-        if callback:
-            callback(record)
-        bar.update(record)
+        if report and (k + 1) % backend.report_every == 0:
+            pending = record    # (the objective of the clients still in the run: `complete`)
+            # asked now where there is no group request to ride on, or where a checkpoint follows
+            # (round k's callback runs before checkpoint k is written: docs/checkpoints.md)
+            if backend.participation < 1 or checkpointer is not NO_CHECKPOINT:
+                complete()
+        else:
+            if report:
+                record["objective"] = record["violation"] = math.nan
+            if callback:
+                callback(record)
+            bar.update(record)
         if stop is not None:
             if stop(z, record, z_bar, (1 + memory) * s_beta, server_residual):
                 status = Status.CONVERGED
@@ -108,21 +136,23 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
         checkpointer.save(ex, k + 1, {"z": z, "w_cache": w_cache, "b_cache": b_cache, "history": history,
                                       "total_steps": total_steps, "elapsed": elapsed,
                                       "rng": rng.bit_generator.state, "watch": dict(watch.smallest)})
+    complete()                  # the last round's report: by itself
     if status == Status.MAX_ITERATIONS and stop is None and sustained_growth(history, watch):
         status = watch.report(info)
     return z, history, status, total_steps
 
 
 def _client_round(backend, ex, clients: tuple, z: np.ndarray, rng, size: int, w_cache: np.ndarray,
-                  b_cache: np.ndarray):
+                  b_cache: np.ndarray, rider: Rider | None = None):
     """The clients' part of a round: (the participants' indices, None for every client; their
     local step counts; the largest drift ‖u_i − z‖∞; the caches of w_i and β_i with their
     replies). Every client: one group request; partial participation: the sample's per-node
     requests, where a sampled client that does not reply is dropped from the run (its cached
-    w_i, β_i stay in (3.1a), as for any client not sampled)."""
+    w_i, β_i stay in (3.1a), as for any client not sampled). `rider`: carried by the group
+    request (every client only)."""
     m = len(clients)
     if backend.participation >= 1 and not ex.lost:
-        reply = ex.map_stacked("fedadmm_round", clients, common={"z": z})
+        reply = ex.map_stacked("fedadmm_round", clients, common={"z": z}, rider=rider)
         return (None, reply["steps"], float(np.max(reply["drift"], initial=0.0)),
                 np.asarray(reply["w"], float).reshape(m, -1), np.asarray(reply["beta"], float))
     chosen = _sample(rng, m, size, [j for j, c in enumerate(clients) if c not in ex.lost])
@@ -135,11 +165,13 @@ def _client_round(backend, ex, clients: tuple, z: np.ndarray, rng, size: int, w_
     return chosen, [replies[clients[j]]["steps"] for j in chosen], drift, w_cache, b_cache
 
 
-def _report(ex, clients: tuple, z: np.ndarray, server_terms: bool) -> tuple[float, float]:
-    """Objective and violation at z: the clients still in the run as one group request, the
-    server's when it holds terms (else its report is 0, 0)."""
+def _report(ex, clients: tuple, z: np.ndarray, server_terms: bool,
+            reports: dict | None = None) -> tuple[float, float]:
+    """Objective and violation at z: the clients still in the run as one group request (or
+    their `reports`, stacked, got as a rider), the server's when it holds terms (else its
+    report is 0, 0)."""
     active = clients if not ex.lost else tuple(c for c in clients if c not in ex.lost)
-    return stacked_report(ex, active, z, server_terms)
+    return stacked_report(ex, active, z, server_terms, reports)
 
 
 def _sample(rng, m: int, size: int, available: list[int]) -> list[int]:

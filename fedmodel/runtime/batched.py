@@ -160,10 +160,14 @@ class BatchedExecutor(Executor):
         empty on the numpy engine."""
         return self.engine.calls(self.groups)
 
-    def map_stacked(self, kind: str, nodes, rows=None, common=None, split: bool = True) -> dict[str, Any] | None:
+    def map_stacked(self, kind: str, nodes, rows=None, common=None, split: bool = True,
+                    rider=None) -> dict[str, Any] | None:
         """`Executor.map_stacked` served as one block when every node belongs to one group and
         `kind` has a stacked form: the request's blocks are checked once, the ledger books the
-        n messages each way from a count, and no per-node payload is built."""
+        n messages each way from a count, and no per-node payload is built. (A `rider` is
+        served around it: `Executor._around`.)"""
+        if rider is not None:
+            return super().map_stacked(kind, nodes, rows, common, split, rider)
         procedure = STACKED.get(kind)
         group, index, key = self.group_rows(nodes) if procedure is not None else (None, None, None)
         if group is None:
@@ -175,7 +179,7 @@ class BatchedExecutor(Executor):
         self.stats[(kind, "batched")] += len(nodes)
         if not declared.local:
             self.ledger.record_group(key, kind, floats, down=True)
-            self.ledger.exchange(kind, key)
+        self.ledger.exchange(kind, key)     # (a local kind: a request, not a round trip)
         up = sum(block_floats(declared, declared.reply, k, b, len(nodes), self.model_size, "reply")
                  for k, b in replies.items())
         if not declared.local:

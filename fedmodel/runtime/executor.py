@@ -7,7 +7,8 @@ kind and recorded in the ledger.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -17,11 +18,36 @@ from .ledger import CORE_KINDS, MESSAGES, Ledger, MessageKind, allowed_sizes, ch
 from .program import NodeProgram, ProgramSpec
 
 
+@dataclass
+class Rider:
+    """A read-only request that travels in another request's message (issue 27 item 4: one
+    message per round, e.g. the history's `report` inside the round's own step): `kind` must be
+    declared `local` and `read_only` (the harness's reports and gathers: they book no traffic
+    and change no node state, so carrying them changes neither the ledger nor the iterates).
+    It is served on every node the carrier reaches, with `payloads[node]` (or `common` for
+    every node), `before` the carrier's step (on the state the previous request left) or after
+    it. The carrier's `map` / `map_stacked` fills `replies`: by node (`map`) or stacked like its
+    own replies (`map_stacked`). An executor whose clients are in this process serves it just
+    before / after the carrier (no message of its own there either); one with a transport
+    (`folds_riders`: Flower) puts both in one message per client."""
+
+    kind: str
+    common: dict[str, Any] = field(default_factory=dict)
+    payloads: dict[str, dict[str, Any]] | None = None
+    before: bool = False
+    replies: Any = None
+
+    def payload(self, node: str) -> dict[str, Any]:
+        """The rider's fields for `node`."""
+        return self.common if self.payloads is None else self.payloads[node]
+
+
 class Executor:
     """Interface: `start(programs)`, `call(node, kind, **payload)`, `map(kind, payloads,
-    missing="raise" | "drop")`, `map_stacked(kind, nodes, rows, common)` (one request to a group
-    of nodes whose model-sized fields are the rows of one (n, d) array; replies stacked the same
-    way), `close()`. It is a context manager: `with executor:` closes it however the block ends
+    missing="raise" | "drop", rider=None)`, `map_stacked(kind, nodes, rows, common, rider=None)`
+    (one request to a group of nodes whose model-sized fields are the rows of one (n, d)
+    array; replies stacked the same way; `rider`: a `Rider`, a local read-only request in the
+    same message), `close()`. It is a context manager: `with executor:` closes it however the block ends
     (an error, Ctrl-C).
 
     One owner per node: an executor serves only the node programs it holds (`program.holder`).
@@ -48,6 +74,9 @@ class Executor:
     measured_round_trip_cost: float | None = None
     #: the clock `measure_round_trip` reads (a test injects one: no sleeping)
     clock = staticmethod(time.perf_counter)
+    #: True where a `Rider` travels inside its carrier's message (`_dispatch_riding`); else it
+    #: is served here just before / after the carrier (in process it costs no round trip)
+    folds_riders: bool = False
 
     def __init__(self):
         self.programs: dict[str, NodeProgram] = {}
@@ -152,7 +181,7 @@ class Executor:
         return self.map(kind, {node: payload})[node]
 
     def map(self, kind: str, payloads: dict[str, dict[str, Any]],
-            missing: str = "raise") -> dict[str, dict[str, Any]]:
+            missing: str = "raise", rider: Rider | None = None) -> dict[str, dict[str, Any]]:
         """Send `kind` to several nodes (conceptually in parallel); replies by node.
 
         missing: what a client that does not reply means. "raise" (the default): the run stops
@@ -160,12 +189,18 @@ class Executor:
         some of the clients (its partial-participation rule): the replies that came, and a
         client that did not reply is left out of them and added to `lost`, so no later request
         reaches it. Only an executor that can lose a client (Flower: no reply within its
-        timeout) drops one; in this process every node answers and both are the same."""
+        timeout) drops one; in this process every node answers and both are the same.
+
+        rider: a `Rider` served on the same nodes in the same message (its replies, by node of
+        those that replied, in `rider.replies`); the carrier is booked as one request."""
         if missing not in ("raise", "drop"):
             raise FedModelError(f"map({kind!r}, ...): missing must be 'raise' or 'drop', got {missing!r}")
+        if rider is not None and not self.folds_riders:
+            return self._around(rider, list(payloads), lambda: self.map(kind, payloads, missing))
         declared = self._declared(kind)
         self._serve(payloads)
         self._refuse_lost(kind, payloads)
+        rider_kind = None if rider is None else self._check_rider(rider, payloads)
         networked = not declared.local      # (and never to the server itself: its steps are local)
         for node, payload in payloads.items():
             floats = check_payload(declared, declared.request, payload, self.model_size, "request")
@@ -173,11 +208,18 @@ class Executor:
                 self.ledger.record("server", node, kind, floats)
         self.ledger.exchange(kind, payloads)
         # all requests of one kind go out together, then we wait for every reply
-        if missing == "raise":
+        if rider is not None:
+            replies, ridden = self._dispatch_riding(kind, payloads, rider, missing == "drop")
+        elif missing == "raise":
             replies = self._dispatch_batch(kind, payloads)
         else:
             replies = self._dispatch_available(kind, payloads)
+        if missing == "drop":
             payloads = {node: payloads[node] for node in payloads if node in replies}
+        if rider is not None:
+            for node in payloads:
+                check_payload(rider_kind, rider_kind.reply, ridden[node], self.model_size, "reply")
+            rider.replies = {node: ridden[node] for node in payloads}
         for node in payloads:
             floats = check_payload(declared, declared.reply, replies[node], self.model_size, "reply")
             if networked and node != "server":
@@ -185,7 +227,8 @@ class Executor:
         return {node: replies[node] for node in payloads}
 
     def map_stacked(self, kind: str, nodes: Sequence[str], rows: dict[str, np.ndarray] | None = None,
-                    common: dict[str, Any] | None = None, split: bool = True) -> dict[str, Any] | None:
+                    common: dict[str, Any] | None = None, split: bool = True,
+                    rider: Rider | None = None) -> dict[str, Any] | None:
         """Send `kind` to every node of `nodes` (conceptually in parallel): node k's payload is
         `common` plus row k of each block in `rows` (arrays with len(nodes) rows). Returns the
         replies stacked: per reply field an array with one row per node, in `nodes` order
@@ -193,7 +236,11 @@ class Executor:
         way, as `map` would. This default splits the group request into per-node messages
         (`map`); the batched executor serves it as one block (the kind's stacked form,
         `ledger.STACKED`). `split=False`: a request that no block form serves is not split but
-        answered with None (for kinds that only have a block form)."""
+        answered with None (for kinds that only have a block form). `rider`: as in `map`, its
+        replies stacked in `rider.replies`."""
+        if rider is not None and not self.folds_riders:
+            return self._around(rider, list(nodes), stacked=True, send=lambda: self.map_stacked(
+                kind, nodes, rows=rows, common=common, split=split))
         declared, nodes, rows, common, _ = self._check_stacked(kind, nodes, rows, common)
         if not split:
             return None
@@ -201,8 +248,56 @@ class Executor:
         for key, block in rows.items():
             for node, row in zip(nodes, block):
                 payloads[node][key] = row
-        replies = self.map(kind, payloads)
+        if rider is None:
+            replies = self.map(kind, payloads)
+        else:
+            carried = Rider(rider.kind, dict(rider.common), rider.payloads, rider.before)
+            replies = self.map(kind, payloads, rider=carried)
+            rider.replies = stack_replies(declared_kind(rider.kind), [carried.replies[node] for node in nodes])
         return stack_replies(declared, [replies[node] for node in nodes])
+
+    # ---- riders (`Rider`): a read-only request inside another request's message -----------------
+    def _check_rider(self, rider: Rider, nodes) -> MessageKind:
+        """The rider's declaration, refusing a kind that is not a local read-only one (only those
+        may ride: they book nothing and change nothing) and a request that does not match it."""
+        declared = self._declared(rider.kind)
+        if not (declared.local and declared.read_only):
+            raise FedModelError(f"message kind {rider.kind!r} cannot ride on another request: only "
+                                "kinds declared local=True and read_only=True (reports, gathers) "
+                                "may; send it with its own map")
+        for node in nodes:
+            check_payload(declared, declared.request, rider.payload(node), self.model_size, "request")
+        return declared
+
+    def _serve_rider(self, rider: Rider, nodes: list[str]) -> dict[str, dict[str, Any]]:
+        """Serve `rider` on `nodes` by itself (checked both ways, booked as nothing: a rider is
+        local), for an executor that does not fold it into its carrier's message."""
+        declared = self._check_rider(rider, nodes)
+        replies = self._dispatch_batch(rider.kind, {node: rider.payload(node) for node in nodes})
+        for node in nodes:
+            check_payload(declared, declared.reply, replies[node], self.model_size, "reply")
+        return replies
+
+    def _around(self, rider: Rider, nodes: list[str], send: Callable[[], Any], stacked: bool = False) -> Any:
+        """The carrier `send()` with `rider` served just before or after it on its nodes (those
+        that replied, after a `map(missing="drop")`), in this process: the carrier alone is
+        booked as a request (`Ledger.requests`), as when it travels in the carrier's message."""
+        self._serve(nodes)
+        ridden = self._serve_rider(rider, nodes) if rider.before else None
+        replies = send()
+        answered = nodes if stacked else [node for node in nodes if node in replies]
+        if ridden is None:
+            ridden = self._serve_rider(rider, answered)
+        got = [ridden[node] for node in answered]
+        rider.replies = stack_replies(declared_kind(rider.kind), got) if stacked else dict(zip(answered, got))
+        return replies
+
+    def _dispatch_riding(self, kind: str, payloads: dict[str, dict[str, Any]], rider: Rider,
+                         drop: bool) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        """(the carrier's replies, the rider's) by node, both in one message per client: what an
+        executor with `folds_riders` implements (`_dispatch_batch` / `_dispatch_available` with
+        the rider's fields in each message)."""
+        raise NotImplementedError(f"{type(self).__name__} sets folds_riders but does not fold")
 
     @property
     def lost(self) -> frozenset:

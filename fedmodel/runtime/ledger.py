@@ -331,7 +331,13 @@ class Ledger:
     `map`, a group request, a Flower batch of Messages). `round_trips` counts them and
     `trips` counts them by kind. `rounds` is the algorithm's own count of its iterations, as
     the backend sets it (ProxAL: outer + inner ADMM iterations): it leaves out the set-up, the
-    reports and the extra exchanges of an iteration, so it is not the communication cost."""
+    reports and the extra exchanges of an iteration, so it is not the communication cost.
+
+    `requests` counts by kind every request sent to one or more clients, the `local` kinds
+    included (reports, gathers: a transport carries each as a message batch of its own, which
+    `round_trips` leaves out as not the algorithm's traffic); a `Rider` travels in its
+    carrier's message and is not counted. It is what a deployment's batches come to (Flower's
+    `trips`, less its build), whichever executor ran; `__eq__` leaves it out."""
 
     def __init__(self, messages: Counter | None = None, floats: Counter | None = None, rounds: int = 0,
                  round_trips: int = 0, trips: Counter | None = None):
@@ -340,6 +346,7 @@ class Ledger:
         self.rounds = rounds
         self.round_trips = round_trips
         self.trips = Counter() if trips is None else trips
+        self.requests: Counter = Counter()
         # (id of a node tuple, kind, direction, floats each) -> repeats; the tuples by id (kept
         # alive here, so an id stays theirs): hashing a 10⁴-node tuple per request cost more
         # than the rest of the booking
@@ -353,8 +360,12 @@ class Ledger:
     def exchange(self, kind: str, nodes: Iterable[str], times: int = 1) -> None:
         """Book `times` round trips of `kind` with `nodes` (the nodes one request went to):
         none when `kind` is served locally or every node is the server itself (its steps run
-        where the server is), else one per request, however many clients it reached."""
-        if times <= 0 or MESSAGES[kind].local or all(node == "server" for node in nodes):
+        where the server is), else one per request, however many clients it reached. Every
+        request that reaches a client, local or not, is counted in `requests`."""
+        if times <= 0 or all(node == "server" for node in nodes):
+            return
+        self.requests[kind] += times
+        if MESSAGES[kind].local:
             return
         self.round_trips += times
         self.trips[kind] += times
@@ -387,6 +398,8 @@ class Ledger:
         self.__dict__.update(state)
         if "round_trips" not in state:      # pickled before round trips were counted
             self.round_trips, self.trips = 0, Counter()
+        if "requests" not in state:         # pickled before requests were counted
+            self.requests = Counter()
         if "_node_lists" not in state:      # pickled before the node tuples were kept by id
             pending, self._pending, self._node_lists = self._pending, Counter(), {}
             for (nodes, kind, down, floats), times in pending.items():

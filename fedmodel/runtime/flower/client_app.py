@@ -47,7 +47,8 @@ from ..spec_codec import decode_spec
 from ..wire import WireError
 from . import secagg
 from .codec import (BUILD, HELLO, NODE_CACHE_KEY, NODE_DATA_KEY, NODE_NAME_KEY, REPLAY,
-                    array_limits, build_parts, check_request, decode, encode, header, loads)
+                    array_limits, build_parts, check_request, decode, encode, header, loads,
+                    rider_of, split_rider, with_rider)
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
@@ -256,14 +257,23 @@ def serve_message(message: "Message", context: "Context") -> "Message":
             _remember(key, context, program)
         else:
             declared = served_kind(kind, kind_cache(context))
+            ride = rider_of(header(message.content))
+            rider = None if ride is None else _rider_kind(ride[0], context)
             timing["lookup"] = time.time() - timing["entered"]
             clock = time.time()
             program = _program_of(key, context)
             timing["program"] = time.time() - clock
-            _, payload = decode(message.content, array_limits(declared, program.n_shared))
+            _, payload = decode(message.content, array_limits(declared, program.n_shared, rider))
+            payload, ridden = split_rider(payload) if rider is not None else (payload, {})
             check_request(declared, payload, program.n_shared)
+            if rider is not None:
+                check_request(rider, ridden, program.n_shared)
             clock = time.time()
+            # (a rider, read-only, before or after the carrier's step: `executor.Rider`)
+            early = run_on_node(program, rider.name, ridden) if rider is not None and ride[1] else None
             reply = run_on_node(program, kind, payload)
+            if rider is not None:
+                reply = with_rider(reply, early if ride[1] else run_on_node(program, rider.name, ridden))
             timing["served"] = time.time() - clock
             if not declared.read_only:
                 clock = time.time()
@@ -276,6 +286,15 @@ def serve_message(message: "Message", context: "Context") -> "Message":
             log.error("fedmodel client refused a %r message: %s", kind, err)
         content = encode(kind, {"error": wire.error_to_plain(err)}, extra={"failed": True})
     return Message(content, reply_to=message)
+
+
+def _rider_kind(kind: str, context: "Context") -> MessageKind:
+    """The declaration of a rider's kind, refused unless it is local and read-only (as the
+    driver's `Executor._check_rider`: a request that changes state never rides)."""
+    declared = served_kind(kind, kind_cache(context))
+    if not (declared.local and declared.read_only):
+        raise WireError(f"{kind!r} cannot ride on another request (only local, read-only kinds may)")
+    return declared
 
 
 def _serve_summed(message: "Message", context: "Context") -> "Message":

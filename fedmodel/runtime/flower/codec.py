@@ -43,7 +43,9 @@ SPEC_PREFIX = "spec."           # a build message's array fields: the spec's arr
 # or a pull that brought replies, doubling to the second while none come (each pull is an HTTP
 # request that costs the SuperLink CPU: ~20 a second for a whole round trip at a fixed 0.05 s)
 PULL_INTERVAL, PULL_MAX = 0.05, 0.2
-_HEADER_KEYS = frozenset({"kind", "none", "json", "scalar", "failed", "sum", "timing", "packed"})
+_HEADER_KEYS = frozenset({"kind", "none", "json", "scalar", "failed", "sum", "timing", "packed", "ride"})
+# a rider's fields inside its carrier's message (`executor.Rider`; header "ride": [kind, before])
+RIDE_PREFIX = "ride."
 PACKED = "fm_packed"    # ConfigRecord entry: a message's arrays, their raw bytes (`encode`)
 #: arrays beyond this many bytes in all travel as an ArrayRecord (Flower chunks it) instead
 PACK_LIMIT = 4 * 2 ** 20
@@ -216,6 +218,32 @@ def wire_size(content: "RecordDict") -> int:
     return sum(len(obj.deflate()) for obj in get_all_nested_objects(content).values())
 
 
+# ---- a rider inside its carrier's message (`executor.Rider`) --------------------------------------
+def with_rider(payload: dict[str, Any], ridden: dict[str, Any]) -> dict[str, Any]:
+    """The fields of one message carrying `payload` and a rider's `ridden` (prefixed
+    `RIDE_PREFIX`), request or reply."""
+    return {**payload, **{RIDE_PREFIX + key: value for key, value in ridden.items()}}
+
+
+def split_rider(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`with_rider`'s inverse: (the carrier's fields, the rider's)."""
+    own = {k: v for k, v in payload.items() if not k.startswith(RIDE_PREFIX)}
+    ridden = {k[len(RIDE_PREFIX):]: v for k, v in payload.items() if k.startswith(RIDE_PREFIX)}
+    return own, ridden
+
+
+def rider_of(meta: dict[str, Any]) -> tuple[str, bool] | None:
+    """(kind, before) of the rider a request's header names, None without one (WireError: not
+    a [kind, before] pair)."""
+    ride = meta.get("ride")
+    if ride is None:
+        return None
+    if not (isinstance(ride, list) and len(ride) == 2 and isinstance(ride[0], str)
+            and isinstance(ride[1], bool)):
+        raise WireError(f"message {meta['kind']!r}: header entry 'ride' is not [kind, before]")
+    return ride[0], ride[1]
+
+
 # ---- a request against its declaration -----------------------------------------------------------
 def check_request(declared: MessageKind, payload: dict[str, Any], model_size: int) -> None:
     """Refuse a request that does not match its declaration before it is served: undeclared
@@ -235,9 +263,16 @@ def check_request(declared: MessageKind, payload: dict[str, Any], model_size: in
         raise WireError(f"refused: {err}".replace("; refusing to send it", "")) from None
 
 
-def array_limits(declared: MessageKind, model_size: int) -> Callable[[str, tuple], None]:
-    """`decode`'s check of a request's arrays against `declared`, from their shapes alone."""
+def array_limits(declared: MessageKind, model_size: int,
+                 rider: MessageKind | None = None) -> Callable[[str, tuple], None]:
+    """`decode`'s check of a request's arrays against `declared` (a `RIDE_PREFIX` field against
+    the `rider`'s declaration), from their shapes alone."""
+    carrier = declared
+
     def check(key: str, shape: tuple) -> None:
+        declared = carrier
+        if rider is not None and key.startswith(RIDE_PREFIX):
+            declared, key = rider, key[len(RIDE_PREFIX):]
         spec = declared.request.get(key)
         if spec is None:
             raise WireError(f"request {declared.name!r} carries undeclared field {key!r}")

@@ -48,7 +48,7 @@ from ..replay import ReplayLog
 from . import secagg
 from .client_app import client_app
 from .codec import (BUILD, HELLO, NODE_NAME_KEY, REPLAY, build_payload, decode, encode,
-                    raise_remote, send_and_receive, wire_size)
+                    raise_remote, send_and_receive, split_rider, wire_size, with_rider)
 
 try:
     from flwr.app import Context, Message
@@ -90,6 +90,8 @@ class FlowerExecutor(Executor):
         2·clipping_range/quantization_range per entry and client (docs/flower.md).
     """
 
+    # a `Rider` (e.g. the history's report) travels inside its carrier's Message: one batch
+    folds_riders = True
     round_trip_cost = 0.1    # simulation ~0.08 s a round trip, a deployment ~6.6 s (docs/flower.md)
 
     #: SecAgg+ settings: Flower's defaults, except weight 1 per client (`max_weight` 1: the
@@ -322,33 +324,45 @@ class FlowerExecutor(Executor):
         is dropped for the rest of the run (`lost`, `faults`) and left out of the replies."""
         return self._dispatch_remote(kind, payloads, drop=True)
 
-    def _dispatch_remote(self, kind: str, payloads: dict[str, dict], drop: bool) -> dict[str, dict]:
+    def _dispatch_riding(self, kind, payloads, rider, drop):
+        """The carrier and its `Rider` in one Message per client (`codec.with_rider`: the
+        rider's fields prefixed, its kind in the header); the server's own nodes serve both
+        here, in the rider's order."""
+        replies = self._dispatch_remote(kind, payloads, drop, rider)
+        ridden = {}
+        for node, reply in replies.items():
+            replies[node], ridden[node] = split_rider(reply)
+        return replies, ridden
+
+    def _dispatch_remote(self, kind: str, payloads: dict[str, dict], drop: bool,
+                         rider: Any = None) -> dict[str, dict]:
         """Serve the local nodes (the server) in this process and send the clients' requests;
-        log the state-changing ones that were served for a later replay."""
+        log the state-changing ones that were served for a later replay. With a `rider`, every
+        reply carries the rider's (`codec.with_rider`)."""
         remote = {node: p for node, p in payloads.items() if node in self.node_ids}
-        replies = {node: run_on_node(self.programs[node], kind, payload)
+        replies = {node: _serve_here(self.programs[node], kind, payload, rider, node)
                    for node, payload in payloads.items() if node not in self.node_ids}
         if not remote:
             return replies
         fields = MESSAGES[kind].request
         if drop:
-            got, missing = self._send(kind, remote, fields, self.timeout)
+            got, missing = self._send(kind, remote, fields, self.timeout, rider)
             for node in missing:
                 self._lost[node] = f"no reply to {kind!r} within {self.timeout:g} s"
                 self.replay.fault(node, kind, replay=False, old_node_id=self.node_ids[node], lost=True)
         else:
-            got = self._exchange(kind, remote, fields, self.timeout)
+            got = self._exchange(kind, remote, fields, self.timeout, rider)
         replies.update(got)
         for node in got:
-            self.replay.record(node, kind, remote[node])
+            self.replay.record(node, kind, remote[node])    # (a rider is read-only: not replayed)
         return replies
 
     def _exchange(self, kind: str, payloads: dict[str, dict], fields: dict[str, str],
-                  timeout: float) -> dict[str, dict]:
+                  timeout: float, rider: Any = None) -> dict[str, dict]:
         """Send one Message per client and wait (at most `timeout` s) for every reply. In
         deployment, a client that did not reply is waited for to rejoin, rebuilt and replayed,
         and asked again."""
-        replies, missing = self._send(kind, payloads, fields, timeout)
+        replies, missing = self._send(kind, payloads, fields, timeout, rider)
         restarts: Counter = Counter()
         while missing:
             if self.grid is None or kind == BUILD:
@@ -359,17 +373,21 @@ class FlowerExecutor(Executor):
             for node in missing:
                 restarts[node] += 1
                 self._rejoin(node, kind, restarts[node])
-            again, missing = self._send(kind, {n: payloads[n] for n in missing}, fields, timeout)
+            again, missing = self._send(kind, {n: payloads[n] for n in missing}, fields, timeout, rider)
             replies.update(again)
         return {node: replies[node] for node in payloads}
 
     def _send(self, kind: str, payloads: dict[str, dict], fields: dict[str, str],
-              timeout: float) -> tuple[dict[str, dict], list[str]]:
-        """One round trip: the replies that arrived within `timeout`, and the clients missing."""
+              timeout: float, rider: Any = None) -> tuple[dict[str, dict], list[str]]:
+        """One round trip: the replies that arrived within `timeout`, and the clients missing
+        (with a `rider`: its fields in each request and each reply)."""
         message_type = "query" if kind in MESSAGES and MESSAGES[kind].read_only else "train"
+        extra = None if rider is None else {"ride": [rider.kind, bool(rider.before)]}
         sent: dict[str, Any] = {}
         for node, payload in payloads.items():
-            content = encode(kind, payload, fields)
+            if rider is not None:
+                payload = with_rider(payload, rider.payload(node))
+            content = encode(kind, payload, fields, extra=extra)
             sent[node] = Message(content, dst_node_id=self.node_ids[node], message_type=message_type)
             self.wire_bytes[("server", node, kind)] += wire_size(content)
         stamps: dict[str, float] = {}
@@ -543,6 +561,16 @@ class FlowerExecutor(Executor):
         """Bytes of all messages ("down": server → clients, "up": clients → server, None: both)."""
         return sum(b for (s, _, _), b in self.wire_bytes.items()
                    if direction is None or (s == "server") == (direction == "down"))
+
+
+def _serve_here(program: Any, kind: str, payload: dict, rider: Any, node: str) -> dict:
+    """Serve a request on a node of this process (the server), with its rider if any (its
+    reply fields prefixed, as a client's: `codec.with_rider`)."""
+    if rider is None:
+        return run_on_node(program, kind, payload)
+    early = run_on_node(program, rider.kind, rider.payload(node)) if rider.before else None
+    reply = run_on_node(program, kind, payload)
+    return with_rider(reply, early if rider.before else run_on_node(program, rider.kind, rider.payload(node)))
 
 
 def _load_here(data: Any) -> np.ndarray:
