@@ -120,7 +120,9 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
     with epsilon="budget", ε̄ is calibrated so that max_rounds rounds spend it (ObjP/ObjT). tol: stop when the primal
     ‖w − z_p‖∞ and dual ρ‖Δw‖∞ residuals are ≤ tol (0: run all rounds). log_every: history
     stride. record_noise: keep every noise draw on the clients (info["noise"], for tests).
-    Local constraints (ObjP; `constrained`): dual_step (multipliers' step η_t = dual_step/√t),
+    Local constraints (ObjP; `constrained`): dual_step (multipliers' step η_t = dual_step/√t;
+    default 10 in a private run, and in a non-private one a step from each constraint's
+    curvature, `curvature_dual`),
     constraint_share (the fraction of ε̄ a round spends on releasing the constraints' values) and
     value_clip (B: a record's term of a constraint's value, in the mean scale, clipped to [−B, B]).
     """
@@ -215,10 +217,11 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
     def _linearized(self) -> bool:
         """The non-private default (rho_schedule="auto", ε̄ = ∞, ObjP, `a` not given): plain
         linearized ADMM at ρ = 2.2·max_p L̂_p (the clients' curvature measured at w⁰, where the
-        linearized z-step is stable) with no proximal term, on models whose clients have no
-        local constraints or prox-able terms (their multipliers' curvature is not in L̂_p, and
-        without the growing proximal term the Neyman-Pearson model of
-        tests/test_dp_constraints.py diverged). The paper's ρ̂^t (21) (c1 = 2, for its 1/I loss
+        linearized z-step is stable) with no proximal term; with local constraints too when
+        the multipliers take `curvature_dual`'s step, whose clients add their multipliers'
+        curvature to the step's weight themselves (`constrained.LocalConstraints
+        .lagrangian_curvature`; with the fixed dual_step/√t and no growing proximal term the
+        Neyman-Pearson model of tests/test_dp_constraints.py diverged). The paper's ρ̂^t (21) (c1 = 2, for its 1/I loss
         scaling) and ObjP's growing 1/η^t = √t/a damp the noise; without noise they only shrink
         the step: on a 10-client logistic model (d = 20, L̂ ≈ 0.07) ρ = 2 ≈ 30·L̂ and √t/a left
         20,000 rounds far from the optimum (docs/privacy.md has the rounds measured)."""

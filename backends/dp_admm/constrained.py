@@ -9,8 +9,10 @@ exact because the quadratic is isotropic: simple sets S_p (bounds, norm balls) a
 prox-able terms h_p (λ‖z‖₁) their prox — post-processing of the private step, free of privacy
 cost. Every other constraint c_j(z) ≤ 0 (or = 0) enters through the Lagrangian: the step's linear
 term is g̃ = ∇f_p(z^t) + Σ_j μ_j ∇c_j(z^t) + ξ̃, and after the step the client updates
-μ_j ← [μ_j + η_t ĉ_j(z^{t+1})]₊ (a projected dual ascent step, η_t = `dual_step`·a/√t like the
-primal step η^t = a/√t) from a released value ĉ_j.
+μ_j ← [μ_j + η_t ĉ_j(z^{t+1})]₊ (a projected dual ascent step, η_t = `dual_step`/√t like the
+primal step η^t = a/√t) from a released value ĉ_j. The non-private default instead steps by
+half the Newton step on c_j's linearization and adds the multipliers' curvature to the z-step's
+weight (`LocalConstraints.curvature_steps`, `lagrangian_curvature`; `DPADMM.curvature_dual`).
 
 Privacy (per round ε̄ = ε_g + J·ε_c, J the client's constraints that read its data):
 - ξ̃ is Laplace(Δ̄/ε_g) with Δ̄ = 2C/I_f + Σ_j μ_j·2C/I_j: every record's term of ∇f_p is clipped
@@ -239,7 +241,6 @@ class LocalConstraints:
         sizes = [float(np.sum(J * J)) for J in _compiled(program).jacobians(program, z)]
         self.curvature = [max(s, seen) for s, seen in zip(sizes, self.curvature or sizes)]
         return [DUAL_SCALE * stiffness / max(size, CURVATURE_FLOOR) for size in self.curvature]
-
 
     def lagrangian_curvature(self, program, z: np.ndarray) -> float:
         """Σ_j |μ_j|·L̂_j: the curvature the multipliers' terms add to the client's Lagrangian
