@@ -39,7 +39,7 @@ from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, node_generator,
                                       record_count, record_sensitivity)
 from ..projecting import has_affine_sets, projected_multipliers
-from .constrained import LocalConstraints, _compiled, local_constraints
+from .constrained import LAGRANGIAN_MARGIN, LocalConstraints, _compiled, local_constraints
 from .sampled import SampledGaussianObjective
 
 _SLOT = "dp_admm.z"          # the group's stack of the rows' z_p
@@ -246,7 +246,7 @@ def _step(group: Group, members: list[str], payloads: dict) -> dict[str, dict] |
     """Line 5 of Algorithms 1–2 for the rows `members` (per-node payloads): (8) or (9); for OutP
     (5a) plus output noise. With local constraints (ObjP): the Lagrangian's gradient, the prox of
     the local sets and terms after the step, then the multipliers' update with step `dual_step`
-    (`constrained`). None (each member served by itself) for part of a group, members sent
+    (`constrained`; 0: the non-private curvature step, `LocalConstraints.curvature_steps`). None (each member served by itself) for part of a group, members sent
     different trust radii, or a group `_rows` does not take."""
     if members != group.names:
         return None
@@ -279,6 +279,14 @@ def _step_rows(group: Group, rows: _Rows, W: np.ndarray, lam: np.ndarray, rho: n
         return None
     Z = group.gather("z", rows.states, group.n_x, _SLOT)
     G = _objective(group, rows, records, Z)                        # f'_p + ξ̃_p^t: G^t (10)
+    curvature = [eta == 0.0 and constrained for eta, constrained in zip(dual_step, rows.lagrangian)]
+    weight = rho + prox     # the multipliers' curvature steps read the step's weight without ...
+    if any(curvature):      # ... the non-private default's proximal weight on their curvature:
+        # with it, η_j ∝ μ_j and an infeasible model's μ_j grew geometrically (NP, r = 0.05:
+        # ×1.7 a round, non-finite by round 60)
+        prox = prox + LAGRANGIAN_MARGIN * np.array(
+            [s["local"].lagrangian_curvature(p, z) if on else 0.0
+             for s, p, z, on in zip(rows.states, group.programs, Z, curvature)])
     Z_new = _iadmm_steps(Z, G, W, lam, rho, prox, radius, rows.norm)  # (8)/(9) ≡ (5)/(6) at ξ̃
     residual = [None] * group.n
     if rows.local:     # `LocalConstraints.project`: the prox of the sets and terms, step 1/(ρ + 1/η)
@@ -287,9 +295,10 @@ def _step_rows(group: Group, rows: _Rows, W: np.ndarray, lam: np.ndarray, rho: n
             Z_new = group.apply_prox(Z_new, float(step[0]))
         else:
             Z_new = np.array([p.apply_prox(z, t) for p, z, t in zip(group.programs, Z_new, step)])
-        residual = [s["local"].update_multipliers(p, z, eta, s["rng"]) if constrained else 0.0
-                    for s, p, z, eta, constrained in
-                    zip(rows.states, group.programs, Z_new, dual_step, rows.lagrangian)]
+        # dual step 0: the non-private default's step from each constraint's curvature
+        residual = [s["local"].update_multipliers(p, z, eta or None, s["rng"], None if eta else t)
+                    if constrained else 0.0 for s, p, z, eta, t, constrained in
+                    zip(rows.states, group.programs, Z_new, dual_step, weight, rows.lagrangian)]
     if rows.kind.perturbs == "output":                             # OutP only
         scales = [layer.scale(s) for layer, s in zip(rows.layers, sigma.tolist())]
         Z_new = release(rows.states, rows.layers, Z_new, scales)

@@ -9,8 +9,10 @@ exact because the quadratic is isotropic: simple sets S_p (bounds, norm balls) a
 prox-able terms h_p (λ‖z‖₁) their prox — post-processing of the private step, free of privacy
 cost. Every other constraint c_j(z) ≤ 0 (or = 0) enters through the Lagrangian: the step's linear
 term is g̃ = ∇f_p(z^t) + Σ_j μ_j ∇c_j(z^t) + ξ̃, and after the step the client updates
-μ_j ← [μ_j + η_t ĉ_j(z^{t+1})]₊ (a projected dual ascent step, η_t = `dual_step`·a/√t like the
-primal step η^t = a/√t) from a released value ĉ_j.
+μ_j ← [μ_j + η_t ĉ_j(z^{t+1})]₊ (a projected dual ascent step, η_t = `dual_step`/√t like the
+primal step η^t = a/√t) from a released value ĉ_j. The non-private default instead steps by
+half the Newton step on c_j's linearization and adds the multipliers' curvature to the z-step's
+weight (`LocalConstraints.curvature_steps`, `lagrangian_curvature`; `DPADMM.curvature_dual`).
 
 Privacy (per round ε̄ = ε_g + J·ε_c, J the client's constraints that read its data):
 - ξ̃ is Laplace(Δ̄/ε_g) with Δ̄ = 2C/I_f + Σ_j μ_j·2C/I_j: every record's term of ∇f_p is clipped
@@ -88,6 +90,27 @@ class _Compiled:
             outputs += [derive(term, v) for v in shared]
         self.gradients = Plan(outputs, shared)
         self.values = Plan([c.expr for c in self.constraints], shared) if self.constraints else None
+        self._jacobians = None
+
+    def jacobians(self, program, z: np.ndarray) -> list[np.ndarray]:
+        """Every constraint's Jacobian ∂c_j/∂z at z, one (m_j, d) array each (a scalar
+        constraint: its gradient as one row); the plan compiled on first use (the non-private
+        multiplier step, `LocalConstraints.curvature_step`, is its only reader)."""
+        shared = program.shared.variables
+        if self._jacobians is None:
+            outputs, self._rows = [], []
+            for c in self.constraints:
+                parts = [c.expr] if c.expr.shape == () else [c.expr[k] for k in range(c.expr.shape[0])]
+                self._rows.append(len(parts))
+                outputs += [derive(part, v) for part in parts for v in shared]
+            self._jacobians = Plan(outputs, shared)
+        rows = _chunks(self._jacobians(*program.shared.unpack(z)), len(shared))
+        flat = [program.shared.pack(list(part)) for part in rows]
+        out, start = [], 0
+        for m in self._rows:
+            out.append(np.array(flat[start:start + m], dtype=float).reshape(m, -1))
+            start += m
+        return out
 
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -112,6 +135,8 @@ class LocalConstraints:
     value_clip: float = 1.0
     epsilon_c: float = math.inf
     noise_c: float | None = None        # Gaussian releases: σ_c (None: Laplace at epsilon_c)
+    curvature: list | None = None       # the largest ‖∂c_j‖²_F so far (`curvature_steps`)
+    hessians: list | None = None        # each constraint component's curvature (`lagrangian_curvature`)
 
     @staticmethod
     def releases(program) -> int | None:
@@ -170,19 +195,22 @@ class LocalConstraints:
         1/(ρ + 1/η)."""
         return program.apply_prox(z, step) if _compiled(program).has_prox else z
 
-    def update_multipliers(self, program, z: np.ndarray, step: float, rng) -> float:
-        """μ_j ← [μ_j + step·ĉ_j(z)]₊ (= 0: no clamp) from released values ĉ_j; returns
-        max_j |Δμ_j|/step, the projected dual gradient (0 at a KKT point's multipliers)."""
+    def update_multipliers(self, program, z: np.ndarray, step: float | None, rng,
+                           stiffness: float | None = None) -> float:
+        """μ_j ← [μ_j + η_j·ĉ_j(z)]₊ (= 0: no clamp) from released values ĉ_j, η_j = `step`, or
+        (`stiffness` given: the non-private default) `curvature_step`'s η_j; returns
+        max_j |Δμ_j|/η_j, the projected dual gradient (0 at a KKT point's multipliers)."""
         compiled = _compiled(program)
         if not compiled.constraints:
             return 0.0
+        steps = self.curvature_steps(program, z, stiffness) if stiffness is not None \
+            else [step] * len(compiled.constraints)
         released = [self.private and data for data in compiled.reads_data]
         # exact values where nothing is released (the clipped ones take their own pass)
         exact = compiled.values(*program.shared.unpack(z)) if not all(released) else [None] * len(released)
         residual = 0.0
-        for c, mu, noisy, records, value in zip(compiled.constraints, compiled.multipliers,
-                                                released, compiled.records, exact):
-            eta = step
+        for c, mu, noisy, records, value, eta in zip(compiled.constraints, compiled.multipliers,
+                                                     released, compiled.records, exact, steps):
             if noisy:
                 bound = self.value_clip / records
                 value = np.asarray(clipped_record_value(program, z, bound, of=c.expr))
@@ -197,6 +225,58 @@ class LocalConstraints:
             residual = max(residual, float(np.max(np.abs(new - mu.value), initial=0.0)) / eta)
             program.set_multipliers({c.name: new})     # the node's state and its merit's μ_j
         return residual
+
+    def curvature_steps(self, program, z: np.ndarray, stiffness: float) -> list[float]:
+        """The non-private multiplier steps η_j = DUAL_SCALE·s/‖∂c_j(z)‖²_F, s = `stiffness`
+        = ρ + 1/η (the z-step's weight). Why: the next z-step moves z by −Δμ_j∇c_j/s, so c_j
+        moves by −Δμ_j‖∇c_j‖²/s; with η_j‖∇c_j‖²/s = θ the multiplier's step is a damped
+        Newton step on c_j's linearization (θ = 1: the step that zeroes it), stable for θ < 2
+        whatever the constraint's scale. A fixed η (the private runs' dual_step/√t) is stable
+        only while η‖∇c_j‖² < 2s: on the bench_verdicts NP models (‖∇c_j‖² ≈ 6–10, s ≈ 60)
+        η_1 = 10 grew μ_j ×2 a round and the run diverged at round 23. Data-dependent, so
+        never used by a private run (its steps are public: `dual_step`). ‖∂c_j‖² is the largest
+        seen so far, so η_j never grows: where c_j flattens (an infeasible model's iterates
+        running off towards a least violation at infinity, NP with r = 0.05) the step at the
+        current point grew ×2.5 a round with z, and the run blew up in 19 rounds."""
+        sizes = [float(np.sum(J * J)) for J in _compiled(program).jacobians(program, z)]
+        self.curvature = [max(s, seen) for s, seen in zip(sizes, self.curvature or sizes)]
+        return [DUAL_SCALE * stiffness / max(size, CURVATURE_FLOOR) for size in self.curvature]
+
+    def lagrangian_curvature(self, program, z: np.ndarray) -> float:
+        """Σ_j |μ_j|·L̂_j: the curvature the multipliers' terms add to the client's Lagrangian
+        (L̂_j: each constraint component's largest curvature, estimated once, at the first z, by
+        power iteration on its gradient's differences, `common.curvature_rows`). The
+        linearized z-step is stable while its weight ρ + 1/η exceeds the Lagrangian's
+        curvature; ρ = 2.2·L̂_p covers f_p only (`DPADMM._linearized`), so the non-private
+        default adds LAGRANGIAN_MARGIN times this as a client-side proximal weight — zero at
+        a fixed point, so the answer is unchanged. Without it NP's μ_j ≈ 1–5 made the step
+        unstable (bench_verdicts np 2: z grew ×1.6 every 3 rounds from round 20)."""
+        from ..common import curvature_rows
+        compiled = _compiled(program)
+        if self.hessians is None:
+            sizes = [J.shape[0] for J in compiled.jacobians(program, z)]
+            rows = [(j, k) for j, m in enumerate(sizes) for k in range(m)]
+
+            def gradient(Z: np.ndarray) -> np.ndarray:
+                return np.array([compiled.jacobians(program, x)[j][k] for x, (j, k) in zip(Z, rows)])
+            estimate = curvature_rows(gradient, np.tile(np.asarray(z, float), (len(rows), 1))) \
+                if rows else np.zeros(0)
+            self.hessians, start = [], 0
+            for m in sizes:
+                self.hessians.append([float(e) for e in estimate[start:start + m]])
+                start += m
+        return float(sum(np.sum(np.abs(np.ravel(mu.value)) * np.asarray(L))
+                         for mu, L in zip(compiled.multipliers, self.hessians)))
+
+
+# The non-private default's proximal weight on the multipliers' curvature (`lagrangian_curvature`),
+# the margin of its ρ = 2.2·L̂_p over f_p's.
+LAGRANGIAN_MARGIN = 2.2
+# The non-private multiplier step's fraction θ of the Newton step on a constraint's
+# linearization (`LocalConstraints.curvature_steps`), and the floor of ‖∂c_j‖² (a constraint
+# flat at z: its multiplier does not move z, so its step only needs to stay finite).
+DUAL_SCALE = 0.5
+CURVATURE_FLOOR = 1e-12
 
 
 # The knob's multiplier step on a Gaussian-released value of noise s = σ_c·B/I_j (public: the

@@ -24,6 +24,12 @@ from .accounting import privacy_report
 from .constrained import has_local_terms
 from ..outcome import Outcome, Status
 
+# What a "stalled" non-private run with local constraints says (`DivergenceWatch.check_shrinking`).
+STALL_HINT = ("the model may be infeasible — its local constraints without a common feasible point, "
+              "whose multipliers then grow by the least violation every round — or this run too "
+              "slow for it: prob.solve('cvxpy') decides feasibility, and ProxAL or DALD solve "
+              "constrained models with a feasibility verdict")
+
 
 class RoundLoop:
     """The server side of `DPADMM` (mixed into it): initialization, rounds, history, info."""
@@ -87,7 +93,7 @@ class RoundLoop:
         start = time.perf_counter()
         watch = DivergenceWatch("DP-ADMM", hint=self._hint() + (
             "; with local constraints, check they have a common feasible point: on an infeasible "
-            "model the multipliers grow without bound" if local else ""))
+            "model the multipliers grow without bound" if local else ""), stall_hint=STALL_HINT)
         saved = checkpointer.restore(ex)    # client RNGs and noise logs come back with the nodes
         if saved:
             t, w, Z, LAM, rho, history = (saved[key] for key in ("t", "w", "z", "lam", "rho", "history"))
@@ -112,6 +118,9 @@ class RoundLoop:
             if local and math.isinf(self.epsilon) and watch.check_shrinking(
                     t, "the residual (consensus, local constraints)", max(residual, residuals["primal_residual"]),
                     max(100.0 * self.tol, 1e-6)):
+                # "stalled", not "diverged": nothing was shown to grow (`check_shrinking`)
+                watch.message += (f" (now: consensus max_p ‖w − z_p‖∞ = {residuals['primal_residual']:.3g}, "
+                                  f"the local constraints' violation {residual:.3g})")
                 status = watch.report(diverged)    # (the point returned: the last round's)
                 break
             done = self.tol > 0 and max(residuals["primal_residual"], residuals["dual_residual"],
@@ -193,7 +202,8 @@ class RoundLoop:
         if self.variant == "objP":
             step["prox"] = self.prox(t)                                        # 1/η^t
             if local:
-                step["dual_step"] = self.dual_step / math.sqrt(t)
+                # (0: the non-private default's curvature step, `DPADMM.curvature_dual`)
+                step["dual_step"] = 0.0 if self.curvature_dual() else self.dual_step / math.sqrt(t)
         elif self.variant == "objT":
             step["radius"] = self.radius(t)                                    # δ^t
         if self.variant == "outP":          # z(w^t) → w → λ; 1/η̂^t and σ^t per client (I_p)
