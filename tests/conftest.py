@@ -45,3 +45,18 @@ def solve_counts(monkeypatch) -> dict:
             return _original(self, *args, **kwargs)
         monkeypatch.setattr(cls, method, counted)
     return counts
+
+
+class StopRun(Exception):
+    """Raised by a callback to stop a run the hard way (as a crash would): kill-and-resume tests."""
+
+
+def stop_after(count: int):
+    """A callback that raises `StopRun` at the `count`-th record it is handed."""
+    seen = [0]
+
+    def callback(record):
+        seen[0] += 1
+        if seen[0] == count:
+            raise StopRun
+    return callback

@@ -17,6 +17,7 @@ import fedmodel as fm
 from fedmodel import topologies
 from fedmodel import backends
 from fedmodel.runtime import checkpoint as ck
+from conftest import StopRun, stop_after
 
 HERE = Path(__file__).resolve().parent
 
@@ -59,20 +60,6 @@ def least_squares(seed=0, n_clients=4, d=4):
 PROXAL = dict(beta=10.0, rho=1.0, s_bar=0.01, q=0.7, adaptive_rho=True, tol=(1e-4, 1e-4), max_outer=12)
 
 
-class Stop(Exception):
-    """Raised by a callback to stop a run the hard way (as a crash would)."""
-
-
-def _stop_after(n):
-    count = [0]
-
-    def callback(record):
-        count[0] += 1
-        if count[0] == n:
-            raise Stop
-    return callback
-
-
 def _same(a, b):
     """Bitwise equal iterates, multipliers, history (without wall times) and ledgers."""
     assert a.status == b.status and a.iterations == b.iterations
@@ -90,9 +77,9 @@ def _same(a, b):
 def _check_resume(tmp_path, prob, make, stop_at, every=1, topology=None, executor="serial"):
     reference = prob.solve(make(), topology=topology, executor=executor)
     path = tmp_path / "run.ckpt"
-    with pytest.raises(Stop):
+    with pytest.raises(StopRun):
         prob.solve(make(), topology=topology, executor=executor, checkpoint=path, checkpoint_every=every,
-                   callback=_stop_after(stop_at))
+                   callback=stop_after(stop_at))
     saved = ck.read(path)
     done = (stop_at - 1) // every * every          # the last multiple of `every` before the stop
     assert saved["iteration"] == done and saved["outcome"] is None
@@ -102,7 +89,7 @@ def _check_resume(tmp_path, prob, make, stop_at, every=1, topology=None, executo
     assert len(seen) == len(reference.history) - len(saved["loop"]["history"]) > 0
     _same(resumed, reference)
     # the finished run is recorded: resuming again returns it without iterating
-    again = prob.solve(make(), topology=topology, checkpoint=path, resume=True, callback=_stop_after(1))
+    again = prob.solve(make(), topology=topology, checkpoint=path, resume=True, callback=stop_after(1))
     _same(again, reference)
     return reference
 
@@ -144,8 +131,8 @@ def test_a_proxal_checkpoint_holds_beta_once_and_resumes_bitwise(tmp_path, execu
         return backends.ProxAL(**{**PROXAL, "beta": beta}, beta_growth=1.0, tau_rule="paper")
     _check_resume(tmp_path, prob, make, stop_at=4, executor=executor)
     path = tmp_path / "beta.ckpt"
-    with pytest.raises(Stop):
-        prob.solve(make(), executor=executor, checkpoint=path, callback=_stop_after(3))
+    with pytest.raises(StopRun):
+        prob.solve(make(), executor=executor, checkpoint=path, callback=stop_after(3))
     saved = ck.read(path)
     assert len(saved["nodes"]) == 4 and saved["loop"]["beta"] == beta
     assert _places_of(beta, saved) == ["/loop/beta"]

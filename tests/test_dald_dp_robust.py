@@ -11,6 +11,7 @@ import fedmodel as fm
 from fedmodel import topologies
 from fedmodel.backends.dald import DALD
 from fedmodel.backends.dp_admm import DPADMM
+from conftest import StopRun, stop_after
 
 D, SAMPLES = 5, 20
 
@@ -271,17 +272,10 @@ def test_adaptive_rho_resumes_exactly(tmp_path):
     make = lambda: DALD(rho=10.0, max_iterations=30)     # noqa: E731
     reference = prob.solve(make(), topology=topologies.star(prob))
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_7(record):
-        if record["iteration"] == 7:
-            raise Stop
-
     path = tmp_path / "run.ckpt"
-    with pytest.raises(Stop):
+    with pytest.raises(StopRun):
         prob.solve(make(), topology=topologies.star(prob), checkpoint=path, checkpoint_every=1,
-                   callback=stop_at_7)
+                   callback=stop_after(7))
     resumed = prob.solve(make(), topology=topologies.star(prob), checkpoint=path, resume=True)
     assert resumed.iterations == reference.iterations
     assert np.array_equal(resumed.value(w), reference.value(w))

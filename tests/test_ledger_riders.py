@@ -14,6 +14,7 @@ from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.executor import Rider, SerialExecutor
 from fedmodel.runtime.ledger import install, procedure
 from fedmodel.runtime.program import compile_programs
+from conftest import StopRun, stop_after
 
 D = 3
 
@@ -217,15 +218,9 @@ def test_fedadmm_with_checkpoints_asks_each_report_before_its_checkpoint(tmp_pat
     make = lambda: backends.FedADMM(max_rounds=9, seed=5, tol=None)
     reference = prob.solve(make())
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_6(record):
-        if record["round"] == 6:
-            raise Stop
     path = tmp_path / "run.ckpt"
-    with pytest.raises(Stop):
-        prob.solve(make(), checkpoint=path, checkpoint_every=2, callback=stop_at_6)
+    with pytest.raises(StopRun):
+        prob.solve(make(), checkpoint=path, checkpoint_every=2, callback=stop_after(6))
     from fedmodel.runtime import checkpoint as ck
     saved = ck.read(path)
     assert saved["iteration"] == 4 and all("objective" in h for h in saved["loop"]["history"])

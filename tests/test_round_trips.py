@@ -24,6 +24,7 @@ from fedmodel.runtime.executor import SerialExecutor, open_executor
 from fedmodel.runtime.ledger import FLOAT_BYTES, Ledger
 from fedmodel.runtime.program import compile_programs
 from fedmodel.result import communication_line
+from conftest import StopRun, stop_after
 
 D = 3
 
@@ -249,21 +250,12 @@ def test_resumed_run_counts_as_the_straight_run(tmp_path):
     """The round trips are in the checkpointed ledger: a run stopped after its 3rd round and
     resumed reports those of the run that never stopped (docs/checkpoints.md: a resumed run
     books the same traffic)."""
-    class Stop(Exception):
-        pass
-
-    seen = []
-
-    def stop_at_third(record):
-        seen.append(record)
-        if len(seen) == 3:
-            raise Stop
     prob, _ = _least_squares(n=3)
     make = lambda: backends.FedProx(mu=1.0, step=0.05, local_steps=3, max_rounds=6, tol=0.0)  # noqa: E731
     straight = prob.solve(make())
     path = tmp_path / "run.ckpt"
-    with pytest.raises(Stop):
-        prob.solve(make(), checkpoint=path, checkpoint_every=1, callback=stop_at_third)
+    with pytest.raises(StopRun):
+        prob.solve(make(), checkpoint=path, checkpoint_every=1, callback=stop_after(3))
     resumed = prob.solve(make(), checkpoint=path, resume=True)
     assert straight.info["communication"]["round_trips"] == 1 + 6     # init + 6 solves (no dual:
     # no constraints)
