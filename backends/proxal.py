@@ -53,7 +53,7 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   Newton / L-BFGS / GD local solver (neither projects);
 - `client_constraints="local"`: a client's smooth convex inequalities on the shared variables
   (NP's class-1 loss ≤ γ) are held in its solve (19) by a local method of multipliers
-  (`local_solvers._local_al`), not in the AL: the consensus ADMM is over ∩ X_i, (22) reads
+  (`local_al.solve`), not in the AL: the consensus ADMM is over ∩ X_i, (22) reads
   their normal cones (`NodeProgram.constraint_remainder`), the outer loop keeps the rest (NP
   adult n = 5: 16 outer / 374 round trips → 4 / 56). A client that cannot meet them, or an
   unsolved ADMM (∩ X_i may be empty), puts them back in the AL, whose verdicts name them;
@@ -123,19 +123,14 @@ DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxA
 #   round trips at 1e4; 16 / 390 at 1e6), and a barely feasible NP model ended "stalled" at 1e4
 #   (tests/test_proxal_flat.py). The cost: an infeasible verdict needs 2 more raises (adult
 #   n = 10: 6 outer / 135 round trips → 8 / 314); bench_rounds' synthetic rows never reach 1e4;
-# - anderson = 5: Anderson acceleration of the ADMM (backends/anderson.py; ρ changes restart
-#   it). The certificate (22) holds for any client state, so (23) stays sound; on the NP models
-#   it cuts the ADMM iterations 2–6× (docs/BENCHMARKS.md). Adaptive ρ rebalances only every
-#   RHO_PERIOD-th ADMM step, so the memory can fill between restarts.
+# - anderson = 5 (module docstring): on the NP models it cuts the ADMM iterations 2–6×
+#   (docs/BENCHMARKS.md); ρ rebalances every RHO_PERIOD-th step, so the memory fills between.
 # - tau_rule = "progress", local_tol_cap = 0.1, client_sets = True (module docstring): the round
 #   trips to a verified point fall from 124–629 to 20–84 on bench_rounds' synthetic models at
 #   n = 5 and 40 (docs/BENCHMARKS.md, "ProxAL in ≤ 100 round trips"); client_constraints = "local":
 #   the NP models' from 211–374 to 56–133 (docs/BENCHMARKS.md, "Client constraints held locally").
-# - dist_tol = 1e-4: "converged" also needs the distance to the answer estimated from the outer
-#   steps (their contraction gives the curvature μ: `proxal_outer.distance_left`) ≤ 1e-4‖w‖₂;
-#   near the stop τ_k is tightened to what that estimate needs, and β rises when the steps
-#   contract slowly (`proxal_outer.next_beta`). (11) alone is an absolute stationarity test:
-#   on a flat objective (a 10⁻³ ridge over many features) it stopped "converged" 1-6 % away.
+# - dist_tol = 1e-4 (module docstring): (11) alone, an absolute stationarity test, stopped
+#   "converged" 1-6 % away on a flat objective (a 10⁻³ ridge over many features).
 # `backends.ProxAL()` defaults equal FAST_PROXAL; `backends.ProxAL.paper()` is PAPER_PROXAL (its
 # fixed-ρ, fixed-β, no-Anderson options are spelled out so that changing defaults cannot touch it).
 PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), adaptive_rho=False,

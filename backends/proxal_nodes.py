@@ -20,7 +20,7 @@ import numpy as np
 from fedmodel.expression import Data
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
-from fedmodel.runtime import local_solvers
+from fedmodel.runtime import local_al
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
@@ -58,7 +58,7 @@ def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, di
             program.configure(beta=request["beta"], prox_weight=request["prox_weight"], center=w)
         grad = program.merit(w)["grad"]
         if program.local_names:         # ∇F_i + ∇gᵀν of the held constraints, not their AL term
-            grad = local_solvers.lagrangian_gradient(program, w, grad)
+            grad = local_al.lagrangian_gradient(program, w, grad)
         program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": rho, "w": w.copy(),
                                  "history": ClientHistory(anderson) if anderson else None}
         replies[m] = {"u_tilde": w - grad / rho}
@@ -128,7 +128,7 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
         reply = {"eps_tilde": float(eps_tilde[j]), "steps": int(steps[j]), "u_tilde": U_tilde[j],
                  "rho": float(new_rho[j])}
         failed = program.state.pop("local_failed", None)
-        if failed is not None:          # its held constraints could not be met (`local_solvers._local_al`)
+        if failed is not None:          # its held constraints could not be met (`local_al.solve`)
             reply["local_failed"] = float(failed)
         if history is not None:         # the iterate in the ρ it was computed with
             reply["products"] = history.push(np.concatenate([U_new[j], Lam_new[j] / rho[j]]),

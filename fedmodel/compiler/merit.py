@@ -48,7 +48,7 @@ class Merit:
 
 LOCAL_PENALTY = 300.0   # σ of a local constraint's AL term outside a local solve (= ProxAL's β₀)
 # rows up to which a constraint is held locally: its certificate reads ∇g row by row (one plan
-# evaluation each, `local_solvers.LocalPlans.jacobian`); a larger one stays in the AL
+# evaluation each, `local_al.LocalPlans.jacobian`); a larger one stays in the AL
 LOCAL_ROWS = 64
 
 

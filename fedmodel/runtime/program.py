@@ -23,7 +23,7 @@ from ..compiler.merit import LOCAL_PENALTY
 from ..collector import collection_paused, freeze_setup
 from ..constraints import Constraint, Equality
 from ..expression import Data, Variable
-from . import local_solvers
+from . import local_al, local_solvers
 from .compiled_merit import CompiledMerit, Layout
 from .node_state import NodeState
 
@@ -158,9 +158,9 @@ class NodeProgram:
     def constraint_remainder(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         """`prox_remainder` after the local constraints' share: g (∇P_i at x plus the ADMM's
         terms) without their AL gradient, plus the element of their normal cone closest to −g
-        (`local_solvers.local_remainder`) — the optimality residual when the local solves hold them."""
+        (`local_al.local_remainder`) — the optimality residual when the local solves hold them."""
         if self.local_names:
-            g = local_solvers.local_remainder(self, x, g)
+            g = local_al.local_remainder(self, x, g)
         return self.prox_remainder(x, g)
 
     def merit(self, x: np.ndarray) -> dict:
@@ -249,7 +249,7 @@ class NodeProgram:
             if self.constraints else []
         change, new_mu, local = 0.0, {}, self.local_names
         for constraint, c_value in zip(self.constraints, residuals):
-            if constraint.name in local:      # its μ is the local solves' (`local_solvers._local_al`)
+            if constraint.name in local:      # its μ is the local solves' (`local_al.solve`)
                 continue
             mu = s.mu[constraint.name]
             new = mu + beta * np.asarray(c_value)
@@ -359,7 +359,7 @@ def compile_programs(problem, project: bool = True, client_sets: bool = False,
     `client_sets` also those held by clients, on the client (for backends whose client solves
     project, e.g. FedADMM); with `client_constraints` a client's smooth convex inequalities on
     the shared variables get their own penalty (`compiler.merit.is_local`), for backends whose
-    local solves hold them (local solver "local-al": `local_solvers._local_al`). A block whose
+    local solves hold them (local solver "local-al": `local_al.solve`). A block whose
     data is produced on its worker stays a `ProgramSpec` (the executor builds it there)."""
     shared = problem.shared_variables()
     # a client's constraint on the shared variables alone with no smooth form (a ‖·‖₁ ball) is
