@@ -61,7 +61,7 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   records (`proxal_outer.distance_left`: the stationarity (11) bounds, divided by the curvature
   the outer steps' contraction shows; δ = ∞: the paper's (11) alone). Near the stop τ_k is
   tightened to what the estimate needs, and β rises ×`beta_growth` when the constraints are
-  met but the outer steps shrink by less than 2× (a flat objective, where the proximal weight
+  met but the outer steps shrink by less than 10× (a flat objective, where the proximal weight
   1/β_k sets the pace);
 - `anderson=m`: Anderson acceleration of the ADMM with memory m (backends/anderson.py): the
   server mixes the last m + 1 iterates with coefficients computed from the inner products of
