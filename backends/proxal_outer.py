@@ -115,7 +115,13 @@ def next_beta(backend, beta: float, dmu: float, last_change: float,
     smaller weight is what makes the outer loop converge (the a9a model of docs/BENCHMARKS.md: μ ≈ 10⁻⁴ after
     equilibration, 0.97 a step at β = 300)."""
     change = dmu / beta
-    if backend.beta_growth > 1 and change > backend.eps2 and change > 0.25 * last_change:
+    # (after an unsolved subproblem only for a violation above its certificate (22): below it
+    # the violation may be the ADMM run's own inexactness, and a larger β makes the next run
+    # harder still — `fedmodel run --clients 20` raised β 300 → 1e6 on violations 4.5e-5 beside
+    # certificates 6e-2 and ended "infeasible" on a model CVXPY solves; an infeasible model's
+    # violation stays above what the runs leave)
+    if backend.beta_growth > 1 and change > backend.eps2 and change > 0.25 * last_change \
+            and (not history or _solved(history[-1]) or change > history[-1].get("certificate", 0.0)):
         return min(backend.beta_growth * beta, backend.beta_max), change
     # (the contraction is read only from a solved subproblem, (23) met: an ADMM run stopped by
     # its stall rule or max_inner leaves a step that says nothing of the curvature — on the

@@ -89,8 +89,11 @@ def _check_vectorized(prob, make, method: str):
     return serial, executors
 
 
-@pytest.mark.parametrize("make", [lambda **k: ProxAL(max_outer=1, **k),
-                                  lambda **k: ProxAL(anderson=0, adaptive_rho=False, max_outer=6, **k),
+# (client_constraints="al": the constraints in P_i, solved by Newton; held in the clients'
+# solves they take the local method of multipliers, "local-al")
+@pytest.mark.parametrize("make", [lambda **k: ProxAL(max_outer=1, client_constraints="al", **k),
+                                  lambda **k: ProxAL(anderson=0, adaptive_rho=False, max_outer=6,
+                                                     client_constraints="al", **k),
                                   lambda **k: ProxAL.paper(max_outer=2, **k)],
                          ids=["defaults", "fixed-rho", "paper"])
 def test_constrained_logistic_newton_matches_serial(make):

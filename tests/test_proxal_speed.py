@@ -119,7 +119,8 @@ def test_beta_growth_keeps_certificate_and_cuts_outer_iterations():
     prob, _, _ = table1.build(X, y, 5, threshold=threshold)
     reference = prob.solve("cvxpy")
     assert reference.status == "converged"
-    options = dict(FAST_PROXAL, tol=(FAST_PROXAL["tol"][0], 2e-5))
+    # (the constraints in the AL, whose β growth this tests: held locally, β stays at 300)
+    options = dict(FAST_PROXAL, tol=(FAST_PROXAL["tol"][0], 2e-5), client_constraints="al")
     grown = prob.solve(ProxAL(**options, check_certificate=True))
     fixed = prob.solve(ProxAL(**dict(options, beta_growth=1.0)))
     betas = [record["beta"] for record in grown.history]

@@ -125,3 +125,21 @@ def test_beta_is_not_raised_on_the_contraction_of_an_unsolved_subproblem():
     assert next_beta(ProxAL(), 1.92e4, 3.54e-3, 1.8e-7, solved)[0] == pytest.approx(7.68e4)
     # and a violation that stalls raises β whatever the subproblem (the infeasibility path)
     assert next_beta(ProxAL(), 1.92e4, 40.0, 1e-3, unsolved)[0] == pytest.approx(7.68e4)
+
+
+def test_beta_is_not_raised_on_a_violation_an_unsolved_subproblem_explains():
+    """`fedmodel run --clients 20 --verify` (WDBC NP, 20 clients, ε = (1e-6, 1e-7)): the 3rd
+    ADMM run ended unsolved (certificate 5.95e-2 against τ 7.7e-5) at a violation of 4.5e-5;
+    β was raised ×4 on it, then on every such run to 1e6, and the run ended "infeasible" after
+    14 outer iterations on a model CVXPY solves. A violation below the unsolved run's own
+    certificate may be its inexactness: β waits (the run then converges, verified, in 44 outer
+    iterations); above it — an infeasible model's — it rises as before."""
+    from fedmodel.backends import ProxAL
+    from fedmodel.backends.proxal_outer import next_beta
+    backend = ProxAL(tol=(1e-6, 1e-7))
+    unsolved = [{"beta": 300.0, "tau": 7.7e-5, "certificate": 5.95e-2, "step": 1e-2, "size": 10.0,
+                 "dimension": 30, "primal_change": 1.5e-2, "multiplier_change": 300.0 * 4.5e-5}]
+    assert next_beta(backend, 300.0, 300.0 * 4.5e-5, 1.6e-5, unsolved)[0] == 300.0
+    assert next_beta(backend, 300.0, 300.0 * 0.1, 1.6e-5, unsolved)[0] == 1200.0
+    solved = [dict(unsolved[0], certificate=1e-5)]
+    assert next_beta(backend, 300.0, 300.0 * 4.5e-5, 1.6e-5, solved)[0] == 1200.0
