@@ -13,7 +13,6 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends import CVXPY, CentralizedProxAL, ProxAL
-from fedmodel.backends.dald import DALD
 from fedmodel.backends.cvxpy_backend import STATUS
 from fedmodel.backends.watch import steady_descent
 from fedmodel.datasets import load_monks
