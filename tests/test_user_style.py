@@ -108,7 +108,8 @@ def test_a_batched_run_by_name_resumes_serially_as_if_never_stopped(tmp_path):
     """The user's DALD run with its defaults, batched and checkpointed, stopped by a crash
     (an exception in the callback) and resumed by name on the default serial executor: the
     answer is the uninterrupted serial run's, bit for bit."""
-    from test_checkpoint import Stop, _same, _stop_after
+    from conftest import StopRun as Stop, stop_after as _stop_after
+    from test_checkpoint import _same
     prob, w = user_logistic(private=True)
     reference = prob.solve("dald")
     path = tmp_path / "run.ckpt"
