@@ -76,6 +76,7 @@ def test_many_clients_with_simple_sets_pick_fedadmm():
     assert dear.backend == "proxal" and "dear round trips" in dear.reasons[0]
 
 
+@pytest.mark.integration    # (> 2.5 s: the fast suite stays ≤ 3 min)
 def test_dear_round_trips_do_more_local_work_and_stay_verified():
     """Where round trips are dear auto asks ProxAL for tighter local solves. Since ProxAL's
     clients solve (19) to ε_{t+1}/n (proxal.py, local_tol_cap) that no longer saves round trips
@@ -103,6 +104,7 @@ def test_round_trip_cost_hints_of_the_executors():
     assert auto.round_trip_cost("flower") >= auto.DEAR_ROUND_TRIP
 
 
+@pytest.mark.integration    # (> 2.5 s: the fast suite stays ≤ 3 min)
 def test_graph_topology_picks_dald_with_coloured_sweep():
     prob, w = bench_rounds.ridge(4)
     path = topologies.path(prob)

@@ -342,6 +342,7 @@ def test_contradictory_server_bounds_are_not_reported_solved(backend, options):
     assert status == "refused" or (status in ("infeasible", "stalled") and warned)
 
 
+@pytest.mark.integration    # (> 2.5 s: the fast suite stays ≤ 3 min)
 def test_contradictory_client_bounds_are_not_reported_converged_by_fedadmm():
     """FedADMM with its defaults on w ≥ 1 at c0 and w ≤ 0 at c1 (each client projects on its
     own bound): consensus never comes, so the run ends at the round cap, not "converged"; the

@@ -129,6 +129,7 @@ def jointly_infeasible(threshold: float = 0.3):
     return prob
 
 
+@pytest.mark.integration    # (> 2.5 s: the fast suite stays ≤ 3 min)
 @pytest.mark.parametrize("case", ["alone", "together"])
 def test_constraints_no_point_meets_end_infeasible_naming_them(case):
     """Held constraints that cannot be met — one client's alone (its local solve fails), or

@@ -72,6 +72,7 @@ def test_converges_at_twenty_clients_on_adult_like_data():
     assert fm.verify(result, reference=reference).ok
 
 
+@pytest.mark.integration    # (> 2.5 s: the fast suite stays ≤ 3 min)
 def test_inner_iterations_are_bounded_below_by_the_local_tolerance():
     """ε_{t+1} = q^t is part of the certificate, so an ADMM run that stops at t needs
     q^t ≤ τ_k: at least ⌈log τ_k / log q⌉ iterations (floored at τ_k/100). The fast preset's
