@@ -46,7 +46,7 @@ class Merit:
     local_penalties: dict[str, Parameter] = field(default_factory=dict)
 
 
-LOCAL_PENALTY = 300.0   # σ of a local constraint's AL term outside a local solve (= ProxAL's β₀)
+LOCAL_PENALTY = 300.0   # σ of a local constraint's AL term outside a local solve (a typical initial AL penalty)
 # rows up to which a constraint is held locally: its certificate reads ∇g row by row (one plan
 # evaluation each, `local_al.LocalPlans.jacobian`); a larger one stays in the AL
 LOCAL_ROWS = 64

@@ -1,7 +1,7 @@
-"""A client's smooth convex inequalities held in its local solves (ProxAL's
-`client_constraints="local"`): the method of multipliers of the local solver "local-al"
-(`solve`), the constraints' values and Jacobian rows (`LocalPlans`), and the gradients
-ProxAL's clients read with them held (`lagrangian_gradient`, `local_remainder`)."""
+"""A client's smooth convex inequalities held in its local solves (a backend's consensus
+ADMM over the intersection of the clients' sets): the method of multipliers of the local solver
+"local-al" (`solve`), the constraints' values and Jacobian rows (`LocalPlans`), and the
+gradients a client reads with them held (`lagrangian_gradient`, `local_remainder`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -155,7 +155,7 @@ def local_remainder(program: NodeProgram, x: np.ndarray, g: np.ndarray) -> np.nd
     gradient ∇gᵀ[ν + σg]₊ taken out and the element Σ_j ν_j ∇g_j (ν ≥ 0, rows g_j near
     active: g_j ≥ −ACTIVE·scale, as a set's normal cone reads a point near its boundary) of
     their normal cone closest to −g added: an upper bound on dist(−(∇F_i + …), N(x)) whatever
-    ν it picks (bounded least squares, as `proxal_nodes._normal_multipliers`)."""
+    ν it picks (bounded least squares, as the sets' normal cones are read)."""
     from scipy.optimize import lsq_linear
     from ..compiler.sets import ACTIVE
     x = np.asarray(x, float)
