@@ -95,6 +95,13 @@ class FedDALDCC:
         # Step 2 has nothing to do on the clients without (15) (FedAvg, FedProx: μ ≡ 0) and without
         # constraints of their own: not sent (it was a round trip every round, half of FedAvg's)
         send_dual = self.dual_updates or any(block.constraints for block in problem.clients)
+        # ... and without (15) what is left of it, the clients' own multipliers at their new x_i,
+        # is asked in (13)'s own request (`own`, one inner step per outer one): one round trip per
+        # round where FedAvg / FedProx with client constraints had two, the same iterates
+        own = send_dual and not self.dual_updates and self.one_message and \
+            self.inner_rule == "B4" and self.v_max == 1
+        if own:
+            opts["own"], send_dual = 1.0, False
         # the server's report is asked for when it has terms or constraints (else it is 0, 0)
         has_server = "server" in ex.programs and server_used
         # one message per iteration (`one_message`): Step 2 (and a penalty rescale) of outer
@@ -143,6 +150,8 @@ class FedDALDCC:
                 if owed:
                     owed, dmu_sent = False, float(np.max(reply["dmu"], initial=0.0))
                     unwind_sent = float(np.max(reply["unwind"], initial=0.0))
+                if own:
+                    dmu_own, unwind_own = (float(np.max(reply[f], initial=0.0)) for f in ("dmu", "unwind"))
                 if len(part) == len(clients):
                     X = reply["x"]                   # never written in place (may be read-only)
                 else:
@@ -173,6 +182,8 @@ class FedDALDCC:
                                          common={"xhat": xhat, "consensus": float(self.dual_updates)})
                 dmu = float(np.max(replies["dmu"], initial=0.0))
                 unwind = float(np.max(replies["unwind"], initial=0.0))
+            if own:                          # (asked with (13): `opts["own"]`)
+                dmu, unwind = dmu_own, unwind_own
             if self.dual_updates:
                 mu_sum += gap
             # the stop test's D at the weights of this step: stationarity ≈ n·2ρ²·D (69), so once

@@ -26,8 +26,10 @@ from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin, own_multi
 
 # a solve request may carry the previous outer iteration's Step 2 (`dual`: (15) and the node's own
 # constraint multipliers at the x̂ it brings) and the penalty rescale (`factor`) that the server
-# decided after it, done before (13): one message where the paper's box has two (DALD(one_message))
-STEP2_OPTIONS = {"dual": "1", "factor": "1"}
+# decided after it, done before (13): one message where the paper's box has two (DALD(one_message));
+# or (`own`, μ ≡ 0: FedAvg, FedProx) Step 2 after (13), the node's own constraint multipliers at
+# the x_i it just found: without (15) Step 2 reads only x_i, so it needs no x̂ of the server's
+STEP2_OPTIONS = {"dual": "1", "factor": "1", "own": "1"}
 _SOLVE_OPTS = (*SOLVE_OPTIONS, *STEP2_OPTIONS)
 
 
@@ -96,6 +98,13 @@ def _step2_first(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple | No
     return dmu
 
 
+def _step2_after(group: Group, rows: np.ndarray, opts: dict, first: tuple | None) -> tuple | None:
+    """What a solve request carries after its (13) (`opts["own"]`, a run without (15)): the
+    node's own constraint multipliers at its new x_i, as `dald_cc_dual` with consensus 0 would
+    do next; (dmu, unwind) per row, else `first` (what `_step2_first` returned)."""
+    return _dual_block(group, rows, None, 0.0) if opts.get("own") else first
+
+
 def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """`dald_cc_solve` as a group request (one x̂ for all, or a block of them), or None."""
     if not all(k in common for k in ("xhat", "solver", "step", "local_steps")) or \
@@ -115,6 +124,7 @@ def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -
     if out is None:
         return None
     new_x, steps = out
+    dmu = _step2_after(group, rows, common, dmu)
     reply = {"x": read_only(new_x) if in_group_order(rows, group.n) else new_x[rows],
              "steps": steps.astype(float)}
     if dmu is not None:
@@ -138,6 +148,7 @@ def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     if out is None:
         return None
     new_x, steps = out
+    dmu = _step2_after(group, rows, opts, dmu)
     replies = {m: {"x": new_x[i], "steps": int(k)} for m, i, k in zip(members, rows, steps)}
     for m, change, unwind in zip(members, *(((), ()) if dmu is None else dmu)):
         replies[m]["dmu"], replies[m]["unwind"] = float(change), float(unwind)
