@@ -129,11 +129,12 @@ def test_proxal_report_rides_on_update_multipliers():
 
 
 @pytest.mark.parametrize("options, alone", [({}, 0), ({"variant": "objT"}, 0), ({"log_every": 3}, 0),
-                                             ({"variant": "outP"}, 7)])
+                                             ({"variant": "outP"}, 1)])
 def test_dp_admm_report_rides_on_the_rounds_step(options, alone):
     """DP-ADMM (ObjP, ObjT): a logged round's report at w^{t+1} travels with that round's
-    `dp_admm_step`, which carries w^{t+1}; OutP's step carries w^t, so its report still goes
-    alone. The history and the answer (noise included) bit for bit as before."""
+    `dp_admm_step`, which carries w^{t+1}; OutP's step carries w^t, so its report rides on the
+    next round's step (tests/test_dp_admm_riders.py), the last one alone. The history and the
+    answer (noise included) bit for bit as before."""
     prob, w, _ = _model(constrained=False)
     make = lambda: backends.DPADMM(epsilon=1.0, max_rounds=7, seed=3, tol=0, **options)
     old, new = make().run(prob, executor=_Unfolded()), make().run(prob, executor="serial")

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from fedmodel.errors import FedModelError
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
 from ..common import progress, stacked_report
 from ..watch import DivergenceWatch
@@ -102,11 +103,32 @@ class RoundLoop:
             watch.smallest = dict(saved["watch"])
         last = self.budget_rounds(shares)   # < max_rounds: the budget ends the run
         records_column = np.array([records[c] for c in clients], dtype=float)
+        # OutP: a logged round's record, whose report at w^{t+1} rides on round t + 1's step (it
+        # carries w^{t+1}; before it: the state the report would have seen), completed — and
+        # handed to the callback — then; by itself at the end, or where a checkpoint follows
+        # (round t's callback runs before checkpoint t is written: docs/checkpoints.md)
+        pending = None
+        defer = self.variant == "outP" and checkpointer is NO_CHECKPOINT
+
+        def complete(reports=None):
+            nonlocal pending
+            if pending is not None:
+                record, at = pending
+                record.update(self._report(ex, clients, at, server_used, reports))
+                if callback:
+                    callback(record)
+                bar.update(record)
+            pending = None
+
         for t in range(t + 1, last + 1):
             rho = self.rho(t, rho_floor)                                       # (21)
             # (a logged round's report rides on its client step where that carries w^{t+1})
+            rider = None if pending is None else Rider("report", {"x": pending[1]}, before=True)
             step, w_new, Z_new, reports = self._round(ex, clients, t, rho, w, Z, LAM, records_column,
-                                                      server_used, local, t % self.log_every == 0 or t == last)
+                                                      server_used, local, t % self.log_every == 0 or t == last,
+                                                      rider)
+            if rider is not None:
+                complete(rider.replies)
             if watch.check(t, **{"w (server model)": w_new, "z_p (client models)": Z_new}):
                 status = watch.report(diverged)
                 break
@@ -126,17 +148,17 @@ class RoundLoop:
             done = self.tol > 0 and max(residuals["primal_residual"], residuals["dual_residual"],
                                         residual) <= self.tol
             if t % self.log_every == 0 or done or t == last:
-                record = self._record(ex, clients, t, rho, step, residuals, w, start, server_used,
-                                      residual if local else None, reports)
+                record = self._record(t, rho, step, residuals, start, len(clients), residual if local else None)
                 history.append(record)
-                if callback:
-                    callback(record)
-                bar.update(record)
+                pending = (record, w)
+                if not defer:
+                    complete(reports)
             if done:
                 status = Status.CONVERGED
                 break
             checkpointer.save(ex, t, {"t": t, "w": w, "z": Z, "lam": LAM, "rho": rho, "history": history,
                                       "watch": dict(watch.smallest)})
+        complete()                  # (OutP: the last logged round's report, by itself)
         bar.close()
         status = Status.BUDGET_EXHAUSTED if status == Status.MAX_ITERATIONS and last < self.max_rounds else status
         rounds = t if status != Status.DIVERGED else t - 1
@@ -175,10 +197,9 @@ class RoundLoop:
             "dual_residual": rho * float(np.max(np.abs(w_new - w), initial=0.0)),
             "consensus_violation": float(np.sum(size))}
 
-    def _record(self, ex, clients, t, rho, step, residuals, w, start, server_used, residual,
-                reports=None) -> dict:
-        """One history record (the objective and violation at w on every node; `reports`: the
-        clients' stacked reports at w already got)."""
+    def _record(self, t, rho, step, residuals, start, n, residual) -> dict:
+        """One history record, without the objective and violation at w on every node (`_loop`
+        adds them: `_report`)."""
         privacy = self.privacy(t)
         return {"round": t, "rho": rho, "radius": step["radius"],
                 "prox": step["prox"] if self.variant == "objP" else None, "step": residuals["step"],
@@ -186,18 +207,20 @@ class RoundLoop:
                 "dual_residual": residuals["dual_residual"],
                 **({"constraint_residual": residual} if residual is not None else {}),
                 "consensus_violation": residuals["consensus_violation"],
-                "consensus_violation_mean": residuals["consensus_violation"] / len(clients),
+                "consensus_violation_mean": residuals["consensus_violation"] / n,
                 "epsilon": self.epsilon, "epsilon_basic": privacy["basic"][0],
                 "epsilon_advanced": privacy["advanced"][0],
-                "time": time.perf_counter() - start, **self._report(ex, clients, w, server_used, reports)}
+                "time": time.perf_counter() - start}
 
-    def _round(self, ex, clients, t, rho, w, Z, LAM, records, server_used, local, report=False):
+    def _round(self, ex, clients, t, rho, w, Z, LAM, records, server_used, local, report=False,
+               rider: Rider | None = None):
         """One round's (4a) and client steps, in the variant's order; returns the client step's
         parameters, w^{t+1}, the stack of z^{t+1} (λ is updated by the caller, (4c)) and, with
         `report`, the clients' stacked reports at w^{t+1} (None where it cannot ride: OutP's
-        step carries w^t, or w^{t+1} is not finite). With `local` constraints the step also
-        takes the multipliers' step η_t = dual_step/√t, and the returned parameters hold the
-        clients' largest multiplier residual."""
+        step carries w^t — its report rides on the next round's step instead, `rider` —, or
+        w^{t+1} is not finite). With `local` constraints the step also takes the multipliers'
+        step η_t = dual_step/√t, and the returned parameters hold the clients' largest
+        multiplier residual."""
         step = {"rho": rho, "prox": 0.0, "radius": None, "sigma": 0.0}
         if self.variant == "objP":
             step["prox"] = self.prox(t)                                        # 1/η^t
@@ -211,7 +234,8 @@ class RoundLoop:
             column = lambda value: np.broadcast_to(np.asarray(value, float), (len(clients),))  # noqa: E731
             rows = {"lam": LAM, "prox": column(prox), "sigma": column(sigma)}
             common = {k: v for k, v in step.items() if k not in rows}
-            Z_new = ex.map_stacked("dp_admm_step", clients, rows=rows, common={"w": w, **common})["z"]
+            Z_new = ex.map_stacked("dp_admm_step", clients, rows=rows, common={"w": w, **common},
+                                   rider=rider)["z"]
             w_new = self._server_step(ex, Z_new, LAM, rho, w, server_used)      # (4a)
             return step, w_new, Z_new, None
         w_new = self._server_step(ex, Z, LAM, rho, w, server_used)              # (4a)

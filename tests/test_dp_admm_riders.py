@@ -1,0 +1,79 @@
+"""Issue 27 items 1/4 for DP-ADMM's OutP: round t's client step carries the old w^t (output
+perturbation of the prox step at w^t), so the history's report at w^{t+1} cannot ride on it; it
+rides on round t + 1's step, which carries w^{t+1}, served before that step (the clients' state
+the report would have seen by itself). Round t's record is completed — and handed to the
+callback — then; the last round's report goes alone, and a run that checkpoints asks each
+report at the end of its round (the callback runs before the checkpoint is written). The
+reference is `_Unfolded`, an executor that sends every rider as a request of its own."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedmodel import backends
+from conftest import StopRun, stop_after
+from test_ledger_riders import _Unfolded, _history, _model, _parts
+
+ROUNDS = 7
+
+
+def _outp(**options):
+    return backends.DPADMM(epsilon=1.0, max_rounds=ROUNDS, seed=3, tol=0, variant="outP", **options)
+
+
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+def test_outp_report_rides_on_the_next_rounds_step(executor):
+    prob, w, parts = _model(constrained=False)
+    seen_old, seen_new = [], []
+    old = _outp().run(prob, executor=_Unfolded(), callback=lambda r: seen_old.append(dict(r)))
+    new = _outp().run(prob, executor=executor, callback=lambda r: seen_new.append(dict(r)))
+    assert len(new["history"]) == ROUNDS
+    if executor == "serial":        # (the batched one's sums may differ in the last bits)
+        assert _history(new) == _history(old)
+        np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
+        assert new["ledger"] == old["ledger"]           # the algorithm's traffic: the same
+    else:
+        np.testing.assert_allclose([h["objective"] for h in new["history"]],
+                                   [h["objective"] for h in old["history"]], rtol=1e-12)
+    # the callback saw every round once, in order, each with its objective and violation
+    assert [r["round"] for r in seen_new] == list(range(1, ROUNDS + 1))
+    assert [r["objective"] for r in seen_new] == [h["objective"] for h in new["history"]]
+    assert all(np.isfinite(r["objective"]) and r["violation"] == 0.0 for r in seen_new)
+    # the last record's objective is the model's at the answer (independent: numpy)
+    x = new["values"][w.uid]
+    expected = sum(0.5 * float(np.sum((A @ x - b) ** 2)) for A, b in parts)
+    assert abs(new["history"][-1]["objective"] - expected) <= 1e-9 * max(1.0, expected)
+    assert old["ledger"].requests["report"] == ROUNDS and new["ledger"].requests["report"] == 1
+    assert new["ledger"].requests["dp_admm_step"] == ROUNDS
+    assert sum(new["ledger"].requests.values()) == sum(old["ledger"].requests.values()) - (ROUNDS - 1)
+
+
+def test_outp_thinned_reports_ride_on_the_round_after_theirs():
+    """`log_every=3`: rounds 3 and 6 are logged (and the last, 7); the reports of 3 and 6 ride
+    on rounds 4 and 7, the last one's goes alone."""
+    prob, w, _ = _model(constrained=False)
+    old, new = _outp(log_every=3).run(prob, executor=_Unfolded()), _outp(log_every=3).run(prob, executor="serial")
+    assert [h["round"] for h in new["history"]] == [3, 6, 7]
+    assert _history(new) == _history(old)
+    np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
+    assert old["ledger"].requests["report"] == 3 and new["ledger"].requests["report"] == 1
+
+
+def test_outp_with_checkpoints_asks_each_report_before_its_checkpoint(tmp_path):
+    """A callback that stops the run at round 6 leaves checkpoint 4 with complete records, and
+    the resumed run ends bit for bit as the uninterrupted one (which sent one report alone)."""
+    prob, w, _ = _model(constrained=False)
+    make = lambda: backends.DPADMM(epsilon=1.0, max_rounds=9, seed=5, tol=0, variant="outP")  # noqa: E731
+    reference = prob.solve(make())
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(StopRun):
+        prob.solve(make(), checkpoint=path, checkpoint_every=2, callback=stop_after(6))
+    from fedmodel.runtime import checkpoint as ck
+    saved = ck.read(path)
+    assert saved["iteration"] == 4 and all("objective" in h for h in saved["loop"]["history"])
+    seen = []
+    resumed = prob.solve(make(), checkpoint=path, resume=True, callback=seen.append)
+    assert [r["round"] for r in seen] == [5, 6, 7, 8, 9]
+    assert _history({"history": resumed.history}) == _history({"history": reference.history})
+    np.testing.assert_array_equal(resumed.value(w), reference.value(w))
+    assert resumed.ledger.requests["report"] == 9 and reference.ledger.requests["report"] == 1
