@@ -4,7 +4,12 @@ multipliers at the x_i they have just found, which needs nothing of the server's
 the round's solve request (`dald_cc_solve` with `own`) instead of a `dald_cc_dual` request of its
 own. The reference is the same backend with `one_message=False` (the two-message round, as
 before). Histories and answers bit for bit as before; the ledger's round trips drop from
-2 + 2R to 2 + R (set-up: the curvature estimate and `dald_cc_init`)."""
+2 + 2R to 2 + R (set-up: the curvature estimate and `dald_cc_init`).
+
+The history's report (objective, violation at x̂^k; a local kind, so no round trip in the
+ledger, but a request — a Flower batch — of its own) rides on round k + 1's solve request,
+which carries x̂^k (`executor.Rider`); the reference is an executor that sends each rider alone
+(`_Unfolded`, as in tests/test_ledger_riders.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +17,16 @@ import pytest
 
 import fedmodel as fm
 from fedmodel import backends
+from fedmodel.runtime.batched import BatchedExecutor
+from fedmodel.runtime.executor import SerialExecutor
+from test_ledger_riders import _Unfolded
+
+
+class _UnfoldedBatched(BatchedExecutor):
+    """The batched executor sending each rider as a request of its own (as `_Unfolded`)."""
+
+    _around = _Unfolded._around
+
 
 ROUNDS = 12
 
@@ -84,10 +99,49 @@ def test_a_capped_run_is_still_stalled_with_one_round_trip_a_round(name):
     assert result.ledger.round_trips == 2 + 5 and "dald_cc_dual" not in result.ledger.trips
 
 
+@pytest.mark.parametrize("executor", [_Unfolded, _UnfoldedBatched])
+@pytest.mark.parametrize("name", ["FedAvg", "FedProx"])
+def test_the_report_rides_on_the_next_rounds_solve(name, executor):
+    """R = 12 rounds: 12 report requests → 1 (the last round's, alone); the callback sees every
+    round once, in order, with its objective; the histories bit for bit those of the reports
+    sent alone."""
+    prob, w = _boxes()
+    folded = SerialExecutor if executor is _Unfolded else BatchedExecutor
+    seen_old, seen_new = [], []
+    old = _make(name).run(prob, executor=executor(), callback=lambda r: seen_old.append(dict(r)))
+    new = _make(name).run(prob, executor=folded(), callback=lambda r: seen_new.append(dict(r)))
+    assert _history(new) == _history(old)
+    np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
+    assert _history({"history": seen_new}) == _history({"history": seen_old})
+    assert [r["iteration"] for r in seen_new] == list(range(1, ROUNDS + 1))
+    assert [r["objective"] for r in seen_new] == [h["objective"] for h in new["history"]]
+    assert all(np.isfinite(r["objective"]) and np.isfinite(r["violation"]) for r in seen_new)
+    # each record's objective is the model's at that round's x̂ (independent: numpy at the last)
+    x = new["values"][w.uid]
+    rng = np.random.default_rng(0)
+    expected = sum(float(np.sum((A @ x - b) ** 2)) for A, b in
+                   ((rng.standard_normal((10, 3)), rng.standard_normal(10) + 3) for _ in range(4)))
+    assert abs(new["history"][-1]["objective"] - expected) <= 1e-9 * expected
+    assert old["ledger"].requests["report"] == ROUNDS and new["ledger"].requests["report"] == 1
+    assert sum(new["ledger"].requests.values()) == sum(old["ledger"].requests.values()) - (ROUNDS - 1)
+    assert new["ledger"].round_trips == old["ledger"].round_trips == 2 + ROUNDS
+
+
+def test_with_checkpoints_each_report_goes_before_its_checkpoint(tmp_path):
+    """A run that checkpoints asks each round's report at the end of its round, by itself (the
+    callback runs before the checkpoint is written): the same history, R report requests."""
+    prob, w = _boxes()
+    plain = prob.solve(_make("FedAvg"))
+    saved = prob.solve(_make("FedAvg"), checkpoint=tmp_path / "run.ckpt", checkpoint_every=3)
+    assert _history({"history": saved.history}) == _history({"history": plain.history})
+    assert saved.ledger.requests["report"] == ROUNDS and plain.ledger.requests["report"] == 1
+
+
 @pytest.mark.integration      # Flower's simulation engine (CI runs it after the fast suite)
 def test_on_flower_one_batch_a_round():
-    """On Flower's simulation engine the `own` field travels in the round's `dald_cc_solve`
-    Message: no `dald_cc_dual` batch; the iterates those of the serial executor."""
+    """On Flower's simulation engine the `own` field and the previous round's report travel in
+    the round's `dald_cc_solve` Message: no `dald_cc_dual` batch, one `report` batch (the last
+    round's); the iterates and the history's objectives those of the serial executor."""
     pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
     pytest.importorskip("ray", reason="Flower's simulation engine needs Ray")
     from fedmodel.runtime.flower.driver import FlowerExecutor
@@ -99,8 +153,10 @@ def test_on_flower_one_batch_a_round():
         trips = dict(flower.trips)
     finally:
         flower.shutdown()
-    assert trips["dald_cc_solve"] == ROUNDS and "dald_cc_dual" not in trips
+    assert trips["dald_cc_solve"] == ROUNDS and "dald_cc_dual" not in trips and trips["report"] == 1
     assert remote["ledger"].round_trips == serial["ledger"].round_trips == 1 + ROUNDS
     np.testing.assert_allclose(remote["values"][w.uid], serial["values"][w.uid], rtol=0, atol=1e-12)
     np.testing.assert_allclose([h["constraint_residual"] for h in remote["history"]],
                                [h["constraint_residual"] for h in serial["history"]], rtol=1e-12, atol=0)
+    np.testing.assert_allclose([h["objective"] for h in remote["history"]],
+                               [h["objective"] for h in serial["history"]], rtol=1e-12, atol=0)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.errors import FedModelError
+from fedmodel.runtime.checkpoint import NO_CHECKPOINT
+from fedmodel.runtime.executor import Rider
 from ..common import progress, stacked_report
 from . import kernels, spectral
 from ..outcome import Outcome, Status
@@ -102,6 +104,13 @@ class FedDALDCC:
             self.inner_rule == "B4" and self.v_max == 1
         if own:
             opts["own"], send_dual = 1.0, False
+        # μ ≡ 0 with every client in every round and no checkpoints: outer step k's report at x̂^k
+        # rides on the solve request of k + 1, which carries x̂^k (`Rider`, before (13): the state
+        # a report by itself would have seen), and the record is completed — and handed to the
+        # callback — then; the last one's goes alone. (DALD's stall rule reads the record's
+        # violation when it decides; a checkpoint is written after its round's callback.)
+        ride = not self.dual_updates and self.coordination == "full" and ckpt is NO_CHECKPOINT
+        pending, quiet = None, progress(0, False, "")
         # the server's report is asked for when it has terms or constraints (else it is 0, 0)
         has_server = "server" in ex.programs and server_used
         # one message per iteration (`one_message`): Step 2 (and a penalty rescale) of outer
@@ -146,7 +155,10 @@ class FedDALDCC:
                     common["dual"] = 1.0
                 if owed_factor != 1.0:
                     common["factor"], owed_factor = owed_factor, 1.0
-                reply = ex.map_stacked("dald_cc_solve", part, common=common)   # (13)
+                rider = None if pending is None else Rider("report", {"x": xhat}, before=True)
+                reply = ex.map_stacked("dald_cc_solve", part, common=common, rider=rider)   # (13)
+                if rider is not None:
+                    pending = self._complete(ex, clients, pending, has_server, callback, bar, rider.replies)
                 if owed:
                     owed, dmu_sent = False, float(np.max(reply["dmu"], initial=0.0))
                     unwind_sent = float(np.max(reply["unwind"], initial=0.0))
@@ -225,14 +237,17 @@ class FedDALDCC:
                 dmu = max(dmu, ex.call("server", "update_multipliers", x=xhat)["dmu"])
             last = self._converged(primal, gate, dmu) or total >= self.max_iterations
             report = last or k % self.report_every == 0
+            later = ride and report and not last        # (its report rides on the next solve)
             record = self._record_cc(ex, clients, xhat, k, v, total, primal, stiff, dmu / beta, start,
-                                     report, has_server)
+                                     report and not later, has_server)
             record["unwinding"] = unwind
             # Σμ_i as the clients hold it (μ ≡ 0 without (15)): a diagnostic, on reported records
             record["sum_mu"] = 0.0 if not self.dual_updates else float("nan") if not report else \
                 float(np.max(np.abs(np.sum(ex.map_stacked("dald_state", clients)["mu"], axis=0)), initial=0.0))
-            stop = self._outer_step_done(record, history, callback, bar, clients, X, constrained,
-                                         primal, gate, dmu)
+            stop = self._outer_step_done(record, history, None if later else callback, quiet if later else bar,
+                                         clients, X, constrained, primal, gate, dmu)
+            if later:
+                pending = (record, xhat)
             if stop:
                 status = stop
                 break
@@ -242,6 +257,7 @@ class FedDALDCC:
                        spectral=(MU, anchor))
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
             self._settle(ex, clients, xhat)     # ρ_i, owed_factor, changes no result: not sent)
+        self._complete(ex, clients, pending, has_server, callback, bar)     # (by itself)
         bar.close()
         ex.ledger.rounds = total
         mus = ex.map_stacked("dald_state", clients)["mu"]
@@ -292,6 +308,18 @@ class FedDALDCC:
         return ex.call("server", "solve_local", linear=mu_sum, weight=2.0 * total_rho2,
                        anchor=weighted / total_rho2, x0=xhat, method="auto",
                        tol=1e-10 if self.local_tol is None else float(self.local_tol))["x"]
+
+    @staticmethod
+    def _complete(ex, clients, pending, has_server: bool, callback, bar, reports=None) -> None:
+        """A record whose report rode on the next request (`pending`: the record and its x̂, or
+        None): its objective and violation (`reports`: the clients' stacked replies, else asked
+        now), then handed to the callback and the progress bar. Returns None (nothing pending)."""
+        if pending is not None:
+            record, x = pending
+            record["objective"], record["violation"] = stacked_report(ex, clients, x, has_server, reports)
+            if callback:
+                callback(record)
+            bar.update(record)
 
     def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report: bool,
                    has_server: bool) -> dict:
