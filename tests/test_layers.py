@@ -8,6 +8,7 @@ backend reads the IR's atoms, and backend modules stay the size of their algorit
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import pathlib
 import re
@@ -55,6 +56,13 @@ def _modules() -> dict[str, pathlib.Path]:
 MODULES = _modules()
 
 
+@functools.cache
+def _tree(path: pathlib.Path) -> ast.Module:
+    """The parsed source of `path`, parsed once: the graph, the algorithm-word and the
+    dynamic-import tests read the same ~150 files (parsing them was 2.6 s of this file's 3.7)."""
+    return ast.parse(path.read_text())
+
+
 def _resolve(name: str) -> str | None:
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
@@ -65,7 +73,7 @@ def _imports(module: str) -> set[str]:
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found.update(filter(None, (_resolve(alias.name) for alias in node.names)))
         elif isinstance(node, ast.ImportFrom):
@@ -108,9 +116,14 @@ def _unlayered(modules) -> list[str]:
     return sorted(m for m in modules if _find_layer(m) is None)
 
 
-GRAPH = nx.DiGraph()
-GRAPH.add_nodes_from(MODULES)
-GRAPH.add_edges_from((m, t) for m in MODULES for t in _imports(m))
+@functools.cache
+def _graph() -> nx.DiGraph:
+    """The import graph of MODULES, built on first use (not at collection, which every xdist
+    worker pays)."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(MODULES)
+    graph.add_edges_from((m, t) for m in MODULES for t in _imports(m))
+    return graph
 
 
 def test_every_module_has_a_layer():
@@ -133,19 +146,19 @@ def test_an_unlisted_module_is_reported():
 
 def test_no_upward_import():
     upward = [f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
-              for m, t in GRAPH.edges if _layer(t) > _layer(m)]
+              for m, t in _graph().edges if _layer(t) > _layer(m)]
     assert not upward, "imports that point up:\n" + "\n".join(sorted(upward))
 
 
 def test_no_import_cycle():
-    cycles = [sorted(c) for c in nx.strongly_connected_components(GRAPH) if len(c) > 1]
+    cycles = [sorted(c) for c in nx.strongly_connected_components(_graph()) if len(c) > 1]
     assert not cycles, f"import cycles: {cycles}"
 
 
 def _code_without_comments_and_docstrings(path: pathlib.Path) -> str:
     source = path.read_text()
     docstrings = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
@@ -168,7 +181,7 @@ def test_runtime_names_no_algorithm(module):
 
 
 def test_no_backend_reads_the_atoms():
-    readers = [f"{m} imports {t}" for m, t in GRAPH.edges
+    readers = [f"{m} imports {t}" for m, t in _graph().edges
                if m.startswith("fedmodel.backends") and t.startswith("fedmodel.atoms")]
     assert not readers, "\n".join(readers)
 
@@ -187,11 +200,11 @@ def test_the_flower_rooms_import_downwards():
     SecAgg+ only the codec, the ClientApp never the driver (a SuperNode loads no server code),
     nor does the node process that runs the ClientApp (issue 27, item 4),
     and no module imports the former `flower_executor` (kept as a re-export for old imports)."""
-    rooms = {m[len(FLOWER):]: sorted(t[len(FLOWER):] for t in GRAPH.successors(m) if t.startswith(FLOWER))
+    rooms = {m[len(FLOWER):]: sorted(t[len(FLOWER):] for t in _graph().successors(m) if t.startswith(FLOWER))
              for m in MODULES if m.startswith(FLOWER)}
     assert rooms == {"codec": [], "secagg": ["codec"], "client_app": ["codec", "secagg"],
                      "node_process": ["client_app"], "driver": ["client_app", "codec", "secagg"]}
-    assert list(GRAPH.predecessors("fedmodel.runtime.flower_executor")) == []
+    assert list(_graph().predecessors("fedmodel.runtime.flower_executor")) == []
 
 
 # Dynamic imports whose module name is not a literal: each one here is reviewed, with why its
@@ -222,7 +235,7 @@ def _dynamic_imports(path: pathlib.Path) -> list[tuple[str, int, str]]:
                 if name in ("import_module", "__import__") and not literal:
                     found.append((function, child.lineno, ast.unparse(child)[:80]))
             visit(child, inner)
-    visit(ast.parse(path.read_text()), "<module>")
+    visit(_tree(path), "<module>")
     return found
 
 
@@ -230,11 +243,11 @@ def test_no_dynamic_import_of_a_name_from_outside(tmp_path):
     """No module imports a name it computed (a module name sent by a server was imported by
     Flower clients before issue 26), except the reviewed calls of DYNAMIC_IMPORTS; and the
     check itself flags such a call (a test of the test)."""
-    flagged = [f"{m}:{line} in {function}(): {call}" for m in sorted(MODULES)
-               for function, line, call in _dynamic_imports(MODULES[m])
-               if (m, function) not in DYNAMIC_IMPORTS]
+    calls = {m: _dynamic_imports(MODULES[m]) for m in sorted(MODULES)}     # (one walk each)
+    flagged = [f"{m}:{line} in {function}(): {call}" for m in calls
+               for function, line, call in calls[m] if (m, function) not in DYNAMIC_IMPORTS]
     assert not flagged, "dynamic imports of computed names:\n" + "\n".join(flagged)
-    used = {(m, f) for m in MODULES for f, _, _ in _dynamic_imports(MODULES[m])}
+    used = {(m, f) for m in calls for f, _, _ in calls[m]}
     assert set(DYNAMIC_IMPORTS) <= used, f"stale entries: {set(DYNAMIC_IMPORTS) - used}"
     probe = tmp_path / "probe.py"
     probe.write_text("import importlib\n\ndef serve(meta):\n    importlib.import_module(meta['module'])\n"
