@@ -111,7 +111,7 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     private[rows] = Y_new
     remainder = group.grad(broadcast_rows(w, group.n, n_x), private)[rows, :n_x] + Lam - rho[:, None] * (w - U)
     if group.prox or group.programs[rows[0]].local_names:   # a client's λ‖w‖₁, set or held constraint: its ∂ counts
-        remainder = np.array([group.programs[i].constraint_remainder(w, r) for i, r in zip(rows, remainder)])
+        remainder = group.constraint_remainder(rows, w, remainder)
     eps_tilde = np.abs(remainder).max(axis=1, initial=0.0)
     Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
     new_rho = rho

@@ -61,6 +61,10 @@ class NodeRows(Group):
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self._solve_each(Z0, rows, linear, weight, anchor, tol, method, max_steps, lr)
 
+    def constraint_remainder(self, rows: np.ndarray, x: np.ndarray, R: np.ndarray) -> np.ndarray:
+        # the program's own plans (the serial numbers), no batched plan built for one row
+        return self.program.constraint_remainder(x, R[0])[None, :]
+
     def gather(self, key: str, states: list[dict], width: int, slot: str | None = None) -> np.ndarray:
         """The states' `key` rows as a stack, without the group's bookkeeping (a NodeRows serves
         one request; `publish` hands rows over at once): the one row itself as a (1, width)

@@ -36,46 +36,89 @@ def solve(program: NodeProgram, lp: Any, solve_rest: Callable[[Any], tuple]):
     client cannot meet (ν growing, g₊ not falling after LOCAL_ROUNDS rounds) is not an error:
     the solve returns its least violating point and leaves `state["local_failed"]` = the
     violation for the backend to read. `solve_rest(local problem)` solves the rest (the smooth
-    or prox solver `local_solvers.choose` picks without the held constraints). σ is back at its resting value afterwards (the node's
-    state alone fixes P_i between requests)."""
-    names, plans = program.local_names, local_plans(program)
-    mu = np.concatenate([np.ravel(program.node_state.mu[n]) for n in names])
+    or prox solver `local_solvers.choose` picks without the held constraints). σ is back at its
+    resting value afterwards (the node's state alone fixes P_i between requests). One client:
+    `solve_rows`, the rules written once, with a row of one."""
+    def rest(Z: np.ndarray, idx: np.ndarray) -> tuple:
+        z, steps, residual = solve_rest(replace(lp, z0=Z[0]))
+        return z[None, :], np.array([steps]), np.array([residual])
+    Z, steps, residual = solve_rows([program], lp.z0[None, :], lp.tol, rest)
+    return Z[0], int(steps[0]), float(residual[0])
+
+
+# solve_rest(Z, idx): the rest (the local problem without the held constraints) of the rows
+# idx solved from Z[idx] at the programs' current σ and ν: (Z_idx, steps, residual) per row
+RowsSolve = Callable[[np.ndarray, np.ndarray], tuple]
+
+
+def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
+               values: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`solve`'s method of multipliers for k clients of one structure at once, each with its
+    own σ, ν, rounds and verdict (the same rules and arithmetic per row as one client's):
+    every round solves the rest of the rows still running in one `solve_rest(Z, idx)` call
+    (the batched executor: one stacked Newton solve, `Group.solve_local`). Z0 (k, N) = (x, y)
+    rows; tol a number or (k,); `values(Z, idx)` → g of the rows idx (k_idx, m) (default: each
+    program's `LocalPlans.values`). Returns (Z, steps, the rest's last residual) per row."""
+    k, n_x = len(programs), programs[0].n_shared
+    plans = [local_plans(p) for p in programs]
+    if values is None:
+        def values(Z: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            return np.array([plans[j].values(programs[j], Z[j, :n_x], Z[j, n_x:]) for j in idx])
+    mu = np.array([np.concatenate([np.ravel(p.node_state.mu[n]) for n in p.local_names]) for p in programs])
     # σ starts where the last solve ended (kept in the state: a resumed node solves alike)
-    sigma, z, total, last = program.state.get("local_penalty", LOCAL_PENALTY), lp.z0, 0, np.inf
-    program.state.pop("local_failed", None)
-    violations: list[float] = []
+    sigma = [p.state.get("local_penalty", LOCAL_PENALTY) for p in programs]
+    for p in programs:
+        p.state.pop("local_failed", None)
+    tols = np.broadcast_to(np.asarray(tol, float), (k,))
+    Z, total, residual = np.array(Z0, dtype=float), np.zeros(k, dtype=int), np.zeros(k)
+    last, violation = [np.inf] * k, np.zeros(k)
+    violations: list[list[float]] = [[] for _ in range(k)]
+    running, met = np.ones(k, dtype=bool), np.zeros(k, dtype=bool)
     try:
         for _ in range(LOCAL_ROUNDS):
-            program._sync_penalties(sigma)
-            z, steps, residual = solve_rest(replace(lp, z0=z))
-            total += steps
-            g = plans.values(program, z[:program.n_shared], z[program.n_shared:])
-            mu = np.maximum(mu + sigma * g, 0.0)
-            program.set_multipliers(plans.unflatten(mu))
-            violation = float(np.max(g, initial=0.0))
+            idx = np.flatnonzero(running)
+            if not idx.size:
+                break
+            for j in idx:
+                programs[j]._sync_penalties(sigma[j])
+            Z[idx], steps, residual[idx] = solve_rest(Z, idx)
+            total[idx] += steps
+            g = values(Z, idx)
+            new_mu = np.maximum(mu[idx] + np.array([sigma[j] for j in idx])[:, None] * g, 0.0)
+            mu[idx] = new_mu
+            for j, row in zip(idx, new_mu):
+                programs[j].set_multipliers(plans[j].unflatten(row))
+            violation[idx] = np.max(g, axis=1, initial=0.0)
             # the KKT residual of the held constraints: violation and complementarity
-            kkt = max(violation, float(np.max(np.abs(np.minimum(-g, mu)), initial=0.0)))
-            if kkt <= lp.tol:
-                return z, total, residual
-            violations.append(violation)
-            if len(violations) > STUCK_ROUNDS and all(b > 0.99 * a > 0 for a, b in
-                                                      zip(violations[-STUCK_ROUNDS - 1:], violations[-STUCK_ROUNDS:])):
-                break                   # σ up PENALTY_GROWTH^STUCK_ROUNDS and g₊ still there: unmet
-            if kkt > 0.25 * last:       # the multipliers converge slowly: a larger σ (dual step)
-                sigma = min(PENALTY_GROWTH * sigma, PENALTY_MAX)
-            last = kkt
-        if violation > lp.tol:         # (complementarity alone unmet: not a failure)
-            program.state["local_failed"] = violation
-        return z, total, residual
+            kkt = np.maximum(violation[idx], np.max(np.abs(np.minimum(-g, new_mu)), axis=1, initial=0.0))
+            for j, r in zip(idx.tolist(), kkt.tolist()):
+                if r <= tols[j]:
+                    running[j], met[j] = False, True
+                    continue
+                seen = violations[j]
+                seen.append(float(violation[j]))
+                if len(seen) > STUCK_ROUNDS and all(b > 0.99 * a > 0 for a, b in
+                                                    zip(seen[-STUCK_ROUNDS - 1:], seen[-STUCK_ROUNDS:])):
+                    running[j] = False      # σ up PENALTY_GROWTH^STUCK_ROUNDS and g₊ still there: unmet
+                    continue
+                if r > 0.25 * last[j]:      # the multipliers converge slowly: a larger σ (dual step)
+                    sigma[j] = min(PENALTY_GROWTH * sigma[j], PENALTY_MAX)
+                last[j] = r
+        for j in np.flatnonzero(~met & (violation > tols)):     # (complementarity alone unmet:
+            programs[j].state["local_failed"] = float(violation[j])     # not a failure)
+        return Z, total, residual
     finally:
-        program.state["local_penalty"] = sigma
-        program._sync_penalties()
+        for p, s in zip(programs, sigma):
+            p.state["local_penalty"] = s
+            p._sync_penalties()
 
 
 class LocalPlans:
     """Values and Jacobian of the constraints a client's local solves hold (compiled once per
     program: `local_plans`): g(x, y) flat, and the rows ∇ₓg_j by a plan of ∇ₓ(θᵀg) with a
-    Parameter θ set to each unit vector (one evaluation per scalar row: few, by design)."""
+    Parameter θ set to each unit vector (one evaluation per scalar row: few, by design; a
+    single row's θ = 1 is set once, and θ is written only when the row read changes)."""
 
     def __init__(self, program: NodeProgram):
         from ..atoms import add, multiply, sum as sum_
@@ -85,12 +128,32 @@ class LocalPlans:
         names = program.local_names or list(program.merit_ir.local_penalties)
         self.constraints = [c for c in program.constraints if c.name in names]
         self.sizes = [int(np.prod(c.shape, dtype=int)) for c in self.constraints]
+        self.rows = sum(self.sizes)
         self.weights = [Parameter(c.shape, name=f"theta[{c.name}]", value=np.zeros(c.shape))
                         for c in self.constraints]
         parts = [sum_(multiply(t, c.expr)) for t, c in zip(self.weights, self.constraints)]
         total = parts[0] if len(parts) == 1 else add(*parts)
         self.value_plan = Plan([c.expr for c in self.constraints], program.variables)
         self.gradient_plan = Plan([grad(total, v) for v in program.shared.variables], program.variables)
+        self._row: int | None = None        # the row θ selects now (None: not set)
+        self.select(0)
+
+    def select(self, row: int) -> None:
+        """θ = the unit vector of flat row `row` of g: `gradient_plan` then gives ∇ₓg_row. Only
+        this object writes θ, so a row already selected is not written again."""
+        if row == self._row:
+            return
+        for weight in self.weights:
+            weight.value = np.zeros(weight.shape)
+        start = 0
+        for weight, size in zip(self.weights, self.sizes):
+            if row < start + size:
+                unit = np.zeros(size)
+                unit[row - start] = 1.0
+                weight.value = unit.reshape(weight.shape)
+                break
+            start += size
+        self._row = row
 
     def values(self, program: NodeProgram, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """g at (x, y), flat."""
@@ -100,17 +163,11 @@ class LocalPlans:
     def jacobian(self, program: NodeProgram, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """∇ₓg at (x, y): (rows of g, n_shared)."""
         inputs = program.compiled.values(np.asarray(x, float), np.asarray(y, float))
-        rows = []
-        for k, (weight, size) in enumerate(zip(self.weights, self.sizes)):
-            for j in range(size):
-                unit = np.zeros(size)
-                unit[j] = 1.0
-                for other in self.weights:
-                    other.value = np.zeros(other.shape)
-                weight.value = unit.reshape(weight.shape)
-                out = self.gradient_plan(*inputs)
-                rows.append(program.shared.pack(list(out)))
-        return np.array(rows).reshape(sum(self.sizes), program.n_shared)
+        out = np.empty((self.rows, program.n_shared))
+        for row in range(self.rows):
+            self.select(row)
+            out[row] = program.shared.pack(list(self.gradient_plan(*inputs)))
+        return out
 
     def unflatten(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """{name: value} from a flat vector over the constraints' rows."""
@@ -119,6 +176,14 @@ class LocalPlans:
             out[c.name] = flat[start:start + size].reshape(c.shape)
             start += size
         return out
+
+    def penalty_weights(self, program: NodeProgram) -> tuple[np.ndarray, np.ndarray]:
+        """(ν, σ) per row of g, as the merit's Parameters hold them now."""
+        m = program.merit_ir
+        mu = np.concatenate([np.ravel(m.multipliers[c.name].value) for c in self.constraints])
+        sigma = np.concatenate([np.full(size, float(m.local_penalties[c.name].value))
+                                for c, size in zip(self.constraints, self.sizes)])
+        return mu, sigma
 
 
 def local_plans(program: NodeProgram) -> LocalPlans:
@@ -129,25 +194,16 @@ def local_plans(program: NodeProgram) -> LocalPlans:
     return plans
 
 
-def _without_penalty(program: NodeProgram, x: np.ndarray, g: np.ndarray):
-    """(g − ∇gᵀ[ν + σg]₊: g without the held constraints' AL gradient, g(x), ∇g(x), ν)."""
-    plans = local_plans(program)
-    values, jacobian = plans.values(program, x, program.y), plans.jacobian(program, x, program.y)
-    m = program.merit_ir
-    mu = np.concatenate([np.ravel(m.multipliers[c.name].value) for c in plans.constraints])
-    sigma = np.concatenate([np.full(size, float(m.local_penalties[c.name].value))
-                            for c, size in zip(plans.constraints, plans.sizes)])
-    return np.asarray(g, float) - jacobian.T @ np.maximum(mu + sigma * values, 0.0), values, jacobian, mu
-
-
 def lagrangian_gradient(program: NodeProgram, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     """g (∇ₓP_i at x) with the held constraints' AL gradient replaced by ∇gᵀν, ν their
     multipliers from the last local solve: the gradient of the local problem's Lagrangian
     (ADMM's λ⁰ = −this: the AL gradient at an infeasible start, σg(x)∇g with σ = 300, put
     λ⁰ hundreds of times off)."""
     x = np.asarray(x, float)
-    out, _, jacobian, mu = _without_penalty(program, x, g)
-    return out + jacobian.T @ mu
+    plans = local_plans(program)
+    values, jacobian = plans.values(program, x, program.y), plans.jacobian(program, x, program.y)
+    mu, sigma = plans.penalty_weights(program)
+    return np.asarray(g, float) - jacobian.T @ np.maximum(mu + sigma * values, 0.0) + jacobian.T @ mu
 
 
 def local_remainder(program: NodeProgram, x: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -155,14 +211,42 @@ def local_remainder(program: NodeProgram, x: np.ndarray, g: np.ndarray) -> np.nd
     gradient ∇gᵀ[ν + σg]₊ taken out and the element Σ_j ν_j ∇g_j (ν ≥ 0, rows g_j near
     active: g_j ≥ −ACTIVE·scale, as a set's normal cone reads a point near its boundary) of
     their normal cone closest to −g added: an upper bound on dist(−(∇F_i + …), N(x)) whatever
-    ν it picks (bounded least squares, as the sets' normal cones are read)."""
-    from scipy.optimize import lsq_linear
-    from ..compiler.sets import ACTIVE
+    ν it picks (bounded least squares, as the sets' normal cones are read). One client:
+    `remainder_rows` with a row of one."""
     x = np.asarray(x, float)
-    out, values, jacobian, _ = _without_penalty(program, x, g)
-    scale = np.maximum(1.0, np.abs(jacobian).sum(axis=1) * max(1.0, float(np.max(np.abs(x), initial=0.0))))
+    plans = local_plans(program)
+    values, jacobian = plans.values(program, x, program.y), plans.jacobian(program, x, program.y)
+    return remainder_rows([program], x[None, :], np.asarray(g, float)[None, :], values[None, :],
+                          jacobian[None])[0]
+
+
+def remainder_rows(programs: list, X: np.ndarray, G: np.ndarray, values: np.ndarray,
+                   jacobians: np.ndarray) -> np.ndarray:
+    """`local_remainder` of k clients from their points X (k, n_x), gradients G (k, n_x), the
+    held constraints' values (k, m) and Jacobians (k, m, n_x) there (the batched executor
+    evaluates those for a group at once: `Group.constraint_remainder`). A client with one
+    near-active row takes its ν in closed form, max(0, −aᵀr / aᵀa) (the bounded least squares
+    of one column: exact, where the iterative solver stops at its tolerance); with more, the
+    bounded least squares (scipy's `lsq_linear`)."""
+    from ..compiler.sets import ACTIVE
+    weights = [local_plans(p).penalty_weights(p) for p in programs]
+    mu, sigma = np.array([w[0] for w in weights]), np.array([w[1] for w in weights])
+    out = G - np.einsum("kmn,km->kn", jacobians, np.maximum(mu + sigma * values, 0.0))
+    reach = np.maximum(1.0, np.abs(X).max(axis=1, initial=0.0))
+    scale = np.maximum(1.0, np.abs(jacobians).sum(axis=2) * reach[:, None])
     active = values >= -ACTIVE * scale
-    if np.any(active):
-        nu = lsq_linear(jacobian[active].T, -out, bounds=(0.0, np.inf)).x
-        out = out + jacobian[active].T @ nu
+    count = active.sum(axis=1)
+    one = np.flatnonzero(count == 1)
+    if one.size:
+        a = jacobians[one, np.argmax(active[one], axis=1)]         # each one's active row
+        aa = np.einsum("kn,kn->k", a, a)
+        ar = np.einsum("kn,kn->k", a, out[one])
+        nu = np.maximum(0.0, np.divide(-ar, aa, out=np.zeros_like(ar), where=aa > 0))
+        out[one] += nu[:, None] * a
+    many = np.flatnonzero(count > 1)
+    if many.size:
+        from scipy.optimize import lsq_linear
+        for j in many:
+            A = jacobians[j][active[j]].T
+            out[j] = out[j] + A @ lsq_linear(A, -out[j], bounds=(0.0, np.inf)).x
     return out

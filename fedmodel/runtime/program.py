@@ -151,8 +151,11 @@ class NodeProgram:
             return
         if value is None:
             value = self._settings_key()[0] if not self.local_names else LOCAL_PENALTY
+        value = float(value)
+        if all(p.value is not None and float(p.value) == value for p in penalties.values()):
+            return      # σ as it is (a local solve's rounds: twice per client and round)
         for parameter in penalties.values():
-            parameter.value = float(value)
+            parameter.value = value
         self.compiled.forget()
 
     def constraint_remainder(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
