@@ -11,8 +11,13 @@ BLAS on one thread:
 2. **Per ADMM step per client**: default ProxAL stopped after 1 and after 4 outer iterations
    (K1 < K2 ADMM iterations), on the serial and the batched executor; (CPU(4) − CPU(1)) /
    ((K2 − K1)·n) is one round of Algorithm 2 (the server's solve (18), every client's step
-   (19)–(22), the messages, the outer steps' share) per client, set-up cancelled. Beside it the node program's own costs: one merit evaluation (value and
-   gradient plan), one Hessian, and the first Hessian (its plan derived and compiled).
+   (19)–(22), the messages, the outer steps' share) per client, set-up cancelled. Beside it
+   "held": the first outer iteration stopped after 10 and after 40 ADMM iterations, i.e. steps
+   while the clients hold their constraints in their local solves (local solver "local-al";
+   a first ADMM run that ends unsolved puts them back in the augmented Lagrangian, so the
+   outer 1 → 4 figure may time the AL path: the script prints where they were). `--executors
+   serial batched jax`. Beside them the node program's own costs: one merit evaluation (value
+   and gradient plan), one Hessian, and the first Hessian (its plan derived and compiled).
 
 3. **Where a serial step goes** (`--part breakdown`): exclusive CPU time per layer of one ADMM
    step per client (NP monks-1 n = 5, 3 outer iterations), each layer's functions wrapped by
@@ -23,6 +28,8 @@ client, d = 50, client ball ‖w‖₂ ≤ 1 and a server ridge), np-adult (32,5
 
     python benchmarks/bench_cold.py                  # both parts (~5 min on a quiet machine)
     python benchmarks/bench_cold.py --part steps --n 5 40 --models logistic-ball-50
+    python benchmarks/bench_cold.py --part steps --n 5 40 200 --models np-monks1 \
+        --executors serial batched jax --skip-default serial:200 --repeats 2
     python benchmarks/bench_cold.py --part cold --max-outer 3
     python benchmarks/bench_cold.py --part breakdown --executor serial
 
@@ -125,21 +132,52 @@ def logistic_ball(n: int, d: int = 50, rows: int = 40, radius: float = 1.0, ridg
 
 
 # ---- per step --------------------------------------------------------------------------------
-def _run(prob, executor: str, outer: int) -> tuple[float, int]:
-    """CPU seconds and ADMM iterations of default ProxAL stopped after `outer` outer iterations."""
+def _run(prob, executor: str, outer: int, **options) -> tuple[float, int, str]:
+    """CPU seconds, ADMM iterations and where the clients' constraints were
+    (`info["client_constraints"]`) of default ProxAL stopped after `outer` outer iterations."""
     start = time.process_time()
-    res = prob.solve("proxal", executor=executor, max_outer=outer)
-    return time.process_time() - start, int(res.iterations["inner"])
+    res = prob.solve("proxal", executor=executor, max_outer=outer, **options)
+    return time.process_time() - start, int(res.iterations["inner"]), \
+        str(res.info.get("client_constraints") or "-")
 
 
 def per_step(prob, n: int, executor: str, outer=(1, 4), repeats: int = 3) -> tuple[float, int]:
     """(µs of CPU per ADMM iteration per client, iterations in the difference): default ProxAL
     stopped after outer[0] and after outer[1] outer iterations, set-up cancelled by the
     difference (the iterations between are the default run's own)."""
-    best, count = np.inf, 0
-    _run(prob, executor, outer[0])      # warm-up: the first run compiles the plans' structures
+    best, count, _ = per_step_where(prob, n, executor, outer, repeats)
+    return best, count
+
+
+def per_step_where(prob, n: int, executor: str, outer=(1, 4), repeats: int = 3,
+                   **options) -> tuple[float, int, str]:
+    """`per_step`, and where the client constraints were in the longer run (a run whose first
+    ADMM run ends unsolved puts them back in the augmented Lagrangian: then the steps timed
+    are the AL path's)."""
+    best, count, where = np.inf, 0, ""
+    _run(prob, executor, outer[0], **options)   # warm-up: the first run compiles the plans' structures
     for _ in range(repeats):
-        (t1, k1), (t2, k2) = _run(prob, executor, outer[0]), _run(prob, executor, outer[1])
+        (t1, k1, _), (t2, k2, where) = _run(prob, executor, outer[0], **options), \
+            _run(prob, executor, outer[1], **options)
+        if k2 > k1:
+            best, count = min(best, (t2 - t1) / ((k2 - k1) * n)), k2 - k1
+    return best * 1e6, count, where
+
+
+HELD = (10, 40)     # ADMM iterations of the first outer iteration timed by `held_step`
+
+
+def held_step(prob, n: int, executor: str, repeats: int = 3) -> tuple[float, int]:
+    """µs of CPU per ADMM iteration per client while the clients hold their constraints in
+    their local solves (local solver "local-al"): the first outer iteration stopped after
+    HELD[0] and after HELD[1] ADMM iterations (`max_inner`), the difference per step and
+    client (fewer when the first ADMM run ends sooner)."""
+    best = np.inf
+    count = 0
+    _run(prob, executor, 1, max_inner=HELD[0])
+    for _ in range(repeats):
+        (t1, k1, _), (t2, k2, _) = _run(prob, executor, 1, max_inner=HELD[0]), \
+            _run(prob, executor, 1, max_inner=HELD[1])
         if k2 > k1:
             best, count = min(best, (t2 - t1) / ((k2 - k1) * n)), k2 - k1
     return best * 1e6, count
@@ -257,7 +295,16 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[5, 40])
     parser.add_argument("--adult", action="store_true", help="also NP adult (32,561 rows)")
     parser.add_argument("--models", nargs="+", default=None, help="only these models (per-step part)")
+    parser.add_argument("--executors", nargs="+", default=["serial", "batched"],
+                        help="executors of the per-step part (serial, batched, jax)")
+    parser.add_argument("--skip-default", nargs="+", default=[], metavar="EXECUTOR:N",
+                        help="no outer 1 → 4 figure for these (e.g. serial:200: minutes a run)")
     args = parser.parse_args()
+    skip: dict = {}
+    for item in args.skip_default:
+        executor, n = item.split(":")
+        skip.setdefault(executor, set()).add(int(n))
+    args.skip_default = skip
     import fedmodel
     print(f"fedmodel: {fedmodel.__file__}; python {sys.version.split()[0]}; numpy {np.__version__}; "
           f"load average {os.getloadavg()[0]:.1f}")
@@ -282,17 +329,26 @@ def main() -> None:
             models["np-adult"] = lambda n, data=np_data("adult-a"): neyman_pearson(data, n)
         if args.models:
             models = {name: build for name, build in models.items() if name in args.models}
-        print("\n| model | d | n | serial µs / step / client | batched µs / step / client "
-              "| ADMM iterations timed | merit eval µs | Hessian µs | first Hessian µs |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("\n| model | d | n | executor | µs / step / client, outer 1 → 4 | ADMM iterations timed "
+              "| held: µs / step / client, ADMM 10 → 40 | merit eval µs | Hessian µs "
+              "| first Hessian µs |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|", flush=True)
+        wheres = {}
         for name, build in models.items():
             for n in args.n:
                 prob = build(n)
                 costs = program_costs(prob)
-                (serial, count), (batched, _) = per_step(prob, n, "serial"), per_step(prob, n, "batched")
-                print(f"| {name} | {costs['d']} | {n} | {serial:.0f} | {batched:.0f} | {count} | "
-                      f"{costs['merit']:.0f} | {costs['hessian']:.0f} | {costs['first hessian']:.0f} |",
-                      flush=True)
+                for executor in args.executors:
+                    if n in args.skip_default.get(executor, ()):
+                        default, count, where = np.nan, 0, "not run"
+                    else:
+                        default, count, where = per_step_where(prob, n, executor, repeats=args.repeats)
+                    held, held_count = held_step(prob, n, executor, repeats=args.repeats)
+                    wheres[(name, n, executor)] = where
+                    print(f"| {name} | {costs['d']} | {n} | {executor} | {default:.0f} | {count} | "
+                          f"{held:.0f} ({held_count}) | {costs['merit']:.0f} | {costs['hessian']:.0f} | "
+                          f"{costs['first hessian']:.0f} |", flush=True)
+        for key, where in wheres.items():
+            print(f"client constraints in the outer 1 → 4 runs, {key}: {where}")
 
 
 if __name__ == "__main__":

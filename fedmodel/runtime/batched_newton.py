@@ -184,12 +184,15 @@ class NewtonMatrices:
         factors = group.memo.get("newton_factors")
         if factors is None:
             factors = group.memo["newton_factors"] = FactorStack(group.n_x, group.n_x + group.n_y)
-        factors.bind(rows, [p._hessian_cache for p in self.programs], W)
+        hessians = [p._hessian_cache for p in self.programs]
+        factors.bind(rows, hessians, W)
         self.factors = factors
+        # which clients have a chord Hessian: only `_refresh` gives one during a solve (read
+        # once, not n program attributes per Newton step)
+        self.known = np.array([H is not None for H in hessians], dtype=bool)
 
     def __call__(self, Z: np.ndarray, G: np.ndarray, active: np.ndarray, fresh: np.ndarray) -> np.ndarray:
-        known = np.array([p._hessian_cache is not None for p in self.programs], dtype=bool)
-        need = active & (~known | (fresh & self.chord))
+        need = active & (~self.known | (fresh & self.chord))
         if need.any():
             self._refresh(Z, np.flatnonzero(need))
         idx = np.flatnonzero(active)
@@ -208,4 +211,5 @@ class NewtonMatrices:
         H = [h.copy() for h in group.hessian(full[:, :n_x], full[:, n_x:], self.rows[idx])]
         for j, Hj in zip(idx, H):
             self.programs[j]._hessian_cache, self.programs[j]._factor_cache = Hj, None
+        self.known[idx] = True
         self.factors.refactor(idx, H)
