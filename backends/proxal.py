@@ -85,7 +85,8 @@ from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
 from .outcome import Outcome, Status
-from .proxal_outer import TAU_RULES, _stalled, check_options, next_beta, next_tau, outer_stop, start_point
+from .proxal_outer import (TAU_RULES, _stalled, check_options, next_beta, next_tau, no_consensus, outer_record,
+                           outer_stop, start_point)
 from .watch import DivergenceWatch
 
 
@@ -96,6 +97,7 @@ from .watch import DivergenceWatch
 # 27/31; logistic 46/94 → 42/97. Period 5 raised lasso n = 5 to 62.
 RHO_PERIOD = 3
 DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxAL)"
+NO_CONSENSUS = "(consensus)"     # `_admm`'s key in `failed` when ∩ X_i looks empty
 
 # Presets. `PAPER_PROXAL` is Algorithm 1 exactly as the paper runs its NP experiment
 # (β = 300, fixed ρ_i = 0.01, q = 0.9, s̄ = 1e-3, ε = (1e-3, 1e-3)); it needs 10³–10⁴ ADMM
@@ -252,7 +254,7 @@ class ProxAL(Backend):
         beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
         local = self._holds_client_constraints()       # the clients' solves hold their constraints
         bar = progress(self.max_outer, verbose, "ProxAL")
-        certificate_log, info = [], {}
+        certificate_log, info, marks = [], {}, []     # marks: `_admm`'s, across its runs
         start = time.perf_counter()
         saved = checkpointer.restore(ex)               # resume: docs/checkpoints.md
         if saved:
@@ -272,9 +274,9 @@ class ProxAL(Backend):
             folded = {"settings": settings} if self.configure_with_init and self.inner is None else {}
             ex.map("configure", {node: {**settings, "center": w} for node in ex.nodes
                                  if not (folded and node in clients)})
-            failed: dict = {}
+            failed: dict = {}           # clients' unmet constraints; NO_CONSENSUS: ∩ X_i looks empty
             if self._holds_client_constraints():
-                folded.update(local=local, failed=failed)
+                folded.update(local=local, failed=failed, marks=marks if local else None)
             w_next, trace, rho = subproblem(ex, w, tau, rho, **folded)            # steps 3–4
             if local and (failed or trace[-1] > tau):   # unmet or no consensus: back to the AL
                 local, info["client_constraints"] = False, f"held locally until outer iteration {k + 1}, " \
@@ -294,7 +296,7 @@ class ProxAL(Backend):
                 status = watch.report(info)     # keep the last finite iterate as the answer
                 break
             previous, w = w, w_next
-            record = self._record(ex, w, k, trace, tau, dw, dmu, start, rider and rider.replies)
+            record = outer_record(ex, w, k, trace, tau, dw, dmu, start, rider and rider.replies)
             record["true_residual"], record["beta"] = true_residual, beta
             record.update(step=float(np.linalg.norm(w - previous)), size=float(np.linalg.norm(w)),
                           dimension=w.size)           # for the distance test (proxal_outer._near)
@@ -329,12 +331,14 @@ class ProxAL(Backend):
         return {c: self.rho * r["samples"] for c, r in replies.items()}
 
     # Algorithm 2 --------------------------------------------------------------------------------
-    def _admm(self, ex, w_start, tau, rho, settings=None, local=None, failed=None):
+    def _admm(self, ex, w_start, tau, rho, settings=None, local=None, failed=None, marks=None):
         """Algorithm 2 from w̃⁰ = w_start to (23) with τ_k = `tau`: returns the last server
         iterate, the certificates (22) of its iterations and the clients' ρ_i. `settings`
         (β, ω): the clients configure P_{i,k} with the init (center w_start). `local`: whether
         the clients' solves hold their constraints (`client_constraints`); a client that
-        reports it cannot meet them ends the run, its violation in `failed`."""
+        reports it cannot meet them ends the run, its violation in `failed`, as does a consensus
+        residual that shows ∩ X_i empty (`proxal_outer.no_consensus`, read from `marks`, the ADMM
+        iterations' ρ_i and residuals, kept across runs): failed[NO_CONSENSUS]."""
         clients = ex.clients
         mode = {"local": 0.0} if local is False else {}     # (held is a node's default)
         replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c], "anderson": self.anderson,
@@ -362,8 +366,12 @@ class ProxAL(Backend):
             new_rho = {c: r["rho"] for c, r in replies.items()}
             certificate = eps + sum(r["eps_tilde"] for r in replies.values())
             trace.append(certificate)
-            lost = {c: r["local_failed"] for c, r in replies.items() if "local_failed" in r}
-            if lost and failed is not None:
+            if marks is not None:
+                marks.append((np.array([new_rho[c] for c in clients]),
+                              np.array([replies[c]["primal"] for c in clients])))
+            lost = {c: r["local_failed"] for c, r in replies.items() if "local_failed" in r} or \
+                {NO_CONSENSUS: no_consensus(marks, max(tau, self.eps2)) if marks and certificate > tau else None}
+            if failed is not None and any(v is not None for v in lost.values()):
                 failed.update(lost)
                 break
             if not np.isfinite(certificate):      # blown up: the outer DivergenceWatch reports it
@@ -386,15 +394,3 @@ class ProxAL(Backend):
             return None
         grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})
         return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))
-
-    def _record(self, ex, w, k, trace, tau, dw, dmu, start, reports: dict | None = None) -> dict:
-        """Outer iteration k's record: objective and violation reported by the nodes at w
-        (`reports`: their replies, by node, already got)."""
-        if reports is None:
-            reports = ex.map("report", {node: {"x": w} for node in ex.nodes})
-        return {"iteration": k + 1, "objective": sum(r["objective"] for r in reports.values()),
-                "violation": max(r["violation"] for r in reports.values()),
-                "client_objective": {c: reports[c]["objective"] for c in ex.clients},
-                "client_violation": {c: reports[c]["violation"] for c in ex.clients},
-                "inner": len(trace), "certificate": trace[-1], "inner_certificates": trace, "tau": tau,
-                "primal_change": dw, "multiplier_change": dmu, "time": time.perf_counter() - start}

@@ -69,7 +69,7 @@ def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, di
 @client_step("proxal_admm_step", {"w": "x", "eps": "1", "adaptive": "1", "solver": "str",
                                   "mix": f"<={MAX_MEMORY}", "restart": "1"},
              {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1", "products": f"<={MAX_MEMORY + 1}",
-              "local_failed": "1"})
+              "local_failed": "1", "primal": "1"})
 def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """One client step of Algorithm 2 at the server's w^{t+1} for the rows `members`:
     certificate (22), local solve (19), multiplier step (20), ũ_i (21); with Anderson, first
@@ -115,8 +115,10 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     eps_tilde = np.abs(remainder).max(axis=1, initial=0.0)
     Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
     new_rho = rho
+    # the consensus residual ‖u_i − w‖∞ (reported by a client that holds constraints:
+    # `proxal_outer.no_consensus`)
+    primal = np.abs(U_new - w).max(axis=1, initial=0.0)
     if opts.get("adaptive", 0.0):
-        primal = np.abs(U_new - w).max(axis=1, initial=0.0)
         previous = np.array([s["w"] for s in states], dtype=float).reshape(k, n_x)
         dual = rho * np.abs(w - previous).max(axis=1, initial=0.0)
         new_rho = np.array([_balance(r, p, d) for r, p, d in zip(rho.tolist(), primal.tolist(), dual.tolist())])
@@ -126,7 +128,7 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
         program, history = group.programs[rows[j]], histories[j]
         program.y = Y_new[j]
         reply = {"eps_tilde": float(eps_tilde[j]), "steps": int(steps[j]), "u_tilde": U_tilde[j],
-                 "rho": float(new_rho[j])}
+                 "rho": float(new_rho[j]), "primal": float(primal[j]) if program.local_names else 0.0}
         failed = program.state.pop("local_failed", None)
         if failed is not None:          # its held constraints could not be met (`local_al.solve`)
             reply["local_failed"] = float(failed)

@@ -133,8 +133,9 @@ def jointly_infeasible(threshold: float = 0.3):
 @pytest.mark.parametrize("case", ["alone", "together"])
 def test_constraints_no_point_meets_end_infeasible_naming_them(case):
     """Held constraints that cannot be met — one client's alone (its local solve fails), or
-    two clients' only together (the consensus over ∩ X_i does not converge) — fall back to
-    the augmented Lagrangian, whose verdict names them; never "converged"."""
+    two clients' only together (the consensus over ∩ X_i does not converge: its residual stays
+    while ρ_i rises, `proxal_outer.no_consensus`) — fall back to the augmented Lagrangian,
+    whose verdict names them; never "converged"."""
     prob = one_client(threshold=0.1)[0] if case == "alone" else jointly_infeasible()
     assert prob.solve("cvxpy").status == "infeasible"
     result = quiet(prob, ProxAL())
@@ -143,6 +144,8 @@ def test_constraints_no_point_meets_end_infeasible_naming_them(case):
     assert set(result.info["violated"]) >= ({repr(c) for c in prob.constraints} if case == "alone"
                                             else set()) and result.info["violated"]
     assert result.max_violation > 0.05
+    if case == "together":      # measured: 481 round trips (8 outer / 464 ADMM); main 974 (9 / 955)
+        assert result.info["communication"]["round_trips"] <= 700
 
 
 def test_the_paper_preset_keeps_constraints_in_the_augmented_lagrangian():
