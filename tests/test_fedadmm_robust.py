@@ -60,21 +60,21 @@ def assert_converged_or_diverged(res, said, w, w_star, where):
 GRID = list(itertools.product([0.1, 1.0, 10.0], [0.01, 0.05], [1, 10, 50]))
 
 
-@pytest.mark.integration     # an 18-cell grid: CI runs it after the fast suite
-def test_insa_grid_converges_to_the_closed_form(ridge):
+@pytest.mark.integration     # an 18-cell grid, a test a cell (the workers share them): CI's integration run
+@pytest.mark.parametrize("beta, lr, steps", GRID)
+def test_insa_grid_converges_to_the_closed_form(ridge, beta, lr, steps):
     """β ∈ {0.1, 1, 10}, lr ∈ {0.01, 0.05}, E ∈ {1, 10, 50}: with η forced by the user (up to 2.8/L_i
     on the stiffest client, so the paper's rule diverges on 8 of the 18 cells, see the slow test)
     the safeguarded rule converges on every cell — the safeguard may only lower η."""
     prob, w, w_star = ridge
-    for beta, lr, steps in GRID:
-        backend = FedADMM(beta=beta, lr=lr, local_steps=steps, inexact=True, adaptive=True,
-                          max_rounds=1500, tol=1e-10)
-        status, res, said = outcome(prob, backend)
-        assert status == "converged", (beta, lr, steps, status, res.info.get("diverged"))
-        assert_converged_or_diverged(res, said, w, w_star, (beta, lr, steps))
-        assert all(v <= lr for v in res.info["final_lr"].values())
-        low, high = 1e-3 * beta, 1e3 * beta                    # the default beta_range
-        assert all(low <= b <= high for b in res.info["final_beta"].values())
+    backend = FedADMM(beta=beta, lr=lr, local_steps=steps, inexact=True, adaptive=True,
+                      max_rounds=1500, tol=1e-10)
+    status, res, said = outcome(prob, backend)
+    assert status == "converged", (beta, lr, steps, status, res.info.get("diverged"))
+    assert_converged_or_diverged(res, said, w, w_star, (beta, lr, steps))
+    assert all(v <= lr for v in res.info["final_lr"].values())
+    low, high = 1e-3 * beta, 1e3 * beta                    # the default beta_range
+    assert all(low <= b <= high for b in res.info["final_beta"].values())
 
 
 @pytest.mark.slow

@@ -43,10 +43,12 @@ def test_fedadmm_that_blows_up_on_batched_says_diverged():
     assert result.status == "diverged"
 
 
-# the first 200 rounds in the fast suite (ε̄ per round: the cap changes no noise scale); the
-# default max_rounds = 20,000 (minutes) in CI's integration run
+# the first 200 rounds in the fast suite (ε̄ per round: the cap changes no noise scale), 2,000 in
+# CI's integration run (~25 CPU s), the default max_rounds = 20,000 (~90 CPU s) in the slow run
 @pytest.mark.parametrize("rounds", [pytest.param({"max_rounds": 200}, id="200-rounds"),
-                                    pytest.param({}, id="default-rounds", marks=pytest.mark.integration)])
+                                    pytest.param({"max_rounds": 2000}, id="2000-rounds",
+                                                 marks=pytest.mark.integration),
+                                    pytest.param({}, id="default-rounds", marks=pytest.mark.slow)])
 def test_dp_admm_defaults_on_batched_equal_the_seeded_serial_run(rounds):
     prob, w = _model(private=False)
     ex = BatchedExecutor()
