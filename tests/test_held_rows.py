@@ -88,6 +88,7 @@ def test_a_client_back_in_the_al_is_served_alone(stacked):
     assert group._held_rest(rows) is None
 
 
+@pytest.mark.integration     # JAX equivalence (~6 s with JAX's import): CI's integration run
 def test_jax_with_held_constraints_matches_serial(stacked):
     """Issue 27 item 3: ProxAL with `client_constraints="local"` on the JAX engine (its
     merits vmapped, the held constraints' rounds stacked) gives the serial iterates."""
