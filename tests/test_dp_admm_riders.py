@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from fedmodel import backends
-from conftest import StopRun, stop_after
-from test_ledger_riders import _Unfolded, _history, _model, _parts
+from test_ledger_riders import _Unfolded, _history, _model
 
 ROUNDS = 7
 
@@ -58,22 +57,3 @@ def test_outp_thinned_reports_ride_on_the_round_after_theirs():
     np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
     assert old["ledger"].requests["report"] == 3 and new["ledger"].requests["report"] == 1
 
-
-def test_outp_with_checkpoints_asks_each_report_before_its_checkpoint(tmp_path):
-    """A callback that stops the run at round 6 leaves checkpoint 4 with complete records, and
-    the resumed run ends bit for bit as the uninterrupted one (which sent one report alone)."""
-    prob, w, _ = _model(constrained=False)
-    make = lambda: backends.DPADMM(epsilon=1.0, max_rounds=9, seed=5, tol=0, variant="outP")  # noqa: E731
-    reference = prob.solve(make())
-    path = tmp_path / "run.ckpt"
-    with pytest.raises(StopRun):
-        prob.solve(make(), checkpoint=path, checkpoint_every=2, callback=stop_after(6))
-    from fedmodel.runtime import checkpoint as ck
-    saved = ck.read(path)
-    assert saved["iteration"] == 4 and all("objective" in h for h in saved["loop"]["history"])
-    seen = []
-    resumed = prob.solve(make(), checkpoint=path, resume=True, callback=seen.append)
-    assert [r["round"] for r in seen] == [5, 6, 7, 8, 9]
-    assert _history({"history": resumed.history}) == _history({"history": reference.history})
-    np.testing.assert_array_equal(resumed.value(w), reference.value(w))
-    assert resumed.ledger.requests["report"] == 9 and reference.ledger.requests["report"] == 1

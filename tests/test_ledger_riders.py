@@ -210,13 +210,16 @@ def test_a_rider_on_the_wire():
         rider_of(header(encode("merit", {"x": z}, extra={"ride": "report"})))
 
 
-def test_fedadmm_with_checkpoints_asks_each_report_before_its_checkpoint(tmp_path):
+@pytest.mark.parametrize("make", [
+    lambda: backends.FedADMM(max_rounds=9, seed=5, tol=None),
+    lambda: backends.DPADMM(epsilon=1.0, max_rounds=9, seed=5, tol=0, variant="outP")],   # (w^{t+1} rides)
+    ids=["fedadmm", "dp-admm-outP"])
+def test_with_checkpoints_each_report_is_asked_before_its_checkpoint(tmp_path, make):
     """Round k's callback runs before checkpoint k is written (docs/checkpoints.md), so a run
     that checkpoints asks each round's report at the end of its round, by itself, as before
     riders: a callback that stops the run at round 6 leaves checkpoint 4, and the resumed run
-    ends bit for bit as the uninterrupted one."""
+    ends bit for bit as the uninterrupted one (which sent one report alone)."""
     prob, w, _ = _model(constrained=False)
-    make = lambda: backends.FedADMM(max_rounds=9, seed=5, tol=None)
     reference = prob.solve(make())
 
     path = tmp_path / "run.ckpt"
