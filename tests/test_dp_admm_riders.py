@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedmodel import backends
-from test_ledger_riders import _Unfolded, _history, _model
+from test_ledger_riders import _Unfolded, _history, _model, check_report_rides
 
 ROUNDS = 7
 
@@ -22,27 +22,8 @@ def _outp(**options):
 
 @pytest.mark.parametrize("executor", ["serial", "batched"])
 def test_outp_report_rides_on_the_next_rounds_step(executor):
-    prob, w, parts = _model(constrained=False)
-    seen_old, seen_new = [], []
-    old = _outp().run(prob, executor=_Unfolded(), callback=lambda r: seen_old.append(dict(r)))
-    new = _outp().run(prob, executor=executor, callback=lambda r: seen_new.append(dict(r)))
-    assert len(new["history"]) == ROUNDS
-    if executor == "serial":        # (the batched one's sums may differ in the last bits)
-        assert _history(new) == _history(old)
-        np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
-        assert new["ledger"] == old["ledger"]           # the algorithm's traffic: the same
-    else:
-        np.testing.assert_allclose([h["objective"] for h in new["history"]],
-                                   [h["objective"] for h in old["history"]], rtol=1e-12)
-    # the callback saw every round once, in order, each with its objective and violation
-    assert [r["round"] for r in seen_new] == list(range(1, ROUNDS + 1))
-    assert [r["objective"] for r in seen_new] == [h["objective"] for h in new["history"]]
-    assert all(np.isfinite(r["objective"]) and r["violation"] == 0.0 for r in seen_new)
-    # the last record's objective is the model's at the answer (independent: numpy)
-    x = new["values"][w.uid]
-    expected = sum(0.5 * float(np.sum((A @ x - b) ** 2)) for A, b in parts)
-    assert abs(new["history"][-1]["objective"] - expected) <= 1e-9 * max(1.0, expected)
-    assert old["ledger"].requests["report"] == ROUNDS and new["ledger"].requests["report"] == 1
+    new, old = check_report_rides(_outp, executor, ROUNDS)
+    assert all(r["violation"] == 0.0 for r in new["history"])
     assert new["ledger"].requests["dp_admm_step"] == ROUNDS
     assert sum(new["ledger"].requests.values()) == sum(old["ledger"].requests.values()) - (ROUNDS - 1)
 

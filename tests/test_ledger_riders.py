@@ -59,33 +59,38 @@ def _history(result) -> str:
     return repr([{k: v for k, v in h.items() if k != "time"} for h in result["history"]])
 
 
-@pytest.mark.parametrize("executor", [SerialExecutor, BatchedExecutor])
-def test_fedadmm_report_rides_on_the_next_rounds_request(executor):
-    """Round k's report (at z_k) travels in round k + 1's `fedadmm_round`, served before its
-    step; only the last round's goes by itself. R = 8 rounds: 8 report requests → 1."""
+def check_report_rides(make, executor, rounds: int) -> tuple[dict, dict]:
+    """A run whose round reports ride on the next round's request against the same run on an
+    executor sending each alone (`_Unfolded`): the same history (bit for bit on serial), the
+    callback saw every round once, in order, the last record's objective is the model's at the
+    answer, and one report went alone. Returns (riding, unfolded) runs."""
     prob, w, parts = _model(constrained=False)
-    make = lambda: backends.FedADMM(max_rounds=8, seed=2, tol=None)
     seen_old, seen_new = [], []
     old = make().run(prob, executor=_Unfolded(), callback=lambda r: seen_old.append(dict(r)))
-    new = make().run(prob, executor=executor(), callback=lambda r: seen_new.append(dict(r)))
-    rounds = len(new["history"])
-    assert rounds == 8
-    if executor is SerialExecutor:      # (the batched one's sums may differ in the last bits)
+    new = make().run(prob, executor=executor, callback=lambda r: seen_new.append(dict(r)))
+    assert len(new["history"]) == rounds
+    if isinstance(executor, SerialExecutor) or executor == "serial":   # (batched sums: last bits)
         assert _history(new) == _history(old)
         np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
         assert new["ledger"] == old["ledger"]       # the algorithm's traffic: the same
     else:
         np.testing.assert_allclose([h["objective"] for h in new["history"]],
                                    [h["objective"] for h in old["history"]], rtol=1e-12)
-    # the callback saw every round once, in order, each with its objective
     assert [r["round"] for r in seen_new] == list(range(1, rounds + 1))
     assert [r["objective"] for r in seen_new] == [h["objective"] for h in new["history"]]
-    # the last record's objective is the model's at the answer (independent: numpy)
-    x = new["values"][w.uid]
+    x = new["values"][w.uid]                        # (independent: numpy)
     expected = sum(0.5 * float(np.sum((A @ x - b) ** 2)) for A, b in parts)
     assert abs(new["history"][-1]["objective"] - expected) <= 1e-9 * max(1.0, expected)
-    assert old["ledger"].requests["report"] == rounds
-    assert new["ledger"].requests["report"] == 1
+    assert old["ledger"].requests["report"] == rounds and new["ledger"].requests["report"] == 1
+    return new, old
+
+
+@pytest.mark.parametrize("executor", [SerialExecutor, BatchedExecutor])
+def test_fedadmm_report_rides_on_the_next_rounds_request(executor):
+    """Round k's report (at z_k) travels in round k + 1's `fedadmm_round`, served before its
+    step; only the last round's goes by itself. R = 8 rounds: 8 report requests → 1."""
+    rounds = 8
+    new, old = check_report_rides(lambda: backends.FedADMM(max_rounds=rounds, seed=2, tol=None), executor(), rounds)
     assert new["ledger"].requests["fedadmm_round"] == old["ledger"].requests["fedadmm_round"] == rounds
     assert sum(new["ledger"].requests.values()) == sum(old["ledger"].requests.values()) - (rounds - 1)
     assert new["ledger"].round_trips == old["ledger"].round_trips == 1 + rounds
