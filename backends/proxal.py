@@ -55,9 +55,8 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   (NP's class-1 loss ≤ γ) are held in its solve (19) by a local method of multipliers
   (`local_al.solve`), not in the AL: the consensus ADMM is over ∩ X_i, (22) reads
   their normal cones (`NodeProgram.constraint_remainder`), the outer loop keeps the rest (NP
-  adult n = 5: 16 outer / 374 round trips → 4 / 56). A client that cannot meet them, a
-  residual that shows ∩ X_i empty or an unsolved ADMM run that went nowhere puts them back in
-  the AL, whose verdicts name them;
+  adult n = 5: 16 outer / 374 round trips → 4 / 56). A client that cannot meet them, or an
+  unsolved ADMM (∩ X_i may be empty), puts them back in the AL, whose verdicts name them;
 - `dist_tol=δ`: "converged" needs (11) and an estimate of ‖w − w*‖₂ ≤ δ‖w‖₂ from the outer
   records (`proxal_outer.distance_left`: the stationarity (11) bounds, divided by the curvature
   the outer steps' contraction shows; δ = ∞: the paper's (11) alone). Near the stop τ_k is
@@ -279,8 +278,7 @@ class ProxAL(Backend):
             if self._holds_client_constraints():
                 folded.update(local=local, failed=failed, marks=marks if local else None)
             w_next, trace, rho = subproblem(ex, w, tau, rho, **folded)            # steps 3–4
-            # unmet, no consensus, or an unsolved run that went nowhere (`proxal_outer.went_nowhere`)
-            if local and (failed or (trace[-1] > tau and proxal_outer.went_nowhere(trace))):
+            if local and (failed or trace[-1] > tau):   # unmet or no consensus: back to the AL
                 local, info["client_constraints"] = False, f"held locally until outer iteration {k + 1}, " \
                     f"then in the augmented Lagrangian (local violation {max(failed.values(), default=0):.3g})"
             total_inner += len(trace)

@@ -226,16 +226,6 @@ def _stalled(trace: list[float], window: int) -> bool:
     return min(trace[-window:]) > 0.99 * min(trace[-2 * window:-window])
 
 
-def went_nowhere(trace: list[float]) -> bool:
-    """An unsolved ADMM run over the clients' held constraints never brought its certificate
-    (22) below half its first: evidence that ∩ X_i may be empty, so ProxAL puts them back in the
-    AL. A run that fell and then stalled is not: `fedmodel run --clients 20` (WDBC NP, feasible)
-    fell 0.1 → 2.4e-3 in its first run, then stalled at 1.4e-2 (τ_0 = 1e-3); sent back on that,
-    42 of its 44 AL runs ended unsolved (9,363 round trips; held: 1,181). bench_verdicts'
-    infeasible seed 8 (no_consensus silent): 0.60 rising to 59 (docs/BENCHMARKS.md, "n = 20")."""
-    return min(trace) > 0.5 * trace[0]
-
-
 # The constraints a client's solves hold (`client_constraints="local"`) look apart — ∩ X_i
 # empty — when residual balancing raised a client's ρ_i NO_CONSENSUS_RHO-fold while its consensus
 # residual ‖u_i − w‖∞ never fell below half its value (`no_consensus`); ProxAL then puts them
