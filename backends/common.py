@@ -143,6 +143,16 @@ def stacked_report(ex, clients, x: np.ndarray, with_server: bool,
     return objective, violation
 
 
+def complete_record(record: dict, report: tuple[float, float], callback, bar) -> None:
+    """A history record whose report came later (it rode on the next round's request, a
+    `Rider`): its objective and violation filled in from `report`, then handed to the callback
+    and the progress bar, as a record completed in its own round is."""
+    record["objective"], record["violation"] = report
+    if callback:
+        callback(record)
+    bar.update(record)
+
+
 def progress(total: int, verbose: bool, label: str):
     """A tqdm bar with objective, violation, the round trips so far (the run's ledger, see
     `running`) and what else the backend reports (primal / dual residuals, changes,

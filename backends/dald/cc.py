@@ -12,7 +12,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
-from ..common import progress, stacked_report
+from ..common import complete_record, progress, stacked_report
 from . import kernels, spectral
 from ..outcome import Outcome, Status
 
@@ -316,10 +316,7 @@ class FedDALDCC:
         now), then handed to the callback and the progress bar. Returns None (nothing pending)."""
         if pending is not None:
             record, x = pending
-            record["objective"], record["violation"] = stacked_report(ex, clients, x, has_server, reports)
-            if callback:
-                callback(record)
-            bar.update(record)
+            complete_record(record, stacked_report(ex, clients, x, has_server, reports), callback, bar)
 
     def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report: bool,
                    has_server: bool) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
-from ..common import progress, stacked_report
+from ..common import complete_record, progress, stacked_report
 from ..watch import DivergenceWatch
 from ..projecting import projects_affine, server_set_multipliers
 from .accounting import privacy_report
@@ -114,10 +114,7 @@ class RoundLoop:
             nonlocal pending
             if pending is not None:
                 record, at = pending
-                record.update(self._report(ex, clients, at, server_used, reports))
-                if callback:
-                    callback(record)
-                bar.update(record)
+                complete_record(record, self._report(ex, clients, at, server_used, reports), callback, bar)
             pending = None
 
         for t in range(t + 1, last + 1):
@@ -256,13 +253,11 @@ class RoundLoop:
         return (f"raise rho_schedule above the clients' gradient Lipschitz constants, or lower a "
                 f"(now {self.a:g}) so the proximal weight √t/a dominates them sooner")
 
-    def _report(self, ex, clients, w, server_used, reports=None) -> dict:
+    def _report(self, ex, clients, w, server_used, reports=None) -> tuple[float, float]:
         """Objective and violation at w: the clients' reports as one group request (or their
         stacked `reports`, got as a rider), plus the server's when it holds terms or
         constraints (else it is 0, 0)."""
-        objective, violation = stacked_report(ex, clients, w, server_used and "server" in ex.programs,
-                                              reports)
-        return {"objective": objective, "violation": violation}
+        return stacked_report(ex, clients, w, server_used and "server" in ex.programs, reports)
 
     def _info(self, ex, clients, Z, LAM, rho, records, rounds, history, shares) -> dict:
         logs = {c: r["log"] for c, r in ex.map("dp_admm_log", {c: {} for c in clients}).items()}

@@ -15,7 +15,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.executor import Rider
-from ..common import progress, stacked_report
+from ..common import complete_record, progress, stacked_report
 from ..watch import DivergenceWatch
 from .insa import sustained_growth
 from ..outcome import Status
@@ -63,10 +63,7 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
         nonlocal pending
         if pending is None:
             return
-        pending["objective"], pending["violation"] = _report(ex, clients, z, server_terms, reports)
-        if callback:
-            callback(pending)
-        bar.update(pending)
+        complete_record(pending, _report(ex, clients, z, server_terms, reports), callback, bar)
         pending = None
 
     for k in range(len(history), max_rounds):
