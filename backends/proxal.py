@@ -369,9 +369,12 @@ class ProxAL(Backend):
             if marks is not None:
                 marks.append((np.array([new_rho[c] for c in clients]),
                               np.array([replies[c]["primal"] for c in clients])))
-            lost = {c: r["local_failed"] for c, r in replies.items() if "local_failed" in r} or \
-                {NO_CONSENSUS: no_consensus(marks, max(tau, self.eps2)) if marks and certificate > tau else None}
-            if failed is not None and any(v is not None for v in lost.values()):
+            lost = {c: r["local_failed"] for c, r in replies.items() if "local_failed" in r}
+            if not lost and marks and certificate > tau:
+                apart = no_consensus(marks, max(tau, self.eps2))
+                if apart is not None:
+                    lost[NO_CONSENSUS] = apart
+            if lost and failed is not None:
                 failed.update(lost)
                 break
             if not np.isfinite(certificate):      # blown up: the outer DivergenceWatch reports it
