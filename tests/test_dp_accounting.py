@@ -164,7 +164,7 @@ def test_pld_of_one_sampled_gaussian_round_is_its_exact_profile(rate, sigma):
 
 
 @pytest.mark.parametrize("rate, sigma, rounds", [(0.2, 2.0, 300), (0.05, 1.2, 1000), (0.5, 11.3, 300),
-                                               (0.01, 0.8, 2000)])
+                                               pytest.param(0.01, 0.8, 2000, marks=pytest.mark.integration)])
 def test_pld_of_sampled_gaussian_rounds_is_the_librarys_composition(rate, sigma, rounds):
     # our grid (q/(100σ)) against dp-accounting's default PLD accountant (grid 1e-4) on the same
     # T-fold composition: both pessimistic, within 1e-4 (a grid of 1/(100σ), blind to q, was

@@ -125,6 +125,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.integration      # a fresh interpreter per case: ~4 s, kept out of the fast suite
 def test_star_solves_import_no_networkx_and_scan_entry_points_once():
     """Issue 27 item 3 (cold first solve): server backends on their default star never build
     the graph, so networkx (~0.2 s CPU to import) is not imported by `import fedmodel`,
