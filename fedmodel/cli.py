@@ -33,7 +33,15 @@ def _run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         options["topology"] = builder(prob)
-    result = prob.solve(backend, verbose=True, **options)  # the bar shows only on a terminal
+    try:
+        result = prob.solve(backend, verbose=True, **options)  # the bar shows only on a terminal
+    except fm.errors.TopologyError as exc:
+        if "needs a server" not in str(exc):
+            raise
+        # the library's advice names its Python API; on the command line it is an option
+        raise fm.errors.TopologyError(f"--backend {name} runs on a star (a server and its clients), "
+                                      f"not on --topology {args.topology}; use --topology star, "
+                                      f"or --backend dald (or auto) on a graph") from exc
     print(result)
     ok = result.status == "converged"
     if args.verify:

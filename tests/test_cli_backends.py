@@ -55,6 +55,14 @@ def test_graph_backends_on_a_ring_are_refused_with_the_alternative(capsys, name)
     assert code == 2 and "proxal" in err and "dald" in err
 
 
+@pytest.mark.parametrize("name", ["proxal", "fedadmm"])
+def test_star_backends_on_a_ring_name_the_options_that_run(capsys, name):
+    # was the library's advice, "use topologies.star(problem)": Python, not an option
+    code, out, err = _run(capsys, "--backend", name, "--topology", "ring", "--clients", "6")
+    assert code == 2 and "verdict" not in out
+    assert "--topology star" in err and "--backend dald" in err
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ["dald", "auto"])
 def test_dald_verifies_on_a_six_ring(capsys, name):
