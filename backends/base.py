@@ -338,11 +338,21 @@ def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: floa
     FedAvg / FedProx converge to their own fixed point, which is not the model's solution with
     several local steps (client drift) or client constraints (each client's constraint holds at
     its local iterate, not at their average)."""
+    if outcome.biased_fixed_point:
+        why = ("Its fixed point differs from the model's optimum (client drift with several local "
+               "steps, or client constraints); ProxAL, DALD or FedADMM solve the model, "
+               "prob.solve('cvxpy') checks it")
+    elif backend_name == "cvxpy":    # its solvers' tolerances are absolute (result.info['attempts'])
+        why = ("The solver's tolerances are absolute: data far from unit scale (e.g. a logistic loss "
+               "saturated on separable data in large units) can stop it early; rescale the data, "
+               "or compare a federated backend's certificate")
+    else:
+        why = ("Its stop test was met before the answer (a loss saturated on data in large units "
+               "flattens the steps it measures); tighten its tolerance, or check with "
+               "prob.solve('cvxpy')")
     _say(outcome, "not_stationary",
          f"{backend_name} converged by its stop test, but the point is not a solution of the "
-         f"model: relative KKT stationarity {stationarity:.3g} (result.certificate). Its fixed point "
-         "differs from the model's optimum (client drift with several local steps, or client "
-         "constraints); ProxAL, DALD or FedADMM solve the model, prob.solve('cvxpy') checks it")
+         f"model: relative KKT stationarity {stationarity:.3g} (result.certificate). {why}")
 
 
 def _say(outcome: Outcome, key: str, message: str, status: Status | None = None) -> None:

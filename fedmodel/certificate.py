@@ -26,7 +26,8 @@ of ten leaves them unchanged for models homogeneous in the data:
 - relative stationarity: per variable v, the remainder over the size of the gradients that
   must cancel, G_v = Σ_k ‖∇_v P_k(x)‖∞ + λ_v (norm1 weights), and at least their size at the
   origin Σ_k ‖∇_v P_k(0)‖∞ (they all vanish at a perfect fit, where the remainder is rounding;
-  for a quadratic the ratio is then about the relative distance ‖H(x − x*)‖ / ‖H x*‖);
+  for a quadratic the ratio is then about the relative distance ‖H(x − x*)‖ / ‖H x*‖) — or,
+  where smaller, the curvature at x along x, Σ_k ‖∇_v(∇P_k(x)·x)‖∞, the same for a quadratic;
 - relative feasibility: per constraint, its violation over the size of its terms at x (the
   largest entry of Σ_t |t(x)| over the canonical terms t of `lhs − rhs`), a term c·v linear in
   a variable counting at least |c| times v's length (below), so that a bound met at 0 has a size;
@@ -121,11 +122,13 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     plan = Plan(pieces + gradients, variables)
     at_x = plan(*inputs) if pieces else []
     at_zero = _at_origin(plan, variables) if pieces else []
+    bends = _bends(plan, inputs, len(pieces)) if pieces else []
     sums = [np.zeros(v.shape) for v in variables]          # ∇ of the Lagrangian's smooth part
     scales = np.zeros(len(variables))                       # G_v
     floors = np.zeros(len(variables))                       # G_v's floor: the gradients at 0
+    local = np.zeros(len(variables))                        # ... unless x's own curvature is less
     sizes = []
-    outputs_x, outputs_zero = iter(at_x[len(pieces):]), iter(at_zero[len(pieces):])
+    outputs_x, outputs_zero, bent = iter(at_x[len(pieces):]), iter(at_zero[len(pieces):]), iter(bends)
     for k, idx in enumerate(members):
         value, zero = float(np.sum(at_x[k])), float(np.sum(at_zero[k]))
         sizes.append(max(abs(value), abs(value - zero) if np.isfinite(zero) else 0.0))
@@ -136,6 +139,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
             g0 = np.abs(np.asarray(next(outputs_zero), dtype=float))
             if np.all(np.isfinite(g0)):
                 floors[i] += float(np.max(g0, initial=0.0))
+            local[i] += next(bent)
     objective_scale = sum(sizes[:n_objective]) + abs(constant_value)
     for term in classified.prox:    # λ‖w‖₁: its subgradients are up to λ in size
         i = slot[term.variable.uid]
@@ -154,7 +158,12 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
                 relative = term.residual(near_zero, relative, 0.0)
         stationarity = max(stationarity, float(np.max(np.abs(remainder), initial=0.0)))
         scale = max(scales[i], floors[i])
-        ratio = _ratio(float(np.max(np.abs(relative), initial=0.0)), scale)
+        # the floor stands for gradients that vanish at a perfect fit; where the loss saturates
+        # (separable data in large units) the gradients at 0 exceed those near x by orders of
+        # magnitude, and a point 50 % from the optimum read as stationary to 1e-5: the floor is
+        # then the curvature at x along x, |∇²P(x)·x| (= |∇P(0)| for a quadratic at a perfect fit)
+        ratio = _ratio(float(np.max(np.abs(relative), initial=0.0)),
+                       max(scales[i], min(floors[i], local[i])))
         if ratio > relative_stationarity:
             relative_stationarity, worst_variable = ratio, var.label
         lengths[var.uid] = lagrangian_scale / scale if scale > 0 else 0.0
@@ -184,6 +193,24 @@ def _ratio(value: float, scale: float) -> float:
     if value == 0:
         return 0.0
     return value / scale if scale > 0 else float("inf")
+
+
+BEND = 1e-4    # the relative step of the central difference along x
+
+
+def _bends(plan: Plan, inputs: list[np.ndarray], skip: int) -> list[float]:
+    """|∇²P_k(x)·x|∞ for each gradient output after the first `skip` (the pieces): a central
+    difference of the gradients along the ray through x (exact for quadratics); inf where it is
+    undefined, so that the gradients at 0 stay the floor."""
+    with np.errstate(all="ignore"):
+        try:
+            up = plan(*[x * (1 + BEND) for x in inputs])[skip:]
+            down = plan(*[x * (1 - BEND) for x in inputs])[skip:]
+        except (ArithmeticError, ValueError):
+            return [float("inf")] * (len(plan.outputs) - skip)
+        bends = [np.max(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float)), initial=0.0)
+                 / (2 * BEND) for a, b in zip(up, down)]
+    return [float(b) if np.isfinite(b) else float("inf") for b in bends]
 
 
 def _at_origin(plan: Plan, variables: list[Variable]) -> list[np.ndarray]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compiler.codegen import Plan
+from .errors import FedModelError
 from .result import Certificate, Result
 
 # a variable whose optimum is smaller than ZERO_LENGTH × its natural length (the Lagrangian's
@@ -229,7 +230,7 @@ def _distance(problem, result: Result, reference: Result,
     lengths = certificate.lengths if certificate is not None else {}
     variables = {v.uid: v for v in problem.variables()} if problem is not None else {}
     worst, name = 0.0, None
-    for uid, ref_value in reference.values.items():
+    for uid, ref_value in _reference_values(problem, reference).items():
         var = variables.get(uid)
         if getattr(var, "is_slack", False):
             continue
@@ -245,6 +246,30 @@ def _distance(problem, result: Result, reference: Result,
         if not distance <= worst:     # nan (a nan entry) is the worst
             worst, name = distance, label
     return worst, name
+
+
+def _reference_values(problem, reference: Result) -> dict:
+    """The reference's point keyed by this problem's variables. A reference solved on another
+    build of the same model (a function called twice) has other variable objects: its values
+    are matched by label and shape; a variable without its counterpart is a clear error, not an
+    infinite distance."""
+    other = reference.problem
+    if problem is None or other is None or other is problem:
+        return reference.values
+    theirs = {v.label: v for v in other.variables() if v.uid in reference.values}
+    matched = {}
+    for var in problem.variables():
+        if getattr(var, "is_slack", False):    # the compiler's own: not compared (`_distance`)
+            continue
+        twin = theirs.get(var.label)
+        if twin is None or twin.shape != var.shape:
+            found = f"of shape {twin.shape}" if twin is not None else "none"
+            raise FedModelError(
+                f"verify: the reference solves another model — this problem's variable "
+                f"{var.label!r} of shape {var.shape} has no counterpart there ({found}); solve "
+                f"the reference on the same problem: fm.verify(res, prob.solve('cvxpy'))")
+        matched[var.uid] = reference.values[twin.uid]
+    return matched
 
 
 VERDICTS = ("infeasible", "unbounded")
