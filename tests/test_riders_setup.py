@@ -1,0 +1,63 @@
+"""Issue 27 item 1, the set-up round trips: DP-ADMM's non-private run asks the clients' curvature
+L̂_p at w¹ (its ρ floor) in its `dp_admm_init` request (`backends.dp_admm.setup`) instead of a
+"local_curvature" request of its own; Fed-DALD-CC, FedAvg and FedProx send their `dald_cc_init`
+inside the first `dald_cc_solve` request. The references send them apart, as before; histories,
+answers and multipliers bit for bit those of the references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedmodel import backends
+from fedmodel.runtime.executor import SerialExecutor
+from fedmodel.runtime.ledger import install
+from fedmodel.runtime.program import compile_programs
+from test_ledger_riders import _history, _model, _parts
+
+ROUNDS = 7
+
+
+class _CurvatureApart(backends.DPADMM):
+    """DP-ADMM as before: `dp_admm_init`, then "local_curvature" as a request of its own."""
+
+    def _init_clients(self, ex, w, local, curvature=None):
+        records, shares, _ = super()._init_clients(ex, w, local)
+        if not curvature:
+            return records, shares, None
+        L = ex.map_stacked("local_curvature", tuple(ex.clients), common={"z": w, "iterations": curvature})["L"]
+        return records, shares, float(np.max(L))
+
+
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+def test_dp_admm_asks_the_curvature_in_its_init_request(executor):
+    prob, w, _ = _model(constrained=False)
+    old = _CurvatureApart(max_rounds=ROUNDS, tol=0).run(prob, executor=executor)
+    new = backends.DPADMM(max_rounds=ROUNDS, tol=0).run(prob, executor=executor)
+    assert _history(new) == _history(old) and len(new["history"]) == ROUNDS
+    np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
+    assert old["ledger"].trips["local_curvature"] == 1 and "local_curvature" not in new["ledger"].trips
+    assert new["ledger"].round_trips == old["ledger"].round_trips - 1 == 1 + ROUNDS
+    # a private run reads no curvature (a release its accountant does not cover): unchanged
+    private = backends.DPADMM(epsilon=1.0, max_rounds=ROUNDS, seed=3, tol=0).run(prob, executor=executor)
+    assert private["ledger"].round_trips == 1 + ROUNDS
+
+
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+def test_the_init_reply_is_the_curvature_request_answer(executor):
+    """L̂_p from `dp_admm_init` = the "local_curvature" request's at the same point, bitwise
+    (batched: the same group estimate), and near λ_max(A_pᵀA_p) of the client's ½‖A_p w − b_p‖²
+    (independent: numpy; 20 power steps from below)."""
+    from fedmodel.runtime.batched import BatchedExecutor
+    prob, w, parts = _model(constrained=False)
+    install(backends.DPADMM.procedures)
+    z = np.array([0.3, -0.2, 0.1])
+    with (SerialExecutor() if executor == "serial" else BatchedExecutor()).start(compile_programs(prob)) as ex:
+        clients = tuple(ex.clients)
+        init = {"z0": z, "mechanism": "none", "epsilon": np.inf, "sensitivity": "clip", "seed": 1}
+        replies = ex.map("dp_admm_init", {c: {**init, "index": i, "curvature": 20} for i, c in enumerate(clients)})
+        asked = ex.map_stacked("local_curvature", clients, common={"z": z, "iterations": 20})["L"]
+        if executor == "batched":            # (the group form served it: `setup._init_batched`)
+            assert ex.stats[("dp_admm_init", "batched")] == len(clients)
+    np.testing.assert_array_equal([replies[c]["L"] for c in clients], asked)
+    exact = [np.linalg.eigvalsh(A.T @ A)[-1] for A, _ in parts]
+    np.testing.assert_allclose(asked, exact, rtol=1e-3)
