@@ -61,3 +61,64 @@ def test_the_init_reply_is_the_curvature_request_answer(executor):
     np.testing.assert_array_equal([replies[c]["L"] for c in clients], asked)
     exact = [np.linalg.eigvalsh(A.T @ A)[-1] for A, _ in parts]
     np.testing.assert_allclose(asked, exact, rtol=1e-3)
+
+
+def _set_up_apart(base):
+    """`base` (an executor class) with the protocol before: a first `dald_cc_solve` carrying
+    the set-up (`init`, `rho`) is sent as `dald_cc_init` by itself (x⁰ = the solve's x̂), then
+    the solve without it."""
+    class Apart(base):
+        def map_stacked(self, kind, nodes, rows=None, common=None, split=True, rider=None):
+            if kind == "dald_cc_solve" and "init" in (common or {}):
+                common, rows = dict(common), dict(rows)
+                self.map_stacked("dald_cc_init", nodes, rows={"rho": rows.pop("rho")},
+                                 common={"x0": common["xhat"], "beta": common.pop("init")})
+            return super().map_stacked(kind, nodes, rows or None, common, split, rider)
+    return Apart
+
+
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+@pytest.mark.parametrize("make", [
+    lambda: backends.DALD(max_iterations=ROUNDS, eps_primal=0, eps_dual=0),
+    lambda: backends.FedAvg(max_rounds=ROUNDS, tol=0),
+    lambda: backends.FedProx(max_rounds=ROUNDS, tol=0, local_steps=3)], ids=["dald", "fedavg", "fedprox"])
+def test_the_set_up_travels_in_the_first_solve(make, executor):
+    """Client and server sets (the clients' β and multipliers act): the history, answer, the
+    clients' consensus and own multipliers bit for bit those of the set-up sent by itself, one
+    round trip fewer (DALD: none left; FedAvg / FedProx: the curvature estimate)."""
+    from fedmodel.runtime.batched import BatchedExecutor
+    prob, w, _ = _model(constrained=True)
+    base = SerialExecutor if executor == "serial" else BatchedExecutor
+    ex = base()
+    old, new = make().run(prob, executor=_set_up_apart(base)()), make().run(prob, executor=ex)
+    if executor == "batched":            # (the group form served the set-up and every solve)
+        assert ex.stats[("dald_cc_solve", "batched")] == 3 * ROUNDS
+    assert _history(new) == _history(old) and len(new["history"]) == ROUNDS
+    np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
+    assert set(new["multipliers"]) == set(old["multipliers"]) and new["multipliers"]
+    for name, value in old["multipliers"].items():
+        np.testing.assert_array_equal(np.asarray(new["multipliers"][name]), np.asarray(value))
+    for name, mu in old["info"]["consensus_multipliers"].items():
+        np.testing.assert_array_equal(new["info"]["consensus_multipliers"][name], mu)
+    assert max(h["constraint_residual"] for h in new["history"]) > 0.0     # (the sets acted)
+    assert old["ledger"].trips["dald_cc_init"] == 1 and "dald_cc_init" not in new["ledger"].trips
+    assert new["ledger"].round_trips == old["ledger"].round_trips - 1
+    assert new["ledger"].trips["dald_cc_solve"] == ROUNDS
+
+
+def test_partial_participation_and_a_resumed_run_send_the_set_up_by_itself(tmp_path):
+    """A first solve that reaches a sample of the clients cannot set up the others; a resumed
+    run's set-up goes before the checkpoint's state replaces it. Both by themselves, as before."""
+    from conftest import StopRun, stop_after
+    prob, w, _ = _model(constrained=False)
+    partial = prob.solve(backends.DALD(coordination="partial", participation=0.67,
+                                           max_iterations=5, seed=1))
+    assert partial.ledger.trips["dald_cc_init"] == 1
+    make = lambda: backends.DALD(max_iterations=6, eps_primal=0, eps_dual=0)
+    straight = prob.solve(make())
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(StopRun):
+        prob.solve(make(), checkpoint=path, checkpoint_every=1, callback=stop_after(3))
+    resumed = prob.solve(make(), checkpoint=path, resume=True)
+    assert _history({"history": resumed.history}) == _history({"history": straight.history})
+    assert resumed.ledger.round_trips == straight.ledger.round_trips and "dald_cc_init" not in straight.ledger.trips

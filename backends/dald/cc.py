@@ -83,7 +83,12 @@ class FedDALDCC:
         RHO2 = np.array([self._rho(c, d) ** 2 for c in clients]).reshape(len(clients), d)
         uniform = bool(np.all(RHO2 == RHO2[:1]))          # one ρ for all: Σρ_i²x_i = ρ²Σx_i
         twice_rho2 = 2.0 * (RHO2[:, :1] if np.all(RHO2 == RHO2[:, :1]) else RHO2)   # (n, 1): scalar ρ_i
-        ex.map_stacked("dald_cc_init", clients, rows={"rho": np.sqrt(RHO2)}, common={"x0": xhat, "beta": beta})
+        # the clients' set-up (`dald_cc_init` at x⁰ = x̂) travels in the first solve request, which
+        # reaches every client with x⁰ (`init`; cc_nodes): no round trip of its own. By itself
+        # before a resumed run's restore (which replaces what it set: docs/checkpoints.md)
+        first = {"rho": np.sqrt(RHO2)} if ckpt.iteration == 0 and self.coordination == "full" else None
+        if first is None:
+            ex.map_stacked("dald_cc_init", clients, rows={"rho": np.sqrt(RHO2)}, common={"x0": xhat, "beta": beta})
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
         total_rho2 = RHO2.sum(axis=0)
         initial_rho2 = RHO2[0, 0] if RHO2[0, 0] > 0 else 1.0
@@ -157,8 +162,11 @@ class FedDALDCC:
                     common["dual"] = 1.0
                 if owed_factor != 1.0:
                     common["factor"], owed_factor = owed_factor, 1.0
+                if first is not None:
+                    common["init"] = beta
                 rider = None if pending is None else Rider("report", {"x": xhat}, before=True)
-                reply = ex.map_stacked("dald_cc_solve", part, common=common, rider=rider)   # (13)
+                reply = ex.map_stacked("dald_cc_solve", part, rows=first, common=common, rider=rider)   # (13)
+                first = None
                 if rider is not None:
                     pending = self._complete(ex, clients, pending, has_server, callback, bar, rider.replies)
                 if owed:
