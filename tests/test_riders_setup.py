@@ -122,3 +122,38 @@ def test_partial_participation_and_a_resumed_run_send_the_set_up_by_itself(tmp_p
     resumed = prob.solve(make(), checkpoint=path, resume=True)
     assert _history({"history": resumed.history}) == _history({"history": straight.history})
     assert resumed.ledger.round_trips == straight.ledger.round_trips and "dald_cc_init" not in straight.ledger.trips
+
+
+class _SumOnly(SerialExecutor):
+    """A server that may see only sums (`map_sum`; here summed in this process)."""
+
+    sum_only = True
+
+
+class _SumOnlyApart(_set_up_apart(_SumOnly)):
+    """... with the set-up by itself before the first sum, as before."""
+
+    def map_sum(self, kind, nodes, common=None, fields=("x",)):
+        if kind == "dald_cc_solve" and "init" in (common or {}):
+            common = dict(common)
+            rho = np.tile(common.pop("rho"), (len(nodes), 1))
+            self.map_stacked("dald_cc_init", nodes, rows={"rho": rho},
+                             common={"x0": common["xhat"], "beta": common.pop("init")})
+        return super().map_sum(kind, nodes, common, fields)
+
+
+@pytest.mark.parametrize("name", ["FedAvg", "FedProx"])
+def test_under_secure_aggregation_the_set_up_travels_in_the_first_sum(name):
+    """`_cc_summed` (the server sees only Σ_i x_i): one ρ for all, so the set-up's fields are
+    the same for every client and ride in the first `map_sum` request; the clients' own
+    multiplier step still goes as `dald_cc_dual` each round (its largest change is no sum)."""
+    prob, w, _ = _model(constrained=True)
+    make = lambda: getattr(backends, name)(max_rounds=ROUNDS, tol=0)
+    old, new = make().run(prob, executor=_SumOnlyApart()), make().run(prob, executor=_SumOnly())
+    assert new["info"]["secure_sum"]
+    assert _history(new) == _history(old) and len(new["history"]) == ROUNDS
+    np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
+    for key, value in old["multipliers"].items():
+        np.testing.assert_array_equal(np.asarray(new["multipliers"][key]), np.asarray(value))
+    assert old["ledger"].trips["dald_cc_init"] == 1 and "dald_cc_init" not in new["ledger"].trips
+    assert new["ledger"].round_trips == old["ledger"].round_trips - 1 == 1 + 2 * ROUNDS
