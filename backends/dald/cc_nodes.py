@@ -121,7 +121,7 @@ def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -
     """`dald_cc_solve` as a group request (one x̂ for all, or a block of them), or None."""
     if not all(k in common for k in ("xhat", "solver", "step", "local_steps")) or \
             set(blocks) - {"xhat", "rho"} or ("xhat" in blocks) == ("xhat" in common) or \
-            ("init" in common) != ("rho" in blocks):
+            ("init" in common) != ("rho" in blocks) or ("init" in common and "xhat" in blocks):
         return None
     if "init" in common:
         _init_first(group, rows, common["xhat"], common["init"], blocks["rho"])
