@@ -193,8 +193,12 @@ class _DistributedPA(DALD):
             raise FedModelError(f"{name} on an executor that shows the server only sums runs every "
                                 "client in every round, without a monitor or checkpoints")
         clients, beta = ex.clients, self._beta()
-        ex.map_stacked("dald_cc_init", clients, rows={"rho": np.array([self._rho(c, d) for c in clients])},
-                       common={"x0": xhat, "beta": beta})
+        rho = np.array([self._rho(c, d) for c in clients])
+        # one ρ for all (one μ): the clients' set-up travels in the first sum's request, whose
+        # fields every client gets alike (`init`; cc_nodes), x⁰ its x̂ — no round trip of its own
+        first = {"init": beta, "rho": rho[0]} if np.all(rho == rho[:1]) else {}
+        if not first:
+            ex.map_stacked("dald_cc_init", clients, rows={"rho": rho}, common={"x0": xhat, "beta": beta})
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
         watch, history, status, k, info, opts = self._watch(), [], Status.MAX_ITERATIONS, 0, {}, self._opts()
         has_server = "server" in ex.programs
@@ -202,7 +206,8 @@ class _DistributedPA(DALD):
         bar = progress(self.max_iterations, verbose, name)
         while k < self.max_iterations:
             k += 1
-            total = ex.map_sum("dald_cc_solve", clients, common={"xhat": xhat, **opts})["x"]
+            total = ex.map_sum("dald_cc_solve", clients, common={"xhat": xhat, **opts, **first})["x"]
+            first = {}
             new = self._with_server_terms(ex, total / len(clients), len(clients), xhat, server_used)
             if watch.check(k, **{"x̂ (server model)": new}):
                 status = watch.report(info)

@@ -53,19 +53,21 @@ def test_one_message_per_iteration_gives_the_two_message_iterates(build, executo
         np.testing.assert_array_equal(np.asarray(one.multipliers[name]), np.asarray(mu))
     k = one.iterations["outer"]
     trips, old = one.info["communication"], two.info["communication"]
-    # init, one solve per iteration (Step 2 and rescales inside), one Step 2 sent alone at the
-    # end, and (client constraints) one alone at each step where the rest of the stop test held
+    # one solve per iteration (the set-up in the first, Step 2 and rescales inside), one Step 2
+    # sent alone at the end, and (client constraints) one alone at each step where the rest of
+    # the stop test held
     alone = trips["by_kind"]["dald_cc_dual"]
     assert trips["by_kind"]["dald_cc_solve"] == k and 1 <= alone <= (3 if prob.constraints else 1)
-    assert trips["round_trips"] == k + 1 + alone and "dald_cc_rescale" not in trips["by_kind"]
+    assert trips["round_trips"] == k + alone and "dald_cc_rescale" not in trips["by_kind"]
     assert old["by_kind"]["dald_cc_rescale"] >= 1          # (the rescale rode along, above)
-    assert old["round_trips"] == 2 * k + 1 + old["by_kind"]["dald_cc_rescale"]
+    assert old["round_trips"] == 2 * k + old["by_kind"]["dald_cc_rescale"]
 
 
 def test_paper_preset_keeps_the_papers_two_messages():
     prob, _ = _ridge()
     res = prob.solve(DALD.paper(max_iterations=5))
-    assert res.info["communication"]["by_kind"] == {"dald_cc_init": 1, "dald_cc_solve": 5, "dald_cc_dual": 5}
+    # (the set-up travels in the first solve: tests/test_riders_setup.py)
+    assert res.info["communication"]["by_kind"] == {"dald_cc_solve": 5, "dald_cc_dual": 5}
 
 
 # ---- iterations: spectral penalty (Xu et al. 2017) on the coordinator's iterates; D read in the
@@ -192,3 +194,113 @@ def test_the_stop_test_never_reads_d_more_leniently_than_it_is():
     x_star = ref.value(w)
     assert res.status == "converged"
     assert np.linalg.norm(res.value(w) - x_star) <= 5e-6 * np.linalg.norm(x_star)
+
+
+# ---- issue 27 item 4: DALD-CC's own report rides on the next outer step's solve request -------
+# (the reference: `_Unfolded`, an executor sending each rider as a request of its own)
+@pytest.mark.parametrize("constrained", [False, True])
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+def test_the_report_rides_on_the_next_solve(executor, constrained):
+    """Outer step k's report at x̂^k travels in step k + 1's `dald_cc_solve` (served before it
+    and before the Step 2 it carries): 8 report requests → 1, the history, answer and callbacks
+    as with each report sent alone (constrained: a client and a server set, whose stall rule
+    runs at every step)."""
+    from test_ledger_riders import check_report_rides
+    new, old = check_report_rides(lambda: DALD(max_iterations=8, eps_primal=0, eps_dual=0), executor, 8,
+                                  key="iteration", constrained=constrained)
+    for name, mu in old["info"]["consensus_multipliers"].items():   # (the reference is serial)
+        np.testing.assert_allclose(new["info"]["consensus_multipliers"][name], mu, rtol=0 if executor == "serial"
+                                   else 1e-12, atol=0 if executor == "serial" else 1e-12)
+    assert new["ledger"].requests["dald_cc_solve"] == 8
+    assert sum(new["ledger"].requests.values()) == sum(old["ledger"].requests.values()) - 7
+    assert all(np.isfinite(h["violation"]) for h in new["history"])
+    assert (max(h["violation"] for h in new["history"]) > 1e-3) == constrained
+
+
+def _contradictory(n=3, d=3, seed=0):
+    """Least squares whose clients 0 and 1 hold sum(w) ≥ 1 and sum(w) ≤ −1: infeasible, so
+    DALD's stall rule gives its verdict (at step 40, its first full pair of windows)."""
+    rng = np.random.default_rng(seed)
+    w = fm.Variable(d, name="w")
+    prob = fm.Problem()
+    for i in range(n):
+        c = prob.add_client(f"c{i}")
+        A, b = rng.standard_normal((8, d)), rng.standard_normal(8)
+        c.minimize(0.5 * fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")))
+    prob.clients[0].subject_to(fm.sum(w) >= 1)
+    prob.clients[1].subject_to(fm.sum(w) <= -1)
+    return prob, w
+
+
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+def test_a_stall_verdict_reads_its_own_steps_report(executor):
+    """The stall rule reads the violation of the step it judges: where it may (`_stall_reads`)
+    that step's report goes at once, by itself, so the verdict comes at the same step with the
+    same history and callbacks as with every report sent alone; the steps before it rode.
+    Independent: the violation at the answer is sum(w)'s distance to [1, ∞) ∩ (−∞, −1], ≥ 1."""
+    from fedmodel.runtime.batched import BatchedExecutor
+    from test_ledger_riders import _Unfolded
+    from test_fedavg_riders import _history, _UnfoldedBatched
+    prob, w = _contradictory()
+    seen_old, seen_new = [], []
+    unfolded, folded = (_Unfolded, "serial") if executor == "serial" else (_UnfoldedBatched, BatchedExecutor())
+    with pytest.warns(RuntimeWarning, match="no progress|infeasible"):
+        old = DALD().run(prob, executor=unfolded(), callback=lambda r: seen_old.append(dict(r)))
+    with pytest.warns(RuntimeWarning, match="no progress|infeasible"):
+        new = DALD().run(prob, executor=folded, callback=lambda r: seen_new.append(dict(r)))
+    assert new["status"] == old["status"] and new["status"] in ("stalled", "infeasible")
+    assert _history(new) == _history(old) and len(new["history"]) == 40
+    assert _history({"history": seen_new}) == _history({"history": seen_old})
+    np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
+    assert old["ledger"].requests["report"] == 40 and new["ledger"].requests["report"] == 1
+    assert new["history"][-1]["violation"] >= 1.0 - 1e-9
+
+
+def test_the_stall_rule_reads_no_violation_where_the_report_rides():
+    """`_stall_reads` False ⇒ the stall rule's verdict on that record is the same whatever its
+    report says (NaN, 0, below or above the floor): 200 random histories of the fields the rule
+    reads — flat (stalling) residuals, each with a chance of one thing that breaks a stall
+    (falling residuals, a multiplier step that drops, one unwinding, one point that holds);
+    both answers occur."""
+    rng = np.random.default_rng(0)
+    dald, reads, free = DALD(), 0, 0
+    for _ in range(200):
+        n = int(rng.integers(38, 61))
+        p = 0.025 * (np.geomspace(1.0, 1e-3, n) if rng.random() < 0.15 else np.ones(n))
+        history = [{"primal_residual": float(q), "constraint_residual": float(q), "unwinding": 0.0,
+                    "dual_residual": float(rng.choice([1e-9, 1e-2])),
+                    "violation": float(rng.choice([np.nan, 0.05], p=[0.3, 0.7]))} for q in p]
+        at, what = int(rng.integers(n)), rng.choice(["none", "none", "step", "zero", "unwind", "holds"])
+        if what != "none":
+            field, value = {"step": ("constraint_residual", 0.01), "zero": ("constraint_residual", 0.0),
+                            "unwind": ("unwinding", 0.025), "holds": ("violation", 0.0)}[what]
+            history[at][field] = value
+        record = history.pop()
+        verdicts = {dald._stall([*history, {**record, "violation": v}]) for v in (np.nan, 0.0, 1e-5, 0.05, 7.0)}
+        if dald._stall_reads(history, record, constrained=True):
+            reads += 1
+        else:
+            free += 1
+            assert verdicts == {None}
+        assert not dald._stall_reads(history, record, constrained=False)
+    assert reads > 20 and free > 20
+
+
+def test_with_checkpoints_each_report_goes_alone_and_a_resumed_run_ends_the_same(tmp_path):
+    """A run that checkpoints asks each step's report at the end of its step (its callback runs
+    before the checkpoint is written): stopped by its callback at step 6 it leaves checkpoint 4,
+    and the resumed run ends bit for bit as the uninterrupted one, which sent one report alone."""
+    from conftest import StopRun, stop_after
+    from test_fedavg_riders import _history
+    prob, w = _logistic_ball()
+    make = lambda: DALD(rho=1.0, max_iterations=9, eps_primal=0, eps_dual=0)
+    reference = prob.solve(make())
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(StopRun):
+        prob.solve(make(), checkpoint=path, checkpoint_every=2, callback=stop_after(6))
+    seen = []
+    resumed = prob.solve(make(), checkpoint=path, resume=True, callback=seen.append)
+    assert [r["iteration"] for r in seen] == [5, 6, 7, 8, 9]
+    assert _history({"history": resumed.history}) == _history({"history": reference.history})
+    np.testing.assert_array_equal(resumed.value(w), reference.value(w))
+    assert resumed.ledger.requests["report"] == 9 and reference.ledger.requests["report"] == 1

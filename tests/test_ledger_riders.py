@@ -59,12 +59,14 @@ def _history(result) -> str:
     return repr([{k: v for k, v in h.items() if k != "time"} for h in result["history"]])
 
 
-def check_report_rides(make, executor, rounds: int) -> tuple[dict, dict]:
+def check_report_rides(make, executor, rounds: int, key: str = "round",
+                       constrained: bool = False) -> tuple[dict, dict]:
     """A run whose round reports ride on the next round's request against the same run on an
     executor sending each alone (`_Unfolded`): the same history (bit for bit on serial), the
-    callback saw every round once, in order, the last record's objective is the model's at the
-    answer, and one report went alone. Returns (riding, unfolded) runs."""
-    prob, w, parts = _model(constrained=False)
+    callback saw every round once, in order (records numbered by `key`), the last record's
+    objective is the model's at the answer, and one report went alone. Returns (riding,
+    unfolded) runs."""
+    prob, w, parts = _model(constrained=constrained)
     seen_old, seen_new = [], []
     old = make().run(prob, executor=_Unfolded(), callback=lambda r: seen_old.append(dict(r)))
     new = make().run(prob, executor=executor, callback=lambda r: seen_new.append(dict(r)))
@@ -76,7 +78,7 @@ def check_report_rides(make, executor, rounds: int) -> tuple[dict, dict]:
     else:
         np.testing.assert_allclose([h["objective"] for h in new["history"]],
                                    [h["objective"] for h in old["history"]], rtol=1e-12)
-    assert [r["round"] for r in seen_new] == list(range(1, rounds + 1))
+    assert [r[key] for r in seen_new] == list(range(1, rounds + 1))
     assert [r["objective"] for r in seen_new] == [h["objective"] for h in new["history"]]
     x = new["values"][w.uid]                        # (independent: numpy)
     expected = sum(0.5 * float(np.sum((A @ x - b) ** 2)) for A, b in parts)

@@ -114,29 +114,31 @@ def test_executors_book_one_round_trip_per_request(executor):
 
 # ---- a run: counted by hand -------------------------------------------------------------------
 def test_fedavg_three_rounds_by_hand():
-    """FedAvg(max_rounds=3), default step: 1 curvature estimate (the automatic step), 1 set-up
-    (dald_cc_init), then per round the local solve — 2 + 3 = 5 round trips where `rounds` says
-    3. No multiplier step (dald_cc_dual): without constraints it has nothing to do (it was sent
-    every round before, 8 round trips: `test_fedavg_sends_multipliers_only_for_constraints`)."""
+    """FedAvg(max_rounds=3), default step: 1 curvature estimate (the automatic step), then per
+    round the local solve, the first carrying the set-up (dald_cc_init's fields: it was a round
+    trip of its own before, 5) — 1 + 3 = 4 round trips where `rounds` says 3. No multiplier step
+    (dald_cc_dual): without constraints it has nothing to do (it was sent every round before, 8
+    round trips: `test_fedavg_sends_multipliers_only_for_constraints`)."""
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=3))
     assert res.iterations == {"rounds": 3} and res.ledger.rounds == 3
-    assert res.ledger.round_trips == 5
+    assert res.ledger.round_trips == 4
     com = res.info["communication"]
-    assert com["round_trips"] == 5
-    assert com["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1, "dald_cc_solve": 3}
-    assert com["messages"] == {"down": 5 * 3, "up": 5 * 3}
-    # floats a client receives: curvature z + iterations (d + 1); init x0, beta, rho (2d + 1);
-    # per round solve xhat + tol, step, local_steps, warm (d + 4)
-    down = (D + 1) + (2 * D + 1) + 3 * (D + 4)
-    # sends: the curvature L (1); init nothing; per round solve x + steps (d + 1)
-    up = 1 + 0 + 3 * (D + 1)
-    assert (down, up) == (32, 13)
+    assert com["round_trips"] == 4
+    assert com["by_kind"] == {"local_curvature": 1, "dald_cc_solve": 3}
+    assert com["messages"] == {"down": 4 * 3, "up": 4 * 3}
+    # floats a client receives: curvature z + iterations (d + 1); per round solve xhat + tol,
+    # step, local_steps, warm (d + 4), the first one with the set-up's beta, rho (d + 1; its x0
+    # is the solve's xhat: as many floats as the init request had, 2d + 1, less its x0)
+    down = (D + 1) + (D + 1) + 3 * (D + 4)
+    # sends: the curvature L (1); per round solve x + steps (d + 1)
+    up = 1 + 3 * (D + 1)
+    assert (down, up) == (29, 13)
     assert com["floats_per_client"] == {"down": {"mean": down, "max": down}, "up": {"mean": up, "max": up}}
     assert com["bytes_per_client"]["down"] == {"mean": 8 * down, "max": 8 * down}
     # a given step needs no curvature estimate: one round trip fewer
     given = prob.solve(backends.FedAvg(step=0.1, max_rounds=3))
-    assert given.info["communication"]["round_trips"] == 4
+    assert given.info["communication"]["round_trips"] == 3
 
 
 @pytest.mark.parametrize("backend", ["fedavg", "fedprox"])
@@ -147,15 +149,13 @@ def test_fedavg_sends_multipliers_only_for_constraints(backend):
     make = {"fedavg": backends.FedAvg, "fedprox": backends.FedProx}[backend]
     prob, w = _least_squares(n=3)
     res = prob.solve(make(max_rounds=6, tol=0.0))
-    assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1,
-                                                    "dald_cc_solve": 6}
-    assert res.info["communication"]["round_trips"] == 2 + 6            # was 2 + 6 × 2
+    assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_solve": 6}
+    assert res.info["communication"]["round_trips"] == 1 + 6            # was 2 + 6 × 2
     # one client with a constraint: its multiplier step rides in the round's solve (it needs only
     # the client's new x_i when μ ≡ 0), still one round trip a round (it was 2 + 6 × 2 before)
     prob.clients[1].subject_to(fm.norm2(w) <= 0.5)
     res = prob.solve(make(max_rounds=6, tol=0.0))
-    assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_init": 1,
-                                                    "dald_cc_solve": 6}
+    assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_solve": 6}
     assert max(r["constraint_residual"] for r in res.history) > 0.0     # the multipliers moved
 
 
@@ -258,8 +258,8 @@ def test_resumed_run_counts_as_the_straight_run(tmp_path):
     with pytest.raises(StopRun):
         prob.solve(make(), checkpoint=path, checkpoint_every=1, callback=stop_after(3))
     resumed = prob.solve(make(), checkpoint=path, resume=True)
-    assert straight.info["communication"]["round_trips"] == 1 + 6     # init + 6 solves (no dual:
-    # no constraints)
+    assert straight.info["communication"]["round_trips"] == 6     # 6 solves, the first with the
+    # set-up (a fresh run with checkpoints too); no dual: no constraints
     assert resumed.info["communication"] == straight.info["communication"]
 
 
@@ -268,7 +268,7 @@ def test_print_shows_round_trips_and_floats_per_client():
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=3))
     line = next(line for line in str(res).splitlines() if line.strip().startswith("communication"))
-    assert line.split(None, 1)[1] == "5 round trips; per client 32 floats down (256 B), 13 up (104 B)"
+    assert line.split(None, 1)[1] == "4 round trips; per client 29 floats down (232 B), 13 up (104 B)"
 
 
 def test_print_shows_max_where_clients_differ():
@@ -291,7 +291,7 @@ def test_cvxpy_result_has_no_communication_line():
 def test_progress_bar_shows_running_round_trips(monkeypatch):
     """verbose=True on a terminal: each update's postfix carries the round trips so far —
     FedAvg's k-th round record is completed by the report riding on round k + 1's request, so
-    it shows 2 set-up trips and k + 1 round trips; the last record the run's 2 + 4."""
+    it shows 1 set-up trip (the curvature) and k + 1 rounds; the last record the run's 1 + 4."""
     import tqdm
     from fedmodel.backends import common
     postfixes = []
@@ -303,7 +303,7 @@ def test_progress_bar_shows_running_round_trips(monkeypatch):
     prob, _ = _least_squares(n=3)
     res = prob.solve(backends.FedAvg(max_rounds=4), verbose=True)
     trips = [int(p["trips"]) for p in postfixes]
-    assert trips == [2 + k + 1 for k in range(1, 4)] + [2 + 4] and trips[-1] == res.ledger.round_trips
+    assert trips == [1 + k + 1 for k in range(1, 4)] + [1 + 4] and trips[-1] == res.ledger.round_trips
     assert common._RUNNING.get() is None            # the run's executor is forgotten after it
 
 
@@ -336,6 +336,6 @@ def test_flower_counts_as_serial():
     finally:
         ex.shutdown()
     assert remote.info["communication"] == serial.info["communication"]
-    assert serial.info["communication"]["round_trips"] == 4
+    assert serial.info["communication"]["round_trips"] == 3
     # Flower's own count of its batches adds the build, the local reports and the gathering
-    assert trips > 4
+    assert trips > 3

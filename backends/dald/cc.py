@@ -41,6 +41,7 @@ def _balance(primal: float, dual: float, ratio: float = BALANCE_RATIO, factor: f
     return 1.0
 
 
+LARGEST = float(np.finfo(float).max)     # `_stall_reads`' probe: the largest finite violation
 DIST_WINDOW = 10       # outer steps over which the distance rule reads the contraction of x̂
 
 
@@ -82,7 +83,12 @@ class FedDALDCC:
         RHO2 = np.array([self._rho(c, d) ** 2 for c in clients]).reshape(len(clients), d)
         uniform = bool(np.all(RHO2 == RHO2[:1]))          # one ρ for all: Σρ_i²x_i = ρ²Σx_i
         twice_rho2 = 2.0 * (RHO2[:, :1] if np.all(RHO2 == RHO2[:, :1]) else RHO2)   # (n, 1): scalar ρ_i
-        ex.map_stacked("dald_cc_init", clients, rows={"rho": np.sqrt(RHO2)}, common={"x0": xhat, "beta": beta})
+        # the clients' set-up (`dald_cc_init` at x⁰ = x̂) travels in the first solve request, which
+        # reaches every client with x⁰ (`init`; cc_nodes): no round trip of its own. By itself
+        # before a resumed run's restore (which replaces what it set: docs/checkpoints.md)
+        first = {"rho": np.sqrt(RHO2)} if ckpt.iteration == 0 and self.coordination == "full" else None
+        if first is None:
+            ex.map_stacked("dald_cc_init", clients, rows={"rho": np.sqrt(RHO2)}, common={"x0": xhat, "beta": beta})
         ex.call("server", "configure", beta=beta, prox_weight=0.0, center=xhat)
         total_rho2 = RHO2.sum(axis=0)
         initial_rho2 = RHO2[0, 0] if RHO2[0, 0] > 0 else 1.0
@@ -104,12 +110,13 @@ class FedDALDCC:
             self.inner_rule == "B4" and self.v_max == 1
         if own:
             opts["own"], send_dual = 1.0, False
-        # μ ≡ 0 with every client in every round and no checkpoints: outer step k's report at x̂^k
-        # rides on the solve request of k + 1, which carries x̂^k (`Rider`, before (13): the state
-        # a report by itself would have seen), and the record is completed — and handed to the
-        # callback — then; the last one's goes alone. (DALD's stall rule reads the record's
-        # violation when it decides; a checkpoint is written after its round's callback.)
-        ride = not self.dual_updates and self.coordination == "full" and ckpt is NO_CHECKPOINT
+        # every client in every round and no checkpoints: outer step k's report at x̂^k rides on
+        # the solve request of k + 1, which carries x̂^k (`Rider`, before (13) and before the Step 2
+        # it may carry: the state a report by itself would have seen), and the record is
+        # completed — and handed to the callback — then; the last one's goes alone. Not where
+        # the stall rule may read this record's violation when it decides (`_stall_reads`: then
+        # the report goes at once, as before), nor with checkpoints (written after the callback)
+        ride = self.coordination == "full" and ckpt is NO_CHECKPOINT
         pending, quiet = None, progress(0, False, "")
         # the server's report is asked for when it has terms or constraints (else it is 0, 0)
         has_server = "server" in ex.programs and server_used
@@ -155,8 +162,11 @@ class FedDALDCC:
                     common["dual"] = 1.0
                 if owed_factor != 1.0:
                     common["factor"], owed_factor = owed_factor, 1.0
+                if first is not None:
+                    common["init"] = beta
                 rider = None if pending is None else Rider("report", {"x": xhat}, before=True)
-                reply = ex.map_stacked("dald_cc_solve", part, common=common, rider=rider)   # (13)
+                reply = ex.map_stacked("dald_cc_solve", part, rows=first, common=common, rider=rider)   # (13)
+                first = None
                 if rider is not None:
                     pending = self._complete(ex, clients, pending, has_server, callback, bar, rider.replies)
                 if owed:
@@ -237,10 +247,12 @@ class FedDALDCC:
                 dmu = max(dmu, ex.call("server", "update_multipliers", x=xhat)["dmu"])
             last = self._converged(primal, gate, dmu) or total >= self.max_iterations
             report = last or k % self.report_every == 0
-            later = ride and report and not last        # (its report rides on the next solve)
-            record = self._record_cc(ex, clients, xhat, k, v, total, primal, stiff, dmu / beta, start,
-                                     report and not later, has_server)
+            record = self._record(k, v, total, primal, stiff, dmu / beta, start)
             record["unwinding"] = unwind
+            # (its report rides on the next solve, unless the stall rule may read it now)
+            later = ride and report and not last and not self._stall_reads(history, record, constrained)
+            if report and not later:
+                record["objective"], record["violation"] = stacked_report(ex, clients, xhat, has_server)
             # Σμ_i as the clients hold it (μ ≡ 0 without (15)): a diagnostic, on reported records
             record["sum_mu"] = 0.0 if not self.dual_updates else float("nan") if not report else \
                 float(np.max(np.abs(np.sum(ex.map_stacked("dald_state", clients)["mu"], axis=0)), initial=0.0))
@@ -317,6 +329,16 @@ class FedDALDCC:
         if pending is not None:
             record, x = pending
             complete_record(record, stacked_report(ex, clients, x, has_server, reports), callback, bar)
+
+    def _stall_reads(self, history: list, record: dict, constrained: bool) -> bool:
+        """Whether the stall rule (`_stall`), judging `record` after `history`, may read its
+        violation: whether it gives a verdict with the largest violation a report can give.
+        `_stall` reads violations only in its last test (3: violated at every reported point of
+        the window, min > floor), which a larger violation passes whenever a smaller one or NaN
+        does: None here is its verdict whatever the report says (tests/test_dald_rounds.py)."""
+        if not constrained or self.stall_window is None:
+            return False
+        return self._stall([*history, {**record, "violation": LARGEST}]) is not None
 
     def _record_cc(self, ex, clients, xhat, k, v, total, primal, dual, constraint, start, report: bool,
                    has_server: bool) -> dict:

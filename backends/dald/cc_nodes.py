@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.runtime.batched_group import Group, in_group_order, read_only
-from fedmodel.runtime.batched_procedures import request_rows, same_options
+from fedmodel.runtime.batched_procedures import common_value, request_rows, same_options
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from . import kernels
@@ -30,7 +30,10 @@ from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin, own_multi
 # or (`own`, μ ≡ 0: FedAvg, FedProx) Step 2 after (13), the node's own constraint multipliers at
 # the x_i it just found: without (15) Step 2 reads only x_i, so it needs no x̂ of the server's
 STEP2_OPTIONS = {"dual": "1", "factor": "1", "own": "1"}
-_SOLVE_OPTS = (*SOLVE_OPTIONS, *STEP2_OPTIONS)
+_SOLVE_OPTS = (*SOLVE_OPTIONS, *STEP2_OPTIONS, "init")
+# the first solve request may carry `dald_cc_init` (`init`: β; `rho`: ρ_i, per node), x⁰ its x̂:
+# the set-up done first, on the state a request of its own would have left (no round trip of its own)
+INIT_FIELDS = {"init": "1", "rho": "x|1"}
 
 
 @procedure("dald_cc_init", {"x0": "x", "beta": "1", "rho": "x|1"}, {})
@@ -46,6 +49,15 @@ def _cc_rescale(program, factor):
     s = program.state["dald"]
     s["rho2"] = s["rho2"] * float(factor)
     return {}
+
+
+def _init_first(group: Group, rows: np.ndarray, xhat, beta, rho) -> None:
+    """`dald_cc_init` for the rows `rows` at x⁰ = `xhat` (one model for all), penalty β =
+    `beta`, ρ_i = row i of `rho` (in `rows` order), as `_cc_init` sets each node's state."""
+    group.sync()
+    for r, rho_i in zip(rows, rho):
+        init_state(group.programs[r], np.asarray(xhat, float), beta, np.asarray(rho_i, float) ** 2)
+    group.forget()              # new state dicts: the forms' checks of them are void
 
 
 def _cc_stacks(group: Group):
@@ -108,8 +120,11 @@ def _step2_after(group: Group, rows: np.ndarray, opts: dict, first: tuple | None
 def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
     """`dald_cc_solve` as a group request (one x̂ for all, or a block of them), or None."""
     if not all(k in common for k in ("xhat", "solver", "step", "local_steps")) or \
-            set(blocks) - {"xhat"} or ("xhat" in blocks) == ("xhat" in common):
+            set(blocks) - {"xhat", "rho"} or ("xhat" in blocks) == ("xhat" in common) or \
+            ("init" in common) != ("rho" in blocks) or ("init" in common and "xhat" in blocks):
         return None
+    if "init" in common:
+        _init_first(group, rows, common["xhat"], common["init"], blocks["rho"])
     xhat = common.get("xhat")
     if "xhat" in blocks:
         states = cc_states(group)
@@ -132,15 +147,20 @@ def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -
     return reply
 
 
-@client_step("dald_cc_solve", {"xhat": "x", **SOLVE_OPTIONS, **STEP2_OPTIONS},
+@client_step("dald_cc_solve", {"xhat": "x", **SOLVE_OPTIONS, **STEP2_OPTIONS, **INIT_FIELDS},
              {"x": "x", "steps": "1", "dmu": "1", "unwind": "1"}, stacked=_solve_stacked)
 def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """(13) for the rows `members` (per-node payloads), or None (members sent different options)."""
     opts = same_options(payloads, members, _SOLVE_OPTS)
+    rows = np.array([group.index[m] for m in members], dtype=np.intp)
+    if opts is not None and "init" in opts:
+        xhat = common_value(payloads, members, "xhat")
+        if xhat is None:
+            return None
+        _init_first(group, rows, xhat, opts["init"], [payloads[m]["rho"] for m in members])
     states = cc_states(group)
     if opts is None or states is None:
         return None
-    rows = np.array([group.index[m] for m in members], dtype=np.intp)
     X = group.gather("x", states, group.n_x)
     xhat = request_rows(group, members, payloads, "xhat", X)
     dmu = _step2_first(group, rows, xhat, opts)

@@ -55,7 +55,7 @@ from fedmodel.runtime.privacy import glm_sensitivity_bound
 from ..base import Backend, Run, paper_preset
 from ..common import check_count, check_number as _number, require_star
 from ..outcome import Outcome
-from . import client
+from . import client, setup
 from .accounting import (RunAccounting, calibrated_epsilon, calibrated_noise, composition,
                          sampled_gaussian_epsilons)
 from .client import iadmm_step
@@ -130,7 +130,7 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
     name = "dp-admm"
     checkpointing = True
     # the client steps (each written once over rows of clients) and the server's multipliers
-    procedures = (*client.PROCEDURES, _server_set_multipliers)
+    procedures = (*setup.PROCEDURES, _server_set_multipliers)
 
     def __init__(self, epsilon: float = float("inf"), variant: str = "objP", delta: float = 1e-6,
                  rho_schedule: Any = "auto", a: float | None = None, max_rounds: int | None = None,

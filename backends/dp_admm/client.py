@@ -38,6 +38,7 @@ from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, node_generator,
                                       record_count, record_sensitivity)
+from ..common import _curvature_at
 from ..projecting import has_affine_sets, projected_multipliers
 from .constrained import LAGRANGIAN_MARGIN, LocalConstraints, _compiled, local_constraints
 from .sampled import SampledGaussianObjective
@@ -132,11 +133,11 @@ def release(states: list[dict], layers: list, clean: np.ndarray, scales: list[fl
 @procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
                             "bound": "1", "clip": "1", "std": "str", "norm": "str", "seed": "1",
                             "index": "1", "record": "1", "share": "1", "value_clip": "1",
-                            "noise": "1", "noise_c": "1", "rate": "1"},
-           {"records": "1", "constraint_releases": "1"})
+                            "noise": "1", "noise_c": "1", "rate": "1", "curvature": "1"},
+           {"records": "1", "constraint_releases": "1", "L": "1"})
 def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, clip=None,
                  std="sigma", norm="inf", seed=None, index=0, record=0.0, share=0.0, value_clip=1.0,
-                 noise=None, noise_c=None, rate=1.0):
+                 noise=None, noise_c=None, rate=1.0, curvature=None):
     """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
     own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
     OS entropy on the client, so that no one else can replay — and subtract — its noise.
@@ -145,7 +146,9 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
     the client's data get the fraction `share` of ε̄ (ε̄·share/J each), the gradient the rest;
     the reply's `constraint_releases` is J (None without local constraints or terms).
     mechanism="sampled_gaussian" (`sampled`): noise multipliers `noise` (the gradient) and
-    `noise_c` (each constraint value), Poisson rate `rate`, the L2 clip norm C in `clip`."""
+    `noise_c` (each constraint value), Poisson rate `rate`, the L2 clip norm C in `clip`.
+    `curvature` (non-private runs): also L̂_p at z0, as "local_curvature" with that many steps
+    would answer (the server's ρ floor, asked here: no round trip of its own; `setup`)."""
     rng, records = node_generator(seed, index), record_count(program)
     local, releases = local_constraints(program, mechanism, epsilon, sensitivity, clip, share,
                                         value_clip, noise_c)
@@ -163,7 +166,8 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
         layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()
     program.state["dp_admm"] = {"z": np.array(z0, float), "rng": rng, "layer": layer, "norm": norm,
                                 "log": NoiseLog(keep=bool(record)), "local": local}
-    return {"records": float(records), "constraint_releases": None if local is None else float(releases)}
+    return {"records": float(records), "constraint_releases": None if local is None else float(releases),
+            "L": _curvature_at(program, z0, curvature)["L"] if curvature else None}
 
 
 def _refuse_unknown_records(program, z0: np.ndarray, sensitivity: str) -> None:
@@ -391,5 +395,5 @@ def _client_log(program):
     return {"log": log.report()}
 
 
-# DP-ADMM's client steps (`DPADMM.procedures`; the server's multipliers are `projecting`'s)
-PROCEDURES = (_client_init, _step, _client_set_multipliers, _client_releases, _client_log)
+# DP-ADMM's client steps but `dp_admm_init` (`setup.PROCEDURES` has them all, for `DPADMM.procedures`)
+PROCEDURES = (_step, _client_set_multipliers, _client_releases, _client_log)

@@ -35,7 +35,9 @@ STALL_HINT = ("the model may be infeasible — its local constraints without a c
 class RoundLoop:
     """The server side of `DPADMM` (mixed into it): initialization, rounds, history, info."""
 
-    def _init_clients(self, ex, w, local):
+    def _init_clients(self, ex, w, local, curvature: int | None = None):
+        """z_p^1 and the DP layers on the clients (`dp_admm_init`); their record counts, the
+        shares of ε̄, and — `curvature` power steps — the largest L̂_p at w (else None)."""
         mechanism = "none" if math.isinf(self.epsilon) else self._mechanism()
         payloads = {}
         for i, c in enumerate(ex.clients):
@@ -51,9 +53,12 @@ class RoundLoop:
                                    rate=self.sample_rate, clip=self.clip)
             if local:
                 payloads[c].update(share=self.constraint_share, value_clip=self.value_clip)
+            if curvature:
+                payloads[c]["curvature"] = curvature
         replies = ex.map("dp_admm_init", payloads)
         releases = int(max(r["constraint_releases"] or 0 for r in replies.values()))
-        return {c: r["records"] for c, r in replies.items()}, self._shares(releases)
+        largest = max(float(r["L"]) for r in replies.values()) if curvature else None
+        return {c: r["records"] for c, r in replies.items()}, self._shares(releases), largest
 
     def _server_step(self, ex, Z, LAM, rho, w, server_used):
         """(4a): w = mean_p(z_p − λ_p/ρ); with server terms/sets, argmin h(w) + Pρ/2‖w − that‖²."""
@@ -79,12 +84,12 @@ class RoundLoop:
         clients = tuple(ex.clients)        # (a tuple: the batched executor finds it by identity)
         w = self._start(d)
         local = any(has_local_terms(c) for c in problem.clients)
-        records, shares = self._init_clients(ex, w, local)
+        # the ρ floor reads the clients' curvature at w (data-dependent: never in private runs),
+        # asked in the set-up request (`setup`)
+        floor = self.auto_rho and math.isinf(self.epsilon)
+        records, shares, largest = self._init_clients(ex, w, local, curvature=20 if floor else None)
         self.knob_rho = self.knob_penalty(np.array(list(records.values())), d)  # (None: the schedule)
-        rho_floor = 0.0
-        if self.auto_rho and math.isinf(self.epsilon):     # data-dependent: never in private runs
-            curvature = ex.map_stacked("local_curvature", clients, common={"z": w, "iterations": 20})
-            rho_floor = 2.2 * float(np.max(curvature["L"]))
+        rho_floor = 2.2 * largest if floor else 0.0
         self._server_step_inputs = None
         Z = np.tile(w, (len(clients), 1))                               # z_p^1, one row per client
         LAM = np.zeros_like(Z)                                          # λ_p^1 = 0
