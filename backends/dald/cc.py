@@ -208,6 +208,8 @@ class FedDALDCC:
             # D ≤ 1e-6 stops at 102, 6.1e-5 away (bench_rounds' models: the same iterations)
             stiff = max(stiff, dual)
             steps.append(float(np.linalg.norm(xhat - outer_start)))
+            if self.dual_updates and self.local_tol is None:    # the next solves' inexactness (`local.INEXACT`)
+                opts["residual"] = max(min(self.eps_primal, self.eps_dual), min(primal, dual))
             outer_start = xhat
             # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction
             near = self.dist_tol is None or not self.dual_updates or \
