@@ -70,7 +70,8 @@ def ball_reference():
     return prob.solve("cvxpy").value(w)
 
 
-@pytest.mark.parametrize("executor", ["serial", "batched"])
+# the serial executor (~2 s at load: its first plans are compiled here) with the integration tests
+@pytest.mark.parametrize("executor", [pytest.param("serial", marks=pytest.mark.integration), "batched"])
 def test_logistic_ball_with_kept_lbfgs_reaches_cvxpy(executor, ball_reference, monkeypatch):
     scipy = []
     original = solvers.lbfgs
