@@ -104,19 +104,34 @@ def _kept_lbfgs(group: Group, rows: np.ndarray, X0: np.ndarray, sign: float, lin
     for j, i in enumerate(rows):
         p = group.programs[i]
         c, w, a = sign * lin[j], wts[j], anc[j]
+        state = p.state.setdefault("dald", {})
+        # P_i where the last solve ended, if its parameters (own multipliers, β, centers) are
+        # still those: the next solve starts there (warm), one evaluation a solve saved
+        key, end, last = _merit_key(p), state.get("end"), []
 
-        def fun_grad(z, p=p, c=c, w=w, a=a):
-            value, g = p.value_grad(z[:n_x], z[n_x:])
+        def fun_grad(z, p=p, c=c, w=w, a=a, key=key, end=end, last=last):
+            if end is not None and end[0] == key and np.array_equal(end[1], z):
+                value, g = end[2], end[3].copy()
+            else:
+                value, g = p.value_grad(z[:n_x], z[n_x:])
+            last[:] = [z, value, g.copy()]
             diff = z[:n_x] - a
             g[:n_x] += c + w * diff
             return value + float(c @ z[:n_x] + 0.5 * (diff @ (w * diff))), g
-        state = p.state.setdefault("dald", {})
         z, taken[j] = lbfgs_kept(fun_grad, np.concatenate([X0[i], p.y]), np.concatenate([w, np.zeros(group.n_y)]),
                                  state, tol, max_steps)
+        state["end"] = (key, *last) if last and np.array_equal(last[0], z) else None
         out[i] = z[:n_x]
         if group.n_y:
             p.y = z[n_x:].copy()
     return out, taken
+
+
+def _merit_key(program) -> bytes:
+    """The parameters of P_i (β, ω, the AL multipliers, the proximal centers) as bytes."""
+    st = program.node_state
+    arrays = [np.array([st.beta or 0.0, st.prox_weight]), *st.mu.values(), *st.centers.values()]
+    return b"".join(np.ascontiguousarray(x, dtype=float).tobytes() for x in arrays)
 
 
 def lbfgs_kept(fun_grad, z0: np.ndarray, weight: np.ndarray, state: dict, tol: float,
