@@ -90,13 +90,14 @@ MEMORY = 20             # curvature pairs a node keeps (scipy's L-BFGS-B's maxco
 def _kept_lbfgs(group: Group, rows: np.ndarray, X0: np.ndarray, sign: float, linear, weight, anchor,
                 tol: float, max_steps: int = 1000) -> tuple[np.ndarray, np.ndarray]:
     """`local_argmin`'s "auto" where the node's own choice is L-BFGS (smooth, not quadratic, too
-    many unknowns for Newton) and the request brings the coordinator's `residual`: L-BFGS whose curvature pairs are kept in the node's state
-    across outer steps. Successive problems (13) differ only in the linear term, the anchor and
-    the weight 2ρ∘ρ; the pairs store ∇P_i's differences without the weight's share, which is
-    added back exactly at the weight of the day, so they stay valid when adaptive ρ moves it.
-    On MNIST 3v7 (d = 784) scipy's L-BFGS-B, starting each solve without memory, took 9.1
-    evaluations a solve (docs/BENCHMARKS.md, branch daldlocal). Each client by its own
-    program's plans; the stop test is the same ‖∇‖∞ ≤ tol."""
+    many unknowns for Newton) and the request brings the coordinator's `residual`: L-BFGS whose
+    curvature pairs are kept in the node's state across outer steps. Successive problems (13)
+    differ only in the linear term, the anchor and the weight 2ρ∘ρ; the pairs store ∇P_i's
+    differences without the weight's share, which is added back exactly at the weight of the
+    day, so they stay valid when adaptive ρ moves it. On MNIST 3v7 (d = 784) scipy's L-BFGS-B,
+    each solve without memory to 1e-8, took 9.1 evaluations a solve; this, at the `INEXACT`
+    tolerance, 3.6 (docs/BENCHMARKS.md, branch daldlocal). Each client by its own program's
+    plans; the stop test is ‖∇‖∞ ≤ tol, as before."""
     n, n_x = group.n, group.n_x
     lin, wts, anc = (np.broadcast_to(np.asarray(_rows_of(a, rows, n), float).reshape(len(rows), -1),
                                      (len(rows), n_x)) for a in (linear, weight, anchor))
