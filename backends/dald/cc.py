@@ -145,6 +145,8 @@ class FedDALDCC:
             unwind_sent = saved.get("unwind", 0.0)
             steps, outer_start = list(saved.get("steps", [])), xhat
             MU, anchor = saved.get("spectral", (MU, None))
+            if saved.get("residual") is not None:
+                opts["residual"] = saved["residual"]
         while total < self.max_iterations:
             k += 1
             v, dual, active = 0, np.inf, set()
@@ -218,6 +220,9 @@ class FedDALDCC:
             # D ≤ 1e-6 stops at 102, 6.1e-5 away (bench_rounds' models: the same iterations)
             stiff = max(stiff, dual)
             steps.append(float(np.linalg.norm(xhat - outer_start)))
+            if self.dual_updates and self.local_tol is None and self.solver == "auto":
+                # the next solves' inexactness (`local.INEXACT`: "auto" nodes that take L-BFGS)
+                opts["residual"] = max(min(self.eps_primal, self.eps_dual), min(primal, dual))
             outer_start = xhat
             # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction
             near = self.dist_tol is None or not self.dual_updates or \
@@ -266,7 +271,7 @@ class FedDALDCC:
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2,
                        owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-DIST_WINDOW - 1:],
-                       spectral=(MU, anchor))
+                       spectral=(MU, anchor), residual=opts.get("residual"))
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
             self._settle(ex, clients, xhat)     # ρ_i, owed_factor, changes no result: not sent)
         self._complete(ex, clients, pending, has_server, callback, bar)     # (by itself)

@@ -84,7 +84,8 @@ def _solve_block(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple[np.n
     x0 = X if opts.get("warm", 1.0) else XHAT
     # linear term −μ_i (passed as μ_i, subtracted: no pass to negate it), weight 2ρ_i∘ρ_i
     new_x, steps = local_argmin(group, rows, x0, MU, group.twice("rho2", RHO2), XHAT, opts.get("tol"),
-                                opts["solver"], opts["step"], opts["local_steps"], subtract_linear=True)
+                                opts["solver"], opts["step"], opts["local_steps"], subtract_linear=True,
+                                residual=opts.get("residual"))
     if len(rows) < group.n and x0 is not X:     # clients that did not take part keep their x_i
         kept = np.ones(group.n, dtype=bool)
         kept[rows] = False
