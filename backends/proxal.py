@@ -55,11 +55,12 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   (NP's class-1 loss ≤ γ) are held in its solve (19) by a local method of multipliers
   (`local_al.solve`), not in the AL: the consensus ADMM is over ∩ X_i, (22) reads
   their normal cones (`NodeProgram.constraint_remainder`), the outer loop keeps the rest (NP
-  adult n = 5: 16 outer / 374 round trips → 4 / 56). A client that cannot meet them, or an
-  unsolved ADMM (∩ X_i may be empty), puts them back in the AL, whose verdicts name them;
-- `dist_tol=δ`: "converged" needs (11) and an estimate of ‖w − w*‖₂ ≤ δ‖w‖₂ from the outer
+  adult n = 5: 16 outer / 374 round trips → 4 / 56). A client that cannot meet them, ∩ X_i looking
+  empty or an unsolved run that went nowhere (`proxal_admm`) puts them back in the AL (its verdicts);
+- `dist_tol=δ`: "converged" needs (11), an estimate of ‖w − w*‖₂ ≤ δ‖w‖₂ from the outer
   records (`proxal_outer.distance_left`: the stationarity (11) bounds, divided by the curvature
-  the outer steps' contraction shows; δ = ∞: the paper's (11) alone). Near the stop τ_k is
+  the outer steps' contraction shows) and the nodes' complementarity Σ|μ_j c_j| ≤ δ|f|
+  (`proxal_outer.settled`; δ = ∞: the paper's (11) alone). Near the stop τ_k is
   tightened to what the estimate needs, and β rises ×`beta_growth` when the constraints are
   met but the outer steps shrink by less than 10× (a flat objective, where the proximal weight
   1/β_k sets the pace);

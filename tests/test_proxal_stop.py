@@ -66,8 +66,8 @@ def test_growing_multiplier_steps_at_large_beta_are_not_converged():
     # the rule is what refuses: without the reading, or with the paper's rule, (11) stops
     assert outer_stop(backend(), seed5_history(complementarity=False), None, None, {}) == Status.CONVERGED
     assert outer_stop(backend(float("inf")), history, None, None, {}) == Status.CONVERGED
-    # and a settled reading passes: 1e-4·σf (outer 11 of the same run: 1.0e-5 from CVXPY's objective)
-    assert settled(backend(), {**last, "complementarity": 0.9e-4 * last["objective"]})
+    # and a settled reading passes (outer 9 of the same run: 8.6e-5·σf)
+    assert settled(backend(), {**last, "complementarity": 0.86e-4 * last["objective"]})
 
 
 def test_an_unsolved_run_went_nowhere_only_when_its_certificate_never_halved():
@@ -86,7 +86,7 @@ def quiet(prob, solver):
         return prob.solve(solver)
 
 
-@pytest.mark.integration      # (~1–2 minutes: 11 outer / 3,803 ADMM iterations)
+@pytest.mark.integration      # (> 2.5 s: 11 outer / 3,803 ADMM iterations)
 def test_np_barely_seed_5_is_not_converged_off_cvxpys_answer():
     """The model above, solved: main said "converged" after 6 outer iterations (801 round
     trips), 1.05e-3 off CVXPY's objective and 9.6e-4 off its point. Now either verified or an
@@ -102,7 +102,7 @@ def test_np_barely_seed_5_is_not_converged_off_cvxpys_answer():
         assert report.objective_gap <= 1e-4 and report.solution_distance <= 1e-4
 
 
-@pytest.mark.integration      # (~1 minute: 13 outer / 1,430 ADMM iterations over 20 clients)
+@pytest.mark.integration      # (> 2.5 s: 13 outer / 1,430 ADMM iterations over 20 clients)
 def test_the_built_in_model_at_20_clients_verifies_with_its_constraints_held():
     """`fedmodel run --clients 20 --verify`: main sent the 20 clients' held constraints to the
     AL after the first unsolved ADMM run (9,363 round trips); kept held unless a run goes
