@@ -55,11 +55,12 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   (NP's class-1 loss ≤ γ) are held in its solve (19) by a local method of multipliers
   (`local_al.solve`), not in the AL: the consensus ADMM is over ∩ X_i, (22) reads
   their normal cones (`NodeProgram.constraint_remainder`), the outer loop keeps the rest (NP
-  adult n = 5: 16 outer / 374 round trips → 4 / 56). A client that cannot meet them, or an
-  unsolved ADMM (∩ X_i may be empty), puts them back in the AL, whose verdicts name them;
-- `dist_tol=δ`: "converged" needs (11) and an estimate of ‖w − w*‖₂ ≤ δ‖w‖₂ from the outer
+  adult n = 5: 16 outer / 374 round trips → 4 / 56). A client that cannot meet them, ∩ X_i looking
+  empty or an unsolved run that went nowhere (`proxal_admm`) puts them back in the AL (its verdicts);
+- `dist_tol=δ`: "converged" needs (11), an estimate of ‖w − w*‖₂ ≤ δ‖w‖₂ from the outer
   records (`proxal_outer.distance_left`: the stationarity (11) bounds, divided by the curvature
-  the outer steps' contraction shows; δ = ∞: the paper's (11) alone). Near the stop τ_k is
+  the outer steps' contraction shows) and the nodes' complementarity Σ|μ_j c_j| ≤ δ|f|
+  (`proxal_outer.settled`; δ = ∞: the paper's (11) alone). Near the stop τ_k is
   tightened to what the estimate needs, and β rises ×`beta_growth` when the constraints are
   met but the outer steps shrink by less than 10× (a flat objective, where the proximal weight
   1/β_k sets the pace);
@@ -85,8 +86,8 @@ from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
 from .outcome import Outcome, Status
-from .proxal_outer import (TAU_RULES, _stalled, check_options, next_beta, next_tau, no_consensus, outer_record,
-                           outer_stop, start_point)
+from .proxal_admm import _stalled, no_consensus, went_nowhere
+from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
 from .watch import DivergenceWatch
 
 
@@ -278,7 +279,7 @@ class ProxAL(Backend):
             if self._holds_client_constraints():
                 folded.update(local=local, failed=failed, marks=marks if local else None)
             w_next, trace, rho = subproblem(ex, w, tau, rho, **folded)            # steps 3–4
-            if local and (failed or trace[-1] > tau):   # unmet or no consensus: back to the AL
+            if local and (failed or (trace[-1] > tau and went_nowhere(trace))):   # unmet, apart or stuck: to the AL
                 local, info["client_constraints"] = False, f"held locally until outer iteration {k + 1}, " \
                     f"then in the augmented Lagrangian (local violation {max(failed.values(), default=0):.3g})"
             total_inner += len(trace)
@@ -286,7 +287,7 @@ class ProxAL(Backend):
             certificate_log.append((tau, trace[-1]))
             # the history's report at w_{k+1} rides on the multipliers' update (after it, as
             # when it was a request of its own: one message per node; `Rider`)
-            rider = Rider("report", {"x": w_next}) if np.all(np.isfinite(w_next)) else None
+            rider = Rider("proxal_report", {"x": w_next}) if np.all(np.isfinite(w_next)) else None
             changes = ex.map("update_multipliers", {node: {"x": w_next} for node in ex.nodes},  # 5, 7–8
                              rider=rider)
             dmu = max(r["dmu"] for r in changes.values())
@@ -337,7 +338,7 @@ class ProxAL(Backend):
         (β, ω): the clients configure P_{i,k} with the init (center w_start). `local`: whether
         the clients' solves hold their constraints (`client_constraints`); a client that
         reports it cannot meet them ends the run, its violation in `failed`, as does a consensus
-        residual that shows ∩ X_i empty (`proxal_outer.no_consensus`, read from `marks`, the ADMM
+        residual that shows ∩ X_i empty (`proxal_admm.no_consensus`, read from `marks`, the ADMM
         iterations' ρ_i and residuals, kept across runs): failed[NO_CONSENSUS]."""
         clients = ex.clients
         mode = {"local": 0.0} if local is False else {}     # (held is a node's default)

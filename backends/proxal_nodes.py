@@ -116,7 +116,7 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
     new_rho = rho
     # the consensus residual ‖u_i − w‖∞ (reported by a client that holds constraints:
-    # `proxal_outer.no_consensus`)
+    # `proxal_admm.no_consensus`)
     primal = np.abs(U_new - w).max(axis=1, initial=0.0)
     if opts.get("adaptive", 0.0):
         previous = np.array([s["w"] for s in states], dtype=float).reshape(k, n_x)
@@ -204,5 +204,23 @@ def _normal_multipliers(constraints, variable, x, normal) -> dict[str, np.ndarra
     return out
 
 
+@procedure("proxal_report", {"x": "x"}, {"objective": "1", "violation": "1", "complementarity": "1"},
+           local=True, read_only=True)
+def _report(program: NodeProgram, x) -> dict:
+    """"report" (objective and largest violation at x) and Σ_j |μ_j c_j(x)| over the constraints
+    in the augmented Lagrangian (not those the solves hold), with the μ the outer step's
+    multiplier update (5) just left: the complementarity that bounds f(x) − f* at a point
+    stationary for the Lagrangian at μ (`proxal_outer.settled`). It rides on that update, after
+    it (one scalar more than "report"; harness bookkeeping, served locally)."""
+    reply = program.report(x)
+    gap = 0.0
+    if program.constraints:
+        residuals = program.compiled.residuals(*program._values(np.asarray(x, float), program.y))
+        for constraint, c in zip(program.constraints, residuals):
+            if constraint.name not in program.local_names:
+                gap += float(np.sum(np.abs(program.node_state.mu[constraint.name] * np.asarray(c))))
+    return {**reply, "complementarity": gap}
+
+
 # ProxAL's client steps (`ProxAL.procedures`)
-PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers)
+PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers, _report)

@@ -203,6 +203,25 @@ def _near(backend, history: list[dict]) -> bool:
         or distance_left(history, history[-1]["dimension"]) <= tol * history[-1]["size"]
 
 
+def settled(backend, record: dict) -> bool:
+    """The multipliers' test beside (11): the complementarity Σ_j |μ_j c_j(w)| the nodes report
+    ("proxal_report", μ just updated) ≤ dist_tol × the objective's size. At a point stationary
+    for the Lagrangian at μ ≥ 0 (what (11)'s first test certifies) weak duality gives
+    f(w) − f* ≤ −μᵀc(w) + (stationarity)·‖w − w*‖, so this bounds the objective still to go.
+    (11)'s second test, ‖Δμ‖∞ ≤ β_k ε2, only asks |c_j| ≤ ε2, and at large β a step μ_j moves
+    by β_k|c_j| — it allows multipliers still on their way: bench_verdicts' np-barely seed 5
+    (CVXPY's μ 3.4–37) passed (11) at β = 1.9e4 with ‖Δμ‖∞ 0.033 → 0.14 → 0.53 → 1.5 a step
+    (|c| ≈ 1e-4 at each β: the dual gradient not falling), 1.05e-3 above CVXPY's objective; its
+    complementarity was then 1.05e-3·|f| (f: the equilibrated objective), 8.6e-5·|f| three outer
+    steps later; the run stopped at outer 11, 1e-5 from CVXPY's. True without a finite dist_tol
+    (`ProxAL.paper()`: (11) alone, the paper's rule) or without the nodes' reading (cProx-AL)."""
+    tol = getattr(backend, "dist_tol", np.inf)
+    if tol == np.inf or "complementarity" not in record:
+        return True
+    scale = max(abs(record["objective"]), sum(map(abs, record.get("client_objective", {}).values())), backend.eps1)
+    return record["complementarity"] <= tol * scale
+
+
 def _still(history: list[dict], tol: float) -> bool:
     """The last two outer steps were each ≤ tol/100 of ‖w‖₂: the iterates stand still whatever
     the contraction reads. On an active constraint the steps follow the multiplier updates
@@ -210,49 +229,6 @@ def _still(history: list[dict], tol: float) -> bool:
     augmented Lagrangian) and say nothing of the curvature, but they are far below the
     tolerance."""
     return len(history) >= 2 and all(r.get("step", np.inf) <= 1e-2 * tol * r.get("size", 0.0) for r in history[-2:])
-
-
-def _stalled(trace: list[float], window: int) -> bool:
-    """True when the best certificate (22) of the last `window` ADMM iterations is not 1 % below
-    the best of the `window` before them (window = 0: never). Comparing window with window, not
-    with the best ever, keeps a steadily falling certificate after an early transient dip going.
-    The certificate then cycles instead of falling — seen when a client's nonsmooth term
-    (λ‖w‖₁) is evaluated at a server iterate creeping towards its kink (w_j → 0 but not 0, so
-    its subgradient stays ±λ) on an infeasible model. The outer loop reads trace[-1] > τ_k as
-    an unsolved subproblem (no convergence claimed) and goes on, so `verdict` gets its outer
-    iterations in a bounded number of ADMM steps. Depends on the trace alone: deterministic."""
-    if not window or len(trace) < 2 * window:
-        return False
-    return min(trace[-window:]) > 0.99 * min(trace[-2 * window:-window])
-
-
-# The constraints a client's solves hold (`client_constraints="local"`) look apart — ∩ X_i
-# empty — when residual balancing raised a client's ρ_i NO_CONSENSUS_RHO-fold while its consensus
-# residual ‖u_i − w‖∞ never fell below half its value (`no_consensus`); ProxAL then puts them
-# back in the augmented Lagrangian at once, whose verdicts decide. Over an empty ∩ X_i the
-# residual is w's distance to X_i whatever ρ_i (bench_verdicts' infeasible seed 1, balls apart:
-# 205 from the 3rd ADMM iteration on while ρ rose 0.4 → 102, then certificates of 1e7 and a
-# 1,000-iteration run before the fallback). It is evidence, not proof: over a nonempty ∩ X_i
-# the residual also stays while the multiplier λ_i still grows towards its value (ls-ball
-# seed 5, projected balls around 0: 0.0143 while ρ_i rose 0.2 → 13 and the certificate fell
-# ×9), so it never makes a verdict itself. The marks span runs (ρ_i carries over).
-# NO_CONSENSUS_LOOKBACK bounds the marks read (ρ_i doubles at most every RHO_PERIOD-th
-# iteration: ×64 needs ≥ 18).
-NO_CONSENSUS_RHO = 64.0
-NO_CONSENSUS_LOOKBACK = 120
-
-
-def no_consensus(marks: list[tuple[np.ndarray, np.ndarray]], floor: float) -> float | None:
-    """The largest consensus residual that shows ∩ X_i empty at the last of `marks` — (the
-    clients' ρ_i, their residuals ‖u_i − w‖∞, 0 for a client that holds no constraint), one per
-    ADMM iteration — or None (NO_CONSENSUS_RHO above; a residual ≤ `floor` shows nothing)."""
-    if len(marks) < 2:
-        return None
-    recent = marks[-NO_CONSENSUS_LOOKBACK:]
-    rho, residual = (np.array(part) for part in zip(*recent))
-    lowest = np.minimum.accumulate(residual[::-1], axis=0)[::-1]   # min over marks s..last
-    hit = (rho[-1] >= NO_CONSENSUS_RHO * rho) & (lowest >= 0.5 * residual) & (residual[-1] > floor)
-    return float(np.max(residual[-1][hit.any(axis=0)])) if hit.any() else None
 
 
 def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:
@@ -339,7 +315,7 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     beta, tau = last["beta"], last["tau"]
     if solved and last["primal_change"] + beta * tau <= beta * backend.eps1 \
             and last["multiplier_change"] <= beta * backend.eps2 \
-            and _near(backend, history):
+            and _near(backend, history) and settled(backend, last):
         return Status.CONVERGED
     found = verdict(history, backend.beta_growth, backend.beta_max, backend.eps1, backend.eps2)
     if found:
@@ -367,9 +343,12 @@ def outer_record(ex, w, k, trace, tau, dw, dmu, start, reports: dict | None = No
     (`reports`: their replies, by node, already got)."""
     if reports is None:
         reports = ex.map("report", {node: {"x": w} for node in ex.nodes})
-    return {"iteration": k + 1, "objective": sum(r["objective"] for r in reports.values()),
-            "violation": max(r["violation"] for r in reports.values()),
-            "client_objective": {c: reports[c]["objective"] for c in ex.clients},
-            "client_violation": {c: reports[c]["violation"] for c in ex.clients},
-            "inner": len(trace), "certificate": trace[-1], "inner_certificates": trace, "tau": tau,
-            "primal_change": dw, "multiplier_change": dmu, "time": time.perf_counter() - start}
+    record = {"iteration": k + 1, "objective": sum(r["objective"] for r in reports.values()),
+              "violation": max(r["violation"] for r in reports.values()),
+              "client_objective": {c: reports[c]["objective"] for c in ex.clients},
+              "client_violation": {c: reports[c]["violation"] for c in ex.clients},
+              "inner": len(trace), "certificate": trace[-1], "inner_certificates": trace, "tau": tau,
+              "primal_change": dw, "multiplier_change": dmu, "time": time.perf_counter() - start}
+    if all("complementarity" in r for r in reports.values()):     # ("proxal_report": `settled`)
+        record["complementarity"] = sum(r["complementarity"] for r in reports.values())
+    return record

@@ -124,7 +124,8 @@ def test_proxal_report_rides_on_update_multipliers():
     assert _history(new) == _history(old)
     np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
     assert new["ledger"] == old["ledger"]
-    assert old["ledger"].requests["report"] == outer and new["ledger"].requests["report"] == 0
+    # ("proxal_report": "report" and the complementarity of the stop, `proxal_outer.settled`)
+    assert old["ledger"].requests["proxal_report"] == outer and new["ledger"].requests["proxal_report"] == 0
     assert new["ledger"].requests["update_multipliers"] == outer
     # the record: the nodes' own objective at the iterate and the largest violation of the
     # sets (the clients' sum(w) ≤ 0.3, the server's ‖w‖₂ ≤ 0.6; independent: numpy)

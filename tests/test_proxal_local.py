@@ -134,7 +134,7 @@ def jointly_infeasible(threshold: float = 0.3):
 def test_constraints_no_point_meets_end_infeasible_naming_them(case):
     """Held constraints that cannot be met — one client's alone (its local solve fails), or
     two clients' only together (the consensus over ∩ X_i does not converge: its residual stays
-    while ρ_i rises, `proxal_outer.no_consensus`) — fall back to the augmented Lagrangian,
+    while ρ_i rises, `proxal_admm.no_consensus`) — fall back to the augmented Lagrangian,
     whose verdict names them; never "converged"."""
     prob = one_client(threshold=0.1)[0] if case == "alone" else jointly_infeasible()
     assert prob.solve("cvxpy").status == "infeasible"

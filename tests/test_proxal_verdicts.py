@@ -1,6 +1,6 @@
 """ProxAL with a client's constraints held in its solves (`client_constraints="local"`) over an
 empty ∩ X_i (issue 25 item 1): the consensus residual of the first ADMM run stays while the
-clients' ρ_i rise (`proxal_outer.no_consensus`), so the constraints go back to the augmented
+clients' ρ_i rise (`proxal_admm.no_consensus`), so the constraints go back to the augmented
 Lagrangian after ~20 ADMM iterations instead of after a run to its stall rule or cap (balls
 apart: main's first run went past 150 s wall). The evidence never makes a verdict itself (a
 feasible model's residual can stay while its multipliers grow); the AL's verdicts decide.
@@ -15,7 +15,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends import ProxAL
-from fedmodel.backends.proxal_outer import NO_CONSENSUS_RHO, no_consensus
+from fedmodel.backends.proxal_admm import NO_CONSENSUS_RHO, no_consensus
 
 
 def clients_apart(kind: str, gap: float, n: int = 3, d: int = 4, seed: int = 0):
