@@ -75,23 +75,27 @@ def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
     last, violation = [np.inf] * k, np.zeros(k)
     violations: list[list[float]] = [[] for _ in range(k)]
     running, met = np.ones(k, dtype=bool), np.zeros(k, dtype=bool)
+    synced: list[float | None] = [None] * k         # σ last written into each program
     try:
         for _ in range(LOCAL_ROUNDS):
             idx = np.flatnonzero(running)
             if not idx.size:
                 break
             for j in idx:
-                programs[j]._sync_penalties(sigma[j])
+                if sigma[j] != synced[j]:       # (σ rises rarely: not re-read every round)
+                    programs[j]._sync_penalties(sigma[j])
+                    synced[j] = sigma[j]
             Z[idx], steps, residual[idx] = solve_rest(Z, idx)
             total[idx] += steps
             g = values(Z, idx)
             new_mu = np.maximum(mu[idx] + np.array([sigma[j] for j in idx])[:, None] * g, 0.0)
-            mu[idx] = new_mu
-            for j, row in zip(idx, new_mu):
-                programs[j].set_multipliers(plans[j].unflatten(row))
             violation[idx] = np.max(g, axis=1, initial=0.0)
             # the KKT residual of the held constraints: violation and complementarity
             kkt = np.maximum(violation[idx], np.max(np.abs(np.minimum(-g, new_mu)), axis=1, initial=0.0))
+            mu[idx] = new_mu
+            checked = not np.isfinite(new_mu).all()     # (a NaN: the setter's error)
+            for j, row in zip(idx, new_mu):
+                programs[j].set_multipliers(plans[j].unflatten(row), checked=checked)
             for j, r in zip(idx.tolist(), kkt.tolist()):
                 if r <= tols[j]:
                     running[j], met[j] = False, True
@@ -109,9 +113,10 @@ def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
             programs[j].state["local_failed"] = float(violation[j])     # not a failure)
         return Z, total, residual
     finally:
-        for p, s in zip(programs, sigma):
+        for p, s, written in zip(programs, sigma, synced):
             p.state["local_penalty"] = s
-            p._sync_penalties()
+            if written != LOCAL_PENALTY:        # (else σ is at its resting value already)
+                p._sync_penalties()
 
 
 class LocalPlans:
@@ -180,10 +185,10 @@ class LocalPlans:
     def penalty_weights(self, program: NodeProgram) -> tuple[np.ndarray, np.ndarray]:
         """(ν, σ) per row of g, as the merit's Parameters hold them now."""
         m = program.merit_ir
-        mu = np.concatenate([np.ravel(m.multipliers[c.name].value) for c in self.constraints])
-        sigma = np.concatenate([np.full(size, float(m.local_penalties[c.name].value))
-                                for c, size in zip(self.constraints, self.sizes)])
-        return mu, sigma
+        mu = [np.ravel(m.multipliers[c.name].value) for c in self.constraints]
+        sigma = [np.full(size, float(m.local_penalties[c.name].value))
+                 for c, size in zip(self.constraints, self.sizes)]
+        return (mu[0], sigma[0]) if len(mu) == 1 else (np.concatenate(mu), np.concatenate(sigma))
 
 
 def local_plans(program: NodeProgram) -> LocalPlans:

@@ -289,13 +289,20 @@ class NodeProgram:
     def private_values(self) -> dict:
         return {"values": {v.uid: val.copy() for v, val in zip(self.private.variables, self.private.unpack(self.y))}}
 
-    def set_multipliers(self, multipliers: dict[str, np.ndarray]) -> None:
-        """Set the multipliers of the named constraints (the node's state and its merit)."""
+    def set_multipliers(self, multipliers: dict[str, np.ndarray], checked: bool = True) -> None:
+        """Set the multipliers of the named constraints (the node's state and its merit).
+        `checked=False`: the caller's values are finite float arrays of the constraints' shapes,
+        ≥ 0 (a local solve's rounds, `local_al.solve_rows`): written without the Parameter
+        setter's checks."""
         mu = self.node_state.mu
         for name, value in multipliers.items():
             mu[name] = np.asarray(value, float)
-        self.compiled.set_parameters(multipliers={name: mu[name] for name in multipliers})
-        self._forget_hessian()
+        if checked:
+            self.compiled.set_parameters(multipliers={name: mu[name] for name in multipliers})
+        else:
+            for name in multipliers:
+                self.merit_ir.multipliers[name]._assign(mu[name])
+        self._forget_hessian()      # (forgets the memoized evaluations too)
 
     def save_state(self) -> dict:
         """The node's state (`NodeState`, every field, copied): everything a later request
