@@ -23,15 +23,6 @@ LOCAL_ROUNDS = 40
 STUCK_ROUNDS = 3
 PENALTY_GROWTH = 10.0
 PENALTY_MAX = 1e12
-# A round that does not end the solve steps ν by s·σ·g (s = 1: the method of multipliers): s =
-# −1/(σa), a = dg/dν the secant of the row's last two rounds of this solve (g linear in ν near
-# the solution: the exact step; s = 1 until two rounds are known). Capped at MAX_DUAL_STEP < 2:
-# ascent on the augmented dual (gradient (1/σ)-Lipschitz) with a step < 2σ still converges
-# whatever the estimate. The round that ends a solve keeps ν + σg (its x is stationary for
-# exactly that ν). NP monks-1: the violation falls ~15× a round with s = 1, ~10³× with the
-# secant. (Carrying s into the next ADMM step's first round, measured: rounds 2–3 instead of
-# 3, but NP adult n = 5 took 56 ADMM iterations instead of 48.)
-MAX_DUAL_STEP = 1.9
 
 
 def solve(program: NodeProgram, lp: Any, solve_rest: Callable[[Any], tuple]):
@@ -85,8 +76,6 @@ def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
     violations: list[list[float]] = [[] for _ in range(k)]
     running, met = np.ones(k, dtype=bool), np.zeros(k, dtype=bool)
     synced: list[float | None] = [None] * k         # σ last written into each program
-    step = np.ones(mu.shape)                         # s per row of g (above)
-    last_nu, last_g = np.full(mu.shape, np.nan), np.full(mu.shape, np.nan)   # the last round's
     try:
         for _ in range(LOCAL_ROUNDS):
             idx = np.flatnonzero(running)
@@ -99,17 +88,10 @@ def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
             Z[idx], steps, residual[idx] = solve_rest(Z, idx)
             total[idx] += steps
             g = values(Z, idx)
-            nu, sig = mu[idx], np.array([sigma[j] for j in idx])[:, None]
-            new_mu = np.maximum(nu + sig * g, 0.0)
+            new_mu = np.maximum(mu[idx] + np.array([sigma[j] for j in idx])[:, None] * g, 0.0)
             violation[idx] = np.max(g, axis=1, initial=0.0)
             # the KKT residual of the held constraints: violation and complementarity
             kkt = np.maximum(violation[idx], np.max(np.abs(np.minimum(-g, new_mu)), axis=1, initial=0.0))
-            on = kkt > tols[idx]        # rows with a next round: the secant's dual step (above)
-            if on.any():
-                go = idx[on]
-                step[go] = _dual_steps(step[go], nu[on], g[on], last_nu[go], last_g[go], sig[on])
-                last_nu[go], last_g[go] = nu[on], g[on]
-                new_mu[on] = np.maximum(nu[on] + step[go] * sig[on] * g[on], 0.0)
             mu[idx] = new_mu
             checked = not np.isfinite(new_mu).all()     # (a NaN: the setter's error)
             for j, row in zip(idx, new_mu):
@@ -126,7 +108,6 @@ def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
                     continue
                 if r > 0.25 * last[j]:      # the multipliers converge slowly: a larger σ (dual step)
                     sigma[j] = min(PENALTY_GROWTH * sigma[j], PENALTY_MAX)
-                    step[j], last_nu[j] = 1.0, np.nan       # (the secant was σ's)
                 last[j] = r
         for j in np.flatnonzero(~met & (violation > tols)):     # (complementarity alone unmet:
             programs[j].state["local_failed"] = float(violation[j])     # not a failure)
@@ -136,19 +117,6 @@ def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
             p.state["local_penalty"] = s
             if written != LOCAL_PENALTY:        # (else σ is at its resting value already)
                 p._sync_penalties()
-
-
-def _dual_steps(step: np.ndarray, nu: np.ndarray, g: np.ndarray, last_nu: np.ndarray,
-                last_g: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-    """The dual step factors s (`MAX_DUAL_STEP`) of rows whose last two rounds (ν it solved
-    with, g it found) are at distinct positive ν: −1/(σ·dg/dν) in [1, MAX_DUAL_STEP], the cap
-    where dg/dν ≥ 0 (g not moved: a loose solve's round that took no step) — continuous in
-    the rounds' numbers, so that ulps between executors stay ulps; `step` elsewhere."""
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        slope = (g - last_g) / (nu - last_nu)
-        known = (nu > 0) & (last_nu > 0) & (nu != last_nu) & np.isfinite(slope)
-        factor = np.where(slope < 0, -1.0 / (sigma * slope), np.inf)
-        return np.where(known, np.clip(factor, 1.0, MAX_DUAL_STEP), step)
 
 
 class LocalPlans:
