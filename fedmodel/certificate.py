@@ -151,13 +151,18 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     for i, var in enumerate(variables):
         remainder, relative = sums[i], sums[i]
         x = inputs[i]
-        near_zero = np.where(np.abs(x) <= KINK * float(np.max(np.abs(x), initial=0.0)), 0.0, x)
+        scale = max(scales[i], floors[i])
+        lengths[var.uid] = lagrangian_scale / scale if scale > 0 else 0.0
+        # within KINK of the point's size — or of the variable's natural length, when the whole
+        # point is rounding around an optimum at 0 (a lasso's w = 0 returned as 1e-13 entries
+        # read 0.68 "not stationary", CVXPY's answer included)
+        tiny = KINK * max(float(np.max(np.abs(x), initial=0.0)), lengths[var.uid])
+        near_zero = np.where(np.abs(x) <= tiny, 0.0, x)
         for term in prox_terms:
             if term.variable is var:
                 remainder = term.residual(x, remainder, KINK)
                 relative = term.residual(near_zero, relative, 0.0)
         stationarity = max(stationarity, float(np.max(np.abs(remainder), initial=0.0)))
-        scale = max(scales[i], floors[i])
         # the floor stands for gradients that vanish at a perfect fit; where the loss saturates
         # (separable data in large units) the gradients at 0 exceed those near x by orders of
         # magnitude, and a point 50 % from the optimum read as stationary to 1e-5: the floor is
@@ -166,7 +171,6 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
                        max(scales[i], min(floors[i], local[i])))
         if ratio > relative_stationarity:
             relative_stationarity, worst_variable = ratio, var.label
-        lengths[var.uid] = lagrangian_scale / scale if scale > 0 else 0.0
     relative_feasibility, worst_constraint = 0.0, None
     for constraint, violation, size in violations:
         # a term c·v linear in a variable counts at least |c| times v's natural length: a bound

@@ -1,4 +1,4 @@
-"""Two ways `fm.verify` misread a user's model (found by trying data as people have it):
+"""Three ways `fm.verify` misread a user's model (found by trying data as people have it):
 
 - a reference solved on another build of the same model (the model written in a function and
   built twice) has other variable objects: the distance read `inf` and the note blamed a face of
@@ -6,7 +6,11 @@
 - logistic loss on separable data in large units saturates: the gradients at the origin exceed
   those near the optimum by ~10⁷, and the stationarity floor (the gradients at 0) let a point
   50 % from the optimum read as stationary to 1e-5 — CVXPY-Clarabel's own answer there is that
-  point. The floor is now the curvature at x along x where that is smaller."""
+  point. The floor is now the curvature at x along x where that is smaller.
+- a lasso whose answer is w = 0, returned by CVXPY as 1e-13 entries: the subgradient test read
+  those entries' signs (they were not small next to the point, all of it rounding) and scored
+  the right answer 0.68 "not stationary"; entries within 1e-6 of the variable's natural length
+  are now at the kink."""
 from __future__ import annotations
 
 import numpy as np
@@ -124,3 +128,18 @@ def test_a_stationarity_warning_names_the_cause_that_fits_the_backend(name, bias
     with pytest.warns(RuntimeWarning, match="not a solution of the model"):
         _warn_not_stationary(name, outcome, 0.5)
     assert says in outcome.info["not_stationary"]
+
+
+def test_a_lasso_at_zero_returned_as_rounding_is_stationary():
+    rng = np.random.default_rng(3)
+    w = fm.Variable(5, name="w")
+    prob = fm.Problem(name="lasso-at-zero")
+    for i in range(3):
+        A = rng.normal(size=(10, 5))
+        client = prob.add_client(f"c{i}")
+        client.minimize(fm.sum_squares(A @ w - 0.1 * rng.normal(size=10)))
+        client.minimize(30.0 * fm.norm1(w))          # λ beyond ‖Aᵀb‖∞: w* = 0
+    rounding = 1e-13 * rng.normal(size=5)
+    assert _stationarity(prob, rounding) <= 1e-9      # was 0.68
+    assert _stationarity(prob, np.array([0.05, 0, 0, 0, 0])) > 1e-3   # off the kink: flagged
+    assert fm.verify(prob.solve("cvxpy")).ok
