@@ -97,3 +97,36 @@ def test_an_mnist_split_that_does_not_exist_is_not_read_as_the_test_set():
     from fedmodel import datasets
     with pytest.raises(fm.DataError, match="'train' and 'test', not 'validation'"):
         datasets.load_mnist("validation", root="/nonexistent")
+
+
+# ---- atoms at their kinks, verify's arguments ---------------------------------------------------
+@pytest.mark.parametrize("shape", [2, (2, 2)])
+def test_a_norm_that_is_zero_at_the_optimum_solves(shape):
+    """min ‖W − A‖₂ is 0 at W = A: the certificate's derivative of the norm there divided a
+    Python float by 0 (ZeroDivisionError out of prob.solve('cvxpy'))."""
+    A = np.ones(shape)
+    W = fm.Variable(shape, name="W")
+    prob = fm.Problem()
+    prob.add_client().minimize(fm.norm2(W - A))
+    res = prob.solve("cvxpy")
+    assert res.status == "converged"
+    np.testing.assert_allclose(res.value(W), A, atol=1e-6 * np.abs(A).max())
+
+
+def test_verify_says_what_it_takes():
+    """verify(problem), verify(None), a reference named by string and a non-positive rtol were
+    AttributeErrors or a silent NOT OK."""
+    w = fm.Variable(2, name="w")
+    prob = fm.Problem()
+    prob.add_client().minimize(fm.sum_squares(w - 1))
+    res = prob.solve("cvxpy")
+    with pytest.raises(fm.FedModelError, match="solve it first"):
+        fm.verify(prob)
+    with pytest.raises(fm.FedModelError, match="got NoneType"):
+        fm.verify(None)
+    with pytest.raises(fm.FedModelError, match="leave reference out"):
+        fm.verify(res, "cvxpy")
+    for rtol in (0, -1e-3, float("nan")):
+        with pytest.raises(fm.FedModelError, match="rtol must be a positive number"):
+            fm.verify(res, res, rtol=rtol)
+    assert fm.verify(res, res, rtol=1e-6).ok
