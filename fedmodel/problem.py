@@ -224,6 +224,8 @@ class Client(Block):
         super().__init__(problem, name)
         if weight is not None:
             try:
+                if isinstance(weight, (str, bytes)):   # float("2") would take it
+                    raise TypeError
                 weight = float(weight)
             except (TypeError, ValueError):
                 raise FedModelError(f"weight of client {name!r} must be a positive number, got "

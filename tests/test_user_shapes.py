@@ -130,3 +130,10 @@ def test_verify_says_what_it_takes():
         with pytest.raises(fm.FedModelError, match="rtol must be a positive number"):
             fm.verify(res, res, rtol=rtol)
     assert fm.verify(res, res, rtol=1e-6).ok
+
+
+@pytest.mark.parametrize("weight", ["2", b"2"])
+def test_a_client_weight_given_as_text_is_an_error(weight):
+    with pytest.raises(fm.FedModelError, match="weight of client 'c0' must be a positive number"):
+        fm.Problem().add_client(weight=weight)
+    assert fm.Problem().add_client(weight=np.float32(2.0)).weight == 2.0
