@@ -249,6 +249,8 @@ def load_adult_b(server_fraction: float = 0.2, seed: int = 10, root=None) -> tup
 
 def load_mnist(split: str = "train", scale: bool = True, root=None) -> Dataset:
     """MNIST (official order): X 60000×784 (train) or 10000×784 (test), in [0, 1] with `scale`."""
+    if split not in ("train", "test"):   # anything else read the test set under the name asked
+        raise DataError(f"MNIST has the splits 'train' and 'test', not {split!r}")
     relative = "mnist_train.npz" if split == "train" else "mnist_test.npz"
     with np.load(data_file(relative, root)) as archive:
         X, y = archive["X"], archive["y"].astype(int)
@@ -330,9 +332,13 @@ def load_diabetes() -> Dataset:
 
 
 # ---- partitioners --------------------------------------------------------------------------
+def _positive_int(value, name: str) -> None:
+    if not isinstance(value, (int, np.integer)) or value < 1:
+        raise DataError(f"{name} must be a positive integer, got {value!r}")
+
+
 def _check_clients(n_clients: int, available: int, what: str) -> None:
-    if not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
-        raise DataError(f"n_clients must be a positive integer, got {n_clients!r}")
+    _positive_int(n_clients, "n_clients")
     if n_clients > available:
         raise DataError(f"cannot give each of {n_clients} clients at least one sample: only "
                         f"{available} {what}")
@@ -372,8 +378,13 @@ def label_skew_split(y, n_clients: int, classes_per_client: int = 2, seed: int =
     into n·k equal shards, give each client k shards drawn without replacement. With MNIST's
     20,000 → 200 shards of 50 images for 100 clients, each client sees at most 2 labels."""
     y = np.asarray(y)
+    _positive_int(n_clients, "n_clients")
+    _positive_int(classes_per_client, "classes_per_client")
     shards = n_clients * classes_per_client
-    _check_clients(shards, len(y), "samples for the shards")
+    if shards > len(y):
+        raise DataError(f"cannot cut {shards} shards ({n_clients} clients × {classes_per_client}) "
+                        f"of at least one sample from {len(y)} samples; use fewer clients or "
+                        "classes_per_client")
     order = np.argsort(y, kind="stable")
     size = len(y) // shards
     pieces = [order[s * size:(s + 1) * size] for s in range(shards)]
@@ -408,6 +419,7 @@ def strided_split(y, n_clients: int, ratio: int = 4) -> list[np.ndarray]:
     rows of class 0 (digit 3) and 1 (digit 7) in order, even clients i get X0[i::n] ∪ X1[i::4n]
     (4:1) and odd clients X0[i::4n] ∪ X1[i::n] (1:4). Disjoint; uses about 5/8 of the data."""
     y = np.asarray(y)
+    _positive_int(ratio, "ratio")
     _check_clients(n_clients, int(min(np.sum(y == 0), np.sum(y == 1))), "samples in a class")
     zeros, ones = np.flatnonzero(y == 0), np.flatnonzero(y == 1)
     parts = []

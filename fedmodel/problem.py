@@ -172,7 +172,13 @@ def _numeric_array(array: Any, what: str) -> np.ndarray:
         if 0 in out.shape:
             raise DataError(f"{what} is empty (shape {out.shape}); give every block non-empty "
                             "data or remove the block")
-        return out
+        # a sparse column is a vector: dense, it broadcasts in `y - X @ w` as numpy's
+        # (scipy's sparse-minus-dense broadcast fails with a bare numpy error at solve time)
+        return out.toarray() if out.shape[1] == 1 else out
+    if np.ma.isMaskedArray(array) and np.ma.is_masked(array):
+        raise DataError(f"{what} is a masked array with {int(np.ma.count_masked(array))} masked "
+                        "entries, which fedmodel would read as numbers; remove those rows or "
+                        "fill them (array.filled(value)) first")
     try:
         out = np.asarray(array)
     except (TypeError, ValueError) as exc:
@@ -181,6 +187,9 @@ def _numeric_array(array: Any, what: str) -> np.ndarray:
     if out.dtype.kind == "c":
         raise DataError(f"{what} is complex; fedmodel works with real numbers (split it into "
                         "real and imaginary parts)")
+    if out.dtype.kind in "mM":    # numpy would cast them to counts of their unit silently
+        raise DataError(f"{what} holds dates or durations ({out.dtype}); convert them to "
+                        "numbers in the unit you mean first (e.g. days since a start date)")
     if out.dtype.kind in "OUSV":
         try:
             out = out.astype(float)
@@ -215,6 +224,8 @@ class Client(Block):
         super().__init__(problem, name)
         if weight is not None:
             try:
+                if isinstance(weight, (str, bytes)):   # float("2") would take it
+                    raise TypeError
                 weight = float(weight)
             except (TypeError, ValueError):
                 raise FedModelError(f"weight of client {name!r} must be a positive number, got "

@@ -122,6 +122,7 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
     >>> report.ok
     True
     """
+    _check_arguments(result, reference, rtol)
     problem = result.problem
     notes: list[str] = []
     if reference is None and problem is not None:
@@ -184,6 +185,19 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
                   kkt=certificate if certificate is not None else result.certificate, ok=bool(ok),
                   rtol=rtol, result=result, reference=reference, notes=notes, measures=measures,
                   failed=failed, where={k: v for k, v in where.items() if v})
+
+
+def _check_arguments(result, reference, rtol) -> None:
+    """A FedModelError for what verify cannot read (an AttributeError deep inside otherwise)."""
+    for what, value in (("result", result), ("reference", reference)):
+        if not isinstance(value, Result) and (what == "result" or value is not None):
+            hint = " (a Problem: solve it first, e.g. verify(prob.solve(), prob.solve('cvxpy')))" \
+                if type(value).__name__ == "Problem" else " (leave reference out for a fresh " \
+                "CVXPY solve)" if isinstance(value, str) else ""
+            raise FedModelError(f"verify's {what} must be a Result from prob.solve(...), got "
+                                f"{type(value).__name__}{hint}")
+    if not (isinstance(rtol, (int, float, np.integer, np.floating)) and 0 < rtol < math.inf):
+        raise FedModelError(f"verify's rtol must be a positive number, got {rtol!r}")
 
 
 def _certificate(result: Result, notes: list[str]) -> Certificate | None:

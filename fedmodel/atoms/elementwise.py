@@ -164,8 +164,8 @@ class Power(Elementwise):
         if self.p == -1 and isinstance(x, float) and x != 0:   # 1/β of a penalty, every evaluation
             return 1.0 / x
         with np.errstate(divide="ignore", invalid="ignore"):
-            if self.p == -1:
-                return 1.0 / x
+            if self.p == -1:     # np.divide: a Python float 0 (‖x‖ at its kink) gives inf, not a ZeroDivisionError
+                return np.divide(1.0, x)
             if self.p == 0.5:
                 return np.sqrt(x)
             return np.power(x, self.p)

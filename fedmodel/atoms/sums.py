@@ -1,11 +1,12 @@
 """Sums and means of the entries, in all or along one axis."""
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import FedModelError, ShapeError
 from ..expression import Constant, Expression, as_expr
 from .arithmetic import multiply
 from .base import Atom, EntryMap
@@ -63,8 +64,21 @@ class Sum(AlongAxis, EntryMap):
         return f"{self.display}({self.args[0]}{'' if self.axis is None else f', axis={self.axis}'})"
 
 
+def _expression_items(x: Any) -> bool:
+    """Whether `x` is a list or tuple holding expressions (as_expr would read it as one
+    constant array and fail with a misleading 'not numeric')."""
+    return isinstance(x, (list, tuple)) and builtins.any(isinstance(e, Expression) for e in x)
+
+
 def sum(x: Any, axis: int | None = None) -> Expression:  # noqa: A001 - numpy-style name
-    """Sum of the entries (optionally along one axis)."""
+    """Sum of the entries (optionally along one axis); a list of expressions is added item by
+    item, as CVXPY's `cp.sum([...])` does (Python's `sum`)."""
+    if _expression_items(x):
+        if axis is not None:
+            raise FedModelError(f"fm.sum of a list of {len(x)} expressions adds them item by item "
+                                "(as CVXPY); axis applies to one expression: write "
+                                "fm.sum(fm.sum(items), axis=...)")
+        return builtins.sum(x[1:], as_expr(x[0]))
     x = as_expr(x)
     axis = normalize_axis(axis, x)
     if x.shape == () and axis is None:
@@ -74,6 +88,9 @@ def sum(x: Any, axis: int | None = None) -> Expression:  # noqa: A001 - numpy-st
 
 def mean(x: Any, axis: int | None = None) -> Expression:
     """Mean of the entries (optionally along one axis): `sum(x, axis) / count`."""
+    if _expression_items(x):
+        raise FedModelError(f"fm.mean takes one expression, not a list of {len(x)}: write "
+                            "fm.sum(items) / len(items) for their elementwise mean")
     x = as_expr(x)
     axis = normalize_axis(axis, x)
     count = x.size if axis is None else x.shape[axis]
