@@ -282,6 +282,8 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
             if certificate is None and values and np.isfinite(objective):
                 certificate = problem.kkt_certificate(values, outcome.multipliers)
             relative = certificate is not None and certificate.relative
+            if outcome.status is Status.CONVERGED and values and not np.isfinite(objective):
+                _not_converged_off_the_domain(backend_name, outcome, objective)
             if violation > CONVERGED_VIOLATION and (outcome.status is Status.CONVERGED or (
                     outcome.status is Status.MAX_ITERATIONS and outcome.biased_fixed_point)):
                 _not_converged_when_infeasible(problem, backend_name, outcome, values)
@@ -325,6 +327,20 @@ def _not_converged_when_infeasible(problem, backend_name: str, outcome: Outcome,
     _say(outcome, "stalled", f"{backend_name} {how} at a point that violates {worst}: not a "
          "solution. The model may be infeasible (prob.solve('cvxpy') decides it), or this backend "
          "does not enforce these constraints at its fixed point (ProxAL and DALD do)", status=Status.STALLED)
+
+
+def _not_converged_off_the_domain(backend_name: str, outcome: Outcome, objective: float) -> None:
+    """A stop test met where the objective is not finite is no answer: −inf says the model is
+    unbounded below; +inf or nan that the point left the objective's domain (−log(w) at w = 0:
+    DALD and FedADMM stopped there, "converged" with objective inf)."""
+    if objective == -np.inf:
+        _say(outcome, "unbounded", f"{backend_name} stopped at a point where the objective is "
+             "-inf: the model is unbounded below", status=Status.UNBOUNDED)
+        return
+    _say(outcome, "diverged", f"{backend_name} stopped at a point where the objective is "
+         f"{objective} — outside its domain (e.g. log or 1/x at 0): not a solution. Its iterates "
+         "left the domain; ProxAL's or CVXPY's solve (prob.solve('cvxpy')) may reach it",
+         status=Status.DIVERGED)
 
 
 def _rounds(outcome: Outcome) -> str:

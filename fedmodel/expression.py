@@ -28,6 +28,10 @@ def as_shape(shape: int | tuple | list | None) -> Shape:
         return ()
     if isinstance(shape, numbers.Integral):
         shape = (int(shape),)
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(s, numbers.Integral) for s in shape):
+        # Variable(3.0), Variable("a"): a TypeError from int() or iter() told the user nothing
+        raise ShapeError(f"shape {shape!r} is not supported: use a positive int or a 1- or 2-tuple "
+                         "of ints, e.g. Variable(3) or Variable((3, 2))")
     shape = tuple(int(s) for s in shape)
     if len(shape) > 2 or any(s <= 0 for s in shape):
         raise ShapeError(f"shape {shape} is not supported: use a positive int or a 1- or 2-tuple")
@@ -154,6 +158,11 @@ class Expression:
     # comparisons build constraints: `a >= b` is `b <= a`
     __le__, __ge__ = _operator("inequality"), _operator("inequality", reflected=True)
     __eq__ = _operator("equality")
+
+    def __lt__(self, other: Any) -> None:
+        raise FedModelError("strict inequalities are not allowed (as in CVXPY): write <= or >=")
+
+    __gt__ = __lt__
 
     def __sub__(self, other: Any) -> "Expression":
         return OPERATORS["add"](self, OPERATORS["neg"](other))

@@ -137,3 +137,29 @@ def test_a_client_weight_given_as_text_is_an_error(weight):
     with pytest.raises(fm.FedModelError, match="weight of client 'c0' must be a positive number"):
         fm.Problem().add_client(weight=weight)
     assert fm.Problem().add_client(weight=np.float32(2.0)).weight == 2.0
+
+
+# ---- left by the shapes branch, fixed after its merge -------------------------------------
+@pytest.mark.parametrize("make", [lambda: fm.Variable(3.0), lambda: fm.Parameter(2.0),
+                                  lambda: fm.Variable("a")])
+def test_a_shape_that_is_not_ints_is_a_shape_error(make):
+    with pytest.raises(fm.errors.ShapeError, match="positive int"):   # was TypeError / ValueError
+        make()
+
+
+@pytest.mark.parametrize("compare", [lambda w: w < 1, lambda w: w > 1, lambda w: np.ones(3) < w])
+def test_strict_inequalities_are_refused_as_in_cvxpy(compare):
+    with pytest.raises(fm.errors.FedModelError, match="strict inequalities"):
+        compare(fm.Variable(3, name="w"))                   # was TypeError "'<' not supported"
+
+
+@pytest.mark.parametrize("backend", ["dald", "fedadmm"])
+def test_a_stop_off_the_objectives_domain_is_not_converged(backend):
+    # −Σ log w + Σ w, optimum w = 1: both stopped at w = 0 and said "converged", objective inf
+    w = fm.Variable(2, name="w")
+    prob = fm.Problem()
+    for i in range(2):
+        prob.add_client(f"c{i}").minimize(-fm.sum(fm.log(w)) + fm.sum(w))
+    with pytest.warns(RuntimeWarning, match="outside its domain"):
+        result = prob.solve(backend)
+    assert result.status != "converged" and not fm.verify(result).ok
