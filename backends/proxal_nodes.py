@@ -118,6 +118,12 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     # the consensus residual ‖u_i − w‖∞ (reported by a client that holds constraints:
     # `proxal_admm.no_consensus`)
     primal = np.abs(U_new - w).max(axis=1, initial=0.0)
+    # A set's normal cone (or a held constraint's) read at a w outside it is no subdifferential
+    # of ℓ_k (∂ of an indicator is empty there), so (22) alone "solved" runs whose w stood
+    # outside X_i (issue 25: w ≥ 1 from w = 0, certificate 0 at t = 0). ρ_i dist∞(w, X_i) is
+    # the gradient of X_i's Moreau envelope with weight ρ_i: added, (23) asks dist ≤ τ_k/ρ_i.
+    eps_tilde = eps_tilde + rho * np.array([_outside(group.programs[i], w, Y_new[j], primal[j])
+                                            for j, i in enumerate(rows)])
     if opts.get("adaptive", 0.0):
         previous = np.array([s["w"] for s in states], dtype=float).reshape(k, n_x)
         dual = rho * np.abs(w - previous).max(axis=1, initial=0.0)
@@ -139,6 +145,21 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
                                  "history": history}
         replies[m] = reply
     return replies
+
+
+def _outside(program: NodeProgram, w: np.ndarray, y: np.ndarray, primal: float) -> float:
+    """An upper bound on dist∞(w, X_i), X_i the sets client i projects on and the constraints
+    its solves hold (0 inside, and for a client with neither): a set's own projection; for a
+    violated held constraint the consensus residual ‖u_i − w‖∞ (`primal`; u_i ∈ X_i)."""
+    if program.local_names and np.max(local_al.local_plans(program).values(program, w, y), initial=0.0) > 0:
+        return primal
+    far, values = 0.0, None
+    for term in program.merit_ir.prox_terms:
+        if term.constraint is not None:
+            values = program.shared.unpack(np.asarray(w, float)) if values is None else values
+            v = values[program.shared.variables.index(term.variable)]
+            far = max(far, float(np.max(np.abs(v - term.prox(v, 1.0)), initial=0.0)))
+    return min(far, primal)
 
 
 def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor: float = 2.0) -> float:
