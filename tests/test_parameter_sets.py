@@ -114,3 +114,18 @@ def test_negative_radius_is_a_model_error():
     r.value = -0.5                       # changed after compiling: refused where it is read
     with pytest.raises(FedModelError, match="radius"):
         term.prox(V, 1.0)
+
+
+def test_bounds_that_cross_after_a_change_are_infeasible():
+    """w >= l, w <= 1 with l a Parameter: solves at l = 0 (closed form: the clipped least-squares
+    answer), and at l = 2 the bounds leave no point — a FedModelError at solve start, not a
+    point clipped in turn onto one bound (which would violate the other)."""
+    rng = np.random.default_rng(0)
+    prob, w, l = fm.Problem(), fm.Variable(2, name="w"), fm.Parameter(name="l", value=0.0)
+    X = rng.normal(size=(10, 2))
+    prob.add_client("c0").minimize(fm.sum_squares(X @ w - X @ np.array([3.0, -2.0])) / 10)
+    prob.server.subject_to(w >= l)
+    prob.server.subject_to(w <= 1)
+    l.value = 2.0
+    with pytest.raises(FedModelError, match="no feasible point"):
+        prob.solve("fedadmm")
