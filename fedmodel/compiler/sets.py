@@ -27,6 +27,7 @@ from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Expression, Parameter, Variable
 from . import projection
+from .parameter_sets import coefficient_value, parametric_parts, parametric_set  # noqa: F401
 from .terms import flatten
 from .projection import Ball, Ball1, Box, Halfspace, Piece, Subspace, project_l1_ball
 
@@ -64,18 +65,6 @@ class ProxTerm:
             tol = zero * max(1.0, float(np.max(np.abs(x), initial=0.0)))
             x = np.where(np.abs(x) <= tol, 0.0, x)
         return self.remainder(x, g)
-
-
-def coefficient_value(c: Any) -> float:
-    """The current value of a coefficient: a float, or a scalar expression over Parameters
-    (at their present value)."""
-    if isinstance(c, float):
-        return c
-    value = c.value
-    if value is None:
-        raise FedModelError(f"the coefficient {c} has no value: give its Parameters a value "
-                            "before compiling")
-    return float(np.asarray(value).item())
 
 
 def norm1_term(var: Variable, weight: Any) -> ProxTerm:
@@ -246,8 +235,8 @@ def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
     written, ‖·‖₁, ‖·‖∞), bounds; with `affine` also halfspaces, small polyhedra and affine
     subspaces with constant coefficients (`affine_set`). The radius, bounds or offset may be
     Parameters (`parametric_set`)."""
-    if isinstance(constraint, (Inequality, Equality)) and (found := _parametric_parts(constraint)):
-        return parametric_set(constraint, *found, affine)
+    if isinstance(constraint, (Inequality, Equality)) and (found := parametric_parts(constraint)):
+        return parametric_set(constraint, *found, lambda frozen: simple_set(frozen, affine))
     if not isinstance(constraint, Inequality):
         return affine_set(constraint) if affine and isinstance(constraint, Equality) else None
     terms = flatten(constraint.expr)
@@ -267,69 +256,6 @@ def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
         limit = np.broadcast_to(bound, core.shape).copy()
         return _upper(core, limit, constraint) if c > 0 else _lower(core, limit, constraint)
     return affine_set(constraint) if affine else None
-
-
-def _parametric_parts(constraint: Constraint) -> tuple[list, Callable[[], np.ndarray]] | None:
-    """(the terms with the variable, the sum of the others as a function of the Parameters'
-    present values) when `constraint.expr` is a Parameter-free function of a variable plus
-    constants and Parameters (not data) with at least one Parameter, else None."""
-    terms = flatten(constraint.expr)
-    fixed = [t for t in terms if t.atom.is_constant()]
-    moving = [t for t in terms if not t.atom.is_constant()]
-    if not moving or not any(t.atom.parameters() or not isinstance(t.coefficient, float) for t in fixed) \
-            or any(t.atom.parameters() or not isinstance(t.coefficient, float) for t in moving) \
-            or any(t.atom.data_owners() for t in fixed):
-        return None
-
-    def offset() -> np.ndarray:
-        total = np.zeros(())
-        for t in fixed:
-            if t.atom.value is None:
-                raise FedModelError(f"{constraint.name}: {t.atom} has no value; give its "
-                                    "Parameters a value before solving")
-            total = total + coefficient_value(t.coefficient) * np.asarray(t.atom.value, float)
-        return total
-    return moving, offset
-
-
-def parametric_set(constraint: Constraint, moving: list, offset: Callable[[], np.ndarray],
-                   affine: bool) -> ProxTerm | None:
-    """The set of `constraint` whose radius, bounds or offset hold Parameters: the constant set
-    (`simple_set`) of `moving` + offset() at the Parameters' present values, built again when
-    they change (read at each projection; no recompile), or None when it is not a simple set.
-    A value that leaves no such set (a radius ≤ 0) is a FedModelError when it is read."""
-    from copy import copy
-    from ..atoms import add
-    from ..expression import Constant
-    cache: dict = {}
-
-    def at(value: np.ndarray) -> ProxTerm | None:
-        key = (value.shape, value.tobytes())
-        if cache.get("key") != key:
-            frozen = copy(constraint)
-            frozen.expr = add(*[t.expression() for t in moving], Constant(value))
-            cache.update(key=key, term=simple_set(frozen, affine))
-        return cache["term"]
-    value = offset()
-    first = at(value)
-    if first is None:    # not a set at this value: a ball's form with a radius ≤ 0 reads as one at −1
-        first = at(-np.ones_like(value))
-        if first is None or first.kind not in ("ball2", "ball1", "ballinf"):
-            return None
-
-    def current() -> ProxTerm:
-        term = at(offset())
-        if term is None or term.kind != first.kind:
-            raise FedModelError(f"{constraint.name}: {constraint} at its Parameters' present "
-                                "values is not a norm ball of radius > 0 (a radius < 0 leaves no "
-                                "point: the model is infeasible); give the radius a value > 0")
-        return term
-    if first.kind in ("ball2", "ball1", "ballinf"):
-        current()                        # a radius ≤ 0 now: refused at compile time
-    pieces = tuple(projection.Parametric(lambda i=i: current().pieces[i]) for i in range(len(first.pieces)))
-    return ProxTerm(first.variable, lambda v, t: current().prox(v, t), lambda x: 0.0,
-                    lambda x, g: current().remainder(x, g), repr(constraint), constraint,
-                    kind=first.kind, pieces=pieces, box=first.box)   # bounds met: checked now
 
 
 def _affine_map(constraint: Constraint) -> tuple[Variable, np.ndarray, np.ndarray] | None:
