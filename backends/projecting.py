@@ -1,8 +1,9 @@
 """Node programs for backends whose server and client steps project (FedADMM, DP-ADMM): every
 simple set on the shared variables — balls however written, bounds, and also halfspaces
 `a @ w <= b`, small polyhedra and affine subspaces `A @ w == b` with constant coefficients
-(`compiler.canonical.PROJECT_ALL`) — is compiled as a projection, and several on one variable as
-their intersection (Dykstra's algorithm, `compiler.projection`), on the server and on the clients.
+(`compiler.canonical.PROJECT_ALL`; radii, bounds and offsets may be Parameters) — is compiled
+as a projection, and several on one variable as their intersection (Dykstra's algorithm,
+`compiler.projection`), on the server and on the clients.
 Other backends (ProxAL, DALD) keep affine constraints in their augmented Lagrangian, and the KKT
 certificate reads them through their multipliers: a projecting backend reports the multipliers
 of the affine sets it projected on (`projected_multipliers`, the procedure

@@ -45,6 +45,29 @@ class Piece:
         """‖x − P(x)‖∞: how far x is outside the set."""
         return float(np.max(np.abs(x - self.project(x)), initial=0.0))
 
+    def current(self) -> "Piece":
+        """The set as it is now: itself, or for a `Parametric` piece its constant piece at the
+        Parameters' present values."""
+        return self
+
+
+class Parametric(Piece):
+    """A piece whose numbers (a radius, bounds, an offset) are Parameters: `build()` gives the
+    constant piece at their present values, read at each use (a Parameter changes between solves
+    without recompiling). Callers that use a piece many times take `current()` once."""
+
+    def __init__(self, build):
+        self.build = build
+
+    def current(self):
+        return self.build().current()
+
+    def project(self, v):
+        return self.current().project(v)
+
+    def tangent(self, x, v, active=ACTIVE):
+        return self.current().tangent(x, v, active)
+
 
 class Ball(Piece):
     """‖x‖₂ ≤ radius."""
@@ -173,6 +196,7 @@ def dykstra(projections: list, v: np.ndarray, tol: float = DYKSTRA_TOL,
 
 def project_intersection(pieces: list[Piece], v: np.ndarray) -> np.ndarray:
     """The projection of v onto ∩ pieces."""
+    pieces = [p.current() for p in pieces]
     return dykstra([p.project for p in pieces], v)
 
 
@@ -181,6 +205,7 @@ def intersection_residual(pieces: list[Piece], x: np.ndarray, g: np.ndarray,
     """g plus the element of the normal cone of ∩ pieces at x closest to −g: −P_T(−g), T the
     intersection of the pieces' tangent cones at x, a point within `active` (relative) of a
     piece's boundary counting as on it (None when a piece has no tangent form)."""
+    pieces = [p.current() for p in pieces]
     if any(p.tangent(x, np.zeros_like(x), active) is None for p in pieces):
         return None
     cones = [lambda v, p=p: p.tangent(x, v, active) for p in pieces]
@@ -192,6 +217,7 @@ def is_empty(pieces: list[Piece]) -> bool:
     program; with Euclidean balls, whether the least-norm point of the linear part (or 0) lies
     outside the smallest ball. (ℓ1 balls are not checked.)"""
     from scipy.optimize import linprog
+    pieces = [p.current() for p in pieces]
     linear = [p for p in pieces if isinstance(p, (Box, Halfspace, Subspace))]
     balls = [p for p in pieces if isinstance(p, Ball)]
     if not linear:

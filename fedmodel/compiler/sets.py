@@ -27,6 +27,7 @@ from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Expression, Parameter, Variable
 from . import projection
+from .parameter_sets import coefficient_value, parametric_parts, parametric_set  # noqa: F401
 from .terms import flatten
 from .projection import Ball, Ball1, Box, Halfspace, Piece, Subspace, project_l1_ball
 
@@ -64,18 +65,6 @@ class ProxTerm:
             tol = zero * max(1.0, float(np.max(np.abs(x), initial=0.0)))
             x = np.where(np.abs(x) <= tol, 0.0, x)
         return self.remainder(x, g)
-
-
-def coefficient_value(c: Any) -> float:
-    """The current value of a coefficient: a float, or a scalar expression over Parameters
-    (at their present value)."""
-    if isinstance(c, float):
-        return c
-    value = c.value
-    if value is None:
-        raise FedModelError(f"the coefficient {c} has no value: give its Parameters a value "
-                            "before compiling")
-    return float(np.asarray(value).item())
 
 
 def norm1_term(var: Variable, weight: Any) -> ProxTerm:
@@ -244,7 +233,10 @@ def _shared(expr: Expression) -> bool:
 def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
     """A ProxTerm for a simple constraint on a shared variable, else None: a ball (‖·‖₂ however
     written, ‖·‖₁, ‖·‖∞), bounds; with `affine` also halfspaces, small polyhedra and affine
-    subspaces with constant coefficients (`affine_set`)."""
+    subspaces with constant coefficients (`affine_set`). The radius, bounds or offset may be
+    Parameters (`parametric_set`)."""
+    if isinstance(constraint, (Inequality, Equality)) and (found := parametric_parts(constraint)):
+        return parametric_set(constraint, *found, lambda frozen: simple_set(frozen, affine))
     if not isinstance(constraint, Inequality):
         return affine_set(constraint) if affine and isinstance(constraint, Equality) else None
     terms = flatten(constraint.expr)
@@ -326,7 +318,7 @@ def affine_multipliers(term: ProxTerm, x: np.ndarray, normal: np.ndarray) -> dic
     columns, lower, owners = [], [], []       # owners: (constraint, row) or None (not reported)
     for member in term.members or (term,):
         reported = member.kind in AFFINE
-        for row, piece in enumerate(member.pieces):
+        for row, piece in enumerate(p.current() for p in member.pieces):
             if isinstance(piece, Halfspace) and piece.active(x):
                 columns.append(piece.a), lower.append(0.0)
                 owners.append((member.constraint, row) if reported else None)
