@@ -209,5 +209,6 @@ def constraint_fix(constraint: Constraint) -> str:
     """What would make a nonsmooth constraint work."""
     return (f"constraint {constraint.name!r}: {constraint!r} is nonsmooth and has no projection "
             "or smooth equivalent fedmodel knows; supported: norm2(a) <= r, abs(a) <= t, "
-            "norm_inf(a) <= t, pos(a) <= t (a smooth, r > 0 a constant), a norm1/norm_inf ball or "
-            "bounds on a shared variable, or any smooth g(x) <= 0")
+            "norm_inf(a) <= t, pos(a) <= t (a smooth, r > 0 a constant), a norm2/norm1/norm_inf ball or "
+            "bounds on a shared variable (radius and bounds constants or Parameters), or any "
+            "smooth g(x) <= 0")
