@@ -27,7 +27,7 @@ from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Expression, Parameter, Variable
 from . import projection
-from .parameter_sets import coefficient_value, parametric_parts, parametric_set  # noqa: F401
+from .parameter_sets import coefficient_value, parametric_parts, parametric_set
 from .terms import flatten
 from .projection import Ball, Ball1, Box, Halfspace, Piece, Subspace, project_l1_ball
 
