@@ -60,7 +60,7 @@ def parametric_set(constraint: Constraint, moving: list, offset: Callable[[], np
     (`recognize`, i.e. `sets.simple_set`: a `ProxTerm` or None) of `moving` + offset() at the
     Parameters' present values, built again when they change (read at each projection; no
     recompile), or None when it is not a simple set.
-    A value that leaves no such set (a radius ≤ 0) is a FedModelError when it is read."""
+    A value that leaves no such set (a radius < 0) is a FedModelError when it is read."""
     cache: dict = {}
 
     def at(value: np.ndarray):
@@ -81,11 +81,11 @@ def parametric_set(constraint: Constraint, moving: list, offset: Callable[[], np
         term = at(offset())
         if term is None or term.kind != first.kind:
             raise FedModelError(f"{constraint.name}: {constraint} at its Parameters' present "
-                                "values is not a norm ball of radius > 0 (a radius < 0 leaves no "
-                                "point: the model is infeasible); give the radius a value > 0")
+                                "values is not a norm ball of radius ≥ 0 (a radius < 0 leaves no "
+                                "point: the model is infeasible); give the radius a value ≥ 0")
         return term
     if first.kind in ("ball2", "ball1", "ballinf"):
-        current()                        # a radius ≤ 0 now: refused at compile time
+        current()                        # a radius < 0 now: refused at compile time
     pieces = tuple(projection.Parametric(lambda i=i: current().pieces[i])
                    for i in range(len(first.pieces)))
     return replace(first, prox=lambda v, t: current().prox(v, t), label=repr(constraint),

@@ -1,0 +1,125 @@
+"""Compiler pass: the start point of an iterative solve.
+
+Iterative backends start the shared variables at 0 unless given a start (`w0` for ProxAL,
+cProx-AL, FedADMM and DP-ADMM; `x0` for DALD, FedProx and FedAvg). As in CVXPY, a value the user
+assigned to every shared variable (`w.value = ...`) is taken as that start (a warm start); a
+value a previous solve left there is not (`remember_solved`: re-solving does not silently start
+from the last answer). A model whose objective or a constraint is not finite at the start (a log
+barrier `-sum(log(w))` at w = 0) would end "diverged" after its first step: it is refused
+before the run, naming the term and saying to set `w.value` to a point of its domain.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from ..errors import FedModelError
+from ..expression import Expression, Variable
+from .terms import flatten
+
+START_OPTIONS = ("w0", "x0")   # a backend's start option, by name (the first it has)
+_SOLVED: dict[int, Any] = {}   # variable uid -> the value object a solve assigned
+
+
+def remember_solved(variables: list[Variable]) -> None:
+    """Mark the present values of `variables` as a solve's (not a start the user asked for)."""
+    for var in variables:
+        _SOLVED[var.uid] = var.value
+
+
+def user_start(problem) -> np.ndarray | None:
+    """The shared variables' values flattened in the order backends pack them, when the user
+    assigned every one of them since the last solve; else None."""
+    shared = problem.shared_variables()
+    if not shared or any(v.value is None or v.value is _SOLVED.get(v.uid) for v in shared):
+        return None
+    return np.concatenate([np.ravel(np.asarray(v.value, float)) for v in shared])
+
+
+def takes_start(solver: Any) -> bool:
+    """Whether `solver` has a start option (`START_OPTIONS`), or is `Auto` (overrides)."""
+    return any(hasattr(solver, name) for name in START_OPTIONS) or \
+        isinstance(getattr(solver, "overrides", None), dict)
+
+
+def with_start(solver: Any, start: np.ndarray) -> Any:
+    """A copy of `solver` (which `takes_start`) starting at `start`, unless its own start
+    option is set already; for `Auto`, overrides for the backends it may pick."""
+    for name in START_OPTIONS:
+        if hasattr(solver, name):
+            if getattr(solver, name) is not None:
+                return solver                # the user's own start option wins
+            out = copy.copy(solver)
+            setattr(out, name, start.copy())
+            return out
+    out = copy.copy(solver)
+    out.overrides = {key: dict(value) for key, value in solver.overrides.items()}
+    for backend, option in (("proxal", "w0"), ("fedadmm", "w0"), ("dp-admm", "w0"),
+                            ("dald", "x0"), ("fedprox", "x0"), ("fedavg", "x0")):
+        out.overrides.setdefault(backend, {}).setdefault(option, start.copy())
+    return out
+
+
+def check_start(problem, start: np.ndarray | None, honoured: bool, backend: str) -> None:
+    """Refuse a model whose objective terms or constraints are not finite where the run starts
+    (`start` when the user set it and the backend takes it, else 0; private variables at 0),
+    naming the first such term and how to start elsewhere."""
+    at_start = start is not None and honoured
+    values, offset = {}, 0
+    for var in problem.variables():
+        if var.owner is None and at_start:
+            values[var.uid] = start[offset:offset + var.size].reshape(var.shape)
+            offset += var.size
+        else:
+            values[var.uid] = np.zeros(var.shape)
+    for block in problem.blocks:
+        where = "the server" if block.kind == "server" else f"client {block.name!r}"
+        items = [("objective term", t) for t in block.terms] + \
+            [("constraint", c.expr) for c in block.constraints]
+        for kind, expr in items:
+            value = _value_at(expr, values)
+            if value is None or np.all(np.isfinite(value)):
+                continue
+            if kind == "objective term":        # the piece that is not finite, as written
+                pieces = [t.expression() for t in flatten(expr)]
+                expr, value = next(((p, v) for p in pieces if (v := _value_at(p, values)) is not None
+                                    and not np.all(np.isfinite(v))), (expr, value))
+            names = [v.label for v in expr.variables() if v.owner is None] or \
+                [v.label for v in expr.variables()]
+            settable = " and ".join(n + ".value" for n in names)
+            if at_start:
+                at, fix = f"the start you set ({settable})", f"set {settable} to a point where it is finite"
+            elif honoured:
+                at = "the start point " + ", ".join(f"{n} = 0" for n in names)
+                fix = f"set {settable} to a point where it is finite before solving (a warm start)"
+            else:
+                at = "the start point " + ", ".join(f"{n} = 0" for n in names)
+                fix = (f"backend {backend!r} starts there and takes no start point; use 'proxal', "
+                       f"'fedadmm' or 'dald' and set {settable} to a point where it is finite")
+            raise FedModelError(
+                f"{where}: the {kind} {expr} is not finite at {at} (its value there: "
+                f"{_show(value)}), so an iterative solve cannot start there; {fix}")
+
+
+def _value_at(expr: Expression, values: dict[int, np.ndarray]) -> np.ndarray | None:
+    """`expr` with its variables at `values` (None when it cannot be evaluated)."""
+    variables = expr.variables()
+    saved = [v.value for v in variables]
+    try:
+        for var in variables:
+            var.value = values[var.uid]
+        with np.errstate(all="ignore"):
+            value = expr.value
+        return None if value is None else np.asarray(value, float)
+    except (FedModelError, KeyError, ValueError, TypeError):
+        return None
+    finally:
+        for var, old in zip(variables, saved):
+            var._value = old        # as it was, without the setter's copy (`remember_solved`)
+
+
+def _show(value: np.ndarray) -> str:
+    bad = value[~np.isfinite(value)] if value.ndim else value
+    return f"{float(np.ravel(bad)[0]):g}" + (f" in {bad.size} of {value.size} entries" if value.size > 1 else "")
