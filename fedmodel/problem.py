@@ -12,7 +12,7 @@ from .atoms import add
 from .certificate import kkt_certificate
 from .collector import solve_scope
 from .compiler.split import split_constraint, split_objective
-from .compiler.start import check_start, remember_solved, takes_start, user_start, with_start
+from .compiler.start import remember_solved, start_solver
 from .constraints import Constraint
 from .errors import DataError, FedModelError, ShapeError
 from .expression import Constant, Data, Expression, Variable, as_expr, is_sparse, sparse_csr
@@ -464,11 +464,7 @@ class Problem:
         (`fedmodel.compiler.scaling`; None: the backend's default)."""
         self.validate()
         solver = make_backend(backend, **options)
-        if getattr(solver, "name", None) != "cvxpy":     # an iterative run: where it starts
-            start, honoured = user_start(self), takes_start(solver)
-            if start is not None and honoured:
-                solver = with_start(solver, start)
-            check_start(self, start, honoured, getattr(solver, "name", str(backend)))
+        solver = start_solver(self, solver, backend)     # from w.value when the user set it
         extra = {} if scaling is None else {"scaling": scaling}   # any backend with `solve`
         with solve_scope():      # the node programs are frozen for the run (`freeze_setup`)
             result = solver.solve(self, topology=topology, executor=executor, callback=callback,

@@ -2,9 +2,9 @@
 
 Iterative backends start the shared variables at 0 unless given a start (`w0` for ProxAL,
 cProx-AL, FedADMM and DP-ADMM; `x0` for DALD, FedProx and FedAvg). As in CVXPY, a value the user
-assigned to every shared variable (`w.value = ...`) is taken as that start (a warm start); a
-value a previous solve left there is not (`remember_solved`: re-solving does not silently start
-from the last answer). A model whose objective or a constraint is not finite at the start (a log
+assigned to every shared variable (`w.value = ...`) is taken as that start (a warm start), for
+this solve and the next ones until the user assigns another; a value a previous solve left
+there is not (`remember_solved`: re-solving does not silently start from the last answer). A model whose objective or a constraint is not finite at the start (a log
 barrier `-sum(log(w))` at w = 0) would end "diverged" after its first step: it is refused
 before the run, naming the term and saying to set `w.value` to a point of its domain.
 """
@@ -21,6 +21,7 @@ from .terms import flatten
 
 START_OPTIONS = ("w0", "x0")   # a backend's start option, by name (the first it has)
 _SOLVED: dict[int, Any] = {}   # variable uid -> the value object a solve assigned
+_STARTS: dict[int, Any] = {}   # variable uid -> the value the user assigned last
 
 
 def remember_solved(variables: list[Variable]) -> None:
@@ -30,12 +31,16 @@ def remember_solved(variables: list[Variable]) -> None:
 
 
 def user_start(problem) -> np.ndarray | None:
-    """The shared variables' values flattened in the order backends pack them, when the user
-    assigned every one of them since the last solve; else None."""
+    """The values the user assigned last to the shared variables (not those a solve left),
+    flattened in the order backends pack them, when every one has such a value; else None. A
+    re-solve thus starts where the first did, and runs the same iterations."""
     shared = problem.shared_variables()
-    if not shared or any(v.value is None or v.value is _SOLVED.get(v.uid) for v in shared):
+    for var in shared:                   # the user's latest start survives the solves after it
+        if var.value is not None and var.value is not _SOLVED.get(var.uid):
+            _STARTS[var.uid] = var.value
+    if not shared or any(v.uid not in _STARTS for v in shared):
         return None
-    return np.concatenate([np.ravel(np.asarray(v.value, float)) for v in shared])
+    return np.concatenate([np.ravel(np.asarray(_STARTS[v.uid], float)) for v in shared])
 
 
 def takes_start(solver: Any) -> bool:
@@ -62,7 +67,30 @@ def with_start(solver: Any, start: np.ndarray) -> Any:
     return out
 
 
-def check_start(problem, start: np.ndarray | None, honoured: bool, backend: str) -> None:
+def start_solver(problem, solver: Any, backend: Any) -> Any:
+    """`solver` as it should run on `problem`: from the user's start (`user_start`) where it
+    takes one, after `check_start` at the point it will start from. CVXPY needs no start."""
+    if getattr(solver, "name", None) == "cvxpy":
+        return solver
+    name = getattr(solver, "name", str(backend))
+    option = next((o for o in START_OPTIONS if getattr(solver, o, None) is not None), None)
+    if option is not None:
+        own = getattr(solver, option)        # the backend's own start option: checked there
+        size = sum(v.size for v in problem.shared_variables())
+        try:
+            flat = np.ravel(np.asarray(own, float))
+        except (TypeError, ValueError):
+            return solver                    # the backend's own check says what is wrong
+        if flat.size in (1, size) and np.all(np.isfinite(flat)):
+            check_start(problem, np.broadcast_to(flat, (size,)), True, name, f"{name}'s {option}")
+        return solver
+    start, honoured = user_start(problem), takes_start(solver)
+    check_start(problem, start, honoured, name)
+    return with_start(solver, start) if start is not None and honoured else solver
+
+
+def check_start(problem, start: np.ndarray | None, honoured: bool, backend: str,
+                source: str = "") -> None:
     """Refuse a model whose objective terms or constraints are not finite where the run starts
     (`start` when the user set it and the backend takes it, else 0; private variables at 0),
     naming the first such term and how to start elsewhere."""
@@ -90,7 +118,8 @@ def check_start(problem, start: np.ndarray | None, honoured: bool, backend: str)
                 [v.label for v in expr.variables()]
             settable = " and ".join(n + ".value" for n in names)
             if at_start:
-                at, fix = f"the start you set ({settable})", f"set {settable} to a point where it is finite"
+                at = f"the start you set ({source or settable})"
+                fix = f"set {source or settable} to a point where it is finite"
             elif honoured:
                 at = "the start point " + ", ".join(f"{n} = 0" for n in names)
                 fix = f"set {settable} to a point where it is finite before solving (a warm start)"
