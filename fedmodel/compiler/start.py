@@ -4,9 +4,11 @@ Iterative backends start the shared variables at 0 unless given a start (`w0` fo
 cProx-AL, FedADMM and DP-ADMM; `x0` for DALD, FedProx and FedAvg). As in CVXPY, a value the user
 assigned to every shared variable (`w.value = ...`) is taken as that start (a warm start), for
 this solve and the next ones until the user assigns another; a value a previous solve left
-there is not (`remember_solved`: re-solving does not silently start from the last answer). A model whose objective or a constraint is not finite at the start (a log
-barrier `-sum(log(w))` at w = 0) would end "diverged" after its first step: it is refused
-before the run, naming the term and saying to set `w.value` to a point of its domain.
+there is not (`remember_solved`: re-solving does not silently start from the last answer).
+A model whose objective or a constraint is not finite at 0 when no start is given (a log
+barrier `-sum(log(w))`) would end "diverged" after its first step: it is refused before the
+run, naming the term and saying to set `w.value` to a point of its domain. A start the user
+gave is run as given (outside the domain: "diverged", with the backend's words).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FedModelError
-from ..expression import Expression, Variable
+from ..expression import Constant, Expression, Parameter, Variable, is_sparse, postorder
 from .terms import flatten
 
 START_OPTIONS = ("w0", "x0")   # a backend's start option, by name (the first it has)
@@ -69,46 +71,32 @@ def with_start(solver: Any, start: np.ndarray) -> Any:
 
 def start_solver(problem, solver: Any, backend: Any) -> Any:
     """`solver` as it should run on `problem`: from the user's start (`user_start`) where it
-    takes one, after `check_start` at the point it will start from. CVXPY needs no start."""
-    if getattr(solver, "name", None) == "cvxpy":
-        return solver
-    name = getattr(solver, "name", str(backend))
-    option = next((o for o in START_OPTIONS if getattr(solver, o, None) is not None), None)
-    if option is not None:
-        own = getattr(solver, option)        # the backend's own start option: checked there
-        size = sum(v.size for v in problem.shared_variables())
-        try:
-            flat = np.ravel(np.asarray(own, float))
-        except (TypeError, ValueError):
-            return solver                    # the backend's own check says what is wrong
-        if flat.size in (1, size) and np.all(np.isfinite(flat)):
-            check_start(problem, np.broadcast_to(flat, (size,)), True, name, f"{name}'s {option}")
+    takes one; from 0 otherwise, after `check_start` there. A start the user gave (w.value or
+    the backend's own w0/x0) is run as given: a point outside the domain there ends the run
+    "diverged" with the backend's message. CVXPY needs no start."""
+    if getattr(solver, "name", None) == "cvxpy" or \
+            any(getattr(solver, o, None) is not None for o in START_OPTIONS):
         return solver
     start, honoured = user_start(problem), takes_start(solver)
-    check_start(problem, start, honoured, name)
-    return with_start(solver, start) if start is not None and honoured else solver
+    if start is not None and honoured:
+        return with_start(solver, start)
+    check_start(problem, start is not None, honoured, getattr(solver, "name", str(backend)))
+    return solver
 
 
-def check_start(problem, start: np.ndarray | None, honoured: bool, backend: str,
-                source: str = "") -> None:
-    """Refuse a model whose objective terms or constraints are not finite where the run starts
-    (`start` when the user set it and the backend takes it, else 0; private variables at 0),
-    naming the first such term and how to start elsewhere."""
-    at_start = start is not None and honoured
-    values, offset = {}, 0
-    for var in problem.variables():
-        if var.owner is None and at_start:
-            values[var.uid] = start[offset:offset + var.size].reshape(var.shape)
-            offset += var.size
-        else:
-            values[var.uid] = np.zeros(var.shape)
+def check_start(problem, ignored: bool, honoured: bool, backend: str) -> None:
+    """Refuse a model whose objective terms or constraints are not finite at the start 0 (shared
+    and private variables), naming the first such term and how to start elsewhere: `honoured`,
+    the backend takes a start (set w.value); `ignored`, the user set one it cannot take. A term
+    over non-finite data is left to the run's data check (a DataError naming the data)."""
+    values = {var.uid: np.zeros(var.shape) for var in problem.variables()}
     for block in problem.blocks:
         where = "the server" if block.kind == "server" else f"client {block.name!r}"
         items = [("objective term", t) for t in block.terms] + \
             [("constraint", c.expr) for c in block.constraints]
         for kind, expr in items:
             value = _value_at(expr, values)
-            if value is None or np.all(np.isfinite(value)):
+            if value is None or np.all(np.isfinite(value)) or not _finite_data(expr):
                 continue
             if kind == "objective term":        # the piece that is not finite, as written
                 pieces = [t.expression() for t in flatten(expr)]
@@ -117,19 +105,26 @@ def check_start(problem, start: np.ndarray | None, honoured: bool, backend: str,
             names = [v.label for v in expr.variables() if v.owner is None] or \
                 [v.label for v in expr.variables()]
             settable = " and ".join(n + ".value" for n in names)
-            if at_start:
-                at = f"the start you set ({source or settable})"
-                fix = f"set {source or settable} to a point where it is finite"
-            elif honoured:
-                at = "the start point " + ", ".join(f"{n} = 0" for n in names)
-                fix = f"set {settable} to a point where it is finite before solving (a warm start)"
-            else:
-                at = "the start point " + ", ".join(f"{n} = 0" for n in names)
-                fix = (f"backend {backend!r} starts there and takes no start point; use 'proxal', "
+            fix = f"set {settable} to a point where it is finite before solving (a warm start)"
+            if not honoured:
+                ignoring = f" (it ignores {settable})" if ignored else ""
+                fix = (f"backend {backend!r} takes no start point{ignoring}; use 'proxal', "
                        f"'fedadmm' or 'dald' and set {settable} to a point where it is finite")
             raise FedModelError(
-                f"{where}: the {kind} {expr} is not finite at {at} (its value there: "
-                f"{_show(value)}), so an iterative solve cannot start there; {fix}")
+                f"{where}: the {kind} {expr} is not finite at the start point "
+                f"{', '.join(f'{n} = 0' for n in names)} (its value there: {_show(value)}), so an "
+                f"iterative solve cannot start there; {fix}")
+
+
+def _finite_data(expr: Expression) -> bool:
+    """Whether the constants `expr` reads are all finite."""
+    for leaf in postorder([expr]):
+        if isinstance(leaf, Constant) and not isinstance(leaf, Parameter):
+            value = leaf.value
+            data = getattr(value, "data", value) if is_sparse(value) else value
+            if not np.all(np.isfinite(np.asarray(data, float))):
+                return False
+    return True
 
 
 def _value_at(expr: Expression, values: dict[int, np.ndarray]) -> np.ndarray | None:
