@@ -226,3 +226,27 @@ def test_a_shifted_norm_of_radius_zero_is_an_equality():
     res = prob.solve("proxal")
     assert res.status == "converged"
     np.testing.assert_allclose(res.value(w), 1.0, atol=1e-5)
+
+
+@pytest.mark.integration
+def test_a_parameter_multiplying_the_variable_in_a_halfspace_is_projected():
+    """`a @ w <= b` with `a` a Parameter: FedADMM projects on it at a's present value and a new
+    value needs no rebuild (was refused: "with constant a"); CVXPY is the reference, and its
+    multiplier too."""
+    rng = np.random.default_rng(0)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for _ in range(3):
+        X = rng.normal(size=(10, 3))
+        c = prob.add_client()
+        c.minimize(fm.sum_squares(c.data(X, name="X") @ w - c.data(X @ [1.0, -2.0, 0.5], name="y")))
+    a = fm.Parameter(3, value=np.array([1.0, -1.0, 0.0]), name="a")
+    prob.server.subject_to(a @ w <= 0.5)
+    for value in ([1.0, -1.0, 0.0], [0.0, -1.0, 2.0]):       # both active: w* moves with a
+        a.value = np.array(value)
+        res, ref = prob.solve("fedadmm"), prob.solve("cvxpy")
+        assert res.status == "converged"
+        assert float(a.value @ res.value(w)) == pytest.approx(0.5, abs=1e-6)
+        np.testing.assert_allclose(res.value(w), ref.value(w), atol=1e-4)
+        assert float(res.multipliers["server.con0"]) == pytest.approx(
+            float(ref.multipliers["server.con0"]), rel=1e-3)

@@ -27,7 +27,7 @@ from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Expression, Parameter, Variable
 from . import projection
-from .parameter_sets import coefficient_value, parametric_parts, parametric_set
+from .parameter_sets import coefficient_value, parametric_affine, parametric_parts, parametric_set
 from .terms import flatten
 from .projection import Ball, Ball1, Box, Halfspace, Piece, Subspace, project_l1_ball
 
@@ -302,8 +302,8 @@ def affine_set(constraint: Constraint) -> ProxTerm | None:
     as bounds when every row reads one entry ("box"), else a halfspace per row ("halfspace",
     "polyhedron": Dykstra); A x + b == 0 as an affine subspace ("subspace", closed form)."""
     found = _affine_map(constraint)
-    if found is None:
-        return None
+    if found is None:          # Parameters multiplying the variable: the set at their values
+        return parametric_affine(constraint, affine_set) if constraint.expr.parameters() else None
     var, A, b = found
     nonzero = A != 0
     if not np.all(np.any(nonzero, axis=1)):       # a row without x: a constant, not a set
