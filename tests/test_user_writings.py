@@ -151,6 +151,9 @@ def test_the_run_starts_from_the_value_the_user_set(backend):
     assert res.objective == pytest.approx(2.0, abs=1e-9)
     again = prob.solve(backend)          # from the user's start again, not from the last answer
     assert again.status == "converged" and again.iterations == res.iterations
+    w.value = None                       # the start withdrawn: from 0 again, refused
+    with pytest.raises(fm.FedModelError, match="not finite at the start"):
+        prob.solve(backend)
 
 
 def test_cvxpy_needs_no_start():

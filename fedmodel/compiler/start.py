@@ -38,8 +38,11 @@ def user_start(problem) -> np.ndarray | None:
     re-solve thus starts where the first did, and runs the same iterations."""
     shared = problem.shared_variables()
     for var in shared:                   # the user's latest start survives the solves after it
-        if var.value is not None and var.value is not _SOLVED.get(var.uid):
-            _STARTS[var.uid] = var.value
+        if var.value is not _SOLVED.get(var.uid):       # assigned since: a start, or None (none)
+            if var.value is None:
+                _STARTS.pop(var.uid, None)
+            else:
+                _STARTS[var.uid] = var.value
     if not shared or any(v.uid not in _STARTS for v in shared):
         return None
     return np.concatenate([np.ravel(np.asarray(_STARTS[v.uid], float)) for v in shared])
