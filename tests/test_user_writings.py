@@ -83,19 +83,25 @@ def test_l1_median_over_three_clients(backend):
     assert fm.verify(res, prob.solve("cvxpy")).ok
 
 
+def _least_squares(truth, rows: int, seed: int, extra=None):
+    """Σᵢ ‖Xᵢ w − Xᵢ·truth‖² / rows (+ extra(w) in each client) over 3 clients' own data."""
+    rng = np.random.default_rng(seed)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for _ in range(3):
+        X = rng.normal(size=(rows, 3))
+        c = prob.add_client()
+        loss = fm.sum_squares(c.data(X, name="X") @ w - c.data(X @ np.asarray(truth), name="y")) / rows
+        c.minimize(loss if extra is None else loss + extra(w))
+    return prob, w
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("backend", ["proxal", "dald", "fedadmm"])
 def test_a_group_lasso_term_in_each_client(backend):
     """Least squares + 0.3‖w‖₂ in every client: the ‖·‖₂ term by its prox (was "neither a
     gradient nor a prox"); CVXPY is the reference (the group shrinks, not to 0)."""
-    rng = np.random.default_rng(3)
-    w = fm.Variable(3, name="w")
-    prob = fm.Problem()
-    for _ in range(3):
-        X = rng.normal(size=(12, 3))
-        c = prob.add_client()
-        c.minimize(fm.sum_squares(c.data(X, name="X") @ w - c.data(X @ [0.3, -0.2, 0.1], name="y"))
-                   / 12 + 0.3 * fm.norm2(w))
+    prob, w = _least_squares([0.3, -0.2, 0.1], rows=12, seed=3, extra=lambda w: 0.3 * fm.norm2(w))
     ref = prob.solve("cvxpy")
     res = prob.solve(backend)
     assert res.status == "converged" and 0 < np.linalg.norm(ref.value(w)) < 0.3
@@ -236,13 +242,7 @@ def test_a_parameter_multiplying_the_variable_in_a_halfspace_is_projected():
     """`a @ w <= b` with `a` a Parameter: FedADMM projects on it at a's present value and a new
     value needs no rebuild (was refused: "with constant a"); CVXPY is the reference, and its
     multiplier too."""
-    rng = np.random.default_rng(0)
-    w = fm.Variable(3, name="w")
-    prob = fm.Problem()
-    for _ in range(3):
-        X = rng.normal(size=(10, 3))
-        c = prob.add_client()
-        c.minimize(fm.sum_squares(c.data(X, name="X") @ w - c.data(X @ [1.0, -2.0, 0.5], name="y")))
+    prob, w = _least_squares([1.0, -2.0, 0.5], rows=10, seed=0)
     a = fm.Parameter(3, value=np.array([1.0, -1.0, 0.0]), name="a")
     prob.server.subject_to(a @ w <= 0.5)
     for value in ([1.0, -1.0, 0.0], [0.0, -1.0, 2.0]):       # both active: w* moves with a
