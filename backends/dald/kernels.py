@@ -2,6 +2,12 @@
 residual and Σμ mirror, the Fed-DALD-DC residual (80), the consensus terms of (20) and a whole
 Gauss–Seidel sweep of (20) built from them, each one pass over the (n, d) stacks (conventions:
 `fedmodel.runtime.kernels`).
+
+The Fed-DALD-CC server's two passes (`consensus_dual`, `consensus_gap`) take numpy below
+`NUMPY_ROWS` rows: the same arithmetic in the same order (rows summed one after another from
+0.0), so the same numbers bit for bit, without loading numba — its import and the loops' load
+from the on-disk cache are ~0.3 s CPU a process (a first compilation ~5 s), more than the whole
+server side of a run with few clients; the one-pass loops pay off with many rows.
 """
 from __future__ import annotations
 
@@ -10,6 +16,9 @@ from functools import cache
 import numpy as np
 
 from fedmodel.runtime.kernels import column_bounds, exact_shape, flags, indices, operand
+
+#: fewer rows than this: the server's passes in numpy (module docstring)
+NUMPY_ROWS = 64
 
 
 @cache
@@ -26,6 +35,9 @@ def consensus_dual(MU: np.ndarray, X: np.ndarray, xhat, weight) -> np.ndarray:
     [2.0, -2.0]
     """
     n, d = X.shape
+    if n < NUMPY_ROWS:          # the loop's (x̂ − x)·w + μ, elementwise (module docstring)
+        return (operand(xhat, n, d, widen=True) - exact_shape(X, (n, d))) * operand(weight, n, d) \
+            + exact_shape(MU, (n, d))
     out = np.empty((n, d))
     _compiled().consensus_dual(exact_shape(MU, (n, d)), exact_shape(X, (n, d)), operand(xhat, n, d, widen=True),
                                operand(weight, n, d), out)
@@ -129,9 +141,22 @@ def consensus_gap(X: np.ndarray, xhat: np.ndarray, weight, member: np.ndarray) -
     """
     n, d = X.shape
     total = np.zeros(d)
+    if n < NUMPY_ROWS:
+        return _consensus_gap_rows(exact_shape(X, (n, d)), operand(xhat, 1, d, widen=True)[0],
+                                   operand(weight, n, d), flags(member, n), total)
     largest = _compiled().consensus_gap(exact_shape(X, (n, d)), operand(xhat, 1, d, widen=True), operand(weight, n, d),
                                         flags(member, n), total)
     return total, float(largest)
+
+
+def _consensus_gap_rows(X, h, weight, member, total) -> tuple[np.ndarray, float]:
+    """`consensus_gap` in numpy for a few rows: the compiled loop's sum, row by row into
+    `total` (from 0.0), and its largest |x̂ − x| (NaN if any difference is NaN, as np.max)."""
+    diff = h - X
+    for i in np.flatnonzero(member):
+        w = weight[i] if len(weight) > 1 else weight[0]
+        total += (w if len(w) > 1 else w[0]) * diff[i]
+    return total, float(np.max(np.abs(diff))) if diff.size else 0.0
 
 
 def largest_change(X: np.ndarray, previous: np.ndarray, member: np.ndarray) -> tuple[float, bool]:

@@ -1,0 +1,151 @@
+"""A cold first solve's fixed costs (issue 27 item 3): numba's on-disk cache and what runs
+without numba.
+
+- DALD-CC's server passes (`consensus_dual`, `consensus_gap`) take numpy below
+  `kernels.NUMPY_ROWS` rows: bit for bit the compiled loops' numbers (compared here on random
+  stacks, non-finite entries included), and a small DALD run loads no numba.
+- The compiled loops are cached on disk where numba finds a place (`compiled_loops.cached_jit`):
+  the next process loads them instead of compiling; where numba finds none it compiles them
+  per process instead of refusing the import.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedmodel.backends.dald import kernels
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _stacks(rng, n: int, d: int, weight: str):
+    X = rng.normal(size=(n, d)) * 10.0 ** rng.integers(-4, 5)
+    w = {"scalar": 2.0 ** rng.normal(), "column": rng.random((n, 1)), "full": rng.random((n, d))}[weight]
+    return X, w
+
+
+@pytest.mark.parametrize("weight", ["scalar", "column", "full"])
+def test_numpy_server_passes_are_the_compiled_loops_bit_for_bit(weight):
+    rng = np.random.default_rng(7)
+    loops = kernels._compiled()
+    for trial in range(40):
+        n, d = int(rng.integers(1, kernels.NUMPY_ROWS)), int(rng.integers(1, 40))
+        X, w = _stacks(rng, n, d, weight)
+        if trial % 4 == 0:                     # a non-finite entry, or a negative zero
+            X[rng.integers(n), rng.integers(d)] = [np.nan, np.inf, -0.0, -np.inf][trial // 4 % 4]
+        xhat, MU = rng.normal(size=d), rng.normal(size=(n, d))
+        member = rng.random(n) < 0.6
+        total, largest = kernels.consensus_gap(X, xhat, w, member)
+        want_total = np.zeros(d)
+        want_largest = loops.consensus_gap(X, xhat[None, :], kernels.operand(w, n, d), member, want_total)
+        assert total.tobytes() == want_total.tobytes()
+        assert np.float64(largest).tobytes() == np.float64(want_largest).tobytes()
+        got = kernels.consensus_dual(MU, X, xhat, w)
+        want = np.empty((n, d))
+        loops.consensus_dual(MU, X, kernels.operand(xhat, n, d, widen=True), kernels.operand(w, n, d), want)
+        assert got.tobytes() == want.tobytes()
+
+
+def test_many_rows_take_the_compiled_loops(monkeypatch):
+    """At NUMPY_ROWS rows and above the compiled loop runs (the numpy path is not taken)."""
+    calls = []
+    loops = kernels._compiled()
+
+    class Spy:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(loops, name)
+    monkeypatch.setattr(kernels, "_compiled", lambda: Spy())
+    n, d = kernels.NUMPY_ROWS, 3
+    X = np.arange(n * d, dtype=float).reshape(n, d)
+    total, largest = kernels.consensus_gap(X, np.zeros(d), 1.0, np.ones(n, bool))
+    np.testing.assert_array_equal(total, -X.sum(axis=0))
+    assert largest == X.max()
+    np.testing.assert_array_equal(kernels.consensus_dual(np.ones((n, d)), X, np.zeros(d), 2.0), 1.0 - 2.0 * X)
+    assert calls == ["consensus_gap", "consensus_dual"]
+
+
+def _child(code: str, env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, **(env or {})})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+SMALL_DALD = """
+import json, sys
+import numpy as np
+import fedmodel as fm
+rng = np.random.default_rng(3)
+w = fm.Variable(4, name="w")
+prob = fm.Problem()
+for i in range(5):
+    A, b = rng.normal(size=(12, 4)), rng.normal(size=12)
+    c = prob.add_client(f"c{i}")
+    c.minimize(fm.sum_squares(c.data(A, name="A") @ w - b))
+    c.subject_to(fm.norm2(w) <= 0.5)
+res = prob.solve("dald")
+print(json.dumps({"numba": "numba" in sys.modules, "status": str(res.status), "w": res.value(w).tolist(),
+                  "exact": prob.solve("cvxpy").value(w).tolist()}))
+"""
+
+
+@pytest.mark.integration      # (a fresh interpreter: ~2 s)
+def test_a_small_dald_run_loads_no_numba():
+    out = _child(SMALL_DALD)
+    assert not out["numba"]
+    assert out["status"] == "converged"
+    np.testing.assert_allclose(out["w"], out["exact"], atol=1e-4)
+
+
+KERNEL = """
+import json, sys
+import numpy as np
+from fedmodel.runtime import kernels
+Z = np.array([[1.0, -2.0, 3.0]])
+out = kernels.prox_grad_step(Z, np.zeros((1, 3)), 1.0, np.zeros(3), np.zeros(3), 1.0, 0.5, 3,
+                             np.array([0.25]), slice(0, 3))
+loops = kernels._compiled()
+stats = loops.prox_grad_step.stats
+print(json.dumps({"out": out.tolist(), "hits": sum(stats.cache_hits.values()),
+                  "misses": sum(stats.cache_misses.values()),
+                  "cached": type(loops.prox_grad_step._cache).__name__}))
+"""
+# z − 0.5·(z − 0) = z/2, then soft-thresholded at 0.25
+WANT = [[0.25, -0.75, 1.25]]
+
+NEVER = """
+class Never:
+    @classmethod
+    def from_function(cls, py_func, source_path):
+        return None
+"""
+
+
+@pytest.mark.integration      # (two fresh interpreters, one compiling: ~10 s)
+def test_the_next_process_loads_the_compiled_loops_from_the_cache(tmp_path):
+    """With the cache outside the source tree (NUMBA_CACHE_DIR, as for a read-only install),
+    the first process compiles and writes, the second only loads."""
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    first, second = _child(KERNEL, env), _child(KERNEL, env)
+    assert first["out"] == second["out"] == WANT
+    assert first["misses"] >= 1 and any((tmp_path / "cache").rglob("*.nbi"))
+    assert second["hits"] >= 1 and second["misses"] == 0
+
+
+@pytest.mark.integration      # (a fresh interpreter compiling without a cache: ~5 s)
+def test_without_a_place_for_the_cache_the_loops_still_compile(tmp_path):
+    """numba refuses `cache=True` when no locator finds a writable folder (here: a locator
+    list of one that never does); the loops then compile per process, same numbers."""
+    (tmp_path / "never_locator.py").write_text(NEVER)
+    env = {"NUMBA_CACHE_LOCATOR_CLASSES": "never_locator.Never",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = _child(KERNEL, env)
+    assert out["out"] == WANT
+    assert out["hits"] == 0 and out["cached"] == "NullCache"
