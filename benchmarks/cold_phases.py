@@ -24,22 +24,19 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 CLOCKS = (time.perf_counter, time.process_time)
-SPENT: dict[str, list[float]] = {}
-STACK: list[list[float]] = []
+SPENT: dict[str, list[float]] = {}      # label → [wall, CPU], exclusive
+STACK: list[list[float]] = []           # per running phase: its nested phases' [wall, CPU] so far
+FIRST: list[float] = []                 # the loop's own [wall, CPU] up to its first outer iteration
+LOOP_START: list[float] = []
 
 
 def _now() -> list[float]:
     return [clock() for clock in CLOCKS]
 
 
-def timed(label: str, fn, first_only: bool = False):
+def timed(label: str, fn):
     """`fn` whose time is booked to `label` (exclusive of phases nested in it)."""
-    seen = []
-
     def wrapper(*args, **kwargs):
-        if first_only and seen:
-            return fn(*args, **kwargs)
-        seen.append(True)
         start = _now()
         STACK.append([0.0, 0.0])
         try:
@@ -55,13 +52,14 @@ def timed(label: str, fn, first_only: bool = False):
     return wrapper
 
 
-def patch(owner, name: str, label: str, first_only: bool = False) -> None:
+def patch(owner, name: str, label: str) -> None:
+    """`owner.name` (a function, method or staticmethod) timed as `label`."""
     if owner is not None and hasattr(owner, name):
         original = owner.__dict__.get(name, getattr(owner, name)) if isinstance(owner, type) else getattr(owner, name)
         if isinstance(original, staticmethod):
-            setattr(owner, name, staticmethod(timed(label, original.__func__, first_only)))
+            setattr(owner, name, staticmethod(timed(label, original.__func__)))
         else:
-            setattr(owner, name, timed(label, original, first_only))
+            setattr(owner, name, timed(label, original))
 
 
 def _numba_hooks() -> None:
@@ -84,13 +82,11 @@ def _compiled_hook(module) -> None:
     module._compiled = wrapper
 
 
-FIRST: list[float] = []
-
-
 def _first_outer(owner, name: str) -> None:
     """Note the loop's own time (exclusive) when `name` (its outer-iteration record) first returns."""
     original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
     fn = original.__func__ if isinstance(original, staticmethod) else original
+
     def wrapper(*args, **kwargs):
         out = fn(*args, **kwargs)
         if not FIRST and STACK:
@@ -98,9 +94,6 @@ def _first_outer(owner, name: str) -> None:
             FIRST.extend(b - a - inner for a, b, inner in zip(LOOP_START, _now(), loop))
         return out
     setattr(owner, name, staticmethod(wrapper) if isinstance(original, staticmethod) else wrapper)
-
-
-LOOP_START: list[float] = []
 
 
 def _timed_loop(owner) -> None:
@@ -121,6 +114,8 @@ def _loop_hooks() -> None:
         if module is None or getattr(module, "_cold_phases", False):
             continue
         module._cold_phases = True
+        if "compile" in vars(getattr(module, owner)):      # (ProxAL's own)
+            patch(getattr(module, owner), "compile", "node programs (compile_programs)")
         _timed_loop(getattr(module, owner))
         _first_outer(getattr(module, owner), record) if record else _first_outer(module, "outer_record")
     kernels = sys.modules.get("fedmodel.backends.dald.kernels")
