@@ -1,9 +1,9 @@
 """A cold first solve's fixed costs (issue 27 item 3): numba's on-disk cache and what runs
 without numba.
 
-- DALD-CC's server passes (`consensus_dual`, `consensus_gap`) take numpy below
-  `kernels.NUMPY_ROWS` rows: bit for bit the compiled loops' numbers (compared here on random
-  stacks, non-finite entries included), and a small DALD run loads no numba.
+- DALD's kernels take numpy (`numpy_loops`) below `kernels.NUMPY_ROWS` rows: bit for bit the
+  compiled loops' numbers (compared here on random graphs and stacks, non-finite entries
+  included), and a small DALD run, on a star or a ring, loads no numba.
 - The compiled loops are cached on disk where numba finds a place (`compiled_loops.cached_jit`):
   the next process loads them instead of compiling; where numba finds none it compiles them
   per process instead of refusing the import.
@@ -19,37 +19,48 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedmodel.backends.dald import kernels
+from fedmodel.backends.dald import kernels, numpy_loops
+from test_dald_kernels import _sweep_case
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _stacks(rng, n: int, d: int, weight: str):
-    X = rng.normal(size=(n, d)) * 10.0 ** rng.integers(-4, 5)
-    w = {"scalar": 2.0 ** rng.normal(), "column": rng.random((n, 1)), "full": rng.random((n, d))}[weight]
-    return X, w
+def _all_kernels(rng, kind: str, wide: bool, partial: bool, seed: int) -> list[np.ndarray]:
+    """Every DALD kernel's outputs on one random case (a graph of 9 nodes, d = 5): the stacks'
+    scale varies, some entries are non-finite or −0.0."""
+    X, G, MU, order, adjacency, weight, step, threshold = _sweep_case(kind, 9, 5, wide, partial, seed)
+    n, d = X.shape
+    X = X * 10.0 ** rng.integers(-4, 5)
+    if seed % 3 == 0:
+        X[rng.integers(n), rng.integers(d)] = [np.nan, np.inf, -0.0][seed // 3 % 3]
+    node_weight = {0: 2.0 ** rng.normal(), 1: rng.random((n, 1)), 2: rng.random((n, d))}[seed % 3]
+    xhat, member = rng.normal(size=d), rng.random(n) < 0.6
+    ptr, edge, nbr, _ = adjacency
+    tail = np.repeat(np.arange(n), np.diff(ptr))        # every edge end as (node, neighbour)
+    return [np.asarray(value, dtype=float) for value in (
+        *kernels.consensus_gap(X, xhat, node_weight, member),
+        kernels.consensus_dual(rng.normal(size=(n, d)), X, xhat, node_weight),
+        *kernels.edge_dual(X, MU[edge], tail, nbr, weight[edge], rng.random(len(tail)) < 0.7),
+        *kernels.edge_terms(X, MU, order, adjacency, weight),
+        kernels.gauss_seidel_sweep(X, G, MU, order, adjacency, weight, step, threshold, slice(1, 4)),
+        kernels.gauss_seidel_sweep(X, G, MU, order, adjacency, weight, step, threshold, slice(0, 5),
+                                   prox_row=lambda z, i: np.clip(z, -0.1 * (i + 1), 0.2, out=z)),
+        *kernels.largest_change(X, X + rng.normal(size=X.shape), member))]
 
 
-@pytest.mark.parametrize("weight", ["scalar", "column", "full"])
-def test_numpy_server_passes_are_the_compiled_loops_bit_for_bit(weight):
-    rng = np.random.default_rng(7)
-    loops = kernels._compiled()
-    for trial in range(40):
-        n, d = int(rng.integers(1, kernels.NUMPY_ROWS)), int(rng.integers(1, 40))
-        X, w = _stacks(rng, n, d, weight)
-        if trial % 4 == 0:                     # a non-finite entry, or a negative zero
-            X[rng.integers(n), rng.integers(d)] = [np.nan, np.inf, -0.0, -np.inf][trial // 4 % 4]
-        xhat, MU = rng.normal(size=d), rng.normal(size=(n, d))
-        member = rng.random(n) < 0.6
-        total, largest = kernels.consensus_gap(X, xhat, w, member)
-        want_total = np.zeros(d)
-        want_largest = loops.consensus_gap(X, xhat[None, :], kernels.operand(w, n, d), member, want_total)
-        assert total.tobytes() == want_total.tobytes()
-        assert np.float64(largest).tobytes() == np.float64(want_largest).tobytes()
-        got = kernels.consensus_dual(MU, X, xhat, w)
-        want = np.empty((n, d))
-        loops.consensus_dual(MU, X, kernels.operand(xhat, n, d, widen=True), kernels.operand(w, n, d), want)
-        assert got.tobytes() == want.tobytes()
+@pytest.mark.parametrize("kind", ["path", "ring", "erdos_renyi", "tree"])
+@pytest.mark.parametrize("wide", [False, True])
+def test_numpy_loops_are_the_compiled_loops_bit_for_bit(monkeypatch, kind, wide):
+    """The same wrappers on the same inputs, once on `numpy_loops` and once on the compiled
+    loops (`kernels._loops` forced each way): every output equal to the last bit."""
+    compiled = kernels._compiled()
+    for seed in range(6):
+        results = []
+        for loops in (numpy_loops, compiled):
+            monkeypatch.setattr(kernels, "_loops", lambda *rows, loops=loops: loops)
+            results.append(_all_kernels(np.random.default_rng(seed), kind, wide, seed % 2 == 1, seed))
+        for got, want in zip(*results):
+            assert got.shape == want.shape and got.tobytes() == want.tobytes()
 
 
 def test_many_rows_take_the_compiled_loops(monkeypatch):
@@ -90,18 +101,22 @@ for i in range(5):
     c = prob.add_client(f"c{i}")
     c.minimize(fm.sum_squares(c.data(A, name="A") @ w - b))
     c.subject_to(fm.norm2(w) <= 0.5)
-res = prob.solve("dald")
-print(json.dumps({"numba": "numba" in sys.modules, "status": str(res.status), "w": res.value(w).tolist(),
+star = prob.solve("dald")
+ring = prob.solve("dald", topology=fm.topologies.ring(prob))
+print(json.dumps({"numba": "numba" in sys.modules, "status": [str(star.status), str(ring.status)],
+                  "w": [star.value(w).tolist(), ring.value(w).tolist()],
                   "exact": prob.solve("cvxpy").value(w).tolist()}))
 """
 
 
-@pytest.mark.integration      # (a fresh interpreter: ~2 s)
+@pytest.mark.integration      # (a fresh interpreter: ~3 s)
 def test_a_small_dald_run_loads_no_numba():
+    """DALD-CC on the star and DALD-DC on a ring of 5 clients: right answers, numba never loaded."""
     out = _child(SMALL_DALD)
     assert not out["numba"]
-    assert out["status"] == "converged"
-    np.testing.assert_allclose(out["w"], out["exact"], atol=1e-4)
+    assert out["status"] == ["converged", "converged"]
+    for w in out["w"]:
+        np.testing.assert_allclose(w, out["exact"], atol=1e-4)
 
 
 KERNEL = """

@@ -3,11 +3,10 @@ residual and Σμ mirror, the Fed-DALD-DC residual (80), the consensus terms of 
 Gauss–Seidel sweep of (20) built from them, each one pass over the (n, d) stacks (conventions:
 `fedmodel.runtime.kernels`).
 
-The Fed-DALD-CC server's two passes (`consensus_dual`, `consensus_gap`) take numpy below
-`NUMPY_ROWS` rows: the same arithmetic in the same order (rows summed one after another from
-0.0), so the same numbers bit for bit, without loading numba — its import and the loops' load
-from the on-disk cache are ~0.3 s CPU a process (a first compilation ~5 s), more than the whole
-server side of a run with few clients; the one-pass loops pay off with many rows.
+Stacks of fewer than `NUMPY_ROWS` rows (nodes, edges) take `numpy_loops`: the same
+numbers bit for bit without loading numba, whose import and the loops' load from the on-disk
+cache are ~0.3 s CPU a process (a first compilation seconds), more than a small run's whole
+server side; the one-pass compiled loops pay off with many rows.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from fedmodel.runtime.kernels import column_bounds, exact_shape, flags, indices, operand
 
-#: fewer rows than this: the server's passes in numpy (module docstring)
+#: stacks with fewer rows than this (nodes and edges) take the numpy loops (module docstring)
 NUMPY_ROWS = 64
 
 
@@ -28,6 +27,14 @@ def _compiled():
     return compiled_loops
 
 
+def _loops(*rows: int):
+    """The loops for stacks of these numbers of rows: `numpy_loops` below NUMPY_ROWS, else compiled."""
+    if max(rows) < NUMPY_ROWS:
+        from . import numpy_loops
+        return numpy_loops
+    return _compiled()
+
+
 def consensus_dual(MU: np.ndarray, X: np.ndarray, xhat, weight) -> np.ndarray:
     """μ_i + w_i∘(x̂_i − x_i) for every row, as a new array (xhat: (d,) or (n, d)).
 
@@ -35,11 +42,8 @@ def consensus_dual(MU: np.ndarray, X: np.ndarray, xhat, weight) -> np.ndarray:
     [2.0, -2.0]
     """
     n, d = X.shape
-    if n < NUMPY_ROWS:          # the loop's (x̂ − x)·w + μ, elementwise (module docstring)
-        return (operand(xhat, n, d, widen=True) - exact_shape(X, (n, d))) * operand(weight, n, d) \
-            + exact_shape(MU, (n, d))
     out = np.empty((n, d))
-    _compiled().consensus_dual(exact_shape(MU, (n, d)), exact_shape(X, (n, d)), operand(xhat, n, d, widen=True),
+    _loops(n).consensus_dual(exact_shape(MU, (n, d)), exact_shape(X, (n, d)), operand(xhat, n, d, widen=True),
                                operand(weight, n, d), out)
     return out
 
@@ -50,7 +54,7 @@ def edge_dual(X: np.ndarray, MU: np.ndarray, tail: np.ndarray, head: np.ndarray,
     m, d = MU.shape
     n = len(X)
     out, size = np.empty((m, d)), np.empty(m)
-    _compiled().edge_dual(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), indices(tail, n, m), indices(head, n, m),
+    _loops(n, m).edge_dual(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), indices(tail, n, m), indices(head, n, m),
                           operand(weight, m, d), flags(move, m), out, size)
     return out, size
 
@@ -82,7 +86,7 @@ def edge_terms(X: np.ndarray, MU: np.ndarray, rows: np.ndarray, adjacency, weigh
     rows = indices(rows, n)
     ptr, edge, nbr, sign = _adjacency(adjacency, n, m)
     out = np.empty((3, len(rows), d))
-    _compiled().edge_terms(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), rows, np.full(n, -1, dtype=np.intp),
+    _loops(n, m).edge_terms(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), rows, np.full(n, -1, dtype=np.intp),
                            ptr, edge, nbr, sign, operand(weight, m, d), out)
     return out[0], out[1], out[2]
 
@@ -121,7 +125,7 @@ def gauss_seidel_sweep(X: np.ndarray, G: np.ndarray, MU: np.ndarray, order: np.n
     args = (exact_shape(X, (n, d)), exact_shape(G, (n, d)), exact_shape(MU, (m, d)))
     rest = (rank, *_adjacency(adjacency, n, m), operand(weight, m, d), float(step),
             operand(threshold, 1, n, widen=True).ravel())
-    run = _compiled().gauss_seidel_sweep
+    run = _loops(n, m).gauss_seidel_sweep
     if prox_row is None:
         run(*args, order, *rest, *column_bounds(cols, d), B)
         return B
@@ -141,22 +145,9 @@ def consensus_gap(X: np.ndarray, xhat: np.ndarray, weight, member: np.ndarray) -
     """
     n, d = X.shape
     total = np.zeros(d)
-    if n < NUMPY_ROWS:
-        return _consensus_gap_rows(exact_shape(X, (n, d)), operand(xhat, 1, d, widen=True)[0],
-                                   operand(weight, n, d), flags(member, n), total)
-    largest = _compiled().consensus_gap(exact_shape(X, (n, d)), operand(xhat, 1, d, widen=True), operand(weight, n, d),
+    largest = _loops(n).consensus_gap(exact_shape(X, (n, d)), operand(xhat, 1, d, widen=True), operand(weight, n, d),
                                         flags(member, n), total)
     return total, float(largest)
-
-
-def _consensus_gap_rows(X, h, weight, member, total) -> tuple[np.ndarray, float]:
-    """`consensus_gap` in numpy for a few rows: the compiled loop's sum, row by row into
-    `total` (from 0.0), and its largest |x̂ − x| (NaN if any difference is NaN, as np.max)."""
-    diff = h - X
-    for i in np.flatnonzero(member):
-        w = weight[i] if len(weight) > 1 else weight[0]
-        total += (w if len(w) > 1 else w[0]) * diff[i]
-    return total, float(np.max(np.abs(diff))) if diff.size else 0.0
 
 
 def largest_change(X: np.ndarray, previous: np.ndarray, member: np.ndarray) -> tuple[float, bool]:
@@ -166,6 +157,6 @@ def largest_change(X: np.ndarray, previous: np.ndarray, member: np.ndarray) -> t
     >>> largest_change(np.array([[1.0], [np.inf]]), np.zeros((2, 1)), np.array([True, False]))
     (1.0, False)
     """
-    largest, finite = _compiled().largest_change(exact_shape(X, X.shape), exact_shape(previous, X.shape),
+    largest, finite = _loops(len(X)).largest_change(exact_shape(X, X.shape), exact_shape(previous, X.shape),
                                                  flags(member, len(X)))
     return float(largest), bool(finite)
