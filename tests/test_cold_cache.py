@@ -10,6 +10,7 @@ without numba.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -80,6 +81,21 @@ def test_many_rows_take_the_compiled_loops(monkeypatch):
     assert largest == X.max()
     np.testing.assert_array_equal(kernels.consensus_dual(np.ones((n, d)), X, np.zeros(d), 2.0), 1.0 - 2.0 * X)
     assert calls == ["consensus_gap", "consensus_dual"]
+
+
+def test_the_compiled_loops_take_over_after_numpy_calls_or_once_loaded(monkeypatch):
+    """Small stacks take numpy for NUMPY_CALLS calls, then the compiled loops; and the compiled
+    loops at once in a process that has loaded them."""
+    compiled = kernels._compiled()
+    fresh = functools.cache(lambda: compiled)       # "not loaded yet" for this process
+    monkeypatch.setattr(kernels, "_compiled", fresh)
+    monkeypatch.setattr(kernels, "NUMPY_CALLS", 2)
+    monkeypatch.setattr(kernels, "_numpy_calls", [0])
+    assert [kernels._loops(5, 3) for _ in range(3)] == [numpy_loops, numpy_loops, compiled]
+    monkeypatch.setattr(kernels, "_numpy_calls", [0])
+    assert kernels._loops(5) is compiled                # loaded now: no numpy call
+    monkeypatch.setattr(kernels, "_compiled", functools.cache(lambda: compiled))
+    assert kernels._loops(kernels.NUMPY_ROWS - 1) is numpy_loops and kernels._loops(kernels.NUMPY_ROWS) is compiled
 
 
 def _child(code: str, env: dict | None = None) -> dict:
