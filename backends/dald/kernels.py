@@ -6,9 +6,10 @@ Gauss–Seidel sweep of (20) built from them, each one pass over the (n, d) stac
 Stacks of fewer than `NUMPY_ROWS` rows (nodes, edges) take `numpy_loops`: the same
 numbers bit for bit without loading numba, whose import and the loops' load from the on-disk
 cache are ~0.3 s CPU a process (a first compilation seconds), more than a small run's whole
-server side; the one-pass compiled loops pay off with many rows. A numpy call costs ~15 µs more
-than a compiled one, so after `NUMPY_CALLS` of them (about numba's load) the process takes the
-compiled loops, as it does once they are loaded anyway: the numbers do not change.
+server side; the one-pass compiled loops pay off with many rows. A numpy call costs ~20–40 µs
+more than a compiled one (DALD-DC on a 6-ring), so after `NUMPY_CALLS` of them (about numba's
+load) the process takes the compiled loops, as it does once they are loaded anyway: the numbers
+do not change.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from fedmodel.runtime.kernels import column_bounds, exact_shape, flags, indices,
 #: stacks with fewer rows than this (nodes and edges) take the numpy loops (module docstring)
 NUMPY_ROWS = 64
 #: numpy calls in a process after which the compiled loops take over (module docstring)
-NUMPY_CALLS = 20_000
+NUMPY_CALLS = 10_000
 _numpy_calls = [0]
 
 
