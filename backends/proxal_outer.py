@@ -89,7 +89,7 @@ def next_tau(backend, k: int, history: list[dict]) -> float:
             if last["step"] / (beta * mu * (1 + beta * mu)) > FAR * tol * last["size"]:
                 target = max(target, INEXACT * last["step"] / (beta * root_d))
             tau = min(tau, target)
-    if tol < np.inf and ratio <= 10 and "gradient_scale" in last:
+    if tol < np.inf and ratio <= 10 and last.get("gradient_scale", 0.0) > 0:
         tau = min(tau, 0.5 * RELATIVE * last["gradient_scale"])      # (`relative` can hold)
     return tau
 
@@ -238,8 +238,9 @@ def relative(backend, record: dict) -> bool:
     in units of 10³, tests/test_proxal_saturated.py) has gradients 10⁶ smaller near its answer
     than there, and (11) and the distance test's standstill held at loose τ_k, one-iteration
     ADMM runs, 53 % from the optimum. True without a finite dist_tol (`ProxAL.paper()`: (11)
-    alone) or without the nodes' reading (cProx-AL)."""
-    if getattr(backend, "dist_tol", np.inf) == np.inf or "gradient_scale" not in record:
+    alone), without the nodes' reading (cProx-AL) or where every gradient is 0 (x stationary
+    for every f_i: nothing to be relative to)."""
+    if getattr(backend, "dist_tol", np.inf) == np.inf or not record.get("gradient_scale", 0.0) > 0:
         return True
     return record["primal_change"] / record["beta"] + record["tau"] <= RELATIVE * record["gradient_scale"]
 

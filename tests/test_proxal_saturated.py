@@ -111,6 +111,7 @@ def test_stationarity_is_relative_to_the_gradients_at_the_point():
     assert outer_stop(backend(), history, None, None, {}) == Status.CONVERGED
     assert relative(backend(float("inf")), {**last, "gradient_scale": 2.6e-8})
     assert relative(backend(), {k: v for k, v in last.items() if k != "gradient_scale"})
+    assert relative(backend(), {**last, "gradient_scale": 0.0})     # every gradient 0 at x
 
 
 def test_gradient_scale_matches_the_closed_form_on_a_saturated_client():
