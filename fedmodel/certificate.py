@@ -153,7 +153,8 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
         objective_scale += float(term.value(inputs[i]))
     lagrangian_scale = objective_scale + sum(sizes[n_objective:])
     scale = np.maximum(scales, floors)
-    point = np.divide(lagrangian_scale, scale, out=np.zeros(len(variables)), where=scale > 0)
+    with np.errstate(all="ignore"):    # a point off the domain: nan scales, judged elsewhere
+        point = np.divide(lagrangian_scale, scale, out=np.zeros(len(variables)), where=scale > 0)
     for i, var in enumerate(variables):
         # a variable no objective term reads (a split constraint's slack) has only μ·∇c to
         # cancel: at a nearly inactive constraint (μ ≈ 1e-11) their rounding read 2e-3 of their
