@@ -36,6 +36,15 @@ of ten leaves them unchanged for models homogeneous in the data:
 - `objective_scale` (the objective's pieces' sizes) and `lengths` (per variable, the
   Lagrangian's size over G_v: how far x must move to change it by its own size) are the
   scales `fm.verify` measures the objective gap and a distance to a zero optimum against.
+
+Where the model gives no such scale at the point (`_natural_lengths`): a variable's length is
+also G_v over the curvature (−log(1 + w) + w at w* = 0 has L = 0), or, where both are rounding,
+the length its constraints' constants give it (w ≥ −1: 1; a homogeneous ‖Xw‖² has none of its
+own); where x_v is rounding around 0 on that length, the gradients' change over it is G_v's
+floor and the objective's scale is at least ½ Σ_v ℓ_v times it. A variable no objective term
+reads (a split constraint's slack) has the constraints it carries for its length, and the
+Lagrangian's size over it (×KINK) for its G_v: its μ − μ_i at a nearly inactive constraint
+(μ ≈ 1e-11) is rounding.
 """
 from __future__ import annotations
 

@@ -10,7 +10,10 @@ by a power of ten changes no verdict, and `ok` needs all of them within `rtol`:
   0 (or below ZERO_LENGTH of the variable's natural length, `Certificate.lengths`), that
   length's ZERO_LENGTH part takes its place;
 - feasibility, KKT stationarity and complementarity: the result's certificate's relative
-  measures (`fedmodel.certificate`), computed at the result's point.
+  measures (`fedmodel.certificate`), computed at the result's point;
+- second order, for a model that is not convex (no reference): the Lagrangian's most negative
+  curvature along the active constraints relative to its pieces' (`fedmodel.second_order`),
+  so that a maximum or a saddle where the KKT conditions hold is not OK.
 """
 from __future__ import annotations
 
