@@ -18,7 +18,7 @@ the curvature of the Lagrangian's pieces, by central differences of the model's 
   ≈ 0; a maximum reads −1.
 
 Only for models that are not convex (convex models are certified by CVXPY); the cost is
-O(r²) evaluations of the model's values, r ≤ DIRECTIONS.
+r² + r + 2m + 2 evaluations of the model's values, r ≤ m ≤ DIRECTIONS (182 at most).
 """
 from __future__ import annotations
 
@@ -103,15 +103,16 @@ def negative_curvature(problem, values: dict[int, np.ndarray],
         return np.concatenate([f, c[active]]) * weights
 
     r = directions.shape[1]
-    center = pieces(np.zeros(n))
     hessians = np.zeros((len(weights), r, r))     # per piece ℓ_k: Zᵀ∇²ℓ_k Z, by central differences
     try:
+        center = pieces(np.zeros(n))
+        up = [pieces(directions[:, j]) for j in range(r)]
+        down = [pieces(-directions[:, j]) for j in range(r)]
         for j in range(r):
-            dj = directions[:, j]
-            hessians[:, j, j] = pieces(dj) - 2 * center + pieces(-dj)
-            for k in range(j):
-                dk = directions[:, k]
-                mixed = (pieces(dj + dk) - pieces(dj - dk) - pieces(-dj + dk) + pieces(-dj - dk)) / 4
+            hessians[:, j, j] = up[j] - 2 * center + down[j]
+            for k in range(j):   # the symmetric 2-point stencil on the diagonal ones: exact for quadratics
+                both = directions[:, j] + directions[:, k]
+                mixed = (pieces(both) + pieces(-both) - up[j] - down[j] - up[k] - down[k] + 2 * center) / 2
                 hessians[:, j, k] = hessians[:, k, j] = mixed
     except (ArithmeticError, ValueError):
         return None

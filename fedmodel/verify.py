@@ -170,8 +170,8 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
             where.update({"feasibility": cert.worst.get("feasibility"),
                           "KKT stationarity": cert.worst.get("stationarity"),
                           "KKT complementarity": cert.worst.get("complementarity")})
-        if reference is None and problem is not None and not problem.is_convex():
-            _second_order(problem, result, cert, measures, notes, rtol)
+    if result.values and problem is not None and not problem.is_convex():   # with or without a reference
+        _second_order(problem, result, certificate, measures, notes, rtol)
     failed = [name for name, value in measures.items() if not value <= rtol]   # nan fails
     if answered or reference is None:
         if result.status != "converged" or not result.values:
@@ -201,7 +201,7 @@ def _second_order(problem, result: Result, certificate: Certificate | None,
                   measures: dict[str, float], notes: list[str], rtol: float) -> None:
     """A nonconvex model's point: the KKT conditions hold at a maximum or a saddle as well, so
     the Lagrangian's curvature along the active constraints is measured too (`second_order`)."""
-    if certificate is None or problem.remote_data():
+    if certificate is None or not certificate.relative or problem.remote_data():
         return
     curvature = negative_curvature(problem, result.values, certificate.lengths)
     if curvature is None:

@@ -120,8 +120,8 @@ def test_an_exact_zero_of_a_log_model_verifies_against_cvxpys_inexact_one():
 
 
 # ---- nonconvex models: second order ------------------------------------------------------
-def concave_on_the_ball() -> fm.Problem:
-    w = fm.Variable(2, name="w")
+def concave_on_the_ball(d: int = 2) -> fm.Problem:
+    w = fm.Variable(d, name="w")
     prob = fm.Problem(name="concave")
     client = prob.add_client("c0")
     client.minimize(-fm.sum_squares(w))
@@ -144,6 +144,15 @@ def test_a_maximum_that_a_backend_calls_converged_is_not_ok():
         warnings.simplefilter("ignore")
         edge = fm.verify(hand_made(prob, [0.6, 0.8], {"ball": np.asarray(2.0)}))
     assert edge.ok and edge.measures["second order"] <= 1e-6, str(edge)
+
+
+def test_a_maximum_in_more_dimensions_than_directions_is_flagged():
+    prob = concave_on_the_ball(40)          # 40 > DIRECTIONS: random combinations of coordinates
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = fm.verify(hand_made(prob, np.zeros(40)))
+    assert report.failed == ["second order"]
+    assert report.measures["second order"] == pytest.approx(1.0, rel=1e-4)
 
 
 def test_a_saddle_is_flagged_and_a_ring_of_minima_is_not():
