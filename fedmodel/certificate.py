@@ -140,6 +140,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     scales = np.zeros(len(variables))                       # G_v
     floors = np.zeros(len(variables))                       # G_v's floor: the gradients at 0
     local = np.zeros(len(variables))                        # ... unless x's own curvature is less
+    undefined = np.zeros(len(variables), dtype=bool)        # a gradient undefined at 0
     sizes = []
     outputs_x, outputs_zero, bent = iter(at_x[len(pieces):]), iter(at_zero[len(pieces):]), iter(bends)
     for k, idx in enumerate(members):
@@ -152,6 +153,8 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
             g0 = np.abs(np.asarray(next(outputs_zero), dtype=float))
             if np.all(np.isfinite(g0)):
                 floors[i] += float(np.max(g0, initial=0.0))
+            else:     # −log(w) at 0: no floor, but a scale of its own (`_natural_lengths`)
+                undefined[i] = True
             local[i] += next(bent)
     objective_scale = sum(sizes[:n_objective]) + abs(constant_value)
     in_objective = {i for idx in members[:n_objective] for i in idx}
@@ -163,7 +166,9 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     lagrangian_scale = objective_scale + sum(sizes[n_objective:])
     scale = np.maximum(scales, floors)
     with np.errstate(all="ignore"):    # a point off the domain: nan scales, judged elsewhere
-        point = np.divide(lagrangian_scale, scale, out=np.zeros(len(variables)), where=scale > 0)
+        # a constant term has no length: 1e9 + ‖Ax − b‖² read ‖x‖ ~ 1e9 / ‖Aᵀb‖
+        point = np.divide(lagrangian_scale - abs(constant_value), scale,
+                          out=np.zeros(len(variables)), where=scale > 0)
     for i, var in enumerate(variables):
         # a variable no objective term reads (a split constraint's slack) has only μ·∇c to
         # cancel: at a nearly inactive constraint (μ ≈ 1e-11) their rounding read 2e-3 of their
@@ -174,6 +179,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
             scales[i] = max(scales[i], KINK * lagrangian_scale / own)
             point[i] = own
     natural, at_length = _natural_lengths(plan, inputs, members, len(pieces), point, scales,
+                                          np.where(undefined, np.inf, floors),
                                           [bounds.get(v.uid, 0.0) for v in variables])
     objective_scale = max(objective_scale, 0.5 * float(np.sum(natural * at_length)))
     stationarity, relative_stationarity, worst_variable = 0.0, 0.0, None
@@ -254,15 +260,19 @@ def _bends(plan: Plan, inputs: list[np.ndarray], skip: int) -> list[float]:
 
 
 def _natural_lengths(plan: Plan, inputs: list[np.ndarray], members: list[list[int]], skip: int,
-                     point: np.ndarray, gradients: np.ndarray, bounds: list[float]):
-    """Per variable, its natural length ℓ_v and, where x_v is rounding around 0 (within KINK·ℓ_v),
-    the size of the gradients' change over that length (else 0).
+                     point: np.ndarray, gradients: np.ndarray, at_origin: np.ndarray,
+                     bounds: list[float]):
+    """Per variable, its natural length ℓ_v and, where the gradients vanish at the origin and
+    x_v is rounding around 0 (within KINK·ℓ_v), their change over that length (else 0).
 
     ℓ_v is the larger of L / G_v (`point`) and G_v / |∇²L| (how far the gradients at x go before
-    they change by their own size: −log(1 + w) + w at w* = 0 has L = 0 but ℓ = 1); where both are
-    rounding next to the length the constraints' constants set (`_bound_lengths`: w ≥ −1 gives 1),
-    that one — a homogeneous ‖Xw‖² has no length of its own, and at w* = 0 (f* = 0) every measure
-    read 1e-12 against 1e-12."""
+    they change by their own size: −log(1 + w) + w at w* = 0 has L = 0 but ℓ = 2). A Lagrangian
+    whose gradients in v vanish at the origin (`at_origin`, the floors) may have no length of its
+    own — a homogeneous ‖Xw‖² at w* = 0, f* = 0, where every measure read 1e-12 against 1e-12 —
+    and where both are rounding next to the length the constraints' constants set
+    (`_bound_lengths`: w ≥ −1 gives 1), that one is ℓ_v. Only there: where the gradients at 0
+    have a size, the model has a length of its own, and a loose bound (a big-M w ≤ 1e6) must
+    not make a wrong point near 0 look like rounding."""
     sizes = np.array([float(np.max(np.abs(x), initial=0.0)) for x in inputs])
     bounds = np.asarray(bounds, dtype=float)
     probe = np.maximum(np.maximum(sizes, point), bounds)   # the step's length, per variable
@@ -280,6 +290,8 @@ def _natural_lengths(plan: Plan, inputs: list[np.ndarray], members: list[list[in
         bent = probe[i] > 0 and 0 < curvature[i] < float("inf")
         if bent:
             natural[i] = max(natural[i], gradients[i] * probe[i] / curvature[i])
+        if at_origin[i] > 0:
+            continue
         if natural[i] < KINK * bounds[i]:
             natural[i] = bounds[i]
         if bent and sizes[i] <= KINK * natural[i]:

@@ -187,3 +187,36 @@ def test_a_convex_model_has_no_second_order_measure():
     report = fm.verify(prob.solve("cvxpy"))
     assert report.ok and "second order" not in report.measures
     assert "second order" not in str(report)
+
+
+# ---- what the natural lengths must not excuse ---------------------------------------------
+def _least_squares(constant: float = 0.0, bound: float | None = None):
+    rng = np.random.default_rng(0)
+    A, b = rng.normal(size=(10, 3)), 1e-3 * rng.normal(size=10)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem(name="small-answer")
+    client = prob.add_client("c0")
+    client.minimize(constant + fm.sum_squares(client.data(A) @ w - client.data(b)))
+    if bound is not None:
+        client.subject_to((w <= bound).named("big_m"))
+    return prob, np.linalg.lstsq(A, b, rcond=None)[0]      # ‖w*‖ ≈ 6e-4
+
+
+def test_a_loose_bound_does_not_make_a_wrong_point_near_zero_look_like_rounding():
+    prob, optimum = _least_squares(bound=1e6)       # the bound's length 1e6, w*'s 6e-4
+    assert 1e-4 < np.max(np.abs(optimum)) < 1e-3
+    reference = prob.solve("cvxpy")
+    np.testing.assert_allclose(reference.values_by_label()["w"], optimum, rtol=1e-4, atol=1e-9)
+    for wrong in (np.zeros(3), 0.5 * optimum):
+        report = fm.verify(hand_made(prob, wrong), reference)
+        assert {"solution distance", "KKT stationarity"} <= set(report.failed), str(report)
+
+
+def test_a_constant_term_gives_no_length():
+    """1e9 + ‖Aw − b‖²: the constant made the natural length 1.7e11 and w = 0 passed the
+    distance (the stationarity still caught it)."""
+    prob, optimum = _least_squares(constant=1e9)
+    reference = prob.solve("cvxpy")
+    report = fm.verify(hand_made(prob, np.zeros(3)), reference)
+    assert {"solution distance", "KKT stationarity"} <= set(report.failed), str(report)
+    assert reference.certificate.lengths[prob.variables()[0].uid] < 1.0
