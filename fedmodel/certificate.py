@@ -275,7 +275,8 @@ def _natural_lengths(plan: Plan, inputs: list[np.ndarray], members: list[list[in
     not make a wrong point near 0 look like rounding."""
     sizes = np.array([float(np.max(np.abs(x), initial=0.0)) for x in inputs])
     bounds = np.asarray(bounds, dtype=float)
-    probe = np.maximum(np.maximum(sizes, point), bounds)   # the step's length, per variable
+    probe = np.maximum(sizes, point)   # the step's length, per variable: the bound's where it decides
+    probe = np.where((at_origin == 0) & (probe < KINK * bounds), bounds, probe)
     natural, at_length = point.copy(), np.zeros(len(inputs))
     curvature = np.zeros(len(inputs))   # Σ_k |∇²P_k·(probe ξ)|∞, ξ a fixed ±1 direction
     if skip:
