@@ -258,7 +258,7 @@ def violated_constraints(problem, values: dict[int, np.ndarray], tol: float = 0.
 # a false "stalled" on a right answer is worse than a biased point in tiny units let through
 # (fm.verify judges that one relatively).
 CONVERGED_VIOLATION = 1e-3
-NOT_STATIONARY = 1e-2
+NOT_STATIONARY = 1e-3   # verify's rtol: no verified run of bench_verdicts / bench_rounds reads above 3.2e-6
 
 
 def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any], wall_time: float) -> Result:
