@@ -274,7 +274,7 @@ def _distance(problem, result: Result, reference: Result, certificate: Certifica
     can tell (CVXPY's exp cones give w* = 0 as −3.5e-6 of a length 2, ε = 1.8e-6), and a
     difference FAR·ε·ℓ from it reads rtol — only where FAR·ε ≤ rtol: a reference that fails
     or nearly fails its own check excuses nothing."""
-    lengths = certificate.lengths if certificate is not None else {}
+    lengths = _by_this_problem(problem, reference, certificate.lengths if certificate is not None else {})
     uncertain = FAR * certificate.relative_stationarity / rtol \
         if certificate is not None and certificate.relative else 0.0
     if not uncertain <= 1.0:     # a reference that cannot place its point within rtol·ℓ excuses nothing
@@ -302,6 +302,17 @@ def _distance(problem, result: Result, reference: Result, certificate: Certifica
         if not distance <= worst:     # nan (a nan entry) is the worst
             worst, name = distance, label
     return worst, name
+
+
+def _by_this_problem(problem, reference: Result, by_uid: dict) -> dict:
+    """`by_uid` (keyed by the reference's variables) keyed by this problem's, matched by label
+    as `_reference_values` matches the values (a reference solved on another build)."""
+    other = reference.problem
+    if problem is None or other is None or other is problem:
+        return by_uid
+    theirs = {v.label: v.uid for v in other.variables()}
+    return {v.uid: by_uid[theirs[v.label]] for v in problem.variables()
+            if theirs.get(v.label) in by_uid}
 
 
 def _reference_values(problem, reference: Result) -> dict:

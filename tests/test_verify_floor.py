@@ -220,3 +220,14 @@ def test_a_constant_term_gives_no_length():
     report = fm.verify(hand_made(prob, np.zeros(3)), reference)
     assert {"solution distance", "KKT stationarity"} <= set(report.failed), str(report)
     assert reference.certificate.lengths[prob.variables()[0].uid] < 1.0
+
+
+def test_a_zero_optimum_from_another_build_is_measured_on_its_length():
+    """The reference's lengths are keyed by its own variables: a reference solved on another
+    build of the model (matched by label) had no length, and the exact 0 read distance 1."""
+    reference = homogeneous().solve("cvxpy")
+    prob = homogeneous()
+    report = fm.verify(hand_made(prob, np.zeros(3)), reference)
+    assert report.ok and report.solution_distance <= 1e-6, str(report)
+    wrong = fm.verify(hand_made(prob, np.full(3, 1e-3)), reference)
+    assert not wrong.ok and wrong.solution_distance > 100, str(wrong)
