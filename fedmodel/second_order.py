@@ -13,8 +13,8 @@ the curvature of the Lagrangian's pieces, by central differences of the model's 
   constraint within ACTIVE steps of its bound is active);
 - the active constraints' multipliers are the least-squares fit of ∇f + Σ μ_e ∇c_e = 0 there
   (μ ≥ 0 for inequalities), so sets handled by projection (balls, bounds) count as well;
-- relative curvature = λ_min(Zᵀ∇²ℒZ) / Σ_k ‖Zᵀ∇²ℓ_k Z‖₂ over the pieces ℓ_k (each objective
-  term, each μ_e c_e). A degenerate minimum (a circle of minima: curvature 0 along it) reads
+- relative curvature = λ_min(Zᵀ∇²ℒZ) / Σ_k ‖Zᵀ∇²ℓ_k Z‖₂ over the pieces ℓ_k (each canonical
+  objective term, each μ_e c_e). A degenerate minimum (a circle of minima: curvature 0 along it) reads
   ≈ 0; a maximum reads −1.
 
 Only for models that are not convex (convex models are certified by CVXPY); the cost is
@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compiler.codegen import Plan
+from .compiler.terms import flatten
 from .constraints import Equality
 
 BEND = 1e-4          # the step, relative to each variable's natural length
@@ -45,7 +46,11 @@ def negative_curvature(problem, values: dict[int, np.ndarray],
     if n == 0 or not all(s > 0 for s in steps):
         return None
     scale = np.concatenate([np.full(size, step) for size, step in zip(sizes, steps)])
-    terms, constraints = list(problem.objective_terms), list(problem.constraints)
+    # the objective's canonical terms, constants left out: a 1e9 in a term would round its
+    # second differences (1e9·eps against h² ∇²f) into a false negative curvature
+    terms = [t.expression() for term in problem.objective_terms for t in flatten(term)
+             if t.atom.variables()]
+    constraints = list(problem.constraints)
     plan = Plan(terms + [c.expr for c in constraints], variables)
     flat = np.concatenate([xi.ravel() for xi in x])
 
@@ -64,7 +69,7 @@ def negative_curvature(problem, values: dict[int, np.ndarray],
         return f, c
 
     try:
-        f0, c0 = evaluate(np.zeros(n))
+        _, c0 = evaluate(np.zeros(n))
     except (ArithmeticError, ValueError):
         return None
     kinds = np.concatenate([np.full(int(np.prod(c.shape)), isinstance(c, Equality))

@@ -165,8 +165,8 @@ def test_a_saddle_is_flagged_and_a_ring_of_minima_is_not():
         report = fm.verify(hand_made(saddle, point))
     assert report.kkt.relative_stationarity <= 1e-12
     assert not report.ok and report.failed == ["second order"]
-    # one objective term, ∇²f = diag(4, −4): the least curvature is −4 of its size 4
-    assert report.measures["second order"] == pytest.approx(1.0, rel=1e-4)
+    # ∇²f = diag(4, −4): the least curvature −4 over the pieces' sizes 2 + 6 + 2
+    assert report.measures["second order"] == pytest.approx(0.4, rel=1e-4)
     assert "a saddle or maximum" in str(report)
     # min √(‖w‖² + 1) s.t. ‖w‖² ≥ 1: every point of the unit circle is a minimum (μ = 1/(2√2)),
     # the Lagrangian's curvature is 0 along the circle: not a descent direction
