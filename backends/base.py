@@ -257,13 +257,14 @@ def violated_constraints(problem, values: dict[int, np.ndarray], tol: float = 0.
 
 # A "converged" point violating a constraint by more than CONVERGED_VIOLATION is not an answer
 # ("stalled"); so is one with a relative KKT stationarity (`Certificate.relative_stationarity`)
-# above NOT_STATIONARY, with a warning (CVXPY's point keeps its "converged": _warn_not_stationary). The violation is still read absolutely: the relative one
+# above NOT_STATIONARY, with a warning (CVXPY's point and a paper preset's keep their
+# "converged": _warn_not_stationary). The violation is still read absolutely: the relative one
 # divides by the size of the constraint's terms at the point, which is near 0 for a linear
 # constraint whose terms cancel there (Table 4's LCQP: a 2.6e-6 violation read as > 1e-2), and
 # a false "stalled" on a right answer is worse than a biased point in tiny units let through
 # (fm.verify judges that one relatively).
 CONVERGED_VIOLATION = 1e-3
-NOT_STATIONARY = 1e-2
+NOT_STATIONARY = 1e-3   # verify's rtol: no verified run of bench_verdicts / bench_rounds reads above 3.2e-6
 
 
 def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any], wall_time: float,

@@ -59,9 +59,9 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   empty or an unsolved run that went nowhere (`proxal_admm`) puts them back in the AL (its verdicts);
 - `dist_tol=δ`: "converged" needs (11), an estimate of ‖w − w*‖₂ ≤ δ‖w‖₂ from the outer
   records (`proxal_outer.distance_left`: the stationarity (11) bounds, divided by the curvature
-  the outer steps' contraction shows) and the nodes' complementarity Σ|μ_j c_j| ≤ δ|f|
-  (`proxal_outer.settled`; δ = ∞: the paper's (11) alone). Near the stop τ_k is
-  tightened to what the estimate needs, and β rises ×`beta_growth` when the constraints are
+  the outer steps' contraction shows), the nodes' complementarity Σ|μ_j c_j| ≤ δ|f| (`settled`)
+  and (11)'s bound relative to the gradients at w (`relative`; δ = ∞: the paper's (11) alone).
+  Near the stop τ_k is tightened to what these need, and β rises ×`beta_growth` when the constraints are
   met but the outer steps shrink by less than 10× (a flat objective, where the proximal weight
   1/β_k sets the pace);
 - `anderson=m`: Anderson acceleration of the ADMM with memory m (backends/anderson.py): the

@@ -15,8 +15,12 @@ served one by one (the same step on each).
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
+from fedmodel.compiler.codegen import Plan
+from fedmodel.compiler.differentiate import grad
 from fedmodel.expression import Data
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
@@ -225,14 +229,16 @@ def _normal_multipliers(constraints, variable, x, normal) -> dict[str, np.ndarra
     return out
 
 
-@procedure("proxal_report", {"x": "x"}, {"objective": "1", "violation": "1", "complementarity": "1"},
-           local=True, read_only=True)
+@procedure("proxal_report", {"x": "x"}, {"objective": "1", "violation": "1", "complementarity": "1",
+                                         "gradient_scale": "1"}, local=True, read_only=True)
 def _report(program: NodeProgram, x) -> dict:
-    """"report" (objective and largest violation at x) and Σ_j |μ_j c_j(x)| over the constraints
+    """"report" (objective and largest violation at x), Σ_j |μ_j c_j(x)| over the constraints
     in the augmented Lagrangian (not those the solves hold), with the μ the outer step's
     multiplier update (5) just left: the complementarity that bounds f(x) − f* at a point
-    stationary for the Lagrangian at μ (`proxal_outer.settled`). It rides on that update, after
-    it (one scalar more than "report"; harness bookkeeping, served locally)."""
+    stationary for the Lagrangian at μ (`proxal_outer.settled`), and the size of this node's
+    objective gradient at x (`gradient_scale`: what the stop's stationarity is relative to,
+    `proxal_outer.relative`). It rides on that update, after it (two scalars more than
+    "report"; harness bookkeeping, served locally)."""
     reply = program.report(x)
     gap = 0.0
     if program.constraints:
@@ -240,7 +246,41 @@ def _report(program: NodeProgram, x) -> dict:
         for constraint, c in zip(program.constraints, residuals):
             if constraint.name not in program.local_names:
                 gap += float(np.sum(np.abs(program.node_state.mu[constraint.name] * np.asarray(c))))
-    return {**reply, "complementarity": gap}
+    return {**reply, "complementarity": gap, "gradient_scale": gradient_scale(program, np.asarray(x, float))}
+
+
+BEND = 1e-4                       # the relative step of the difference along x (`gradient_scale`)
+_GRADIENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # program → (plan, ‖∇f_i(0)‖∞)
+
+
+def gradient_scale(program: NodeProgram, x: np.ndarray) -> float:
+    """The size of this node's objective gradient at x in the shared variables, as
+    `fm.verify`'s relative stationarity measures it (fedmodel/certificate.py): max(‖∇f_i(x)‖∞,
+    min(‖∇f_i(0)‖∞, ‖∇²f_i(x)·x‖∞)) — the gradients at 0 standing for gradients that vanish at a
+    perfect fit unless x's own curvature along x is less (a saturated loss) — plus λ of a λ‖w‖₁.
+    The equilibration (fedmodel/compiler/scaling.py) sizes the objective at the origin; where
+    the loss saturates (logistic on separable data in large units) the gradients near the
+    answer are ~10⁶ times smaller, and an absolute ε1 there certifies nothing."""
+    if program not in _GRADIENTS:
+        f = program.merit_ir.objective
+        shared = program.shared.variables
+        plan = Plan([grad(f, v) for v in shared], program.variables) if shared else None
+        _GRADIENTS[program] = (plan, None)
+    plan, at_zero = _GRADIENTS[program]
+    extra = sum(t.weight() for t in program.merit_ir.prox_terms if t.weight is not None)
+    if plan is None:
+        return float(extra)
+
+    def size(z: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.concatenate([np.ravel(g) for g in plan(*program._values(z, program.y))])
+    if at_zero is None:
+        at_zero = float(np.max(np.abs(size(np.zeros_like(x))), initial=0.0))
+        _GRADIENTS[program] = (plan, at_zero)
+    here = float(np.max(np.abs(size(x)), initial=0.0))
+    bend = float(np.max(np.abs(size(x * (1 + BEND)) - size(x * (1 - BEND))), initial=0.0)) / (2 * BEND)
+    floor = min(at_zero, bend) if np.isfinite(at_zero) else bend
+    return float(max(here, floor if np.isfinite(floor) else 0.0) + extra)
 
 
 # ProxAL's client steps (`ProxAL.procedures`)

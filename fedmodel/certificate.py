@@ -36,12 +36,21 @@ of ten leaves them unchanged for models homogeneous in the data:
 - `objective_scale` (the objective's pieces' sizes) and `lengths` (per variable, the
   Lagrangian's size over G_v: how far x must move to change it by its own size) are the
   scales `fm.verify` measures the objective gap and a distance to a zero optimum against.
+
+Where the model gives no such scale at the point (`_natural_lengths`): a variable's length is
+also G_v over the curvature (−log(1 + w) + w at w* = 0 has L = 0), or, where both are rounding,
+the length its constraints' constants give it (w ≥ −1: 1; a homogeneous ‖Xw‖² has none of its
+own); where x_v is rounding around 0 on that length, the gradients' change over it is G_v's
+floor and the objective's scale is at least ½ Σ_v ℓ_v times it. A variable no objective term
+reads (a split constraint's slack) has the constraints it carries for its length, and the
+Lagrangian's size over it (×KINK) for its G_v: its μ − μ_i at a nearly inactive constraint
+(μ ≈ 1e-11) is rounding.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .atoms import multiply, sum as sum_
+from .atoms import Abs, Norm1, Norm2, NormInf, Square, SumSquares, multiply, sum as sum_
 from .compiler.canonical import canonical_constraints, classify_objective, flatten, split_names
 from .compiler.codegen import Plan
 from .compiler.sets import merge_sets
@@ -92,6 +101,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     term_values = [[next(evaluated) for _ in ts] for ts in terms]
     constant_value = sum(float(np.sum(next(evaluated))) for _ in constants)
     violations = []   # (constraint, its violation, the size of its terms at x), judged below
+    carried = {}      # per variable uid: the largest size of the constraints it appears in
     for constraint, c_value, values_of_terms in zip(constraints, residuals, term_values):
         violation = constraint.violation(c_value)
         feasibility = max(feasibility, violation)
@@ -99,6 +109,9 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
         for value in values_of_terms:
             size = size + np.abs(np.asarray(value, dtype=float))
         violations.append((constraint, violation, float(np.max(size, initial=0.0))))
+        for var in constraint.expr.variables():
+            carried[var.uid] = max(carried.get(var.uid, 0.0), violations[-1][2])
+    bounds = _bound_lengths(constraints, term_values)
     rewritten_values = iter(rewritten_values)
     complementarity = []   # (piece name, Σ μ·|c|) of each inequality piece
     for constraint, c_value, parts in zip(constraints, residuals, canonicals):
@@ -127,6 +140,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     scales = np.zeros(len(variables))                       # G_v
     floors = np.zeros(len(variables))                       # G_v's floor: the gradients at 0
     local = np.zeros(len(variables))                        # ... unless x's own curvature is less
+    undefined = np.zeros(len(variables), dtype=bool)        # a gradient undefined at 0
     sizes = []
     outputs_x, outputs_zero, bent = iter(at_x[len(pieces):]), iter(at_zero[len(pieces):]), iter(bends)
     for k, idx in enumerate(members):
@@ -139,20 +153,41 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
             g0 = np.abs(np.asarray(next(outputs_zero), dtype=float))
             if np.all(np.isfinite(g0)):
                 floors[i] += float(np.max(g0, initial=0.0))
+            else:     # −log(w) at 0: no floor, but a scale of its own (`_natural_lengths`)
+                undefined[i] = True
             local[i] += next(bent)
     objective_scale = sum(sizes[:n_objective]) + abs(constant_value)
+    in_objective = {i for idx in members[:n_objective] for i in idx}
     for term in classified.prox:    # λ‖w‖₁: its subgradients are up to λ in size
         i = slot[term.variable.uid]
+        in_objective.add(i)
         scales[i] += term.weight()
         objective_scale += float(term.value(inputs[i]))
     lagrangian_scale = objective_scale + sum(sizes[n_objective:])
+    scale = np.maximum(scales, floors)
+    with np.errstate(all="ignore"):    # a point off the domain: nan scales, judged elsewhere
+        # a constant term has no length: 1e9 + ‖Ax − b‖² read ‖x‖ ~ 1e9 / ‖Aᵀb‖
+        point = np.divide(lagrangian_scale - abs(constant_value), scale,
+                          out=np.zeros(len(variables)), where=scale > 0)
+    for i, var in enumerate(variables):
+        # a variable no objective term reads (a split constraint's slack) has only μ·∇c to
+        # cancel: at a nearly inactive constraint (μ ≈ 1e-11) their rounding read 2e-3 of their
+        # own size. Its length is its own size or that of the constraints it carries, and its
+        # multipliers within KINK of the size L / length they would have are read as 0
+        own = max(float(np.max(np.abs(inputs[i]), initial=0.0)), carried.get(var.uid, 0.0))
+        if i not in in_objective and own > 0:
+            scales[i] = max(scales[i], KINK * lagrangian_scale / own)
+            point[i] = own
+    natural, at_length = _natural_lengths(plan, inputs, members, len(pieces), point, scales,
+                                          np.where(undefined, np.inf, floors),
+                                          [bounds.get(v.uid, 0.0) for v in variables])
+    objective_scale = max(objective_scale, 0.5 * float(np.sum(natural * at_length)))
     stationarity, relative_stationarity, worst_variable = 0.0, 0.0, None
     lengths = {}
     for i, var in enumerate(variables):
         remainder, relative = sums[i], sums[i]
         x = inputs[i]
-        scale = max(scales[i], floors[i])
-        lengths[var.uid] = lagrangian_scale / scale if scale > 0 else 0.0
+        lengths[var.uid] = float(natural[i])
         # within KINK of the point's size — or of the variable's natural length, when the whole
         # point is rounding around an optimum at 0 (a lasso's w = 0 returned as 1e-13 entries
         # read 0.68 "not stationary", CVXPY's answer included)
@@ -167,8 +202,10 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
         # (separable data in large units) the gradients at 0 exceed those near x by orders of
         # magnitude, and a point 50 % from the optimum read as stationary to 1e-5: the floor is
         # then the curvature at x along x, |∇²P(x)·x| (= |∇P(0)| for a quadratic at a perfect fit)
+        # (where x is rounding around 0, no gradient at x has a size: the gradients' change over
+        # the variable's natural length, `_natural_lengths`, is their floor)
         ratio = _ratio(float(np.max(np.abs(relative), initial=0.0)),
-                       max(scales[i], min(floors[i], local[i])))
+                       max(scales[i], min(floors[i], local[i]), at_length[i]))
         if ratio > relative_stationarity:
             relative_stationarity, worst_variable = ratio, var.label
     relative_feasibility, worst_constraint = 0.0, None
@@ -202,19 +239,85 @@ def _ratio(value: float, scale: float) -> float:
 BEND = 1e-4    # the relative step of the central difference along x
 
 
-def _bends(plan: Plan, inputs: list[np.ndarray], skip: int) -> list[float]:
-    """|∇²P_k(x)·x|∞ for each gradient output after the first `skip` (the pieces): a central
-    difference of the gradients along the ray through x (exact for quadratics); inf where it is
-    undefined, so that the gradients at 0 stay the floor."""
+def _along(plan: Plan, inputs: list[np.ndarray], steps: list[np.ndarray], skip: int) -> list[float]:
+    """‖g(x + s) − g(x − s)‖∞ / 2 of each output g after the first `skip` (the gradients): a
+    central difference along the steps `s`, exact for quadratics; inf where it is undefined."""
     with np.errstate(all="ignore"):
         try:
-            up = plan(*[x * (1 + BEND) for x in inputs])[skip:]
-            down = plan(*[x * (1 - BEND) for x in inputs])[skip:]
+            up = plan(*[x + step for x, step in zip(inputs, steps)])[skip:]
+            down = plan(*[x - step for x, step in zip(inputs, steps)])[skip:]
         except (ArithmeticError, ValueError):
             return [float("inf")] * (len(plan.outputs) - skip)
-        bends = [np.max(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float)), initial=0.0)
-                 / (2 * BEND) for a, b in zip(up, down)]
-    return [float(b) if np.isfinite(b) else float("inf") for b in bends]
+        changes = [np.max(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float)), initial=0.0)
+                   / 2 for a, b in zip(up, down)]
+    return [float(c) if np.isfinite(c) else float("inf") for c in changes]
+
+
+def _bends(plan: Plan, inputs: list[np.ndarray], skip: int) -> list[float]:
+    """|∇²P_k(x)·x|∞ for each gradient output after the first `skip` (the pieces), along the
+    ray through x; inf where it is undefined, so that the gradients at 0 stay the floor."""
+    return [c / BEND for c in _along(plan, inputs, [BEND * x for x in inputs], skip)]
+
+
+def _natural_lengths(plan: Plan, inputs: list[np.ndarray], members: list[list[int]], skip: int,
+                     point: np.ndarray, gradients: np.ndarray, at_origin: np.ndarray,
+                     bounds: list[float]):
+    """Per variable, its natural length ℓ_v and, where the gradients vanish at the origin and
+    x_v is rounding around 0 (within KINK·ℓ_v), their change over that length (else 0).
+
+    ℓ_v is the larger of L / G_v (`point`) and G_v / |∇²L| (how far the gradients at x go before
+    they change by their own size: −log(1 + w) + w at w* = 0 has L = 0 but ℓ = 2). A Lagrangian
+    whose gradients in v vanish at the origin (`at_origin`, the floors) may have no length of its
+    own — a homogeneous ‖Xw‖² at w* = 0, f* = 0, where every measure read 1e-12 against 1e-12 —
+    and where both are rounding next to the length the constraints' constants set
+    (`_bound_lengths`: w ≥ −1 gives 1), that one is ℓ_v. Only there: where the gradients at 0
+    have a size, the model has a length of its own, and a loose bound (a big-M w ≤ 1e6) must
+    not make a wrong point near 0 look like rounding."""
+    sizes = np.array([float(np.max(np.abs(x), initial=0.0)) for x in inputs])
+    bounds = np.asarray(bounds, dtype=float)
+    probe = np.maximum(sizes, point)   # the step's length, per variable: the bound's where it decides
+    probe = np.where((at_origin == 0) & (probe < KINK * bounds), bounds, probe)
+    natural, at_length = point.copy(), np.zeros(len(inputs))
+    curvature = np.zeros(len(inputs))   # Σ_k |∇²P_k·(probe ξ)|∞, ξ a fixed ±1 direction
+    if skip:
+        signs = np.random.default_rng(0)
+        steps = [BEND * p * np.where(signs.random(np.shape(x)) < 0.5, -1.0, 1.0)
+                 for p, x in zip(probe, inputs)]
+        changes = iter(_along(plan, inputs, steps, skip))
+        for idx in members:
+            for i in idx:
+                curvature[i] += next(changes) / BEND
+    for i in range(len(inputs)):
+        bent = probe[i] > 0 and 0 < curvature[i] < float("inf")
+        if bent:
+            natural[i] = max(natural[i], gradients[i] * probe[i] / curvature[i])
+        if at_origin[i] > 0:
+            continue
+        if natural[i] < KINK * bounds[i]:
+            natural[i] = bounds[i]
+        if bent and sizes[i] <= KINK * natural[i]:
+            at_length[i] = curvature[i] * natural[i] / probe[i]
+    return natural, at_length
+
+
+def _bound_lengths(constraints: list[Constraint], term_values: list[list]) -> dict[int, float]:
+    """Per variable uid, the length its constraints' constants give it: |b / c| for a constraint
+    c·v + b (also c·‖v‖ in any norm, c·|v|), √|b / c| for c·‖v‖₂² + b, b its constant terms."""
+    lengths: dict[int, float] = {}
+    for constraint, values in zip(constraints, term_values):
+        terms = flatten(constraint.expr)
+        constant = sum(float(np.max(np.abs(np.asarray(v, dtype=float)), initial=0.0))
+                       for t, v in zip(terms, values) if not t.atom.variables())
+        for term in terms if constant > 0 else ():
+            atom, power = term.atom, 1.0
+            if isinstance(atom, (Abs, Norm1, Norm2, NormInf)):
+                atom = atom.args[0]
+            elif isinstance(atom, (Square, SumSquares)):
+                atom, power = atom.args[0], 2.0
+            if isinstance(atom, Variable) and isinstance(term.coefficient, float) and term.coefficient:
+                length = (constant / abs(term.coefficient)) ** (1 / power)
+                lengths[atom.uid] = max(lengths.get(atom.uid, 0.0), length)
+    return lengths
 
 
 def _at_origin(plan: Plan, variables: list[Variable]) -> list[np.ndarray]:

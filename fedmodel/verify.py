@@ -10,7 +10,10 @@ by a power of ten changes no verdict, and `ok` needs all of them within `rtol`:
   0 (or below ZERO_LENGTH of the variable's natural length, `Certificate.lengths`), that
   length's ZERO_LENGTH part takes its place;
 - feasibility, KKT stationarity and complementarity: the result's certificate's relative
-  measures (`fedmodel.certificate`), computed at the result's point.
+  measures (`fedmodel.certificate`), computed at the result's point;
+- second order, for a model that is not convex (no reference): the Lagrangian's most negative
+  curvature along the active constraints relative to its pieces' (`fedmodel.second_order`),
+  so that a maximum or a saddle where the KKT conditions hold is not OK.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import numpy as np
 from .compiler.codegen import Plan
 from .errors import FedModelError
 from .result import Certificate, Result
+from .second_order import negative_curvature
 
 # a variable whose optimum is smaller than ZERO_LENGTH × its natural length (the Lagrangian's
 # size over its gradients' size) counts as 0: its distance is measured against that much. A
@@ -36,8 +40,8 @@ FAR = 10.0
 
 # the measures `ok` needs, in the order the report shows them
 MEASURES = ("objective gap", "solution distance", "feasibility", "KKT stationarity",
-            "KKT complementarity")
-KKT_MEASURES = MEASURES[2:]   # the result's certificate: all there is without a reference
+            "KKT complementarity", "second order")
+KKT_MEASURES = MEASURES[2:5]   # the result's certificate: all there is without a reference
 
 
 @dataclass
@@ -89,6 +93,8 @@ class Report:
         lines = [f"{a:<{width}}  {b:>16}  {c:>16}" for a, b, c in rows]
         lines.append(f"relative measures (each on its own scale; ok when ≤ {self.rtol:g}):")
         for name in MEASURES:
+            if name == "second order" and name not in self.measures:   # convex: not needed
+                continue
             if name not in self.measures:   # e.g. no reference: the KKT measures decide
                 lines.append(f"{name:<{width}}  {'-':>16}  {'-':>8}  not measured")
                 continue
@@ -109,7 +115,9 @@ SCALES = {"objective gap": "|f − f*| / the objective's scale at the reference"
           "solution distance": "max over variables of ‖x − x*‖∞ / ‖x*‖∞",
           "feasibility": "violation / size of the constraint's terms",
           "KKT stationarity": "remainder / size of the gradients that cancel",
-          "KKT complementarity": "Σ μ·|c| / size of the Lagrangian"}
+          "KKT complementarity": "Σ μ·|c| / size of the Lagrangian",
+          "second order": "−(least curvature of the Lagrangian along the active constraints) / "
+                          "its pieces' curvature"}
 
 
 def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) -> Report:
@@ -150,7 +158,7 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
                              f"the {reference.backend} answer may be inaccurate, so the gap and "
                              "distance measure against an inexact point")
         gap = _objective_gap(result, reference, reference_certificate)
-        distance, worst = _distance(problem, result, reference, reference_certificate)
+        distance, worst = _distance(problem, result, reference, reference_certificate, rtol, notes)
         measures["objective gap"], measures["solution distance"] = gap, distance
         where["solution distance"] = worst
     if result.values and (answered or reference is None):
@@ -162,6 +170,8 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
             where.update({"feasibility": cert.worst.get("feasibility"),
                           "KKT stationarity": cert.worst.get("stationarity"),
                           "KKT complementarity": cert.worst.get("complementarity")})
+    if result.values and problem is not None and not problem.is_convex():   # with or without a reference
+        _second_order(problem, result, certificate, measures, notes, rtol)
     failed = [name for name, value in measures.items() if not value <= rtol]   # nan fails
     if answered or reference is None:
         if result.status != "converged" or not result.values:
@@ -185,6 +195,23 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
                   kkt=certificate if certificate is not None else result.certificate, ok=bool(ok),
                   rtol=rtol, result=result, reference=reference, notes=notes, measures=measures,
                   failed=failed, where={k: v for k, v in where.items() if v})
+
+
+def _second_order(problem, result: Result, certificate: Certificate | None,
+                  measures: dict[str, float], notes: list[str], rtol: float) -> None:
+    """A nonconvex model's point: the KKT conditions hold at a maximum or a saddle as well, so
+    the Lagrangian's curvature along the active constraints is measured too (`second_order`)."""
+    if certificate is None or not certificate.relative or problem.remote_data():
+        return
+    curvature = negative_curvature(problem, result.values, certificate.lengths)
+    if curvature is None:
+        notes.append("the second-order check could not be made at this point (no length to "
+                     "step by, or the model is undefined next to it)")
+        return
+    measures["second order"] = curvature
+    if curvature > rtol:
+        notes.append(f"the Lagrangian curves down along the active constraints ({curvature:.2g} "
+                     "of its pieces' curvature): a saddle or maximum, not a minimum")
 
 
 def _check_arguments(result, reference, rtol) -> None:
@@ -238,10 +265,20 @@ def _objective_gap(result: Result, reference: Result, certificate: Certificate |
     return abs(f - f_star) / scale if scale > 0 else float("inf")
 
 
-def _distance(problem, result: Result, reference: Result,
-              certificate: Certificate | None) -> tuple[float, str | None]:
-    """The largest relative distance over the variables (not slacks), and its variable."""
-    lengths = certificate.lengths if certificate is not None else {}
+def _distance(problem, result: Result, reference: Result, certificate: Certificate | None,
+              rtol: float, notes: list[str]) -> tuple[float, str | None]:
+    """The largest relative distance over the variables (not slacks), and its variable.
+
+    The reference is itself known only to about its relative KKT stationarity ε times each
+    variable's natural length ℓ: an optimum within FAR·ε·ℓ of 0 is 0 as far as the reference
+    can tell (CVXPY's exp cones give w* = 0 as −3.5e-6 of a length 2, ε = 1.8e-6), and a
+    difference FAR·ε·ℓ from it reads rtol — only where FAR·ε ≤ rtol: a reference that fails
+    or nearly fails its own check excuses nothing."""
+    lengths = _by_this_problem(problem, reference, certificate.lengths if certificate is not None else {})
+    uncertain = FAR * certificate.relative_stationarity / rtol \
+        if certificate is not None and certificate.relative else 0.0
+    if not uncertain <= 1.0:     # a reference that cannot place its point within rtol·ℓ excuses nothing
+        uncertain = 0.0
     variables = {v.uid: v for v in problem.variables()} if problem is not None else {}
     worst, name = 0.0, None
     for uid, ref_value in _reference_values(problem, reference).items():
@@ -254,12 +291,28 @@ def _distance(problem, result: Result, reference: Result,
         ref_value = np.asarray(ref_value, dtype=float)
         difference = float(np.max(np.abs(np.asarray(result.values[uid], dtype=float) - ref_value),
                                   initial=0.0))
-        scale = max(float(np.max(np.abs(ref_value), initial=0.0)),
-                    ZERO_LENGTH * lengths.get(uid, 0.0))
+        size = max(float(np.max(np.abs(ref_value), initial=0.0)), ZERO_LENGTH * lengths.get(uid, 0.0))
+        within = float(np.max(np.abs(ref_value), initial=0.0)) <= uncertain * rtol * lengths.get(uid, 0.0)
+        scale = max(size, uncertain * lengths.get(uid, 0.0)) if within else size
+        if scale > size and difference > 0:
+            notes.append(f"{label}'s optimum is within the reference's own uncertainty of 0 "
+                         f"({uncertain * rtol / FAR:.1e} of its length {lengths[uid]:.2g}): "
+                         f"its distance is measured against {scale:.2g}")
         distance = 0.0 if difference == 0 else difference / scale if scale > 0 else math.inf
         if not distance <= worst:     # nan (a nan entry) is the worst
             worst, name = distance, label
     return worst, name
+
+
+def _by_this_problem(problem, reference: Result, by_uid: dict) -> dict:
+    """`by_uid` (keyed by the reference's variables) keyed by this problem's, matched by label
+    as `_reference_values` matches the values (a reference solved on another build)."""
+    other = reference.problem
+    if problem is None or other is None or other is problem:
+        return by_uid
+    theirs = {v.label: v.uid for v in other.variables()}
+    return {v.uid: by_uid[theirs[v.label]] for v in problem.variables()
+            if theirs.get(v.label) in by_uid}
 
 
 def _reference_values(problem, reference: Result) -> dict:

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("fedmodel.expression", "fedmodel.analysis", "fedmodel.atoms", "fedmodel.constraints",
                "fedmodel.topologies")),
     ("compiler", ("fedmodel.compiler", "fedmodel.lowering")),
-    ("problem", ("fedmodel.problem", "fedmodel.result", "fedmodel.certificate")),
+    ("problem", ("fedmodel.problem", "fedmodel.result", "fedmodel.certificate", "fedmodel.second_order")),
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("fedmodel.backends",)),
     ("applications", (ROOT_MODULE, "fedmodel.verify", "fedmodel.plotting", "fedmodel.builtin_models",
