@@ -13,10 +13,13 @@ algorithms, `local_steps` gradient steps of size `step` started from the server 
     x ← x − step·(∇f_i(x) + μ(x − x̂^{k−1})).
 Uniform weights p_i = 1/n keep the model Σ_i f_i unchanged (N_i/N weights would solve Σ p_i f_i).
 Known limitation (not a bug): with heterogeneous clients and more than one local step, the fixed
-point of FedProx / FedAvg is not the minimizer of Σ f_i (client drift); with one local step both
-are gradient descent on (1/n)Σ f_i and converge to it.
+point of FedProx / FedAvg is not the minimizer of Σ f_i (client drift): such a stop is "stalled"
+(`base._warn_not_stationary`); with one local step both are gradient descent on (1/n)Σ f_i.
 Stop: ‖x̂^k − x̂^{k−1}‖∞ ≤ tol (the dual residual D of (70)); no consensus test (C ≠ 0 at the
-fixed point when clients differ). Local constraints keep their AL multiplier step each round.
+fixed point when clients differ). Client constraints: balls and bounds that read no client data
+are projected on by the server's step (53) (`_server_sets`); one a client holds keeps its AL
+multiplier step each round, read at x̂ (`cc_nodes._own_at_xhat`): with one local step the fixed
+point is then the model's KKT point.
 
 Defaults (issue 13): `step=None` picks the step 1/max_i L̂_i from the clients' curvature
 (estimated once per run, `backends.common.local_curvature`), with one local step (gradient
@@ -50,11 +53,10 @@ PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, 
 
 
 def _server_sets(problem) -> list:
-    """The clients' balls and bounds on the shared variables whose radius or bounds read no
-    client data (constants or Parameters: `sets.simple_set`): constraints on the model's w
-    itself, which the server's step (53) projects on exactly (their intersection: Dykstra).
-    Held by a client, its set entered that client's AL term, whose curvature λ_i/r grows with the
-    multiplier: a 0.1 ball on 3 logistic clients diverged in 10/10 seeds with the step 1/L̂."""
+    """The clients' balls and bounds on the shared variables that read no client data (constant
+    or Parameter radii and bounds: `sets.simple_set`), which the server's step (53) projects on
+    exactly (their intersection). Held by a client, a ball's AL term has curvature λ_i/r, which
+    outgrew the step 1/L̂: a 0.1 ball on 3 logistic clients diverged in 10/10 seeds."""
     moved = [c for block in problem.clients for c in block.constraints
              if simple_set(c) is not None and not c.expr.data_owners()]
     try:
@@ -231,11 +233,12 @@ class _DistributedPA(DALD):
                 status = watch.report(info)
                 break
             dual = float(np.max(np.abs(new - xhat), initial=0.0))
-            xhat = new
-            # the clients' own constraint multipliers (no consensus step: μ ≡ 0), when they have any
+            # the clients' own constraint multipliers (no consensus step: μ ≡ 0), when they have any,
+            # at the x̂ of the round's solve (as the serial loop's `own`: the same iterates)
             dmu = float(np.max(ex.map_stacked("dald_cc_dual", clients,
                                               common={"xhat": xhat, "consensus": 0.0})["dmu"],
                                initial=0.0)) if client_constrained else 0.0
+            xhat = new
             report = k % self.report_every == 0 or self._converged(np.nan, dual, dmu) or \
                 k >= self.max_iterations
             record = self._record_cc(ex, clients, xhat, k, 1, k, float("nan"), dual, dmu / beta, start, report,
@@ -292,8 +295,7 @@ class _DistributedPA(DALD):
             step, self.step = self.step, (1.0 if automatic else self.step)
             self.beta = 2.0 if self.beta_option is None else self.beta_option
         out.info["step"] = step          # the local gradient step used (chosen when step=None)
-        # client constraints hold at each client's own iterate, not at x̂: at the round cap a
-        # violated client set is "stalled" (`base.finish_result`), never left to more rounds
+        # drift (several local steps) biases the fixed point: `base.finish_result` says "stalled"
         out.biased_fixed_point = True
         out.iterations = {"rounds": out.iterations["inner"]}
         for record in out.history:

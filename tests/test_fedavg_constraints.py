@@ -10,13 +10,12 @@ a client holds (one that reads its data) has its multiplier read at x̂ (`cc_nod
 and a biased stop (several local steps) is "stalled", naming the clients' constraints."""
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 import fedmodel as fm
 from fedmodel.backends import FedAvg, FedProx
+from test_infeasible import quiet_solve
 
 
 def _logistic_ball(seed: int, radius: float = 0.5, labels: str = "normal", held: bool = False):
@@ -41,16 +40,9 @@ def _logistic_ball(seed: int, radius: float = 0.5, labels: str = "normal", held:
     return prob, w
 
 
-def _solve(prob, backend, **options):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = prob.solve(backend, **options)
-    return result, [str(c.message) for c in caught if c.category is RuntimeWarning]
-
-
 def _assert_solves(prob, w, backend, **options):
     reference = prob.solve("cvxpy")
-    result, warned = _solve(prob, backend, **options)
+    result, warned = quiet_solve(prob, backend, **options)
     assert result.status == "converged" and not warned, (result.status, warned)
     x, x_star = result.value(w), reference.value(w)
     assert np.linalg.norm(x - x_star) <= 1e-4 * np.linalg.norm(x_star), (x, x_star)
@@ -91,7 +83,7 @@ def test_a_biased_stop_is_stalled_and_names_the_client_constraints():
     with a warning (or, at stationarity < 1e-2, with none); now "stalled", naming the clients'
     constraints and the backends that solve the model."""
     prob, w = _logistic_ball(12, labels="sign", held=True)
-    result, warned = _solve(prob, FedProx(local_steps=5))
+    result, warned = quiet_solve(prob, FedProx(local_steps=5))
     assert result.status == "stalled", result.status
     assert np.linalg.norm(result.value(w) - prob.solve("cvxpy").value(w)) > 1e-3
     said = result.info["not_stationary"]
