@@ -70,15 +70,12 @@ class _DistributedPA(DALD):
     """Fed-DALD-CC with μ ≡ 0 and x̂ = mean(x_i) (distributed PA, (51)–(53))."""
 
     procedures = (*DALD.procedures, _server_set_multipliers)
-    _moved = False           # clients' sets projected by the server (`_server_sets`, set in `compile`)
+    _moved, _held = False, []    # clients' sets projected by the server (`_server_sets`), the others
 
-    # Equilibrated by default, as every backend (docs/scaling.md). It diverged on the ball-lasso
-    # (tests/test_infeasible.py) at round 13 because two fixed numbers met the step 1/L̂ that
-    # follows the data: the penalty β = 2 of the clients' own constraints (a norm ball keeps its
-    # row scale 1, while σ = 0.026 shrinks the objective: step·β = 14 > 2), and FedProx's μ = 2
-    # once its local steps see the proximal term (several steps, or warm starts: step·μ = 4.2 on
-    # least squares). With the automatic step both now follow L̂ (`_prepare`). A step the user
-    # gives is in the model's units, so that run solves the model as written (as DistributedGD's).
+    # Equilibrated by default, as every backend (docs/scaling.md): it diverged on the ball-lasso
+    # at round 13 when fixed β = 2 (clients' constraints) and μ = 2 met the step 1/L̂ that follows
+    # the data (step·β = 14); both follow L̂ now (`_prepare`). A step the user gives is in the
+    # model's units, so that run solves the model as written (as DistributedGD's).
 
     def __init__(self, prox: float, step: float | None, local_steps: int | None, max_rounds: int | None,
                  tol: float, x0: Any = None, beta: float | None = None, warm_start: bool = False,
@@ -132,6 +129,9 @@ class _DistributedPA(DALD):
         hint = (f"lower step (now {self.step:g}; step=None picks 1/L̂ from the data) or use "
                 "local_steps=None (exact local solves)" if not self.exact_local else
                 "raise mu or check the model's scaling")
+        if self._held:     # an infeasible one's multipliers grow without bound: the AL term diverges
+            hint += f"; or the clients' constraints {self._held[:3]} leave no feasible point, or " \
+                "are too tight for this step: prob.solve('cvxpy') decides it, 'proxal' or 'dald' solve it"
         return DivergenceWatch(type(self).__name__, hint=hint)
 
     def equilibrates(self) -> bool:
@@ -272,11 +272,11 @@ class _DistributedPA(DALD):
 
     def compile(self, problem) -> dict:
         """The server's sets, affine ones included, are projected in its step (53), and so are
-        the clients' balls and bounds on the shared variables that read no client data
-        (`_server_sets`)."""
+        the clients' data-free balls and bounds (`_server_sets`)."""
         self._server_step_inputs = None
         moved = _server_sets(problem)
         self._moved = bool(moved)
+        self._held = [c.name for b in problem.clients for c in b.constraints if not any(c is m for m in moved)]
         return project_server_sets(problem, compile_programs(problem, to_server=moved), moved)
 
     def conclude(self, problem, ex, run, outcome: Outcome) -> None:
