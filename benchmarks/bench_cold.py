@@ -32,6 +32,12 @@ client, d = 50, client ball ‖w‖₂ ≤ 1 and a server ridge), np-adult (32,5
         --executors serial batched jax --skip-default serial:200 --repeats 2
     python benchmarks/bench_cold.py --part cold --max-outer 3
     python benchmarks/bench_cold.py --part breakdown --executor serial
+    python benchmarks/bench_cold.py --part phases --model mnist --repeats 3   # DALD, d = 784
+    python benchmarks/bench_cold.py --part phases --model monks --max-outer 1
+
+4. **Phases of a cold solve** (`--part phases`, `cold_phases.py` in fresh processes): imports,
+   model, and inside the solve the backend's look-up, equilibration, the set-emptiness check,
+   the node programs, numba (import, first calls), the first outer iteration and the rest.
 
 It imports the fedmodel its interpreter has installed (it does not put this checkout on the
 path), so one script measures two checkouts: run it with each one's interpreter.
@@ -81,22 +87,45 @@ print(json.dumps({"phases": phases, "total": (marks[-1][1] - marks[0][1], marks[
 """
 
 
+def _fresh(args: list[str], repeats: int) -> list[dict]:
+    """`repeats` fresh interpreters running `args` (after one untimed run that writes the
+    bytecode caches: see `cold_solve`), each one's last stdout line read as JSON."""
+    runs = []
+    with tempfile.TemporaryDirectory() as where:     # not a checkout: the installed fedmodel
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(where, "pycache")
+        for _ in range(repeats + 1):
+            out = subprocess.run([sys.executable, *args], cwd=where, env=env, capture_output=True,
+                                 text=True, check=True)
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return runs[1:]
+
+
+def phases(model: str, repeats: int, max_outer: int | None) -> None:
+    """Print each phase of a cold solve (`cold_phases.py`): the fastest of `repeats` fresh
+    processes by total CPU, and every run's CPU beside it."""
+    options = {} if max_outer is None else {"max_outer": max_outer}
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cold_phases.py")
+    runs = _fresh([script, model, json.dumps(options)], repeats)
+    best = min(runs, key=lambda r: r["total"][1])
+    print(f"\ncold solve phases, {model}: {best['status']}, {best['iterations']}, objective "
+          f"{best['objective']:.10g}; imported in the solve: {best['imported in solve']}")
+    print("| phase | wall s | CPU s | CPU s, every run |\n|---|---:|---:|---|")
+    rows = [*best["phases"].items(), *best["solve"].items(), ("total", best["total"])]
+    for name, (wall, cpu) in rows:
+        every = [r["total"] if name == "total" else r["phases"].get(name, r["solve"].get(name, (0, 0)))
+                 for r in runs]
+        print(f"| {'  ' if name in best['solve'] else ''}{name} | {wall:.3f} | {cpu:.3f} | "
+              f"{' / '.join(f'{c:.3f}' for _, c in every)} |")
+
+
 def cold_solve(repeats: int, max_outer: int | None) -> dict:
     """The fastest (by total CPU) of `repeats` fresh-process cold solves, after one untimed
     run that writes the bytecode caches (an installed package has them; with
     PYTHONDONTWRITEBYTECODE set, as on this project's machines, every process would compile
     fedmodel's sources again: ~0.2 s CPU)."""
     options = {} if max_outer is None else {"max_outer": max_outer}
-    runs = []
-    with tempfile.TemporaryDirectory() as where:     # not a checkout: the installed fedmodel
-        # (the caches go to a folder of their own, not beside the sources)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env["PYTHONPYCACHEPREFIX"] = os.path.join(where, "pycache")
-        for _ in range(repeats + 1):
-            out = subprocess.run([sys.executable, "-c", COLD, json.dumps(options)], cwd=where,
-                                 env=env, capture_output=True, text=True, check=True)
-            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return min(runs[1:], key=lambda r: r["total"][1])
+    return min(_fresh(["-c", COLD, json.dumps(options)], repeats), key=lambda r: r["total"][1])
 
 
 # ---- models ----------------------------------------------------------------------------------
@@ -288,7 +317,8 @@ def step_breakdown(executor: str = "serial", outer: int = 3) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("cold", "steps", "both", "breakdown"), default="both")
+    parser.add_argument("--part", choices=("cold", "steps", "both", "breakdown", "phases"), default="both")
+    parser.add_argument("--model", choices=("monks", "mnist"), default="monks", help="of --part phases")
     parser.add_argument("--executor", default="serial", help="the executor of --part breakdown")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-outer", type=int, default=None)
@@ -310,6 +340,9 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}")
     if args.part == "breakdown":
         step_breakdown(args.executor)
+        return
+    if args.part == "phases":
+        phases(args.model, args.repeats, args.max_outer)
         return
     if args.part in ("cold", "both"):
         run = cold_solve(args.repeats, args.max_outer)

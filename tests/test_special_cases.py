@@ -101,9 +101,9 @@ def test_one_local_step_is_gradient_descent_and_reaches_optimum():
 
 
 def test_client_drift_with_many_local_steps_is_reported_not_hidden():
-    """Heterogeneous clients, 10 local steps: FedAvg stops at a point that is NOT the
-    optimum of Σ f_i (client drift); its KKT certificate shows it, and the run says it: status
-    "stalled" (it was "converged", with the warning only)."""
+    """Heterogeneous clients, 10 local steps: FedAvg converges to a point that is NOT the
+    optimum of Σ f_i (client drift); its KKT certificate shows it, and the run says it: "stalled",
+    not "converged"."""
     prob, w = _problem(_parts(seed=1))
     x_star = prob.solve("cvxpy").value(w)
     with pytest.warns(RuntimeWarning, match="not a solution of the model"):

@@ -2,6 +2,14 @@
 residual and Σμ mirror, the Fed-DALD-DC residual (80), the consensus terms of (20) and a whole
 Gauss–Seidel sweep of (20) built from them, each one pass over the (n, d) stacks (conventions:
 `fedmodel.runtime.kernels`).
+
+Stacks of fewer than `NUMPY_ROWS` rows (nodes, edges) take `numpy_loops`: the same
+numbers bit for bit without loading numba, whose import and the loops' load from the on-disk
+cache are ~0.3 s CPU a process (a first compilation seconds), more than a small run's whole
+server side; the one-pass compiled loops pay off with many rows. A numpy call costs ~20–40 µs
+more than a compiled one (DALD-DC on a 6-ring), so after `NUMPY_CALLS` of them (about numba's
+load) the process takes the compiled loops, as it does once they are loaded anyway: the numbers
+do not change.
 """
 from __future__ import annotations
 
@@ -11,12 +19,28 @@ import numpy as np
 
 from fedmodel.runtime.kernels import column_bounds, exact_shape, flags, indices, operand
 
+#: stacks with fewer rows than this (nodes and edges) take the numpy loops (module docstring)
+NUMPY_ROWS = 64
+#: numpy calls in a process after which the compiled loops take over (module docstring)
+NUMPY_CALLS = 10_000
+_numpy_calls = [0]
+
 
 @cache
 def _compiled():
     """The compiled loops (`compiled_loops`), imported on first use (numba loads then)."""
     from . import compiled_loops
     return compiled_loops
+
+
+def _loops(*rows: int):
+    """The loops for stacks of these numbers of rows: `numpy_loops` below NUMPY_ROWS while the
+    process has made fewer than NUMPY_CALLS numpy calls and not loaded the compiled loops."""
+    if max(rows) < NUMPY_ROWS and _numpy_calls[0] < NUMPY_CALLS and not _compiled.cache_info().currsize:
+        _numpy_calls[0] += 1
+        from . import numpy_loops
+        return numpy_loops
+    return _compiled()
 
 
 def consensus_dual(MU: np.ndarray, X: np.ndarray, xhat, weight) -> np.ndarray:
@@ -27,7 +51,7 @@ def consensus_dual(MU: np.ndarray, X: np.ndarray, xhat, weight) -> np.ndarray:
     """
     n, d = X.shape
     out = np.empty((n, d))
-    _compiled().consensus_dual(exact_shape(MU, (n, d)), exact_shape(X, (n, d)), operand(xhat, n, d, widen=True),
+    _loops(n).consensus_dual(exact_shape(MU, (n, d)), exact_shape(X, (n, d)), operand(xhat, n, d, widen=True),
                                operand(weight, n, d), out)
     return out
 
@@ -38,7 +62,7 @@ def edge_dual(X: np.ndarray, MU: np.ndarray, tail: np.ndarray, head: np.ndarray,
     m, d = MU.shape
     n = len(X)
     out, size = np.empty((m, d)), np.empty(m)
-    _compiled().edge_dual(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), indices(tail, n, m), indices(head, n, m),
+    _loops(n, m).edge_dual(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), indices(tail, n, m), indices(head, n, m),
                           operand(weight, m, d), flags(move, m), out, size)
     return out, size
 
@@ -70,7 +94,7 @@ def edge_terms(X: np.ndarray, MU: np.ndarray, rows: np.ndarray, adjacency, weigh
     rows = indices(rows, n)
     ptr, edge, nbr, sign = _adjacency(adjacency, n, m)
     out = np.empty((3, len(rows), d))
-    _compiled().edge_terms(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), rows, np.full(n, -1, dtype=np.intp),
+    _loops(n, m).edge_terms(exact_shape(X, (n, d)), exact_shape(MU, (m, d)), rows, np.full(n, -1, dtype=np.intp),
                            ptr, edge, nbr, sign, operand(weight, m, d), out)
     return out[0], out[1], out[2]
 
@@ -109,7 +133,7 @@ def gauss_seidel_sweep(X: np.ndarray, G: np.ndarray, MU: np.ndarray, order: np.n
     args = (exact_shape(X, (n, d)), exact_shape(G, (n, d)), exact_shape(MU, (m, d)))
     rest = (rank, *_adjacency(adjacency, n, m), operand(weight, m, d), float(step),
             operand(threshold, 1, n, widen=True).ravel())
-    run = _compiled().gauss_seidel_sweep
+    run = _loops(n, m).gauss_seidel_sweep
     if prox_row is None:
         run(*args, order, *rest, *column_bounds(cols, d), B)
         return B
@@ -129,7 +153,7 @@ def consensus_gap(X: np.ndarray, xhat: np.ndarray, weight, member: np.ndarray) -
     """
     n, d = X.shape
     total = np.zeros(d)
-    largest = _compiled().consensus_gap(exact_shape(X, (n, d)), operand(xhat, 1, d, widen=True), operand(weight, n, d),
+    largest = _loops(n).consensus_gap(exact_shape(X, (n, d)), operand(xhat, 1, d, widen=True), operand(weight, n, d),
                                         flags(member, n), total)
     return total, float(largest)
 
@@ -141,6 +165,6 @@ def largest_change(X: np.ndarray, previous: np.ndarray, member: np.ndarray) -> t
     >>> largest_change(np.array([[1.0], [np.inf]]), np.zeros((2, 1)), np.array([True, False]))
     (1.0, False)
     """
-    largest, finite = _compiled().largest_change(exact_shape(X, X.shape), exact_shape(previous, X.shape),
+    largest, finite = _loops(len(X)).largest_change(exact_shape(X, X.shape), exact_shape(previous, X.shape),
                                                  flags(member, len(X)))
     return float(largest), bool(finite)

@@ -216,7 +216,6 @@ def is_empty(pieces: list[Piece]) -> bool:
     """Whether ∩ pieces is empty: its linear part (boxes, halfspaces, subspaces) by a linear
     program; with Euclidean balls, whether the least-norm point of the linear part (or 0) lies
     outside the smallest ball. (ℓ1 balls are not checked.)"""
-    from scipy.optimize import linprog
     pieces = [p.current() for p in pieces]
     linear = [p for p in pieces if isinstance(p, (Box, Halfspace, Subspace))]
     balls = [p for p in pieces if isinstance(p, Ball)]
@@ -237,6 +236,7 @@ def is_empty(pieces: list[Piece]) -> bool:
             equal_limits.append(p.Q @ p.point)
     if np.any(lower > upper):
         return True
+    from scipy.optimize import linprog     # (here: ~0.3 s CPU to import, only for a linear part)
     found = linprog(np.zeros(n), A_ub=np.array(rows) if rows else None, b_ub=limits or None,
                     A_eq=np.vstack(equal_rows) if equal_rows else None,
                     b_eq=np.concatenate(equal_limits) if equal_limits else None,

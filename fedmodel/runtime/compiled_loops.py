@@ -5,7 +5,24 @@ that numba's on-disk cache finds them again in the next process. Bounds are not 
 the wrappers in `kernels` check every shape and index."""
 import numba
 
-jit = numba.njit(cache=True, nogil=True)
+
+def cached_jit(**options):
+    """`numba.njit(cache=True, nogil=True, **options)` where numba finds a writable place for its
+    on-disk cache (beside the source, else NUMBA_CACHE_DIR or the user's cache folder), else the
+    same without the cache: numba refuses `cache=True` at decoration when it has none (a
+    read-only install run by a user without a home folder), and a missing cache must cost a
+    compilation per process, not the run."""
+    def decorate(fn):
+        try:
+            return numba.njit(cache=True, nogil=True, **options)(fn)
+        except RuntimeError as error:
+            if "cannot cache" not in str(error):
+                raise
+            return numba.njit(nogil=True, **options)(fn)
+    return decorate
+
+
+jit = cached_jit()
 
 
 @jit

@@ -9,8 +9,10 @@ threads (`DenseBlocks` picks one of the two per call). Clients are independent: 
 changes no number."""
 import numba
 
-jit = numba.njit(cache=True, nogil=True)
-jit_parallel = numba.njit(cache=True, nogil=True, parallel=True)
+from .compiled_loops import cached_jit
+
+jit = cached_jit()
+jit_parallel = cached_jit(parallel=True)
 
 
 @jit
