@@ -357,7 +357,7 @@ def _rounds(outcome: Outcome) -> str:
 
 
 def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: float,
-                         paper_stop: bool, problem=None) -> None:
+                         paper_stop: bool = False, problem=None) -> None:
     """The backend's stop test passed at a point that is far from a KKT point of the model:
     FedAvg / FedProx stop at their own fixed point, which is not the model's solution with
     several local steps (client drift) or with client constraints they hold in their local
