@@ -298,7 +298,7 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
         if outcome.status is Status.CONVERGED and certificate is not None:
             stationarity = certificate.relative_stationarity if relative else certificate.stationarity
             if stationarity > NOT_STATIONARY:
-                _warn_not_stationary(backend_name, outcome, stationarity, paper_stop)
+                _warn_not_stationary(backend_name, outcome, stationarity, paper_stop, problem)
     if outcome.status is Status.MAX_ITERATIONS:
         _judge_steady_descent(outcome)
     if outcome.ledger is not None:      # round trips, floats and bytes per client (the ledger's)
@@ -358,15 +358,18 @@ def _rounds(outcome: Outcome) -> str:
 
 
 def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: float,
-                         paper_stop: bool) -> None:
+                         paper_stop: bool = False, problem=None) -> None:
     """The backend's stop test passed at a point that is far from a KKT point of the model:
-    FedAvg / FedProx converge to their own fixed point, which is not the model's solution with
-    several local steps (client drift) or client constraints (each client's constraint holds at
-    its local iterate, not at their average)."""
+    FedAvg / FedProx stop at their own fixed point, which is not the model's solution with
+    several local steps (client drift) or with client constraints they hold in their local
+    objectives; the message names those constraints (`problem`)."""
     if outcome.biased_fixed_point:
-        why = ("Its fixed point differs from the model's optimum (client drift with several local "
-               "steps, or client constraints); ProxAL, DALD or FedADMM solve the model, "
-               "prob.solve('cvxpy') checks it")
+        held = [c.name for block in getattr(problem, "clients", ()) for c in block.constraints]
+        named = f" and the client constraints {', '.join(held[:4])}{' …' if len(held) > 4 else ''}" \
+            if held else ""
+        why = (f"Its fixed point differs from the model's optimum (client drift with several local "
+               f"steps or warm starts{named}): more rounds do not remove it; prob.solve('proxal'), "
+               "'fedadmm' or 'dald' solve the model, prob.solve('cvxpy') checks it")
     elif backend_name == "cvxpy":    # its solvers' tolerances are absolute (result.info['attempts'])
         why = ("The solver's tolerances are absolute: data far from unit scale (e.g. a logistic loss "
                "saturated on separable data in large units) can stop it early; rescale the data, "

@@ -34,13 +34,14 @@ def compile_projecting(problem) -> dict:
     return programs
 
 
-def project_server_sets(problem, programs: dict) -> dict:
+def project_server_sets(problem, programs: dict, to_server: list = ()) -> dict:
     """`programs` with the server's program compiled again to project its affine sets too
-    (`compile_programs` gives the server plain projection: balls, bounds), where it holds one."""
+    (`compile_programs` gives the server plain projection: balls, bounds), where it holds one;
+    `to_server`: clients' sets it holds too (`compile_programs`)."""
     server = problem.server
     if any(affine_only(c) for c in server.constraints):
         shared = problem.shared_variables()
-        spec = ProgramSpec(server.name, "server", server.terms, server.constraints, shared,
+        spec = ProgramSpec(server.name, "server", server.terms, [*server.constraints, *to_server], shared,
                            list(getattr(server, "private_variables", [])), project=PROJECT_ALL)
         programs[server.name] = spec if spec.remote else spec.build()
     return programs

@@ -1,6 +1,6 @@
 """Issue 27 items 1/4 for FedAvg and FedProx: fewer round trips a round. Without the consensus
 multiplier step (15) (μ ≡ 0), what is left of a round's Step 2 is the clients' own constraint
-multipliers at the x_i they have just found, which needs nothing of the server's: it is done in
+multipliers at the x̂ of the round's solve (`cc_nodes._own_at_xhat`), which the request brought: it is done in
 the round's solve request (`dald_cc_solve` with `own`) instead of a `dald_cc_dual` request of its
 own. The reference is the same backend with `one_message=False` (the two-message round, as
 before). Histories and answers bit for bit as before; the ledger's round trips drop from
@@ -34,7 +34,8 @@ ROUNDS = 12
 
 def _boxes(n: int = 4):
     """Least-squares clients whose boxes [−1 + 0.4i, 1 + 0.4i]³ overlap in [0.2, 1]³; the data
-    pull w above 1, so the boxes act (the clients' multipliers move every round)."""
+    pull w above 1, so the boxes act (the clients' multipliers move every round). The bounds
+    are client data, so the clients hold them (constant boxes the server projects on)."""
     rng = np.random.default_rng(0)
     w = fm.Variable(3, name="w")
     prob = fm.Problem(name="boxes")
@@ -42,7 +43,8 @@ def _boxes(n: int = 4):
         client = prob.add_client(f"c{i}")
         A, b = rng.standard_normal((10, 3)), rng.standard_normal(10) + 3
         client.minimize(fm.sum_squares(client.data(A, name="A") @ w - client.data(b, name="b")))
-        client.subject_to(w >= -1.0 + 0.4 * i, w <= 1.0 + 0.4 * i)
+        client.subject_to(w >= client.data(np.full(3, -1.0 + 0.4 * i), name="low"),
+                          w <= client.data(np.full(3, 1.0 + 0.4 * i), name="high"))
     return prob, w
 
 

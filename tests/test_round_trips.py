@@ -153,7 +153,8 @@ def test_fedavg_sends_multipliers_only_for_constraints(backend):
     assert res.info["communication"]["round_trips"] == 1 + 6            # was 2 + 6 × 2
     # one client with a constraint: its multiplier step rides in the round's solve (it needs only
     # the client's new x_i when μ ≡ 0), still one round trip a round (it was 2 + 6 × 2 before)
-    prob.clients[1].subject_to(fm.norm2(w) <= 0.5)
+    # (centred on client data: the client holds it; a constant ball the server projects on)
+    prob.clients[1].subject_to(fm.norm2(w - prob.clients[1].data(np.zeros(D), name="centre")) <= 0.5)
     res = prob.solve(make(max_rounds=6, tol=0.0))
     assert res.info["communication"]["by_kind"] == {"local_curvature": 1, "dald_cc_solve": 6}
     assert max(r["constraint_residual"] for r in res.history) > 0.0     # the multipliers moved

@@ -74,9 +74,10 @@ def test_dald_solves_the_builtin_model_on_a_star():
 
 
 # ---- FedAvg / FedProx / DGD at the round cap --------------------------------------------------
-def _overlapping_boxes():
+def _overlapping_boxes(held: bool = False):
     """Four least-squares clients whose boxes [−1 + 0.4i, 1 + 0.4i]³ overlap in [0.2, 1]³
-    (feasible); the data pull w above 1, so client 3's lower bound binds the others."""
+    (feasible); the data pull w above 1, so client 3's lower bound binds the others. `held`:
+    the bounds are client data (FedAvg's server cannot project on them: the clients hold them)."""
     rng = np.random.default_rng(0)
     w = fm.Variable(3, name="w")
     prob = fm.Problem(name="boxes")
@@ -84,16 +85,24 @@ def _overlapping_boxes():
         client = prob.add_client(f"c{i}")
         A, b = rng.standard_normal((10, 3)), rng.standard_normal(10) + 3
         client.minimize(fm.sum_squares(client.data(A, name="A") @ w - client.data(b, name="b")))
-        client.subject_to(w >= -1.0 + 0.4 * i, w <= 1.0 + 0.4 * i)
+        low, high = -1.0 + 0.4 * i, 1.0 + 0.4 * i
+        if held:
+            low, high = client.data(np.full(3, low), name="low"), client.data(np.full(3, high), name="high")
+        client.subject_to(w >= low, w <= high)
     return prob, w
 
 
 @pytest.mark.parametrize("backend", ["fedavg", "fedprox", "dgd"])
 def test_a_capped_run_with_violated_client_sets_is_stalled(backend):
-    """At a round cap of 5 the point violates client 3's box by 0.17–0.19 (the fixed point keeps
-    each box at the client's own iterate, not at the average): it was "max_iterations" with no
-    warning; now "stalled", naming the constraint, with the cap in the message."""
+    """At a round cap of 5 the point violated client 3's box by 0.17–0.19 (each box held at the
+    client's own iterate, not at the average): it was "max_iterations" with no warning; now
+    "stalled", naming the constraint, with the cap in the message — where the clients hold the
+    boxes (bounds that are client data). Constant boxes are projected on by the server: the
+    capped point is feasible, and "max_iterations" says only that the cap came first."""
     prob, _ = _overlapping_boxes()
+    result = prob.solve(backend, max_rounds=5)
+    assert result.max_violation == 0.0 and result.status in ("max_iterations", "converged")
+    prob, _ = _overlapping_boxes(held=True)
     assert prob.solve("cvxpy").status == "converged"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -202,8 +202,9 @@ class FedDALDCC:
             if fuse:           # sent with the next solve; its dmu (own constraints) comes back then
                 owed, dmu, unwind = True, dmu_sent, unwind_sent
             elif send_dual:
-                replies = ex.map_stacked("dald_cc_dual", active,
-                                         common={"xhat": xhat, "consensus": float(self.dual_updates)})
+                # (μ ≡ 0: the clients' own multipliers at the x̂ of the round's solve, as `own` reads it)
+                replies = ex.map_stacked("dald_cc_dual", active, common={
+                    "xhat": xhat if self.dual_updates else sent, "consensus": float(self.dual_updates)})
                 dmu = float(np.max(replies["dmu"], initial=0.0))
                 unwind = float(np.max(replies["unwind"], initial=0.0))
             if own:                          # (asked with (13): `opts["own"]`)

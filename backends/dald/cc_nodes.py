@@ -28,7 +28,7 @@ from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin, own_multi
 # constraint multipliers at the x̂ it brings) and the penalty rescale (`factor`) that the server
 # decided after it, done before (13): one message where the paper's box has two (DALD(one_message));
 # or (`own`, μ ≡ 0: FedAvg, FedProx) Step 2 after (13), the node's own constraint multipliers at
-# the x_i it just found: without (15) Step 2 reads only x_i, so it needs no x̂ of the server's
+# the request's x̂ (`_own_at_xhat`)
 STEP2_OPTIONS = {"dual": "1", "factor": "1", "own": "1"}
 _SOLVE_OPTS = (*SOLVE_OPTIONS, *STEP2_OPTIONS, "init")
 # the first solve request may carry `dald_cc_init` (`init`: β; `rho`: ρ_i, per node), x⁰ its x̂:
@@ -111,11 +111,22 @@ def _step2_first(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple | No
     return dmu
 
 
-def _step2_after(group: Group, rows: np.ndarray, opts: dict, first: tuple | None) -> tuple | None:
+def _step2_after(group: Group, rows: np.ndarray, opts: dict, first: tuple | None, xhat) -> tuple | None:
     """What a solve request carries after its (13) (`opts["own"]`, a run without (15)): the
-    node's own constraint multipliers at its new x_i, as `dald_cc_dual` with consensus 0 would
-    do next; (dmu, unwind) per row, else `first` (what `_step2_first` returned)."""
-    return _dual_block(group, rows, None, 0.0) if opts.get("own") else first
+    node's own constraint multipliers at the request's x̂ (`_own_at_xhat`), as `dald_cc_dual`
+    with consensus 0 does; (dmu, unwind) per row, else `first` (what `_step2_first` returned)."""
+    return _own_at_xhat(group, rows, xhat) if opts.get("own") else first
+
+
+def _own_at_xhat(group: Group, rows: np.ndarray, xhat) -> tuple[np.ndarray, np.ndarray]:
+    """Step 2 without (15) (μ ≡ 0: FedAvg, FedProx, DGD): the node's own constraint multipliers
+    λ_i ← [λ_i + β c_i(x̂)]₊ at the server's model x̂ (one model for all, or an (n, d) stack), not
+    at the client's x_i. With one local step x_i = x̂ − α∇P_i(x̂), the fixed point is then
+    Σ_i ∇f_i(x̂) + λ_iᵀ∇c_i(x̂) + ∂h(x̂) ∋ 0 with c_i(x̂) ≤ 0: the model's KKT point. Read at
+    x_i, each client's constraint held at its own iterate and their average stopped off the
+    answer (a client ball, 3 logistic clients: 0.38 away, "converged") or the penalty's
+    curvature outgrew the step (‖w‖ = 5e4 against a 0.5 ball: "diverged")."""
+    return own_multipliers(group, rows, [xhat if np.ndim(xhat) == 1 else xhat[i] for i in rows])
 
 
 def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -> dict | None:
@@ -140,7 +151,7 @@ def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -
     if out is None:
         return None
     new_x, steps = out
-    dmu = _step2_after(group, rows, common, dmu)
+    dmu = _step2_after(group, rows, common, dmu, xhat)
     reply = {"x": read_only(new_x) if in_group_order(rows, group.n) else new_x[rows],
              "steps": steps.astype(float)}
     if dmu is not None:
@@ -169,7 +180,7 @@ def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     if out is None:
         return None
     new_x, steps = out
-    dmu = _step2_after(group, rows, opts, dmu)
+    dmu = _step2_after(group, rows, opts, dmu, xhat)
     replies = {m: {"x": new_x[i], "steps": int(k)} for m, i, k in zip(members, rows, steps)}
     for m, change, unwind in zip(members, *(((), ()) if dmu is None else dmu)):
         replies[m]["dmu"], replies[m]["unwind"] = float(change), float(unwind)
@@ -178,11 +189,13 @@ def _cc_solve(group: Group, members: list[str], payloads: dict) -> dict[str, dic
 
 def _dual_block(group: Group, rows: np.ndarray, xhat, consensus: float) -> tuple | None:
     """(15): μ_i += 2ρ_i∘ρ_i∘(x̂ − x_i) for the group's clients `rows` (one compiled pass); a
-    node's own constraint multipliers (Step 2) client by client. Returns (dmu, unwind) per row
-    (`local.unwinding`)."""
+    node's own constraint multipliers (Step 2) client by client, at x_i — at x̂ without (15)
+    (consensus 0: `_own_at_xhat`). Returns (dmu, unwind) per row (`local.unwinding`)."""
     stacks = _cc_stacks(group)
     if stacks is None:
         return None
+    if not consensus and xhat is not None:
+        return _own_at_xhat(group, rows, xhat)
     states, X, MU, RHO2 = stacks
     if consensus:
         step = kernels.consensus_dual(MU, X, xhat, group.twice("rho2", RHO2))   # one pass
@@ -212,7 +225,8 @@ def _cc_dual(group: Group, members: list[str], payloads: dict) -> dict[str, dict
     if opts is None or states is None:
         return None
     consensus = opts.get("consensus", 1.0)
-    xhat = request_rows(group, members, payloads, "xhat", group.gather("x", states, group.n_x)) if consensus else None
+    xhat = request_rows(group, members, payloads, "xhat", group.gather("x", states, group.n_x)) \
+        if consensus or all("xhat" in payloads[m] for m in members) else None
     dmu, unwind = _dual_block(group, np.array([group.index[m] for m in members], dtype=np.intp), xhat,
                               consensus)
     return {m: {"dmu": float(v), "unwind": float(u)} for m, v, u in zip(members, dmu, unwind)}

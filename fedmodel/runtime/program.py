@@ -363,19 +363,21 @@ class ProgramSpec:
 
 
 def compile_programs(problem, project: bool = True, client_sets: bool = False,
-                     client_constraints: bool = False) -> dict[str, "NodeProgram | ProgramSpec"]:
+                     client_constraints: bool = False, to_server: list = ()) -> dict[str, "NodeProgram | ProgramSpec"]:
     """One NodeProgram per block (server first, then clients in order). With `project`, simple
     constraints on the shared variables held by the server are handled by projection; with
     `client_sets` also those held by clients, on the client (for backends whose client solves
     project, e.g. FedADMM); with `client_constraints` a client's smooth convex inequalities on
     the shared variables get their own penalty (`compiler.merit.is_local`), for backends whose
-    local solves hold them (local solver "local-al": `local_al.solve`). A block whose
+    local solves hold them (local solver "local-al": `local_al.solve`); `to_server`: clients'
+    sets the server holds instead (FedAvg's server step projects on them). A block whose
     data is produced on its worker stays a `ProgramSpec` (the executor builds it there)."""
     shared = problem.shared_variables()
     # a client's constraint on the shared variables alone with no smooth form (a ‖·‖₁ ball) is
     # the same constraint on the server, where it is projected (unless clients' solves project)
     moved = [] if client_sets else \
         [c for b in problem.clients for c in b.constraints if needs_projection(c)]
+    moved += [c for c in to_server if not any(c is m for m in moved)]
     programs: dict = {}
     with collection_paused():
         for block in problem.blocks:
