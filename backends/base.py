@@ -85,8 +85,9 @@ class Backend:
         work, runner = problem, self
         if model is not None:      # the run sees the equilibrated copy, in its units
             work, runner = model.problem, copy.copy(self)
-            if getattr(self, "w0", None) is not None:
-                runner.w0 = model.shared_to_scaled(self.w0)
+            for option in ("w0", "x0"):     # a start point (ProxAL's w0, DALD's x0) in its units
+                if getattr(self, option, None) is not None:
+                    setattr(runner, option, model.shared_to_scaled(getattr(self, option)))
             if callback is not None:
                 callback = functools.partial(_in_user_units, callback, model)
         checkpointer = Checkpointer.create(self, work, checkpoint, checkpoint_every, resume)

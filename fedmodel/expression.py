@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import numbers
+import sys
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -52,9 +54,54 @@ OPERATORS: dict[str, Callable[..., Any]] = {}
 def _operator(name: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
     """The method `self ∘ other` of a binary operator: `OPERATORS[name](self, other)`, or
     `OPERATORS[name](other, self)` for the reflected method (`__radd__`, …)."""
+    symbol = SYMBOLS.get(name)
+
     def method(self: Any, other: Any) -> Any:
-        return OPERATORS[name](other, self) if reflected else OPERATORS[name](self, other)
+        left, right = (other, self) if reflected else (self, other)
+        if symbol:
+            check_crossing(symbol, left, right)
+        return OPERATORS[name](left, right)
     return method
+
+
+class BroadcastWarning(UserWarning):
+    """An entrywise operator broadcast a vector of shape (m,) against a column (m, 1) into an
+    (m, m) array, as numpy and CVXPY do: almost always a column meant as the vector."""
+
+
+SYMBOLS = {"add": "+", "multiply": "*", "divide": "/", "inequality": "<=", "equality": "=="}
+
+
+def check_crossing(symbol: str, left: Any, right: Any) -> None:
+    """Warn (`BroadcastWarning`, at the user's line) when `left symbol right` broadcasts an (m,)
+    operand against an (m, 1) one, m > 1: `X @ w - y` with y a column of m labels is an (m, m)
+    residual, each prediction against every label — a model of another size, solved silently
+    (issue 25: the answer was of that other model). Not an error: numpy and CVXPY allow it.
+    Called by an operator or atom the user called; fedmodel's own calls (a constraint's
+    `lhs - rhs`, derived gradients) are not the user's writing and say nothing."""
+    a, b = getattr(left, "shape", None), getattr(right, "shape", None)
+    if a is None or b is None or len(a) + len(b) != 3:
+        return
+    vector, column = (a, b) if len(a) == 1 else (b, a)
+    if len(vector) != 1 or vector[0] < 2 or tuple(column) != (vector[0], 1):
+        return
+    caller = sys._getframe(2).f_globals.get("__name__", "")
+    if caller == "fedmodel" or caller.startswith("fedmodel."):
+        return
+    m = vector[0]
+    warnings.warn(
+        f"{_operand(left)} (shape {tuple(a)}) {symbol} {_operand(right)} (shape {tuple(b)}) "
+        f"broadcasts to shape ({m}, {m}), as in numpy and CVXPY: each of the {m} entries of the "
+        f"vector meets each entry of the column, which is another model than {m} entrywise "
+        "pairs. If the (m, 1) operand is a column of m values (labels y read as a column), pass "
+        "it flat: y.ravel() (or y[:, 0], or data(y.ravel()))", BroadcastWarning, stacklevel=3)
+
+
+def _operand(x: Any) -> str:
+    if isinstance(x, Expression):
+        text = x.render()
+        return text if len(text) <= 40 else text[:37] + "..."
+    return "an array" if isinstance(x, np.ndarray) else f"a {type(x).__name__}"
 
 
 class Expression:
@@ -165,9 +212,11 @@ class Expression:
     __gt__ = __lt__
 
     def __sub__(self, other: Any) -> "Expression":
+        check_crossing("-", self, other)
         return OPERATORS["add"](self, OPERATORS["neg"](other))
 
     def __rsub__(self, other: Any) -> "Expression":
+        check_crossing("-", other, self)
         return OPERATORS["add"](other, OPERATORS["neg"](self))
 
     def __neg__(self) -> "Expression":

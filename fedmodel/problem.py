@@ -12,6 +12,7 @@ from .atoms import add
 from .certificate import kkt_certificate
 from .collector import solve_scope
 from .compiler.split import split_constraint, split_objective
+from .compiler.start import remember_solved, start_solver
 from .constraints import Constraint
 from .errors import DataError, FedModelError, ShapeError
 from .expression import Constant, Data, Expression, Variable, as_expr, is_sparse, sparse_csr
@@ -463,6 +464,7 @@ class Problem:
         (`fedmodel.compiler.scaling`; None: the backend's default)."""
         self.validate()
         solver = make_backend(backend, **options)
+        solver = start_solver(self, solver, backend)     # from w.value when the user set it
         extra = {} if scaling is None else {"scaling": scaling}   # any backend with `solve`
         with solve_scope():      # the node programs are frozen for the run (`freeze_setup`)
             result = solver.solve(self, topology=topology, executor=executor, callback=callback,
@@ -470,6 +472,7 @@ class Problem:
                                   checkpoint_every=checkpoint_every, resume=resume, **extra)
         for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
             var.value = result.values.get(var.uid)
+        remember_solved(self.variables())     # not a start the user asked for (`compiler.start`)
         return result
 
 

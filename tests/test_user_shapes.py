@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import fedmodel as fm
+from fedmodel.problem import make_backend
 
 
 def test_sum_of_a_list_of_client_terms_is_their_sum():
@@ -160,6 +161,8 @@ def test_a_stop_off_the_objectives_domain_is_not_converged(backend):
     prob = fm.Problem()
     for i in range(2):
         prob.add_client(f"c{i}").minimize(-fm.sum(fm.log(w)) + fm.sum(w))
-    with pytest.warns(RuntimeWarning, match="outside its domain"):
-        result = prob.solve(backend)
+    with pytest.raises(fm.FedModelError, match="set w.value"):   # refused before the run now
+        prob.solve(backend)
+    with pytest.warns(RuntimeWarning, match="outside its domain"):  # the run's own guard
+        result = make_backend(backend).solve(prob)
     assert result.status != "converged" and not fm.verify(result).ok

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..expression import Constant, Expression, Shape, as_expr
+from ..expression import Constant, Expression, Shape, as_expr, check_crossing
 from .base import (AFFINE, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom, broadcast_error,
                    broadcast_shapes)
 from .broadcasting import BroadcastTo, broadcast_to, broadcastable, sum_to
@@ -156,6 +156,7 @@ def multiply(a: Any, b: Any) -> Expression:
     """Elementwise product (numpy broadcasting; also `a * b`); folds scalar constants. A
     product of two non-constant expressions is allowed (it is how nonconvex models are
     written) but is not DCP."""
+    check_crossing("*", a, b)       # fm.multiply(X @ w, y) with y an (m, 1) column: a warning
     a, b = as_expr(a), as_expr(b)
     shape = broadcast_shapes(a, b, "multiply")
     for x, y in ((a, b), (b, a)):

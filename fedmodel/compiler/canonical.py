@@ -6,8 +6,9 @@ does not matter: `minimize(f + g)` ≡ `minimize(f); minimize(g)` ≡ `minimize(
 `flatten` expands sums, differences, negation and scalar multiples/divisions by constants or
 Parameters, nested at any depth. `classify_objective` sorts the flat terms into smooth ones,
 prox-able ones (`λ·norm1(w)` of a shared variable; the weights of several such terms on one
-variable add) and those with neither a prox nor a gradient. Constants stay in the smooth part:
-they do not move the argmin, but they are in the reported objective.
+variable add; `λ·norm2(w − a)`, `λ·norm2(w)` and `λ·norm1(w − a)` with a constant, by the
+shifted prox of `norm_terms`) and those with neither a prox nor a gradient. Constants stay in the
+smooth part: they do not move the argmin, but they are in the reported objective.
 
 `canonical_constraints` does the same for constraints: simple sets on a shared variable are
 projected (`compiler.sets`) where the caller projects, and nonsmooth convex inequalities with a
@@ -30,6 +31,7 @@ from .sets import (ProxTerm, check_boxes_meet, check_sets_meet, coefficient_valu
                    norm1_term, simple_set)
 
 from .terms import Coefficient, Term, _scaled, _times, flatten  # noqa: F401 (re-exported)
+from .norm_terms import norm1_part, norm_term, shifted_norm
 
 
 def _norm1_of(term: Term) -> tuple[Variable, Coefficient] | None:
@@ -51,7 +53,8 @@ def _norm1_of(term: Term) -> tuple[Variable, Coefficient] | None:
 class Classified:
     """An objective in canonical form, sorted by how a backend handles each term."""
     smooth: list[Expression] = field(default_factory=list)     # differentiable (and constants)
-    prox: list[ProxTerm] = field(default_factory=list)         # λ·norm1(w), weights combined
+    prox: list[ProxTerm] = field(default_factory=list)         # λ·norm1(w), weights combined;
+    # with λ·norm2(c·w + b), λ·norm1(c·w + b) (b ≠ 0): one term a variable (`norm_terms`)
     unsupported: list[Expression] = field(default_factory=list)  # no prox and no gradient
 
     @property
@@ -65,12 +68,15 @@ def classify_objective(terms: list[Expression]) -> Classified:
     out = Classified()
     weights: dict[int, tuple[Variable, Coefficient]] = {}
     constants: list[Expression] = []
+    norms: dict[int, tuple[Variable, list]] = {}     # λ‖w − a‖ terms, by variable
     for term in (t for expr in terms for t in flatten(expr)):
         norm1 = _norm1_of(term)
         if norm1 is not None and coefficient_value(norm1[1]) >= 0:
             var, weight = norm1
             old = weights.get(var.uid)
             weights[var.uid] = (var, weight if old is None else _plus(old[1], weight))
+        elif (shifted := shifted_norm(term)) is not None:
+            norms.setdefault(shifted[0].uid, (shifted[0], []))[1].append(shifted[1])
         elif term.atom.is_constant():
             constants.append(term.expression())
         elif term.atom.is_smooth():
@@ -80,7 +86,9 @@ def classify_objective(terms: list[Expression]) -> Classified:
             out.unsupported.append(expr)
             out.smooth.append(expr)          # kept in the objective, so a backend can name it
     out.smooth.extend(constants)
-    out.prox = [norm1_term(var, weight) for var, weight in weights.values()]
+    out.prox = [norm1_term(var, weight) for var, weight in weights.values() if var.uid not in norms]
+    out.prox += [norm_term(var, found + [norm1_part(var, weights[uid][1])] if uid in weights else found)
+                 for uid, (var, found) in norms.items()]
     return out
 
 
@@ -93,9 +101,9 @@ def _plus(a: Coefficient, b: Coefficient) -> Coefficient:
 def how_to_fix(expr: Expression) -> str:
     """What would make a term with neither a prox nor a gradient work."""
     return (f"{expr} has neither a gradient nor a prox that fedmodel knows; write it with smooth "
-            "atoms (e.g. sum_squares, huber, logistic), as λ·norm1(w) of a shared variable w "
-            "(λ ≥ 0, handled by its prox), or as a constraint (e.g. norm2(a) <= r, abs(a) <= t), "
-            "which is projected or reformulated")
+            "atoms (e.g. sum_squares, huber, logistic), as λ·norm1(w), λ·norm1(w − a) or "
+            "λ·norm2(w − a) of a shared variable w (λ ≥ 0, a constant: handled by its prox), or "
+            "as a constraint (e.g. norm2(a) <= r, abs(a) <= t), which is projected or reformulated")
 
 
 # ---- constraints -------------------------------------------------------------------------
@@ -142,8 +150,12 @@ def reformulate(constraint: Constraint) -> list[Constraint] | None:
     if isinstance(atom, Norm2):
         radius = -np.asarray(rest.value, float) if rest.is_constant() and not rest.parameters() \
             else None
-        if radius is None or radius.size != 1 or not radius.item() > 0:
+        if radius is None or radius.size != 1 or not radius.item() >= 0:
             return None
+        if radius.item() == 0:     # ‖a‖ ≤ 0 is a = 0, an equality (whose AL term is smooth)
+            piece = Equality(a, 0.0, name=name)
+            piece.expr, piece.owner = a, constraint.owner
+            return [piece]
         r = float(radius.item())   # (‖a‖² − r²)/(2r): its gradient at ‖a‖ = r is that of ‖a‖
         expr = multiply(0.5 / r, add(sum_squares(a), Constant(-r * r)))
         return [_inequality(expr, name, constraint)]
@@ -209,6 +221,6 @@ def constraint_fix(constraint: Constraint) -> str:
     """What would make a nonsmooth constraint work."""
     return (f"constraint {constraint.name!r}: {constraint!r} is nonsmooth and has no projection "
             "or smooth equivalent fedmodel knows; supported: norm2(a) <= r, abs(a) <= t, "
-            "norm_inf(a) <= t, pos(a) <= t (a smooth, r > 0 a constant), a norm2/norm1/norm_inf ball or "
+            "norm_inf(a) <= t, pos(a) <= t (a smooth, r ≥ 0 a constant), a norm2/norm1/norm_inf ball or "
             "bounds on a shared variable (radius and bounds constants or Parameters), or any "
             "smooth g(x) <= 0")

@@ -10,8 +10,8 @@ eqs. 12–14; docs/architecture.md follows β from `prob.solve` into this merit)
 
 x are the shared variables, y the block's private ones. β, μ, ω, ω_y and the centers x̄, ȳ are
 Parameters: an outer iteration changes their values and never recompiles. Terms and
-constraints are first put in canonical form (`canonical`): prox-able terms (λ‖w‖₁ on a shared
-variable, on any node) are left out and returned separately for the prox step, and so are
+constraints are first put in canonical form (`canonical`): prox-able terms (λ‖w‖₁, λ‖w − a‖₂,
+λ‖w − a‖₁ on a shared variable, on any node) are left out and returned separately for the prox step, and so are
 simple constraints on a shared variable (norm balls, bounds) when `project=True`; nonsmooth
 constraints with a smooth equivalent are rewritten.
 """
@@ -26,6 +26,7 @@ from ..constraints import Constraint, Equality
 from ..expression import Expression, Parameter, Variable
 from .canonical import (canonical_constraints, classify_objective, constraint_fix,
                         how_to_fix)
+from .norm_terms import shifted_conflict
 from .sets import ProxTerm
 
 
@@ -75,7 +76,7 @@ def build_merit(terms: list[Expression], constraints: list[Constraint],
     proxable = classified.prox + sorted_constraints.sets
     constraints = sorted_constraints.smooth
     unsupported = [how_to_fix(t) for t in classified.unsupported] + \
-        [constraint_fix(c) for c in sorted_constraints.unsupported]
+        [constraint_fix(c) for c in sorted_constraints.unsupported] + shifted_conflict(proxable)
     objective = classified.objective
     beta = Parameter((), name=f"beta_{name}", value=1.0)
     half_over_beta = multiply(0.5, power(beta, -1))

@@ -14,7 +14,7 @@ import numpy as np
 from ..atoms import add
 from ..constraints import Constraint
 from ..errors import FedModelError
-from ..expression import Constant
+from ..expression import Constant, Parameter
 from . import projection
 from .terms import flatten
 
@@ -60,7 +60,7 @@ def parametric_set(constraint: Constraint, moving: list, offset: Callable[[], np
     (`recognize`, i.e. `sets.simple_set`: a `ProxTerm` or None) of `moving` + offset() at the
     Parameters' present values, built again when they change (read at each projection; no
     recompile), or None when it is not a simple set.
-    A value that leaves no such set (a radius ≤ 0) is a FedModelError when it is read."""
+    A value that leaves no such set (a radius < 0) is a FedModelError when it is read."""
     cache: dict = {}
 
     def at(value: np.ndarray):
@@ -81,13 +81,59 @@ def parametric_set(constraint: Constraint, moving: list, offset: Callable[[], np
         term = at(offset())
         if term is None or term.kind != first.kind:
             raise FedModelError(f"{constraint.name}: {constraint} at its Parameters' present "
-                                "values is not a norm ball of radius > 0 (a radius < 0 leaves no "
-                                "point: the model is infeasible); give the radius a value > 0")
+                                "values is not a norm ball of radius ≥ 0 (a radius < 0 leaves no "
+                                "point: the model is infeasible); give the radius a value ≥ 0")
         return term
     if first.kind in ("ball2", "ball1", "ballinf"):
-        current()                        # a radius ≤ 0 now: refused at compile time
+        current()                        # a radius < 0 now: refused at compile time
     pieces = tuple(projection.Parametric(lambda i=i: current().pieces[i])
                    for i in range(len(first.pieces)))
     return replace(first, prox=lambda v, t: current().prox(v, t), label=repr(constraint),
                    remainder=lambda x, g: current().remainder(x, g), constraint=constraint,
                    pieces=pieces)          # (`box`: the bounds now, for `check_boxes_meet`)
+
+
+def parametric_affine(constraint: Constraint, recognize: Callable[[Constraint], Any]) -> Any:
+    """The affine set of `constraint` (`recognize`: `sets.affine_set`) when Parameters multiply
+    the variable (`a @ w <= b` with `a` a Parameter; no client data): the constant set at the
+    Parameters' present values, rebuilt when they change (read at each projection, as
+    `parametric_set`), or None when it is not an affine set at the present values."""
+    expr = constraint.expr
+    parameters = expr.parameters()
+    if not parameters or expr.data_owners() - {"server"} or any(p.value is None for p in parameters):
+        return None
+    cache: dict = {}
+
+    def at():
+        key = tuple(np.asarray(p.value, float).tobytes() for p in parameters)
+        if cache.get("key") != key:
+            frozen = copy(constraint)
+            frozen.expr = _frozen(expr)
+            cache.update(key=key, term=recognize(frozen))
+        return cache["term"]
+    first = at()
+    if first is None:
+        return None
+
+    def current():
+        term = at()
+        if term is None or term.kind != first.kind or len(term.pieces) != len(first.pieces):
+            raise FedModelError(f"{constraint.name}: {constraint} at its Parameters' present values "
+                                "is no longer an affine set of the same rows (a row of zeros?); "
+                                "give the Parameters values that keep every row")
+        return term
+    pieces = tuple(projection.Parametric(lambda i=i: current().pieces[i])
+                   for i in range(len(first.pieces)))
+    return replace(first, prox=lambda v, t: current().prox(v, t), label=repr(constraint),
+                   remainder=lambda x, g: current().remainder(x, g), constraint=constraint,
+                   pieces=pieces)
+
+
+def _frozen(expr: Any) -> Any:
+    """`expr` with each Parameter replaced by a constant of its present value."""
+    if isinstance(expr, Parameter):
+        return Constant(np.asarray(expr.value, float))
+    if not expr.args:
+        return expr
+    args = [_frozen(a) for a in expr.args]
+    return expr if all(a is b for a, b in zip(args, expr.args)) else expr.with_args(*args)

@@ -83,6 +83,8 @@ class Ball(Piece):
         norm = np.linalg.norm(x)
         if norm < self.radius * (1 - active):
             return v
+        if self.radius == 0 or norm == 0:    # the point {0}: T = {0}
+            return np.zeros_like(v)
         unit = x / norm                      # T = {v : xᵀv ≤ 0}
         return v - max(0.0, float(unit @ v)) * unit
 
@@ -165,6 +167,8 @@ def project_l1_ball(v: np.ndarray, radius: float) -> np.ndarray:
     a = np.abs(np.ravel(v))
     if a.sum() <= radius:
         return v
+    if radius <= 0:                          # the point {0} (no k below satisfies the test)
+        return np.zeros_like(v)
     u = np.sort(a)[::-1]
     cumulative = np.cumsum(u) - radius
     k = np.nonzero(u * np.arange(1, u.size + 1) > cumulative)[0][-1]

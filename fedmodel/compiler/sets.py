@@ -27,7 +27,7 @@ from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Expression, Parameter, Variable
 from . import projection
-from .parameter_sets import coefficient_value, parametric_parts, parametric_set
+from .parameter_sets import coefficient_value, parametric_affine, parametric_parts, parametric_set
 from .terms import flatten
 from .projection import Ball, Ball1, Box, Halfspace, Piece, Subspace, project_l1_ball
 
@@ -54,13 +54,18 @@ class ProxTerm:
     box: tuple[Any, Any] | None = None          # (lower, upper) per entry, for sets that are boxes
     pieces: tuple[Piece, ...] = ()              # the set as `projection` pieces (flat entries)
     members: tuple["ProxTerm", ...] = ()        # an intersection's sets, as recognized
+    # (x, g, zero) -> `residual`, for terms whose kinks are away from 0 (`norm_terms`)
+    kinked: Callable[[np.ndarray, np.ndarray, float], np.ndarray] | None = None
 
     def residual(self, x: np.ndarray, g: np.ndarray, zero: float = ZERO) -> np.ndarray:
         """`remainder` at x with entries within `zero`·max(1, ‖x‖∞) of 0 read as 0 for a term
         (not a set): an iterative method leaves 1e-12 where the answer has 0, and scoring
         sign(1e-12) would charge the full weight λ (the smaller of the two residuals, i.e.
-        the exact residual of a point within `zero`). Sets' normal cones have their own ACTIVE."""
+        the exact residual of a point within `zero`); a shifted norm's kinks at its shift
+        (`kinked`). Sets' normal cones have their own ACTIVE."""
         x = np.asarray(x, dtype=float)
+        if self.kinked is not None:
+            return self.kinked(x, g, zero)
         if self.constraint is None:
             tol = zero * max(1.0, float(np.max(np.abs(x), initial=0.0)))
             x = np.where(np.abs(x) <= tol, 0.0, x)
@@ -98,6 +103,8 @@ def _ball(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
         norm = np.linalg.norm(x)
         if norm < radius * (1 - ACTIVE):
             return g
+        if radius == 0 or norm == 0:     # the point {0}: its normal cone is every direction
+            return np.zeros_like(g)
         unit = x / norm
         return g + max(0.0, -float(np.vdot(g, unit))) * unit
     return ProxTerm(var, project, lambda x: 0.0, remainder, f"‖{var.name}‖₂ ≤ {radius:g}",
@@ -109,6 +116,8 @@ def _ball1(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
         # N(x) = {λ s : λ ≥ 0, s ∈ ∂‖x‖₁} on the boundary: the λ that minimizes ‖g + λ s‖∞
         if np.abs(x).sum() < radius * (1 - ACTIVE):
             return g
+        if radius == 0:                  # the point {0}
+            return np.zeros_like(g)
         zero = np.abs(x) <= ACTIVE * max(1.0, float(np.max(np.abs(x))))
 
         def residual(lam):
@@ -126,6 +135,8 @@ def _ball1(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
 
 def _ballinf(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
     def remainder(x, g):
+        if radius == 0:                  # the point {0}
+            return np.zeros_like(g)
         active = np.abs(x) >= radius * (1 - ACTIVE)
         return np.where(active, g + np.maximum(0.0, -g * np.sign(x)) * np.sign(x), g)
     return ProxTerm(var, lambda v, t: np.clip(v, -radius, radius), lambda x: 0.0, remainder,
@@ -247,10 +258,11 @@ def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
     c, core = others[0].coefficient, others[0].atom
     balls = {Norm2: _ball, Norm1: _ball1, NormInf: _ballinf}
     bound = -offset / c if c != 0 else None           # c·core + offset <= 0
-    if type(core) in balls and _shared(core.args[0]) and offset.size == 1 and c > 0 and bound > 0:
+    # a radius 0 is the point {0}: its projection is 0 (each ball's form handles it)
+    if type(core) in balls and _shared(core.args[0]) and offset.size == 1 and c > 0 and bound >= 0:
         return balls[type(core)](core.args[0], float(bound.item()), constraint)
     squared = _squared_norm_of(core)
-    if squared is not None and _shared(squared[0]) and offset.size == 1 and c > 0 and bound > 0:
+    if squared is not None and _shared(squared[0]) and offset.size == 1 and c > 0 and bound >= 0:
         return _ball(squared[0], float(np.sqrt(bound.item() / squared[1])), constraint)
     if _shared(core) and c != 0 and np.broadcast_shapes(np.shape(bound), core.shape) == core.shape:
         limit = np.broadcast_to(bound, core.shape).copy()
@@ -290,8 +302,8 @@ def affine_set(constraint: Constraint) -> ProxTerm | None:
     as bounds when every row reads one entry ("box"), else a halfspace per row ("halfspace",
     "polyhedron": Dykstra); A x + b == 0 as an affine subspace ("subspace", closed form)."""
     found = _affine_map(constraint)
-    if found is None:
-        return None
+    if found is None:          # Parameters multiplying the variable: the set at their values
+        return parametric_affine(constraint, affine_set) if constraint.expr.parameters() else None
     var, A, b = found
     nonzero = A != 0
     if not np.all(np.any(nonzero, axis=1)):       # a row without x: a constant, not a set
