@@ -12,7 +12,7 @@ Heavy dependencies (cvxpy, sympy, ray, matplotlib) are imported only when used.
 """
 from .errors import (CurvatureError, DataError, FedModelError, ShapeError, SmoothnessError,
                      TopologyError)
-from .expression import Constant, Data, Expression, Parameter, Variable
+from .expression import BroadcastWarning, Constant, Data, Expression, Parameter, Variable
 from .constraints import Constraint, Equality, Inequality
 from .atoms import (abs, exp, huber, log, log_sum_exp, logistic, maximum, mean, multiply, norm1,
                     norm2, norm_inf, pos, power, quad_form, reshape, sqrt, square, sum,

@@ -40,8 +40,8 @@ def _refusal(program: NodeProgram) -> dict:
     if not program.constraints:
         return {"refusal": None}
     names = [c.name for c in program.constraints]
-    supported = ("norm balls, bounds, halfspaces a @ w <= b and hyperplanes a @ w == b with "
-                 "constant a (b, radii, bounds: constants or Parameters), on shared variables")
+    supported = ("norm balls, bounds, halfspaces a @ w <= b and hyperplanes a @ w == b (a, b, "
+                 "radii, bounds: constants or Parameters), on shared variables")
     if program.role == "server":
         return {"refusal": (
             f"FedADMM's server step handles only constraints it can project on ({supported}); "
