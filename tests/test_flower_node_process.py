@@ -342,11 +342,34 @@ def test_supervisor_stop_ends_a_running_process():
 
 @pytest.mark.integration     # (real node processes, seconds each: CI's integration run)
 def test_node_process_ends_with_its_parent(tmp_path):
-    """`--parent-pid`: the node process ends when that process ends (Flower's monitor), here
+    """`--parent-pid`: the node process ends when that process ends (`_end_with`), here
     with no SuperNode listening at all."""
     import subprocess
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     child = subprocess.Popen(node_process.command(f"127.0.0.1:{_free_port()}", None, parent.pid))
+    try:
+        time.sleep(1.0)
+        assert child.poll() is None
+        parent.kill()
+        parent.wait()
+        assert child.wait(timeout=30) == 0
+    finally:
+        for proc in (parent, child):
+            if proc.poll() is None:
+                proc.kill()
+
+
+@pytest.mark.integration     # (two processes, ~2 s)
+def test_node_process_exits_after_its_parent_even_if_the_interrupt_is_lost():
+    """`_end_with`'s fallback: with SIGINT ignored (an interrupt swallowed, or a main thread
+    blocked where the monitor thread's signal cannot reach it) the process still exits, 0,
+    PARENT_GRACE s after its parent ends."""
+    import subprocess
+    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    script = ("import signal, threading, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "from fedmodel.runtime.flower import node_process as n; n.PARENT_GRACE = 0.5; "
+              f"n._end_with({parent.pid}, threading.Event()); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", script])
     try:
         time.sleep(1.0)
         assert child.poll() is None

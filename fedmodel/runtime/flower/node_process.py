@@ -56,7 +56,6 @@ try:
     from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
     from flwr.proto.runtime_pb2 import (  # pylint: disable=E0611
         AcquireTaskRequest, PullAppMessagesRequest, PullTaskInputRequest)
-    from flwr.supercore.app_utils import start_parent_process_monitor
     from flwr.supercore.constant import TaskType
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
     from flwr.supercore.inflatable.inflatable_protobuf_utils import (
@@ -215,19 +214,49 @@ class Wake:
         return True
 
 
+#: seconds a node process whose parent ended may take to finish its task before it exits anyway
+PARENT_GRACE = 10.0
+
+
+def _end_with(parent_pid: int, stop: threading.Event) -> None:
+    """End this process when `parent_pid` ends: SIGINT as Flower's monitor sends it (which ends
+    a task in progress), `stop` for the claim loop, and an exit after PARENT_GRACE s in case the
+    interrupt was swallowed or the main thread is blocked where a thread's signal cannot reach it
+    (the integration run saw a node process outlive its parent by 30 s, once under load)."""
+    def watch() -> None:
+        while _alive(parent_pid):
+            time.sleep(0.2)
+        stop.set()
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(PARENT_GRACE)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="fedmodel-parent-monitor").start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # (a process of another user: it exists)
+        return True
+    return True
+
+
 def serve(address: str, root_certificates: str | None = None, parent_pid: int | None = None,
           stop: threading.Event | None = None, app: Any = None,
           poll: tuple[float, float] = POLL, wake: Wake | None = None,
           woken_poll: float = WOKEN_POLL) -> int:
     """Claim and serve the SuperNode's ClientApp tasks, one at a time, until `stop` is set or
-    the parent process ends (`parent_pid`, Flower's monitor: SIGINT); the tasks served. With
+    the parent process ends (`parent_pid`: `_end_with`); the tasks served. With
     `wake` an idle node claims when the SuperNode wakes it (and every `woken_poll` s), else
     every `poll` s (doubling from the first to the second while no task comes)."""
     if RuntimeHttpClient is None:
         raise FedModelError("fedmodel's node process needs Flower: pip install 'fedmodel[flower]'")
-    if parent_pid is not None:
-        start_parent_process_monitor(parent_pid)
     stop = stop or threading.Event()
+    if parent_pid is not None:
+        _end_with(parent_pid, stop)
     client_app_module.load_client_modules()     # (the host's own modules: once, before any claim)
     client = runtime_client(address, root_certificates,
                             [RuntimeVersionHttpInterceptor(component_name="SuperExec")])
