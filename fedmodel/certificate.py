@@ -230,10 +230,13 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
 
 
 def _ratio(value: float, scale: float) -> float:
-    """value / scale, with 0/0 = 0 (nothing to measure) and x/0 = inf (no scale to excuse x)."""
+    """value / scale, with 0/0 = 0 (nothing to measure), x/0 = inf (no scale to excuse x) and
+    inf/inf = inf (a point off the objective's domain: nothing excuses it)."""
     if value == 0:
         return 0.0
-    return value / scale if scale > 0 else float("inf")
+    if not scale > 0 or np.isinf(scale):
+        return float("inf")
+    return value / scale
 
 
 BEND = 1e-4    # the relative step of the central difference along x
