@@ -22,14 +22,14 @@ from ..expression import Constant, Expression, Parameter, Variable, is_sparse, p
 from .terms import flatten
 
 START_OPTIONS = ("w0", "x0")   # a backend's start option, by name (the first it has)
-_SOLVED: dict[int, Any] = {}   # variable uid -> the value object a solve assigned
-_STARTS: dict[int, Any] = {}   # variable uid -> the value the user assigned last
+# On each shared variable (so nothing outlives it): `_solved_value`, the value object a solve
+# assigned; `_start_value`, the value the user assigned last.
 
 
 def remember_solved(variables: list[Variable]) -> None:
     """Mark the present values of `variables` as a solve's (not a start the user asked for)."""
     for var in variables:
-        _SOLVED[var.uid] = var.value
+        var._solved_value = var.value
 
 
 def user_start(problem) -> np.ndarray | None:
@@ -38,14 +38,11 @@ def user_start(problem) -> np.ndarray | None:
     re-solve thus starts where the first did, and runs the same iterations."""
     shared = problem.shared_variables()
     for var in shared:                   # the user's latest start survives the solves after it
-        if var.value is not _SOLVED.get(var.uid):       # assigned since: a start, or None (none)
-            if var.value is None:
-                _STARTS.pop(var.uid, None)
-            else:
-                _STARTS[var.uid] = var.value
-    if not shared or any(v.uid not in _STARTS for v in shared):
+        if var.value is not getattr(var, "_solved_value", None):   # assigned since: a start, or None
+            var._start_value = var.value
+    if not shared or any(getattr(v, "_start_value", None) is None for v in shared):
         return None
-    return np.concatenate([np.ravel(np.asarray(_STARTS[v.uid], float)) for v in shared])
+    return np.concatenate([np.ravel(np.asarray(v._start_value, float)) for v in shared])
 
 
 def takes_start(solver: Any) -> bool:
