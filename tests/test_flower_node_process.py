@@ -344,15 +344,22 @@ def test_supervisor_stop_ends_a_running_process():
 def test_node_process_ends_with_its_parent(tmp_path):
     """`--parent-pid`: the node process ends when that process ends (`_end_with`), here
     with no SuperNode listening at all."""
+    assert _exit_code_after_the_parent_ends(
+        lambda pid: node_process.command(f"127.0.0.1:{_free_port()}", None, pid)) == 0
+
+
+def _exit_code_after_the_parent_ends(child_command) -> int:
+    """Start a parent process and the child `child_command(parent's pid)`; once the child has
+    run 1 s, kill the parent: the child's exit code (it must end within 30 s)."""
     import subprocess
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    child = subprocess.Popen(node_process.command(f"127.0.0.1:{_free_port()}", None, parent.pid))
+    child = subprocess.Popen(child_command(parent.pid))
     try:
         time.sleep(1.0)
         assert child.poll() is None
         parent.kill()
         parent.wait()
-        assert child.wait(timeout=30) == 0
+        return child.wait(timeout=30)
     finally:
         for proc in (parent, child):
             if proc.poll() is None:
@@ -364,22 +371,13 @@ def test_node_process_exits_after_its_parent_even_if_the_interrupt_is_lost():
     """`_end_with`'s fallback: with SIGINT ignored (an interrupt swallowed, or a main thread
     blocked where the monitor thread's signal cannot reach it) the process still exits, 0,
     PARENT_GRACE s after its parent ends."""
-    import subprocess
-    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    script = ("import signal, threading, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-              "from fedmodel.runtime.flower import node_process as n; n.PARENT_GRACE = 0.5; "
-              f"n._end_with({parent.pid}, threading.Event()); time.sleep(60)")
-    child = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        time.sleep(1.0)
-        assert child.poll() is None
-        parent.kill()
-        parent.wait()
-        assert child.wait(timeout=30) == 0
-    finally:
-        for proc in (parent, child):
-            if proc.poll() is None:
-                proc.kill()
+    def ignoring_sigint(pid: int) -> list[str]:
+        return [sys.executable, "-c",
+                "import signal, threading, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                "from fedmodel.runtime.flower import node_process as n; n.PARENT_GRACE = 0.5; "
+                f"n._end_with({pid}, threading.Event()); time.sleep(60)"]
+
+    assert _exit_code_after_the_parent_ends(ignoring_sigint) == 0
 
 
 def test_run_supernode_starts_the_node_process_only_for_process_isolation():
