@@ -384,9 +384,9 @@ class BatchedPlan:
                 else:
                     shapers.append((n,) + (1,) * (rank - len(v.uniform)) + v.uniform)
 
-            def stacked(vals):
-                parts = [g(vals) if s is None else g(vals).reshape(s) for g, s in zip(get, shapers)]
-                vals[out] = np.ascontiguousarray(np.broadcast_to(fn(*parts), (n,) + out_seg.uniform)).ravel()
+            def stacked(vals, full=(n,) + out_seg.uniform):    # (a result of full shape: no broadcast_to)
+                r = fn(*[g(vals) if s is None else g(vals).reshape(s) for g, s in zip(get, shapers)])
+                vals[out] = r.ravel() if np.shape(r) == full else np.ascontiguousarray(np.broadcast_to(r, full)).ravel()
             return "stacked", stacked
         if all((k == "C" and np.ndim(v) == 0) or (k != "C" and (v.shapes == out_seg.shapes or v.scalar))
                for k, v in kinds):                        # ragged: repeat per-client scalars

@@ -4,7 +4,7 @@ ADMM over the intersection of the clients' sets): the method of multipliers of t
 gradients a client reads with them held (`lagrangian_gradient`, `local_remainder`)."""
 from __future__ import annotations
 
-from dataclasses import replace
+from copy import copy
 from typing import Any, Callable
 
 import numpy as np
@@ -39,8 +39,11 @@ def solve(program: NodeProgram, lp: Any, solve_rest: Callable[[Any], tuple]):
     or prox solver `local_solvers.choose` picks without the held constraints). σ is back at its
     resting value afterwards (the node's state alone fixes P_i between requests). One client:
     `solve_rows`, the rules written once, with a row of one."""
+    one = copy(lp)        # (the start set per round: `dataclasses.replace` was ~5 µs of it)
+
     def rest(Z: np.ndarray, idx: np.ndarray) -> tuple:
-        z, steps, residual = solve_rest(replace(lp, z0=Z[0]))
+        one.z0 = Z[0]
+        z, steps, residual = solve_rest(one)
         return z[None, :], np.array([steps]), np.array([residual])
     Z, steps, residual = solve_rows([program], lp.z0[None, :], lp.tol, rest)
     return Z[0], int(steps[0]), float(residual[0])
@@ -70,33 +73,37 @@ def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
     sigma = [p.state.get("local_penalty", LOCAL_PENALTY) for p in programs]
     for p in programs:
         p.state.pop("local_failed", None)
-    tols = np.broadcast_to(np.asarray(tol, float), (k,))
+    tols = np.asarray(tol, float)
+    tols = np.full(k, tols) if tols.ndim == 0 else np.broadcast_to(tols, (k,))
     Z, total, residual = np.array(Z0, dtype=float), np.zeros(k, dtype=int), np.zeros(k)
     last, violation = [np.inf] * k, np.zeros(k)
     violations: list[list[float]] = [[] for _ in range(k)]
     running, met = np.ones(k, dtype=bool), np.zeros(k, dtype=bool)
     synced: list[float | None] = [None] * k         # σ last written into each program
+    sigmas = np.array(sigma, dtype=float)           # σ per row as an array (the same numbers)
     try:
         for _ in range(LOCAL_ROUNDS):
             idx = np.flatnonzero(running)
             if not idx.size:
                 break
-            for j in idx:
+            rows = idx.tolist()
+            for j in rows:
                 if sigma[j] != synced[j]:       # (σ rises rarely: not re-read every round)
                     programs[j]._sync_penalties(sigma[j])
                     synced[j] = sigma[j]
             Z[idx], steps, residual[idx] = solve_rest(Z, idx)
             total[idx] += steps
             g = values(Z, idx)
-            new_mu = np.maximum(mu[idx] + np.array([sigma[j] for j in idx])[:, None] * g, 0.0)
-            violation[idx] = np.max(g, axis=1, initial=0.0)
+            new_mu = np.maximum(mu[idx] + sigmas[idx, None] * g, 0.0)
+            # (the ufuncs' reductions: np.max's wrapper was a visible share of a round)
+            violation[idx] = np.maximum.reduce(g, axis=1, initial=0.0)
             # the KKT residual of the held constraints: violation and complementarity
-            kkt = np.maximum(violation[idx], np.max(np.abs(np.minimum(-g, new_mu)), axis=1, initial=0.0))
+            kkt = np.maximum(violation[idx], np.maximum.reduce(np.abs(np.minimum(-g, new_mu)), axis=1, initial=0.0))
             mu[idx] = new_mu
             checked = not np.isfinite(new_mu).all()     # (a NaN: the setter's error)
-            for j, row in zip(idx, new_mu):
+            for j, row in zip(rows, new_mu):
                 programs[j].set_multipliers(plans[j].unflatten(row), checked=checked)
-            for j, r in zip(idx.tolist(), kkt.tolist()):
+            for j, r in zip(rows, kkt.tolist()):
                 if r <= tols[j]:
                     running[j], met[j] = False, True
                     continue
@@ -107,7 +114,7 @@ def solve_rows(programs: list, Z0: np.ndarray, tol, solve_rest: RowsSolve,
                     running[j] = False      # σ up PENALTY_GROWTH^STUCK_ROUNDS and g₊ still there: unmet
                     continue
                 if r > 0.25 * last[j]:      # the multipliers converge slowly: a larger σ (dual step)
-                    sigma[j] = min(PENALTY_GROWTH * sigma[j], PENALTY_MAX)
+                    sigma[j] = sigmas[j] = min(PENALTY_GROWTH * sigma[j], PENALTY_MAX)
                 last[j] = r
         for j in np.flatnonzero(~met & (violation > tols)):     # (complementarity alone unmet:
             programs[j].state["local_failed"] = float(violation[j])     # not a failure)
