@@ -315,9 +315,7 @@ class BatchedPlan:
         return flat
 
     def _flat_output(self, slot: int, vals: dict) -> np.ndarray:
-        if slot in vals:
-            return vals[slot]
-        return self._value(slot, vals, self.seg.get(slot))
+        return vals[slot] if slot in vals else self._value(slot, vals, self.seg.get(slot))
 
     def _const(self, slot: int) -> np.ndarray:
         return _flat_constant(self._const_flat, self.common[slot], slot)
@@ -362,8 +360,7 @@ class BatchedPlan:
             if self.kind[a] == "C":
                 value = self.common[a]
                 out.append(lambda vals, v=value: v)
-            elif isinstance(self.common.get(a), list):          # per-client constant
-                # (not self._const: a step that holds its plan is a reference cycle per plan)
+            elif isinstance(self.common.get(a), list):  # per-client constant (not self._const: a cycle)
                 out.append(lambda vals, a=a, cache=self._const_flat, values=self.common[a]:
                            _flat_constant(cache, values, a))
             else:
@@ -560,6 +557,8 @@ def _segment_norm(node, plan, nodes, args, kinds, out_seg, out, get):
     if kinds[0][0] == "C":
         return None
     seg, g, norm = kinds[0][1], get[0], _SEGMENT_NORMS[type(node)]
+    if seg.scalar and type(node) is A.SumSquares:     # per-client scalars: v², what a reduction of one is
+        return "elementwise", lambda vals: vals.__setitem__(out, g(vals) * g(vals))
     return "segment-norm", lambda vals: vals.__setitem__(out, norm(seg, g(vals)))
 
 

@@ -190,12 +190,18 @@ class LocalPlans:
         return out
 
     def penalty_weights(self, program: NodeProgram) -> tuple[np.ndarray, np.ndarray]:
-        """(ν, σ) per row of g, as the merit's Parameters hold them now."""
-        m = program.merit_ir
-        mu = [np.ravel(m.multipliers[c.name].value) for c in self.constraints]
-        sigma = [np.full(size, float(m.local_penalties[c.name].value))
-                 for c, size in zip(self.constraints, self.sizes)]
-        return (mu[0], sigma[0]) if len(mu) == 1 else (np.concatenate(mu), np.concatenate(sigma))
+        """(ν, σ) per row of g, as the merit's Parameters hold them now (the Parameters looked
+        up once per program: a group's certificate reads every member's each step)."""
+        params = self.__dict__.get("_penalty_params")
+        if params is None:
+            m = program.merit_ir
+            params = self._penalty_params = [(m.multipliers[c.name], m.local_penalties[c.name], size)
+                                             for c, size in zip(self.constraints, self.sizes)]
+        if len(params) == 1:
+            mu, sigma, size = params[0]
+            return np.ravel(mu.value), np.full(size, float(sigma.value))
+        return (np.concatenate([np.ravel(mu.value) for mu, _, _ in params]),
+                np.concatenate([np.full(size, float(sigma.value)) for _, sigma, size in params]))
 
 
 def local_plans(program: NodeProgram) -> LocalPlans:

@@ -213,9 +213,8 @@ class NodeProgram:
         has no inequality terms, whose active set would matter). Other merits keep theirs as a
         chord matrix (see `local_solvers.newton_matrix`)."""
         self.compiled.forget()
-        key = self._settings_key()
-        if self.quadratic and key != self._hessian_key:
-            self._hessian_cache, self._factor_cache, self._hessian_key = None, None, key
+        if self.quadratic and self._settings_key() != self._hessian_key:     # (the key: only then)
+            self._hessian_cache, self._factor_cache, self._hessian_key = None, None, self._settings_key()
 
     def apply_prox(self, z: np.ndarray, t: float) -> np.ndarray:
         """prox_{t·g} of the node's prox terms g on the shared part of z = (x, y) (a copy; y is
@@ -300,8 +299,9 @@ class NodeProgram:
         if checked:
             self.compiled.set_parameters(multipliers={name: mu[name] for name in multipliers})
         else:
+            params = self.compiled.ir.multipliers
             for name in multipliers:
-                self.merit_ir.multipliers[name]._assign(mu[name])
+                params[name]._assign(mu[name])
         self._forget_hessian()      # (forgets the memoized evaluations too)
 
     def save_state(self) -> dict:
