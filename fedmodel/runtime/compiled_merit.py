@@ -112,7 +112,7 @@ class CompiledMerit:
         """P_i and its gradient with respect to z = (x, y). The last two evaluations are kept
         (until a parameter of the merit changes): ADMM-type steps evaluate the merit at a point
         and then start a local solve there, or restart from where the last solve ended."""
-        key = x.tobytes() + y.tobytes()
+        key = x.tobytes() + y.tobytes() if y.size else x.tobytes()     # (the same bytes)
         hit = self._recent.get(key)
         if hit is not None:
             return hit[0], hit[1].copy()
@@ -132,7 +132,7 @@ class CompiledMerit:
         """∇P_i with respect to z = (x, y) without P_i's value (`gradient`, private part
         included): a new array, bitwise `value_grad`'s; a memoized evaluation is reused, and
         this one is not memoized (it is taken where no local solve starts)."""
-        hit = self._recent.get(x.tobytes() + y.tobytes())
+        hit = self._recent.get(x.tobytes() + y.tobytes() if y.size else x.tobytes())
         if hit is not None:
             return hit[1].copy()
         return self.flatten(self.gradient_plan(*self.values(x, y)))

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..compiler.merit import LOCAL_PENALTY
+from ..compiler.sets import ACTIVE
 
 # a `program.NodeProgram` (which imports this module through local_solvers: no cycle)
 NodeProgram = Any
@@ -246,14 +247,14 @@ def remainder_rows(programs: list, X: np.ndarray, G: np.ndarray, values: np.ndar
     near-active row takes its ν in closed form, max(0, −aᵀr / aᵀa) (the bounded least squares
     of one column: exact, where the iterative solver stops at its tolerance); with more, the
     bounded least squares (scipy's `lsq_linear`)."""
-    from ..compiler.sets import ACTIVE
     weights = [local_plans(p).penalty_weights(p) for p in programs]
     mu, sigma = np.array([w[0] for w in weights]), np.array([w[1] for w in weights])
     out = G - np.einsum("kmn,km->kn", jacobians, np.maximum(mu + sigma * values, 0.0))
-    reach = np.maximum(1.0, np.abs(X).max(axis=1, initial=0.0))
-    scale = np.maximum(1.0, np.abs(jacobians).sum(axis=2) * reach[:, None])
+    # (the ufuncs' own reductions: np.max's and np.sum's wrappers cost more than the sums here)
+    reach = np.maximum(1.0, np.maximum.reduce(np.abs(X), axis=1, initial=0.0))
+    scale = np.maximum(1.0, np.add.reduce(np.abs(jacobians), axis=2) * reach[:, None])
     active = values >= -ACTIVE * scale
-    count = active.sum(axis=1)
+    count = np.count_nonzero(active, axis=1)
     one = np.flatnonzero(count == 1)
     if one.size:
         a = jacobians[one, np.argmax(active[one], axis=1)]         # each one's active row
