@@ -253,7 +253,7 @@ class Plan:
                 name[slot] = bind(f"k{slot}", "scalar", slot)   # numpy scalar for the arithmetic
         for slot, param in self._params:
             p = bind(f"p{slot}", "param", slot)
-            body += [f"r{slot} = {p}.value",
+            body += [f"r{slot} = {p}._value",     # (what the `value` property returns: no call)
                      f"if r{slot} is None: {missing}({p})"]
             out_name[slot] = f"r{slot}"
             if param.shape == ():
