@@ -75,7 +75,7 @@ def test_a_stop_at_a_point_that_is_not_a_solution_is_stalled(backend):
         assert any("not a solution" in str(w.message) for w in caught)
 
 
-@pytest.mark.integration      # ~5–15 s (main: ~60 s, 32 s of it in the last 8 outer iterations)
+@pytest.mark.integration      # ~10–20 s (main: 36 CPU s, most of it after outer 32)
 def test_proxal_local_solves_end_at_round_off(monkeypatch):
     """ProxAL on this model, 40 outer iterations: once the box went to the augmented Lagrangian
     (β = 1e6) main's Newton local solves took their 1,000 steps at ‖∇‖∞ ≈ 1e-14, each step's
