@@ -15,6 +15,7 @@ from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .common import check_choice, check_count, check_number
 from .outcome import Status
+from .proxal_admm import MULTIPLIER_LIMIT, needed_multipliers
 
 STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeasible (see verdict)
 UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
@@ -267,8 +268,9 @@ LOOSER = 10.0    # (`_still`) the τ_k rise above which a standstill shows nothi
 def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:
     """The verdict on a run from its outer records: "infeasible", "stalled", "unbounded" or None.
 
-    Infeasible: β has reached β_max and over the last STALL_OUTER outer iterations (in which β
-    was raised to β_max or stayed there) the largest violation fell by less than 1 % in each,
+    Infeasible: β has reached β_max (or the multipliers a solution would need are above
+    MULTIPLIER_LIMIT: `needed_multipliers`) and over the last STALL_OUTER outer iterations the
+    largest violation fell by less than 1 % in each,
     or fell by drops shrinking geometrically towards a limit (`_positive_limit`) at least 0.9×
     the violation, while staying above ε2 — the multipliers then grow by β_k·violation per iteration, faster
     and faster, which a feasible model's method of multipliers needs only when its optimal
@@ -280,7 +282,8 @@ def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, ep
     only keeps its length when the model has no minimizer — and over them the objective fell by
     more than its own size (and at least 1): a loss bounded below whose infimum is not attained
     (logistic regression on separable data) keeps its steps too, but its decreases are small."""
-    if growth > 1 and len(history) > STALL_OUTER and history[-1]["beta"] >= beta_max:
+    if growth > 1 and len(history) > STALL_OUTER and (history[-1]["beta"] >= beta_max
+                                                      or needed_multipliers(history) >= MULTIPLIER_LIMIT):
         recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
         if recent[-1] > eps2 and (all(b > 0.99 * a for a, b in zip(recent, recent[1:]))
                                   or _positive_limit(recent) > max(eps2, 0.9 * recent[-1])):
@@ -320,8 +323,9 @@ def _positive_limit(values: list[float]) -> float:
     return values[-1] - drops[-1] * ratio / (1.0 - ratio)
 
 
-VERDICTS = {"infeasible": "the largest violation stayed at {v:.3g} for {k} outer iterations at β = "
-                          "β_max: the model is infeasible (no point satisfies every constraint); "
+VERDICTS = {"infeasible": "the largest violation stayed at {v:.3g} while the multipliers grew "
+                          "(a solution's would be ≥ {m:.3g} in norm): the model is "
+                          "infeasible (no point satisfies every constraint); "
                           "the returned point is the least violating one found",
             "stalled": "the violation stayed above ε2 (at {v:.3g}) at β = β_max: the model may be "
                        "infeasible or badly scaled (fm.verify with a CVXPY reference can tell)",
@@ -362,7 +366,8 @@ def _conclude(status: str, history: list[dict], violated: dict[str, float], info
     """info[status] (a readable message) and info["violated"] for a detected verdict; warns,
     attributed to the caller of the backend's `run`."""
     last = history[-1]
-    message = VERDICTS[status].format(v=last["violation"], k=len(history), o=last["objective"])
+    message = VERDICTS[status].format(v=last["violation"], k=len(history), o=last["objective"],
+                                      m=needed_multipliers(history))
     info[status] = f"stopped after {len(history)} outer iterations: {message}"
     if violated:
         info["violated"] = dict(sorted(violated.items(), key=lambda item: -item[1]))

@@ -2,7 +2,7 @@
 batched and JAX executors' form of `NodeProgram.solve_local`'s "newton" and "exact").
 
 `newton_batched` is `solvers.newton` with its rules (`solvers.descent`, `accepted`, `MIN_STEP`,
-`stale`) taken per client with masks. `NewtonMatrices` serves its directions as
+`stale`, `progress`) taken per client with masks. `NewtonMatrices` serves its directions as
 `local_solvers.newton_matrix` serves the serial solve's: ∇²P_i is the chord Hessian the client's
 program keeps, and the matrix ∇²P_i + diag(weight_i) is factored — here inverted, stacked, in a
 `FactorStack` kept with the group across steps and solves — only for the clients whose Hessian
@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import solvers
-from .solvers import MIN_STEP, accepted, descent, stale
+from .solvers import MIN_STEP, accepted, descent, progress, stale
 
 # a group's stacked Newton matrices (k × N² floats, N = n_x + n_y) are held twice over (the
 # clients' Hessians and their inverses), up to four times while inverted: above this many floats
@@ -57,7 +57,8 @@ def newton_batched(fun_grad: StackFunGrad, direction: Directions, Z0: np.ndarray
             idx = np.flatnonzero(active)    # (finished rows keep D = 0: no step off their point)
             D[idx], slope[idx] = descent(G[idx], D[idx])
             new_Z, new_value, new_G, stuck = _backtrack(fun_grad, Z, value, G, residual, D, slope, active)
-            running &= ~(stuck & fresh)     # no descent with a fresh H: that client stops
+            gained = progress(new_value, value, _norm_inf(new_G), residual)
+            running &= ~((stuck | ~gained) & fresh)     # no descent (or gain) with a fresh H: it stops
             moved = active & running        # (with a chord H it stays where it is: H is refreshed)
             Z[moved], value[moved], G[moved] = new_Z[moved], new_value[moved], new_G[moved]
             new_residual = _norm_inf(G)

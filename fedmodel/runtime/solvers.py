@@ -49,7 +49,8 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
     `hessian(x, fresh)` returns H or its `Inverse`; it may be computed at an earlier point (a chord step, which
     saves assembling H in every step of a warm-started sequence of similar subproblems); it is
     asked for a fresh one (`fresh=True`) when a step cuts the gradient by less than half.
-    Its rules (`descent`, `accepted`, `MIN_STEP`, `stale`) are `batched_newton.newton_batched`'s."""
+    It stops when a step with a fresh H gains nothing (`progress`). Its rules (`descent`,
+    `accepted`, `MIN_STEP`, `stale`, `progress`) are `batched_newton.newton_batched`'s."""
     x = x0.copy()
     value, g = fun_grad(x)
     residual = norm_inf(g)
@@ -62,6 +63,8 @@ def newton(fun_grad: FunGrad, hessian: Callable[[np.ndarray, bool], np.ndarray],
                 return x, steps, residual
             found = x, value, g, residual
         candidate, new_value, new_g, new_residual = found
+        if fresh and not progress(new_value, value, new_residual, residual):
+            return x, steps, residual       # a fresh H and nothing gained: round-off level
         x, value, g = candidate, new_value, new_g
         fresh = bool(stale(new_residual, residual))
         residual = new_residual
@@ -162,6 +165,17 @@ def accepted(new_value, value, t, slope, new_residual, residual) -> "bool | np.n
     solution where values stop resolving, a full step that halves the gradient. Floats, or
     arrays elementwise (one entry per client)."""
     return (new_value <= value + 1e-4 * t * slope) | ((t == 1.0) & (new_residual <= 0.5 * residual))
+
+
+def progress(new_value, value, new_residual, residual) -> "bool | np.ndarray":
+    """Whether an accepted step gained anything: the value fell, or ‖∇‖∞ fell by a tenth. At
+    round-off level Armijo's test accepts a step that leaves the value equal (x + t·d == x,
+    or a step below the values' resolution), and Newton then took `max_steps` such steps at
+    4 evaluations each (ProxAL on tests/test_stalled_not_solution.py's mixed-units box, its
+    box in the augmented Lagrangian at β = 1e6: 1,000 steps, ~25,000 evaluations a solve,
+    ‖∇‖∞ 8.58e-15 throughout against a tolerance of 1.3e-15). With a fresh H that is the end.
+    Floats, or arrays elementwise."""
+    return (new_value < value) | (new_residual <= 0.9 * residual)
 
 
 def stale(new_residual, residual) -> "bool | np.ndarray":
