@@ -136,11 +136,27 @@ def test_geometric_median_at_extreme_units_fast():
 
 
 BACKENDS = ("proxal", "dald", "fedadmm", "fedprox", "fedavg", "dp-admm", "auto")
+# Not met (docs/BENCHMARKS.md, branch geomed): a variable in a projected set (the client ball)
+# keeps δ = 1 (`compiler/scaling.py`: a ball in w = δ·v is not recognized as a ball), so at
+# ×10^−6 these take 1.7–2× the unit run's rounds, and at ×10^3 / ×10^6 they stop 1e-5–8e-4 off
+# or stall. ProxAL (and "auto", which picks it) meets the sweep.
+SET_SCALE = pytest.mark.xfail(strict=True, reason="a variable in a projected set keeps scale 1")
+
+
+def _cases() -> list:
+    """(model, backend): every backend on every model; cProx-AL where it runs (it refuses the
+    shifted norms: `test_the_centralized_method_refuses_shifted_norms_by_name`)."""
+    out = []
+    for name in MODELS:
+        backends = BACKENDS + (("cproxal",) if "median" not in name else ())
+        for backend in backends:
+            marks = SET_SCALE if name == "logistic-ball" and backend not in ("proxal", "auto") else ()
+            out.append(pytest.param(name, backend, marks=marks, id=f"{name}-{backend}"))
+    return out
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name, backend", _cases())
 def test_prox_models_in_any_units(name, backend):
     _sweep(name, backend, SCALES)
 
