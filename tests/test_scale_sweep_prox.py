@@ -21,18 +21,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
+from test_user_writings import ANCHORS, _weiszfeld    # a triangle: the median is inside
 
-ANCHORS = np.array([[0.0, 0.0], [4.0, 0.5], [1.0, 3.0]])    # a triangle: the median is inside
 SCALES = (-6, -3, 0, 3, 6)
-
-
-def _weiszfeld(points: np.ndarray, steps: int = 5000) -> np.ndarray:
-    """argmin Σᵢ ‖w − aᵢ‖₂ by Weiszfeld's fixed point (the median is inside the hull)."""
-    w = points.mean(axis=0)
-    for _ in range(steps):
-        inverse = 1.0 / np.linalg.norm(points - w, axis=1)
-        w = (points * inverse[:, None]).sum(axis=0) / inverse.sum()
-    return w
 
 
 def median(atom, scale: float):

@@ -78,10 +78,10 @@ def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
     if program._hessian_cache is None:
         program._hessian_cache, program._factor_cache = program.hessian(lp.z0), None
     H = program._hessian_cache
-    c = float(H[0, 0] + lp.weight_x[0])
-    diagonal = np.diagonal(H) + lp.weight_x
-    if not c > 0 or np.count_nonzero(H - np.diag(np.diagonal(H))) or \
-            np.max(np.abs(diagonal - c)) > 1e-12 * c:
+    diagonal = np.diagonal(H)
+    c = float(diagonal[0] + lp.weight_x[0])
+    if not c > 0 or np.max(np.abs(diagonal + lp.weight_x - c)) > 1e-12 * c or \
+            np.count_nonzero(H) != np.count_nonzero(diagonal):      # (the diagonal first: O(n))
         return None
     g0 = lp.fun_grad(lp.z0)[1]
     z = program.apply_prox(lp.z0 - g0 / c, 1.0 / c)
