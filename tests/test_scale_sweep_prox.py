@@ -129,8 +129,8 @@ def test_geometric_median_at_extreme_units_fast():
 BACKENDS = ("proxal", "dald", "fedadmm", "fedprox", "fedavg", "dp-admm", "auto")
 # Not met (docs/BENCHMARKS.md, branch geomed): a variable in a projected set (the client ball)
 # keeps δ = 1 (`compiler/scaling.py`: a ball in w = δ·v is not recognized as a ball), so at
-# ×10^−6 these take 1.7–2× the unit run's rounds, and at ×10^3 / ×10^6 they stop 1e-5–8e-4 off
-# or stall. ProxAL (and "auto", which picks it) meets the sweep.
+# ×10^−6 these take 1.8–2.1× the unit run's rounds, at ×10^3 they stop 3e-7–8e-4 off, at ×10^6
+# they stall or run to their caps. ProxAL (and "auto", which picks it) meets the sweep.
 SET_SCALE = pytest.mark.xfail(strict=True, reason="a variable in a projected set keeps scale 1")
 
 

@@ -128,11 +128,11 @@ def norm_probe(problem) -> tuple[dict[int, float], dict[int, float]]:
     entries: dict[int, int] = {}
     for block, weight in probed_blocks(problem):
         for term in (t for expr in block.terms for t in flatten(expr)):
-            found = shifted_norm(term)
-            if found is None:
-                continue
-            var, norm = found
             try:
+                found = shifted_norm(term)
+                if found is None:
+                    continue
+                var, norm = found
                 anchor, lam = norm.shift(), norm.lam()
             except ValueError:     # a Parameter without a value or a negative weight: refused later
                 continue
