@@ -259,6 +259,14 @@ class _Round:
         stepping = np.ones(k, dtype=bool)
         if skip is not None:
             stepping[skip] = False
+        if bound is not None:
+            # e at rounding level (z already at the solution: bound ~ 1e-17) meets the criterion:
+            # steps on noise only "increase" it, and the safeguard then halved η for good (the
+            # ℓ1 median at data ×10^k: 8× the unit run's local steps; branch geomed)
+            n = self.group.n_x
+            floor = 8 * np.finfo(float).eps * (_row_norms(X[:, :n]) / self.lr + _row_norms(self.lam)
+                                               + self.beta * float(np.linalg.norm(self.z)))
+            bound = np.maximum(bound, floor)
         while True:
             active = steps < cap if bound is None else (norm_e > bound) & (steps < cap)
             active &= stepping

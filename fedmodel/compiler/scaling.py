@@ -16,7 +16,9 @@ variables and a positive rescaling of the objective and of each constraint:
   each probed client reports two scalars per variable, the size of its gradient g_i and its
   curvature along it g_iᵀH_i g_i; δ is the length of a Newton step along the gradient per
   entry, σ makes the curvature along it one. Variables in projected sets keep δ = 1 (the set is
-  in the user's units) and constraints that are such sets keep r = 1;
+  in the user's units) and constraints that are such sets keep r = 1; a variable the smooth
+  probe cannot size but shifted norm terms λ‖w − a‖ read takes δ from their anchors and σ from
+  their weights (`scale_probe.norm_probe`);
 - row scales r_j: one per constraint, from its size at the origin and at the point v = 1.
 
 The factors are not rounded (to powers of two, say): for data in other units they are the same
@@ -34,26 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from ..atoms import MatMul, Multiply, add, multiply, sum as sum_
+from ..atoms import MatMul, Multiply, multiply
 from ..constraints import Constraint
 from ..errors import FedModelError
-from ..expression import Constant, Expression, Leaf, Parameter, Variable, postorder
+from ..expression import Constant, Expression, Leaf, Variable, postorder
 from .canonical import SPLIT, canonical_constraints, classify_objective
-from .codegen import Plan
+from .scale_probe import factor, norm_probe, objective_scale, probe
 from .sets import simple_set
-from .differentiate import grad
 
-PROBE_BLOCKS = 32      # clients probed for the objective's scale (evenly spaced; scalars out)
-LIMIT = 1e250          # no factor beyond: data that far off are refused before (`check_scaling`)
 PIECES = {s for pair in SPLIT.values() for s in pair}   # suffixes of a split constraint's pieces
-
-
-def factor(x: float) -> float:
-    """`x` > 0 clipped to [1/LIMIT, LIMIT]; 1 for anything that is not a positive finite
-    number (not rounded: see the module docstring)."""
-    if not (np.isfinite(x) and x > 0):
-        return 1.0
-    return float(min(max(x, 1.0 / LIMIT), LIMIT))
 
 
 @dataclass
@@ -166,16 +157,19 @@ def equilibrate(problem) -> ScaledModel | None:
     variables = problem.variables()
     fixed = _in_sets(problem)
     columns = _column_scales(problem, variables, fixed | _in_prox_terms(problem))
-    lengths, curvature = _probe(problem, variables, columns)
+    lengths, curvature = probe(problem, variables, columns)
+    anchors, slopes = norm_probe(problem)
     scaling = Scaling()
     deltas = {}
     for var in variables:
         delta = 1.0
         if var.uid not in fixed and lengths.get(var.uid):
             delta = factor(lengths[var.uid] / math.sqrt(var.size))
+        elif var.uid not in fixed and anchors.get(var.uid):     # sized by its norms' anchors
+            delta = factor(anchors[var.uid])
         deltas[var.uid] = delta
         scaling.variables[var.uid] = columns.get(var.uid, np.ones(var.shape)) * delta
-    scaling.objective = _objective_scale(variables, deltas, curvature)
+    scaling.objective = objective_scale(variables, deltas, curvature, slopes)
     pairs = [(v, v if np.all(scaling.variables[v.uid] == 1.0) else _twin(v)) for v in variables]
     rebuild = Rebuild({o.uid: multiply(Constant(_compact(scaling.variables[o.uid])), s)
                        for o, s in pairs if s is not o})
@@ -249,80 +243,6 @@ def _column_scales(problem, variables: list[Variable], excluded: set[int]) -> di
         if np.any(d != 1.0):
             out[uid] = d.reshape(by_uid[uid].shape)
     return out
-
-
-# ---- the probe -----------------------------------------------------------------------------------
-def _probe(problem, variables: list[Variable], columns: dict[int, np.ndarray]):
-    """(length ℓ_v, curvature L_v) of each variable from each probed block's smooth objective at
-    the origin, in the column-scaled coordinates v = w / D: ℓ_v = Σ‖g_i‖³ / Σ g_iᵀH_i g_i (the
-    Newton step along the gradient), L_v = Σ g_iᵀH_i g_i / ‖g_i‖² (extrapolated to every
-    client when only PROBE_BLOCKS of them are probed)."""
-    clients = problem.clients
-    step = max(1, len(clients) // PROBE_BLOCKS)
-    probed = [problem.server] + clients[::step][:PROBE_BLOCKS]
-    weight = {id(problem.server): 1.0}
-    for c in probed[1:]:
-        weight[id(c)] = len(clients) / len(probed[1:])
-    cubes: dict[int, float] = {}
-    bends: dict[int, float] = {}
-    curvature: dict[int, float] = {}
-    for block in probed:
-        classified = classify_objective(block.terms)
-        smooth = [t for t in classified.smooth if not any(t is u for u in classified.unsupported)]
-        f = add(*smooth) if smooth else None
-        if f is None or f.is_constant():
-            continue
-        try:
-            probe = _block_probe(f, columns)
-        except ArithmeticError:   # undefined at the origin (1/x, log x): no estimate from here
-            continue
-        for uid, (norm, bend) in probe.items():
-            w = weight[id(block)]
-            cubes[uid] = cubes.get(uid, 0.0) + w * norm ** 3
-            bends[uid] = bends.get(uid, 0.0) + w * abs(bend)
-            if norm > 0:
-                curvature[uid] = curvature.get(uid, 0.0) + w * abs(bend) / norm ** 2
-    lengths = {uid: cubes[uid] / bends[uid] for uid in cubes if bends.get(uid, 0.0) > 0
-               and cubes[uid] > 0}
-    return lengths, curvature
-
-
-def _block_probe(f: Expression, columns: dict[int, np.ndarray]) -> dict[int, tuple[float, float]]:
-    """{uid: (‖D g‖, (D²g)ᵀ H (D²g))} of `f` at the origin, per variable (each variable probed
-    alone: its own block of the Hessian)."""
-    variables = f.variables()
-    zeros = [np.zeros(v.shape) for v in variables]
-    gradients = [grad(f, v) for v in variables]
-    with np.errstate(all="ignore"):
-        values = Plan(gradients, variables)(*zeros)
-    out = {}
-    for var, g_expr, g in zip(variables, gradients, values):
-        d = columns.get(var.uid, 1.0)
-        g = np.broadcast_to(np.asarray(g, float), var.shape)
-        if not np.all(np.isfinite(g)):
-            continue
-        direction = d * d * g
-        norm = float(np.linalg.norm(d * g))
-        if norm == 0.0:
-            continue
-        dp = Parameter(var.shape, name="probe_direction", value=direction)
-        with np.errstate(all="ignore"):
-            hv = Plan([grad(sum_(multiply(g_expr, dp)), var)], variables)(*zeros)[0]
-        bend = float(np.sum(direction * np.broadcast_to(np.asarray(hv, float), var.shape)))
-        if np.isfinite(bend):
-            out[var.uid] = (norm, bend)
-    return out
-
-
-def _objective_scale(variables: list[Variable], deltas: dict[int, float],
-                     curvature: dict[int, float]) -> float:
-    """σ = 1 / (L δ²): the curvature along the gradient one in the final coordinates, read on
-    the largest shared variable with a measured curvature (1 when none has one)."""
-    ranked = sorted(variables, key=lambda v: (v.owner is not None, -v.size))
-    for var in ranked:
-        if curvature.get(var.uid, 0.0) > 0:
-            return factor(1.0 / (curvature[var.uid] * deltas[var.uid] ** 2))
-    return 1.0
 
 
 def _row_scale(expr: Expression, scales: dict[int, np.ndarray]) -> float:

@@ -38,12 +38,16 @@ class LocalProblem:
 
 
 def _prox(program: NodeProgram, lp: LocalProblem):
-    """Prox terms all λ‖w‖₁ (and not too many unknowns): exact feature-sign search for a
+    """A merit whose Hessian is c·I (`_closed_form`): one prox step. Prox terms all λ‖w‖₁ (and
+    not too many unknowns): exact feature-sign search for a
     quadratic merit, proximal Newton otherwise; prox terms all sets, none active at the warm
     start: Newton on the smooth part, kept if it ends inside the sets (`_inside`); FISTA for
     other terms or when those fail."""
     terms = program.merit_ir.prox_terms
     z0 = lp.z0
+    closed = _closed_form(program, lp)
+    if closed is not None:
+        return closed
     if terms and all(t.kind == "norm1" for t in terms) and z0.size <= ACTIVE_SET_MAX and \
             solvers.dense_fits(z0.size):
         solve = _quadratic_l1 if program.quadratic else _prox_newton
@@ -59,6 +63,30 @@ def _prox(program: NodeProgram, lp: LocalProblem):
     z, steps, residual = solvers.prox_gradient(lp.fun_grad, program.apply_prox, z0, lp.tol, lipschitz,
                                                max_steps=100_000)
     return z, steps + tried, residual
+
+
+def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
+    """A quadratic merit with Hessian c·I and no private variables (a client whose only term is
+    a prox term: λ‖w − a‖₂ of a geometric median, λ‖w − a‖₁, λ‖w‖₁, beside the proximal and
+    linear terms of the method): P(z) = P(z0) + g0ᵀ(z − z0) + (c/2)‖z − z0‖², so the minimizer
+    of P + h is prox_{h/c}(z0 − g0/c) (a shifted block soft-threshold for ‖· − a‖₂, a shifted
+    soft-threshold for ‖· − a‖₁) — FISTA's own fixed point, reached in one step instead of its
+    ~10–20 (docs/BENCHMARKS.md, branch geomed). None when the merit is not of that form."""
+    n = lp.z0.size
+    if not program.quadratic or program.n_private or not solvers.dense_fits(n):
+        return None
+    if program._hessian_cache is None:
+        program._hessian_cache, program._factor_cache = program.hessian(lp.z0), None
+    H = program._hessian_cache
+    diagonal = np.diagonal(H)
+    c = float(diagonal[0] + lp.weight_x[0])
+    if not c > 0 or np.max(np.abs(diagonal + lp.weight_x - c)) > 1e-12 * c or \
+            np.count_nonzero(H) != np.count_nonzero(diagonal):      # (the diagonal first: O(n))
+        return None
+    g0 = lp.fun_grad(lp.z0)[1]
+    z = program.apply_prox(lp.z0 - g0 / c, 1.0 / c)
+    residual = solvers.norm_inf(program.prox_remainder(z, lp.fun_grad(z)[1]))
+    return (z, 1, residual) if residual <= lp.tol else None
 
 
 def _inside(program: NodeProgram, lp: LocalProblem) -> tuple[tuple | None, int]:

@@ -1,0 +1,145 @@
+"""Compiler pass helper of the equilibration (`scaling`): the probes that size each variable and
+the objective from the model at the origin, as a few scalars per probed block (at most
+PROBE_BLOCKS clients, evenly spaced, extrapolated to all).
+
+- smooth terms (`probe`): per variable, the size of the gradient and the curvature along it
+  (the Newton step's length, and the curvature that σ makes one);
+- shifted norm terms λ‖c·w + b‖ (`norm_probe`), prox terms with no gradient or curvature to
+  probe: their anchors a = −b/c (a geometric median's points, in the data's units) give the
+  variable's size, their weights λ the objective's slope. A variable no smooth term sizes takes
+  δ = the anchors' root-mean-square size per entry and σ = 1/(Σλ δ) (`objective_scale`): in v
+  the anchors are the same at any units and the norms' slope, all of them together, is one. Before, such a variable
+  kept δ = σ = 1, and a geometric median with its anchors ×10^±6 met tolerances and penalties
+  sized for units: DALD and FedADMM ran to their caps (docs/BENCHMARKS.md, branch geomed).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..atoms import add, multiply, sum as sum_
+from ..expression import Expression, Parameter, Variable
+from .canonical import classify_objective
+from .codegen import Plan
+from .differentiate import grad
+from .norm_terms import shifted_norm
+from .terms import flatten
+
+PROBE_BLOCKS = 32      # clients probed for the objective's scale (evenly spaced; scalars out)
+LIMIT = 1e250          # no factor beyond: data that far off are refused before (`check_scaling`)
+
+
+def factor(x: float) -> float:
+    """`x` > 0 clipped to [1/LIMIT, LIMIT]; 1 for anything that is not a positive finite
+    number (not rounded: see `scaling`'s docstring)."""
+    if not (np.isfinite(x) and x > 0):
+        return 1.0
+    return float(min(max(x, 1.0 / LIMIT), LIMIT))
+
+
+def probed_blocks(problem) -> list[tuple]:
+    """(block, weight): the server and up to PROBE_BLOCKS clients, each standing for
+    len(clients) / len(probed clients) of them."""
+    clients = problem.clients
+    step = max(1, len(clients) // PROBE_BLOCKS)
+    probed = clients[::step][:PROBE_BLOCKS]
+    return [(problem.server, 1.0)] + [(c, len(clients) / len(probed)) for c in probed]
+
+
+# ---- smooth terms ------------------------------------------------------------------------------
+def probe(problem, variables: list[Variable], columns: dict[int, np.ndarray]):
+    """(length ℓ_v, curvature L_v) of each variable from each probed block's smooth objective at
+    the origin, in the column-scaled coordinates v = w / D: ℓ_v = Σ‖g_i‖³ / Σ g_iᵀH_i g_i (the
+    Newton step along the gradient), L_v = Σ g_iᵀH_i g_i / ‖g_i‖² (extrapolated to every
+    client when only PROBE_BLOCKS of them are probed)."""
+    cubes: dict[int, float] = {}
+    bends: dict[int, float] = {}
+    curvature: dict[int, float] = {}
+    for block, weight in probed_blocks(problem):
+        classified = classify_objective(block.terms)
+        smooth = [t for t in classified.smooth if not any(t is u for u in classified.unsupported)]
+        f = add(*smooth) if smooth else None
+        if f is None or f.is_constant():
+            continue
+        try:
+            found = block_probe(f, columns)
+        except ArithmeticError:   # undefined at the origin (1/x, log x): no estimate from here
+            continue
+        for uid, (norm, bend) in found.items():
+            cubes[uid] = cubes.get(uid, 0.0) + weight * norm ** 3
+            bends[uid] = bends.get(uid, 0.0) + weight * abs(bend)
+            if norm > 0:
+                curvature[uid] = curvature.get(uid, 0.0) + weight * abs(bend) / norm ** 2
+    lengths = {uid: cubes[uid] / bends[uid] for uid in cubes if bends.get(uid, 0.0) > 0
+               and cubes[uid] > 0}
+    return lengths, curvature
+
+
+def block_probe(f: Expression, columns: dict[int, np.ndarray]) -> dict[int, tuple[float, float]]:
+    """{uid: (‖D g‖, (D²g)ᵀ H (D²g))} of `f` at the origin, per variable (each variable probed
+    alone: its own block of the Hessian)."""
+    variables = f.variables()
+    zeros = [np.zeros(v.shape) for v in variables]
+    gradients = [grad(f, v) for v in variables]
+    with np.errstate(all="ignore"):
+        values = Plan(gradients, variables)(*zeros)
+    out = {}
+    for var, g_expr, g in zip(variables, gradients, values):
+        d = columns.get(var.uid, 1.0)
+        g = np.broadcast_to(np.asarray(g, float), var.shape)
+        if not np.all(np.isfinite(g)):
+            continue
+        direction = d * d * g
+        norm = float(np.linalg.norm(d * g))
+        if norm == 0.0:
+            continue
+        dp = Parameter(var.shape, name="probe_direction", value=direction)
+        with np.errstate(all="ignore"):
+            hv = Plan([grad(sum_(multiply(g_expr, dp)), var)], variables)(*zeros)[0]
+        bend = float(np.sum(direction * np.broadcast_to(np.asarray(hv, float), var.shape)))
+        if np.isfinite(bend):
+            out[var.uid] = (norm, bend)
+    return out
+
+
+def objective_scale(variables: list[Variable], deltas: dict[int, float],
+                    curvature: dict[int, float], slopes: dict[int, float]) -> float:
+    """σ = 1 / (L δ²): the curvature along the gradient one in the final coordinates, read on
+    the largest shared variable with a measured curvature; with none, σ = 1 / (Σλ δ) on the
+    largest with norm terms (`norm_probe`): their slope one per unit of v; else 1."""
+    ranked = sorted(variables, key=lambda v: (v.owner is not None, -v.size))
+    for var in ranked:
+        if curvature.get(var.uid, 0.0) > 0:
+            return factor(1.0 / (curvature[var.uid] * deltas[var.uid] ** 2))
+    for var in ranked:
+        if slopes.get(var.uid, 0.0) > 0:
+            return factor(1.0 / (slopes[var.uid] * deltas[var.uid]))
+    return 1.0
+
+
+# ---- shifted norm terms ---------------------------------------------------------------------------
+def norm_probe(problem) -> tuple[dict[int, float], dict[int, float]]:
+    """(size, slope) per variable of its shifted norm terms λ‖w − a‖ in the probed blocks:
+    size = √(Σ‖a‖² / (count · entries)) (the anchors' root-mean-square entry; 0 for λ‖w‖),
+    slope = Σλ (the whole objective's, as the curvature `probe` sums is the whole objective's).
+    Each block reports ‖a‖², λ and a count per variable."""
+    squares: dict[int, float] = {}
+    weights: dict[int, float] = {}
+    counts: dict[int, float] = {}
+    entries: dict[int, int] = {}
+    for block, weight in probed_blocks(problem):
+        for term in (t for expr in block.terms for t in flatten(expr)):
+            try:
+                found = shifted_norm(term)
+                if found is None:
+                    continue
+                var, norm = found
+                anchor, lam = norm.shift(), norm.lam()
+            except ValueError:     # a Parameter without a value or a negative weight: refused later
+                continue
+            uid = var.uid
+            squares[uid] = squares.get(uid, 0.0) + weight * float(np.sum(np.square(anchor)))
+            weights[uid] = weights.get(uid, 0.0) + weight * lam
+            counts[uid] = counts.get(uid, 0.0) + weight
+            entries[uid] = var.size
+    sizes = {uid: float(np.sqrt(squares[uid] / (counts[uid] * entries[uid]))) for uid in counts}
+    return sizes, weights
