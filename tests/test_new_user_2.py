@@ -73,3 +73,24 @@ def test_mixed_units_box_is_not_converged_off_the_optimum(backend):
     else:
         assert res.status in ("stalled", "max_iterations")
         assert res.certificate.relative_stationarity > 1e-3
+
+
+def test_a_squared_norm_is_a_sum_of_squares():
+    # CVXPY users write ‖r‖² as power(norm(r), 2) or norm(r) ** 2: every backend refused it
+    # ("a nonsmooth term without a prox"); it is sum_squares(r), smooth
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(30, 3)), rng.normal(size=30)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    writings = [lambda r: fm.power(fm.norm2(r), 2), lambda r: fm.norm2(r) ** 2,
+                lambda r: fm.square(fm.norm2(r))]
+    for i, write in enumerate(writings):
+        c = prob.add_client(f"c{i}")
+        c.minimize(write(c.data(X[10 * i:10 * i + 10]) @ w - c.data(y[10 * i:10 * i + 10])))
+    for i, term in enumerate(prob.objective_terms):
+        assert term.is_smooth() and "sum_squares" in str(term)
+    res = prob.solve("proxal")
+    assert res.status == "converged"
+    np.testing.assert_allclose(res.value(w), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-4)
+    # the cube of a norm and the square of another norm are not rewritten
+    assert not fm.power(fm.norm2(w), 3).is_smooth() and not fm.square(fm.norm1(w)).is_smooth()
