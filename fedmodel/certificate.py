@@ -28,6 +28,8 @@ of ten leaves them unchanged for models homogeneous in the data:
   origin Σ_k ‖∇_v P_k(0)‖∞ (they all vanish at a perfect fit, where the remainder is rounding;
   for a quadratic the ratio is then about the relative distance ‖H(x − x*)‖ / ‖H x*‖) — or,
   where smaller, the curvature at x along x, Σ_k ‖∇_v(∇P_k(x)·x)‖∞, the same for a quadratic;
+  the larger of that ratio and the same one in column-scaled units (x = D u, D the compiler's
+  per-column equilibration of `X @ x`), so that columns in other units are seen one by one;
 - relative feasibility: per constraint, its violation over the size of its terms at x (the
   largest entry of Σ_t |t(x)| over the canonical terms t of `lhs − rhs`), a term c·v linear in
   a variable counting at least |c| times v's length (below), so that a bound met at 0 has a size;
