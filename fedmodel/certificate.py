@@ -28,6 +28,8 @@ of ten leaves them unchanged for models homogeneous in the data:
   origin Σ_k ‖∇_v P_k(0)‖∞ (they all vanish at a perfect fit, where the remainder is rounding;
   for a quadratic the ratio is then about the relative distance ‖H(x − x*)‖ / ‖H x*‖) — or,
   where smaller, the curvature at x along x, Σ_k ‖∇_v(∇P_k(x)·x)‖∞, the same for a quadratic;
+  the larger of that ratio and the same one in column-scaled units (x = D u, D the compiler's
+  per-column equilibration of `X @ x`), so that columns in other units are seen one by one;
 - relative feasibility: per constraint, its violation over the size of its terms at x (the
   largest entry of Σ_t |t(x)| over the canonical terms t of `lhs − rhs`), a term c·v linear in
   a variable counting at least |c| times v's length (below), so that a bound met at 0 has a size;
@@ -48,12 +50,15 @@ Lagrangian's size over it (×KINK) for its G_v: its μ − μ_i at a nearly inac
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from .atoms import Abs, Norm1, Norm2, NormInf, Square, SumSquares, multiply, sum as sum_
 from .compiler.canonical import canonical_constraints, classify_objective, flatten, split_names
 from .compiler.codegen import Plan
 from .compiler.sets import merge_sets
+from .compiler.scaling import _column_scales
 from .compiler.differentiate import grad
 from .constraints import Constraint, Equality
 from .expression import Constant, Expression, Variable
@@ -134,12 +139,20 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     gradients = [grad(piece, variables[i]) for piece, idx in zip(pieces, members) for i in idx]
     plan = Plan(pieces + gradients, variables)
     at_x = plan(*inputs) if pieces else []
+    weights = _column_scales(SimpleNamespace(objective_terms=objective_terms, constraints=constraints),
+                             variables, excluded=set())   # D per entry (the model as a problem)
     at_zero = _at_origin(plan, variables) if pieces else []
-    bends = _bends(plan, inputs, len(pieces)) if pieces else []
+    bends = _bends(plan, inputs, len(pieces), [weights.get(variables[i].uid) for idx in members
+                                                for i in idx]) if pieces else []
     sums = [np.zeros(v.shape) for v in variables]          # ∇ of the Lagrangian's smooth part
     scales = np.zeros(len(variables))                       # G_v
     floors = np.zeros(len(variables))                       # G_v's floor: the gradients at 0
     local = np.zeros(len(variables))                        # ... unless x's own curvature is less
+    # G_v, its floor and the curvature again in the column-scaled coordinates w = D v (the
+    # compiler's equilibration of `X @ w`): columns in units 1e-4 … 1e5 left a stuck entry in
+    # small units invisible beside the large units' gradients (a box-constrained least squares
+    # "converged" at 2.2 f*, relative stationarity 4e-6)
+    scaled = {i: np.zeros(3) for i, v in enumerate(variables) if v.uid in weights}
     undefined = np.zeros(len(variables), dtype=bool)        # a gradient undefined at 0
     sizes = []
     outputs_x, outputs_zero, bent = iter(at_x[len(pieces):]), iter(at_zero[len(pieces):]), iter(bends)
@@ -155,7 +168,12 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
                 floors[i] += float(np.max(g0, initial=0.0))
             else:     # −log(w) at 0: no floor, but a scale of its own (`_natural_lengths`)
                 undefined[i] = True
-            local[i] += next(bent)
+            bend, bend_scaled = next(bent)
+            local[i] += bend
+            if i in scaled:
+                d = weights[variables[i].uid]
+                scaled[i] += [np.max(np.abs(d * g), initial=0.0), np.max(d * g0, initial=0.0),
+                              bend_scaled]
     objective_scale = sum(sizes[:n_objective]) + abs(constant_value)
     in_objective = {i for idx in members[:n_objective] for i in idx}
     for term in classified.prox:    # λ‖w‖₁: its subgradients are up to λ in size
@@ -206,6 +224,10 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
         # the variable's natural length, `_natural_lengths`, is their floor)
         ratio = _ratio(float(np.max(np.abs(relative), initial=0.0)),
                        max(scales[i], min(floors[i], local[i]), at_length[i]))
+        if i in scaled:     # and in column-scaled units (the gradients there are D·∇)
+            d, (g_d, floor_d, local_d) = weights[var.uid], scaled[i]
+            ratio = max(ratio, _ratio(float(np.max(np.abs(d * relative), initial=0.0)),
+                                      max(g_d, min(floor_d, local_d), at_length[i] * np.max(d))))
         if ratio > relative_stationarity:
             relative_stationarity, worst_variable = ratio, var.label
     relative_feasibility, worst_constraint = 0.0, None
@@ -242,24 +264,33 @@ def _ratio(value: float, scale: float) -> float:
 BEND = 1e-4    # the relative step of the central difference along x
 
 
-def _along(plan: Plan, inputs: list[np.ndarray], steps: list[np.ndarray], skip: int) -> list[float]:
+def _along(plan: Plan, inputs: list[np.ndarray], steps: list[np.ndarray], skip: int,
+           weights: list | None = None) -> list[float]:
     """‖g(x + s) − g(x − s)‖∞ / 2 of each output g after the first `skip` (the gradients): a
-    central difference along the steps `s`, exact for quadratics; inf where it is undefined."""
+    central difference along the steps `s`, exact for quadratics; inf where it is undefined.
+    With `weights` (one per output: an array or None), also ‖weight · (…)‖∞ / 2: pairs."""
+    count, pairs = len(plan.outputs) - skip, weights is not None
+    weights = weights if pairs else [None] * count
     with np.errstate(all="ignore"):
         try:
             up = plan(*[x + step for x, step in zip(inputs, steps)])[skip:]
             down = plan(*[x - step for x, step in zip(inputs, steps)])[skip:]
         except (ArithmeticError, ValueError):
-            return [float("inf")] * (len(plan.outputs) - skip)
-        changes = [np.max(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float)), initial=0.0)
-                   / 2 for a, b in zip(up, down)]
-    return [float(c) if np.isfinite(c) else float("inf") for c in changes]
+            return [(np.inf, np.inf) if pairs else np.inf] * count
+        differences = [np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float)) / 2
+                       for a, b in zip(up, down)]
+        changes = [(np.max(x, initial=0.0), np.max(x * (1.0 if d is None else d), initial=0.0))
+                   for x, d in zip(differences, weights)]
+    finite = [tuple(float(c) if np.isfinite(c) else float("inf") for c in pair) for pair in changes]
+    return finite if pairs else [pair[0] for pair in finite]
 
 
-def _bends(plan: Plan, inputs: list[np.ndarray], skip: int) -> list[float]:
+def _bends(plan: Plan, inputs: list[np.ndarray], skip: int, weights: list) -> list[tuple]:
     """|∇²P_k(x)·x|∞ for each gradient output after the first `skip` (the pieces), along the
-    ray through x; inf where it is undefined, so that the gradients at 0 stay the floor."""
-    return [c / BEND for c in _along(plan, inputs, [BEND * x for x in inputs], skip)]
+    ray through x, and the same weighted by its variable's column scales (or not, for None);
+    inf where it is undefined, so that the gradients at 0 stay the floor."""
+    return [(a / BEND, b / BEND) for a, b in _along(plan, inputs, [BEND * x for x in inputs], skip,
+                                                    weights)]
 
 
 def _natural_lengths(plan: Plan, inputs: list[np.ndarray], members: list[list[int]], skip: int,

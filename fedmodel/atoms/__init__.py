@@ -14,6 +14,8 @@ from .maximum import GreaterEqual, Maximum, maximum
 from .reductions import (ArgmaxAbs, LogSumExp, Norm1, Norm2, NormInf, QuadForm, Softmax,
                          SumSquares, log_sum_exp, norm1, norm2, norm_inf, quad_form, sum_squares)
 from .sums import Mean, Sum, mean, sum
+# the public power and square: ‖a‖₂ ** 2 and square(norm2(a)) are sum_squares(a) (smooth)
+from .reductions import power_or_squares as power, square_or_squares as square  # noqa: E402, F811
 
 PUBLIC = ["sum", "mean", "multiply", "square", "sum_squares", "quad_form", "norm1", "norm2",
           "norm_inf", "abs", "exp", "log", "sqrt", "power", "logistic", "log_sum_exp", "pos",

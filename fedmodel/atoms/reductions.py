@@ -12,7 +12,7 @@ from .arithmetic import add, multiply, neg
 from .base import (CONCAVE, CONVEX, DECREASING, INCREASING, NONMONOTONE, UNKNOWN, Atom,
                    constant_value, constructor, even_monotonicity)
 from .broadcasting import broadcast_to
-from .elementwise import Sign, power
+from .elementwise import Sign, power, square
 from .linear import matmul, transpose
 from .prox import shrink, soft_threshold
 from .sums import AlongAxis, keep_reduced_axis, normalize_axis, sum as sum_
@@ -250,3 +250,19 @@ def log_sum_exp(x: Any, axis: int | None = None) -> Expression:
     """log Σ exp(x) over all entries, or along `axis` (convex, increasing)."""
     x = as_expr(x)
     return LogSumExp(x, normalize_axis(axis, x))
+
+
+def power_or_squares(x: Any, p: Any) -> Expression:
+    """`power(x, p)` (also `x ** p`), except that ‖a‖₂ ** 2 — CVXPY's `power(norm(a), 2)` — is
+    `sum_squares(a)`: the same function, smooth where the norm is not (every backend refused
+    `power(norm2(X @ w - y), 2)` for "a nonsmooth term without a prox")."""
+    x = as_expr(x)
+    if isinstance(x, Norm2) and np.isscalar(p) and p == 2:
+        return sum_squares(x.args[0])
+    return power(x, p)
+
+
+def square_or_squares(x: Any) -> Expression:
+    """`square(x)`; `square(norm2(a))` is `sum_squares(a)`, as in `power_or_squares`."""
+    x = as_expr(x)
+    return sum_squares(x.args[0]) if isinstance(x, Norm2) else square(x)
