@@ -15,7 +15,6 @@ Independent answers: CVXPY's solutions and statuses; the pace rule's numbers by 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ import pytest
 import fedmodel as fm
 from fedmodel.backends.dp_admm import DPADMM
 from fedmodel.backends.dp_admm.pace import PACE_START, pace_message, rounds_to_tol
+from test_infeasible import quiet_solve as _solve
 
 HONEST = ("max_iterations", "stalled")
 COLUMNS = 10.0 ** np.array([-3.0, 0.0, 2.0, 4.0, 6.0, 1.0])    # the issue's mixed units
@@ -49,14 +49,6 @@ def _np_model(mixed: bool = False):
         c.subject_to(fm.sum(fm.logistic(-(c.data(A[y > 0], name="A1") @ w))) / n1 <= 0.6)
     prob.server.minimize(1e-6 * fm.sum_squares(w))
     return prob, w
-
-
-def _solve(prob, backend, **options):
-    """The result and the messages of the RuntimeWarnings the solve raised."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = prob.solve(backend, **options)
-    return result, [str(c.message) for c in caught if c.category is RuntimeWarning]
 
 
 @pytest.mark.integration
