@@ -24,11 +24,12 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends.dp_admm import DPADMM
-from fedmodel.backends.dp_admm.pace import PACE_START, pace_message, rounds_to_tol
+from fedmodel.backends.dp_admm.pace import PACE_CHECKS, PACE_EVERY, PACE_START, pace_message, rounds_to_tol
 from test_infeasible import quiet_solve as _solve
 
 HONEST = ("max_iterations", "stalled")
 COLUMNS = 10.0 ** np.array([-3.0, 0.0, 2.0, 4.0, 6.0, 1.0])    # the issue's mixed units
+FIRST = PACE_START + (PACE_CHECKS - 1) * PACE_EVERY     # the first round the pace rule may stop
 
 
 def _np_model(mixed: bool = False):
@@ -103,7 +104,7 @@ def test_dp_admm_default_stops_early_and_says_why():
 @pytest.mark.integration
 def test_dp_admm_says_unbounded_at_the_pace_check_not_at_the_cap():
     """A linear loss (no minimum): main ran 20,000 rounds before the cap's check said
-    "unbounded"; the pace check hands the same verdict over at round 2,000."""
+    "unbounded"; the pace rule's first possible stop hands the same verdict over."""
     rng = np.random.default_rng(1)
     w, prob = fm.Variable(4, name="w"), fm.Problem(name="linear")
     for i in range(3):
@@ -111,18 +112,23 @@ def test_dp_admm_says_unbounded_at_the_pace_check_not_at_the_cap():
         c.minimize(fm.sum(c.data(rng.standard_normal((5, 4)), name="A") @ w))
     assert prob.solve("cvxpy").status == "unbounded"
     result, warned = _solve(prob, "dp-admm")
-    assert result.status == "unbounded" and result.iterations["rounds"] == PACE_START
+    assert result.status == "unbounded" and result.iterations["rounds"] == FIRST
     assert any("unbounded below" in m for m in warned)
 
 
 @pytest.mark.integration
 def test_a_private_run_is_not_judged_by_the_pace_rule():
     """A private run's residuals carry its noise and its rounds are its budget's: it runs to its
-    cap as before (the accounting over those rounds unchanged)."""
+    cap as before (the accounting over those rounds unchanged). Its noisy residual does not
+    fall, so the rule, were it applied, would stop it at round FIRST."""
     prob, _ = _np_model()
-    result, _ = _solve(prob, DPADMM(epsilon=1.0, max_rounds=PACE_START + 500, seed=0))
-    assert result.status == "max_iterations" and result.iterations["rounds"] == PACE_START + 500
+    trace = []
+    result, _ = _solve(prob, DPADMM(epsilon=1.0, max_rounds=FIRST + PACE_EVERY, seed=0),
+                       callback=lambda r: trace.append(max(r["primal_residual"], r["dual_residual"],
+                                                           r.get("constraint_residual") or 0.0)))
+    assert result.status == "max_iterations" and result.iterations["rounds"] == FIRST + PACE_EVERY
     assert "stalled" not in result.info
+    assert pace_message(trace[:FIRST], 1e-8, FIRST + PACE_EVERY + 1) is not None
 
 
 def test_rounds_to_tol_reads_the_last_half_against_the_quarter_before():
@@ -136,16 +142,19 @@ def test_rounds_to_tol_reads_the_last_half_against_the_quarter_before():
 
 
 def test_pace_message_stops_a_one_over_t_run_and_spares_a_geometric_one():
-    """A residual 1/t (linearized ADMM on a flat loss) is stopped at the first check whose
-    geometric estimate passes 2 × max_rounds: at round 4,000 (×0.5 over rounds 1,001..4,000)
-    1e-8 is ~33,200 rounds in all, at 5,000 ~40,700 > 40,000. A residual ×0.999 a round (1e-8
-    at round ~18,400) is never stopped, nor is any run before PACE_START, with tol = 0, or at
-    its cap."""
-    harmonic = [1.0 / t for t in range(1, 5001)]
-    assert pace_message(harmonic[:4000], 1e-8, 20000) is None
+    """A residual 1/t (linearized ADMM on a flat loss): the geometric estimates of the rounds to
+    1e-8 are ~25,500, 33,200, 40,700 and 48,100 at rounds 3,000 … 6,000, so the rule (two checks
+    in a row above 2 × 20,000, growing) stops it at 6,000. A residual ×0.999 a round (1e-8 at
+    round ~18,400) is never stopped; nor is a plateau whose estimate then falls (55,000 then
+    20,000: bench_verdicts np-barely 0), nor a run before FIRST, with tol = 0, or at its cap."""
+    harmonic = [1.0 / t for t in range(1, 6001)]
+    assert all(pace_message(harmonic[:t], 1e-8, 20000) is None for t in range(1000, 6000, 1000))
     message = pace_message(harmonic, 1e-8, 20000)
-    assert message and message.startswith("DP-ADMM stalled at round 5000") and "40,719 rounds" in message
+    assert message and message.startswith("DP-ADMM stalled at round 6000") and "48,074 rounds" in message
     geometric = [0.999 ** t for t in range(1, 6001)]
     assert all(pace_message(geometric[:t], 1e-8, 20000) is None for t in (2000, 4000, 6000))
-    assert pace_message(harmonic[:PACE_START - 1000], 1e-8, 20000) is None
-    assert pace_message(harmonic, 0.0, 20000) is None and pace_message(harmonic, 1e-8, 5000) is None
+    plateau = [1e-2 * 0.997 ** t for t in range(1, 1001)] + [4.9e-4 * 0.99995 ** t for t in range(1, 1001)] \
+        + [4.6e-4 * 0.995 ** t for t in range(1, 1001)]
+    assert rounds_to_tol(plateau[:2000], 1e-8)[0] > 40000 and pace_message(plateau[:3000], 1e-8, 20000) is None
+    assert pace_message(harmonic[:FIRST - PACE_EVERY], 1e-8, 20000) is None
+    assert pace_message(harmonic, 0.0, 20000) is None and pace_message(harmonic, 1e-8, 6000) is None
