@@ -6,7 +6,7 @@ clients' curvature): on a flat or ill-conditioned model — a nearly separable l
 optimum lies at a large ‖w‖, a weak ridge, constraints active there — its residual falls like
 1/t, not geometrically. The Neyman-Pearson model of tests/test_np_convergence.py (4 clients,
 ridge 1e-6) fell only ×0.57 per doubling of the rounds and ended max_iterations 0.45 (unit
-columns) and 0.67 (mixed units) away after 20,000 rounds, 60–80 s. This rule reads the rate of
+columns) and 0.67 (mixed units) away after 20,000 rounds, 60–80 s; now "stalled" at 5,000. This rule reads the rate of
 the best residual over the last half of the run against the quarter before, extrapolates it as
 if it were geometric — optimistic for a 1/t run, whose rate only slows — and stops once even
 that reaches tol beyond PACE_FACTOR × max_rounds at PACE_CHECKS checks in a row.
