@@ -294,9 +294,10 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
             f"ε = {eps:g}; {where}, " + (
                 f"a rate that meets ε after about {total:,.0f} outer iterations in all: pass "
                 f"max_iterations={int(math.ceil(1.25 * total / 1000.0)) * 1000} to run on, or use "
-                "prob.solve('proxal')" if math.isfinite(total) else
-                "so more iterations will not get there at this rate: check the model's scaling, "
-                "or use prob.solve('proxal')"))
+                "prob.solve('proxal')" if total <= 10 * k else
+                (f"a rate that meets ε only after about {total:,.0f} outer iterations"
+                 if math.isfinite(total) else "so more iterations will not get there at this rate")
+                + ": use prob.solve('proxal') (or check the model's scaling)"))
 
     def _start_point(self, d: int) -> np.ndarray:
         """x⁰ for every node: zeros, or `x0` (a scalar or the d flattened shared variables)."""
