@@ -140,6 +140,7 @@ def test_rounds_to_tol_reads_the_last_half_against_the_quarter_before():
     assert (recent, before) == (0.01, 0.1) and total == pytest.approx(16000.0)
     assert rounds_to_tol(trace, 0.05)[0] == 4000            # there already
     assert math.isinf(rounds_to_tol([1e-3] * 4000, 1e-8)[0])   # flat: never
+    assert math.isinf(rounds_to_tol(trace, 0.0)[0])              # no target (ε = 0): never
 
 
 def test_pace_message_stops_a_one_over_t_run_and_spares_a_geometric_one():

@@ -283,10 +283,13 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         on the residuals' best of the last half against the quarter before), in
         info["max_iterations"]. The flat NP model in mixed units (tests/test_np_convergence.py)
         was 2e-2 away at 1,000 iterations and converged, verified, at 3,590; this read 3,290."""
-        trace = [max(h["primal_residual"], h["dual_residual"]) for h in history]
-        if len(trace) < 40:             # (a short cap the user chose: nothing to read)
+        eps, k = min(self.eps_primal, self.eps_dual), len(history)
+        # (DALD's own records only: its special cases keep others; a short cap or ε = 0 — a run
+        # the user chose to end at its cap — has nothing to read)
+        if self.name != "dald" or k < 40 or eps <= 0.0 or \
+                any("primal_residual" not in h or "dual_residual" not in h for h in history):
             return
-        eps, k = min(self.eps_primal, self.eps_dual), len(trace)
+        trace = [max(h["primal_residual"], h["dual_residual"]) for h in history]
         total, recent, before = rounds_to_tol(trace, eps)
         where = f"over outer iterations {k // 4}..{k} their best fell from {before:.3g} to {recent:.3g}"
         info["max_iterations"] = (

@@ -32,7 +32,7 @@ def rounds_to_tol(trace: list[float], tol: float) -> tuple[float, float, float]:
     16000.0
     """
     t = len(trace)
-    if t < 4:
+    if t < 4 or not tol > 0.0:
         return math.inf, math.nan, math.nan
     values = np.asarray(trace, dtype=float)
     recent, before = float(np.min(values[t // 2:])), float(np.min(values[t // 4:t // 2]))
