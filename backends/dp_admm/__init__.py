@@ -118,7 +118,8 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
     its noise calibrated so that max_rounds (default 100) rounds spend it. With a per-round
     epsilon the run stops before a round that would exceed it (status "budget_exhausted");
     with epsilon="budget", ε̄ is calibrated so that max_rounds rounds spend it (ObjP/ObjT). tol: stop when the primal
-    ‖w − z_p‖∞ and dual ρ‖Δw‖∞ residuals are ≤ tol (0: run all rounds). log_every: history
+    ‖w − z_p‖∞ and dual ρ‖Δw‖∞ residuals are ≤ tol (0: run all rounds); a non-private run whose
+    rate cannot reach tol within 2·max_rounds stops early, "stalled", saying why (`pace`). log_every: history
     stride. record_noise: keep every noise draw on the clients (info["noise"], for tests).
     Local constraints (ObjP; `constrained`): dual_step (multipliers' step η_t = dual_step/√t;
     default 10 in a private run, and in a non-private one a step from each constraint's

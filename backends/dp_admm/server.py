@@ -19,10 +19,11 @@ from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
 from ..common import complete_record, progress, stacked_report
-from ..watch import DivergenceWatch
+from ..watch import DivergenceWatch, steady_descent
 from ..projecting import projects_affine, server_set_multipliers
 from .accounting import privacy_report
 from .constrained import has_local_terms
+from .pace import pace_message
 from ..outcome import Outcome, Status
 
 # What a "stalled" non-private run with local constraints says (`DivergenceWatch.check_shrinking`).
@@ -106,6 +107,8 @@ class RoundLoop:
             if isinstance(Z, dict):         # a checkpoint from before the stacks: {client: row}
                 Z, LAM = (np.array([rows[c] for c in clients], dtype=float) for rows in (Z, LAM))
             watch.smallest = dict(saved["watch"])
+        # a non-private run's residuals, one a round: `pace` stops one too slow for max_rounds
+        trace = list(saved.get("pace", [])) if saved else []
         last = self.budget_rounds(shares)   # < max_rounds: the budget ends the run
         records_column = np.array([records[c] for c in clients], dtype=float)
         # OutP: a logged round's record, whose report at w^{t+1} rides on round t + 1's step (it
@@ -158,8 +161,17 @@ class RoundLoop:
             if done:
                 status = Status.CONVERGED
                 break
+            if math.isinf(self.epsilon):    # (a private run's residuals carry its noise)
+                trace.append(max(residuals["primal_residual"], residuals["dual_residual"], residual))
+                slow = pace_message(trace, self.tol, self.max_rounds)
+                if slow and steady_descent(history):    # no minimum: the cap's verdict, "unbounded"
+                    break                               # (`base.finish_result`), now
+                if slow:
+                    diverged[Status.STALLED.value], status = slow, Status.STALLED
+                    warnings.warn(slow, RuntimeWarning, stacklevel=5)
+                    break
             checkpointer.save(ex, t, {"t": t, "w": w, "z": Z, "lam": LAM, "rho": rho, "history": history,
-                                      "watch": dict(watch.smallest)})
+                                      "watch": dict(watch.smallest), "pace": trace})
         complete()                  # (OutP: the last logged round's report, by itself)
         bar.close()
         status = Status.BUDGET_EXHAUSTED if status == Status.MAX_ITERATIONS and last < self.max_rounds else status
