@@ -1,4 +1,5 @@
-"""Divergence watch shared by every backend: a run whose iterates or residuals become
+"""Divergence watch shared by every backend (and `rounds_to_tol`, a run's pace: DP-ADMM's
+stop for a crawling run, DALD's message at its cap): a run whose iterates or residuals become
 non-finite or grow without bound stops with status "diverged", a warning, and a message that
 names the quantity, the iteration and the setting to change — never a number returned as if it
 were an answer.
@@ -136,3 +137,24 @@ def steady_descent(history: list[dict], tol: float = 1e-6) -> str | None:
                 "looks unbounded below (a loss with no minimum, a missing constraint or "
                 "regularizer); prob.solve('cvxpy') confirms it")
     return None
+
+
+def rounds_to_tol(trace: list[float], tol: float) -> tuple[float, float, float]:
+    """(estimated total rounds to reach `tol`, best residual of rounds t/2..t, that of t/4..t/2)
+    from the run's residuals `trace` (one per round, t = len(trace)): the best of the last half
+    against the best of the quarter before, taken as a geometric rate per round.
+
+    >>> round(rounds_to_tol([1.0] * 1000 + [0.1] * 1000 + [0.01] * 2000, 1e-8)[0], 6)
+    16000.0
+    """
+    t = len(trace)
+    if t < 4 or not tol > 0.0:
+        return math.inf, math.nan, math.nan
+    values = np.asarray(trace, dtype=float)
+    recent, before = float(np.min(values[t // 2:])), float(np.min(values[t // 4:t // 2]))
+    if recent <= tol:
+        return float(t), recent, before
+    if not (0.0 < recent < before):
+        return math.inf, recent, before
+    per_round = math.log(recent / before) / (t - t // 2)      # < 0
+    return t + math.log(tol / recent) / per_round, recent, before

@@ -24,7 +24,8 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends.dp_admm import DPADMM
-from fedmodel.backends.dp_admm.pace import PACE_CHECKS, PACE_EVERY, PACE_START, pace_message, rounds_to_tol
+from fedmodel.backends.dp_admm.pace import PACE_CHECKS, PACE_EVERY, PACE_START, pace_message
+from fedmodel.backends.watch import rounds_to_tol
 from test_infeasible import quiet_solve as _solve
 
 HONEST = ("max_iterations", "stalled")

@@ -18,7 +18,7 @@ from fedmodel.runtime.checkpoint import Checkpointer
 from ..base import Backend, Run, paper_preset, violated_constraints
 from ..outcome import Outcome, Status
 from ..watch import DivergenceWatch
-from ..dp_admm.pace import rounds_to_tol
+from ..watch import rounds_to_tol
 from . import cc_nodes, dc_nodes, local
 from .cc import FedDALDCC
 from .dc import FedDALDDC
@@ -279,7 +279,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
             self._cap_report(outcome.history, outcome.info)
 
     def _cap_report(self, history: list[dict], info: dict) -> None:
-        """At the cap: how far the stop test still is, by the run's own rate (`pace.rounds_to_tol`
+        """At the cap: how far the stop test still is, by the run's own rate (`watch.rounds_to_tol`
         on the residuals' best of the last half against the quarter before), in
         info["max_iterations"]. The flat NP model in mixed units (tests/test_np_convergence.py)
         was 2e-2 away at 1,000 iterations and converged, verified, at 3,590; this read 3,290."""

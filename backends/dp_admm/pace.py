@@ -15,33 +15,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+from ..watch import rounds_to_tol
 
 PACE_START = 2000     # the first round judged (a run's early phase may be slow, then fast)
 PACE_EVERY = 1000     # ... and every this many rounds after it
 PACE_FACTOR = 2.0     # stop when the optimistic estimate of the rounds to tol exceeds this × max_rounds
 PACE_CHECKS = 2       # ... at this many checks in a row, growing
-
-
-def rounds_to_tol(trace: list[float], tol: float) -> tuple[float, float, float]:
-    """(estimated total rounds to reach `tol`, best residual of rounds t/2..t, that of t/4..t/2)
-    from the run's residuals `trace` (one per round, t = len(trace)): the best of the last half
-    against the best of the quarter before, taken as a geometric rate per round.
-
-    >>> rounds_to_tol([1.0] * 1000 + [0.1] * 1000 + [0.01] * 2000, 1e-8)[0]
-    16000.0
-    """
-    t = len(trace)
-    if t < 4 or not tol > 0.0:
-        return math.inf, math.nan, math.nan
-    values = np.asarray(trace, dtype=float)
-    recent, before = float(np.min(values[t // 2:])), float(np.min(values[t // 4:t // 2]))
-    if recent <= tol:
-        return float(t), recent, before
-    if not (0.0 < recent < before):
-        return math.inf, recent, before
-    per_round = math.log(recent / before) / (t - t // 2)      # < 0
-    return t + math.log(tol / recent) / per_round, recent, before
 
 
 def pace_message(trace: list[float], tol: float, max_rounds: int) -> str | None:
