@@ -94,3 +94,23 @@ def test_a_squared_norm_is_a_sum_of_squares():
     np.testing.assert_allclose(res.value(w), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-4)
     # the cube of a norm and the square of another norm are not rewritten
     assert not fm.power(fm.norm2(w), 3).is_smooth() and not fm.square(fm.norm1(w)).is_smooth()
+
+
+@pytest.mark.parametrize("radius", ["l1", "parameter"])
+def test_dald_holds_a_client_set_the_compiler_moves_to_the_server(radius):
+    # a client's ‖w‖₁ ≤ 1 (or a ball whose radius is a Parameter) has no smooth form: the
+    # compiler gives it to the server's block, which DALD skipped when the user's server had no
+    # terms — it "stalled" at the unconstrained optimum (‖w‖ ≈ 3), violating the ball by 2–4
+    rng = np.random.default_rng(0)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for i in range(4):
+        A = rng.standard_normal((20, 3))
+        b = A @ np.array([2.0, -2.0, 1.0]) + 0.1 * rng.standard_normal(20)
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")))
+    ball = fm.norm1(w) <= 1 if radius == "l1" else fm.norm2(w) <= fm.Parameter(nonneg=True, value=1.0)
+    prob.clients[0].subject_to(ball)
+    res = prob.solve("dald")
+    assert res.status == "converged"
+    assert fm.verify(res, prob.solve("cvxpy")).ok

@@ -15,10 +15,10 @@ import numpy as np
 from fedmodel import topologies
 from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime.checkpoint import Checkpointer
+from fedmodel.runtime.program import moved_to_server
 from ..base import Backend, Run, paper_preset, violated_constraints
 from ..outcome import Outcome, Status
-from ..watch import DivergenceWatch
-from ..watch import rounds_to_tol
+from ..watch import DivergenceWatch, rounds_to_tol
 from . import cc_nodes, dc_nodes, local
 from .cc import FedDALDCC
 from .dc import FedDALDDC
@@ -260,7 +260,9 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
 
     def loop(self, problem, ex, run: Run) -> Outcome:
         G, U, mode = run.topology
-        server_used = bool(problem.server.terms or problem.server.constraints)
+        # the server's block also holds clients' sets moved there (`moved_to_server`): without
+        # it a client's ‖·‖₁ ball was ignored and DALD "stalled" at the unconstrained optimum
+        server_used = bool(problem.server.terms or problem.server.constraints or moved_to_server(problem))
         d = ex.model_size
         x0 = self._start_point(d)
         self._prepare(ex, x0)

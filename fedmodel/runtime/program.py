@@ -373,10 +373,7 @@ def compile_programs(problem, project: bool = True, client_sets: bool = False,
     sets the server holds instead (FedAvg's server step projects on them). A block whose
     data is produced on its worker stays a `ProgramSpec` (the executor builds it there)."""
     shared = problem.shared_variables()
-    # a client's constraint on the shared variables alone with no smooth form (a ‖·‖₁ ball) is
-    # the same constraint on the server, where it is projected (unless clients' solves project)
-    moved = [] if client_sets else \
-        [c for b in problem.clients for c in b.constraints if needs_projection(c)]
+    moved = [] if client_sets else moved_to_server(problem)
     moved += [c for c in to_server if not any(c is m for m in moved)]
     programs: dict = {}
     with collection_paused():
@@ -391,3 +388,10 @@ def compile_programs(problem, project: bool = True, client_sets: bool = False,
             programs[block.name] = spec if spec.remote else spec.build()
         freeze_setup()       # (in the pause: see there)
     return programs
+
+
+def moved_to_server(problem) -> list[Constraint]:
+    """Clients' constraints on the shared variables alone with no smooth form (a ‖·‖₁ ball, a
+    ball whose radius is a Parameter): the same constraint on the server, where it is projected
+    (`compile_programs` puts them there unless clients' solves project)."""
+    return [c for b in problem.clients for c in b.constraints if needs_projection(c)]
