@@ -114,3 +114,15 @@ def test_dald_holds_a_client_set_the_compiler_moves_to_the_server(radius):
     res = prob.solve("dald")
     assert res.status == "converged"
     assert fm.verify(res, prob.solve("cvxpy")).ok
+
+
+@pytest.mark.parametrize("name", ["dgd", "fedprox"])
+def test_a_star_only_backend_on_a_ring_names_an_option_it_has(name):
+    from fedmodel import topologies
+    w = fm.Variable(2, name="w")
+    prob = fm.Problem()
+    for i in range(4):
+        prob.add_client(f"c{i}").minimize(fm.sum_squares(w - float(i)))
+    with pytest.raises(fm.TopologyError) as caught:
+        prob.solve(name, topology=topologies.ring(prob))
+    assert "mode=" not in str(caught.value) and "prob.solve('dald'" in str(caught.value)

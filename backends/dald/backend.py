@@ -4,6 +4,7 @@ stall detection, history records.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import time
 import warnings
@@ -249,9 +250,11 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         star = server is not None and all("server" in e for e in U.edges) and \
             U.degree("server") == len(problem.clients)
         mode = self.mode if self.mode != "auto" else ("cc" if star else "dc")
-        if mode == "cc" and not star:
-            raise TopologyError("Fed-DALD-CC needs a star: a 'server' node joined to every client "
-                                "and no client–client edges; use topologies.star(problem) or mode='dc'")
+        if mode == "cc" and not star:     # FedProx, FedAvg, DGD, PA: Fed-DALD-CC, no `mode` option
+            other = "mode='dc'" if "mode" in inspect.signature(type(self).__init__).parameters else \
+                "prob.solve('dald', topology=G), which runs on any connected graph"
+            raise TopologyError(f"{self.name} (Fed-DALD-CC) needs a star: a 'server' node joined to "
+                                f"every client and no client–client edges; use topologies.star(problem) or {other}")
         return G, U, mode
 
     def prepare(self, problem, topology):
