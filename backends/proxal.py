@@ -86,7 +86,7 @@ from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
 from .outcome import Outcome, Status
-from .proxal_admm import _stalled, no_consensus, went_nowhere
+from .proxal_admm import _stalled, no_consensus, penalties_note, went_nowhere
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -249,7 +249,7 @@ class ProxAL(Backend):
         callback, verbose, checkpointer = run.callback, run.verbose, run.checkpointer
         n, clients = len(ex.clients), set(ex.clients)
         w = start_point(self.w0, ex.model_size)
-        rho = self._client_rhos(ex)
+        rho = rho_start = self._client_rhos(ex)
         watch = DivergenceWatch("ProxAL", DIVERGENCE_HINT)
         history, total_inner, status = [], 0, Status.MAX_ITERATIONS
         beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
@@ -294,7 +294,7 @@ class ProxAL(Backend):
             dw = max(float(np.max(np.abs(w_next - w), initial=0.0)),
                      max(r["dy"] for r in changes.values()))
             if watch.check(k + 1, w=w_next, multiplier_change=dmu, certificate=trace[-1]):
-                status = watch.report(info)     # keep the last finite iterate as the answer
+                status = watch.report(info, penalties_note(rho, rho_start))   # the last finite iterate kept
                 break
             previous, w = w, w_next
             record = outer_record(ex, w, k, trace, tau, dw, dmu, start, rider and rider.replies)

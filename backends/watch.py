@@ -100,9 +100,12 @@ class DivergenceWatch:
         self.message = f"{self.backend} {status.value} at iteration {iteration}: {what}; {hint}"
         return True
 
-    def report(self, info: dict) -> str:
+    def report(self, info: dict, note: str | None = None) -> str:
         """The status (`status`: "diverged", or "stalled" from `check_shrinking`): warn once
-        with the message and keep it in `info[status]`."""
+        with the message (and the backend's `note` on what the run showed) and keep it in
+        `info[status]`."""
+        if note:
+            self.message = f"{self.message}. {note}"
         info[self.status.value] = self.message
         warnings.warn(self.message, RuntimeWarning, stacklevel=3)
         return self.status

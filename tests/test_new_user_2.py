@@ -126,3 +126,20 @@ def test_a_star_only_backend_on_a_ring_names_an_option_it_has(name):
     with pytest.raises(fm.TopologyError) as caught:
         prob.solve(name, topology=topologies.ring(prob))
     assert "mode=" not in str(caught.value) and "prob.solve('dald'" in str(caught.value)
+
+
+def test_proxal_diverging_over_sets_apart_says_the_model_may_be_infeasible():
+    # the clients project on w <= -1 and w >= 1: no common point. ProxAL's residual balancing
+    # doubles ρ_i until the certificate blows up; its warning only said to lower ρ
+    rng = np.random.default_rng(0)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for i in range(2):
+        A, b = rng.standard_normal((20, 3)), rng.standard_normal(20)
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")))
+        c.subject_to(w <= -1 if i == 0 else w >= 1)
+    with pytest.warns(RuntimeWarning, match="may be infeasible"):
+        res = prob.solve("proxal")
+    assert res.status in ("diverged", "infeasible")
+    assert prob.solve("cvxpy").status == "infeasible"
