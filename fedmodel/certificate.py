@@ -58,7 +58,7 @@ from .atoms import Abs, Norm1, Norm2, NormInf, Square, SumSquares, multiply, sum
 from .compiler.canonical import canonical_constraints, classify_objective, flatten, split_names
 from .compiler.codegen import Plan
 from .compiler.sets import merge_sets
-from .compiler.scaling import _column_scales
+from .compiler.scaling import column_scales
 from .compiler.differentiate import grad
 from .constraints import Constraint, Equality
 from .expression import Constant, Expression, Variable
@@ -139,7 +139,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     gradients = [grad(piece, variables[i]) for piece, idx in zip(pieces, members) for i in idx]
     plan = Plan(pieces + gradients, variables)
     at_x = plan(*inputs) if pieces else []
-    weights = _column_scales(SimpleNamespace(objective_terms=objective_terms, constraints=constraints),
+    weights = column_scales(SimpleNamespace(objective_terms=objective_terms, constraints=constraints),
                              variables, excluded=set())   # D per entry (the model as a problem)
     at_zero = _at_origin(plan, variables) if pieces else []
     bends = _bends(plan, inputs, len(pieces), [weights.get(variables[i].uid) for idx in members

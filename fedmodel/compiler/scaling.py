@@ -156,7 +156,7 @@ def equilibrate(problem) -> ScaledModel | None:
         return None
     variables = problem.variables()
     fixed = _in_sets(problem)
-    columns = _column_scales(problem, variables, fixed | _in_prox_terms(problem))
+    columns = column_scales(problem, variables, fixed | _in_prox_terms(problem))
     lengths, curvature = probe(problem, variables, columns)
     anchors, slopes = norm_probe(problem)
     scaling = Scaling()
@@ -211,7 +211,7 @@ def _in_prox_terms(problem) -> set[int]:
 
 
 # ---- column scales -----------------------------------------------------------------------------
-def _column_scales(problem, variables: list[Variable], excluded: set[int]) -> dict[int, np.ndarray]:
+def column_scales(problem, variables: list[Variable], excluded: set[int]) -> dict[int, np.ndarray]:
     """Per entry of each variable read as `X @ w` (X data or a constant matrix): gm / rms_j, where rms_j is the root-mean-square size of column j over the rows of
     every such matrix and gm the geometric mean of the nonzero rms_j. Only relative sizes are
     equilibrated here: the probe sets the variable's overall scale."""
