@@ -4,6 +4,8 @@ Each test failed on main before its fix (docs/BENCHMARKS.md, "Issue 25 — fedmo
 user, round 2 (branch `newuser2`)"); the answers are checked against closed forms or CVXPY
 solved in rescaled units, not against CVXPY on the badly scaled model (it is off there too).
 """
+import warnings
+
 import numpy as np
 import pytest
 
@@ -143,3 +145,31 @@ def test_proxal_diverging_over_sets_apart_says_the_model_may_be_infeasible():
         res = prob.solve("proxal")
     assert res.status in ("diverged", "infeasible")
     assert prob.solve("cvxpy").status == "infeasible"
+
+
+@pytest.mark.parametrize("backend", ["proxal", "fedadmm"])
+def test_a_saddle_of_a_nonconvex_model_is_not_converged(backend):
+    # wᵀdiag(1, −1, 1)w + w₀ + w₂ is unbounded below along w₁; every backend stopped at its
+    # saddle (−½, 0, −½), first-order stationary, and said "converged" (only the DCP warning)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for i in range(2):
+        prob.add_client(f"c{i}").minimize(fm.quad_form(w, np.diag([1.0, -1.0, 1.0])) + np.array([1.0, 0.0, 1.0]) @ w)
+    with pytest.warns(RuntimeWarning, match="saddle or maximum"):
+        res = prob.solve(backend)
+    assert res.status == "stalled"
+    np.testing.assert_allclose(res.value(w), [-0.5, 0.0, -0.5], atol=1e-5)
+
+
+def test_a_local_minimum_of_a_nonconvex_model_stays_converged():
+    # Σ (w² − 1)² over two clients: minima at ±1, a maximum at 0; from w = 0.5 the run ends at 1
+    w = fm.Variable(1, name="w")
+    prob = fm.Problem()
+    for i in range(2):
+        prob.add_client(f"c{i}").minimize(fm.sum_squares(fm.square(w) - 1.0))
+    w.value = np.array([0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve("proxal")
+    assert res.status == "converged"
+    np.testing.assert_allclose(res.value(w), [1.0], atol=1e-4)
