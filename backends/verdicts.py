@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 from fedmodel.second_order import negative_curvature
 from .outcome import Outcome, Status
 from .watch import steady_descent
