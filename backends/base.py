@@ -23,7 +23,7 @@ from fedmodel.runtime.executor import open_executor
 from fedmodel.runtime.program import compile_programs
 from .common import FRAMEWORK, gather_values, running
 from .outcome import Outcome, Status
-from .verdicts import (CONVERGED_VIOLATION, NOT_STATIONARY, _judge_steady_descent,  # noqa: F401 (_warn_not_stationary)
+from .verdicts import (CONVERGED_VIOLATION, NOT_STATIONARY, _judge_steady_descent,
                        _not_converged_at_a_saddle, _not_converged_off_the_domain, _rounds, _say,
                        _warn_not_stationary)
 
