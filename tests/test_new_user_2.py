@@ -98,8 +98,9 @@ def test_a_squared_norm_is_a_sum_of_squares():
     assert not fm.power(fm.norm2(w), 3).is_smooth() and not fm.square(fm.norm1(w)).is_smooth()
 
 
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])      # the data in other units: the same ball
 @pytest.mark.parametrize("radius", ["l1", "parameter"])
-def test_dald_holds_a_client_set_the_compiler_moves_to_the_server(radius):
+def test_dald_holds_a_client_set_the_compiler_moves_to_the_server(radius, scale):
     # a client's ‖w‖₁ ≤ 1 (or a ball whose radius is a Parameter) has no smooth form: the
     # compiler gives it to the server's block, which DALD skipped when the user's server had no
     # terms — it "stalled" at the unconstrained optimum (‖w‖ ≈ 3), violating the ball by 2–4
@@ -110,7 +111,7 @@ def test_dald_holds_a_client_set_the_compiler_moves_to_the_server(radius):
         A = rng.standard_normal((20, 3))
         b = A @ np.array([2.0, -2.0, 1.0]) + 0.1 * rng.standard_normal(20)
         c = prob.add_client(f"c{i}")
-        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")))
+        c.minimize(fm.sum_squares(c.data(scale * A, name="A") @ w - c.data(scale * b, name="b")))
     ball = fm.norm1(w) <= 1 if radius == "l1" else fm.norm2(w) <= fm.Parameter(nonneg=True, value=1.0)
     prob.clients[0].subject_to(ball)
     res = prob.solve("dald")
