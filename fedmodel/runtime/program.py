@@ -53,7 +53,9 @@ class NodeProgram:
     def __getstate__(self) -> dict:
         if self.holder is not None:         # a copy (Ray, checkpoints) gets the newest state
             self.holder.sync()
-        return dict(self.__dict__, holder=None)
+        state = dict(self.__dict__, holder=None)
+        state.pop("_low_rank", None)        # derived (`low_rank.structure`): analysed again there
+        return state
 
     # ---- the parts, as the executors and backends read them -----------------------------------
     merit_ir = property(lambda self: self.compiled.ir, doc="The merit's IR (`compiler.merit.Merit`).")
