@@ -78,12 +78,15 @@ def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
     if program._hessian_cache is None:
         program._hessian_cache, program._factor_cache = fresh_hessian(program, lp.z0), None
     H = program._hessian_cache
-    if H.ndim == 1:         # diagonal + a low-rank product through data (`low_rank`): not c·I
-        return None
-    diagonal = np.diagonal(H)
+    if H.ndim == 1:         # packed (`low_rank`): c·I only without a product through data
+        diagonal, basis, _ = low_rank.unpack(H)
+        if basis.shape[1]:
+            return None
+    else:
+        diagonal = np.diagonal(H)
     c = float(diagonal[0] + lp.weight_x[0])
     if not c > 0 or np.max(np.abs(diagonal + lp.weight_x - c)) > 1e-12 * c or \
-            np.count_nonzero(H) != np.count_nonzero(diagonal):      # (the diagonal first: O(n))
+            (H.ndim == 2 and np.count_nonzero(H) != np.count_nonzero(diagonal)):  # (the diagonal first: O(n))
         return None
     g0 = lp.fun_grad(lp.z0)[1]
     z = program.apply_prox(lp.z0 - g0 / c, 1.0 / c)
