@@ -7,11 +7,12 @@ rank ≤ m (the rows) plus a diagonal (paper 1, eq. 19's local Newton systems). 
 N (sparse features, few rows: issue 25's d = 2,000, 4 × 50 rows) the dense path —
 an N × N Hessian, its eigendecomposition (O(N³), ~1 s at N = 2,000) and an O(N²) product per
 direction — costs far more than the data. Here:
-- the data matrices are the constants `A` of the products `A @ v` in the compiled
-  Hessian-vector product ∇(∇P_i·v) (`CompiledMerit._hvp_expressions`); Q (N × r) is an
-  orthonormal basis of their rows (an SVD, once per program);
-- λ is that product with every `A @ v` replaced by 0, at v = 1 (the terms that do not go
-  through the data); C = Qᵀ(∇²P_i − diag λ)Q from r directions of the batched product;
+- the data matrices are the constants `A` of the products `A @ (s ∘ v)` in the compiled
+  Hessian-vector product ∇(∇P_i·v) (`CompiledMerit._hvp_expressions`; s the compiler's column
+  scales, or none); Q (N × r) is an orthonormal basis of the rows of A·diag(s) (an SVD, once
+  per program); a node without such products (a server's ridge) has r = 0: a diagonal;
+- λ is that product with every `A @ (s ∘ v)` replaced by 0, at v = 1 (the terms that do not
+  go through the data); C = Qᵀ(∇²P_i − diag λ)Q from r directions of the batched product;
 - every packed Hessian is checked on a random direction: ∇²P_i v = λ∘v + Q C Qᵀ v to 1e-8
   (a Hessian of any other form, e.g. with cross terms, fails it: the program then keeps the
   dense path for good);
