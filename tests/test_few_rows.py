@@ -167,3 +167,26 @@ def test_sparse_ridge_d2000_against_the_closed_form(backend):
     assert np.max(np.abs(res.value(w) - answer)) <= 1e-4 * np.max(np.abs(answer))
     assert fm.verify(res, prob.solve("cvxpy")).ok
     assert solvers.DENSE_NEWTON_FLOATS >= d * d      # (the dense path was allowed: a choice, not a limit)
+
+
+def test_a_packed_hessian_travels_in_the_node_state():
+    # the chord Hessian is part of the node's state (a resumed Newton solve starts from the same
+    # stale matrix): the packed one is a flat array there, and a node given the state continues
+    # bitwise as the one that saved it
+    prob = _sparse_problem(300, 15, 2, seed=5, logistic=True)[0]
+
+    def client():
+        program = compile_programs(prob)["c0"]
+        program.configure(10.0, 0.3, np.zeros(300))
+        return program
+    first, second = client(), client()
+    kw = dict(linear=np.full(300, 0.01), weight=0.5, anchor=np.zeros(300), tol=1e-3, method="newton")
+    first.solve_local(x0=np.zeros(300), **kw)
+    state = first.save_state()["state"]
+    assert state["hessian"].ndim == 1                 # packed: [N, r, λ, Q, C]
+    second.load_state(state)
+    x0 = np.full(300, 0.05)
+    a = first.solve_local(x0=x0, **dict(kw, tol=1e-9))
+    b = second.solve_local(x0=x0, **dict(kw, tol=1e-9))
+    assert a["steps"] == b["steps"] and np.array_equal(a["x"], b["x"])
+    assert a["grad_norm"] <= 1e-9
