@@ -72,3 +72,41 @@ def test_l1_written_as_cvxpy_writes_it_is_a_prox_term(writing):
     res = prob.solve("proxal")
     assert res.status == "converged"
     np.testing.assert_allclose(res.value(v), np.full(shape, 1.5), atol=1e-4)   # ProxAL: 1.1e-5
+
+
+def _ball_least_squares(X, y, radius):
+    """argmin ‖Xw − y‖² over ‖w‖ ≤ radius: w(λ) = (XᵀX + λI)⁻¹Xᵀy with ‖w(λ)‖ = radius
+    (bisection on λ ≥ 0; ‖w(λ)‖ falls as λ grows)."""
+    G, c = X.T @ X, X.T @ y
+    w = lambda lam: np.linalg.solve(G + lam * np.eye(len(c)), c)
+    if np.linalg.norm(w(0.0)) <= radius:
+        return w(0.0)
+    low, high = 0.0, 1.0
+    while np.linalg.norm(w(high)) > radius:
+        high *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if np.linalg.norm(w(mid)) > radius else (low, mid)
+    return w(high)
+
+
+def test_fedadmm_from_a_far_start_is_not_diverged():
+    # w.value = 1e8·1 before the solve, a unit ball on the server: FedADMM said "diverged at
+    # iteration 2: ‖z‖∞ grew to 9.04e+06 (from at most 1)" — z̄ (the clients' average, still
+    # carrying the far start) was measured against the projected z's size. It converges.
+    rng = np.random.default_rng(20)
+    Xs = [rng.standard_normal((20, 5)) for _ in range(4)]
+    ys = [X @ np.array([1.0, -2.0, 0.5, 0.0, 3.0]) + 0.1 * rng.standard_normal(20) for X in Xs]
+    w = fm.Variable(5, name="w")
+    prob = fm.Problem()
+    for i, (X, y) in enumerate(zip(Xs, ys)):
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(X) @ w - c.data(y)))
+    prob.server.subject_to(fm.norm2(w) <= 1.0)
+    w.value = 1e8 * np.ones(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve("fedadmm")
+    assert res.status == "converged"
+    expected = _ball_least_squares(np.vstack(Xs), np.concatenate(ys), 1.0)
+    np.testing.assert_allclose(res.value(w), expected, atol=1e-5)
