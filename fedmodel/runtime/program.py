@@ -270,7 +270,7 @@ class NodeProgram:
         values = self._values(np.asarray(x, float), self.y)
         objective = float(self.objective_plan(*values)[0])
         for term in self.merit_ir.prox_terms:
-            objective += term.value(values[self.variables.index(term.variable)])
+            objective += term.value(values[self.shared.variables.index(term.variable)])
         residuals = self.compiled.all_residuals(*values) if self.all_constraints else []
         violation = max([0.0] + [c.violation(r) for c, r in zip(self.all_constraints, residuals)])
         return {"objective": objective, "violation": violation}
