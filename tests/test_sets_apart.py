@@ -3,33 +3,18 @@
 the feasible neighbours, CVXPY's solution or a closed form (sets that touch in one point)."""
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 import fedmodel as fm
 from fedmodel.compiler.feasibility import sets_apart
+from test_infeasible import least_squares as _least_squares, quiet_solve as quiet
 
 ALL = ["proxal", "cproxal", "dald", "fedadmm", "fedprox", "fedavg", "dgd", "dp-admm", "auto"]
 
 
-def least_squares(n: int = 4, d: int = 3, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = fm.Variable(d, name="w")
-    prob = fm.Problem(name="lsq")
-    for i in range(n):
-        c = prob.add_client(f"c{i}")
-        A, b = rng.standard_normal((30, d)), rng.standard_normal(30)
-        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")) / 30)
-    return prob, w
-
-
-def quiet(prob, backend, **options):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = prob.solve(backend, **options)
-    return result, [str(c.message) for c in caught if c.category is RuntimeWarning]
+def least_squares(n: int = 4, d: int = 3):
+    return _least_squares(n, d)
 
 
 @pytest.fixture(scope="module")
