@@ -168,3 +168,15 @@ def test_a_parameter_radius_changed_between_solves():
         statuses.append((result.status, reference.status))
         assert fm.verify(result, reference).ok
     assert statuses == [("converged", "converged"), ("infeasible", "infeasible"), ("converged", "converged")]
+
+
+def test_affine_subspaces_apart_and_one_that_meets():
+    prob, w = least_squares()
+    a = np.array([1.0, 1.0, 0.0])
+    prob.server.subject_to((a @ w == 1).named("one"))
+    prob.clients[3].subject_to((w[2] == 5).named("third"))          # meets the plane
+    assert sets_apart(prob) is None
+    prob.clients[1].subject_to((2 * (a @ w) == 3).named("one and a half"))
+    result, _ = quiet(prob, "dald")
+    assert result.status == "infeasible" and result.info["sets_apart"] == ["one", "one and a half"]
+    assert prob.solve("cvxpy").status == "infeasible"

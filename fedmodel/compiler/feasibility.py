@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..atoms import Norm2
-from ..constraints import Constraint, Inequality
+from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
 from ..expression import Variable
 from . import projection
 from .parameter_sets import coefficient_value
 from .projection import Ball, Box, Halfspace, Subspace
-from .sets import simple_set
+from .sets import AFFINE_ROWS, simple_set
 from .terms import flatten
 
 MARGIN = 1e-6      # sets nearer than this (relative to the variable's largest number) may meet
@@ -99,7 +99,8 @@ def _data_free_set(constraint: Constraint) -> tuple[Variable, list] | None:
     values is left to the run, which says what is wrong with it)."""
     expr = constraint.expr
     variables = expr.variables()
-    if len(variables) != 1 or variables[0].owner is not None or expr.data_owners() - {"server"}:
+    if len(variables) != 1 or variables[0].owner is not None or expr.data_owners() - {"server"} \
+            or (isinstance(constraint, Equality) and constraint.size > AFFINE_ROWS):   # (an SVD of it)
         return None
     try:
         term = simple_set(constraint, affine=True)
