@@ -29,7 +29,6 @@ import numpy as np
 
 from ..atoms import Norm2
 from ..constraints import Constraint, Equality, Inequality
-from ..errors import FedModelError
 from ..expression import Variable
 from . import projection
 from .parameter_sets import coefficient_value
@@ -95,8 +94,9 @@ def sets_apart(problem) -> Apart | None:
 
 def _data_free_set(constraint: Constraint) -> tuple[Variable, list] | None:
     """(shared variable, pieces) of a constraint that is a simple set on one shared variable and
-    reads no client's data, else None (a set the compiler cannot read at its present Parameter
-    values is left to the run, which says what is wrong with it)."""
+    reads no client's data, else None (a set the compiler cannot read — a Parameter radius < 0,
+    rows it cannot factor — is left to the run, which says what is wrong with it: the check
+    never makes a solve fail that ran before)."""
     expr = constraint.expr
     variables = expr.variables()
     if len(variables) != 1 or variables[0].owner is not None or expr.data_owners() - {"server"} \
@@ -107,7 +107,7 @@ def _data_free_set(constraint: Constraint) -> tuple[Variable, list] | None:
         if term is not None:
             return term.variable, [p.current() for p in term.pieces]
         return _shifted_ball(constraint)
-    except FedModelError:
+    except (ValueError, ArithmeticError):     # FedModelError and numpy's LinAlgError among them
         return None
 
 
