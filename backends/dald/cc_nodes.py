@@ -29,7 +29,7 @@ from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin, own_multi
 # decided after it, done before (13): one message where the paper's box has two (DALD(one_message));
 # or (`own`, μ ≡ 0: FedAvg, FedProx) Step 2 after (13), the node's own constraint multipliers at
 # the request's x̂ (`_own_at_xhat`)
-STEP2_OPTIONS = {"dual": "1", "factor": "1", "own": "1"}
+STEP2_OPTIONS = {"dual": "1", "factor": "1", "own": "1", "penalty": "1"}
 _SOLVE_OPTS = (*SOLVE_OPTIONS, *STEP2_OPTIONS, "init")
 # the first solve request may carry `dald_cc_init` (`init`: β; `rho`: ρ_i, per node), x⁰ its x̂:
 # the set-up done first, on the state a request of its own would have left (no round trip of its own)
@@ -108,6 +108,13 @@ def _step2_first(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple | No
         scaled[rows] = rho2[rows] * factor
         group.publish("rho2", scaled, states)
         group.forget()            # the cached ρ_i∘ρ_i stack (`_cc_stacks`) is void
+    penalty = float(opts.get("penalty", 1.0))
+    if penalty != 1.0:            # β ← penalty·β for the node's own constraints (`cc.PENALTY_EVERY`)
+        states = cc_states(group)
+        for r in rows:
+            program = group.programs[r]
+            program.configure(program.node_state.beta * penalty, 0.0, states[r]["x"])
+        group.forget()
     return dmu
 
 
@@ -144,7 +151,8 @@ def _solve_stacked(group: Group, rows: np.ndarray, blocks: dict, common: dict) -
             return None
         xhat = group.gather("x", states, group.n_x).copy()
         xhat[rows] = blocks["xhat"]
-    if (common.get("dual") or common.get("factor", 1.0) != 1.0) and cc_states(group) is None:
+    if (common.get("dual") or common.get("factor", 1.0) != 1.0 or common.get("penalty", 1.0) != 1.0) \
+            and cc_states(group) is None:
         return None
     dmu = _step2_first(group, rows, xhat, common)
     out = _solve_block(group, rows, xhat, common)

@@ -12,12 +12,14 @@ Node steps: `dc_nodes`.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import networkx as nx
 import numpy as np
 
 from fedmodel import topologies
+
+if TYPE_CHECKING:         # networkx is imported where a graph is built: a star run never needs it
+    import networkx as nx
 from fedmodel.errors import TopologyError
 from fedmodel.runtime.executor import Executor, stack_replies
 from fedmodel.runtime.ledger import MESSAGES, check_payload
@@ -88,6 +90,7 @@ def colour_order(H: nx.Graph, order: list[str]) -> list[str]:
     colouring of H (networkx, largest degree first): nodes of one colour share no edge, so they
     solve (20) at once, and a sweep takes as many sequential steps as colours (2–3 on a ring)
     instead of up to one per node. Within a colour, nodes keep their order in `order`."""
+    import networkx as nx
     colour = nx.coloring.greedy_color(H, strategy="largest_first")
     position = {n: i for i, n in enumerate(order)}
     return sorted(order, key=lambda n: (colour[n], position[n]))
@@ -99,6 +102,7 @@ class FedDALDDC:
     def _dc_graph(self, problem, G, U, server_used):
         """Coordination sequence S, the undirected DC graph, and the batches of S that can run
         in parallel (consecutive nodes with no edge between them)."""
+        import networkx as nx
         H = nx.Graph(U)
         clients = [c.name for c in problem.clients]
         if self.order is not None and self.order != "colour":

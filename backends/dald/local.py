@@ -193,25 +193,27 @@ def _line_search(fun_grad, z: np.ndarray, value: float, direction: np.ndarray, s
 
 
 def _two_loop(g: np.ndarray, memory, weight: np.ndarray) -> np.ndarray:
-    """−H·g, H the L-BFGS inverse Hessian of the pairs (S, Yf + weight∘S) (Nocedal & Wright
-    Alg. 7.4, H₀ = γI with γ = sᵀy/yᵀy of the newest pair); −g·min(1, 1/‖g‖₂) without pairs."""
+    """−H·g, H the L-BFGS inverse Hessian of the pairs (S, Yf + weight∘S) with H₀ = γI, γ =
+    sᵀy/yᵀy of the newest pair; −g·min(1, 1/‖g‖₂) without pairs. The compact form (Byrd,
+    Nocedal & Schnabel 1994; Nocedal & Wright (7.24)) — the two-loop recursion's product (Alg.
+    7.4) as a few matrix products: its 2m Python-level steps were 0.44 of DALD's 5.6 profiled s
+    on MNIST 3v7 (d = 784, m = 20)."""
     if memory is None:
         return -g * min(1.0, 1.0 / max(float(np.linalg.norm(g)), 1e-300))
     S, Yf = memory
     Y = Yf + weight * S
-    sy = np.einsum("ij,ij->i", S, Y)
+    SY = S @ Y.T                   # s_iᵀy_j
+    sy = np.diag(SY).copy()
     if not np.all(sy > 0.0):       # a pair kept under a larger weight, on a nonconvex P: dropped
-        S, Y, sy = S[sy > 0.0], Y[sy > 0.0], sy[sy > 0.0]
-        if not len(S):
+        keep = sy > 0.0
+        if not keep.any():
             return _two_loop(g, None, weight)
-    q, alpha = g.copy(), np.zeros(len(S))
-    for j in range(len(S) - 1, -1, -1):
-        alpha[j] = float(S[j] @ q) / sy[j]
-        q -= alpha[j] * Y[j]
-    q *= sy[-1] / float(Y[-1] @ Y[-1])
-    for j in range(len(S)):
-        q += (alpha[j] - float(Y[j] @ q) / sy[j]) * S[j]
-    return -q
+        S, Y, SY, sy = S[keep], Y[keep], SY[np.ix_(keep, keep)], sy[keep]
+    gamma = sy[-1] / float(Y[-1] @ Y[-1])
+    R = np.triu(SY)
+    u = np.linalg.solve(R, S @ g)                                   # R⁻¹Sᵀg
+    p = np.linalg.solve(R.T, sy * u + gamma * (Y @ (Y.T @ u)) - gamma * (Y @ g))
+    return -(gamma * g + S.T @ p - gamma * (Y.T @ u))
 
 
 def _rows_of(a, rows: np.ndarray, n: int):
