@@ -72,7 +72,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
                  monitor: Callable[[int, dict], None] | None = None,
                  availability: Callable[[int], Sequence[str]] | None = None, report_every: int = 1,
                  stall_window: int | None = 20, adaptive_rho: bool = True, one_message: bool = True,
-                 dist_tol: float | None = 1e-4):
+                 dist_tol: float | None = 1e-4, raise_beta: bool = False):
         check_options(locals())
         self.rho, self.inner_rule, self.v_max = rho, inner_rule, int(v_max)
         self.eps_primal, self.eps_dual = float(eps_primal), float(eps_dual)
@@ -98,6 +98,8 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         self.stall_window = stall_window
         # Fed-DALD-CC: spectral penalty selection of ρ (not in the paper) while k ≤ ADAPT_UNTIL
         self.adaptive_rho = bool(adaptive_rho)
+        # Fed-DALD-CC: the clients' β ×10 while their violation fails to halve (`cc.penalty_slow`)
+        self.raise_beta = bool(raise_beta)
         # Fed-DALD-CC with every client in every step: Step 2 (15) of outer iteration k sent
         # with the solve request (13) of k + 1 (same x̂, same iterates): one round trip per
         # iteration instead of two (the paper's box sends them apart; DALD.paper() does)
