@@ -43,7 +43,7 @@ from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Variable, postorder
 from .canonical import SPLIT, canonical_constraints, classify_objective
 from .scale_probe import factor, norm_probe, objective_scale, probe
-from .set_scaling import compact, in_sets, written_in_v
+from .set_scaling import compact, in_sets, unsized, written_in_v
 
 PIECES = {s for pair in SPLIT.values() for s in pair}   # suffixes of a split constraint's pieces
 
@@ -157,10 +157,13 @@ def equilibrate(problem) -> ScaledModel | None:
     if problem.remote_data() or not problem.is_convex() or not _supported(problem):
         return None
     variables = problem.variables()
-    fixed, whole, kept, in_v = in_sets(problem)
+    fixed, whole, kept, in_v, held = in_sets(problem)
     columns = column_scales(problem, variables, fixed | whole | _in_prox_terms(problem))
     lengths, curvature = probe(problem, variables, columns)
     anchors, slopes = norm_probe(problem)
+    for uid in unsized(fixed, kept, in_v, held, {u for u in lengths if lengths[u]} |
+                       {u for u in anchors if anchors[u]}):
+        columns.pop(uid, None)
     scaling = Scaling()
     deltas = {}
     for var in variables:

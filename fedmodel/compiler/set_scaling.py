@@ -7,7 +7,7 @@ is scaled so that its set stays one a backend projects on in closed form.
   δ from the probe (`scale_probe`), with no column scales, and ‖δv‖ ≤ r is the ball ‖v‖ ≤ r/δ;
 - balls and bounds are written anew in v (`written_in_v`), ‖v‖ ≤ r/δ and ±v ≤ ±u/D, so every
   row has v's size whether a backend projects on the set (`sets.simple_set` reads it) or keeps
-  it in its augmented Lagrangian; halfspaces take a row scale as smooth constraints;
+  it in its augmented Lagrangian; halfspaces, polyhedra and subspaces keep r = 1 as before;
 - a variable in a nonsmooth constraint that is no such set keeps its units (δ = 1).
 
 Before (main 7643bfc) every variable in a projected set kept δ = 1: a logistic loss with client
@@ -24,20 +24,21 @@ from ..atoms import Norm1, Norm2, NormInf, add, multiply, neg
 from ..constraints import Constraint
 from ..expression import Constant, Expression, Variable
 from .scale_probe import factor
-from .sets import scaled_shared, simple_set
+from .sets import AFFINE, scaled_shared, simple_set
 from .terms import flatten
 
 SEPARABLE = ("upper", "lower", "halfspace", "polyhedron", "subspace")   # sets for any D > 0
 ROUND = ("ball2", "ball1", "ballinf")                                    # sets for one scalar δ
 
 
-def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple]]:
-    """(fixed, whole, kept, in_v). fixed: the variables that keep their units, those in a
+def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], dict[str, int]]:
+    """(fixed, whole, kept, in_v, held). fixed: the variables that keep their units, those in a
     nonsmooth constraint that is no set a backend projects on (`simple_set`; FedADMM projects
-    affine sets too); kept: the constraints that keep r = 1 (those, and sets on fixed
-    variables); whole: the variables a ball holds, scaled by one scalar δ (per-column scales
+    affine sets too); kept: the constraints that keep r = 1 (those, sets on fixed variables,
+    and halfspaces, polyhedra and subspaces); whole: the variables a ball holds, scaled by one scalar δ (per-column scales
     would make it an ellipsoid, with no closed-form projection); in_v: the balls and bounds
-    written anew in v (`set_form`, `written_in_v`), by name. Bounds and halfspaces stay bounds and halfspaces
+    written anew in v (`set_form`, `written_in_v`), by name; held: the other sets' variables
+    by constraint name (`unsized`). Bounds and halfspaces stay bounds and halfspaces
     under any D > 0 (u ÷ D; (a∘D)·v ≤ b): their variables are scaled as free ones."""
     fixed: set[int] = set()
     found = {}
@@ -46,18 +47,37 @@ def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple]]:
         if (term is None and not c.expr.is_smooth()) or \
                 (term is not None and term.kind not in ROUND + SEPARABLE):
             fixed.update(v.uid for v in c.expr.variables())
-    whole, kept, in_v = set(), set(), {}
+    whole, kept, in_v, held = set(), set(), {}, {}
     for c in problem.constraints:
         term = found[c.name]
         if term is None or term.variable.uid in fixed:
             kept.update([c.name] if not c.expr.is_smooth() or term is not None else [])
             continue
+        held[c.name] = term.variable.uid
         if term.kind in ROUND:
             whole.add(term.variable.uid)
         form = set_form(c, term.variable)
         if form is not None:
             in_v[c.name] = form
-    return fixed, whole - fixed, kept, in_v
+        elif term.kind in AFFINE:   # its projection does not see r; DALD's stall rule, tuned
+            kept.add(c.name)         # at r = 1, read contradictory halfspaces "stalled" at r ≠ 1
+    return fixed, whole - fixed, kept, in_v, held
+
+
+def unsized(fixed: set[int], kept: set[str], in_v: dict, held: dict[str, int],
+            sized: set[int]) -> set[int]:
+    """The variables of `held` (set constraint → its variable) that the probe did not size
+    (`sized`): they keep their units, and their sets r = 1, as before branch setscale (`fixed`,
+    `kept`, `in_v` updated). Σ‖Xᵢw‖² with w ≥ −1 has no gradient at the origin: δ = σ = 1,
+    only column scales ≈ 1, and CVXPY, no longer solving the model as written, stopped at
+    f = 1e-12 (f* = 0) with the data ×1e-6. Returns the variables that lose column scales."""
+    out = {uid for uid in held.values() if uid not in sized}
+    for name, uid in held.items():
+        if uid in out:
+            kept.add(name)
+            in_v.pop(name, None)
+    fixed |= out
+    return out
 
 
 def set_form(constraint: Constraint, var: Variable) -> tuple | None:
