@@ -13,6 +13,7 @@ import numpy as np
 from fedmodel import registry
 from fedmodel.collector import collection_paused
 from fedmodel.compiler.codegen import Plan
+from fedmodel.compiler.feasibility import sets_apart
 from fedmodel.compiler.scaling import equilibrate
 from fedmodel.errors import DataError, FedModelError
 from fedmodel.expression import Constant, Data, Parameter, is_sparse
@@ -25,7 +26,7 @@ from .common import FRAMEWORK, gather_values, running
 from .outcome import Outcome, Status
 from .verdicts import (CONVERGED_VIOLATION, NOT_STATIONARY, _judge_steady_descent,
                        _not_converged_at_a_saddle, _not_converged_off_the_domain, _rounds, _say,
-                       _warn_not_stationary)
+                       _warn_not_stationary, infeasible_before_run)
 
 
 @dataclass
@@ -63,6 +64,9 @@ class Backend:
     # True in a paper's preset: its stop test at the paper's tolerances defines "converged" (an
     # ε-KKT point, paper 1's Definition 1), so a loose point there is warned about, not "stalled".
     paper_stop: bool = False
+    # intersect the nodes' data-free sets before the run (compiler/feasibility.py): sets with no
+    # common point end as "infeasible" at once (False: CVXPY, which decides feasibility itself)
+    checks_sets_meet = True
 
     def equilibrates(self) -> bool:
         """Whether this run solves the equilibrated model (`scaling`; a private run overrides
@@ -81,6 +85,10 @@ class Backend:
                           "result; the KKT certificate on the Result still does", stacklevel=3)
         check_scaling(problem)
         start = time.perf_counter()
+        apart = sets_apart(problem) if self.checks_sets_meet else None
+        if apart is not None:
+            return finish_result(problem, self.name, infeasible_before_run(apart),
+                                 time.perf_counter() - start)
         with collection_paused():
             wanted = self.equilibrates() if scaling is None else bool(scaling) and self.equilibrates()
             model = equilibrate(problem) if wanted else None

@@ -394,7 +394,7 @@ class ProximalAlgorithm(DALD):
 
     def prepare(self, problem, topology):
         if len(problem.clients) != 1 or problem.server.terms or problem.server.constraints:
-            raise FedModelError("ProximalAlgorithm is DALD with one client and an empty server "
-                                f"block; this problem has {len(problem.clients)} clients (use "
-                                "backends.DALD or FedProx for several)")
+            why = (f"this problem has {len(problem.clients)} clients (use backends.DALD or FedProx for several)"
+                   if len(problem.clients) != 1 else "its server block is not (use backends.DALD)")
+            raise FedModelError(f"ProximalAlgorithm is DALD with one client and an empty server block; {why}")
         return super().prepare(problem, topology)

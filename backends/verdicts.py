@@ -95,6 +95,16 @@ def _say(outcome: Outcome, key: str, message: str, status: Status | None = None)
     warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
+def infeasible_before_run(apart) -> Outcome:
+    """The outcome of a run that never started because the nodes' data-free sets have no
+    common point (`compiler.feasibility.sets_apart`): "infeasible", as CVXPY says, with no point
+    and no iterations, naming the constraints (a Result, not an error: an infeasible model is a
+    model, and the same sets found apart during a run end as a Result too)."""
+    outcome = Outcome(Status.INFEASIBLE, values={}, info={"sets_apart": apart.names})
+    _say(outcome, "infeasible", apart.message)
+    return outcome
+
+
 def _not_converged_at_a_saddle(problem, backend_name: str, outcome: Outcome, values, certificate,
                                paper_stop: bool = False) -> None:
     """A nonconvex model's "converged" point at which the Lagrangian curves down along the active

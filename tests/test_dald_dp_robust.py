@@ -12,6 +12,7 @@ from fedmodel import topologies
 from fedmodel.backends.dald import DALD
 from fedmodel.backends.dp_admm import DPADMM
 from conftest import StopRun, stop_after
+from test_infeasible import in_run   # the run's own verdict, not the check before it
 
 D, SAMPLES = 5, 20
 
@@ -196,7 +197,7 @@ def test_dald_stops_an_infeasible_model_quickly(topology, constraints, violated)
     # within a factor 2 over a window (issue 25: the stall rule's growth test), 44 there; on the
     # equilibrated path (docs/scaling.md) the residuals settle later: "stalled" at 46
     with pytest.warns(RuntimeWarning, match=r"DALD stopped at outer iteration 4[0-9]\b"):
-        res = prob.solve(DALD(), topology=topology(prob))
+        res = prob.solve(in_run(DALD()), topology=topology(prob))
     assert res.status == "infeasible" or (res.status == "stalled" and (
         constraints is _contradictory_across or topology is topologies.path))
     assert res.iterations["outer"] <= 5 * feasible.iterations["outer"]
@@ -208,7 +209,7 @@ def test_dald_stops_an_infeasible_model_quickly(topology, constraints, violated)
 
 def test_stall_detection_off_in_the_paper_preset():
     prob, _ = _least_squares(constraints=_contradictory_local)
-    res = prob.solve(DALD.paper(max_iterations=60), topology=topologies.star(prob))
+    res = prob.solve(in_run(DALD.paper(max_iterations=60)), topology=topologies.star(prob))
     assert res.status == "max_iterations" and res.iterations["outer"] == 60
 
 

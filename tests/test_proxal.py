@@ -9,6 +9,7 @@ import fedmodel as fm
 from fedmodel import backends, topologies
 from fedmodel.runtime import SerialExecutor
 from fedmodel.runtime.program import compile_programs
+from test_infeasible import in_run   # the run's own verdict, not the check before it
 
 
 def constrained_model(seed=0, n_clients=3, d=6, server_l1=True, private=True, ball=False):
@@ -193,7 +194,7 @@ def test_infeasible_model_under_the_paper_setting_ends_with_max_iterations():
     c.minimize(fm.sum_squares(w - b))
     c.subject_to((fm.sum(w) <= -1.0).named("low"))
     prob.server.subject_to((fm.sum(w) >= 1.0).named("high"))
-    res = prob.solve(backends.ProxAL.paper(beta=10.0, rho=1.0, s_bar=0.1, max_outer=15, max_inner=200))
+    res = prob.solve(in_run(backends.ProxAL.paper(beta=10.0, rho=1.0, s_bar=0.1, max_outer=15, max_inner=200)))
     assert res.status == "max_iterations"               # fixed β: no infeasibility verdict
     assert res.max_violation >= 0.5                     # the two constraints are 2 apart
     report = fm.verify(res)

@@ -188,12 +188,16 @@ def test_dykstra_projects_onto_the_intersection(seed):
     assert np.max(np.abs(intersection_residual(pieces, x, x - v))) <= 1e-8
 
 
-def test_two_inconsistent_halfspaces_are_refused_at_compile_time():
+def test_two_inconsistent_halfspaces_are_infeasible_before_the_run():
+    # (they were a FedModelError when FedADMM / DP-ADMM compiled them, and ProxAL's run said
+    # "infeasible": now every backend says so before the run, compiler/feasibility.py)
     prob, w = least_squares()
     prob.server.subject_to((fm.sum(w) >= 1).named("lo"), (fm.sum(w) <= -1).named("hi"))
-    for backend in ("fedadmm", "dp-admm"):
-        with pytest.raises(fm.FedModelError, match=r"'lo', 'hi'.*no feasible point"):
-            prob.solve(backend)
+    for backend in ("fedadmm", "dp-admm", "proxal"):
+        with pytest.warns(RuntimeWarning, match=r"'lo' of server.*'hi' of server.*no common point"):
+            assert prob.solve(backend).status == "infeasible"
+    with pytest.raises(fm.FedModelError, match=r"'lo', 'hi'.*no feasible point"):   # compiling still refuses
+        canonical_constraints(prob.server.constraints, project="all")
     canonical = canonical_constraints(prob.server.constraints, project=True)
     assert not canonical.sets       # ProxAL / DALD keep halfspaces in their AL (and say "infeasible")
 

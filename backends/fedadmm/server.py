@@ -52,7 +52,7 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
         rng.bit_generator.state = saved["rng"]
         watch.smallest = dict(saved["watch"])           # the growth test's memory
     else:                       # the sizes at the start: the growth test's baseline
-        watch.check(0, client_messages=w_cache, z=z)
+        watch.check(0, client_messages=w_cache, z=z, z_bar=z)
     memory = backend.memory
     # a round's record whose report (objective, violation at its z) rides on the next round's
     # request (`Rider`, before the step: the clients' state is the one the report would have
@@ -83,7 +83,10 @@ def rounds(backend, ex, z: np.ndarray, alpha: np.ndarray, max_rounds: int, callb
         z_bar = (z_hat + memory * z) / (1.0 + memory)                                 # (3.1b)
         server_residual = 0.0
         messages = w_cache if chosen is None else w_cache[chosen]
-        if watch.check(k + 1, client_messages=messages, client_drift=drift, z=z_bar):
+        # z̄ apart from z: a far start's memory (the clients' λ_i) shrinks in z̄ over rounds while
+        # the server's projection brings z into its set at once — one baseline read 1e8 → 9e6 as
+        # a 1e6-fold growth from the projected z's 1 (w.value = 1e8·1, a unit ball)
+        if watch.check(k + 1, client_messages=messages, client_drift=drift, z_bar=z_bar):
             status = watch.report(info)
             break
         if has_server_step:                                                           # (3.2) + h

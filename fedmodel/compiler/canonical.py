@@ -36,9 +36,12 @@ from .norm_terms import norm1_part, norm_term, shifted_norm
 
 def _norm1_of(term: Term) -> tuple[Variable, Coefficient] | None:
     """(w, λ) when `term` is λ·norm1(c·w) with w a shared variable (λ|c| returned)."""
-    if not isinstance(term.atom, Norm1):
+    atom = term.atom
+    if isinstance(atom, Abs) and atom.shape == ():
+        atom = Norm1(atom.args[0])       # |b| of a scalar b (CVXPY's cp.abs(b)) is norm1(b)
+    if not isinstance(atom, Norm1):
         return None
-    inner, coefficient = term.atom.args[0], term.coefficient
+    inner, coefficient = atom.args[0], term.coefficient
     scaled = _scaled(inner) if isinstance(inner, Multiply) else None
     if scaled is not None and not isinstance(scaled[0], Expression):   # |c| of a number only
         inner, coefficient = scaled[1], _times(coefficient, abs(scaled[0]))

@@ -76,6 +76,6 @@ def flatten(expr: Expression, coefficient: Coefficient = 1.0) -> list[Term]:
 def _normalize(atom: Expression) -> Expression:
     """One spelling per prox-able atom: `sum(abs(w))` → `norm1(w)`, `norm1(c·w)` → |c|·… is
     left to `_norm1_of` (it moves a factor into the coefficient)."""
-    if type(atom) is Sum and atom.axis is None and isinstance(atom.args[0], Abs):
-        return Norm1(atom.args[0].args[0])
+    if type(atom) is Sum and atom.shape == () and isinstance(atom.args[0], Abs):
+        return Norm1(atom.args[0].args[0])      # also sum(abs(w), axis=0) of a vector w
     return atom

@@ -23,6 +23,7 @@ from .batched_newton import NewtonMatrices, newton_batched, stack_fits
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
 from .batched_held import HeldRows
+from . import low_rank
 from .program import NodeProgram
 
 
@@ -151,7 +152,8 @@ class Group(HeldRows):
         held = chosen == "local-al"
         if held:        # rounds of the rest's solver, held constraints' multipliers between
             chosen = self._held_rest(rows) if len(rows) >= self.HELD_ROWS else None
-        if chosen in ("exact", "newton") and stack_fits(len(rows), self.n_x + self.n_y):
+        if chosen in ("exact", "newton") and stack_fits(len(rows), self.n_x + self.n_y) and \
+                not low_rank.applies(self.programs[0]):     # (few data rows: each its Woodbury solve)
             weight = np.broadcast_to(np.asarray(weight, float).reshape(-1, 1) if np.ndim(weight) == 1
                                      else np.asarray(weight, float), (len(rows), self.n_x))
             if held:

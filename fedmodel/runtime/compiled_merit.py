@@ -28,11 +28,25 @@ from . import solvers
 HESSIAN_BLOCK_FLOATS = 4_000_000
 
 
+class Variables(list):
+    """A list of variables searched by identity: `u == v` between variables builds a constraint
+    (as in CVXPY), so list's own `index` / `in` raise for any variable after the first."""
+
+    def index(self, variable, *_):
+        for i, v in enumerate(self):
+            if v is variable:
+                return i
+        raise ValueError(f"{variable!r} is not in the list")
+
+    def __contains__(self, variable) -> bool:
+        return any(v is variable for v in self)
+
+
 class Layout:
     """Packs a list of variables into one flat vector and back."""
 
     def __init__(self, variables: list[Variable]):
-        self.variables = variables
+        self.variables = Variables(variables)
         self.offsets = np.cumsum([0] + [v.size for v in variables])
         self.size = int(self.offsets[-1])
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import FedModelError
-from . import local_al, solvers
+from . import local_al, low_rank, solvers
 from .active_set import feature_sign, l1_residual
 
 # a `program.NodeProgram` (which imports this module: the layer test allows no cycle)
@@ -76,12 +76,17 @@ def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
     if not program.quadratic or program.n_private or not solvers.dense_fits(n):
         return None
     if program._hessian_cache is None:
-        program._hessian_cache, program._factor_cache = program.hessian(lp.z0), None
+        program._hessian_cache, program._factor_cache = fresh_hessian(program, lp.z0), None
     H = program._hessian_cache
-    diagonal = np.diagonal(H)
+    if H.ndim == 1:         # packed (`low_rank`): c·I only without a product through data
+        diagonal, basis, _ = low_rank.unpack(H)
+        if basis.shape[1]:
+            return None
+    else:
+        diagonal = np.diagonal(H)
     c = float(diagonal[0] + lp.weight_x[0])
     if not c > 0 or np.max(np.abs(diagonal + lp.weight_x - c)) > 1e-12 * c or \
-            np.count_nonzero(H) != np.count_nonzero(diagonal):      # (the diagonal first: O(n))
+            (H.ndim == 2 and np.count_nonzero(H) != np.count_nonzero(diagonal)):  # (the diagonal first: O(n))
         return None
     g0 = lp.fun_grad(lp.z0)[1]
     z = program.apply_prox(lp.z0 - g0 / c, 1.0 / c)
@@ -213,11 +218,17 @@ def newton_matrix(program: NodeProgram, z: np.ndarray, weight_x: np.ndarray,
     per weight): ProxAL on the MNIST clients (d = 784) inverted 826 matrices for 32 Hessians,
     103 of its 171 s."""
     if fresh or program._hessian_cache is None:
-        program._hessian_cache, program._factor_cache = program.hessian(z), None
+        program._hessian_cache, program._factor_cache = fresh_hessian(program, z), None
     key = weight_x.tobytes()
     cached = program._factor_cache
     if cached is None or cached[0] != key:
         H = program._hessian_cache
+        if H.ndim == 1:         # packed diagonal + low rank: Woodbury, else its dense matrix
+            inverse = low_rank.inverse(H, weight_x)
+            if inverse is not None:
+                program._factor_cache = (key, inverse, None)
+                return inverse
+            H = low_rank.dense(H)
         spectrum = cached[2] if cached is not None else None
         # (a function of the Hessian and the weight only, not of the weights before: a node
         # resumed from its saved state, Hessian and all, takes the same steps bitwise)
@@ -230,6 +241,13 @@ def newton_matrix(program: NodeProgram, z: np.ndarray, weight_x: np.ndarray,
             inverse, spectrum = solvers.Inverse(A), None
         program._factor_cache = (key, inverse, spectrum)
     return program._factor_cache[1]
+
+
+def fresh_hessian(program: NodeProgram, z: np.ndarray) -> np.ndarray:
+    """∇²P_i(z) to keep: packed diagonal + low rank for a client with few data rows
+    (`low_rank.hessian`, a flat array), else the dense matrix."""
+    packed = low_rank.hessian(program, z)
+    return program.hessian(z) if packed is None else packed
 
 
 class SpectralInverse(solvers.Inverse):
@@ -261,8 +279,9 @@ def _quadratic_l1(program: NodeProgram, fun_grad, z0, tol, weight_x):
     """A quadratic merit whose prox terms are all λ‖w‖₁: solved exactly by feature-sign
     search on the kept Hessian (`active_set`), or None if that fails (then FISTA)."""
     if program._hessian_cache is None:
-        program._hessian_cache, program._factor_cache = program.hessian(z0), None
-    H = program._hessian_cache.copy()
+        program._hessian_cache, program._factor_cache = fresh_hessian(program, z0), None
+    H = program._hessian_cache
+    H = low_rank.dense(H) if H.ndim == 1 else H.copy()
     H[np.diag_indices(program.n_shared)] += weight_x
     c = fun_grad(z0)[1] - H @ z0
     return feature_sign(H, c, _l1_weights(program, z0.size), z0, tol)

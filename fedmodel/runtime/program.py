@@ -53,7 +53,9 @@ class NodeProgram:
     def __getstate__(self) -> dict:
         if self.holder is not None:         # a copy (Ray, checkpoints) gets the newest state
             self.holder.sync()
-        return dict(self.__dict__, holder=None)
+        state = dict(self.__dict__, holder=None)
+        state.pop("_low_rank", None)        # derived (`low_rank.structure`): analysed again there
+        return state
 
     # ---- the parts, as the executors and backends read them -----------------------------------
     merit_ir = property(lambda self: self.compiled.ir, doc="The merit's IR (`compiler.merit.Merit`).")
@@ -268,7 +270,7 @@ class NodeProgram:
         values = self._values(np.asarray(x, float), self.y)
         objective = float(self.objective_plan(*values)[0])
         for term in self.merit_ir.prox_terms:
-            objective += term.value(values[self.variables.index(term.variable)])
+            objective += term.value(values[self.shared.variables.index(term.variable)])
         residuals = self.compiled.all_residuals(*values) if self.all_constraints else []
         violation = max([0.0] + [c.violation(r) for c, r in zip(self.all_constraints, residuals)])
         return {"objective": objective, "violation": violation}

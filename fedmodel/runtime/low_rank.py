@@ -1,0 +1,237 @@
+"""Newton systems of a client with few data rows: ∇²P_i = diag(λ) + Q C Qᵀ, solved by
+Sherman–Morrison–Woodbury through an r × r system, never an N × N matrix.
+
+A client's loss of `X @ w` (least squares, logistic, a constraint's AL term on it) plus
+separable terms (the method's proximal terms, a ridge) has the Hessian Xᵀ S X + diag(λ):
+rank ≤ m (the rows) plus a diagonal (paper 1, eq. 19's local Newton systems). With m well below
+N (sparse features, few rows: issue 25's d = 2,000, 4 × 50 rows) the dense path —
+an N × N Hessian, its eigendecomposition (O(N³), ~1 s at N = 2,000) and an O(N²) product per
+direction — costs far more than the data. Here:
+- the data matrices are the constants `A` of the products `A @ (s ∘ v)` in the compiled
+  Hessian-vector product ∇(∇P_i·v) (`CompiledMerit._hvp_expressions`; s the compiler's column
+  scales, or none); Q (N × r) is an orthonormal basis of the rows of A·diag(s) (an SVD, once
+  per program); a node without such products (a server's ridge) has r = 0: a diagonal;
+- λ is that product with every `A @ (s ∘ v)` replaced by 0, at v = 1 (the terms that do not
+  go through the data); C = Qᵀ(∇²P_i − diag λ)Q from r directions of the batched product;
+- every packed Hessian is checked on a random direction: ∇²P_i v = λ∘v + Q C Qᵀ v to 1e-8
+  (a Hessian of any other form, e.g. with cross terms, fails it: the program then keeps the
+  dense path for good);
+- (∇²P_i + diag w)⁻¹ g = D⁻¹g − D⁻¹Q (I + C K)⁻¹ C Qᵀ D⁻¹ g, D = diag(λ + w), K = QᵀD⁻¹Q:
+  O(N r²) per Hessian or weight, O(N r) per direction; S (hence C) may be singular (a
+  saturated logistic row), only D must be positive (else the caller takes the dense inverse of
+  `dense(packed)`).
+The packed Hessian is one flat array (`pack`), kept where the dense one is kept
+(`NodeState.hessian`): checkpoints and resumed solves see plain data.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..atoms.arithmetic import Multiply
+from ..atoms.linear import MatMul
+from ..compiler.codegen import Plan
+from ..expression import Constant, Leaf
+from . import solvers
+from .compiled_merit import HESSIAN_BLOCK_FLOATS
+
+# the low-rank form is taken when the data rows are at most this fraction of the unknowns:
+# beyond, the r × r work (O(N r²) per Hessian) nears the dense path's and m ≥ N keeps it bitwise
+MAX_ROW_FRACTION = 0.5
+# a diagonal Hessian (a server's ridge, no data) is kept as one from this many unknowns: below,
+# the dense path's eigendecomposition takes milliseconds and its results stay bitwise
+DIAGONAL_MIN = 500
+GUARD_TOL = 1e-8     # relative mismatch on the random direction above which the form is refused
+_UNSET = object()
+
+
+class _Structure:
+    """What a program's Hessians are packed from: the plan of the diagonal part (its direction
+    the Parameter `direction`), the basis Q of the data rows."""
+
+    __slots__ = ("diagonal_plan", "direction", "basis")
+
+    def __init__(self, diagonal_plan: Plan, direction, basis: np.ndarray):
+        self.diagonal_plan, self.direction, self.basis = diagonal_plan, direction, basis
+
+
+def structure(program) -> "_Structure | None":
+    """The program's low-rank structure (analysed once, kept on the program), or None when its
+    Hessian is not diagonal plus a product through few data rows (or failed the check once)."""
+    found = program.__dict__.get("_low_rank", _UNSET)
+    if found is _UNSET:
+        found = program._low_rank = _analyse(program)
+    return found
+
+
+def applies(program) -> bool:
+    """Whether `hessian(program, z)` packs this program's Hessians (see `structure`)."""
+    return structure(program) is not None
+
+
+def _analyse(program) -> "_Structure | None":
+    if program.n_private or len(program.variables) != 1 or program.variables[0].ndim != 1:
+        return None
+    n = program.n_shared
+    products, directions = program.compiled._hvp_expressions
+    direction = directions[0]
+    matrices: dict[tuple, tuple] = {}
+    memo: dict[int, object] = {}
+
+    def without_data(node):
+        """`node` with every `A @ (s ∘ v)` (A a constant vector or matrix, s constant column
+        scales of the compiler's equilibration, or none) replaced by 0."""
+        if id(node) not in memo:
+            args = getattr(node, "args", ())
+            scale = _scale_of(args[1], direction) if isinstance(node, MatMul) else None
+            if scale is not None and isinstance(args[0], Constant) and args[0].ndim in (1, 2):
+                matrices.setdefault((args[0].uid, id(scale)), (args[0], scale))
+                memo[id(node)] = Constant(np.zeros(node.shape))
+            elif isinstance(node, Leaf):
+                memo[id(node)] = node
+            else:
+                new = [without_data(a) for a in args]
+                memo[id(node)] = node if all(a is b for a, b in zip(new, args)) else node.with_args(*new)
+        return memo[id(node)]
+
+    diagonal = without_data(products[0])
+    rows = sum(a.shape[0] if a.ndim == 2 else 1 for a, _ in matrices.values())
+    if rows > MAX_ROW_FRACTION * n or rows * n > solvers.DENSE_NEWTON_FLOATS:
+        return None
+    basis = row_basis([_scaled(a.value, s) for a, s in matrices.values()], n)
+    if basis.shape[1] == 0 and n < DIAGONAL_MIN:    # a diagonal (no data, or all-zero data)
+        return None
+    return _Structure(Plan([diagonal], program.variables), direction, basis)
+
+
+def _scale_of(node, direction):
+    """s where `node` is s ∘ v of the direction v (1.0 for v itself) with s a constant; else None."""
+    if node is direction:
+        return 1.0
+    if isinstance(node, Multiply) and len(node.args) == 2:
+        a, b = node.args
+        if b is direction and isinstance(a, Constant):
+            a, b = b, a
+        if a is direction and isinstance(b, Constant) and b.ndim <= 1 and not hasattr(b.value, "toarray"):
+            return b
+    return None
+
+
+def _scaled(matrix, scale):
+    """matrix · diag(s) (dense or sparse; s a `Constant` or 1.0)."""
+    if isinstance(scale, float):
+        return matrix
+    s = np.asarray(scale.value, dtype=float)
+    if hasattr(matrix, "toarray"):
+        return matrix.multiply(s).tocsr() if np.ndim(matrix) == 2 else matrix.toarray().ravel() * s
+    return np.asarray(matrix, dtype=float) * s
+
+
+def row_basis(matrices: list, n: int) -> np.ndarray:
+    """An orthonormal basis (n × r) of the span of the rows of `matrices` (dense or sparse,
+    vectors as one row), r their numerical rank."""
+    if not matrices:
+        return np.zeros((n, 0))
+    rows = np.vstack([np.reshape(a.toarray() if hasattr(a, "toarray") else np.asarray(a, float), (-1, n))
+                      for a in matrices])
+    Q, s, _ = np.linalg.svd(rows.T, full_matrices=False)
+    if not s.size or not s[0] > 0:
+        return np.zeros((n, 0))
+    return np.ascontiguousarray(Q[:, s > s[0] * max(rows.shape) * np.finfo(float).eps])
+
+
+def hessian(program, z: np.ndarray) -> "np.ndarray | None":
+    """∇²P_i(z) packed (`pack`) as diag(λ) + Q C Qᵀ, or None when the program has no such form
+    (then, and from then on, the dense Hessian)."""
+    found = structure(program)
+    if found is None:
+        return None
+    n, Q = program.n_shared, found.basis
+    found.direction.value = np.ones(n)
+    lam = np.array(np.broadcast_to(found.diagonal_plan(z)[0], (n,)), dtype=float)
+    HQ = _times(program, z, Q)
+    C = Q.T @ HQ - Q.T @ (lam[:, None] * Q)
+    packed = pack(lam, Q, 0.5 * (C + C.T))
+    v = np.random.default_rng(n).standard_normal(n)     # the check (module docstring)
+    hv, parts = program.hvp(z, v), (lam * v, Q @ (packed_core(packed) @ (Q.T @ v)))
+    scale = solvers.norm_inf(hv) + sum(solvers.norm_inf(p) for p in parts)
+    if not solvers.norm_inf(hv - parts[0] - parts[1]) <= GUARD_TOL * scale:
+        program._low_rank = None
+        return None
+    return packed
+
+
+def _times(program, z: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """∇²P_i(z) V (N × k) by the batched Hessian-vector plan, in blocks of directions as
+    `CompiledMerit.hessian`'s (column by column without a batched plan)."""
+    compiled, (n, k) = program.compiled, V.shape
+    plan = compiled._hessian_plan
+    if plan is not None and len(plan.batched_outputs) == 1 and plan.batched_outputs[0]:
+        block = max(1, HESSIAN_BLOCK_FLOATS // max(plan.batched_size, 1))
+        parts = [plan(z, V[:, s:s + block]) for s in range(0, k, block)]
+        if all(len(p) == 1 and np.shape(p[0]) == (n, min(block, k - s))
+               for p, s in zip(parts, range(0, k, block))):
+            return np.hstack([p[0] for p in parts]) if parts else np.zeros((n, 0))
+    return np.column_stack([compiled.hvp(z, V[:, j]) for j in range(k)]) if k else np.zeros((n, 0))
+
+
+# ---- the packed form: [N, r, λ (N), Q (N·r), C (r·r)] -------------------------------------------
+def pack(lam: np.ndarray, Q: np.ndarray, C: np.ndarray) -> np.ndarray:
+    n, r = Q.shape
+    return np.concatenate([[n, r], lam, Q.ravel(), C.ravel()])
+
+
+def unpack(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(λ, Q, C) of a packed Hessian (views)."""
+    n, r = int(packed[0]), int(packed[1])
+    return packed[2:2 + n], packed[2 + n:2 + n + n * r].reshape(n, r), packed_core(packed)
+
+
+def packed_core(packed: np.ndarray) -> np.ndarray:
+    n, r = int(packed[0]), int(packed[1])
+    return packed[2 + n + n * r:].reshape(r, r)
+
+
+def dense(packed: np.ndarray) -> np.ndarray:
+    """The N × N matrix diag(λ) + Q C Qᵀ of a packed Hessian."""
+    lam, Q, C = unpack(packed)
+    H = Q @ C @ Q.T
+    H[np.diag_indices(lam.size)] += lam
+    return 0.5 * (H + H.T)
+
+
+class WoodburyInverse(solvers.Inverse):
+    """(diag(λ + w) + Q C Qᵀ)⁻¹ of a packed Hessian and a weight w (module docstring), as
+    `solvers.Inverse` (`matrix @ g`); None as matrix where I + C K is singular. Built only when
+    λ + w > 0 (`inverse`)."""
+
+    __slots__ = ()
+
+    def __init__(self, packed: np.ndarray, weight: np.ndarray):
+        lam, Q, C = unpack(packed)
+        inv_d = 1.0 / (lam + weight)
+        K = Q.T @ (inv_d[:, None] * Q)
+        try:
+            core = np.linalg.solve(np.eye(len(C)) + C @ K, C)      # (I + C K)⁻¹ C
+            self.matrix = _Woodbury(inv_d, Q, core) if np.all(np.isfinite(core)) else None
+        except np.linalg.LinAlgError:
+            self.matrix = None
+
+
+def inverse(packed: np.ndarray, weight: np.ndarray) -> "WoodburyInverse | None":
+    """The Woodbury inverse of ∇²P_i + diag(weight), or None when some λ + w ≤ 0 (the caller
+    inverts `dense(packed)`)."""
+    lam = unpack(packed)[0]
+    return WoodburyInverse(packed, weight) if np.all(lam + weight > 0) else None
+
+
+class _Woodbury:
+    """The operator D⁻¹ − D⁻¹ Q core Qᵀ D⁻¹ (`matrix @ g` as for an array)."""
+
+    __slots__ = ("inv_d", "basis", "core")
+
+    def __init__(self, inv_d: np.ndarray, basis: np.ndarray, core: np.ndarray):
+        self.inv_d, self.basis, self.core = inv_d, basis, core
+
+    def __matmul__(self, g: np.ndarray) -> np.ndarray:
+        a = self.inv_d * g
+        return a - self.inv_d * (self.basis @ (self.core @ (self.basis.T @ a)))
