@@ -10,13 +10,14 @@ variables and a positive rescaling of the objective and of each constraint:
 
 - column scales: a variable read as `X @ w` by data matrices gets one factor per column (the
   geometric mean of those columns' root-mean-square sizes over column j's, over every client
-  holding such a matrix: per-column scalars), unless the variable is in a projected set or a
-  prox term, whose projection would then change shape;
+  holding such a matrix: per-column scalars), unless the variable is in a ball or a prox term,
+  whose projection would then change shape (bounds and halfspaces do not: `set_scaling`);
 - variable scale δ and objective scale σ: from a probe of the smooth objective at the origin:
   each probed client reports two scalars per variable, the size of its gradient g_i and its
   curvature along it g_iᵀH_i g_i; δ is the length of a Newton step along the gradient per
-  entry, σ makes the curvature along it one. Variables in projected sets keep δ = 1 (the set is
-  in the user's units) and constraints that are such sets keep r = 1; a variable the smooth
+  entry, σ makes the curvature along it one. A ball ‖δv‖ ≤ r is the ball ‖v‖ ≤ r/δ, and balls
+  and bounds are written in v (`set_scaling`); only a variable in a nonsmooth constraint that is
+  no projected set keeps δ = 1 (and the constraint r = 1); a variable the smooth
   probe cannot size but shifted norm terms λ‖w − a‖ read takes δ from their anchors and σ from
   their weights (`scale_probe.norm_probe`);
 - row scales r_j: one per constraint, from its size at the origin and at the point v = 1.
@@ -42,7 +43,7 @@ from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Variable, postorder
 from .canonical import SPLIT, canonical_constraints, classify_objective
 from .scale_probe import factor, norm_probe, objective_scale, probe
-from .sets import simple_set
+from .set_scaling import compact, in_sets, unsized, written_in_v
 
 PIECES = {s for pair in SPLIT.values() for s in pair}   # suffixes of a split constraint's pieces
 
@@ -53,18 +54,19 @@ class Scaling:
     constraint name."""
     objective: float = 1.0
     variables: dict[int, np.ndarray] = field(default_factory=dict)   # D, broadcast to the shape
-    constraints: dict[str, float] = field(default_factory=dict)      # r_j
+    constraints: dict[str, Any] = field(default_factory=dict)   # r_j (per row for bounds)
 
     def is_identity(self) -> bool:
         return self.objective == 1.0 and all(np.all(d == 1.0) for d in self.variables.values()) \
-            and all(r == 1.0 for r in self.constraints.values())
+            and all(np.all(r == 1.0) for r in self.constraints.values())
 
     def summary(self) -> dict[str, Any]:
         """For `result.info["scaling"]`: the objective's factor and each variable's range."""
         return {"objective": self.objective,
                 "variables": {uid: (float(np.min(d)), float(np.max(d)))
                               for uid, d in self.variables.items()},
-                "constraints": dict(self.constraints)}
+                "constraints": {name: r if np.ndim(r) == 0 else (float(np.min(r)), float(np.max(r)))
+                                for name, r in self.constraints.items()}}
 
 
 class ScaledModel:
@@ -155,10 +157,13 @@ def equilibrate(problem) -> ScaledModel | None:
     if problem.remote_data() or not problem.is_convex() or not _supported(problem):
         return None
     variables = problem.variables()
-    fixed = _in_sets(problem)
-    columns = column_scales(problem, variables, fixed | _in_prox_terms(problem))
+    fixed, whole, kept, in_v, held = in_sets(problem)
+    columns = column_scales(problem, variables, fixed | whole | _in_prox_terms(problem))
     lengths, curvature = probe(problem, variables, columns)
     anchors, slopes = norm_probe(problem)
+    for uid in unsized(fixed, kept, in_v, held, {u for u in lengths if lengths[u]} |
+                       {u for u in anchors if anchors[u]}):
+        columns.pop(uid, None)
     scaling = Scaling()
     deltas = {}
     for var in variables:
@@ -171,14 +176,21 @@ def equilibrate(problem) -> ScaledModel | None:
         scaling.variables[var.uid] = columns.get(var.uid, np.ones(var.shape)) * delta
     scaling.objective = objective_scale(variables, deltas, curvature, slopes)
     pairs = [(v, v if np.all(scaling.variables[v.uid] == 1.0) else _twin(v)) for v in variables]
-    rebuild = Rebuild({o.uid: multiply(Constant(_compact(scaling.variables[o.uid])), s)
+    rebuild = Rebuild({o.uid: multiply(Constant(compact(scaling.variables[o.uid])), s)
                        for o, s in pairs if s is not o})
+    rewritten, twins = {}, {o.uid: t for o, t in pairs}
     for constraint in problem.constraints:
-        scaling.constraints[constraint.name] = 1.0 if _is_set(constraint) else \
-            _row_scale(constraint.expr, scaling.variables)
+        name = constraint.name
+        if name in in_v:     # balls and bounds: written in v (`set_scaling.in_v`)
+            var = next(iter(constraint.expr.variables()))
+            rewritten[name], scaling.constraints[name] = written_in_v(
+                *in_v[name], twins[var.uid], scaling.variables[var.uid])
+        else:
+            scaling.constraints[name] = 1.0 if name in kept else \
+                _row_scale(constraint.expr, scaling.variables)
     if scaling.is_identity():
         return None
-    scaled = _copy_problem(problem, pairs, rebuild, scaling)
+    scaled = _copy_problem(problem, pairs, rebuild, scaling, rewritten)
     return ScaledModel(problem, scaled, scaling, pairs)
 
 
@@ -195,17 +207,6 @@ def _supported(problem) -> bool:
 
 
 # ---- which variables keep their units ---------------------------------------------------------
-def _is_set(constraint: Constraint) -> bool:
-    """A constraint a backend may project on (or one that is nonsmooth): kept as written."""
-    if not constraint.expr.is_smooth():
-        return True
-    return simple_set(constraint, affine=True) is not None   # FedADMM projects affine sets too
-
-
-def _in_sets(problem) -> set[int]:
-    return {v.uid for c in problem.constraints if _is_set(c) for v in c.expr.variables()}
-
-
 def _in_prox_terms(problem) -> set[int]:
     return {t.variable.uid for t in classify_objective(problem.objective_terms).prox}
 
@@ -274,11 +275,6 @@ def _value_at(expr: Expression, values: dict[int, np.ndarray]) -> Any:
 
 
 # ---- the copy -----------------------------------------------------------------------------------
-def _compact(d: np.ndarray) -> np.ndarray | float:
-    flat = np.ravel(d)
-    return float(flat[0]) if flat.size and np.all(flat == flat[0]) else d
-
-
 def _twin(var: Variable) -> Variable:
     """A new variable like `var` (name, owner, slack mark), with its own uid."""
     twin = Variable(var.shape, name=var.name)
@@ -327,20 +323,22 @@ def _constraint(original: Constraint, expr: Expression) -> Constraint:
 
 
 def _copy_problem(problem, pairs: list[tuple[Variable, Variable]], rebuild: Rebuild,
-                  scaling: Scaling):
+                  scaling: Scaling, rewritten: dict[str, Expression]):
     """A Problem of the same blocks, names and data, over the scaled twins."""
     twins = {o.uid: s for o, s in pairs}
     scaled = type(problem)(name=problem.name)
     scaled._constraint_names = dict(problem._constraint_names)
     sigma = Constant(scaling.objective)
-    rows = {r: Constant(r) for r in set(scaling.constraints.values())}   # one leaf per factor
+    rows = {r: Constant(r) for name, r in scaling.constraints.items()   # one leaf per factor
+            if name not in rewritten}
     for block in problem.blocks:
         target = scaled.server if block is problem.server else \
             scaled.add_client(block.name, getattr(block, "weight", None))
         target.terms = [_scaled(sigma, rebuild(t)) for t in block.terms]
         target.constraints = []
         for c in block.constraints:
-            expr = _scaled(rows[scaling.constraints[c.name]], rebuild(c.expr))
+            expr = rewritten[c.name] if c.name in rewritten else \
+                _scaled(rows[scaling.constraints[c.name]], rebuild(c.expr))
             target.constraints.append(c if expr is c.expr else _constraint(c, expr))
         target.data_items = list(block.data_items)
         target.private_variables = [twins.get(v.uid, v) for v in block.private_variables]

@@ -21,11 +21,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..atoms import Norm1, Norm2, NormInf, Power, QuadForm, Square, SumSquares
+from ..atoms import Multiply, Norm1, Norm2, NormInf, Power, QuadForm, Square, SumSquares
 from ..atoms.prox import soft_threshold
 from ..constraints import Constraint, Equality, Inequality
 from ..errors import FedModelError
-from ..expression import Expression, Parameter, Variable
+from ..expression import Constant, Expression, Parameter, Variable
 from . import projection
 from .parameter_sets import coefficient_value, parametric_affine, parametric_parts, parametric_set
 from .terms import flatten
@@ -241,6 +241,19 @@ def _shared(expr: Expression) -> bool:
     return isinstance(expr, Variable) and expr.owner is None
 
 
+def scaled_shared(expr: Expression) -> tuple[Variable, np.ndarray] | None:
+    """(x, d) when `expr` is a shared variable x (d = 1) or d ∘ x with d > 0 constant (a scalar
+    or x's shape): how the equilibration writes w = D v (`scaling`), so a set on w is read as
+    the set on v it is (a ball of radius r/δ, bounds ÷ D)."""
+    if _shared(expr):
+        return expr, np.ones(())
+    if isinstance(expr, Multiply) and type(expr.args[0]) is Constant and _shared(expr.args[1]):
+        d = np.asarray(expr.args[0].value, float)
+        if expr.shape == expr.args[1].shape and np.all(d > 0) and np.all(np.isfinite(d)):
+            return expr.args[1], d
+    return None
+
+
 def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
     """A ProxTerm for a simple constraint on a shared variable, else None: a ball (‖·‖₂ however
     written, ‖·‖₁, ‖·‖∞), bounds; with `affine` also halfspaces, small polyhedra and affine
@@ -258,15 +271,20 @@ def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
     c, core = others[0].coefficient, others[0].atom
     balls = {Norm2: _ball, Norm1: _ball1, NormInf: _ballinf}
     bound = -offset / c if c != 0 else None           # c·core + offset <= 0
-    # a radius 0 is the point {0}: its projection is 0 (each ball's form handles it)
-    if type(core) in balls and _shared(core.args[0]) and offset.size == 1 and c > 0 and bound >= 0:
-        return balls[type(core)](core.args[0], float(bound.item()), constraint)
+    # a radius 0 is the point {0}: its projection is 0 (each ball's form handles it); a ball
+    # of δ·x (one scalar δ > 0) is the ball of radius r/δ on x
+    ball = scaled_shared(core.args[0]) if type(core) in balls else None
+    if ball is not None and ball[1].size == 1 and offset.size == 1 and c > 0 and bound >= 0:
+        return balls[type(core)](ball[0], float(bound.item() / ball[1].item()), constraint)
     squared = _squared_norm_of(core)
-    if squared is not None and _shared(squared[0]) and offset.size == 1 and c > 0 and bound >= 0:
-        return _ball(squared[0], float(np.sqrt(bound.item() / squared[1])), constraint)
-    if _shared(core) and c != 0 and np.broadcast_shapes(np.shape(bound), core.shape) == core.shape:
-        limit = np.broadcast_to(bound, core.shape).copy()
-        return _upper(core, limit, constraint) if c > 0 else _lower(core, limit, constraint)
+    ball = scaled_shared(squared[0]) if squared is not None else None
+    if ball is not None and ball[1].size == 1 and offset.size == 1 and c > 0 and bound >= 0:
+        radius = float(np.sqrt(bound.item() / squared[1]) / ball[1].item())
+        return _ball(ball[0], radius, constraint)
+    box = scaled_shared(core)            # bounds on d ∘ x: bounds ÷ d on x
+    if box is not None and c != 0 and np.broadcast_shapes(np.shape(bound), core.shape) == core.shape:
+        var, limit = box[0], np.broadcast_to(bound / box[1], core.shape).copy()
+        return _upper(var, limit, constraint) if c > 0 else _lower(var, limit, constraint)
     return affine_set(constraint) if affine else None
 
 

@@ -1,0 +1,122 @@
+"""Compiler pass helper of the equilibration (`scaling`): how a variable held in a projected set
+is scaled so that its set stays one a backend projects on in closed form.
+
+- bounds, halfspaces, polyhedra, affine subspaces stay such sets under any w = D v, D > 0 per
+  entry (bounds ÷ D; (a∘D)·v ≤ b): their variables get column scales and δ as free ones;
+- a ball (‖·‖₂, ‖·‖₁, ‖·‖∞) does not (‖D v‖ ≤ r is an ellipsoid): its variable gets one scalar
+  δ from the probe (`scale_probe`), with no column scales, and ‖δv‖ ≤ r is the ball ‖v‖ ≤ r/δ;
+- balls and bounds are written anew in v (`written_in_v`), ‖v‖ ≤ r/δ and ±v ≤ ±u/D, so every
+  row has v's size whether a backend projects on the set (`sets.simple_set` reads it) or keeps
+  it in its augmented Lagrangian; halfspaces, polyhedra and subspaces keep r = 1 as before;
+- a variable in a nonsmooth constraint that is no such set keeps its units (δ = 1).
+
+Before (main 7643bfc) every variable in a projected set kept δ = 1: a logistic loss with client
+balls ‖w‖ ≤ 10^−k at features ×10^k stalled or ran to its cap at k = 6 under five backends, and
+least squares with a box and columns in units 1e-4 … 1e5 ended stalled under every backend.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..atoms import Norm1, Norm2, NormInf, add, multiply, neg
+from ..constraints import Constraint
+from ..expression import Constant, Expression, Variable
+from .scale_probe import factor
+from .sets import AFFINE, scaled_shared, simple_set
+from .terms import flatten
+
+SEPARABLE = ("upper", "lower", "halfspace", "polyhedron", "subspace")   # sets for any D > 0
+ROUND = ("ball2", "ball1", "ballinf")                                    # sets for one scalar δ
+
+
+def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], dict[str, int]]:
+    """(fixed, whole, kept, in_v, held). fixed: the variables that keep their units, those in a
+    nonsmooth constraint that is no set a backend projects on (`simple_set`; FedADMM projects
+    affine sets too); kept: the constraints that keep r = 1 (those, sets on fixed variables,
+    and halfspaces, polyhedra and subspaces); whole: the variables a ball holds, scaled by one scalar δ (per-column scales
+    would make it an ellipsoid, with no closed-form projection); in_v: the balls and bounds
+    written anew in v (`set_form`, `written_in_v`), by name; held: the other sets' variables
+    by constraint name (`unsized`). Bounds and halfspaces stay bounds and halfspaces
+    under any D > 0 (u ÷ D; (a∘D)·v ≤ b): their variables are scaled as free ones."""
+    fixed: set[int] = set()
+    found = {}
+    for c in problem.constraints:
+        term = found[c.name] = simple_set(c, affine=True)
+        if (term is None and not c.expr.is_smooth()) or \
+                (term is not None and term.kind not in ROUND + SEPARABLE):
+            fixed.update(v.uid for v in c.expr.variables())
+    whole, kept, in_v, held = set(), set(), {}, {}
+    for c in problem.constraints:
+        term = found[c.name]
+        if term is None or term.variable.uid in fixed:
+            kept.update([c.name] if not c.expr.is_smooth() or term is not None else [])
+            continue
+        held[c.name] = term.variable.uid
+        if term.kind in ROUND:
+            whole.add(term.variable.uid)
+        form = set_form(c, term.variable)
+        if form is not None:
+            in_v[c.name] = form
+        elif term.kind in AFFINE:   # its projection does not see r; DALD's stall rule, tuned
+            kept.add(c.name)         # at r = 1, read contradictory halfspaces "stalled" at r ≠ 1
+    return fixed, whole - fixed, kept, in_v, held
+
+
+def unsized(fixed: set[int], kept: set[str], in_v: dict, held: dict[str, int],
+            sized: set[int]) -> set[int]:
+    """The variables of `held` (set constraint → its variable) that the probe did not size
+    (`sized`): they keep their units, and their sets r = 1, as before branch setscale (`fixed`,
+    `kept`, `in_v` updated). Σ‖Xᵢw‖² with w ≥ −1 has no gradient at the origin: δ = σ = 1,
+    only column scales ≈ 1, and CVXPY, no longer solving the model as written, stopped at
+    f = 1e-12 (f* = 0) with the data ×1e-6. Returns the variables that lose column scales."""
+    out = {uid for uid in held.values() if uid not in sized}
+    for name, uid in held.items():
+        if uid in out:
+            kept.add(name)
+            in_v.pop(name, None)
+    fixed |= out
+    return out
+
+
+def set_form(constraint: Constraint, var: Variable) -> tuple | None:
+    """(c, d, atom, offset terms) when `constraint` is c·norm(d·x) + offset ≤ 0 or a bound
+    c·(d∘x) + offset ≤ 0 on x = `var` (c ≠ 0 a number, d > 0 constants), else None (a squared
+    norm, a halfspace: scaled as any smooth constraint)."""
+    terms = flatten(constraint.expr)
+    moving = [t for t in terms if not t.atom.is_constant()]
+    if len(moving) != 1 or not isinstance(moving[0].coefficient, float) or \
+            moving[0].coefficient == 0:
+        return None
+    atom = moving[0].atom
+    inner = atom.args[0] if isinstance(atom, (Norm1, Norm2, NormInf)) else atom
+    found = scaled_shared(inner)
+    if found is None or found[0] is not var:
+        return None
+    return moving[0].coefficient, found[1], atom, [t for t in terms if t is not moving[0]]
+
+
+def written_in_v(c: float, d: np.ndarray, atom: Expression, offset: list, twin: Variable,
+                 scale: np.ndarray) -> tuple[Expression, Any]:
+    """(the expression, r): a set c·norm(d·w) + offset ≤ 0 or c·(d∘w) + offset ≤ 0 with w = D v
+    is s·(norm(v) + offset/s), s = c·d·D (D one scalar δ), or s∘(±v + offset/s), s = |c|·d∘D:
+    written as norm(v) + offset/s (±v + offset/s), r = 1/s. Each row then has the size of v
+    (bounds in the scaled rows r·(D∘v − u) were 1e-9 apart with columns in units 1e-4 … 1e5,
+    and cProx-AL's penalty never enforced the small ones), and a norm stays on the variable:
+    `reformulate` makes ‖v‖ ≤ ρ smooth and drops a factor outside the norm, so with δ inside
+    it, (‖δv‖² − r²)/2r, DALD's clients saw a constraint ∝ 10^−k at data ×10^k."""
+    norm = isinstance(atom, (Norm1, Norm2, NormInf))
+    size = np.abs(c) * d * (scale if not norm else compact(scale))
+    r = 1.0 / size if np.ndim(size) else factor(1.0 / float(size))
+    r = compact(r) if np.ndim(r) else r
+    head = atom.with_args(twin) if norm else (twin if c > 0 else neg(twin))
+    if not offset:
+        return head, r
+    return add(head, multiply(Constant(r), add(*[t.expression() for t in offset]))), r
+
+
+def compact(d: np.ndarray) -> np.ndarray | float:
+    """`d` as one float when its entries are all equal (one Constant leaf, a scalar factor)."""
+    flat = np.ravel(d)
+    return float(flat[0]) if flat.size and np.all(flat == flat[0]) else d
