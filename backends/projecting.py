@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.compiler.canonical import PROJECT_ALL
-from fedmodel.compiler.sets import AFFINE, affine_multipliers, prox_conflict, simple_set
+from fedmodel.compiler.intersections import prox_conflict
+from fedmodel.compiler.sets import AFFINE, affine_multipliers, simple_set
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import ProgramSpec, compile_programs
@@ -24,7 +25,7 @@ def compile_projecting(problem) -> dict:
     clients get `PROJECT_ALL` through `client_sets`; `compile_programs` gives the server plain
     projection (`True`), so a server that holds an affine set is compiled again with it.
     FedModelError where a node's λ‖w‖₁ and sets would be applied in turn inexactly
-    (`sets.prox_conflict`)."""
+    (`intersections.prox_conflict`)."""
     programs = project_server_sets(problem, compile_programs(problem, client_sets=PROJECT_ALL))
     for name, program in programs.items():     # (a program built on its worker is not checked)
         merit = getattr(program, "merit_ir", None)

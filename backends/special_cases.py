@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.compiler.sets import check_boxes_meet, simple_set
+from fedmodel.compiler.intersections import check_boxes_meet
+from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.program import compile_programs

@@ -3,7 +3,7 @@
 stationarity = dist∞(0, ∇f(x) + ∂h(x) + Σ_j ∇c_j(x) μ_j) over all variables, with the
 subdifferential of prox-able terms (`t·norm1(x)`; an entry within KINK of 0 read as 0) and
 the normal cone of the simple constraints on each shared variable (norm balls, bounds) as one
-intersection (`compiler.sets.merge_sets`: exact; λ‖x‖₁ and ℓ1 balls are applied in turn, an
+intersection (`compiler.intersections.merge_sets`: exact; λ‖x‖₁ and ℓ1 balls are applied in turn, an
 upper bound); other nonsmooth terms contribute their (sub)gradient at x. Affine constraints are
 scored through their multipliers, also where FedADMM and DP-ADMM project on them (they report
 the projections' multipliers, `compiler.sets.affine_multipliers`).
@@ -57,7 +57,7 @@ import numpy as np
 from .atoms import Abs, Norm1, Norm2, NormInf, Square, SumSquares, multiply, sum as sum_
 from .compiler.canonical import canonical_constraints, classify_objective, flatten, split_names
 from .compiler.codegen import Plan
-from .compiler.sets import merge_sets
+from .compiler.intersections import merge_sets
 from .compiler.scaling import column_scales
 from .compiler.differentiate import grad
 from .constraints import Constraint, Equality

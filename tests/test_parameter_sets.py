@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.compiler.sets import merge_sets, simple_set
+from fedmodel.compiler.intersections import merge_sets
+from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError
 
 BACKENDS = ["proxal", "dald", "fedadmm", "dp-admm"]

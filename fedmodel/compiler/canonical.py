@@ -27,8 +27,8 @@ from ..atoms import (Abs, Multiply, Neg, Norm1, Norm2, NormInf, Pos, add, broadc
                      neg, sum_squares)
 from ..constraints import Constraint, Equality, Inequality
 from ..expression import Constant, Expression, Variable
-from .sets import (ProxTerm, check_boxes_meet, check_sets_meet, coefficient_value, merge_sets,
-                   norm1_term, simple_set)
+from .intersections import check_boxes_meet, check_sets_meet, merge_sets
+from .sets import ProxTerm, coefficient_value, norm1_term, simple_set
 
 from .terms import Coefficient, Term, _scaled, _times, flatten  # noqa: F401 (re-exported)
 from .norm_terms import norm1_part, norm_term, shifted_norm

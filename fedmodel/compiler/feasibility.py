@@ -1,7 +1,7 @@
 """Compiler pass: do the sets that read no client data meet? (issue 25, item 4)
 
 Within one node the compiler refuses an empty intersection of the sets it projects on
-(`sets.check_sets_meet`). Across nodes nothing did: `c0.subject_to(w <= -1)`,
+(`intersections.check_sets_meet`). Across nodes nothing did: `c0.subject_to(w <= -1)`,
 `c1.subject_to(w >= 1)` ran every backend to a cap or a blow-up ("diverged" after 1,200 ADMM
 iterations, FedADMM's 1,000 rounds). `sets_apart` intersects, per shared variable, every
 node's *data-free* sets on it — a box, a Euclidean ball (centred, or `norm2(w - c) <= r`),

@@ -6,7 +6,7 @@ where the caller asks for them (`simple_set(..., affine=True)`), halfspaces `a @
 polyhedra `A @ x <= b` with few rows and affine subspaces `A @ x == b` — so a backend can handle
 them by projection (a prox step) instead of the augmented Lagrangian, and the KKT certificate can
 use their normal cones exactly. Several sets on one variable are projected on as one set, their
-intersection, by Dykstra's algorithm (`merge_sets`, `compiler.projection`).
+intersection, by Dykstra's algorithm (`compiler.intersections`, `compiler.projection`).
 
 Each prox-able piece (these sets, and terms like λ‖x‖₁) is a `ProxTerm` with the same small
 interface: `prox(v, t)`, `value(x)`, `remainder(x, g)` (g + the element of t∂ closest to −g),
@@ -160,29 +160,6 @@ def _lower(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm
     return ProxTerm(var, lambda v, t: np.maximum(v, bound), lambda x: 0.0, remainder,
                     f"{var.name} ≥ l", constraint, kind="lower", box=(bound, np.inf),
                     pieces=(Box(np.ravel(bound), np.full(var.size, np.inf)),))
-
-
-def check_boxes_meet(sets: list[ProxTerm]) -> None:
-    """Refuse bounds of one block on one variable that leave no point (a lower bound above an
-    upper one): projecting on each in turn would return a point that violates one of them, and
-    every backend would report it as a solution."""
-    by_variable: dict[int, list[ProxTerm]] = {}
-    for term in sets:
-        if term.box is not None:
-            by_variable.setdefault(term.variable.uid, []).append(term)
-    for terms in by_variable.values():
-        shape = terms[0].variable.shape
-        lower = np.max([np.broadcast_to(t.box[0], shape) for t in terms], axis=0)
-        upper = np.min([np.broadcast_to(t.box[1], shape) for t in terms], axis=0)
-        if np.any(lower > upper):
-            entry = tuple(int(i) for i in np.unravel_index(int(np.argmax(lower - upper)), shape))
-            where = f"{terms[0].variable.label}[{', '.join(map(str, entry))}]" if entry else \
-                terms[0].variable.label
-            names = ", ".join(repr(t.constraint.name) for t in terms)
-            raise FedModelError(
-                f"the constraints {names} leave no feasible point: they bound {where} below by "
-                f"{float(lower[entry]) + 0.0:g} and above by {float(upper[entry]) + 0.0:g}; the "
-                "model is infeasible")
 
 
 def _flat(function: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray, float], np.ndarray]:
@@ -375,65 +352,3 @@ def affine_multipliers(term: ProxTerm, x: np.ndarray, normal: np.ndarray) -> dic
             constraint, row = owner
             out[constraint.name].flat[row] += value
     return out
-
-
-BOXES = ("upper", "lower", "ballinf", "box")   # intervals per entry: projected on in turn, exactly
-
-
-def merge_sets(sets: list[ProxTerm]) -> list[ProxTerm]:
-    """The set terms with several sets on one variable, not all boxes, replaced by one term for
-    their intersection (projected by Dykstra's algorithm; its bounds as one box piece): projecting
-    on each set in turn would return a point of the last set, not the projection onto all.
-    Boxes alone are left as they are (clipping entry by entry in turn is exact)."""
-    by_variable: dict[int, list[ProxTerm]] = {}
-    for term in sets:
-        by_variable.setdefault(term.variable.uid, []).append(term)
-    out: list[ProxTerm] = []
-    for terms in by_variable.values():
-        if len(terms) == 1 or all(t.kind in BOXES for t in terms):
-            out.extend(terms)
-            continue
-        var = terms[0].variable
-        boxes = [p for t in terms for p in t.pieces if isinstance(p, Box)]
-        pieces = [p for t in terms for p in t.pieces if not isinstance(p, Box)]
-        if boxes:
-            pieces.insert(0, Box(np.max([b.lower for b in boxes], axis=0),
-                                 np.min([b.upper for b in boxes], axis=0)))
-        subspaces = [p for p in pieces if isinstance(p, Subspace)]
-        if len(subspaces) > 1:      # equalities together: one affine subspace, in closed form
-            pieces = [p for p in pieces if not isinstance(p, Subspace)] + [Subspace(
-                np.vstack([s.Q for s in subspaces]), np.concatenate([s.Q @ s.point for s in subspaces]))]
-        out.append(pieces_term(var, tuple(pieces), " ∩ ".join(t.label for t in terms),
-                               terms[0].constraint, "intersection", members=tuple(terms)))
-    return out
-
-
-def check_sets_meet(sets: list[ProxTerm]) -> None:
-    """Refuse an intersection of sets on one variable that holds no point (`projection.is_empty`):
-    Dykstra's algorithm would not converge on it, and no backend could return a feasible point."""
-    for term in sets:
-        if len(term.pieces) > 1 and projection.is_empty(list(term.pieces)):
-            names = ", ".join(repr(t.constraint.name) for t in term.members) if term.members \
-                else repr(term.constraint.name)
-            raise FedModelError(
-                f"the constraints {names} on {term.variable.label} leave no feasible point "
-                f"({term.label}); the model is infeasible")
-
-
-FACTORING = ("ball2", "ball1") + BOXES    # sets whose projection after λ‖x‖₁'s prox is the joint prox
-
-
-def prox_conflict(terms: list[ProxTerm]) -> str | None:
-    """Why applying `terms` (one node's) in turn is not the prox of their sum, or None: λ‖x‖₁
-    with a set on the same variable factors only for balls and boxes (soft-thresholding, then
-    the projection); with a halfspace, a subspace or an intersection it does not."""
-    for term in terms:
-        if term.kind != "norm1":
-            continue
-        other = [t for t in terms if t.variable is term.variable and t.constraint is not None
-                 and t.kind not in FACTORING]
-        if other:
-            return (f"{term.label} and the set {other[0].label} on {term.variable.label}: their "
-                    "proxes applied in turn are not the prox of their sum; write the ℓ1 term as "
-                    "a constraint (norm1(w) <= r), or use backends.ProxAL")
-    return None
