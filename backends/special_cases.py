@@ -43,8 +43,7 @@ from fedmodel.runtime.program import compile_programs
 from .base import paper_preset
 from .common import check_count, check_number, progress
 from .dald import DALD
-from .projecting import (_server_set_multipliers, affine_only, project_server_sets, projectable,
-                         server_set_multipliers)
+from .projecting import _server_set_multipliers, affine_only, project_server_sets, projectable, server_set_multipliers
 from .dp_fedavg import CLIENT_DP_ROUNDS, ClientPrivacy, check_model, private_rounds
 from .watch import DivergenceWatch
 from .outcome import Outcome, Status
