@@ -71,7 +71,7 @@ def _hyperplanes():
     return prob, w
 
 
-@pytest.mark.integration      # 1000 DALD steps and CVXPY, ~5 s
+@pytest.mark.integration      # 1000 DALD steps and CVXPY, 9 s (21 s at load 9)
 def test_client_hyperplanes_are_not_called_stalled():
     """Main said "stalled" at outer step 40, 0.38 from CVXPY. Now no stall verdict: the residuals
     oscillate slowly (the equality multipliers settling, period ≈ 250 steps) and the 1000-step
@@ -85,7 +85,7 @@ def test_client_hyperplanes_are_not_called_stalled():
     assert np.max(np.abs(result.value(w) - reference)) <= 5e-3 * np.max(np.abs(reference))
 
 
-@pytest.mark.integration      # 312 DALD-DC steps on 5 clients and CVXPY, ~8 s
+@pytest.mark.integration      # 312 DALD-DC steps on 5 clients and CVXPY, 8 s (11 s at load 9)
 def test_the_builtin_model_on_a_complete_graph_converges():
     """`fedmodel run --backend dald --topology complete --verify`: main said "stalled" at outer
     step 48 (0.06 from CVXPY, verify NOT OK); with the options `run` passes (ρ = 0.1, 3000
