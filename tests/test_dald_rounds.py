@@ -154,13 +154,14 @@ def test_a_start_transient_is_no_baseline_for_the_stall_rule():
     """A box model CVXPY solves (random-model check, docs/BENCHMARKS.md): at step 2, before the
     clients' constraint multipliers moved, the consensus residual was 0.025; steps 21–40 sat at
     0.042 while the multipliers still grew, and the rule compared the two: "stalled" at step 40.
-    Only steps where the multipliers acted are a baseline now; an infeasible run's are all such."""
+    The multipliers must grow steadily over both windows now (a step where they did not act is
+    no baseline); an infeasible run's do."""
     primal = [0.45, 0.025] + [0.1] * 18 + [0.042] * 20
     constraint = [0.0, 0.0] + [0.02] * 18 + [0.011] * 20
     history = [{"primal_residual": p, "constraint_residual": c, "violation": 0.05, "dual_residual": 1e-3}
                for p, c in zip(primal, constraint)]
     assert DALD()._stall(history) is None
-    history[1]["constraint_residual"] = 0.011             # had the multipliers acted there: a stall
+    history[0]["constraint_residual"] = history[1]["constraint_residual"] = 0.011   # had they acted: a stall
     assert DALD()._stall(history) == "stalled"
 
 
@@ -219,7 +220,8 @@ def test_the_report_rides_on_the_next_solve(executor, constrained):
 
 def _contradictory(n=3, d=3, seed=0):
     """Least squares whose clients 0 and 1 hold sum(w) ≥ 1 and sum(w) ≤ −1: infeasible, so
-    DALD's stall rule gives its verdict (at step 40, its first full pair of windows)."""
+    DALD's stall rule gives its verdict (at step 43: the first pair of windows with the
+    multipliers growing steadily throughout — step 1's is 0 —, `DALD._stall`)."""
     rng = np.random.default_rng(seed)
     w = fm.Variable(d, name="w")
     prob = fm.Problem()
@@ -249,10 +251,10 @@ def test_a_stall_verdict_reads_its_own_steps_report(executor):
     with pytest.warns(RuntimeWarning, match="no progress|infeasible"):
         new = DALD().run(prob, executor=folded, callback=lambda r: seen_new.append(dict(r)))
     assert new["status"] == old["status"] and new["status"] in ("stalled", "infeasible")
-    assert _history(new) == _history(old) and len(new["history"]) == 40
+    assert _history(new) == _history(old) and len(new["history"]) == 43
     assert _history({"history": seen_new}) == _history({"history": seen_old})
     np.testing.assert_array_equal(new["values"][w.uid], old["values"][w.uid])
-    assert old["ledger"].requests["report"] == 40 and new["ledger"].requests["report"] == 1
+    assert old["ledger"].requests["report"] == 43 and new["ledger"].requests["report"] == 1
     assert new["history"][-1]["violation"] >= 1.0 - 1e-9
 
 
