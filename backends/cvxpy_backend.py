@@ -66,12 +66,14 @@ class CVXPY(Backend):
         interior = copy.copy(self)
         interior.interior_only = True
         first = Backend.solve(interior, problem, *args, scaling=scaling, **kwargs)
-        # (an attempt that ended "optimal" solved it, even where an inaccurate one at tighter
-        # tolerances had the smaller KKT residual and was kept: no second chain as written —
-        # a separable logistic with client balls took 43 s more in SCS for that)
-        if first.info.get("cvxpy_status") in FINAL or first.info.get("solved"):
+        if first.info.get("cvxpy_status") in FINAL:
             return first
-        second = super().solve(problem, *args, scaling=False, **kwargs)
+        # where an attempt ended "optimal" but an inaccurate one at tighter tolerances had the
+        # smaller KKT residual (kept), the model as written gets Clarabel only: its first-order
+        # fallbacks took 43 s of SCS on a separable logistic with client balls
+        written = copy.copy(self)
+        written.interior_only = bool(first.info.get("solved"))
+        second = Backend.solve(written, problem, *args, scaling=False, **kwargs)
         second.info["attempts"] = [f"equilibrated {a}" for a in first.info.get("attempts", [])] + \
             [f"as written {a}" for a in second.info.get("attempts", [])]
         if second.info.get("cvxpy_status") in FINAL or not first.values:
