@@ -32,6 +32,7 @@ from ..constraints import Constraint, Equality, Inequality
 from ..expression import Variable
 from . import projection
 from .parameter_sets import coefficient_value
+from .norm_terms import shifted_norm
 from .projection import Ball, Box, Halfspace, Subspace
 from .sets import AFFINE_ROWS, simple_set
 from .terms import flatten
@@ -112,30 +113,22 @@ def _data_free_set(constraint: Constraint) -> tuple[Variable, list] | None:
 
 
 def _shifted_ball(constraint: Constraint) -> tuple[Variable, list] | None:
-    """c·‖k·w + b‖₂ + offset ≤ 0 (c, k ≠ 0 numbers; b, offset constants or Parameters): the
-    ball of centre −b/k, radius −offset/(c|k|), when that radius is ≥ 0."""
+    """λ‖w − a‖₂ + offset ≤ 0 (`norm_terms.shifted_norm` reads c·‖k·w + b‖₂ so; a, offset
+    constants or Parameters): the ball of centre a, radius −offset/λ, when that radius is ≥ 0."""
     if not isinstance(constraint, Inequality):
         return None
     terms = flatten(constraint.expr)
     moving = [t for t in terms if not t.atom.is_constant()]
-    if len(moving) != 1 or not isinstance(moving[0].atom, Norm2) or not isinstance(moving[0].coefficient, float) \
-            or moving[0].coefficient <= 0:
-        return None
-    inner = flatten(moving[0].atom.args[0])
-    linear = [t for t in inner if not t.atom.is_constant()]
-    if len(linear) != 1 or not isinstance(linear[0].atom, Variable) or not isinstance(linear[0].coefficient, float) \
-            or linear[0].coefficient == 0:
-        return None
-    var, k = linear[0].atom, linear[0].coefficient
-    b = _total([t for t in inner if t.atom.is_constant()])
+    found = shifted_norm(moving[0]) if len(moving) == 1 and isinstance(moving[0].atom, Norm2) else None
     offset = _total([t for t in terms if t.atom.is_constant()])
-    if np.size(offset) != 1 or np.broadcast_shapes(np.shape(b), var.shape) != var.shape:
+    if found is None or np.size(offset) != 1:
         return None
-    radius = -float(np.ravel(offset)[0]) / (moving[0].coefficient * abs(k))
+    var, norm = found
+    lam = norm.lam()
+    radius = -float(np.ravel(offset)[0]) / lam if lam > 0 else -1.0
     if not radius >= 0:
         return None
-    centre = -np.ravel(np.broadcast_to(b, var.shape)) / k
-    return var, [Shifted(centre, radius)]
+    return var, [Shifted(np.ravel(norm.shift()), radius)]
 
 
 def _total(terms) -> np.ndarray:
