@@ -15,6 +15,7 @@ import pytest
 
 import fedmodel as fm
 from benchmarks.bench_verdicts import random_model
+from conftest import load_data
 from fedmodel.backends.dald import DALD, cc_nodes
 from fedmodel.backends.dald.cc import PENALTY_EVERY, penalty_slow
 
@@ -70,7 +71,7 @@ def test_np_adult_converges_and_verifies():
     """bench_rounds' np-adult at n = 5 (32,561 rows, d = 14): main ended max_iterations at
     1,000 outer steps, 0.22 from CVXPY (violation 0.011); with the raises converged (≈ 420), verified."""
     from benchmarks.bench_rounds import MODELS
-    prob, w = MODELS["np-adult"](5)
+    prob, w = load_data(MODELS["np-adult"], 5)      # (skips without ../shared/data)
     reference = _quiet(prob, "cvxpy")
     result = _quiet(prob, DALD(raise_beta=True))
     assert result.status == "converged" and result.iterations["outer"] < 1000
