@@ -14,6 +14,7 @@ from fedmodel.errors import FedModelError
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .common import check_choice, check_count, check_number
+from . import proxal_flat
 from .outcome import Status
 from .proxal_admm import MULTIPLIER_LIMIT, needed_multipliers
 
@@ -253,16 +254,18 @@ def _still(history: list[dict], tol: float) -> bool:
     augmented Lagrangian) and say nothing of the curvature, but they are far below the
     tolerance. Not when those two subproblems were solved to a τ_k above LOOSER × the least
     τ_k before them: an ADMM run whose certificate (23) holds after an iteration or two leaves w
-    where it was, so that standstill shows the tolerance, not the answer (the steps fell
-    10⁴-fold after τ_k rose 300-fold on a model without a minimizer, NP monks-1 n = 5 on branch
-    held100, "converged" 0.13 from CVXPY's point; 880-fold on a saturated logistic loss,
-    tests/test_proxal_saturated.py)."""
+    where it was, so that standstill shows the tolerance, not the answer (880-fold smaller steps
+    after τ_k rose on a saturated logistic loss, tests/test_proxal_saturated.py) — unless both
+    runs took more than SHORT iterations on steps measured modulo the model's flat directions
+    (`proxal_flat.across`; NP monks-1 n = 5: τ_k rose 200-fold at outer 17, where the raw steps
+    fell 10⁴-fold, and stayed above LOOSER× for 60 outer iterations of 10–90-iteration runs)."""
     if len(history) < 2 or not all(r.get("step", np.inf) <= 1e-2 * tol * r.get("size", 0.0) for r in history[-2:]):
         return False
-    return len(history) == 2 or max(r["tau"] for r in history[-2:]) <= LOOSER * min(r["tau"] for r in history[:-2])
+    worked = all(r.get("across") and r["inner"] > SHORT for r in history[-2:])
+    return len(history) == 2 or worked or max(r["tau"] for r in history[-2:]) <= LOOSER * min(r["tau"] for r in history[:-2])
 
 
-LOOSER = 10.0    # (`_still`) the τ_k rise above which a standstill shows nothing
+LOOSER, SHORT = 10.0, 2   # (`_still`) the τ_k rise above which a standstill shows nothing; a short run
 
 
 def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:
@@ -347,12 +350,15 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     subproblem was solved to τ_k (`solved`: (23) held; an inner loop stopped by max_inner
     leaves w barely moved and (11) would hold vacuously). Else the verdict (`verdict`):
     "infeasible", "stalled" or "unbounded", with `info` saying why and naming every node's
-    constraints violated at x (message "proxal_violations")."""
+    constraints violated at x (message "proxal_violations"). `proxal_flat`: the distance test
+    again on the steps modulo the directions along which the objective is constant."""
     last = history[-1]
     beta, tau = last["beta"], last["tau"]
+    proxal_flat.track(ex, history, x)
     if solved and last["primal_change"] + beta * tau <= beta * backend.eps1 \
             and last["multiplier_change"] <= beta * backend.eps2 \
-            and _near(backend, history) and settled(backend, last) and relative(backend, last):
+            and settled(backend, last) and relative(backend, last) and (
+                _near(backend, history) or _near(backend, proxal_flat.across(ex, history, info, curvature(history)) or history)):
         return Status.CONVERGED
     found = verdict(history, backend.beta_growth, backend.beta_max, backend.eps1, backend.eps2)
     if found:
