@@ -29,7 +29,7 @@ from fedmodel.solution_set import FLAT_SIZE, jacobian, maps, null_space
 KEPT = 9      # the last iterates kept: `curvature`'s window of 6 step pairs needs 8 steps
 
 
-@procedure("proxal_flat", {}, {"basis": "opaque"}, read_only=True)
+@procedure("proxal_flat", {}, {"basis": f"<={FLAT_SIZE ** 2}"}, read_only=True)    # (its floats booked)
 def _flat(program: NodeProgram) -> dict:
     """An orthonormal basis (n_shared × k) of the shared directions along which this node's
     objective is constant (None above FLAT_SIZE entries: not computed)."""
