@@ -32,14 +32,15 @@ def test_the_common_flat_directions_are_the_intersection():
 class Nodes:
     """An executor's face for the stop: three nodes whose objectives cannot see e₃."""
 
-    def __init__(self, flat):
-        self.nodes, self.asked = ["server", "c0", "c1"], 0
-        self.flat = flat
+    def __init__(self, flat, server=None):
+        self.nodes, self.clients, self.model_size = ["server", "c0", "c1"], ["c0", "c1"], 3
+        self.flat, self.server, self.asked = flat, np.eye(3) if server is None else server, []
 
     def map(self, kind, payloads):
         assert kind == "proxal_flat"
-        self.asked += 1
-        return {node: {"basis": self.flat.tolist()} for node in payloads}
+        self.asked.append(sorted(payloads))
+        return {node: {"basis": (self.server if node == "server" else self.flat).tolist()}
+                for node in payloads}
 
 
 BACKEND = types.SimpleNamespace(eps1=1e-5, eps2=1e-5, dist_tol=1e-4, beta_growth=4.0, beta_max=1e6)
@@ -73,7 +74,7 @@ def test_a_drift_along_flat_directions_stops_converged_and_says_why():
         if found:
             break
     assert found == Status.CONVERGED and len(run) == 3
-    assert ex.asked == 1
+    assert ex.asked == [["server"], ["c0", "c1"]]      # once a run: the server, then the clients
     assert "constant along a 1-dimensional subspace" in info["solution_set"]
 
 
@@ -84,7 +85,18 @@ def test_no_flat_direction_leaves_the_stop_as_it_was():
     for k in range(len(history)):
         run.append(history[k])
         assert proxal_outer.outer_stop(BACKEND, run, ex, xs[k], info) is None
-    assert ex.asked == 1 and "solution_set" not in info
+    assert ex.asked == [["server"], ["c0", "c1"]] and "solution_set" not in info
+
+
+def test_a_server_term_that_sees_every_direction_asks_no_client():
+    """A server ridge (its map the identity): the server's own answer, got where the loop runs
+    (no round trip), settles that there is no flat direction."""
+    history, xs = drifting()
+    ex, run = Nodes(np.array([[0.0], [0.0], [1.0]]), server=np.zeros((3, 0))), []
+    for k in range(len(history)):
+        run.append(history[k])
+        assert proxal_outer.outer_stop(BACKEND, run, ex, xs[k], {}) is None
+    assert ex.asked == [["server"]]
 
 
 def test_short_admm_runs_at_a_loosened_tau_are_no_evidence_even_modulo_flat_directions():
@@ -109,7 +121,7 @@ def test_contracting_steps_ask_no_one():
     for k in range(len(history)):
         run.append(history[k])
         proxal_outer.outer_stop(BACKEND, run, ex, xs[k], {})
-    assert ex.asked == 0
+    assert ex.asked == []
 
 
 @pytest.fixture(scope="module")
