@@ -29,7 +29,7 @@ from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .anderson import MAX_MEMORY, ClientHistory
-from .proxal_outer import private_step
+from .proxal_private import _private_step, private_step
 
 
 @procedure("proxal_samples", {}, {"samples": "1"}, local=True, read_only=True)
@@ -248,7 +248,7 @@ def _report(program: NodeProgram, x) -> dict:
             if constraint.name not in program.local_names:
                 gap += float(np.sum(np.abs(program.node_state.mu[constraint.name] * np.asarray(c))))
     return {**reply, "complementarity": gap, "gradient_scale": gradient_scale(program, np.asarray(x, float)),
-            "private_step": private_step(program)}     # (`proxal_outer.private_settled`)
+            "private_step": private_step(program)}     # (`proxal_private.private_settled`)
 
 
 BEND = 1e-4                       # the relative step of the difference along x (`gradient_scale`)
@@ -286,4 +286,4 @@ def gradient_scale(program: NodeProgram, x: np.ndarray) -> float:
 
 
 # ProxAL's client steps (`ProxAL.procedures`)
-PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers, _report)
+PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers, _report, _private_step)

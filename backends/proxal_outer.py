@@ -16,6 +16,7 @@ from fedmodel.runtime.program import NodeProgram
 from .common import check_choice, check_count, check_number
 from .outcome import Status
 from .proxal_admm import MULTIPLIER_LIMIT, needed_multipliers
+from .proxal_private import private_settled
 
 STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeasible (see verdict)
 UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
@@ -246,50 +247,6 @@ def relative(backend, record: dict) -> bool:
     return record["primal_change"] / record["beta"] + record["tau"] <= RELATIVE * record["gradient_scale"]
 
 
-def private_step(program: NodeProgram) -> float:
-    """This node's last outer step in its private variables relative to their size,
-    ‖y − ȳ‖∞/‖y‖∞ (ȳ: the proximal center, y where the outer iteration began); 0 without
-    private variables or where y = 0."""
-    y = np.asarray(program.y, float)
-    center = getattr(program.node_state, "y_center", None)
-    size = float(np.max(np.abs(y), initial=0.0))
-    if size == 0 or center is None or np.shape(center) != y.shape:
-        return 0.0
-    return float(np.max(np.abs(y - center), initial=0.0)) / size
-
-
-@procedure("proxal_private_step", {}, {"private_step": "1"}, local=True, read_only=True)
-def _private_step(program: NodeProgram) -> dict:
-    """`private_step` (cProx-AL's records; ProxAL's ride on "proxal_report")."""
-    return {"private_step": private_step(program)}
-
-
-def private_settled(backend, history: list[dict], ex) -> bool:
-    """The private variables' distance test beside `_near` (which reads the shared variables
-    only): the distance still to go in each node's private variables, its last relative
-    outer step `private_step` times the tail the shared steps predict (`distance_left` over
-    the last step: Σ of the remaining steps of a proximal point iteration contracting at one
-    rate), ≤ dist_tol — or, where the shared iterates stand still (`_still`), that step
-    ≤ dist_tol/100 as theirs. A private variable fixed by the shared ones through a client
-    equality (the quantile LP's v = pos(Xw − y)) can be 30× smaller than the terms it is the
-    difference of: /work/briefs/repro/nu3_quantile_lp_private.py stopped with w 4e-5 and v
-    3.7e-3 from CVXPY's (relative). True without a finite dist_tol (the papers' presets)."""
-    tol = getattr(backend, "dist_tol", np.inf)
-    if tol == np.inf:
-        return True
-    last = history[-1]
-    if "private_step" not in last:
-        replies = ex.map("proxal_private_step", {node: {} for node in ex.nodes})
-        last["private_step"] = max(r["private_step"] for r in replies.values())
-    step = last["private_step"]
-    if step == 0:
-        return True
-    if _still(history, tol):
-        return step <= 1e-2 * tol
-    tail = distance_left(history, last["dimension"]) / last["step"] if last.get("step", 0) > 0 else np.inf
-    return step * max(1.0, tail) <= tol
-
-
 def _still(history: list[dict], tol: float) -> bool:
     """The last two outer steps were each ≤ tol/100 of ‖w‖₂: the iterates stand still whatever
     the contraction reads. On an active constraint the steps follow the multiplier updates
@@ -397,7 +354,7 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     if solved and last["primal_change"] + beta * tau <= beta * backend.eps1 \
             and last["multiplier_change"] <= beta * backend.eps2 \
             and _near(backend, history) and settled(backend, last) and relative(backend, last) \
-            and private_settled(backend, history, ex):
+            and private_settled(backend, history, ex, _still, distance_left):
         return Status.CONVERGED
     found = verdict(history, backend.beta_growth, backend.beta_max, backend.eps1, backend.eps2)
     if found:
@@ -436,6 +393,6 @@ def outer_record(ex, w, k, trace, tau, dw, dmu, start, reports: dict | None = No
         record["complementarity"] = sum(r["complementarity"] for r in reports.values())
     if all("gradient_scale" in r for r in reports.values()):      # (`relative`)
         record["gradient_scale"] = sum(r["gradient_scale"] for r in reports.values())
-    if all("private_step" in r for r in reports.values()):       # (`private_settled`)
+    if all("private_step" in r for r in reports.values()):       # (`proxal_private`)
         record["private_step"] = max(r["private_step"] for r in reports.values())
     return record
