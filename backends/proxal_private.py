@@ -47,6 +47,8 @@ def private_settled(backend, history: list[dict], ex, still, distance_left) -> b
         return True
     last = history[-1]
     if "private_step" not in last:
+        if ex is None:           # (records judged without nodes to ask: tests of the other rules)
+            return True
         replies = ex.map("proxal_private_step", {node: {} for node in ex.nodes})
         last["private_step"] = max(r["private_step"] for r in replies.values())
     step = last["private_step"]

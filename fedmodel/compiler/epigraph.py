@@ -140,7 +140,8 @@ class EpigraphModel:
         values = {uid: v for uid, v in result.values.items() if uid not in self.slack_uids}
         objective, violation = result.objective, result.max_violation
         variables = self.original.variables()
-        if values and all(v.uid in values for v in variables):
+        # (data produced on the workers cannot be evaluated here: the run's own report stays)
+        if values and all(v.uid in values for v in variables) and not self.original.remote_data():
             outputs = [self.original.objective] + [c.expr for c in self.original.constraints]
             evaluated = Plan(outputs, variables)(*[values[v.uid] for v in variables])
             objective = float(evaluated[0])
