@@ -39,8 +39,8 @@ from .codegen import Plan
 from .terms import Term, flatten
 
 # backends (by `name`) whose runs take a client's private variables and inequality constraints
-# exactly: they solve the rewritten model (DALD runs the LP form of the quantile loss to its
-# iteration cap, 1.9 % from CVXPY's point: docs/BENCHMARKS.md, branch epigraph)
+# exactly: they solve the rewritten model (DALD takes both but runs the SVM, quantile and LAD
+# forms to its iteration cap, 1.7e-4 to 1.7e-3 from CVXPY's w: docs/BENCHMARKS.md, branch epigraph)
 TAKES = ("proxal", "cproxal", "auto")
 CENTRAL = "cvxpy"       # canonicalizes these losses itself
 
