@@ -146,14 +146,27 @@ def test_recognized_writings(writing, recognized):
 
 
 def test_prox_able_and_server_terms_are_left_alone():
-    prob, w = svm(n=2)
-    prob.clients[0].minimize(0.1 * fm.norm1(w))     # a prox of its own (λ‖w‖₁)
-    prob.server.minimize(0.1 * fm.norm1(w - 1.0))
-    found = {block.name: client_losses(block) for block in prob.clients}
-    assert [len(ls) for ls in found.values()] == [1, 1]      # the hinges only
+    # one client term: a hinge plus λ‖w‖₁ (which has a prox); a server ℓ1 term
+    rng = np.random.default_rng(5)
+    w, prob = fm.Variable(4, name="w"), fm.Problem()
+    for i in range(2):
+        X, y = rng.standard_normal((12, 4)), np.sign(rng.standard_normal(12))
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.mean(fm.pos(1 - c.data(y) * (c.data(X) @ w))) + 0.05 * fm.norm1(w))
+    prob.server.minimize(0.1 * fm.sum_squares(w - 1.0))
+    found = [client_losses(block) for block in prob.clients]
+    assert [[sum(loss is not None for loss in ls) for _, _, ls in f] for f in found] == [[1], [1]]
     model = rewrite_for(prob, fm.backends.ProxAL())
     assert model.problem.server.terms == prob.server.terms
-    assert any("norm1(w)" in str(t) for t in model.problem.clients[0].terms)
+    assert all("norm1(w)" in str(c.terms[0]) and "pos" not in str(c.terms[0])
+               for c in model.problem.clients)
+    _check_against_cvxpy(prob, w, _solve(prob, "cproxal"))
+
+
+def test_auto_with_privacy_options_refuses():
+    prob, _ = svm()
+    with pytest.raises(fm.SmoothnessError, match="backend 'auto' does not solve its epigraph form"):
+        prob.solve(epsilon_total=1.0)
 
 
 def _quantile_lp(tau=0.8):

@@ -165,7 +165,8 @@ def rewrite_for(problem, solver: Any) -> EpigraphModel | None:
     name = getattr(solver, "name", None)
     if not found or name == CENTRAL:
         return None
-    if name not in TAKES:
+    if name not in TAKES or (name == "auto" and getattr(solver, "privacy", None)):
+        # (auto with DP options runs DP-ADMM, whose client step takes no private variables)
         block, losses = found[0]
         term = next(loss.written for _, _, ls in losses for loss in ls if loss is not None)
         raise SmoothnessError(
