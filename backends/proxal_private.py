@@ -4,9 +4,9 @@
 The distance test beside (11) (`proxal_outer._near`) reads the shared variables' outer steps
 only. A private variable fixed by the shared ones through a client equality — the quantile
 LP's v = pos(Xw − y), the epigraph slacks of `fedmodel.compiler.epigraph` — can be 30× smaller
-than the terms it is the difference of, so a relative error 4e-5 in w is one of 3.7e-3 in v:
-/work/briefs/repro/nu3_quantile_lp_private.py ended "converged" there (docs/BENCHMARKS.md,
-branch epigraph).
+than the terms it is the difference of, so a relative error 4e-5 in w is one of 3.8e-3 in v:
+the quantile LP of tests/test_epigraph.py ended "converged" there (docs/BENCHMARKS.md, branch
+epigraph).
 """
 from __future__ import annotations
 
