@@ -32,11 +32,14 @@ KEPT = 9      # the last iterates kept: `curvature`'s window of 6 step pairs nee
 @procedure("proxal_flat", {}, {"basis": f"<={FLAT_SIZE ** 2}"}, read_only=True)    # (its floats booked)
 def _flat(program: NodeProgram) -> dict:
     """An orthonormal basis (n_shared × k) of the shared directions along which this node's
-    objective is constant (None above FLAT_SIZE entries: not computed)."""
+    objective is constant (None above FLAT_SIZE entries: not computed). With private variables
+    y the node's constraints' maps count too: its objective may read x only through a y its
+    constraints tie to x (an epigraph slack s ≥ |Xw − b|: the objective Σ s sees no x at all)."""
     n = program.n_shared
     if not 0 < n <= FLAT_SIZE:
         return {"basis": None}
-    objective = maps(program.merit_ir.objective)
+    tied = [c.expr for c in program.all_constraints] if program.n_private else []
+    objective = [m for e in [program.merit_ir.objective] + tied for m in maps(e)]
     rows = [jacobian(objective, program.variables)[:, :n]] if objective else []
     for term in program.merit_ir.prox_terms:       # a prox term sees every entry of its variable
         i = program.shared.variables.index(term.variable)
@@ -105,3 +108,10 @@ def across(ex, history: list[dict], info: dict, curvature: float) -> list[dict] 
     tail = [dict(r, step=float(np.linalg.norm(b - a)), size=float(np.linalg.norm(b)), across=True)
             for r, a, b in zip(history[-(len(seen) - 1):], seen, seen[1:])]
     return history[:-len(tail)] + tail
+
+
+def near(backend, ex, history: list[dict], info: dict, near_test, curvature) -> bool:
+    """`proxal_outer._near` (`near_test`) on `across`'s view of the history: the distance test
+    modulo the flat directions (False without any)."""
+    view = across(ex, history, info, curvature(history))
+    return view is not None and near_test(backend, view)

@@ -11,6 +11,7 @@ from . import registry
 from .atoms import add
 from .certificate import kkt_certificate
 from .collector import solve_scope
+from .compiler.epigraph import rewrite_for
 from .compiler.split import split_constraint, split_objective
 from .compiler.start import remember_solved, start_solver
 from .constraints import Constraint
@@ -466,10 +467,15 @@ class Problem:
         solver = make_backend(backend, **options)
         solver = start_solver(self, solver, backend)     # from w.value when the user set it
         extra = {} if scaling is None else {"scaling": scaling}   # any backend with `solve`
+        # hinge / pinball / |r| client losses: solved in epigraph form (`compiler.epigraph`)
+        epigraph = rewrite_for(self, solver)
         with solve_scope():      # the node programs are frozen for the run (`freeze_setup`)
-            result = solver.solve(self, topology=topology, executor=executor, callback=callback,
-                                  verbose=verbose, checkpoint=checkpoint,
-                                  checkpoint_every=checkpoint_every, resume=resume, **extra)
+            result = solver.solve(epigraph.problem if epigraph else self, topology=topology,
+                                  executor=executor, callback=callback, verbose=verbose,
+                                  checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                                  resume=resume, **extra)
+        if epigraph is not None:
+            result = epigraph.to_user(result)
         for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
             var.value = result.values.get(var.uid)
         remember_solved(self.variables())     # not a start the user asked for (`compiler.start`)

@@ -37,6 +37,8 @@ class Nodes:
         self.flat, self.server, self.asked = flat, np.eye(3) if server is None else server, []
 
     def map(self, kind, payloads):
+        if kind == "proxal_private_step":        # (proxal_private: no private variables)
+            return {node: {"private_step": 0.0} for node in payloads}
         assert kind == "proxal_flat"
         self.asked.append(sorted(payloads))
         return {node: {"basis": (self.server if node == "server" else self.flat).tolist()}
@@ -122,6 +124,26 @@ def test_contracting_steps_ask_no_one():
         run.append(history[k])
         proxal_outer.outer_stop(BACKEND, run, ex, xs[k], {})
     assert ex.asked == []
+
+
+def test_a_node_reading_x_through_its_private_variables_is_not_flat():
+    """An epigraph client (least absolute deviations: Σ s subject to ±(Xw − b) ≤ s, s private):
+    its objective reads no x, but its constraints tie s to x — no flat direction there (only
+    the objective's maps would have said all of x). A server without terms sees none."""
+    from fedmodel.runtime.program import compile_programs
+    rng = np.random.default_rng(3)
+    w = fm.Variable(5, name="w")
+    prob = fm.Problem("lad")
+    for i in range(2):
+        X = rng.normal(size=(12, 5))
+        client = prob.add_client(f"c{i}")
+        s = client.variable(12, name="s")
+        r = client.data(X, name="X") @ w - client.data(X @ np.arange(1.0, 6.0), name="b")
+        client.minimize(fm.sum(s) / 24)
+        client.subject_to(r <= s, -r <= s)
+    flat = {name: np.asarray(proxal_flat._flat(p)["basis"]).reshape(5, -1).shape[1]
+            for name, p in compile_programs(prob).items()}
+    assert flat == {"server": 5, "c0": 0, "c1": 0}
 
 
 @pytest.fixture(scope="module")
