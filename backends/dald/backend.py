@@ -356,22 +356,23 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         keep = [n for n in nodes if self._rng.random() < self.participation]
         return keep or [nodes[int(self._rng.integers(len(nodes)))]]
 
-    def _converged(self, primal, dual, dmu) -> bool:
+    def _converged(self, primal, dual, dmu, beta: float | None = None) -> bool:
         ok_primal = primal <= self.eps_primal or not self.require_consensus
-        return ok_primal and dual <= self.eps_dual and dmu / self._beta() <= self.eps_primal
+        return ok_primal and dual <= self.eps_dual and dmu / (beta or self._beta()) <= self.eps_primal
 
     def _outer_step_done(self, record: dict, history: list, callback, bar, nodes: list[str], X: np.ndarray,
-                         constrained: bool, primal: float, dual: float, dmu: float) -> str | None:
+                         constrained: bool, primal: float, dual: float, dmu: float,
+                         beta: float | None = None) -> str | None:
         """Hand the outer step's record on (history, callback, progress bar) and the models X
         (rows: `nodes`) to the `monitor`; the status to stop with ("converged", or a stall
-        verdict), or None."""
+        verdict), or None. `beta`: the constraints' penalty dmu is read in (None: `_beta()`)."""
         history.append(record)
         if callback:
             callback(record)
         if self.monitor:
             self.monitor(record["inner_total"], ClientModels(nodes, X))
         bar.update(record)
-        if self._converged(primal, dual, dmu):
+        if self._converged(primal, dual, dmu, beta):
             return Status.CONVERGED
         if constrained:
             return self._stall(history)
