@@ -28,7 +28,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"unknown example {args.example!r}; choose one of {sorted(MODELS)} or a model file "
               "(a .py defining make_problem(n_clients), e.g. examples/ring_lasso.py)", file=sys.stderr)
         return 2
-    size = sum(v.size for v in prob.shared_variables())
+    size = sum(v.size for v in prob.shared_variables() if not getattr(v, "is_slack", False))
     print(f"{prob.name}: {len(prob.clients)} clients, {size} shared parameters; backend {args.backend}")
     refusal = _refusal(name, prob)
     if refusal:
