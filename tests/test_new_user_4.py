@@ -94,3 +94,24 @@ def test_fedmodel_run_takes_a_model_file(tmp_path, capsys):
     assert abs(reported - f) <= 1e-6 * f
     assert main(["run", str(path), "--backend", "proxal", "--clients", "3"]) == 1   # max_outer 1
     assert "max_iterations" in capsys.readouterr().out
+
+
+def _least_squares(target):
+    X = np.random.default_rng(2).normal(size=(10, 3))
+    prob = fm.Problem()
+    c = prob.add_client("c0")
+    w = fm.Variable(3, name="w")
+    c.minimize(fm.sum_squares(c.data(X, name="X") @ w - c.data(np.full(10, target), name="y")))
+    return prob, w, X
+
+
+def test_targets_whose_square_overflows_are_a_data_error():
+    """y ~ 1e200 (other units): the start-point check said "set w.value to a point where it is
+    finite (a warm start)" — no start helps; the data need rescaling."""
+    prob, w, X = _least_squares(1e200)
+    with pytest.raises(fm.DataError, match=r"client 'c0'.*'c0\.y' reach 1e\+200.*rescale"):
+        prob.solve("proxal")
+    # rescaled as the message says, the answer is the least-squares one (closed form)
+    prob, w, X = _least_squares(1.0)
+    w_star = np.linalg.lstsq(X, np.ones(10), rcond=None)[0]
+    np.testing.assert_allclose(prob.solve("proxal").value(w), w_star, rtol=1e-4, atol=1e-6)
