@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         result = prob.solve(backend, verbose=True, **options)  # the bar shows only on a terminal
     except fm.errors.TopologyError as exc:
-        if "needs a server" not in str(exc):
+        if "needs a server" not in str(exc) and "needs a star" not in str(exc):
             raise
         # the library's advice names its Python API; on the command line it is an option
         raise fm.errors.TopologyError(f"--backend {name} runs on a star (a server and its clients), "

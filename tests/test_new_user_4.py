@@ -94,6 +94,10 @@ def test_fedmodel_run_takes_a_model_file(tmp_path, capsys):
     assert abs(reported - f) <= 1e-6 * f
     assert main(["run", str(path), "--backend", "proxal", "--clients", "3"]) == 1   # max_outer 1
     assert "max_iterations" in capsys.readouterr().out
+    # a star-only backend on a ring: the command line's advice, not the Python API's
+    assert main(["run", str(path), "--backend", "fedprox", "--topology", "ring"]) == 2
+    err = capsys.readouterr().err
+    assert "not on --topology ring; use --topology star" in err and "prob.solve" not in err
 
 
 def _least_squares(target):
