@@ -196,8 +196,14 @@ def _numeric_array(array: Any, what: str) -> np.ndarray:
         try:
             out = out.astype(float)
         except (TypeError, ValueError) as exc:
-            raise DataError(f"{what} is not numeric ({exc}); convert it to a float array "
-                            "first") from None
+            raise DataError(f"{what} is not numeric ({exc}){_columns_hint(array)}; convert it "
+                            "to a float array first") from None
+    columns = getattr(array, "columns", None)     # a DataFrame: name the column of a NaN
+    if columns is not None and out.ndim == 2 and out.dtype.kind == "f" and not np.all(np.isfinite(out)):
+        rows, cols = np.nonzero(~np.isfinite(out))
+        raise DataError(f"{what} has {len(rows)} non-finite entr{'y' if len(rows) == 1 else 'ies'} "
+                        f"(first in row {int(rows[0])}, column {columns[cols[0]]!r}); remove or "
+                        "impute NaN/inf before building the model")
     if out.size == 0:
         raise DataError(f"{what} is empty (shape {out.shape}); give every block non-empty data "
                         "or remove the block")
@@ -205,6 +211,16 @@ def _numeric_array(array: Any, what: str) -> np.ndarray:
         raise ShapeError(f"{what} has shape {out.shape}: only scalars, vectors and matrices are "
                          "supported; reshape it to 2-D")
     return out
+
+
+def _columns_hint(array: Any) -> str:
+    """A DataFrame's non-numeric columns, named (a user one-hot encodes them), else ""."""
+    dtypes = getattr(array, "dtypes", None)
+    if not hasattr(dtypes, "items"):
+        return ""
+    named = [str(k) for k, t in dtypes.items() if getattr(t, "kind", "O") not in "biuf"]
+    return (f" in column(s) {named} (encode them as numbers, e.g. categories one-hot with "
+            "pandas.get_dummies)") if named else ""
 
 
 def _flatten(items) -> list:
