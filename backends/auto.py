@@ -20,7 +20,8 @@ the section on backend="auto"):
    FedADMM where round trips are cheap and ProxAL where they are dear. ProxAL takes fewer round
    trips at every n (bench_rounds, n = 40 / 200: 31–46 / 31–53 against FedADMM's 52–66 / 57–93)
    but more CPU at n ≥ 40 (logistic-ball: 3.8 / 30 s against 1.2 / 4.9 s). Where FedADMM still
-   refuses the model (a client's ℓ1 term and its set, say), ProxAL runs.
+   refuses the model (a client's ℓ1 term and its set, say), or its run diverges (an exp loss),
+   ProxAL runs.
    Where round trips are dear (≥ `DEAR_ROUND_TRIP` seconds: Flower, not the in-process
    executors; the executor's measurement where it has one, `Executor.measure_round_trip` —
    Ray measures when a run opens it —, else its fixed hint `round_trip_cost`) ProxAL solves
@@ -226,6 +227,16 @@ class Auto:
             choice = self._proxal([why + ": ProxAL runs it"], choice.round_trip_cost)
             result = make_backend(choice.backend, **choice.settings).solve(
                 problem, topology=topology, executor=executor, **options)
+        if choice.backend == "fedadmm" and result.status == "diverged":
+            # FedADMM's gradient steps need a gradient Lipschitz on the whole path; an exp
+            # (Poisson) loss blows up where ProxAL's Newton solves converge (newuser4's abalone)
+            first = {"backend": "fedadmm", "status": "diverged",
+                     "round_trips": getattr(result.ledger, "round_trips", None)}
+            choice = self._proxal([f"FedADMM diverged after {first['round_trips']} round trips: "
+                                   "ProxAL runs it"], choice.round_trip_cost)
+            result = make_backend(choice.backend, **choice.settings).solve(
+                problem, topology=topology, executor=executor, **options)
+            result.info["auto_first_run"] = first
         result.info["auto"] = choice.as_dict()
         return result
 

@@ -76,6 +76,30 @@ def test_many_clients_with_simple_sets_pick_fedadmm():
     assert dear.backend == "proxal" and "dear round trips" in dear.reasons[0]
 
 
+@pytest.mark.integration    # (~5 s)
+def test_a_fedadmm_pick_that_diverges_is_run_again_by_proxal():
+    """A Poisson (exp) regression over 40 clients with no constraints: auto's many-clients rule
+    picks FedADMM, whose gradient steps diverge on the exp loss (newuser4's abalone); auto runs
+    ProxAL then, says so, and the answer verifies against CVXPY."""
+    rng = np.random.default_rng(0)
+    w = fm.Variable(5, name="w")
+    prob = fm.Problem("poisson")
+    for i in range(40):
+        X = np.column_stack([rng.uniform(0, 1, (6, 4)) * np.array([0.7, 0.2, 2.8, 1.5]), np.ones(6)])
+        y = rng.poisson(np.exp(X @ np.array([1.0, 0.5, 0.3, -0.2, 1.6])))
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum(fm.exp(c.data(X) @ w) - c.data(y) * (c.data(X) @ w)) / 240)
+    prob.server.minimize(1e-3 * fm.sum_squares(w))
+    assert auto.Auto().choose(prob).backend == "fedadmm"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve()
+    assert res.info["auto"]["backend"] == "proxal"
+    assert res.info["auto"]["reasons"][0].startswith("FedADMM diverged after")
+    assert res.info["auto_first_run"]["status"] == "diverged" and res.info["auto_first_run"]["round_trips"] > 0
+    assert res.status == "converged" and fm.verify(res, prob.solve("cvxpy")).ok
+
+
 @pytest.mark.integration    # (> 2.5 s: the fast suite stays ≤ 3 min)
 def test_dear_round_trips_do_more_local_work_and_stay_verified():
     """Where round trips are dear auto asks ProxAL for tighter local solves. Since ProxAL's
