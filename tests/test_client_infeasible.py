@@ -135,3 +135,31 @@ def test_a_nonconvex_constraint_is_left_out_of_the_check():
                   (fm.sum(w) <= c0.data(np.array(-1.0), name="hi")).named("hi"))
     reply = own_feasibility(compile_programs(prob)["c0"])
     assert reply["violation"] > CLEAR and reply["constraint"] in ("lo", "hi")
+
+
+@pytest.mark.integration     # adult (32,561 rows) and 20 CVXPY solves: CI runs it after the fast suite
+def test_adult_at_twenty_clients_is_infeasible_in_five_clients_alone():
+    """Table 1's adult cell at n = 20 (bound 0.2 on each client's class-1 loss) is infeasible
+    (its least worst-client loss 0.2198): five clients cannot meet the bound alone. Their
+    least losses by CVXPY name them, and each reply is the exact relative least violation
+    (ℓ − 0.2)/(ℓ + 0.2) to 1e-6 (measured: 1e-10)."""
+    import cvxpy as cp
+    from conftest import load_data
+    from fedmodel.reproductions import proxal_table1 as table1
+    X, y = load_data(table1.load, "adult-a")
+    prob, _, parts = table1.build(X, y, 20)
+    programs = compile_programs(prob)
+    expected = {}
+    for block, rows in zip(prob.clients, parts):
+        v = cp.Variable(X.shape[1])
+        X1 = X[rows][y[rows] == 1]
+        least = cp.Problem(cp.Minimize(cp.sum(cp.logistic(-(X1 @ v))) / len(X1))).solve(solver="CLARABEL")
+        reply = own_feasibility(programs[block.name])
+        if least > 0.2:
+            expected[block.name] = f"np[{block.name}]"
+            assert reply["violation"] == pytest.approx((least - 0.2) / (least + 0.2), abs=1e-6)
+        else:
+            assert reply["violation"] == 0.0
+    assert len(expected) == 5
+    result, _ = _quiet(prob, ProxAL())
+    assert result.status == "infeasible" and result.info["clients_infeasible"] == expected
