@@ -136,7 +136,8 @@ class Backend:
         served = tuple(self.framework_procedures) + tuple(self.procedures)
         with run_blas_threads(), open_executor(self.executor_for(executor), programs, served) as ex, \
                 running(ex):
-            alone, pooled = own_constraints_meet(problem, ex) if self.checks_own_constraints() else ({}, False)
+            alone, pooled = ({}, False) if not self.checks_own_constraints() else \
+                own_constraints_meet(problem, ex)
             if alone:
                 outcome = infeasible_alone(alone, pooled)
                 outcome.ledger = ex.ledger
@@ -202,11 +203,12 @@ def refuse_unknown(name: str, unknown: dict[str, Any], valid: tuple[str, ...]) -
 
 def own_constraints_meet(problem, ex) -> tuple[dict[str, tuple[str, float]], bool]:
     """({client: (constraint, relative least violation)} of the clients whose own constraints
-    have no common point, whether the run pools every block in one node) (each decides on its data: `runtime.own_constraints`), asked in one
-    round trip of the clients with a constraint that reads data (none: no round trip). A run
-    whose clients are no nodes (cProx-AL pools every block in "server") asks that node: its
-    constraints are all of them, a common point of the whole model (no round trip)."""
-    reading = [block.name for block in problem.clients if any(c.expr.data_owners() for c in block.constraints)]
+    have no common point, each deciding on its data (`runtime.own_constraints`); whether the
+    run pools every block in one node). One round trip to the clients with a constraint that
+    reads data (none: none sent). A run whose clients are no nodes (cProx-AL pools every block
+    in "server") asks that node, whose constraints are the whole model's (no round trip)."""
+    reading = [block.name for block in problem.clients
+               if any(c.expr.data_owners() for c in block.constraints)]
     asked = {name: {} for name in reading if name in ex.nodes}
     if not asked and reading and not any(block.name in ex.nodes for block in problem.clients):
         asked = {"server": {}}

@@ -113,8 +113,8 @@ def infeasible_alone(found: dict[str, tuple[str, float]], pooled: bool = False) 
     block (cProx-AL), so its phase 1 was on all the model's constraints together."""
     named = "; ".join(f"{constraint!r} of {client!r} (least violation ≥ {relative:.2%} of the size "
                       "of its terms)" for client, (constraint, relative) in found.items())
-    outcome = Outcome(Status.INFEASIBLE, values={},
-                      info={"clients_infeasible": {client: constraint for client, (constraint, _) in found.items()}})
+    named_by_client = {client: constraint for client, (constraint, _) in found.items()}
+    outcome = Outcome(Status.INFEASIBLE, values={}, info={"clients_infeasible": named_by_client})
     who = ("the model's constraints together have no common point (the run pools every block), most "
            "violated at the least-violating point:" if pooled else
            "a client's own constraints have no common point (decided by the client on its own data):")

@@ -27,8 +27,8 @@ LOG2 = float(np.log(2.0))
 def neyman_pearson(r: float, paired: tuple[int, ...] = (1,), n: int = 3, seed: int = 0,
                    ridge: bool = True):
     """NP logistic over n clients (class-0 loss in the objective, class-1 loss ≤ r per client,
-    a server ridge unless not `ridge`); the clients in `paired` have class-1 rows ±a (least loss log 2 at w = 0),
-    the others rows shifted to one side (least loss 0, not attained)."""
+    a server ridge unless not `ridge`); the clients in `paired` have class-1 rows ±a (least
+    loss log 2 at w = 0), the others rows shifted to one side (least loss 0, not attained)."""
     rng = np.random.default_rng(seed)
     w = fm.Variable(D, name="w")
     prob = fm.Problem(name="np")

@@ -57,7 +57,8 @@ def least_violation(program) -> tuple[float, str] | None:
     merit = _phase_one(program, convex)
     if merit is None:
         return None
-    z, value, decrement = _newton(merit, program.n_shared, np.concatenate([np.zeros(program.n_shared), program.y]))
+    start = np.concatenate([np.zeros(program.n_shared), program.y])
+    z, value, decrement = _newton(merit, program.n_shared, start)
     if not (value > 0 and decrement <= SETTLED * value):
         return None          # feasible (F reached 0), or not settled: no claim
     rows = sum(c.size for c in merit.constraints)
