@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.runtime.program import NodeProgram
-from . import proxal_outer
+from . import proxal_outer, proxal_private
 from .base import Backend, Run, paper_preset
 from .outcome import Outcome, Status
 from .common import check_number
@@ -47,7 +47,7 @@ class CentralizedProxAL(Backend):
     name = "cproxal"
     checkpointing = True
     centralized = True   # a baseline that pools every block's data in one place (not federated)
-    procedures = (proxal_outer._violations,)
+    procedures = (proxal_outer._violations, proxal_private._private_step)
 
     def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-5, 1e-4),
                  max_outer: int = 100, local_solver: str = "auto", w0: Any = None,

@@ -29,6 +29,7 @@ from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .anderson import MAX_MEMORY, ClientHistory
+from .proxal_private import _private_step, private_step
 
 
 @procedure("proxal_samples", {}, {"samples": "1"}, local=True, read_only=True)
@@ -230,7 +231,7 @@ def _normal_multipliers(constraints, variable, x, normal) -> dict[str, np.ndarra
 
 
 @procedure("proxal_report", {"x": "x"}, {"objective": "1", "violation": "1", "complementarity": "1",
-                                         "gradient_scale": "1"}, local=True, read_only=True)
+                                         "gradient_scale": "1", "private_step": "1"}, local=True, read_only=True)
 def _report(program: NodeProgram, x) -> dict:
     """"report" (objective and largest violation at x), Σ_j |μ_j c_j(x)| over the constraints
     in the augmented Lagrangian (not those the solves hold), with the μ the outer step's
@@ -246,7 +247,8 @@ def _report(program: NodeProgram, x) -> dict:
         for constraint, c in zip(program.constraints, residuals):
             if constraint.name not in program.local_names:
                 gap += float(np.sum(np.abs(program.node_state.mu[constraint.name] * np.asarray(c))))
-    return {**reply, "complementarity": gap, "gradient_scale": gradient_scale(program, np.asarray(x, float))}
+    return {**reply, "complementarity": gap, "gradient_scale": gradient_scale(program, np.asarray(x, float)),
+            "private_step": private_step(program)}     # (`proxal_private.private_settled`)
 
 
 BEND = 1e-4                       # the relative step of the difference along x (`gradient_scale`)
@@ -284,4 +286,4 @@ def gradient_scale(program: NodeProgram, x: np.ndarray) -> float:
 
 
 # ProxAL's client steps (`ProxAL.procedures`)
-PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers, _report)
+PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers, _report, _private_step)

@@ -3,6 +3,7 @@ models, reproduce paper tables, deploy a model file on Flower."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable
 
@@ -12,20 +13,30 @@ def _run(args: argparse.Namespace) -> int:
     from fedmodel import registry
     from fedmodel.builtin_models import MODELS, backend_options
     from fedmodel.problem import make_backend
-    if args.example not in MODELS:
-        print(f"unknown example {args.example!r}; choose one of {sorted(MODELS)}", file=sys.stderr)
+    name, options = args.backend.lower(), {}
+    if args.example in MODELS:
+        prob, _ = MODELS[args.example](n_clients=args.clients)
+    elif args.example.endswith(".py") and os.path.isfile(args.example):
+        # a model file, as `fedmodel deploy` takes it (examples/*.py): its solve_options go
+        # with the backend it names
+        from fedmodel.deploy import load_problem      # (imports Flower: only for a file)
+        module = _model_file(args.example)
+        prob = load_problem(module, args.clients)
+        if getattr(module, "backend", None) == name:
+            options.update(getattr(module, "solve_options", {}))
+    else:
+        print(f"unknown example {args.example!r}; choose one of {sorted(MODELS)} or a model file "
+              "(a .py defining make_problem(n_clients), e.g. examples/ring_lasso.py)", file=sys.stderr)
         return 2
-    prob, w = MODELS[args.example](n_clients=args.clients)
-    print(f"{prob.name}: {len(prob.clients)} clients, {w.size} shared parameters; backend {args.backend}")
-    name = args.backend.lower()
+    size = sum(v.size for v in prob.shared_variables() if not getattr(v, "is_slack", False))
+    print(f"{prob.name}: {len(prob.clients)} clients, {size} shared parameters; backend {args.backend}")
     refusal = _refusal(name, prob)
     if refusal:
         print(f"error: --backend {name} {refusal}", file=sys.stderr)
         return 2
     backend = name
-    if name in registry.names("backend"):
+    if name in registry.names("backend") and args.example in MODELS:
         backend = make_backend(name, **backend_options(name, args.topology))
-    options = {}
     if args.topology and name != "cvxpy":
         builder = getattr(fm.topologies, args.topology, None)
         if args.topology.startswith("_") or not callable(builder):
@@ -36,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         result = prob.solve(backend, verbose=True, **options)  # the bar shows only on a terminal
     except fm.errors.TopologyError as exc:
-        if "needs a server" not in str(exc):
+        if "needs a server" not in str(exc) and "needs a star" not in str(exc):
             raise
         # the library's advice names its Python API; on the command line it is an option
         raise fm.errors.TopologyError(f"--backend {name} runs on a star (a server and its clients), "
@@ -78,6 +89,14 @@ def _refusal(name: str, prob) -> str | None:
     """Why `fedmodel run` will not run backend `name` on `prob` (None: it runs)."""
     refuses, why = REFUSALS.get(name, (None, ""))
     return why if refuses is not None and refuses(prob) else None
+
+
+def _model_file(path: str):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fedmodel_run_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)      # `if __name__ == "__main__"` blocks do not run
+    return module
 
 
 def _examples(_: argparse.Namespace) -> int:
@@ -138,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedmodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a built-in example model end to end")
-    run.add_argument("example", nargs="?", default="neyman-pearson")
+    run.add_argument("example", nargs="?", default="neyman-pearson",
+                     help="a built-in model (fedmodel examples) or a model file, e.g. examples/ring_lasso.py")
     run.add_argument("--backend", default="auto",
                      help="auto (default: picked for the model), proxal, cvxpy, dald, …")
     run.add_argument("--topology", default=None, help="star, path, ring, complete, …")

@@ -170,11 +170,7 @@ ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "ma
 _ADULT_NUMERIC = {"age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"}
 
 
-def load_adult_raw(split: str = "train", root=None) -> Dataset:
-    """Raw UCI Adult (`adult.data` / `adult.test`): rows with '?' dropped, numeric columns
-    as is, categorical columns one-hot (columns named in info["features"]); y = 1 for >50K.
-    info["sex"] (1 = Male) and info["race"] keep the sensitive attributes."""
-    relative = "uci121/adult/adult.data" if split == "train" else "uci121/adult/adult.test"
+def _adult_rows(relative: str, root) -> np.ndarray:
     rows = []
     for line in data_file(relative, root).read_text().splitlines():
         fields = [f.strip() for f in line.replace(",", " ").split()]
@@ -183,7 +179,20 @@ def load_adult_raw(split: str = "train", root=None) -> Dataset:
         rows.append(fields)
     if not rows:
         raise DataError(f"no rows could be read from {relative!r}")
-    table = np.array(rows, dtype=object)
+    return np.array(rows, dtype=object)
+
+
+def load_adult_raw(split: str = "train", root=None) -> Dataset:
+    """Raw UCI Adult (`adult.data` / `adult.test`): rows with '?' dropped, numeric columns
+    as is, categorical columns one-hot (columns named in info["features"]); y = 1 for >50K.
+    info["sex"] (1 = Male) and info["race"] keep the sensitive attributes. Both splits are
+    one-hot over the training file's levels, so a model fitted on one applies to the other (the
+    test file lacks native-country=Holand-Netherlands: its own levels shifted every later column)."""
+    if split not in ("train", "test"):
+        raise DataError(f"Adult has the splits 'train' and 'test', not {split!r}")
+    train = _adult_rows("uci121/adult/adult.data", root)
+    relative = "uci121/adult/adult.data" if split == "train" else "uci121/adult/adult.test"
+    table = train if split == "train" else _adult_rows(relative, root)
     columns, names = [], []
     for j, column in enumerate(ADULT_COLUMNS):
         values = table[:, j]
@@ -191,7 +200,7 @@ def load_adult_raw(split: str = "train", root=None) -> Dataset:
             columns.append(values.astype(float)[:, None])
             names.append(column)
         else:
-            levels = sorted(set(values))
+            levels = sorted(set(train[:, j]) | set(values))
             columns.append((values[:, None] == np.array(levels)[None, :]).astype(float))
             names.extend(f"{column}={level}" for level in levels)
     y = np.array([label.rstrip(".") == ">50K" for label in table[:, 14]], dtype=int)

@@ -11,6 +11,7 @@ from . import registry
 from .atoms import add
 from .certificate import kkt_certificate
 from .collector import solve_scope
+from .compiler.epigraph import rewrite_for
 from .compiler.split import split_constraint, split_objective
 from .compiler.start import remember_solved, start_solver
 from .constraints import Constraint
@@ -195,8 +196,14 @@ def _numeric_array(array: Any, what: str) -> np.ndarray:
         try:
             out = out.astype(float)
         except (TypeError, ValueError) as exc:
-            raise DataError(f"{what} is not numeric ({exc}); convert it to a float array "
-                            "first") from None
+            raise DataError(f"{what} is not numeric ({exc}){_columns_hint(array)}; convert it "
+                            "to a float array first") from None
+    columns = getattr(array, "columns", None)     # a DataFrame: name the column of a NaN
+    if columns is not None and out.ndim == 2 and out.dtype.kind == "f" and not np.all(np.isfinite(out)):
+        rows, cols = np.nonzero(~np.isfinite(out))
+        raise DataError(f"{what} has {len(rows)} non-finite entr{'y' if len(rows) == 1 else 'ies'} "
+                        f"(first in row {int(rows[0])}, column {columns[cols[0]]!r}); remove or "
+                        "impute NaN/inf before building the model")
     if out.size == 0:
         raise DataError(f"{what} is empty (shape {out.shape}); give every block non-empty data "
                         "or remove the block")
@@ -204,6 +211,16 @@ def _numeric_array(array: Any, what: str) -> np.ndarray:
         raise ShapeError(f"{what} has shape {out.shape}: only scalars, vectors and matrices are "
                          "supported; reshape it to 2-D")
     return out
+
+
+def _columns_hint(array: Any) -> str:
+    """A DataFrame's non-numeric columns, named (a user one-hot encodes them), else ""."""
+    dtypes = getattr(array, "dtypes", None)
+    if not hasattr(dtypes, "items"):
+        return ""
+    named = [str(k) for k, t in dtypes.items() if getattr(t, "kind", "O") not in "biuf"]
+    return (f" in column(s) {named} (encode them as numbers, e.g. categories one-hot with "
+            "pandas.get_dummies)") if named else ""
 
 
 def _flatten(items) -> list:
@@ -466,10 +483,15 @@ class Problem:
         solver = make_backend(backend, **options)
         solver = start_solver(self, solver, backend)     # from w.value when the user set it
         extra = {} if scaling is None else {"scaling": scaling}   # any backend with `solve`
+        # hinge / pinball / |r| client losses: solved in epigraph form (`compiler.epigraph`)
+        epigraph = rewrite_for(self, solver)
         with solve_scope():      # the node programs are frozen for the run (`freeze_setup`)
-            result = solver.solve(self, topology=topology, executor=executor, callback=callback,
-                                  verbose=verbose, checkpoint=checkpoint,
-                                  checkpoint_every=checkpoint_every, resume=resume, **extra)
+            result = solver.solve(epigraph.problem if epigraph else self, topology=topology,
+                                  executor=executor, callback=callback, verbose=verbose,
+                                  checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                                  resume=resume, **extra)
+        if epigraph is not None:
+            result = epigraph.to_user(result)
         for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
             var.value = result.values.get(var.uid)
         remember_solved(self.variables())     # not a start the user asked for (`compiler.start`)

@@ -8,7 +8,10 @@ by a power of ten changes no verdict, and `ok` needs all of them within `rtol`:
   near 0 is measured against the loss at the origin, not against 1);
 - solution distance, per variable, ‖x − x*‖∞ / ‖x*‖∞ (slacks excluded); when the optimum is
   0 (or below ZERO_LENGTH of the variable's natural length, `Certificate.lengths`), that
-  length's ZERO_LENGTH part takes its place;
+  length's ZERO_LENGTH part takes its place; where the minimizers are not a point (the
+  objective constant along the null space of the maps through which the variables enter:
+  one-hot columns), measured from the minimizer x* + P_N(x − x*) when it is one — its objective
+  the reference's and its constraints met (`fedmodel.solution_set`) — and the report says so;
 - feasibility, KKT stationarity and complementarity: the result's certificate's relative
   measures (`fedmodel.certificate`), computed at the result's point;
 - second order, for a model that is not convex (no reference): the Lagrangian's most negative
@@ -27,6 +30,7 @@ from .compiler.codegen import Plan
 from .errors import FedModelError
 from .result import Certificate, Result
 from .second_order import negative_curvature
+from .solution_set import solution_nearby
 
 # a variable whose optimum is smaller than ZERO_LENGTH × its natural length (the Lagrangian's
 # size over its gradients' size) counts as 0: its distance is measured against that much. A
@@ -280,8 +284,28 @@ def _distance(problem, result: Result, reference: Result, certificate: Certifica
     if not uncertain <= 1.0:     # a reference that cannot place its point within rtol·ℓ excuses nothing
         uncertain = 0.0
     variables = {v.uid: v for v in problem.variables()} if problem is not None else {}
+    reference_values = _reference_values(problem, reference)
+    worst, name = _largest(variables, result, reference_values, reference_values, lengths,
+                           uncertain, rtol, notes)
+    if worst > rtol and problem is not None and certificate is not None and certificate.relative \
+            and not problem.remote_data():
+        nearby = solution_nearby(problem, result.values, reference_values, certificate.objective_scale, rtol)
+        if nearby is not None:       # the model cannot tell x* from z: measure from z
+            point, dimension, which = nearby
+            worst, name = _largest(variables, result, reference_values, point, lengths, uncertain,
+                                   rtol, [])
+            notes.append(f"solution set not a point: distance measured modulo a {dimension}-"
+                         f"dimensional subspace (along it {which} is constant; the point there "
+                         "has the reference's objective and meets the constraints)")
+    return worst, name
+
+
+def _largest(variables: dict, result: Result, reference_values: dict, target: dict,
+             lengths: dict, uncertain: float, rtol: float, notes: list[str]) -> tuple[float, str | None]:
+    """`_distance`'s largest relative distance of the result's point from `target` (the
+    reference's point, or a minimizer as good), each variable on the reference's scale."""
     worst, name = 0.0, None
-    for uid, ref_value in _reference_values(problem, reference).items():
+    for uid, ref_value in reference_values.items():
         var = variables.get(uid)
         if getattr(var, "is_slack", False):
             continue
@@ -289,8 +313,8 @@ def _distance(problem, result: Result, reference: Result, certificate: Certifica
         if uid not in result.values:
             return math.inf, label
         ref_value = np.asarray(ref_value, dtype=float)
-        difference = float(np.max(np.abs(np.asarray(result.values[uid], dtype=float) - ref_value),
-                                  initial=0.0))
+        difference = float(np.max(np.abs(np.asarray(result.values[uid], dtype=float)
+                                         - np.asarray(target[uid], dtype=float)), initial=0.0))
         size = max(float(np.max(np.abs(ref_value), initial=0.0)), ZERO_LENGTH * lengths.get(uid, 0.0))
         within = float(np.max(np.abs(ref_value), initial=0.0)) <= uncertain * rtol * lengths.get(uid, 0.0)
         scale = max(size, uncertain * lengths.get(uid, 0.0)) if within else size

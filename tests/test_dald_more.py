@@ -234,6 +234,20 @@ def test_client_dropping_out_and_returning_still_converges(build):
     assert min(away) > 1e-6
 
 
+def test_a_client_gone_for_good_is_named_when_the_run_ends_unconverged():
+    """c2 unreachable from inner iteration 5 on: DALD cannot reach the model's answer without
+    its data, and the status's message and a warning name it (newuser4's abalone run ended at
+    its cap 0.72 away with no word of the missing client)."""
+    prob, w = _lasso(5, lam=0.05)
+    everyone = [f"c{i}" for i in range(5)] + ["server"]
+    with pytest.warns(RuntimeWarning, match=r"c2 \(last at step 4\) took no part"):
+        res = prob.solve(DALD(coordination="partial", max_iterations=60,
+                              availability=lambda t: [n for n in everyone if n != "c2" or t < 5]))
+    assert res.status != "converged"
+    assert "c2 (last at step 4)" in res.info["absent"] and "c0" not in res.info["absent"]
+    assert res.info["absent"] in res.info[res.status]
+
+
 # ---- global constraints on a peer-to-peer graph, owned by a designated node --------------------
 @pytest.mark.parametrize("name, build, host", [
     pytest.param("ring", topologies.ring, "c1", marks=pytest.mark.integration),   # (3.7 s)

@@ -85,11 +85,21 @@ def test_client_hyperplanes_are_not_called_stalled():
     assert np.max(np.abs(result.value(w) - reference)) <= 5e-3 * np.max(np.abs(reference))
 
 
+def test_dald_dc_default_penalty_is_floored_at_the_equilibrated_curvature():
+    """DALD-DC's default β is max(2ρ², 1) (backends/dald/dc.py, BETA_FLOOR): `fedmodel run`'s ρ = 0.1
+    on a graph gave 2ρ² = 0.02, which left the built-in model at its cap on a ring and "stalled"
+    on a complete graph; an explicit β, a per-edge ρ and ρ ≥ 1/√2 keep their β."""
+    assert DALD(rho=0.1)._dc_beta() == 1.0 and DALD(rho=0.1)._beta() == pytest.approx(0.02)
+    assert DALD(rho=0.1, beta=0.02)._dc_beta() == 0.02
+    assert DALD()._dc_beta() == 2.0 and DALD(rho=3.0)._dc_beta() == pytest.approx(18.0)
+    assert "beta" not in builtin_models.backend_options("dald", "ring")
+
+
 @pytest.mark.integration      # 312 DALD-DC steps on 5 clients and CVXPY, 8 s (11 s at load 9)
 def test_the_builtin_model_on_a_complete_graph_converges():
     """`fedmodel run --backend dald --topology complete --verify`: main said "stalled" at outer
     step 48 (0.06 from CVXPY, verify NOT OK); with the options `run` passes (ρ = 0.1, 3000
-    iterations) it converges and verifies."""
+    iterations; DALD-DC's default β = max(2ρ², 1) = 1) it converges and verifies (396 steps)."""
     prob, w = builtin_models.neyman_pearson()
     reference = prob.solve("cvxpy")
     with warnings.catch_warnings():

@@ -44,22 +44,20 @@ def monks5():
 @pytest.mark.integration     # monks5: CVXPY on monks-1 (~1 min): CI runs it after the fast suite
 def test_default_proxal_on_monks1_is_fast_and_verified(monks5):
     """Issue 13's slow case (178 s unverified with the paper's fixed ρ), through the string name
-    as a user writes it. NP on monks-1 has no minimizer (a direction lowers the active
-    constraint forever, helper G's LP): the iterate drifts like log k, so the default ε1 = 1e-5
-    needs ~180 outer iterations; ε1 = 1e-3 (the previous default) stops in a few. The distance
-    rule (`dist_tol`, default 1e-4) never says "converged" there — no point is within 1e-4 of a
-    minimizer that does not exist — so that run ends at its cap saying so; (11) alone
-    (dist_tol=∞, the paper's rule) stops in a few outer steps. The objective and feasibility
-    agree with CVXPY; w does not (there is no w* to agree with), which verify reports as the
-    only failed measure, with its note."""
+    as a user writes it. NP on monks-1's minimizers are not a point (w* + the null space of the
+    class-0 rows, rank 11 of 17: branch dald784's LP, branch monks): the iterates drift along
+    it, so the distance rule (`dist_tol`, default 1e-4) is not met within 10 outer iterations;
+    (11) alone (dist_tol=∞, the paper's rule) stops in a few. Its w is not CVXPY's, but verify
+    measures the distance modulo the directions the objective cannot see
+    (fedmodel/solution_set.py) and passes it, saying so."""
     prob, _, reference = monks5
     capped = prob.solve("proxal", tol=(1e-3, 1e-4), max_outer=10)
     assert capped.status == "max_iterations"
     result = prob.solve("proxal", tol=(1e-3, 1e-4), dist_tol=float("inf"))
     assert result.status == "converged" and result.iterations["outer"] <= 10
     report = fm.verify(result, reference=reference)
-    assert report.failed == ["solution distance"], str(report)
-    assert any("may not be unique" in note for note in report.notes)
+    assert report.ok, str(report)
+    assert any("solution set not a point" in note for note in report.notes)
     assert report.objective_gap <= 1e-3 and result.max_violation <= 1e-4 + 1e-12
 
 

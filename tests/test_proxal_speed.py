@@ -151,8 +151,8 @@ def test_presets_are_the_documented_ones():
     paper = ProxAL.paper()     # the paper's algorithm is one preset away (issue 13, point 3)
     assert (paper.beta, paper.rho, paper.s_bar, paper.q, paper.adaptive_rho, paper.beta_growth,
             paper.anderson) == (300.0, 0.01, 1e-3, 0.9, False, 1.0, 0)
-    # `fedmodel run`: FAST_PROXAL with a tolerance that verifies to 1e-4 (builtin_models)
-    assert backend_options("proxal") == {**FAST_PROXAL, "tol": (1e-6, 1e-7)}
+    # `fedmodel run`: ProxAL's defaults, FAST_PROXAL (builtin_models)
+    assert backend_options("proxal") == FAST_PROXAL
     assert backend_options("dald") == {} and backend_options("dald", "ring")["rho"] == 0.1
 
 

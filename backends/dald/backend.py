@@ -277,6 +277,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         x0 = self._start_point(d)
         self._prepare(ex, x0)
         self._rng = np.random.default_rng(self.seed)
+        self._last_seen = {}
         start = time.perf_counter()
         loop = self._cc if mode == "cc" else self._dc
         out = loop(problem, G, U, ex, x0, d, server_used, run.callback, run.verbose, start, run.checkpointer)
@@ -289,6 +290,17 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
                            outcome.iterations.get("outer", 0))
         if outcome.status == Status.MAX_ITERATIONS:
             self._cap_report(outcome.history, outcome.info)
+        self._absent_report(problem, outcome)
+
+    def _absent_report(self, problem, outcome: Outcome) -> None:
+        """A run not converged while a client took no part in its last quarter of the steps says
+        so (newuser4: a client gone from step 5 left DALD at its cap 0.72 away, no word of it)."""
+        seen, total = getattr(self, "_last_seen", {}), len(outcome.history) and outcome.history[-1].get("inner_total", 0)
+        gone = [f"{c.name} (last at step {seen.get(c.name, -1)})" for c in problem.clients if seen and seen.get(c.name, -1) < 0.75 * total]
+        if gone and total >= 20 and outcome.status != Status.CONVERGED:
+            note = f"client(s) {', '.join(gone)} took no part in the last steps of {total}: the point lacks their data"
+            outcome.info["absent"] = outcome.info[outcome.status.value] = note + "; " + outcome.info.get(outcome.status.value, "")
+            warnings.warn(f"DALD ended {outcome.status.value}: {note}", RuntimeWarning, stacklevel=4)
 
     def _cap_report(self, history: list[dict], info: dict) -> None:
         """At the cap: how far the stop test still is, by the run's own rate (`watch.rounds_to_tol`
@@ -351,27 +363,29 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         if self.availability is not None:
             up = set(self.availability(total))
             nodes = [n for n in nodes if n in up or n == "server"] or nodes
-        if self.participation >= 1.0:
-            return nodes
-        keep = [n for n in nodes if self._rng.random() < self.participation]
-        return keep or [nodes[int(self._rng.integers(len(nodes)))]]
+        if self.participation < 1.0:
+            keep = [n for n in nodes if self._rng.random() < self.participation]
+            nodes = keep or [nodes[int(self._rng.integers(len(nodes)))]]
+        getattr(self, "_last_seen", {}).update((n, total) for n in nodes)     # (`_absent_report`)
+        return nodes
 
-    def _converged(self, primal, dual, dmu) -> bool:
+    def _converged(self, primal, dual, dmu, beta: float | None = None) -> bool:
         ok_primal = primal <= self.eps_primal or not self.require_consensus
-        return ok_primal and dual <= self.eps_dual and dmu / self._beta() <= self.eps_primal
+        return ok_primal and dual <= self.eps_dual and dmu / (beta or self._beta()) <= self.eps_primal
 
     def _outer_step_done(self, record: dict, history: list, callback, bar, nodes: list[str], X: np.ndarray,
-                         constrained: bool, primal: float, dual: float, dmu: float) -> str | None:
+                         constrained: bool, primal: float, dual: float, dmu: float,
+                         beta: float | None = None) -> str | None:
         """Hand the outer step's record on (history, callback, progress bar) and the models X
         (rows: `nodes`) to the `monitor`; the status to stop with ("converged", or a stall
-        verdict), or None."""
+        verdict), or None. `beta`: the constraints' penalty dmu is read in (None: `_beta()`)."""
         history.append(record)
         if callback:
             callback(record)
         if self.monitor:
             self.monitor(record["inner_total"], ClientModels(nodes, X))
         bar.update(record)
-        if self._converged(primal, dual, dmu):
+        if self._converged(primal, dual, dmu, beta):
             return Status.CONVERGED
         if constrained:
             return self._stall(history)

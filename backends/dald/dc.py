@@ -96,8 +96,25 @@ def colour_order(H: nx.Graph, order: list[str]) -> list[str]:
     return sorted(order, key=lambda n: (colour[n], position[n]))
 
 
+# DALD-DC's default constraint penalty is 2ρ² (the paper's ‖ρ∘h‖² ⇔ (β/2)‖h‖²), but at least
+# BETA_FLOOR: the equilibrated objective's curvature along the probe's direction is one and each
+# constraint row unit-sized (fedmodel/compiler/scaling.py), so the dual function's curvature
+# ∇c H⁻¹ ∇cᵀ is about one and the multiplier step β·c moves μ about β of the way to its value
+# per outer step. 2ρ² at ρ = 0.1 (what a ring needs for x̂, builtin_models) is 0.02: the built-in
+# model hit its 3,000-iteration cap on a ring and "stalled" on a complete graph; β = 1: 244 and
+# 396 iterations, verified (docs/BENCHMARKS.md, branch pxrounds). Unchanged for ρ ≥ 1/√2.
+BETA_FLOOR = 1.0
+
+
 class FedDALDDC:
     """The Fed-DALD-DC loop of `DALD` (a mixin: options and shared steps live in `DALD`)."""
+
+    def _dc_beta(self) -> float:
+        """β of the constraints' augmented Lagrangian on a DC graph: `beta`, else
+        max(2ρ², BETA_FLOOR) (above)."""
+        if self.beta is not None or isinstance(self.rho, dict):
+            return self._beta()
+        return max(self._beta(), BETA_FLOOR)
 
     def _dc_graph(self, problem, G, U, server_used):
         """Coordination sequence S, the undirected DC graph, and the batches of S that can run
@@ -134,7 +151,7 @@ class FedDALDDC:
         """The coordinator's view of the iterates is one (N, d) array X, rows in the order S;
         each inner iteration is one Gauss–Seidel sweep (`GaussSeidelSweep`)."""
         H, order, batches = self._dc_graph(problem, G, U, server_used)
-        beta = self._beta()
+        beta = self._dc_beta()
         position = {n: i for i, n in enumerate(order)}
         neighbors = {n: list(H.neighbors(n)) for n in order}
         ex.map("dald_dc_init", {n: {"x0": x0, "beta": beta} for n in order})
@@ -186,13 +203,13 @@ class FedDALDDC:
             replies = ex.map_stacked("dald_dc_dual", order, common={"consensus": float(self.dual_updates)})  # (21)
             primal = float(np.max(replies["primal"]))
             dmu = float(np.max(replies["dmu"]))
-            last = self._converged(primal, dual, dmu) or total >= self.max_iterations
+            last = self._converged(primal, dual, dmu, beta) or total >= self.max_iterations
             record = self._record_dc(ex, order, X, k, v, total, primal, dual, dmu / beta, start,
                                      last or k % self.report_every == 0)
             # a node's own multiplier still letting go (`local.unwinding`), for the stall rule
             record["unwinding"] = float(np.max(replies["unwind"], initial=0.0))
             stop = self._outer_step_done(record, history, callback, bar, order, X, constrained,
-                                         primal, dual, dmu)
+                                         primal, dual, dmu, beta)
             if stop:
                 status = stop
                 break

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FedModelError
+from ..errors import DataError, FedModelError
 from ..expression import Constant, Expression, Parameter, Variable, is_sparse, postorder
 from .terms import flatten
 
@@ -102,6 +102,12 @@ def check_start(problem, ignored: bool, honoured: bool, backend: str) -> None:
                 pieces = [t.expression() for t in flatten(expr)]
                 expr, value = next(((p, v) for p in pieces if (v := _value_at(p, values)) is not None
                                     and not np.all(np.isfinite(v))), (expr, value))
+            huge = _huge_data(expr)
+            if huge is not None:       # a unit problem, not a start problem: no start helps
+                raise DataError(f"{where}: the {kind} {expr} overflows at the start point: its data "
+                                f"{huge[0]!r} reach {huge[1]:.3g}, whose square overflows double "
+                                "precision; rescale them (e.g. divide by their largest entry) and "
+                                "solve again")
             names = [v.label for v in expr.variables() if v.owner is None] or \
                 [v.label for v in expr.variables()]
             settable = " and ".join(n + ".value" for n in names)
@@ -125,6 +131,18 @@ def _finite_data(expr: Expression) -> bool:
             if not np.all(np.isfinite(np.asarray(data, float))):
                 return False
     return True
+
+
+def _huge_data(expr: Expression) -> tuple[str, float] | None:
+    """(name, largest |entry|) of the first constant `expr` reads whose square overflows."""
+    for leaf in postorder([expr]):
+        if isinstance(leaf, Constant) and not isinstance(leaf, Parameter):
+            value = leaf.value
+            data = np.asarray(getattr(value, "data", value) if is_sparse(value) else value, float)
+            largest = float(np.max(np.abs(data))) if data.size else 0.0
+            if largest > 1e154:
+                return getattr(leaf, "label", None) or leaf.name, largest
+    return None
 
 
 def _value_at(expr: Expression, values: dict[int, np.ndarray]) -> np.ndarray | None:
