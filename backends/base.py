@@ -21,12 +21,13 @@ from fedmodel.result import Result
 from fedmodel.runtime.blas import run_blas_threads
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.executor import open_executor
+from fedmodel.runtime.own_constraints import own_feasibility
 from fedmodel.runtime.program import compile_programs
 from .common import FRAMEWORK, gather_values, running
 from .outcome import Outcome, Status
 from .verdicts import (CONVERGED_VIOLATION, NOT_STATIONARY, _judge_steady_descent,
                        _not_converged_at_a_saddle, _not_converged_off_the_domain, _rounds, _say,
-                       _warn_not_stationary, infeasible_before_run)
+                       _warn_not_stationary, infeasible_alone, infeasible_before_run)
 
 
 @dataclass
@@ -60,13 +61,16 @@ class Backend:
     # the node procedures its loop sends (`@procedure` functions or `ledger.Procedure`s),
     # registered when the run opens its executor, with the framework's own (gathering values)
     procedures: tuple = ()
-    framework_procedures: tuple = FRAMEWORK
+    framework_procedures: tuple = FRAMEWORK + (own_feasibility,)
     # True in a paper's preset: its stop test at the paper's tolerances defines "converged" (an
     # ε-KKT point, paper 1's Definition 1), so a loose point there is warned about, not "stalled".
     paper_stop: bool = False
     # intersect the nodes' data-free sets before the run (compiler/feasibility.py): sets with no
     # common point end as "infeasible" at once (False: CVXPY, which decides feasibility itself)
     checks_sets_meet = True
+    # each client checks alone whether its own constraints that read its data have a common
+    # point, before the loop (`own_constraints_meet`): one round trip (False: CVXPY)
+    checks_clients_alone = True
 
     def equilibrates(self) -> bool:
         """Whether this run solves the equilibrated model (`scaling`; a private run overrides
@@ -132,6 +136,12 @@ class Backend:
         served = tuple(self.framework_procedures) + tuple(self.procedures)
         with run_blas_threads(), open_executor(self.executor_for(executor), programs, served) as ex, \
                 running(ex):
+            alone, pooled = ({}, False) if not self.checks_own_constraints() else \
+                own_constraints_meet(problem, ex)
+            if alone:
+                outcome = infeasible_alone(alone, pooled)
+                outcome.ledger = ex.ledger
+                return outcome
             outcome = self.loop(problem, ex, run)
             if outcome.values is None:           # gathered at the loop's shared vector
                 values, multipliers = gather_values(ex, problem, outcome.shared)
@@ -139,6 +149,17 @@ class Backend:
             self.conclude(problem, ex, run, outcome)
             outcome.ledger = ex.ledger
         return outcome
+
+    def checks_own_constraints(self) -> bool:
+        """Whether the run asks the clients to check their own constraints
+        (`checks_clients_alone`), never in a private run: the replies depend on the data, a
+        release its accountant does not cover (`equilibrates` is False for such a run whatever
+        `scaling` is, for the same reason)."""
+        if not self.checks_clients_alone:
+            return False
+        probe = copy.copy(self)
+        probe.scaling = True
+        return probe.equilibrates()
 
     # ---- the steps a backend overrides --------------------------------------------------------
     def prepare(self, problem, topology) -> Any:
@@ -178,6 +199,25 @@ def refuse_unknown(name: str, unknown: dict[str, Any], valid: tuple[str, ...]) -
         message = registry.unknown_option(name, given, list(valid))
         raise FedModelError(message.replace("for backend", "of a run of backend") +
                             " (a backend's own options go to its constructor)")
+
+
+def own_constraints_meet(problem, ex) -> tuple[dict[str, tuple[str, float]], bool]:
+    """({client: (constraint, relative least violation)} of the clients whose own constraints
+    have no common point, each deciding on its data (`runtime.own_constraints`); whether the
+    run pools every block in one node). One round trip to the clients with a constraint that
+    reads data (none: none sent). A run whose clients are no nodes (cProx-AL pools every block
+    in "server") asks that node, whose constraints are the whole model's (no round trip)."""
+    reading = [block.name for block in problem.clients
+               if any(c.expr.data_owners() for c in block.constraints)]
+    asked = {name: {} for name in reading if name in ex.nodes}
+    if not asked and reading and not any(block.name in ex.nodes for block in problem.clients):
+        asked = {"server": {}}
+    if not asked:
+        return {}, False
+    owners = {c.name: c.owner for c in problem.constraints}
+    replies = ex.map("own_feasibility", asked)
+    return {owners.get(reply["constraint"], node): (reply["constraint"], float(reply["violation"]))
+            for node, reply in replies.items() if reply["violation"] > 0}, "server" in asked
 
 
 def _in_user_units(callback, model, record: dict) -> Any:

@@ -105,6 +105,24 @@ def infeasible_before_run(apart) -> Outcome:
     return outcome
 
 
+def infeasible_alone(found: dict[str, tuple[str, float]], pooled: bool = False) -> Outcome:
+    """The outcome of a run stopped before its iterations because a client's own constraints
+    have no common point (`runtime.own_constraints`: the client's phase 1, replied as a lower
+    bound on their least violation relative to the size of their terms): "infeasible", naming
+    each such client and its constraint violated most. `pooled`: the run's one node holds every
+    block (cProx-AL), so its phase 1 was on all the model's constraints together."""
+    named = "; ".join(f"{constraint!r} of {client!r} (least violation ≥ {relative:.2%} of the size "
+                      "of its terms)" for client, (constraint, relative) in found.items())
+    named_by_client = {client: constraint for client, (constraint, _) in found.items()}
+    outcome = Outcome(Status.INFEASIBLE, values={}, info={"clients_infeasible": named_by_client})
+    who = ("the model's constraints together have no common point (the run pools every block), most "
+           "violated at the least-violating point:" if pooled else
+           "a client's own constraints have no common point (decided by the client on its own data):")
+    _say(outcome, "infeasible", f"{who} {named}. The model is infeasible; decided before the run, "
+         "no iterations were run")
+    return outcome
+
+
 def _not_converged_at_a_saddle(problem, backend_name: str, outcome: Outcome, values, certificate,
                                paper_stop: bool = False) -> None:
     """A nonconvex model's "converged" point at which the Lagrangian curves down along the active

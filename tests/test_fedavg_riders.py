@@ -72,8 +72,10 @@ def test_the_clients_multiplier_step_rides_in_the_solve_request(name, executor):
     assert all(h["constraint_residual"] > 1e-3 for h in new["history"])
     assert old["ledger"].trips["dald_cc_dual"] == ROUNDS and "dald_cc_dual" not in new["ledger"].trips
     assert new["ledger"].trips["dald_cc_solve"] == old["ledger"].trips["dald_cc_solve"] == ROUNDS
-    assert old["ledger"].round_trips == 1 + 2 * ROUNDS     # (the curvature; the set-up in the first solve)
-    assert new["ledger"].round_trips == 1 + ROUNDS
+    # (the clients' check of their own bounds, which are data; the curvature; the set-up in the
+    # first solve)
+    assert old["ledger"].round_trips == 2 + 2 * ROUNDS
+    assert new["ledger"].round_trips == 2 + ROUNDS
 
 
 def test_the_clients_multipliers_end_as_before():
@@ -93,13 +95,14 @@ def test_the_clients_multipliers_end_as_before():
 def test_a_capped_run_is_still_stalled_with_one_round_trip_a_round(name):
     """Issue 25 item 4's honest status after the change: at a cap of 5 rounds client 3's box is
     violated by 0.17–0.19 at the average (its fixed point keeps each box at the client's own
-    iterate), so the run says "stalled" and names the box; 5 rounds cost 1 + 5 round trips."""
+    iterate), so the run says "stalled" and names the box; 5 rounds cost 1 + 5 round trips, and
+    1 more for the clients' check of their own bounds (data) before the run."""
     prob, w = _boxes()
     with pytest.warns(RuntimeWarning, match="round cap"):
         result = prob.solve(name, max_rounds=5)
     assert result.status == "stalled" and 0.1 < result.max_violation < 0.3
     assert list(result.info["violated"])[0].startswith("c3.con0")
-    assert result.ledger.round_trips == 1 + 5 and "dald_cc_dual" not in result.ledger.trips
+    assert result.ledger.round_trips == 1 + 1 + 5 and "dald_cc_dual" not in result.ledger.trips
 
 
 @pytest.mark.parametrize("executor", [_Unfolded, _UnfoldedBatched])
@@ -127,7 +130,8 @@ def test_the_report_rides_on_the_next_rounds_solve(name, executor):
     assert abs(new["history"][-1]["objective"] - expected) <= 1e-9 * expected
     assert old["ledger"].requests["report"] == ROUNDS and new["ledger"].requests["report"] == 1
     assert sum(new["ledger"].requests.values()) == sum(old["ledger"].requests.values()) - (ROUNDS - 1)
-    assert new["ledger"].round_trips == old["ledger"].round_trips == 1 + ROUNDS
+    # (+ 1: the clients' check of their own bounds, which are data, before the run)
+    assert new["ledger"].round_trips == old["ledger"].round_trips == 1 + 1 + ROUNDS
 
 
 def test_with_checkpoints_each_report_goes_before_its_checkpoint(tmp_path):
@@ -157,7 +161,8 @@ def test_on_flower_one_batch_a_round():
     finally:
         flower.shutdown()
     assert trips["dald_cc_solve"] == ROUNDS and "dald_cc_dual" not in trips and trips["report"] == 1
-    assert remote["ledger"].round_trips == serial["ledger"].round_trips == ROUNDS     # (step given)
+    # (step given; + 1: the clients' check of their own bounds, data, before the run)
+    assert remote["ledger"].round_trips == serial["ledger"].round_trips == 1 + ROUNDS
     np.testing.assert_allclose(remote["values"][w.uid], serial["values"][w.uid], rtol=0, atol=1e-12)
     np.testing.assert_allclose([h["constraint_residual"] for h in remote["history"]],
                                [h["constraint_residual"] for h in serial["history"]], rtol=1e-12, atol=0)

@@ -124,7 +124,8 @@ def test_a_step_without_a_rule_over_directions_is_refused_and_the_node_falls_bac
 def test_a_newton_solve_loads_no_scipy():
     """The dense Newton path (Hessian plan, inversion, directions) needs numpy alone: a ProxAL
     solve of a constrained logistic model in a fresh interpreter imports no scipy, whose import
-    was a third of a cold solve's (~0.3 s CPU of ~0.8 s)."""
+    was a third of a cold solve's (~0.3 s CPU of ~0.8 s). (Bound 0.7: at 0.6 client 1 alone is
+    infeasible — its least class-1 loss is 0.659 by CVXPY — and the run ends before any solve.)"""
     import json
     import subprocess
     import sys
@@ -138,7 +139,7 @@ prob = fm.Problem()
 for i in range(2):
     c = prob.add_client(f"c{i}")
     c.minimize(fm.mean(fm.logistic(c.data(rng.standard_normal((30, 4)), name="X") @ w)))
-    c.subject_to(fm.mean(fm.logistic(-(c.data(rng.standard_normal((20, 4)), name="Y") @ w))) <= 0.6)
+    c.subject_to(fm.mean(fm.logistic(-(c.data(rng.standard_normal((20, 4)), name="Y") @ w))) <= 0.7)
 res = prob.solve("proxal", max_outer=3, local_solver="newton")
 print(json.dumps({"steps": res.iterations["inner"], "scipy": sorted(m for m in sys.modules if m.split(".")[0] == "scipy")}))
 """

@@ -3,9 +3,10 @@ stop with "infeasible" / "unbounded", the least-violation point and the violated
 name; CVXPY's statuses map to ours; fm.verify agrees when both say the same. The independent
 answers are CVXPY's status and closed forms (the least violation of sum(w) ≥ 1, sum(w) ≤ −1
 is 1, at sum(w) = 0). Sets that read no client data and have no common point end "infeasible"
-before any run (tests/test_sets_apart.py); the runs here have that check off (`in_run`) to pin
-each backend's own verdict, which sets that read client data (or miss each other by less than
-the check's margin) still rely on."""
+before any run (tests/test_sets_apart.py), and so do a client's own constraints that have none
+(tests/test_client_infeasible.py); the runs here have those checks off (`in_run`) to pin each
+backend's own verdict, which constraints apart only jointly (or by less than the checks'
+margins) still rely on."""
 from __future__ import annotations
 
 import warnings
@@ -37,11 +38,12 @@ def least_squares(n: int = 3, d: int = 4, seed: int = 0):
 
 
 def in_run(backend, **options):
-    """`backend` (an instance, or a name with its options) with the check before the run off
-    (`Backend.checks_sets_meet`): the run itself must find the sets apart."""
+    """`backend` (an instance, or a name with its options) with the checks before the run off
+    (`Backend.checks_sets_meet`, `checks_clients_alone`): the run itself must find the sets
+    apart."""
     from fedmodel.problem import make_backend
     backend = make_backend(backend, **options)
-    backend.checks_sets_meet = False
+    backend.checks_sets_meet = backend.checks_clients_alone = False
     return backend
 
 
@@ -113,7 +115,19 @@ def test_neyman_pearson_without_intercept_is_infeasible_quickly(monks_ordinal):
     feasible, _, _ = table1.build(np.hstack([X, np.ones((len(X), 1))]), y, 5)
     ok, _ = quiet_solve(feasible, ProxAL())
     assert ok.status == "converged"
-    result, warned = quiet_solve(infeasible, ProxAL())
+    # each client alone: its least class-1 loss (CVXPY) above 0.2 says it cannot meet its bound
+    import cvxpy as cp
+    alone = set()
+    for block, rows in zip(infeasible.clients, parts):
+        v = cp.Variable(X.shape[1])
+        least = cp.Problem(cp.Minimize(cp.sum(cp.logistic(-(X[rows][y[rows] == 1] @ v))) /
+                                       int((y[rows] == 1).sum()))).solve(solver="CLARABEL")
+        if least > 0.2 * (1 + 1e-2):
+            alone.add(block.name)
+    early, _ = quiet_solve(infeasible, ProxAL())     # the clients' check before the run says so
+    assert alone and early.status == "infeasible" and not early.iterations
+    assert set(early.info["clients_infeasible"]) == alone and early.ledger.round_trips == 1
+    result, warned = quiet_solve(infeasible, in_run(ProxAL()))
     assert result.status == "infeasible"
     # measured: 249 vs 117 ADMM iterations, 5 vs 4 outer iterations with the constraints in
     # the AL; held in the clients' solves (the default) the feasible model takes 47 and the
@@ -123,7 +137,7 @@ def test_neyman_pearson_without_intercept_is_infeasible_quickly(monks_ordinal):
     assert set(result.info["violated"]) == {repr(c) for c in infeasible.constraints}
     assert result.max_violation == pytest.approx(least_squares_violation(X, y, parts), abs=1e-4)   # 0.4280
     assert fm.verify(result).ok
-    central, _ = quiet_solve(infeasible, CentralizedProxAL())
+    central, _ = quiet_solve(infeasible, in_run(CentralizedProxAL()))
     assert central.status == "infeasible" and central.max_violation == pytest.approx(result.max_violation, abs=1e-4)
 
 

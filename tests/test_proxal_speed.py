@@ -197,8 +197,12 @@ def test_infeasible_model_stops_once_the_violation_stalls_at_beta_max():
     threshold = barely_feasible(X, y, 5, margin=-0.02)
     prob, _, _ = table1.build(X, y, 5, threshold=threshold)
     assert prob.solve("cvxpy").status != "converged"
+    # a client alone cannot meet the threshold: its check before the run says "infeasible"
+    # (tests/test_client_infeasible.py); off here, to pin the run's own verdict
+    backend = ProxAL(**FAST_PROXAL)
+    backend.checks_clients_alone = False
     with pytest.warns(RuntimeWarning, match="infeasible"):
-        result = prob.solve(ProxAL(**FAST_PROXAL))
+        result = prob.solve(backend)
     assert result.status == "infeasible" and "infeasible" in result.info
     assert result.iterations["outer"] < 20 < FAST_PROXAL.get("max_outer", 100)
     assert result.max_violation >= 0.015                 # no w gets below 0.02
