@@ -116,7 +116,9 @@ class CentralizedProxAL(Backend):
             history.append(record)
             if callback:
                 callback(record)
-            stop = outer_stop(self, history, ex, w, info)      # (11), or a verdict
+            # (11) only after a subproblem solved to τ_k, as ProxAL's: Newton stuck on an AL
+            # kink left 5e-4 against 1e-8, (11) held at step 0, "converged" 8 % away (issue 25)
+            stop = outer_stop(self, history, ex, w, info, solved=record["certificate"] <= tau)
             if stop:
                 status = stop
                 break

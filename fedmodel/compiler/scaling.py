@@ -43,7 +43,7 @@ from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Variable, postorder
 from .canonical import SPLIT, canonical_constraints, classify_objective
 from .scale_probe import factor, norm_probe, objective_scale, probe
-from .set_scaling import compact, in_sets, unsized, written_in_v
+from .set_scaling import compact, in_sets, unit_row, unsized, written_in_v
 
 PIECES = {s for pair in SPLIT.values() for s in pair}   # suffixes of a split constraint's pieces
 
@@ -157,7 +157,7 @@ def equilibrate(problem) -> ScaledModel | None:
     if problem.remote_data() or not problem.is_convex() or not _supported(problem):
         return None
     variables = problem.variables()
-    fixed, whole, kept, in_v, held = in_sets(problem)
+    fixed, whole, kept, in_v, held, normals = in_sets(problem)
     columns = column_scales(problem, variables, fixed | whole | _in_prox_terms(problem))
     lengths, curvature = probe(problem, variables, columns)
     anchors, slopes = norm_probe(problem)
@@ -185,6 +185,8 @@ def equilibrate(problem) -> ScaledModel | None:
             var = next(iter(constraint.expr.variables()))
             rewritten[name], scaling.constraints[name] = written_in_v(
                 *in_v[name], twins[var.uid], scaling.variables[var.uid])
+        elif name in normals and name not in kept:      # a halfspace: a unit row in v
+            scaling.constraints[name] = unit_row(normals[name], scaling.variables[held[name]])
         else:
             scaling.constraints[name] = 1.0 if name in kept else \
                 _row_scale(constraint.expr, scaling.variables)

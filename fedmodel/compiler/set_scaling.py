@@ -31,15 +31,16 @@ SEPARABLE = ("upper", "lower", "halfspace", "polyhedron", "subspace")   # sets f
 ROUND = ("ball2", "ball1", "ballinf")                                    # sets for one scalar δ
 
 
-def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], dict[str, int]]:
-    """(fixed, whole, kept, in_v, held). fixed: the variables that keep their units, those in a
+def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], dict[str, int], dict]:
+    """(fixed, whole, kept, in_v, held, normals). fixed: the variables that keep their units, those in a
     nonsmooth constraint that is no set a backend projects on (`simple_set`; FedADMM projects
     affine sets too); kept: the constraints that keep r = 1 (those, sets on fixed variables,
     and halfspaces, polyhedra and subspaces); whole: the variables a ball holds, scaled by one scalar δ (per-column scales
     would make it an ellipsoid, with no closed-form projection); in_v: the balls and bounds
     written anew in v (`set_form`, `written_in_v`), by name; held: the other sets' variables
-    by constraint name (`unsized`). Bounds and halfspaces stay bounds and halfspaces
-    under any D > 0 (u ÷ D; (a∘D)·v ≤ b): their variables are scaled as free ones."""
+    by constraint name (`unsized`); normals: a single halfspace's a by name (`unit_row`).
+    Bounds and halfspaces stay bounds and halfspaces under any D > 0 (u ÷ D; (a∘D)·v ≤ b):
+    their variables are scaled as free ones."""
     fixed: set[int] = set()
     found = {}
     for c in problem.constraints:
@@ -47,7 +48,7 @@ def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], di
         if (term is None and not c.expr.is_smooth()) or \
                 (term is not None and term.kind not in ROUND + SEPARABLE):
             fixed.update(v.uid for v in c.expr.variables())
-    whole, kept, in_v, held = set(), set(), {}, {}
+    whole, kept, in_v, held, normals = set(), set(), {}, {}, {}
     for c in problem.constraints:
         term = found[c.name]
         if term is None or term.variable.uid in fixed:
@@ -59,9 +60,21 @@ def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], di
         form = set_form(c, term.variable)
         if form is not None:
             in_v[c.name] = form
+        elif term.kind == "halfspace":
+            normals[c.name] = term.pieces[0].a
         elif term.kind in AFFINE:   # its projection does not see r; DALD's stall rule, tuned
             kept.add(c.name)         # at r = 1, read contradictory halfspaces "stalled" at r ≠ 1
-    return fixed, whole - fixed, kept, in_v, held
+    return fixed, whole - fixed, kept, in_v, held, normals
+
+
+def unit_row(a: np.ndarray, scale: np.ndarray) -> float:
+    """r = 1/‖a∘D‖₂ for a halfspace a·w ≤ b on w = D v: its row in v of norm 1, one row for
+    the halfspace and its contrary alike (DALD's stall rule read contradictory halfspaces
+    "stalled" at r from `_row_scale`, which reads b). With r = 1 the row was the column
+    scales' size: sum(w) ≥ 0 on house prices in dollars had ‖a∘D‖ = 2.7e4, so its AL term's
+    curvature β·7e8 beside an objective's 1, and Newton backtracked from the kink to no step
+    (ProxAL and cProx-AL "converged" 7 % off, issue 25)."""
+    return factor(1.0 / float(np.linalg.norm(np.ravel(a) * np.ravel(np.broadcast_to(scale, np.shape(a))))))
 
 
 def unsized(fixed: set[int], kept: set[str], in_v: dict, held: dict[str, int],
