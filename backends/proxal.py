@@ -86,7 +86,7 @@ from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
 from .outcome import Outcome, Status
-from .proxal_admm import _stalled, no_consensus, penalties_note, went_nowhere
+from .proxal_admm import _stalled, no_consensus, penalties_note, server_step, went_nowhere
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -356,12 +356,8 @@ class ProxAL(Backend):
             eps = max(min(self.q ** t, self.local_tol_cap * tau), 1e-2 * tau)
             total_rho = sum(rho.values())
             anchor = sum(rho[c] * u_tilde[c] for c in clients) / total_rho if clients else w
-            out = ex.call("server", "solve_local", linear=None, weight=total_rho, anchor=anchor,
-                          x0=w, tol=eps, method=self.local_solver)                   # (18)
-            # (22) takes (18)'s own residual where its solve fell short of ε_{t+1}: a Newton
-            # step stuck on an AL kink (issue 25, house prices in dollars: 5e-4 against 2e-7)
-            # made the certificate 3.7e-7 and "converged" 7 % from the answer
-            w, server_residual = out["x"], max(eps, float(out["grad_norm"]))
+            w, server_residual = server_step(ex, linear=None, weight=total_rho, anchor=anchor,
+                                             x0=w, tol=eps, method=self.local_solver)   # (18)
             adaptive = self.adaptive_rho and t % RHO_PERIOD == 0      # batched ρ changes (RHO_PERIOD)
             step = {"w": w, "eps": eps / split, "adaptive": float(adaptive), "solver": self.local_solver}
             if mixer:
