@@ -117,12 +117,33 @@ class ScaledModel:
         (a constraint the compiler split into pieces, `name[+]`, has its parent's r_j)."""
         out = {}
         for name, mu in multipliers.items():
-            parent = name[:-3] if name[-3:] in PIECES and name not in self.scaling.constraints \
-                else name
-            r = self.scaling.constraints.get(parent, 1.0)
+            r = self._row(name)
             out[name] = np.asarray(mu, float) * (r / self.scaling.objective) \
                 if mu is not None else mu
         return out
+
+    def _row(self, name: str) -> Any:
+        """r_j of constraint `name` (a piece `name[+]` has its parent's)."""
+        parent = name[:-3] if name[-3:] in PIECES and name not in self.scaling.constraints else name
+        return self.scaling.constraints.get(parent, 1.0)
+
+    def violations_to_user(self, info: dict) -> None:
+        """info["violated"] (a verdict's constraints, "name: form" → violation r_j·c_j on the
+        copy) in the user's units, c_j, and so the messages that quote them ("name: form (by
+        v)"); rows scaled per entry (bounds) stay as they are. (Halfspaces have r_j ≠ 1 since
+        branch budget: `set_scaling.unit_row`.)"""
+        violated = info.get("violated")
+        if not isinstance(violated, dict):
+            return
+        for key, value in list(violated.items()):
+            r = self._row(str(key).split(":")[0])
+            if np.ndim(r) or not r > 0 or r == 1.0:
+                continue
+            violated[key] = float(value) / r
+            old, new = f"{key} (by {value:.3g})", f"{key} (by {violated[key]:.3g})"
+            for field, text in info.items():
+                if isinstance(text, str):
+                    info[field] = text.replace(old, new)
 
     def record_to_user(self, record: dict) -> dict:
         """A history record with its objective in the user's units (residuals stay in the
@@ -146,6 +167,9 @@ class ScaledModel:
         info = dict(outcome.get("info") or {})
         if isinstance(info.get("client_values"), dict):    # each client's copy of the shared point
             info["client_values"] = {k: self.shared_to_user(v) for k, v in info["client_values"].items()}
+        if isinstance(info.get("violated"), dict):
+            info["violated"] = dict(info["violated"])
+            self.violations_to_user(info)
         info["scaling"] = self.scaling.summary()
         outcome["info"] = info
         return outcome
