@@ -141,9 +141,9 @@ class ScaledModel:
                 continue
             violated[key] = float(value) / r
             old, new = f"{key} (by {value:.3g})", f"{key} (by {violated[key]:.3g})"
-            for field, text in info.items():
+            for key_of_text, text in info.items():
                 if isinstance(text, str):
-                    info[field] = text.replace(old, new)
+                    info[key_of_text] = text.replace(old, new)
 
     def record_to_user(self, record: dict) -> dict:
         """A history record with its objective in the user's units (residuals stay in the
