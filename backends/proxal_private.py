@@ -22,10 +22,14 @@ def private_step(program: NodeProgram) -> float:
     private variables or where y = 0."""
     y = np.asarray(program.y, float)
     center = getattr(program.node_state, "y_center", None)
-    size = float(np.max(np.abs(y), initial=0.0))
-    if size == 0 or center is None or np.shape(center) != y.shape:
+    if center is None or np.shape(center) != y.shape:
         return 0.0
-    return float(np.max(np.abs(y - center), initial=0.0)) / size
+    # at least ZERO: a slack whose answer is 0 (s ≥ 0 active) ends at ±1e-13, where a step of
+    # rounding read as 10× its size and the run went to its cap (tests/test_rewrites.py)
+    return float(np.max(np.abs(y - center), initial=0.0)) / max(float(np.max(np.abs(y), initial=0.0)), ZERO)
+
+
+ZERO = 1e-6    # (`private_step`) a private value below this, in the run's equilibrated units, is 0
 
 
 @procedure("proxal_private_step", {}, {"private_step": "1"}, local=True, read_only=True)
