@@ -18,18 +18,18 @@ from fedmodel.runtime.program import NodeProgram
 
 def private_step(program: NodeProgram) -> float:
     """This node's last outer step in its private variables relative to their size,
-    ‖y − ȳ‖∞/‖y‖∞ (ȳ: the proximal center, y where the outer iteration began); 0 without
-    private variables or where y = 0."""
+    ‖y − ȳ‖∞/max(‖y‖∞, ZERO) (ȳ: the proximal center, y where the outer iteration began); 0
+    without private variables."""
     y = np.asarray(program.y, float)
     center = getattr(program.node_state, "y_center", None)
     if center is None or np.shape(center) != y.shape:
         return 0.0
-    # at least ZERO: a slack whose answer is 0 (s ≥ 0 active) ends at ±1e-13, where a step of
-    # rounding read as 10× its size and the run went to its cap (tests/test_rewrites.py)
+    # at least ZERO: a slack whose answer is 0 (s ≥ 0 active) ends at 1e-13…1e-10, where steps
+    # of rounding read as 10× its size and ProxAL went to its cap (tests/test_rewrites.py)
     return float(np.max(np.abs(y - center), initial=0.0)) / max(float(np.max(np.abs(y), initial=0.0)), ZERO)
 
 
-ZERO = 1e-6    # (`private_step`) a private value below this, in the run's equilibrated units, is 0
+ZERO = 1e-2    # (`private_step`) a private value below this, in the run's equilibrated units, counts as this size
 
 
 @procedure("proxal_private_step", {}, {"private_step": "1"}, local=True, read_only=True)
