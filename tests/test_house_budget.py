@@ -6,18 +6,18 @@ solved. Before branch budget the halfspace kept r = 1 in the equilibrated units,
 backends said "converged" 7–8 % from the answer (this synthetic model: "stalled" at w = 0)."""
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
 import pytest
 
 import fedmodel as fm
+from fedmodel import datasets
 import fedmodel.compiler.scaling as scaling
 from fedmodel.backends import CentralizedProxAL, ProxAL
+from tests.conftest import load_data
 
 UNITS = np.array([1e0, 1e1, 1e2, 1e3, 1e4, 1e5])
-HOUSES = os.path.join(os.environ.get("FEDMODEL_DATA", "/work/shared/data"), "regression/cal_housing.data")
 
 
 def synthetic(seed: int = 0, n: int = 200) -> tuple[np.ndarray, np.ndarray]:
@@ -81,9 +81,8 @@ def test_binding_budget_to_a_tight_tolerance(backend):
 
 
 def houses(rows: int | None = None):
-    if not os.path.exists(HOUSES):
-        pytest.skip(f"{HOUSES} not found (set FEDMODEL_DATA)")
-    t = np.loadtxt(HOUSES, delimiter=",")
+    path = load_data(datasets.data_file, "regression/cal_housing.data")   # (skips without ../shared/data)
+    t = np.loadtxt(path, delimiter=",")
     if rows is not None:
         t = t[np.random.default_rng(0).permutation(len(t))[:rows]]
     X = np.column_stack([t[:, :8], np.ones(len(t))])      # raw units: dollars, degrees, counts
