@@ -54,9 +54,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .atoms import (Abs, MatMul, Mean, Multiply, Norm1, Norm2, NormInf, Square, Sum, SumSquares, abs as abs_,
-                    multiply, sum as sum_)
+from .atoms import Abs, Norm1, Norm2, NormInf, Square, SumSquares, multiply, sum as sum_
 from .compiler.canonical import canonical_constraints, classify_objective, flatten, split_names
+from .compiler.terms import summed_size
 from .compiler.codegen import Plan
 from .compiler.intersections import merge_sets
 from .compiler.scaling import column_scales
@@ -103,7 +103,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     # canonical terms (their sizes scale the violations), the objective's constant terms
     rewritten = [part.expr for parts, c in zip(canonicals, constraints) for part in parts
                  if part is not c]
-    terms = [[_summed_sizes(t.expression()) for t in flatten(c.expr)] for c in constraints]
+    terms = [[summed_size(t.expression()) for t in flatten(c.expr)] for c in constraints]
     outputs = [c.expr for c in constraints] + rewritten + [t for ts in terms for t in ts] + constants
     evaluated = iter(Plan(outputs, variables)(*inputs) if outputs else [])
     residuals = [next(evaluated) for _ in constraints]
@@ -263,23 +263,6 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
                        relative_feasibility=relative_feasibility,
                        relative_complementarity=relative_complementarity,
                        objective_scale=objective_scale, lengths=lengths, worst=worst)
-
-
-def _summed_sizes(term: Expression) -> Expression:
-    """A constraint term whose size counts what it adds up: Σ|v| for sum(v) (or a mean), |A|·|v|
-    for A @ v with A free of variables. A budget sum(w) >= 0 met at sum(w) = -1.5e-12 by
-    cancellation has terms of size ~Σ|w_j|, not 1.5e-12, which read a rounding error as a 100 %
-    violation (docs/BENCHMARKS.md, newuser4's house budget in units of 1e5)."""
-    coefficient, atom = 1.0, term
-    if isinstance(term, Multiply) and not term.args[0].variables():
-        coefficient, atom = term.args[0], term.args[1]
-    if isinstance(atom, (Sum, Mean)) and atom.args[0].variables():
-        atom = atom.with_args(abs_(atom.args[0]))
-    elif isinstance(atom, MatMul) and sum(not a.variables() for a in atom.args) == 1:
-        atom = atom.with_args(*(abs_(a) for a in atom.args))
-    else:
-        return term
-    return multiply(abs_(coefficient), atom)
 
 
 def _ratio(value: float, scale: float) -> float:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compiler.codegen import Plan
-from ..compiler.terms import flatten
+from ..compiler.terms import flatten, summed_size
 from ..errors import FedModelError
 from . import solvers
 from .compiled_merit import CompiledMerit
@@ -131,7 +131,7 @@ def _most_violated(program, constraints: list, z: np.ndarray) -> tuple[str, floa
     largest size of any constraint's terms): the size is the largest entry of Σ_t |t(z)| over
     its terms t, as `certificate` measures it; the largest over all constraints makes the
     relative bound a bound on every one (the rows of F are the constraints' canonical forms)."""
-    terms = [[t.expression() for t in flatten(c.expr)] for c in constraints]
+    terms = [[summed_size(t.expression()) for t in flatten(c.expr)] for c in constraints]
     plan = Plan([c.expr for c in constraints] + [t for ts in terms for t in ts], program.variables)
     values = iter(plan(*_unpack(program, z)))
     residuals = [next(values) for _ in constraints]
