@@ -145,6 +145,12 @@ class Auto:
         self.overrides = dict(overrides or {})
         self.privacy = {k: v for k, v in privacy.items() if v is not None}
 
+    @property
+    def solves_epigraph(self) -> bool:
+        """(`Backend.solves_epigraph`) ProxAL does, unless DP options pick DP-ADMM, whose
+        client step takes no private variables."""
+        return not self.privacy
+
     def choose(self, problem, topology: Any = None, executor: Any = "serial") -> Choice:
         """The backend, its settings and the reasons, from the model and the executor."""
         traits, (cost, source) = describe(problem), round_trip_source(executor)

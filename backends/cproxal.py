@@ -46,6 +46,7 @@ class CentralizedProxAL(Backend):
 
     name = "cproxal"
     checkpointing = True
+    solves_epigraph = True   # (`Backend.solves_epigraph`)
     centralized = True   # a baseline that pools every block's data in one place (not federated)
     procedures = (proxal_outer._violations, proxal_private._private_step)
 

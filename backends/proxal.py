@@ -159,7 +159,7 @@ class ProxAL(Backend):
     """
 
     name = "proxal"
-    checkpointing = True
+    checkpointing = solves_epigraph = True      # (`Backend.solves_epigraph`)
     # the clients' "configure" of each outer iteration rides on Algorithm 2's "proxal_admm_init"
     # (one message instead of two back to back, the same iterates; False: two, as before)
     configure_with_init = True

@@ -12,9 +12,10 @@ entry per row, with the rows of
 
 as that client's local constraints: its data never leaves it. At a solution t = φ(a), so the
 rewritten model has the user's optimum and objective value. Backends whose runs take a
-client's private variables and inequalities (`TAKES`) solve the rewritten copy; CVXPY takes the
-model as written; any other backend is refused before it runs, with the names of those that
-can (`rewrite_for`). Prox-able terms (λ‖w‖₁ of a shared variable) and the server's terms are
+client's private variables and inequalities exactly (`solves_epigraph` True: ProxAL, cProx-AL,
+auto without DP options) solve the rewritten copy; CVXPY takes the model as written
+("as written"); any other backend is refused before it runs, with the names of those that can
+(`rewrite_for`). Prox-able terms (λ‖w‖₁ of a shared variable) and the server's terms are
 left as they are: they have prox paths.
 
 `EpigraphModel.to_user` reports the result in the user's terms: the slacks are not among the
@@ -37,12 +38,6 @@ from ..expression import Constant, Expression, Variable
 from .canonical import classify_objective
 from .codegen import Plan
 from .terms import Term, flatten
-
-# backends (by `name`) whose runs take a client's private variables and inequality constraints
-# exactly: they solve the rewritten model (DALD takes both but runs the SVM, quantile and LAD
-# forms to its iteration cap, 1.7e-4 to 1.7e-3 from CVXPY's w: docs/BENCHMARKS.md, branch epigraph)
-TAKES = ("proxal", "cproxal", "auto")
-CENTRAL = "cvxpy"       # canonicalizes these losses itself
 
 
 @dataclasses.dataclass
@@ -161,21 +156,22 @@ def rewrite_for(problem, solver: Any) -> EpigraphModel | None:
     """The epigraph form of `problem` for `solver` (a backend instance): None when no client
     objective has such a loss or the solver is CVXPY; SmoothnessError, naming the term and the
     backends that take the rewritten form, when `solver` is none of them."""
-    name = getattr(solver, "name", None)
-    if name == CENTRAL:
+    takes = getattr(solver, "solves_epigraph", False)     # (`backends.base.Backend`)
+    if takes == "as written":
         return None
     # (a smooth term is passed over at once: ~37 µs a client of a smooth model, 10⁴ clients)
     found = [(block, found) for block in problem.clients if (found := client_losses(block))]
     if not found:
         return None
-    if name not in TAKES or (name == "auto" and getattr(solver, "privacy", None)):
-        # (auto with DP options runs DP-ADMM, whose client step takes no private variables)
+    if takes is not True:
+        # (DALD takes both but runs the SVM, quantile and LAD forms to its iteration cap,
+        # 1.7e-4 to 1.7e-3 from CVXPY's w: docs/BENCHMARKS.md, branch epigraph)
         block, losses = found[0]
         term = next(loss.written for _, _, ls in losses for loss in ls if loss is not None)
         raise SmoothnessError(
             f"client {block.name!r}: the loss {term} has neither a gradient nor a prox, and "
-            f"backend {name!r} does not solve its epigraph form (a private slack t ≥ the loss's "
-            "pieces per row, held by the client, and two inequalities per row); ProxAL "
+            f"backend {getattr(solver, 'name', None)!r} does not solve its epigraph form (a "
+            "private slack t ≥ the loss's pieces per row, held by the client, and two inequalities per row); ProxAL "
             "('proxal'), cProx-AL ('cproxal') and backend='auto' do, and 'cvxpy' solves it "
             "centrally: prob.solve('proxal')")
     return _rewrite(problem, dict(found))
