@@ -122,7 +122,7 @@ def _direction(merit: CompiledMerit, z: np.ndarray, g: np.ndarray) -> tuple[np.n
         except np.linalg.LinAlgError:
             return -np.linalg.lstsq(H, g, rcond=None)[0], False
     target = 1e-8 * float(np.max(np.abs(g)))
-    step = solvers._conjugate_gradients(lambda v: merit.hvp(z, v), g, target)
+    step = solvers.conjugate_gradients(lambda v: merit.hvp(z, v), g, target)
     return step, float(np.max(np.abs(merit.hvp(z, step) + g))) <= target
 
 

@@ -108,7 +108,7 @@ def newton_cg(fun_grad: FunGrad, hvp: Callable[[np.ndarray, np.ndarray], np.ndar
     while residual > tol and steps < max_steps:
         eta = 1e-12 if exact else min(0.5, np.sqrt(residual / first)) if first > 0 else 0.5
         target = max(eta * residual, 0.1 * tol)
-        direction, slope = descent(g, _conjugate_gradients(lambda v: hvp(x, v), g, target))
+        direction, slope = descent(g, conjugate_gradients(lambda v: hvp(x, v), g, target))
         found = backtrack(fun_grad, x, value, residual, direction, slope)
         if found is None:        # no descent left at this precision
             return x, steps, residual
@@ -117,7 +117,7 @@ def newton_cg(fun_grad: FunGrad, hvp: Callable[[np.ndarray, np.ndarray], np.ndar
     return x, steps, residual
 
 
-def _conjugate_gradients(apply: Callable[[np.ndarray], np.ndarray], g: np.ndarray, target: float,
+def conjugate_gradients(apply: Callable[[np.ndarray], np.ndarray], g: np.ndarray, target: float,
                          max_iterations: int | None = None) -> np.ndarray:
     """An approximate solution d of H d = −g by CG (H = `apply`, symmetric), stopped when
     ‖H d + g‖∞ ≤ target, at negative or zero curvature (the iterate so far; −g at the start),
