@@ -19,8 +19,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.example.endswith(".py") and os.path.isfile(args.example):
         # a model file, as `fedmodel deploy` takes it (examples/*.py): its solve_options go
         # with the backend it names
-        from fedmodel.deploy import load_problem      # (imports Flower: only for a file)
-        module = _model_file(args.example)
+        from fedmodel.deploy import load_problem, model_module   # (imports Flower: only for a file)
+        module = model_module(args.example)
         prob = load_problem(module, args.clients)
         if getattr(module, "backend", None) == name:
             options.update(getattr(module, "solve_options", {}))
@@ -89,14 +89,6 @@ def _refusal(name: str, prob) -> str | None:
     """Why `fedmodel run` will not run backend `name` on `prob` (None: it runs)."""
     refuses, why = REFUSALS.get(name, (None, ""))
     return why if refuses is not None and refuses(prob) else None
-
-
-def _model_file(path: str):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("fedmodel_run_model", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)      # `if __name__ == "__main__"` blocks do not run
-    return module
 
 
 def _examples(_: argparse.Namespace) -> int:

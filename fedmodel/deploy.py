@@ -72,6 +72,15 @@ FLOWER_SCRIPTS = {"flower-superlink": "flwr.superlink.cli:flower_superlink",
                   "flower-superexec": "flwr.supercore.cli:flower_superexec"}
 
 
+def model_module(path: str | os.PathLike, name: str = "fedmodel_model") -> Any:
+    """A model file (`fedmodel deploy`'s, `fedmodel run FILE`'s), the user's own, as a module
+    (its `if __name__ == "__main__"` block does not run)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_problem(module: Any, n_clients: int):
     """The model file's problem: `make_problem(n_clients)` or its `problem`."""
     if hasattr(module, "make_problem"):
@@ -335,10 +344,7 @@ class Deployment:
 
     def _client_names(self) -> list[str]:
         """The model's client names (building the problem runs no loader)."""
-        spec = importlib.util.spec_from_file_location("fedmodel_deploy_model", self.model_path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return [c.name for c in load_problem(module, self.clients).clients]
+        return [c.name for c in load_problem(model_module(self.model_path), self.clients).clients]
 
     # ---- the app --------------------------------------------------------------------------------
     @property
