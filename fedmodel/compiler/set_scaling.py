@@ -61,7 +61,7 @@ def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], di
         if form is not None:
             in_v[c.name] = form
         elif term.kind == "halfspace":
-            normals[c.name] = term.pieces[0].a
+            normals[c.name] = term.pieces[0].current().a   # a Parameter: its value now
         elif term.kind in AFFINE:   # its projection does not see r; DALD's stall rule, tuned
             kept.add(c.name)         # at r = 1, read contradictory halfspaces "stalled" at r ≠ 1
     return fixed, whole - fixed, kept, in_v, held, normals
