@@ -12,7 +12,7 @@ from fedmodel import backends
 from fedmodel.runtime.executor import SerialExecutor
 from fedmodel.runtime.ledger import install
 from fedmodel.runtime.program import compile_programs
-from test_ledger_riders import _history, _model, _parts
+from test_ledger_riders import _history, _model
 
 ROUNDS = 7
 

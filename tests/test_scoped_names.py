@@ -4,7 +4,6 @@ as the model with distinct names; each `s` keeps its own value and displays as `
 only shared variables need problem-wide names."""
 import numpy as np
 import pytest
-import sympy
 
 import fedmodel as fm
 

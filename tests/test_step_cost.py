@@ -6,7 +6,6 @@ On main the serial step evaluated P_i there too: `gradient_plan` was never calle
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from fedmodel.builtin_models import neyman_pearson
 from fedmodel.runtime import compiled_merit
