@@ -40,8 +40,22 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.bench_cold import _fresh, held_step, logistic_ball, per_step_where  # noqa: E402
+
+
+def _sibling(name: str):
+    """A module of this folder by its file: not by putting the checkout on sys.path, where
+    its fedmodel/ would shadow the interpreter's installed one (the "before" checkout's)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench_cold = _sibling("bench_cold")
+_fresh, held_step, logistic_ball, per_step_where = (bench_cold._fresh, bench_cold.held_step,
+                                                    bench_cold.logistic_ball, bench_cold.per_step_where)
 
 CHILD = r"""
 import json, sys, time, warnings
@@ -66,7 +80,7 @@ mark("solve (its imports included)")
 phases = {name: (t - marks[i][1], c - marks[i][2]) for i, (name, t, c) in enumerate(marks[1:])}
 print(json.dumps({"phases": phases, "total": (marks[-1][1] - marks[0][1], marks[-1][2] - marks[0][2]),
                   "status": str(res.status), "iterations": res.iterations, "objective": res.objective,
-                  "backend": str(res.backend),
+                  "backend": str(res.backend), "fedmodel": fm.__file__,
                   "round_trips": res.info.get("communication", {}).get("round_trips")}))
 """
 
@@ -83,6 +97,7 @@ def cold(models: list[str], repeats: int) -> None:
         runs = {backend: min(_fresh(["-c", CHILD, model, backend], repeats), key=lambda r: r["total"][1])
                 for backend in ("default", "cvxpy")}
         ref = runs["cvxpy"]
+        assert runs["default"]["fedmodel"] == sys.modules["fedmodel"].__file__, "another fedmodel in the child"
         for backend, run in runs.items():
             ph = run["phases"]
             solve, total = ph["solve (its imports included)"][1], run["total"][1]
@@ -97,11 +112,11 @@ def cold(models: list[str], repeats: int) -> None:
 
 def step_models() -> dict:
     """d → (name, builder(n))."""
-    from benchmarks.bench_cold import neyman_pearson, np_data
-    from benchmarks.bench_rounds import MODELS
-    monks = np_data("monks-1")
-    return {10: ("logistic-ball (bench_rounds)", lambda n: MODELS["logistic-ball"](n)[0]),
-            17: ("np-monks1", lambda n: neyman_pearson(monks, n)),
+    import fedmodel  # noqa: F401  (first: bench_rounds puts its checkout on sys.path to import it)
+    models = _sibling("bench_rounds").MODELS
+    monks = bench_cold.np_data("monks-1")
+    return {10: ("logistic-ball (bench_rounds)", lambda n: models["logistic-ball"](n)[0]),
+            17: ("np-monks1", lambda n: bench_cold.neyman_pearson(monks, n)),
             50: ("logistic-ball-50 (bench_cold)", logistic_ball)}
 
 
