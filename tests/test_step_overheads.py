@@ -81,30 +81,3 @@ def test_penalty_weights_follow_the_multiplier_and_penalty_writes():
     mu, sigma = plans.penalty_weights(program)
     np.testing.assert_array_equal(mu, 2.0 * new)
     np.testing.assert_array_equal(sigma, np.full(plans.rows, float(local_al.LOCAL_PENALTY)))
-
-
-def test_one_held_row_remainder_is_the_rows_form_bitwise():
-    """A serial client's certificate with one held row (`local_al._remainder_one`, branch `cold`)
-    gives `remainder_rows`' numbers bit for bit — active, inactive, on the boundary, a zero
-    Jacobian row and a NaN value — and, where the row is active, r + ν a with the closed form
-    ν = max(0, −aᵀr / aᵀa) (r = g − a·[μ + σ g_row]₊) that makes r + ν a ⟂ a."""
-    prob, w, _, _ = one_client(threshold=0.4)
-    program = compile_programs(prob, client_sets=True, client_constraints=True)["c0"]
-    plans = local_al.local_plans(program)
-    assert plans.rows == 1
-    weights = plans.penalty_weights(program)
-    mu, sigma = weights
-    rng = np.random.default_rng(7)
-    cases = [(1e-9, 1.0), (-1.0, 1.0), (0.0, 1.0), (0.0, 0.0), (np.nan, 1.0), (0.3, 1.0)]
-    for value, size in cases * 3:
-        x, g = rng.standard_normal(4) * 10.0, rng.standard_normal(4)
-        values, jacobian = np.array([value]), size * rng.standard_normal((1, 4))
-        rows = local_al.remainder_rows([program], x[None], g[None], values[None], jacobian[None])[0]
-        one = local_al._remainder_one(weights, x, g, values, jacobian)
-        assert one.tobytes() == rows.tobytes()
-        if value >= 0 and size > 0:                     # active: the normal cone's element
-            a = jacobian[0]
-            r = g - a * max(mu[0] + sigma[0] * value, 0.0)
-            nu = max(0.0, -(a @ r) / (a @ a))
-            np.testing.assert_allclose(one, r + nu * a, rtol=1e-12, atol=1e-12)
-            assert nu == 0.0 or abs(a @ one) <= 1e-10 * np.linalg.norm(a) * np.linalg.norm(r)

@@ -235,29 +235,8 @@ def local_remainder(program: NodeProgram, x: np.ndarray, g: np.ndarray) -> np.nd
     x = np.asarray(x, float)
     plans = local_plans(program)
     values, jacobian = plans.values(program, x, program.y), plans.jacobian(program, x, program.y)
-    if plans.rows == 1:     # one held row (a serial client's step): `remainder_rows`' numbers
-        return _remainder_one(plans.penalty_weights(program), x, np.asarray(g, float), values, jacobian)
     return remainder_rows([program], x[None, :], np.asarray(g, float)[None, :], values[None, :],
                           jacobian[None])[0]
-
-
-def _remainder_one(weights: tuple, x: np.ndarray, g: np.ndarray, values: np.ndarray,
-                   jacobian: np.ndarray) -> np.ndarray:
-    """`remainder_rows` of one client with one held row (m = 1), the same operations on the
-    same (1, …) views in the same order (bitwise its numbers), without the stacks' index
-    bookkeeping: ~20 of a serial held step's ~40 µs there (docs/BENCHMARKS.md, branch cold)."""
-    mu, sigma = weights
-    J, v = jacobian[None], values[None]
-    out = g[None] - np.einsum("kmn,km->kn", J, np.maximum(mu + sigma * values, 0.0)[None])
-    reach = np.maximum(1.0, np.maximum.reduce(np.abs(x), axis=0, initial=0.0))
-    scale = np.maximum(1.0, np.add.reduce(np.abs(J), axis=2) * reach)
-    if v[0, 0] >= -ACTIVE * scale[0, 0]:       # its one row near active: ν in closed form
-        a = J[:, 0]
-        aa = np.einsum("kn,kn->k", a, a)
-        ar = np.einsum("kn,kn->k", a, out)
-        nu = np.maximum(0.0, np.divide(-ar, aa, out=np.zeros_like(ar), where=aa > 0))
-        out += nu[:, None] * a
-    return out[0]
 
 
 def remainder_rows(programs: list, X: np.ndarray, G: np.ndarray, values: np.ndarray,
