@@ -16,10 +16,15 @@ the section on backend="auto"):
 4. A star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
    Pearson — or couples variables) or a client has private variables: its augmented
    Lagrangian is the one exact treatment. Otherwise (unconstrained, or norm balls, bounds,
-   halfspaces only, ℓ1 by its prox) ProxAL below `MANY_CLIENTS` clients; from there on
-   FedADMM where round trips are cheap and ProxAL where they are dear. ProxAL takes fewer round
-   trips at every n (bench_rounds, n = 40 / 200: 31–46 / 31–53 against FedADMM's 52–66 / 57–93)
-   but more CPU at n ≥ 40 (logistic-ball: 3.8 / 30 s against 1.2 / 4.9 s). Where FedADMM still
+   halfspaces only, ℓ1 by its prox) the measured cost decides — round trips × (seconds a round
+   trip costs + the clients' CPU per round trip), docs/BENCHMARKS.md "auto at many tiny
+   clients" (branch newuser5). ProxAL takes fewer round trips at every n
+   (bench_auto, n = 40 / 200: 28–42 / 28–49 against FedADMM's 53–66 / 61–93; 1,000 clients of 3
+   rows 45 against 243), and where no client holds a set its round trip costs FedADMM's CPU
+   (ridge n = 200: 50 ms against 46 ms) — so ProxAL at every n there. Where clients hold sets
+   (balls, bounds) ProxAL's held-constraint steps cost ~4× FedADMM's per client per round
+   trip (logistic-ball n = 200: 9.4 s / 37 against 3.9 s / 61; from n ≈ 40 the larger cost
+   where a round trip costs less than ~0.05 s), so from `MANY_CLIENTS` clients on FedADMM where round trips are cheap and ProxAL where they are dear. Where FedADMM
    refuses the model (a client's ℓ1 term and its set, say), or its run diverges (an exp loss),
    ProxAL runs.
    Where round trips are dear (≥ `DEAR_ROUND_TRIP` seconds: Flower, not the in-process
@@ -45,8 +50,9 @@ from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
 from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
 
-# Clients from which FedADMM replaces ProxAL on models it takes (star, simple sets only) where
-# round trips are cheap: from there ProxAL's CPU is the larger (docs/BENCHMARKS.md, bench_rounds).
+# Clients from which FedADMM replaces ProxAL on models whose clients hold simple sets (a star)
+# where round trips are cheap: from there ProxAL's held-constraint steps take the more CPU
+# (docs/BENCHMARKS.md, bench_auto). Without client sets ProxAL is the cheaper at every n.
 MANY_CLIENTS = 40
 # Seconds per round trip from which a round trip is "dear" (Flower's simulation: ~0.1 s,
 # a deployment 6.6 s; Ray on loopback ~0.015 s, in process ~1e-4 s: docs/BENCHMARKS.md)
@@ -63,6 +69,7 @@ class Traits:
     clients: int
     general: list[str] = field(default_factory=list)      # constraints no projection takes
     sets: list[str] = field(default_factory=list)         # simple sets (balls, bounds, affine)
+    held: list[str] = field(default_factory=list)         # clients holding a simple set
     prox: list[str] = field(default_factory=list)         # blocks with a λ‖w‖₁ term
     unsupported: list[str] = field(default_factory=list)  # nonsmooth terms without a prox
     private: list[str] = field(default_factory=list)      # clients with private variables
@@ -77,6 +84,8 @@ def describe(problem) -> Traits:
         for constraint in block.constraints:
             simple = simple_set(constraint, affine=True) is not None
             (traits.sets if simple else traits.general).append(f"{where}: {constraint.name}")
+            if simple and block.kind != "server" and where not in traits.held:
+                traits.held.append(where)
         classified = classify_objective(block.terms)
         traits.unsupported += [f"{where}: {expr}" for expr in classified.unsupported]
         if classified.prox:
@@ -178,13 +187,17 @@ class Auto:
             why = (f"constraints that are no simple set ({_few(traits.general)})" if traits.general
                    else f"private variables on clients {_few(traits.private)}")
             reasons = [f"{why}: ProxAL's augmented Lagrangian treats them exactly", trip]
-        elif traits.clients >= many and not dear:
+        elif traits.clients >= many and traits.held and not dear:
             return self._pick("fedadmm", {}, cost, [
-                f"{traits.clients} clients ≥ {many}, {simple}, cheap round trips: FedADMM takes "
-                "less CPU (ProxAL takes fewer round trips, which pays where they are dear)", trip])
+                f"{traits.clients} clients ≥ {many} holding sets ({_few(traits.held)}), cheap round "
+                "trips: FedADMM takes less CPU (ProxAL's held-constraint steps cost more per round "
+                "trip; its fewer round trips pay where they are dear)", trip])
+        elif traits.clients >= many and traits.held:
+            reasons = [f"{traits.clients} clients ≥ {many} holding sets ({_few(traits.held)}), dear "
+                       "round trips: ProxAL takes the fewest", trip]
         elif traits.clients >= many:
-            reasons = [f"{traits.clients} clients ≥ {many}, {simple}, dear round trips: ProxAL "
-                       "takes the fewest", trip]
+            reasons = [f"{traits.clients} clients, {simple}, none held by a client: ProxAL takes the "
+                       "fewest round trips at the CPU per round trip of FedADMM's", trip]
         else:
             reasons = [f"{traits.clients} clients < {many}, {simple}: ProxAL's defaults take the "
                        "fewest round trips", trip]
