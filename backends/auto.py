@@ -54,6 +54,11 @@ from fedmodel.runtime.executor import round_trip_estimate
 # where round trips are cheap: from there ProxAL's held-constraint steps take the more CPU
 # (docs/BENCHMARKS.md, bench_auto). Without client sets ProxAL is the cheaper at every n.
 MANY_CLIENTS = 40
+# Seconds per client above which a round trip is dear enough for ProxAL where clients hold sets:
+# (ProxAL's CPU − FedADMM's) / (FedADMM's round trips − ProxAL's), per client — logistic-ball
+# n = 40: (1.81 − 0.78 s) / (55 − 38) / 40 = 1.5e-3; n = 200: (9.39 − 3.94) / (61 − 37) / 200 =
+# 1.1e-3; 200 clients × 3 rows with client balls: (21.1 − 6.3) / (118 − 53) / 200 = 1.1e-3
+HELD_CROSSOVER = 1.1e-3
 # Seconds per round trip from which a round trip is "dear" (Flower's simulation: ~0.1 s,
 # a deployment 6.6 s; Ray on loopback ~0.015 s, in process ~1e-4 s: docs/BENCHMARKS.md)
 DEAR_ROUND_TRIP = 0.05
@@ -187,14 +192,15 @@ class Auto:
             why = (f"constraints that are no simple set ({_few(traits.general)})" if traits.general
                    else f"private variables on clients {_few(traits.private)}")
             reasons = [f"{why}: ProxAL's augmented Lagrangian treats them exactly", trip]
-        elif traits.clients >= many and traits.held and not dear:
-            return self._pick("fedadmm", {}, cost, [
-                f"{traits.clients} clients ≥ {many} holding sets ({_few(traits.held)}), cheap round "
-                "trips: FedADMM takes less CPU (ProxAL's held-constraint steps cost more per round "
-                "trip; its fewer round trips pay where they are dear)", trip])
         elif traits.clients >= many and traits.held:
-            reasons = [f"{traits.clients} clients ≥ {many} holding sets ({_few(traits.held)}), dear "
-                       "round trips: ProxAL takes the fewest", trip]
+            crossing = HELD_CROSSOVER * traits.clients
+            held = f"{traits.clients} clients ≥ {many} holding sets ({_few(traits.held)})"
+            if cost < crossing:
+                return self._pick("fedadmm", {}, cost, [
+                    f"{held}, round trips under {crossing:.3g} s: FedADMM takes less time (ProxAL's "
+                    "held-constraint steps cost more CPU than its fewer round trips save)", trip])
+            reasons = [f"{held}, round trips over {crossing:.3g} s: ProxAL's fewer round trips "
+                       "outweigh its extra CPU", trip]
         elif traits.clients >= many:
             reasons = [f"{traits.clients} clients, {simple}, none held by a client: ProxAL takes the "
                        "fewest round trips at the CPU per round trip of FedADMM's", trip]
