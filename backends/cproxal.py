@@ -48,7 +48,10 @@ class CentralizedProxAL(Backend):
     checkpointing = True
     solves_epigraph = True   # (`Backend.solves_epigraph`)
     centralized = True   # a baseline that pools every block's data in one place (not federated)
-    procedures = (proxal_outer._violations, proxal_private._private_step)
+    # `proxal_flat`: the outer stop (`proxal_outer.outer_stop`, shared with ProxAL) asks the
+    # nodes for their flat directions once its distance test has failed a few times
+    procedures = (proxal_outer._violations, proxal_private._private_step,
+                  proxal_outer.proxal_flat._flat)
 
     def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-5, 1e-4),
                  max_outer: int = 100, local_solver: str = "auto", w0: Any = None,

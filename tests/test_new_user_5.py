@@ -72,3 +72,51 @@ def test_auto_at_many_tiny_clients_is_verified_and_takes_the_fewest_round_trips(
     assert fm.verify(res, reference).ok
     trips = lambda r: int(r.info["communication"]["round_trips"])    # noqa: E731
     assert fm.verify(other, reference).ok and trips(res) <= trips(other)
+
+
+def _hinge(scale: float):
+    """A linear SVM over 3 clients (hinge loss, epigraph form under cProx-AL) with its features in
+    units ×`scale` and the ridge weight in step (the same model in w·scale)."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(120, 4))
+    y = np.sign(X @ rng.normal(size=4) + 0.4 * rng.normal(size=120))
+    X = X * scale
+    w = fm.Variable(4, name="w")
+    prob = fm.Problem("hinge")
+    for i in range(3):
+        rows = slice(40 * i, 40 * i + 40)
+        c = prob.add_client(f"c{i}")
+        margin = fm.multiply(c.data(y[rows], name="y"), c.data(X[rows], name="X") @ w)
+        c.minimize(fm.sum(fm.pos(1 - margin)) / 120)
+    prob.server.minimize(1e-2 / scale**2 * fm.sum_squares(w))
+    return prob, w
+
+
+@pytest.mark.integration    # (~2 s with CVXPY twice)
+def test_cproxal_asks_for_flat_directions_without_crashing():
+    """cProx-AL shares ProxAL's outer stop, which asks the nodes for their flat directions
+    ("proxal_flat") after its distance test failed a few times — a message cProx-AL did not
+    declare: the hinge SVM in units ×1e6 raised FedModelError "message kind 'proxal_flat' is not
+    a procedure of this run" (also a pinball loss ×1e-6). Now it ends with a status, and the
+    status and verify agree with the distance to CVXPY's point (its answer in these units is
+    not reached: docs/BENCHMARKS.md, round 5)."""
+    prob, w = _hinge(1e6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve("cproxal")
+        reference = prob.solve("cvxpy")
+    x, x_ref = res.value(w), reference.value(w)
+    distance = np.abs(x - x_ref).max() / np.abs(x_ref).max()
+    report = fm.verify(res, reference)
+    assert res.status in ("converged", "stalled", "max_iterations", "infeasible")
+    assert report.ok == (distance <= 1e-3 and res.status == "converged")
+    if res.status == "converged":
+        assert distance <= 1e-3
+    # in unit scale the same model is solved: the answer is CVXPY's
+    prob, w = _hinge(1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res, reference = prob.solve("cproxal"), prob.solve("cvxpy")
+    assert res.status == "converged"
+    np.testing.assert_allclose(res.value(w), reference.value(w), rtol=0,
+                               atol=1e-4 * np.abs(reference.value(w)).max())
