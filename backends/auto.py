@@ -17,14 +17,16 @@ the section on backend="auto"):
    Pearson — or couples variables) or a client has private variables: its augmented
    Lagrangian is the one exact treatment. Otherwise (unconstrained, or norm balls, bounds,
    halfspaces only, ℓ1 by its prox) the measured cost decides — round trips × (seconds a round
-   trip costs + the clients' CPU per round trip), docs/BENCHMARKS.md "auto at many tiny
-   clients" (branch newuser5). ProxAL takes fewer round trips at every n
-   (bench_auto, n = 40 / 200: 28–42 / 28–49 against FedADMM's 53–66 / 61–93; 1,000 clients of 3
-   rows 45 against 243), and where no client holds a set its round trip costs FedADMM's CPU
+   trip costs + the clients' CPU per round trip), docs/BENCHMARKS.md "… auto at many tiny
+   clients (branch `newuser5`)". ProxAL takes fewer round trips at every n (bench_auto,
+   n = 40 / 200: 28–42 / 28–49 against FedADMM's 53–66 / 61–93; 1,000 clients of 3 rows 45
+   against 243), and where no client holds a set its round trip costs FedADMM's CPU
    (ridge n = 200: 50 ms against 46 ms) — so ProxAL at every n there. Where clients hold sets
    (balls, bounds) ProxAL's held-constraint steps cost ~4× FedADMM's per client per round
-   trip (logistic-ball n = 200: 9.4 s / 37 against 3.9 s / 61; from n ≈ 40 the larger cost
-   where a round trip costs less than ~0.05 s), so from `MANY_CLIENTS` clients on FedADMM where round trips are cheap and ProxAL where they are dear. Where FedADMM
+   trip (logistic-ball n = 200: 9.4 s / 37 against 3.9 s / 61), so from `MANY_CLIENTS` clients
+   on FedADMM unless a round trip costs more than `HELD_CROSSOVER` × n seconds, where ProxAL's
+   fewer round trips outweigh its extra CPU (crossing measured at 0.06 s for n = 40, 0.23 s for
+   n = 200; below 40 clients FedADMM's round trips vary too much: 41–182 at n = 5). Where FedADMM
    refuses the model (a client's ℓ1 term and its set, say), or its run diverges (an exp loss),
    ProxAL runs.
    Where round trips are dear (≥ `DEAR_ROUND_TRIP` seconds: Flower, not the in-process
