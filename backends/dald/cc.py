@@ -331,7 +331,7 @@ class FedDALDCC:
 
     @staticmethod
     def _spectral(k: int, X, xhat, sent, MU, anchor, twice_rho2, member: np.ndarray):
-        """The spectral rule's factor for ρ∘ρ after outer step k (`spectral.factor` of `spectral.penalty`, every
+        """The spectral rule's factor for ρ∘ρ after outer step k (`spectral.penalty`, every
         `spectral.EVERY` steps; 1 in between), the server's mirror of μ_i after this step's (15),
         and the estimate's anchor (X, λ̂, x̂, μ at the step the next estimate compares with).
         λ̂_i = μ_i + 2ρ_i²(x̂_sent − x_i) is the gradient (13) certifies at x_i. A step some client
@@ -352,7 +352,7 @@ class FedDALDCC:
         tau = float(np.mean(weight))
         new = spectral.penalty(tau, (X[both] - X0[both], grad[both] - G0[both]),
                                (np.broadcast_to(xhat - XHAT0, X.shape), MU0 - MU))
-        return spectral.factor(tau, new), MU, now
+        return (new / tau if np.isfinite(new) and new > 0.0 else 1.0), MU, now
 
     def _settle(self, ex, clients, xhat) -> float:
         """Step 2 owed to the clients (`one_message`), sent on its own: (15) and their own

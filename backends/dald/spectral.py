@@ -16,25 +16,6 @@ import numpy as np
 
 CORRELATION = 0.2      # ε_cor of the paper: an estimate whose changes correlate less is not used
 EVERY = 2              # T_f: outer steps between two estimates
-# the step toward an estimate, in log scale: τ ← τ^(1−DAMPING)·τ̂^DAMPING (not in Xu et al., who
-# take τ̂ itself). Taken whole, the estimates entered a limit cycle on models whose clients hold
-# constraints or few rows: 2ρ² swung ×60–×1,850 every few steps up to step 700 and was fixed
-# mid-swing at step 200 (abalone with a client away: 2ρ² = 14 where ≈ 0.01 converges; 50 client
-# boxes: ×11) → the cap, 2.6e-3 / 8.3e-3 from CVXPY; halfway in log scale: converged in 203 / 335
-# (docs/BENCHMARKS.md, branch daldfix)
-DAMPING = 0.5
-
-
-def factor(tau: float, estimate: float) -> float:
-    """The factor for the weight τ after an estimate τ̂ (`penalty`): (τ̂/τ)^DAMPING, 1 when τ̂
-    is not a positive number.
-
-    >>> factor(1.0, 0.04)
-    0.2
-    >>> factor(2.0, float("nan"))
-    1.0
-    """
-    return float((estimate / tau) ** DAMPING) if np.isfinite(estimate) and estimate > 0.0 else 1.0
 
 
 def curvature(dx: np.ndarray, dg: np.ndarray) -> tuple[float, float]:
