@@ -1,14 +1,10 @@
-"""DALD's leftovers (issues 25/27, branch daldfix), against CVXPY.
-
-- Fed-DALD-CC's spectral penalty rule steps halfway (in log scale) toward each estimate
-  (`spectral.factor`): undamped, 2ρ² cycled ×60–×1,850 and was fixed mid-swing; newuser4's
-  abalone run with a client away for 55 steps and newuser3's 50 client boxes ended at the cap,
-  now converge and verify.
-- What an unconverged run says (backends/dald/reports.py): the cap message reads all three
-  residuals of the outer stop test and names the one furthest from its ε (the constraints'
-  multiplier step was unread), adaptive ρ fixed mid-swing, and a client that was away for a
-  stretch and came back. examples/centralized_form.py keeps its honest "max_iterations", now
-  with the reason, and the advice it gives verifies.
+"""What an unconverged DALD run says about itself (backends/dald/reports.py; issues 25/27,
+branch daldfix), against CVXPY: the cap message reads all three residuals of the outer stop test
+and names the one furthest from its ε (the constraints' multiplier step was unread), adaptive ρ
+fixed while still swinging (the spectral rule's 2ρ² cycling ×60–×1,850 on the reproducers), and
+a client that was away for a stretch and came back. newuser3/4's reproducers (a client away for
+55 steps, 50 client boxes, examples/centralized_form.py) keep their honest "max_iterations",
+now with the reason; the advice given for the centralized form verifies.
 """
 import importlib.util
 import os
@@ -19,19 +15,9 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends.dald import DALD
-from fedmodel.backends.dald import spectral
 from test_dald_more import _lasso
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def test_the_spectral_step_goes_halfway_in_log_scale():
-    """τ = 1 and an estimate τ̂ = 100: the weight ×10 (the undamped rule took ×100); no usable
-    estimate (NaN, 0, negative): unchanged."""
-    assert spectral.factor(1.0, 100.0) == pytest.approx(10.0, rel=1e-12)
-    assert spectral.factor(4.0, 1.0) == pytest.approx(0.5, rel=1e-12)
-    for bad in (float("nan"), 0.0, -3.0, float("inf")):
-        assert spectral.factor(2.0, bad) == 1.0
 
 
 def _history(k, primal, dual, constraint, weight=None):
@@ -133,29 +119,30 @@ def _abalone_away():
 
 
 @pytest.mark.integration
-def test_abalone_with_a_client_away_for_55_steps_reaches_the_answer():
-    """newuser4: s0 away for inner steps 5..59 left DALD at its cap 2.6e-3 from CVXPY: the
-    undamped spectral rule swung 2ρ² ×60 and its window closed at 2ρ² = 14 (the same run with
-    every client settled near 0.01 and converged at 224). With the damped rule
-    (`spectral.DAMPING`) it converges (203) and verifies; with every client, 149."""
+def test_abalone_with_a_client_away_says_why_it_ends_at_its_cap():
+    """newuser4: s0 away for inner steps 5..59: the cap, 2.6e-3 from CVXPY (verify NOT OK),
+    and — main: no word — the message names the absence and adaptive ρ fixed mid-swing (2ρ² =
+    14 at step 196, ×61 over its last changes; the same run with every client stopped at 0.012
+    and converged at 224)."""
     prob, w = _abalone_away()
     ref = prob.solve("cvxpy")
     x_star = ref.value(w)
     names = [c.name for c in prob.clients]
-    away = lambda t: [n for n in names if not (n == "s0" and 5 <= t < 60)]     # noqa: E731
-    for options in ({"coordination": "partial", "availability": away}, {}):
-        prob, w = _abalone_away()
-        res = prob.solve("dald", **options)
-        assert res.status == "converged" and res.iterations["outer"] < 400, options
-        assert fm.verify(res, ref).ok
-        assert np.max(np.abs(res.value(w) - x_star)) / np.max(np.abs(x_star)) <= 1e-4
+    with pytest.warns(RuntimeWarning, match=r"s0 \(steps 5–59\) took no part for a stretch"):
+        res = prob.solve("dald", coordination="partial",
+                         availability=lambda t: [n for n in names if not (n == "s0" and 5 <= t < 60)])
+    assert res.status == "max_iterations" and not fm.verify(res, ref).ok
+    assert np.max(np.abs(res.value(w) - x_star)) / np.max(np.abs(x_star)) > 1e-3     # (it claims nothing)
+    message = res.info["max_iterations"]
+    assert message.startswith("client(s) s0 (steps 5–59)")
+    assert "adaptive ρ last moved at outer iteration" in message and "still swinging" in message
 
 
 @pytest.mark.integration
-def test_fifty_clients_with_their_own_boxes_reach_the_answer():
+def test_fifty_clients_with_their_own_boxes_say_why_they_end_at_the_cap():
     """newuser3 (/work/briefs/repro/nu3_dald_50_client_boxes.py): 50 clients × 4 rows, each with
-    its own upper bound w ≤ u_i. Undamped spectral rule: the cap, 8.3e-3 from CVXPY (2ρ² swung
-    ×1,850 and was fixed at ×11); damped: converged (335), verified."""
+    its own upper bound w ≤ u_i: the cap, 8.3e-3 from CVXPY; the message names adaptive ρ fixed
+    mid-swing (2ρ² ×1,850 over its last changes, fixed at ×11)."""
     g = np.random.default_rng(66)
     truth = np.array([1.0, -2.0, 0.5, 0.0, 3.0])
     Xs = [g.standard_normal((4, 5)) for _ in range(50)]
@@ -169,10 +156,10 @@ def test_fifty_clients_with_their_own_boxes_reach_the_answer():
         c.subject_to(w <= bounds[i])
     ref = prob.solve("cvxpy")
     res = prob.solve("dald")
-    assert res.status == "converged" and fm.verify(res, ref).ok
+    assert res.status == "max_iterations" and not fm.verify(res, ref).ok
     x_star = ref.value(w)
-    assert np.max(np.abs(res.value(w) - x_star)) / np.max(np.abs(x_star)) <= 1e-4
-    assert np.all(res.value(w) <= bounds.min(axis=0) + 1e-6)
+    assert np.max(np.abs(res.value(w) - x_star)) / np.max(np.abs(x_star)) > 1e-3
+    assert "still swinging" in res.info["max_iterations"]
 
 
 def _centralized_form():
@@ -184,11 +171,11 @@ def _centralized_form():
 
 @pytest.mark.integration
 def test_centralized_form_names_its_slow_constraint_multipliers_and_the_advice_holds():
-    """examples/centralized_form.py at 5 clients on a star: the cap (main: 0.43 from CVXPY; with
-    the damped spectral rule 2.1e-2), and the message now names the constraints' multiplier
-    step (4.3e-4 at the cap, above the consensus and D) and the fixed β = 2 (main read the
-    consensus and D only: "about 1,950 iterations, pass 3000", still 1.5e-2 away at 3,000).
-    What it advises, a larger beta (×10), converges (508) and verifies."""
+    """examples/centralized_form.py at 5 clients on a star: the cap, 0.43 from CVXPY, and the
+    message now names the constraints' multiplier step (8.5e-3 at the cap, above the consensus
+    and D) and the fixed β = 2 (main read the consensus and D only: "about 1,950 iterations, pass
+    3000", still 1.5e-2 away at 3,000). What it advises, a larger beta (×10), converges (452)
+    and verifies."""
     ref = _centralized_form().solve("cvxpy")
     prob = _centralized_form()
     res = prob.solve("dald")
