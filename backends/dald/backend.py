@@ -5,9 +5,7 @@ stall detection, history records.
 from __future__ import annotations
 
 import inspect
-import math
 import time
-import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -16,16 +14,17 @@ from fedmodel import topologies
 from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime.checkpoint import Checkpointer
 from fedmodel.runtime.program import moved_to_server
-from ..base import Backend, Run, paper_preset, violated_constraints
+from ..base import Backend, Run, paper_preset
 from ..outcome import Outcome, Status
-from ..watch import DivergenceWatch, rounds_to_tol
+from ..watch import DivergenceWatch
 from . import cc_nodes, dc_nodes, local
 from .cc import FedDALDCC
 from .dc import FedDALDDC
 from .options import PAPER_DALD, ClientModels, check_options
+from .reports import Reports
 
 
-class DALD(FedDALDCC, FedDALDDC, Backend):
+class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
     """Fed-DALD-CC on a star (Algorithm 2), Fed-DALD-DC on any other connected graph (Algorithm 3).
 
     Defaults: ρ = 1 (all ones), μ¹ = 0, x⁰ = 0, inner rule B4 with v_max = 1, step α = 1e-4 for
@@ -209,23 +208,6 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
         return Status.INFEASIBLE if settled and self.solver not in ("gd", "prox-grad") else Status.STALLED
 
-    def _stall_report(self, problem, status: str, values: dict, info: dict, k: int) -> None:
-        """For an infeasible / stalled run: the violated constraints by name (at the returned
-        point, the least-violation point found) in info["violated"], a message and a warning."""
-        if status not in (Status.INFEASIBLE, Status.STALLED):
-            return
-        violated = violated_constraints(problem, values, tol=self.eps_primal)
-        what = ("the model looks infeasible (the iterates settled while the multipliers grow)"
-                if status == Status.INFEASIBLE else "no progress while the multipliers grow")
-        info["violated"] = violated
-        info[status] = (f"DALD stopped at outer iteration {k}: the consensus / constraint residuals "
-                        f"did not improve over {2 * self._stall_span(k)} outer iterations — {what}. "
-                        f"Violated at the point returned: "
-                        + (", ".join(f"{n} (by {v:.3g})" for n, v in violated.items()) or "none")
-                        + ". Check these constraints together (and against the other clients' "
-                        "constraints: the model variables are shared), or pass stall_window=None")
-        warnings.warn(info[status], RuntimeWarning, stacklevel=4)
-
     def _inner_done(self, k: int, v: int, dual: float) -> bool:
         rule = self.inner_rule
         if rule == "B1":
@@ -277,7 +259,7 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         x0 = self._start_point(d)
         self._prepare(ex, x0)
         self._rng = np.random.default_rng(self.seed)
-        self._last_seen = {}
+        self._last_seen, self._away = {}, {}
         start = time.perf_counter()
         loop = self._cc if mode == "cc" else self._dc
         out = loop(problem, G, U, ex, x0, d, server_used, run.callback, run.verbose, start, run.checkpointer)
@@ -291,40 +273,6 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         if outcome.status == Status.MAX_ITERATIONS:
             self._cap_report(outcome.history, outcome.info)
         self._absent_report(problem, outcome)
-
-    def _absent_report(self, problem, outcome: Outcome) -> None:
-        """A run not converged while a client took no part in its last quarter of the steps says
-        so (newuser4: a client gone from step 5 left DALD at its cap 0.72 away, no word of it)."""
-        seen, total = getattr(self, "_last_seen", {}), len(outcome.history) and outcome.history[-1].get("inner_total", 0)
-        gone = [f"{c.name} (last at step {seen.get(c.name, -1)})" for c in problem.clients if seen and seen.get(c.name, -1) < 0.75 * total]
-        if gone and total >= 20 and outcome.status != Status.CONVERGED:
-            note = f"client(s) {', '.join(gone)} took no part in the last steps of {total}: the point lacks their data"
-            outcome.info["absent"] = outcome.info[outcome.status.value] = note + "; " + outcome.info.get(outcome.status.value, "")
-            warnings.warn(f"DALD ended {outcome.status.value}: {note}", RuntimeWarning, stacklevel=4)
-
-    def _cap_report(self, history: list[dict], info: dict) -> None:
-        """At the cap: how far the stop test still is, by the run's own rate (`watch.rounds_to_tol`
-        on the residuals' best of the last half against the quarter before), in
-        info["max_iterations"]. The flat NP model in mixed units (tests/test_np_convergence.py)
-        was 2e-2 away at 1,000 iterations and converged, verified, at 3,590; this read 3,290."""
-        eps, k = min(self.eps_primal, self.eps_dual), len(history)
-        # (DALD's own records only: its special cases keep others; a short cap or ε = 0 — a run
-        # the user chose to end at its cap — has nothing to read)
-        if self.name != "dald" or k < 40 or eps <= 0.0 or \
-                any("primal_residual" not in h or "dual_residual" not in h for h in history):
-            return
-        trace = [max(h["primal_residual"], h["dual_residual"]) for h in history]
-        total, recent, before = rounds_to_tol(trace, eps)
-        where = f"over outer iterations {k // 4}..{k} their best fell from {before:.3g} to {recent:.3g}"
-        info["max_iterations"] = (
-            f"DALD reached max_iterations={self.max_iterations} with its residuals above "
-            f"ε = {eps:g}; {where}, " + (
-                f"a rate that meets ε after about {total:,.0f} outer iterations in all: pass "
-                f"max_iterations={int(math.ceil(1.25 * total / 1000.0)) * 1000} to run on, or use "
-                "prob.solve('proxal')" if total <= 10 * k else
-                (f"a rate that meets ε only after about {total:,.0f} outer iterations"
-                 if math.isfinite(total) else "so more iterations will not get there at this rate")
-                + ": use prob.solve('proxal') (or check the model's scaling)"))
 
     def _start_point(self, d: int) -> np.ndarray:
         """x⁰ for every node: zeros, or `x0` (a scalar or the d flattened shared variables)."""
@@ -366,7 +314,12 @@ class DALD(FedDALDCC, FedDALDDC, Backend):
         if self.participation < 1.0:
             keep = [n for n in nodes if self._rng.random() < self.participation]
             nodes = keep or [nodes[int(self._rng.integers(len(nodes)))]]
-        getattr(self, "_last_seen", {}).update((n, total) for n in nodes)     # (`_absent_report`)
+        seen, away = getattr(self, "_last_seen", {}), getattr(self, "_away", {})
+        for n in nodes:         # each node's last step and its longest absence (`_absent_report`)
+            gap = (seen.get(n, 0) + 1, total - 1)
+            if gap[1] - gap[0] > away.get(n, (0, -1))[1] - away.get(n, (0, -1))[0]:
+                away[n] = gap
+            seen[n] = total
         return nodes
 
     def _converged(self, primal, dual, dmu, beta: float | None = None) -> bool:

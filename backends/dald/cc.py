@@ -293,7 +293,7 @@ class FedDALDCC:
             last = self._converged(primal, gate, dmu) or total >= self.max_iterations
             report = last or k % self.report_every == 0
             record = self._record(k, v, total, primal, stiff, dmu / beta, start)
-            record["unwinding"] = unwind
+            record["unwinding"], record["weight"] = unwind, float(twice_rho2.flat[0])   # (`_swing`)
             # (its report rides on the next solve, unless the stall rule may read it now)
             later = ride and report and not last and not self._stall_reads(history, record, constrained)
             if report and not later:
