@@ -26,6 +26,7 @@ from fedmodel.compiler.scaling import equilibrate
 from test_infeasible import in_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.bench_verdicts import least_worst_class1_loss as _floor, np_problem, random_model  # noqa: E402
 
 
 def _parts(n: int = 3, d: int = 3, rows: int = 30, seed: int = 0):
@@ -43,23 +44,8 @@ def _losses(parts, v):
     return [cp.sum(cp.logistic(-(X1 @ v))) / len(X1) for _, X1 in parts]
 
 
-def _floor(parts) -> float:
-    """min_w max_i (client i's class-1 loss), by CVXPY: the model is feasible iff r ≥ it."""
-    v, t = cp.Variable(parts[0][1].shape[1]), cp.Variable()
-    cp.Problem(cp.Minimize(t), [loss <= t for loss in _losses(parts, v)]).solve(solver="CLARABEL")
-    return float(t.value)
-
-
 def _model(parts, r: float):
-    n, d = len(parts), parts[0][0].shape[1]
-    w = fm.Variable(d, name="w")
-    prob = fm.Problem(name="joint-np")
-    for i, (X0, X1) in enumerate(parts):
-        client = prob.add_client(f"c{i}")
-        client.minimize(fm.mean(fm.logistic(client.data(X0, name="X0") @ w)) / n)
-        client.subject_to((fm.mean(fm.logistic(-(client.data(X1, name="X1") @ w))) <= r).named(f"np[c{i}]"))
-    prob.server.minimize(1e-3 * fm.sum_squares(w))
-    return prob
+    return np_problem(parts, r, ridge=1e-3)[0]
 
 
 def _quiet(prob, backend):
@@ -123,7 +109,6 @@ def test_the_limit_stays_above_a_feasible_benchmark_models_multipliers():
     and its KKT pair in the equilibrated units the verdict reads — μ̃_j = μ_j σ / r_j, w̃ = w / D
     — is ‖(w̃*, μ̃*)‖ ≈ 4.2e4 (CVXPY's multipliers 425–1,448 in the user's units; ProxAL's
     agree): a MULTIPLIER_LIMIT of 1e4 would be below it. The limit keeps a 10× margin."""
-    from benchmarks.bench_verdicts import random_model
     prob, w, _ = random_model("np-barely", 8)
     reference = prob.solve("cvxpy")
     assert reference.status == "converged"
