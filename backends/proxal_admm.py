@@ -74,8 +74,14 @@ def went_nowhere(trace: list[float]) -> bool:
 
 
 # the distance to a KKT pair (`needed_multipliers`) above which a model whose violation is flat
-# counts as infeasible (`proxal_outer.verdict`), in equilibrated units: the NP models' multipliers
-# are 1–40 (bench_verdicts' np-barely: CVXPY's 3.4–37)
+# counts as infeasible (`proxal_outer.verdict`), in equilibrated units. Not lower: feasible
+# models' KKT pairs there (CVXPY's, μ̃_j = μ_j σ / r_j) reach ‖μ̃*‖ = 2.5e3 (bench_verdicts' np
+# seed 8), 4.2e4 (np-barely seed 8), 1.9e7 (an NP bound at 1.001× its least worst-client loss),
+# while the jointly infeasible NP seeds' bound is 5.5e3–7.5e4 when their violation first turns
+# flat (with no limit at all their verdict would still take 1,223–3,274 round trips, 2,715–4,356
+# now): a smaller limit trades a wrong "infeasible" for an outer iteration or two (BENCHMARKS.md,
+# branch pxinfeas; tests/test_joint_infeasible.py). ProxAL's own runs stay far below it only
+# because it holds such constraints in the clients' solves (bound 0–1.2 on those models)
 MULTIPLIER_LIMIT = 1e6
 
 

@@ -275,7 +275,7 @@ def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, ep
     or fell by drops shrinking geometrically towards a limit (`_positive_limit`) at least 0.9×
     the violation, while staying above ε2 — the multipliers then grow by β_k·violation per iteration, faster
     and faster, which a feasible model's method of multipliers needs only when its optimal
-    multipliers are huge (a nearly infeasible model: then this verdict can be premature).
+    multipliers are huge (nearly infeasible: then it can be premature; BENCHMARKS.md, pxinfeas).
     Stalled: at β_max for 3·STALL_OUTER iterations, the violation still above ε2 but
     falling by less than 2× over them. Unbounded: for UNBOUNDED_OUTER outer iterations, feasible,
     the objective fell by at least 0.9× the previous decrease (and by more than ε1) while the

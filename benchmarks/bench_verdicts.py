@@ -115,14 +115,22 @@ def neyman_pearson(rng: np.random.Generator, margin: float | None = None, infeas
         margin = float(rng.choice([0.002, 0.01, 0.03, 0.1, 0.3])) if margin is None else margin
         r = floor + margin
     lam = float(10 ** rng.uniform(-4, -2))
+    prob, w = np_problem(parts, r, lam)
+    return prob, w, {"n": n, "d": d, "rows": rows, "r": r, "floor": floor, "ridge": lam}
+
+
+def np_problem(parts, r: float, ridge: float):
+    """(problem, w): the NP model on per-client (class-0 rows, class-1 rows) `parts` — the mean
+    class-0 logistic loss, each client's class-1 loss ≤ r (named np[c<i>]), a server ridge."""
+    n, d = len(parts), parts[0][0].shape[1]
     w = fm.Variable(d, name="w")
     prob = fm.Problem(name="np")
     for i, (X0, X1) in enumerate(parts):
         c = prob.add_client(f"c{i}")
         c.minimize(fm.mean(fm.logistic(c.data(X0, name="X0") @ w)) / n)
         c.subject_to((fm.mean(fm.logistic(-(c.data(X1, name="X1") @ w))) <= r).named(f"np[c{i}]"))
-    prob.server.minimize(lam * fm.sum_squares(w))
-    return prob, w, {"n": n, "d": d, "rows": rows, "r": r, "floor": floor, "ridge": lam}
+    prob.server.minimize(ridge * fm.sum_squares(w))
+    return prob, w
 
 
 def _balls(rng: np.random.Generator, kind: str, infeasible: bool = False):
