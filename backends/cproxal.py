@@ -50,7 +50,7 @@ class CentralizedProxAL(Backend):
     centralized = True   # a baseline that pools every block's data in one place (not federated)
     # `proxal_flat`: the outer stop (`proxal_outer.outer_stop`, shared with ProxAL) asks the
     # nodes for their flat directions once its distance test has failed a few times
-    procedures = (proxal_outer._violations, proxal_private._private_step,
+    procedures = (proxal_private._violations, proxal_private._private_step,
                   proxal_outer.proxal_flat._flat)
 
     def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-5, 1e-4),

@@ -11,13 +11,11 @@ import warnings
 import numpy as np
 
 from fedmodel.errors import FedModelError
-from fedmodel.runtime.ledger import procedure
-from fedmodel.runtime.program import NodeProgram
 from .common import check_choice, check_count, check_number
 from . import proxal_flat
 from .outcome import Status
 from .proxal_admm import MULTIPLIER_LIMIT, needed_multipliers
-from .proxal_private import private_settled
+from .proxal_private import private_settled, slack_verdict
 
 STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeasible (see verdict)
 UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
@@ -335,12 +333,6 @@ VERDICTS = {"infeasible": "the largest violation stayed at {v:.3g} while the mul
                          "the model is unbounded below"}
 
 
-@procedure("proxal_violations", {"x": "x", "tol": "1"}, {"violated": "opaque"}, read_only=True)
-def _violations(program: NodeProgram, x, tol=0.0):
-    """This node's constraints violated by more than `tol` at `x` (rendered form → violation)."""
-    return {"violated": program.violations(x, tol)}
-
-
 def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
                solved: bool = True) -> str | None:
     """Why the outer loop stops after its last record, or None. "converged": the stop rule (11)
@@ -362,15 +354,17 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     if found:
         replies = ex.map("proxal_violations", {node: {"x": x, "tol": backend.eps2} for node in ex.nodes})
         violated = {name: v for r in replies.values() for name, v in r["violated"].items()}
-        _conclude(found, history, violated, info)
+        found, template = slack_verdict(found, {n for r in replies.values() for n in r["slack_met"]}, violated)
+        _conclude(found, history, violated, info, template)
     return found
 
 
-def _conclude(status: str, history: list[dict], violated: dict[str, float], info: dict) -> None:
-    """info[status] (a readable message) and info["violated"] for a detected verdict; warns,
-    attributed to the caller of the backend's `run`."""
+def _conclude(status: str, history: list[dict], violated: dict[str, float], info: dict,
+              template: str | None = None) -> None:
+    """info[status] (a readable message: `template`, else VERDICTS') and info["violated"] for a
+    detected verdict; warns, attributed to the caller of the backend's `run`."""
     last = history[-1]
-    message = VERDICTS[status].format(v=last["violation"], k=len(history), o=last["objective"],
+    message = (template or VERDICTS[status]).format(v=last["violation"], k=len(history), o=last["objective"],
                                       m=needed_multipliers(history))
     info[status] = f"stopped after {len(history)} outer iterations: {message}"
     if violated:

@@ -1,5 +1,6 @@
 """ProxAL's and cProx-AL's stop test on the clients' private variables (one of
-`proxal_outer.outer_stop`'s).
+`proxal_outer.outer_stop`'s), and what their verdicts read at the nodes: the violated
+constraints (`_violations`) and which of them a private slack meets alone (`slack_verdict`).
 
 The distance test beside (11) (`proxal_outer._near`) reads the shared variables' outer steps
 only. A private variable fixed by the shared ones through a client equality — the quantile
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedmodel.compiler.slack import met_by_slack
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 
@@ -62,3 +64,36 @@ def private_settled(backend, history: list[dict], ex, still, distance_left) -> b
         return step <= 1e-2 * tol
     tail = distance_left(history, last["dimension"]) / last["step"] if last.get("step", 0) > 0 else np.inf
     return step * max(1.0, tail) <= tol
+
+
+def met_by_slacks(program: NodeProgram, violated: dict[str, float]) -> list[str]:
+    """The names in `violated` (this node's, `program.violations`) of constraints a private
+    slack of the node meets alone by growing (`compiler.slack.met_by_slack`)."""
+    met = met_by_slack(program.all_constraints, list(program.private.variables)) if violated else []
+    return [name for name in map(repr, met) if name in violated]
+
+
+FEASIBLE_STALL = ("the largest violation stayed at {v:.3g} while the multipliers grew, in constraints that "
+                  "their private slacks meet alone by growing: the model is feasible, not "
+                  "infeasible, and the run stalled (its scaling, or β_max; fm.verify with a CVXPY "
+                  "reference tells how far the point is)")
+
+
+def slack_verdict(found: str, slack_met: set[str], violated: dict) -> tuple[str, str | None]:
+    """(status, message template): `found` as it is, or "stalled" with `FEASIBLE_STALL` where
+    `found` is "infeasible" but every violated constraint is one a slack meets
+    (`met_by_slacks`): raising those slacks gives a point that meets every constraint, so the
+    model is feasible (the hinge SVM with features ×1e3 under ProxAL and cProx-AL, the pinball
+    loss at unit scale under ProxAL: docs/BENCHMARKS.md, newuser5)."""
+    if found == "infeasible" and violated and set(violated) <= slack_met:
+        return "stalled", FEASIBLE_STALL
+    return found, None
+
+
+@procedure("proxal_violations", {"x": "x", "tol": "1"}, {"violated": "opaque", "slack_met": "opaque"},
+           read_only=True)
+def _violations(program: NodeProgram, x, tol=0.0):
+    """This node's constraints violated by more than `tol` at `x` (rendered form → violation),
+    and those of them its private slacks meet alone (`met_by_slacks`)."""
+    violated = program.violations(x, tol)
+    return {"violated": violated, "slack_met": met_by_slacks(program, violated)}
