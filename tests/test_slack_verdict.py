@@ -1,0 +1,93 @@
+"""No "infeasible" verdict where every violated constraint is one a private slack meets alone
+(`compiler.slack.met_by_slack`, `backends.proxal_private.slack_verdict`).
+
+newuser5: ProxAL and cProx-AL said "infeasible" on a linear SVM with its features ×1e3 — in
+epigraph form t ≥ 1 − y∘(Xw), t ≥ 0, met by any w with t large enough. Raising the slacks gives a
+point that meets every constraint, so such a run stalled; it did not find the model infeasible.
+"""
+import warnings
+
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.backends import ProxAL
+from fedmodel.backends.proxal_private import FEASIBLE_STALL, slack_verdict
+from fedmodel.compiler.epigraph import rewrite_for
+from fedmodel.compiler.slack import met_by_slack
+
+
+def hinge(scale, n=3, m=40, d=4, seed=7):
+    """A linear SVM over n clients with the features × `scale` (ridge ÷ scale²: the same model in
+    w·scale)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n * m, d))
+    y = np.sign(X @ rng.normal(size=d) + 0.4 * rng.normal(size=n * m))
+    X = X * scale
+    w, prob = fm.Variable(d, name="w"), fm.Problem("hinge")
+    for i in range(n):
+        rows = slice(m * i, m * (i + 1))
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum(fm.pos(1 - fm.multiply(c.data(y[rows], name="y"), c.data(X[rows], name="X") @ w))) / (n * m))
+    prob.server.minimize(1e-2 / scale**2 * fm.sum_squares(w))
+    return prob, w
+
+
+def _slack_client(*extra):
+    """A client with a private s ≥ ‖w‖² − 1, s ≥ 0 and `extra` constraints built from (w, s)."""
+    prob, w = fm.Problem("slack"), fm.Variable(3, name="w")
+    c = prob.add_client("c0")
+    s = c.variable((), name="s")
+    c.minimize(fm.sum_squares(w - 1) + s)
+    c.subject_to(s >= fm.sum_squares(w) - 1, s >= 0, *[make(w, s) for make in extra])
+    return c
+
+
+def test_epigraph_rows_are_met_by_their_slacks():
+    prob, _ = hinge(1.0)
+    rewritten = rewrite_for(prob, ProxAL()).problem
+    for client in rewritten.clients:
+        met = met_by_slack(client.constraints, client.private_variables)
+        assert [c.name for c in met] == [c.name for c in client.constraints] and len(met) == 2
+
+
+@pytest.mark.parametrize("extra, met", [
+    ((), ["c0.con0", "c0.con1"]),
+    ((lambda w, s: s <= 5,), []),                      # bounded above: growing s can violate it
+    ((lambda w, s: s == fm.sum(w),), []),              # an equality
+    ((lambda w, s: fm.square(s) <= 4,), []),           # s in a nonlinear term
+    ((lambda w, s: 2 * s >= fm.sum(w) + s,), []),      # s in two terms
+    ((lambda w, s: fm.sum(w) <= 3,), ["c0.con0", "c0.con1"]),   # a constraint without s
+])
+def test_a_slack_meets_its_rows_only_when_growing_it_violates_nothing(extra, met):
+    client = _slack_client(*extra)
+    assert [c.name for c in met_by_slack(client.constraints, client.private_variables)] == met
+
+
+def test_slack_verdict_recasts_only_an_infeasible_verdict_on_slack_rows():
+    violated = {"a": 1.0, "b": 2.0}
+    assert slack_verdict("infeasible", {"a", "b", "c"}, violated) == ("stalled", FEASIBLE_STALL)
+    assert slack_verdict("infeasible", {"a"}, violated) == ("infeasible", None)
+    assert slack_verdict("infeasible", {"a"}, {}) == ("infeasible", None)
+    assert slack_verdict("stalled", {"a", "b"}, violated) == ("stalled", None)
+
+
+@pytest.mark.integration
+def test_hinge_in_other_units_is_never_called_infeasible():
+    """cProx-AL on the SVM ×1e3 (its verdict after 5 outer iterations, 0.1 s): not infeasible;
+    its status agrees with fm.verify against CVXPY; at unit scale it converges to CVXPY's w."""
+    for scale in (1.0, 1e3):
+        prob, w = hinge(scale)
+        ref = prob.solve("cvxpy")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = prob.solve("cproxal")
+        assert res.status != "infeasible"
+        report = fm.verify(res, ref)
+        if scale == 1.0:
+            assert res.status == "converged" and report.ok
+            np.testing.assert_allclose(res.value(w), ref.value(w), rtol=1e-3, atol=1e-3 * np.abs(ref.value(w)).max())
+        elif res.status == "stalled":
+            assert "feasible, not infeasible" in res.info["stalled"] and not report.ok
+        else:
+            assert res.status == "converged" and report.ok
