@@ -121,6 +121,7 @@ def near(backend, ex, history: list[dict], info: dict, near_test, curvature) -> 
 
 CURVED_SIZE = 200     # shared entries above which no node sends its d × d Hessian (`curved`)
 SMOOTH = 1e-2         # the two differences' relative disagreement above which a Hessian is refused
+NOISE = 1e-8          # an eigenvalue below NOISE × the largest is the differences' error: 0
 _PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # program → its ∇f_i plan
 
 
@@ -162,13 +163,17 @@ def curved(backend, ex, history: list[dict], info: dict) -> bool:
     minimizer modulo N; docs/BENCHMARKS.md, branch cold). Asked (one round trip a test) only
     once (11) and the KKT tests hold; N (one more, once) only when Σ∇²f_i is singular there."""
     memo = _RUNS.get(ex) if ex is not None else None
-    if memo is None or memo["run"] != id(history) or len(memo["points"]) < 2 or "dimension" not in history[-1]:
+    if memo is None or memo["run"] != id(history) or len(memo["points"]) < 2 or "dimension" not in history[-1] \
+            or memo.get("curved") is False or not 0 < ex.model_size <= CURVED_SIZE \
+            or _curvature not in getattr(backend, "procedures", ()):     # (cProx-AL: not installed)
         return False
     replies = ex.map("proxal_curvature", {node: {"x": memo["points"][-1]} for node in ex.nodes})
     if any(r["hessian"] is None for r in replies.values()):
+        memo["curved"] = False       # (no more round trips for it this run: the old test alone)
         return False
     hessian = sum(np.asarray(r["hessian"], dtype=float) for r in replies.values())
-    if memo["basis"] is False and np.linalg.eigvalsh(hessian)[0] <= 0:
+    top = float(np.linalg.eigvalsh(hessian)[-1]) if hessian.size else 0.0
+    if memo["basis"] is False and np.linalg.eigvalsh(hessian)[0] <= NOISE * top:
         across(ex, history, info, 0.0)       # (asks for N)
     basis = memo["basis"] if memo["basis"] is not False else None
     if basis is None:
@@ -176,8 +181,11 @@ def curved(backend, ex, history: list[dict], info: dict) -> bool:
     seen = [p - basis @ (basis.T @ p) for p in memo["points"][-2:]]
     # an orthonormal basis of N's complement: there f_i's Hessian is what the test needs
     complement = null_space(basis.T, hessian.shape[0]) if basis.shape[1] else np.eye(hessian.shape[0])
-    mu = 0.5 * float(np.linalg.eigvalsh(complement.T @ hessian @ complement)[0]) if complement.shape[1] else 0.0
+    mu = float(np.linalg.eigvalsh(complement.T @ hessian @ complement)[0]) if complement.shape[1] else 0.0
+    mu = 0.5 * mu if mu > NOISE * top else 0.0
     last = history[-1]
     gradient = float(np.linalg.norm(seen[1] - seen[0])) / last["beta"] + np.sqrt(last["dimension"]) * last["tau"]
     return mu > 0 and gradient / mu <= getattr(backend, "dist_tol", np.inf) * float(np.linalg.norm(seen[1]))
+
+
 PROCEDURES = (_flat, _curvature)     # (`ProxAL.procedures`)

@@ -4,6 +4,8 @@
 stop they allow on a run whose step ratios read no curvature."""
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 import fedmodel as fm
@@ -43,7 +45,10 @@ def test_a_node_with_private_variables_sends_no_hessian():
     assert proxal_flat._curvature(compile_programs(prob)["c0"], np.zeros(3))["hessian"] is None
 
 
-def stop_at(hessian):
+PROXAL = types.SimpleNamespace(**vars(BACKEND), procedures=proxal_flat.PROCEDURES)
+
+
+def stop_at(hessian, backend=PROXAL):
     """The outer iteration (1-based) at which the stop says converged, or None, on `drifting`'s
     run of 2-iteration ADMM runs at a loosened τ_k (where the step ratios and the standstill
     test never stop it: tests/test_monks.py), with the nodes' Hessians summing to `hessian`."""
@@ -53,7 +58,7 @@ def stop_at(hessian):
     ex, run = Nodes(np.array([[0.0], [0.0], [1.0]]), hessian=hessian), []
     for k in range(len(history)):
         run.append(history[k])
-        if proxal_outer.outer_stop(BACKEND, run, ex, xs[k], {}) == Status.CONVERGED:
+        if proxal_outer.outer_stop(backend, run, ex, xs[k], {}) == Status.CONVERGED:
             return k + 1, ex
     return None, ex
 
@@ -67,5 +72,8 @@ def test_the_objective_s_curvature_modulo_the_flat_directions_stops_the_run():
     # the objective flat along e₂ too, but e₂ is not in the nodes' common flat directions (N =
     # e₃): no curvature there, no stop
     assert stop_at(np.diag([1.0, 0.0, 0.0]))[0] is None
-    # without the nodes' Hessians the stop is as it was
+    # without the nodes' Hessians the stop is as it was; a backend that does not install the
+    # procedure (cProx-AL) asks for none
     assert stop_at(None)[0] is None
+    found, ex = stop_at(np.diag([1.0, 1.0, 0.0]), backend=BACKEND)
+    assert found is None and ex.curvatures == 0
