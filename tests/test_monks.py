@@ -32,18 +32,18 @@ def test_the_common_flat_directions_are_the_intersection():
 class Nodes:
     """An executor's face for the stop: three nodes whose objectives cannot see e₃."""
 
-    def __init__(self, flat, server=None, hessian=None):
+    def __init__(self, flat, server=None, least=None):
         self.nodes, self.clients, self.model_size = ["server", "c0", "c1"], ["c0", "c1"], 3
         self.flat, self.server, self.asked = flat, np.eye(3) if server is None else server, []
-        self.hessian, self.curvatures = hessian, 0     # (None: the nodes send no Hessian)
+        self.least, self.curvatures = least, 0     # (each client's λ_i; None: they send none)
 
     def map(self, kind, payloads):
         if kind == "proxal_private_step":        # (proxal_private: no private variables)
             return {node: {"private_step": 0.0} for node in payloads}
-        if kind == "proxal_curvature":           # (proxal_flat.curved: a third of it a node)
+        if kind == "proxal_curvature":           # (proxal_flat.curved; the server sees nothing)
             self.curvatures += 1
-            h = None if self.hessian is None else (np.asarray(self.hessian) / 3).tolist()
-            return {node: {"hessian": h} for node in payloads}
+            return {node: {"least": None if self.least is None else 0.0 if node == "server" else self.least}
+                    for node in payloads}
         assert kind == "proxal_flat"
         self.asked.append(sorted(payloads))
         return {node: {"basis": (self.server if node == "server" else self.flat).tolist()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 
 import numpy as np
+import pytest
 
 import fedmodel as fm
 from fedmodel.backends import proxal_flat, proxal_outer
@@ -16,21 +17,27 @@ from fedmodel.runtime.program import compile_programs
 from test_monks import BACKEND, Nodes, drifting
 
 
-def test_a_node_s_hessian_is_the_logistic_closed_form():
-    """mean logistic(−y ⊙ Xw) has ∇² = Xᵀ diag(p(1 − p)) X / m, p = σ(y ⊙ Xw)."""
+@pytest.mark.parametrize("repeated", [False, True])
+def test_a_node_s_least_curvature_is_the_logistic_closed_form(repeated):
+    """mean logistic(−y ⊙ Xw) has ∇² = Xᵀ diag(p(1 − p)) X / m, p = σ(y ⊙ Xw); with a repeated
+    column its flat direction (e₁ − e₂)/√2 is left out: the least eigenvalue on the rest."""
     rng = np.random.default_rng(4)
     X, y = rng.normal(size=(30, 4)), np.sign(rng.normal(size=30))
+    if repeated:
+        X[:, 1] = X[:, 0]
     w = fm.Variable(4, name="w")
     prob = fm.Problem("logit")
     client = prob.add_client("c0")
     client.minimize(fm.mean(fm.logistic(-y * (client.data(X, name="X") @ w))))
     program = compile_programs(prob)["c0"]
     x = rng.normal(size=4)
-    hessian = np.asarray(proxal_flat._curvature(program, x)["hessian"])
     p = 1 / (1 + np.exp(-y * (X @ x)))
-    expected = X.T @ (X * (p * (1 - p))[:, None]) / len(y)
-    assert hessian.shape == (4, 4)
-    np.testing.assert_allclose(hessian, expected, rtol=1e-6, atol=1e-9 * np.abs(expected).max())
+    hessian = X.T @ (X * (p * (1 - p))[:, None]) / len(y)
+    flat = np.array([[1.0], [-1.0], [0.0], [0.0]]) / np.sqrt(2) if repeated else np.zeros((4, 0))
+    rest = np.linalg.svd(np.eye(4) - flat @ flat.T)[0][:, :4 - flat.shape[1]]
+    expected = np.linalg.eigvalsh(rest.T @ hessian @ rest)[0]
+    assert expected > 1e-3 * np.linalg.eigvalsh(hessian)[-1]       # (not the 0 along the flat direction)
+    assert proxal_flat._curvature(program, x)["least"] == pytest.approx(expected, rel=1e-6)
 
 
 def test_a_node_with_private_variables_sends_no_hessian():
@@ -42,20 +49,20 @@ def test_a_node_with_private_variables_sends_no_hessian():
     r = client.data(rng.normal(size=(8, 3)), name="X") @ w - client.data(rng.normal(size=8), name="b")
     client.minimize(fm.sum(s) / 8)
     client.subject_to(r <= s, -r <= s)
-    assert proxal_flat._curvature(compile_programs(prob)["c0"], np.zeros(3))["hessian"] is None
+    assert proxal_flat._curvature(compile_programs(prob)["c0"], np.zeros(3))["least"] is None
 
 
 PROXAL = types.SimpleNamespace(**vars(BACKEND), procedures=proxal_flat.PROCEDURES)
 
 
-def stop_at(hessian, backend=PROXAL):
+def stop_at(least, backend=PROXAL):
     """The outer iteration (1-based) at which the stop says converged, or None, on `drifting`'s
     run of 2-iteration ADMM runs at a loosened τ_k (where the step ratios and the standstill
-    test never stop it: tests/test_monks.py), with the nodes' Hessians summing to `hessian`."""
+    test never stop it: tests/test_monks.py), each client's λ_i `least` (flat along e₃)."""
     history, xs = drifting()
     for record in history:
         record["inner"] = proxal_outer.SHORT
-    ex, run = Nodes(np.array([[0.0], [0.0], [1.0]]), hessian=hessian), []
+    ex, run = Nodes(np.array([[0.0], [0.0], [1.0]]), least=least), []
     for k in range(len(history)):
         run.append(history[k])
         if proxal_outer.outer_stop(backend, run, ex, xs[k], {}) == Status.CONVERGED:
@@ -64,16 +71,16 @@ def stop_at(hessian, backend=PROXAL):
 
 
 def test_the_objective_s_curvature_modulo_the_flat_directions_stops_the_run():
-    # μ = 1/2 on (e₁, e₂): (‖Δw mod N‖/β + √3 τ)/μ ≈ 3.5e-7 ≤ 1e-4 × ‖(1, −2)‖₂
-    found, ex = stop_at(np.diag([1.0, 1.0, 0.0]))
-    assert found == 3 and ex.curvatures == 2      # (N is asked with three points kept)
-    # μ = 5e-5: the bound 3.5e-3 is above 2.2e-4 — no stop, whatever the drift along e₃
-    assert stop_at(np.diag([1e-4, 1e-4, 0.0]))[0] is None
-    # the objective flat along e₂ too, but e₂ is not in the nodes' common flat directions (N =
-    # e₃): no curvature there, no stop
-    assert stop_at(np.diag([1.0, 0.0, 0.0]))[0] is None
-    # without the nodes' Hessians the stop is as it was; a backend that does not install the
-    # procedure (cProx-AL) asks for none
-    assert stop_at(None)[0] is None
-    found, ex = stop_at(np.diag([1.0, 1.0, 0.0]), backend=BACKEND)
+    # λ_i = 1/2 on (e₁, e₂) at both clients: μ = 1/2, (‖Δw mod N‖/β + √3 τ)/μ ≈ 3.5e-7 ≤ 1e-4 ×
+    # ‖(1, −2)‖₂ at the first test; N asked once with the λ_i
+    found, ex = stop_at(0.5)
+    assert found == 2 and ex.curvatures == 1 and ex.asked == [["c0", "c1", "server"]]
+    # λ_i = 2.5e-5: μ = 2.5e-5, the bound 7e-3 is above 2.2e-4 — no stop, whatever the drift
+    assert stop_at(2.5e-5)[0] is None
+    # no curvature off N (λ_i = 0), or no reading: no stop; a refusal is not asked again
+    assert stop_at(0.0)[0] is None
+    found, ex = stop_at(None)
+    assert found is None and ex.curvatures == 1
+    # a backend that does not install the procedure (cProx-AL) asks for none
+    found, ex = stop_at(0.5, backend=BACKEND)
     assert found is None and ex.curvatures == 0
