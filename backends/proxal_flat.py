@@ -134,16 +134,16 @@ NOISE = 1e-8          # an eigenvalue below NOISE × the largest is the differen
 _PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # program → (∇f_i plan, N_i's complement)
 
 
-@procedure("proxal_curvature", {"x": "x"}, {"least": "1"}, read_only=True)
+@procedure("proxal_curvature", {"x": "x"}, {"least": "1", "flat": "1"}, read_only=True)
 def _curvature(program: NodeProgram, x) -> dict:
     """λ_i, the least eigenvalue of ∇²f_i(x) on the complement of this node's flat directions N_i
     (`_flat`; ∇²f_i vanishes on N_i), the Hessian by central differences of the node's objective
-    gradient: one number, not the matrix. None: private variables (the objective may see x only
+    gradient: one number, not the matrix, and N_i's dimension ("flat"). None: private variables (the objective may see x only
     through them), more than CURVED_SIZE entries, or differences at two widths that disagree (a
     kink or a jump in the curvature near x: a reading there would not hold beside x)."""
     n, x = program.n_shared, np.asarray(x, dtype=float)
     if program.n_private or not 0 < n <= CURVED_SIZE:
-        return {"least": None}
+        return {"least": None, "flat": None}
     if program not in _PLANS:
         basis = np.asarray(_flat(program)["basis"], dtype=float).reshape(n, -1)
         _PLANS[program] = (Plan([grad(program.merit_ir.objective, v) for v in program.shared.variables],
@@ -159,10 +159,11 @@ def _curvature(program: NodeProgram, x) -> dict:
     with np.errstate(all="ignore"):
         wide, narrow = differences(width), differences(width / 4)
     if not np.all(np.isfinite(wide)) or np.linalg.norm(wide - narrow) > SMOOTH * max(np.linalg.norm(wide), 1e-300):
-        return {"least": None}
+        return {"least": None, "flat": None}
     hessian = (wide + wide.T) / 2
     values = np.linalg.eigvalsh(seen.T @ hessian @ seen) if seen.shape[1] else np.zeros(1)
-    return {"least": float(values[0]) if values[0] > NOISE * np.abs(np.linalg.eigvalsh(hessian)).max() else 0.0}
+    least = float(values[0]) if values[0] > NOISE * np.abs(np.linalg.eigvalsh(hessian)).max() else 0.0
+    return {"least": least, "flat": n - seen.shape[1]}
 
 
 def _complement(basis: np.ndarray) -> np.ndarray:
@@ -182,7 +183,7 @@ def curved(backend, ex, history: list[dict], info: dict) -> bool:
     f's Hessian barely moves. The step ratios `curvature` reads are, at β_k ≥ 1e5, ADMM's
     inexactness (NP monks-1 n = 5: μ 9e-6 → 0 while fm.verify found the iterate 4e-8 from a
     minimizer modulo N; docs/BENCHMARKS.md, branch cold). Asked (a round trip a test) only once
-    (11) and the KKT tests hold; the nodes' N_i (one more) once a run."""
+    (11) and the KKT tests hold; the nodes' N_i (one more) once a run, where a node has one."""
     memo = _RUNS.get(ex) if ex is not None else None
     if memo is None or memo["run"] != id(history) or len(memo["points"]) < 2 or "dimension" not in history[-1] \
             or memo.get("curved") is False or not 0 < ex.model_size <= CURVED_SIZE \
@@ -192,6 +193,9 @@ def curved(backend, ex, history: list[dict], info: dict) -> bool:
     if any(r["least"] is None for r in replies.values()):
         memo["curved"] = False       # (no more round trips for it this run: the old test alone)
         return False
+    if "bases" not in memo and not any(r["flat"] for r in replies.values()):
+        memo["bases"] = {node: np.zeros((ex.model_size, 0)) for node in replies}     # (no N_i: no round trip)
+        memo["basis"] = np.zeros((ex.model_size, 0))
     if "bases" not in memo:
         bases = ex.map("proxal_flat", {node: {} for node in ex.nodes})
         memo["bases"] = {node: np.asarray(r["basis"], dtype=float).reshape(ex.model_size, -1)

@@ -42,7 +42,8 @@ class Nodes:
             return {node: {"private_step": 0.0} for node in payloads}
         if kind == "proxal_curvature":           # (proxal_flat.curved; the server sees nothing)
             self.curvatures += 1
-            return {node: {"least": None if self.least is None else 0.0 if node == "server" else self.least}
+            return {node: {"least": None if self.least is None else 0.0 if node == "server" else self.least,
+                           "flat": (self.server if node == "server" else self.flat).shape[1]}
                     for node in payloads}
         assert kind == "proxal_flat"
         self.asked.append(sorted(payloads))

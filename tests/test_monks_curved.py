@@ -37,7 +37,8 @@ def test_a_node_s_least_curvature_is_the_logistic_closed_form(repeated):
     rest = np.linalg.svd(np.eye(4) - flat @ flat.T)[0][:, :4 - flat.shape[1]]
     expected = np.linalg.eigvalsh(rest.T @ hessian @ rest)[0]
     assert expected > 1e-3 * np.linalg.eigvalsh(hessian)[-1]       # (not the 0 along the flat direction)
-    assert proxal_flat._curvature(program, x)["least"] == pytest.approx(expected, rel=1e-6)
+    reply = proxal_flat._curvature(program, x)
+    assert reply["least"] == pytest.approx(expected, rel=1e-6) and reply["flat"] == flat.shape[1]
 
 
 def test_a_node_with_private_variables_sends_no_hessian():
@@ -55,14 +56,14 @@ def test_a_node_with_private_variables_sends_no_hessian():
 PROXAL = types.SimpleNamespace(**vars(BACKEND), procedures=proxal_flat.PROCEDURES)
 
 
-def stop_at(least, backend=PROXAL):
+def stop_at(least, backend=PROXAL, flat=np.array([[0.0], [0.0], [1.0]]), server=None):
     """The outer iteration (1-based) at which the stop says converged, or None, on `drifting`'s
     run of 2-iteration ADMM runs at a loosened τ_k (where the step ratios and the standstill
     test never stop it: tests/test_monks.py), each client's λ_i `least` (flat along e₃)."""
     history, xs = drifting()
     for record in history:
         record["inner"] = proxal_outer.SHORT
-    ex, run = Nodes(np.array([[0.0], [0.0], [1.0]]), least=least), []
+    ex, run = Nodes(flat, server=server, least=least), []
     for k in range(len(history)):
         run.append(history[k])
         if proxal_outer.outer_stop(backend, run, ex, xs[k], {}) == Status.CONVERGED:
@@ -81,6 +82,10 @@ def test_the_objective_s_curvature_modulo_the_flat_directions_stops_the_run():
     assert stop_at(0.0)[0] is None
     found, ex = stop_at(None)
     assert found is None and ex.curvatures == 1
+    # no node with a flat direction (a server ridge, clients that see every direction): no
+    # round trip for N; μ = 1/2 along e₃ too, where the drift is a stationarity of 5e-7 only
+    found, ex = stop_at(0.5, flat=np.zeros((3, 0)), server=np.zeros((3, 0)))
+    assert found == 2 and ex.asked == [] and ex.curvatures == 1
     # a backend that does not install the procedure (cProx-AL) asks for none
     found, ex = stop_at(0.5, backend=BACKEND)
     assert found is None and ex.curvatures == 0
