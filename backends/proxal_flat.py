@@ -19,8 +19,9 @@ space); a node with more than FLAT_SIZE shared entries answers nothing.
 
 Where that test still fails (the step ratios at β_k ≥ 1e5 read ADMM's inexactness, not the
 model's curvature: monks-1's μ 9e-6 → 0 against the 0.03 of its Hessian modulo N), `curved`
-asks the nodes for their objective's Hessian at w_k ("proxal_curvature", d ≤ CURVED_SIZE, read
-only) and bounds the distance with the least eigenvalue of their sum modulo N."""
+asks each node for one number, the least curvature of its objective at w_k off its own flat
+directions ("proxal_curvature", d ≤ CURVED_SIZE, read only), and bounds the distance with the
+curvature of their sum modulo N those numbers guarantee."""
 from __future__ import annotations
 
 import weakref
