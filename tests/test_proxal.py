@@ -155,7 +155,8 @@ def test_backend_sees_only_declared_model_sized_messages():
     prob, w = constrained_model(8)
     res = prob.solve(backends.ProxAL(**FAST, anderson=0))      # plain ADMM: no Anderson products
     # (the clients' "configure" rides on "proxal_admm_init"; the server's is its own, local)
-    declared = {"proxal_admm_init", "proxal_admm_step", "update_multipliers"}
+    # ("proxal_curvature": one number a node, asked once here — c1's private slack refuses it)
+    declared = {"proxal_admm_init", "proxal_admm_step", "update_multipliers", "proxal_curvature"}
     assert res.ledger.kinds() == declared
     d = w.size
     for (sender, receiver, kind), floats in res.ledger.floats.items():

@@ -46,13 +46,14 @@ def test_default_proxal_on_monks1_is_fast_and_verified(monks5):
     """Issue 13's slow case (178 s unverified with the paper's fixed ρ), through the string name
     as a user writes it. NP on monks-1's minimizers are not a point (w* + the null space of the
     class-0 rows, rank 11 of 17: branch dald784's LP, branch monks): the iterates drift along
-    it, so the distance rule (`dist_tol`, default 1e-4) is not met within 10 outer iterations;
-    (11) alone (dist_tol=∞, the paper's rule) stops in a few. Its w is not CVXPY's, but verify
-    measures the distance modulo the directions the objective cannot see
-    (fedmodel/solution_set.py) and passes it, saying so."""
+    it, and the distance rule (`dist_tol`, default 1e-4) read from the step ratios was not met
+    within 10 outer iterations; on the clients' curvature modulo those directions
+    (`proxal_flat.curved`, branch monksstop) it is (10 measured). (11) alone (dist_tol=∞, the
+    paper's rule) stops in a few. Its w is not CVXPY's, but verify measures the distance modulo
+    the directions the objective cannot see (fedmodel/solution_set.py) and passes it, saying so."""
     prob, _, reference = monks5
     capped = prob.solve("proxal", tol=(1e-3, 1e-4), max_outer=10)
-    assert capped.status == "max_iterations"
+    assert capped.status == "converged" and fm.verify(capped, reference=reference).ok
     result = prob.solve("proxal", tol=(1e-3, 1e-4), dist_tol=float("inf"))
     assert result.status == "converged" and result.iterations["outer"] <= 10
     report = fm.verify(result, reference=reference)
