@@ -34,7 +34,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")   # before numpy: a shared machine's cores
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -123,7 +122,7 @@ def step_models() -> dict:
 def steps(ns: list[int], repeats: int, executor: str) -> None:
     """The per-step table (module docstring, part 2)."""
     print(f"| d | model | n | µs / step / client, held (ADMM 10 → 40) | µs / step / client, outer 1 → 4 "
-          f"| where the clients' constraints were | CVXPY solve CPU s |\n|---:|---|---:|---:|---:|---|---:|",
+          "| where the clients' constraints were | CVXPY solve CPU s |\n|---:|---|---:|---:|---:|---|---:|",
           flush=True)
     for d, (name, build) in step_models().items():
         for n in ns:

@@ -481,9 +481,9 @@ def declared_kind(kind: str) -> MessageKind:
 
 def check_sum_fields(declared: MessageKind, fields: Sequence[str]) -> None:
     """Refuse a field of `fields` that is not a numeric reply field of `declared` (`map_sum`)."""
-    for field in fields:
-        if declared.reply.get(field) in (None, "str", "opaque"):
-            raise FedModelError(f"map_sum: reply field {field!r} of {declared.name!r} is not a "
+    for name in fields:
+        if declared.reply.get(name) in (None, "str", "opaque"):
+            raise FedModelError(f"map_sum: reply field {name!r} of {declared.name!r} is not a "
                                 f"declared numeric field; declared: {declared.reply}")
 
 
