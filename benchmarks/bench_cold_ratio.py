@@ -121,7 +121,7 @@ def step_models() -> dict:
 
 def steps(ns: list[int], repeats: int, executor: str) -> None:
     """The per-step table (module docstring, part 2)."""
-    print(f"| d | model | n | µs / step / client, held (ADMM 10 → 40) | µs / step / client, outer 1 → 4 "
+    print("| d | model | n | µs / step / client, held (ADMM 10 → 40) | µs / step / client, outer 1 → 4 "
           "| where the clients' constraints were | CVXPY solve CPU s |\n|---:|---|---:|---:|---:|---|---:|",
           flush=True)
     for d, (name, build) in step_models().items():
