@@ -37,6 +37,7 @@ from ..errors import SmoothnessError
 from ..expression import Constant, Expression, Variable
 from .canonical import classify_objective
 from .codegen import Plan
+from .scale_probe import factor, value_at
 from .terms import Term, flatten
 
 
@@ -193,11 +194,16 @@ def _rewrite(problem, found: dict) -> EpigraphModel:
             kept = [t.expression() for t, loss in zip(terms, losses) if loss is None]
             for loss in (loss for loss in losses if loss is not None):
                 t = _slack(target, loss.shape, shared_names)
+                # its slope in the objective, for the equilibration (`scale_probe.epigraph_probe`)
+                t.epigraph_slope = loss.coefficient * float(np.sum(np.broadcast_to(
+                    loss.weights, loss.shape)))
                 slacks.append(t)
                 kept.append(_objective(loss, t))
+                size = _size(loss.pieces)
                 for j, piece in enumerate(loss.pieces):
-                    constraint = Inequality(broadcast_to(piece, loss.shape)
-                                            if piece.shape != loss.shape else piece, t,
+                    piece = broadcast_to(piece, loss.shape) if piece.shape != loss.shape else piece
+                    constraint = Inequality(*[multiply(1.0 / size, e) if size != 1.0 else e
+                                              for e in (piece, t)],
                                             name=_fresh(copy, f"{block.name}.{t.name}[{j}]"))
                     constraint.owner = block.name
                     copy.claim_constraint_name(constraint.name, block.name)
@@ -219,6 +225,21 @@ def _slack(target, shape: tuple, shared_names: set[str]) -> Variable:
     while f"epigraph{k}" in taken:
         k += 1
     return target.variable(shape, name=f"epigraph{k}")
+
+
+def _size(pieces: list[Expression]) -> float:
+    """The loss's largest row at the origin, max |a(0)| (1 when zero or not computable here:
+    data on the nodes): its rows t ≥ a are written ÷ it, in units of the loss, so that their
+    violation, which `backends.base.finish_result` reads against an absolute 1e-3 on the
+    rewritten copy, is the same for the data in any units. (In the data's units the pinball
+    ×1e3 ended "stalled" under cProx-AL, t below its loss by 7e-3 of a y ~ 1e4, where ×1
+    converged at 9e-6: the same run, measured in other units.)"""
+    try:
+        with np.errstate(all="ignore"):
+            size = max(float(np.max(np.abs(value_at(p, {})), initial=0.0)) for p in pieces)
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
+        return 1.0
+    return factor(size)
 
 
 def _objective(loss: Loss, t: Variable) -> Expression:

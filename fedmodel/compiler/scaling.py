@@ -20,6 +20,8 @@ variables and a positive rescaling of the objective and of each constraint:
   no projected set keeps δ = 1 (and the constraint r = 1); a variable the smooth
   probe cannot size but shifted norm terms λ‖w − a‖ read takes δ from their anchors and σ from
   their weights (`scale_probe.norm_probe`);
+  one read only by epigraph rows (`epigraph`: the hinge's w beside a ridge) takes δ from the
+  rows, each slack t the rows' size, σ = 1/(the losses' slope) (`scale_probe.epigraph_probe`);
 - row scales r_j: one per constraint, from its size at the origin and at the point v = 1.
 
 The factors are not rounded (to powers of two, say): for data in other units they are the same
@@ -42,7 +44,8 @@ from ..constraints import Constraint
 from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Variable, postorder
 from .canonical import SPLIT, canonical_constraints, classify_objective
-from .scale_probe import factor, norm_probe, objective_scale, probe
+from .scale_probe import (epigraph_probe, factor, norm_probe, objective_scale, probe, slack_sizes,
+                          value_at)
 from .set_scaling import compact, in_sets, unit_row, unsized, written_in_v
 
 PIECES = {s for pair in SPLIT.values() for s in pair}   # suffixes of a split constraint's pieces
@@ -185,8 +188,9 @@ def equilibrate(problem) -> ScaledModel | None:
     columns = column_scales(problem, variables, fixed | whole | _in_prox_terms(problem))
     lengths, curvature = probe(problem, variables, columns)
     anchors, slopes = norm_probe(problem)
-    for uid in unsized(fixed, kept, in_v, held, {u for u in lengths if lengths[u]} |
-                       {u for u in anchors if anchors[u]}):
+    sized = {u for u in lengths if lengths[u]} | {u for u in anchors if anchors[u]}
+    by_rows, slacks = epigraph_probe(problem, columns, sized | fixed)
+    for uid in unsized(fixed, kept, in_v, held, sized | set(by_rows) | set(slacks)):
         columns.pop(uid, None)
     scaling = Scaling()
     deltas = {}
@@ -196,9 +200,19 @@ def equilibrate(problem) -> ScaledModel | None:
             delta = factor(lengths[var.uid] / math.sqrt(var.size))
         elif var.uid not in fixed and anchors.get(var.uid):     # sized by its norms' anchors
             delta = factor(anchors[var.uid])
+        elif var.uid not in fixed and by_rows.get(var.uid):     # sized by its epigraph rows
+            delta = by_rows[var.uid]
         deltas[var.uid] = delta
         scaling.variables[var.uid] = columns.get(var.uid, np.ones(var.shape)) * delta
-    scaling.objective = objective_scale(variables, deltas, curvature, slopes)
+    linear = 0.0
+    if slacks:    # each slack t of one size with its rows a(Dv) (`scale_probe.epigraph_probe`)
+        sizes = slack_sizes(problem, {u: d for u, d in scaling.variables.items()
+                                      if u not in slacks})
+        for var in (v for v in variables if v.uid in slacks and v.uid not in fixed):
+            deltas[var.uid] = sizes.get(var.uid, 1.0)
+            scaling.variables[var.uid] = np.full(var.shape, deltas[var.uid])
+            linear += slacks[var.uid] * deltas[var.uid]
+    scaling.objective = objective_scale(variables, deltas, curvature, slopes, linear)
     pairs = [(v, v if np.all(scaling.variables[v.uid] == 1.0) else _twin(v)) for v in variables]
     rebuild = Rebuild({o.uid: multiply(Constant(compact(scaling.variables[o.uid])), s)
                        for o, s in pairs if s is not o})
@@ -277,27 +291,13 @@ def _row_scale(expr: Expression, scales: dict[int, np.ndarray]) -> float:
     constraint at the origin and its change over one unit of every equilibrated variable."""
     try:
         with np.errstate(all="ignore"):
-            at_zero = np.asarray(_value_at(expr, {}), float)
-            at_one = np.asarray(_value_at(expr, scales), float)
+            at_zero = np.asarray(value_at(expr, {}), float)
+            at_one = np.asarray(value_at(expr, scales), float)
     except ArithmeticError:
         return 1.0
     size = max(float(np.max(np.abs(at_zero), initial=0.0)),
                float(np.max(np.abs(at_one - at_zero), initial=0.0)))
     return factor(1.0 / size) if np.isfinite(size) and size > 0 else 1.0
-
-
-def _value_at(expr: Expression, values: dict[int, np.ndarray]) -> Any:
-    """`expr` with each variable at `values[uid]` (zero when absent), interpreted node by node:
-    one evaluation of a small expression, cheaper than compiling a plan for it."""
-    memo: dict[int, Any] = {}
-    for node in postorder([expr]):
-        if isinstance(node, Variable):
-            memo[id(node)] = np.broadcast_to(values.get(node.uid, 0.0), node.shape)
-        elif isinstance(node, Leaf):
-            memo[id(node)] = node.value
-        else:
-            memo[id(node)] = node.numeric(*[memo[id(a)] for a in node.args])
-    return memo[id(expr)]
 
 
 # ---- the copy -----------------------------------------------------------------------------------
