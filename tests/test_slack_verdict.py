@@ -4,6 +4,8 @@
 newuser5: ProxAL and cProx-AL said "infeasible" on a linear SVM with its features ×1e3 — in
 epigraph form t ≥ 1 − y∘(Xw), t ≥ 0, met by any w with t large enough. Raising the slacks gives a
 point that meets every constraint, so such a run stalled; it did not find the model infeasible.
+(Those runs converge since branch episcale sizes the slacks; a β_max too small for the slack
+rows still reaches the verdict.)
 """
 import warnings
 
@@ -18,8 +20,8 @@ from fedmodel.compiler.slack import met_by_slack
 
 
 def hinge(scale, n=3, m=40, d=4, seed=7):
-    """A linear SVM over n clients with the features × `scale` (ridge ÷ scale²: the same model in
-    w·scale)."""
+    """A linear SVM over n clients with the features × `scale` (ridge × scale²: the same model in
+    w ÷ scale)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n * m, d))
     y = np.sign(X @ rng.normal(size=d) + 0.4 * rng.normal(size=n * m))
@@ -29,7 +31,7 @@ def hinge(scale, n=3, m=40, d=4, seed=7):
         rows = slice(m * i, m * (i + 1))
         c = prob.add_client(f"c{i}")
         c.minimize(fm.sum(fm.pos(1 - fm.multiply(c.data(y[rows], name="y"), c.data(X[rows], name="X") @ w))) / (n * m))
-    prob.server.minimize(1e-2 / scale**2 * fm.sum_squares(w))
+    prob.server.minimize(1e-2 * scale**2 * fm.sum_squares(w))
     return prob, w
 
 
@@ -72,22 +74,25 @@ def test_slack_verdict_recasts_only_an_infeasible_verdict_on_slack_rows():
     assert slack_verdict("stalled", {"a", "b"}, violated) == ("stalled", None)
 
 
-@pytest.mark.integration
-def test_hinge_in_other_units_is_never_called_infeasible():
-    """cProx-AL on the SVM ×1e3 (its verdict after 5 outer iterations, 0.1 s): not infeasible;
-    its status agrees with fm.verify against CVXPY; at unit scale it converges to CVXPY's w."""
-    for scale in (1.0, 1e3):
-        prob, w = hinge(scale)
-        ref = prob.solve("cvxpy")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = prob.solve("cproxal")
-        assert res.status != "infeasible"
-        report = fm.verify(res, ref)
-        if scale == 1.0:
-            assert res.status == "converged" and report.ok
-            np.testing.assert_allclose(res.value(w), ref.value(w), rtol=1e-3, atol=1e-3 * np.abs(ref.value(w)).max())
-        elif res.status == "stalled":
-            assert "feasible, not infeasible" in res.info["stalled"] and not report.ok
-        else:
-            assert res.status == "converged" and report.ok
+@pytest.mark.parametrize("backend", [pytest.param("proxal", marks=pytest.mark.integration), "cproxal"])
+def test_a_stall_on_slack_rows_is_not_called_infeasible(backend):
+    """β_max = 1 cannot drive the slack rows to ε2 (4 outer iterations; cProx-AL 0.15 s, ProxAL 2 s): the verdict that
+    read "infeasible" (the largest violation flat while the multipliers grow) is "stalled", says
+    the model is feasible and names the slack rows; fm.verify against CVXPY is NOT OK."""
+    prob, _ = hinge(1e3)
+    ref = prob.solve("cvxpy")
+    with pytest.warns(RuntimeWarning, match="feasible, not infeasible"):
+        res = prob.solve(backend, beta=0.1, beta_max=1.0)
+    assert res.status == "stalled" and "feasible, not infeasible" in res.info["stalled"]
+    assert res.info["violated"] and all(".epigraph" in name for name in res.info["violated"])
+    assert not fm.verify(res, ref).ok
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+def test_hinge_in_other_units_converges_to_cvxpy(scale):
+    """cProx-AL's defaults on the SVM at ×1 and ×1e3: converged, verified, CVXPY's w."""
+    prob, w = hinge(scale)
+    ref = prob.solve("cvxpy")
+    res = prob.solve("cproxal")
+    assert res.status == "converged" and fm.verify(res, ref).ok
+    np.testing.assert_allclose(res.value(w), ref.value(w), rtol=1e-4, atol=1e-4 * np.abs(ref.value(w)).max())
