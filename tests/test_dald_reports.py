@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
+from conftest import load_data
 from fedmodel.backends.dald import DALD
+from fedmodel.datasets import data_file
 from test_dald_more import _lasso
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,10 +101,7 @@ def test_a_client_away_for_a_stretch_is_named_when_the_run_ends_unconverged():
 def _abalone_away():
     """newuser4's model (/work/briefs/repro/nu4_dald_client_away.py): abalone least squares by
     sex + a 1-row client, a ball on client s1, server ridge 1e-3."""
-    path = os.path.join(os.environ.get("FEDMODEL_DATA", "/work/shared/data"), "regression/abalone.data")
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not available (FEDMODEL_DATA)")
-    raw = np.loadtxt(path, dtype=str)
+    raw = np.loadtxt(load_data(data_file, "regression/abalone.data"), dtype=str)
     X = np.column_stack([raw[:, 1:8].astype(float), np.ones(len(raw))])
     y = raw[:, 8].astype(float)
     groups = np.searchsorted(["F", "I", "M"], raw[:, 0])
