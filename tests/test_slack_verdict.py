@@ -7,7 +7,6 @@ point that meets every constraint, so such a run stalled; it did not find the mo
 (Those runs converge since branch episcale sizes the slacks; a β_max too small for the slack
 rows still reaches the verdict.)
 """
-import warnings
 
 import numpy as np
 import pytest
