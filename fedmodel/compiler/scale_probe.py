@@ -182,14 +182,15 @@ def epigraph_probe(problem, scales: dict[int, Any],
             if size[uid] > 0 and change[uid] > 0}, slacks
 
 
-def slack_sizes(problem, scales: dict[int, Any]) -> dict[int, float]:
-    """D_t of each epigraph slack given the other variables' `scales`: the t at which its term
-    is as large as its rows at the origin or over one unit of every scaled variable (largest
-    over the rows: t bounds each), so a(Dv) − t is a(Dv) − D_t v_t with both of one size."""
+def slack_sizes(problem, scales: dict[int, Any], slacks: set[int]) -> dict[int, float]:
+    """D_t of each slack of `slacks` (uids: the epigraph's, the split's) given the other
+    variables' `scales`: the t at which its term is as large as its rows at the origin or over
+    one unit of every scaled variable (largest over the rows: t bounds each), so a(Dv) − t is
+    a(Dv) − D_t v_t with both of one size."""
     out: dict[int, float] = {}
     with np.errstate(all="ignore"):
         for c in problem.constraints:
-            found = [v.uid for v in c.expr.variables() if getattr(v, "epigraph_slope", None)]
+            found = [v.uid for v in c.expr.variables() if v.uid in slacks]
             if len(found) != 1:
                 continue
             at_zero = np.asarray(value_at(c.expr, {}), float)
