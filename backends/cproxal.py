@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.runtime.program import NodeProgram
-from . import proxal_outer, proxal_private
+from . import proxal_flat, proxal_private
 from .base import Backend, Run, paper_preset
 from .outcome import Outcome, Status
 from .common import check_number
@@ -51,7 +51,7 @@ class CentralizedProxAL(Backend):
     # `proxal_flat`: the outer stop (`proxal_outer.outer_stop`, shared with ProxAL) asks the
     # nodes for their flat directions once its distance test has failed a few times
     procedures = (proxal_private._violations, proxal_private._private_step,
-                  proxal_outer.proxal_flat._flat)
+                  proxal_flat._flat)
 
     def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-5, 1e-4),
                  max_outer: int = 100, local_solver: str = "auto", w0: Any = None,

@@ -81,7 +81,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.executor import Rider
 from fedmodel.runtime.program import compile_programs
-from . import proxal_nodes, proxal_outer, proxal_private
+from . import proxal_flat, proxal_nodes, proxal_private
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
@@ -164,7 +164,7 @@ class ProxAL(Backend):
     # (one message instead of two back to back, the same iterates; False: two, as before)
     configure_with_init = True
     # Algorithm 2's client steps (with their vectorized forms) and the verdict's node report
-    procedures = (*proxal_nodes.PROCEDURES, proxal_private._violations, *proxal_outer.proxal_flat.PROCEDURES)
+    procedures = (*proxal_nodes.PROCEDURES, proxal_private._violations, *proxal_flat.PROCEDURES)
 
     def __init__(self, beta: float = 300.0, rho: float = 0.1, s_bar: float = 1e-3, q: float = 0.3,
                  tol: tuple[float, float] = (1e-5, 1e-4), max_outer: int = 100,
