@@ -13,10 +13,11 @@ from .outcome import Outcome, Status
 from .watch import steady_descent
 
 # A "converged" point violating a constraint by more than CONVERGED_VIOLATION is not an answer
-# ("stalled"); so is one with a relative KKT stationarity (`Certificate.relative_stationarity`)
+# ("stalled") — unless it is within CONVERGED_VIOLATION of its constraint's terms' size (large
+# units); so is one with a relative KKT stationarity (`Certificate.relative_stationarity`)
 # above NOT_STATIONARY, with a warning (CVXPY's point and a paper preset's keep their
-# "converged": _warn_not_stationary). The violation is still read absolutely: the relative one
-# divides by the size of the constraint's terms at the point, which is near 0 for a linear
+# "converged": _warn_not_stationary). The violation must exceed it absolutely too: the relative
+# one divides by the size of the constraint's terms at the point, which is near 0 for a linear
 # constraint whose terms cancel there (Table 4's LCQP: a 2.6e-6 violation read as > 1e-2), and
 # a false "stalled" on a right answer is worse than a biased point in tiny units let through
 # (fm.verify judges that one relatively).
