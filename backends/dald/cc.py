@@ -269,24 +269,16 @@ class FedDALDCC:
             # not with gd / prox-grad: a larger ρ would make their fixed step unstable
             # (ADAPT_UNTIL counts from β's last raise: ρ frozen at step 200 where a raise had left it
             # kept NP adult oscillating to the cap, 2.5e-4 away; counted from the raise: converged)
-            if self.adaptive_rho and self.dual_updates and (k - last_raise <= ADAPT_UNTIL or spectral.LATE) and \
+            if self.adaptive_rho and self.dual_updates and k - last_raise <= ADAPT_UNTIL and \
                     self.solver not in ("gd", "prox-grad"):
                 if PENALTY_RULE == "spectral":
                     factor, MU, anchor = self._spectral(k, X, xhat, sent, MU, anchor, twice_rho2, member)
-                    if k - last_raise > ADAPT_UNTIL:
-                        factor = spectral.late(factor, k - last_raise - ADAPT_UNTIL)
                 else:
                     # Boyd et al.'s residuals: the clients' RMS ‖x_i − x̂‖₂ against 2ρ²‖Δx̂‖₂
                     spread = float(np.sqrt(np.mean(np.sum(np.square(X - xhat), axis=1))))
                     factor = _balance(spread, float(np.max(twice_rho2)) * steps[-1])
-                factor = spectral.bounded(factor, k - last_raise, [h.get("weight", np.nan) for h in history])
-                if k - last_raise == ADAPT_UNTIL and spectral.SETTLE:
-                    factor = spectral.settle([h.get("weight", np.nan) for h in history], float(twice_rho2.flat[0]), history)
-                scale = float(RHO2[0, 0] / initial_rho2)
-                if spectral.CLIP:
-                    factor = float(np.clip(scale * factor, 1.0 / ADAPT_RANGE, ADAPT_RANGE)) / scale
-                    scale = 1.0
-                if abs(factor - 1.0) > 1e-12 and 1.0 / ADAPT_RANGE <= scale * factor <= ADAPT_RANGE:
+                scale = float(RHO2[0, 0] / initial_rho2) * factor
+                if factor != 1.0 and 1.0 / ADAPT_RANGE <= scale <= ADAPT_RANGE:
                     # weights on the server and the clients; μ stays as it is (unscaled)
                     RHO2, total_rho2, twice_rho2 = RHO2 * factor, total_rho2 * factor, twice_rho2 * factor
                     if fuse:
