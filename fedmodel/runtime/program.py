@@ -216,7 +216,8 @@ class NodeProgram:
         chord matrix (see `local_solvers.newton_matrix`)."""
         self.compiled.forget()
         if self.quadratic and self._settings_key() != self._hessian_key:     # (the key: only then)
-            self._hessian_cache, self._factor_cache, self._hessian_key = None, None, self._settings_key()
+            self._hessian_cache, self._factor_cache, self._hessian_key = \
+                local_solvers.low_rank.refreshed(self), None, self._settings_key()
 
     def apply_prox(self, z: np.ndarray, t: float) -> np.ndarray:
         """prox_{t·g} of the node's prox terms g on the shared part of z = (x, y) (a copy; y is
