@@ -112,9 +112,10 @@ def _inside(program: NodeProgram, lp: LocalProblem) -> tuple[tuple | None, int]:
     g0 = lp.fun_grad(lp.z0)[1][:n_x]
     if not np.array_equal(program.prox_remainder(lp.z0[:n_x], g0), g0):
         return None, 0                  # a set active at the warm start: projected steps
-    name = choose(program, "exact" if program.quadratic else "newton")     # (the dense budget)
-    if lp.z0.size > CHORD_NEWTON_MAX and not name.endswith("-cg"):
-        name += "-cg"
+    if lp.z0.size > CHORD_NEWTON_MAX:   # (not `choose`: its low-rank analysis would go unused)
+        name = "exact-cg" if program.quadratic else "newton-cg"
+    else:
+        name = choose(program, "exact" if program.quadratic else "newton")     # (the dense budget)
     z, steps, residual = SOLVERS[name](program, lp)
     if residual <= lp.tol and np.array_equal(program.apply_prox(z, 1.0), z):
         return (z, steps, residual), steps
