@@ -52,7 +52,7 @@ def test_woodbury_refuses_a_nonpositive_diagonal():
     assert low_rank.inverse(packed, basis, np.full(40, 1e-3)) is not None
 
 
-def _sparse_problem(d, rows, clients, seed, server="ridge", logistic=False):
+def _sparse_problem(d, rows, clients, seed, server="ridge", logistic=False, density=0.02):
     rng = np.random.default_rng(seed)
     truth = np.zeros(d)
     truth[rng.choice(d, 10, replace=False)] = rng.normal(size=10)
@@ -60,7 +60,7 @@ def _sparse_problem(d, rows, clients, seed, server="ridge", logistic=False):
     prob = fm.Problem()
     Xs, ys = [], []
     for i in range(clients):
-        X = sp.random(rows, d, density=0.02, random_state=seed + i, format="csr")
+        X = sp.random(rows, d, density=density, random_state=seed + i, format="csr")
         y = X @ truth + 0.01 * rng.normal(size=rows)
         c = prob.add_client(f"c{i}")
         if logistic:
