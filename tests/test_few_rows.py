@@ -28,13 +28,15 @@ def test_woodbury_solve_matches_a_dense_solve(m, d, kind):
     lam, X, s = _system(m, d, kind, seed=m + d)
     Xd = X.toarray() if kind == "csr" else X
     low = Xd.T @ (s[:, None] * Xd)
-    Q = low_rank.row_basis([X], d)
+    basis = low_rank.row_basis([X], d)
+    Q = basis.dense()
     assert Q.shape[1] <= m and np.allclose(Q.T @ Q, np.eye(Q.shape[1]), atol=1e-12)
-    packed = low_rank.pack(lam, Q, Q.T @ low @ Q)
-    assert np.allclose(low_rank.dense(packed), np.diag(lam) + low, rtol=0, atol=1e-12 * np.abs(low).max())
+    packed = low_rank.pack(lam, Q.T @ low @ Q)
+    assert np.allclose(low_rank.dense(packed, basis), np.diag(lam) + low, rtol=0,
+                       atol=1e-12 * np.abs(low).max())
     rng = np.random.default_rng(1)
     for weight in (np.zeros(d), np.full(d, 0.7), rng.uniform(0, 5, d)):
-        inverse = low_rank.inverse(packed, weight)
+        inverse = low_rank.inverse(packed, basis, weight)
         g = rng.standard_normal(d)
         exact = np.linalg.solve(np.diag(lam + weight) + low, g)
         assert np.max(np.abs(inverse.matrix @ g - exact)) <= 1e-10 * np.max(np.abs(exact))
@@ -43,13 +45,14 @@ def test_woodbury_solve_matches_a_dense_solve(m, d, kind):
 def test_woodbury_refuses_a_nonpositive_diagonal():
     lam, X, s = _system(5, 40, "dense", seed=3)
     lam[7] = 0.0
-    Q = low_rank.row_basis([X], 40)
-    packed = low_rank.pack(lam, Q, Q.T @ (X.T @ (s[:, None] * X)) @ Q)
-    assert low_rank.inverse(packed, np.zeros(40)) is None       # the caller inverts dense(packed)
-    assert low_rank.inverse(packed, np.full(40, 1e-3)) is not None
+    basis = low_rank.row_basis([X], 40)
+    Q = basis.dense()
+    packed = low_rank.pack(lam, Q.T @ (X.T @ (s[:, None] * X)) @ Q)
+    assert low_rank.inverse(packed, basis, np.zeros(40)) is None   # the caller inverts dense(packed)
+    assert low_rank.inverse(packed, basis, np.full(40, 1e-3)) is not None
 
 
-def _sparse_problem(d, rows, clients, seed, server="ridge", logistic=False):
+def _sparse_problem(d, rows, clients, seed, server="ridge", logistic=False, density=0.02):
     rng = np.random.default_rng(seed)
     truth = np.zeros(d)
     truth[rng.choice(d, 10, replace=False)] = rng.normal(size=10)
@@ -57,7 +60,7 @@ def _sparse_problem(d, rows, clients, seed, server="ridge", logistic=False):
     prob = fm.Problem()
     Xs, ys = [], []
     for i in range(clients):
-        X = sp.random(rows, d, density=0.02, random_state=seed + i, format="csr")
+        X = sp.random(rows, d, density=density, random_state=seed + i, format="csr")
         y = X @ truth + 0.01 * rng.normal(size=rows)
         c = prob.add_client(f"c{i}")
         if logistic:
@@ -80,10 +83,11 @@ def test_packed_hessian_is_the_dense_one(logistic):
     z = np.random.default_rng(0).standard_normal(300)
     packed = low_rank.hessian(client, z)
     assert packed is not None and packed.ndim == 1
-    lam, Q, C = low_rank.unpack(packed)
-    assert Q.shape == (300, 15)
+    lam, C = low_rank.unpack(packed)
+    assert low_rank.basis_of(client).shape == (300, 15) and C.shape == (15, 15)
     dense = client.hessian(z)
-    assert np.max(np.abs(low_rank.dense(packed) - dense)) <= 1e-12 * np.max(np.abs(dense))
+    assert np.max(np.abs(low_rank.dense(packed, low_rank.basis_of(client)) - dense)) <= \
+        1e-12 * np.max(np.abs(dense))
     assert not low_rank.applies(programs["server"])      # 300 unknowns: its dense path as before
 
 
@@ -183,7 +187,7 @@ def test_a_packed_hessian_travels_in_the_node_state():
     kw = dict(linear=np.full(300, 0.01), weight=0.5, anchor=np.zeros(300), tol=1e-3, method="newton")
     first.solve_local(x0=np.zeros(300), **kw)
     state = first.save_state()["state"]
-    assert state["hessian"].ndim == 1                 # packed: [N, r, λ, Q, C]
+    assert state["hessian"].ndim == 1                 # packed: [N, r, λ, C]
     second.load_state(state)
     x0 = np.full(300, 0.05)
     a = first.solve_local(x0=x0, **dict(kw, tol=1e-9))

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 import fedmodel as fm
 from fedmodel import backends
-from fedmodel.runtime import batched_newton, solvers
+from fedmodel.runtime import batched_newton, low_rank, solvers
 from fedmodel.runtime.batched_plan import BatchedPlan
 from fedmodel.runtime.program import NodeProgram, compile_programs
 from conftest import load_data
@@ -120,8 +120,12 @@ def test_hessian_beyond_the_budget_is_refused_before_allocating(monkeypatch):
     program = compile_programs(prob)["c0"]
     monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", D * D - 1)
     assert program._choose("auto") == "newton-cg"
-    assert program._choose("newton") == "newton-cg"
-    assert program._choose("exact") == "exact-cg"
+    # 60 rows of 300 unknowns: Newton keeps its packed diag + rows form (`low_rank`, O(N r))
+    assert program._choose("newton") == "newton" and program._choose("exact") == "exact"
+    monkeypatch.setattr(low_rank, "MAX_ROW_FRACTION", 0.1)      # no packed form: Hessian-free
+    other = compile_programs(prob)["c0"]
+    assert other._choose("newton") == "newton-cg"
+    assert other._choose("exact") == "exact-cg"
     assert not batched_newton.stack_fits(1, D)
     with pytest.raises(fm.FedModelError, match="DENSE_NEWTON_FLOATS"):
         program.hessian(np.zeros(D))

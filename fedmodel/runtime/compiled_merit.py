@@ -86,7 +86,7 @@ class CompiledMerit:
         self.quadratic = _is_quadratic(self.value_grad_plan)
         self._hvp_directions = None   # see _direction_plan
         self._gradient_plan = None   # see gradient_plan
-        self._recent: dict[bytes, tuple[float, np.ndarray]] = {}   # see value_grad
+        self._recent = _Recent()   # see value_grad
         # one vector variable and nothing private (a model's usual client): z = x is the plans'
         # one input as it is (`values`: unpacking, a list of reshaped views, was ~2 µs of each
         # of a serial ADMM step's ~5 evaluations)
@@ -126,15 +126,12 @@ class CompiledMerit:
         """P_i and its gradient with respect to z = (x, y). The last two evaluations are kept
         (until a parameter of the merit changes): ADMM-type steps evaluate the merit at a point
         and then start a local solve there, or restart from where the last solve ended."""
-        key = x.tobytes() + y.tobytes() if y.size else x.tobytes()     # (the same bytes)
-        hit = self._recent.get(key)
+        hit = self._recent.get(x, y)
         if hit is not None:
             return hit[0], hit[1].copy()
         out = self.value_grad_plan(*self.values(x, y))
         g = self.flatten(out[1:])
-        if len(self._recent) >= 2:
-            del self._recent[next(iter(self._recent))]
-        self._recent[key] = (float(out[0]), g.copy())
+        self._recent.put(x, y, float(out[0]), g.copy())
         return float(out[0]), g
 
     def gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -146,7 +143,7 @@ class CompiledMerit:
         """∇P_i with respect to z = (x, y) without P_i's value (`gradient`, private part
         included): a new array, bitwise `value_grad`'s; a memoized evaluation is reused, and
         this one is not memoized (it is taken where no local solve starts)."""
-        hit = self._recent.get(x.tobytes() + y.tobytes() if y.size else x.tobytes())
+        hit = self._recent.get(x, y)
         if hit is not None:
             return hit[1].copy()
         return self.flatten(self.gradient_plan(*self.values(x, y)))
@@ -282,3 +279,33 @@ def _is_quadratic(plan: Plan) -> bool:
             _QUADRATIC.clear()
         found = _QUADRATIC[plan.structure_key] = polynomial_degree(plan.outputs[0]) <= 2
     return found
+
+
+class _Recent:
+    """The last two evaluations, (x, y) → (value, gradient), matched bit for bit (the bytes
+    keys they replace were: -0.0 is not 0.0) by comparing the arrays' bits, O(n) without a
+    copy or a hash: hashing x's bytes was ~0.4 ms of a ~1.6 ms evaluation at n = 10⁵."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self):
+        self.entries: list[tuple[np.ndarray, np.ndarray, float, np.ndarray]] = []
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def get(self, x: np.ndarray, y: np.ndarray) -> "tuple[float, np.ndarray] | None":
+        for seen_x, seen_y, value, g in self.entries:
+            if _same_bits(seen_x, x) and _same_bits(seen_y, y):
+                return value, g
+        return None
+
+    def put(self, x: np.ndarray, y: np.ndarray, value: float, g: np.ndarray) -> None:
+        if len(self.entries) >= 2:
+            del self.entries[0]
+        self.entries.append((np.array(x, dtype=float), np.array(y, dtype=float), value, g))
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    b = np.ascontiguousarray(b, dtype=float)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint64), b.view(np.uint64))

@@ -73,14 +73,18 @@ def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
     soft-threshold for ‖· − a‖₁) — FISTA's own fixed point, reached in one step instead of its
     ~10–20 (docs/BENCHMARKS.md, branch geomed). None when the merit is not of that form."""
     n = lp.z0.size
-    if not program.quadratic or program.n_private or not solvers.dense_fits(n):
+    if not program.quadratic or program.n_private or \
+            not (solvers.dense_fits(n) or low_rank.applies(program)):     # (packed: O(n) here)
         return None
     if program._hessian_cache is None:
-        program._hessian_cache, program._factor_cache = fresh_hessian(program, lp.z0), None
+        try:
+            program._hessian_cache, program._factor_cache = fresh_hessian(program, lp.z0), None
+        except _BeyondBudget:
+            return None
     H = program._hessian_cache
     if H.ndim == 1:         # packed (`low_rank`): c·I only without a product through data
-        diagonal, basis, _ = low_rank.unpack(H)
-        if basis.shape[1]:
+        diagonal, core = low_rank.unpack(H)
+        if core.size:
             return None
     else:
         diagonal = np.diagonal(H)
@@ -108,9 +112,10 @@ def _inside(program: NodeProgram, lp: LocalProblem) -> tuple[tuple | None, int]:
     g0 = lp.fun_grad(lp.z0)[1][:n_x]
     if not np.array_equal(program.prox_remainder(lp.z0[:n_x], g0), g0):
         return None, 0                  # a set active at the warm start: projected steps
-    name = choose(program, "exact" if program.quadratic else "newton")     # (the dense budget)
-    if lp.z0.size > CHORD_NEWTON_MAX and not name.endswith("-cg"):
-        name += "-cg"
+    if lp.z0.size > CHORD_NEWTON_MAX:   # (not `choose`: its low-rank analysis would go unused)
+        name = "exact-cg" if program.quadratic else "newton-cg"
+    else:
+        name = choose(program, "exact" if program.quadratic else "newton")     # (the dense budget)
     z, steps, residual = SOLVERS[name](program, lp)
     if residual <= lp.tol and np.array_equal(program.apply_prox(z, 1.0), z):
         return (z, steps, residual), steps
@@ -125,8 +130,16 @@ def _newton_with(fresh_matrices: bool, exact: bool):
         def hess(z, fresh):
             return newton_matrix(program, z, lp.weight_x, fresh and fresh_matrices)
         tol, max_steps = (0.0, 2) if exact else (lp.tol, lp.max_steps)
-        return solvers.newton(lp.fun_grad, hess, lp.z0, tol, max_steps)
+        try:
+            return solvers.newton(lp.fun_grad, hess, lp.z0, tol, max_steps)
+        except _BeyondBudget:       # a packed form beyond the dense budget failed: no d × d
+            return SOLVERS["exact-cg" if exact else "newton-cg"](program, lp)
     return solve
+
+
+class _BeyondBudget(Exception):
+    """A Newton matrix that only its packed form (`low_rank`) could hold — beyond
+    `solvers.DENSE_NEWTON_FLOATS` — had none (the form's check failed, or some λ + w ≤ 0)."""
 
 
 def _newton_cg_with(exact: bool):
@@ -190,9 +203,9 @@ def choose(program: NodeProgram, method: str, local: bool = True) -> str:
         else:   # beyond the budget Newton-CG: 3-6× faster than L-BFGS-B on a9a's hashed
             # logistic clients (d = 16,507, β = 10 and 300, tol 1e-6 and 1e-9)
             return "lbfgs" if solvers.dense_fits(n) else "newton-cg"
-    if method in ("exact", "newton") and not solvers.dense_fits(n):
+    if method in ("exact", "newton") and not solvers.dense_fits(n) and not low_rank.applies(program):
         return "exact-cg" if method == "exact" else "newton-cg"
-    return method
+    return method      # (beyond the budget with a packed Hessian: Woodbury, O(N r) memory)
 
 
 def solve(program: NodeProgram, method: str, lp: LocalProblem) -> tuple[np.ndarray, int, float]:
@@ -224,11 +237,13 @@ def newton_matrix(program: NodeProgram, z: np.ndarray, weight_x: np.ndarray,
     if cached is None or cached[0] != key:
         H = program._hessian_cache
         if H.ndim == 1:         # packed diagonal + low rank: Woodbury, else its dense matrix
-            inverse = low_rank.inverse(H, weight_x)
+            inverse = low_rank.inverse(H, low_rank.basis_of(program), weight_x)
             if inverse is not None:
                 program._factor_cache = (key, inverse, None)
                 return inverse
-            H = low_rank.dense(H)
+            if not solvers.dense_fits(weight_x.size):
+                raise _BeyondBudget()
+            H = low_rank.dense(H, low_rank.basis_of(program))
         spectrum = cached[2] if cached is not None else None
         # (a function of the Hessian and the weight only, not of the weights before: a node
         # resumed from its saved state, Hessian and all, takes the same steps bitwise)
@@ -247,6 +262,8 @@ def fresh_hessian(program: NodeProgram, z: np.ndarray) -> np.ndarray:
     """∇²P_i(z) to keep: packed diagonal + low rank for a client with few data rows
     (`low_rank.hessian`, a flat array), else the dense matrix."""
     packed = low_rank.hessian(program, z)
+    if packed is None and not solvers.dense_fits(z.size):
+        raise _BeyondBudget()
     return program.hessian(z) if packed is None else packed
 
 
@@ -281,7 +298,7 @@ def _quadratic_l1(program: NodeProgram, fun_grad, z0, tol, weight_x):
     if program._hessian_cache is None:
         program._hessian_cache, program._factor_cache = fresh_hessian(program, z0), None
     H = program._hessian_cache
-    H = low_rank.dense(H) if H.ndim == 1 else H.copy()
+    H = low_rank.dense(H, low_rank.basis_of(program)) if H.ndim == 1 else H.copy()
     H[np.diag_indices(program.n_shared)] += weight_x
     c = fun_grad(z0)[1] - H @ z0
     return feature_sign(H, c, _l1_weights(program, z0.size), z0, tol)

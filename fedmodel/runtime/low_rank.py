@@ -9,19 +9,23 @@ an N × N Hessian, its eigendecomposition (O(N³), ~1 s at N = 2,000) and an O(N
 direction — costs far more than the data. Here:
 - the data matrices are the constants `A` of the products `A @ (s ∘ v)` in the compiled
   Hessian-vector product ∇(∇P_i·v) (`CompiledMerit._hvp_expressions`; s the compiler's column
-  scales, or none); Q (N × r) is an orthonormal basis of the rows of A·diag(s) (an SVD, once
-  per program); a node without such products (a server's ridge) has r = 0: a diagonal;
+  scales, or none); Q (N × r) is an orthonormal basis of the rows of A·diag(s), once per
+  program (`row_basis`: for sparse A kept as Q = (A·diag(s))ᵀ T from the rows' Gram matrix,
+  so a product with Q costs O(nnz + m r), not O(N r)); a node without such products
+  (a server's ridge) has r = 0: a diagonal;
 - λ is that product with every `A @ (s ∘ v)` replaced by 0, at v = 1 (the terms that do not
   go through the data); C = Qᵀ(∇²P_i − diag λ)Q from r directions of the batched product;
 - every packed Hessian is checked on a random direction: ∇²P_i v = λ∘v + Q C Qᵀ v to 1e-8
   (a Hessian of any other form, e.g. with cross terms, fails it: the program then keeps the
   dense path for good);
 - (∇²P_i + diag w)⁻¹ g = D⁻¹g − D⁻¹Q (I + C K)⁻¹ C Qᵀ D⁻¹ g, D = diag(λ + w), K = QᵀD⁻¹Q:
-  O(N r²) per Hessian or weight, O(N r) per direction; S (hence C) may be singular (a
-  saturated logistic row), only D must be positive (else the caller takes the dense inverse of
-  `dense(packed)`).
-The packed Hessian is one flat array (`pack`), kept where the dense one is kept
-(`NodeState.hessian`): checkpoints and resumed solves see plain data.
+  O(N r²) per Hessian or weight (O(nnz·m) with a sparse basis), O(N r) per direction (O(nnz + m
+  r)); S (hence C) may be singular (a saturated logistic row), only D must be positive (else the
+  caller takes the dense inverse of `dense(packed, basis)`, within the dense budget).
+The packed Hessian is one flat array (`pack`: λ and C; Q is derived from the program's data),
+kept where the dense one is kept (`NodeState.hessian`): checkpoints and resumed solves see plain
+data. Beyond the dense budget (`solvers.DENSE_NEWTON_FLOATS`) this form is what lets the
+"exact" and "newton" solves run at all (`local_solvers.choose`): d = 10⁵, 150 rows a client.
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ MAX_ROW_FRACTION = 0.5
 # the dense path's eigendecomposition takes milliseconds and its results stay bitwise
 DIAGONAL_MIN = 500
 GUARD_TOL = 1e-8     # relative mismatch on the random direction above which the form is refused
+# Gram eigenvalues kept (`row_basis`): above this fraction of the largest (singular values 1e-6)
+GRAM_FLOOR = 1e-12
 _UNSET = object()
 
 
@@ -50,7 +56,7 @@ class _Structure:
 
     __slots__ = ("diagonal_plan", "direction", "basis")
 
-    def __init__(self, diagonal_plan: Plan, direction, basis: np.ndarray):
+    def __init__(self, diagonal_plan: Plan, direction, basis: "Basis"):
         self.diagonal_plan, self.direction, self.basis = diagonal_plan, direction, basis
 
 
@@ -126,38 +132,121 @@ def _scaled(matrix, scale):
     return np.asarray(matrix, dtype=float) * s
 
 
-def row_basis(matrices: list, n: int) -> np.ndarray:
-    """An orthonormal basis (n × r) of the span of the rows of `matrices` (dense or sparse,
-    vectors as one row), r their numerical rank."""
+def row_basis(matrices: list, n: int) -> "Basis":
+    """An orthonormal basis Q (n × r) of the span of the rows of `matrices` (dense or sparse,
+    vectors as one row), r their numerical rank. Sparse rows R (m × n) keep Q = Rᵀ T implicit
+    (T m × r from the eigendecomposition of the m × m Gram matrix R Rᵀ: O(nnz·m + m³), memory
+    nnz + m r; the dense SVD was O(n m²) and n m floats, 4 s and 120 MB a client at n = 10⁵,
+    m = 150); dense rows take the SVD as before. Directions of the Gram matrix below
+    `GRAM_FLOOR` of its largest are dropped: their share of a Hessian is below the check's
+    tolerance (a Hessian that still needs them fails `hessian`'s check: the dense path)."""
     if not matrices:
-        return np.zeros((n, 0))
+        return Basis(np.zeros((n, 0)))
+    if all(hasattr(a, "toarray") and np.ndim(a) == 2 for a in matrices):
+        import scipy.sparse as sp
+        rows = sp.vstack([a.tocsr() for a in matrices]).tocsr()
+        gram = (rows @ rows.T).toarray()
+        values, vectors = np.linalg.eigh(0.5 * (gram + gram.T))
+        if not values.size or not values[-1] > 0:
+            return Basis(np.zeros((n, 0)))
+        keep = values > values[-1] * GRAM_FLOOR
+        return Basis(rows.T.tocsr(), vectors[:, keep] / np.sqrt(values[keep]))
     rows = np.vstack([np.reshape(a.toarray() if hasattr(a, "toarray") else np.asarray(a, float), (-1, n))
                       for a in matrices])
     Q, s, _ = np.linalg.svd(rows.T, full_matrices=False)
     if not s.size or not s[0] > 0:
-        return np.zeros((n, 0))
-    return np.ascontiguousarray(Q[:, s > s[0] * max(rows.shape) * np.finfo(float).eps])
+        return Basis(np.zeros((n, 0)))
+    return Basis(np.ascontiguousarray(Q[:, s > s[0] * max(rows.shape) * np.finfo(float).eps]))
+
+
+class Basis:
+    """Q = B T (n × r): B the data rows transposed (sparse, n × m) and T (m × r), or B = Q
+    itself (dense, T None). Products with Q and Qᵀ go through B: O(nnz + m r) per vector."""
+
+    __slots__ = ("rows", "mix", "shape")
+
+    def __init__(self, rows, mix: "np.ndarray | None" = None):
+        self.rows, self.mix = rows, mix
+        self.shape = (rows.shape[0], rows.shape[1] if mix is None else mix.shape[1])
+
+    def times(self, v: np.ndarray) -> np.ndarray:
+        """Q v (v of r entries, or r × k)."""
+        return self.rows @ (v if self.mix is None else self.mix @ v)
+
+    def transpose_times(self, g: np.ndarray) -> np.ndarray:
+        """Qᵀ g (g of n entries, or n × k)."""
+        out = self.rows.T @ g
+        return out if self.mix is None else self.mix.T @ out
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        """Q[:, start:stop] as a dense array."""
+        if self.mix is None:
+            return self.rows[:, start:stop]
+        return np.asarray(self.rows @ self.mix[:, start:stop])
+
+    def weighted_gram(self, weight: np.ndarray) -> np.ndarray:
+        """Qᵀ diag(weight) Q (r × r)."""
+        if self.mix is None:
+            return self.rows.T @ (weight[:, None] * self.rows)
+        inner = self.rows.T @ self.rows.multiply(weight[:, None]).tocsr()
+        inner = inner.toarray() if hasattr(inner, "toarray") else inner
+        return self.mix.T @ inner @ self.mix
+
+    def dense(self) -> np.ndarray:
+        return self.columns(0, self.shape[1])
 
 
 def hessian(program, z: np.ndarray) -> "np.ndarray | None":
-    """∇²P_i(z) packed (`pack`) as diag(λ) + Q C Qᵀ, or None when the program has no such form
-    (then, and from then on, the dense Hessian)."""
+    """∇²P_i(z) packed (`pack`) as diag(λ) + Q C Qᵀ (Q the program's `basis_of`), or None when
+    the program has no such form (then, and from then on, the dense Hessian)."""
     found = structure(program)
     if found is None:
         return None
     n, Q = program.n_shared, found.basis
+    r = Q.shape[1]
     found.direction.value = np.ones(n)
     lam = np.array(np.broadcast_to(found.diagonal_plan(z)[0], (n,)), dtype=float)
-    HQ = _times(program, z, Q)
-    C = Q.T @ HQ - Q.T @ (lam[:, None] * Q)
-    packed = pack(lam, Q, 0.5 * (C + C.T))
-    v = np.random.default_rng(n).standard_normal(n)     # the check (module docstring)
-    hv, parts = program.hvp(z, v), (lam * v, Q @ (packed_core(packed) @ (Q.T @ v)))
-    scale = solvers.norm_inf(hv) + sum(solvers.norm_inf(p) for p in parts)
-    if not solvers.norm_inf(hv - parts[0] - parts[1]) <= GUARD_TOL * scale:
+    C = np.empty((r, r))
+    block = max(1, HESSIAN_BLOCK_FLOATS // max(n, 1))   # (Q's columns dense a block at a time)
+    for start in range(0, r, block):
+        V = Q.columns(start, min(start + block, r))
+        C[:, start:start + V.shape[1]] = Q.transpose_times(_times(program, z, V) - lam[:, None] * V)
+    packed = pack(lam, 0.5 * (C + C.T))
+    if not _matches(program, z, packed):
         program._low_rank = None
         return None
     return packed
+
+
+def _matches(program, z: np.ndarray, packed: np.ndarray) -> bool:
+    """The check (module docstring): ∇²P_i(z) v = λ∘v + Q C Qᵀ v on a random direction v."""
+    Q, n = basis_of(program), program.n_shared
+    v = np.random.default_rng(n).standard_normal(n)
+    lam, C = unpack(packed)
+    hv, parts = program.hvp(z, v), (lam * v, Q.times(C @ Q.transpose_times(v)))
+    scale = solvers.norm_inf(hv) + sum(solvers.norm_inf(p) for p in parts)
+    return bool(solvers.norm_inf(hv - parts[0] - parts[1]) <= GUARD_TOL * scale)
+
+
+def refreshed(program) -> "np.ndarray | None":
+    """A quadratic program's kept packed Hessian after β or ω changed (`NodeProgram.
+    _forget_hessian`): λ anew and C kept when the check passes at the new settings (a proximal
+    weight changes λ only), else None (a fresh one on first use). One product instead of r:
+    each outer iteration's refresh was ~0.27 s a client at d = 10⁵, 150 rows (a third of a
+    ProxAL run). A function of the kept matrix and the settings: resumed nodes agree bitwise."""
+    kept = program._hessian_cache
+    if kept is None or kept.ndim != 1 or structure(program) is None:
+        return None
+    found, z = structure(program), np.zeros(program.n_shared)
+    found.direction.value = np.ones(z.size)
+    lam = np.array(np.broadcast_to(found.diagonal_plan(z)[0], z.shape), dtype=float)
+    candidate = pack(lam, packed_core(kept).copy())
+    return candidate if _matches(program, z, candidate) else None
+
+
+def basis_of(program) -> Basis:
+    """The basis Q of the program's packed Hessians (`structure` found)."""
+    return structure(program).basis
 
 
 def _times(program, z: np.ndarray, V: np.ndarray) -> np.ndarray:
@@ -174,26 +263,25 @@ def _times(program, z: np.ndarray, V: np.ndarray) -> np.ndarray:
     return np.column_stack([compiled.hvp(z, V[:, j]) for j in range(k)]) if k else np.zeros((n, 0))
 
 
-# ---- the packed form: [N, r, λ (N), Q (N·r), C (r·r)] -------------------------------------------
-def pack(lam: np.ndarray, Q: np.ndarray, C: np.ndarray) -> np.ndarray:
-    n, r = Q.shape
-    return np.concatenate([[n, r], lam, Q.ravel(), C.ravel()])
+# ---- the packed form: [N, r, λ (N), C (r·r)]; Q is the program's (`basis_of`) -------------------
+def pack(lam: np.ndarray, C: np.ndarray) -> np.ndarray:
+    return np.concatenate([[lam.size, len(C)], lam, C.ravel()])
 
 
-def unpack(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(λ, Q, C) of a packed Hessian (views)."""
-    n, r = int(packed[0]), int(packed[1])
-    return packed[2:2 + n], packed[2 + n:2 + n + n * r].reshape(n, r), packed_core(packed)
+def unpack(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(λ, C) of a packed Hessian (views)."""
+    return packed[2:2 + int(packed[0])], packed_core(packed)
 
 
 def packed_core(packed: np.ndarray) -> np.ndarray:
     n, r = int(packed[0]), int(packed[1])
-    return packed[2 + n + n * r:].reshape(r, r)
+    return packed[2 + n:].reshape(r, r)
 
 
-def dense(packed: np.ndarray) -> np.ndarray:
+def dense(packed: np.ndarray, basis: Basis) -> np.ndarray:
     """The N × N matrix diag(λ) + Q C Qᵀ of a packed Hessian."""
-    lam, Q, C = unpack(packed)
+    lam, C = unpack(packed)
+    Q = basis.dense()
     H = Q @ C @ Q.T
     H[np.diag_indices(lam.size)] += lam
     return 0.5 * (H + H.T)
@@ -206,22 +294,22 @@ class WoodburyInverse(solvers.Inverse):
 
     __slots__ = ()
 
-    def __init__(self, packed: np.ndarray, weight: np.ndarray):
-        lam, Q, C = unpack(packed)
+    def __init__(self, packed: np.ndarray, basis: Basis, weight: np.ndarray):
+        lam, C = unpack(packed)
         inv_d = 1.0 / (lam + weight)
-        K = Q.T @ (inv_d[:, None] * Q)
+        K = basis.weighted_gram(inv_d)
         try:
             core = np.linalg.solve(np.eye(len(C)) + C @ K, C)      # (I + C K)⁻¹ C
-            self.matrix = _Woodbury(inv_d, Q, core) if np.all(np.isfinite(core)) else None
+            self.matrix = _Woodbury(inv_d, basis, core) if np.all(np.isfinite(core)) else None
         except np.linalg.LinAlgError:
             self.matrix = None
 
 
-def inverse(packed: np.ndarray, weight: np.ndarray) -> "WoodburyInverse | None":
+def inverse(packed: np.ndarray, basis: Basis, weight: np.ndarray) -> "WoodburyInverse | None":
     """The Woodbury inverse of ∇²P_i + diag(weight), or None when some λ + w ≤ 0 (the caller
-    inverts `dense(packed)`)."""
+    inverts `dense(packed, basis)`)."""
     lam = unpack(packed)[0]
-    return WoodburyInverse(packed, weight) if np.all(lam + weight > 0) else None
+    return WoodburyInverse(packed, basis, weight) if np.all(lam + weight > 0) else None
 
 
 class _Woodbury:
@@ -229,9 +317,11 @@ class _Woodbury:
 
     __slots__ = ("inv_d", "basis", "core")
 
-    def __init__(self, inv_d: np.ndarray, basis: np.ndarray, core: np.ndarray):
+    def __init__(self, inv_d: np.ndarray, basis: Basis, core: np.ndarray):
         self.inv_d, self.basis, self.core = inv_d, basis, core
 
     def __matmul__(self, g: np.ndarray) -> np.ndarray:
         a = self.inv_d * g
-        return a - self.inv_d * (self.basis @ (self.core @ (self.basis.T @ a)))
+        if not self.core.size:
+            return a
+        return a - self.inv_d * self.basis.times(self.core @ self.basis.transpose_times(a))

@@ -210,13 +210,13 @@ class NodeProgram:
         return float(beta), float(weight), (1.0 / beta) if self.n_private else 0.0
 
     def _forget_hessian(self) -> None:
-        """After the merit's parameters change: forget recent evaluations, and the Hessian of a
-        quadratic merit if β or a proximal weight changed ("exact" needs the exact matrix; it
-        has no inequality terms, whose active set would matter). Other merits keep theirs as a
-        chord matrix (see `local_solvers.newton_matrix`)."""
+        """After the merit's parameters change: forget recent evaluations, and a quadratic merit's
+        Hessian if β or ω changed ("exact" needs it exact; no inequality terms, no active set; a
+        packed one is refreshed, `low_rank.refreshed`). Other merits keep theirs (chord matrix)."""
         self.compiled.forget()
         if self.quadratic and self._settings_key() != self._hessian_key:     # (the key: only then)
-            self._hessian_cache, self._factor_cache, self._hessian_key = None, None, self._settings_key()
+            self._hessian_cache, self._factor_cache, self._hessian_key = \
+                local_solvers.low_rank.refreshed(self), None, self._settings_key()
 
     def apply_prox(self, z: np.ndarray, t: float) -> np.ndarray:
         """prox_{t·g} of the node's prox terms g on the shared part of z = (x, y) (a copy; y is
