@@ -228,7 +228,7 @@ def equilibrate(problem) -> ScaledModel | None:
             var = next(iter(constraint.expr.variables()))
             rewritten[name], scaling.constraints[name] = written_in_v(
                 *in_v[name], twins[var.uid], scaling.variables[var.uid])
-        elif name in normals and name not in kept:      # a halfspace: a unit row in v
+        elif name in normals and name not in kept:      # an affine set: unit rows in v
             scaling.constraints[name] = unit_row(normals[name], scaling.variables[held[name]])
         else:
             scaling.constraints[name] = 1.0 if name in kept else \

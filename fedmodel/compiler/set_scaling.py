@@ -7,7 +7,8 @@ is scaled so that its set stays one a backend projects on in closed form.
   δ from the probe (`scale_probe`), with no column scales, and ‖δv‖ ≤ r is the ball ‖v‖ ≤ r/δ;
 - balls and bounds are written anew in v (`written_in_v`), ‖v‖ ≤ r/δ and ±v ≤ ±u/D, so every
   row has v's size whether a backend projects on the set (`sets.simple_set` reads it) or keeps
-  it in its augmented Lagrangian; halfspaces, polyhedra and subspaces keep r = 1 as before;
+  it in its augmented Lagrangian; halfspaces, polyhedra and subspaces get one r, their largest
+  row in v of norm 1 (`unit_row`: their projection does not see it);
 - a variable in a nonsmooth constraint that is no such set keeps its units (δ = 1).
 
 Before (main 7643bfc) every variable in a projected set kept δ = 1: a logistic loss with client
@@ -34,11 +35,11 @@ ROUND = ("ball2", "ball1", "ballinf")                                    # sets 
 def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], dict[str, int], dict]:
     """(fixed, whole, kept, in_v, held, normals). fixed: the variables that keep their units, those in a
     nonsmooth constraint that is no set a backend projects on (`simple_set`; FedADMM projects
-    affine sets too); kept: the constraints that keep r = 1 (those, sets on fixed variables,
-    and halfspaces, polyhedra and subspaces); whole: the variables a ball holds, scaled by one scalar δ (per-column scales
+    affine sets too); kept: the constraints that keep r = 1 (those, sets on fixed variables);
+    whole: the variables a ball holds, scaled by one scalar δ (per-column scales
     would make it an ellipsoid, with no closed-form projection); in_v: the balls and bounds
     written anew in v (`set_form`, `written_in_v`), by name; held: the other sets' variables
-    by constraint name (`unsized`); normals: a single halfspace's a by name (`unit_row`).
+    by constraint name (`unsized`); normals: an affine set's rows by name (`unit_row`).
     Bounds and halfspaces stay bounds and halfspaces under any D > 0 (u ÷ D; (a∘D)·v ≤ b):
     their variables are scaled as free ones."""
     fixed: set[int] = set()
@@ -60,21 +61,31 @@ def in_sets(problem) -> tuple[set[int], set[int], set[str], dict[str, tuple], di
         form = set_form(c, term.variable)
         if form is not None:
             in_v[c.name] = form
-        elif term.kind == "halfspace":
-            normals[c.name] = term.pieces[0].current().a   # a Parameter: its value now
-        elif term.kind in AFFINE:   # its projection does not see r; DALD's stall rule, tuned
-            kept.add(c.name)         # at r = 1, read contradictory halfspaces "stalled" at r ≠ 1
+        elif term.kind in AFFINE:    # a Parameter: its value now
+            normals[c.name] = _rows(term.pieces)
     return fixed, whole - fixed, kept, in_v, held, normals
 
 
+def _rows(pieces) -> np.ndarray:
+    """The rows (k, n) of an affine set's pieces: a halfspace's a, each of a polyhedron's, a
+    subspace's A as written."""
+    found = [p.current() for p in pieces]
+    return np.vstack([np.atleast_2d(p.rows if hasattr(p, "rows") else p.a) for p in found])
+
+
 def unit_row(a: np.ndarray, scale: np.ndarray) -> float:
-    """r = 1/‖a∘D‖₂ for a halfspace a·w ≤ b on w = D v: its row in v of norm 1, one row for
-    the halfspace and its contrary alike (DALD's stall rule read contradictory halfspaces
-    "stalled" at r from `_row_scale`, which reads b). With r = 1 the row was the column
-    scales' size: sum(w) ≥ 0 on house prices in dollars had ‖a∘D‖ = 2.7e4, so its AL term's
-    curvature β·7e8 beside an objective's 1, and Newton backtracked from the kink to no step
-    (ProxAL and cProx-AL "converged" 7 % off, issue 25)."""
-    return factor(1.0 / float(np.linalg.norm(np.ravel(a) * np.ravel(np.broadcast_to(scale, np.shape(a))))))
+    """r = 1/max_k ‖a_k∘D‖₂ for a halfspace a·w ≤ b (one row a), a polyhedron or an affine
+    subspace (rows a_k) on w = D v: its largest row in v of norm 1, one r for a set and its
+    contrary alike (DALD's stall rule read contradictory halfspaces "stalled" at r from
+    `_row_scale`, which reads b). With r = 1 the row was the column scales' size: sum(w) ≥ 0
+    on house prices in dollars had ‖a∘D‖ = 2.7e4, so its AL term's curvature β·7e8 beside an
+    objective's 1, and Newton backtracked from the kink to no step (ProxAL and cProx-AL
+    "converged" 7 % off, issue 25); a subspace A w = b kept r = 1 until round 6 of the new-user
+    probes: with A, b and the data ×1e-3, cProx-AL said "infeasible" and DALD "stalled" where
+    ×1 converged (rows 1e-3 beside a stop tolerance)."""
+    rows, d = np.atleast_2d(a), np.ravel(scale)
+    sizes = np.linalg.norm(rows * (d if d.size == rows.shape[1] else d[0]), axis=1)
+    return factor(1.0 / float(np.max(sizes)))
 
 
 def unsized(fixed: set[int], kept: set[str], in_v: dict, held: dict[str, int],
