@@ -155,9 +155,11 @@ def test_backend_sees_only_declared_model_sized_messages():
     prob, w = constrained_model(8)
     res = prob.solve(backends.ProxAL(**FAST, anderson=0))      # plain ADMM: no Anderson products
     # (the clients' "configure" rides on "proxal_admm_init"; the server's is its own, local)
-    # ("proxal_curvature": one number a node, asked once here — c1's private slack refuses it)
+    # ("proxal_curvature": one number a node, asked only where the distance test needs it —
+    # c1's private slack refuses it; since the equalities' rows are unit rows (branch newuser6)
+    # this run stops at outer 7 in 169 round trips without it, 206 at outer 8 before)
     declared = {"proxal_admm_init", "proxal_admm_step", "update_multipliers", "proxal_curvature"}
-    assert res.ledger.kinds() == declared
+    assert declared - {"proxal_curvature"} <= res.ledger.kinds() <= declared
     d = w.size
     for (sender, receiver, kind), floats in res.ledger.floats.items():
         messages = res.ledger.messages[(sender, receiver, kind)]
