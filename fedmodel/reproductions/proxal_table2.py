@@ -32,7 +32,7 @@ import warnings
 
 import numpy as np
 
-from .report import print_header, print_subset
+from .report import finish, print_checks, print_header, print_subset
 
 CLIENTS = (1, 5, 10, 20)
 THRESHOLD = 0.1
@@ -196,6 +196,7 @@ def run(full: bool = False, clients=None, trials=None) -> int:
               f"{max(alg1['stationarity']):>9.1e} / {max(alg1['kkt_feasibility']):.1e}", flush=True)
         ok &= row["worst_feas_alg1"] <= THRESHOLD + 1e-3 and row["worst_feas_cprox"] <= THRESHOLD + 1e-3
         ok &= all(status == "converged" for status in alg1["status"]) and all(alg1["admm_ok"])
-    print(f"\ncheck: every block's |loss disparity| ≤ {THRESHOLD} + 1e-3 (clients and server, both "
-          f"methods) and Alg. 1 converged with every ADMM call meeting (23): {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    print()
+    print_checks([(f"every block's |loss disparity| ≤ {THRESHOLD} + 1e-3 (clients and server, both "
+                   "methods) and Alg. 1 converged with every ADMM call meeting (23)", ok)])
+    return finish(ok)     # the `result:` line every reproduction closes with
