@@ -11,9 +11,10 @@ import pytest
 import fedmodel as fm
 
 
-def equality_model(scale: float, nonneg: bool = False):
+def equality_model(scale: float, nonneg: bool = False, polyhedron: bool = False):
     """4 clients (2, 20, 200, 2000 rows) of mean least squares in units ×scale, and on the
-    server A @ w == b (2 rows), A and b in the same units; optionally w ≥ 0."""
+    server A @ w == b (2 rows), A and b in the same units; optionally w ≥ 0; or instead
+    A @ w <= b with 3 other rows (`polyhedron`, two of them active at the answer)."""
     rng = np.random.default_rng(2)
     d = 8
     truth = rng.normal(size=d)
@@ -21,14 +22,15 @@ def equality_model(scale: float, nonneg: bool = False):
     for i, m in enumerate((2, 20, 200, 2000)):
         X = rng.normal(size=(m, d)) + 0.5 * i
         parts.append((X, X @ truth + 0.3 * rng.normal(size=m) + i))
-    A = np.random.default_rng(5).normal(size=(2, d))
-    b = np.array([1.0, -2.0])
+    A = np.random.default_rng(7 if polyhedron else 5).normal(size=(3 if polyhedron else 2, d))
+    b = np.array([-1.0, 0.5, -0.5] if polyhedron else [1.0, -2.0])
     w = fm.Variable(d, name="w")
     prob = fm.Problem()
     for X, y in parts:
         client = prob.add_client()
         client.minimize(fm.sum_squares(client.data(scale * X) @ w - client.data(scale * y)) / len(y))
-    prob.server.subject_to(prob.server.data(scale * A) @ w == prob.server.data(scale * b))
+    lhs, rhs = prob.server.data(scale * A) @ w, prob.server.data(scale * b)
+    prob.server.subject_to(lhs <= rhs if polyhedron else lhs == rhs)
     if nonneg:
         prob.server.subject_to(w >= 0)
     return prob, w, parts, A, b
@@ -67,6 +69,20 @@ def test_subspace_row_scale_follows_the_units():
     assert factors[2] == pytest.approx(1e-3 * factors[1], rel=1e-9)
     assert runs[0] == runs[1] == runs[2]
     assert runs[1][0] == "converged"
+
+
+@pytest.mark.integration      # (~1.8 s, most of it importing CVXPY)
+def test_server_polyhedron_in_thousandths_solves_as_in_unit_scale():
+    """A @ w <= b (3 rows, two active) with A, b and the data ×1e-3: cProx-AL "stalled" 0.24 off
+    before (×1: converged); now CVXPY's answer (cvxpy.Problem built here by hand)."""
+    import cvxpy as cp
+    prob, w, parts, A, b = equality_model(1e-3, polyhedron=True)
+    res = prob.solve("cproxal")
+    x = cp.Variable(8)
+    cp.Problem(cp.Minimize(sum(cp.sum_squares(X @ x - y) / len(y) for X, y in parts)),
+               [A @ x <= b]).solve(solver="CLARABEL")
+    assert res.status == "converged"
+    assert np.max(np.abs(res.value(w) - x.value)) <= 1e-5 * np.max(np.abs(x.value))
 
 
 @pytest.mark.integration
