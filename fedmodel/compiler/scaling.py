@@ -343,7 +343,13 @@ class Rebuild:
 
 def _scaled(weight: Constant, expr: Expression) -> Expression:
     """weight · expr (the node itself: `multiply` would fold and copy constants, per term)."""
-    return expr if weight.value == 1.0 else Multiply(weight, expr)
+    return expr if np.ndim(weight.value) == 0 and weight.value == 1.0 else Multiply(weight, expr)
+
+
+def _leaf(name: str, r: Any) -> Any:
+    """The key of constraint `name`'s factor leaf: the value of a scalar r (shared by every
+    constraint with it), the name for per-row factors (`unit_row`)."""
+    return float(r) if np.ndim(r) == 0 else name
 
 
 def _constraint(original: Constraint, expr: Expression) -> Constraint:
@@ -360,8 +366,8 @@ def _copy_problem(problem, pairs: list[tuple[Variable, Variable]], rebuild: Rebu
     scaled = type(problem)(name=problem.name)
     scaled._constraint_names = dict(problem._constraint_names)
     sigma = Constant(scaling.objective)
-    rows = {r: Constant(r) for name, r in scaling.constraints.items()   # one leaf per factor
-            if name not in rewritten}
+    rows = {_leaf(name, r): Constant(r) for name, r in scaling.constraints.items()
+            if name not in rewritten}     # one leaf per scalar factor
     for block in problem.blocks:
         target = scaled.server if block is problem.server else \
             scaled.add_client(block.name, getattr(block, "weight", None))
@@ -369,7 +375,7 @@ def _copy_problem(problem, pairs: list[tuple[Variable, Variable]], rebuild: Rebu
         target.constraints = []
         for c in block.constraints:
             expr = rewritten[c.name] if c.name in rewritten else \
-                _scaled(rows[scaling.constraints[c.name]], rebuild(c.expr))
+                _scaled(rows[_leaf(c.name, scaling.constraints[c.name])], rebuild(c.expr))
             target.constraints.append(c if expr is c.expr else _constraint(c, expr))
         target.data_items = list(block.data_items)
         target.private_variables = [twins.get(v.uid, v) for v in block.private_variables]

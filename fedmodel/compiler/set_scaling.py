@@ -73,19 +73,21 @@ def _rows(pieces) -> np.ndarray:
     return np.vstack([np.atleast_2d(p.rows if hasattr(p, "rows") else p.a) for p in found])
 
 
-def unit_row(a: np.ndarray, scale: np.ndarray) -> float:
-    """r = 1/max_k ‖a_k∘D‖₂ for a halfspace a·w ≤ b (one row a), a polyhedron or an affine
-    subspace (rows a_k) on w = D v: its largest row in v of norm 1, one r for a set and its
-    contrary alike (DALD's stall rule read contradictory halfspaces "stalled" at r from
-    `_row_scale`, which reads b). With r = 1 the row was the column scales' size: sum(w) ≥ 0
-    on house prices in dollars had ‖a∘D‖ = 2.7e4, so its AL term's curvature β·7e8 beside an
-    objective's 1, and Newton backtracked from the kink to no step (ProxAL and cProx-AL
-    "converged" 7 % off, issue 25); a subspace A w = b kept r = 1 until round 6 of the new-user
-    probes: with A, b and the data ×1e-3, cProx-AL said "infeasible" and DALD "stalled" where
-    ×1 converged (rows 1e-3 beside a stop tolerance)."""
+def unit_row(a: np.ndarray, scale: np.ndarray) -> Any:
+    """r_k = 1/‖a_k∘D‖₂ for each row a_k of a halfspace a·w ≤ b, a polyhedron or an affine
+    subspace on w = D v: every row in v of norm 1 (one r for a halfspace and its contrary alike:
+    DALD's stall rule read contradictory halfspaces "stalled" at r from `_row_scale`, which reads
+    b). With r = 1 a row was the column scales' size: sum(w) ≥ 0 on house prices in dollars had
+    ‖a∘D‖ = 2.7e4, so its AL term's curvature β·7e8 beside an objective's 1, and Newton
+    backtracked from the kink to no step (ProxAL and cProx-AL "converged" 7 % off, issue 25); a
+    subspace A w = b with A, b and the data ×1e-3 kept r = 1 until round 6 of the new-user probes
+    (cProx-AL "infeasible", DALD "stalled" where ×1 converged). Per row, not one r for the set:
+    with rows 1e6 apart in norm, one r left the small row 1e-6 in size beside the stop tolerance
+    and ProxAL "converged" 18 % off it. A scalar where the rows are equal in size (`compact`)."""
     rows, d = np.atleast_2d(a), np.ravel(scale)
     sizes = np.linalg.norm(rows * (d if d.size == rows.shape[1] else d[0]), axis=1)
-    return factor(1.0 / float(np.max(sizes)))
+    r = np.array([factor(1.0 / float(size)) for size in sizes])
+    return compact(r) if r.size > 1 else float(r[0])
 
 
 def unsized(fixed: set[int], kept: set[str], in_v: dict, held: dict[str, int],
