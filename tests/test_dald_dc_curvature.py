@@ -14,8 +14,10 @@ def test_edge_rho_is_the_smaller_curvature_under_the_given_rho_above_the_floor()
     rho = np.array([1.0, 0.05])
     # 2ρ² = min(0.5, 0.08) = 0.08 → ρ = 0.2 (the second coordinate keeps its smaller given ρ)
     assert np.allclose(edge_rho(rho, (0.5, 0.08), 1.0), [0.2, 0.05])
-    # a node with no curvature: the floor, a fraction of the largest node's
-    assert np.allclose(edge_rho(rho, (0.0, 0.3), 2.0), [np.sqrt(CURVATURE_FLOOR * 2.0 / 2.0), 0.05])
+    # a node that bends far less than the largest: the floor, a fraction of the largest's
+    assert np.allclose(edge_rho(rho, (1e-6, 0.3), 2.0), [np.sqrt(CURVATURE_FLOOR * 2.0 / 2.0), 0.05])
+    # a node that does not bend (a constraint-only server block): the other end's curvature
+    assert np.allclose(edge_rho(rho, (0.0, 0.3), 2.0), [np.sqrt(0.3 / 2.0), 0.05])
     # both ends above 2ρ²: the given ρ
     assert np.allclose(edge_rho(rho, (7.0, 9.0), 9.0), rho)
     # no node bends at all (a linear model): the given ρ, never 0

@@ -105,28 +105,31 @@ def colour_order(H: nx.Graph, order: list[str]) -> list[str]:
 # 396 iterations, verified (docs/BENCHMARKS.md, branch pxrounds). Unchanged for ρ ≥ 1/√2.
 BETA_FLOOR = 1.0
 
-# Edge penalties from the nodes' curvatures (`adaptive_rho`; the paper allows one ρ_ij per edge,
-# (18) and (21), and proves convergence for any positive ones): 2ρ_ij² = min(c_i, c_j), c_i the
-# node's curvature at x⁰ (`dc_nodes.curvature`, sent once with `dald_dc_init`), never above the
-# given 2ρ² and never below CURVATURE_FLOOR × the largest c_i. Why: with exact solves the
-# consensus point moves by about c/(penalty) of its distance per step, so a penalty far above
-# the curvature crawls. Clients of 1–5,000 rows (c from 4e-5 to 1, all below the default 2ρ² =
-# 2): ring 1,993 iterations → 39, Erdős–Rényi 2,279 → 29; five equal clients 902 → 61
-# (docs/BENCHMARKS.md, branch dcrows). The floor keeps an edge to a node with no curvature (a
-# constraint-only server block, a pure ℓ1 term) from a penalty of 0.
+# Edge penalties from the nodes' curvatures (`adaptive_rho`; the paper's ρ_ij is any positive
+# vector per edge, (18) and (21); its experiments use ρ = 1 everywhere): 2ρ_ij² = min(c_i, c_j),
+# c_i the node's curvature at x⁰ (`dc_nodes.curvature`, one scalar sent with `dald_dc_init`),
+# never above the given 2ρ² and never below CURVATURE_FLOOR × the largest c_i. Why: with a
+# penalty far above every node's curvature the nodes agree early and their common point then
+# creeps (the sweep's change, D (80), is the last residual to pass). Clients of 1–5,000 rows
+# (c from 4e-5 to 1, the default 2ρ² = 2): ring 1,993 iterations → 39, Erdős–Rényi 2,279 → 29;
+# five equal clients 902 → 60 (docs/BENCHMARKS.md, branch dcrows). A node that does not bend
+# (a constraint-only server block, a pure ℓ1 term) leaves its edges to the other end: the
+# centralized form's slack-only server at the floor went from max_iterations 2.9e-3 away to
+# 0.22 (ring).
 CURVATURE_FLOOR = 1e-2
 
 
 def edge_rho(rho: np.ndarray, ends: tuple[float, float], largest: float) -> np.ndarray:
-    """ρ_ij of an edge whose ends have curvatures `ends` (above), from the given ρ (a (d,) row);
-    ρ itself where no node has a curvature (`largest` 0).
+    """ρ_ij of an edge whose ends have curvatures `ends` (above; an end with none does not
+    count), from the given ρ (a (d,) row); ρ itself where neither end has a curvature.
 
     >>> edge_rho(np.ones(2), (0.5, 0.02), 1.0)
     array([0.1, 0.1])
     """
-    if not largest > 0.0:
+    bending = [c for c in ends if c > 0.0]
+    if not bending:
         return rho
-    return np.minimum(rho, np.sqrt(max(CURVATURE_FLOOR * largest, min(ends)) / 2.0))
+    return np.minimum(rho, np.sqrt(max(CURVATURE_FLOOR * largest, min(bending)) / 2.0))
 
 
 class FedDALDDC:
@@ -258,7 +261,7 @@ class FedDALDDC:
             for j, mu in edges.items():
                 if position[n] < position[j]:
                     consensus[(n, j)] = mu
-        info.update(consensus_multipliers=consensus, order=order, sweep_steps=len(batches),
+        info.update(consensus_multipliers=consensus, order=order, sweep_steps=len(batches), curvatures=bends,
                     client_values={n: X[i].copy() for i, n in enumerate(order)})
         return Outcome(status, shared=shared, history=history, iterations={"outer": k, "inner": total},
                        info=info)
