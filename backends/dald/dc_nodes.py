@@ -52,8 +52,9 @@ def curvature(program, x: np.ndarray) -> float:
     if not np.any(g):
         g = np.ones_like(x)
     v = np.concatenate([g, np.zeros(np.size(program.y))])
-    bend = float(np.vdot(g, program.hvp(np.concatenate([x, np.ravel(program.y)]), v)[:np.size(x)]))
-    value = bend / float(np.vdot(g, g)) if g.size else 0.0
+    with np.errstate(all="ignore"):     # (x⁰ off the objective's domain, log 0: a NaN, read as 0)
+        bend = float(np.vdot(g, program.hvp(np.concatenate([x, np.ravel(program.y)]), v)[:np.size(x)]))
+        value = bend / float(np.vdot(g, g)) if g.size else 0.0
     return value if np.isfinite(value) and value > 0.0 else 0.0
 
 
