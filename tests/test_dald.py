@@ -161,9 +161,9 @@ def test_dc_chain_prox_grad_matches_hand_coded_updates():
                 g = g - (mu[i - 1] + 2 * rho2 * (x[i - 1] - x[i]))
             x[i] = x[i] - alpha * g
         mu = [mu[i] + 2 * rho2 * (x[i] - x[i + 1]) for i in range(2)]
-        res = prob.solve(DALD(solver="prox-grad", step=alpha, local_steps=1, eps_primal=0,
-                              eps_dual=0, max_iterations=k), topology=topologies.path(prob),
-                         scaling=False)   # α and ρ in the model's units, as the hand-coded steps
+        res = prob.solve(DALD(solver="prox-grad", step=alpha, local_steps=1, eps_primal=0, eps_dual=0,
+                              max_iterations=k, adaptive_rho=False), topology=topologies.path(prob),
+                         scaling=False)   # α and one ρ in the model's units, as the hand-coded steps
         for i in range(3):
             assert np.allclose(res.info["client_values"][f"c{i}"], x[i], atol=1e-13)
         assert np.allclose(res.info["consensus_multipliers"][("c0", "c1")], mu[0], atol=1e-13)

@@ -126,9 +126,11 @@ def test_exact_inner_loop_decreases_the_augmented_lagrangian(mode):
     names = [f"c{i}" for i in range(n)]
     topology = topologies.path(prob) if mode == "dc" else topologies.star(prob)
 
+    uniform = {"adaptive_rho": False} if mode == "dc" else {}     # (DC: ρ = 1 on every edge, as _al_dc)
+
     def solve(cap):
         return prob.solve(DALD(inner_rule="B3", v_max_schedule=lambda k: 8, eps_primal=0,
-                               eps_dual=0, max_iterations=cap), topology=topology)
+                               eps_dual=0, max_iterations=cap, **uniform), topology=topology)
     first = solve(8)
     mus = first.info["consensus_multipliers"]
     edges = [(i, i + 1) for i in range(n - 1)]

@@ -32,7 +32,8 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
     ε_pri = ε_dual = 1e-6 (paper 1e-5), `adaptive_rho` (Fed-DALD-CC: ρ rescaled by the spectral
     penalty rule of Xu et al. 2017 (`spectral`: curvature estimates from the iterates the
     coordinator already has, no extra message) for the first ADAPT_UNTIL outer steps, with exact local solves only (a larger ρ
-    would make the fixed gd / prox-grad step unstable); a given ρ is the initial value) and
+    would make the fixed gd / prox-grad step unstable); a given ρ is the initial value; Fed-DALD-DC:
+    each edge's ρ from its ends' curvatures, at most the given ρ, `dc.edge_rho`) and
     `stall_window` (constrained models: "infeasible" / "stalled"), `one_message` (Fed-DALD-CC:
     Step 2 sent with the next solve request, one round trip per iteration, the same iterates)
     and `dist_tol` (Fed-DALD-CC: "converged" also needs the contraction of the last outer steps
@@ -95,7 +96,8 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         # constrained models: residuals flat for 2 × stall_window outer steps → "infeasible" /
         # "stalled" (not in the paper; None: off, as in DALD.paper())
         self.stall_window = stall_window
-        # Fed-DALD-CC: spectral penalty selection of ρ (not in the paper) while k ≤ ADAPT_UNTIL
+        # spectral penalty selection of ρ (CC, while k ≤ ADAPT_UNTIL) / ρ per edge from the nodes'
+        # curvatures (DC); not in the paper
         self.adaptive_rho = bool(adaptive_rho)
         # Fed-DALD-CC: the clients' β ×10 while their violation fails to halve (`cc.penalty_slow`)
         self.raise_beta = bool(raise_beta)

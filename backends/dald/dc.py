@@ -105,6 +105,32 @@ def colour_order(H: nx.Graph, order: list[str]) -> list[str]:
 # 396 iterations, verified (docs/BENCHMARKS.md, branch pxrounds). Unchanged for ρ ≥ 1/√2.
 BETA_FLOOR = 1.0
 
+# Edge penalties from the nodes' curvatures (`adaptive_rho`; the paper's ρ_ij is any positive
+# vector per edge, (18) and (21); its experiments use ρ = 1 everywhere): 2ρ_ij² = min(c_i, c_j),
+# c_i the node's curvature at x⁰ (`dc_nodes.curvature`, one scalar sent with `dald_dc_init`),
+# never above the given 2ρ² and never below CURVATURE_FLOOR × the largest c_i. Why: with a
+# penalty far above every node's curvature the nodes agree early and their common point then
+# creeps (the sweep's change, D (80), is the last residual to pass). Clients of 1–5,000 rows
+# (c from 4e-5 to 1, the default 2ρ² = 2): ring 1,993 iterations → 39, Erdős–Rényi 2,279 → 29;
+# five equal clients 902 → 60 (docs/BENCHMARKS.md, branch dcrows). A node that does not bend
+# (a constraint-only server block, a pure ℓ1 term) leaves its edges to the other end: the
+# centralized form's slack-only server at the floor went from max_iterations 2.9e-3 away to
+# 0.22 (ring).
+CURVATURE_FLOOR = 1e-2
+
+
+def edge_rho(rho: np.ndarray, ends: tuple[float, float], largest: float) -> np.ndarray:
+    """ρ_ij of an edge whose ends have curvatures `ends` (above; an end with none does not
+    count), from the given ρ (a (d,) row); ρ itself where neither end has a curvature.
+
+    >>> edge_rho(np.ones(2), (0.5, 0.02), 1.0)
+    array([0.1, 0.1])
+    """
+    bending = [c for c in ends if c > 0.0]
+    if not bending:
+        return rho
+    return np.minimum(rho, np.sqrt(max(CURVATURE_FLOOR * largest, min(bending)) / 2.0))
+
 
 class FedDALDDC:
     """The Fed-DALD-DC loop of `DALD` (a mixin: options and shared steps live in `DALD`)."""
@@ -115,6 +141,14 @@ class FedDALDDC:
         if self.beta is not None or isinstance(self.rho, dict):
             return self._beta()
         return max(self._beta(), BETA_FLOOR)
+
+    def _edge_rho(self, edge: tuple[str, str], d: int, bends: dict[str, float]) -> np.ndarray:
+        """ρ of `edge`: the given one (a dict of edges; `adaptive_rho` off, as in the paper),
+        else from its ends' curvatures `bends` (`edge_rho`)."""
+        rho = self._rho(edge, d)
+        if not self.adaptive_rho or isinstance(self.rho, dict):
+            return rho
+        return edge_rho(rho, (bends[edge[0]], bends[edge[1]]), max(bends.values()))
 
     def _dc_graph(self, problem, G, U, server_used):
         """Coordination sequence S, the undirected DC graph, and the batches of S that can run
@@ -154,10 +188,11 @@ class FedDALDDC:
         beta = self._dc_beta()
         position = {n: i for i, n in enumerate(order)}
         neighbors = {n: list(H.neighbors(n)) for n in order}
-        ex.map("dald_dc_init", {n: {"x0": x0, "beta": beta} for n in order})
+        bends = ex.map("dald_dc_init", {n: {"x0": x0, "beta": beta} for n in order})
+        bends = {n: float(bends[n]["curvature"]) for n in order}
         # every node's edge ends in one mapped request (one round trip; one per end was 2 per edge)
         ex.map("dald_dc_links", {n: {"neighbors": list(neighbors[n]),
-                                     "rho": [self._rho((n, j) if position[n] < position[j] else (j, n), d)
+                                     "rho": [self._edge_rho((n, j) if position[n] < position[j] else (j, n), d, bends)
                                              for j in neighbors[n]],
                                      "after": [float(position[j] > position[n]) for j in neighbors[n]],
                                      "x": x0} for n in order if neighbors[n]})
@@ -226,7 +261,7 @@ class FedDALDDC:
             for j, mu in edges.items():
                 if position[n] < position[j]:
                     consensus[(n, j)] = mu
-        info.update(consensus_multipliers=consensus, order=order, sweep_steps=len(batches),
+        info.update(consensus_multipliers=consensus, order=order, sweep_steps=len(batches), curvatures=bends,
                     client_values={n: X[i].copy() for i, n in enumerate(order)})
         return Outcome(status, shared=shared, history=history, iterations={"outer": k, "inner": total},
                        info=info)

@@ -35,10 +35,27 @@ from .local import SOLVE_OPTIONS, init_state, local_argmin, own_multipliers
 _SOLVE_OPTS = tuple(SOLVE_OPTIONS)
 
 
-@procedure("dald_dc_init", {"x0": "x", "beta": "1"}, {})
+@procedure("dald_dc_init", {"x0": "x", "beta": "1"}, {"curvature": "1"})
 def _dc_init(program, x0, beta):
-    init_state(program, np.asarray(x0, float), beta, None)
-    return {}
+    """The node's state at x⁰, and its curvature there (`curvature`: the one scalar the edges'
+    penalties are chosen from, `dc.edge_rho`)."""
+    x0 = np.asarray(x0, float)
+    init_state(program, x0, beta, None)
+    return {"curvature": curvature(program, x0)}
+
+
+def curvature(program, x: np.ndarray) -> float:
+    """The curvature of the node's objective P_s at x along its gradient, gᵀ∇²P_s g / gᵀg
+    (along the ones where g = 0): of the order of its largest eigenvalue, as the compiler's
+    scale probe reads it. 0 where P_s bends nowhere (no smooth term) or the value is not finite."""
+    g = program.gradient(x)
+    if not np.any(g):
+        g = np.ones_like(x)
+    v = np.concatenate([g, np.zeros(np.size(program.y))])
+    with np.errstate(all="ignore"):     # (x⁰ off the objective's domain, log 0: a NaN, read as 0)
+        bend = float(np.vdot(g, program.hvp(np.concatenate([x, np.ravel(program.y)]), v)[:np.size(x)]))
+        value = bend / float(np.vdot(g, g)) if g.size else 0.0
+    return value if np.isfinite(value) and value > 0.0 else 0.0
 
 
 @procedure("dald_dc_links", {"neighbors": "str", "rho": "opaque", "after": "opaque", "x": "x"}, {})
