@@ -69,9 +69,11 @@ MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 #   (docs/BENCHMARKS.md, branch pxrounds);
 # - cproxal: ε = (1e-5, 1e-6): 2.3e-6;
 # - dald on a star: the defaults (adaptive ρ): 822 iterations, 1.1e-4;
-# - dald on any other graph (Fed-DALD-DC, whose ρ is not adaptive): ρ = 0.1, 3000 iterations.
-#   With ρ = 1 a 6-ring was 0.28 away after 1000 iterations (the objective's curvature is far
-#   below ρ², so x̂ crawls); ρ = 0.1 converges in 213 (2e-5 away). The constraints' penalty is
+# - dald on any other graph (Fed-DALD-DC): ρ = 0.1, 3000 iterations. With ρ = 1 a 6-ring was
+#   0.28 away after 1000 iterations (the objective's curvature is far below ρ², so x̂ crawls);
+#   ρ = 0.1 converges in 213 (2e-5 away). Each edge's ρ now follows its nodes' curvatures, at
+#   most the given ρ (`dc.edge_rho`, branch dcrows), and ρ = 0.1 still matters: from ρ = 1 the
+#   ring and the complete graph end at the 3000 cap (fedmodel run --verify: NOT OK). The constraints' penalty is
 #   DALD-DC's default, max(2ρ², 1) = 1 (backends/dald/dc.py, BETA_FLOOR): 2ρ² = 0.02 left a ring
 #   at its cap and a complete graph "stalled" once the ball's variable was equilibrated too
 #   (compiler/set_scaling.py), and β = 2 was passed here; with the default, ring 244, complete
