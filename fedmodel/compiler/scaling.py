@@ -46,7 +46,8 @@ from ..expression import Constant, Expression, Leaf, Variable, postorder
 from .canonical import SPLIT, canonical_constraints, classify_objective
 from .scale_probe import (epigraph_probe, factor, norm_probe, objective_scale, probe, slack_sizes,
                           value_at)
-from .set_scaling import compact, in_sets, unit_row, unsized, written_in_v
+from .set_scaling import (column_squares, compact, in_sets, normalized_rows, unit_row, unsized,
+                          written_in_v)
 
 PIECES = {s for pair in SPLIT.values() for s in pair}   # suffixes of a split constraint's pieces
 
@@ -185,7 +186,8 @@ def equilibrate(problem) -> ScaledModel | None:
         return None
     variables = problem.variables()
     fixed, whole, kept, in_v, held, normals = in_sets(problem)
-    columns = column_scales(problem, variables, fixed | whole | _in_prox_terms(problem))
+    columns = column_scales(problem, variables, fixed | whole | _in_prox_terms(problem),
+                            frozenset(normals) - kept)
     lengths, curvature = probe(problem, variables, columns)
     anchors, slopes = norm_probe(problem)
     sized = {u for u in lengths if lengths[u]} | {u for u in anchors if anchors[u]}
@@ -257,14 +259,20 @@ def _in_prox_terms(problem) -> set[int]:
 
 
 # ---- column scales -----------------------------------------------------------------------------
-def column_scales(problem, variables: list[Variable], excluded: set[int]) -> dict[int, np.ndarray]:
-    """Per entry of each variable read as `X @ w` (X data or a constant matrix): gm / rms_j, where rms_j is the root-mean-square size of column j over the rows of
-    every such matrix and gm the geometric mean of the nonzero rms_j. Only relative sizes are
-    equilibrated here: the probe sets the variable's overall scale."""
+def column_scales(problem, variables: list[Variable], excluded: set[int],
+                  unit_rows: frozenset[str] = frozenset()) -> dict[int, np.ndarray]:
+    """Per entry of each variable read as `X @ w` (X data or a constant matrix): gm / rms_j,
+    rms_j the root-mean-square size of column j over the rows of every such matrix, gm their
+    geometric mean (relative sizes only: the probe sets the overall scale). Rows of the
+    `unit_rows` constraints (affine sets, rows scaled one by one: `set_scaling.unit_row`) count
+    at the other rows' rms norm: a row 1e3 in norm beside data ×1e-3 set w's scales 1e5 apart
+    (answer ~1; every backend but CVXPY 0.9 off)."""
     sums: dict[int, np.ndarray] = {}
     rows: dict[int, int] = {}
+    affine: dict[int, list] = {}    # uid → the unit_rows matrices, normalized, counted below
     by_uid = {v.uid: v for v in variables}
-    for expr in problem.objective_terms + [c.expr for c in problem.constraints]:
+    for name, expr in [(None, t) for t in problem.objective_terms] + \
+            [(c.name, c.expr) for c in problem.constraints]:
         for node in postorder([expr]):
             if not isinstance(node, MatMul):
                 continue
@@ -272,11 +280,16 @@ def column_scales(problem, variables: list[Variable], excluded: set[int]) -> dic
             if not (isinstance(matrix, Constant) and isinstance(var, Variable)) \
                     or var.uid in excluded or matrix.ndim != 2 or var.ndim != 1:
                 continue
-            x = matrix.value
-            squares = np.asarray(x.multiply(x).sum(axis=0)).ravel() if hasattr(x, "multiply") \
-                else np.einsum("ij,ij->j", x, x)
-            sums[var.uid] = sums.get(var.uid, 0.0) + squares
-            rows[var.uid] = rows.get(var.uid, 0) + x.shape[0]
+            if name in unit_rows:
+                affine.setdefault(var.uid, []).append(normalized_rows(matrix.value))
+                continue
+            sums[var.uid] = sums.get(var.uid, 0.0) + column_squares(matrix.value)
+            rows[var.uid] = rows.get(var.uid, 0) + matrix.shape[0]
+    for uid, matrices in affine.items():
+        row_size = float(np.sum(sums[uid])) / rows[uid] if rows.get(uid) else 1.0
+        for x in matrices:
+            sums[uid] = sums.get(uid, 0.0) + row_size * column_squares(x)
+            rows[uid] = rows.get(uid, 0) + x.shape[0]
     out = {}
     for uid, total in sums.items():
         rms = np.sqrt(total / rows[uid])

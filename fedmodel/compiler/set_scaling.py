@@ -90,6 +90,21 @@ def unit_row(a: np.ndarray, scale: np.ndarray) -> Any:
     return compact(r) if r.size > 1 else float(r[0])
 
 
+def normalized_rows(x):
+    """`x` (dense or scipy.sparse) with each nonzero row divided by its norm: an affine set's
+    rows as `unit_row` makes them, for `scaling.column_scales`."""
+    sparse = hasattr(x, "multiply")
+    norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel()) if sparse else np.linalg.norm(x, axis=1)
+    inverse = 1.0 / np.where(norms > 0, norms, 1.0)
+    return x.multiply(inverse[:, None]).tocsr() if sparse else x * inverse[:, None]
+
+
+def column_squares(x) -> np.ndarray:
+    """Σ_i x_ij² per column j (dense or scipy.sparse)."""
+    return np.asarray(x.multiply(x).sum(axis=0)).ravel() if hasattr(x, "multiply") \
+        else np.einsum("ij,ij->j", x, x)
+
+
 def unsized(fixed: set[int], kept: set[str], in_v: dict, held: dict[str, int],
             sized: set[int]) -> set[int]:
     """The variables of `held` (set constraint → its variable) that the probe did not size
