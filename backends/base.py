@@ -334,7 +334,7 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
             relative = certificate is not None and certificate.relative
             if outcome.status is Status.CONVERGED and values and not np.isfinite(objective):
                 _not_converged_off_the_domain(backend_name, outcome, objective)
-            if _violates(violation, certificate) and (outcome.status is Status.CONVERGED or (
+            if _violates(violation, certificate if relative else None) and (outcome.status is Status.CONVERGED or (
                     outcome.status is Status.MAX_ITERATIONS and outcome.biased_fixed_point)):
                 _not_converged_when_infeasible(problem, backend_name, outcome, values)
         if outcome.status is Status.CONVERGED and certificate is not None:
@@ -358,11 +358,11 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
 
 def _violates(violation: float, certificate) -> bool:
     """Whether a point's largest violation makes it no answer: above CONVERGED_VIOLATION both
-    absolutely and relative to its constraint's terms (a budget in the data's units ×1e3 reads
-    13.8 at a point 1.2e-7 off in relative terms: an answer, as in ×1)."""
-    relative = certificate is not None and certificate.relative
+    absolutely and relative to its constraint's terms, read from `certificate` (one with the
+    relative measures, else None): a budget in the data's units ×1e3 reads 13.8 at a point
+    1.2e-7 off in relative terms, an answer as in ×1."""
     return violation > CONVERGED_VIOLATION and not (
-        relative and certificate.relative_feasibility <= CONVERGED_VIOLATION)
+        certificate is not None and certificate.relative_feasibility <= CONVERGED_VIOLATION)
 
 
 def _not_converged_when_infeasible(problem, backend_name: str, outcome: Outcome, values) -> None:

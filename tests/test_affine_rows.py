@@ -43,3 +43,21 @@ def test_rows_of_disparate_norms_each_get_their_factor(backend, scale):
     np.testing.assert_allclose(res.value(w), ref.value(w), rtol=1e-4, atol=1e-4)
     smallest, largest = res.info["scaling"]["constraints"]["server.con0"]     # (per row)
     assert largest > 1e3 * smallest
+
+
+@pytest.mark.integration      # (~2 s with CVXPY's import)
+@pytest.mark.parametrize("shape", [(3, 1), (3, 2)])
+def test_per_row_factors_take_the_constraints_shape(shape):
+    """A @ W <= C with W a column or a matrix: the rows' factors are shaped as the constraint
+    (a flat (k,) vector broadcast a (2, 1) constraint to (2, 2), and failed on (2, 2))."""
+    rng = np.random.default_rng(0)
+    W, prob = fm.Variable(shape, name="W"), fm.Problem("shaped-rows")
+    for m in (5, 50):
+        X = rng.normal(size=(m, 3))
+        c = prob.add_client()
+        c.minimize(fm.sum_squares(c.data(X) @ W - c.data(rng.normal(size=(m, shape[1])))) / 55)
+    prob.server.subject_to(np.array([[1e3, 1.0, 0], [0, 1e-3, 1e-3]]) @ W <= -0.01 * np.ones((2, shape[1])))
+    ref = prob.solve("cvxpy")
+    res = prob.solve("proxal")
+    assert res.status == "converged" and fm.verify(res, ref).ok
+    np.testing.assert_allclose(res.value(W), ref.value(W), rtol=1e-4, atol=1e-4)

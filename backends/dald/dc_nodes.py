@@ -45,9 +45,10 @@ def _dc_init(program, x0, beta):
 
 
 def curvature(program, x: np.ndarray) -> float:
-    """The curvature of the node's objective P_s at x along its gradient, gᵀ∇²P_s g / gᵀg
-    (along the ones where g = 0): of the order of its largest eigenvalue, as the compiler's
-    scale probe reads it. 0 where P_s bends nowhere (no smooth term) or the value is not finite."""
+    """The curvature of the node's merit at x along its gradient, gᵀ∇²P g / gᵀg (along the
+    ones where g = 0): its objective's plus β × its own constraints' AL terms where they are
+    active at x, of the order of the largest eigenvalue, as the compiler's scale probe reads it.
+    0 where it bends nowhere (no smooth term) or the value is not finite."""
     g = program.gradient(x)
     if not np.any(g):
         g = np.ones_like(x)

@@ -134,8 +134,8 @@ class ScaledModel:
     def violations_to_user(self, info: dict) -> None:
         """info["violated"] (a verdict's constraints, "name: form" → violation r_j·c_j on the
         copy) in the user's units, c_j, and so the messages that quote them ("name: form (by
-        v)"); rows scaled per entry (bounds) stay as they are. (Halfspaces have r_j ≠ 1 since
-        branch budget: `set_scaling.unit_row`.)"""
+        v)"); rows scaled per entry (bounds, affine sets: `set_scaling.unit_row`) stay in the
+        equilibrated units (a violation is their largest entry, not one entry's)."""
         violated = info.get("violated")
         if not isinstance(violated, dict):
             return
@@ -231,7 +231,8 @@ def equilibrate(problem) -> ScaledModel | None:
             rewritten[name], scaling.constraints[name] = written_in_v(
                 *in_v[name], twins[var.uid], scaling.variables[var.uid])
         elif name in normals and name not in kept:      # an affine set: unit rows in v
-            scaling.constraints[name] = unit_row(normals[name], scaling.variables[held[name]])
+            scaling.constraints[name] = unit_row(normals[name], scaling.variables[held[name]],
+                                                 constraint.expr.shape)
         else:
             scaling.constraints[name] = 1.0 if name in kept else \
                 _row_scale(constraint.expr, scaling.variables)

@@ -7,7 +7,7 @@ is scaled so that its set stays one a backend projects on in closed form.
   δ from the probe (`scale_probe`), with no column scales, and ‖δv‖ ≤ r is the ball ‖v‖ ≤ r/δ;
 - balls and bounds are written anew in v (`written_in_v`), ‖v‖ ≤ r/δ and ±v ≤ ±u/D, so every
   row has v's size whether a backend projects on the set (`sets.simple_set` reads it) or keeps
-  it in its augmented Lagrangian; halfspaces, polyhedra and subspaces get one r, their largest
+  it in its augmented Lagrangian; halfspaces, polyhedra and subspaces get one r per row, each
   row in v of norm 1 (`unit_row`: their projection does not see it);
 - a variable in a nonsmooth constraint that is no such set keeps its units (δ = 1).
 
@@ -73,7 +73,7 @@ def _rows(pieces) -> np.ndarray:
     return np.vstack([np.atleast_2d(p.rows if hasattr(p, "rows") else p.a) for p in found])
 
 
-def unit_row(a: np.ndarray, scale: np.ndarray) -> Any:
+def unit_row(a: np.ndarray, scale: np.ndarray, shape: tuple = ()) -> Any:
     """r_k = 1/‖a_k∘D‖₂ for each row a_k of a halfspace a·w ≤ b, a polyhedron or an affine
     subspace on w = D v: every row in v of norm 1 (one r for a halfspace and its contrary alike:
     DALD's stall rule read contradictory halfspaces "stalled" at r from `_row_scale`, which reads
@@ -83,11 +83,14 @@ def unit_row(a: np.ndarray, scale: np.ndarray) -> Any:
     subspace A w = b with A, b and the data ×1e-3 kept r = 1 until round 6 of the new-user probes
     (cProx-AL "infeasible", DALD "stalled" where ×1 converged). Per row, not one r for the set:
     with rows 1e6 apart in norm, one r left the small row 1e-6 in size beside the stop tolerance
-    and ProxAL "converged" 18 % off it. A scalar where the rows are equal in size (`compact`)."""
-    rows, d = np.atleast_2d(a), np.ravel(scale)
-    sizes = np.linalg.norm(rows * (d if d.size == rows.shape[1] else d[0]), axis=1)
+    and ProxAL "converged" 18 % off it. A scalar where the rows are equal in size (`compact`),
+    else shaped as the constraint's `shape` (its entries in C order, as the rows are)."""
+    rows = np.atleast_2d(a)
+    sizes = np.linalg.norm(rows * np.broadcast_to(np.ravel(scale), rows.shape[1:]), axis=1)
     r = np.array([factor(1.0 / float(size)) for size in sizes])
-    return compact(r) if r.size > 1 else float(r[0])
+    if r.size != int(np.prod(shape)):     # (rows not one per entry: the largest of norm 1)
+        return factor(1.0 / float(np.max(sizes)))
+    return compact(r.reshape(shape)) if r.size > 1 else float(r[0])
 
 
 def normalized_rows(x):

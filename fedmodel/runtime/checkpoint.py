@@ -41,7 +41,8 @@ from .node_state import without_settings
 # steps in backends/dald, DP-ADMM's noise in runtime.privacy, ...); format-1 files pickle classes
 # of modules that no longer exist, so they are refused by their format before anything else.
 # 3: node states are `NodeState`s' fields (the Hessian without its key, no β: issue 26)
-FORMAT = 3
+# 4: a packed few-rows Hessian is [N, r, λ, C], its basis re-derived from the data (branch sparse3)
+FORMAT = 4
 
 
 class CheckpointError(FedModelError):

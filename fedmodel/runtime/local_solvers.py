@@ -242,6 +242,7 @@ def newton_matrix(program: NodeProgram, z: np.ndarray, weight_x: np.ndarray,
                 program._factor_cache = (key, inverse, None)
                 return inverse
             if not solvers.dense_fits(weight_x.size):
+                program._hessian_cache = program._factor_cache = None   # (no stale packed form)
                 raise _BeyondBudget()
             H = low_rank.dense(H, low_rank.basis_of(program))
         spectrum = cached[2] if cached is not None else None
@@ -263,6 +264,7 @@ def fresh_hessian(program: NodeProgram, z: np.ndarray) -> np.ndarray:
     (`low_rank.hessian`, a flat array), else the dense matrix."""
     packed = low_rank.hessian(program, z)
     if packed is None and not solvers.dense_fits(z.size):
+        program._hessian_cache = program._factor_cache = None       # (no stale packed form)
         raise _BeyondBudget()
     return program.hessian(z) if packed is None else packed
 

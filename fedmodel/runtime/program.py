@@ -23,7 +23,7 @@ from ..compiler.merit import LOCAL_PENALTY
 from ..collector import collection_paused, freeze_setup
 from ..constraints import Constraint, Equality
 from ..expression import Data, Variable
-from . import local_al, local_solvers
+from . import local_al, local_solvers, low_rank
 from .compiled_merit import CompiledMerit, Layout
 from .node_state import NodeState
 
@@ -216,7 +216,7 @@ class NodeProgram:
         self.compiled.forget()
         if self.quadratic and self._settings_key() != self._hessian_key:     # (the key: only then)
             self._hessian_cache, self._factor_cache, self._hessian_key = \
-                local_solvers.low_rank.refreshed(self), None, self._settings_key()
+                low_rank.refreshed(self), None, self._settings_key()
 
     def apply_prox(self, z: np.ndarray, t: float) -> np.ndarray:
         """prox_{t·g} of the node's prox terms g on the shared part of z = (x, y) (a copy; y is
