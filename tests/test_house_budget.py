@@ -109,7 +109,7 @@ def test_an_unsolved_subproblem_is_never_converged(backend, monkeypatch):
     (Newton: no step, 5e-4 against τ_k ≤ 2e-5). ProxAL's certificate (22) took the server's
     tolerance ε_{t+1} for its residual and cProx-AL's stop read no certificate: both said
     "converged" 7–8 % away. Now neither does (max_outer cut: each outer step stands still)."""
-    monkeypatch.setattr(scaling, "unit_row", lambda a, scale: 1.0)
+    monkeypatch.setattr(scaling, "unit_row", lambda a, scale, shape=(): 1.0)
     X, y, groups = houses(rows=1000)
     w_star, _ = kkt(X, y)
     prob, w = budget_model(X, y, groups)
