@@ -204,8 +204,7 @@ def hessian(program, z: np.ndarray) -> "np.ndarray | None":
         return None
     n, Q = program.n_shared, found.basis
     r = Q.shape[1]
-    found.direction.value = np.ones(n)
-    lam = np.array(np.broadcast_to(found.diagonal_plan(z)[0], (n,)), dtype=float)
+    lam = _diagonal(found, z, n)
     C = np.empty((r, r))
     block = max(1, HESSIAN_BLOCK_FLOATS // max(n, 1))   # (Q's columns dense a block at a time)
     for start in range(0, r, block):
@@ -235,13 +234,19 @@ def refreshed(program) -> "np.ndarray | None":
     each outer iteration's refresh was ~0.27 s a client at d = 10⁵, 150 rows (a third of a
     ProxAL run). A function of the kept matrix and the settings: resumed nodes agree bitwise."""
     kept = program._hessian_cache
-    if kept is None or kept.ndim != 1 or structure(program) is None:
+    found = structure(program) if kept is not None and kept.ndim == 1 else None
+    if found is None:
         return None
-    found, z = structure(program), np.zeros(program.n_shared)
-    found.direction.value = np.ones(z.size)
-    lam = np.array(np.broadcast_to(found.diagonal_plan(z)[0], z.shape), dtype=float)
-    candidate = pack(lam, packed_core(kept).copy())
+    z = np.zeros(program.n_shared)
+    candidate = pack(_diagonal(found, z, z.size), packed_core(kept).copy())
     return candidate if _matches(program, z, candidate) else None
+
+
+def _diagonal(found: _Structure, z: np.ndarray, n: int) -> np.ndarray:
+    """λ at z (module docstring): the Hessian-vector product along v = 1 with the data's
+    products replaced by 0."""
+    found.direction.value = np.ones(n)
+    return np.array(np.broadcast_to(found.diagonal_plan(z)[0], (n,)), dtype=float)
 
 
 def basis_of(program) -> Basis:
