@@ -99,7 +99,7 @@ def test_a_client_away_for_a_stretch_is_named_when_the_run_ends_unconverged():
 
 
 def _abalone_away():
-    """newuser4's model (/work/briefs/repro/nu4_dald_client_away.py): abalone least squares by
+    """newuser4's model (docs/BENCHMARKS.md, branch newuser4): abalone least squares by
     sex + a 1-row client, a ball on client s1, server ridge 1e-3."""
     raw = np.loadtxt(load_data(data_file, "regression/abalone.data"), dtype=str)
     X = np.column_stack([raw[:, 1:8].astype(float), np.ones(len(raw))])
@@ -139,7 +139,7 @@ def test_abalone_with_a_client_away_says_why_it_ends_at_its_cap():
 
 @pytest.mark.integration
 def test_fifty_clients_with_their_own_boxes_say_why_they_end_at_the_cap():
-    """newuser3 (/work/briefs/repro/nu3_dald_50_client_boxes.py): 50 clients × 4 rows, each with
+    """newuser3 (docs/BENCHMARKS.md, branch newuser3): 50 clients × 4 rows, each with
     its own upper bound w ≤ u_i: the cap, 8.3e-3 from CVXPY; the message names adaptive ρ fixed
     mid-swing (2ρ² ×1,850 over its last changes, fixed at ×11)."""
     g = np.random.default_rng(66)

@@ -170,7 +170,7 @@ def test_auto_with_privacy_options_refuses():
 
 
 def _quantile_lp(tau=0.8):
-    """/work/briefs/repro/nu3_quantile_lp_private.py: the pinball loss as an LP with private
+    """newuser3's model (docs/BENCHMARKS.md, branch newuser3): the pinball loss as an LP with private
     u, v ≥ 0 and y − Xw == u − v (v ≈ 30× smaller than y)."""
     rng = np.random.default_rng(8)
     truth = np.array([1.0, -2.0, 0.5, 0.0, 3.0])

@@ -92,7 +92,7 @@ def houses(rows: int | None = None):
 @pytest.mark.integration
 @pytest.mark.parametrize("backend", [ProxAL, CentralizedProxAL])
 def test_house_prices_in_dollars_with_a_budget(backend):
-    """newuser4's model (/work/briefs/repro/nu4_house_budget.py): before, "converged" 7.3 %
+    """newuser4's model (docs/BENCHMARKS.md, branch budget): before, "converged" 7.3 %
     (ProxAL) and 8.4 % (cProx-AL) from the KKT answer; measured 2.5e-6 and 1.6e-5 now."""
     X, y, groups = houses()
     w_star, _ = kkt(X, y)

@@ -34,7 +34,7 @@ FIRST = PACE_START + (PACE_CHECKS - 1) * PACE_EVERY     # the first round the pa
 
 
 def _np_model(mixed: bool = False):
-    """The lead's reproducer (/work/briefs/probe_np_mixed.py, kind "local"): 4 clients of 8–120
+    """The lead's reproducer (docs/BENCHMARKS.md, "models in mixed units"): 4 clients of 8–120
     rows, the class-0 loss as the objective, each client's class-1 loss ≤ 0.6, a server ridge
     1e-6; columns in units 10⁻³ … 10⁶ when `mixed`, else unit columns."""
     rng = np.random.default_rng(2)

@@ -16,22 +16,7 @@ from fedmodel.backends import ProxAL
 from fedmodel.backends.proxal_private import FEASIBLE_STALL, slack_verdict
 from fedmodel.compiler.epigraph import rewrite_for
 from fedmodel.compiler.slack import met_by_slack
-
-
-def hinge(scale, n=3, m=40, d=4, seed=7):
-    """A linear SVM over n clients with the features × `scale` (ridge × scale²: the same model in
-    w ÷ scale)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n * m, d))
-    y = np.sign(X @ rng.normal(size=d) + 0.4 * rng.normal(size=n * m))
-    X = X * scale
-    w, prob = fm.Variable(d, name="w"), fm.Problem("hinge")
-    for i in range(n):
-        rows = slice(m * i, m * (i + 1))
-        c = prob.add_client(f"c{i}")
-        c.minimize(fm.sum(fm.pos(1 - fm.multiply(c.data(y[rows], name="y"), c.data(X[rows], name="X") @ w))) / (n * m))
-    prob.server.minimize(1e-2 * scale**2 * fm.sum_squares(w))
-    return prob, w
+from test_epigraph_units import hinge     # a linear SVM, features ×scale, ridge ×scale²
 
 
 def _slack_client(*extra):
