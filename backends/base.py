@@ -72,9 +72,9 @@ class Backend:
     # point, before the loop (`own_constraints_meet`): one round trip (False: CVXPY)
     checks_clients_alone = True
     # hinge / pinball / |r| client losses: True if its runs take the epigraph form of
-    # `compiler.epigraph` (a client's private slacks and inequalities, exactly); "as written":
-    # the backend canonicalizes them itself (CVXPY); False: refused before the run
-    solves_epigraph: bool | str = False
+    # `compiler.epigraph` (a client's private slacks and inequalities, exactly); False: refused
+    # before the run
+    solves_epigraph: bool = False
 
     def equilibrates(self) -> bool:
         """Whether this run solves the equilibrated model (`scaling`; a private run overrides

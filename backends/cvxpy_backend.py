@@ -46,7 +46,8 @@ class CVXPY(Backend):
     name = "cvxpy"
     convergence_needs_convexity = False   # it refuses a nonconvex model with CurvatureError
     checks_sets_meet = False              # the reference decides feasibility itself
-    solves_epigraph = "as written"        # CVXPY canonicalizes pos / abs / maximum itself
+    # hinge / pinball / |r| losses in epigraph form: the rows' multipliers certify the point
+    solves_epigraph = True
 
     def __init__(self, solver: str | None = None, **solver_options: Any):
         if solver is not None and not isinstance(solver, str):

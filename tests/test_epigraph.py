@@ -124,7 +124,8 @@ def test_the_user_model_is_left_as_written():
     assert [len(c.private_variables) for c in copy.clients] == [2] * 4
     assert [len(c.constraints) for c in copy.clients] == [4] * 4
     assert all(v.shape == (10,) for c in copy.clients for v in c.private_variables)
-    assert rewrite_for(prob, fm.backends.CVXPY()) is None
+    # CVXPY solves the same copy: its rows' multipliers certify the user's point
+    assert rewrite_for(prob, fm.backends.CVXPY()) is not None
 
 
 @pytest.mark.parametrize("writing, recognized", [

@@ -13,9 +13,10 @@ entry per row, with the rows of
 as that client's local constraints: its data never leaves it. At a solution t = φ(a), so the
 rewritten model has the user's optimum and objective value. Backends whose runs take a
 client's private variables and inequalities exactly (`solves_epigraph` True: ProxAL, cProx-AL,
-auto without DP options) solve the rewritten copy; CVXPY takes the model as written
-("as written"); any other backend is refused before it runs, with the names of those that can
-(`rewrite_for`). Prox-able terms (λ‖w‖₁ of a shared variable) and the server's terms are
+auto without DP options, and CVXPY, whose multipliers of the rows then certify the point — as
+written, the certificate read the hinge's gradient on one side of each support vector's kink
+and called CVXPY's own answer "not a solution", KKT 0.016) solve the rewritten copy; any other
+backend is refused before it runs, with the names of those that can (`rewrite_for`). Prox-able terms (λ‖w‖₁ of a shared variable) and the server's terms are
 left as they are: they have prox paths.
 
 `EpigraphModel.to_user` reports the result in the user's terms: the slacks are not among the
@@ -155,11 +156,9 @@ class EpigraphModel:
 
 def rewrite_for(problem, solver: Any) -> EpigraphModel | None:
     """The epigraph form of `problem` for `solver` (a backend instance): None when no client
-    objective has such a loss or the solver is CVXPY; SmoothnessError, naming the term and the
+    objective has such a loss; SmoothnessError, naming the term and the
     backends that take the rewritten form, when `solver` is none of them."""
     takes = getattr(solver, "solves_epigraph", False)     # (`backends.base.Backend`)
-    if takes == "as written":
-        return None
     # (a smooth term is passed over at once: ~37 µs a client of a smooth model, 10⁴ clients)
     found = [(block, found) for block in problem.clients if (found := client_losses(block))]
     if not found:
