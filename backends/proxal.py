@@ -64,8 +64,6 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   Near the stop τ_k is tightened to what these need, and β rises ×`beta_growth` when the constraints are
   met but the outer steps shrink by less than 10× (a flat objective, where the proximal weight
   1/β_k sets the pace);
-- `rho_metric="curvature"` (not a default: BENCHMARKS.md, pxcurv): ADMM in a norm ‖·‖_D, ρ_i∘D
-  from the nodes' Hessian diagonals (`proxal_admm.curvature_metric`), (18)–(23) with ρ_i D;
 - `anderson=m`: Anderson acceleration of the ADMM with memory m (backends/anderson.py): the
   server mixes the last m + 1 iterates with coefficients computed from the inner products of
   the clients' residuals; each client mixes its own (u_i, λ_i/ρ_i). (22) bounds ‖∇ℓ_k(w)‖∞ for
@@ -88,8 +86,7 @@ from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
 from .outcome import Outcome, Status
-from .proxal_admm import (_stalled, curvature_metric, no_consensus, penalties_note, server_step,
-                          true_residual_at, went_nowhere)
+from .proxal_admm import _stalled, no_consensus, penalties_note, server_step, went_nowhere
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -147,7 +144,7 @@ FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, to
 # the paper's outer schedule, local tolerances and client constraints, spelled out for
 # `ProxAL.paper()` (like its fixed ρ and β) so that changing the defaults cannot touch it
 _PAPER_RULES = dict(tau_rule="paper", local_tol_cap=float("inf"), client_sets=False, dist_tol=float("inf"),
-                    client_constraints="al", rho_metric="scalar")
+                    client_constraints="al")
 
 
 # ---- the backend ------------------------------------------------------------------------------
@@ -176,7 +173,7 @@ class ProxAL(Backend):
                  check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e6,
                  anderson: int = 5, inner_stall: int = 50, tau_rule: str = "progress",
                  local_tol_cap: float = 0.1, client_sets: bool = True, dist_tol: float = 1e-4,
-                 client_constraints: str = "local", rho_metric: str = "scalar"):
+                 client_constraints: str = "local"):
         options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
         for key, value in options.items():         # beta, s_bar, eps1, eps2, max_outer, ..., w0
             setattr(self, key, value)
@@ -208,7 +205,6 @@ class ProxAL(Backend):
         # "local": a client's smooth convex inequalities on the shared variables are held in its
         # local solves (19) (module docstring); "al": in the augmented Lagrangian (the paper)
         self.client_constraints = check_choice("client_constraints", client_constraints, ("al", "local"))
-        self.rho_metric = check_choice("rho_metric", rho_metric, ("scalar", "curvature"))
         # (11) also waits for the outer steps' geometric tail to be ≤ dist_tol·‖w‖₂
         # (`proxal_outer.distance_left`; ∞: (11) alone, the paper's rule)
         self.dist_tol = check_number("dist_tol (the relative distance left at the stop)", dist_tol, 0,
@@ -287,7 +283,7 @@ class ProxAL(Backend):
                 local, info["client_constraints"] = False, f"held locally until outer iteration {k + 1}, " \
                     f"then in the augmented Lagrangian (local violation {max(failed.values(), default=0):.3g})"
             total_inner += len(trace)
-            true_residual = true_residual_at(ex, w_next) if self.check_certificate else None
+            true_residual = self._true_residual(ex, w_next) if self.check_certificate else None
             certificate_log.append((tau, trace[-1]))
             # the history's report at w_{k+1} rides on the multipliers' update (after it, as
             # when it was a request of its own: one message per node; `Rider`)
@@ -346,14 +342,9 @@ class ProxAL(Backend):
         iterations' ρ_i and residuals, kept across runs): failed[NO_CONSENSUS]."""
         clients = ex.clients
         mode = {"local": 0.0} if local is False else {}     # (held is a node's default)
-        if self.rho_metric == "curvature":      # the clients' Hessian diagonals with the init
-            mode["metric"] = 1.0
         replies = ex.map("proxal_admm_init", {c: {"w": w_start, "rho": rho[c], "anderson": self.anderson,
                                                   **(settings or {}), **mode} for c in clients})
-        metric = curvature_metric([r.get("curvature") for r in replies.values()] + [ex.call(
-            "server", "proxal_diagonal", x=w_start)["diagonal"]]) if "metric" in mode else None
-        u_tilde = {c: r["u_tilde"] if metric is None else w_start + (r["u_tilde"] - w_start) / metric
-                   for c, r in replies.items()}           # ũ⁰ = w̃⁰ + D⁻¹(ũ⁰_{D=1} − w̃⁰): u⁰ = w̃⁰
+        u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
         mixer = ServerMixer(self.anderson) if self.anderson else None
         mix, restart = np.zeros(0), False
         w = w_start
@@ -365,14 +356,12 @@ class ProxAL(Backend):
             eps = max(min(self.q ** t, self.local_tol_cap * tau), 1e-2 * tau)
             total_rho = sum(rho.values())
             anchor = sum(rho[c] * u_tilde[c] for c in clients) / total_rho if clients else w
-            w, server_residual = server_step(ex, linear=None, weight=total_rho * (1.0 if metric is None else metric),
-                                             anchor=anchor, x0=w, tol=eps, method=self.local_solver)   # (18)
+            w, server_residual = server_step(ex, linear=None, weight=total_rho, anchor=anchor,
+                                             x0=w, tol=eps, method=self.local_solver)   # (18)
             adaptive = self.adaptive_rho and t % RHO_PERIOD == 0      # batched ρ changes (RHO_PERIOD)
             step = {"w": w, "eps": eps / split, "adaptive": float(adaptive), "solver": self.local_solver}
             if mixer:
                 step.update(mix=mix, restart=float(restart))
-            if metric is not None and t == 0:
-                step["metric"] = metric
             replies = ex.map("proxal_admm_step", {c: step for c in clients})      # (19)–(22)
             u_tilde = {c: r["u_tilde"] for c, r in replies.items()}
             new_rho = {c: r["rho"] for c, r in replies.items()}
@@ -398,3 +387,14 @@ class ProxAL(Backend):
             if certificate <= tau or _stalled(trace, self.inner_stall):             # (23)
                 break
         return w, trace, rho
+
+    @staticmethod
+    def _true_residual(ex, w) -> float | None:
+        """‖∇ℓ_k(w)‖∞ = ‖Σ_{i=0}^n ∇P_{i,k}(w)‖∞, which (23) bounds (Theorem 4.1); None when
+        the server has a prox term or a projection (then ∂ℓ_k is a set). A client's prox term
+        or projected set is not counted: the value is ∂ℓ_k's only where those are smooth at w
+        (a set inactive, a λ‖w‖₁ away from its kinks)."""
+        if ex.call("server", "node_terms")["prox_terms"]:
+            return None
+        grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})
+        return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))

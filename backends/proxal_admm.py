@@ -114,39 +114,3 @@ def penalties_note(rho: dict, rho_start: dict) -> str | None:
             "them while a client's iterate stays apart from the consensus, as when the sets the "
             "clients project on have no common point — the model may be infeasible "
             "(prob.solve('cvxpy') decides; fm.verify(res, prob.solve('cvxpy')) compares)")
-
-
-# The diagonal metric's spread: D is the nodes' summed curvature relative to its mean, clipped
-# to [1/METRIC_SPREAD, METRIC_SPREAD] (a coordinate no node has data on has only the proximal
-# weights ω, as small as 1/((n+1)β_max))
-METRIC_SPREAD = 1e3
-
-
-def curvature_metric(diagonals: list) -> np.ndarray | None:
-    """D of the ADMM in the norm ‖·‖_D (`ProxAL(rho_metric="curvature")`): the penalty on
-    coordinate j is ρ_i D_j, D ∝ Σ_i diag ∇²P_{i,k}(w_k) (the server's P_0 among them) — the
-    Jacobi scaling, so that a stiff coordinate (an intercept) and one with 1e-3 of its curvature
-    (a sparse column) are not served by one ρ (BENCHMARKS.md, pxl1: the subproblem's condition
-    ~3,000, which no scalar ρ serves). Consensus ADMM in a fixed norm ‖·‖_D is ADMM in the
-    variables D^{1/2}w: (18)–(23) hold as they are with ρ_i replaced by ρ_i D (the server's
-    average D-weighted, λ_i in the same units as ∇P_i). None (the Euclidean ADMM) when a
-    node's diagonal is missing or D is 1 to 1e-12."""
-    if not diagonals or any(d is None for d in diagonals):
-        return None
-    total = np.sum(diagonals, axis=0)
-    mean = float(np.mean(total)) if total.size else 0.0
-    if not (np.all(np.isfinite(total)) and mean > 0):
-        return None
-    metric = np.clip(total / mean, 1.0 / METRIC_SPREAD, METRIC_SPREAD)
-    return None if np.allclose(metric, 1.0, rtol=0.0, atol=1e-12) else metric
-
-
-def true_residual_at(ex, w) -> float | None:
-    """‖∇ℓ_k(w)‖∞ = ‖Σ_{i=0}^n ∇P_{i,k}(w)‖∞, which (23) bounds (Theorem 4.1); None when
-    the server has a prox term or a projection (then ∂ℓ_k is a set). A client's prox term
-    or projected set is not counted: the value is ∂ℓ_k's only where those are smooth at w
-    (a set inactive, a λ‖w‖₁ away from its kinks)."""
-    if ex.call("server", "node_terms")["prox_terms"]:
-        return None
-    grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})
-    return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))

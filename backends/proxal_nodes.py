@@ -42,8 +42,8 @@ def _sample_count(program: NodeProgram) -> dict:
 
 
 @client_step("proxal_admm_init", {"w": "x", "rho": "1", "anderson": "1", "beta": "1", "prox_weight": "1",
-                                  "local": "1", "metric": "1"},
-             {"u_tilde": "x", "curvature": "x"})
+                                  "local": "1"},
+             {"u_tilde": "x"})
 def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, dict]:
     """Step 1 of Algorithm 2: u⁰ = w̃⁰, λ⁰ = −∇P_i(w̃⁰), ũ⁰ = w̃⁰ − ∇P_i(w̃⁰)/ρ_i. Each client's
     gradient from its own plan (once per ADMM run): the request does not say which local solver
@@ -52,10 +52,7 @@ def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, di
     center w̃⁰ = w_k, as "configure" would: the outer step's two requests in one message.
     `local` (0 or 1, with `ProxAL(client_constraints="local")`): whether the client's local
     solves hold its smooth convex constraints (`NodeProgram.hold_locally`; 0: the fallback to
-    the augmented Lagrangian). `metric` (1, with `ProxAL(rho_metric="curvature")`): the reply
-    also carries diag ∇²P_{i,k}(w̃⁰) (`curvature_diagonal`; absent where it is not known), from
-    which the server forms the ADMM's diagonal metric D; ũ⁰ is then sent for D = 1 (the server
-    rescales it: u⁰ = w̃⁰, so ũ⁰ = w̃⁰ + D⁻¹(ũ⁰_{D=1} − w̃⁰))."""
+    the augmented Lagrangian)."""
     replies = {}
     for m in members:
         program, request = group.programs[group.index[m]], payloads[m]
@@ -67,32 +64,27 @@ def _admm_init(group: Group, members: list[str], payloads: dict) -> dict[str, di
         grad = program.merit(w)["grad"]
         if program.local_names:         # ∇F_i + ∇gᵀν of the held constraints, not their AL term
             grad = local_al.lagrangian_gradient(program, w, grad)
-        program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": rho, "w": w.copy(), "metric": None,
+        program.state["admm"] = {"u": w.copy(), "lam": -grad, "rho": rho, "w": w.copy(),
                                  "history": ClientHistory(anderson) if anderson else None}
         replies[m] = {"u_tilde": w - grad / rho}
-        diagonal = curvature_diagonal(program, w) if request.get("metric") else None
-        if diagonal is not None:
-            replies[m]["curvature"] = diagonal
     group.forget()          # new state dicts
     return replies
 
 
 @client_step("proxal_admm_step", {"w": "x", "eps": "1", "adaptive": "1", "solver": "str",
-                                  "mix": f"<={MAX_MEMORY}", "restart": "1", "metric": "x"},
+                                  "mix": f"<={MAX_MEMORY}", "restart": "1"},
              {"u_tilde": "x", "eps_tilde": "1", "rho": "1", "steps": "1", "products": f"<={MAX_MEMORY + 1}",
               "local_failed": "1", "primal": "1"})
 def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """One client step of Algorithm 2 at the server's w^{t+1} for the rows `members`:
     certificate (22), local solve (19), multiplier step (20), ũ_i (21); with Anderson, first
-    the mix the server sent. `metric` (the run's first step, `ProxAL(rho_metric="curvature")`):
-    the diagonal D of the ADMM's norm, kept for the run: every ρ_i below is ρ_i∘D (ADMM in the
-    norm ‖·‖_D, exact as in the Euclidean one; `proxal_admm.curvature_metric`). None (served one
-    by one) when the members were sent different options or iterates."""
+    the mix the server sent. None (served one by one) when the members were sent different
+    options or iterates."""
     opts = same_options(payloads, members, ("eps", "adaptive", "solver", "restart"))
     w = common_value(payloads, members)
     mix = None if opts is None else opts.get("mix")
-    if opts is None or w is None or any(payloads[m] is not opts and not np.array_equal(
-            payloads[m].get(key), opts.get(key)) for m in members for key in ("mix", "metric")):
+    if opts is None or w is None or (mix is not None and any(
+            payloads[m] is not opts and not np.array_equal(payloads[m].get("mix"), mix) for m in members)):
         return None
     rows = np.array([group.index[m] for m in members])
     states = [group.programs[i].state["admm"] for i in rows]
@@ -100,27 +92,19 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     U = np.array([s["u"] for s in states], dtype=float).reshape(k, n_x)
     Lam = np.array([s["lam"] for s in states], dtype=float).reshape(k, n_x)
     rho = np.array([float(s["rho"]) for s in states])
-    if opts.get("metric") is not None:
-        for s in states:
-            s["metric"] = np.asarray(opts["metric"], float)
-    # D (1, n_x), or 1: the Euclidean ADMM
-    D = states[0].get("metric") if states[0].get("metric") is not None else np.ones(1)
-    D = D.reshape(1, -1)
-    root = np.sqrt(D)       # Anderson's state x_i = (√D u_i, λ_i/(ρ_i √D)): ADMM's in D^{1/2}w
     histories = [s["history"] for s in states]
     for j, history in enumerate(histories):   # Anderson acceleration (backends/anderson.py)
         if history is None:
             continue
         if opts.get("restart", 0.0):
             history.clear()
-        if mix is not None and len(mix):       # the state x_i the server mixed ũ_i of
+        if mix is not None and len(mix):       # the state x_i = (u_i, λ_i/ρ_i) the server mixed ũ_i of
             x = history.mix(np.asarray(mix, float))
-            U[j], Lam[j] = x[:n_x] / root[0], rho[j] * root[0] * x[n_x:]
-    # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖²_D, to ‖∇φ_i‖∞ ≤ ε_{t+1}, warm-started
+            U[j], Lam[j] = x[:n_x], rho[j] * x[n_x:]
+    # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², to ‖∇φ_i‖∞ ≤ ε_{t+1}, warm-started
     # at (u_i, y_i)
     private = private_stack(group)
-    weight = rho if D.size == 1 else rho[:, None] * D
-    Z, steps, _ = group.solve_local(np.concatenate([U, private[rows]], axis=1), rows, Lam, weight, w,
+    Z, steps, _ = group.solve_local(np.concatenate([U, private[rows]], axis=1), rows, Lam, rho, w,
                                     float(opts["eps"]), opts.get("solver", "auto"))
     U_new, Y_new = Z[:, :n_x], Z[:, n_x:]
     # (22) with the OLD λ_i^t, u_i^t and the ρ_i^t the server used in (18), and the private
@@ -130,11 +114,11 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     # run does not return (equilibrated private slack: true 6.2e-4 against 2.9e-4).
     private = private.copy()
     private[rows] = Y_new
-    remainder = group.grad(broadcast_rows(w, group.n, n_x), private)[rows, :n_x] + Lam - rho[:, None] * D * (w - U)
+    remainder = group.grad(broadcast_rows(w, group.n, n_x), private)[rows, :n_x] + Lam - rho[:, None] * (w - U)
     if group.prox or group.programs[rows[0]].local_names:   # a client's λ‖w‖₁, set or held constraint: its ∂ counts
         remainder = group.constraint_remainder(rows, w, remainder)
     eps_tilde = np.abs(remainder).max(axis=1, initial=0.0)
-    Lam_new = Lam + rho[:, None] * D * (U_new - w)                               # (20)
+    Lam_new = Lam + rho[:, None] * (U_new - w)                                   # (20)
     new_rho = rho
     # the consensus residual ‖u_i − w‖∞ (reported by a client that holds constraints:
     # `proxal_admm.no_consensus`)
@@ -142,16 +126,14 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     # A set's normal cone (or a held constraint's) read at a w outside it is no subdifferential
     # of ℓ_k (∂ of an indicator is empty there), so (22) alone "solved" runs whose w stood
     # outside X_i (issue 25: w ≥ 1 from w = 0, certificate 0 at t = 0). ρ_i dist∞(w, X_i) is
-    # the gradient of X_i's Moreau envelope with weight ρ_i: added, (23) asks dist ≤ τ_k/ρ_i
-    # (with a metric D: ρ_i max D bounds the envelope's gradient).
-    eps_tilde = eps_tilde + rho * float(np.max(D)) * np.array(
-        [_outside(group.programs[i], w, Y_new[j], primal[j]) for j, i in enumerate(rows)])
-    if opts.get("adaptive", 0.0):       # residuals in the metric's norm, ‖√D ·‖∞
+    # the gradient of X_i's Moreau envelope with weight ρ_i: added, (23) asks dist ≤ τ_k/ρ_i.
+    eps_tilde = eps_tilde + rho * np.array([_outside(group.programs[i], w, Y_new[j], primal[j])
+                                            for j, i in enumerate(rows)])
+    if opts.get("adaptive", 0.0):
         previous = np.array([s["w"] for s in states], dtype=float).reshape(k, n_x)
-        dual = rho * np.abs(root * (w - previous)).max(axis=1, initial=0.0)
-        scaled = primal if D.size == 1 else np.abs(root * (U_new - w)).max(axis=1, initial=0.0)
-        new_rho = np.array([_balance(r, p, d) for r, p, d in zip(rho.tolist(), scaled.tolist(), dual.tolist())])
-    U_tilde = U_new + Lam_new / (new_rho[:, None] * D)                           # (21), new ρ
+        dual = rho * np.abs(w - previous).max(axis=1, initial=0.0)
+        new_rho = np.array([_balance(r, p, d) for r, p, d in zip(rho.tolist(), primal.tolist(), dual.tolist())])
+    U_tilde = U_new + Lam_new / new_rho[:, None]                                 # (21), new ρ
     w_kept, replies = w.copy(), {}
     for j, m in enumerate(members):     # each client's state and reply (row views of fresh stacks)
         program, history = group.programs[rows[j]], histories[j]
@@ -162,10 +144,10 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
         if failed is not None:          # its held constraints could not be met (`local_al.solve`)
             reply["local_failed"] = float(failed)
         if history is not None:         # the iterate in the ρ it was computed with
-            reply["products"] = history.push(np.concatenate([root[0] * U_new[j], Lam_new[j] / (rho[j] * root[0])]),
-                                             np.concatenate([root[0] * U[j], Lam[j] / (rho[j] * root[0])]))
+            reply["products"] = history.push(np.concatenate([U_new[j], Lam_new[j] / rho[j]]),
+                                             np.concatenate([U[j], Lam[j] / rho[j]]))
         program.state["admm"] = {"u": U_new[j], "lam": Lam_new[j], "rho": float(new_rho[j]), "w": w_kept,
-                                 "history": history, "metric": states[j].get("metric")}
+                                 "history": history}
         replies[m] = reply
     return replies
 
@@ -183,41 +165,6 @@ def _outside(program: NodeProgram, w: np.ndarray, y: np.ndarray, primal: float) 
             v = values[program.shared.variables.index(term.variable)]
             far = max(far, float(np.max(np.abs(v - term.prox(v, 1.0)), initial=0.0)))
     return min(far, primal)
-
-
-def curvature_diagonal(program: NodeProgram, w: np.ndarray) -> np.ndarray | None:
-    """diag ∇²P_i(w) on the shared variables (P_i as configured: its proximal weight and AL
-    terms in), from the Hessian the local Newton solves keep (`fresh_hessian`: packed
-    diag(λ) + Q C Qᵀ for few data rows, else dense within the budget); None beyond the budget
-    or where it is not finite. Its own data's summary (n_x floats), once per outer iteration."""
-    from fedmodel.runtime import low_rank
-    from fedmodel.runtime.local_solvers import fresh_hessian
-    try:
-        H = fresh_hessian(program, np.concatenate([np.asarray(w, float), program.y]))
-    except Exception:           # (beyond the dense budget, or no Hessian plan)
-        return None
-    n_x = program.n_shared
-    if H.ndim == 2:
-        diagonal = np.array(np.diagonal(H)[:n_x])
-    else:                       # diag(Q C Qᵀ), Q = B T: rows of (B T C Tᵀ) ∘ B
-        lam, C = low_rank.unpack(H)
-        basis = low_rank.basis_of(program)
-        if basis.mix is None:
-            core = basis.rows @ C
-            extra = np.einsum("ij,ij->i", core, basis.rows)
-        else:
-            core = np.asarray(basis.rows @ (basis.mix @ C @ basis.mix.T))
-            extra = np.asarray(basis.rows.multiply(core).sum(axis=1)).ravel()
-        diagonal = lam[:n_x] + extra[:n_x]
-    return diagonal if np.all(np.isfinite(diagonal)) else None
-
-
-@procedure("proxal_diagonal", {"x": "x"}, {"diagonal": "x"}, local=True, read_only=True)
-def _diagonal(program: NodeProgram, x) -> dict:
-    """The server's diag ∇²P_0(x) (`curvature_diagonal`; zeros where not known): the server's
-    part of the ADMM's metric, read on the server itself (`ProxAL(rho_metric="curvature")`)."""
-    diagonal = curvature_diagonal(program, np.asarray(x, float))
-    return {"diagonal": np.zeros(program.n_shared) if diagonal is None else diagonal}
 
 
 def _balance(rho: float, primal: float, dual: float, ratio: float = 10.0, factor: float = 2.0) -> float:
@@ -339,4 +286,4 @@ def gradient_scale(program: NodeProgram, x: np.ndarray) -> float:
 
 
 # ProxAL's client steps (`ProxAL.procedures`)
-PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers, _report, _private_step, _diagonal)
+PROCEDURES = (_sample_count, _admm_init, _admm_step, _set_multipliers, _report, _private_step)

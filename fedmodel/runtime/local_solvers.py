@@ -65,10 +65,6 @@ def _prox(program: NodeProgram, lp: LocalProblem):
     return z, steps + tried, residual
 
 
-# prox terms whose prox with a step per entry is the entry-wise one (`_closed_form`)
-SEPARABLE = ("norm1", "norm1-shift", "ballinf", "upper", "lower")
-
-
 def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
     """A quadratic merit with Hessian c·I and no private variables (a client whose only term is
     a prox term: λ‖w − a‖₂ of a geometric median, λ‖w − a‖₁, λ‖w‖₁, beside the proximal and
@@ -93,12 +89,7 @@ def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
     else:
         diagonal = np.diagonal(H)
     c = float(diagonal[0] + lp.weight_x[0])
-    # a diagonal c (ProxAL's ADMM in a metric ‖·‖_D: weights per entry) where every prox term is
-    # separable on the one shared variable: prox_{h/c} entry by entry
-    if np.max(np.abs(diagonal + lp.weight_x - c)) > 1e-12 * c and len(program.shared.variables) == 1 and \
-            len(program.shared.variables[0].shape) <= 1 and all(t.kind in SEPARABLE for t in program.merit_ir.prox_terms):
-        c = diagonal + lp.weight_x
-    if not np.all(c > 0) or np.max(np.abs(diagonal + lp.weight_x - c)) > 1e-12 * np.max(c) or \
+    if not c > 0 or np.max(np.abs(diagonal + lp.weight_x - c)) > 1e-12 * c or \
             (H.ndim == 2 and np.count_nonzero(H) != np.count_nonzero(diagonal)):  # (the diagonal first: O(n))
         return None
     g0 = lp.fun_grad(lp.z0)[1]
