@@ -155,14 +155,18 @@ def test_a_start_transient_is_no_baseline_for_the_stall_rule():
     clients' constraint multipliers moved, the consensus residual was 0.025; steps 21–40 sat at
     0.042 while the multipliers still grew, and the rule compared the two: "stalled" at step 40.
     The multipliers must grow steadily over both windows now (a step where they did not act is
-    no baseline); an infeasible run's do."""
+    no baseline); an infeasible run's do. Had they acted, the rule reads the rate from the window
+    before (0.1) to the last (0.042, `DALD._on_course`): progress still; a flat window later (both
+    windows at 0.042 / 0.011) the verdict comes."""
     primal = [0.45, 0.025] + [0.1] * 18 + [0.042] * 20
     constraint = [0.0, 0.0] + [0.02] * 18 + [0.011] * 20
     history = [{"primal_residual": p, "constraint_residual": c, "violation": 0.05, "dual_residual": 1e-3}
                for p, c in zip(primal, constraint)]
     assert DALD()._stall(history) is None
-    history[0]["constraint_residual"] = history[1]["constraint_residual"] = 0.011   # had they acted: a stall
-    assert DALD()._stall(history) == "stalled"
+    history[0]["constraint_residual"] = history[1]["constraint_residual"] = 0.011   # had they acted
+    assert DALD()._stall(history) is None
+    flat = [{**history[-1]} for _ in range(20)]
+    assert DALD()._stall(history + flat[:19]) is None and DALD()._stall(history + flat) == "stalled"
 
 
 def _flat_logistic(seed=3, n=5, d=40, rows=30, ridge=1e-4, radius=100.0):

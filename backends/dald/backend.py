@@ -24,6 +24,14 @@ from .options import PAPER_DALD, ClientModels, check_options
 from .reports import Reports
 
 
+# the stall rule's horizon (`DALD._on_course`): a residual that falls at a rate reaching ε within
+# this many times the steps run so far is progress. Measured on stall-free histories (bench_verdicts'
+# 60 models and the DALD reproducers, the spectral rule as it is and with MG alone; docs/BENCHMARKS.md,
+# branch daldstall2): MG's NP models CVXPY solves (the multipliers' step ∝ k^-0.45) were "stalled"
+# at 10 (7 runs) and 30 (1); 50 was the least that called none of them; 100 for a margin
+STALL_HORIZON = 100.0
+
+
 class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
     """Fed-DALD-CC on a star (Algorithm 2), Fed-DALD-DC on any other connected graph (Algorithm 3).
 
@@ -170,14 +178,17 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
            (`constraint_residual`) stays above the tolerance and within a factor 2 of its
            largest value there (an infeasible run's settles at a constant; a feasible run's
            rises as a constraint turns active and falls again, or comes and goes);
-        2. no progress: the best consensus / constraint residual of the last window is not 0.1 %
-           below the best of the window before, and stays well above the tolerance;
+        2. no progress: the best consensus / constraint residual max(‖C‖∞, ‖Δμ‖/β) of the last
+           window is not 0.1 % below the best of the window before, and neither it nor the
+           multipliers' step falls, from that window to the last, at a rate that would reach ε
+           within STALL_HORIZON × the steps run so far (`_on_course`); and it stays well above
+           the tolerance;
         3. the model's constraints are violated at every reported point of the last window;
         4. no client's own inequality multiplier fell in the last window (`unwinding`, Fed-DALD-CC:
            a constraint that holds at x_i but still acts; the residuals move again once it is 0).
 
         A feasible model whose residuals oscillate (adaptive ρ, a constraint turning active)
-        fails 1, 3 or 4 and runs on. "infeasible" also needs the iterates settled and exact local
+        fails 1, 3 or 4 and runs on; one whose residuals fall slowly and oscillate, 2's rate. "infeasible" also needs the iterates settled and exact local
         solves; with gd / prox-grad a slow run looks the same, so it says "stalled"."""
         if self.stall_window is None:
             return None
@@ -194,9 +205,16 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         steps = [h["constraint_residual"] for h in span]
         if min(steps) <= floor or min(steps) < 0.5 * max(steps):
             return None
+        # 2: the best points and the rates each see progress the other misses — a slow, oscillating
+        # fall (NP models CVXPY solves under MG alone: the multipliers' step falling ∝ k^-0.45 while
+        # the best max residual rose, "stalled" at 52–91 on the best points alone) and the client
+        # hyperplanes at 49 (the best point 3 % lower, the windows' means level: "stalled" on rates
+        # alone). Not the consensus residual's own rate: on an infeasible model it falls to ε
+        # while the multipliers' step sits at the least violation (a verdict 19 steps later)
         r = [max(h["primal_residual"], h["constraint_residual"]) for h in span]
         before, recent = min(r[:W]), min(r[W:])
-        if recent < (1.0 - 1e-3) * before or recent <= floor:
+        if recent < (1.0 - 1e-3) * before or recent <= floor or \
+                self._on_course(r, W, len(history)) or self._on_course(steps, W, len(history)):
             return None
         # a client's multiplier that fell in the window (a constraint that holds at x_i but still
         # acts, `local.unwinding`) lets go when it reaches 0 and the residuals move again: a box
@@ -209,6 +227,16 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
             return None
         settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
         return Status.INFEASIBLE if settled and self.solver not in ("gd", "prox-grad") else Status.STALLED
+
+    def _on_course(self, residuals: Sequence[float], W: int, k: int) -> bool:
+        """Whether `residuals` (two windows of W steps, after k steps in all) fall at a rate that
+        reaches ε_pri within STALL_HORIZON·k more steps: the ratio of the windows' geometric means
+        (a rate over the whole stretch, not the best point of each: an oscillation's dips are no
+        baseline) extrapolated geometrically (the caller's residuals are all above ε_pri)."""
+        logs = np.log(np.asarray(residuals, float))
+        now, slope = float(np.mean(logs[W:])), float(np.mean(logs[W:]) - np.mean(logs[:W])) / W
+        target = np.log(self.eps_primal)
+        return slope < 0.0 and (target - now) / slope <= STALL_HORIZON * k
 
     def _inner_done(self, k: int, v: int, dual: float) -> bool:
         rule = self.inner_rule
