@@ -148,8 +148,8 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
     gap, distance = float("nan"), float("nan")
     answered = reference is not None and reference.status == "converged"
     if reference is not None and not answered:
-        notes.append(f"the reference ended {reference.status!r} "
-                     f"({reference.info.get('cvxpy_status', '')})")
+        said = reference.info.get("cvxpy_status")
+        notes.append(f"the reference ended {reference.status!r}" + (f" ({said})" if said else ""))
     certificate = _certificate(result, notes) if result.values else None
     if answered and result.values:
         reference_certificate = _certificate(reference, notes)
@@ -182,7 +182,7 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
             failed.insert(0, "status")
         ok = not failed
     else:    # the reference has no answer: only the same verdict (infeasible, unbounded) agrees
-        ok = _same_verdict(result, reference, notes)
+        ok = _same_verdict(result, reference, notes, certificate, rtol)
         if not ok:
             failed.insert(0, "status")
     if failed == ["solution distance"]:
@@ -354,7 +354,8 @@ def _reference_values(problem, reference: Result) -> dict:
             continue
         twin = theirs.get(var.label)
         if twin is None or twin.shape != var.shape:
-            found = f"of shape {twin.shape}" if twin is not None else "none"
+            found = f"of shape {twin.shape}" if twin is not None else "none" if var.name != \
+                f"{var._prefix}{var.uid}" else "none; unnamed, its label is new in each build: name it"
             raise FedModelError(
                 f"verify: the reference solves another model — this problem's variable "
                 f"{var.label!r} of shape {var.shape} has no counterpart there ({found}); solve "
@@ -366,9 +367,16 @@ def _reference_values(problem, reference: Result) -> dict:
 VERDICTS = ("infeasible", "unbounded")
 
 
-def _same_verdict(result: Result, reference: Result, notes: list[str]) -> bool:
-    """Both say the model is infeasible (or both unbounded): they agree, there is nothing to
-    compare numerically. Anything else against a reference without an answer is not ok."""
+def _same_verdict(result: Result, reference: Result, notes: list[str], certificate, rtol) -> bool:
+    """Both say infeasible (or unbounded): they agree; else not ok. A feasible point refutes "infeasible"."""
+    ours, theirs = result.problem, reference.problem   # one model, or builds of it: the same names
+    names = lambda p: {x.name for x in p.constraints} | {v.label for v in p.variables()}  # noqa: E731
+    one_model = ours is theirs or None not in (ours, theirs) and names(ours) == names(theirs)
+    if reference.status == "infeasible" and certificate is not None and certificate.relative \
+            and certificate.relative_feasibility <= rtol and one_model:
+        notes.append(f"the reference says infeasible, but this point meets every constraint (relative "
+                     f"violation {certificate.relative_feasibility:.1e}): the model is feasible, the "
+                     "reference wrong; solve it again (prob.solve('cvxpy', solver='SCS'))")
     if reference.status in VERDICTS and result.status == reference.status:
         notes.append(f"both say the model is {reference.status}: they agree")
         return True
