@@ -110,6 +110,8 @@ def test_verify_says_a_feasible_point_refutes_an_infeasible_reference():
     report = fm.verify(ref, infeasible)
     assert not report.ok and not any("model is feasible" in note for note in report.notes)
     assert np.linalg.norm(ref.value(w)) <= 10.0 * (1 + 1e-6)
+    capped = dataclasses.replace(ref, status="max_iterations", values={}, info={})   # a federated one
+    assert "the reference ended 'max_iterations'" in fm.verify(ref, capped).notes   # no empty "()"
 
 
 def test_verify_names_unnamed_variables_across_builds():
