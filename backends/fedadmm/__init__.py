@@ -65,7 +65,8 @@ class FedADMM(Backend):
 
     Defaults: FedADMM-InSa with the safeguards (docs/fedadmm.md): the automatic local step
     η_i = 1/(L̂_i + β_i) (`lr=None`, L̂_i estimated on the client), rejected steps that increase
-    the local residual, β_i within `beta_range` = β⁰·[1e-3, 1e3], and a stop at `tol`. Local
+    the local residual, β_i within `beta_range` = β⁰·[1e-3, 1e3], and a stop at `tol` (relative:
+    ‖z^{k+1} − z^k‖∞ and the drift ≤ tol·max(1, ‖z‖∞), `server.stop_level`). Local
     solver `"gd-auto"`: gradient steps (2.9), except for a client whose local problem they
     cannot solve within `local_steps` = E steps — E·η_i·β_i < 1, i.e. its condition bound
     (L̂_i + β_i)/β_i above E, as when InSa lowers β_i far below the curvature — which takes
