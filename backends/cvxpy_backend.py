@@ -7,6 +7,7 @@ records which one produced the answer in `result.info["solver"]`.
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
 from typing import Any
 
@@ -79,17 +80,21 @@ class CVXPY(Backend):
         # fallbacks took 43 s of SCS on a separable logistic with client balls
         written = copy.copy(self)
         written.interior_only = bool(first.info.get("solved"))
-        second = Backend.solve(written, problem, *args, scaling=False, **kwargs)
+        with warnings.catch_warnings(record=True) as said_again:    # said if this one is kept
+            warnings.simplefilter("always")
+            second = Backend.solve(written, problem, *args, scaling=False, **kwargs)
         second.info["attempts"] = first.info["attempts"] = \
             [f"equilibrated {a}" for a in first.info.get("attempts", [])] + \
             [f"as written {a}" for a in second.info.get("attempts", [])]
         if first.info.get("cvxpy_status") in FINAL:     # a doubtful final answer: the better one
-            better = _kkt_score(second) < _kkt_score(first) if first.values else \
-                _kkt_score(second) <= TRUSTED     # "infeasible" yields only to a real answer
-            return second if better else _repeat(said, first)
-        if not first.values or (second.info.get("cvxpy_status") in FINAL and not _refutes(first, second)):
-            return second
-        return _repeat(said, first) if _kkt_score(first) <= _kkt_score(second) else second
+            # ("infeasible" yields to a point that meets the constraints, as in `_refutes`)
+            better = _kkt_score(second) < _kkt_score(first) if first.values else _feasible(second)
+            kept = second if better else first
+        elif not first.values or (second.info.get("cvxpy_status") in FINAL and not _refutes(first, second)):
+            kept = second
+        else:
+            kept = first if _kkt_score(first) <= _kkt_score(second) else second
+        return _repeat(said if kept is first else said_again, kept)
 
     def attempts(self) -> list[tuple[str, dict[str, Any]]]:
         """(solver, options) pairs to try in order."""
@@ -206,18 +211,29 @@ def _doubtful(result) -> bool:
 
 
 def _refutes(first, second) -> bool:
-    """`first`'s point meets the constraints (relative feasibility within TRUSTED) that
-    `second` calls infeasible: the model is feasible (raw airfoil with a client weight Parameter
-    and an inactive ball: Clarabel as written said "infeasible" of a model w = 0 satisfies)."""
-    cert = first.certificate
-    return second.status == Status.INFEASIBLE and cert is not None and cert.relative \
+    """`first`'s point meets the constraints that `second` calls infeasible: the model is
+    feasible (raw airfoil with a client weight Parameter and an inactive ball: Clarabel as
+    written said "infeasible" of a model w = 0 satisfies)."""
+    return second.status == Status.INFEASIBLE and _feasible(first)
+
+
+def _feasible(result) -> bool:
+    """A point whose relative feasibility is within TRUSTED."""
+    cert = result.certificate
+    return bool(result.values) and cert is not None and bool(cert.relative) \
         and cert.relative_feasibility <= TRUSTED
 
 
 def _repeat(said, result):
-    """`result`, after re-issuing the warnings its solve gave (recorded while it was in doubt)."""
+    """`result`, after re-issuing the warnings its solve gave (recorded while it was in doubt),
+    each from its own module, so that the caller's filters (`module=`, "default"'s once per
+    place) read them as they would have read them at first."""
     for message in said:
-        warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)
+        module = next((name for name, mod in list(sys.modules.items())
+                       if getattr(mod, "__file__", None) == message.filename), None)
+        registry = vars(sys.modules[module]).setdefault("__warningregistry__", {}) if module else None
+        warnings.warn_explicit(message.message, message.category, message.filename, message.lineno,
+                               module=module, registry=registry, source=message.source)
     return result
 
 

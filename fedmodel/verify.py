@@ -388,10 +388,11 @@ def _same_verdict(result: Result, reference: Result, notes: list[str], certifica
 def _reference(problem, notes: list[str]) -> Result | None:
     """A fresh CVXPY solve, or None (with a note and a warning) when CVXPY rejects the model."""
     from .problem import make_backend   # a backend by its registered name
+    from .compiler.epigraph import solve_as_user     # (hinge losses: certified in that form)
     from .errors import CurvatureError
     try:   # through the backend, not problem.solve: the variables keep the result's values
         problem.validate()
-        return make_backend("cvxpy").solve(problem)
+        return solve_as_user(problem, make_backend("cvxpy"))
     except CurvatureError as exc:   # our rules said convex, CVXPY's lowering disagrees
         notes.append(f"CVXPY cannot certify the model ({exc}); only the KKT certificate applies")
         warnings.warn(f"verify: CVXPY rejected the model — KKT certificate only: {exc}")

@@ -8,6 +8,8 @@ built by hand with the shapes measured (docs/BENCHMARKS.md, branch daldstall2); 
 computed here."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,14 @@ def test_oscillations_around_a_geometric_fall_get_no_verdict(period):
     constraint = 0.04 * 0.5 ** (k / 100) * (1.0 + 0.25 * np.sin(2 * np.pi * k / period))
     history = _records(0.5 * constraint, constraint, 0.1 * constraint)
     assert _first_verdict(DALD(), history) is None
+
+
+def test_a_zero_tolerance_reads_no_rate_and_no_warning():
+    """ε_pri = 0 is allowed: no rate reaches it (log 0 said "divide by zero" before)."""
+    k = np.arange(1, 101.0)
+    history = _records([0.02] * 100, 0.3 * 0.99 ** k, [1e-9] * 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not DALD(eps_primal=0.0)._on_course([0.3, 0.2, 0.1, 0.05], 2, 4)
+        assert DALD(eps_primal=1e-6)._on_course([0.3, 0.2, 0.1, 0.05], 2, 4)
+        DALD(eps_primal=0.0)._stall(history)

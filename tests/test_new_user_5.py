@@ -111,5 +111,8 @@ def test_cproxal_hinge_in_any_units(scale):
         warnings.simplefilter("ignore")
         res = prob.solve("cproxal")
     assert res.status == "converged" and fm.verify(res, reference).ok
+    # verify's own reference (no reference given) is certified in epigraph form too
+    report = fm.verify(res)
+    assert report.ok and not any("KKT" in note for note in report.notes), str(report)
     np.testing.assert_allclose(res.value(w) * scale, reference.value(w) * scale, rtol=0,
                                atol=1e-5 * np.abs(reference.value(w) * scale).max())

@@ -124,3 +124,46 @@ def test_verify_names_unnamed_variables_across_builds():
     again, _ = _small_ridge()
     report = fm.verify(named.solve("cvxpy"), again.solve("cvxpy"))
     assert report.ok and report.solution_distance <= 1e-9
+
+
+def test_the_cvxpy_warnings_kept_are_said_once_where_the_caller_filters_them():
+    """CVXPY records the warnings of its equilibrated solve while that answer is in doubt and
+    says them again when it keeps it: re-issued by file path, a caller's `module=` filter no
+    longer matched (a data-scale warning of `fedmodel.problem` came through), and the discarded
+    as-written solve's warnings were said as well (each one twice)."""
+    prob, _ = _small_ridge()
+    prob.server.subject_to(fm.sum(prob.variables()[0]) <= 1e21)    # a constant that warns
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message=".*entries as large as", module=r"fedmodel\.problem")
+        assert prob.solve("cvxpy").status == "converged"
+    assert not [m for m in seen if "entries as large as" in str(m.message)]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        prob.solve("cvxpy")
+    said = [str(m.message) for m in seen if "entries as large as" in str(m.message)]
+    assert len(said) == 1 and seen[0].filename.endswith("problem.py")
+
+
+def test_an_infeasible_equilibrated_answer_yields_to_a_feasible_point_as_written(monkeypatch):
+    """The equilibrated copy says "infeasible" (doubtful), the model as written has a feasible
+    point 1 % off its optimum: the feasible point is kept, with its "not a solution" warning —
+    not "infeasible" (it yielded only to a point that also passed the stationarity check)."""
+    from fedmodel.backends import cvxpy_backend
+    from fedmodel.backends.outcome import Outcome, Status
+    prob, w = _small_ridge()
+    exact = prob.solve("cvxpy").value(w)
+    run = cvxpy_backend.CVXPY.run
+
+    def equilibrated_infeasible(self, problem, *args, **kwargs):
+        out = run(self, problem, *args, **kwargs)
+        if problem is not prob:     # the equilibrated copy
+            return Outcome(Status.INFEASIBLE, values={}, info={**out.info, "cvxpy_status": "infeasible"})
+        out.values = {uid: value * 1.01 for uid, value in out.values.items()}
+        return out
+
+    monkeypatch.setattr(cvxpy_backend.CVXPY, "run", equilibrated_infeasible)
+    with pytest.warns(RuntimeWarning, match="not a solution"):
+        res = prob.solve("cvxpy")
+    assert res.status != "infeasible"
+    np.testing.assert_allclose(res.value(w), 1.01 * exact, rtol=1e-9)

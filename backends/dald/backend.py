@@ -188,8 +188,9 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
            a constraint that holds at x_i but still acts; the residuals move again once it is 0).
 
         A feasible model whose residuals oscillate (adaptive ρ, a constraint turning active)
-        fails 1, 3 or 4 and runs on; one whose residuals fall slowly and oscillate, 2's rate. "infeasible" also needs the iterates settled and exact local
-        solves; with gd / prox-grad a slow run looks the same, so it says "stalled"."""
+        fails 1, 3 or 4 and runs on; one whose residuals fall slowly and oscillate, 2's rate.
+        "infeasible" also needs the iterates settled and exact local solves; with gd / prox-grad
+        a slow run looks the same, so it says "stalled"."""
         if self.stall_window is None:
             return None
         W = self._stall_span(len(history))
@@ -233,6 +234,8 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         reaches ε_pri within STALL_HORIZON·k more steps: the ratio of the windows' geometric means
         (a rate over the whole stretch, not the best point of each: an oscillation's dips are no
         baseline) extrapolated geometrically (the caller's residuals are all above ε_pri)."""
+        if self.eps_primal <= 0:     # (ε = 0 is allowed: no rate reaches it)
+            return False
         logs = np.log(np.asarray(residuals, float))
         now, slope = float(np.mean(logs[W:])), float(np.mean(logs[W:]) - np.mean(logs[:W])) / W
         target = np.log(self.eps_primal)

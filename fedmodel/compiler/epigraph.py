@@ -16,8 +16,9 @@ client's private variables and inequalities exactly (`solves_epigraph` True: Pro
 auto without DP options, and CVXPY, whose multipliers of the rows then certify the point — as
 written, the certificate read the hinge's gradient on one side of each support vector's kink
 and called CVXPY's own answer "not a solution", KKT 0.016) solve the rewritten copy; any other
-backend is refused before it runs, with the names of those that can (`rewrite_for`). Prox-able terms (λ‖w‖₁ of a shared variable) and the server's terms are
-left as they are: they have prox paths.
+backend is refused before it runs, with the names of those that can (`rewrite_for`).
+Prox-able terms (λ‖w‖₁ of a shared variable) and the server's terms are left as they are:
+they have prox paths.
 
 `EpigraphModel.to_user` reports the result in the user's terms: the slacks are not among the
 values, their constraints not among the multipliers, the objective and the largest violation
@@ -175,6 +176,16 @@ def rewrite_for(problem, solver: Any) -> EpigraphModel | None:
             "('proxal'), cProx-AL ('cproxal') and backend='auto' do, and 'cvxpy' solves it "
             "centrally: prob.solve('proxal')")
     return _rewrite(problem, dict(found))
+
+
+def solve_as_user(problem, solver: Any, **options: Any):
+    """`solver.solve(problem, **options)` on the epigraph form where `problem` has one
+    (`rewrite_for`), the result in the user's terms (`EpigraphModel.to_user`): `fm.verify`'s
+    reference. (`Problem.solve` does the same around its own call, which the warnings of a run
+    name as their place.)"""
+    epigraph = rewrite_for(problem, solver)
+    result = solver.solve(epigraph.problem if epigraph else problem, **options)
+    return epigraph.to_user(result) if epigraph is not None else result
 
 
 def _rewrite(problem, found: dict) -> EpigraphModel:
