@@ -106,6 +106,9 @@ def test_paper_presets_are_the_papers_settings():
     (dict(step=0.0), r"step must be a number in \(0, inf\)"),
     (dict(local_steps=0), "local_steps"),
     (dict(participation=1.5), "participation"),
+    # ignored by the default full cycle, iterate for iterate (newuser7)
+    (dict(participation=0.6), "participation applies to coordination='partial'"),
+    (dict(availability=lambda t: ["c0"]), "availability applies to coordination='partial'"),
     (dict(coordination="some"), "coordination"),
     (dict(mode="x"), "mode"),
     (dict(beta=-1.0), "beta"),

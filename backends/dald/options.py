@@ -50,6 +50,12 @@ def check_options(o: dict) -> None:
     if o["stall_window"] is not None:
         check_count("stall_window", o["stall_window"])
     check_number("participation", o["participation"], 0.0, 1.0, closed=True)
+    if o["coordination"] == "full" and (o["participation"] < 1.0 or o["availability"] is not None):
+        # (the full cycle asks every node every time: both were ignored, iterate for iterate)
+        given = "participation" if o["participation"] < 1.0 else "availability"
+        raise FedModelError(f"{given} applies to coordination='partial' (a node takes part in an "
+                            f"inner iteration when sampled and reachable); the default 'full' "
+                            f"cycle asks every node: pass coordination='partial'")
     check_number("eps_primal", o["eps_primal"], 0.0, np.inf, low_closed=True)
     check_number("eps_dual", o["eps_dual"], 0.0, np.inf, low_closed=True)
     check_number("step", o["step"], 0.0, np.inf)
