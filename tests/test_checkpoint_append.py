@@ -15,7 +15,7 @@ def _fedprox(rounds):
 
 def test_the_work_of_a_save_stays_bounded_as_the_history_grows(tmp_path, monkeypatch):
     """The `_remap` visits of each save (a time-free measure of its encoding work): before, each
-    save re-walked the whole history, so the 40th save visited ~40× the records of the 1st."""
+    save re-walked the whole history: 110 visits at the 1st save, 627 at the 40th (119 after)."""
     prob, _ = least_squares()
     visits, per_save = [0], []
     remap, write = ck._remap, ck.atomic_write
