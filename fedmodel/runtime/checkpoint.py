@@ -11,7 +11,9 @@ A checkpoint is one pickle file holding
 - `ledger`: the communication ledger so far (a resumed run books the same traffic);
 - `fingerprint`: a hash of the problem (structure and data) and of the backend's options — a
   checkpoint of another problem or other settings is refused;
-- `outcome`: set once the run has finished, so resuming a finished run returns its result.
+- `outcome`: set once the run has finished, so resuming a finished run returns its result;
+- `history`: the loop's `history`, kept out of `loop`: its records' pickles appended, each
+  encoded once (runtime/checkpoint_history.py: a save costs O(state + new records)).
 
 Writes are atomic: the file is written to a temporary file in the same directory, flushed and
 fsync'ed, then renamed over the old one with `os.replace` (atomic on POSIX and Windows); a kill
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FedModelError
+from .checkpoint_history import AppendedHistory, join_history
 from .node_state import without_settings
 
 # 2: node states of the refactored runtime and backends (backends.dald package, DALD's node
@@ -42,7 +45,8 @@ from .node_state import without_settings
 # of modules that no longer exist, so they are refused by their format before anything else.
 # 3: node states are `NodeState`s' fields (the Hessian without its key, no β: issue 26)
 # 4: a packed few-rows Hessian is [N, r, λ, C], its basis re-derived from the data (branch sparse3)
-FORMAT = 4
+# 5: the loop's history out of `loop`, as its records' pickles appended (`history`; issue 25)
+FORMAT = 5
 
 
 class CheckpointError(FedModelError):
@@ -66,6 +70,8 @@ class Checkpointer:
         self._uids = [v.uid for v in (variables or [])]
         self._loaded: dict[str, Any] | None = None
         self.saves = 0          # number of checkpoint files written by this run
+        self.history = AppendedHistory()
+        self._pickles: bytes | None = None      # a resumed file's history records' pickles
         self.backend = None
 
     # ---- construction ---------------------------------------------------------------------
@@ -115,6 +121,7 @@ class Checkpointer:
             raise CheckpointError(f"{str(self.path)!r} is not a fedmodel checkpoint (format {FORMAT})")
         if data["format"] != FORMAT:
             raise CheckpointError(_other_format(self.path, data["format"]))
+        self._pickles = join_history(data)
         if data["fingerprint"] != self.fingerprint:
             raise CheckpointError(
                 f"checkpoint {str(self.path)!r} was written by another run (backend "
@@ -140,7 +147,9 @@ class Checkpointer:
                                   f"nodes {sorted(executor.nodes)}")
         executor.map("load_state", {node: {"state": state} for node, state in nodes.items()})
         executor.ledger = self._loaded["ledger"]
-        return self._decode(self._loaded["loop"])
+        loop = self._decode(self._loaded["loop"])
+        self.history.resume(self._pickles, loop.get("history"))
+        return loop
 
     def save(self, executor, iteration: int, loop: dict[str, Any]) -> bool:
         """At the end of outer iteration `iteration` (1-based), save when it is a multiple of
@@ -149,8 +158,11 @@ class Checkpointer:
             return False
         nodes = {n: without_settings(r["state"])
                  for n, r in executor.map("save_state", {n: {} for n in executor.nodes}).items()}
+        history, loop = loop.get("history"), dict(loop)
+        appended = {"history": self.history.bytes_of(loop.pop("history"), self._encode)} \
+            if isinstance(history, list) else {}
         self._write({"iteration": int(iteration), "loop": loop, "nodes": nodes,
-                     "ledger": executor.ledger, "outcome": None})
+                     "ledger": executor.ledger, "outcome": None, **appended})
         return True
 
     # ---- used by the Backend template -------------------------------------------------------
@@ -298,9 +310,13 @@ def _other_format(path: Path, written: Any) -> str:
 
 
 def read(path: str | os.PathLike) -> dict[str, Any]:
-    """The raw content of a checkpoint file (for inspection and tests)."""
+    """The raw content of a checkpoint file (for inspection and tests), its history records back
+    in its loop state (`loop["history"]`)."""
     with open(path, "rb") as f:
-        return pickle.load(f)
+        data = pickle.load(f)
+    if isinstance(data, dict):
+        join_history(data)
+    return data
 
 
 # ---- fingerprints ---------------------------------------------------------------------------
