@@ -206,8 +206,10 @@ def _doubtful(result) -> bool:
     "optimal" at a point that fails its KKT check (`verdicts`' not_stationary), or "infeasible" /
     "unbounded". A ball holds its variable whole (one scale, `compiler.set_scaling`): raw airfoil
     columns (Hz beside a thickness of 3e-3) with an inactive ball came back "optimal" 8–71 % off,
-    or "infeasible", where Clarabel as written is 3e-13 from the answer (BENCHMARKS, newuser7)."""
-    return "not_stationary" in result.info or result.status in (Status.INFEASIBLE, Status.UNBOUNDED)
+    or "infeasible", where Clarabel as written is 3e-13 from the answer (BENCHMARKS, newuser7);
+    and "optimal" at a point that violates the user's constraints ("stalled" by `finish_result`)."""
+    return "not_stationary" in result.info or \
+        result.status in (Status.INFEASIBLE, Status.UNBOUNDED, Status.STALLED)
 
 
 def _refutes(first, second) -> bool:

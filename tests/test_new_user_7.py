@@ -167,3 +167,26 @@ def test_an_infeasible_equilibrated_answer_yields_to_a_feasible_point_as_written
         res = prob.solve("cvxpy")
     assert res.status != "infeasible"
     np.testing.assert_allclose(res.value(w), 1.01 * exact, rtol=1e-9)
+
+
+def test_an_equilibrated_answer_that_violates_the_model_is_checked_as_written(monkeypatch):
+    """Clarabel "optimal" on the equilibrated copy at a point that violates the user's ball
+    (`finish_result`: "stalled") was returned as it was; the model as written is now solved too
+    and its answer kept (reviewer of the session's diff)."""
+    from fedmodel.backends import cvxpy_backend
+    prob, w = _small_ridge()
+    exact = prob.solve("cvxpy").value(w)
+    run = cvxpy_backend.CVXPY.run
+
+    def equilibrated_outside_the_ball(self, problem, *args, **kwargs):
+        out = run(self, problem, *args, **kwargs)
+        if problem is not prob:     # the equilibrated copy: a point far outside ‖w‖ ≤ 10
+            out.values = {uid: value * 1e3 for uid, value in out.values.items()}
+        return out
+
+    monkeypatch.setattr(cvxpy_backend.CVXPY, "run", equilibrated_outside_the_ball)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve("cvxpy")
+    assert res.status == "converged"
+    np.testing.assert_allclose(res.value(w), exact, rtol=1e-7, atol=1e-9)
