@@ -124,3 +124,20 @@ def test_choose_picks_from_the_table_by_kind_and_size(monkeypatch):
 def test_the_node_program_modules_are_small(module):
     lines = len((ROOT / "fedmodel" / "runtime" / f"{module}.py").read_text().splitlines())
     assert lines < 400, f"fedmodel/runtime/{module}.py has {lines} lines; split it by concept"
+
+
+@pytest.mark.parametrize("size", [12, 1000])       # bytes compared / array_equal on the bits
+def test_the_merit_memo_matches_inputs_bit_for_bit(size):
+    """`compiled_merit._same_bits`: equal bits only (-0.0 is not 0.0, a NaN is its own bits), the
+    same shape, whatever the array's layout or integer dtype."""
+    from fedmodel.runtime.compiled_merit import _same_bits
+    x = np.linspace(-1.0, 1.0, size)
+    assert _same_bits(x, x.copy()) and _same_bits(x, np.asfortranarray(x))
+    y = x.copy()
+    y[-1] = np.nextafter(y[-1], 2.0)
+    assert not _same_bits(x, y)
+    zero = np.zeros(size)
+    assert not _same_bits(zero, -zero) and _same_bits(zero, np.zeros(size, dtype=int))
+    nan = np.full(size, np.nan)
+    assert _same_bits(nan, nan.copy())
+    assert not _same_bits(x.reshape(-1, 2), x.reshape(2, -1)) and not _same_bits(x, x[:-1])
