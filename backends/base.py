@@ -334,8 +334,9 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
             relative = certificate is not None and certificate.relative
             if outcome.status is Status.CONVERGED and values and not np.isfinite(objective):
                 _not_converged_off_the_domain(backend_name, outcome, objective)
-            if _violates(violation, certificate if relative else None) and (outcome.status is Status.CONVERGED or (
-                    outcome.status is Status.MAX_ITERATIONS and outcome.biased_fixed_point)):
+            if _violates(violation, certificate if relative else None) and (
+                    outcome.status is Status.CONVERGED or (
+                        outcome.status is Status.MAX_ITERATIONS and outcome.biased_fixed_point)):
                 _not_converged_when_infeasible(problem, backend_name, outcome, values)
         if outcome.status is Status.CONVERGED and certificate is not None:
             stationarity = certificate.relative_stationarity if relative else certificate.stationarity

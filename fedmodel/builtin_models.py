@@ -73,11 +73,11 @@ MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 #   0.28 away after 1000 iterations (the objective's curvature is far below ρ², so x̂ crawls);
 #   ρ = 0.1 converges in 213 (2e-5 away). Each edge's ρ now follows its nodes' curvatures, at
 #   most the given ρ (`dc.edge_rho`, branch dcrows), and ρ = 0.1 still matters: from ρ = 1 the
-#   ring and the complete graph end at the 3000 cap (fedmodel run --verify: NOT OK). The constraints' penalty is
-#   DALD-DC's default, max(2ρ², 1) = 1 (backends/dald/dc.py, BETA_FLOOR): 2ρ² = 0.02 left a ring
-#   at its cap and a complete graph "stalled" once the ball's variable was equilibrated too
-#   (compiler/set_scaling.py), and β = 2 was passed here; with the default, ring 244, complete
-#   396 iterations, verified (β = 2: 227, 391).
+#   ring and the complete graph end at the 3000 cap (fedmodel run --verify: NOT OK). The
+#   constraints' penalty is DALD-DC's default, max(2ρ², 1) = 1 (backends/dald/dc.py,
+#   BETA_FLOOR): 2ρ² = 0.02 left a ring at its cap and a complete graph "stalled" once the
+#   ball's variable was equilibrated too (compiler/set_scaling.py), and β = 2 was passed here;
+#   with the default, ring 244, complete 396 iterations, verified (β = 2: 227, 391).
 RUN_OPTIONS: dict[str, dict] = {"proxal": dict(FAST_PROXAL),
                                 "cproxal": {"tol": (1e-5, 1e-6)}}
 GRAPH_OPTIONS: dict[str, dict] = {"dald": {"rho": 0.1, "max_iterations": 3000}}

@@ -191,9 +191,9 @@ class FedDALDDC:
         bends = ex.map("dald_dc_init", {n: {"x0": x0, "beta": beta} for n in order})
         bends = {n: float(bends[n]["curvature"]) for n in order}
         # every node's edge ends in one mapped request (one round trip; one per end was 2 per edge)
+        edge = lambda n, j: (n, j) if position[n] < position[j] else (j, n)   # noqa: E731
         ex.map("dald_dc_links", {n: {"neighbors": list(neighbors[n]),
-                                     "rho": [self._edge_rho((n, j) if position[n] < position[j] else (j, n), d, bends)
-                                             for j in neighbors[n]],
+                                     "rho": [self._edge_rho(edge(n, j), d, bends) for j in neighbors[n]],
                                      "after": [float(position[j] > position[n]) for j in neighbors[n]],
                                      "x": x0} for n in order if neighbors[n]})
         gauss_seidel = GaussSeidelSweep(ex, neighbors)
