@@ -181,3 +181,19 @@ def test_proxal_runs_the_newton_paths_iterations_and_serial_equals_batched(monke
     reference = prob.solve("cvxpy")
     for uid in serial.values:       # an independent answer: CVXPY's, to its own accuracy
         np.testing.assert_allclose(serial.values[uid], reference.values[uid], rtol=0, atol=1e-5)
+
+
+def test_one_step_is_newtons_first_step_bit_for_bit():
+    """The same gradient, inverse and update as the Newton path's first step (serially the
+    program's own solve, on a group `solve_newton`): equal bytes, not only 1e-10."""
+    programs = _clients(_problem(4, 8, 0), beta=300.0, omega=1 / 300)
+    U, Lam, rho, w = _step_data(programs, 1)
+    for j, p in enumerate(programs):
+        closed = _solve(NodeRows(p), [0], U[j:j + 1], Lam[j:j + 1], rho[j:j + 1], w, residual=False)[0]
+        first = p.solve_local(linear=Lam[j], weight=rho[j], anchor=w, x0=U[j], tol=0.0, method="newton",
+                              max_steps=1)["x"]
+        np.testing.assert_array_equal(closed, first)
+    group, rows = Group([p.name for p in programs], programs), np.arange(4)
+    first = group.solve_newton(U, rows, Lam, np.broadcast_to(rho[:, None], U.shape), w, 0.0, "newton",
+                               max_steps=1)[0]
+    np.testing.assert_array_equal(_solve(group, rows, U, Lam, rho, w, residual=False), first)
