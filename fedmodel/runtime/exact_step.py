@@ -15,7 +15,8 @@ over rows of clients (`solve`); the group supplies A⁻¹ (`exact_directions`).
 
 It is taken only where the caller reads no final residual (`solve_local(residual=False)`):
 the residual at the new point would cost the evaluation this saves. A row whose A is singular
-or whose step is no descent direction (a merit that is not convex) is left to Newton's rules.
+or whose step is no descent direction (a merit that is not convex) sends the call back to the
+Newton solve (its rules: −g, backtracking).
 """
 from __future__ import annotations
 
