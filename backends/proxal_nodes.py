@@ -102,10 +102,10 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
             x = history.mix(np.asarray(mix, float))
             U[j], Lam[j] = x[:n_x], rho[j] * x[n_x:]
     # (19): u ≈ argmin P_i(u) + <λ, u − w> + (ρ/2)‖u − w‖², to ‖∇φ_i‖∞ ≤ ε_{t+1}, warm-started
-    # at (u_i, y_i)
+    # at (u_i, y_i); its residual is not read (a quadratic client: one step, `exact_step`)
     private = private_stack(group)
     Z, steps, _ = group.solve_local(np.concatenate([U, private[rows]], axis=1), rows, Lam, rho, w,
-                                    float(opts["eps"]), opts.get("solver", "auto"))
+                                    float(opts["eps"]), opts.get("solver", "auto"), residual=False)
     U_new, Y_new = Z[:, :n_x], Z[:, n_x:]
     # (22) with the OLD λ_i^t, u_i^t and the ρ_i^t the server used in (18), and the private
     # values y_i this step leaves (those the run reports): ∇_w ℓ_k(w, y) = ∇P_0(w) +

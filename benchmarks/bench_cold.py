@@ -24,7 +24,8 @@ BLAS on one thread:
    a timer (the wrappers' own cost is printed beside: subtract it when comparing with part 2).
 
 Models (d ≤ 50): np-monks1 (556 × 17), logistic-ball-50 (mean logistic loss, 40 rows a
-client, d = 50, client ball ‖w‖₂ ≤ 1 and a server ridge), np-adult (32,561 × 14; `--adult`).
+client, d = 50, client ball ‖w‖₂ ≤ 1 and a server ridge), np-adult (32,561 × 14; `--adult`),
+least-squares-ball-10/17/50 (quadratic clients, 40 rows each, an active server ball).
 
     python benchmarks/bench_cold.py                  # both parts (~5 min on a quiet machine)
     python benchmarks/bench_cold.py --part steps --n 5 40 --models logistic-ball-50
@@ -34,6 +35,11 @@ client, d = 50, client ball ‖w‖₂ ≤ 1 and a server ridge), np-adult (32,5
     python benchmarks/bench_cold.py --part breakdown --executor serial
     python benchmarks/bench_cold.py --part phases --model mnist --repeats 3   # DALD, d = 784
     python benchmarks/bench_cold.py --part phases --model monks --max-outer 1
+    python benchmarks/bench_cold.py --part form --n 5 --executors serial --repeats 3
+
+5. **The client step alone** (`--part form`): CPU of ProxAL's client step form per client step
+   in steady state (`form_step`: local solve (19), certificate (22), (20), (21)), without the
+   executor and the server.
 
 4. **Phases of a cold solve** (`--part phases`, `cold_phases.py` in fresh processes): imports,
    model, and inside the solve the backend's look-up, equilibration, the set-emptiness check,
@@ -160,6 +166,24 @@ def logistic_ball(n: int, d: int = 50, rows: int = 40, radius: float = 1.0, ridg
     return prob
 
 
+def least_squares_ball(n: int, d: int = 10, rows: int = 40, radius: float = 1.0):
+    """Mean squared error clients (quadratic: ProxAL's local solve (19) is one linear solve,
+    `fedmodel.runtime.exact_step`) and a server ball ‖w‖₂ ≤ radius that is active — the wine
+    reproducer's form (docs/BENCHMARKS.md, section stepcost) at d = 10, 17, 50."""
+    import fedmodel as fm
+    rng = np.random.default_rng(3)
+    w_true = 3.0 * rng.standard_normal(d) / np.sqrt(d)        # ‖w_true‖ ≈ 3: the ball is active
+    w = fm.Variable(d, name="w")
+    prob = fm.Problem(name=f"least-squares-ball-{d}")
+    for i in range(n):
+        X = rng.standard_normal((rows, d)) + 0.3 * rng.standard_normal(d)
+        y = X @ w_true + 0.1 * rng.standard_normal(rows)
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(X, name="X") @ w - c.data(y, name="y")) / (rows * n))
+    prob.server.subject_to(fm.norm2(w) <= radius)
+    return prob
+
+
 # ---- per step --------------------------------------------------------------------------------
 def _run(prob, executor: str, outer: int, **options) -> tuple[float, int, str]:
     """CPU seconds, ADMM iterations and where the clients' constraints were
@@ -236,6 +260,40 @@ def program_costs(prob) -> dict:
     return {"merit": best(lambda: program.value_grad_plan(*values)),
             "hessian": best(lambda: program.hessian(z)), "first hessian": first * 1e6,
             "d": program.n_shared + program.n_private}
+
+
+def form_step(prob, n: int, executor: str, steps: int = 200) -> float:
+    """µs of CPU per client step of ProxAL's client step form (local solve (19), certificate
+    (22), (20), (21)) in steady state: the clients' programs configured (β = 1e3, ω = 1) and
+    initialized ("proxal_admm_init" at w = 0.1·1), then `steps` steps at a server point that
+    moves a little each step; "serial": each client's step on its own (`NodeRows`: what the
+    serial executor runs), "batched": one step of the whole group (`Group`). The executor's
+    messages, the ledger and the server's solve are not in it; the first step is untimed
+    (Hessians, factors and plans built)."""
+    import fedmodel.backends.proxal_nodes as proxal_nodes
+    from fedmodel.runtime.batched_group import Group
+    from fedmodel.runtime.client_step import NodeRows
+    from fedmodel.runtime.program import compile_programs
+    programs = [p for p in compile_programs(prob).values() if p.role == "client"]
+    d = programs[0].n_shared
+    w0 = np.full(d, 0.1)
+    init = {"w": w0, "rho": 10.0, "anderson": 0.0, "beta": 1e3, "prox_weight": 1.0}
+    for p in programs:
+        proxal_nodes._admm_init(NodeRows(p), [p.name], {p.name: dict(init)})
+    names = [p.name for p in programs]
+    group = Group(names, programs) if executor == "batched" else None
+    times = []
+    for t in range(steps + 1):
+        w = w0 + 1e-3 * np.sin(t + np.arange(d))
+        payload = {"w": w, "eps": 1e-9, "adaptive": 0.0, "solver": "auto", "restart": 0.0}
+        start = time.process_time()
+        if group is not None:
+            proxal_nodes._admm_step(group, names, {m: payload for m in names})
+        else:
+            for p in programs:
+                proxal_nodes._admm_step(NodeRows(p), [p.name], {p.name: payload})
+        times.append(time.process_time() - start)
+    return 1e6 * float(np.sum(times[1:])) / (steps * len(programs))
 
 
 def step_breakdown(executor: str = "serial", outer: int = 3) -> None:
@@ -317,7 +375,7 @@ def step_breakdown(executor: str = "serial", outer: int = 3) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("cold", "steps", "both", "breakdown", "phases"), default="both")
+    parser.add_argument("--part", choices=("cold", "steps", "both", "breakdown", "phases", "form"), default="both")
     parser.add_argument("--model", choices=("monks", "mnist"), default="monks", help="of --part phases")
     parser.add_argument("--executor", default="serial", help="the executor of --part breakdown")
     parser.add_argument("--repeats", type=int, default=3)
@@ -355,13 +413,25 @@ def main() -> None:
             print(f"| {name} | {wall:.3f} | {cpu:.3f} |")
         print(f"| **total (cold)** | **{run['total'][0]:.3f}** | **{run['total'][1]:.3f}** |")
         print(f"| the same solve again, warm | {run['warm'][0]:.3f} | {run['warm'][1]:.3f} |")
-    if args.part in ("steps", "both"):
+    if args.part in ("steps", "both", "form"):
         models = {"np-monks1": lambda n, data=np_data("monks-1"): neyman_pearson(data, n),
-                  "logistic-ball-50": logistic_ball}
+                  "logistic-ball-50": logistic_ball,
+                  **{f"least-squares-ball-{d}": (lambda n, d=d: least_squares_ball(n, d)) for d in (10, 17, 50)}}
         if args.adult:
             models["np-adult"] = lambda n, data=np_data("adult-a"): neyman_pearson(data, n)
         if args.models:
             models = {name: build for name, build in models.items() if name in args.models}
+        if args.part == "form":
+            print("\n| model | d | n | executor | µs / client step in the form | client steps timed |"
+                  "\n|---|---:|---:|---|---:|---:|", flush=True)
+            for name, build in models.items():
+                for n in args.n:
+                    prob = build(n)
+                    for executor in args.executors:
+                        cost = min(form_step(prob, n, executor) for _ in range(args.repeats))
+                        print(f"| {name} | {prob.variables()[0].size} | {n} | {executor} | {cost:.0f} | "
+                              f"200 × {n} |", flush=True)
+            return
         print("\n| model | d | n | executor | µs / step / client, outer 1 → 4 | ADMM iterations timed "
               "| held: µs / step / client, ADMM 10 → 40 | merit eval µs | Hessian µs "
               "| first Hessian µs |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|", flush=True)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .batched_newton import NewtonMatrices, newton_batched, stack_fits
+from . import exact_step
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
 from .batched_held import HeldRows
@@ -139,14 +140,16 @@ class Group(HeldRows):
         return self.programs[0]._choose(method)
 
     def solve_local(self, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor, tol,
-                    method: str = "auto", max_steps: int = 1000, lr: float | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    method: str = "auto", max_steps: int = 1000, lr: float | None = None,
+                    residual: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`NodeProgram.solve_local` for the clients `rows` from Z0 (k, N) = (x, y) rows:
         (Z, steps, ‖∇‖∞) per client. Newton and exact solves of a stack that fits
         (`batched_newton.stack_fits`) are one batched solve (`solve_newton`); any other method
         (prox, L-BFGS, GD, Newton-CG) runs each client's own solver. `linear`, `anchor`: (n_x,)
         or (k, n_x); `weight`: a number, (k,) or (k, n_x); `tol`: a number or (k,) (each
-        client's own). The members' `y` are not written."""
+        client's own). The members' `y` are not written. `residual=False` (the caller does not
+        read ‖∇‖∞: NaN where not evaluated) lets a quadratic's "exact" take one step
+        (`exact_step`)."""
         rows = np.asarray(rows, dtype=np.intp)
         chosen = self.local_method(method)
         held = chosen == "local-al"
@@ -158,6 +161,10 @@ class Group(HeldRows):
                                      else np.asarray(weight, float), (len(rows), self.n_x))
             if held:
                 return self._solve_held(Z0, rows, linear, weight, anchor, tol, chosen, max_steps)
+            found = None if residual or not exact_step.applies(self, rows, chosen) else \
+                exact_step.solve(self, Z0, rows, linear, weight, anchor)
+            if found is not None:
+                return found
             return self.solve_newton(Z0, rows, linear, weight, anchor, tol, chosen, max_steps)
         return self._solve_each(Z0, rows, linear, weight, anchor, tol, method, max_steps, lr)
 
@@ -205,6 +212,15 @@ class Group(HeldRows):
         anchor = np.broadcast_to(np.asarray(anchor, float), (k, n_x))
         directions = NewtonMatrices(self, rows, W, chord=method == "newton")
         return newton_batched(self._penalized(rows, linear, W, anchor, Z0[0]), directions, Z0, tol, max_steps)
+
+    def exact_directions(self, Z: np.ndarray, G: np.ndarray, rows: np.ndarray, W: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """−A_j⁻¹g_j for the clients `rows`, A_j = ∇²P_j + diag(W_j) from the kept Hessians
+        and the group's `FactorStack` (`exact_step`), and which A_j are regular; W (k, n_x) or
+        (k, 1)."""
+        matrices = NewtonMatrices(self, rows, np.broadcast_to(W, (len(rows), self.n_x)), chord=False)
+        D = matrices(Z, G, np.ones(len(rows), dtype=bool), np.zeros(len(rows), dtype=bool))
+        return D, ~matrices.factors.singular
 
     def _penalized(self, rows: np.ndarray, linear: np.ndarray, W: np.ndarray, anchor: np.ndarray,
                    filler: np.ndarray) -> Callable:
