@@ -20,6 +20,7 @@ by a power of ten changes no verdict, and `ok` needs all of them within `rtol`:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
@@ -49,13 +50,25 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
     Each measure is relative to its own scale (module docstring); `ok` holds only when the run
     converged and every measure is within `rtol`; `failed` names the others.
 
+    A result is checked against the model it solved: when Parameters changed since the solve
+    (`Result.parameters` holds the values it was solved with), verify sets them back to those
+    values for every measure and the fresh reference, puts the current ones back afterwards
+    (also on an error), and names each changed Parameter (old → new) in `notes`. A reference
+    solved at other Parameter values than the result is noted too.
+
     >>> report = verify(prob.solve("proxal"))   # doctest: +SKIP
     >>> report.ok
     True
     """
     _check_arguments(result, reference, rtol)
-    problem = result.problem
     notes: list[str] = []
+    with _solved_parameters(result, reference, notes):
+        return _verify(result, reference, rtol, notes)
+
+
+def _verify(result: Result, reference: Result | None, rtol: float, notes: list[str]) -> Report:
+    """`verify` with the result's Parameter values in place."""
+    problem = result.problem
     if reference is None and problem is not None:
         reference = _reference(problem, notes) if problem.is_convex() else None
         if reference is None and not notes:
@@ -118,6 +131,49 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
                   kkt=certificate if certificate is not None else result.certificate, ok=bool(ok),
                   rtol=rtol, result=result, reference=reference, notes=notes, measures=measures,
                   failed=failed, where={k: v for k, v in where.items() if v})
+
+
+@contextlib.contextmanager
+def _solved_parameters(result: Result, reference: Result | None, notes: list[str]):
+    """The model's Parameters at the values `result` was solved with while verify runs, the
+    current ones put back after (a stored certificate of one λ beside a reference of another
+    would say nothing true about either)."""
+    problem = result.problem
+    now = {p.uid: p for p in problem.parameters()} if problem is not None else {}
+    solved = result.parameters
+    changed = [(p, solved[uid], p.value) for uid, p in now.items()
+               if uid in solved and not _same_value(p.value, solved[uid])]
+    if changed:
+        notes.append("Parameters changed since the solve: " + ", ".join(
+            f"{p.name} {_shown(old)} → {_shown(new)}" for p, old, new in changed)
+            + "; verified against the model at the values it was solved with")
+    if reference is not None and reference.problem is problem:
+        other = [now[uid].name for uid, value in reference.parameters.items()
+                 if uid in now and uid in solved and not _same_value(value, solved[uid])]
+        if other:
+            notes.append(f"the reference was solved at other values of {', '.join(other)} than "
+                         "the result: it answers another model")
+    try:
+        for param, old, _ in changed:
+            param.value = old
+        yield
+    finally:
+        for param, _, new in changed:
+            param.value = new
+
+
+def _same_value(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+
+
+def _shown(value) -> str:
+    """A Parameter's value in a note: the number, or its shape for an array."""
+    if value is None:
+        return "None"
+    array = np.asarray(value)
+    return f"{float(array.reshape(-1)[0]):g}" if array.size == 1 else f"(array {array.shape})"
 
 
 def _second_order(problem, result: Result, certificate: Certificate | None,
@@ -311,7 +367,9 @@ def _reference(problem, notes: list[str]) -> Result | None:
     from .errors import CurvatureError
     try:   # through the backend, not problem.solve: the variables keep the result's values
         problem.validate()
-        return solve_as_user(problem, make_backend("cvxpy"))
+        reference = solve_as_user(problem, make_backend("cvxpy"))
+        reference.parameters = problem.parameter_values()
+        return reference
     except CurvatureError as exc:   # our rules said convex, CVXPY's lowering disagrees
         notes.append(f"CVXPY cannot certify the model ({exc}); only the KKT certificate applies")
         warnings.warn(f"verify: CVXPY rejected the model — KKT certificate only: {exc}")
