@@ -12,6 +12,8 @@ import pytest
 
 import fedmodel as fm
 
+from test_epigraph_units import hinge, pinball
+
 A = np.array([[1e3, 1e3, 0, 0, 0, 0], [0, 0, 1e-3, 1e-3, 0, 0], [0, 0, 0, 0, 1.0, -1.0]])
 
 
@@ -56,3 +58,43 @@ def test_an_affine_set_scaled_per_row_reports_its_own_units(backend):
         assert f"{key} (by {value:.3g})" in quoted or f"{key} by {value:.3g}" in quoted
         relative.append(value / scale)
     assert relative == pytest.approx([relative[1]] * 3, rel=1e-3)
+
+
+@pytest.mark.integration       # (~2 s: SCS twice, with CVXPY's import)
+def test_cvxpy_stalled_on_the_epigraph_copy_names_the_losses():
+    """SCS stopped early (eps 0.3) on the pinball's epigraph copy: "stalled" (its slack rows
+    violated). info["violated"] names each client's loss (not `c1.epigraph0[1]`), its violation
+    in the loss's units (the slack below its rows): ÷scale the same at ×1 and ×1e6."""
+    found = {}
+    for scale in (1.0, 1e6):
+        prob, w = pinball(scale)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = prob.solve("cvxpy", solver="SCS", eps_abs=0.3, eps_rel=0.3)
+        assert res.status == "stalled"
+        violated = res.info["violated"]
+        for key in violated:     # (each pinball term is two losses, τ·pos(r) and (1−τ)·pos(−r))
+            client, _, rest = key.partition(" loss: ")
+            assert client in {"c0", "c1", "c2"} and "* pos(" in rest and f"{client}_data0" in rest, key
+        assert next(iter(violated)) in res.info["stalled"] and "epigraph0[" not in res.info["stalled"]
+        found[scale] = {key.split(" loss: ")[0] + key.rpartition("slack")[2]: value / scale
+                        for key, value in violated.items()}
+    assert found[1.0].keys() == found[1e6].keys()
+    for key, value in found[1.0].items():
+        assert found[1e6][key] == pytest.approx(value, rel=1e-3)
+
+
+def test_a_stall_on_slack_rows_names_the_hinge_loss():
+    """cProx-AL with β_max = 1 cannot hold the hinge's slack rows ("stalled", feasible): the
+    violated entries are the clients' hinge losses, the slack named beside them."""
+    prob, _ = hinge(1e3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve("cproxal", beta=0.1, beta_max=1.0)
+    assert res.status == "stalled"
+    names = {str(t) for c in prob.clients for t in c.terms}
+    assert res.info["violated"]
+    for key in res.info["violated"]:
+        client, _, rest = key.partition(" loss: ")
+        assert client in {"c0", "c1", "c2"} and any(rest.startswith(n) for n in names), key
+        assert f"{client}.epigraph" in rest
