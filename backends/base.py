@@ -339,7 +339,8 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
                     outcome.status is Status.CONVERGED or (
                         outcome.status is Status.MAX_ITERATIONS and outcome.biased_fixed_point)):
                 _not_converged_when_infeasible(problem, backend_name, outcome, values)
-            restate_violated(problem, values, outcome.info)    # each in its own units
+            if outcome.info.get("violated") and values:     # each in its own units
+                restate_violated(outcome.info, violated_constraints(problem, values, -np.inf))
         if outcome.status is Status.CONVERGED and certificate is not None:
             stationarity = certificate.relative_stationarity if relative else certificate.stationarity
             if stationarity > NOT_STATIONARY:

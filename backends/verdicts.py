@@ -88,20 +88,15 @@ def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: floa
          status=None if kept else Status.STALLED)
 
 
-def restate_violated(problem, values, info: dict) -> None:
+def restate_violated(info: dict, measured: dict[str, float]) -> None:
     """info["violated"] (a verdict's constraints, by the backend: ProxAL's nodes, DALD, the stall
-    above) measured again at the returned point on `problem`, in each constraint's own units and
-    under its form there. A scaled run's verdict read the equilibrated copy: a subspace scaled
-    row by row (`set_scaling.unit_row`) reported max_k r_k·|a_k·w − b_k|, 1e5 / 0.1 / 1e-7 of
-    the same violation with the data ×1e-6 / 1 / 1e6."""
-    violated = info.get("violated")
-    if not isinstance(violated, dict) or not violated or not values:
-        return
-    from .base import violated_constraints       # (base imports this module)
-    measured = {key.split(":")[0]: (key, value)
-                for key, value in violated_constraints(problem, values, -np.inf).items()}
-    restate(info, {key: measured[str(key).split(":")[0]] for key in violated
-                   if str(key).split(":")[0] in measured})
+    above) as `measured` (`base.violated_constraints` at the returned point, every constraint):
+    in each constraint's own units and under its form in the model. A scaled run's verdict read
+    the equilibrated copy: a subspace scaled row by row (`set_scaling.unit_row`) reported
+    max_k r_k·|a_k·w − b_k|, 1e5 / 0.1 / 1e-7 of one violation with the data ×1e-6 / 1 / 1e6."""
+    by_name = {key.split(":")[0]: (key, value) for key, value in measured.items()}
+    restate(info, {key: by_name[str(key).split(":")[0]] for key in info.get("violated") or {}
+                   if str(key).split(":")[0] in by_name})
 
 
 def _say(outcome: Outcome, key: str, message: str, status: Status | None = None) -> None:
