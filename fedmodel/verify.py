@@ -139,7 +139,7 @@ def _solved_parameters(result: Result, reference: Result | None, notes: list[str
     current ones put back after (a stored certificate of one λ beside a reference of another
     would say nothing true about either)."""
     problem = result.problem
-    now = {p.uid: p for p in problem.parameters()} if problem is not None else {}
+    now = {p.uid: p for p in problem.parameters()} if hasattr(problem, "parameters") else {}
     solved = result.parameters
     changed = [(p, solved[uid], p.value) for uid, p in now.items()
                if uid in solved and not _same_value(p.value, solved[uid])]
