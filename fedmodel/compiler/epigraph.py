@@ -127,8 +127,8 @@ def client_losses(block) -> list[tuple[int, list[Term], list[Loss | None]]]:
 class EpigraphModel:
     """The rewritten copy of a problem and the map of its results to the user's model."""
 
-    def __init__(self, original, problem, slacks: list[Variable], rows: dict[str, tuple[str, float]],
-                 rewritten: list[str]):
+    def __init__(self, original, problem, slacks: list[Variable],
+                 rows: dict[str, tuple[str, float]], rewritten: list[str]):
         self.original, self.problem = original, problem
         self.slack_uids = {v.uid for v in slacks}
         # the epigraph constraints' names -> (the loss they rewrite, as info["violated"] names
