@@ -27,7 +27,8 @@ from .common import FRAMEWORK, gather_values, running
 from .outcome import Outcome, Status
 from .verdicts import (CONVERGED_VIOLATION, NOT_STATIONARY, _judge_steady_descent,
                        _not_converged_at_a_saddle, _not_converged_off_the_domain, _rounds, _say,
-                       _warn_not_stationary, infeasible_alone, infeasible_before_run)
+                       _warn_not_stationary, infeasible_alone, infeasible_before_run,
+                       restate_violated)
 
 
 @dataclass
@@ -338,6 +339,8 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
                     outcome.status is Status.CONVERGED or (
                         outcome.status is Status.MAX_ITERATIONS and outcome.biased_fixed_point)):
                 _not_converged_when_infeasible(problem, backend_name, outcome, values)
+            if outcome.info.get("violated") and values:     # each in its own units
+                restate_violated(outcome.info, violated_constraints(problem, values, -np.inf))
         if outcome.status is Status.CONVERGED and certificate is not None:
             stationarity = certificate.relative_stationarity if relative else certificate.stationarity
             if stationarity > NOT_STATIONARY:

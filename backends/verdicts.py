@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from fedmodel.compiler.violated import restate
 from fedmodel.second_order import negative_curvature
 from .outcome import Outcome, Status
 from .watch import steady_descent
@@ -85,6 +86,17 @@ def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: floa
          f"{backend_name} {stop}, but the point is not a solution of the model: relative KKT "
          f"stationarity {stationarity:.3g} (result.certificate). {why}",
          status=None if kept else Status.STALLED)
+
+
+def restate_violated(info: dict, measured: dict[str, float]) -> None:
+    """info["violated"] (a verdict's constraints, by the backend: ProxAL's nodes, DALD, the stall
+    above) as `measured` (`base.violated_constraints` at the returned point, every constraint):
+    in each constraint's own units and under its form in the model. A scaled run's verdict read
+    the equilibrated copy: a subspace scaled row by row (`set_scaling.unit_row`) reported
+    max_k r_k·|a_k·w − b_k|, 1e5 / 0.1 / 1e-7 of one violation with the data ×1e-6 / 1 / 1e6."""
+    by_name = {key.split(":")[0]: (key, value) for key, value in measured.items()}
+    restate(info, {key: by_name[str(key).split(":")[0]] for key in info.get("violated") or {}
+                   if str(key).split(":")[0] in by_name})
 
 
 def _say(outcome: Outcome, key: str, message: str, status: Status | None = None) -> None:

@@ -16,7 +16,7 @@ from .compiler.split import split_constraint, split_objective
 from .compiler.start import remember_solved, start_solver
 from .constraints import Constraint
 from .errors import DataError, FedModelError, ShapeError
-from .expression import Constant, Data, Expression, Variable, as_expr, is_sparse, sparse_csr
+from .expression import Constant, Data, Expression, Parameter, Variable, as_expr, is_sparse, sparse_csr
 from .result import Certificate
 
 _problem_ids = itertools.count()
@@ -423,6 +423,19 @@ class Problem:
         raise FedModelError(f"problem {self.name!r} has no variable {label!r}; its variables are "
                             f"{[v.label for v in self.variables()]}")
 
+    def parameters(self) -> list[Parameter]:
+        """The Parameters the model reads (every block's terms and constraints), each once."""
+        seen: dict[int, Parameter] = {}
+        for expr in self.objective_terms + [c.expr for c in self.constraints]:
+            for param in expr.parameters():
+                seen.setdefault(param.uid, param)
+        return list(seen.values())
+
+    def parameter_values(self) -> dict[int, np.ndarray]:
+        """{uid: a copy of the value} of the model's Parameters now (`Result.parameters`)."""
+        return {p.uid: None if p.value is None else np.array(p.value, copy=True)
+                for p in self.parameters()}
+
     def shared_variables(self) -> list[Variable]:
         return [v for v in self.variables() if v.owner is None]
 
@@ -485,6 +498,7 @@ class Problem:
         extra = {} if scaling is None else {"scaling": scaling}   # any backend with `solve`
         # hinge / pinball / |r| client losses: solved in epigraph form (`compiler.epigraph`)
         epigraph = rewrite_for(self, solver)
+        solved_at = self.parameter_values()     # `fm.verify` checks the result at these
         with solve_scope():      # the node programs are frozen for the run (`freeze_setup`)
             result = solver.solve(epigraph.problem if epigraph else self, topology=topology,
                                   executor=executor, callback=callback, verbose=verbose,
@@ -492,6 +506,7 @@ class Problem:
                                   resume=resume, **extra)
         if epigraph is not None:
             result = epigraph.to_user(result)
+        result.parameters = solved_at
         for var in self.variables():   # as in CVXPY: values of the last solve, None if it failed
             var.value = result.values.get(var.uid)
         remember_solved(self.variables())     # not a start the user asked for (`compiler.start`)

@@ -80,6 +80,9 @@ class Result:
     wall_time: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
     problem: Any = field(default=None, repr=False)
+    # the Parameters' values the model was solved with (uid -> a copy), recorded by
+    # `Problem.solve`: `fm.verify` checks the result against that model, not a later one
+    parameters: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def value(self, var: Variable) -> np.ndarray:
         """The solution value of a variable (shared, private or slack) of the solved problem.

@@ -20,9 +20,9 @@ by a power of ten changes no verdict, and `ok` needs all of them within `rtol`:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .errors import FedModelError
 from .result import Certificate, Result
 from .second_order import negative_curvature
 from .solution_set import solution_nearby
+from .verify_report import KKT_MEASURES, Report
 
 # a variable whose optimum is smaller than ZERO_LENGTH × its natural length (the Lagrangian's
 # size over its gradients' size) counts as 0: its distance is measured against that much. A
@@ -42,87 +43,6 @@ ZERO_LENGTH = 1e-6
 # rather than an inexact answer (there the distance is about the size of the residuals)
 FAR = 10.0
 
-# the measures `ok` needs, in the order the report shows them
-MEASURES = ("objective gap", "solution distance", "feasibility", "KKT stationarity",
-            "KKT complementarity", "second order")
-KKT_MEASURES = MEASURES[2:5]   # the result's certificate: all there is without a reference
-
-
-@dataclass
-class Report:
-    """What `verify` measured. `measures` maps each name in MEASURES that applies to its value
-    (nan: it could not be measured, which fails); `failed` lists the names beyond `rtol`
-    (and "status" when the run did not converge)."""
-
-    objective_gap: float
-    solution_distance: float
-    max_violation: float
-    kkt: Certificate | None
-    ok: bool
-    rtol: float
-    result: Result = field(repr=False)
-    reference: Result | None = field(default=None, repr=False)
-    notes: list[str] = field(default_factory=list)
-    measures: dict[str, float] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)
-    where: dict[str, str] = field(default_factory=dict)   # measure -> worst variable/constraint
-
-    @property
-    def feasibility(self) -> float:
-        """The largest violation relative to its constraint's terms."""
-        return self.measures.get("feasibility", float("nan"))
-
-    @property
-    def stationarity(self) -> float:
-        """KKT stationarity relative to the gradients that must cancel."""
-        return self.measures.get("KKT stationarity", float("nan"))
-
-    @property
-    def complementarity(self) -> float:
-        """Σ μ·|c| relative to the Lagrangian's size."""
-        return self.measures.get("KKT complementarity", float("nan"))
-
-    def __str__(self) -> str:
-        ref = self.reference
-        rows = [("", self.result.backend, ref.backend if ref else "-"),
-                ("status", self.result.status, ref.status if ref else "-"),
-                ("objective", f"{self.result.objective:.8g}", f"{ref.objective:.8g}" if ref else "-"),
-                ("max violation", f"{self.result.max_violation:.2e}", f"{ref.max_violation:.2e}" if ref else "-")]
-        if self.kkt:   # absolute, in the data's units (paper 1, Definition 1)
-            rows.append(("KKT stationarity", f"{self.kkt.stationarity:.2e}",
-                         f"{ref.certificate.stationarity:.2e}" if ref and ref.certificate else "-"))
-            rows.append(("KKT feasibility", f"{self.kkt.feasibility:.2e}",
-                         f"{ref.certificate.feasibility:.2e}" if ref and ref.certificate else "-"))
-        width = max(len(r[0]) for r in rows + [(m,) for m in MEASURES])
-        lines = [f"{a:<{width}}  {b:>16}  {c:>16}" for a, b, c in rows]
-        lines.append(f"relative measures (each on its own scale; ok when ≤ {self.rtol:g}):")
-        for name in MEASURES:
-            if name == "second order" and name not in self.measures:   # convex: not needed
-                continue
-            if name not in self.measures:   # e.g. no reference: the KKT measures decide
-                lines.append(f"{name:<{width}}  {'-':>16}  {'-':>8}  not measured")
-                continue
-            value = self.measures[name]
-            verdict = "FAILED" if name in self.failed else "ok"
-            where = f"  [{self.where[name]}]" if self.where.get(name) else ""
-            lines.append(f"{name:<{width}}  {value:>16.2e}  {verdict:>8}  {SCALES[name]}{where}")
-        if ref is not None and ref.info.get("solver"):
-            lines.append(f"reference solver: {ref.info['solver']}")
-        lines.extend(f"note: {n}" for n in self.notes)
-        if self.failed:
-            lines.append(f"failed: {', '.join(self.failed)}")
-        lines.append(f"verdict (rtol {self.rtol:g}): {'OK' if self.ok else 'NOT OK'}")
-        return "\n".join(lines)
-
-
-SCALES = {"objective gap": "|f − f*| / the objective's scale at the reference",
-          "solution distance": "max over variables of ‖x − x*‖∞ / ‖x*‖∞",
-          "feasibility": "violation / size of the constraint's terms",
-          "KKT stationarity": "remainder / size of the gradients that cancel",
-          "KKT complementarity": "Σ μ·|c| / size of the Lagrangian",
-          "second order": "−(least curvature of the Lagrangian along the active constraints) / "
-                          "its pieces' curvature"}
-
 
 def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) -> Report:
     """Compare `result` with `reference` (default: a fresh CVXPY solve when the model is convex).
@@ -130,13 +50,25 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
     Each measure is relative to its own scale (module docstring); `ok` holds only when the run
     converged and every measure is within `rtol`; `failed` names the others.
 
+    A result is checked against the model it solved: when Parameters changed since the solve
+    (`Result.parameters` holds the values it was solved with), verify sets them back to those
+    values for every measure and the fresh reference, puts the current ones back afterwards
+    (also on an error), and names each changed Parameter (old → new) in `notes`. A reference
+    solved at other Parameter values than the result is noted too.
+
     >>> report = verify(prob.solve("proxal"))   # doctest: +SKIP
     >>> report.ok
     True
     """
     _check_arguments(result, reference, rtol)
-    problem = result.problem
     notes: list[str] = []
+    with _solved_parameters(result, reference, notes):
+        return _verify(result, reference, rtol, notes)
+
+
+def _verify(result: Result, reference: Result | None, rtol: float, notes: list[str]) -> Report:
+    """`verify` with the result's Parameter values in place."""
+    problem = result.problem
     if reference is None and problem is not None:
         reference = _reference(problem, notes) if problem.is_convex() else None
         if reference is None and not notes:
@@ -199,6 +131,49 @@ def verify(result: Result, reference: Result | None = None, rtol: float = 1e-3) 
                   kkt=certificate if certificate is not None else result.certificate, ok=bool(ok),
                   rtol=rtol, result=result, reference=reference, notes=notes, measures=measures,
                   failed=failed, where={k: v for k, v in where.items() if v})
+
+
+@contextlib.contextmanager
+def _solved_parameters(result: Result, reference: Result | None, notes: list[str]):
+    """The model's Parameters at the values `result` was solved with while verify runs, the
+    current ones put back after (a stored certificate of one λ beside a reference of another
+    would say nothing true about either)."""
+    problem = result.problem
+    now = {p.uid: p for p in problem.parameters()} if hasattr(problem, "parameters") else {}
+    solved = result.parameters
+    changed = [(p, solved[uid], p.value) for uid, p in now.items()
+               if uid in solved and not _same_value(p.value, solved[uid])]
+    if changed:
+        notes.append("Parameters changed since the solve: " + ", ".join(
+            f"{p.name} {_shown(old)} → {_shown(new)}" for p, old, new in changed)
+            + "; verified against the model at the values it was solved with")
+    if reference is not None and reference.problem is problem:
+        other = [now[uid].name for uid, value in reference.parameters.items()
+                 if uid in now and uid in solved and not _same_value(value, solved[uid])]
+        if other:
+            notes.append(f"the reference was solved at other values of {', '.join(other)} than "
+                         "the result: it answers another model")
+    try:
+        for param, old, _ in changed:
+            param.value = old
+        yield
+    finally:
+        for param, _, new in changed:
+            param.value = new
+
+
+def _same_value(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+
+
+def _shown(value) -> str:
+    """A Parameter's value in a note: the number, or its shape for an array."""
+    if value is None:
+        return "None"
+    array = np.asarray(value)
+    return f"{float(array.reshape(-1)[0]):g}" if array.size == 1 else f"(array {array.shape})"
 
 
 def _second_order(problem, result: Result, certificate: Certificate | None,
@@ -392,7 +367,9 @@ def _reference(problem, notes: list[str]) -> Result | None:
     from .errors import CurvatureError
     try:   # through the backend, not problem.solve: the variables keep the result's values
         problem.validate()
-        return solve_as_user(problem, make_backend("cvxpy"))
+        reference = solve_as_user(problem, make_backend("cvxpy"))
+        reference.parameters = problem.parameter_values()
+        return reference
     except CurvatureError as exc:   # our rules said convex, CVXPY's lowering disagrees
         notes.append(f"CVXPY cannot certify the model ({exc}); only the KKT certificate applies")
         warnings.warn(f"verify: CVXPY rejected the model — KKT certificate only: {exc}")

@@ -41,6 +41,7 @@ from .canonical import classify_objective
 from .codegen import Plan
 from .scale_probe import factor, value_at
 from .terms import Term, flatten
+from .violated import restate
 
 
 @dataclasses.dataclass
@@ -126,11 +127,14 @@ def client_losses(block) -> list[tuple[int, list[Term], list[Loss | None]]]:
 class EpigraphModel:
     """The rewritten copy of a problem and the map of its results to the user's model."""
 
-    def __init__(self, original, problem, slacks: list[Variable], names: set[str],
-                 rewritten: list[str]):
+    def __init__(self, original, problem, slacks: list[Variable],
+                 rows: dict[str, tuple[str, float]], rewritten: list[str]):
         self.original, self.problem = original, problem
         self.slack_uids = {v.uid for v in slacks}
-        self.names = names              # the epigraph constraints' names
+        # the epigraph constraints' names -> (the loss they rewrite, as info["violated"] names
+        # it; the divisor of its rows, `_size`)
+        self.rows = rows
+        self.names = set(rows)
         self.rewritten = rewritten      # "client c0: mean(pos(...)) (40 rows)", for info
 
     def to_user(self, result):
@@ -149,6 +153,11 @@ class EpigraphModel:
         info["epigraph"] = {"rewritten": list(self.rewritten), "note": (
             "these client losses were solved in epigraph form (a private slack per row, held by "
             "its client, and two inequalities per row); the certificate is that form's")}
+        # a verdict's slack rows are the loss they rewrite, the slack's shortfall below its rows
+        # in the loss's units (the rows were written ÷ their size)
+        restate(info, {key: (self.rows[name][0], value * self.rows[name][1])
+                       for key, value in (info.get("violated") or {}).items()
+                       if (name := str(key).split(":")[0]) in self.rows})
         multipliers = {k: v for k, v in (result.multipliers or {}).items() if k not in self.names}
         return dataclasses.replace(result, values=values, objective=objective,
                                    max_violation=violation, multipliers=multipliers, info=info,
@@ -193,7 +202,7 @@ def _rewrite(problem, found: dict) -> EpigraphModel:
     copy = type(problem)(name=problem.name)
     copy._constraint_names = dict(problem._constraint_names)
     shared_names = {v.name for v in problem.shared_variables()}
-    slacks, names, rewritten = [], set(), []
+    slacks, losses_of, rewritten = [], {}, []
     for block in problem.blocks:
         target = copy.server if block is problem.server else \
             copy.add_client(block.name, getattr(block, "weight", None))
@@ -218,13 +227,14 @@ def _rewrite(problem, found: dict) -> EpigraphModel:
                     constraint.owner = block.name
                     copy.claim_constraint_name(constraint.name, block.name)
                     target.constraints.append(constraint)
-                    names.add(constraint.name)
+                    losses_of[constraint.name] = (f"{block.name} loss: {loss.written} (epigraph "
+                                                  f"slack {block.name}.{t.name})", size)
                 rows = int(np.prod(loss.shape, dtype=int))
                 rewritten.append(f"client {block.name!r}: {loss.written} ({rows} row"
                                  f"{'' if rows == 1 else 's'}, slack {block.name}.{t.name})")
             target.terms[index] = kept[0] if len(kept) == 1 else add(*kept)
     copy.slacks = list(problem.slacks)
-    return EpigraphModel(problem, copy, slacks, names, rewritten)
+    return EpigraphModel(problem, copy, slacks, losses_of, rewritten)
 
 
 def _slack(target, shape: tuple, shared_names: set[str]) -> Variable:
