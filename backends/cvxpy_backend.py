@@ -6,10 +6,8 @@ records which one produced the answer in `result.info["solver"]`.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import sys
-import threading
 import warnings
 from typing import Any
 
@@ -72,7 +70,8 @@ class CVXPY(Backend):
             return super().solve(problem, *args, scaling=scaling, **kwargs)
         interior = copy.copy(self)
         interior.interior_only = True
-        with _recorded() as said:   # said again if this answer is kept
+        with warnings.catch_warnings(record=True) as said:   # said again if this answer is kept
+            warnings.simplefilter("always")
             first = Backend.solve(interior, problem, *args, scaling=scaling, **kwargs)
         if first.info.get("cvxpy_status") in FINAL and not _doubtful(first):
             return _repeat(said, first)
@@ -81,7 +80,8 @@ class CVXPY(Backend):
         # fallbacks took 43 s of SCS on a separable logistic with client balls
         written = copy.copy(self)
         written.interior_only = bool(first.info.get("solved"))
-        with _recorded() as said_again:    # said if this one is kept
+        with warnings.catch_warnings(record=True) as said_again:    # said if this one is kept
+            warnings.simplefilter("always")
             second = Backend.solve(written, problem, *args, scaling=False, **kwargs)
         second.info["attempts"] = first.info["attempts"] = \
             [f"equilibrated {a}" for a in first.info.get("attempts", [])] + \
@@ -126,7 +126,8 @@ class CVXPY(Backend):
         attempts, candidates, option_errors = [], [], []
         for solver, options in self.attempts():
             try:
-                with _recorded(keep=False):      # the solvers' own warnings: not the user's
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
                     # warm_start=False: CVXPY would otherwise reuse the cached Clarabel
                     # solver of the previous attempt, with that attempt's tolerances
                     cvx_problem.solve(solver=solver, warm_start=False, **options)
@@ -236,69 +237,6 @@ def _repeat(said, result):
         warnings.warn_explicit(message.message, message.category, message.filename, message.lineno,
                                module=module, registry=registry, source=message.source)
     return result
-
-
-class _Recording(threading.local):
-    """This thread's open records (innermost last; None: the warnings are dropped)."""
-    records: list = []
-
-
-_RECORDING, _LOCK = _Recording(), threading.Lock()
-_OPEN = [0, None]       # records open in all threads; `warnings._showwarnmsg` before `_show`
-
-
-class _InARecordingThread:
-    """A filter's `message` pattern (the filters call its `match`) that matches in a thread
-    with a record open, and only there: `_FILTER` makes that thread's warnings "always" shown,
-    i.e. handed to `_show`, whatever the caller's filters say (they decide when `_repeat` says
-    them again); another thread's warnings meet the caller's filters as usual."""
-
-    def match(self, text: str) -> bool:
-        return bool(_RECORDING.records)
-
-
-_FILTER = ("always", _InARecordingThread(), Warning, None, 0)
-
-
-def _show(message) -> None:
-    """`warnings._showwarnmsg` while records are open: into this thread's innermost record."""
-    if _RECORDING.records:
-        if _RECORDING.records[-1] is not None:
-            _RECORDING.records[-1].append(message)
-        return
-    _OPEN[1](message)
-
-
-@contextlib.contextmanager
-def _recorded(keep: bool = True):
-    """The warnings this thread gives inside, in a list (`keep=False`: dropped) — this thread's
-    only. `warnings.catch_warnings(record=True)` records every thread's (it swaps the process's
-    filters and display): another thread's warning given in that window was re-issued by this
-    one, or dropped with a discarded answer."""
-    said: list | None = [] if keep else None
-    with _LOCK:      # (ahead of any filter a caller added since another thread opened one)
-        if warnings._showwarnmsg is not _show:
-            _OPEN[1], warnings._showwarnmsg = warnings._showwarnmsg, _show
-        if not warnings.filters or warnings.filters[0] is not _FILTER:
-            if _FILTER in warnings.filters:
-                warnings.filters.remove(_FILTER)
-            warnings.filters.insert(0, _FILTER)
-            getattr(warnings, "_filters_mutated", lambda: None)()     # (registries reset)
-        _OPEN[0] += 1
-    outer = _RECORDING.records
-    _RECORDING.records = outer + [said]
-    try:
-        yield said
-    finally:
-        _RECORDING.records = outer
-        with _LOCK:
-            _OPEN[0] -= 1
-            if _OPEN[0] == 0:
-                if _FILTER in warnings.filters:
-                    warnings.filters.remove(_FILTER)
-                    getattr(warnings, "_filters_mutated", lambda: None)()   # (registries reset)
-                if warnings._showwarnmsg is _show:
-                    warnings._showwarnmsg = _OPEN[1]
 
 
 def _kkt_score(result) -> float:
