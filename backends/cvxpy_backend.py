@@ -70,7 +70,10 @@ class CVXPY(Backend):
             return super().solve(problem, *args, scaling=scaling, **kwargs)
         interior = copy.copy(self)
         interior.interior_only = True
-        with warnings.catch_warnings(record=True) as said:   # said again if this answer is kept
+        # said again if this answer is kept. Python's warnings state is process-wide
+        # (catch_warnings is not thread-safe): another thread's warning in this window is
+        # recorded here too. A thread-local record needs CPython's private hooks: not kept.
+        with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             first = Backend.solve(interior, problem, *args, scaling=scaling, **kwargs)
         if first.info.get("cvxpy_status") in FINAL and not _doubtful(first):
