@@ -1,6 +1,6 @@
 """`verify`'s `Report`: the measures it holds and its readable table (docs/api.md §5).
 
-Split from `fedmodel.verify` (which computes the measures) so that each module stays one job."""
+Split from `fedmodel.verification` (which computes the measures) so that each module stays one job."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  "fedmodel.solution_set")),
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("fedmodel.backends",)),
-    ("applications", (ROOT_MODULE, "fedmodel.verify", "fedmodel.verify_report", "fedmodel.plotting",
+    ("applications", (ROOT_MODULE, "fedmodel.verification", "fedmodel.verify_report", "fedmodel.plotting",
                       "fedmodel.builtin_models",
                       "fedmodel.reproductions", "fedmodel.cli", "fedmodel.deploy",
                       "fedmodel.datasets")),

@@ -5,6 +5,7 @@ another. The answers are checked against the ridge's normal equations."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import sys
 
 import numpy as np
@@ -84,8 +85,7 @@ def test_parameters_restored_when_verify_raises(monkeypatch):
     def broken(problem, notes):
         assert float(lam.value) == pytest.approx(0.01)     # the reference solve sees the old λ
         raise RuntimeError("reference solve failed")
-    assert callable(fm.verify)     # loaded by fm's lazy attribute: `fm.verify` stays the function
-    monkeypatch.setattr(sys.modules["fedmodel.verify"], "_reference", broken)
+    monkeypatch.setattr(sys.modules["fedmodel.verification"], "_reference", broken)
     with pytest.raises(RuntimeError):
         fm.verify(res)
     assert float(lam.value) == 10.0
@@ -95,3 +95,14 @@ def test_unchanged_parameters_say_nothing():
     prob, w, lam, parts = _ridge(0.01)
     report = fm.verify(prob.solve("cvxpy"))
     assert report.ok and not any("Parameter" in n for n in report.notes), report.notes
+
+
+def test_fm_verify_stays_the_function_after_its_modules_are_imported():
+    # importing a submodule sets it as the package's attribute; when the module was named
+    # `fedmodel.verify`, `from fedmodel.verify import Report` made `fm.verify(res)` a module call
+    code = ("import fedmodel as fm, fedmodel.verification, fedmodel.verify_report\n"
+            "from fedmodel.verification import verify\n"
+            "print(callable(fm.verify), fm.verify is verify, fm.Report.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["True", "True", "fedmodel.verify_report"]
