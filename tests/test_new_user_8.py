@@ -1,5 +1,5 @@
 """fedmodel as a new user, round 8 (issue 25; docs/BENCHMARKS.md "new user, round 8"): graphs as
-networkx users build them (self-loops)."""
+networkx users build them (self-loops), and verify's flat-minimizer test on many records."""
 from __future__ import annotations
 
 import networkx as nx
