@@ -78,7 +78,9 @@ def null_space(J: np.ndarray, n: int, scale: float = 0.0) -> np.ndarray:
     singular values ≤ RANK × max(the largest, `scale`) count as 0."""
     if J.size == 0:
         return np.eye(n)
-    _, s, vt = np.linalg.svd(J, full_matrices=True)
+    # V whole (n × n) needs the full SVD only when J has fewer rows than columns; with one row
+    # per record (32,561 for a9a) the full U alone was 8.5 GB and minutes of a verify
+    _, s, vt = np.linalg.svd(J, full_matrices=J.shape[0] < n)
     rank = int(np.sum(s > RANK * max(s[0] if s.size else 0.0, scale)))
     return vt[rank:].T
 

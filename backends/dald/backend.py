@@ -19,7 +19,7 @@ from ..outcome import Outcome, Status
 from ..watch import DivergenceWatch
 from . import cc_nodes, dc_nodes, local
 from .cc import FedDALDCC
-from .dc import FedDALDDC
+from .dc import FedDALDDC, without_self_loops
 from .options import PAPER_DALD, ClientModels, check_options
 from .reports import Reports
 
@@ -264,6 +264,7 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
             return None, None, "cc"
         G = topologies.star(problem) if topology is None else topology
         topologies.validate(G, problem)             # TopologyError: disconnected, unknown nodes …
+        G = without_self_loops(G, self.name)
         server = topologies.server_node(G)
         if server is not None and server != "server":
             import networkx as nx

@@ -12,6 +12,7 @@ Node steps: `dc_nodes`.
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -117,6 +118,22 @@ BETA_FLOOR = 1.0
 # centralized form's slack-only server at the floor went from max_iterations 2.9e-3 away to
 # 0.22 (ring).
 CURVATURE_FLOOR = 1e-2
+
+
+def without_self_loops(G: nx.Graph, name: str) -> nx.Graph:
+    """G without its self-loops, saying so: a node always agrees with itself, so a loop is no
+    consensus edge. Kept, Fed-DALD-DC gave it a multiplier and a penalty toward the node's own
+    last iterate (a ring of a9a clients of 1–5,000 rows ended 0.21 from CVXPY after 1,000 steps
+    where the plain ring ended 0.013), and a star with a loop ran as DC, or was refused as "not a
+    star" by FedProx / FedAvg (docs/BENCHMARKS.md, newuser8)."""
+    loops = [(u, v) for u, v in G.edges() if u == v]
+    if not loops:
+        return G
+    warnings.warn(f"{name}: the topology's self-loops at {sorted({str(u) for u, _ in loops})} are "
+                  "ignored (a node is always in consensus with itself)", UserWarning, stacklevel=5)
+    G = G.copy()
+    G.remove_edges_from(loops)
+    return G
 
 
 def edge_rho(rho: np.ndarray, ends: tuple[float, float], largest: float) -> np.ndarray:
