@@ -18,6 +18,7 @@ import fedmodel as fm
 from fedmodel.compiler.projection import Ball, Ellipsoid, project_ellipsoid, project_l1_ball
 from fedmodel.compiler.scaling import equilibrate
 from fedmodel.compiler.sets import simple_set
+from test_set_scaling import _least_squares
 
 FEW = settings(max_examples=20, deadline=None)
 SIZES = st.lists(st.floats(-6.0, 6.0), min_size=1, max_size=6)      # log10 of e_i
@@ -116,14 +117,7 @@ def test_the_ellipsoid_term_reads_its_normal_cone():
 
 def _columns_model(columns, radius):
     """Least squares over two clients, columns in units `columns`, a server ball ‖w‖ ≤ radius."""
-    rng = np.random.default_rng(0)
-    w = fm.Variable(3, name="w")
-    prob = fm.Problem()
-    for i in range(2):
-        A = rng.normal(size=(12, 3)) * columns
-        b = A @ (np.array([2.0, -1.0, 1.0]) / columns) + 0.1 * rng.normal(size=12)
-        client = prob.add_client(f"c{i}")
-        client.minimize(fm.sum_squares(client.data(A) @ w - client.data(b)))
+    prob, w = _least_squares(columns=columns)
     prob.server.subject_to(fm.norm2(w) <= radius)
     return prob, w
 
@@ -174,8 +168,8 @@ def test_airfoil_ball_under_federated_backends(airfoil, backend, active):
     """Inactive (1e6) and active (‖w*‖/2) balls on raw airfoil columns: converged, within 1e-4
     of the exact answer (normal equations; on the boundary (H + νI)w = g, ‖w‖ = r), verified."""
     parts, build, reference = airfoil
-    radius = 0.5 * float(np.linalg.norm(reference(parts, None))) if active else 1e6
-    exact = reference(parts, radius)
+    radius = 0.5 * float(np.linalg.norm(reference(parts, None)[0])) if active else 1e6
+    exact, mu = reference(parts, radius)
     prob, w = build(parts, radius)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -183,3 +177,6 @@ def test_airfoil_ball_under_federated_backends(airfoil, backend, active):
         assert res.status == "converged", (res.status, res.iterations)
         assert np.max(np.abs(res.value(w) - exact)) <= 1e-4 * np.max(np.abs(exact))
         assert fm.verify(res).ok
+    got = res.multipliers.get("server.con0")      # the ball's multiplier, where reported
+    if got is not None:
+        assert float(np.ravel(got)[0]) == pytest.approx(mu, rel=1e-3, abs=1e-6 * max(mu, 1.0))
