@@ -180,3 +180,25 @@ def test_airfoil_ball_under_federated_backends(airfoil, backend, active):
     got = res.multipliers.get("server.con0")      # the ball's multiplier, where reported
     if got is not None:
         assert float(np.ravel(got)[0]) == pytest.approx(mu, rel=1e-3, abs=1e-6 * max(mu, 1.0))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("norm", ["norm1", "norm_inf"])
+def test_airfoil_l1_and_inf_balls_are_weighted_l1_balls_and_boxes(airfoil, norm):
+    """‖w‖₁ ≤ r and ‖w‖∞ ≤ r (active, half of ‖w*‖'s) on raw airfoil columns: in v a weighted ℓ1
+    ball and a box; ProxAL and FedADMM converge to CVXPY's answer as written (main: max_iterations
+    0.33–0.99 off)."""
+    parts, build, reference = airfoil
+    free = reference(parts, None)[0]
+    atom = getattr(fm, norm)
+    prob, w = build(parts, None)
+    prob.server.subject_to(atom(w) <= 0.5 * float(np.linalg.norm(free, 1 if norm == "norm1" else np.inf)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = prob.solve("cvxpy", scaling=False)
+        for backend in ("proxal", "fedadmm"):
+            res = prob.solve(backend)
+            assert res.status == "converged", (backend, res.status)
+            off = np.max(np.abs(res.value(w) - ref.value(w))) / np.max(np.abs(ref.value(w)))
+            assert off <= 1e-4, (backend, off)
+            assert fm.verify(res, ref).ok
