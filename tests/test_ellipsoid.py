@@ -154,6 +154,27 @@ def test_the_ellipsoid_answer_and_multiplier_are_in_the_users_units():
 
 
 # ---- the airfoil model under the federated backends -------------------------------------------
+def test_a_halfspace_beside_an_active_ellipsoid_keeps_its_multiplier():
+    """FedADMM projects on ‖d∘w‖ ≤ r ∩ {1ᵀw ≤ 0.3} and reads the halfspace's multiplier from
+    the normal cone (`sets.affine_multipliers`): it must be CVXPY's (the ellipsoid's normal
+    once overwrote the cone element being fitted: multiplier ~0, run "stalled")."""
+    rng = np.random.default_rng(0)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    for i in range(3):
+        A = rng.normal(size=(12, 3))
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(A) @ w - c.data(A @ np.array([2.0, -1.0, 1.0]))))
+    prob.server.subject_to(fm.norm2(fm.multiply(np.array([1.0, 3.0, 10.0]), w)) <= 5.0,
+                           np.ones(3) @ w <= 0.3)
+    ref = prob.solve("cvxpy", scaling=False)
+    for scaling in (False, True):
+        res = prob.solve("fedadmm", scaling=scaling)
+        assert res.status == "converged" and fm.verify(res, ref).ok
+        np.testing.assert_allclose(res.multipliers["server.con1"], ref.multipliers["server.con1"],
+                                   rtol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def airfoil():
     from benchmarks.bench_ball_units import airfoil_parts, build, reference

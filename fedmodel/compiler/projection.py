@@ -133,6 +133,9 @@ def _secular(v: np.ndarray, e: np.ndarray, e2: np.ndarray, least: float, radius:
     end, is kept in it (bisected if it leaves it) and stops at a step below 4 ulps of max(λ, 1)
     (e ≤ 1: a smaller change of λ moves no entry of x by an ulp)."""
     flat = np.ravel(v)
+    peak = float(np.max(np.abs(flat), initial=0.0))
+    if peak > 0 and not 1e-100 < peak < 1e100:      # e∘v's squares would under/overflow: the
+        return peak * _secular(v / peak, e, e2, least, radius / peak)   # projection is homogeneous
     if e[0] == 1.0 and np.all(e == 1.0):             # equal weights: a ball of radius r/max e
         norm = math.sqrt(float(flat @ flat))
         return v if norm <= radius else v * (radius / norm)

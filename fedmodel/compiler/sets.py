@@ -377,8 +377,8 @@ def affine_multipliers(term: ProxTerm, x: np.ndarray, normal: np.ndarray) -> dic
                 owners.append(None)
             elif isinstance(piece, Ellipsoid) and \
                     np.linalg.norm(piece.weights * x) >= piece.radius * (1 - projection.ACTIVE):
-                normal = piece.weights ** 2 * x          # the ellipsoid's normal at x
-                columns.append(normal / np.linalg.norm(normal)), lower.append(0.0)
+                outward = piece.weights ** 2 * x         # the ellipsoid's normal at x
+                columns.append(outward / np.linalg.norm(outward)), lower.append(0.0)
                 owners.append(None)
             elif isinstance(piece, Box):
                 scale = projection.ACTIVE * np.maximum(1.0, np.abs(x))

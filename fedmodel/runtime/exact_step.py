@@ -40,7 +40,8 @@ def solve(group: Any, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor
     k, n_x = len(rows), group.n_x
     X0 = Z0[:, :n_x]
     W = np.asarray(weight, float)
-    W = W[:, None] if W.ndim == 1 else W             # (k,): one ρ_i a client
+    if W.ndim < 2:                                   # a number, or (k,): one ρ_i a client
+        W = np.broadcast_to(W.reshape(-1, 1), (k, 1))
     if k == group.n and (k == 1 or bool(np.all(rows[1:] > rows[:-1]))):
         full = Z0                                    # the whole group in its order (one node)
     else:
