@@ -29,7 +29,8 @@ def applies(group: Any, rows: np.ndarray, chosen: str) -> bool:
     """The members `rows` of `group` (a `batched_group.Group`: same structure) are solved by
     "exact" on a quadratic merit without held constraints."""
     program = group.programs[rows[0]]
-    return chosen == "exact" and program.quadratic and not program.local_names
+    return chosen == "exact" and program.quadratic and not program.local_names and \
+        not program.merit_ir.prox_terms     # (a caller's explicit "exact" beside a prox term)
 
 
 def solve(group: Any, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor
