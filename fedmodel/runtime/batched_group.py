@@ -173,18 +173,16 @@ class Group(HeldRows):
                     exact: bool = False):
         """`solve_local` client by client, each by its program's own solver (its y restored);
         `exact`: each quadratic client's one step first, as the serial executor takes it
-        (`client_step.NodeRows`: the same numbers on every executor)."""
+        (`exact_step.OneProgram`: the same numbers on every executor)."""
         k, n_x = len(rows), self.n_x
         linear, anchor = broadcast_rows(linear, k, n_x), broadcast_rows(anchor, k, n_x)
         weights = np.asarray(weight, float)
         tols = np.asarray(tol, float)
         Z, steps, residual = np.array(Z0, dtype=float), np.zeros(k, dtype=int), np.zeros(k)
-        if exact:
-            from .client_step import NodeRows      # (it builds on this module)
         for j, r in enumerate(rows):
             program = self.programs[r]
             w = weights if weights.ndim == 0 else weights[j]
-            found = exact_step.solve(NodeRows(program), Z[j:j + 1], np.zeros(1, dtype=np.intp),
+            found = exact_step.solve(exact_step.OneProgram(program), Z[j:j + 1], np.zeros(1, dtype=np.intp),
                                      linear[j], w, anchor[j]) if exact else None
             if found is not None:
                 Z[j], steps[j], residual[j] = found[0][0], found[1][0], found[2][0]

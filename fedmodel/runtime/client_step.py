@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import FedModelError
-from . import exact_step, local_solvers
+from . import exact_step
 from .batched_group import Group
 from .ledger import MessageKind, Procedure
 from .program import NodeProgram
@@ -61,22 +61,10 @@ class NodeRows(Group):
                     method: str = "auto", max_steps: int = 1000, lr: float | None = None,
                     residual: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not residual and exact_step.applies(self, rows, self.local_method(method)):
-            found = exact_step.solve(self, Z0, rows, linear, weight, anchor)
+            found = exact_step.solve(exact_step.OneProgram(self.program), Z0, rows, linear, weight, anchor)
             if found is not None:
                 return found
         return self._solve_each(Z0, rows, linear, weight, anchor, tol, method, max_steps, lr)
-
-    def exact_directions(self, Z: np.ndarray, G: np.ndarray, rows: np.ndarray, W: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
-        # the inverse the program's own "exact" solve keeps (the serial numbers)
-        try:
-            weight = np.full(self.n_x, W[0, 0]) if W.shape[1] == 1 else np.ascontiguousarray(W[0])
-            inverse = local_solvers.newton_matrix(self.program, Z[0], weight, False)
-        except local_solvers._BeyondBudget:     # (no Newton matrix at all: the solver's fallback)
-            return -G, np.zeros(1, dtype=bool)
-        if inverse.matrix is None:
-            return -G, np.zeros(1, dtype=bool)
-        return -(inverse.matrix @ G[0])[None, :], np.ones(1, dtype=bool)
 
     def constraint_remainder(self, rows: np.ndarray, x: np.ndarray, R: np.ndarray) -> np.ndarray:
         # the program's own plans (the serial numbers), no batched plan built for one row

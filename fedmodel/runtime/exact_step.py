@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from . import local_solvers
+
 
 def applies(group: Any, rows: np.ndarray, chosen: str) -> bool:
     """The members `rows` of `group` (a `batched_group.Group`: same structure) are solved by
@@ -60,3 +62,29 @@ def solve(group: Any, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor
             bool(np.all((slope < 0) | ~G.any(axis=1)))):
         return None
     return Z0 + D, np.ones(k, dtype=int), np.full(k, np.nan)
+
+
+class OneProgram:
+    """One client's program as `solve` reads a group: its gradient plan and the inverse its own
+    "exact" Newton solve keeps (`local_solvers.newton_matrix`) — the serial executor's numbers,
+    for the serial executor (`client_step.NodeRows`) and for the batched executor's clients
+    solved one by one (`batched_group.Group._solve_each`), so both give the same bits."""
+
+    n = 1
+
+    def __init__(self, program: Any):
+        self.program, self.programs, self.n_x = program, [program], program.n_shared
+
+    def grad(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        return self.program.compiled.gradient_z(np.asarray(X[0], float), np.asarray(Y[0], float))[None, :]
+
+    def exact_directions(self, Z: np.ndarray, G: np.ndarray, rows: np.ndarray, W: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            weight = np.full(self.n_x, W[0, 0]) if W.shape[1] == 1 else np.ascontiguousarray(W[0])
+            inverse = local_solvers.newton_matrix(self.program, Z[0], weight, False)
+        except local_solvers.BeyondBudget:      # (no Newton matrix at all: the solver's fallback)
+            return -G, np.zeros(1, dtype=bool)
+        if inverse.matrix is None:
+            return -G, np.zeros(1, dtype=bool)
+        return -(inverse.matrix @ G[0])[None, :], np.ones(1, dtype=bool)

@@ -79,7 +79,7 @@ def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
     if program._hessian_cache is None:
         try:
             program._hessian_cache, program._factor_cache = fresh_hessian(program, lp.z0), None
-        except _BeyondBudget:
+        except BeyondBudget:
             return None
     H = program._hessian_cache
     if H.ndim == 1:         # packed (`low_rank`): c·I only without a product through data
@@ -132,12 +132,12 @@ def _newton_with(fresh_matrices: bool, exact: bool):
         tol, max_steps = (0.0, 2) if exact else (lp.tol, lp.max_steps)
         try:
             return solvers.newton(lp.fun_grad, hess, lp.z0, tol, max_steps)
-        except _BeyondBudget:       # a packed form beyond the dense budget failed: no d × d
+        except BeyondBudget:       # a packed form beyond the dense budget failed: no d × d
             return SOLVERS["exact-cg" if exact else "newton-cg"](program, lp)
     return solve
 
 
-class _BeyondBudget(Exception):
+class BeyondBudget(Exception):
     """A Newton matrix that only its packed form (`low_rank`) could hold — beyond
     `solvers.DENSE_NEWTON_FLOATS` — had none (the form's check failed, or some λ + w ≤ 0)."""
 
@@ -243,7 +243,7 @@ def newton_matrix(program: NodeProgram, z: np.ndarray, weight_x: np.ndarray,
                 return inverse
             if not solvers.dense_fits(weight_x.size):
                 program._hessian_cache = program._factor_cache = None   # (no stale packed form)
-                raise _BeyondBudget()
+                raise BeyondBudget()
             H = low_rank.dense(H, low_rank.basis_of(program))
         spectrum = cached[2] if cached is not None else None
         # (a function of the Hessian and the weight only, not of the weights before: a node
@@ -265,7 +265,7 @@ def fresh_hessian(program: NodeProgram, z: np.ndarray) -> np.ndarray:
     packed = low_rank.hessian(program, z)
     if packed is None and not solvers.dense_fits(z.size):
         program._hessian_cache = program._factor_cache = None       # (no stale packed form)
-        raise _BeyondBudget()
+        raise BeyondBudget()
     return program.hessian(z) if packed is None else packed
 
 
