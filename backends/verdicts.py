@@ -8,6 +8,8 @@ import warnings
 
 import numpy as np
 
+from fedmodel.atoms.elementwise import Log, Power, Sqrt
+from fedmodel.compiler.feasibility import sets_meet
 from fedmodel.compiler.violated import restate
 from fedmodel.second_order import negative_curvature
 from .outcome import Outcome, Status
@@ -86,6 +88,33 @@ def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: floa
          f"{backend_name} {stop}, but the point is not a solution of the model: relative KKT "
          f"stationarity {stationarity:.3g} (result.certificate). {why}",
          status=None if kept else Status.STALLED)
+
+
+def not_infeasible_when_sets_meet(problem, backend_name: str, outcome: Outcome) -> None:
+    """An "infeasible" run on a model whose constraints are sets that read no data and meet
+    (`compiler.feasibility.sets_meet`) and whose objective is defined everywhere (no log, sqrt
+    or power off {2, 4, …}: a domain can empty a model whose sets meet) is "stalled": the model
+    has a point. Least squares + λ‖w‖² + one hyperplane at λ = 1e5 (DALD) / 1e7 (cProx-AL):
+    the answer's multiplier (~2λ) grows so slowly it reads as the infeasible signature."""
+    if outcome.status is not Status.INFEASIBLE or not all(map(_defined_everywhere, problem.objective_terms)) \
+            or not sets_meet(problem):
+        return
+    _say(outcome, "stalled", f"{backend_name} read its run as infeasible, but the model's "
+         "constraints are sets that read no client data and have a common point (decided "
+         "exactly, compiler.feasibility.sets_meet): the model is feasible and the run did not "
+         "reach its answer. Its multipliers may need to be very large (a strong objective "
+         "pulling against the constraints): prob.solve('proxal') or prob.solve('cvxpy') may "
+         "reach it", status=Status.STALLED)
+
+
+def _defined_everywhere(expr) -> bool:
+    """No atom of `expr` has a restricted domain (Log, Sqrt, Power off {2, 4, 8, …})."""
+    if isinstance(expr, (Log, Sqrt)):
+        return False
+    if isinstance(expr, Power) and not (expr.p >= 2 and float(expr.p).is_integer()
+                                        and (int(expr.p) & (int(expr.p) - 1)) == 0):
+        return False
+    return all(_defined_everywhere(arg) for arg in getattr(expr, "args", ()))
 
 
 def restate_violated(info: dict, measured: dict[str, float]) -> None:

@@ -93,6 +93,32 @@ def sets_apart(problem) -> Apart | None:
     return None
 
 
+def sets_meet(problem) -> bool:
+    """Whether the model is feasible as far as its sets decide it: every constraint is a
+    data-free set on one shared variable (`_data_free_set`) and each variable's sets meet —
+    within MARGIN, so sets apart by less are taken to meet; a verdict this overturns becomes
+    "stalled", never "converged". False (undecided) when a constraint reads client data,
+    couples variables or holds a private one, or when there is none."""
+    found: dict[int, list[tuple[Constraint, list]]] = {}
+    for constraint in problem.constraints:
+        recognized = _data_free_set(constraint)
+        if recognized is None:
+            return False
+        found.setdefault(recognized[0].uid, []).append((constraint, recognized[1]))
+    for items in found.values():
+        raw = [p for _, pieces in items for p in pieces]
+        # (ℓ1 balls, which `_in_unit_scale` drops, and a zero row are not decided here)
+        if not all(isinstance(p, (Box, Ball, Shifted, Halfspace, Subspace)) for p in raw) or \
+                any(isinstance(p, Halfspace) and not p.norm2 > 0 for p in raw):
+            return False
+        pieces = [p for _, pieces in _in_unit_scale(items) for p in pieces]
+        fixed = [p for p in pieces if isinstance(p, (Box, Ball, Halfspace))]
+        # (`_empty` reads one fixed piece as meeting: a lone box or halfspace is checked here)
+        if _empty(pieces) or (len(fixed) == 1 and _fixed_empty(fixed)):
+            return False
+    return bool(found)
+
+
 def _data_free_set(constraint: Constraint) -> tuple[Variable, list] | None:
     """(shared variable, pieces) of a constraint that is a simple set on one shared variable and
     reads no client's data, else None (a set the compiler cannot read — a Parameter radius < 0,
