@@ -90,21 +90,27 @@ def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: floa
          status=None if kept else Status.STALLED)
 
 
+def feasible_by_its_sets(problem) -> bool:
+    """The model has a point: its constraints are sets that read no data and meet
+    (`compiler.feasibility.sets_meet`) and its objective is defined everywhere (no log, sqrt or
+    power off {2, 4, …}: a domain can empty a model whose sets meet)."""
+    return all(map(_defined_everywhere, problem.objective_terms)) and sets_meet(problem)
+
+
 def not_infeasible_when_sets_meet(problem, backend_name: str, outcome: Outcome) -> None:
-    """An "infeasible" run on a model whose constraints are sets that read no data and meet
-    (`compiler.feasibility.sets_meet`) and whose objective is defined everywhere (no log, sqrt
-    or power off {2, 4, …}: a domain can empty a model whose sets meet) is "stalled": the model
-    has a point. Least squares + λ‖w‖² + one hyperplane at λ = 1e5 (DALD) / 1e7 (cProx-AL):
-    the answer's multiplier (~2λ) grows so slowly it reads as the infeasible signature."""
-    if outcome.status is not Status.INFEASIBLE or not all(map(_defined_everywhere, problem.objective_terms)) \
-            or not sets_meet(problem):
+    """An "infeasible" run on a model `feasible_by_its_sets` is "stalled" (its own reading kept
+    in the message). Least squares + λ‖w‖² + one hyperplane at λ = 1e7 (cProx-AL; DALD at 1e5
+    before its stall rule read the sets): the answer's multiplier (~2λ) grows so slowly that the
+    run reads as an infeasible one."""
+    if outcome.status is not Status.INFEASIBLE or not feasible_by_its_sets(problem):
         return
+    reading = outcome.info.pop("infeasible", None)
     _say(outcome, "stalled", f"{backend_name} read its run as infeasible, but the model's "
          "constraints are sets that read no client data and have a common point (decided "
          "exactly, compiler.feasibility.sets_meet): the model is feasible and the run did not "
          "reach its answer. Its multipliers may need to be very large (a strong objective "
          "pulling against the constraints): prob.solve('proxal') or prob.solve('cvxpy') may "
-         "reach it", status=Status.STALLED)
+         "reach it" + (f". The run's own reading: {reading}" if reading else ""), status=Status.STALLED)
 
 
 def _defined_everywhere(expr) -> bool:
