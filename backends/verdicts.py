@@ -8,8 +8,7 @@ import warnings
 
 import numpy as np
 
-from fedmodel.atoms.elementwise import Log, Power, Sqrt
-from fedmodel.compiler.feasibility import sets_meet
+from fedmodel.compiler.feasibility import feasible_by_its_sets
 from fedmodel.compiler.violated import restate
 from fedmodel.second_order import negative_curvature
 from .outcome import Outcome, Status
@@ -90,19 +89,14 @@ def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: floa
          status=None if kept else Status.STALLED)
 
 
-def feasible_by_its_sets(problem) -> bool:
-    """The model has a point: its constraints are sets that read no data and meet
-    (`compiler.feasibility.sets_meet`) and its objective is defined everywhere (no log, sqrt or
-    power off {2, 4, …}: a domain can empty a model whose sets meet)."""
-    return all(map(_defined_everywhere, problem.objective_terms)) and sets_meet(problem)
-
-
 def not_infeasible_when_sets_meet(problem, backend_name: str, outcome: Outcome) -> None:
-    """An "infeasible" run on a model `feasible_by_its_sets` is "stalled" (its own reading kept
-    in the message). Least squares + λ‖w‖² + one hyperplane at λ = 1e7 (cProx-AL; DALD at 1e5
-    before its stall rule read the sets): the answer's multiplier (~2λ) grows so slowly that the
-    run reads as an infeasible one."""
-    if outcome.status is not Status.INFEASIBLE or not feasible_by_its_sets(problem):
+    """An "infeasible" run on a model `compiler.feasibility.feasible_by_its_sets` is "stalled"
+    (its own reading kept in the message). Least squares + λ‖w‖² + one hyperplane at λ = 1e7
+    (cProx-AL; DALD at 1e5 before its stall rule read the sets): the answer's multiplier (~2λ)
+    grows so slowly that the run reads as an infeasible one. Not CVXPY's: its chain weighs its copies' verdicts itself
+    (`cvxpy_backend._refutes` reads each one's "infeasible")."""
+    if backend_name == "cvxpy" or outcome.status is not Status.INFEASIBLE \
+            or not feasible_by_its_sets(problem):
         return
     reading = outcome.info.pop("infeasible", None)
     _say(outcome, "stalled", f"{backend_name} read its run as infeasible, but the model's "
@@ -111,16 +105,6 @@ def not_infeasible_when_sets_meet(problem, backend_name: str, outcome: Outcome) 
          "reach its answer. Its multipliers may need to be very large (a strong objective "
          "pulling against the constraints): prob.solve('proxal') or prob.solve('cvxpy') may "
          "reach it" + (f". The run's own reading: {reading}" if reading else ""), status=Status.STALLED)
-
-
-def _defined_everywhere(expr) -> bool:
-    """No atom of `expr` has a restricted domain (Log, Sqrt, Power off {2, 4, 8, …})."""
-    if isinstance(expr, (Log, Sqrt)):
-        return False
-    if isinstance(expr, Power) and not (expr.p >= 2 and float(expr.p).is_integer()
-                                        and (int(expr.p) & (int(expr.p) - 1)) == 0):
-        return False
-    return all(_defined_everywhere(arg) for arg in getattr(expr, "args", ()))
 
 
 def restate_violated(info: dict, measured: dict[str, float]) -> None:

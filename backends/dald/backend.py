@@ -11,11 +11,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fedmodel import topologies
+from fedmodel.compiler.feasibility import feasible_by_its_sets
 from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime.checkpoint import Checkpointer
 from fedmodel.runtime.program import moved_to_server
 from ..base import Backend, Run, paper_preset
-from ..verdicts import feasible_by_its_sets
 from ..outcome import Outcome, Status
 from ..watch import DivergenceWatch
 from . import cc_nodes, dc_nodes, local
@@ -192,8 +192,8 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         fails 1, 3 or 4 and runs on; one whose residuals fall slowly and oscillate, 2's rate.
         "infeasible" also needs the iterates settled and exact local solves; with gd / prox-grad
         a slow run looks the same, so it says "stalled"; so does a model whose sets meet
-        (`verdicts.feasible_by_its_sets`): a strong ridge against one hyperplane at λ = 1e5 needs
-        a multiplier ~2λ, whose slow growth reads as this signature (newuser8)."""
+        (`compiler.feasibility.feasible_by_its_sets`): a strong ridge against one hyperplane at
+        λ = 1e5 needs a multiplier ~2λ, whose slow growth reads as this signature (newuser8)."""
         if self.stall_window is None:
             return None
         W = self._stall_span(len(history))

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..atoms import Norm2
+from ..atoms.elementwise import Log, Power, Sqrt
 from ..constraints import Constraint, Equality, Inequality
 from ..expression import Variable
 from . import projection
@@ -91,6 +92,23 @@ def sets_apart(problem) -> Apart | None:
                     items = rest
         return Apart(variables[uid], [c for c, _ in items])
     return None
+
+
+def feasible_by_its_sets(problem) -> bool:
+    """The model has a point: its constraints are sets that read no data and meet (`sets_meet`)
+    and its objective is defined everywhere (no log, sqrt or power off {2, 4, …}: a domain can
+    empty a model whose sets meet). A run's "infeasible" on such a model is not the truth."""
+    return all(map(_defined_everywhere, problem.objective_terms)) and sets_meet(problem)
+
+
+def _defined_everywhere(expr) -> bool:
+    """No atom of `expr` has a restricted domain (Log, Sqrt, Power off {2, 4, 8, …})."""
+    if isinstance(expr, (Log, Sqrt)):
+        return False
+    if isinstance(expr, Power) and not (expr.p >= 2 and float(expr.p).is_integer()
+                                        and (int(expr.p) & (int(expr.p) - 1)) == 0):
+        return False
+    return all(_defined_everywhere(arg) for arg in getattr(expr, "args", ()))
 
 
 def sets_meet(problem) -> bool:
