@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.compiler.feasibility import sets_meet
+from fedmodel.backends.outcome import Outcome, Status
+from fedmodel.backends.verdicts import not_infeasible_when_sets_meet
+from fedmodel.compiler.feasibility import feasible_by_its_sets, sets_meet
 from fedmodel.datasets import data_file
 
 from conftest import load_data
@@ -86,14 +88,27 @@ def test_sets_meet_decides_only_data_free_sets():
 
 def test_infeasible_by_domain_keeps_its_verdict():
     """Sets that meet do not make a model feasible when its objective's domain misses them:
-    min −log(w) s.t. w ≤ −1 stays "infeasible" (CVXPY's verdict, true)."""
+    min −log(w) s.t. w ≤ −1 (CVXPY: infeasible) keeps a run's "infeasible"; the same sets under
+    a quadratic objective turn it into "stalled"."""
     w = fm.Variable(1, name="w")
     prob = fm.Problem()
     c = prob.add_client()
     c.minimize(fm.sum(-fm.log(w)) + fm.sum_squares(w))
     prob.server.subject_to(w <= -1.0)
-    assert sets_meet(prob)
+    assert sets_meet(prob) and not feasible_by_its_sets(prob)
     assert prob.solve("cvxpy").status == "infeasible"
+    outcome = Outcome(Status.INFEASIBLE, values={}, info={"infeasible": "settled"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        not_infeasible_when_sets_meet(prob, "proxal", outcome)
+    assert outcome.status is Status.INFEASIBLE
+    prob = fm.Problem()
+    c = prob.add_client()
+    c.minimize(fm.sum_squares(w) + fm.sum(fm.power(w, 4)))
+    prob.server.subject_to(w <= -1.0)
+    with pytest.warns(RuntimeWarning, match="common point"):
+        not_infeasible_when_sets_meet(prob, "proxal", outcome)
+    assert outcome.status is Status.STALLED and "settled" in outcome.info["stalled"]
 
 
 def _concrete(s):
