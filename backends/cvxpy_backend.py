@@ -78,6 +78,14 @@ class CVXPY(Backend):
             first = Backend.solve(interior, problem, *args, scaling=scaling, **kwargs)
         if first.info.get("cvxpy_status") in FINAL and not _doubtful(first):
             return _repeat(said, first)
+        if not first.info.get("cvxpy_status"):      # Clarabel raised on the copy: the rest of the
+            # chain on it first (raw airfoil ×1e3, a weight Parameter, an inactive ball, now an
+            # ellipsoid: Clarabel failed equilibrated, said "infeasible" as written; SCS solves it)
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                first = Backend.solve(self, problem, *args, scaling=scaling, **kwargs)
+            if first.info.get("cvxpy_status") in FINAL and not _doubtful(first):
+                return _repeat(said, first)
         # where an attempt ended "optimal" but an inaccurate one at tighter tolerances had the
         # smaller KKT residual (kept), the model as written gets Clarabel only: its first-order
         # fallbacks took 43 s of SCS on a separable logistic with client balls

@@ -78,7 +78,9 @@ def check_sets_meet(sets: list[ProxTerm]) -> None:
                 f"({term.label}); the model is infeasible")
 
 
-FACTORING = ("ball2", "ball1") + BOXES    # sets whose projection after λ‖x‖₁'s prox is the joint prox
+# sets whose projection after λ‖x‖₁'s prox is the joint prox: each shrinks entries toward 0
+# keeping their signs (an ellipsoid's x = y/(1 + θe²) too: the joint KKT is x = S_λ(y)/(1 + θe²))
+FACTORING = ("ball2", "ellipsoid", "ball1") + BOXES
 
 
 def prox_conflict(terms: list[ProxTerm]) -> str | None:

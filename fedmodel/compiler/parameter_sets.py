@@ -74,7 +74,7 @@ def parametric_set(constraint: Constraint, moving: list, offset: Callable[[], np
     first = at(value)
     if first is None:    # not a set at this value: a ball's form with a radius ≤ 0 reads as one at −1
         first = at(-np.ones_like(value))
-        if first is None or first.kind not in ("ball2", "ball1", "ballinf"):
+        if first is None or first.kind not in ("ball2", "ellipsoid", "ball1", "ballinf"):
             return None
 
     def current():
@@ -84,7 +84,7 @@ def parametric_set(constraint: Constraint, moving: list, offset: Callable[[], np
                                 "values is not a norm ball of radius ≥ 0 (a radius < 0 leaves no "
                                 "point: the model is infeasible); give the radius a value ≥ 0")
         return term
-    if first.kind in ("ball2", "ball1", "ballinf"):
+    if first.kind in ("ball2", "ellipsoid", "ball1", "ballinf"):
         current()                        # a radius < 0 now: refused at compile time
     pieces = tuple(projection.Parametric(lambda i=i: current().pieces[i])
                    for i in range(len(first.pieces)))

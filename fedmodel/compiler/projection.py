@@ -2,9 +2,10 @@
 intersections of them by Dykstra's algorithm — one implementation for every backend that
 projects (FedADMM's and DP-ADMM's server and client steps, ProxAL's server step).
 
-A `Piece` is one closed convex set over a variable's flattened entries with a closed-form
-projection: a Euclidean ball ‖x‖₂ ≤ r, an ℓ1 ball, a box l ≤ x ≤ u, a halfspace aᵀx ≤ b and an
-affine subspace A x = b. Each also projects onto its tangent cone at a point (`tangent`), which
+A `Piece` is one closed convex set over a variable's flattened entries with an exact
+projection: a Euclidean ball ‖x‖₂ ≤ r, an ellipsoid ‖e∘x‖₂ ≤ r (a ball on column-scaled
+entries, `Ellipsoid`: the root of a secular equation), an ℓ1 ball (weighted: Σ e_i|x_i| ≤ r), a
+box l ≤ x ≤ u, a halfspace aᵀx ≤ b and an affine subspace A x = b. Each also projects onto its tangent cone at a point (`tangent`), which
 gives the optimality residual of a point of the set: the element of the normal cone N(x) closest
 to −g is found through Moreau's decomposition, g + P_N(−g) = −P_T(−g) with T = N° the tangent
 cone, and the tangent cone of an intersection is the intersection of the pieces' tangent cones
@@ -18,6 +19,8 @@ at most `DYKSTRA_TOL`·max(1, ‖v‖∞) in every entry and x is in every piece
 after `DYKSTRA_CYCLES` cycles (then the last x: within the pieces to roughly the last cycle's move).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -89,14 +92,91 @@ class Ball(Piece):
         return v - max(0.0, float(unit @ v)) * unit
 
 
-class Ball1(Piece):
-    """‖x‖₁ ≤ radius (sort-based projection, Duchi et al. 2008); no tangent closed form here."""
+class Ellipsoid(Piece):
+    """‖e∘x‖₂ ≤ radius, e > 0 per entry: the ball ‖w‖₂ ≤ r on w = D v after column scaling
+    (`compiler.set_scaling`). Its projection is x = y / (1 + λe²), λ ≥ 0 the root of
+    ‖e∘x(λ)‖ = radius (`project_ellipsoid`); its normal at a boundary point x is e²∘x."""
 
-    def __init__(self, radius: float):
-        self.radius = float(radius)
+    def __init__(self, weights: np.ndarray, radius: float):
+        self.weights, self.radius = np.ravel(np.asarray(weights, float)), float(radius)
+        top = float(np.max(self.weights, initial=0.0))
+        # e / max e (≤ 1: no overflow in e⁴), its square and radius / max e, once
+        e = self.weights / top
+        self._scaled = (e, e * e, float(np.min(e * e, initial=1.0)), self.radius / top)
 
     def project(self, v):
-        return project_l1_ball(v, self.radius)
+        return _secular(np.asarray(v, float), *self._scaled)
+
+    def tangent(self, x, v, active=ACTIVE):
+        if np.linalg.norm(self.weights * x) < self.radius * (1 - active):
+            return v
+        normal = self.weights ** 2 * x
+        size = float(normal @ normal)
+        if self.radius == 0 or size == 0:    # the point {0}: T = {0}
+            return np.zeros_like(v)
+        return v - (max(0.0, float(normal @ v)) / size) * normal
+
+
+def project_ellipsoid(v: np.ndarray, weights: np.ndarray, radius: float) -> np.ndarray:
+    """Euclidean projection of v onto {x : ‖e∘x‖₂ ≤ radius} (e = `weights` > 0, v's size).
+    Outside it, x = v/(1 + λe²) with λ > 0 the root of the secular equation
+    Σ e_i²v_i²/(1 + λe_i²)² = radius² (`_secular`). Equal weights: the ball's closed form."""
+    return Ellipsoid(weights, radius).project(v)
+
+
+def _secular(v: np.ndarray, e: np.ndarray, e2: np.ndarray, least: float, radius: float) -> np.ndarray:
+    """`project_ellipsoid` with e (max e = 1), e², min e² and the radius over max e. With z = v/e
+    and a = 1/e², e∘x = z/(a + λ): the trust-region secular equation (Moré & Sorensen 1983),
+    whose 1/‖e∘x(λ)‖ is concave and increasing in λ, so Newton's method on 1/‖e∘x‖ − 1/radius
+    from a λ below the root rises monotonically to it. q₀/(1 + λ) ≤ ‖e∘x(λ)‖ ≤ q₀/(1 + λ min e²)
+    (q₀ = ‖e∘v‖) brackets the root in [q₀/r − 1, (q₀/r − 1)/min e²]: Newton starts at its low
+    end, is kept in it (bisected if it leaves it) and stops at a step below 4 ulps of max(λ, 1)
+    (e ≤ 1: a smaller change of λ moves no entry of x by an ulp)."""
+    flat = np.ravel(v)
+    peak = float(np.max(np.abs(flat), initial=0.0))
+    if peak > 0 and not 1e-100 < peak < 1e100:      # e∘v's squares would under/overflow: the
+        return peak * _secular(v / peak, e, e2, least, radius / peak)   # projection is homogeneous
+    if e[0] == 1.0 and np.all(e == 1.0):             # equal weights: a ball of radius r/max e
+        norm = math.sqrt(float(flat @ flat))
+        return v if norm <= radius else v * (radius / norm)
+    ev = e * flat
+    size = math.sqrt(float(ev @ ev))
+    if size <= radius:
+        return v
+    if radius <= 0:
+        return np.zeros_like(v)
+    ratio, ulps = size / radius - 1.0, 4 * np.finfo(float).eps
+    low, high = ratio, ratio / least if least > 0 else np.inf
+    lam = low
+    for _ in range(100):
+        shrunk = ev / (1.0 + lam * e2)
+        squares = shrunk * shrunk
+        size = math.sqrt(float(squares.sum()))
+        if size <= radius:
+            high = min(high, lam)
+        else:
+            low = max(low, lam)
+        slope = float(squares @ (e2 / (1.0 + lam * e2)))      # Σ e⁴v²/(1 + λe²)³
+        new = lam + (size - radius) * size * size / (radius * slope) if slope > 0 else high
+        if not low <= new <= high:
+            new = 0.5 * (low + high) if np.isfinite(high) else low
+        if abs(new - lam) <= ulps * max(lam, 1.0):
+            break
+        lam = new
+    x = flat / (1.0 + lam * e2)
+    size = math.sqrt(float((e * x) @ (e * x)))
+    return (x * (radius / size) if size > radius else x).reshape(np.shape(v))
+
+
+class Ball1(Piece):
+    """‖x‖₁ ≤ radius, or Σ e_i|x_i| ≤ radius with `weights` e > 0 (sort-based projection,
+    Duchi et al. 2008, weighted); no tangent closed form here."""
+
+    def __init__(self, radius: float, weights: np.ndarray | None = None):
+        self.radius, self.weights = float(radius), weights
+
+    def project(self, v):
+        return project_l1_ball(v, self.radius, self.weights)
 
     def tangent(self, x, v, active=ACTIVE):
         return None
@@ -162,18 +242,32 @@ class Subspace(Piece):
         return v - self.Q.T @ (self.Q @ v)
 
 
-def project_l1_ball(v: np.ndarray, radius: float) -> np.ndarray:
-    """Euclidean projection onto {x : ‖x‖₁ ≤ radius} (sort-based, Duchi et al. 2008)."""
+def project_l1_ball(v: np.ndarray, radius: float, weights: np.ndarray | None = None) -> np.ndarray:
+    """Euclidean projection onto {x : ‖x‖₁ ≤ radius} (sort-based, Duchi et al. 2008), or with
+    `weights` e > 0 (v's size) onto {x : Σ e_i|x_i| ≤ radius}: x_i = sign(v_i)·max(|v_i| − θe_i, 0),
+    θ from the breakpoints |v_i|/e_i sorted down (the weighted form of the same search)."""
     a = np.abs(np.ravel(v))
-    if a.sum() <= radius:
+    if weights is None:
+        if a.sum() <= radius:
+            return v
+        if radius <= 0:                      # the point {0} (no k below satisfies the test)
+            return np.zeros_like(v)
+        u = np.sort(a)[::-1]
+        cumulative = np.cumsum(u) - radius
+        k = np.nonzero(u * np.arange(1, u.size + 1) > cumulative)[0][-1]
+        theta = cumulative[k] / (k + 1.0)
+        return soft_threshold(v, theta)
+    e = np.ravel(weights)
+    if float(e @ a) <= radius:
         return v
-    if radius <= 0:                          # the point {0} (no k below satisfies the test)
+    if radius <= 0:
         return np.zeros_like(v)
-    u = np.sort(a)[::-1]
-    cumulative = np.cumsum(u) - radius
-    k = np.nonzero(u * np.arange(1, u.size + 1) > cumulative)[0][-1]
-    theta = cumulative[k] / (k + 1.0)
-    return soft_threshold(v, theta)
+    order = np.argsort(-a / e)
+    cumulative = np.cumsum((e * a)[order]) - radius
+    thetas = cumulative / np.cumsum((e * e)[order])
+    k = np.nonzero(a[order] / e[order] > thetas)[0][-1]
+    shrunk = np.maximum(a - thetas[k] * e, 0.0)
+    return (np.sign(np.ravel(v)) * shrunk).reshape(np.shape(v))
 
 
 def dykstra(projections: list, v: np.ndarray, tol: float = DYKSTRA_TOL,
@@ -222,7 +316,7 @@ def is_empty(pieces: list[Piece]) -> bool:
     outside the smallest ball. (ℓ1 balls are not checked.)"""
     pieces = [p.current() for p in pieces]
     linear = [p for p in pieces if isinstance(p, (Box, Halfspace, Subspace))]
-    balls = [p for p in pieces if isinstance(p, Ball)]
+    balls = [p for p in pieces if isinstance(p, Ball)]     # (ellipsoids are not checked)
     if not linear:
         return False
     n = next(p.a.size if isinstance(p, Halfspace) else p.Q.shape[1] if isinstance(p, Subspace)

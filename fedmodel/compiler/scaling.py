@@ -10,18 +10,17 @@ variables and a positive rescaling of the objective and of each constraint:
 
 - column scales: a variable read as `X @ w` by data matrices gets one factor per column (the
   geometric mean of those columns' root-mean-square sizes over column j's, over every client
-  holding such a matrix: per-column scalars), unless the variable is in a ball or a prox term,
-  whose projection would then change shape (bounds and halfspaces do not: `set_scaling`);
+  holding such a matrix), unless it is in a prox term (sets stay sets: `set_scaling`);
 - variable scale δ and objective scale σ: from a probe of the smooth objective at the origin:
   each probed client reports two scalars per variable, the size of its gradient g_i and its
   curvature along it g_iᵀH_i g_i; δ is the length of a Newton step along the gradient per
-  entry, σ makes the curvature along it one. A ball ‖δv‖ ≤ r is the ball ‖v‖ ≤ r/δ, and balls
-  and bounds are written in v (`set_scaling`); only a variable in a nonsmooth constraint that is
-  no projected set keeps δ = 1 (and the constraint r = 1); a variable the smooth
+  entry, σ makes the curvature along it one. A ball ‖Dv‖ ≤ r is an ellipsoid (the ball ‖v‖ ≤ r/δ
+  where D is one δ), balls and bounds are written in v (`set_scaling`); only a variable in a
+  nonsmooth constraint that is no projected set keeps δ = 1 (and r = 1); a variable the smooth
   probe cannot size but shifted norm terms λ‖w − a‖ read takes δ from their anchors and σ from
-  their weights (`scale_probe.norm_probe`);
-  one read only by epigraph rows (`epigraph`: the hinge's w beside a ridge) takes δ from the
-  rows, each slack t the rows' size, σ = 1/(the losses' slope) (`scale_probe.epigraph_probe`);
+  their weights (`scale_probe.norm_probe`); one read only by epigraph rows (`epigraph`: the
+  hinge's w beside a ridge) takes δ from the rows, each slack t the rows' size, σ = 1/(the
+  losses' slope) (`scale_probe.epigraph_probe`);
 - row scales r_j: one per constraint, from its size at the origin and at the point v = 1.
 
 The factors are not rounded (to powers of two, say): for data in other units they are the same
@@ -46,8 +45,8 @@ from ..expression import Constant, Expression, Leaf, Variable, postorder
 from .canonical import SPLIT, canonical_constraints, classify_objective
 from .scale_probe import (epigraph_probe, factor, norm_probe, objective_scale, probe, slack_sizes,
                           value_at)
-from .set_scaling import (column_squares, compact, in_sets, normalized_rows, unit_row, unsized,
-                          written_in_v)
+from .set_scaling import (column_squares, compact, in_sets, normalized_rows, round_balls, unit_row,
+                          unsized, written_in_v)
 
 PIECES = {s for pair in SPLIT.values() for s in pair}   # suffixes of a split constraint's pieces
 
@@ -185,9 +184,10 @@ def equilibrate(problem) -> ScaledModel | None:
     if problem.remote_data() or not problem.is_convex() or not _supported(problem):
         return None
     variables = problem.variables()
-    fixed, whole, kept, in_v, held, normals = in_sets(problem)
-    columns = column_scales(problem, variables, fixed | whole | _in_prox_terms(problem),
+    fixed, balls, kept, in_v, held, normals = in_sets(problem)
+    columns = column_scales(problem, variables, fixed | _in_prox_terms(problem),
                             frozenset(normals) - kept)
+    round_balls(columns, balls)
     lengths, curvature = probe(problem, variables, columns)
     anchors, slopes = norm_probe(problem)
     sized = {u for u in lengths if lengths[u]} | {u for u in anchors if anchors[u]}

@@ -1,7 +1,8 @@
 """Compiler pass: recognize simple constraints on a shared variable — a Euclidean ball however
 it is written (`norm2(x) <= r`, `sum_squares(x) <= r**2`, `quad_form(x, I) <= r**2`,
 `norm2(x)**2 <= r**2`, `r >= norm2(x)`, `2*norm2(x) <= 2*r`), `norm1(x) <= r`,
-`norm_inf(x) <= r`, bounds `x <= u`, `x >= l` (also on entries: `x[0] <= 1`), nonnegativity and,
+`norm_inf(x) <= r`, the same norms of e∘x (e > 0 per entry: an ellipsoid, a weighted ℓ1 ball,
+a box — how the equilibration writes a ball on column-scaled w = D v, `set_scaling`), bounds `x <= u`, `x >= l` (also on entries: `x[0] <= 1`), nonnegativity and,
 where the caller asks for them (`simple_set(..., affine=True)`), halfspaces `a @ x <= b`,
 polyhedra `A @ x <= b` with few rows and affine subspaces `A @ x == b` — so a backend can handle
 them by projection (a prox step) instead of the augmented Lagrangian, and the KKT certificate can
@@ -10,7 +11,7 @@ intersection, by Dykstra's algorithm (`compiler.intersections`, `compiler.projec
 
 Each prox-able piece (these sets, and terms like λ‖x‖₁) is a `ProxTerm` with the same small
 interface: `prox(v, t)`, `value(x)`, `remainder(x, g)` (g + the element of t∂ closest to −g),
-and a `kind` ("norm1", "ball2", "ball1", "ballinf", "upper", "lower", "halfspace",
+and a `kind` ("norm1", "ball2", "ellipsoid", "ball1", "ballinf", "upper", "lower", "halfspace",
 "polyhedron", "subspace", "intersection") with, for "norm1", the current weight λ (`weight()`),
 so vectorized code can apply the prox without inspecting it.
 """
@@ -29,7 +30,7 @@ from ..expression import Constant, Expression, Parameter, Variable
 from . import projection
 from .parameter_sets import coefficient_value, parametric_affine, parametric_parts, parametric_set
 from .terms import flatten
-from .projection import Ball, Ball1, Box, Halfspace, Piece, Subspace, project_l1_ball
+from .projection import Ball, Ball1, Box, Ellipsoid, Halfspace, Piece, Subspace, project_l1_ball
 
 AFFINE_ROWS = 64   # a polyhedron A @ x <= b with more rows stays in the augmented Lagrangian
 
@@ -111,37 +112,61 @@ def _ball(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
                     constraint, kind="ball2", pieces=(Ball(radius),))
 
 
-def _ball1(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
+def _ellipsoid(var: Variable, weights: np.ndarray, radius: float, constraint: Constraint) -> ProxTerm:
+    """‖e∘x‖₂ ≤ radius (e = `weights` > 0, x's shape): projected exactly (`Ellipsoid`); on its
+    boundary the normal cone is {λe²∘x : λ ≥ 0}, so the remainder adds the part of −g along it."""
+    piece = Ellipsoid(weights, radius)
+
     def remainder(x, g):
-        # N(x) = {λ s : λ ≥ 0, s ∈ ∂‖x‖₁} on the boundary: the λ that minimizes ‖g + λ s‖∞
-        if np.abs(x).sum() < radius * (1 - ACTIVE):
+        if np.linalg.norm(weights * x) < radius * (1 - ACTIVE):
+            return g
+        normal = weights ** 2 * x
+        size = np.linalg.norm(normal)
+        if radius == 0 or size == 0:     # the point {0}
+            return np.zeros_like(g)
+        return g + max(0.0, -float(np.vdot(g, normal / size))) * (normal / size)
+    return ProxTerm(var, _flat(piece.project), lambda x: 0.0, remainder,
+                    f"‖e∘{var.name}‖₂ ≤ {radius:g}", constraint, kind="ellipsoid", pieces=(piece,))
+
+
+def _ball1(var: Variable, radius: float, constraint: Constraint, weights: Any = None) -> ProxTerm:
+    """‖x‖₁ ≤ radius, or Σ e_i|x_i| ≤ radius with `weights` e > 0 (x's shape)."""
+    e = 1.0 if weights is None else weights
+
+    def remainder(x, g):
+        # N(x) = {λ e∘s : λ ≥ 0, s ∈ ∂‖x‖₁} on the boundary: the λ that minimizes ‖g + λ e∘s‖∞
+        if np.sum(e * np.abs(x)) < radius * (1 - ACTIVE):
             return g
         if radius == 0:                  # the point {0}
             return np.zeros_like(g)
         zero = np.abs(x) <= ACTIVE * max(1.0, float(np.max(np.abs(x))))
 
         def residual(lam):
-            return np.where(zero, soft_threshold(g, lam), g + lam * np.sign(x))
+            return np.where(zero, soft_threshold(g, lam * e), g + lam * e * np.sign(x))
         from scipy.optimize import minimize_scalar   # a convex function of one variable
         worst = lambda lam: float(np.max(np.abs(residual(lam)), initial=0.0))  # noqa: E731
-        top = float(np.max(np.abs(g), initial=0.0))
+        top = float(np.max(np.abs(g) / e, initial=0.0))
         found = minimize_scalar(worst, bounds=(0.0, top), method="bounded",
                                 options={"xatol": 1e-12 * max(1.0, top)}).x if top > 0 else 0.0
         return residual(min((0.0, found), key=worst))
-    return ProxTerm(var, lambda v, t: project_l1_ball(v, radius), lambda x: 0.0, remainder,
-                    f"‖{var.name}‖₁ ≤ {radius:g}", constraint, kind="ball1",
-                    pieces=(Ball1(radius),))
+    flat = None if weights is None else np.ravel(weights)
+    return ProxTerm(var, lambda v, t: project_l1_ball(v, radius, flat), lambda x: 0.0, remainder,
+                    f"‖{'' if flat is None else 'e∘'}{var.name}‖₁ ≤ {radius:g}", constraint,
+                    kind="ball1", pieces=(Ball1(radius, flat),))
 
 
-def _ballinf(var: Variable, radius: float, constraint: Constraint) -> ProxTerm:
+def _ballinf(var: Variable, radius: Any, constraint: Constraint) -> ProxTerm:
+    """‖x‖∞ ≤ radius; with `radius` per entry (‖e∘x‖∞ ≤ r: radius r/e), a box."""
     def remainder(x, g):
-        if radius == 0:                  # the point {0}
+        if np.all(radius == 0):          # the point {0}
             return np.zeros_like(g)
         active = np.abs(x) >= radius * (1 - ACTIVE)
         return np.where(active, g + np.maximum(0.0, -g * np.sign(x)) * np.sign(x), g)
+    limit = np.ravel(np.broadcast_to(radius, var.shape))
+    label = f"{radius:g}" if np.ndim(radius) == 0 else "r/e"
     return ProxTerm(var, lambda v, t: np.clip(v, -radius, radius), lambda x: 0.0, remainder,
-                    f"‖{var.name}‖∞ ≤ {radius:g}", constraint, kind="ballinf", box=(-radius, radius),
-                    pieces=(Box(np.full(var.size, -radius), np.full(var.size, radius)),))
+                    f"‖{var.name}‖∞ ≤ {label}", constraint, kind="ballinf", box=(-radius, radius),
+                    pieces=(Box(-limit, limit.copy()),))
 
 
 def _upper(var: Variable, bound: np.ndarray, constraint: Constraint) -> ProxTerm:
@@ -246,23 +271,37 @@ def simple_set(constraint: Constraint, affine: bool = False) -> ProxTerm | None:
     if len(others) != 1 or offset is None or not isinstance(others[0].coefficient, float):
         return affine_set(constraint) if affine else None
     c, core = others[0].coefficient, others[0].atom
-    balls = {Norm2: _ball, Norm1: _ball1, NormInf: _ballinf}
     bound = -offset / c if c != 0 else None           # c·core + offset <= 0
     # a radius 0 is the point {0}: its projection is 0 (each ball's form handles it); a ball
-    # of δ·x (one scalar δ > 0) is the ball of radius r/δ on x
-    ball = scaled_shared(core.args[0]) if type(core) in balls else None
-    if ball is not None and ball[1].size == 1 and offset.size == 1 and c > 0 and bound >= 0:
-        return balls[type(core)](ball[0], float(bound.item() / ball[1].item()), constraint)
+    # of δ·x (one scalar δ > 0) is the ball of radius r/δ on x, of e∘x an ellipsoid, a
+    # weighted ℓ1 ball, a box (`_weighted_ball`)
+    ball = scaled_shared(core.args[0]) if type(core) in (Norm2, Norm1, NormInf) else None
+    if ball is not None and offset.size == 1 and c > 0 and bound >= 0:
+        return _weighted_ball(type(core), ball, float(bound.item()), constraint)
     squared = _squared_norm_of(core)
     ball = scaled_shared(squared[0]) if squared is not None else None
-    if ball is not None and ball[1].size == 1 and offset.size == 1 and c > 0 and bound >= 0:
-        radius = float(np.sqrt(bound.item() / squared[1]) / ball[1].item())
-        return _ball(ball[0], radius, constraint)
+    if ball is not None and offset.size == 1 and c > 0 and bound >= 0:
+        return _weighted_ball(Norm2, ball, float(np.sqrt(bound.item() / squared[1])), constraint)
     box = scaled_shared(core)            # bounds on d ∘ x: bounds ÷ d on x
     if box is not None and c != 0 and np.broadcast_shapes(np.shape(bound), core.shape) == core.shape:
         var, limit = box[0], np.broadcast_to(bound / box[1], core.shape).copy()
         return _upper(var, limit, constraint) if c > 0 else _lower(var, limit, constraint)
     return affine_set(constraint) if affine else None
+
+
+def _weighted_ball(norm: type, found: tuple[Variable, np.ndarray], bound: float,
+                   constraint: Constraint) -> ProxTerm:
+    """The set norm(d∘x) ≤ bound, `found` = (x, d): with d one number (or all its entries
+    equal) the ball of radius bound/d; else (d per entry) an ellipsoid, a weighted ℓ1 ball, or
+    for ‖·‖∞ the box |x| ≤ bound/d."""
+    var, d = found
+    flat = np.ravel(d)
+    if flat.size == 1 or np.all(flat == flat[0]):
+        return {Norm2: _ball, Norm1: _ball1, NormInf: _ballinf}[norm](
+            var, float(bound / flat[0]), constraint)
+    d = np.broadcast_to(d, var.shape)
+    return _ballinf(var, bound / d, constraint) if norm is NormInf else \
+        _ellipsoid(var, d, bound, constraint) if norm is Norm2 else _ball1(var, bound, constraint, d)
 
 
 def _affine_map(constraint: Constraint) -> tuple[Variable, np.ndarray, np.ndarray] | None:
@@ -335,6 +374,11 @@ def affine_multipliers(term: ProxTerm, x: np.ndarray, normal: np.ndarray) -> dic
                     owners.append((member.constraint, j) if reported else None)
             elif isinstance(piece, Ball) and np.linalg.norm(x) >= piece.radius * (1 - projection.ACTIVE):
                 columns.append(x / np.linalg.norm(x)), lower.append(0.0)
+                owners.append(None)
+            elif isinstance(piece, Ellipsoid) and \
+                    np.linalg.norm(piece.weights * x) >= piece.radius * (1 - projection.ACTIVE):
+                outward = piece.weights ** 2 * x         # the ellipsoid's normal at x
+                columns.append(outward / np.linalg.norm(outward)), lower.append(0.0)
                 owners.append(None)
             elif isinstance(piece, Box):
                 scale = projection.ACTIVE * np.maximum(1.0, np.abs(x))

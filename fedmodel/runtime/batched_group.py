@@ -166,20 +166,31 @@ class Group(HeldRows):
             if found is not None:
                 return found
             return self.solve_newton(Z0, rows, linear, weight, anchor, tol, chosen, max_steps)
-        return self._solve_each(Z0, rows, linear, weight, anchor, tol, method, max_steps, lr)
+        return self._solve_each(Z0, rows, linear, weight, anchor, tol, method, max_steps, lr,
+                                exact=not residual and exact_step.applies(self, rows, chosen))
 
-    def _solve_each(self, Z0, rows, linear, weight, anchor, tol, method, max_steps, lr):
-        """`solve_local` client by client, each by its program's own solver (its y restored)."""
+    def _solve_each(self, Z0, rows, linear, weight, anchor, tol, method, max_steps, lr,
+                    exact: bool = False):
+        """`solve_local` client by client, each by its program's own solver (its y restored);
+        `exact`: each quadratic client's one step first, as the serial executor takes it
+        (`client_step.NodeRows`: the same numbers on every executor)."""
         k, n_x = len(rows), self.n_x
         linear, anchor = broadcast_rows(linear, k, n_x), broadcast_rows(anchor, k, n_x)
         weights = np.asarray(weight, float)
         tols = np.asarray(tol, float)
         Z, steps, residual = np.array(Z0, dtype=float), np.zeros(k, dtype=int), np.zeros(k)
+        if exact:
+            from .client_step import NodeRows      # (it builds on this module)
         for j, r in enumerate(rows):
             program = self.programs[r]
+            w = weights if weights.ndim == 0 else weights[j]
+            found = exact_step.solve(NodeRows(program), Z[j:j + 1], np.zeros(1, dtype=np.intp),
+                                     linear[j], w, anchor[j]) if exact else None
+            if found is not None:
+                Z[j], steps[j], residual[j] = found[0][0], found[1][0], found[2][0]
+                continue
             kept = program.y
             program.y = Z[j, n_x:].copy()
-            w = weights if weights.ndim == 0 else weights[j]
             out = program.solve_local(linear=linear[j], weight=w, anchor=anchor[j], x0=Z[j, :n_x],
                                       tol=tol if tols.ndim == 0 else tols[j],
                                       method=method, max_steps=max_steps, lr=lr)

@@ -29,7 +29,8 @@ def applies(group: Any, rows: np.ndarray, chosen: str) -> bool:
     """The members `rows` of `group` (a `batched_group.Group`: same structure) are solved by
     "exact" on a quadratic merit without held constraints."""
     program = group.programs[rows[0]]
-    return chosen == "exact" and program.quadratic and not program.local_names
+    return chosen == "exact" and program.quadratic and not program.local_names and \
+        not program.merit_ir.prox_terms     # (a caller's explicit "exact" beside a prox term)
 
 
 def solve(group: Any, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor
@@ -40,7 +41,8 @@ def solve(group: Any, Z0: np.ndarray, rows: np.ndarray, linear, weight, anchor
     k, n_x = len(rows), group.n_x
     X0 = Z0[:, :n_x]
     W = np.asarray(weight, float)
-    W = W[:, None] if W.ndim == 1 else W             # (k,): one ρ_i a client
+    if W.ndim < 2:                                   # a number, or (k,): one ρ_i a client
+        W = np.broadcast_to(W.reshape(-1, 1), (k, 1))
     if k == group.n and (k == 1 or bool(np.all(rows[1:] > rows[:-1]))):
         full = Z0                                    # the whole group in its order (one node)
     else:
