@@ -28,7 +28,7 @@ from .outcome import Outcome, Status
 from .verdicts import (CONVERGED_VIOLATION, NOT_STATIONARY, _judge_steady_descent,
                        _not_converged_at_a_saddle, _not_converged_off_the_domain, _rounds, _say,
                        _warn_not_stationary, infeasible_alone, infeasible_before_run,
-                       restate_violated)
+                       not_infeasible_when_sets_meet, restate_violated)
 
 
 @dataclass
@@ -347,6 +347,7 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
                 _warn_not_stationary(backend_name, outcome, stationarity, paper_stop, problem)
             elif relative and not problem.is_convex():     # a KKT point of a nonconvex model
                 _not_converged_at_a_saddle(problem, backend_name, outcome, values, certificate, paper_stop)
+    not_infeasible_when_sets_meet(problem, backend_name, outcome)
     if outcome.status is Status.MAX_ITERATIONS:
         _judge_steady_descent(outcome)
     if outcome.ledger is not None:      # round trips, floats and bytes per client (the ledger's)

@@ -105,7 +105,40 @@ class CVXPY(Backend):
             kept = second
         else:
             kept = first if _kkt_score(first) <= _kkt_score(second) else second
+        if kept.status == Status.INFEASIBLE and first.info.get("cvxpy_status") not in FINAL:
+            return self._second_opinion(problem, kept, args, kwargs)
         return _repeat(said if kept is first else said_again, kept)
+
+    def _second_opinion(self, problem, verdict, args, kwargs):
+        """An "infeasible" said of the model as written only (its equilibrated copy undecided)
+        is checked by SCS as written, a first-order method with other failure modes: its point
+        when that meets the constraints (`_feasible`), the verdict when SCS agrees, else
+        "stalled" — undecided. Concrete with y ×1e3 / ×1e4 and a coupled fit budget (newuser8):
+        equilibrated Clarabel failed twice, Clarabel and ECOS as written said "infeasible" of a
+        feasible model; SCS's point at ×1e3 meets the constraints, 8e-5 from the answer."""
+        import cvxpy as cp
+        attempts = verdict.info.get("attempts", [])
+        if "SCS" not in cp.installed_solvers():
+            other = None
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                other = Backend.solve(CVXPY("SCS", **dict(ATTEMPTS)["SCS"]), problem, *args,
+                                      scaling=False, **kwargs)
+            attempts = attempts + [f"second opinion {a}" for a in other.info.get("attempts", [])]
+        if other is not None and (_feasible(other) or other.status == Status.INFEASIBLE):
+            kept = other if _feasible(other) else verdict
+            kept.info["attempts"] = attempts
+            return kept
+        verdict.info["attempts"] = attempts
+        verdict.status = Status.STALLED
+        message = ("cvxpy: undecided — the equilibrated model could not be solved and only the "
+                   "model as written was called infeasible, which SCS did not confirm (its point "
+                   "violates the constraints too, or SCS is not installed): the solvers cannot "
+                   "decide this model in these units (result.info['attempts']); rescale its data")
+        verdict.info["undecided"] = message
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        return verdict
 
     def attempts(self) -> list[tuple[str, dict[str, Any]]]:
         """(solver, options) pairs to try in order."""

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from fedmodel.compiler.feasibility import feasible_by_its_sets
 from fedmodel.compiler.violated import restate
 from fedmodel.second_order import negative_curvature
 from .outcome import Outcome, Status
@@ -86,6 +87,24 @@ def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: floa
          f"{backend_name} {stop}, but the point is not a solution of the model: relative KKT "
          f"stationarity {stationarity:.3g} (result.certificate). {why}",
          status=None if kept else Status.STALLED)
+
+
+def not_infeasible_when_sets_meet(problem, backend_name: str, outcome: Outcome) -> None:
+    """An "infeasible" run on a model `compiler.feasibility.feasible_by_its_sets` is "stalled"
+    (its own reading kept in the message). Least squares + λ‖w‖² + one hyperplane at λ = 1e7
+    (cProx-AL; DALD at 1e5 before its stall rule read the sets): the answer's multiplier (~2λ)
+    grows so slowly that the run reads as an infeasible one. Not CVXPY's: its chain weighs its copies' verdicts itself
+    (`cvxpy_backend._refutes` reads each one's "infeasible")."""
+    if backend_name == "cvxpy" or outcome.status is not Status.INFEASIBLE \
+            or not feasible_by_its_sets(problem):
+        return
+    reading = outcome.info.pop("infeasible", None)
+    _say(outcome, "stalled", f"{backend_name} read its run as infeasible, but the model's "
+         "constraints are sets that read no client data and have a common point (decided "
+         "exactly, compiler.feasibility.sets_meet): the model is feasible and the run did not "
+         "reach its answer. Its multipliers may need to be very large (a strong objective "
+         "pulling against the constraints): prob.solve('proxal') or prob.solve('cvxpy') may "
+         "reach it" + (f". The run's own reading: {reading}" if reading else ""), status=Status.STALLED)
 
 
 def restate_violated(info: dict, measured: dict[str, float]) -> None:

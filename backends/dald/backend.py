@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fedmodel import topologies
+from fedmodel.compiler.feasibility import feasible_by_its_sets
 from fedmodel.errors import FedModelError, TopologyError
 from fedmodel.runtime.checkpoint import Checkpointer
 from fedmodel.runtime.program import moved_to_server
@@ -190,7 +191,9 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         A feasible model whose residuals oscillate (adaptive ρ, a constraint turning active)
         fails 1, 3 or 4 and runs on; one whose residuals fall slowly and oscillate, 2's rate.
         "infeasible" also needs the iterates settled and exact local solves; with gd / prox-grad
-        a slow run looks the same, so it says "stalled"."""
+        a slow run looks the same, so it says "stalled"; so does a model whose sets meet
+        (`compiler.feasibility.feasible_by_its_sets`): a strong ridge against one hyperplane at
+        λ = 1e5 needs a multiplier ~2λ, whose slow growth reads as this signature (newuser8)."""
         if self.stall_window is None:
             return None
         W = self._stall_span(len(history))
@@ -227,7 +230,8 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         if not reported or min(reported) <= floor:
             return None
         settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
-        return Status.INFEASIBLE if settled and self.solver not in ("gd", "prox-grad") else Status.STALLED
+        infeasible = settled and self.solver not in ("gd", "prox-grad") and not getattr(self, "_has_point", False)
+        return Status.INFEASIBLE if infeasible else Status.STALLED
 
     def _on_course(self, residuals: Sequence[float], W: int, k: int) -> bool:
         """Whether `residuals` (two windows of W steps, after k steps in all) fall at a rate that
@@ -294,6 +298,8 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         self._prepare(ex, x0)
         self._rng = np.random.default_rng(self.seed)
         self._last_seen, self._away = {}, {}
+        # the stall rule's "infeasible" needs a model that may be one (`_stall`)
+        self._has_point = feasible_by_its_sets(problem)
         start = time.perf_counter()
         loop = self._cc if mode == "cc" else self._dc
         out = loop(problem, G, U, ex, x0, d, server_used, run.callback, run.verbose, start, run.checkpointer)

@@ -34,6 +34,10 @@ class Reports:
         violated = violated_constraints(problem, values, tol=self.eps_primal)
         what = ("the model looks infeasible (the iterates settled while the multipliers grow)"
                 if status == Status.INFEASIBLE else "no progress while the multipliers grow")
+        if getattr(self, "_has_point", False):       # (`DALD._stall`: never "infeasible" then)
+            what += (", on a feasible model (its constraints are sets that read no client data and "
+                     "have a common point): its multipliers may need to be very large — raise rho, "
+                     "or prob.solve('proxal')")
         info["violated"] = violated
         info[status] = (f"DALD stopped at outer iteration {k}: the consensus / constraint residuals "
                         f"did not improve over {2 * self._stall_span(k)} outer iterations — {what}. "

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..atoms import Norm2
+from ..atoms.elementwise import Log, Power, Sqrt
 from ..constraints import Constraint, Equality, Inequality
 from ..expression import Variable
 from . import projection
@@ -91,6 +92,49 @@ def sets_apart(problem) -> Apart | None:
                     items = rest
         return Apart(variables[uid], [c for c, _ in items])
     return None
+
+
+def feasible_by_its_sets(problem) -> bool:
+    """The model has a point: its constraints are sets that read no data and meet (`sets_meet`)
+    and its objective is defined everywhere (no log, sqrt or power off {2, 4, …}: a domain can
+    empty a model whose sets meet). A run's "infeasible" on such a model is not the truth."""
+    return all(map(_defined_everywhere, problem.objective_terms)) and sets_meet(problem)
+
+
+def _defined_everywhere(expr) -> bool:
+    """No atom of `expr` has a restricted domain (Log, Sqrt, Power off {2, 4, 8, …})."""
+    if isinstance(expr, (Log, Sqrt)):
+        return False
+    if isinstance(expr, Power) and not (expr.p >= 2 and float(expr.p).is_integer()
+                                        and (int(expr.p) & (int(expr.p) - 1)) == 0):
+        return False
+    return all(_defined_everywhere(arg) for arg in getattr(expr, "args", ()))
+
+
+def sets_meet(problem) -> bool:
+    """Whether the model is feasible as far as its sets decide it: every constraint is a
+    data-free set on one shared variable (`_data_free_set`) and each variable's sets meet —
+    within MARGIN, so sets apart by less are taken to meet; a verdict this overturns becomes
+    "stalled", never "converged". False (undecided) when a constraint reads client data,
+    couples variables or holds a private one, or when there is none."""
+    found: dict[int, list[tuple[Constraint, list]]] = {}
+    for constraint in problem.constraints:
+        recognized = _data_free_set(constraint)
+        if recognized is None:
+            return False
+        found.setdefault(recognized[0].uid, []).append((constraint, recognized[1]))
+    for items in found.values():
+        raw = [p for _, pieces in items for p in pieces]
+        # (ℓ1 balls, which `_in_unit_scale` drops, and a zero row are not decided here)
+        if not all(isinstance(p, (Box, Ball, Shifted, Halfspace, Subspace)) for p in raw) or \
+                any(isinstance(p, Halfspace) and not p.norm2 > 0 for p in raw):
+            return False
+        pieces = [p for _, pieces in _in_unit_scale(items) for p in pieces]
+        fixed = [p for p in pieces if isinstance(p, (Box, Ball, Halfspace))]
+        # (`_empty` reads one fixed piece as meeting: a lone box or halfspace is checked here)
+        if _empty(pieces) or (len(fixed) == 1 and _fixed_empty(fixed)):
+            return False
+    return bool(found)
 
 
 def _data_free_set(constraint: Constraint) -> tuple[Variable, list] | None:
