@@ -78,9 +78,10 @@ class CVXPY(Backend):
             first = Backend.solve(interior, problem, *args, scaling=scaling, **kwargs)
         if first.info.get("cvxpy_status") in FINAL and not _doubtful(first):
             return _repeat(said, first)
-        if not first.info.get("cvxpy_status"):      # Clarabel raised on the copy: the rest of the
-            # chain on it first (raw airfoil ×1e3, a weight Parameter, an inactive ball, now an
-            # ellipsoid: Clarabel failed equilibrated, said "infeasible" as written; SCS solves it)
+        if not first.info.get("cvxpy_status"):      # Clarabel raised on the copy: the whole chain
+            # on it (Clarabel again, then ECOS, SCS; raw airfoil ×1e3, a weight Parameter, an
+            # inactive ball, now an ellipsoid: Clarabel failed equilibrated, said "infeasible"
+            # as written; SCS solves it)
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always")
                 first = Backend.solve(self, problem, *args, scaling=scaling, **kwargs)
@@ -248,8 +249,8 @@ def _best(problem, candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
 def _doubtful(result) -> bool:
     """Clarabel's final word on the equilibrated copy that the model as written may overturn:
     "optimal" at a point that fails its KKT check (`verdicts`' not_stationary), or "infeasible" /
-    "unbounded". A ball holds its variable whole (one scale, `compiler.set_scaling`): raw airfoil
-    columns (Hz beside a thickness of 3e-3) with an inactive ball came back "optimal" 8–71 % off,
+    "unbounded". Raw airfoil columns (Hz beside a thickness of 3e-3) with an inactive ball, when a
+    ball still held its variable at one scale, came back "optimal" 8–71 % off,
     or "infeasible", where Clarabel as written is 3e-13 from the answer (BENCHMARKS, newuser7);
     and "optimal" at a point that violates the user's constraints ("stalled" by `finish_result`)."""
     return "not_stationary" in result.info or \
