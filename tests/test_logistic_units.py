@@ -17,23 +17,12 @@ from fedmodel.compiler.scaling import equilibrate
 
 
 def logistic_model(seed: int, unit_scaled: bool = False):
-    """(problem, w, units): 5 clients of 20 rows, d = 6, columns ×units, labels drawn from the
-    model's probabilities, mean logistic loss + 1e-3‖units∘w‖² on the server. At units = 1 it is
-    the twin: w_twin = units∘w."""
-    rng = np.random.default_rng(seed)
-    d, units = 6, 10.0 ** rng.uniform(-3, 3, 6)
-    if unit_scaled:
-        units = np.ones(d)
-    truth = rng.normal(size=d) / units
-    w = fm.Variable(d, name="w")
-    prob = fm.Problem()
-    for i in range(5):
-        X = rng.normal(size=(20, d)) * units * (1 + 0.3 * i)
-        y = np.where(rng.random(20) < 1 / (1 + np.exp(-X @ truth)), 1.0, -1.0)
-        c = prob.add_client(f"c{i}")
-        c.minimize(fm.mean(fm.logistic(-c.data(y[:, None] * X) @ w)) / 5)
-    prob.server.minimize(1e-3 * fm.sum_squares(units * w))
-    return prob, w, units
+    """(problem, w, units): bench_ball_units' `--logistic` model without a ball (5 clients of 20
+    rows, d = 6, columns ×units, labels drawn from the model's probabilities, mean logistic
+    loss + 1e-3‖units∘w‖² on the server); at units = 1 the twin, whose answer is units∘w."""
+    from benchmarks.bench_ball_units import random_model
+    prob, w = random_model(seed, None, logistic=True, unit_scaled=unit_scaled)
+    return prob, w, 10.0 ** np.random.default_rng(seed).uniform(-3, 3, 6)
 
 
 def test_negated_data_takes_the_column_scales_of_the_data():
