@@ -6,15 +6,17 @@ on H's eigendecomposition), CVXPY's answer (prob.solve("cvxpy")) beside it.
 
     nice -n 10 python benchmarks/bench_ball_units.py
     nice -n 10 python benchmarks/bench_ball_units.py --sweep 0-9
+    nice -n 10 python benchmarks/bench_ball_units.py --sweep 0-3 --logistic
 
 `--sweep`: random least squares on columns in units 10^U(−3, 3) (5 clients of 20 rows, d = 6,
 a ridge on the server) with a ball ‖w‖₂ ≤ R on the server (even seeds) or on every client
 (odd), R = ‖w*‖/2 (active) or 2‖w*‖ (inactive), w* the
 answer without the ball (CVXPY); each backend's default run classified as bench_verdicts does
 (OK: converged and fm.verify against CVXPY at 1e-3; UNSOLVED: an honest status; WRONG:
-"converged" and not verified, or a claim CVXPY contradicts). (The same with a logistic loss
-ran every backend to its cap without any ball too, on main as on this branch: not this
-benchmark's subject, left out.)
+"converged" and not verified, or a claim CVXPY contradicts). `--logistic`: the same columns
+with a logistic loss (labels drawn from the model's probabilities, written
+`-c.data(y[:, None] * X) @ w`) and a row without any ball: before branch logunits every backend
+ran that one to its cap (the column scales did not read −(yX), a Neg node).
 """
 from __future__ import annotations
 
@@ -78,19 +80,26 @@ def reference(parts, radius):
     return V @ (h / (lam + nu)), nu * radius
 
 
-def random_model(seed: int, radius_factor: float | None):
+def random_model(seed: int, radius_factor: float | None, logistic: bool = False,
+                 unit_scaled: bool = False):
     """(problem, w) of the `--sweep` (see the module docstring); radius_factor None: no ball,
-    else R = radius_factor (the caller's ‖w*‖ times the factor)."""
+    else R = radius_factor (the caller's ‖w*‖ times the factor). `unit_scaled`: the same draws
+    at units = 1, the twin (its answer is units∘w)."""
     rng = np.random.default_rng(seed)
     d, units = 6, 10.0 ** rng.uniform(-3, 3, 6)
+    units = np.ones(d) if unit_scaled else units
     truth = rng.normal(size=d) / units
     w = fm.Variable(d, name="w")
     prob = fm.Problem()
     for i in range(5):
         X = rng.normal(size=(20, d)) * units * (1 + 0.3 * i)
         c = prob.add_client(f"c{i}")
-        y = X @ truth + 0.1 * rng.normal(size=20)
-        c.minimize(fm.sum_squares(c.data(X) @ w - c.data(y)) / 100)
+        if logistic:
+            y = np.where(rng.random(20) < 1 / (1 + np.exp(-X @ truth)), 1.0, -1.0)
+            c.minimize(fm.mean(fm.logistic(-c.data(y[:, None] * X) @ w)) / 5)
+        else:
+            y = X @ truth + 0.1 * rng.normal(size=20)
+            c.minimize(fm.sum_squares(c.data(X) @ w - c.data(y)) / 100)
         if radius_factor is not None and seed % 2:
             c.subject_to(fm.norm2(w) <= radius_factor)
     prob.server.minimize(1e-3 * fm.sum_squares(units * w))
@@ -99,16 +108,17 @@ def random_model(seed: int, radius_factor: float | None):
     return prob, w
 
 
-def sweep(seeds: list[int]) -> None:
+def sweep(seeds: list[int], logistic: bool = False) -> None:
     from collections import Counter
     counts: dict[str, Counter] = {}
     print("| seed | ball | backend | verdict | status | round trips | distance |")
     print("|---|---|---|---|---|---:|---:|")
     for seed in seeds:
-        free, w = random_model(seed, None)
+        free, w = random_model(seed, None, logistic)
         norm = float(np.linalg.norm(free.solve("cvxpy").value(w)))
-        for label, factor in (("active", 0.5), ("inactive", 2.0)):
-            prob, w = random_model(seed, factor * norm)
+        for label, factor in ((("none", None),) if logistic else ()) + \
+                (("active", 0.5), ("inactive", 2.0)):
+            prob, w = random_model(seed, None if factor is None else factor * norm, logistic)
             ref = prob.solve("cvxpy")
             for backend in ("proxal", "cproxal", "dald", "fedadmm"):
                 res = prob.solve(backend)
@@ -129,7 +139,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     if len(sys.argv) > 2 and sys.argv[1] == "--sweep":
         low, _, high = sys.argv[2].partition("-")
-        return sweep(list(range(int(low), int(high or low) + 1)))
+        return sweep(list(range(int(low), int(high or low) + 1)), "--logistic" in sys.argv)
     parts = airfoil_parts()
     norm = float(np.linalg.norm(reference(parts, None)[0]))
     print(f"|w*| = {norm:.6g}")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..atoms import add, multiply, sum as sum_
-from ..expression import Expression, Leaf, Parameter, Variable, postorder
+from ..expression import Constant, Expression, Leaf, Parameter, Variable, postorder
 from .canonical import classify_objective
 from .codegen import Plan
 from .differentiate import grad
@@ -211,6 +211,24 @@ def _rms(x: np.ndarray) -> float:
 def _largest(x: np.ndarray) -> float:
     value = float(np.max(np.abs(x), initial=0.0))
     return value if np.isfinite(value) else 0.0
+
+
+def constant_matrix(node: Expression) -> Any:
+    """The value of `node` when it is data or a constant, or an expression of those alone (−X,
+    2·X, Xᵀ), else None. `-c.data(yX) @ w` parses as (−yX) @ w (unary minus binds before @):
+    read only as a Constant, its w took no column scales, and a logistic loss on columns in units
+    10^±3 ran ProxAL, cProx-AL, DALD and FedADMM to their caps where `-(X @ w)` converged
+    (docs/BENCHMARKS.md, branch logunits). Parameters excluded, as a Parameter matrix is."""
+    if isinstance(node, Constant):
+        return node.value
+    if isinstance(node, Leaf) or node.variables() or node.parameters():
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            value = value_at(node, {})
+    except (ArithmeticError, ValueError, TypeError):
+        return None
+    return value if getattr(value, "ndim", 0) == 2 else None
 
 
 def value_at(expr: Expression, values: dict[int, np.ndarray]) -> Any:

@@ -43,8 +43,8 @@ from ..constraints import Constraint
 from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Variable, postorder
 from .canonical import SPLIT, canonical_constraints, classify_objective
-from .scale_probe import (epigraph_probe, factor, norm_probe, objective_scale, probe, slack_sizes,
-                          value_at)
+from .scale_probe import (constant_matrix, epigraph_probe, factor, norm_probe, objective_scale,
+                          probe, slack_sizes, value_at)
 from .set_scaling import (column_squares, compact, in_sets, normalized_rows, round_balls, unit_row,
                           unsized, written_in_v)
 
@@ -262,7 +262,7 @@ def _in_prox_terms(problem) -> set[int]:
 # ---- column scales -----------------------------------------------------------------------------
 def column_scales(problem, variables: list[Variable], excluded: set[int],
                   unit_rows: frozenset[str] = frozenset()) -> dict[int, np.ndarray]:
-    """Per entry of each variable read as `X @ w` (X data or a constant matrix): gm / rms_j,
+    """Per entry of each variable read as `X @ w` (X data, a constant, −X: `constant_matrix`): gm / rms_j,
     rms_j the root-mean-square size of column j over the rows of every such matrix, gm their
     geometric mean (relative sizes only: the probe sets the overall scale). Rows of the
     `unit_rows` constraints (affine sets, rows scaled one by one: `set_scaling.unit_row`) count
@@ -278,13 +278,13 @@ def column_scales(problem, variables: list[Variable], excluded: set[int],
             if not isinstance(node, MatMul):
                 continue
             matrix, var = node.args
-            if not (isinstance(matrix, Constant) and isinstance(var, Variable)) \
-                    or var.uid in excluded or matrix.ndim != 2 or var.ndim != 1:
+            if not isinstance(var, Variable) or var.uid in excluded or matrix.ndim != 2 \
+                    or var.ndim != 1 or (value := constant_matrix(matrix)) is None:
                 continue
             if name in unit_rows:
-                affine.setdefault(var.uid, []).append(normalized_rows(matrix.value))
+                affine.setdefault(var.uid, []).append(normalized_rows(value))
                 continue
-            sums[var.uid] = sums.get(var.uid, 0.0) + column_squares(matrix.value)
+            sums[var.uid] = sums.get(var.uid, 0.0) + column_squares(value)
             rows[var.uid] = rows.get(var.uid, 0) + matrix.shape[0]
     for uid, matrices in affine.items():
         row_size = float(np.sum(sums[uid])) / rows[uid] if rows.get(uid) else 1.0
