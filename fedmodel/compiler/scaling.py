@@ -133,8 +133,8 @@ class ScaledModel:
     def violations_to_user(self, info: dict) -> None:
         """info["violated"] (a verdict's constraints, "name: form" → violation r_j·c_j on the
         copy) in the user's units, c_j, and so the messages that quote them ("name: form (by
-        v)"); rows scaled per entry (bounds, affine sets: `set_scaling.unit_row`) stay in the
-        equilibrated units (a violation is their largest entry, not one entry's)."""
+        v)"); rows scaled per entry (bounds, affine sets: `set_scaling.unit_row`) are left to
+        `verdicts.restate_violated`, which measures each at the returned point on the model."""
         violated = info.get("violated")
         if not isinstance(violated, dict):
             return
