@@ -26,6 +26,7 @@ class Atom(Expression):
 
     display = "atom"
     curvature = AFFINE               # curvature of the function itself (may be a property)
+    defined_everywhere = True        # on all of ℝ (Log, Sqrt, most powers: a domain; may be a property)
 
     def __init__(self, *args: Any):
         self.args = tuple(as_expr(a) for a in args)

@@ -110,6 +110,7 @@ class Log(Elementwise):
 
     display, curvature = "log", CONCAVE
     increasing = True
+    defined_everywhere = False
 
     def numeric(self, x):
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -144,6 +145,10 @@ class Power(Elementwise):
         p ≠ 1 are defined on x ≥ 0 only (CVXPY adds that domain), so they are increasing."""
         p = self.p
         return p >= 2 and p == int(p) and (int(p) & (int(p) - 1)) == 0
+
+    @property
+    def defined_everywhere(self) -> bool:
+        return self._power_of_two
 
     @property
     def squares(self) -> bool:
@@ -233,6 +238,7 @@ class Sqrt(Elementwise):
 
     display, curvature = "sqrt", CONCAVE
     increasing = nonneg = True
+    defined_everywhere = False
 
     def numeric(self, x):
         with np.errstate(invalid="ignore"):

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..atoms import Norm2
-from ..atoms.elementwise import Log, Power, Sqrt
 from ..constraints import Constraint, Equality, Inequality
 from ..expression import Variable
 from . import projection
@@ -102,13 +101,9 @@ def feasible_by_its_sets(problem) -> bool:
 
 
 def _defined_everywhere(expr) -> bool:
-    """No atom of `expr` has a restricted domain (Log, Sqrt, Power off {2, 4, 8, …})."""
-    if isinstance(expr, (Log, Sqrt)):
-        return False
-    if isinstance(expr, Power) and not (expr.p >= 2 and float(expr.p).is_integer()
-                                        and (int(expr.p) & (int(expr.p) - 1)) == 0):
-        return False
-    return all(_defined_everywhere(arg) for arg in getattr(expr, "args", ()))
+    """No atom of `expr` has a restricted domain (`Atom.defined_everywhere`)."""
+    return getattr(expr, "defined_everywhere", True) and \
+        all(_defined_everywhere(arg) for arg in getattr(expr, "args", ()))
 
 
 def sets_meet(problem) -> bool:
