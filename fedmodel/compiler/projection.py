@@ -44,6 +44,12 @@ class Piece:
         closed form for it."""
         raise NotImplementedError
 
+    def normals(self, x: np.ndarray, active: float = ACTIVE) -> np.ndarray | None:
+        """The outward normals (rows) of the piece's constraints active at x (within `active`,
+        relative): its normal cone there is their nonnegative combinations. None where it has
+        no such form (an ℓ1 ball)."""
+        return None
+
     def distance(self, x: np.ndarray) -> float:
         """‖x − P(x)‖∞: how far x is outside the set."""
         return float(np.max(np.abs(x - self.project(x)), initial=0.0))
@@ -71,6 +77,9 @@ class Parametric(Piece):
     def tangent(self, x, v, active=ACTIVE):
         return self.current().tangent(x, v, active)
 
+    def normals(self, x, active=ACTIVE):
+        return self.current().normals(x, active)
+
 
 class Ball(Piece):
     """‖x‖₂ ≤ radius."""
@@ -90,6 +99,12 @@ class Ball(Piece):
             return np.zeros_like(v)
         unit = x / norm                      # T = {v : xᵀv ≤ 0}
         return v - max(0.0, float(unit @ v)) * unit
+
+    def normals(self, x, active=ACTIVE):
+        norm = np.linalg.norm(x)
+        if norm < self.radius * (1 - active):
+            return np.zeros((0, x.size))
+        return _every_direction(x.size) if self.radius == 0 or norm == 0 else (x / norm)[None, :]
 
 
 class Ellipsoid(Piece):
@@ -115,6 +130,18 @@ class Ellipsoid(Piece):
         if self.radius == 0 or size == 0:    # the point {0}: T = {0}
             return np.zeros_like(v)
         return v - (max(0.0, float(normal @ v)) / size) * normal
+
+    def normals(self, x, active=ACTIVE):
+        if np.linalg.norm(self.weights * x) < self.radius * (1 - active):
+            return np.zeros((0, x.size))
+        normal = self.weights ** 2 * x
+        size = np.linalg.norm(normal)
+        return _every_direction(x.size) if self.radius == 0 or size == 0 else (normal / size)[None, :]
+
+
+def _every_direction(n: int) -> np.ndarray:
+    """±e_j: the normals of a set that is one point (its normal cone is the whole space)."""
+    return np.vstack([np.eye(n), -np.eye(n)])
 
 
 def project_ellipsoid(v: np.ndarray, weights: np.ndarray, radius: float) -> np.ndarray:
@@ -196,6 +223,11 @@ class Box(Piece):
         out = np.where(x <= self.lower + scale, np.maximum(v, 0.0), v)
         return np.where(x >= self.upper - scale, np.minimum(out, 0.0), out)
 
+    def normals(self, x, active=ACTIVE):
+        scale = active * np.maximum(1.0, np.abs(x))
+        unit = np.eye(x.size)
+        return np.vstack([-unit[x <= self.lower + scale], unit[x >= self.upper - scale]])
+
 
 class Halfspace(Piece):
     """aᵀx ≤ b (a ≠ 0)."""
@@ -216,6 +248,9 @@ class Halfspace(Piece):
         if not self.active(x, active):
             return v
         return v - (max(0.0, float(self.a @ v)) / self.norm2) * self.a
+
+    def normals(self, x, active=ACTIVE):
+        return self.a[None, :] if self.active(x, active) else np.zeros((0, x.size))
 
 
 class Subspace(Piece):
@@ -240,6 +275,9 @@ class Subspace(Piece):
 
     def tangent(self, x, v, active=ACTIVE):
         return v - self.Q.T @ (self.Q @ v)
+
+    def normals(self, x, active=ACTIVE):
+        return np.vstack([self.Q, -self.Q])      # ±: a free multiplier a row
 
 
 def project_l1_ball(v: np.ndarray, radius: float, weights: np.ndarray | None = None) -> np.ndarray:
