@@ -212,9 +212,8 @@ class ProxAL(Backend):
 
     @classmethod
     def paper(cls, **overrides: Any) -> "ProxAL":
-        """The paper's exact NP setting (`PAPER_PROXAL`: β = 300, fixed
-        ρ_i = 0.01, q = 0.9, s̄ = 1e-3, ε = (1e-3, 1e-3), no β growth, no Anderson), with
-        `overrides` on top (e.g. `w0=`, `max_outer=`)."""
+        """The paper's exact NP setting (`PAPER_PROXAL`: β = 300, fixed ρ_i = 0.01, q = 0.9, s̄ =
+        1e-3, ε = (1e-3, 1e-3), no β growth, no Anderson), `overrides` on top (`w0=`, `max_outer=`)."""
         return paper_preset(cls(**{"inner_stall": 0, **_PAPER_RULES, **PAPER_PROXAL, **overrides}))   # the paper has no stall rule
 
     # Algorithm 1 --------------------------------------------------------------------------------
@@ -259,11 +258,11 @@ class ProxAL(Backend):
         start = time.perf_counter()
         saved = checkpointer.restore(ex)               # resume: docs/checkpoints.md
         if saved:
-            w, rho, total_inner = saved["w"], saved["rho"], saved["total_inner"]
-            certificate_log, history = saved["certificate_log"], saved["history"]
-            beta, last_change = saved["beta"], saved["last_change"]
+            w, rho, total_inner, last_change = saved["w"], saved["rho"], saved["total_inner"], saved["last_change"]
+            certificate_log, history, beta = saved["certificate_log"], saved["history"], saved["beta"]
             local = saved.get("local", local)
             watch.smallest = dict(saved["watch"])           # the growth test's memory
+            proxal_flat.resume(ex, history, saved.get("flat"))  # the distance test's iterates and bases
         # Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace holds upper bounds
         # on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
         subproblem = self._admm if self.inner is None else self.inner.solve_subproblem
@@ -316,7 +315,8 @@ class ProxAL(Backend):
             beta, last_change = next_beta(self, beta, dmu, last_change, history)
             checkpointer.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
                                   "last_change": last_change, "watch": dict(watch.smallest), "local": local,
-                                  "certificate_log": certificate_log, "history": history})
+                                  "certificate_log": certificate_log, "history": history,
+                                  "flat": proxal_flat.memo(ex)})
         bar.close()
         ex.ledger.rounds = total_inner + len(history)
         return Outcome(status, shared=w, history=history,

@@ -86,6 +86,19 @@ def track(ex, history: list[dict], x: np.ndarray) -> None:
     memo["length"] = len(history)
 
 
+def memo(ex) -> dict | None:
+    """The run's memo on `ex` (`track`'s iterates, the bases and readings asked so far) for a
+    checkpoint: a resumed run asks and reads as the uninterrupted one would."""
+    found = _RUNS.get(ex) if ex is not None else None
+    return None if found is None else {key: value for key, value in found.items() if key != "run"}
+
+
+def resume(ex, history: list[dict], saved: dict | None) -> None:
+    """Put a checkpoint's memo (`memo`) back on `ex` for the resumed `history`."""
+    if saved is not None and ex is not None:
+        _RUNS[ex] = dict(saved, run=id(history))
+
+
 def across(ex, history: list[dict], info: dict, curvature: float) -> list[dict] | None:
     """`history` with its last records' steps and sizes measured modulo the model's flat
     directions (info["solution_set"] says how many), or None when it has none (or too few
