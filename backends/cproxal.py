@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fedmodel.compiler.feasibility import feasible_by_its_sets
 from fedmodel.runtime.program import NodeProgram
 from . import proxal_flat, proxal_private
 from .base import Backend, Run, paper_preset
@@ -26,6 +27,7 @@ from .watch import DivergenceWatch
 # The paper's cProx-AL setting (β = 300, s̄ = 1e-3, ε = (1e-3, 1e-3), fixed β, (11) alone):
 # `CentralizedProxAL.paper()`.
 PAPER_CPROXAL = dict(beta=300.0, s_bar=1e-3, tol=(1e-3, 1e-3), beta_growth=1.0, dist_tol=float("inf"))
+BETA_MAX = 1e4     # the default beta_max (`proxal_outer.beta_cap`: higher on a model known to have a point)
 CENTRALIZED = ("cProx-AL is the paper's centralized baseline: it pooled every block's terms and "
                "constraints in one program on the driver (one node, no clients), so no message "
                "crossed a network and its ledger is empty")
@@ -37,7 +39,8 @@ class CentralizedProxAL(Backend):
     (so no data stays with its owner). Runs on the driver as the only node of a serial executor
     (`topology` and `executor` are ignored); its result has an empty ledger and says so in
     `info["centralized"]`. Defaults add ProxAL's β growth (×4 up to 1e4, which also detects
-    infeasible / unbounded models), ε2 = 1e-4 and its distance test (`dist_tol`,
+    infeasible / unbounded models; a default beta_max is 1e16 where the model's constraints are
+    sets that meet and the violation does not fall: `proxal_outer.beta_cap`), ε2 = 1e-4 and its distance test (`dist_tol`,
     `proxal_outer.distance_left`: "converged" also needs the distance the outer steps'
     contraction predicts ≤ dist_tol·‖w‖₂; τ_k on ProxAL's "progress" schedule, tightened near
     that test; β raised on a flat objective — (11) alone stopped 0.9 % from CVXPY's point on
@@ -55,8 +58,10 @@ class CentralizedProxAL(Backend):
 
     def __init__(self, beta: float = 300.0, s_bar: float = 1e-3, tol: tuple[float, float] = (1e-5, 1e-4),
                  max_outer: int = 100, local_solver: str = "auto", w0: Any = None,
-                 beta_growth: float = 4.0, beta_max: float = 1e4, dist_tol: float = 1e-4):
-        options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
+                 beta_growth: float = 4.0, beta_max: float | None = None, dist_tol: float = 1e-4):
+        given = beta_max is not None
+        options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max if given else BETA_MAX,
+                                local_solver, w0)
         for key, value in options.items():
             setattr(self, key, value)
         self.dist_tol = check_number("dist_tol (the relative distance left at the stop)", dist_tol, 0,
@@ -64,6 +69,8 @@ class CentralizedProxAL(Backend):
         # ProxAL's schedule (`proxal_outer.next_tau`): τ_k tied to the last outer step, tightened
         # near the distance test; the paper's s̄/(k+1)² without a distance test
         self.tau_rule = "paper" if self.dist_tol == float("inf") else "progress"
+        # a default beta_max rises FEASIBLE_HEADROOM-fold on a model known to have a point (`loop`)
+        self.free_cap, self.known_feasible = not given, False
 
     @classmethod
     def paper(cls, **overrides: Any) -> "CentralizedProxAL":
@@ -86,6 +93,8 @@ class CentralizedProxAL(Backend):
         w = start_point(self.w0, ex.model_size)
         history, status, total, info = [], Status.MAX_ITERATIONS, 0, {}
         beta, last_change = self.beta, np.inf
+        # (`proxal_outer.beta_cap`: β may rise past beta_max where the violation stays on a feasible model)
+        self.known_feasible = self.free_cap and feasible_by_its_sets(problem)
         watch = DivergenceWatch("cProx-AL", "lower beta or start from a smaller w0 "
                                             "(backends.CentralizedProxAL)")
         start = time.perf_counter()
@@ -104,7 +113,9 @@ class CentralizedProxAL(Backend):
                           method=self.local_solver)                               # step 3, centrally
             total += int(out["steps"])
             change = ex.call("server", "update_multipliers", x=out["x"])          # steps 4–5
-            if watch.check(k + 1, w=out["x"], multiplier_change=change["dmu"]):
+            # (the multipliers' step in β₀'s units, β₀·violation: β's own rise, up to 1e12-fold on a
+            # feasible model (`proxal_outer.beta_cap`), is no divergence)
+            if watch.check(k + 1, w=out["x"], multiplier_change=change["dmu"] * self.beta / beta):
                 status = watch.report(info)
                 break
             dw = max(float(np.max(np.abs(out["x"] - w), initial=0.0)), change["dy"])

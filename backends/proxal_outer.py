@@ -1,8 +1,8 @@
 """The outer loop shared by ProxAL (Algorithm 1) and cProx-AL (Algorithm 3) of He, Peng, Sun,
 "Federated learning with convex global and local constraints" (equation numbers: that paper):
 their common options, the starting point, the penalty update β_k → β_{k+1} (`beta_growth`), the
-verdicts "infeasible" / "stalled" / "unbounded" read from the outer records, and the node-side
-list of violated constraints that an infeasible verdict names."""
+stop, and the node-side list of violated constraints that an infeasible verdict names (the
+verdicts "infeasible" / "stalled" / "unbounded" read from the outer records: `proxal_verdict`)."""
 from __future__ import annotations
 
 import time
@@ -14,11 +14,10 @@ from fedmodel.errors import FedModelError
 from .common import check_choice, check_count, check_number
 from . import proxal_flat
 from .outcome import Status
-from .proxal_admm import MULTIPLIER_LIMIT, needed_multipliers
+from .proxal_admm import needed_multipliers
 from .proxal_private import private_settled, slack_verdict
+from .proxal_verdict import beta_cap, verdict
 
-STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeasible (see verdict)
-UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
 SOLVERS = ("auto", "newton", "exact", "lbfgs", "gd", "prox")
 
 
@@ -126,7 +125,7 @@ def next_beta(backend, beta: float, dmu: float, last_change: float,
     # violation stays above what the runs leave)
     if backend.beta_growth > 1 and change > backend.eps2 and change > 0.25 * last_change \
             and (not history or _solved(history[-1]) or change > history[-1].get("certificate", 0.0)):
-        return min(backend.beta_growth * beta, backend.beta_max), change
+        return min(backend.beta_growth * beta, beta_cap(backend)), change
     # (the contraction is read only from a solved subproblem, (23) met: an ADMM run stopped by
     # its stall rule or max_inner leaves a step that says nothing of the curvature — on the
     # sweep's np-barely seed 0 (docs/BENCHMARKS.md) two such steps, 1.9e-5 then 2.1e-5 at a
@@ -264,64 +263,6 @@ def _still(history: list[dict], tol: float) -> bool:
 LOOSER, SHORT = 10.0, 2   # (`_still`) the τ_k rise above which a standstill shows nothing; a short run
 
 
-def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float) -> str | None:
-    """The verdict on a run from its outer records: "infeasible", "stalled", "unbounded" or None.
-
-    Infeasible: β has reached β_max (or the multipliers a solution would need are above
-    MULTIPLIER_LIMIT: `needed_multipliers`) and over the last STALL_OUTER outer iterations the
-    largest violation fell by less than 1 % in each,
-    or fell by drops shrinking geometrically towards a limit (`_positive_limit`) at least 0.9×
-    the violation, while staying above ε2 — the multipliers then grow by β_k·violation per iteration, faster
-    and faster, which a feasible model's method of multipliers needs only when its optimal
-    multipliers are huge (nearly infeasible: then it can be premature; BENCHMARKS.md, pxinfeas).
-    Stalled: at β_max for 3·STALL_OUTER iterations, the violation still above ε2 but
-    falling by less than 2× over them. Unbounded: for UNBOUNDED_OUTER outer iterations, feasible,
-    the objective fell by at least 0.9× the previous decrease (and by more than ε1) while the
-    iterate moved at least 0.9× the previous distance — a proximal point step on a convex model
-    only keeps its length when the model has no minimizer — and over them the objective fell by
-    more than its own size (and at least 1): a loss bounded below whose infimum is not attained
-    (logistic regression on separable data) keeps its steps too, but its decreases are small."""
-    if growth > 1 and len(history) > STALL_OUTER and (history[-1]["beta"] >= beta_max
-                                                      or needed_multipliers(history) >= MULTIPLIER_LIMIT):
-        recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
-        if recent[-1] > eps2 and (all(b > 0.99 * a for a, b in zip(recent, recent[1:]))
-                                  or _positive_limit(recent) > max(eps2, 0.9 * recent[-1])):
-            return Status.INFEASIBLE
-        window = history[-3 * STALL_OUTER - 1:]
-        if len(window) > 3 * STALL_OUTER and all(r["beta"] >= beta_max for r in window[1:]) \
-                and recent[-1] > max(eps2, 0.5 * window[0]["violation"]):
-            return Status.STALLED
-    if len(history) > UNBOUNDED_OUTER:
-        window = history[-UNBOUNDED_OUTER - 1:]
-        drops = [a["objective"] - b["objective"] for a, b in zip(window, window[1:])]
-        steps = [r["primal_change"] for r in window]
-        if all(r["violation"] <= eps2 for r in window) and min(drops) > eps1 \
-                and sum(drops) > max(1.0, abs(window[0]["objective"])) \
-                and all(b >= 0.9 * a for a, b in zip(drops, drops[1:])) \
-                and all(b >= 0.9 * a > 0 for a, b in zip(steps[1:], steps[2:])):
-            return Status.UNBOUNDED
-    return None
-
-
-def _positive_limit(values: list[float]) -> float:
-    """The limit of `values` extrapolated from their last drops when those shrink geometrically
-    (each drop a fraction r < 1 of the one before, r the largest such ratio: the rest of the
-    sequence falls by at most d·r/(1 − r) after a drop d); 0 when they do not. A violation
-    falling geometrically to 0 (a feasible model) extrapolates to about 0; an infeasible model's
-    violation approaching its least value v* > 0 extrapolates to about v*, however slowly in
-    relative terms it gets there (the equilibrated NP model of tests/test_proxal_speed.py at
-    β_max: 7 %, 4 %, 2.6 % per iteration, drops shrinking ×0.54, ×0.63: limit 0.0303 against
-    0.0317 now, where the 1 % rule needed 5 more iterations and "stalled" fired first). A
-    violation falling sublinearly to 0 (c/√k) extrapolates to ≤ 2/3 of its value, below 0.9."""
-    drops = [a - b for a, b in zip(values, values[1:])]
-    if len(drops) < 2 or min(drops) <= 0:
-        return 0.0
-    ratio = max(b / a for a, b in zip(drops, drops[1:]))
-    if ratio >= 1.0:
-        return 0.0
-    return values[-1] - drops[-1] * ratio / (1.0 - ratio)
-
-
 VERDICTS = {"infeasible": "the largest violation stayed at {v:.3g} while the multipliers grew "
                           "(a solution's would be ≥ {m:.3g} in norm): the model is "
                           "infeasible (no point satisfies every constraint); "
@@ -350,7 +291,8 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
             and (_near(backend, history) or proxal_flat.near(backend, ex, history, info, _near, curvature)) \
             and private_settled(backend, history, ex, _still, distance_left):
         return Status.CONVERGED
-    found = verdict(history, backend.beta_growth, backend.beta_max, backend.eps1, backend.eps2)
+    found = verdict(history, backend.beta_growth, beta_cap(backend), backend.eps1, backend.eps2,
+                    getattr(backend, "known_feasible", False))
     if found:
         replies = ex.map("proxal_violations", {node: {"x": x, "tol": backend.eps2} for node in ex.nodes})
         violated = {name: v for r in replies.values() for name, v in r["violated"].items()}

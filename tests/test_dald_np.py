@@ -17,7 +17,7 @@ import fedmodel as fm
 from benchmarks.bench_verdicts import random_model
 from conftest import load_data
 from fedmodel.backends.dald import DALD, cc_nodes
-from fedmodel.backends.dald.cc import PENALTY_EVERY, penalty_slow
+from fedmodel.backends.dald.penalty import PENALTY_EVERY, penalty_slow
 
 
 def _quiet(prob, backend, **options):

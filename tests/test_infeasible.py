@@ -253,7 +253,7 @@ def test_a_violation_settling_on_a_positive_limit_is_infeasible():
     1 % rule did not fire before "stalled" did. Drops shrinking geometrically extrapolate to their
     limit: ≥ 0.9× the violation is infeasible; a fall to 0 (geometric, or sublinear like c/√k)
     extrapolates far lower and is not."""
-    from fedmodel.backends.proxal_outer import _positive_limit, verdict as _verdict
+    from fedmodel.backends.proxal_verdict import _positive_limit, verdict as _verdict
     args = dict(growth=4.0, beta_max=1e4, eps1=1e-3, eps2=1e-4)
     settling = [0.02 + 0.01 * 0.6 ** k for k in range(4)]          # v* = 0.02, now 0.0222
     assert _positive_limit(settling) == pytest.approx(0.02, rel=1e-9)

@@ -46,7 +46,9 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
     `stall_window` (constrained models: "infeasible" / "stalled"), `one_message` (Fed-DALD-CC:
     Step 2 sent with the next solve request, one round trip per iteration, the same iterates)
     and `dist_tol` (Fed-DALD-CC: "converged" also needs the contraction of the last outer steps
-    to put x̂ within dist_tol·‖x̂‖₂ of the answer). `DALD.paper()` is the paper's exact setting.
+    to put x̂ within dist_tol·‖x̂‖₂ of the answer); with the default β, the penalty of the server's
+    own constraints ×10 while their violation fails to halve, on a model whose constraints are sets
+    that meet (Fed-DALD-CC: `penalty.ServerPenalty`). `DALD.paper()` is the paper's exact setting.
 
     rho: scalar, per-coordinate vector, or dict (CC: client → ρ_i; DC: (u, v) edge → ρ_uv).
     solver: "auto" (exact per the node: linear solve for quadratics, prox method for λ‖w‖₁,
@@ -108,7 +110,7 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         # spectral penalty selection of ρ (CC, while k ≤ ADAPT_UNTIL) / ρ per edge from the nodes'
         # curvatures (DC); not in the paper
         self.adaptive_rho = bool(adaptive_rho)
-        # Fed-DALD-CC: the clients' β ×10 while their violation fails to halve (`cc.penalty_slow`)
+        # Fed-DALD-CC: the clients' β ×10 while their violation fails to halve (`penalty.penalty_slow`)
         self.raise_beta = bool(raise_beta)
         # Fed-DALD-CC with every client in every step: Step 2 (15) of outer iteration k sent
         # with the solve request (13) of k + 1 (same x̂, same iterates): one round trip per

@@ -14,57 +14,11 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
 from ..common import complete_record, progress, stacked_report
 from . import kernels, spectral
+from .penalty import PENALTY_CAP, PENALTY_EVERY, PENALTY_RAISE, PENALTY_RULE, ServerPenalty, balance, penalty_slow
 from ..outcome import Outcome, Status
 
 ADAPT_UNTIL = 200      # adaptive ρ: outer iterations that may change it (then fixed: convergence)
 ADAPT_RANGE = 1e4      # ... and ρ∘ρ stays within [1/ADAPT_RANGE, ADAPT_RANGE] × its initial value
-# residual balancing's band: ρ changes when one residual is BALANCE_RATIO times the other. Boyd
-# et al. use 10; on bench_rounds' models 10 left 2ρ² ~10× above the balance (the dual residual
-# 10–18× the primal for 150+ iterations) and 3 took ridge / logistic / lasso n = 5 from 151 /
-# 192 / 86 iterations to 79 / 94 / 45 (with the stop test's D in the initial ρ's units)
-BALANCE_RATIO = 3.0
-# adaptive ρ's rule: "spectral" (`spectral.penalty`, Xu et al. 2017) or "balance" (`_balance`).
-# Balancing settled ρ∘ρ at 1/16 on bench_rounds' n = 40 models where a fixed 1/100 was 2.5×
-# faster (it equalizes the residuals, which is not the fastest rate): ridge / logistic / lasso
-# n = 40 took 112 / 148 / 112 iterations, the spectral rule 39 / 43 / 39 (n = 5: 61 / 92 / 45 →
-# 34 / 49 / 33), every run verified against CVXPY
-PENALTY_RULE = "spectral"
-
-
-def _balance(primal: float, dual: float, ratio: float = BALANCE_RATIO, factor: float = 2.0) -> float:
-    """Residual balancing (Boyd et al. 2011, §3.4.1) for the weights 2ρ∘ρ: ×factor when the
-    consensus residual is `ratio` times the dual residual 2ρ²‖Δx̂‖∞, ÷factor in the opposite case."""
-    if primal > ratio * dual:
-        return factor
-    if dual > ratio * primal:
-        return 1.0 / factor
-    return 1.0
-
-
-# `raise_beta=True`: the clients' constraint penalty β (`beta=None`) ×PENALTY_RAISE every PENALTY_EVERY outer
-# steps while their violation (the records' constraint residual) fails to halve, up to PENALTY_CAP·β₀ (the
-# method of multipliers' rule, Bertsekas 1982 §2.2). Not the default: NP adult n = 5 converges (without:
-# cap, 0.22 away) and bench_verdicts' OK 18 → 25 of 36, but the flat NP model (tests/test_np_convergence.py)
-# went from converged (754) to its cap (BENCHMARKS, branch dald784)
-PENALTY_EVERY, PENALTY_RAISE, PENALTY_CAP = 10, 10.0, 1e4
-
-
-def penalty_slow(history: list[dict], every: int = PENALTY_EVERY, floor: float = 0.0) -> bool:
-    """Whether the clients' violation (`constraint_residual`) failed to halve over the last
-    `every` records against the `every` before, while above `floor`.
-
-    >>> penalty_slow([{"constraint_residual": 0.1}] * 4, every=2)
-    True
-    >>> penalty_slow([{"constraint_residual": r} for r in (0.1, 0.1, 0.04, 0.03)], every=2)
-    False
-    """
-    if len(history) < 2 * every:
-        return False
-    before = min(h["constraint_residual"] for h in history[-2 * every:-every])
-    recent = min(h["constraint_residual"] for h in history[-every:])
-    return recent > floor and recent > 0.5 * before
-
-
 LARGEST = float(np.finfo(float).max)     # `_stall_reads`' probe: the largest finite violation
 DIST_WINDOW = 10       # outer steps over which the distance rule reads the contraction of x̂
 
@@ -160,6 +114,9 @@ class FedDALDCC:
         adapt_beta = self.raise_beta and self.dual_updates and self.coordination == "full" and client_constrained \
             and self.beta is None
         client_beta, owed_penalty, last_raise = beta, 1.0, 0
+        # the server's constraint penalty β_s, raised while its violation fails to fall (`ServerPenalty`)
+        server_beta = ServerPenalty(beta, self.beta is None and self.dual_updates and bool(problem.server.constraints)
+                                    and getattr(self, "_has_point", False))
         # the clients' own multipliers still letting go (`local.unwinding`), for the stall rule
         unwind_sent = 0.0
         # the distance rule (`dist_tol`): the outer steps ‖Δx̂‖₂, whose contraction bounds how
@@ -177,6 +134,9 @@ class FedDALDCC:
             owed, owed_factor, dmu_sent = saved.get("owed", (False, 1.0, 0.0))
             client_beta, owed_penalty, last_raise = saved.get("penalty", (beta, 1.0, 0))
             unwind_sent = saved.get("unwind", 0.0)
+            server_beta.restore(saved.get("server_beta"))
+            if server_beta.beta != beta:     # (a setting: checkpoints leave it out, `NodeState.SETTINGS`)
+                ex.call("server", "configure", beta=server_beta.beta, prox_weight=0.0, center=xhat)
             steps, outer_start = list(saved.get("steps", [])), xhat
             MU, anchor = saved.get("spectral", (MU, None))
             if saved.get("residual") is not None:
@@ -276,7 +236,7 @@ class FedDALDCC:
                 else:
                     # Boyd et al.'s residuals: the clients' RMS ‖x_i − x̂‖₂ against 2ρ²‖Δx̂‖₂
                     spread = float(np.sqrt(np.mean(np.sum(np.square(X - xhat), axis=1))))
-                    factor = _balance(spread, float(np.max(twice_rho2)) * steps[-1])
+                    factor = balance(spread, float(np.max(twice_rho2)) * steps[-1])
                 scale = float(RHO2[0, 0] / initial_rho2) * factor
                 if factor != 1.0 and 1.0 / ADAPT_RANGE <= scale <= ADAPT_RANGE:
                     # weights on the server and the clients; μ stays as it is (unscaled)
@@ -289,7 +249,7 @@ class FedDALDCC:
                 # the stop also needs this Step 2's change of the clients' own multipliers
                 dmu, owed = self._settle(ex, clients, xhat) * beta / client_beta, False
             if problem.server.constraints:
-                dmu = max(dmu, ex.call("server", "update_multipliers", x=xhat)["dmu"])
+                dmu = max(dmu, server_beta.read(ex.call("server", "update_multipliers", x=xhat)["dmu"]))
             last = self._converged(primal, gate, dmu) or total >= self.max_iterations
             report = last or k % self.report_every == 0
             record = self._record(k, v, total, primal, stiff, dmu / beta, start)
@@ -312,10 +272,12 @@ class FedDALDCC:
                     beta * PENALTY_CAP and penalty_slow(history, floor=self.eps_primal):
                 owed_penalty *= PENALTY_RAISE
                 anchor, last_raise = None, k     # (no spectral estimate across a change of P_i)
+            if server_beta.slow(k, primal, self.eps_primal):
+                ex.call("server", "configure", beta=server_beta.raise_at(k), prox_weight=0.0, center=xhat)
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2,
                        owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-DIST_WINDOW - 1:],
-                       penalty=(client_beta, owed_penalty, last_raise),
+                       penalty=(client_beta, owed_penalty, last_raise), server_beta=server_beta.state(),
                        spectral=(MU, anchor), residual=opts.get("residual"))
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
             self._settle(ex, clients, xhat)     # ρ_i, owed_factor, changes no result: not sent)

@@ -109,7 +109,7 @@ def _step2_first(group: Group, rows: np.ndarray, xhat, opts: dict) -> tuple | No
         group.publish("rho2", scaled, states)
         group.forget()            # the cached ρ_i∘ρ_i stack (`_cc_stacks`) is void
     penalty = float(opts.get("penalty", 1.0))
-    if penalty != 1.0:            # β ← penalty·β for the node's own constraints (`cc.PENALTY_EVERY`)
+    if penalty != 1.0:            # β ← penalty·β for the node's own constraints (`penalty.PENALTY_EVERY`)
         states = cc_states(group)
         for r in rows:
             program = group.programs[r]

@@ -1,0 +1,85 @@
+"""The verdicts of ProxAL's and cProx-AL's outer loop (`proxal_outer.outer_stop`): "infeasible",
+"stalled" or "unbounded", read from the outer records, and the ceiling of β's rise they read
+(`beta_cap`), which a model known to have a point lifts."""
+from __future__ import annotations
+
+from .outcome import Status
+from .proxal_admm import MULTIPLIER_LIMIT, needed_multipliers
+
+STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeasible (see verdict)
+UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
+
+# β's cap on a violation that does not fall, on a model known to have a point (`beta_cap`), over beta_max:
+# cProx-AL on a ridge λ‖w‖² against w0 + w1 = 2 (its multiplier ~2λ) needed β ≈ 1e8 at λ = 1e7 and
+# ~1e13 in units ×1e-3 (λ ×1e6 beside the loss), where β_max = 1e4 read as "infeasible"
+# (docs/BENCHMARKS.md, branch daldbeta)
+FEASIBLE_HEADROOM = 1e12
+
+
+def beta_cap(backend) -> float:
+    """The ceiling of β's rise on a violation that does not fall: `beta_max`, or FEASIBLE_HEADROOM
+    times it where the backend knows the model has a point (`known_feasible`: cProx-AL with its
+    default beta_max on constraints that are sets that meet, `feasible_by_its_sets`). There a
+    violation that stays is a penalty too weak for the multiplier a solution needs (a strong
+    objective pulling against the constraint), never an infeasible model's least violation."""
+    return backend.beta_max * (FEASIBLE_HEADROOM if getattr(backend, "known_feasible", False) else 1.0)
+
+
+def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float,
+            feasible: bool = False) -> str | None:
+    """The verdict on a run from its outer records: "infeasible", "stalled", "unbounded" or None.
+
+    Infeasible: β has reached β_max (or the multipliers a solution would need are above
+    MULTIPLIER_LIMIT: `needed_multipliers`) and over the last STALL_OUTER outer iterations the
+    largest violation fell by less than 1 % in each,
+    or fell by drops shrinking geometrically towards a limit (`_positive_limit`) at least 0.9×
+    the violation, while staying above ε2 — the multipliers then grow by β_k·violation per iteration, faster
+    and faster, which a feasible model's method of multipliers needs only when its optimal
+    multipliers are huge (nearly infeasible: then it can be premature; BENCHMARKS.md, pxinfeas).
+    Stalled: at β_max for 3·STALL_OUTER iterations, the violation still above ε2 but
+    falling by less than 2× over them. Unbounded: for UNBOUNDED_OUTER outer iterations, feasible,
+    the objective fell by at least 0.9× the previous decrease (and by more than ε1) while the
+    iterate moved at least 0.9× the previous distance — a proximal point step on a convex model
+    only keeps its length when the model has no minimizer — and over them the objective fell by
+    more than its own size (and at least 1): a loss bounded below whose infimum is not attained
+    (logistic regression on separable data) keeps its steps too, but its decreases are small.
+    `feasible`: the model is known to have a point, so large multipliers tell nothing (β_max alone)."""
+    if growth > 1 and len(history) > STALL_OUTER and (history[-1]["beta"] >= beta_max or not feasible
+                                                      and needed_multipliers(history) >= MULTIPLIER_LIMIT):
+        recent = [r["violation"] for r in history[-STALL_OUTER - 1:]]
+        if recent[-1] > eps2 and (all(b > 0.99 * a for a, b in zip(recent, recent[1:]))
+                                  or _positive_limit(recent) > max(eps2, 0.9 * recent[-1])):
+            return Status.INFEASIBLE
+        window = history[-3 * STALL_OUTER - 1:]
+        if len(window) > 3 * STALL_OUTER and all(r["beta"] >= beta_max for r in window[1:]) \
+                and recent[-1] > max(eps2, 0.5 * window[0]["violation"]):
+            return Status.STALLED
+    if len(history) > UNBOUNDED_OUTER:
+        window = history[-UNBOUNDED_OUTER - 1:]
+        drops = [a["objective"] - b["objective"] for a, b in zip(window, window[1:])]
+        steps = [r["primal_change"] for r in window]
+        if all(r["violation"] <= eps2 for r in window) and min(drops) > eps1 \
+                and sum(drops) > max(1.0, abs(window[0]["objective"])) \
+                and all(b >= 0.9 * a for a, b in zip(drops, drops[1:])) \
+                and all(b >= 0.9 * a > 0 for a, b in zip(steps[1:], steps[2:])):
+            return Status.UNBOUNDED
+    return None
+
+
+def _positive_limit(values: list[float]) -> float:
+    """The limit of `values` extrapolated from their last drops when those shrink geometrically
+    (each drop a fraction r < 1 of the one before, r the largest such ratio: the rest of the
+    sequence falls by at most d·r/(1 − r) after a drop d); 0 when they do not. A violation
+    falling geometrically to 0 (a feasible model) extrapolates to about 0; an infeasible model's
+    violation approaching its least value v* > 0 extrapolates to about v*, however slowly in
+    relative terms it gets there (the equilibrated NP model of tests/test_proxal_speed.py at
+    β_max: 7 %, 4 %, 2.6 % per iteration, drops shrinking ×0.54, ×0.63: limit 0.0303 against
+    0.0317 now, where the 1 % rule needed 5 more iterations and "stalled" fired first). A
+    violation falling sublinearly to 0 (c/√k) extrapolates to ≤ 2/3 of its value, below 0.9."""
+    drops = [a - b for a, b in zip(values, values[1:])]
+    if len(drops) < 2 or min(drops) <= 0:
+        return 0.0
+    ratio = max(b / a for a, b in zip(drops, drops[1:]))
+    if ratio >= 1.0:
+        return 0.0
+    return values[-1] - drops[-1] * ratio / (1.0 - ratio)
