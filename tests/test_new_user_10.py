@@ -91,3 +91,26 @@ def test_fingerprint_reads_sparse_data_whatever_its_format():
     changed = M.tocsr()
     changed.data[0] *= 1 + 1e-15
     assert digest(changed) != digest(M)
+
+
+def test_cli_topology_needs_its_parameters(capsys):
+    """`fedmodel run --topology grid` (the --help listed "star, path, ring, complete, …") died
+    with a TypeError traceback (grid() missing rows and cols), `--topology validate` too; now a
+    topology's parameters come after a colon and anything else is a clear error, rc 2."""
+    import pytest
+    from fedmodel import cli
+    for text, says in [("grid", "needs its parameter: write grid:ROWSxCOLS"),
+                       ("grid:axb", "write it as grid:ROWSxCOLS"),
+                       ("grid:2x3", "grid 2x3 has 6 cells but the problem has 5 clients"),
+                       ("erdos_renyi", "needs its parameter: write erdos_renyi:P"),
+                       ("ring:3", "ring takes no parameter"),
+                       ("validate", "unknown topology 'validate'")]:
+        assert cli.main(["run", "--topology", text]) == 2
+        assert says in capsys.readouterr().err
+    from fedmodel.builtin_models import MODELS
+    prob, _ = MODELS["neyman-pearson"](n_clients=6)
+    G = cli._topology("grid:2x3", prob)
+    assert (G.graph["rows"], G.graph["cols"], G.number_of_edges()) == (2, 3, 7)
+    assert cli._topology("random_regular:2", prob).graph["degree"] == 2
+    with pytest.raises(Exception, match="edge probability"):
+        cli._topology("erdos_renyi:2", prob)
