@@ -114,3 +114,33 @@ def test_cli_topology_needs_its_parameters(capsys):
     assert cli._topology("random_regular:2", prob).graph["degree"] == 2
     with pytest.raises(Exception, match="edge probability"):
         cli._topology("erdos_renyi:2", prob)
+
+
+def test_result_value_of_an_expression():
+    """`res.value(fm.norm2(w))` raised "Result.value takes a Variable, got Norm2"; now an
+    expression is evaluated at the result's point with the Parameters it was solved with — not
+    at the variables' current values, which the next solve overwrites."""
+    import pytest
+    import fedmodel as fm
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(12, 3)), rng.normal(size=12)
+    w, lam = fm.Variable(3, name="w"), fm.Parameter(nonneg=True, value=0.1)
+    prob = fm.Problem()
+    c = prob.add_client()
+    A = c.data(X, name="X")
+    c.minimize(fm.sum_squares(A @ w - c.data(y, name="y")))
+    prob.server.minimize(lam * fm.sum_squares(w))
+    first = prob.solve("dald")
+    x1 = first.value(w).copy()
+    lam.value = 10.0
+    second = prob.solve("dald")
+    assert np.abs(second.value(w) - x1).max() > 1e-2          # another point: w.value moved on
+    assert first.value(fm.norm2(w)) == pytest.approx(np.linalg.norm(x1), rel=1e-12)
+    np.testing.assert_allclose(first.value(A @ w - 1.0), X @ x1 - 1.0, rtol=1e-12)
+    np.testing.assert_allclose(first.value(w[1:]), x1[1:], rtol=0)
+    assert first.value(lam * fm.sum_squares(w)) == pytest.approx(0.1 * x1 @ x1, rel=1e-12)
+    assert second.value(lam * fm.sum_squares(w)) == pytest.approx(10.0 * second.value(w) @ second.value(w), rel=1e-12)
+    with pytest.raises(fm.FedModelError, match="not part of the problem"):
+        first.value(fm.norm2(fm.Variable(3, name="v")))
+    with pytest.raises(fm.FedModelError, match="takes a Variable or an expression"):
+        first.value("w")
