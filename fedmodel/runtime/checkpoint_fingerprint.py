@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-import scipy.sparse as sp
 
 
 def fingerprint(problem, backend, version: int) -> str:
@@ -80,6 +79,7 @@ def _simple(value, depth: int = 0) -> str:
 def _update(h, value) -> None:
     from ..expression import is_sparse
     if is_sparse(value):     # scipy sparse data (np.asarray would make an object array of it)
+        import scipy.sparse as sp       # (here only: importing fedmodel loads no scipy)
         csr = sp.csr_array(value, dtype=float)          # a copy in one canonical form
         csr.sum_duplicates()
         csr.sort_indices()
