@@ -38,12 +38,7 @@ def _run(args: argparse.Namespace) -> int:
     if name in registry.names("backend") and args.example in MODELS:
         backend = make_backend(name, **backend_options(name, args.topology))
     if args.topology and name != "cvxpy":
-        builder = getattr(fm.topologies, args.topology, None)
-        if args.topology.startswith("_") or not callable(builder):
-            print(f"unknown topology {args.topology!r}; try star, path, ring or complete",
-                  file=sys.stderr)
-            return 2
-        options["topology"] = builder(prob)
+        options["topology"] = _topology(args.topology, prob)   # (bad: FedModelError, rc 2)
     try:
         result = prob.solve(backend, verbose=True, **options)  # the bar shows only on a terminal
     except fm.errors.TopologyError as exc:
@@ -83,6 +78,41 @@ REFUSALS: dict[str, tuple[Callable, str]] = {
                 "20,000 rounds (neyman-pearson: 842 s, still 5.5e-2 from the optimum); "
                 + _ALTERNATIVE),
 }
+
+
+# --topology NAME or NAME:ARG -> (builder's name, how ARG becomes its arguments, ARG's form)
+TOPOLOGIES: dict[str, tuple[str, Callable | None, str]] = {
+    **{name: (name, None, name) for name in ("star", "path", "ring", "complete")},
+    "grid": ("grid", lambda arg: dict(zip(("rows", "cols"), map(int, arg.lower().split("x", 1)))),
+             "grid:ROWSxCOLS (e.g. grid:2x3 for 6 clients)"),
+    "erdos_renyi": ("erdos_renyi", lambda arg: {"p": float(arg), "seed": 0},
+                    "erdos_renyi:P (edge probability, e.g. erdos_renyi:0.5; seed 0)"),
+    "random_regular": ("random_regular", lambda arg: {"degree": int(arg), "seed": 0},
+                       "random_regular:DEGREE (e.g. random_regular:2; seed 0)"),
+}
+
+
+def _topology(text: str, prob):
+    """The graph `--topology NAME[:ARG]` names (docs/api.md §7), or FedModelError saying why not:
+    a topology's own parameters come after a colon (grid:2x3), every other name is unknown."""
+    from fedmodel import topologies
+    from fedmodel.errors import TopologyError
+    name, _, arg = text.partition(":")
+    forms = ", ".join(form for _, _, form in TOPOLOGIES.values())
+    if name not in TOPOLOGIES:
+        raise TopologyError(f"unknown topology {text!r}; choose one of: {forms}")
+    builder, parse, form = TOPOLOGIES[name]
+    if parse is None and arg:
+        raise TopologyError(f"--topology {name} takes no parameter")
+    if parse is not None and not arg:
+        raise TopologyError(f"--topology {name} needs its parameter: write {form}")
+    try:
+        kwargs = parse(arg) if parse else {}
+        if name == "grid" and len(kwargs) != 2:
+            raise ValueError(arg)
+    except ValueError:
+        raise TopologyError(f"--topology {text!r}: write it as {form}") from None
+    return getattr(topologies, builder)(prob, **kwargs)
 
 
 def _refusal(name: str, prob) -> str | None:
@@ -153,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="a built-in model (fedmodel examples) or a model file, e.g. examples/ring_lasso.py")
     run.add_argument("--backend", default="auto",
                      help="auto (default: picked for the model), proxal, cvxpy, dald, …")
-    run.add_argument("--topology", default=None, help="star, path, ring, complete, …")
+    run.add_argument("--topology", default=None, help="star, path, ring, complete, grid:ROWSxCOLS, "
+                     "erdos_renyi:P or random_regular:DEGREE (default: star)")
     run.add_argument("--clients", type=_positive_int("client"), default=5)
     run.add_argument("--verify", action="store_true", help="print the verification table")
     run.add_argument("--plot", default=None, metavar="DIR", help="write convergence plots to DIR")

@@ -3,7 +3,8 @@
 - convergence.png: the objective; the largest constraint violation with the feasibility
   threshold (dashed black, as in Figs. 1–2 of the ProxAL paper); the residuals the backend
   reports (primal/dual residuals, changes, certificates) on a log scale; with `reference`,
-  the relative objective gap |f − f*|/max(1, |f*|) on a log scale.
+  the relative objective gap |f − f*|/|f*| on a log scale (never /max(1, |f*|): the same
+  curve for data in any units).
 - clients.png (when the history has per-client values, e.g. ProxAL): mean local objective and
   mean local violation over the clients with their min–max range as a band (the papers'
   "cross-client variation"), and the threshold.
@@ -164,10 +165,10 @@ def convergence_figure(history, threshold: float = 1e-3, reference: float | None
             ax.set_yscale("log")
             ax.set_title("residuals")
         else:
-            gap = np.abs(objective - reference) / max(1.0, abs(reference))
-            ax.plot(x, _positive(gap), color=BLUE, marker=marker)
+            scale, label = _gap_scale(reference, objective)
+            ax.plot(x, _positive(np.abs(objective - reference) / scale), color=BLUE, marker=marker)
             ax.set_yscale("log")
-            ax.set_title("relative objective gap |f − f*| / max(1, |f*|)")
+            ax.set_title(f"relative objective gap |f − f*| / {label}")
         ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -175,6 +176,15 @@ def convergence_figure(history, threshold: float = 1e-3, reference: float | None
     if title:
         figure.suptitle(title)
     return figure
+
+
+def _gap_scale(reference: float, objective: np.ndarray) -> tuple[float, str]:
+    """What the objective gap is divided by, and its label: |f*|, or where f* = 0 the largest
+    |f| of the run (a gap to a zero optimum has no size of its own); 1 when both are 0."""
+    if reference != 0 and math.isfinite(reference):
+        return abs(reference), "|f*|"
+    largest = np.nanmax(np.abs(objective), initial=0.0)
+    return (largest, "max |f|") if largest > 0 and math.isfinite(largest) else (1.0, "1")
 
 
 def _per_client(history, key) -> np.ndarray | None:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .errors import FedModelError
-from .expression import Variable
+from .expression import Expression, Parameter, Variable, postorder
 
 
 @dataclass
@@ -84,13 +84,18 @@ class Result:
     # `Problem.solve`: `fm.verify` checks the result against that model, not a later one
     parameters: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
-    def value(self, var: Variable) -> np.ndarray:
-        """The solution value of a variable (shared, private or slack) of the solved problem.
+    def value(self, var: Variable | Expression) -> np.ndarray | float:
+        """The solution value of a variable (shared, private or slack) of the solved problem, or
+        of an expression of them (`res.value(fm.norm2(w))`, `res.value(X @ w)`) at this result's
+        point, its Parameters at the values it was solved with (`parameters`).
 
         Values are keyed by the variable object (its uid), never by name: each client's private
         `s` has its own value."""
+        if isinstance(var, Expression) and not isinstance(var, Variable):
+            return self._evaluate(var)
         if not isinstance(var, Variable):
-            raise FedModelError(f"Result.value takes a Variable, got {type(var).__name__}")
+            raise FedModelError(f"Result.value takes a Variable or an expression of the problem's "
+                                f"variables, got {type(var).__name__}")
         if var.uid not in self.values:
             if not self.values and self.status != "converged":
                 raise FedModelError(f"no value for {var.label!r}: the {self.backend} run ended "
@@ -98,6 +103,20 @@ class Result:
             raise FedModelError(f"variable {var.label!r} is not part of the problem this result "
                                 "solves")
         return self.values[var.uid]
+
+    def _evaluate(self, expr: Expression) -> np.ndarray | float:
+        """`expr` at this result's variables and solved-with Parameters (not at the leaves'
+        current values, which a later solve or assignment may have changed)."""
+        from .compiler.codegen import Plan
+        leaves = [node for node in postorder([expr]) if isinstance(node, (Variable, Parameter))]
+        values = []
+        for leaf in leaves:
+            value = self.value(leaf) if isinstance(leaf, Variable) else self.parameters.get(leaf.uid, leaf.value)
+            if value is None:
+                raise FedModelError(f"parameter {leaf.label!r} has no value")
+            values.append(value)
+        out = Plan([expr], leaves)(*values)[0]
+        return float(out) if np.ndim(out) == 0 else np.asarray(out)
 
     def values_by_label(self) -> dict[str, np.ndarray]:
         """{label: value} for display: `w` for a shared variable, `c3.s` for client c3's `s`."""

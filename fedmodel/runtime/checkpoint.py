@@ -10,7 +10,7 @@ A checkpoint is one pickle file holding
   loop state holds β, once, and the resumed loop sends it again;
 - `ledger`: the communication ledger so far (a resumed run books the same traffic);
 - `fingerprint`: a hash of the problem (structure and data) and of the backend's options — a
-  checkpoint of another problem or other settings is refused;
+  checkpoint of another problem or other settings is refused (runtime/checkpoint_fingerprint.py);
 - `outcome`: set once the run has finished, so resuming a finished run returns its result;
 - `history`: the loop's `history`, kept out of `loop`: its records' pickles appended, each
   encoded once (runtime/checkpoint_history.py: a save costs O(state + new records)).
@@ -27,7 +27,6 @@ with a `CheckpointError` saying so, not with the error its unpickling would rais
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import tempfile
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FedModelError
+from .checkpoint_fingerprint import fingerprint
 from .checkpoint_history import AppendedHistory, join_history
 from .node_state import without_settings
 
@@ -102,7 +102,7 @@ class Checkpointer:
             raise CheckpointError(f"the directory of checkpoint {str(path)!r} does not exist")
         _check_writable(path)
         variables = problem.variables()
-        self = cls(path, int(every), fingerprint(problem, backend), variables)
+        self = cls(path, int(every), fingerprint(problem, backend, FORMAT), variables)
         self.backend = backend.name
         if resume and path.exists():
             self._loaded = self._read(backend)
@@ -317,79 +317,3 @@ def read(path: str | os.PathLike) -> dict[str, Any]:
     if isinstance(data, dict):
         join_history(data)
     return data
-
-
-# ---- fingerprints ---------------------------------------------------------------------------
-def fingerprint(problem, backend) -> str:
-    """SHA-256 of the problem's structure and data and of the backend's class and options.
-    Independent of variable uids and default names (they differ between processes)."""
-    h = hashlib.sha256(f"fedmodel-checkpoint-{FORMAT}".encode())
-    leaves: dict[int, int] = {}
-    memo: dict[int, str] = {}
-    for block in problem.blocks:
-        h.update(f"|block {type(block).__name__} {block.name}".encode())
-        for term in block.terms:
-            h.update(b"|term ")
-            h.update(_expr_token(term, leaves, memo, h).encode())
-        for c in block.constraints:
-            h.update(f"|constraint {type(c).__name__} {c.name} ".encode())
-            h.update(_expr_token(c.expr, leaves, memo, h).encode())
-    h.update(f"|backend {type(backend).__module__}.{type(backend).__qualname__}".encode())
-    for name in sorted(vars(backend)):
-        if not name.startswith("_"):
-            h.update(f"|{name}=".encode())
-            _update(h, getattr(backend, name))
-    return h.hexdigest()
-
-
-def _expr_token(node, leaves: dict[int, int], memo: dict[int, str], h) -> str:
-    """A canonical text for an expression DAG; leaf values go into the hash `h` directly."""
-    from ..expression import Constant, Leaf, Parameter
-    if id(node) in memo:
-        return memo[id(node)]
-    if isinstance(node, Leaf):
-        if node.uid not in leaves:           # first visit: number it and hash its value
-            leaves[node.uid] = len(leaves)
-            h.update(f"|leaf{leaves[node.uid]} {type(node).__name__} {node.shape}".encode())
-            if getattr(node, "remote", False):   # loader data: identified by its loader, not read
-                loader = node.loader
-                h.update(f"|loader {getattr(loader, '__module__', '')}."
-                         f"{getattr(loader, '__qualname__', type(loader).__name__)}".encode())
-            elif isinstance(node, (Constant, Parameter)):
-                value = node.value
-                _update(h, None if value is None else np.asarray(value, float))
-        token = f"L{leaves[node.uid]}"
-    else:
-        extras = {k: v for k, v in vars(node).items() if k not in ("args", "shape") and not k.startswith("_")}
-        args = ",".join(_expr_token(a, leaves, memo, h) for a in node.args)
-        token = f"{type(node).__name__}{node.shape}[{_simple(extras)}]({args})"
-    memo[id(node)] = token
-    return token
-
-
-def _simple(value, depth: int = 0) -> str:
-    if depth > 6:
-        return "..."
-    if isinstance(value, np.ndarray):
-        return f"array{value.shape}:{hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]}"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k!r}:{_simple(v, depth + 1)}"
-                              for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
-    if isinstance(value, (list, tuple)):
-        return "(" + ",".join(_simple(v, depth + 1) for v in value) + ")"
-    if isinstance(value, (str, int, float, bool, type(None), slice, np.number)):
-        return repr(value)
-    if callable(value) and hasattr(value, "__qualname__"):
-        return value.__qualname__          # functions: by name (lambdas have stable qualnames)
-    if hasattr(value, "__dict__"):         # option objects (e.g. a schedule): by their fields
-        public = {k: v for k, v in vars(value).items() if not k.startswith("_")}
-        return f"{type(value).__qualname__}{_simple(public, depth + 1)}"
-    return type(value).__name__
-
-
-def _update(h, value) -> None:
-    if isinstance(value, np.ndarray):
-        h.update(f"array{value.shape}{value.dtype}".encode())
-        h.update(np.ascontiguousarray(value).tobytes())
-    else:
-        h.update(_simple(value).encode())
