@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..atoms import add, multiply, sum as sum_
-from ..expression import Constant, Expression, Leaf, Parameter, Variable, postorder
+from ..atoms import Index, MatMul, Multiply, Neg, add, multiply, sum as sum_
+from ..atoms.indexing import numpy_key
+from ..expression import Expression, Leaf, Parameter, Variable, postorder
 from .canonical import classify_objective
 from .codegen import Plan
 from .differentiate import grad
@@ -214,14 +215,17 @@ def _largest(x: np.ndarray) -> float:
 
 
 def constant_matrix(node: Expression) -> Any:
-    """The value of `node` when it is data or a constant, or an expression of those alone (−X,
-    2·X, Xᵀ), else None. `-c.data(yX) @ w` parses as (−yX) @ w (unary minus binds before @):
-    read only as a Constant, its w took no column scales, and a logistic loss on columns in units
-    10^±3 ran ProxAL, cProx-AL, DALD and FedADMM to their caps where `-(X @ w)` converged
-    (docs/BENCHMARKS.md, branch logunits). Parameters excluded, as a Parameter matrix is."""
-    if isinstance(node, Constant):
-        return node.value
-    if isinstance(node, Leaf) or node.variables() or node.parameters():
+    """The value of `node` when it is data, a constant or a Parameter with a value, or an
+    expression of those alone (−X, 2·X, Xᵀ, y∘X, λ·X), else None. `-c.data(yX) @ w` parses as
+    (−yX) @ w (unary minus binds before @): read only as a Constant, its w took no column scales,
+    and a logistic loss on columns in units 10^±3 ran ProxAL, cProx-AL, DALD and FedADMM to
+    their caps where `-(X @ w)` converged (docs/BENCHMARKS.md, branch logunits). A Parameter is
+    read at its value now: the copy is built at each solve, and any positive D is an exact
+    change of variables, so a value changed later costs conditioning, never the answer."""
+    if isinstance(node, Leaf):
+        value = node.value if not isinstance(node, Variable) else None
+        return value if getattr(value, "ndim", 0) == 2 else None
+    if node.variables() or any(p.value is None for p in node.parameters()):
         return None
     try:
         with np.errstate(all="ignore"):
@@ -229,6 +233,43 @@ def constant_matrix(node: Expression) -> Any:
     except (ArithmeticError, ValueError, TypeError):
         return None
     return value if getattr(value, "ndim", 0) == 2 else None
+
+
+def read_product(node: MatMul) -> tuple[Variable, np.ndarray, Any] | None:
+    """(w, entries, X) when the product `node` reads entries `entries` of a vector variable w
+    through a matrix X of data (`constant_matrix`): X @ u or u @ Xᵀ, u = w, −w, c·w, w[idx] or
+    a composition of those (X's column j reads w[entries[j]]). Before, only X @ w was read:
+    `X @ (−w)`, `X @ w[idx]`, `w @ X.T`, `(λ·X) @ w` with λ a Parameter took no column scales,
+    and least squares on columns in units 10^±3 ran every backend to its cap (newuser9)."""
+    a, b = node.args
+    if a.ndim == 2 and b.ndim == 1:
+        matrix, side, transposed = a, b, False
+    elif a.ndim == 1 and b.ndim == 2:
+        matrix, side, transposed = b, a, True
+    else:
+        return None
+    found = variable_entries(side)
+    if found is None or (value := constant_matrix(matrix)) is None:
+        return None
+    return found[0], found[1], value.T if transposed else value
+
+
+def variable_entries(expr: Expression) -> tuple[Variable, np.ndarray] | None:
+    """(w, flat indices into w) when `expr` is a vector variable's entries up to sign and a
+    nonzero scalar factor (w, −w, c·w, w[idx], nested), else None."""
+    if isinstance(expr, Variable):
+        return (expr, np.arange(expr.size)) if expr.ndim == 1 else None
+    if isinstance(expr, Neg):
+        return variable_entries(expr.args[0])
+    if isinstance(expr, Index):
+        inner = variable_entries(expr.args[0])
+        return None if inner is None else (inner[0], inner[1][numpy_key(expr.key)])
+    if isinstance(expr, Multiply):
+        for k, x in (expr.args, expr.args[::-1]):
+            if k.shape == () and not k.variables() and all(p.value is not None for p in k.parameters()):
+                scalar = float(value_at(k, {}))
+                return variable_entries(x) if np.isfinite(scalar) and scalar != 0 else None
+    return None
 
 
 def value_at(expr: Expression, values: dict[int, np.ndarray]) -> Any:
