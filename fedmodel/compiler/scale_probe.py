@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..atoms import Index, MatMul, Multiply, Neg, add, multiply, sum as sum_
+from ..atoms import Add, Index, MatMul, Multiply, Neg, add, multiply, sum as sum_
 from ..atoms.indexing import numpy_key
 from ..expression import Expression, Leaf, Parameter, Variable, postorder
 from .canonical import classify_objective
@@ -235,40 +235,63 @@ def constant_matrix(node: Expression) -> Any:
     return value if getattr(value, "ndim", 0) == 2 else None
 
 
-def read_product(node: MatMul) -> tuple[Variable, np.ndarray, Any] | None:
-    """(w, entries, X) when the product `node` reads entries `entries` of a vector variable w
-    through a matrix X of data (`constant_matrix`): X @ u or u @ Xᵀ, u = w, −w, c·w, w[idx] or
-    a composition of those (X's column j reads w[entries[j]]). Before, only X @ w was read:
-    `X @ (−w)`, `X @ w[idx]`, `w @ X.T`, `(λ·X) @ w` with λ a Parameter took no column scales,
-    and least squares on columns in units 10^±3 ran every backend to its cap (newuser9)."""
-    a, b = node.args
-    if a.ndim == 2 and b.ndim == 1:
-        matrix, side, transposed = a, b, False
-    elif a.ndim == 1 and b.ndim == 2:
-        matrix, side, transposed = b, a, True
-    else:
-        return None
-    found = variable_entries(side)
-    if found is None or (value := constant_matrix(matrix)) is None:
-        return None
-    return found[0], found[1], value.T if transposed else value
+def data_reads(expr: Expression) -> list[tuple[Variable, np.ndarray, Any]]:
+    """[(w, entries, X)]: each vector variable w that `expr` reads through a matrix X of data
+    (`constant_matrix`), X's column j reading w[entries[j]] — X @ u or u @ Xᵀ with u linear in
+    variables (`linear_reads`: w, −w, c·w, w[idx], w + a, M @ w, fm.hstack([w, v]), nested).
+    A product read through an outer one (M @ w inside X @ (M @ w)) counts only as (X M) @ w.
+    Before, only X @ w was read: `X @ (−w)`, `X @ w[idx]`, `w @ X.T`, `(λ·X) @ w` with λ a
+    Parameter took no column scales, and least squares on columns in units 10^±3 ran every
+    backend to its cap (newuser9)."""
+    reads: dict[int, list] = {}
+    through: set[int] = set()
+    for node in postorder([expr]):
+        if not isinstance(node, MatMul):
+            continue
+        a, b = node.args
+        if a.ndim == 2 and b.ndim == 1:
+            matrix, side, transposed = a, b, False
+        elif a.ndim == 1 and b.ndim == 2:
+            matrix, side, transposed = b, a, True
+        else:
+            continue
+        if getattr(matrix, "embedding", False):    # fm.hstack's placement of u: not data
+            continue
+        found = linear_reads(side, through)
+        if found and (value := constant_matrix(matrix)) is not None:
+            x = value.T if transposed else value
+            reads[id(node)] = [(w, entries, x if p is None else x @ p) for w, entries, p in found]
+    return [r for key, found in reads.items() if key not in through for r in found]
 
 
-def variable_entries(expr: Expression) -> tuple[Variable, np.ndarray] | None:
-    """(w, flat indices into w) when `expr` is a vector variable's entries up to sign and a
-    nonzero scalar factor (w, −w, c·w, w[idx], nested), else None."""
+def linear_reads(expr: Expression, through: set[int]) -> list[tuple] | None:
+    """[(w, entries, P)] with `expr` = Σ P_k w_k[entries_k] + a constant (P None: the identity;
+    signs and nonzero scalar factors dropped), else None; the products with a constant matrix
+    it looks through are added to `through`."""
     if isinstance(expr, Variable):
-        return (expr, np.arange(expr.size)) if expr.ndim == 1 else None
+        return [(expr, np.arange(expr.size), None)] if expr.ndim == 1 else None
     if isinstance(expr, Neg):
-        return variable_entries(expr.args[0])
-    if isinstance(expr, Index):
-        inner = variable_entries(expr.args[0])
-        return None if inner is None else (inner[0], inner[1][numpy_key(expr.key)])
+        return linear_reads(expr.args[0], through)
+    if isinstance(expr, Index) and expr.args[0].ndim == 1:
+        inner = linear_reads(expr.args[0], through)
+        key = numpy_key(expr.key)
+        return None if inner is None else \
+            [(w, e[key], None) if p is None else (w, e, p[key]) for w, e, p in inner]
     if isinstance(expr, Multiply):
         for k, x in (expr.args, expr.args[::-1]):
-            if k.shape == () and not k.variables() and all(p.value is not None for p in k.parameters()):
+            if k.shape == () and k.is_constant() and all(p.value is not None for p in k.parameters()):
                 scalar = float(value_at(k, {}))
-                return variable_entries(x) if np.isfinite(scalar) and scalar != 0 else None
+                return linear_reads(x, through) if np.isfinite(scalar) and scalar != 0 else None
+    if isinstance(expr, Add):
+        parts = [linear_reads(a, through) for a in expr.args if not a.is_constant()]
+        return None if not parts or any(p is None for p in parts) else [r for p in parts for r in p]
+    if isinstance(expr, MatMul) and expr.args[0].ndim == 2 and expr.args[1].ndim == 1:
+        inner = linear_reads(expr.args[1], through)
+        m = constant_matrix(expr.args[0])
+        if inner is None or m is None:
+            return None
+        through.add(id(expr))
+        return [(w, e, m if p is None else m @ p) for w, e, p in inner]
     return None
 
 

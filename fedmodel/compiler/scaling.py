@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from ..atoms import MatMul, Multiply, multiply
+from ..atoms import Multiply, multiply
 from ..constraints import Constraint
 from ..errors import FedModelError
-from ..expression import Constant, Expression, Leaf, Variable, postorder
+from ..expression import Constant, Expression, Leaf, Variable
 from .canonical import SPLIT, canonical_constraints, classify_objective
-from .scale_probe import (epigraph_probe, factor, norm_probe, objective_scale, probe, read_product,
+from .scale_probe import (data_reads, epigraph_probe, factor, norm_probe, objective_scale, probe,
                           slack_sizes, value_at)
 from .set_scaling import (column_squares, compact, in_sets, normalized_rows, round_balls, unit_row,
                           unsized, written_in_v)
@@ -262,7 +262,7 @@ def _in_prox_terms(problem) -> set[int]:
 # ---- column scales -----------------------------------------------------------------------------
 def column_scales(problem, variables: list[Variable], excluded: set[int],
                   unit_rows: frozenset[str] = frozenset()) -> dict[int, np.ndarray]:
-    """Per entry j of each variable read through data (`scale_probe.read_product`): gm / rms_j,
+    """Per entry j of each variable read through data (`scale_probe.data_reads`): gm / rms_j,
     rms_j the rms size of the columns reading j over the rows of every such matrix, gm their
     geometric mean (the probe sets the overall scale). Rows of `unit_rows` constraints (affine
     sets: `set_scaling.unit_row`) count at the other rows' rms norm: a row 1e3 in norm beside
@@ -278,14 +278,13 @@ def column_scales(problem, variables: list[Variable], excluded: set[int],
         sizes[uid] = sizes.get(uid, 0.0) + np.array([np.sum(squares), x.shape[0]])
     for name, expr in [(None, t) for t in problem.objective_terms] + \
             [(c.name, c.expr) for c in problem.constraints]:
-        for node in postorder([expr]):
-            found = read_product(node) if isinstance(node, MatMul) else None
-            if found is None or found[0].uid in excluded or found[0].uid not in by_uid:
+        for var, entries, x in data_reads(expr):
+            if var.uid in excluded or var.uid not in by_uid:
                 continue
             if name in unit_rows:
-                affine.setdefault(found[0].uid, []).append((*found[:2], normalized_rows(found[2])))
+                affine.setdefault(var.uid, []).append((var, entries, normalized_rows(x)))
             else:
-                count(*found)
+                count(var, entries, x)
     for uid, matrices in affine.items():
         row_size = sizes[uid][0] / sizes[uid][1] if uid in sizes else 1.0
         for var, entries, x in matrices:
