@@ -53,10 +53,15 @@ def probe(problem, variables: list[Variable], columns: dict[int, np.ndarray]):
     """(length ℓ_v, curvature L_v) of each variable from each probed block's smooth objective at
     the origin, in the column-scaled coordinates v = w / D: ℓ_v = Σ‖g_i‖³ / Σ g_iᵀH_i g_i (the
     Newton step along the gradient), L_v = Σ g_iᵀH_i g_i / ‖g_i‖² (extrapolated to every
-    client when only PROBE_BLOCKS of them are probed)."""
+    client when only PROBE_BLOCKS of them are probed). A variable with a gradient but no
+    curvature along it (a Huber loss whose residuals at the origin all lie beyond M) takes
+    ℓ_v = Σ|f_i(0)| / Σ‖g_i‖, the step at which f's linear model reaches zero, and L_v the
+    curvature that makes σ·f(0) one (`linear_fallback`). Before, it kept δ = σ = 1: raw Boston
+    housing under a Huber loss converged at ×1 and ran to every cap at ×1e-3 (newuser9)."""
     cubes: dict[int, float] = {}
     bends: dict[int, float] = {}
     curvature: dict[int, float] = {}
+    flat: dict[int, list] = {}       # uid → [Σ|f_i(0)|, Σ‖g_i‖] over blocks with no curvature
     for block, weight in probed_blocks(problem):
         classified = classify_objective(block.terms)
         smooth = [t for t in classified.smooth if not any(t is u for u in classified.unsupported)]
@@ -72,9 +77,37 @@ def probe(problem, variables: list[Variable], columns: dict[int, np.ndarray]):
             bends[uid] = bends.get(uid, 0.0) + weight * abs(bend)
             if norm > 0:
                 curvature[uid] = curvature.get(uid, 0.0) + weight * abs(bend) / norm ** 2
+            if norm > 0 and bend == 0:
+                totals = flat.setdefault(uid, [0.0, 0.0])
+                totals[0] += weight * _at_origin(f)
+                totals[1] += weight * norm
     lengths = {uid: cubes[uid] / bends[uid] for uid in cubes if bends.get(uid, 0.0) > 0
                and cubes[uid] > 0}
+    linear_fallback(variables, flat, lengths, curvature)
     return lengths, curvature
+
+
+def linear_fallback(variables: list[Variable], flat: dict[int, list], lengths: dict[int, float],
+                    curvature: dict[int, float]) -> None:
+    """ℓ_v = Σ|f_i(0)| / Σ‖g_i‖ and L_v = Σ|f_i(0)|·size / ℓ_v² (so that σ = 1/(L_v δ²) is
+    1/Σ|f_i(0)|) for each variable of `flat` no block gave a curvature (`probe`)."""
+    sizes = {v.uid: v.size for v in variables}
+    for uid, (value, slope) in flat.items():
+        if uid in lengths or curvature.get(uid, 0.0) > 0 or not (value > 0 and slope > 0) \
+                or not np.isfinite(value):
+            continue
+        lengths[uid] = value / slope
+        curvature[uid] = value * sizes.get(uid, 1) / lengths[uid] ** 2
+
+
+def _at_origin(f: Expression) -> float:
+    """|f(0)| (0 where undefined)."""
+    try:
+        with np.errstate(all="ignore"):
+            value = abs(float(np.sum(value_at(f, {}))))
+    except (ArithmeticError, ValueError, TypeError):
+        return 0.0
+    return value if np.isfinite(value) else 0.0
 
 
 def block_probe(f: Expression, columns: dict[int, np.ndarray]) -> dict[int, tuple[float, float]]:
