@@ -290,8 +290,12 @@ def data_reads(expr: Expression) -> list[tuple[Variable, np.ndarray, Any]]:
             continue
         if getattr(matrix, "embedding", False):    # fm.hstack's placement of u: not data
             continue
-        found = linear_reads(side, through)
-        if found and (value := constant_matrix(matrix)) is not None:
+        if (value := constant_matrix(matrix)) is None:
+            continue
+        looked: set[int] = set()
+        found = linear_reads(side, looked)
+        if found:         # the products looked through count only here
+            through |= looked
             x = value.T if transposed else value
             reads[id(node)] = [(w, entries, x if p is None else x @ p) for w, entries, p in found]
     return [r for key, found in reads.items() if key not in through for r in found]
