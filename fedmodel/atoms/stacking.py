@@ -1,6 +1,6 @@
 """`hstack` / `vstack`: numpy's (and CVXPY's) stacking of expressions, written with the linear
 atoms already there — a sum of products with constant 0/1 embedding matrices — so every
-derivative, lowering (CVXPY, sympy, JAX) and backend reads a stacked expression with no rule of
+derivative, lowering (CVXPY, sympy) and backend reads a stacked expression with no rule of
 its own, and stacked data stay an expression of each client's data (never one constant: a
 client's data must not leave its block). A user from CVXPY or numpy writes
 `fm.hstack([X1, X2]) @ w`; before, fedmodel had no such function (AttributeError, newuser9)."""
