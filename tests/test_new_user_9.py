@@ -27,6 +27,24 @@ def test_hstack_and_vstack_are_numpys():
     np.testing.assert_array_equal(fm.hstack([u, b]).value, np.hstack([a, b]))
 
 
+@pytest.mark.parametrize("how", ["hstack", "vstack"])
+def test_stacking_lowers_to_cvxpy_with_the_same_value(how):
+    """Stacked variables and data: CVXPY's lowering has numpy's value."""
+    from fedmodel.lowering.to_cvxpy import CvxpyContext
+    rng = np.random.default_rng(1)
+    X = fm.Variable((3, 2), name="X")
+    X.value = rng.normal(size=(3, 2))
+    C = rng.normal(size=(3, 2))
+    stack = getattr(fm, how)
+    expr = stack([X, C]) if how == "hstack" else stack([X.T, C.T])
+    want = np.hstack([X.value, C]) if how == "hstack" else np.vstack([X.value.T, C.T])
+    context = CvxpyContext()
+    lowered = fm.to_cvxpy(expr, context)
+    context.leaves[X.uid].value = X.value
+    np.testing.assert_allclose(np.asarray(lowered.value), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(expr.value, want, rtol=1e-12, atol=1e-12)
+
+
 def test_stacking_refuses_what_numpy_refuses_with_a_clear_error():
     with pytest.raises(fm.ShapeError, match="same number of rows"):
         fm.hstack([np.ones((3, 2)), np.ones((4, 2))])

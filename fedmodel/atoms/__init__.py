@@ -20,7 +20,7 @@ from .reductions import power_or_squares as power, square_or_squares as square  
 
 PUBLIC = ["sum", "mean", "multiply", "square", "sum_squares", "quad_form", "norm1", "norm2",
           "norm_inf", "abs", "exp", "log", "sqrt", "power", "logistic", "log_sum_exp", "pos",
-          "maximum", "huber", "reshape", "transpose", "hstack", "vstack"]
+          "maximum", "huber", "reshape", "transpose"]     # atoms; hstack / vstack compose them
 
 # the operators of `Expression` build these atoms (fedmodel/expression.py)
 OPERATORS.update(add=add, neg=neg, multiply=multiply, divide=divide,
