@@ -14,9 +14,9 @@ from .errors import (CurvatureError, DataError, FedModelError, ShapeError, Smoot
                      TopologyError)
 from .expression import BroadcastWarning, Constant, Data, Expression, Parameter, Variable
 from .constraints import Constraint, Equality, Inequality
-from .atoms import (abs, exp, huber, log, log_sum_exp, logistic, maximum, mean, multiply, norm1,
-                    norm2, norm_inf, pos, power, quad_form, reshape, sqrt, square, sum,
-                    sum_squares, transpose)
+from .atoms import (abs, exp, hstack, huber, log, log_sum_exp, logistic, maximum, mean, multiply,
+                    norm1, norm2, norm_inf, pos, power, quad_form, reshape, sqrt, square, sum,
+                    sum_squares, transpose, vstack)
 from .compiler.differentiate import grad, vjp
 from .compiler.codegen import Plan
 from .lowering import to_cvxpy, to_sympy

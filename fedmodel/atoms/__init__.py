@@ -11,6 +11,7 @@ from .elementwise import (Abs, Clip, Exp, Huber, Log, Logistic, Pos, Power, Sigm
 from .indexing import Index, IndexAdjoint, index
 from .linear import MatMul, Reshape, Transpose, matmul, reshape, transpose
 from .maximum import GreaterEqual, Maximum, maximum
+from .stacking import hstack, vstack
 from .reductions import (ArgmaxAbs, LogSumExp, Norm1, Norm2, NormInf, QuadForm, Softmax,
                          SumSquares, log_sum_exp, norm1, norm2, norm_inf, quad_form, sum_squares)
 from .sums import Mean, Sum, mean, sum
@@ -19,7 +20,7 @@ from .reductions import power_or_squares as power, square_or_squares as square  
 
 PUBLIC = ["sum", "mean", "multiply", "square", "sum_squares", "quad_form", "norm1", "norm2",
           "norm_inf", "abs", "exp", "log", "sqrt", "power", "logistic", "log_sum_exp", "pos",
-          "maximum", "huber", "reshape", "transpose"]
+          "maximum", "huber", "reshape", "transpose"]     # atoms; hstack / vstack compose them
 
 # the operators of `Expression` build these atoms (fedmodel/expression.py)
 OPERATORS.update(add=add, neg=neg, multiply=multiply, divide=divide,

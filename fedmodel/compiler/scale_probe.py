@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..atoms import add, multiply, sum as sum_
-from ..expression import Constant, Expression, Leaf, Parameter, Variable, postorder
+from ..atoms import Add, Index, MatMul, Multiply, Neg, add, multiply, sum as sum_
+from ..atoms.indexing import numpy_key
+from ..expression import Expression, Leaf, Parameter, Variable, postorder
 from .canonical import classify_objective
 from .codegen import Plan
 from .differentiate import grad
@@ -52,10 +53,15 @@ def probe(problem, variables: list[Variable], columns: dict[int, np.ndarray]):
     """(length ℓ_v, curvature L_v) of each variable from each probed block's smooth objective at
     the origin, in the column-scaled coordinates v = w / D: ℓ_v = Σ‖g_i‖³ / Σ g_iᵀH_i g_i (the
     Newton step along the gradient), L_v = Σ g_iᵀH_i g_i / ‖g_i‖² (extrapolated to every
-    client when only PROBE_BLOCKS of them are probed)."""
+    client when only PROBE_BLOCKS of them are probed). A variable with a gradient but no
+    curvature along it (a Huber loss whose residuals at the origin all lie beyond M) takes
+    ℓ_v = Σ|f_i(0)| / Σ‖g_i‖, the step at which f's linear model reaches zero, and L_v the
+    curvature that makes σ·f(0) one (`linear_fallback`). Before, it kept δ = σ = 1: raw Boston
+    housing under a Huber loss converged at ×1 and ran to every cap at ×1e-3 (newuser9)."""
     cubes: dict[int, float] = {}
     bends: dict[int, float] = {}
     curvature: dict[int, float] = {}
+    flat: dict[int, list] = {}       # uid → [Σ|f_i(0)|, Σ‖g_i‖] over blocks with no curvature
     for block, weight in probed_blocks(problem):
         classified = classify_objective(block.terms)
         smooth = [t for t in classified.smooth if not any(t is u for u in classified.unsupported)]
@@ -71,9 +77,37 @@ def probe(problem, variables: list[Variable], columns: dict[int, np.ndarray]):
             bends[uid] = bends.get(uid, 0.0) + weight * abs(bend)
             if norm > 0:
                 curvature[uid] = curvature.get(uid, 0.0) + weight * abs(bend) / norm ** 2
+            if norm > 0 and bend == 0:
+                totals = flat.setdefault(uid, [0.0, 0.0])
+                totals[0] += weight * _at_origin(f)
+                totals[1] += weight * norm
     lengths = {uid: cubes[uid] / bends[uid] for uid in cubes if bends.get(uid, 0.0) > 0
                and cubes[uid] > 0}
+    linear_fallback(variables, flat, lengths, curvature)
     return lengths, curvature
+
+
+def linear_fallback(variables: list[Variable], flat: dict[int, list], lengths: dict[int, float],
+                    curvature: dict[int, float]) -> None:
+    """ℓ_v = Σ|f_i(0)| / Σ‖g_i‖ and L_v = Σ|f_i(0)|·size / ℓ_v² (so that σ = 1/(L_v δ²) is
+    1/Σ|f_i(0)|) for each variable of `flat` no block gave a curvature (`probe`)."""
+    sizes = {v.uid: v.size for v in variables}
+    for uid, (value, slope) in flat.items():
+        if uid in lengths or curvature.get(uid, 0.0) > 0 or not (value > 0 and slope > 0) \
+                or not np.isfinite(value):
+            continue
+        lengths[uid] = value / slope
+        curvature[uid] = value * sizes.get(uid, 1) / lengths[uid] ** 2
+
+
+def _at_origin(f: Expression) -> float:
+    """|f(0)| (0 where undefined)."""
+    try:
+        with np.errstate(all="ignore"):
+            value = abs(float(np.sum(value_at(f, {}))))
+    except (ArithmeticError, ValueError, TypeError):
+        return 0.0
+    return value if np.isfinite(value) else 0.0
 
 
 def block_probe(f: Expression, columns: dict[int, np.ndarray]) -> dict[int, tuple[float, float]]:
@@ -214,14 +248,17 @@ def _largest(x: np.ndarray) -> float:
 
 
 def constant_matrix(node: Expression) -> Any:
-    """The value of `node` when it is data or a constant, or an expression of those alone (−X,
-    2·X, Xᵀ), else None. `-c.data(yX) @ w` parses as (−yX) @ w (unary minus binds before @):
-    read only as a Constant, its w took no column scales, and a logistic loss on columns in units
-    10^±3 ran ProxAL, cProx-AL, DALD and FedADMM to their caps where `-(X @ w)` converged
-    (docs/BENCHMARKS.md, branch logunits). Parameters excluded, as a Parameter matrix is."""
-    if isinstance(node, Constant):
-        return node.value
-    if isinstance(node, Leaf) or node.variables() or node.parameters():
+    """The value of `node` when it is data, a constant or a Parameter with a value, or an
+    expression of those alone (−X, 2·X, Xᵀ, y∘X, λ·X), else None. `-c.data(yX) @ w` parses as
+    (−yX) @ w (unary minus binds before @): read only as a Constant, its w took no column scales,
+    and a logistic loss on columns in units 10^±3 ran ProxAL, cProx-AL, DALD and FedADMM to
+    their caps where `-(X @ w)` converged (docs/BENCHMARKS.md, branch logunits). A Parameter is
+    read at its value now: the copy is built at each solve, and any positive D is an exact
+    change of variables, so a value changed later costs conditioning, never the answer."""
+    if isinstance(node, Leaf):
+        value = node.value if not isinstance(node, Variable) else None
+        return value if getattr(value, "ndim", 0) == 2 else None
+    if node.variables() or any(p.value is None for p in node.parameters()):
         return None
     try:
         with np.errstate(all="ignore"):
@@ -229,6 +266,70 @@ def constant_matrix(node: Expression) -> Any:
     except (ArithmeticError, ValueError, TypeError):
         return None
     return value if getattr(value, "ndim", 0) == 2 else None
+
+
+def data_reads(expr: Expression) -> list[tuple[Variable, np.ndarray, Any]]:
+    """[(w, entries, X)]: each vector variable w that `expr` reads through a matrix X of data
+    (`constant_matrix`), X's column j reading w[entries[j]] — X @ u or u @ Xᵀ with u linear in
+    variables (`linear_reads`: w, −w, c·w, w[idx], w + a, M @ w, fm.hstack([w, v]), nested).
+    A product read through an outer one (M @ w inside X @ (M @ w)) counts only as (X M) @ w.
+    Before, only X @ w was read: `X @ (−w)`, `X @ w[idx]`, `w @ X.T`, `(λ·X) @ w` with λ a
+    Parameter took no column scales, and least squares on columns in units 10^±3 ran every
+    backend to its cap (newuser9)."""
+    reads: dict[int, list] = {}
+    through: set[int] = set()
+    for node in postorder([expr]):
+        if not isinstance(node, MatMul):
+            continue
+        a, b = node.args
+        if a.ndim == 2 and b.ndim == 1:
+            matrix, side, transposed = a, b, False
+        elif a.ndim == 1 and b.ndim == 2:
+            matrix, side, transposed = b, a, True
+        else:
+            continue
+        if getattr(matrix, "embedding", False):    # fm.hstack's placement of u: not data
+            continue
+        if (value := constant_matrix(matrix)) is None:
+            continue
+        looked: set[int] = set()
+        found = linear_reads(side, looked)
+        if found:         # the products looked through count only here
+            through |= looked
+            x = value.T if transposed else value
+            reads[id(node)] = [(w, entries, x if p is None else x @ p) for w, entries, p in found]
+    return [r for key, found in reads.items() if key not in through for r in found]
+
+
+def linear_reads(expr: Expression, through: set[int]) -> list[tuple] | None:
+    """[(w, entries, P)] with `expr` = Σ P_k w_k[entries_k] + a constant (P None: the identity;
+    signs and nonzero scalar factors dropped), else None; the products with a constant matrix
+    it looks through are added to `through`."""
+    if isinstance(expr, Variable):
+        return [(expr, np.arange(expr.size), None)] if expr.ndim == 1 else None
+    if isinstance(expr, Neg):
+        return linear_reads(expr.args[0], through)
+    if isinstance(expr, Index) and expr.args[0].ndim == 1:
+        inner = linear_reads(expr.args[0], through)
+        key = numpy_key(expr.key)
+        return None if inner is None else \
+            [(w, e[key], None) if p is None else (w, e, p[key]) for w, e, p in inner]
+    if isinstance(expr, Multiply):
+        for k, x in (expr.args, expr.args[::-1]):
+            if k.shape == () and k.is_constant() and all(p.value is not None for p in k.parameters()):
+                scalar = float(value_at(k, {}))
+                return linear_reads(x, through) if np.isfinite(scalar) and scalar != 0 else None
+    if isinstance(expr, Add):
+        parts = [linear_reads(a, through) for a in expr.args if not a.is_constant()]
+        return None if not parts or any(p is None for p in parts) else [r for p in parts for r in p]
+    if isinstance(expr, MatMul) and expr.args[0].ndim == 2 and expr.args[1].ndim == 1:
+        inner = linear_reads(expr.args[1], through)
+        m = constant_matrix(expr.args[0])
+        if inner is None or m is None:
+            return None
+        through.add(id(expr))
+        return [(w, e, m if p is None else m @ p) for w, e, p in inner]
+    return None
 
 
 def value_at(expr: Expression, values: dict[int, np.ndarray]) -> Any:
