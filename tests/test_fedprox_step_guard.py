@@ -91,7 +91,7 @@ def test_no_halving_on_a_well_posed_model(backend):
 @pytest.mark.integration
 def test_np_barely_seed_5_no_longer_diverges():
     """On main 2579f54: "diverged" at round 9,633, ‖x_i‖∞ 1.15e6, 1.9e4 from CVXPY (a WRONG
-    verdict: CVXPY solves it). Now the step halves once (round ~4,300, where ‖Δx̂‖∞ jumped ten-
+    verdict: CVXPY solves it). Now the step halves once (round 4,290, where ‖Δx̂‖∞ jumped ten-
     fold) and the run reaches its cap with an honest status and a finite point."""
     from benchmarks.bench_verdicts import random_model
     prob, w, _ = random_model("np-barely", 5)
