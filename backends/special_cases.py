@@ -13,7 +13,7 @@ algorithms, `local_steps` gradient steps of size `step` started from the server 
     x ← x − step·(∇f_i(x) + μ(x − x̂^{k−1})).
 Uniform weights p_i = 1/n keep the model Σ_i f_i unchanged (N_i/N weights would solve Σ p_i f_i).
 Known limitation (not a bug): with heterogeneous clients and more than one local step, the fixed
-point of FedProx / FedAvg is not the minimizer of Σ f_i (client drift): such a stop is "stalled"
+point is not the minimizer of Σ f_i (client drift): such a stop is "stalled"
 (`base._warn_not_stationary`); with one local step both are gradient descent on (1/n)Σ f_i.
 Stop: ‖x̂^k − x̂^{k−1}‖∞ ≤ tol (the dual residual D of (70)); no consensus test (C ≠ 0 at the
 fixed point when clients differ). Client constraints: balls and bounds that read no client data
@@ -21,12 +21,11 @@ are projected on by the server's step (53) (`_server_sets`); one a client holds 
 multiplier step each round, read at x̂ (`cc_nodes._own_at_xhat`): with one local step the fixed
 point is then the model's KKT point.
 
-Defaults (issue 13): `step=None` picks the step 1/max_i L̂_i from the clients' curvature
-(estimated once per run, `backends.common.local_curvature`), with one local step (gradient
-descent on (1/n)Σ f_i: no client drift) and a stop at `tol`; `FedProx.paper()` / `FedAvg.paper()`
-are the DALD paper's baseline settings (α = 1e-4, one step, 1000 rounds). Divergence (non-finite
-or 1e6-fold growth) stops with status "diverged" through DALD's DivergenceWatch, whose message
-here names the backend and its `step`.
+Defaults (issue 13): `step=None` picks 1/max_i L̂_i from the clients' curvature at x⁰
+(`common.local_curvature`), halved where the rounds' steps grow (`step_guard`), one local step
+(GD on (1/n)Σ f_i: no drift), a stop at `tol`; `FedProx.paper()` / `FedAvg.paper()`: the DALD
+paper's baseline (α = 1e-4, one step, 1000 rounds). Divergence (non-finite or 1e6-fold growth):
+"diverged" (DALD's DivergenceWatch; its message names the backend and its `step`).
 """
 from __future__ import annotations
 
@@ -45,6 +44,7 @@ from .common import check_count, check_number, progress
 from .dald import DALD
 from .projecting import _server_set_multipliers, affine_only, project_server_sets, projectable, server_set_multipliers
 from .dp_fedavg import CLIENT_DP_ROUNDS, ClientPrivacy, check_model, private_rounds
+from .step_guard import StepGuard
 from .watch import DivergenceWatch
 from .outcome import Outcome, Status
 
@@ -66,16 +66,15 @@ def _server_sets(problem) -> list:
     return moved
 
 
-class _DistributedPA(DALD):
+class _DistributedPA(StepGuard, DALD):
     """Fed-DALD-CC with μ ≡ 0 and x̂ = mean(x_i) (distributed PA, (51)–(53))."""
 
     procedures = (*DALD.procedures, _server_set_multipliers)
     _moved, _held = False, []    # clients' sets projected by the server (`_server_sets`), the others
 
-    # Equilibrated by default, as every backend (docs/scaling.md): it diverged on the ball-lasso
-    # at round 13 when fixed β = 2 (clients' constraints) and μ = 2 met the step 1/L̂ that follows
-    # the data (step·β = 14); both follow L̂ now (`_prepare`). A step the user gives is in the
-    # model's units, so that run solves the model as written (as DistributedGD's).
+    # Equilibrated by default, as every backend (docs/scaling.md): it diverged on the ball-lasso at
+    # round 13 when fixed β = 2 (clients' constraints) and μ = 2 met the step 1/L̂ that follows the
+    # data (step·β = 14); both follow L̂ now (`_prepare`). A step the user gives is in the model's units.
 
     def __init__(self, prox: float, step: float | None, local_steps: int | None, max_rounds: int | None,
                  tol: float, x0: Any = None, beta: float | None = None, warm_start: bool = False,
@@ -148,16 +147,17 @@ class _DistributedPA(DALD):
         (‖∇c_j‖ ≈ 1: a norm ball's, or an equilibrated row's). So the step is 1/(L̂ + μ) when the
         proximal term counts, else 1/L̂, and β = min(2, L̂/2) (unless given): fixed numbers there
         made step·β and step·μ follow the data's units, and diverge past 2 (class comment). The
-        cap 2 (the old fixed β) is for rows as written, whose ‖∇c_j‖² may be far above 1
-        (Σw ≤ b in d = 5: L̂/2 = 3.2 made step·β·‖∇c‖² = 2.5 and never settled; β = 2: 57 rounds)."""
-        if self.step_option is None and not self.exact_local:
-            # one group request (the batched and JAX executors: one group gradient per step)
+        cap 2 (the old fixed β) is for rows as written, whose ‖∇c_j‖² may be far above 1 (Σw ≤ b,
+        d = 5: L̂/2 = 3.2 made step·β·‖∇c‖² = 2.5, never settled; β = 2: 57 rounds). The step
+        then halves where the rounds' steps grow (`step_guard`)."""
+        if self.step_option is None and not self.exact_local:   # (one group request)
             estimates = ex.map_stacked("local_curvature", tuple(ex.clients), common={"z": x0, "iterations": 8})
             largest = float(np.max(estimates["L"], initial=0.0))
             proximal = self.mu if self.local_steps > 1 or self.warm_start else 0.0
             self.step = 1.0 / (largest + proximal) if largest + proximal > 0 else 1.0
             if self.beta_option is None and largest > 0:
                 self.beta = min(2.0, 0.5 * largest)
+        self.start_guard(self.step_option is None and not self.exact_local and self.client_privacy is None)
 
     def _client_step(self) -> float:
         """α, the step one round's client update takes along −∇f_i at x̂: x_i ≈ x̂ − α∇f_i(x̂)
@@ -294,7 +294,7 @@ class _DistributedPA(DALD):
         finally:
             step, self.step = self.step, (1.0 if automatic else self.step)
             self.beta = 2.0 if self.beta_option is None else self.beta_option
-        out.info["step"] = step          # the local gradient step used (chosen when step=None)
+        out.info.update(step=step, step_halvings=self.halvings)   # the local step used (`step_guard`)
         # drift (several local steps) biases the fixed point: `base.finish_result` says "stalled"
         out.biased_fixed_point = True
         out.iterations = {"rounds": out.iterations["inner"]}

@@ -261,14 +261,17 @@ def test_the_knob_is_in_the_units_of_its_clip():
 
 
 def test_the_knobs_penalty_follows_its_noise_from_public_facts():
-    """ρ = C²·(0.5 + 10·ν), ν = σ_g·√d/(q·min_p I_p) (`DPADMM.knob_penalty`): from the noise,
-    d and the record counts only, the same at every round and for every seed; the paper's
-    schedule (21), 2 + 5/ε̄, is kept where a per-round ε̄ or a schedule is given."""
+    """ρ = C²·(0.5 + 10·ν), ν the RMS of ω_p·ν_p, ν_p = σ_g·√d/(q·I_p), ω_p = 1/(1 + ν_p²) — equal
+    clients here — (`DPADMM.knob_penalty`; shrink=False: max_p ν_p): from the noise, d and the record counts only,
+    the same at every round and for every seed; the paper's schedule (21), 2 + 5/ε̄, is kept
+    where a per-round ε̄ or a schedule is given."""
     prob = _logistic(_data(kind="logistic"))
-    for clip, rate in ((1.0, 1.0), (2.0, 0.5)):
-        res = prob.solve(DPADMM(epsilon_total=2.0, seed=0, max_rounds=30, clip=clip, sample_rate=rate))
+    for clip, rate, shrink in ((1.0, 1.0, True), (2.0, 0.5, True), (1.0, 1.0, False)):
+        res = prob.solve(DPADMM(epsilon_total=2.0, seed=0, max_rounds=30, clip=clip, sample_rate=rate,
+                                shrink=shrink))
         noise = res.info["privacy"]["gradient_noise"] * math.sqrt(D) / (rate * I / P)
-        assert res.info["rho"] == pytest.approx(clip ** 2 * (0.5 + 10.0 * noise), rel=1e-12)
+        weight = 1.0 / (1.0 + noise ** 2) if shrink else 1.0
+        assert res.info["rho"] == pytest.approx(clip ** 2 * (0.5 + 10.0 * weight * noise), rel=1e-12)
         assert {h["rho"] for h in res.history} == {res.info["rho"]}
         assert res.history[-1]["prox"] == pytest.approx(clip ** 2 * math.sqrt(30) / 100.0, rel=1e-12)
     given = prob.solve(DPADMM(epsilon_total=2.0, seed=0, max_rounds=5, rho_schedule="mnist"))

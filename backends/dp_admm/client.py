@@ -41,7 +41,7 @@ from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, n
 from ..common import _curvature_at
 from ..projecting import has_affine_sets, projected_multipliers
 from .constrained import LAGRANGIAN_MARGIN, LocalConstraints, _compiled, local_constraints
-from .sampled import SampledGaussianObjective
+from .sampled import SampledGaussianObjective, noise_ratio, shrinkage
 
 _SLOT = "dp_admm.z"          # the group's stack of the rows' z_p
 
@@ -133,11 +133,11 @@ def release(states: list[dict], layers: list, clean: np.ndarray, scales: list[fl
 @procedure("dp_admm_init", {"z0": "x", "mechanism": "str", "epsilon": "1", "sensitivity": "str",
                             "bound": "1", "clip": "1", "std": "str", "norm": "str", "seed": "1",
                             "index": "1", "record": "1", "share": "1", "value_clip": "1",
-                            "noise": "1", "noise_c": "1", "rate": "1", "curvature": "1"},
+                            "noise": "1", "noise_c": "1", "rate": "1", "curvature": "1", "shrink": "1"},
            {"records": "1", "constraint_releases": "1", "L": "1"})
 def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=None, clip=None,
                  std="sigma", norm="inf", seed=None, index=0, record=0.0, share=0.0, value_clip=1.0,
-                 noise=None, noise_c=None, rate=1.0, curvature=None):
+                 noise=None, noise_c=None, rate=1.0, curvature=None, shrink=0.0):
     """z_p^1 (the client keeps its z_p; the server keeps λ_p), the DP layer, and the client's
     own generator: spawned from `seed` for reproducible simulations, or (seed=None) seeded from
     OS entropy on the client, so that no one else can replay — and subtract — its noise.
@@ -145,8 +145,8 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
     constraints and prox-able terms (`constrained.LocalConstraints`): the J constraints that read
     the client's data get the fraction `share` of ε̄ (ε̄·share/J each), the gradient the rest;
     the reply's `constraint_releases` is J (None without local constraints or terms).
-    mechanism="sampled_gaussian" (`sampled`): noise multipliers `noise` (the gradient) and
-    `noise_c` (each constraint value), Poisson rate `rate`, the L2 clip norm C in `clip`.
+    mechanism="sampled_gaussian" (`sampled`): noise multipliers `noise` (the gradient) and `noise_c`
+    (each constraint value), Poisson rate `rate`, L2 clip C in `clip`, `shrink`: ω_p (`sampled`).
     `curvature` (non-private runs): also L̂_p at z0, as "local_curvature" with that many steps
     would answer (the server's ρ floor, asked here: no round trip of its own; `setup`)."""
     rng, records = node_generator(seed, index), record_count(program)
@@ -160,7 +160,8 @@ def _client_init(program, z0, mechanism, epsilon, sensitivity="paper", bound=Non
         if bound is None:
             _refuse_unknown_records(program, np.asarray(z0, float), sensitivity)
     elif mechanism == "sampled_gaussian":
-        layer = SampledGaussianObjective(float(noise), float(rate), float(clip) / records)
+        weight = shrinkage(noise_ratio(float(noise), np.size(z0), float(rate), records)) if shrink else 1.0
+        layer = SampledGaussianObjective(float(noise), float(rate), float(clip) / records, float(weight))
         _refuse_unknown_records(program, np.asarray(z0, float), "clip")
     else:
         layer = GaussianOutput(std) if mechanism == "gaussian" else Identity()

@@ -24,8 +24,12 @@ from ..projecting import projects_affine, server_set_multipliers
 from .accounting import privacy_report
 from .constrained import has_local_terms
 from .pace import pace_message
+from .sampled import noise_ratio
 from ..outcome import Outcome, Status
 
+# The weight ω_p (`sampled.shrinkage`) below which the knob's run names the client in a warning:
+# ν_p > 3, its noise three times its clipped gradient (a9a, E = 8: fewer than 40 records).
+WEIGHT_WARNING = 0.1
 # What a "stalled" non-private run with local constraints says (`DivergenceWatch.check_shrinking`).
 STALL_HINT = ("the model may be infeasible — its local constraints without a common feasible point, "
               "whose multipliers then grow by the least violation every round — or this run too "
@@ -51,7 +55,7 @@ class RoundLoop:
                            "seed": self.seed, "index": i, "record": float(self.record_noise)}
             if mechanism == "sampled_gaussian":
                 payloads[c].update(noise=self.gradient_noise, noise_c=self.value_noise,
-                                   rate=self.sample_rate, clip=self.clip)
+                                   rate=self.sample_rate, clip=self.clip, shrink=float(self.shrink))
             if local:
                 payloads[c].update(share=self.constraint_share, value_clip=self.value_clip)
             if curvature:
@@ -60,6 +64,30 @@ class RoundLoop:
         releases = int(max(r["constraint_releases"] or 0 for r in replies.values()))
         largest = max(float(r["L"]) for r in replies.values()) if curvature else None
         return {c: r["records"] for c, r in replies.items()}, self._shares(releases), largest
+
+    def _client_weights(self, records: dict, d: int) -> dict | None:
+        """The weights ω_p of the clients' releases in the knob's rounds (`sampled.shrinkage`;
+        each client computes its own from the same public values), or None without the
+        sampled mechanism; warns naming the clients whose data it weights below WEIGHT_WARNING."""
+        if not self.sampled:
+            return None
+        names = list(records)
+        ratio = noise_ratio(self.gradient_noise, d, self.sample_rate, [records[c] for c in names])
+        weights = dict(zip(names, map(float, self.weights(ratio))))
+        low = [(c, records[c], weights[c]) for c in names if weights[c] < WEIGHT_WARNING]
+        if low:
+            listed = ", ".join(f"{c} ({n:.0f} records: ω = {w:.2g})" for c, n, w in low[:5])
+            warnings.warn(
+                f"dp-admm: at epsilon_total={self.epsilon_total:g} over {self.max_rounds} rounds, one "
+                f"round's noise on the releases of {listed}{' …' if len(low) > 5 else ''} is over "
+                "three times their clipped gradient (ν = σ·√d/(q·I_p) > 3), so the run weights each "
+                "such release by ω = 1/(1 + ν²): their records barely inform the model (the point "
+                "the run tends to is the model's as the noise falls, ω → 1). Alternatives: merge "
+                "small clients' data, raise epsilon_total, lower max_rounds, or shrink=False (every "
+                "release in full, whose noise then sets ρ for all clients: a9a, one 1-record "
+                "client beside five of 5,000, E = 8: 23.8 % test error against 15.8 %)",
+                UserWarning, stacklevel=6)
+        return weights
 
     def _server_step(self, ex, Z, LAM, rho, w, server_used):
         """(4a): w = mean_p(z_p − λ_p/ρ); with server terms/sets, argmin h(w) + Pρ/2‖w − that‖²."""
@@ -90,6 +118,7 @@ class RoundLoop:
         floor = self.auto_rho and math.isinf(self.epsilon)
         records, shares, largest = self._init_clients(ex, w, local, curvature=20 if floor else None)
         self.knob_rho = self.knob_penalty(np.array(list(records.values())), d)  # (None: the schedule)
+        weights = self._client_weights(records, d)
         rho_floor = 2.2 * largest if floor else 0.0
         self._server_step_inputs = None
         Z = np.tile(w, (len(clients), 1))                               # z_p^1, one row per client
@@ -177,6 +206,8 @@ class RoundLoop:
         status = Status.BUDGET_EXHAUSTED if status == Status.MAX_ITERATIONS and last < self.max_rounds else status
         rounds = t if status != Status.DIVERGED else t - 1
         info = self._info(ex, clients, Z, LAM, rho, records, t, history, shares) | diverged  # t rounds: z out
+        if weights is not None:
+            info["privacy"]["shrinkage"] = weights
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`
         projected = {}      # (they override the gathered ones of the same names)
         if math.isinf(self.epsilon) and projects_affine(problem):   # (a private run releases nothing more)
