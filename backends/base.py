@@ -76,6 +76,9 @@ class Backend:
     # `compiler.epigraph` (a client's private slacks and inequalities, exactly); False: refused
     # before the run
     solves_epigraph: bool = False
+    # the column scales D of the shared entries when the run solves the equilibrated copy (set
+    # on the runner by `solve`): a distance test reads them to hold in the user's units
+    user_scales: np.ndarray | None = None
 
     def equilibrates(self) -> bool:
         """Whether this run solves the equilibrated model (`scaling`; a private run overrides
@@ -104,6 +107,7 @@ class Backend:
         work, runner = problem, self
         if model is not None:      # the run sees the equilibrated copy, in its units
             work, runner = model.problem, copy.copy(self)
+            runner.user_scales = model.shared_scales()
             for option in ("w0", "x0"):     # a start point (ProxAL's w0, DALD's x0) in its units
                 if getattr(self, option, None) is not None:
                     setattr(runner, option, model.shared_to_scaled(getattr(self, option)))

@@ -26,7 +26,7 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   throughout: multiplier step, proximal weight ω_k = 1/((n+1)β_k) of (13)–(14) and rule (11),
   so (11) still certifies an (ε1, ε2)-KKT point; (22)–(23) are per subproblem and unaffected.
   If β reaches `beta_max` and the violation stops falling, ProxAL stops early with status
-  "infeasible" (or "stalled"), naming the violated constraints (`proxal_outer.verdict`); an objective that
+  "infeasible" (or "stalled"), naming the violated constraints (`proxal_verdict.verdict`); an objective that
   falls by the same amount at every outer iteration while the iterates move by the same distance
   (a proximal point method on a model with no minimizer) stops with "unbounded".
 - `tau_rule="progress"`: τ_k = min(s̄/(k+1)², ε1·max(1/2, r/10)), r the last outer step's
@@ -81,7 +81,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.executor import Rider
 from fedmodel.runtime.program import compile_programs
-from . import proxal_flat, proxal_nodes, proxal_private
+from . import proxal_flat, proxal_nodes, proxal_outer, proxal_private
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star
@@ -297,9 +297,9 @@ class ProxAL(Backend):
                 break
             previous, w = w, w_next
             record = outer_record(ex, w, k, trace, tau, dw, dmu, start, rider and rider.replies)
-            record["true_residual"], record["beta"] = true_residual, beta
-            record.update(step=float(np.linalg.norm(w - previous)), size=float(np.linalg.norm(w)),
-                          dimension=w.size)           # for the distance test (proxal_outer._near)
+            record.update(true_residual=true_residual, beta=beta, step=float(np.linalg.norm(w - previous)),
+                          size=float(np.linalg.norm(w)), dimension=w.size,           # (proxal_outer._near)
+                          metric=proxal_outer.user_metric(self.user_scales, w))
             history.append(record)
             if callback:
                 callback(record)

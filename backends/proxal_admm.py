@@ -3,7 +3,7 @@ local constraints"; equation numbers: that paper), beside its stop (23): when an
 up unsolved (`_stalled`), and when the constraints the clients' solves hold
 (`client_constraints="local"`) go back to the augmented Lagrangian (`no_consensus`,
 `went_nowhere`), and the multipliers an outer run shows a solution would need
-(`needed_multipliers`, for `proxal_outer.verdict`), and the server's step (18) with the
+(`needed_multipliers`, for `proxal_verdict.verdict`), and the server's step (18) with the
 residual (22) counts for it (`server_step`). (Out of backends/proxal.py and
 proxal_outer.py: both at the 400-line limit.)"""
 from __future__ import annotations
@@ -74,7 +74,7 @@ def went_nowhere(trace: list[float]) -> bool:
 
 
 # the distance to a KKT pair (`needed_multipliers`) above which a model whose violation is flat
-# counts as infeasible (`proxal_outer.verdict`), in equilibrated units. Not lower: feasible
+# counts as infeasible (`proxal_verdict.verdict`), in equilibrated units. Not lower: feasible
 # models' KKT pairs there (CVXPY's, μ̃_j = μ_j σ / r_j) reach ‖μ̃*‖ = 2.5e3 (bench_verdicts' np
 # seed 8), 4.2e4 (np-barely seed 8), 1.9e7 (an NP bound at 1.001× its least worst-client loss),
 # while the jointly infeasible NP seeds' bound is 5.5e3–7.5e4 when their violation first turns

@@ -232,7 +232,8 @@ def curved(backend, ex, history: list[dict], info: dict) -> bool:
     # "converged" 1.2e-3 from CVXPY's w with its multipliers still moving by 0.05.
     gradient = float(np.linalg.norm(seen[1] - seen[0])) / last["beta"] + np.sqrt(last["dimension"]) * last["tau"] \
         + last["dimension"] * last["multiplier_change"]
-    return mu > 0 and gradient / mu <= getattr(backend, "dist_tol", np.inf) * float(np.linalg.norm(seen[1]))
+    return mu > 0 and gradient / mu <= getattr(backend, "dist_tol", np.inf) * float(np.linalg.norm(seen[1])) \
+        * last.get("metric", 1.0)
 
 
 PROCEDURES = (_flat, _curvature)     # (`ProxAL.procedures`)

@@ -81,12 +81,12 @@ def next_tau(backend, k: int, history: list[dict]) -> float:
         mu = curvature(history)
         if mu > 0:
             root_d, beta = np.sqrt(last["dimension"]), last["beta"]
-            target = max(0.5 * tol * mu * last["size"] / root_d, 1e-3 * tau)
+            target = max(0.5 * tol * mu * _reach(last) / root_d, 1e-3 * tau * last.get("metric", 1.0))
             # but far from that test (the next outer step's tail — the last step shrunk by
             # r = 1/(1 + βμ), over βμ — above FAR·dist_tol‖w‖), an inexact proximal point step
             # needs its stationarity error small beside its own step only:
             # √d τ ≤ INEXACT·‖Δw‖₂/β (MNIST d = 784: 447 → 276 ADMM iterations)
-            if last["step"] / (beta * mu * (1 + beta * mu)) > FAR * tol * last["size"]:
+            if last["step"] / (beta * mu * (1 + beta * mu)) > FAR * tol * _reach(last):
                 target = max(target, INEXACT * last["step"] / (beta * root_d))
             tau = min(tau, target)
     if tol < np.inf and ratio <= 10 and last.get("gradient_scale", 0.0) > 0:
@@ -197,12 +197,32 @@ def distance_left(history: list[dict], dimension: int) -> float:
     return gradient / mu if mu > 0 else np.inf
 
 
+def user_metric(scales: np.ndarray | None, w: np.ndarray) -> float:
+    """‖Dw‖∞ / (max D · ‖w‖∞) ≤ 1, D the column scales of the shared entries (`Backend.user_scales`;
+    1 without them or with equal ones): how much smaller the run's distances must be for one to
+    hold in the user's units, as fm.verify reads it (‖D e‖∞ relative to ‖Dw‖∞), where the test
+    reads ‖e‖₂ relative to ‖w‖₂ in the run's (‖De‖∞ ≤ max D‖e‖₂). Raw power-plant data with an
+    intercept (D 0.09 … 92): 1.6e-5 from the answer in the run's units was 3e-3 in the user's,
+    and ProxAL said "converged"."""
+    if scales is None or np.size(scales) != np.size(w):
+        return 1.0
+    top, size = float(np.max(scales, initial=0.0)), float(np.max(np.abs(w), initial=0.0))
+    if not (top > 0 and size > 0):
+        return 1.0
+    return min(1.0, float(np.max(np.abs(scales * w))) / (top * size))
+
+
+def _reach(record: dict) -> float:
+    """‖w‖₂ as the distance test reads it: times the record's `user_metric`."""
+    return record["size"] * record.get("metric", 1.0)
+
+
 def _near(backend, history: list[dict]) -> bool:
-    """The distance test beside (11): `distance_left` ≤ dist_tol·‖w‖₂ (always true without a
-    finite dist_tol: cProx-AL, `ProxAL.paper()`)."""
+    """The distance test beside (11): `distance_left` ≤ dist_tol·‖w‖₂ (`_reach`: in the user's
+    units) (always true without a finite dist_tol: cProx-AL, `ProxAL.paper()`)."""
     tol = getattr(backend, "dist_tol", np.inf)
     return tol == np.inf or _still(history, tol) \
-        or distance_left(history, history[-1]["dimension"]) <= tol * history[-1]["size"]
+        or distance_left(history, history[-1]["dimension"]) <= tol * _reach(history[-1])
 
 
 def settled(backend, record: dict) -> bool:
@@ -254,7 +274,8 @@ def _still(history: list[dict], tol: float) -> bool:
     a saturated loss, tests/test_proxal_saturated.py) — unless both runs took more than SHORT
     iterations on steps modulo the flat directions (`proxal_flat`; NP monks-1 n = 5: τ_k stayed
     above LOOSER× for 60 outer iterations of 10–90-iteration runs after rising at outer 17)."""
-    if len(history) < 2 or not all(r.get("step", np.inf) <= 1e-2 * tol * r.get("size", 0.0) for r in history[-2:]):
+    if len(history) < 2 or not all(r.get("step", np.inf) <= 1e-2 * tol * (_reach(r) if "size" in r else 0.0)
+                                   for r in history[-2:]):
         return False
     worked = all(r.get("across") and r["inner"] > SHORT for r in history[-2:])
     return len(history) == 2 or worked or max(r["tau"] for r in history[-2:]) <= LOOSER * min(r["tau"] for r in history[:-2])

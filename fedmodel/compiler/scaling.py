@@ -92,16 +92,16 @@ class ScaledModel:
         if flat is None:
             return None
         flat = np.asarray(flat, dtype=float).ravel()
-        scales = self._shared_scales()
+        scales = self.shared_scales()
         return flat / scales if scales.size == flat.size else flat
 
     def shared_to_user(self, flat: np.ndarray) -> np.ndarray:
         """A flat point of the shared variables (a client's copy, say) in the user's units."""
         flat = np.asarray(flat, dtype=float)
-        scales = self._shared_scales()
+        scales = self.shared_scales()
         return flat * scales if scales.size == flat.size else flat
 
-    def _shared_scales(self) -> np.ndarray:
+    def shared_scales(self) -> np.ndarray:
         """D of the shared variables, flattened in the order backends pack them."""
         return np.concatenate([np.ravel(np.broadcast_to(self.scaling.variables[o.uid], o.shape))
                                for o in self.original.shared_variables()] or [np.zeros(0)])
