@@ -39,6 +39,22 @@ class StepGuard:
         self.guarded, self.halvings, self._recent = bool(on), 0, deque(maxlen=WINDOW)
         self._first_step = self.step
 
+    def _resume(self, ckpt, ex):
+        """A resumed run goes on with the step, the halvings and the window it had reached (not
+        the automatic step again: it would blow up and halve once more, 3e-6 from the run)."""
+        watch, saved = super()._resume(ckpt, ex)
+        if saved and self.guarded and saved.get("guard") is not None:
+            self.step, self.halvings, recent = saved["guard"]
+            self._recent = deque(recent, maxlen=WINDOW)
+            if "step" in getattr(self, "_sent_opts", {}):
+                self._sent_opts["step"] = self.step
+        return watch, saved
+
+    def _save(self, ckpt, ex, iteration, watch, **loop) -> None:
+        if self.guarded:
+            loop["guard"] = (self.step, self.halvings, list(self._recent))
+        super()._save(ckpt, ex, iteration, watch, **loop)
+
     def _opts(self) -> dict:
         self._sent_opts = super()._opts()
         return self._sent_opts

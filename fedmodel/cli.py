@@ -102,13 +102,13 @@ def _topology(text: str, prob):
     if name not in TOPOLOGIES:
         raise TopologyError(f"unknown topology {text!r}; choose one of: {forms}")
     builder, parse, form = TOPOLOGIES[name]
-    if parse is None and arg:
+    if parse is None and (arg or text != name):      # (star: too: a parameter that is not there)
         raise TopologyError(f"--topology {name} takes no parameter")
     if parse is not None and not arg:
         raise TopologyError(f"--topology {name} needs its parameter: write {form}")
     try:
         kwargs = parse(arg) if parse else {}
-        if name == "grid" and len(kwargs) != 2:
+        if name == "grid" and (len(kwargs) != 2 or min(kwargs.values()) < 1):
             raise ValueError(arg)
     except ValueError:
         raise TopologyError(f"--topology {text!r}: write it as {form}") from None

@@ -101,3 +101,37 @@ def test_np_barely_seed_5_no_longer_diverges():
     assert res.status in ("stalled", "max_iterations", "converged")
     assert res.info["step_halvings"] >= 1
     assert np.max(np.abs(res.value(w))) < 100.0
+
+
+def test_a_resumed_run_keeps_the_halved_step(tmp_path, monkeypatch):
+    """A checkpoint holds the guard's step, halvings and window: the resumed run is the
+    uninterrupted one (it went back to the automatic step, halved again and ended elsewhere;
+    found by the session's review). Halvings forced early (GROWTH 0.5)."""
+    import fedmodel.backends.step_guard as guard
+    monkeypatch.setattr(guard, "GROWTH", 0.5)
+    rng = np.random.default_rng(0)
+    w, prob, truth = fm.Variable(4, name="w"), fm.Problem(), rng.normal(size=4)
+    for i in range(3):
+        A = rng.normal(size=(20, 4))
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(A) @ w - c.data(A @ truth)) / 60)
+        c.subject_to(fm.sum(w) <= 0.5)
+    prob.server.minimize(1e-3 * fm.sum_squares(w))
+
+    class Stop(Exception):
+        pass
+
+    def stop(record, seen=[]):
+        seen.append(record)
+        if len(seen) == 10:
+            raise Stop
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = prob.solve(FedProx(max_rounds=30))
+        path = tmp_path / "run.ckpt"
+        with pytest.raises(Stop):
+            prob.solve(FedProx(max_rounds=30), checkpoint=path, checkpoint_every=1, callback=stop)
+        resumed = prob.solve(FedProx(max_rounds=30), checkpoint=path, resume=True)
+    assert full.info["step_halvings"] >= 5
+    assert (resumed.info["step"], resumed.info["step_halvings"]) == (full.info["step"], full.info["step_halvings"])
+    np.testing.assert_array_equal(resumed.value(w), full.value(w))

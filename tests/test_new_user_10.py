@@ -104,6 +104,8 @@ def test_cli_topology_needs_its_parameters(capsys):
                        ("grid:2x3", "grid 2x3 has 6 cells but the problem has 5 clients"),
                        ("erdos_renyi", "needs its parameter: write erdos_renyi:P"),
                        ("ring:3", "ring takes no parameter"),
+                       ("star:", "star takes no parameter"),        # (it ran with a graph's options)
+                       ("grid:-2x-3", "write it as grid:ROWSxCOLS"),  # (it said "6 cells but … 6 clients")
                        ("validate", "unknown topology 'validate'")]:
         assert cli.main(["run", "--topology", text]) == 2
         assert says in capsys.readouterr().err

@@ -177,3 +177,22 @@ def test_a_huber_regression_on_raw_boston_in_small_units_converges():
     got, want = np.append(res.value(w), res.value(b)), np.append(ref.value(w), ref.value(b))
     assert np.linalg.norm(got - want) <= 1e-4 * np.linalg.norm(want)
     assert fm.verify(res, ref).ok
+
+
+def test_a_constant_added_to_a_linear_loss_does_not_change_the_scaling():
+    """The linear fallback (a gradient and no curvature at the origin: a Huber loss beyond M)
+    reads |f(0)|; for an affine f that is its constant's, and a constant changes no model: the
+    scaling of c·w + K is the same for every K (it moved with K, and ProxAL's error 70×; found by
+    the session's review)."""
+    def scales(K):
+        rng = np.random.default_rng(0)
+        w = fm.Variable(5, name="w")
+        prob = fm.Problem()
+        for i in range(3):
+            c = prob.add_client(f"c{i}")
+            c.minimize(c.data(rng.normal(size=5)) @ w + K)
+        prob.server.minimize(1.0 * fm.sum_squares(w))
+        prob.server.subject_to(w >= -1, w <= 1)
+        model = equilibrate(prob)
+        return None if model is None else (model.scaling.objective, model.shared_scales().tolist())
+    assert scales(0.0) == scales(1.0) == scales(1e3)

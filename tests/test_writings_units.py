@@ -142,3 +142,23 @@ def test_each_writing_converges_as_the_twin(writing, backend):
     # reads the user's (`proxal_outer.user_metric`), whose columns differ here by 1e6: the writing
     # stops nearer its answer than its twin (colidx: 4.5e-6 apart, both ≤ 5e-5 of CVXPY's above)
     assert np.max(np.abs(got - want)) <= (1e-5 if backend == "proxal" else 1e-6) * np.max(np.abs(want))
+
+
+@pytest.mark.parametrize("form", ["scalar", "scalar-of-product"])
+def test_a_broadcast_entry_in_the_product_is_read_as_no_columns(form):
+    """X @ (w[:3] + w[3]) and X @ (w[:3] + (M @ w)[3]): a scalar broadcast over the entries has
+    no entry-for-entry reading, so the product gives no column scales (it crashed every
+    equilibrated backend: np.add.at / matmul shapes; found by the session's review)."""
+    rng = np.random.default_rng(0)
+    w = fm.Variable(4, name="w")
+    prob = fm.Problem()
+    M = rng.normal(size=(4, 4))
+    X = rng.normal(size=(30, 3)) * np.array([1e-3, 1.0, 1e3])
+    c = prob.add_client()
+    inner = w[:3] + w[3] if form == "scalar" else w[:3] + (M @ w)[3]
+    c.minimize(fm.sum_squares(c.data(X) @ inner - c.data(rng.normal(size=30))) / 30)
+    prob.server.minimize(1e-3 * fm.sum_squares(w))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = prob.solve("dald", max_iterations=5)
+    assert res.status in ("max_iterations", "converged", "stalled")

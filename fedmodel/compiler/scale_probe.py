@@ -77,7 +77,7 @@ def probe(problem, variables: list[Variable], columns: dict[int, np.ndarray]):
             bends[uid] = bends.get(uid, 0.0) + weight * abs(bend)
             if norm > 0:
                 curvature[uid] = curvature.get(uid, 0.0) + weight * abs(bend) / norm ** 2
-            if norm > 0 and bend == 0:
+            if norm > 0 and bend == 0 and not f.is_affine():   # (an affine f's |f(0)| is its constant's)
                 totals = flat.setdefault(uid, [0.0, 0.0])
                 totals[0] += weight * _at_origin(f)
                 totals[1] += weight * norm
@@ -309,7 +309,7 @@ def linear_reads(expr: Expression, through: set[int]) -> list[tuple] | None:
         return [(expr, np.arange(expr.size), None)] if expr.ndim == 1 else None
     if isinstance(expr, Neg):
         return linear_reads(expr.args[0], through)
-    if isinstance(expr, Index) and expr.args[0].ndim == 1:
+    if isinstance(expr, Index) and expr.args[0].ndim == 1 and expr.ndim == 1:     # (w[3]: a scalar, broadcast)
         inner = linear_reads(expr.args[0], through)
         key = numpy_key(expr.key)
         return None if inner is None else \
@@ -321,6 +321,8 @@ def linear_reads(expr: Expression, through: set[int]) -> list[tuple] | None:
                 return linear_reads(x, through) if np.isfinite(scalar) and scalar != 0 else None
     if isinstance(expr, Add):
         parts = [linear_reads(a, through) for a in expr.args if not a.is_constant()]
+        if any(a.shape != expr.shape for a in expr.args if not a.is_constant()):
+            return None          # a part broadcast (w[:3] + w[3]): no entry-for-entry reading
         return None if not parts or any(p is None for p in parts) else [r for p in parts for r in p]
     if isinstance(expr, MatMul) and expr.args[0].ndim == 2 and expr.args[1].ndim == 1:
         inner = linear_reads(expr.args[1], through)
