@@ -287,3 +287,18 @@ def _curvature_at(program, z, iterations=8):
 # The node steps every run may send: gathering the values (`gather_values`, by the framework
 # in `Backend.run`), what a node holds, and the curvature estimate several backends share
 FRAMEWORK = (_shared_values, _node_terms, _curvature_at)
+
+
+def user_metric(scales: np.ndarray | None, w: np.ndarray) -> float:
+    """‖Dw‖∞ / (max D · ‖w‖∞) ≤ 1, D the column scales of the shared entries (`Backend.user_scales`;
+    1 without them or with equal ones): how much smaller a run's distances must be for one to
+    hold in the user's units, as fm.verify reads it (‖D e‖∞ relative to ‖Dw‖∞), where a distance
+    test (ProxAL's, DALD's `dist_tol`) reads ‖e‖₂ relative to ‖w‖₂ in the run's (‖De‖∞ ≤
+    max D‖e‖₂). Raw power-plant data with an intercept (D 0.09 … 92): 1.6e-5 from the answer in
+    the run's units was 3e-3 in the user's, and ProxAL said "converged" (DALD 1.2e-3)."""
+    if scales is None or np.size(scales) != np.size(w):
+        return 1.0
+    top, size = float(np.max(scales, initial=0.0)), float(np.max(np.abs(w), initial=0.0))
+    if not (top > 0 and size > 0):
+        return 1.0
+    return min(1.0, float(np.max(np.abs(scales * w))) / (top * size))

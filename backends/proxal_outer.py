@@ -197,23 +197,8 @@ def distance_left(history: list[dict], dimension: int) -> float:
     return gradient / mu if mu > 0 else np.inf
 
 
-def user_metric(scales: np.ndarray | None, w: np.ndarray) -> float:
-    """‖Dw‖∞ / (max D · ‖w‖∞) ≤ 1, D the column scales of the shared entries (`Backend.user_scales`;
-    1 without them or with equal ones): how much smaller the run's distances must be for one to
-    hold in the user's units, as fm.verify reads it (‖D e‖∞ relative to ‖Dw‖∞), where the test
-    reads ‖e‖₂ relative to ‖w‖₂ in the run's (‖De‖∞ ≤ max D‖e‖₂). Raw power-plant data with an
-    intercept (D 0.09 … 92): 1.6e-5 from the answer in the run's units was 3e-3 in the user's,
-    and ProxAL said "converged"."""
-    if scales is None or np.size(scales) != np.size(w):
-        return 1.0
-    top, size = float(np.max(scales, initial=0.0)), float(np.max(np.abs(w), initial=0.0))
-    if not (top > 0 and size > 0):
-        return 1.0
-    return min(1.0, float(np.max(np.abs(scales * w))) / (top * size))
-
-
 def _reach(record: dict) -> float:
-    """‖w‖₂ as the distance test reads it: times the record's `user_metric`."""
+    """‖w‖₂ as the distance test reads it: times the record's `common.user_metric`."""
     return record["size"] * record.get("metric", 1.0)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
-from ..common import complete_record, progress, stacked_report
+from ..common import complete_record, progress, stacked_report, user_metric
 from . import kernels, spectral
 from .penalty import PENALTY_CAP, PENALTY_EVERY, PENALTY_RAISE, PENALTY_RULE, ServerPenalty, balance, penalty_slow
 from ..outcome import Outcome, Status
@@ -222,9 +222,10 @@ class FedDALDCC:
                 # the next solves' inexactness (`local.INEXACT`: "auto" nodes that take L-BFGS)
                 opts["residual"] = max(min(self.eps_primal, self.eps_dual), min(primal, dual))
             outer_start = xhat
-            # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction
-            near = self.dist_tol is None or not self.dual_updates or \
-                distance_left(steps) <= self.dist_tol * float(np.linalg.norm(xhat))
+            # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction,
+            # in the user's units (`common.user_metric`: 1 with equal column scales)
+            near = self.dist_tol is None or not self.dual_updates or distance_left(steps) <= \
+                self.dist_tol * float(np.linalg.norm(xhat)) * user_metric(self.user_scales, xhat)
             gate = stiff if near else np.inf         # the stop tests' D
             # not with gd / prox-grad: a larger ρ would make their fixed step unstable
             # (ADAPT_UNTIL counts from β's last raise: ρ frozen at step 200 where a raise had left it
