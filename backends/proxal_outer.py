@@ -199,7 +199,7 @@ def distance_left(history: list[dict], dimension: int) -> float:
 
 def _reach(record: dict) -> float:
     """‖w‖₂ as the distance test reads it: times the record's `common.user_metric`."""
-    return record["size"] * record.get("metric", 1.0)
+    return record.get("size", 0.0) * record.get("metric", 1.0)
 
 
 def _near(backend, history: list[dict]) -> bool:
@@ -259,8 +259,7 @@ def _still(history: list[dict], tol: float) -> bool:
     a saturated loss, tests/test_proxal_saturated.py) — unless both runs took more than SHORT
     iterations on steps modulo the flat directions (`proxal_flat`; NP monks-1 n = 5: τ_k stayed
     above LOOSER× for 60 outer iterations of 10–90-iteration runs after rising at outer 17)."""
-    if len(history) < 2 or not all(r.get("step", np.inf) <= 1e-2 * tol * (_reach(r) if "size" in r else 0.0)
-                                   for r in history[-2:]):
+    if len(history) < 2 or not all(r.get("step", np.inf) <= 1e-2 * tol * _reach(r) for r in history[-2:]):
         return False
     worked = all(r.get("across") and r["inner"] > SHORT for r in history[-2:])
     return len(history) == 2 or worked or max(r["tau"] for r in history[-2:]) <= LOOSER * min(r["tau"] for r in history[:-2])

@@ -33,11 +33,12 @@ def _model(scale: float = 1.0):
     return prob, w
 
 
-@pytest.mark.parametrize("executor", ["serial", "batched"])
-def test_a_client_of_constraints_only_converges(executor):
+@pytest.mark.parametrize("executor, scale", [("serial", 1.0), ("batched", 1.0), ("serial", 1e-3), ("serial", 1e3)])
+def test_a_client_of_constraints_only_converges(executor, scale):
     """ProxAL converges within 5 outer iterations to CVXPY's answer (w0 = w1 = −0.2 and
-    a·w = 0.5 all active); before: max_iterations at 5 outer × 100 ADMM iterations."""
-    prob, w = _model()
+    a·w = 0.5 all active), also with the least-squares data in other units (the answer is the
+    same); before: max_iterations at 5 outer × 100 ADMM iterations."""
+    prob, w = _model(scale)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = prob.solve("cvxpy").value(w)
