@@ -271,3 +271,14 @@ def test_global_constraints_on_p2p_graph_owned_by_a_designated_node(name, build,
     assert res.max_violation <= 1e-6
     assert abs(res.objective - ref.objective) <= 1e-4 * abs(ref.objective)
     assert abs(float(np.sum(res.value(w))) - 1.0) <= 1e-6
+
+
+def test_a_client_never_seen_is_named_as_such():
+    """c2 unreachable from the start: the message says it never took part (it read "(last at
+    step -1)")."""
+    prob, w = _lasso(5, lam=0.05)
+    everyone = [f"c{i}" for i in range(5)] + ["server"]
+    with pytest.warns(RuntimeWarning, match=r"c2 \(never took part\) took no part"):
+        res = prob.solve(DALD(coordination="partial", max_iterations=60,
+                              availability=lambda t: [n for n in everyone if n != "c2"]))
+    assert res.status != "converged" and "step -1" not in res.info["absent"]

@@ -87,7 +87,9 @@ def test_fingerprint_reads_sparse_data_whatever_its_format():
         return h.hexdigest()
     M = sp.random_array((7, 5), density=0.4, random_state=1, format="coo")
     shuffled = sp.coo_array((M.data[::-1], (M.row[::-1], M.col[::-1])), shape=M.shape)
-    assert len({digest(M), digest(M.tocsr()), digest(M.tocsc()), digest(shuffled)}) == 1
+    wide = M.tocsr()                     # the same matrix with int64 indices (scipy picks by size)
+    wide.indices, wide.indptr = wide.indices.astype(np.int64), wide.indptr.astype(np.int64)
+    assert len({digest(M), digest(M.tocsr()), digest(M.tocsc()), digest(shuffled), digest(wide)}) == 1
     changed = M.tocsr()
     changed.data[0] *= 1 + 1e-15
     assert digest(changed) != digest(M)

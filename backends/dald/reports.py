@@ -55,7 +55,7 @@ class Reports:
         seen, total = getattr(self, "_last_seen", {}), len(outcome.history) and outcome.history[-1].get("inner_total", 0)
         if not seen or total < 20 or outcome.status == Status.CONVERGED:
             return
-        gone = [f"{c.name} (last at step {seen.get(c.name, -1)})" for c in problem.clients if seen.get(c.name, -1) < 0.75 * total]
+        gone = [f"{c.name} ({_last_seen(seen.get(c.name, -1))})" for c in problem.clients if seen.get(c.name, -1) < 0.75 * total]
         notes = [f"client(s) {', '.join(gone)} took no part in the last steps of {total}: the point lacks their data"] if gone else []
         away = getattr(self, "_away", {})
         back = [f"{c.name} (steps {away[c.name][0]}–{away[c.name][1]})" for c in problem.clients
@@ -124,3 +124,8 @@ class Reports:
         return (f"adaptive ρ last moved at outer iteration {last + 1}, still swinging (2ρ² spanned "
                 f"×{span.max() / span.min():.3g} over outer iterations {first}..{last + 1}; fixed at {weights[last]:.3g}, "
                 f"×{weights[last] / weights[0]:.3g} of its start): the pace since depends on where it stopped; ")
+
+
+def _last_seen(step: int) -> str:
+    """Where a client was last seen, in words (step −1: never took part)."""
+    return f"last at step {step}" if step >= 0 else "never took part"

@@ -84,7 +84,8 @@ def _update(h, value) -> None:
         csr.sum_duplicates()
         csr.sort_indices()
         h.update(f"sparse{csr.shape}".encode())
-        for part in (csr.indptr, csr.indices, csr.data):
+        # indices as int64: scipy picks int32 or int64 by size and history, not by content
+        for part in (csr.indptr.astype(np.int64), csr.indices.astype(np.int64), csr.data):
             _update(h, part)
     elif isinstance(value, np.ndarray):
         h.update(f"array{value.shape}{value.dtype}".encode())
