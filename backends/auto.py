@@ -167,7 +167,7 @@ class Auto:
         client step takes no private variables."""
         return not self.privacy
 
-    def choose(self, problem, topology: Any = None, executor: Any = "serial") -> Choice:
+    def choose(self, problem, topology: Any = None, executor: Any = None) -> Choice:
         """The backend, its settings and the reasons, from the model and the executor."""
         traits, (cost, source) = describe(problem), round_trip_source(executor)
         if traits.unsupported:
@@ -238,7 +238,7 @@ class Auto:
         settings = {**settings, **self.overrides.get(backend, {})}
         return Choice(backend, settings, reasons, cost)
 
-    def solve(self, problem, topology: Any = None, executor: Any = "serial", **options: Any):
+    def solve(self, problem, topology: Any = None, executor: Any = None, **options: Any):
         """Choose (`choose`), run the choice with `Problem.solve`'s other arguments, and record
         the choice in `res.info["auto"]`."""
         choice = self.choose(problem, topology, executor)

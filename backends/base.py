@@ -18,6 +18,7 @@ from fedmodel.compiler.scaling import equilibrate
 from fedmodel.errors import DataError, FedModelError
 from fedmodel.expression import Constant, Data, Parameter, is_sparse
 from fedmodel.result import Result
+from fedmodel.runtime.auto_executor import DefaultExecutor
 from fedmodel.runtime.blas import run_blas_threads
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.executor import open_executor
@@ -85,7 +86,7 @@ class Backend:
         it: a data-dependent scaling is a release its accountant does not cover)."""
         return bool(self.scaling)
 
-    def solve(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+    def solve(self, problem, topology=None, executor=None, callback=None, verbose=False,
               checkpoint=None, checkpoint_every=None, resume=False, scaling=None, **unknown) -> Result:
         """Run the algorithm on `problem` (`Problem.solve` calls this). `scaling`: solve the
         equilibrated model (True), the model as written (False), or the backend's default
@@ -131,7 +132,7 @@ class Backend:
         wall_time = time.perf_counter() - start
         return finish_result(problem, self.name, outcome, wall_time, paper_stop=self.paper_stop)
 
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+    def run(self, problem, topology=None, executor=None, callback=None, verbose=False,
             checkpoint=None, checkpoint_every=None, resume=False,
             checkpointer: Checkpointer | None = None, **unknown) -> Outcome:
         """One run on `problem` as given (no equilibration, no verdicts: `solve` adds those),
@@ -181,8 +182,9 @@ class Backend:
         return compile_programs(problem)
 
     def executor_for(self, executor: Any) -> Any:
-        """The executor this backend runs on, given the user's choice (default: that one)."""
-        return executor
+        """The executor this backend runs on, given the user's choice (default: that one; none
+        named: `DefaultExecutor`, serial or batched by the clients, serial's numbers)."""
+        return DefaultExecutor() if executor is None else executor
 
     def loop(self, problem, ex, run: Run) -> Outcome:
         """The algorithm on the open executor `ex`: an `Outcome` whose `values` are None (the

@@ -154,7 +154,7 @@ class CVXPY(Backend):
         return [(solver, {**options, **self.solver_options}) for solver, options in ATTEMPTS
                 if solver in installed and (solver == "CLARABEL" or not self.interior_only)]
 
-    def run(self, problem, topology=None, executor="serial", callback=None, verbose=False,
+    def run(self, problem, topology=None, executor=None, callback=None, verbose=False,
             checkpoint=None, checkpoint_every=None, resume=False, checkpointer=None,
             **unknown: Any) -> Outcome:
         """One centralized solve (no executor, no nodes: `topology` and `executor` do not apply)."""

@@ -484,7 +484,7 @@ class Problem:
         from .lowering.problem import lower_problem
         return lower_problem(self)[0]
 
-    def solve(self, backend: Any = "auto", topology: Any = None, executor: Any = "serial",
+    def solve(self, backend: Any = "auto", topology: Any = None, executor: Any = None,
               callback: Any = None, verbose: bool = False, checkpoint: str | None = None,
               checkpoint_every: int | None = None, resume: bool = False,
               scaling: bool | None = None, **options: Any):

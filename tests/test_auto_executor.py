@@ -137,7 +137,7 @@ def test_a_jax_pick_is_the_batched_executor_with_its_jax_engine(monkeypatch):
     JAX engine (JaxGroups, built once), "batched" the same class with numpy's."""
     pytest.importorskip("jax")
     from fedmodel.runtime.jax_engine import JaxGroup
-    monkeypatch.setattr(auto, "choose", lambda programs: ("jax", "picked by the test"))
+    monkeypatch.setattr(auto, "choose", lambda programs, **_: ("jax", "picked by the test"))
     chooser = AutoExecutor()
     ex = chooser.start(compile_programs(_logistic(10, 10)))
     try:
@@ -146,3 +146,37 @@ def test_a_jax_pick_is_the_batched_executor_with_its_jax_engine(monkeypatch):
         assert len(ex.groups) == 1 and type(ex.groups[0]) is JaxGroup and ex.groups[0].n == 10
     finally:
         ex.close()
+
+
+def test_the_default_executor_is_auto_without_jax_on_the_cpu(monkeypatch):
+    """A run that names no executor: serial below DEFAULT_MIN_CLIENTS clients, batched from
+    there, never JAX's compile on a CPU (where `executor="auto"` picks JAX: dense, d ≥ JAX_MIN_WIDTH)."""
+    from fedmodel.runtime.auto_executor import DefaultExecutor
+    monkeypatch.setattr(auto, "jax_available", lambda: True)
+    monkeypatch.setattr(auto, "gpu_available", lambda: False)
+    monkeypatch.setattr(auto, "available_memory", lambda: 1e12)
+    wide = compile_programs(_logistic(auto.DEFAULT_MIN_CLIENTS, auto.JAX_MIN_WIDTH))
+    assert choose([p for p in wide.values() if p.role == "client"])[0] == "jax"
+    default = backends.ProxAL().executor_for(None)
+    assert type(default) is DefaultExecutor
+    ex = default.start(wide)
+    try:
+        assert type(ex) is BatchedExecutor and ex.engine.name == "numpy" and default.chosen == "batched"
+    finally:
+        ex.close()
+    few = DefaultExecutor()
+    ex = few.start(compile_programs(_logistic(auto.DEFAULT_MIN_CLIENTS - 1, 10)))
+    try:
+        assert type(ex) is SerialExecutor and "serial's start" in few.reason
+    finally:
+        ex.close()
+
+
+def test_a_solve_without_an_executor_gives_the_serial_numbers():
+    prob = _logistic(auto.DEFAULT_MIN_CLIENTS, 6, seed=3)
+    serial = prob.solve("proxal", executor="serial")
+    default = prob.solve("proxal")
+    assert default.status == serial.status == "converged"
+    assert default.iterations == serial.iterations
+    for v in serial.values:
+        np.testing.assert_allclose(default.values[v], serial.values[v], rtol=1e-10, atol=1e-12)

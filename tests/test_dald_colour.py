@@ -41,14 +41,14 @@ def test_colour_sweep_reaches_the_optimum_in_few_steps(build):
 def test_a_colour_batch_equals_its_nodes_one_by_one(monkeypatch):
     prob, w = _least_squares(n=8, lam=0.02)
     options = dict(order="colour", max_iterations=60, eps_primal=0.0, eps_dual=0.0)
-    batched = prob.solve(DALD(**options), topology=topologies.ring(prob))
+    batched = prob.solve(DALD(**options), topology=topologies.ring(prob), executor="serial")
     parallel = prob.solve(DALD(**options), topology=topologies.ring(prob), executor="batched")
     one_by_one = dc.GaussSeidelSweep.__call__
 
     def sequential(self, batches, opts):                   # every node its own batch, same S
         return one_by_one(self, [[n] for batch in batches for n in batch], opts)
     monkeypatch.setattr(dc.GaussSeidelSweep, "__call__", sequential)
-    serial = prob.solve(DALD(**options), topology=topologies.ring(prob))
+    serial = prob.solve(DALD(**options), topology=topologies.ring(prob), executor="serial")
     assert batched.info["order"] == serial.info["order"] and batched.info["sweep_steps"] <= 4
     for n, x in serial.info["client_values"].items():
         assert np.array_equal(batched.info["client_values"][n], x)

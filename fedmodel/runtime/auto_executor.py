@@ -44,6 +44,10 @@ JAX_MIN_WIDTH = 100     # shared model entries from which JAX runs dense CPU gro
 SAMPLE = 16             # clients whose data decides "mostly zeros"
 JAX_MEMORY = 3.0        # JAX's extra memory, × the data (n = 10⁴, d = 784: 16.3 GB vs batched's 8.3)
 GPU_MIN_ENTRIES = 1e6   # client data entries from which a GPU beats the CPU (rule 2)
+# clients from which the default executor (`DefaultExecutor`) vectorizes: a fresh process's
+# first batched run loads numba's kernels (~0.5–1 s); measured on logistic + ball clients, d = 10,
+# 22–63 round trips: serial's whole solve was faster at 5–20 clients, batched's from 40
+DEFAULT_MIN_CLIENTS = 32
 
 
 def jax_available() -> bool:
@@ -110,10 +114,11 @@ def available_memory() -> float:
 
 
 def choose(programs: list[NodeProgram], jax_installed: bool | None = None,
-           gpu: bool | None = None, memory: float | None = None) -> tuple[str, str]:
+           gpu: bool | None = None, memory: float | None = None, cpu_jax: bool = True) -> tuple[str, str]:
     """(executor name, reason) for the client `programs` of a run, before grouping (rules 2–5
     of the module docstring; rule 1 is applied to the chosen executor's groups).
-    `jax_installed` / `gpu` / `memory` (available bytes): as found here unless given (tests)."""
+    `jax_installed` / `gpu` / `memory` (available bytes): as found here unless given (tests).
+    `cpu_jax=False` leaves rule 4 out (JAX on the CPU): the default executor's choice."""
     clients = [p for p in programs if p.role == "client"]
     if len(clients) < MIN_GROUP:
         return "serial", f"{len(clients)} clients (< {MIN_GROUP}): nothing to vectorize"
@@ -122,7 +127,7 @@ def choose(programs: list[NodeProgram], jax_installed: bool | None = None,
     entries = data_bytes(clients) / 8 if on_gpu else 0.0
     if on_gpu and entries >= GPU_MIN_ENTRIES:
         return "jax", f"a GPU is present and the clients' data has {entries:.2g} entries: JAX runs them there"
-    name, reason = _cpu_choice(clients, jax_installed, memory)
+    name, reason = _cpu_choice(clients, jax_installed and cpu_jax, memory)
     if on_gpu:
         reason += (f" (a GPU is present, but {entries:.2g} data entries < {GPU_MIN_ENTRIES:.0e}: a GPU "
                    "iteration's fixed cost is more than the CPU's whole iteration)")
@@ -151,16 +156,18 @@ def _cpu_choice(clients: list[NodeProgram], jax_installed: bool, memory: float |
 
 class AutoExecutor(Executor):
     """Picks serial, batched or JAX at `start` (see the module docstring) and returns that
-    executor, started; `chosen` (its name) and `reason` say which and why."""
+    executor, started; `chosen` (its name) and `reason` say which and why. `cpu_jax=False`
+    (the default executor, `DefaultExecutor`): JAX only on a GPU, never its compile on the CPU."""
 
-    def __init__(self):
+    def __init__(self, cpu_jax: bool = True):
         super().__init__()
+        self.cpu_jax = cpu_jax
         self.chosen: str | None = None
         self.reason: str | None = None
 
     def start(self, programs: dict) -> Executor:
         built = {name: p.build() if isinstance(p, ProgramSpec) else p for name, p in programs.items()}
-        name, reason = choose(list(built.values()))
+        name, reason = choose(list(built.values()), cpu_jax=self.cpu_jax)
         if name in ("batched", "jax"):         # one executor, its numpy or JAX engine
             from .batched import BatchedExecutor
             executor: Executor = BatchedExecutor(min_group=MIN_GROUP,
@@ -174,4 +181,26 @@ class AutoExecutor(Executor):
             executor = SerialExecutor().start(built)
         self.chosen, self.reason = name, reason
         executor.auto_choice = (name, reason)       # (readable from the run's executor)
+        return executor
+
+
+class DefaultExecutor(AutoExecutor):
+    """The executor of a run that names none (`executor=None`): serial below `DEFAULT_MIN_CLIENTS`
+    clients, else the auto executor's pick without JAX on the CPU (batched where `MIN_GROUP`
+    clients share a structure; JAX only on a GPU). Each gives the serial executor's numbers,
+    so a default run's answer is serial's. Batched pays numba's load once a process (~0.5–1 s,
+    docs/executors.md "the default"), which a short run on few clients does not earn back;
+    JAX's compile on a CPU (seconds, for 1.05–1.3× per iteration at d = 784) is for users who
+    ask for it (`executor="auto"` or `"jax"`)."""
+
+    def __init__(self):
+        super().__init__(cpu_jax=False)
+
+    def start(self, programs: dict) -> Executor:
+        clients = sum(1 for p in programs.values() if getattr(p, "role", "client") == "client")
+        if clients >= DEFAULT_MIN_CLIENTS:
+            return super().start(programs)
+        self.chosen, self.reason = "serial", f"{clients} clients (< {DEFAULT_MIN_CLIENTS}): serial's start is the cheapest"
+        executor = SerialExecutor().start(programs)
+        executor.auto_choice = (self.chosen, self.reason)
         return executor
