@@ -12,7 +12,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
-from ..common import complete_record, progress, stacked_report, user_metric
+from ..common import complete_record, progress, stacked_report, user_metric, variable_sizes
 from . import kernels, spectral
 from .penalty import PENALTY_CAP, PENALTY_EVERY, PENALTY_RAISE, PENALTY_RULE, ServerPenalty, balance, penalty_slow
 from ..outcome import Outcome, Status
@@ -57,7 +57,7 @@ class FedDALDCC:
         """The server's view is kept as (n, d) arrays in client order: X (the x_i it received),
         RHO2 (ρ_i∘ρ_i); every request to the clients is one group request (`map_stacked`)."""
         clients, beta = tuple(ex.clients), self._beta()   # (a tuple: the executor may key it by identity)
-        row = {c: i for i, c in enumerate(clients)}
+        row, sizes = {c: i for i, c in enumerate(clients)}, variable_sizes(problem)   # (sizes: `user_metric`)
         RHO2 = np.array([self._rho(c, d) ** 2 for c in clients]).reshape(len(clients), d)
         uniform = bool(np.all(RHO2 == RHO2[:1]))          # one ρ for all: Σρ_i²x_i = ρ²Σx_i
         twice_rho2 = 2.0 * (RHO2[:, :1] if np.all(RHO2 == RHO2[:, :1]) else RHO2)   # (n, 1): scalar ρ_i
@@ -225,7 +225,7 @@ class FedDALDCC:
             # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction,
             # in the user's units (`common.user_metric`: 1 with equal column scales)
             near = self.dist_tol is None or not self.dual_updates or distance_left(steps) <= \
-                self.dist_tol * float(np.linalg.norm(xhat)) * user_metric(self.user_scales, xhat)
+                self.dist_tol * float(np.linalg.norm(xhat)) * user_metric(self.user_scales, xhat, sizes)
             gate = stiff if near else np.inf         # the stop tests' D
             # not with gd / prox-grad: a larger ρ would make their fixed step unstable
             # (ADAPT_UNTIL counts from β's last raise: ρ frozen at step 200 where a raise had left it
