@@ -208,13 +208,16 @@ def _reach(record: dict) -> float:
 def _near(backend, history: list[dict], ex=None, info: dict | None = None) -> bool:
     """The distance test beside (11): `distance_left` ≤ dist_tol·‖w‖₂ (`_reach`: in the user's
     units), or the standstill (`_still`) where the steps say why they stand still (`_explained`)
-    or the nodes' curvature (`proxal_flat.reading`, on `ex`) does not refute it (always true
+    or the nodes' curvature (`proxal_flat.reading`, on `ex`) does not refute it: a positive
+    curvature whose bound fails (none, or one ≤ 0 — a concave model's maximum, which
+    `finish_result`'s second-order check then calls "stalled" — bounds nothing) (always true
     without a finite dist_tol: cProx-AL, `ProxAL.paper()`)."""
     tol = getattr(backend, "dist_tol", np.inf)
     if tol == np.inf or distance_left(history, history[-1]["dimension"]) <= tol * _reach(history[-1]):
         return True
     return _still(history, tol) and (_explained(history)
-                                     or proxal_flat.reading(backend, ex, history, info or {}) is not False)
+                                     or proxal_flat.reading(backend, ex, history, info or {}) is not False
+                                     or not history[-1].get("nodes_curvature", 0.0) > 0)
 
 
 def _explained(history: list[dict]) -> bool:

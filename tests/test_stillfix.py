@@ -85,6 +85,14 @@ def test_a_standstill_the_steps_do_not_explain_needs_the_nodes_curvature():
     assert _stop(None)[0] == Status.CONVERGED
 
 
+def test_a_curvature_that_is_not_positive_refutes_nothing():
+    """A concave objective (tests/test_verify_floor.py: ProxAL stands still at the maximum w = 0,
+    and `finish_result`'s second-order check calls it "stalled") or a singular one: the nodes'
+    reading bounds no distance, so the standstill stands as before."""
+    for least in (-1.0, 0.0):
+        assert _stop(Nodes(least=least))[0] == Status.CONVERGED
+
+
 def test_a_standstill_on_moving_multipliers_stops_without_asking():
     """An active constraint: the steps follow the multiplier updates (bench_rounds'
     logistic-ball): the standstill counts as before, whatever the nodes' curvature."""
