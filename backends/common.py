@@ -289,16 +289,39 @@ def _curvature_at(program, z, iterations=8):
 FRAMEWORK = (_shared_values, _node_terms, _curvature_at)
 
 
-def user_metric(scales: np.ndarray | None, w: np.ndarray) -> float:
-    """‖Dw‖∞ / (max D · ‖w‖∞) ≤ 1, D the column scales of the shared entries (`Backend.user_scales`;
-    1 without them or with equal ones): how much smaller a run's distances must be for one to
-    hold in the user's units, as fm.verify reads it (‖D e‖∞ relative to ‖Dw‖∞), where a distance
-    test (ProxAL's, DALD's `dist_tol`) reads ‖e‖₂ relative to ‖w‖₂ in the run's (‖De‖∞ ≤
-    max D‖e‖₂). Raw power-plant data with an intercept (D 0.09 … 92): 1.6e-5 from the answer in
-    the run's units was 3e-3 in the user's, and ProxAL said "converged" (DALD 1.2e-3)."""
-    if scales is None or np.size(scales) != np.size(w):
+def user_metric(scales: np.ndarray | None, w: np.ndarray, sizes: list[int] | None = None) -> float:
+    """min over the variables v of ‖D_v w_v‖∞ / (max D_v · ‖w‖∞) ≤ 1, D the column scales of the
+    shared entries (`Backend.user_scales`; 1 without them), `sizes` the variables' entry counts in
+    the order the shared vector packs them (`variable_sizes`; None: one variable): how much
+    smaller a run's distances must be for one to hold in the user's units, for every variable,
+    as fm.verify reads it (‖D_v e_v‖∞ relative to ‖D_v w_v‖∞, variable by variable), where a
+    distance test (ProxAL's, DALD's `dist_tol`) reads ‖e‖₂ relative to ‖w‖₂ in the run's
+    (‖D_v e_v‖∞ ≤ max D_v ‖e‖₂). Raw power-plant data with an intercept (D 0.09 … 92): 1.6e-5
+    from the answer in the run's units was 3e-3 in the user's, and ProxAL said "converged" (DALD
+    1.2e-3). Slopes w ~1e-3 beside an intercept b ~1e4 (two variables, 1.5e-4 : 1 in the run's
+    units): read on the stacked vector, b decided alone and both said "converged" with w 1.4e-3
+    (ProxAL) and 3.9e-2 (DALD) off. A variable below ZERO of ‖w‖∞ (run's units) is read as that
+    much: an optimum at 0 would ask for an exact answer (fm.verify too measures one against a
+    floor, its ZERO_LENGTH of the variable's natural length)."""
+    w = np.abs(np.asarray(w, dtype=float).ravel())
+    largest = float(np.max(w, initial=0.0))
+    if not largest > 0:
         return 1.0
-    top, size = float(np.max(scales, initial=0.0)), float(np.max(np.abs(w), initial=0.0))
-    if not (top > 0 and size > 0):
-        return 1.0
-    return min(1.0, float(np.max(np.abs(scales * w))) / (top * size))
+    D = np.ones(w.size) if scales is None or np.size(scales) != w.size else np.asarray(scales, dtype=float).ravel()
+    ends = np.cumsum(sizes) if sizes and sum(sizes) == w.size else [w.size]
+    metric = 1.0
+    for start, end in zip([0, *ends[:-1]], ends):
+        top = float(np.max(D[start:end], initial=0.0))
+        if top > 0:
+            size = max(float(np.max(D[start:end] * w[start:end])) / top, ZERO * largest)
+            metric = min(metric, size / largest)
+    return metric
+
+
+ZERO = 1e-4     # (`user_metric`) a variable this small beside the largest entry reads as this much
+
+
+def variable_sizes(problem) -> list[int]:
+    """The shared variables' entry counts, in the order the shared vector packs them (the
+    node programs' shared `Layout`, `ScaledModel.shared_scales`): `user_metric`'s variables."""
+    return [int(v.size) for v in problem.shared_variables()]

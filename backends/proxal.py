@@ -84,7 +84,7 @@ from fedmodel.runtime.program import compile_programs
 from . import proxal_flat, proxal_nodes, proxal_private
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
-from .common import check_choice, check_count, check_number, progress, require_star, user_metric
+from .common import check_choice, check_count, check_number, progress, require_star, user_metric, variable_sizes
 from .outcome import Outcome, Status
 from .proxal_admm import _stalled, no_consensus, penalties_note, server_step, went_nowhere
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
@@ -246,7 +246,7 @@ class ProxAL(Backend):
 
     def loop(self, problem, ex, run: Run) -> Outcome:
         callback, verbose, checkpointer = run.callback, run.verbose, run.checkpointer
-        n, clients = len(ex.clients), set(ex.clients)
+        n, clients, sizes = len(ex.clients), set(ex.clients), variable_sizes(problem)
         w = start_point(self.w0, ex.model_size)
         rho = rho_start = self._client_rhos(ex)
         watch = DivergenceWatch("ProxAL", DIVERGENCE_HINT)
@@ -299,7 +299,7 @@ class ProxAL(Backend):
             record = outer_record(ex, w, k, trace, tau, dw, dmu, start, rider and rider.replies)
             record.update(true_residual=true_residual, beta=beta, step=float(np.linalg.norm(w - previous)),
                           size=float(np.linalg.norm(w)), dimension=w.size,           # (proxal_outer._near)
-                          metric=user_metric(self.user_scales, w))
+                          metric=user_metric(self.user_scales, w, sizes))
             history.append(record)
             if callback:
                 callback(record)

@@ -187,6 +187,11 @@ def _complement(basis: np.ndarray) -> np.ndarray:
 
 
 def curved(backend, ex, history: list[dict], info: dict) -> bool:
+    """`reading`'s verdict: True only where the nodes' curvature bounds the distance within dist_tol."""
+    return reading(backend, ex, history, info) is True
+
+
+def reading(backend, ex, history: list[dict], info: dict) -> bool | None:
     """The distance test with the objective's own curvature: (‖Δw_k‖₂/β_k + √d τ_k)/μ ≤
     dist_tol‖w‖₂ (`proxal_outer.distance_left`'s bound), steps and sizes modulo the flat
     directions N, and μ half the least eigenvalue on N's complement of Σ_i λ_i P_i, λ_i the
@@ -197,16 +202,26 @@ def curved(backend, ex, history: list[dict], info: dict) -> bool:
     f's Hessian barely moves. The step ratios `curvature` reads are, at β_k ≥ 1e5, ADMM's
     inexactness (NP monks-1 n = 5: μ 9e-6 → 0 while fm.verify found the iterate 4e-8 from a
     minimizer modulo N; docs/BENCHMARKS.md, branch cold). Asked (a round trip a test) only once
-    (11) and the KKT tests hold; the nodes' N_i (one more) once a run, where a node has one."""
+    (11) and the KKT tests hold; the nodes' N_i (one more) once a run, where a node has one.
+    None where no reading can be had (no executor, too few iterates kept, d > CURVED_SIZE, a
+    node that reads none); asked once an outer iteration (`proxal_outer._near` may ask first)."""
     memo = _RUNS.get(ex) if ex is not None else None
     if memo is None or memo["run"] != id(history) or len(memo["points"]) < 2 or "dimension" not in history[-1] \
             or memo.get("curved") is False or not 0 < ex.model_size <= CURVED_SIZE \
             or _curvature not in getattr(backend, "procedures", ()):     # (cProx-AL: not installed)
-        return False
+        return None
+    if memo.get("read", (None,))[0] == len(history):      # (asked this outer iteration already)
+        return memo["read"][1]
+    memo["read"] = (len(history), _read(backend, ex, history, info, memo))
+    return memo["read"][1]
+
+
+def _read(backend, ex, history: list[dict], info: dict, memo: dict) -> bool | None:
+    """`reading`'s round trips and bound."""
     replies = ex.map("proxal_curvature", {node: {"x": memo["points"][-1]} for node in ex.nodes})
     if any(r["least"] is None for r in replies.values()):
         memo["curved"] = False       # (no more round trips for it this run: the old test alone)
-        return False
+        return None
     if "bases" not in memo and not any(r["flat"] for r in replies.values()):
         memo["bases"] = {node: np.zeros((ex.model_size, 0)) for node in replies}     # (no N_i: no round trip)
         memo["basis"] = np.zeros((ex.model_size, 0))
@@ -218,7 +233,7 @@ def curved(backend, ex, history: list[dict], info: dict) -> bool:
             memo["basis"] = common([b.tolist() for b in memo["bases"].values()])
     basis = memo["basis"]
     if basis is None:
-        return False
+        return None
     if basis.shape[1]:
         _say(info, basis)
     bound = sum(replies[node]["least"] * (np.eye(ex.model_size) - b @ b.T) for node, b in memo["bases"].items())
@@ -230,10 +245,11 @@ def curved(backend, ex, history: list[dict], info: dict) -> bool:
     # and at most d independent active ones, ≤ d‖δμ‖∞, δμ taken as their last step (remaining
     # error ≤ it at a contraction ≤ 1/2). Without it examples/centralized_form.py stopped
     # "converged" 1.2e-3 from CVXPY's w with its multipliers still moving by 0.05.
+    last["nodes_curvature"] = mu     # (`proxal_outer.next_tau`'s μ where the steps read none)
     gradient = float(np.linalg.norm(seen[1] - seen[0])) / last["beta"] + np.sqrt(last["dimension"]) * last["tau"] \
         + last["dimension"] * last["multiplier_change"]
-    return mu > 0 and gradient / mu <= getattr(backend, "dist_tol", np.inf) * float(np.linalg.norm(seen[1])) \
-        * last.get("metric", 1.0)
+    return bool(mu > 0 and gradient / mu <= getattr(backend, "dist_tol", np.inf) * float(np.linalg.norm(seen[1])) \
+        * last.get("metric", 1.0))
 
 
 PROCEDURES = (_flat, _curvature)     # (`ProxAL.procedures`)
