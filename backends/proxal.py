@@ -81,7 +81,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.executor import Rider
 from fedmodel.runtime.program import compile_programs
-from . import proxal_flat, proxal_nodes, proxal_private
+from . import proxal_flat, proxal_newton, proxal_nodes, proxal_private
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star, user_metric
@@ -162,9 +162,9 @@ class ProxAL(Backend):
     checkpointing = solves_epigraph = True      # (`Backend.solves_epigraph`)
     # the clients' "configure" of each outer iteration rides on Algorithm 2's "proxal_admm_init"
     # (one message instead of two back to back, the same iterates; False: two, as before)
-    configure_with_init = True
-    # Algorithm 2's client steps (with their vectorized forms) and the verdict's node report
-    procedures = (*proxal_nodes.PROCEDURES, proxal_private._violations, *proxal_flat.PROCEDURES)
+    configure_with_init = True      # (NewtonInner's first evaluation too: `folds_configure`)
+    # Algorithm 2's client steps (with their vectorized forms), the verdict's report, the Newton inner's
+    procedures = (*proxal_nodes.PROCEDURES, proxal_private._violations, *proxal_flat.PROCEDURES, *proxal_newton.PROCEDURES)
 
     def __init__(self, beta: float = 300.0, rho: float = 0.1, s_bar: float = 1e-3, q: float = 0.3,
                  tol: tuple[float, float] = (1e-5, 1e-4), max_outer: int = 100,
@@ -270,8 +270,8 @@ class ProxAL(Backend):
             tau = next_tau(self, k, history)                                      # step 2
             omega = 1.0 / ((n + 1) * beta)         # proximal weight of each P_{i,k} (13)–(14)
             settings = {"beta": beta, "prox_weight": omega}
-            # (Algorithm 2: the clients configure with their ADMM's init, one message)
-            folded = {"settings": settings} if self.configure_with_init and self.inner is None else {}
+            folds = self.inner is None or getattr(self.inner, "folds_configure", False)  # (its first message)
+            folded = {"settings": settings} if self.configure_with_init and folds else {}
             ex.map("configure", {node: {**settings, "center": w} for node in ex.nodes
                                  if not (folded and node in clients)})
             failed: dict = {}           # clients' unmet constraints; NO_CONSENSUS: ∩ X_i looks empty
