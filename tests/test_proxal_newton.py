@@ -138,3 +138,13 @@ def test_refused_beyond_the_dense_budget(monkeypatch):
     monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 10 * 10 * 4)      # 5 matrices do not fit
     with pytest.raises(FedModelError, match="dense Newton budget"):
         prob.solve(ProxAL(inner=NewtonInner()))
+
+
+def test_the_inner_sets_the_beta_schedule_unless_given():
+    """With NewtonInner ProxAL's β grows ×100 up to 1e12 (its class attributes) unless the
+    caller says otherwise; Algorithm 2 keeps ×4 up to 1e6."""
+    assert (ProxAL().beta_growth, ProxAL().beta_max) == (4.0, 1e6)
+    newton = ProxAL(inner=NewtonInner())
+    assert (newton.beta_growth, newton.beta_max) == (NewtonInner.beta_growth, NewtonInner.beta_max) == (100.0, 1e12)
+    given = ProxAL(inner=NewtonInner(), beta_growth=2.0, beta_max=1e7)
+    assert (given.beta_growth, given.beta_max) == (2.0, 1e7)
