@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedmodel.compiler.sets import ZERO
 from fedmodel.errors import FedModelError
 from fedmodel.runtime import solvers
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
@@ -128,7 +129,6 @@ def _terms(program: NodeProgram) -> dict:
 
 def _l1_remainder(z: np.ndarray, g: np.ndarray, l1: np.ndarray) -> np.ndarray:
     """g plus the element of ∂(Σ_j l1_j|z_j|) closest to −g (entries within ZERO of 0 read as 0)."""
-    from fedmodel.compiler.sets import ZERO
     zero = np.abs(z) <= ZERO * max(1.0, float(np.max(np.abs(z), initial=0.0)))
     return np.where(zero, np.sign(g) * np.maximum(np.abs(g) - l1, 0.0), g + l1 * np.sign(z))
 
