@@ -148,3 +148,15 @@ def test_the_inner_sets_the_beta_schedule_unless_given():
     assert (newton.beta_growth, newton.beta_max) == (NewtonInner.beta_growth, NewtonInner.beta_max) == (100.0, 1e12)
     given = ProxAL(inner=NewtonInner(), beta_growth=2.0, beta_max=1e7)
     assert (given.beta_growth, given.beta_max) == (2.0, 1e7)
+
+
+@pytest.mark.integration      # (JAX compiles per shape)
+def test_jax_executor_takes_the_same_steps():
+    pytest.importorskip("jax")
+    from fedmodel.runtime.jax_executor import JaxExecutor
+    for prob, w in (logistic_ball(n=4), lasso()):
+        serial = prob.solve(ProxAL(inner=NewtonInner()))
+        jax = prob.solve(ProxAL(inner=NewtonInner()), executor=JaxExecutor())
+        assert serial.status == jax.status == "converged"
+        assert serial.iterations == jax.iterations
+        np.testing.assert_allclose(jax.value(w), serial.value(w), rtol=1e-8, atol=1e-10)
