@@ -71,12 +71,10 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   states, so the mixed iterates keep (23) sound; restarts and a fall-back to plain ADMM keep the
   iteration convergent.
 - `inner=NewtonInner()` (backends/proxal_newton.py): step 3 by federated proximal Newton steps
-  for a small model size d. Each round trip a client receives the server's point (d floats) and
-  sends P_i's value, gradient and Hessian's upper triangle there (1 + d + d(d + 1)/2 floats, and
-  8 line-search trial values; in the ledger); the server adds its P_0 and steps; (22)–(23) are
-  read at the one common point. Client sets and constraints are AL terms; the β cap is the
-  inner's (1e12). Refused (FedModelError) for private variables, client nonsmooth terms other
-  than λ‖w‖₁, n + 1 Hessians beyond the dense budget. Not the default (docs/BENCHMARKS.md).
+  (small d): a client gets the server's point (d floats), sends P_i's value, gradient and Hessian
+  triangle there (1 + d + d(d + 1)/2 floats, 8 line-search values; in the ledger). Client balls
+  and bounds go to the server's prox, the rest into the AL; β ×100 to 1e12. Refused: private
+  variables, client nonsmooth terms but λ‖w‖₁, Hessians beyond the dense budget (docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -94,6 +92,7 @@ from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star, user_metric
 from .outcome import Outcome, Status
 from .proxal_admm import _stalled, client_rhos, no_consensus, penalties_note, server_step, went_nowhere
+from .special_cases import _server_sets
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -232,9 +231,10 @@ class ProxAL(Backend):
         """One program per block; with `client_sets` (and Algorithm 2 as the inner solver, local
         solver "auto" or "prox"), a client's simple sets on the shared variables (norm balls,
         bounds; `compile_programs(client_sets=True)`) are projected in its local solve (19)
-        instead of entering its augmented Lagrangian (see the module docstring)."""
+        instead of its AL (module docstring); with an inner's `sets_to_server`, by the server."""
+        moved = _server_sets(problem) if getattr(self.inner, "sets_to_server", False) else []
         return compile_programs(problem, client_sets=self._projects_client_sets(),
-                                client_constraints=self._holds_client_constraints())
+                                client_constraints=self._holds_client_constraints(), to_server=moved)
 
     def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
         """The multipliers of the sets the clients projected (`proxal_set_multipliers`)."""

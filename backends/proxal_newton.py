@@ -21,9 +21,10 @@ convergent, ω > 0 makes ℓ_k strongly convex).
 
 Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
 variables, clients' prox terms only λ‖w‖₁, and n + 1 dense d × d matrices within the dense
-Newton budget (`solvers.DENSE_NEWTON_FLOATS`). Under ProxAL(inner=...) the clients' sets and
-constraints are AL terms (`ProxAL._projects_client_sets`), smooth for Newton; sets without a
-smooth form go to the server (`program.moved_to_server`), whose prox handles them.
+Newton budget (`solvers.DENSE_NEWTON_FLOATS`). The clients' data-free balls and bounds go to the
+server (`sets_to_server`; `special_cases._server_sets`, as FedAvg's), whose prox projects on
+them in the model step, as on sets without a smooth form (`program.moved_to_server`); the
+clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off with an inner).
 """
 from __future__ import annotations
 
@@ -202,6 +203,10 @@ class NewtonInner:
 
     procedures = PROCEDURES
     folds_configure = True      # ProxAL's "configure" rides on the first evaluation (`_evaluate`)
+    # clients' data-free balls and bounds go to the server (`ProxAL.compile`), whose model step
+    # projects on them: as AL terms their Hessian is 0 inside and β∇c∇cᵀ beyond, and from inside
+    # every Newton step went out to be cut back (bench_rounds' logistic-ball n = 200: 40 round trips)
+    sets_to_server = True
     # ProxAL's β cap with this inner (its `beta_max=None`): Newton is indifferent to the proximal
     # weight 1/β, so it may fall far below the objective's curvature. At ProxAL's 1e6 the a9a
     # model with features ×1e3 (ridge 1e-9 relative) ran 100 outer iterations, steps shrinking
