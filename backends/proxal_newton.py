@@ -89,7 +89,11 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     With `direction` d and `offsets` o_j also P_i + λ_i‖·‖₁ at z + o_j·d (`values`: the line
     search's shorter steps, in the same message; they must be the same for every member)."""
     z = common_value(payloads, members, "x")
-    if z is None:
+    first = payloads[members[0]]
+    if z is None or (first.get("direction") is not None and (
+            any(payloads[m].get("direction") is None for m in members)
+            or common_value(payloads, members, "direction") is None
+            or common_value(payloads, members, "offsets") is None)):
         return None
     rows = np.array([group.index[m] for m in members])
     if any(payloads[m].get("beta") is not None for m in members):
@@ -104,7 +108,6 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     i, j = _upper(group.n_x)
     replies = {m: {"value": float(values[r]) + _prox_value(group.programs[r], z), "grad": G[r, :group.n_x].copy(),
                    "hessian": H[k][i, j]} for k, (m, r) in enumerate(zip(members, rows))}
-    first = payloads[members[0]]
     if first.get("direction") is not None:
         d, offsets = np.asarray(first["direction"], float), np.ravel(np.asarray(first["offsets"], float))
         trials = [z + o * d for o in offsets]
