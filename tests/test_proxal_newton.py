@@ -170,3 +170,12 @@ def test_jax_executor_takes_the_same_steps():
         assert serial.status == jax.status == "converged"
         assert serial.iterations == jax.iterations
         np.testing.assert_allclose(jax.value(w), serial.value(w), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.integration      # (three solves)
+def test_resume_equals_uninterrupted(tmp_path):
+    """A checkpointed run stopped after outer iteration 2 and resumed: the same run."""
+    from test_checkpoint import _check_resume
+    prob, w = constrained_model(0, private=False, ball=True)
+    reference = _check_resume(tmp_path, prob, lambda: ProxAL(inner=NewtonInner()), stop_at=2)
+    assert reference.status == "converged"
