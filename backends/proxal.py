@@ -92,7 +92,6 @@ from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star, user_metric
 from .outcome import Outcome, Status
 from .proxal_admm import _stalled, client_rhos, no_consensus, penalties_note, server_step, went_nowhere
-from .special_cases import _server_sets
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -232,7 +231,7 @@ class ProxAL(Backend):
         solver "auto" or "prox"), a client's simple sets on the shared variables (norm balls,
         bounds; `compile_programs(client_sets=True)`) are projected in its local solve (19)
         instead of its AL (module docstring); with an inner's `sets_to_server`, by the server."""
-        moved = _server_sets(problem) if getattr(self.inner, "sets_to_server", False) else []
+        moved = proxal_newton.server_sets(problem) if getattr(self.inner, "sets_to_server", False) else []
         return compile_programs(problem, client_sets=self._projects_client_sets(),
                                 client_constraints=self._holds_client_constraints(), to_server=moved)
 

@@ -197,6 +197,13 @@ def _server_step(program: NodeProgram, x, grad, hessian, l1, tau) -> dict:
 PROCEDURES = (_evaluate, _terms, _server_step)
 
 
+def server_sets(problem) -> list:
+    """The clients' data-free balls and bounds the server projects on (`sets_to_server`;
+    FedAvg's `special_cases._server_sets`, imported here only: it imports scipy)."""
+    from .special_cases import _server_sets
+    return _server_sets(problem)
+
+
 # ---- the server's loop --------------------------------------------------------------------------
 class NewtonInner:
     """ProxAL's subproblem solver by federated proximal Newton steps (module docstring):
