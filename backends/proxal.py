@@ -70,6 +70,11 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   ANY client states (u_i, λ_i) as long as the server's (18) used ũ_i = u_i + λ_i/ρ_i of the same
   states, so the mixed iterates keep (23) sound; restarts and a fall-back to plain ADMM keep the
   iteration convergent.
+- `inner=NewtonInner()` (backends/proxal_newton.py): step 3 by federated proximal Newton steps
+  (small d): a client gets the server's point (d floats), sends P_i's value, gradient and Hessian
+  triangle there (1 + d + d(d + 1)/2 floats, 8 line-search values; in the ledger). Client balls
+  and bounds go to the server's prox, the rest into the AL; β ×100 to 1e12. Refused: private
+  variables, client nonsmooth terms but λ‖w‖₁, Hessians beyond the dense budget (docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -81,12 +86,12 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.executor import Rider
 from fedmodel.runtime.program import compile_programs
-from . import proxal_flat, proxal_nodes, proxal_private
+from . import proxal_flat, proxal_newton, proxal_nodes, proxal_private
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star, user_metric, variable_sizes
 from .outcome import Outcome, Status
-from .proxal_admm import _stalled, no_consensus, penalties_note, server_step, went_nowhere
+from .proxal_admm import _stalled, client_rhos, no_consensus, penalties_note, server_step, went_nowhere
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -160,20 +165,21 @@ class ProxAL(Backend):
 
     name = "proxal"
     checkpointing = solves_epigraph = True      # (`Backend.solves_epigraph`)
-    # the clients' "configure" of each outer iteration rides on Algorithm 2's "proxal_admm_init"
-    # (one message instead of two back to back, the same iterates; False: two, as before)
-    configure_with_init = True
-    # Algorithm 2's client steps (with their vectorized forms) and the verdict's node report
-    procedures = (*proxal_nodes.PROCEDURES, proxal_private._violations, *proxal_flat.PROCEDURES)
+    # the clients' "configure" of each outer iteration rides on the inner solver's first message
+    configure_with_init = True      # (Algorithm 2's "proxal_admm_init", NewtonInner's evaluation; False: two)
+    # Algorithm 2's client steps (with their vectorized forms), the verdict's report, the Newton inner's
+    procedures = (*proxal_nodes.PROCEDURES, proxal_private._violations, *proxal_flat.PROCEDURES, *proxal_newton.PROCEDURES)
 
     def __init__(self, beta: float = 300.0, rho: float = 0.1, s_bar: float = 1e-3, q: float = 0.3,
                  tol: tuple[float, float] = (1e-5, 1e-4), max_outer: int = 100,
                  max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = True,
                  local_solver: str = "auto", w0: Any = None, inner: Any = None,
-                 check_certificate: bool = False, beta_growth: float = 4.0, beta_max: float = 1e6,
+                 check_certificate: bool = False, beta_growth: float | None = None, beta_max: float | None = None,
                  anderson: int = 5, inner_stall: int = 50, tau_rule: str = "progress",
                  local_tol_cap: float = 0.1, client_sets: bool = True, dist_tol: float = 1e-4,
                  client_constraints: str = "local"):
+        beta_growth, beta_max = (getattr(inner, key, default) if value is None else value   # (NewtonInner: its own)
+                                 for key, value, default in (("beta_growth", beta_growth, 4.0), ("beta_max", beta_max, 1e6)))
         options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
         for key, value in options.items():         # beta, s_bar, eps1, eps2, max_outer, ..., w0
             setattr(self, key, value)
@@ -224,9 +230,10 @@ class ProxAL(Backend):
         """One program per block; with `client_sets` (and Algorithm 2 as the inner solver, local
         solver "auto" or "prox"), a client's simple sets on the shared variables (norm balls,
         bounds; `compile_programs(client_sets=True)`) are projected in its local solve (19)
-        instead of entering its augmented Lagrangian (see the module docstring)."""
+        instead of its AL (module docstring); with an inner's `sets_to_server`, by the server."""
+        moved = proxal_newton.server_sets(problem) if getattr(self.inner, "sets_to_server", False) else []
         return compile_programs(problem, client_sets=self._projects_client_sets(),
-                                client_constraints=self._holds_client_constraints())
+                                client_constraints=self._holds_client_constraints(), to_server=moved)
 
     def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
         """The multipliers of the sets the clients projected (`proxal_set_multipliers`)."""
@@ -248,7 +255,7 @@ class ProxAL(Backend):
         callback, verbose, checkpointer = run.callback, run.verbose, run.checkpointer
         n, clients, sizes = len(ex.clients), set(ex.clients), variable_sizes(problem)
         w = start_point(self.w0, ex.model_size)
-        rho = rho_start = self._client_rhos(ex)
+        rho = rho_start = client_rhos(ex, self.rho, self.rho_rule)
         watch = DivergenceWatch("ProxAL", DIVERGENCE_HINT)
         history, total_inner, status = [], 0, Status.MAX_ITERATIONS
         beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
@@ -270,8 +277,8 @@ class ProxAL(Backend):
             tau = next_tau(self, k, history)                                      # step 2
             omega = 1.0 / ((n + 1) * beta)         # proximal weight of each P_{i,k} (13)–(14)
             settings = {"beta": beta, "prox_weight": omega}
-            # (Algorithm 2: the clients configure with their ADMM's init, one message)
-            folded = {"settings": settings} if self.configure_with_init and self.inner is None else {}
+            folds = self.inner is None or getattr(self.inner, "folds_configure", False)  # (its first message)
+            folded = {"settings": settings} if self.configure_with_init and folds else {}
             ex.map("configure", {node: {**settings, "center": w} for node in ex.nodes
                                  if not (folded and node in clients)})
             failed: dict = {}           # clients' unmet constraints; NO_CONSENSUS: ∩ X_i looks empty
@@ -322,14 +329,6 @@ class ProxAL(Backend):
         return Outcome(status, shared=w, history=history,
                        iterations={"outer": len(history), "inner": total_inner},
                        info={"admm_certificates": certificate_log, "rho": rho, **info})
-
-    def _client_rhos(self, ex) -> dict[str, float]:
-        """ρ_i⁰: `rho`, or a·m_i (Remark 4.2, a = `rho`) with each client's sample count m_i,
-        which the client reports (local request "proxal_samples", backends/proxal_nodes.py)."""
-        if self.rho_rule == "constant":
-            return {c: self.rho for c in ex.clients}
-        replies = ex.map("proxal_samples", {c: {} for c in ex.clients})
-        return {c: self.rho * r["samples"] for c, r in replies.items()}
 
     # Algorithm 2 --------------------------------------------------------------------------------
     def _admm(self, ex, w_start, tau, rho, settings=None, local=None, failed=None, marks=None):

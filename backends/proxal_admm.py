@@ -20,6 +20,16 @@ def server_step(ex, **payload) -> tuple[np.ndarray, float]:
     return out["x"], max(payload["tol"], float(out["grad_norm"]))
 
 
+def client_rhos(ex, rho: float, rule: str) -> dict[str, float]:
+    """ρ_i⁰: `rho` (rule "constant"), or a·m_i (Remark 4.2, a = `rho`, rule "samples") with each
+    client's sample count m_i, which the client reports (local request "proxal_samples",
+    backends/proxal_nodes.py). (Out of backends/proxal.py, at its 400 lines.)"""
+    if rule == "constant":
+        return {c: rho for c in ex.clients}
+    replies = ex.map("proxal_samples", {c: {} for c in ex.clients})
+    return {c: rho * r["samples"] for c, r in replies.items()}
+
+
 def _stalled(trace: list[float], window: int) -> bool:
     """True when the best certificate (22) of the last `window` ADMM iterations is not 1 % below
     the best of the `window` before them (window = 0: never). Comparing window with window, not

@@ -74,6 +74,10 @@ else:
     X, y = proxal_table1.load(model)
     prob, _, _ = proxal_table1.build(X, y, 5)
 mark("data + model")
+if backend == "newton":          # ProxAL with the Newton inner solver (--newton)
+    from fedmodel.backends.proxal import ProxAL
+    from fedmodel.backends.proxal_newton import NewtonInner
+    backend = ProxAL(inner=NewtonInner())
 res = prob.solve() if backend == "default" else prob.solve(backend)
 mark("solve (its imports included)")
 phases = {name: (t - marks[i][1], c - marks[i][2]) for i, (name, t, c) in enumerate(marks[1:])}
@@ -87,21 +91,21 @@ COLD_MODELS = {"monks-1": "NP monks-1 one-hot, n = 5", "adult-a": "NP adult, n =
                "builtin": "fedmodel run (NP breast-cancer, n = 5)"}
 
 
-def cold(models: list[str], repeats: int) -> None:
-    """The cold table (module docstring, part 1)."""
+def cold(models: list[str], repeats: int, newton: bool = False) -> None:
+    """The cold table (module docstring, part 1); `newton`: a row for ProxAL(inner=NewtonInner())."""
     print("| model | run | status | iterations | round trips | imports CPU s | data + model CPU s "
           "| solve CPU s | cold total CPU s | solve / CVXPY's | cold / CVXPY's |\n"
           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     for model in models:
         runs = {backend: min(_fresh(["-c", CHILD, model, backend], repeats), key=lambda r: r["total"][1])
-                for backend in ("default", "cvxpy")}
+                for backend in ("default",) + (("newton",) if newton else ()) + ("cvxpy",)}
         ref = runs["cvxpy"]
         assert runs["default"]["fedmodel"] == sys.modules["fedmodel"].__file__, "another fedmodel in the child"
         for backend, run in runs.items():
             ph = run["phases"]
             solve, total = ph["solve (its imports included)"][1], run["total"][1]
             label = "prob.solve()" + (f" → {run['backend']}" if backend == "default" else "") \
-                if backend == "default" else "prob.solve('cvxpy')"
+                if backend == "default" else "prob.solve('cvxpy')" if backend == "cvxpy" else "ProxAL(inner=NewtonInner())"
             ratios = "| | " if backend == "cvxpy" else \
                 f"| {solve / ref['phases']['solve (its imports included)'][1]:.3f} | {total / ref['total'][1]:.3f} "
             print(f"| {COLD_MODELS[model]} | {label} | {run['status']} | {run['iterations']} | "
@@ -146,12 +150,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--n", type=int, nargs="+", default=[5])
     parser.add_argument("--executor", default="serial")
+    parser.add_argument("--newton", action="store_true", help="also ProxAL(inner=NewtonInner()) (cold part)")
     args = parser.parse_args()
     import fedmodel
     print(f"fedmodel: {fedmodel.__file__}; python {sys.version.split()[0]}; numpy {np.__version__}; "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
     if args.part in ("cold", "both"):
-        cold(args.models, args.repeats)
+        cold(args.models, args.repeats, args.newton)
     if args.part in ("steps", "both"):
         steps(args.n, args.repeats, args.executor)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")

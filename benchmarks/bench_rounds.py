@@ -68,6 +68,14 @@ from benchmarks.common import machine_info  # noqa: E402
 
 ROWS_PER_CLIENT, DIM = 20, 10
 BACKENDS = ("proxal", "cproxal", "dald", "fedadmm", "fedprox", "fedavg", "dp-admm")
+# beside the defaults, on request (--backends): ProxAL with the Newton inner solver
+OPTIONS = {"proxal-newton": lambda: _proxal_newton()}
+
+
+def _proxal_newton():
+    from backends.proxal import ProxAL
+    from backends.proxal_newton import NewtonInner
+    return ProxAL(inner=NewtonInner())
 CLIENTS = (5, 40, 200)
 
 
@@ -210,7 +218,7 @@ def timed_solve(prob, backend: str, timeout: float):
         signal.setitimer(signal.ITIMER_REAL, timeout)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")        # statuses are in the table
-            result = prob.solve(backend)
+            result = prob.solve(OPTIONS[backend]() if backend in OPTIONS else backend)
         outcome = "ok"
     except _Timeout:
         result, outcome = None, "timeout"
@@ -321,7 +329,7 @@ def table(records: list[dict]) -> str:
     for r in records:
         latest[(r["model"], r["n"], r["backend"])] = r
     order = {name: i for i, name in enumerate(MODELS)}
-    border = {name: i for i, name in enumerate(("*",) + BACKENDS)}
+    border = {name: i for i, name in enumerate(("*",) + BACKENDS + tuple(OPTIONS))}
     keys = sorted(latest, key=lambda k: (order.get(k[0], 99), k[1], border.get(k[2], 99)))
     lines = ["| model | n | backend | round trips | verified (1e-3) | iterations | "
              "messages / client | floats / client (KiB) | CPU / wall s | CVXPY CPU / wall s |",
@@ -360,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--n", nargs="+", type=int, default=list(CLIENTS))
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS) + list(OPTIONS))
     parser.add_argument("--timeout", type=float, default=300.0, help="wall seconds per run")
     parser.add_argument("--mnist-rows", type=int, default=MNIST_ROWS)
     parser.add_argument("--out", type=Path, default=Path("bench_rounds.jsonl"),

@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fedmodel as fm  # noqa: E402
-from benchmarks.bench_rounds import _reason, ledger_row  # noqa: E402
+from benchmarks.bench_rounds import OPTIONS, _reason, ledger_row  # noqa: E402
 
 BACKENDS = ("proxal", "fedadmm", "dald", "dp-admm", "fedprox")
 KINDS = ("np", "ls-ball", "logit-ball", "lasso-box", "infeasible", "np-barely")
@@ -228,7 +228,7 @@ def cpu_limited_solve(prob, backend: str, limit: float):
         signal.setitimer(signal.ITIMER_PROF, limit)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")        # statuses are in the records
-            result, outcome = prob.solve(backend), "ok"
+            result, outcome = prob.solve(OPTIONS[backend]() if backend in OPTIONS else backend), "ok"
     except _OutOfTime:
         result, outcome = None, "timeout"
     except fm.FedModelError as exc:

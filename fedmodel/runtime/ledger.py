@@ -60,7 +60,8 @@ def _kinds(*kinds: MessageKind) -> dict[str, MessageKind]:
 
 
 # Sizes: "x" = shared model size, "x|1" = model-sized or scalar, "1" = scalar, "<=k" = a short
-# vector of at most k numbers (statistics such as inner products, never data-sized).
+# vector of at most k numbers (statistics such as inner products, never data-sized), "tri" =
+# the upper triangle of a symmetric model-by-model matrix (a Hessian: d(d + 1)/2 numbers).
 MESSAGES: dict[str, MessageKind] = _Registry(_kinds(
     MessageKind("configure", {"beta": "1", "prox_weight": "1", "center": "x"}, {}),
     MessageKind("merit", {"x": "x"}, {"value": "1", "grad": "x"}, read_only=True),
@@ -283,6 +284,8 @@ def allowed_sizes(spec: str, model_size: int) -> range | tuple[int, ...]:
     and client."""
     if spec.startswith("<="):
         return range(int(spec[2:]) + 1)
+    if spec == "tri":       # a symmetric d × d matrix's upper triangle (ProxAL's Newton inner)
+        return (model_size * (model_size + 1) // 2,)
     return {"x": (model_size,), "1": (1,), "x|1": (model_size, 1), "0|1": (0, 1)}[spec]
 
 

@@ -1,0 +1,328 @@
+"""ProxAL's subproblem by a federated (proximal) Newton method: `ProxAL(inner=NewtonInner())`.
+
+Step 3 of ProxAL's Algorithm 1 (He, Peng, Sun) minimizes ℓ_k(w) = Σ_{i=1}^n P_{i,k}(w) +
+P_{0,k}(w) + h(w). Algorithm 2 (consensus ADMM) needs ~30–40 round trips per subproblem, set by
+the consensus's conditioning. For a small model size d, each client can instead send its
+merit's value, gradient and Hessian at the server's point z (one round trip: 1 + d + d(d+1)/2
+floats up, the d floats of z down; `proxal_newton_eval`); the server sums them, adds its own
+P_0 and takes a proximal Newton step (Lee, Sun, Saunders 2014):
+
+    u = argmin_u Gᵀ(u − z) + ½(u − z)ᵀH(u − z) + h(u)        (`_model_minimizer`, on the server)
+
+with h the server's prox terms (λ‖w‖₁, the sets it projects on) plus the clients' λ_i‖w‖₁
+(their weights, summed, `proxal_newton_terms`); a backtracking (Armijo) line search on ℓ_k
+along d = u − z, each trial point one round trip whose reply is also the next step's Hessian.
+The certificate is (22)–(23)'s quantity itself, with no consensus residual (every client is at
+z): dist∞(0, ∇(Σ_i P_i + P_0)(z) + ∂h(z)), the clients' ℓ1 subgradients and the server's prox
+terms chosen term by term (`NodeProgram.prox_remainder`): an upper bound on the distance, so
+(23) certifies as Algorithm 2's does. Newton is indifferent to the conditioning of ℓ_k (the
+inequalities' AL terms are piecewise quadratic: semismooth; the line search keeps it globally
+convergent, ω > 0 makes ℓ_k strongly convex).
+
+Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
+variables, clients' prox terms only λ‖w‖₁, and n + 1 dense d × d matrices within the dense
+Newton budget (`solvers.DENSE_NEWTON_FLOATS`). The clients' data-free balls and bounds go to the
+server (`sets_to_server`; `special_cases._server_sets`, as FedAvg's), whose prox projects on
+them in the model step, as on sets without a smooth form (`program.moved_to_server`); the
+clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off with an inner).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fedmodel.compiler.sets import ZERO
+from fedmodel.errors import FedModelError
+from fedmodel.runtime import solvers
+from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
+from fedmodel.runtime.batched_procedures import common_value
+from fedmodel.runtime.client_step import client_step
+from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.program import NodeProgram
+
+ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
+MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
+MODEL_STEPS = 20_000    # the server's accelerated proximal-gradient iterations on the model at most
+MODEL_TOL = 1e-2        # the model's prox-gradient mapping to MODEL_TOL × min(τ_k, certificate)
+TRIALS = 8              # shorter steps 2^-1 … 2^-TRIALS valued beside each full Newton step (one message)
+
+
+# ---- node steps ---------------------------------------------------------------------------------
+def _upper(d: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(d)
+
+
+def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
+    """The d × d symmetric matrix of its upper triangle (as `_evaluate` sends it)."""
+    H = np.zeros((d, d))
+    i, j = _upper(d)
+    H[i, j] = packed
+    H[j, i] = packed
+    return H
+
+
+def _l1_weights(program: NodeProgram) -> np.ndarray:
+    """Per-entry λ of the node's λ‖w‖₁ terms on the shared variables (0 elsewhere)."""
+    parts = [np.zeros(v.size) for v in program.shared.variables]
+    for term in program.merit_ir.prox_terms:
+        if term.kind == "norm1" and term.kinked is None and term.constraint is None:
+            parts[program.shared.variables.index(term.variable)] += term.weight()
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _prox_value(program: NodeProgram, x: np.ndarray) -> float:
+    """Σ of the node's prox terms' values at x (λ‖w‖₁; 0 for a set at a point in it)."""
+    if not program.merit_ir.prox_terms:
+        return 0.0
+    values = program.shared.unpack(x)
+    return float(sum(t.value(values[program.shared.variables.index(t.variable)])
+                     for t in program.merit_ir.prox_terms))
+
+
+@client_step("proxal_newton_eval", {"x": "x", "beta": "1", "prox_weight": "1", "direction": "x",
+                                    "offsets": f"<={TRIALS}"},
+             {"value": "1", "grad": "x", "hessian": "tri", "values": f"<={TRIALS}"})
+def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
+    """P_i(z) + λ_i‖z‖₁, ∇P_i(z) and the upper triangle of ∇²P_i(z) of the members at the one z
+    they were sent (None, served one by one, when they were sent different points). With
+    `beta` and `prox_weight` the client first configures P_{i,k} (13) with center z, as
+    "configure" would (ProxAL's outer step and the subproblem's first evaluation: one message).
+    With `direction` d and `offsets` o_j also P_i + λ_i‖·‖₁ at z + o_j·d (`values`: the line
+    search's shorter steps, in the same message; they must be the same for every member)."""
+    z = common_value(payloads, members, "x")
+    first = payloads[members[0]]
+    if z is None or (first.get("direction") is not None and (
+            any(payloads[m].get("direction") is None for m in members)
+            or common_value(payloads, members, "direction") is None
+            or common_value(payloads, members, "offsets") is None)):
+        return None
+    rows = np.array([group.index[m] for m in members])
+    if any(payloads[m].get("beta") is not None for m in members):
+        for m, r in zip(members, rows):
+            if payloads[m].get("beta") is not None:
+                group.programs[r].configure(beta=payloads[m]["beta"], prox_weight=payloads[m]["prox_weight"],
+                                            center=z)
+        group.forget()
+    X, Y = broadcast_rows(z, group.n, group.n_x), private_stack(group)
+    values, G = group.value_grad(X, Y)
+    H = group.hessian(X, Y, rows)
+    i, j = _upper(group.n_x)
+    replies = {m: {"value": float(values[r]) + _prox_value(group.programs[r], z), "grad": G[r, :group.n_x].copy(),
+                   "hessian": H[k][i, j]} for k, (m, r) in enumerate(zip(members, rows))}
+    if first.get("direction") is not None:
+        d, offsets = np.asarray(first["direction"], float), np.ravel(np.asarray(first["offsets"], float))
+        trials = [z + o * d for o in offsets]
+        at = np.array([group.value_grad(broadcast_rows(x, group.n, group.n_x), Y)[0] for x in trials])
+        for m, r in zip(members, rows):
+            replies[m]["values"] = at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials])
+    return replies
+
+
+@procedure("proxal_newton_terms", {}, {"l1": "x", "refusal": "str"}, local=True, read_only=True)
+def _terms(program: NodeProgram) -> dict:
+    """What the Newton inner needs to know of a node before its first step: its λ‖w‖₁ weights
+    per entry (a model term, no data) and why it cannot take part ("" when it can)."""
+    refusal = ""
+    if program.n_private:
+        refusal = f"node {program.name!r} has private variables"
+    elif program.role == "client" and any(t.kind != "norm1" or t.kinked is not None or t.constraint is not None
+                                          for t in program.merit_ir.prox_terms):
+        refusal = f"client {program.name!r} has a nonsmooth term other than λ‖w‖₁"
+    return {"l1": _l1_weights(program) if program.role == "client" else np.zeros(program.n_shared),
+            "refusal": refusal}
+
+
+def _l1_remainder(z: np.ndarray, g: np.ndarray, l1: np.ndarray) -> np.ndarray:
+    """g plus the element of ∂(Σ_j l1_j|z_j|) closest to −g (entries within ZERO of 0 read as 0)."""
+    zero = np.abs(z) <= ZERO * max(1.0, float(np.max(np.abs(z), initial=0.0)))
+    return np.where(zero, np.sign(g) * np.maximum(np.abs(g) - l1, 0.0), g + l1 * np.sign(z))
+
+
+def _prox(program: NodeProgram, v: np.ndarray, t: float, l1: np.ndarray) -> np.ndarray:
+    """prox_{t h}(v), h = Σ_j l1_j|v_j| + the server's prox terms: soft-thresholding, then the
+    server's own prox (exact where they factor: ℓ1 with ℓ1, a ball, bounds; `apply_prox`)."""
+    v = np.sign(v) * np.maximum(np.abs(v) - t * l1, 0.0)
+    return program.apply_prox(v, t) if program.merit_ir.prox_terms else v
+
+
+def _model_minimizer(program: NodeProgram, z, G, H, l1, tol) -> np.ndarray:
+    """argmin_u Gᵀ(u − z) + ½(u − z)ᵀH(u − z) + h(u): a Cholesky solve without nonsmooth
+    terms; else FISTA with adaptive restart (O'Donoghue, Candès) to a prox-gradient mapping
+    ≤ tol, at most MODEL_STEPS iterations (an inexact minimizer still gives a descent direction
+    when it improves on the model at z; the line search checks it)."""
+    smooth = not program.merit_ir.prox_terms and not np.any(l1)
+    if smooth:
+        try:
+            return z - np.linalg.solve(H, G) if np.all(np.isfinite(H)) else z
+        except np.linalg.LinAlgError:
+            pass
+    top = float(np.linalg.eigvalsh(H)[-1]) if H.size else 0.0
+    step = 1.0 / max(top, 1e-300)
+    u = _prox(program, z - step * G, step, l1)
+    y, theta = u.copy(), 1.0
+    for _ in range(MODEL_STEPS):
+        u_new = _prox(program, y - step * (G + H @ (y - z)), step, l1)
+        if float(np.max(np.abs(u_new - y), initial=0.0)) <= tol * step:
+            return u_new
+        if float(np.dot(y - u_new, u_new - u)) > 0:     # restart: the momentum points uphill
+            y, theta = u_new.copy(), 1.0
+        else:
+            theta_new = 0.5 * (1 + np.sqrt(1 + 4 * theta * theta))
+            y = u_new + ((theta - 1) / theta_new) * (u_new - u)
+            theta = theta_new
+        u = u_new
+    return u
+
+
+@procedure("proxal_newton_step", {"x": "x", "grad": "x", "hessian": "tri", "l1": "x", "tau": "1"},
+           {"x": "x", "certificate": "1", "decrease": "1"}, local=True, read_only=True)
+def _server_step(program: NodeProgram, x, grad, hessian, l1, tau) -> dict:
+    """The server's part of a Newton step at z = x, given the clients' summed gradient and
+    Hessian and ℓ1 weights: it adds its own P_0's, computes the certificate
+    dist∞(0, ∇ℓ_k(z) + ∂h(z)) (upper bound, term by term) and, when it is above τ_k, the
+    model's minimizer u with the predicted decrease Δ = Gᵀ(u − z) + h(u) − h(z) (< 0 for a
+    descent direction)."""
+    z, l1 = np.asarray(x, float), np.asarray(l1, float)
+    _, g0 = program.value_grad(z, program.y)
+    G = np.asarray(grad, float) + g0[:program.n_shared]
+    remainder = program.prox_remainder(z, _l1_remainder(z, G, l1))
+    certificate = float(np.max(np.abs(remainder), initial=0.0))
+    if not np.isfinite(certificate) or certificate <= tau:
+        return {"x": z, "certificate": certificate, "decrease": 0.0}
+    H = unpack_symmetric(np.asarray(hessian, float), z.size) + program.hessian(z)
+    u = _model_minimizer(program, z, G, H, l1, MODEL_TOL * min(tau, certificate))
+    h = (lambda v: _prox_value(program, v) + float(l1 @ np.abs(v)))
+    return {"x": u, "certificate": certificate, "decrease": float(G @ (u - z)) + h(u) - h(z)}
+
+
+PROCEDURES = (_evaluate, _terms, _server_step)
+
+
+def server_sets(problem) -> list:
+    """The clients' data-free balls and bounds the server projects on (`sets_to_server`;
+    FedAvg's `special_cases._server_sets`, imported here only: it imports scipy)."""
+    from .special_cases import _server_sets
+    return _server_sets(problem)
+
+
+# ---- the server's loop --------------------------------------------------------------------------
+class NewtonInner:
+    """ProxAL's subproblem solver by federated proximal Newton steps (module docstring):
+    `ProxAL(inner=NewtonInner())`. Each step is one round trip (value, gradient and Hessian of
+    every client's merit at the server's point; its floats are in the ledger) unless the line
+    search halves it; `max_steps` Newton steps per subproblem at most."""
+
+    procedures = PROCEDURES
+    folds_configure = True      # ProxAL's "configure" rides on the first evaluation (`_evaluate`)
+    # clients' data-free balls and bounds go to the server (`ProxAL.compile`), whose model step
+    # projects on them: as AL terms their Hessian is 0 inside and β∇c∇cᵀ beyond, and from inside
+    # every Newton step went out to be cut back (bench_rounds' logistic-ball n = 200: 40 round trips)
+    sets_to_server = True
+    # ProxAL's β cap with this inner (its `beta_max=None`): Newton is indifferent to the proximal
+    # weight 1/β, so it may fall far below the objective's curvature. At ProxAL's 1e6 the a9a
+    # model with features ×1e3 (ridge 1e-9 relative) ran 100 outer iterations, steps shrinking
+    # 0.98 a step, "max_iterations" 6.6e-2 away; at 1e12 it converged (27 outer, 115 round trips)
+    beta_max = 1e12
+    # and its β growth: the AL's outer iterations are what is left to save (NP adult n = 5: 14
+    # outer iterations / 81 round trips at ×4, 10 / 61 at ×100; NP monks-1 15 / 90 → 8 / 67)
+    beta_growth = 100.0
+
+    def __init__(self, max_steps: int = 50):
+        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+            raise FedModelError(f"NewtonInner: max_steps must be an integer ≥ 1, got {max_steps!r}")
+        self.max_steps = int(max_steps)
+        self._terms: tuple | None = None        # (executor, summed client ℓ1 weights)
+
+    def refusal(self, ex) -> str:
+        """Why this run's nodes cannot take Newton steps ("" when they can): beyond the dense
+        budget, private variables, a client's nonsmooth term other than λ‖w‖₁."""
+        d, n = ex.model_size, len(ex.clients)
+        if not solvers.dense_fits(d, n + 1):
+            return (f"{n + 1} dense {d} × {d} Hessians are beyond the dense Newton budget "
+                    f"(fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = {solvers.DENSE_NEWTON_FLOATS:.3g})")
+        replies = ex.map("proxal_newton_terms", {node: {} for node in ex.nodes})
+        found = [r["refusal"] for r in replies.values() if r["refusal"]]
+        self._terms = (ex, sum(replies[c]["l1"] for c in ex.clients) if ex.clients else np.zeros(d))
+        return found[0] if found else ""
+
+    def _evaluate(self, ex, z: np.ndarray, settings: dict | None = None, direction=None,
+                  offsets=None) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Σ_i of the clients' (P_i + λ_i‖·‖₁, ∇P_i, upper triangle of ∇²P_i) at z, and of their
+        values at z + o_j·`direction` for the `offsets` o_j (one round trip; sums only,
+        `map_sum`; `settings`: ProxAL's (β, ω), configured first), plus the server's P_0 + h."""
+        d = ex.model_size
+        request = {"x": z, **(settings or {})}
+        if direction is not None:
+            request.update(direction=direction, offsets=np.asarray(offsets, float))
+        fields = ("value", "grad", "hessian") + (("values",) if direction is not None else ())
+        if ex.clients:
+            total = ex.map_sum("proxal_newton_eval", ex.clients, common=request, fields=fields)
+        else:
+            total = {"value": 0.0, "grad": np.zeros(d), "hessian": np.zeros(d * (d + 1) // 2),
+                     "values": np.zeros(len(offsets if offsets is not None else ()))}
+        mine = {k: v for k, v in request.items() if k not in (settings or {})}   # (ProxAL configured it)
+        server = ex.call("server", "proxal_newton_eval", **mine)
+        values = np.asarray(total.get("values", ()), float) + np.asarray(server.get("values", ()), float)
+        return (float(total["value"]) + server["value"], np.asarray(total["grad"], float),
+                np.asarray(total["hessian"], float), values)
+
+    def solve_subproblem(self, ex, w: np.ndarray, tau: float, rho: dict,
+                         settings: dict | None = None) -> tuple[np.ndarray, list, dict]:
+        """Step 3 of ProxAL's Algorithm 1 by proximal Newton steps from z = w_k to (23):
+        (z, the certificate at each accepted point, `rho` unchanged); `settings` (β_k, ω_k):
+        the clients configure P_{i,k} (center w_k) with the first evaluation. A FedModelError when the
+        model is out of scope (`refusal`). The run ends unsolved (its last certificate above τ_k,
+        which ProxAL reads as such) when a line search fails or `max_steps` pass."""
+        if self._terms is None or self._terms[0] is not ex:
+            reason = self.refusal(ex)
+            if reason:
+                self._terms = None
+                raise FedModelError(f"ProxAL(inner=NewtonInner()): {reason}; use the default inner "
+                                    "solver (ProxAL(), Algorithm 2)")
+        l1 = self._terms[1]
+        z = np.asarray(w, float).copy()
+        value, grad, hessian, _ = self._evaluate(ex, z, settings)
+        trace: list[float] = []
+        for _ in range(self.max_steps):
+            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=tau)
+            trace.append(step["certificate"])
+            if not step["certificate"] > tau or not np.isfinite(value):
+                break
+            direction, decrease = step["x"] - z, step["decrease"]
+            if not decrease < 0:            # the model sees no descent: round-off level
+                break
+            found = self._line_search(ex, z, value, direction, decrease, step["certificate"], l1)
+            if found is None:
+                break
+            z, value, grad, hessian = found
+        else:
+            trace.append(ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1,
+                                 tau=np.inf)["certificate"])
+        return z, trace, rho
+
+    def _line_search(self, ex, z, value, direction, decrease, certificate, l1):
+        """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,
+        gradient, Hessian) with the values at the TRIALS shorter steps 2^-j in the same message;
+        if the full step fails, the shorter step of least value among those that pass is
+        evaluated (a second round trip), else the next TRIALS shorter ones. Returns the
+        accepted (z, value, grad, Hessian), or None. A full step within round-off of ℓ_k(z)
+        is accepted when its certificate is smaller (near the answer the values' differences
+        drown in round-off)."""
+        t, shorter = 1.0, 0.5 ** np.arange(1, TRIALS + 1)
+        for _ in range(MAX_HALVINGS):
+            trial = z + t * direction
+            found = self._evaluate(ex, trial, direction=direction, offsets=t * shorter - t)
+            if found[0] <= value + ARMIJO * t * decrease:
+                return (trial, *found[:3])
+            if t == 1.0 and found[0] <= value + 1e-13 * max(1.0, abs(value)):
+                again = ex.call("server", "proxal_newton_step", x=trial, grad=found[1], hessian=found[2],
+                                l1=l1, tau=np.inf)["certificate"]
+                if again < certificate:
+                    return (trial, *found[:3])
+            steps = t * shorter
+            passed = found[3] <= value + ARMIJO * steps * decrease
+            if np.any(passed):
+                best = steps[passed][np.argmin(found[3][passed])]
+                trial = z + best * direction
+                return (trial, *self._evaluate(ex, trial)[:3])
+            t = steps[-1] * 0.5
+        return None
