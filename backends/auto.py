@@ -13,7 +13,14 @@ the section on backend="auto"):
    graphs. Its Gauss-Seidel sweep goes in colour classes (`order="colour"`, one parallel batch
    each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
 3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
-4. A star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
+3b. A star whose n + 1 dense d × d Hessians fit the dense Newton budget, with no private
+   variables, where round trips are cheap: ProxAL with its subproblems by federated Newton steps
+   (`ProxAL(inner=NewtonInner())`, backends/proxal_newton.py): bench_rounds' suite 9–16 round
+   trips against Algorithm 2's 24–49 at n = 5, 40, 200, NP monks-1 67 against 382, mnist-ball
+   n = 5 24 against 194, all verified, less CPU (docs/BENCHMARKS.md, branch newtoninner; lead,
+   2026-12-01). A refusal at its first subproblem (a client's nonsmooth term other than λ‖w‖₁)
+   runs Algorithm 2. Not where round trips are dear (Flower): not measured there yet.
+4. Otherwise, a star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
    Pearson — or couples variables) or a client has private variables: its augmented
    Lagrangian is the one exact treatment. Otherwise (unconstrained, or norm balls, bounds,
    halfspaces only, ℓ1 by its prox) the measured cost decides — round trips × (seconds a round
@@ -51,6 +58,8 @@ from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
 from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
+from fedmodel.runtime.solvers import dense_fits
+from .proxal_newton import NewtonInner
 
 # Clients from which FedADMM replaces ProxAL on models whose clients hold simple sets (a star)
 # where round trips are cheap: from there ProxAL's held-constraint steps take the more CPU
@@ -188,6 +197,13 @@ class Auto:
             return self._pick("dp-admm", dict(self.privacy), cost, [
                 f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend",
                 trip])
+        newton = _newton_fits(problem, traits)
+        if newton and not dear:
+            return self._pick("proxal", {"inner": NewtonInner()}, cost, [
+                f"{newton}: ProxAL with its subproblems by federated Newton steps "
+                "(inner=NewtonInner(); each client sends its merit's gradient and Hessian a round "
+                "trip) takes the fewest round trips and the least CPU (bench_rounds: 9–16 round "
+                "trips on the ridge, logistic, ball and lasso rows, 67 on NP monks-1)", trip])
         many = MANY_CLIENTS
         simple = f"only simple sets ({_few(traits.sets)})" if traits.sets else "no constraints"
         if traits.general or traits.private:
@@ -246,6 +262,14 @@ class Auto:
             result = make_backend(choice.backend, **choice.settings).solve(
                 problem, topology=topology, executor=executor, **options)
         except FedModelError as refusal:
+            if "inner" in choice.settings and str(refusal).startswith("ProxAL(inner=NewtonInner())"):
+                # (refused at its first subproblem, before any step) a client term Newton cannot sum
+                why = f"Newton steps refused ({' '.join(str(refusal).split()[1:13])} …)"
+                choice = self._proxal([why + ": ProxAL's Algorithm 2 runs it"], choice.round_trip_cost)
+                result = make_backend(choice.backend, **choice.settings).solve(
+                    problem, topology=topology, executor=executor, **options)
+                result.info["auto"] = choice.as_dict()
+                return result
             if choice.backend != "fedadmm":
                 raise
             # (FedADMM checks its nodes before its first round: nothing ran) ProxAL takes any
@@ -266,6 +290,17 @@ class Auto:
             result.info["auto_first_run"] = first
         result.info["auto"] = choice.as_dict()
         return result
+
+
+def _newton_fits(problem, traits: Traits) -> str:
+    """Why `NewtonInner` can run this model ("" where it cannot: private variables — an
+    epigraph's slacks among them —, or n + 1 dense d × d Hessians beyond the dense budget)."""
+    if traits.private:
+        return ""
+    d = sum(v.size for v in problem.shared_variables())
+    if not dense_fits(d, traits.clients + 1):
+        return ""
+    return f"d = {d}, {traits.clients} clients: their {traits.clients + 1} Hessians fit the dense budget"
 
 
 def _few(items: list[str], shown: int = 3) -> str:

@@ -232,6 +232,9 @@ class NewtonInner:
         self.max_steps = int(max_steps)
         self._terms: tuple | None = None        # (executor, summed client ℓ1 weights)
 
+    def __repr__(self) -> str:
+        return f"NewtonInner(max_steps={self.max_steps})"
+
     def refusal(self, ex) -> str:
         """Why this run's nodes cannot take Newton steps ("" when they can): beyond the dense
         budget, private variables, a client's nonsmooth term other than λ‖w‖₁."""

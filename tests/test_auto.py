@@ -30,6 +30,12 @@ def trips(result) -> int:
     return int(result.info["communication"]["round_trips"])
 
 
+@pytest.fixture
+def no_newton(monkeypatch):
+    """The rules after the Newton pick (a model whose n + 1 Hessians would not fit the budget)."""
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
+
+
 def _solve(prob, backend=None, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # statuses are asserted
@@ -37,27 +43,34 @@ def _solve(prob, backend=None, **kwargs):
 
 
 def test_default_solve_is_auto_and_says_why(capsys):
+    from fedmodel.backends.proxal_newton import NewtonInner
     prob, w = bench_rounds.ridge(5)
     res = _solve(prob)
     info = res.info["auto"]
-    assert info["backend"] == res.backend == "proxal" and info["settings"] == {}
-    assert info["reasons"][0].startswith("5 clients < 40, no constraints")
+    assert info["backend"] == res.backend == "proxal" and info["settings"] == {"inner": info["settings"]["inner"]}
+    assert isinstance(info["settings"]["inner"], NewtonInner)
+    assert info["reasons"][0].startswith("d = 10, 5 clients: their 6 Hessians fit the dense budget: ProxAL with")
     assert info["round_trip_cost"] == pytest.approx(1e-4)        # the serial executor's hint
-    # the very run ProxAL's defaults make, and it verifies
-    plain = _solve(prob, "proxal")
-    assert trips(res) == trips(plain) == 24      # 31 before proxal.RHO_PERIOD = 3; 27 before configure rode on init
+    # the very run ProxAL with Newton steps makes, and it verifies, in fewer round trips than
+    # Algorithm 2's 24 (31 before proxal.RHO_PERIOD = 3; 27 before configure rode on init)
+    plain = _solve(prob, "proxal", inner=NewtonInner())
+    assert trips(res) == trips(plain) <= 12 < trips(_solve(prob, "proxal"))
     np.testing.assert_allclose(res.value(w), plain.value(w), rtol=0, atol=1e-12)
     assert fm.verify(res, _solve(prob, "cvxpy")).ok
-    assert _solve(prob, "auto").info["auto"] == info                  # by name: the same
+    assert str(_solve(prob, "auto").info["auto"]) == str(info)          # by name: the same
     print(res)
     lines = [line for line in capsys.readouterr().out.splitlines() if "auto " in line]
     assert lines == ["  auto           picked proxal: " + info["reasons"][0]]
 
 
-def test_data_reading_constraints_pick_proxal():
-    """Neyman-Pearson's class-1 loss constraint reads the client's data: no projection takes it."""
+def test_data_reading_constraints_pick_proxal(monkeypatch):
+    """Neyman-Pearson's class-1 loss constraint reads the client's data: no projection takes it.
+    Newton's steps carry it in the augmented Lagrangian; beyond their budget, Algorithm 2."""
     from fedmodel.builtin_models import neyman_pearson
     prob, _ = neyman_pearson(n_clients=3)
+    newton = auto.Auto().choose(prob)
+    assert newton.backend == "proxal" and list(newton.settings) == ["inner"]
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
     choice = auto.Auto().choose(prob)
     assert choice.backend == "proxal" and choice.settings == {}
     assert choice.reasons[0].startswith("constraints that are no simple set (client 'c0': np[c0]")
@@ -65,7 +78,7 @@ def test_data_reading_constraints_pick_proxal():
     assert (traits.clients, len(traits.general), traits.sets) == (3, 3, ["server: ball"])
 
 
-def test_many_clients_holding_sets_pick_fedadmm():
+def test_many_clients_holding_sets_pick_fedadmm(no_newton):
     prob, _ = bench_rounds.logistic_ball(40)      # client balls, a server ridge
     choice = auto.Auto().choose(prob)
     assert choice.backend == "fedadmm" and choice.settings == {}
@@ -86,7 +99,7 @@ def test_many_clients_holding_sets_pick_fedadmm():
     assert auto.Auto().choose(bench_rounds.logistic_ball(200)[0], executor=Tenth()).backend == "fedadmm"
 
 
-def test_many_clients_without_client_sets_pick_proxal():
+def test_many_clients_without_client_sets_pick_proxal(no_newton):
     """No client holds a set: ProxAL at every n — fewer round trips than FedADMM (bench_auto at
     n = 40 / 200: ridge 28 / 28 against 53 / 93) at FedADMM's CPU per round trip (before,
     FedADMM from 40 clients on: 1,000 clients × 3 rows took 5× ProxAL's time)."""
@@ -98,7 +111,7 @@ def test_many_clients_without_client_sets_pick_proxal():
 
 
 @pytest.mark.integration    # (~5 s)
-def test_a_fedadmm_pick_that_diverges_is_run_again_by_proxal():
+def test_a_fedadmm_pick_that_diverges_is_run_again_by_proxal(no_newton):
     """A Poisson (exp) regression over 40 clients, each holding a loose box: auto's
     many-clients rule picks FedADMM, whose gradient steps diverge on the exp loss (newuser4's
     abalone); auto runs ProxAL then, says so, and the answer verifies against CVXPY."""
@@ -123,7 +136,7 @@ def test_a_fedadmm_pick_that_diverges_is_run_again_by_proxal():
 
 
 @pytest.mark.integration    # (> 2.5 s: the fast suite stays ≤ 3 min)
-def test_dear_round_trips_do_more_local_work_and_stay_verified():
+def test_dear_round_trips_do_more_local_work_and_stay_verified(no_newton):
     """Where round trips are dear auto asks ProxAL for tighter local solves. Since ProxAL's
     clients solve (19) to ε_{t+1}/n (proxal.py, local_tol_cap) that no longer saves round trips
     systematically — measured cheap → dear 30 → 32, 36 → 35, 35 → 37, 59 → 33, 51 → 57 at
@@ -209,7 +222,7 @@ def test_overrides_reach_the_picked_backend_only():
     prob, _ = bench_rounds.ridge(3)
     overrides = {"proxal": {"max_outer": 1}, "dald": {"rho": 0.1}}
     res = _solve(prob, "auto", overrides=overrides)
-    assert res.info["auto"]["settings"] == {"max_outer": 1} and res.iterations["outer"] == 1
+    assert sorted(res.info["auto"]["settings"]) == ["inner", "max_outer"] and res.iterations["outer"] == 1
 
 
 def test_monks1_picks_proxal():
@@ -220,7 +233,7 @@ def test_monks1_picks_proxal():
     X, y = load_data(proxal_table1.load, "monks-1")
     prob, _, _ = proxal_table1.build(X, y, 5)
     choice = auto.Auto().choose(prob)
-    assert choice.backend == "proxal" and "no simple set" in choice.reasons[0]
+    assert choice.backend == "proxal" and "inner" in choice.settings      # Newton steps: 67 round trips, 382 without
 
 
 SUITE = [(model, n) for n in (5, 40) for model in ("ridge", "logistic", "logistic-ball", "lasso")]
@@ -244,3 +257,21 @@ def test_auto_on_the_suite_verifies_within_twice_the_best_round_trips(model, n):
         res = _solve(prob, executor=executor)
         assert fm.verify(res, reference).ok, res.info["auto"]
         assert trips(res) <= 2 * min(best.values()), (res.info["auto"], trips(res), best)
+
+
+def test_newton_steps_only_where_the_hessians_fit_and_round_trips_are_cheap(monkeypatch):
+    """Auto picks ProxAL with Newton steps where n + 1 dense d × d Hessians fit the dense budget
+    and round trips are cheap (Flower's dear ones: untested there, Algorithm 2 as before); a
+    refusal at run time (here forced) falls back to Algorithm 2 with the reason."""
+    from fedmodel.backends import proxal_newton
+    from fedmodel.runtime import solvers
+    prob, w = bench_rounds.logistic_ball(5)
+    assert "inner" in auto.Auto().choose(prob).settings
+    assert "inner" not in auto.Auto().choose(prob, executor=DearSerial()).settings
+    monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 5 * 10 * 10)    # 6 Hessians of d = 10 > 5
+    assert "inner" not in auto.Auto().choose(prob).settings
+    monkeypatch.undo()
+    monkeypatch.setattr(proxal_newton.NewtonInner, "refusal", lambda self, ex: "forced by the test")
+    res = _solve(prob)
+    assert res.status == "converged" and "inner" not in res.info["auto"]["settings"]
+    assert res.info["auto"]["reasons"][0].startswith("Newton steps refused (forced by the test")
