@@ -368,7 +368,9 @@ class Variable(Leaf):
             self._value = None
             return
         array = _check_numeric(val, f"value of variable {self.label!r}")
-        self._value = _fit_shape(array, self.shape, f"variable {self.label!r}")
+        # a copy: `w.value = res.value(w)` is the user's start, not the array the solve left
+        # (`compiler.start` tells the two apart by identity), and later edits of `val` stay theirs
+        self._value = _fit_shape(array.copy(), self.shape, f"variable {self.label!r}")
 
 
 class Parameter(Leaf):
