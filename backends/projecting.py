@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.compiler.canonical import PROJECT_ALL
-from fedmodel.compiler.intersections import prox_conflict
+from fedmodel.compiler.intersections import check_boxes_meet, prox_conflict
 from fedmodel.compiler.sets import AFFINE, affine_multipliers, simple_set
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.ledger import procedure
@@ -101,3 +101,17 @@ def server_set_multipliers(ex, x: np.ndarray, step: tuple) -> dict:
     proximal step `step` = (anchor, weight) (the local request "server_set_multipliers")."""
     anchor, weight = step
     return ex.call("server", "server_set_multipliers", x=x, anchor=anchor, weight=float(weight))["multipliers"]
+
+
+def data_free_client_sets(problem) -> list:
+    """The clients' balls and bounds on the shared variables that read no client data (constant
+    or Parameter radii and bounds: `sets.simple_set`), which the server's step (53) projects on
+    exactly (their intersection). Held by a client, a ball's AL term has curvature λ_i/r, which
+    outgrew the step 1/L̂: a 0.1 ball on 3 logistic clients diverged in 10/10 seeds."""
+    moved = [c for block in problem.clients for c in block.constraints
+             if simple_set(c) is not None and not c.expr.data_owners()]
+    try:
+        check_boxes_meet([simple_set(c) for c in moved])
+    except FedModelError:     # clients' boxes that leave no point: each keeps its own, and the
+        return []             # run ends "stalled" naming them (`base.finish_result`)
+    return moved

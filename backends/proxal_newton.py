@@ -22,7 +22,7 @@ convergent, ω > 0 makes ℓ_k strongly convex).
 Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
 variables, clients' prox terms only λ‖w‖₁, and n + 1 dense d × d matrices within the dense
 Newton budget (`solvers.DENSE_NEWTON_FLOATS`). The clients' data-free balls and bounds go to the
-server (`sets_to_server`; `special_cases._server_sets`, as FedAvg's), whose prox projects on
+server (`sets_to_server`; `projecting.data_free_client_sets`, as FedAvg's), whose prox projects on
 them in the model step, as on sets without a smooth form (`program.moved_to_server`); the
 clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off with an inner).
 """
@@ -38,6 +38,7 @@ from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
+from .projecting import data_free_client_sets
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
@@ -199,9 +200,8 @@ PROCEDURES = (_evaluate, _terms, _server_step)
 
 def server_sets(problem) -> list:
     """The clients' data-free balls and bounds the server projects on (`sets_to_server`;
-    FedAvg's `special_cases._server_sets`, imported here only: it imports scipy)."""
-    from .special_cases import _server_sets
-    return _server_sets(problem)
+    FedAvg's, `projecting.data_free_client_sets`)."""
+    return data_free_client_sets(problem)
 
 
 # ---- the server's loop --------------------------------------------------------------------------

@@ -34,15 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.compiler.intersections import check_boxes_meet
-from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.program import compile_programs
 from .base import paper_preset
 from .common import check_count, check_number, progress
 from .dald import DALD
-from .projecting import _server_set_multipliers, affine_only, project_server_sets, projectable, server_set_multipliers
+from .projecting import (_server_set_multipliers, affine_only, data_free_client_sets as _server_sets,
+                         project_server_sets, projectable, server_set_multipliers)
 from .dp_fedavg import CLIENT_DP_ROUNDS, ClientPrivacy, check_model, private_rounds
 from .step_guard import StepGuard
 from .watch import DivergenceWatch
@@ -50,20 +49,6 @@ from .outcome import Outcome, Status
 
 #: the DALD paper's FedProx / FedAvg baseline (Sec. V-B): ρ = 1 (μ = 2), α = 1e-4, one step, 1000 rounds
 PAPER_FEDPROX = {"mu": 2.0, "step": 1e-4, "local_steps": 1, "max_rounds": 1000, "tol": 1e-8}
-
-
-def _server_sets(problem) -> list:
-    """The clients' balls and bounds on the shared variables that read no client data (constant
-    or Parameter radii and bounds: `sets.simple_set`), which the server's step (53) projects on
-    exactly (their intersection). Held by a client, a ball's AL term has curvature λ_i/r, which
-    outgrew the step 1/L̂: a 0.1 ball on 3 logistic clients diverged in 10/10 seeds."""
-    moved = [c for block in problem.clients for c in block.constraints
-             if simple_set(c) is not None and not c.expr.data_owners()]
-    try:
-        check_boxes_meet([simple_set(c) for c in moved])
-    except FedModelError:     # clients' boxes that leave no point: each keeps its own, and the
-        return []             # run ends "stalled" naming them (`base.finish_result`)
-    return moved
 
 
 class _DistributedPA(StepGuard, DALD):
