@@ -89,6 +89,7 @@ class Traits:
     prox: list[str] = field(default_factory=list)         # blocks with a λ‖w‖₁ term
     unsupported: list[str] = field(default_factory=list)  # nonsmooth terms without a prox
     private: list[str] = field(default_factory=list)      # clients with private variables
+    kinked: list[str] = field(default_factory=list)       # clients with a prox term other than λ‖w‖₁
 
 
 def describe(problem) -> Traits:
@@ -106,6 +107,9 @@ def describe(problem) -> Traits:
         traits.unsupported += [f"{where}: {expr}" for expr in classified.unsupported]
         if classified.prox:
             traits.prox.append(where)
+        if block.kind != "server" and any(t.kind != "norm1" or t.kinked is not None or t.constraint is not None
+                                          for t in classified.prox):
+            traits.kinked.append(where)
     traits.private = [c.name for c in problem.clients if c.private_variables]
     return traits
 
@@ -264,7 +268,7 @@ class Auto:
         except FedModelError as refusal:
             if "inner" in choice.settings and str(refusal).startswith("ProxAL(inner=NewtonInner())"):
                 # (refused at its first subproblem, before any step) a client term Newton cannot sum
-                why = f"Newton steps refused ({' '.join(str(refusal).split()[1:13])} …)"
+                why = f"Newton steps refused ({str(refusal).split(': ', 1)[-1].split('; use')[0]})"
                 choice = self._proxal([why + ": ProxAL's Algorithm 2 runs it"], choice.round_trip_cost)
                 result = make_backend(choice.backend, **choice.settings).solve(
                     problem, topology=topology, executor=executor, **options)
@@ -294,9 +298,10 @@ class Auto:
 
 def _newton_fits(problem, traits: Traits) -> str:
     """Why `NewtonInner` can run this model ("" where it cannot: private variables — an
-    epigraph's slacks among them —, or n + 1 dense d × d Hessians beyond the dense budget)."""
-    if traits.private:
-        return ""
+    epigraph's slacks among them —, a client's prox term other than λ‖w‖₁ (`Traits.kinked`), a
+    model not convex (DCP), or n + 1 dense d × d Hessians beyond the dense budget)."""
+    if traits.private or traits.kinked or not problem.is_convex():
+        return ""     # (Newton's steps need a convex ℓ_k, and sum only λ‖w‖₁ of a client's prox terms)
     d = sum(v.size for v in problem.shared_variables())
     if not dense_fits(d, traits.clients + 1):
         return ""

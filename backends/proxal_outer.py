@@ -207,7 +207,8 @@ def _reach(record: dict) -> float:
 
 def _near(backend, history: list[dict], ex=None, info: dict | None = None) -> bool:
     """The distance test beside (11): `distance_left` ≤ dist_tol·‖w‖₂ (`_reach`: in the user's
-    units), or the standstill (`_still`) where the steps say why they stand still (`_explained`)
+    units), or the standstill (`_still`) where the steps say why they stand still (`_explained`),
+    at w = 0 (exact steps of 0: a lasso's answer 0, which no bound relative to ‖w‖ can meet),
     or the nodes' curvature (`proxal_flat.reading`, on `ex`) does not refute it: a positive
     curvature whose bound fails (none, or one ≤ 0 — a concave model's maximum, which
     `finish_result`'s second-order check then calls "stalled" — bounds nothing) (always true
@@ -215,7 +216,7 @@ def _near(backend, history: list[dict], ex=None, info: dict | None = None) -> bo
     tol = getattr(backend, "dist_tol", np.inf)
     if tol == np.inf or distance_left(history, history[-1]["dimension"]) <= tol * _reach(history[-1]):
         return True
-    return _still(history, tol) and (_explained(history)
+    return _still(history, tol) and (_explained(history) or not _reach(history[-1]) > 0
                                      or proxal_flat.reading(backend, ex, history, info or {}) is not False
                                      or not history[-1].get("nodes_curvature", 0.0) > 0)
 

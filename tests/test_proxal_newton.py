@@ -179,3 +179,42 @@ def test_resume_equals_uninterrupted(tmp_path):
     prob, w = constrained_model(0, private=False, ball=True)
     reference = _check_resume(tmp_path, prob, lambda: ProxAL(inner=NewtonInner()), stop_at=2)
     assert reference.status == "converged"
+
+
+@pytest.mark.integration      # (~4 s)
+def test_review_cases_start_inside_the_sets_and_auto_keeps_newton_to_convex_models():
+    """The review's reproducers (2026-12-01): (1) a client bound the start violates — the
+    certificate at a point off the set read the bound as active (0 ≤ τ: no step, max_iterations
+    1.0 off); (2) a nonconvex model — auto picks Algorithm 2 (Newton's indefinite H stood still);
+    (3) a lasso whose answer is 0 (the standstill at w = 0 was vetoed: 100 outer iterations);
+    (4) a client's λ‖w‖₂ term: auto does not pick Newton (it refused at run time, and the
+    fallback's checkpoint could not be resumed by auto)."""
+    import warnings
+    from fedmodel.backends import auto
+    w, prob = fm.Variable(2, name="w"), fm.Problem()
+    for _ in range(2):
+        c = prob.add_client()
+        c.minimize(fm.sum_squares(w - np.array([-1.0, 0.0])) / 2)
+    prob.clients[0].subject_to(w >= 1.0)
+    res = prob.solve(ProxAL(inner=NewtonInner()))
+    assert res.status == "converged" and np.allclose(res.value(w), [1.0, 1.0], atol=1e-6)
+    v, bumpy = fm.Variable(2, name="v"), fm.Problem()
+    for i in range(2):
+        bumpy.add_client().minimize(fm.sum(fm.power(v, 4)) - 2 * fm.sum_squares(v) + 0.3 * fm.sum(v))
+    assert "inner" not in auto.Auto().choose(bumpy).settings
+    rng = np.random.default_rng(2)
+    u, lasso = fm.Variable(3, name="u"), fm.Problem()
+    for _ in range(3):
+        A, b = rng.standard_normal((8, 3)), rng.standard_normal(8)
+        lasso.add_client().minimize(fm.sum_squares(A @ u - b) / 8)
+    lasso.server.minimize(2.0 * fm.norm1(u))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for backend in (ProxAL(), ProxAL(inner=NewtonInner())):
+            res = lasso.solve(backend)
+            assert res.status == "converged" and np.all(res.value(u) == 0) and res.iterations["outer"] <= 5
+    kinked = fm.Problem()
+    for _ in range(3):
+        A, b = rng.standard_normal((8, 3)), rng.standard_normal(8)
+        kinked.add_client().minimize(fm.sum_squares(A @ u - b) / 8 + 0.1 * fm.norm2(u))
+    assert "inner" not in auto.Auto().choose(kinked).settings
