@@ -72,7 +72,9 @@ def lookup(kind: str, name: str) -> Callable[..., Any]:
             known = names(kind)
             hint = "" if known else (" (none is installed: run `pip install -e .` so that the "
                                      "package's entry points are declared)")
-            raise FedModelError(f"unknown {kind} {name!r}; choose one of {known}{hint} or pass "
+            close = difflib.get_close_matches(key.replace("_", "-"), known, n=1) if key else []
+            mean = f"did you mean {close[0]!r}? " if close else ""
+            raise FedModelError(f"unknown {kind} {name!r}; {mean}choose one of {known}{hint} or pass "
                                 f"{'a' if kind == 'backend' else 'an'} {kind} instance")
         factory = found[0].load()
         _REGISTERED[kind][key] = checked_options(factory, key) if kind == "backend" else factory
@@ -81,8 +83,10 @@ def lookup(kind: str, name: str) -> Callable[..., Any]:
 
 def unknown_option(name: str, given: str, valid: list[str]) -> str:
     """The message for an option `given` that backend `name` does not take, with the closest
-    valid one (difflib) when there is one."""
-    close = difflib.get_close_matches(given, valid, n=1)
+    valid one (difflib, or the longest valid option the given one starts with: "tolerance" →
+    "tol") when there is one."""
+    close = difflib.get_close_matches(given, valid, n=1) or \
+        sorted((v for v in valid if given.startswith(v)), key=len, reverse=True)[:1]
     hint = f"did you mean {close[0]!r}?" if close else f"its options are {sorted(valid)}"
     return f"unknown option {given!r} for backend {name!r}; {hint}"
 

@@ -3,6 +3,7 @@
 A regularization path warm-started as users write it, `w.value = res.value(w)` before the next
 solve, was run from 0: the assignment stored the very array the solve had left, and
 `compiler.start` tells a user's start from a solve's value by identity (docs/api.md §2)."""
+import re
 import numpy as np
 import pytest
 
@@ -80,3 +81,17 @@ def test_warm_started_path_fedadmm():
     exact = _exact(prob, 0.5)
     for r in (cold, warm):
         assert np.linalg.norm(r.value(w) - exact) <= 1e-4 * np.linalg.norm(exact)
+
+
+def test_messages_name_the_fix():
+    """nu11_names_and_eps_inf.py: a backend name with "_" for "-", `epsilon_total=inf`, and an
+    option a longer word for a valid one each say what to write."""
+    from fedmodel.errors import FedModelError
+    w = fm.Variable(2, name="w")
+    prob = fm.Problem()
+    prob.add_client().minimize(fm.sum_squares(w - 1.0))
+    for backend, options, expected in (("dp_admm", {}, "did you mean 'dp-admm'?"),
+                                       ("dp-admm", {"epsilon_total": float("inf")}, "DPADMM() runs the non-private"),
+                                       ("proxal", {"tolerance": 1e-3}, "did you mean 'tol'?")):
+        with pytest.raises(FedModelError, match=re.escape(expected)):
+            prob.solve(backend, **options)

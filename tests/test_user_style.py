@@ -96,7 +96,7 @@ def test_backend_names_are_case_insensitive(name):
 
 def test_an_unknown_backend_name_is_a_clear_error():
     prob, _ = user_logistic(n=2, m=8, d=3)
-    with pytest.raises(fm.FedModelError, match=r"unknown backend 'proxall'; choose one of \[.*'proxal'"):
+    with pytest.raises(fm.FedModelError, match=r"unknown backend 'proxall'; did you mean 'proxal'\? choose one of \[.*'proxal'"):
         prob.solve("proxall")
     with pytest.raises(fm.FedModelError, match="unknown executor 'batch'"):
         prob.solve("proxal", executor="batch")

@@ -174,6 +174,9 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         self.knob_rho = None        # the knob's ρ (`knob_penalty`), set once the records are known
         if max_rounds is None:
             max_rounds = BUDGET_ROUNDS if self.sampled else 20000
+        if isinstance(epsilon_total, (int, float)) and math.isinf(epsilon_total):
+            raise FedModelError("epsilon_total=inf asks for no privacy: leave epsilon_total and epsilon "
+                                "unset (DPADMM() runs the non-private algorithm)")
         self.epsilon_total = epsilon_total if epsilon_total is None else \
             _number("epsilon_total", epsilon_total, 0.0, math.inf, low_closed=True)
         # a=None: 10 where η^t = a/√t is used, and none in the non-private default (`_linearized`)
