@@ -13,12 +13,12 @@ the section on backend="auto"):
    graphs. Its Gauss-Seidel sweep goes in colour classes (`order="colour"`, one parallel batch
    each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
 3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
-3b. A star whose n + 1 dense d × d Hessians fit the dense Newton budget, with no private
-   variables, where round trips are cheap: ProxAL with its subproblems by federated Newton steps
+3b. A star whose n + 1 dense d × d Hessians fit the dense Newton budget, on a convex model
+   with no private variables and no client prox term but λ‖w‖₁, where round trips are cheap: ProxAL with its subproblems by federated Newton steps
    (`ProxAL(inner=NewtonInner())`, backends/proxal_newton.py): bench_rounds' suite 9–16 round
    trips against Algorithm 2's 24–49 at n = 5, 40, 200, NP monks-1 67 against 382, mnist-ball
    n = 5 24 against 194, all verified, less CPU (docs/BENCHMARKS.md, branch newtoninner; lead,
-   2026-12-01). A refusal at its first subproblem (a client's nonsmooth term other than λ‖w‖₁)
+   2026-12-01). A refusal at its first subproblem (a node's reply the model did not show)
    runs Algorithm 2. Not where round trips are dear (Flower): not measured there yet.
 4. Otherwise, a star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
    Pearson — or couples variables) or a client has private variables: its augmented
