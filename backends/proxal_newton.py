@@ -14,10 +14,13 @@ with h the server's prox terms (λ‖w‖₁, the sets it projects on) plus the 
 along d = u − z, each trial point one round trip whose reply is also the next step's Hessian.
 The certificate is (22)–(23)'s quantity itself, with no consensus residual (every client is at
 z): dist∞(0, ∇(Σ_i P_i + P_0)(z) + ∂h(z)), the clients' ℓ1 subgradients and the server's prox
-terms chosen term by term (`NodeProgram.prox_remainder`): an upper bound on the distance, so
-(23) certifies as Algorithm 2's does. Newton is indifferent to the conditioning of ℓ_k (the
+terms chosen term by term (`NodeProgram.prox_remainder`): an upper bound on the distance at a
+point of the server's sets — each subproblem starts from w_k projected on them
+(`proxal_newton_start`), and the steps stay there — so (23) certifies as Algorithm 2's does. Newton is indifferent to the conditioning of ℓ_k (the
 inequalities' AL terms are piecewise quadratic: semismooth; the line search keeps it globally
-convergent, ω > 0 makes ℓ_k strongly convex).
+convergent, ω > 0 makes ℓ_k strongly convex — for a convex model: on a nonconvex one an
+indefinite H gives no descent and the run stands still, so `backend="auto"` picks it only on
+convex models).
 
 Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
 variables, clients' prox terms only λ‖w‖₁, and n + 1 dense d × d matrices within the dense
