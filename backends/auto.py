@@ -59,6 +59,7 @@ from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
 from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
 from fedmodel.runtime.solvers import dense_fits
+from .common import variable_sizes
 from .proxal_newton import NewtonInner
 
 # Clients from which FedADMM replaces ProxAL on models whose clients hold simple sets (a star)
@@ -302,7 +303,7 @@ def _newton_fits(problem, traits: Traits) -> str:
     model not convex (DCP), or n + 1 dense d × d Hessians beyond the dense budget)."""
     if traits.private or traits.kinked or not problem.is_convex():
         return ""     # (Newton's steps need a convex ℓ_k, and sum only λ‖w‖₁ of a client's prox terms)
-    d = sum(v.size for v in problem.shared_variables())
+    d = sum(variable_sizes(problem))
     if not dense_fits(d, traits.clients + 1):
         return ""
     return f"d = {d}, {traits.clients} clients: their {traits.clients + 1} Hessians fit the dense budget"

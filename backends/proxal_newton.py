@@ -36,6 +36,7 @@ import numpy as np
 from fedmodel.compiler.sets import ZERO
 from fedmodel.errors import FedModelError
 from fedmodel.runtime import solvers
+from fedmodel.runtime.active_set import l1_residual
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.client_step import client_step
@@ -136,9 +137,10 @@ def _terms(program: NodeProgram) -> dict:
 
 
 def _l1_remainder(z: np.ndarray, g: np.ndarray, l1: np.ndarray) -> np.ndarray:
-    """g plus the element of ∂(Σ_j l1_j|z_j|) closest to −g (entries within ZERO of 0 read as 0)."""
+    """g plus the element of ∂(Σ_j l1_j|z_j|) closest to −g (`active_set.l1_residual`), entries
+    within ZERO of 0 read as 0."""
     zero = np.abs(z) <= ZERO * max(1.0, float(np.max(np.abs(z), initial=0.0)))
-    return np.where(zero, np.sign(g) * np.maximum(np.abs(g) - l1, 0.0), g + l1 * np.sign(z))
+    return l1_residual(np.where(zero, 0.0, z), g, l1)
 
 
 def _prox(program: NodeProgram, v: np.ndarray, t: float, l1: np.ndarray) -> np.ndarray:
