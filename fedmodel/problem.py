@@ -484,12 +484,13 @@ class Problem:
         from .lowering.problem import lower_problem
         return lower_problem(self)[0]
 
-    def solve(self, backend: Any = "auto", topology: Any = None, executor: Any = None,
+    def solve(self, backend: Any = None, topology: Any = None, executor: Any = None,
               callback: Any = None, verbose: bool = False, checkpoint: str | None = None,
               checkpoint_every: int | None = None, resume: bool = False,
               scaling: bool | None = None, **options: Any):
-        """Solve with a backend (instance or name; "auto", the default, picks one for the model
-        and the executor and says why in `res.info["auto"]`); see docs/api.md §2 for the arguments.
+        """Solve with a backend (instance or name; "auto" — also None, the default, as CVXPY's
+        `solver=None` — picks one for the model and the executor and says why in
+        `res.info["auto"]`); see docs/api.md §2 for the arguments.
         `scaling=False` solves the model as written instead of its equilibrated copy
         (`fedmodel.compiler.scaling`; None: the backend's default)."""
         self.validate()
@@ -518,6 +519,8 @@ def make_backend(backend: Any, **options: Any) -> Any:
     method) as it is, or the class registered under a name (`fedmodel.registry`, filled from the
     entry points in pyproject.toml) built with `options`. The problem layer never imports the
     backends above it: it only knows their names and that they have `solve`."""
+    if backend is None:
+        backend = "auto"
     is_instance = not isinstance(backend, (str, type)) and callable(getattr(backend, "solve", None))
     if not is_instance:
         return registry.lookup("backend", backend)(**options)

@@ -58,6 +58,9 @@ def test_default_solve_is_auto_and_says_why(capsys):
     np.testing.assert_allclose(res.value(w), plain.value(w), rtol=0, atol=1e-12)
     assert fm.verify(res, _solve(prob, "cvxpy")).ok
     assert str(_solve(prob, "auto").info["auto"]) == str(info)          # by name: the same
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert str(prob.solve(None).info["auto"]) == str(info)    # None, as CVXPY's solver=None
     print(res)
     lines = [line for line in capsys.readouterr().out.splitlines() if "auto " in line]
     assert lines == ["  auto           picked proxal: " + info["reasons"][0]]
