@@ -158,6 +158,8 @@ class Backend:
                 outcome.values, outcome.multipliers = values, {**multipliers, **outcome.multipliers}
             self.conclude(problem, ex, run, outcome)
             outcome.ledger = ex.ledger
+            if getattr(ex, "auto_choice", None):      # executor None or "auto": what it picked, why
+                outcome.info["executor"] = dict(zip(("name", "reason"), ex.auto_choice))
         return outcome
 
     def checks_own_constraints(self) -> bool:

@@ -177,6 +177,7 @@ def test_a_solve_without_an_executor_gives_the_serial_numbers():
     serial = prob.solve("proxal", executor="serial")
     default = prob.solve("proxal")
     assert default.status == serial.status == "converged"
+    assert default.info["executor"]["name"] == "batched" and "executor" not in serial.info
     assert default.iterations == serial.iterations
     for v in serial.values:
         np.testing.assert_allclose(default.values[v], serial.values[v], rtol=1e-10, atol=1e-12)
