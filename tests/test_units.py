@@ -110,7 +110,8 @@ LEAST_SQUARES = {"proxal": ("proxal", None, 3), "cproxal": ("cproxal", None, 3),
                  "dald": ("dald", None, 3), "dald-ring": ("dald", topologies.ring, 3),
                  "fedadmm": ("fedadmm", None, 3), "fedprox": ("fedprox", None, 3),
                  "fedavg": ("fedavg", None, 3), "dgd": ("dgd", None, 3), "pa": ("pa", None, 1),
-                 "dp-admm": ("dp-admm", None, 3), "cvxpy": ("cvxpy", None, 3)}
+                 "dp-admm": ("dp-admm", None, 3), "cvxpy": ("cvxpy", None, 3),
+                 "auto": ("auto", None, 3)}     # (Newton steps: what `prob.solve()` runs)
 
 
 @pytest.mark.parametrize("scales", _split(SCALES))
@@ -129,7 +130,7 @@ def test_least_squares_in_any_units(name, scales):
 
 
 @pytest.mark.parametrize("scales", _split((-6, -2, 0, 3, 6)))
-@pytest.mark.parametrize("name", ["proxal", "cproxal", "dald", "cvxpy"])
+@pytest.mark.parametrize("name", ["proxal", "cproxal", "dald", "cvxpy", "auto"])
 def test_constrained_logistic_in_any_units(name, scales):
     """Five of the scales (the slowest models of the sweep; least squares runs all 13); the
     unit run verified against CVXPY where it converged."""
