@@ -14,12 +14,14 @@ the section on backend="auto"):
    each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
 3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
 3b. A star whose n + 1 dense d × d Hessians fit the dense Newton budget, on a convex model
-   with no private variables and no client prox term but λ‖w‖₁, where round trips are cheap: ProxAL with its subproblems by federated Newton steps
+   with no private variables and no client prox term but λ‖w‖₁: ProxAL with its subproblems by federated Newton steps
    (`ProxAL(inner=NewtonInner())`, backends/proxal_newton.py): bench_rounds' suite 9–16 round
    trips against Algorithm 2's 24–49 at n = 5, 40, 200, NP monks-1 67 against 382, mnist-ball
    n = 5 24 against 194, all verified, less CPU (docs/BENCHMARKS.md, branch newtoninner; lead,
    2026-12-01). A refusal at its first subproblem (a node's reply the model did not show)
-   runs Algorithm 2. Not where round trips are dear (Flower): not measured there yet.
+   runs Algorithm 2. Where round trips are dear too: a Flower deployment on loopback (n = 5)
+   reached CVXPY's ridge in 13 round trips, 41 s wall (FedADMM: 57 round trips, 56 s), NP adult
+   in 65 round trips, 82 s (docs/flower.md).
 4. Otherwise, a star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
    Pearson — or couples variables) or a client has private variables: its augmented
    Lagrangian is the one exact treatment. Otherwise (unconstrained, or norm balls, bounds,
@@ -203,7 +205,7 @@ class Auto:
                 f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend",
                 trip])
         newton = _newton_fits(problem, traits)
-        if newton and not dear:
+        if newton:      # dear round trips too: fewer of them (Flower: lead, 2026-12-01)
             return self._pick("proxal", {"inner": NewtonInner()}, cost, [
                 f"{newton}: ProxAL with its subproblems by federated Newton steps "
                 "(inner=NewtonInner(); each client sends its merit's gradient and Hessian a round "

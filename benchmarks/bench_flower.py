@@ -163,7 +163,7 @@ def make_problem(n_clients):
     return bench_rounds.MODELS[{model!r}](n_clients)[0]
 
 
-backend = {backend!r}
+backend = {backend}
 """
 # --no-report (FedADMM): the same backend without the per-round report (the history's
 # objective / violation, booked `local` by the ledger; FedADMM(report_every=k) thins it). Since
@@ -174,7 +174,9 @@ from fedmodel.backends import FedADMM
 
 backend = FedADMM(report_every=10 ** 6)
 """
-GOALS = {"fedadmm-ridge": ("ridge", "fedadmm"), "proxal-np-adult": ("np-adult", "proxal")}
+# name: (bench_rounds model, the model file's `backend = ...` source)
+GOALS = {"fedadmm-ridge": ("ridge", "'fedadmm'"), "proxal-np-adult": ("np-adult", "'proxal'"),
+         "auto-ridge": ("ridge", "'auto'"), "auto-np-adult": ("np-adult", "'auto'")}
 STAGES = ("to_process", "imports", "to_handler", "lookup", "program", "serve", "save", "to_server", "total",
           "round_trip", "cpu_before", "cpu_handler")
 
@@ -225,7 +227,7 @@ def goal(name: str, sizes: list[int], wait: float, node_process: bool = True,
     import tempfile
     from benchmarks import bench_rounds
     model, backend = GOALS[name]
-    if not report and backend != "fedadmm":
+    if not report and backend != "'fedadmm'":
         raise SystemExit("--no-report is FedADMM's (--goal fedadmm-ridge)")
     root = str(Path(__file__).resolve().parent.parent)
     text = GOAL_MODEL + ("" if report else NO_REPORT)
@@ -245,7 +247,8 @@ def goal(name: str, sizes: list[int], wait: float, node_process: bool = True,
               f"{result['round_trips']} round trips, {wall / max(result['round_trips'], 1):.2f} s per "
               f"round trip, max |w − w_cvxpy| {distance:.2e} (|w_cvxpy|∞ {scale:.2f}), deployment CPU "
               f"{result['cpu_s']:.0f} s ({result['cpu_s'] / max(result['round_trips'], 1):.2f} per round "
-              f"trip), load average {load:.1f} → {os.getloadavg()[0]:.1f}; round trips by kind "
+              f"trip), load average {load:.1f} → {os.getloadavg()[0]:.1f}; "
+              f"{result.get('backend')} {(result.get('auto') or {}).get('settings', '')}; round trips by kind "
               f"{result.get('trips', {})}", flush=True)
     print(breakdown_header())
     for n, result, *_ in rows:
@@ -276,7 +279,7 @@ def idle(sizes: list[int], settle: float = 40.0, span: float = 20.0) -> None:
     for n in sizes:
         with tempfile.TemporaryDirectory() as work:
             path = Path(work) / "model.py"
-            path.write_text(GOAL_MODEL.format(root=root, model="ridge", backend="fedadmm"))
+            path.write_text(GOAL_MODEL.format(root=root, model="ridge", backend="'fedadmm'"))
             dep = Deployment(path, n, Path(work) / "run")
             try:
                 dep.start()

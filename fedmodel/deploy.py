@@ -136,6 +136,7 @@ def _solve(grid: "Grid", config: Any, out: Path) -> None:
     summary = {
         "status": result.status, "objective": result.objective,
         "max_violation": result.max_violation, "backend": result.backend,
+        "auto": result.info.get("auto"),        # what backend="auto" picked and why
         "values": {label: value.tolist() for label, value in result.values_by_label().items()},
         # (NaN where a round has no report, e.g. FedADMM's rounds(report=False))
         "history": [float(h.get("objective", float("nan"))) for h in result.history],
