@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
+from fedmodel.backends.proxal_newton import NewtonInner
 from fedmodel import backends, topologies
 from fedmodel.runtime.ledger import MESSAGES, PROCEDURES, install, procedure
 from test_ray import D, _model, _parts   # the same least-squares model and data as Ray's tests
@@ -64,6 +65,8 @@ CASES = {
                                                       max_rounds=6, seed=2), False, None),
     "dp-admm": (lambda: backends.DPADMM(epsilon=1.0, max_rounds=6, seed=3, tol=0), False, None),
     "proxal": (lambda: backends.ProxAL(beta=10.0, rho=1.0, max_outer=2, max_inner=10), True, None),
+    # Newton steps (auto's pick, dear round trips too): Hessian triangles through Flower's codec
+    "proxal-newton": (lambda: backends.ProxAL(inner=NewtonInner(), max_outer=2), True, None),
 }
 
 
