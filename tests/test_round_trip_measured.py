@@ -40,7 +40,9 @@ def _forget_measurements(monkeypatch):
     monkeypatch.setattr(executors, "MEASURED_ROUND_TRIPS", {})
 
 
-def test_a_measured_slow_executor_makes_auto_do_more_local_work():
+def test_a_measured_slow_executor_makes_auto_do_more_local_work(monkeypatch):
+    # Algorithm 2's rule (a model beyond the Newton budget): Newton steps are picked at any cost
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
     prob, _ = bench_rounds.logistic_ball(5)
     ex = SlowWire(delay=2.0)
     before = auto.Auto().choose(prob, executor=ex)          # the hint: cheap
@@ -74,7 +76,8 @@ def test_a_fast_probe_is_repeated_and_the_fastest_kept():
     ex.close()
 
 
-def test_an_executor_measures_when_a_run_opens_it_and_auto_uses_it():
+def test_an_executor_measures_when_a_run_opens_it_and_auto_uses_it(monkeypatch):
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")   # (as above)
     prob, _ = bench_rounds.logistic_ball(5)
     ex = SlowWireOnStart(delay=3.0)
     res = prob.solve("proxal", executor=ex, max_outer=1)
