@@ -90,9 +90,12 @@ class _Silent:
 
 
 class _Bar:
-    def __init__(self, total: int, label: str):
+    def __init__(self, total: int, label: str, terminal: bool = True):
         from tqdm import tqdm
-        self.bar = tqdm(total=total, desc=label, leave=False, file=sys.stderr)
+        # a terminal: a live bar, cleared at the end; a notebook, a log file or a pipe: the line
+        # every 10 s and the last one kept (the run's end state stays in the log)
+        self.bar = tqdm(total=total, desc=label, leave=not terminal, file=sys.stderr,
+                        mininterval=0.1 if terminal else 10.0)
         self.executor = _RUNNING.get()
 
     def update(self, record: dict) -> None:
@@ -156,8 +159,9 @@ def complete_record(record: dict, report: tuple[float, float], callback, bar) ->
 def progress(total: int, verbose: bool, label: str):
     """A tqdm bar with objective, violation, the round trips so far (the run's ledger, see
     `running`) and what else the backend reports (primal / dual residuals, changes,
-    certificate, privacy spent) when `verbose` and stderr is a terminal; else silent."""
-    return _Bar(total, label) if verbose and sys.stderr.isatty() else _Silent()
+    certificate, privacy spent) when `verbose` (`_Bar`: live on a terminal, a line every 10 s
+    elsewhere, as CVXPY's verbose output reaches notebooks and logs); else silent."""
+    return _Bar(total, label, sys.stderr.isatty()) if verbose else _Silent()
 
 
 # ---- option validation (backends check their options when they are built) --------------------

@@ -55,6 +55,7 @@ class _DistributedPA(StepGuard, DALD):
     """Fed-DALD-CC with μ ≡ 0 and x̂ = mean(x_i) (distributed PA, (51)–(53))."""
 
     procedures = (*DALD.procedures, _server_set_multipliers)
+    bar_label = property(lambda self: type(self).__name__)    # (the progress bar's: FedAvg, not DALD-CC)
     _moved, _held = False, []    # clients' sets projected by the server (`_server_sets`), the others
 
     # Equilibrated by default, as every backend (docs/scaling.md): it diverged on the ball-lasso at

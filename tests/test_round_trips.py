@@ -310,6 +310,15 @@ def test_progress_bar_shows_running_round_trips(monkeypatch):
     assert common._RUNNING.get() is None            # the run's executor is forgotten after it
 
 
+def test_verbose_prints_where_stderr_is_no_terminal(capsys):
+    """newuser12: verbose=True printed nothing in a notebook, a log file or a pipe (stderr no
+    tty); now the bar's line every 10 s and its last state, kept."""
+    prob, _ = _least_squares(n=3)
+    res = prob.solve(backends.FedAvg(max_rounds=4), verbose=True)
+    last = capsys.readouterr().err.strip().split("\r")[-1]
+    assert last.startswith("FedAvg") and f"trips={res.ledger.round_trips}" in last
+
+
 # ---- executors in other processes ------------------------------------------------------------
 @pytest.mark.integration      # Ray actors (~10 s to start)
 def test_ray_counts_as_serial():

@@ -79,7 +79,7 @@ class FedDALDCC:
         X = np.tile(xhat, (len(clients), 1))
         mu_sum = np.zeros(d)           # server's mirror of Σ_i μ_i (each term is known to it)
         history, total, status, k, info = [], 0, Status.MAX_ITERATIONS, 0, {}
-        bar = progress(self.max_iterations, verbose, "DALD-CC")
+        bar = progress(self.max_iterations, verbose, getattr(self, "bar_label", "DALD-CC"))
         opts = self._opts()
         inexact = self.dual_updates and self.local_tol is None and self.solver == "auto"
         if inexact and min(self.eps_primal, self.eps_dual) > 0.0:
