@@ -331,8 +331,17 @@ def dykstra(projections: list, v: np.ndarray, tol: float = DYKSTRA_TOL,
 
 
 def project_intersection(pieces: list[Piece], v: np.ndarray) -> np.ndarray:
-    """The projection of v onto ∩ pieces."""
+    """The projection of v onto ∩ pieces: a box with one hyperplane or halfspace in closed form
+    (`box_hyperplane`: a simplex, a budget), else by Dykstra's algorithm."""
     pieces = [p.current() for p in pieces]
+    boxes = [p for p in pieces if isinstance(p, Box)]
+    other = [p for p in pieces if not isinstance(p, Box)]
+    if len(pieces) == 2 and boxes and (isinstance(other[0], Halfspace) or (
+            isinstance(other[0], Subspace) and other[0].Q.shape[0] == 1)):
+        from .box_hyperplane import project_box_hyperplane
+        plane = other[0]
+        a, b = (plane.a, plane.b) if isinstance(plane, Halfspace) else (plane.Q[0], float(plane.Q[0] @ plane.point))
+        return project_box_hyperplane(v, a, b, boxes[0].lower, boxes[0].upper, isinstance(plane, Subspace))
     return dykstra([p.project for p in pieces], v)
 
 
