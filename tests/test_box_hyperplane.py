@@ -5,7 +5,8 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from fedmodel.compiler.projection import Box, Halfspace, Subspace, dykstra, project_intersection
+from fedmodel.compiler.projection import (Box, Halfspace, Subspace, dykstra, intersection_residual,
+                                          project_intersection)
 
 
 def _case(seed: int):
@@ -44,3 +45,17 @@ def test_the_simplex_exactly_where_dykstra_is_only_near():
     near = dykstra([p.project for p in pieces], v)
     assert np.min(x) == 0.0 and np.all(near[x == 0] != 0)    # Dykstra's zeros: ~1e-13 off
     assert abs(x.sum() - 1.0) <= 1e-15 and np.max(np.abs(x - near)) <= 1e-12
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_optimality_residual_is_dykstra_s_on_the_tangent_cones(seed):
+    """At the projection x of v (some bounds active), the residual of a gradient g: the closed
+    form on the tangent cone (itself a box ∩ plane) against Dykstra's on the pieces' cones."""
+    v, a, b, lower, upper, equality = _case(seed)
+    plane = Subspace(a[None, :], [b]) if equality else Halfspace(a, b)
+    pieces = [Box(lower, upper), plane]
+    x = project_intersection(pieces, v)
+    g = np.random.default_rng(seed + 100).normal(size=v.size)
+    cones = [lambda u, p=p: p.tangent(x, u) for p in pieces]
+    expected = -dykstra(cones, -g)
+    np.testing.assert_allclose(intersection_residual(pieces, x, g), expected, rtol=0, atol=1e-9)

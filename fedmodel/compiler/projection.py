@@ -333,16 +333,10 @@ def dykstra(projections: list, v: np.ndarray, tol: float = DYKSTRA_TOL,
 def project_intersection(pieces: list[Piece], v: np.ndarray) -> np.ndarray:
     """The projection of v onto ∩ pieces: a box with one hyperplane or halfspace in closed form
     (`box_hyperplane`: a simplex, a budget), else by Dykstra's algorithm."""
+    from .box_hyperplane import BoxPlane       # (it builds on this module's pieces)
     pieces = [p.current() for p in pieces]
-    boxes = [p for p in pieces if isinstance(p, Box)]
-    other = [p for p in pieces if not isinstance(p, Box)]
-    if len(pieces) == 2 and boxes and (isinstance(other[0], Halfspace) or (
-            isinstance(other[0], Subspace) and other[0].Q.shape[0] == 1)):
-        from .box_hyperplane import project_box_hyperplane
-        plane = other[0]
-        a, b = (plane.a, plane.b) if isinstance(plane, Halfspace) else (plane.Q[0], float(plane.Q[0] @ plane.point))
-        return project_box_hyperplane(v, a, b, boxes[0].lower, boxes[0].upper, isinstance(plane, Subspace))
-    return dykstra([p.project for p in pieces], v)
+    closed = BoxPlane.of(pieces)
+    return closed.project(v) if closed else dykstra([p.project for p in pieces], v)
 
 
 def intersection_residual(pieces: list[Piece], x: np.ndarray, g: np.ndarray,
@@ -350,9 +344,13 @@ def intersection_residual(pieces: list[Piece], x: np.ndarray, g: np.ndarray,
     """g plus the element of the normal cone of ∩ pieces at x closest to −g: −P_T(−g), T the
     intersection of the pieces' tangent cones at x, a point within `active` (relative) of a
     piece's boundary counting as on it (None when a piece has no tangent form)."""
+    from .box_hyperplane import BoxPlane
     pieces = [p.current() for p in pieces]
     if any(p.tangent(x, np.zeros_like(x), active) is None for p in pieces):
         return None
+    closed = BoxPlane.of(pieces)
+    if closed:      # a box with a plane: its tangent cone is one too, projected in closed form
+        return closed.tangent_residual(x, g, active)
     cones = [lambda v, p=p: p.tangent(x, v, active) for p in pieces]
     return -dykstra(cones, -np.asarray(g, float))
 
