@@ -43,11 +43,13 @@ from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
+from .proxal_newton_faces import face_minimizer
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
 MODEL_STEPS = 20_000    # the server's accelerated proximal-gradient iterations on the model at most
 MODEL_TOL = 1e-2        # the model's prox-gradient mapping to MODEL_TOL × min(τ_k, certificate)
+FACE_FIRST = 20         # the first of the model iterations (then 40, 80, …) that try the face's minimizer
 TRIALS = 8              # shorter steps 2^-1 … 2^-TRIALS valued beside each full Newton step (one message)
 
 
@@ -154,7 +156,9 @@ def _model_minimizer(program: NodeProgram, z, G, H, l1, tol) -> np.ndarray:
     """argmin_u Gᵀ(u − z) + ½(u − z)ᵀH(u − z) + h(u): a Cholesky solve without nonsmooth
     terms; else FISTA with adaptive restart (O'Donoghue, Candès) to a prox-gradient mapping
     ≤ tol, at most MODEL_STEPS iterations (an inexact minimizer still gives a descent direction
-    when it improves on the model at z; the line search checks it)."""
+    when it improves on the model at z; the line search checks it). On the server's linear sets
+    the minimizer on the face the iterates found is tried now and then (`proxal_newton_faces`:
+    an ill-conditioned model's FISTA crept for its 20,000 iterations a step)."""
     smooth = not program.merit_ir.prox_terms and not np.any(l1)
     if smooth:
         try:
@@ -164,11 +168,17 @@ def _model_minimizer(program: NodeProgram, z, G, H, l1, tol) -> np.ndarray:
     top = float(np.linalg.eigvalsh(H)[-1]) if H.size else 0.0
     step = 1.0 / max(top, 1e-300)
     u = _prox(program, z - step * G, step, l1)
-    y, theta = u.copy(), 1.0
-    for _ in range(MODEL_STEPS):
+    y, theta, face_at = u.copy(), 1.0, FACE_FIRST
+    for k in range(MODEL_STEPS):
         u_new = _prox(program, y - step * (G + H @ (y - z)), step, l1)
         if float(np.max(np.abs(u_new - y), initial=0.0)) <= tol * step:
             return u_new
+        if k == face_at and not np.any(l1):   # the face the iterates found, in one KKT solve
+            face_at *= 2                      # (at 20, 40, 80, … iterations: O(log) solves)
+            v = face_minimizer(program, z, G, H, u_new)
+            if v is not None and float(np.max(np.abs(
+                    _prox(program, v - step * (G + H @ (v - z)), step, l1) - v), initial=0.0)) <= tol * step:
+                return v
         if float(np.dot(y - u_new, u_new - u)) > 0:     # restart: the momentum points uphill
             y, theta = u_new.copy(), 1.0
         else:

@@ -1,61 +1,31 @@
 """The exact Euclidean projection onto a box ∩ one hyperplane {l ≤ x ≤ u, aᵀx = b} (a simplex
-{Σ w = 1, w ≥ 0}, a budget, an allocation) or a box ∩ one halfspace {aᵀx ≤ b}.
+{Σ w = 1, w ≥ 0}, a budget, an allocation) or a box ∩ one halfspace {aᵀx ≤ b}, where Dykstra's
+algorithm (`projection.dykstra`) converges only linearly and ends ~1e-13 outside a bound
+(FedADMM's and DP-ADMM's steps project on such sets every round).
 
-Dykstra's algorithm (`projection.dykstra`) converges only linearly there: a stacking model's
-simplex took up to its 20,000 cycles a projection, thousands of projections a Newton step
-(newuser12's nu12_simplex_hang: no answer in 120 s, CVXPY 0.07 s). The KKT conditions give the
-projection in closed form up to one scalar: x(θ) = clip(v − θa, l, u), where aᵀx(θ) is
-nonincreasing and piecewise linear in θ with breakpoints (v_i − l_i)/a_i, (v_i − u_i)/a_i. The
-root of aᵀx(θ) = b is found by bisection over the sorted breakpoints (O(d log d)), then exactly
-on its linear piece. For a halfspace: the box's projection where it meets aᵀx ≤ b, else the
-hyperplane's (the constraint is then active). The tangent cone of such a set at a point is a set
-of the same form (bounds 0 or ±∞, the plane through 0), so optimality residuals
-(`projection.intersection_residual`) are exact too (`BoxPlane.tangent_residual`)."""
+By the KKT conditions x(θ) = clip(v − θa, l, u), where aᵀx(θ) is nonincreasing and piecewise
+linear in θ with breakpoints (v_i − l_i)/a_i, (v_i − u_i)/a_i: the root of aᵀx(θ) = b is
+bracketed among the sorted breakpoints (bisection, O(d log d)), then solved on its linear piece.
+For a halfspace: the box's projection where it meets aᵀx ≤ b, else the hyperplane's. The tangent
+cone of such a set is a set of the same form (bounds 0 or ±∞, the plane through 0), so the
+optimality residuals of `projection.intersection_residual` are exact too (`box_plane_residual`)."""
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
-from .projection import ACTIVE, Box, Halfspace, Subspace
 
-
-@dataclass
-class BoxPlane:
-    """{lower ≤ x ≤ upper, aᵀx = b} (`equality`; else aᵀx ≤ b), from a box piece and a
-    halfspace or one-row subspace piece (`of`)."""
-    box: Box
-    plane: Halfspace | Subspace
-
-    @classmethod
-    def of(cls, pieces: list) -> "BoxPlane | None":
-        boxes = [p for p in pieces if isinstance(p, Box)]
-        other = [p for p in pieces if not isinstance(p, Box)]
-        if len(pieces) == 2 and boxes and (isinstance(other[0], Halfspace) or (
-                isinstance(other[0], Subspace) and other[0].Q.shape[0] == 1)):
-            return cls(boxes[0], other[0])
-        return None
-
-    def _plane(self) -> tuple[np.ndarray, float, bool]:
-        if isinstance(self.plane, Halfspace):
-            return self.plane.a, self.plane.b, False
-        return self.plane.Q[0], float(self.plane.Q[0] @ self.plane.point), True
-
-    def project(self, v: np.ndarray) -> np.ndarray:
-        a, b, equality = self._plane()
-        return project_box_hyperplane(v, a, b, self.box.lower, self.box.upper, equality)
-
-    def tangent_residual(self, x: np.ndarray, g: np.ndarray, active: float = ACTIVE) -> np.ndarray:
-        """g plus the element of the normal cone at x closest to −g, −P_T(−g) (T the tangent
-        cone, the pieces' active tests as `Box.tangent`, `Halfspace.tangent`)."""
-        x, g = np.asarray(x, float), np.asarray(g, float)
-        scale = active * np.maximum(1.0, np.abs(x))
-        lower = np.where(x <= self.box.lower + scale, 0.0, -np.inf)
-        upper = np.where(x >= self.box.upper - scale, 0.0, np.inf)
-        a, _, equality = self._plane()
-        if not equality and not self.plane.active(x, active):
-            return -np.clip(-g, lower, upper)
-        return -project_box_hyperplane(-g, a, 0.0, lower, upper, equality)
+def box_plane_residual(x: np.ndarray, g: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                       a: np.ndarray, equality: bool, plane_active: bool, active: float) -> np.ndarray:
+    """g plus the element of the normal cone of {lower ≤ x ≤ upper, aᵀx = b (`equality`) or ≤ b}
+    at x closest to −g, −P_T(−g): T = {v : v_i ≥ 0 at a lower bound, ≤ 0 at an upper one (within
+    `active`, relative, as `projection.Box.tangent`), aᵀv = 0 (or ≤ 0 where `plane_active`)}."""
+    x, g = np.asarray(x, float), np.asarray(g, float)
+    scale = active * np.maximum(1.0, np.abs(x))
+    lower = np.where(x <= np.broadcast_to(lower, x.shape) + scale, 0.0, -np.inf)
+    upper = np.where(x >= np.broadcast_to(upper, x.shape) - scale, 0.0, np.inf)
+    if not equality and not plane_active:
+        return -np.clip(-g, lower, upper)
+    return -project_box_hyperplane(-g, a, 0.0, lower, upper, equality)
 
 
 def project_box_hyperplane(v: np.ndarray, a: np.ndarray, b: float, lower: np.ndarray,

@@ -25,7 +25,8 @@ import math
 import numpy as np
 
 from ..errors import FedModelError
-from ..atoms.prox import soft_threshold
+from ..atoms.prox import project_l1_ball
+from .box_hyperplane import box_plane_residual, project_box_hyperplane
 
 ACTIVE = 1e-7          # a point within ACTIVE (relative) of a piece's boundary is on it
 DYKSTRA_TOL = 1e-13    # relative move of a cycle at which Dykstra's algorithm stops
@@ -280,34 +281,6 @@ class Subspace(Piece):
         return np.vstack([self.Q, -self.Q])      # ±: a free multiplier a row
 
 
-def project_l1_ball(v: np.ndarray, radius: float, weights: np.ndarray | None = None) -> np.ndarray:
-    """Euclidean projection onto {x : ‖x‖₁ ≤ radius} (sort-based, Duchi et al. 2008), or with
-    `weights` e > 0 (v's size) onto {x : Σ e_i|x_i| ≤ radius}: x_i = sign(v_i)·max(|v_i| − θe_i, 0),
-    θ from the breakpoints |v_i|/e_i sorted down (the weighted form of the same search)."""
-    a = np.abs(np.ravel(v))
-    if weights is None:
-        if a.sum() <= radius:
-            return v
-        if radius <= 0:                      # the point {0} (no k below satisfies the test)
-            return np.zeros_like(v)
-        u = np.sort(a)[::-1]
-        cumulative = np.cumsum(u) - radius
-        k = np.nonzero(u * np.arange(1, u.size + 1) > cumulative)[0][-1]
-        theta = cumulative[k] / (k + 1.0)
-        return soft_threshold(v, theta)
-    e = np.ravel(weights)
-    if float(e @ a) <= radius:
-        return v
-    if radius <= 0:
-        return np.zeros_like(v)
-    order = np.argsort(-a / e)
-    cumulative = np.cumsum((e * a)[order]) - radius
-    thetas = cumulative / np.cumsum((e * e)[order])
-    k = np.nonzero(a[order] / e[order] > thetas)[0][-1]
-    shrunk = np.maximum(a - thetas[k] * e, 0.0)
-    return (np.sign(np.ravel(v)) * shrunk).reshape(np.shape(v))
-
-
 def dykstra(projections: list, v: np.ndarray, tol: float = DYKSTRA_TOL,
             max_cycles: int = DYKSTRA_CYCLES) -> np.ndarray:
     """The projection of v onto the intersection of the sets whose projections are
@@ -333,10 +306,20 @@ def dykstra(projections: list, v: np.ndarray, tol: float = DYKSTRA_TOL,
 def project_intersection(pieces: list[Piece], v: np.ndarray) -> np.ndarray:
     """The projection of v onto ∩ pieces: a box with one hyperplane or halfspace in closed form
     (`box_hyperplane`: a simplex, a budget), else by Dykstra's algorithm."""
-    from .box_hyperplane import BoxPlane       # (it builds on this module's pieces)
     pieces = [p.current() for p in pieces]
-    closed = BoxPlane.of(pieces)
-    return closed.project(v) if closed else dykstra([p.project for p in pieces], v)
+    closed = _box_plane(pieces)
+    return project_box_hyperplane(v, *closed[:5]) if closed else dykstra([p.project for p in pieces], v)
+
+
+def _box_plane(pieces: list[Piece]) -> tuple | None:
+    """(a, b, lower, upper, equality, plane) where `pieces` are a box and one halfspace or
+    one-row subspace (in closed form: `box_hyperplane`), else None."""
+    box, plane = (pieces if isinstance(pieces[0], Box) else pieces[::-1]) if len(pieces) == 2 else (None, None)
+    if not isinstance(box, Box) or not (isinstance(plane, Halfspace) or (
+            isinstance(plane, Subspace) and plane.Q.shape[0] == 1)):
+        return None
+    a, b = (plane.a, plane.b) if isinstance(plane, Halfspace) else (plane.Q[0], float(plane.Q[0] @ plane.point))
+    return a, b, box.lower, box.upper, isinstance(plane, Subspace), plane
 
 
 def intersection_residual(pieces: list[Piece], x: np.ndarray, g: np.ndarray,
@@ -344,13 +327,14 @@ def intersection_residual(pieces: list[Piece], x: np.ndarray, g: np.ndarray,
     """g plus the element of the normal cone of ∩ pieces at x closest to −g: −P_T(−g), T the
     intersection of the pieces' tangent cones at x, a point within `active` (relative) of a
     piece's boundary counting as on it (None when a piece has no tangent form)."""
-    from .box_hyperplane import BoxPlane
     pieces = [p.current() for p in pieces]
     if any(p.tangent(x, np.zeros_like(x), active) is None for p in pieces):
         return None
-    closed = BoxPlane.of(pieces)
+    closed = _box_plane(pieces)
     if closed:      # a box with a plane: its tangent cone is one too, projected in closed form
-        return closed.tangent_residual(x, g, active)
+        a, _, lower, upper, equality, plane = closed
+        return box_plane_residual(x, g, lower, upper, a, equality,
+                                  equality or plane.active(x, active), active)
     cones = [lambda v, p=p: p.tangent(x, v, active) for p in pieces]
     return -dykstra(cones, -np.asarray(g, float))
 
