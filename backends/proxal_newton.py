@@ -40,6 +40,7 @@ from fedmodel.runtime.active_set import l1_residual
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.client_step import client_step
+from fedmodel.runtime.hessian_sum import hessian_sum
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
@@ -92,7 +93,46 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     `beta` and `prox_weight` the client first configures P_{i,k} (13) with center z, as
     "configure" would (ProxAL's outer step and the subproblem's first evaluation: one message).
     With `direction` d and `offsets` o_j also P_i + λ_i‖·‖₁ at z + o_j·d (`values`: the line
-    search's shorter steps, in the same message; they must be the same for every member)."""
+    search's shorter steps, in the same message; they must be the same for every member).
+    Summed over the members instead: `_evaluate_sum`."""
+    found = _configured(group, members, payloads)
+    if found is None:
+        return None
+    z, rows, X, Y = found
+    values, G = group.value_grad(X, Y)
+    H = group.hessian(X, Y, rows)
+    i, j = _upper(group.n_x)
+    replies = {m: {"value": float(values[r]) + _prox_value(group.programs[r], z), "grad": G[r, :group.n_x].copy(),
+                   "hessian": H[k][i, j]} for k, (m, r) in enumerate(zip(members, rows))}
+    trials = _trial_values(group, payloads[members[0]], z, Y, rows)
+    for k, m in enumerate(members if trials is not None else ()):
+        replies[m]["values"] = trials[k]
+    return replies
+
+
+def _evaluate_sum(group: Group, members: list[str], payloads: dict, fields) -> dict | None:
+    """`_evaluate`'s replies summed over the members (what `map_sum` asks of a group on the
+    batched executor): their Hessians added one at a time (`hessian_sum`), never n of them."""
+    found = _configured(group, members, payloads)
+    if found is None:
+        return None
+    z, rows, X, Y = found
+    values, G = group.value_grad(X, Y)
+    i, j = _upper(group.n_x)
+    total = {"value": float(sum(values[r] + _prox_value(group.programs[r], z) for r in rows)),
+             "grad": G[rows, :group.n_x].sum(axis=0), "hessian": hessian_sum(group, X, Y, rows)[i, j]}
+    trials = _trial_values(group, payloads[members[0]], z, Y, rows)
+    if trials is not None:
+        total["values"] = trials.sum(axis=0)
+    return total
+
+
+_evaluate.summed = _evaluate_sum        # (`BatchedExecutor._summed`)
+
+
+def _configured(group: Group, members: list[str], payloads: dict):
+    """(z, the members' rows, X, Y) of a request `_evaluate` covers (one z, one direction and
+    offsets), the members' P_{i,k} configured first where the request carries β; else None."""
     z = common_value(payloads, members, "x")
     first = payloads[members[0]]
     if z is None or (first.get("direction") is not None and (
@@ -107,19 +147,18 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
                 group.programs[r].configure(beta=payloads[m]["beta"], prox_weight=payloads[m]["prox_weight"],
                                             center=z)
         group.forget()
-    X, Y = broadcast_rows(z, group.n, group.n_x), private_stack(group)
-    values, G = group.value_grad(X, Y)
-    H = group.hessian(X, Y, rows)
-    i, j = _upper(group.n_x)
-    replies = {m: {"value": float(values[r]) + _prox_value(group.programs[r], z), "grad": G[r, :group.n_x].copy(),
-                   "hessian": H[k][i, j]} for k, (m, r) in enumerate(zip(members, rows))}
-    if first.get("direction") is not None:
-        d, offsets = np.asarray(first["direction"], float), np.ravel(np.asarray(first["offsets"], float))
-        trials = [z + o * d for o in offsets]
-        at = np.array([group.value_grad(broadcast_rows(x, group.n, group.n_x), Y)[0] for x in trials])
-        for m, r in zip(members, rows):
-            replies[m]["values"] = at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials])
-    return replies
+    return z, rows, broadcast_rows(z, group.n, group.n_x), private_stack(group)
+
+
+def _trial_values(group: Group, request: dict, z: np.ndarray, Y: np.ndarray, rows) -> np.ndarray | None:
+    """P_i + λ_i‖·‖₁ of the members `rows` at z + o_j·d for the request's `direction` d and
+    `offsets` o_j: (members, offsets); None without a direction."""
+    if request.get("direction") is None:
+        return None
+    d, offsets = np.asarray(request["direction"], float), np.ravel(np.asarray(request["offsets"], float))
+    trials = [z + o * d for o in offsets]
+    at = np.array([group.value_grad(broadcast_rows(x, group.n, group.n_x), Y)[0] for x in trials])
+    return np.array([at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials]) for r in rows])
 
 
 @procedure("proxal_newton_terms", {}, {"l1": "x", "refusal": "str"}, local=True, read_only=True)
