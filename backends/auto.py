@@ -60,7 +60,7 @@ from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
 from fedmodel.runtime.solvers import dense_fits
 from .common import variable_sizes
-from .proxal_newton import NewtonInner
+from .proxal_newton import NewtonInner, matrices_held
 
 # Clients from which FedADMM replaces ProxAL on models whose clients hold simple sets (a star)
 # where round trips are cheap: from there ProxAL's held-constraint steps take the more CPU
@@ -129,6 +129,14 @@ def round_trip_source(executor: Any) -> tuple[float, str]:
     if isinstance(executor, str) or executor is None:
         executor = registry.lookup("executor", executor or "serial")
     return round_trip_estimate(executor)
+
+
+def streams_sums(executor: Any) -> bool:
+    """`Executor.streams_sums` of `executor` (an instance, a class, a registered name; None: the
+    default executor, serial or batched), read before the run: the class's, not started."""
+    if isinstance(executor, str) or executor is None:
+        executor = registry.lookup("executor", executor or "serial")
+    return bool(getattr(executor, "streams_sums", False))
 
 
 def is_star(problem, topology: Any) -> bool:
@@ -202,7 +210,7 @@ class Auto:
             return self._pick("dp-admm", dict(self.privacy), cost, [
                 f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend",
                 trip])
-        newton = _newton_fits(problem, traits)
+        newton = _newton_fits(problem, traits, executor)
         if newton and not dear:
             return self._pick("proxal", {"inner": NewtonInner()}, cost, [
                 f"{newton}: ProxAL with its subproblems by federated Newton steps "
@@ -297,16 +305,18 @@ class Auto:
         return result
 
 
-def _newton_fits(problem, traits: Traits) -> str:
+def _newton_fits(problem, traits: Traits, executor: Any = None) -> str:
     """Why `NewtonInner` can run this model ("" where it cannot: private variables — an
     epigraph's slacks among them —, a client's prox term other than λ‖w‖₁ (`Traits.kinked`), a
-    model not convex (DCP), or n + 1 dense d × d Hessians beyond the dense budget)."""
+    model not convex (DCP), or the d × d matrices a step holds on `executor` beyond the dense
+    budget: `proxal_newton.matrices_held`, n more where it gathers the clients' replies)."""
     if traits.private or traits.kinked or not problem.is_convex():
         return ""     # (Newton's steps need a convex ℓ_k, and sum only λ‖w‖₁ of a client's prox terms)
     d = sum(variable_sizes(problem))
-    if not dense_fits(d, traits.clients + 1):
+    held = matrices_held(traits.clients, streams_sums(executor))
+    if not dense_fits(d, held):
         return ""
-    return f"d = {d}, {traits.clients} clients: their {traits.clients + 1} Hessians fit the dense budget"
+    return f"d = {d}, {traits.clients} clients: a step's {held} dense d × d matrices fit the dense budget"
 
 
 def _few(items: list[str], shown: int = 3) -> str:

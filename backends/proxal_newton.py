@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.compiler.sets import ZERO
 from fedmodel.errors import FedModelError
 from fedmodel.runtime import solvers
-from fedmodel.runtime.active_set import l1_residual
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.client_step import client_step
@@ -44,11 +42,16 @@ from fedmodel.runtime.hessian_sum import hessian_sum
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
+from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
 MODEL_STEPS = 20_000    # the server's accelerated proximal-gradient iterations on the model at most
 MODEL_TOL = 1e-2        # the model's prox-gradient mapping to MODEL_TOL × min(τ_k, certificate)
+# d × d matrices a Newton step holds at once whatever n where replies are summed as they come
+# (the sum, a member's Hessian and copies, triangles, the server's H; tracemalloc's peak over a
+# subproblem at mnist-ball, d = 784: 7.6 at n = 5, 10.7 at 40, 12.0 at 200)
+SERVER_MATRICES = 14
 TRIALS = 8              # shorter steps 2^-1 … 2^-TRIALS valued beside each full Newton step (one message)
 
 
@@ -64,15 +67,6 @@ def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
     H[i, j] = packed
     H[j, i] = packed
     return H
-
-
-def _l1_weights(program: NodeProgram) -> np.ndarray:
-    """Per-entry λ of the node's λ‖w‖₁ terms on the shared variables (0 elsewhere)."""
-    parts = [np.zeros(v.size) for v in program.shared.variables]
-    for term in program.merit_ir.prox_terms:
-        if term.kind == "norm1" and term.kinked is None and term.constraint is None:
-            parts[program.shared.variables.index(term.variable)] += term.weight()
-    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _prox_value(program: NodeProgram, x: np.ndarray) -> float:
@@ -111,8 +105,7 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
 
 
 def _evaluate_sum(group: Group, members: list[str], payloads: dict, fields) -> dict | None:
-    """`_evaluate`'s replies summed over the members (what `map_sum` asks of a group on the
-    batched executor): their Hessians added one at a time (`hessian_sum`), never n of them."""
+    """`_evaluate`'s replies summed over the members (`map_sum` on the batched executor)."""
     found = _configured(group, members, payloads)
     if found is None:
         return None
@@ -131,8 +124,7 @@ _evaluate.summed = _evaluate_sum        # (`BatchedExecutor._summed`)
 
 
 def _configured(group: Group, members: list[str], payloads: dict):
-    """(z, the members' rows, X, Y) of a request `_evaluate` covers (one z, one direction and
-    offsets), the members' P_{i,k} configured first where the request carries β; else None."""
+    """(z, rows, X, Y) of a request `_evaluate` covers, P_{i,k} configured first; else None."""
     z = common_value(payloads, members, "x")
     first = payloads[members[0]]
     if z is None or (first.get("direction") is not None and (
@@ -173,13 +165,6 @@ def _terms(program: NodeProgram) -> dict:
         refusal = f"client {program.name!r} has a nonsmooth term other than λ‖w‖₁"
     return {"l1": _l1_weights(program) if program.role == "client" else np.zeros(program.n_shared),
             "refusal": refusal}
-
-
-def _l1_remainder(z: np.ndarray, g: np.ndarray, l1: np.ndarray) -> np.ndarray:
-    """g plus the element of ∂(Σ_j l1_j|z_j|) closest to −g (`active_set.l1_residual`), entries
-    within ZERO of 0 read as 0."""
-    zero = np.abs(z) <= ZERO * max(1.0, float(np.max(np.abs(z), initial=0.0)))
-    return l1_residual(np.where(zero, 0.0, z), g, l1)
 
 
 def _prox(program: NodeProgram, v: np.ndarray, t: float, l1: np.ndarray) -> np.ndarray:
@@ -247,7 +232,25 @@ def _start(program: NodeProgram, x) -> dict:
     return {"x": program.apply_prox(z, 0.0)[:program.n_shared] if program.merit_ir.prox_terms else z.copy()}
 
 
-PROCEDURES = (_evaluate, _terms, _server_step, _start)
+@procedure("proxal_newton_set_multipliers", {"x": "x", "grad": "x", "l1": "x"}, {"multipliers": "opaque"},
+           local=True, read_only=True)
+def _set_multipliers(program: NodeProgram, x, grad, l1) -> dict:
+    """The multipliers of the server's sets at the last Newton point z = x, given the clients'
+    summed gradient and ℓ1 weights there (`proxal_newton_sets`). Driver bookkeeping."""
+    z = np.asarray(x, float)
+    G = np.asarray(grad, float) + program.value_grad(z, program.y)[1][:program.n_shared]
+    normal = -_l1_remainder(z, G, np.asarray(l1, float) + _l1_weights(program))
+    return {"multipliers": set_multipliers(program, z, normal)}
+
+
+PROCEDURES = (_evaluate, _terms, _server_step, _start, _set_multipliers)
+
+
+def matrices_held(n: int, streams: bool) -> int:
+    """Dense d × d matrices a Newton step on n clients holds at once (the dense budget's count,
+    `refusal`, `auto._newton_fits`): `SERVER_MATRICES`, and n replies more where the executor
+    gathers them before summing (`Executor.streams_sums` False: Ray, Flower)."""
+    return SERVER_MATRICES + (0 if streams else n)
 
 
 def server_sets(problem) -> list:
@@ -284,6 +287,7 @@ class NewtonInner:
             raise FedModelError(f"NewtonInner: max_steps must be an integer ≥ 1, got {max_steps!r}")
         self.max_steps = int(max_steps)
         self._terms: tuple | None = None        # (executor, summed client ℓ1 weights)
+        self._last: tuple | None = None         # (executor, last point, the clients' gradient there)
 
     def __repr__(self) -> str:
         return f"NewtonInner(max_steps={self.max_steps})"
@@ -292,8 +296,9 @@ class NewtonInner:
         """Why this run's nodes cannot take Newton steps ("" when they can): beyond the dense
         budget, private variables, a client's nonsmooth term other than λ‖w‖₁."""
         d, n = ex.model_size, len(ex.clients)
-        if not solvers.dense_fits(d, n + 1):
-            return (f"{n + 1} dense {d} × {d} Hessians are beyond the dense Newton budget "
+        held = matrices_held(n, ex.streams_sums)
+        if not solvers.dense_fits(d, held):
+            return (f"{held} dense {d} × {d} matrices ({n} clients) are beyond the dense Newton budget "
                     f"(fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = {solvers.DENSE_NEWTON_FLOATS:.3g})")
         replies = ex.map("proxal_newton_terms", {node: {} for node in ex.nodes})
         found = [r["refusal"] for r in replies.values() if r["refusal"]]
@@ -355,7 +360,16 @@ class NewtonInner:
         else:
             trace.append(ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1,
                                  tau=np.inf)["certificate"])
+        self._last = (ex, z, grad)
         return z, trace, rho
+
+    def conclude(self, ex, multipliers: dict) -> None:
+        """The run's end (`ProxAL.conclude`): the multipliers of the sets the server projected
+        on, from the last subproblem's last point (`proxal_newton_sets`), into `multipliers`."""
+        if self._last is not None and self._last[0] is ex and self._terms is not None:
+            _, z, grad = self._last
+            multipliers.update(ex.call("server", "proxal_newton_set_multipliers", x=z, grad=grad,
+                                       l1=self._terms[1])["multipliers"])
 
     def _line_search(self, ex, z, value, direction, decrease, certificate, l1):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,

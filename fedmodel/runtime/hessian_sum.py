@@ -5,7 +5,7 @@ members' replies instead of returning n of them).
 
 A member whose Hessian is diagonal plus a product through few data rows (`low_rank`:
 diag(λ_i) + Q_i C_i Q_iᵀ, checked on a random direction) adds λ_i to one diagonal and its
-Q_i C_i, Q_i to blocks of about N columns, each block one matrix product [Q_i C_i]·[Q_i]ᵀ: the
+Q_i C_i, Q_i to blocks of about N/2 columns, each block one matrix product [Q_i C_i]·[Q_i]ᵀ: the
 same flops as n dense Hessians' products through the data, in one BLAS call instead of n
 (each of which also writes N × N: mnist-ball n = 200, 10 rows a client, spent 70 % of its run
 there). Any other member adds its own dense Hessian (`Group.hessian` of one row: the serial
@@ -37,7 +37,7 @@ def hessian_sum(group, X: np.ndarray, Y: np.ndarray, rows) -> np.ndarray:
         diagonal += lam
         left.append(Q @ C)
         right.append(Q)
-        if sum(q.shape[1] for q in right) >= N:     # a block: memory of about 2 N × N
+        if sum(q.shape[1] for q in right) >= N // 2:    # a block: its 4 copies 2 N × N
             total += np.hstack(left) @ np.hstack(right).T
             left, right = [], []
     if right:
