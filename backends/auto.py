@@ -13,7 +13,8 @@ the section on backend="auto"):
    graphs. Its Gauss-Seidel sweep goes in colour classes (`order="colour"`, one parallel batch
    each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
 3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
-3b. A star whose n + 1 dense d × d Hessians fit the dense Newton budget, on a convex model
+3b. A star whose Newton step's dense d × d matrices fit the dense Newton budget (14, n more on
+   an executor that gathers the replies before summing: `proxal_newton.matrices_held`), on a convex model
    with no private variables and no client prox term but λ‖w‖₁, where round trips are cheap: ProxAL with its subproblems by federated Newton steps
    (`ProxAL(inner=NewtonInner())`, backends/proxal_newton.py): bench_rounds' suite 9–16 round
    trips against Algorithm 2's 24–49 at n = 5, 40, 200, NP monks-1 67 against 382, mnist-ball

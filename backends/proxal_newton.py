@@ -23,8 +23,9 @@ indefinite H gives no descent and the run stands still, so `backend="auto"` pick
 convex models).
 
 Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
-variables, clients' prox terms only λ‖w‖₁, and n + 1 dense d × d matrices within the dense
-Newton budget (`solvers.DENSE_NEWTON_FLOATS`). The clients' data-free balls and bounds go to the
+variables, clients' prox terms only λ‖w‖₁, and a step's dense d × d matrices within the dense
+Newton budget (`solvers.DENSE_NEWTON_FLOATS`, `matrices_held`: the clients' replies are summed as
+they come, `Executor.map_sum`; n of them more where an executor gathers them first). The clients' data-free balls and bounds go to the
 server (`sets_to_server`; `projecting.data_free_client_sets`, as FedAvg's), whose prox projects on
 them in the model step, as on sets without a smooth form (`program.moved_to_server`); the
 clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off with an inner).
@@ -247,9 +248,8 @@ PROCEDURES = (_evaluate, _terms, _server_step, _start, _set_multipliers)
 
 
 def matrices_held(n: int, streams: bool) -> int:
-    """Dense d × d matrices a Newton step on n clients holds at once (the dense budget's count,
-    `refusal`, `auto._newton_fits`): `SERVER_MATRICES`, and n replies more where the executor
-    gathers them before summing (`Executor.streams_sums` False: Ray, Flower)."""
+    """Dense d × d matrices a Newton step on n clients holds at once (`refusal`, `auto`): n more
+    where the executor gathers the replies before summing (`Executor.streams_sums`: Ray, Flower)."""
     return SERVER_MATRICES + (0 if streams else n)
 
 

@@ -32,8 +32,8 @@ def trips(result) -> int:
 
 @pytest.fixture
 def no_newton(monkeypatch):
-    """The rules after the Newton pick (a model whose n + 1 Hessians would not fit the budget)."""
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
+    """The rules after the Newton pick (a model whose Newton step would not fit the budget)."""
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits, executor=None: "")
 
 
 def _solve(prob, backend=None, **kwargs):
@@ -49,7 +49,7 @@ def test_default_solve_is_auto_and_says_why(capsys):
     info = res.info["auto"]
     assert info["backend"] == res.backend == "proxal" and info["settings"] == {"inner": info["settings"]["inner"]}
     assert isinstance(info["settings"]["inner"], NewtonInner)
-    assert info["reasons"][0].startswith("d = 10, 5 clients: their 6 Hessians fit the dense budget: ProxAL with")
+    assert info["reasons"][0].startswith("d = 10, 5 clients: a step's 14 dense d × d matrices fit the dense budget: ProxAL with")
     assert info["round_trip_cost"] == pytest.approx(1e-4)        # the serial executor's hint
     # the very run ProxAL with Newton steps makes, and it verifies, in fewer round trips than
     # Algorithm 2's 24 (31 before proxal.RHO_PERIOD = 3; 27 before configure rode on init)
@@ -73,7 +73,7 @@ def test_data_reading_constraints_pick_proxal(monkeypatch):
     prob, _ = neyman_pearson(n_clients=3)
     newton = auto.Auto().choose(prob)
     assert newton.backend == "proxal" and list(newton.settings) == ["inner"]
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits, executor=None: "")
     choice = auto.Auto().choose(prob)
     assert choice.backend == "proxal" and choice.settings == {}
     assert choice.reasons[0].startswith("constraints that are no simple set (client 'c0': np[c0]")
@@ -263,7 +263,7 @@ def test_auto_on_the_suite_verifies_within_twice_the_best_round_trips(model, n):
 
 
 def test_newton_steps_only_where_the_hessians_fit_and_round_trips_are_cheap(monkeypatch):
-    """Auto picks ProxAL with Newton steps where n + 1 dense d × d Hessians fit the dense budget
+    """Auto picks ProxAL with Newton steps where a step's dense d × d matrices fit the dense budget
     and round trips are cheap (Flower's dear ones: untested there, Algorithm 2 as before); a
     refusal at run time (here forced) falls back to Algorithm 2 with the reason."""
     from fedmodel.backends import proxal_newton
@@ -271,7 +271,7 @@ def test_newton_steps_only_where_the_hessians_fit_and_round_trips_are_cheap(monk
     prob, w = bench_rounds.logistic_ball(5)
     assert "inner" in auto.Auto().choose(prob).settings
     assert "inner" not in auto.Auto().choose(prob, executor=DearSerial()).settings
-    monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 5 * 10 * 10)    # 6 Hessians of d = 10 > 5
+    monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 5 * 10 * 10)    # 14 matrices of d = 10 > 5
     assert "inner" not in auto.Auto().choose(prob).settings
     monkeypatch.undo()
     monkeypatch.setattr(proxal_newton.NewtonInner, "refusal", lambda self, ex: "forced by the test")
