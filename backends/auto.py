@@ -92,6 +92,7 @@ class Traits:
     unsupported: list[str] = field(default_factory=list)  # nonsmooth terms without a prox
     private: list[str] = field(default_factory=list)      # clients with private variables
     kinked: list[str] = field(default_factory=list)       # clients with a prox term other than λ‖w‖₁
+    streams_sums: bool = True       # the executor sums the clients' replies as they come (`choose` sets it)
 
 
 def describe(problem) -> Traits:
@@ -211,7 +212,8 @@ class Auto:
             return self._pick("dp-admm", dict(self.privacy), cost, [
                 f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend",
                 trip])
-        newton = _newton_fits(problem, traits, executor)
+        traits.streams_sums = streams_sums(executor)
+        newton = _newton_fits(problem, traits)
         if newton and not dear:
             return self._pick("proxal", {"inner": NewtonInner()}, cost, [
                 f"{newton}: ProxAL with its subproblems by federated Newton steps "
@@ -306,15 +308,15 @@ class Auto:
         return result
 
 
-def _newton_fits(problem, traits: Traits, executor: Any = None) -> str:
+def _newton_fits(problem, traits: Traits) -> str:
     """Why `NewtonInner` can run this model ("" where it cannot: private variables — an
     epigraph's slacks among them —, a client's prox term other than λ‖w‖₁ (`Traits.kinked`), a
-    model not convex (DCP), or the d × d matrices a step holds on `executor` beyond the dense
-    budget: `proxal_newton.matrices_held`, n more where it gathers the clients' replies)."""
+    model not convex (DCP), or the d × d matrices a step holds beyond the dense budget:
+    `proxal_newton.matrices_held`, n more where the executor gathers the clients' replies)."""
     if traits.private or traits.kinked or not problem.is_convex():
         return ""     # (Newton's steps need a convex ℓ_k, and sum only λ‖w‖₁ of a client's prox terms)
     d = sum(variable_sizes(problem))
-    held = matrices_held(traits.clients, streams_sums(executor))
+    held = matrices_held(traits.clients, traits.streams_sums)
     if not dense_fits(d, held):
         return ""
     return f"d = {d}, {traits.clients} clients: a step's {held} dense d × d matrices fit the dense budget"

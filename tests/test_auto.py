@@ -33,7 +33,7 @@ def trips(result) -> int:
 @pytest.fixture
 def no_newton(monkeypatch):
     """The rules after the Newton pick (a model whose Newton step would not fit the budget)."""
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits, executor=None: "")
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
 
 
 def _solve(prob, backend=None, **kwargs):
@@ -73,7 +73,7 @@ def test_data_reading_constraints_pick_proxal(monkeypatch):
     prob, _ = neyman_pearson(n_clients=3)
     newton = auto.Auto().choose(prob)
     assert newton.backend == "proxal" and list(newton.settings) == ["inner"]
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits, executor=None: "")
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
     choice = auto.Auto().choose(prob)
     assert choice.backend == "proxal" and choice.settings == {}
     assert choice.reasons[0].startswith("constraints that are no simple set (client 'c0': np[c0]")

@@ -47,11 +47,11 @@ def test_auto_at_a_thousand_tiny_clients_picks_proxal(monkeypatch):
     """Before: auto's rule took FedADMM from 40 clients on ('less CPU'); at 1,000 clients of 3
     rows with a server ball FedADMM needed 243 round trips and 94 s where ProxAL took 45 and
     14 s (docs/BENCHMARKS.md). No client holds a set here: ProxAL — with Newton steps where
-    a step's matrices fit the dense budget, Algorithm 2 beyond it."""
+    their 1,001 Hessians fit the dense budget, Algorithm 2 beyond it."""
     prob, _, _, _ = _tiny_clients(1000)
     newton = auto.Auto().choose(prob)
     assert newton.backend == "proxal" and list(newton.settings) == ["inner"]
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits, executor=None: "")
+    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
     choice = auto.Auto().choose(prob)
     assert choice.backend == "proxal" and choice.settings == {}
     assert choice.reasons[0].startswith("1000 clients, only simple sets (server: ")

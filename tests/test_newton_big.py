@@ -1,6 +1,8 @@
 """Newton steps for many clients (issue 27 item 2): `map_sum` sums the replies as they come, a
 group's summed form adds its members' Hessians one at a time (`hessian_sum`), the dense
 budget counts what a step holds, and the sets the server projects report their multipliers."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -87,11 +89,11 @@ def test_the_budget_counts_a_step_not_the_clients():
     assert matrices_held(200, True) == SERVER_MATRICES and matrices_held(40, False) == SERVER_MATRICES + 40
     for n in (40, 200):
         prob = _wide(n)
-        assert "fit the dense budget" in _newton_fits(prob, describe(prob), None)
-        assert _newton_fits(prob, describe(prob), "batched") and _newton_fits(prob, describe(prob), "auto")
-        assert _newton_fits(prob, describe(prob), _Gathering) == ""
-    choice = Auto().choose(_wide(40))
-    assert isinstance(choice.settings.get("inner"), NewtonInner), choice
+        assert "fit the dense budget" in _newton_fits(prob, describe(prob))
+        assert not _newton_fits(prob, replace(describe(prob), streams_sums=False))
+        for executor in (None, "serial", "batched", "auto", SerialExecutor()):
+            assert "inner" in Auto().choose(prob, executor=executor).settings, executor
+        assert "inner" not in Auto().choose(prob, executor=_Gathering).settings
 
 
 def test_the_run_time_check_reads_the_executor():
