@@ -43,7 +43,7 @@ from fedmodel.runtime.hessian_sum import hessian_sum
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
-from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, set_multipliers
+from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
@@ -233,18 +233,7 @@ def _start(program: NodeProgram, x) -> dict:
     return {"x": program.apply_prox(z, 0.0)[:program.n_shared] if program.merit_ir.prox_terms else z.copy()}
 
 
-@procedure("proxal_newton_set_multipliers", {"x": "x", "grad": "x", "l1": "x"}, {"multipliers": "opaque"},
-           local=True, read_only=True)
-def _set_multipliers(program: NodeProgram, x, grad, l1) -> dict:
-    """The multipliers of the server's sets at the last Newton point z = x, given the clients'
-    summed gradient and ℓ1 weights there (`proxal_newton_sets`). Driver bookkeeping."""
-    z = np.asarray(x, float)
-    G = np.asarray(grad, float) + program.value_grad(z, program.y)[1][:program.n_shared]
-    normal = -_l1_remainder(z, G, np.asarray(l1, float) + _l1_weights(program))
-    return {"multipliers": set_multipliers(program, z, normal)}
-
-
-PROCEDURES = (_evaluate, _terms, _server_step, _start, _set_multipliers)
+PROCEDURES = (_evaluate, _terms, _server_step, _start, newton_set_multipliers)
 
 
 def matrices_held(n: int, streams: bool) -> int:
@@ -370,6 +359,7 @@ class NewtonInner:
             _, z, grad = self._last
             multipliers.update(ex.call("server", "proxal_newton_set_multipliers", x=z, grad=grad,
                                        l1=self._terms[1])["multipliers"])
+        self._last = self._terms = None     # (the run's executor and programs not kept past it)
 
     def _line_search(self, ex, z, value, direction, decrease, certificate, l1):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,

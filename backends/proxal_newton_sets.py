@@ -18,6 +18,7 @@ import numpy as np
 
 from fedmodel.compiler.sets import ZERO
 from fedmodel.runtime.active_set import l1_residual
+from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .proxal_nodes import _normal_multipliers
 
@@ -67,3 +68,14 @@ def _same_set(term, x: np.ndarray) -> bytes:
     far = PROBE_SCALE * max(1.0, float(np.max(np.abs(x), initial=0.0)))
     probe = np.random.default_rng(0).standard_normal(x.shape) * far
     return b"".join(np.round(term.prox(p, 1.0), 12).tobytes() for p in (x, x + probe, x - probe))
+
+
+@procedure("proxal_newton_set_multipliers", {"x": "x", "grad": "x", "l1": "x"}, {"multipliers": "opaque"},
+           local=True, read_only=True)
+def newton_set_multipliers(program: NodeProgram, x, grad, l1) -> dict:
+    """The multipliers of the server's sets at the last Newton point z = x, given the clients'
+    summed gradient and ℓ1 weights there (`set_multipliers`). Driver bookkeeping."""
+    z = np.asarray(x, float)
+    G = np.asarray(grad, float) + program.value_grad(z, program.y)[1][:program.n_shared]
+    normal = -l1_remainder(z, G, np.asarray(l1, float) + l1_weights(program))
+    return {"multipliers": set_multipliers(program, z, normal)}
