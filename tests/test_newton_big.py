@@ -118,3 +118,17 @@ def test_the_moved_balls_report_cvxpys_multipliers():
     theirs = np.array([float(np.sum(ref.multipliers[k])) for k in names])
     assert theirs.min() > 1e-3          # (every ball active)
     np.testing.assert_allclose(mine, theirs, rtol=1e-4)
+
+
+def test_equal_client_balls_are_one_piece_of_the_servers_intersection():
+    """n clients' equal balls moved to the server: Dykstra projects on one (it projected on each
+    of them every FISTA iteration: half of a Newton run at n = 200); other sets stay."""
+    prob, w = logistic_ball(n=5)
+    prob.clients[0].subject_to(fm.norm2(w) <= 2.0)          # another ball: kept
+    prob.clients[1].subject_to(w >= -3.0)                   # a bound: the box piece
+    (term,) = ProxAL(inner=NewtonInner()).compile(prob)["server"].merit_ir.prox_terms
+    assert len(term.members) == 7
+    assert sorted(type(p).__name__ + str(getattr(p, "radius", "")) for p in term.pieces) == \
+        ["Ball1.0", "Ball2.0", "Box"]
+    v = np.full(8, 3.0)
+    np.testing.assert_allclose(term.prox(v, 1.0), v / np.linalg.norm(v), rtol=1e-9)
