@@ -18,8 +18,8 @@ the section on backend="auto"):
    with no private variables and no client prox term but λ‖w‖₁, where round trips are cheap: ProxAL with its subproblems by federated Newton steps
    (`ProxAL(inner=NewtonInner())`, backends/proxal_newton.py): bench_rounds' suite 9–16 round
    trips against Algorithm 2's 24–49 at n = 5, 40, 200, NP monks-1 67 against 382, mnist-ball
-   n = 5 24 against 194, all verified, less CPU (docs/BENCHMARKS.md, branch newtoninner; lead,
-   2026-12-01). A refusal at its first subproblem (a node's reply the model did not show)
+   n = 5, 40, 200 24 / 24 / 27 against 194 / 328 / 819, all verified, less CPU
+   (docs/BENCHMARKS.md, branches newtoninner and newtonbig; lead, 2026-12-01). A refusal at its first subproblem (a node's reply the model did not show)
    runs Algorithm 2. Not where round trips are dear (Flower): not measured there yet.
 4. Otherwise, a star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
    Pearson — or couples variables) or a client has private variables: its augmented
