@@ -240,8 +240,8 @@ class ProxAL(Backend):
         if self._projects_client_sets():
             for reply in ex.map("proxal_set_multipliers", {c: {} for c in ex.clients if c not in ex.lost}).values():
                 outcome.multipliers.update(reply["multipliers"])
-        elif hasattr(self.inner, "conclude"):       # (NewtonInner's server-held sets)
-            self.inner.conclude(ex, outcome.multipliers)
+        elif getattr(self.inner, "sets_to_server", False):      # (NewtonInner's, at the server)
+            self.inner.add_set_multipliers(ex, outcome.multipliers)
 
     def _projects_client_sets(self) -> bool:
         # FedADMM as inner solver has its own certificate, which reads client sets as AL terms;

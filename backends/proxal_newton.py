@@ -352,7 +352,7 @@ class NewtonInner:
         self._last = (ex, z, grad)
         return z, trace, rho
 
-    def conclude(self, ex, multipliers: dict) -> None:
+    def add_set_multipliers(self, ex, multipliers: dict) -> None:
         """The run's end (`ProxAL.conclude`): the multipliers of the sets the server projected
         on, from the last subproblem's last point (`proxal_newton_sets`), into `multipliers`."""
         if self._last is not None and self._last[0] is ex and self._terms is not None:
