@@ -349,9 +349,11 @@ class Executor:
         for members, reply in self._summed(kind, payloads, fields):
             self._book_reply(declared, members, reply)
             for name in fields:     # (a fresh array: never a reply's own, which a node may keep)
-                value = np.asarray(reply[name], float)
-                totals[name] = value + totals[name] if name in totals else np.array(value)
-        return totals
+                if name in totals:
+                    totals[name] += np.asarray(reply[name], float)
+                else:
+                    totals[name] = np.array(reply[name], dtype=float)
+        return {name: total[()] if total.ndim == 0 else total for name, total in totals.items()}
 
     def _summed(self, kind: str, payloads: dict[str, dict[str, Any]], fields: Sequence[str]):
         """(nodes, reply) pairs whose `fields` add up to `map_sum`'s sums: one per node here,
