@@ -13,15 +13,17 @@ the section on backend="auto"):
    graphs. Its Gauss-Seidel sweep goes in colour classes (`order="colour"`, one parallel batch
    each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
 3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
-3b. A star whose n + 1 dense d × d Hessians fit the dense Newton budget, on a convex model
-   with no private variables and no client prox term but λ‖w‖₁: ProxAL with its subproblems by federated Newton steps
-   (`ProxAL(inner=NewtonInner())`, backends/proxal_newton.py): bench_rounds' suite 9–16 round
-   trips against Algorithm 2's 24–49 at n = 5, 40, 200, NP monks-1 67 against 382, mnist-ball
-   n = 5 24 against 194, all verified, less CPU (docs/BENCHMARKS.md, branch newtoninner; lead,
-   2026-12-01). A refusal at its first subproblem (a node's reply the model did not show)
-   runs Algorithm 2. Where round trips are dear too: a Flower deployment on loopback (n = 5)
-   reached CVXPY's ridge in 13 round trips, 41 s wall (FedADMM: 57 round trips, 56 s), NP adult
-   in 65 round trips, 82 s (docs/flower.md).
+3b. A star whose Newton step's dense d × d matrices fit the dense Newton budget (14, n more on
+   an executor that gathers the replies before summing: `proxal_newton.matrices_held`), on a
+   convex model with no private variables and no client prox term but λ‖w‖₁: ProxAL with its
+   subproblems by federated Newton steps (`ProxAL(inner=NewtonInner())`,
+   backends/proxal_newton.py): bench_rounds' suite 9–16 round trips against Algorithm 2's 24–49
+   at n = 5, 40, 200, NP monks-1 67 against 382, mnist-ball n = 5, 40, 200 24 / 24 / 27 against
+   194 / 328 / 819, all verified, less CPU (docs/BENCHMARKS.md, branches newtoninner and
+   newtonbig; lead, 2026-12-01). A refusal at its first subproblem (a node's reply the model did
+   not show) runs Algorithm 2. Where round trips are dear too: a Flower deployment on loopback
+   (n = 5) reached CVXPY's ridge in 13 round trips, 41 s wall (FedADMM: 57 round trips, 56 s),
+   NP adult in 65 round trips, 82 s (docs/flower.md).
 4. Otherwise, a star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
    Pearson — or couples variables) or a client has private variables: its augmented
    Lagrangian is the one exact treatment. Otherwise (unconstrained, or norm balls, bounds,
@@ -62,7 +64,7 @@ from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
 from fedmodel.runtime.solvers import dense_fits
 from .common import variable_sizes
-from .proxal_newton import NewtonInner
+from .proxal_newton import NewtonInner, matrices_held
 
 # Clients from which FedADMM replaces ProxAL on models whose clients hold simple sets (a star)
 # where round trips are cheap: from there ProxAL's held-constraint steps take the more CPU
@@ -93,6 +95,7 @@ class Traits:
     unsupported: list[str] = field(default_factory=list)  # nonsmooth terms without a prox
     private: list[str] = field(default_factory=list)      # clients with private variables
     kinked: list[str] = field(default_factory=list)       # clients with a prox term other than λ‖w‖₁
+    streams_sums: bool = True       # the executor sums the clients' replies as they come (`choose` sets it)
 
 
 def describe(problem) -> Traits:
@@ -131,6 +134,14 @@ def round_trip_source(executor: Any) -> tuple[float, str]:
     if isinstance(executor, str) or executor is None:
         executor = registry.lookup("executor", executor or "serial")
     return round_trip_estimate(executor)
+
+
+def streams_sums(executor: Any) -> bool:
+    """`Executor.streams_sums` of `executor` (an instance, a class, a registered name; None: the
+    default executor, serial or batched), read before the run: the class's, not started."""
+    if isinstance(executor, str) or executor is None:
+        executor = registry.lookup("executor", executor or "serial")
+    return bool(getattr(executor, "streams_sums", False))
 
 
 def is_star(problem, topology: Any) -> bool:
@@ -204,6 +215,7 @@ class Auto:
             return self._pick("dp-admm", dict(self.privacy), cost, [
                 f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend",
                 trip])
+        traits.streams_sums = streams_sums(executor)
         newton = _newton_fits(problem, traits)
         if newton:      # dear round trips too: fewer of them (Flower: lead, 2026-12-01)
             return self._pick("proxal", {"inner": NewtonInner()}, cost, [
@@ -302,13 +314,15 @@ class Auto:
 def _newton_fits(problem, traits: Traits) -> str:
     """Why `NewtonInner` can run this model ("" where it cannot: private variables — an
     epigraph's slacks among them —, a client's prox term other than λ‖w‖₁ (`Traits.kinked`), a
-    model not convex (DCP), or n + 1 dense d × d Hessians beyond the dense budget)."""
+    model not convex (DCP), or the d × d matrices a step holds beyond the dense budget:
+    `proxal_newton.matrices_held`, n more where the executor gathers the clients' replies)."""
     if traits.private or traits.kinked or not problem.is_convex():
         return ""     # (Newton's steps need a convex ℓ_k, and sum only λ‖w‖₁ of a client's prox terms)
     d = sum(variable_sizes(problem))
-    if not dense_fits(d, traits.clients + 1):
+    held = matrices_held(traits.clients, traits.streams_sums)
+    if not dense_fits(d, held):
         return ""
-    return f"d = {d}, {traits.clients} clients: their {traits.clients + 1} Hessians fit the dense budget"
+    return f"d = {d}, {traits.clients} clients: a step's {held} dense d × d matrices fit the dense budget"
 
 
 def _few(items: list[str], shown: int = 3) -> str:

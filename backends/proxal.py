@@ -236,11 +236,12 @@ class ProxAL(Backend):
                                 client_constraints=self._holds_client_constraints(), to_server=moved)
 
     def conclude(self, problem, ex, run: Run, outcome: Outcome) -> None:
-        """The multipliers of the sets the clients projected (`proxal_set_multipliers`)."""
+        """The multipliers of the sets the clients or an inner's server projected (`proxal_set_multipliers`)."""
         if self._projects_client_sets():
-            asked = {c: {} for c in ex.clients if c not in ex.lost}
-            for reply in ex.map("proxal_set_multipliers", asked).values():
+            for reply in ex.map("proxal_set_multipliers", {c: {} for c in ex.clients if c not in ex.lost}).values():
                 outcome.multipliers.update(reply["multipliers"])
+        elif getattr(self.inner, "sets_to_server", False):      # (NewtonInner's, at the server)
+            self.inner.add_set_multipliers(ex, outcome.multipliers)
 
     def _projects_client_sets(self) -> bool:
         # FedADMM as inner solver has its own certificate, which reads client sets as AL terms;

@@ -23,8 +23,9 @@ indefinite H gives no descent and the run stands still, so `backend="auto"` pick
 convex models).
 
 Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
-variables, clients' prox terms only λ‖w‖₁, and n + 1 dense d × d matrices within the dense
-Newton budget (`solvers.DENSE_NEWTON_FLOATS`). The clients' data-free balls and bounds go to the
+variables, clients' prox terms only λ‖w‖₁, and a step's dense d × d matrices within the dense
+Newton budget (`solvers.DENSE_NEWTON_FLOATS`, `matrices_held`: the clients' replies are summed as
+they come, `Executor.map_sum`; n of them more where an executor gathers them first). The clients' data-free balls and bounds go to the
 server (`sets_to_server`; `projecting.data_free_client_sets`, as FedAvg's), whose prox projects on
 them in the model step, as on sets without a smooth form (`program.moved_to_server`); the
 clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off with an inner).
@@ -33,23 +34,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.compiler.sets import ZERO
 from fedmodel.errors import FedModelError
 from fedmodel.runtime import solvers
-from fedmodel.runtime.active_set import l1_residual
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.client_step import client_step
+from fedmodel.runtime.hessian_sum import hessian_sum
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
 from .proxal_newton_faces import face_minimizer
+from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
 MODEL_STEPS = 20_000    # the server's accelerated proximal-gradient iterations on the model at most
 MODEL_TOL = 1e-2        # the model's prox-gradient mapping to MODEL_TOL × min(τ_k, certificate)
 FACE_FIRST = 20         # the first of the model iterations (then 40, 80, …) that try the face's minimizer
+# d × d matrices a Newton step holds at once whatever n where replies are summed as they come
+# (the sum, a member's Hessian and copies, triangles, the server's H; tracemalloc's peak over a
+# subproblem at mnist-ball, d = 784: 7.6 at n = 5, 10.7 at 40, 12.0 at 200)
+SERVER_MATRICES = 14
 TRIALS = 8              # shorter steps 2^-1 … 2^-TRIALS valued beside each full Newton step (one message)
 
 
@@ -65,15 +70,6 @@ def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
     H[i, j] = packed
     H[j, i] = packed
     return H
-
-
-def _l1_weights(program: NodeProgram) -> np.ndarray:
-    """Per-entry λ of the node's λ‖w‖₁ terms on the shared variables (0 elsewhere)."""
-    parts = [np.zeros(v.size) for v in program.shared.variables]
-    for term in program.merit_ir.prox_terms:
-        if term.kind == "norm1" and term.kinked is None and term.constraint is None:
-            parts[program.shared.variables.index(term.variable)] += term.weight()
-    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _prox_value(program: NodeProgram, x: np.ndarray) -> float:
@@ -94,7 +90,44 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     `beta` and `prox_weight` the client first configures P_{i,k} (13) with center z, as
     "configure" would (ProxAL's outer step and the subproblem's first evaluation: one message).
     With `direction` d and `offsets` o_j also P_i + λ_i‖·‖₁ at z + o_j·d (`values`: the line
-    search's shorter steps, in the same message; they must be the same for every member)."""
+    search's shorter steps, in the same message; they must be the same for every member).
+    Summed over the members instead: `_evaluate_sum`."""
+    found = _configured(group, members, payloads)
+    if found is None:
+        return None
+    z, rows, X, Y = found
+    values, G = group.value_grad(X, Y)
+    H = group.hessian(X, Y, rows)
+    i, j = _upper(group.n_x)
+    replies = {m: {"value": float(values[r]) + _prox_value(group.programs[r], z), "grad": G[r, :group.n_x].copy(),
+                   "hessian": H[k][i, j]} for k, (m, r) in enumerate(zip(members, rows))}
+    trials = _trial_values(group, payloads[members[0]], z, Y, rows)
+    for k, m in enumerate(members if trials is not None else ()):
+        replies[m]["values"] = trials[k]
+    return replies
+
+
+def _evaluate_sum(group: Group, members: list[str], payloads: dict, fields) -> dict | None:
+    """`_evaluate`'s replies summed over the members (`map_sum` on the batched executor)."""
+    found = _configured(group, members, payloads)
+    if found is None:
+        return None
+    z, rows, X, Y = found
+    values, G = group.value_grad(X, Y)
+    i, j = _upper(group.n_x)
+    total = {"value": float(sum(values[r] + _prox_value(group.programs[r], z) for r in rows)),
+             "grad": G[rows, :group.n_x].sum(axis=0), "hessian": hessian_sum(group, X, Y, rows)[i, j]}
+    trials = _trial_values(group, payloads[members[0]], z, Y, rows)
+    if trials is not None:
+        total["values"] = trials.sum(axis=0)
+    return total
+
+
+_evaluate.summed = _evaluate_sum        # (`BatchedExecutor._summed`)
+
+
+def _configured(group: Group, members: list[str], payloads: dict):
+    """(z, rows, X, Y) of a request `_evaluate` covers, P_{i,k} configured first; else None."""
     z = common_value(payloads, members, "x")
     first = payloads[members[0]]
     if z is None or (first.get("direction") is not None and (
@@ -109,19 +142,18 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
                 group.programs[r].configure(beta=payloads[m]["beta"], prox_weight=payloads[m]["prox_weight"],
                                             center=z)
         group.forget()
-    X, Y = broadcast_rows(z, group.n, group.n_x), private_stack(group)
-    values, G = group.value_grad(X, Y)
-    H = group.hessian(X, Y, rows)
-    i, j = _upper(group.n_x)
-    replies = {m: {"value": float(values[r]) + _prox_value(group.programs[r], z), "grad": G[r, :group.n_x].copy(),
-                   "hessian": H[k][i, j]} for k, (m, r) in enumerate(zip(members, rows))}
-    if first.get("direction") is not None:
-        d, offsets = np.asarray(first["direction"], float), np.ravel(np.asarray(first["offsets"], float))
-        trials = [z + o * d for o in offsets]
-        at = np.array([group.value_grad(broadcast_rows(x, group.n, group.n_x), Y)[0] for x in trials])
-        for m, r in zip(members, rows):
-            replies[m]["values"] = at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials])
-    return replies
+    return z, rows, broadcast_rows(z, group.n, group.n_x), private_stack(group)
+
+
+def _trial_values(group: Group, request: dict, z: np.ndarray, Y: np.ndarray, rows) -> np.ndarray | None:
+    """P_i + λ_i‖·‖₁ of the members `rows` at z + o_j·d for the request's `direction` d and
+    `offsets` o_j: (members, offsets); None without a direction."""
+    if request.get("direction") is None:
+        return None
+    d, offsets = np.asarray(request["direction"], float), np.ravel(np.asarray(request["offsets"], float))
+    trials = [z + o * d for o in offsets]
+    at = np.array([group.value_grad(broadcast_rows(x, group.n, group.n_x), Y)[0] for x in trials])
+    return np.array([at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials]) for r in rows])
 
 
 @procedure("proxal_newton_terms", {}, {"l1": "x", "refusal": "str"}, local=True, read_only=True)
@@ -136,13 +168,6 @@ def _terms(program: NodeProgram) -> dict:
         refusal = f"client {program.name!r} has a nonsmooth term other than λ‖w‖₁"
     return {"l1": _l1_weights(program) if program.role == "client" else np.zeros(program.n_shared),
             "refusal": refusal}
-
-
-def _l1_remainder(z: np.ndarray, g: np.ndarray, l1: np.ndarray) -> np.ndarray:
-    """g plus the element of ∂(Σ_j l1_j|z_j|) closest to −g (`active_set.l1_residual`), entries
-    within ZERO of 0 read as 0."""
-    zero = np.abs(z) <= ZERO * max(1.0, float(np.max(np.abs(z), initial=0.0)))
-    return l1_residual(np.where(zero, 0.0, z), g, l1)
 
 
 def _prox(program: NodeProgram, v: np.ndarray, t: float, l1: np.ndarray) -> np.ndarray:
@@ -218,7 +243,13 @@ def _start(program: NodeProgram, x) -> dict:
     return {"x": program.apply_prox(z, 0.0)[:program.n_shared] if program.merit_ir.prox_terms else z.copy()}
 
 
-PROCEDURES = (_evaluate, _terms, _server_step, _start)
+PROCEDURES = (_evaluate, _terms, _server_step, _start, newton_set_multipliers)
+
+
+def matrices_held(n: int, streams: bool) -> int:
+    """Dense d × d matrices a Newton step on n clients holds at once (`refusal`, `auto`): n more
+    where the executor gathers the replies before summing (`Executor.streams_sums`: Ray, Flower)."""
+    return SERVER_MATRICES + (0 if streams else n)
 
 
 def server_sets(problem) -> list:
@@ -255,6 +286,7 @@ class NewtonInner:
             raise FedModelError(f"NewtonInner: max_steps must be an integer ≥ 1, got {max_steps!r}")
         self.max_steps = int(max_steps)
         self._terms: tuple | None = None        # (executor, summed client ℓ1 weights)
+        self._last: tuple | None = None         # (executor, last point, the clients' gradient there)
 
     def __repr__(self) -> str:
         return f"NewtonInner(max_steps={self.max_steps})"
@@ -263,8 +295,9 @@ class NewtonInner:
         """Why this run's nodes cannot take Newton steps ("" when they can): beyond the dense
         budget, private variables, a client's nonsmooth term other than λ‖w‖₁."""
         d, n = ex.model_size, len(ex.clients)
-        if not solvers.dense_fits(d, n + 1):
-            return (f"{n + 1} dense {d} × {d} Hessians are beyond the dense Newton budget "
+        held = matrices_held(n, ex.streams_sums)
+        if not solvers.dense_fits(d, held):
+            return (f"{held} dense {d} × {d} matrices ({n} clients) are beyond the dense Newton budget "
                     f"(fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = {solvers.DENSE_NEWTON_FLOATS:.3g})")
         replies = ex.map("proxal_newton_terms", {node: {} for node in ex.nodes})
         found = [r["refusal"] for r in replies.values() if r["refusal"]]
@@ -326,7 +359,17 @@ class NewtonInner:
         else:
             trace.append(ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1,
                                  tau=np.inf)["certificate"])
+        self._last = (ex, z, grad)
         return z, trace, rho
+
+    def add_set_multipliers(self, ex, multipliers: dict) -> None:
+        """The run's end (`ProxAL.conclude`): the multipliers of the sets the server projected
+        on, from the last subproblem's last point (`proxal_newton_sets`), into `multipliers`."""
+        if self._last is not None and self._last[0] is ex and self._terms is not None:
+            _, z, grad = self._last
+            multipliers.update(ex.call("server", "proxal_newton_set_multipliers", x=z, grad=grad,
+                                       l1=self._terms[1])["multipliers"])
+        self._last = self._terms = None     # (the run's executor and programs not kept past it)
 
     def _line_search(self, ex, z, value, direction, decrease, certificate, l1):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,

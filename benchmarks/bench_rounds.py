@@ -68,8 +68,9 @@ from benchmarks.common import machine_info  # noqa: E402
 
 ROWS_PER_CLIENT, DIM = 20, 10
 BACKENDS = ("proxal", "cproxal", "dald", "fedadmm", "fedprox", "fedavg", "dp-admm")
-# beside the defaults, on request (--backends): ProxAL with the Newton inner solver
-OPTIONS = {"proxal-newton": lambda: _proxal_newton()}
+# beside the defaults, on request (--backends): ProxAL with the Newton inner solver, and
+# `backend="auto"` (what `prob.solve()` picks: its choice in the record's "auto")
+OPTIONS = {"proxal-newton": lambda: _proxal_newton(), "auto": lambda: "auto"}
 
 
 def _proxal_newton():
@@ -291,6 +292,9 @@ def run_case(model: str, n: int, backends: Iterable[str], timeout: float,
                 verified, failed = bool(report.ok), list(report.failed)
                 record.update(distance=float(report.solution_distance),
                               gap=float(report.objective_gap), notes=list(report.notes))
+            if "auto" in result.info:
+                record["auto"] = {"backend": result.info["auto"]["backend"],
+                                  "settings": {k: repr(v) for k, v in result.info["auto"]["settings"].items()}}
             record.update(status=result.status, iterations=dict(result.iterations),
                           verified=verified, failed=failed, **ledger_row(result, n))
         records.append(record)

@@ -32,7 +32,7 @@ def trips(result) -> int:
 
 @pytest.fixture
 def no_newton(monkeypatch):
-    """The rules after the Newton pick (a model whose n + 1 Hessians would not fit the budget)."""
+    """The rules after the Newton pick (a model whose Newton step would not fit the budget)."""
     monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
 
 
@@ -49,7 +49,7 @@ def test_default_solve_is_auto_and_says_why(capsys):
     info = res.info["auto"]
     assert info["backend"] == res.backend == "proxal" and info["settings"] == {"inner": info["settings"]["inner"]}
     assert isinstance(info["settings"]["inner"], NewtonInner)
-    assert info["reasons"][0].startswith("d = 10, 5 clients: their 6 Hessians fit the dense budget: ProxAL with")
+    assert info["reasons"][0].startswith("d = 10, 5 clients: a step's 14 dense d × d matrices fit the dense budget: ProxAL with")
     assert info["round_trip_cost"] == pytest.approx(1e-4)        # the serial executor's hint
     # the very run ProxAL with Newton steps makes, and it verifies, in fewer round trips than
     # Algorithm 2's 24 (31 before proxal.RHO_PERIOD = 3; 27 before configure rode on init)
@@ -263,17 +263,17 @@ def test_auto_on_the_suite_verifies_within_twice_the_best_round_trips(model, n):
 
 
 def test_newton_steps_only_where_the_hessians_fit(monkeypatch):
-    """Auto picks ProxAL with Newton steps where n + 1 dense d × d Hessians fit the dense budget,
-    where round trips are cheap and where they are dear (a Flower deployment: ridge n = 5 in 13
-    round trips, docs/flower.md); a refusal at run time (here forced) falls back to Algorithm 2
-    with the reason."""
+    """Auto picks ProxAL with Newton steps where a step's dense d × d matrices fit the dense
+    budget, where round trips are cheap and where they are dear (a Flower deployment: ridge n = 5
+    in 13 round trips, docs/flower.md); a refusal at run time (here forced) falls back to
+    Algorithm 2 with the reason."""
     from fedmodel.backends import proxal_newton
     from fedmodel.runtime import solvers
     prob, w = bench_rounds.logistic_ball(5)
     assert "inner" in auto.Auto().choose(prob).settings
     dear = auto.Auto().choose(prob, executor=DearSerial())
     assert "inner" in dear.settings and "round trips dear" in dear.reasons[1]
-    monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 5 * 10 * 10)    # 6 Hessians of d = 10 > 5
+    monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 5 * 10 * 10)    # 14 matrices of d = 10 > 5
     assert "inner" not in auto.Auto().choose(prob).settings
     monkeypatch.undo()
     monkeypatch.setattr(proxal_newton.NewtonInner, "refusal", lambda self, ex: "forced by the test")

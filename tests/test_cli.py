@@ -121,7 +121,7 @@ def test_run_default_example_with_verify(capsys):
     out = capsys.readouterr().out
     assert out.startswith("neyman-pearson: 5 clients, 30 shared parameters; backend auto")
     assert "proxal: converged" in out and "objective gap" in out
-    # auto picks ProxAL (with Newton steps: 30 × 30 Hessians fit), with `run`'s ProxAL options
-    assert "  auto           picked proxal: d = 30, 5 clients: their 6 Hessians fit the dense budget" in out
+    # auto picks ProxAL (with Newton steps: 30 × 30 matrices fit), with `run`'s ProxAL options
+    assert "  auto           picked proxal: d = 30, 5 clients: a step's 14 dense d × d matrices fit the dense budget" in out
     verdict = [line for line in out.splitlines() if line.startswith("verdict")]
     assert len(verdict) == 1 and verdict[0].endswith(": OK")

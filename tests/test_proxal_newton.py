@@ -145,7 +145,7 @@ def test_refusals_are_clear():
 
 def test_refused_beyond_the_dense_budget(monkeypatch):
     prob, w = lasso(n=4, d=10)
-    monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 10 * 10 * 4)      # 5 matrices do not fit
+    monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 10 * 10 * 4)      # 14 matrices do not fit
     with pytest.raises(FedModelError, match="dense Newton budget"):
         prob.solve(ProxAL(inner=NewtonInner()))
 

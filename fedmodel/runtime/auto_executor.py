@@ -159,6 +159,8 @@ class AutoExecutor(Executor):
     executor, started; `chosen` (its name) and `reason` say which and why. `cpu_jax=False`
     (the default executor, `DefaultExecutor`): JAX only on a GPU, never its compile on the CPU."""
 
+    streams_sums = True     # (as every pick does: serial, batched and JAX sum `map_sum`'s replies as they come)
+
     def __init__(self, cpu_jax: bool = True):
         super().__init__()
         self.cpu_jax = cpu_jax

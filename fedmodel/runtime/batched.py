@@ -130,6 +130,8 @@ class BatchedExecutor(Executor):
         self._resolved: dict[tuple, tuple] = {}
         self.stats: Counter = Counter()
 
+    streams_sums = True     # (`_summed`)
+
     def start(self, programs) -> "BatchedExecutor":
         install(GENERIC)        # the vectorized forms of the runtime's own requests
         super().start(programs)
@@ -236,6 +238,27 @@ class BatchedExecutor(Executor):
                 replies[node] = self._dispatch(node, kind, payload)
                 self.stats[(kind, "serial")] += 1
         return replies
+
+    def _summed(self, kind, payloads, fields):
+        """`Executor._summed`: a group of at least `min_group` members whose kind's form has a
+        summed variant (`form.summed(group, members, payloads, fields)` → the members' sums of
+        `fields`, or None where it does not cover them) yields those sums as one reply (its
+        memory one reply's, whatever the group's size); the other nodes as `map` serves them."""
+        summed = getattr(BATCHED.get(kind), "summed", None)
+        rest = dict(payloads)
+        for group in self.groups if summed is not None else ():
+            members = [n for n in group.names if n in rest]
+            if len(members) < self.min_group:
+                continue
+            group.sync()                # (as `_dispatch_batch`: forms read the clients' dicts)
+            out = summed(group, members, payloads, fields)
+            if out is not None:
+                self.stats[(kind, "batched")] += len(members)
+                for member in members:
+                    del rest[member]
+                yield members, out
+        if rest:
+            yield from super()._summed(kind, rest, fields)
 
     def _dispatch(self, node, kind, payload):
         group = self._group_of_member.get(node)

@@ -201,12 +201,7 @@ class Executor:
         self._serve(payloads)
         self._refuse_lost(kind, payloads)
         rider_kind = None if rider is None else self._check_rider(rider, payloads)
-        networked = not declared.local      # (and never to the server itself: its steps are local)
-        for node, payload in payloads.items():
-            floats = check_payload(declared, declared.request, payload, self.model_size, "request")
-            if networked and node != "server":
-                self.ledger.record("server", node, kind, floats)
-        self.ledger.exchange(kind, payloads)
+        self._book_requests(declared, payloads)
         # all requests of one kind go out together, then we wait for every reply
         if rider is not None:
             replies, ridden = self._dispatch_riding(kind, payloads, rider, missing == "drop")
@@ -221,10 +216,27 @@ class Executor:
                 check_payload(rider_kind, rider_kind.reply, ridden[node], self.model_size, "reply")
             rider.replies = {node: ridden[node] for node in payloads}
         for node in payloads:
-            floats = check_payload(declared, declared.reply, replies[node], self.model_size, "reply")
-            if networked and node != "server":
-                self.ledger.record(node, "server", kind, floats)
+            self._book_reply(declared, [node], replies[node])
         return {node: replies[node] for node in payloads}
+
+    def _book_requests(self, declared: MessageKind, payloads: dict[str, dict[str, Any]]) -> None:
+        """Check each node's request against its declaration and book it (one round trip of
+        `declared`'s kind; no message to the server itself: its steps are local)."""
+        networked = not declared.local
+        for node, payload in payloads.items():
+            floats = check_payload(declared, declared.request, payload, self.model_size, "request")
+            if networked and node != "server":
+                self.ledger.record("server", node, declared.name, floats)
+        self.ledger.exchange(declared.name, payloads)
+
+    def _book_reply(self, declared: MessageKind, nodes: Sequence[str], reply: dict[str, Any]) -> None:
+        """Check `reply` against its declaration and book it once for each of `nodes` (a group's
+        summed reply, `map_sum`, stands for one reply of that size from each member)."""
+        floats = check_payload(declared, declared.reply, reply, self.model_size, "reply")
+        if not declared.local:
+            for node in nodes:
+                if node != "server":
+                    self.ledger.record(node, "server", declared.name, floats)
 
     def map_stacked(self, kind: str, nodes: Sequence[str], rows: dict[str, np.ndarray] | None = None,
                     common: dict[str, Any] | None = None, split: bool = True,
@@ -312,22 +324,45 @@ class Executor:
     #: True where `map_sum` lets the server see only the sum (secure aggregation): backends then
     #: take the loop of theirs that needs only sums of client vectors (docs/flower.md)
     sum_only = False
+    #: True where `map_sum` adds each reply into the sums as it comes and drops it (`_summed`):
+    #: the server holds the sums and one reply (a group's summed block on the batched
+    #: executor), whatever the node count; else every reply is gathered first (n of them)
+    streams_sums = False
 
     def map_sum(self, kind: str, nodes: Sequence[str], common: dict[str, Any] | None = None,
                 fields: Sequence[str] = ("x",)) -> dict[str, Any]:
         """Send `kind` with the same payload `common` to every node of `nodes` and return, per
         reply field in `fields`, its sum over the nodes: the form of a step whose server needs
-        only Σ_i of the clients' replies. This default asks every node (`map`, booked as usual)
-        and sums here; an executor with secure aggregation (`sum_only`) serves it so that the
-        server sees only the sums."""
+        only Σ_i of the clients' replies (booked as `map` books it). The replies are added up
+        as `_summed` yields them (`streams_sums`); an executor with secure aggregation
+        (`sum_only`) serves it so that the server sees only the sums."""
         declared = self._declared(kind)
         nodes = list(nodes)
         check_sum_fields(declared, fields)
         if not nodes:
             raise FedModelError(f"map_sum of {kind!r} needs at least one node")
-        replies = self.map(kind, {node: dict(common or {}) for node in nodes})
-        return {field: np.sum([np.asarray(replies[node][field], float) for node in nodes], axis=0)
-                for field in fields}
+        payloads = {node: dict(common or {}) for node in nodes}
+        self._serve(payloads)
+        self._refuse_lost(kind, payloads)
+        self._book_requests(declared, payloads)
+        totals: dict[str, Any] = {}
+        for members, reply in self._summed(kind, payloads, fields):
+            self._book_reply(declared, members, reply)
+            for name in fields:     # (a fresh array: never a reply's own, which a node may keep)
+                if name in totals:
+                    totals[name] += np.asarray(reply[name], float)
+                else:
+                    totals[name] = np.array(reply[name], dtype=float)
+        return {name: total[()] if total.ndim == 0 else total for name, total in totals.items()}
+
+    def _summed(self, kind: str, payloads: dict[str, dict[str, Any]], fields: Sequence[str]):
+        """(nodes, reply) pairs whose `fields` add up to `map_sum`'s sums: one per node here,
+        all gathered first (`_dispatch_batch`: concurrent executors) and handed on one at a
+        time. Executors that serve a node at a time (`streams_sums`) yield each as it comes;
+        the batched one yields a group's summed block (its form's `summed`) as one reply."""
+        replies = self._dispatch_batch(kind, payloads)
+        for node in list(replies):
+            yield [node], replies.pop(node)
 
     def _check_stacked(self, kind, nodes, rows, common, known: bool = False):
         """Refuse an undeclared kind or field, an unknown node, or a block whose shape does not
@@ -422,8 +457,14 @@ def round_trip_estimate(executor: Any) -> tuple[float, str]:
 class SerialExecutor(Executor):
     """Runs every node program in this process, one after the other (the default)."""
 
+    streams_sums = True
+
     def _dispatch(self, node, kind, payload):
         return run_on_node(self.programs[node], kind, payload)
+
+    def _summed(self, kind, payloads, fields):
+        for node, payload in payloads.items():
+            yield [node], self._dispatch(node, kind, payload)
 
 
 class RemoteNode:
