@@ -116,7 +116,7 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     if first.get("direction") is not None:
         d, offsets = np.asarray(first["direction"], float), np.ravel(np.asarray(first["offsets"], float))
         trials = [z + o * d for o in offsets]
-        at = np.array([group.value_grad(broadcast_rows(x, group.n, group.n_x), Y)[0] for x in trials])
+        at = np.array([group.value(broadcast_rows(x, group.n, group.n_x), Y) for x in trials])
         for m, r in zip(members, rows):
             replies[m]["values"] = at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials])
     return replies
