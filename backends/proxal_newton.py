@@ -152,7 +152,7 @@ def _trial_values(group: Group, request: dict, z: np.ndarray, Y: np.ndarray, row
         return None
     d, offsets = np.asarray(request["direction"], float), np.ravel(np.asarray(request["offsets"], float))
     trials = [z + o * d for o in offsets]
-    at = np.array([group.value_grad(broadcast_rows(x, group.n, group.n_x), Y)[0] for x in trials])
+    at = np.array([group.value(broadcast_rows(x, group.n, group.n_x), Y) for x in trials])  # (values alone)
     return np.array([at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials]) for r in rows])
 
 

@@ -112,6 +112,11 @@ class Group(HeldRows):
         G = self._gradient_stack(out[1:], plan.output_segs[1:])
         return self._per_client(out[0], plan.output_segs[0], ()).ravel(), G
 
+    def value(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """P_i of every client (n,), bitwise `value_grad`'s, without the gradients."""
+        plan = self.plan("value_plan")
+        return self._per_client(plan(*self._inputs(X, Y))[0], plan.output_segs[0], ()).ravel()
+
     def grad(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """∇P_i of every client (n, n_x + n_y), bitwise `value_grad`'s, from the plan without
         P_i's value (for steps that discard it: a logistic loss's log1p pass is skipped)."""

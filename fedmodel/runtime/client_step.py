@@ -48,6 +48,10 @@ class NodeRows(Group):
         value, g = self.program.value_grad(np.asarray(X[0], float), np.asarray(Y[0], float))
         return np.array([value]), g[None, :]
 
+    def value(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        p = self.program
+        return np.array([float(p.value_plan(*p.compiled.values(np.asarray(X[0], float), np.asarray(Y[0], float)))[0])])
+
     def grad(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         # the gradient plan, as `Group.grad`: P_i's value (a logistic loss's log1p pass) is not
         # computed for a step that discards it (ProxAL's (22), once per ADMM step)

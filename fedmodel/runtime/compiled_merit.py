@@ -85,7 +85,7 @@ class CompiledMerit:
         self.objective_plan = Plan([m.objective], self.variables)
         self.quadratic = _is_quadratic(self.value_grad_plan)
         self._hvp_directions = None   # see _direction_plan
-        self._gradient_plan = None   # see gradient_plan
+        self._gradient_plan = self._value_plan = None   # see gradient_plan, value_plan
         self._recent = _Recent()   # see value_grad
         # one vector variable and nothing private (a model's usual client): z = x is the plans'
         # one input as it is (`values`: unpacking, a list of reshaped views, was ~2 µs of each
@@ -147,6 +147,14 @@ class CompiledMerit:
         if hit is not None:
             return hit[1].copy()
         return self.flatten(self.gradient_plan(*self.values(x, y)))
+
+    @property
+    def value_plan(self) -> Plan:
+        """The plan of P_i alone (no gradient), compiled on first use: trial points of a line
+        search need only values (its output is `value_grad_plan`'s first, the same numbers)."""
+        if self._value_plan is None:
+            self._value_plan = Plan(self.value_grad_plan.outputs[:1], self.variables)
+        return self._value_plan
 
     @property
     def gradient_plan(self) -> Plan:
