@@ -62,7 +62,7 @@ from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
 from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
-from fedmodel.runtime.solvers import dense_fits
+from fedmodel.runtime import solvers
 from .common import variable_sizes
 from .proxal_newton import NewtonInner, matrices_held
 
@@ -223,6 +223,7 @@ class Auto:
                 "(inner=NewtonInner(); each client sends its merit's gradient and Hessian a round "
                 "trip) takes the fewest round trips and the least CPU (bench_rounds: 9–16 round "
                 "trips on the ridge, logistic, ball and lasso rows, 67 on NP monks-1)", trip])
+        declined = [why for why in (_no_newton(problem, traits),) if why]   # (said in the reasons)
         many = MANY_CLIENTS
         simple = f"only simple sets ({_few(traits.sets)})" if traits.sets else "no constraints"
         if traits.general or traits.private:
@@ -235,7 +236,7 @@ class Auto:
             if cost < crossing:
                 return self._pick("fedadmm", {}, cost, [
                     f"{held}, round trips under {crossing:.3g} s: FedADMM takes less time (ProxAL's "
-                    "held-constraint steps cost more CPU than its fewer round trips save)", trip])
+                    "held-constraint steps cost more CPU than its fewer round trips save)", trip, *declined])
             reasons = [f"{held}, round trips over {crossing:.3g} s: ProxAL's fewer round trips "
                        "outweigh its extra CPU", trip]
         elif traits.clients >= many:
@@ -244,7 +245,7 @@ class Auto:
         else:
             reasons = [f"{traits.clients} clients < {many}, {simple}: ProxAL's defaults take the "
                        "fewest round trips", trip]
-        return self._proxal(reasons, cost)
+        return self._proxal(reasons + declined, cost)
 
     def _proxal(self, reasons: list[str], cost: float) -> Choice:
         """ProxAL, with more local work per round where round trips are dear."""
@@ -316,13 +317,32 @@ def _newton_fits(problem, traits: Traits) -> str:
     epigraph's slacks among them —, a client's prox term other than λ‖w‖₁ (`Traits.kinked`), a
     model not convex (DCP), or the d × d matrices a step holds beyond the dense budget:
     `proxal_newton.matrices_held`, n more where the executor gathers the clients' replies)."""
-    if traits.private or traits.kinked or not problem.is_convex():
-        return ""     # (Newton's steps need a convex ℓ_k, and sum only λ‖w‖₁ of a client's prox terms)
+    fits, why = _newton_reading(problem, traits)
+    return why if fits else ""
+
+
+def _no_newton(problem, traits: Traits) -> str:
+    """Why auto takes no Newton steps on this model ("" where it does), for its reasons."""
+    fits, why = _newton_reading(problem, traits)
+    return "" if fits else f"no Newton steps: {why}"
+
+
+def _newton_reading(problem, traits: Traits) -> tuple[bool, str]:
+    """(whether NewtonInner runs this model, why) — see `_newton_fits`."""
+    # (Newton's steps need a convex ℓ_k, and sum only λ‖w‖₁ of a client's prox terms)
+    if traits.private:
+        return False, f"private variables on clients {_few(traits.private)} (an epigraph's slacks among them)"
+    if traits.kinked:
+        return False, f"a client's prox term other than λ‖w‖₁ ({_few(traits.kinked)})"
+    if not problem.is_convex():
+        return False, "the model is not convex (DCP)"
     d = sum(variable_sizes(problem))
     held = matrices_held(traits.clients, traits.streams_sums)
-    if not dense_fits(d, held):
-        return ""
-    return f"d = {d}, {traits.clients} clients: a step's {held} dense d × d matrices fit the dense budget"
+    if not solvers.dense_fits(d, held):
+        return False, (f"d = {d}, {traits.clients} clients: a step's {held} dense d × d matrices "
+                       f"({held * d * d:.3g} floats) are beyond the dense Newton budget "
+                       f"(fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = {solvers.DENSE_NEWTON_FLOATS:.3g})")
+    return True, f"d = {d}, {traits.clients} clients: a step's {held} dense d × d matrices fit the dense budget"
 
 
 def _few(items: list[str], shown: int = 3) -> str:

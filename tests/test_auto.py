@@ -274,7 +274,10 @@ def test_newton_steps_only_where_the_hessians_fit(monkeypatch):
     dear = auto.Auto().choose(prob, executor=DearSerial())
     assert "inner" in dear.settings and "round trips dear" in dear.reasons[1]
     monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 5 * 10 * 10)    # 14 matrices of d = 10 > 5
-    assert "inner" not in auto.Auto().choose(prob).settings
+    beyond = auto.Auto().choose(prob)
+    assert "inner" not in beyond.settings      # and the reasons say why (newuser12: they did not)
+    assert beyond.reasons[-1].startswith("no Newton steps: d = 10, 5 clients: a step's 14 dense") \
+        and "beyond the dense Newton budget (fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = 500)" in beyond.reasons[-1]
     monkeypatch.undo()
     monkeypatch.setattr(proxal_newton.NewtonInner, "refusal", lambda self, ex: "forced by the test")
     res = _solve(prob)
