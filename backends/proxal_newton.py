@@ -43,6 +43,7 @@ from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
+from .proxal_certificate import reading
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
@@ -179,25 +180,32 @@ def _model_minimizer(program: NodeProgram, z, G, H, l1, tol) -> np.ndarray:
     return u
 
 
-@procedure("proxal_newton_step", {"x": "x", "grad": "x", "hessian": "tri", "l1": "x", "tau": "1"},
-           {"x": "x", "certificate": "1", "decrease": "1"}, local=True, read_only=True)
-def _server_step(program: NodeProgram, x, grad, hessian, l1, tau) -> dict:
+@procedure("proxal_newton_step", {"x": "x", "grad": "x", "hessian": "tri", "l1": "x", "tau": "1", "centers": "x",
+                                   "weight": "1"},
+           {"x": "x", "certificate": "1", "decrease": "1", "distance": "1", "curvature": "1", "gradient": "1"},
+           local=True, read_only=True)
+def _server_step(program: NodeProgram, x, grad, hessian, l1, tau, centers=None, weight=None) -> dict:
     """The server's part of a Newton step at z = x, given the clients' summed gradient and
     Hessian and ℓ1 weights: it adds its own P_0's, computes the certificate
     dist∞(0, ∇ℓ_k(z) + ∂h(z)) (upper bound, term by term) and, when it is above τ_k, the
     model's minimizer u with the predicted decrease Δ = Gᵀ(u − z) + h(u) − h(z) (< 0 for a
-    descent direction)."""
+    descent direction). With the nodes' prox `centers` and `weight` (Σ_j ω c_j, (n + 1)ω), at
+    a point that meets τ_k (or τ_k = ∞): the distance to the problem's minimizer at μ_k the
+    summed Hessian bounds (`proxal_certificate.reading`; else ∞, curvature 0)."""
     z, l1 = np.asarray(x, float), np.asarray(l1, float)
     _, g0 = program.value_grad(z, program.y)
     G = np.asarray(grad, float) + g0[:program.n_shared]
     remainder = program.prox_remainder(z, _l1_remainder(z, G, l1))
     certificate = float(np.max(np.abs(remainder), initial=0.0))
-    if not np.isfinite(certificate) or certificate <= tau:
-        return {"x": z, "certificate": certificate, "decrease": 0.0}
     H = unpack_symmetric(np.asarray(hessian, float), z.size) + program.hessian(z)
+    found = {"distance": np.inf, "curvature": 0.0, "gradient": np.inf}
+    if weight is not None and (not certificate > tau or tau == np.inf):
+        found = reading(program, z, G, H, l1, np.asarray(centers, float), float(weight), _l1_remainder)
+    if not np.isfinite(certificate) or certificate <= tau:
+        return {"x": z, "certificate": certificate, "decrease": 0.0, **found}
     u = _model_minimizer(program, z, G, H, l1, MODEL_TOL * min(tau, certificate))
     h = (lambda v: _prox_value(program, v) + float(l1 @ np.abs(v)))
-    return {"x": u, "certificate": certificate, "decrease": float(G @ (u - z)) + h(u) - h(z)}
+    return {"x": u, "certificate": certificate, "decrease": float(G @ (u - z)) + h(u) - h(z), **found}
 
 
 @procedure("proxal_newton_start", {"x": "x"}, {"x": "x"}, local=True, read_only=True)
@@ -215,6 +223,16 @@ def server_sets(problem) -> list:
     """The clients' data-free balls and bounds the server projects on (`sets_to_server`;
     FedAvg's, `projecting.data_free_client_sets`)."""
     return data_free_client_sets(problem)
+
+
+def _prox_sums(w: np.ndarray, z: np.ndarray, n: int, settings: dict | None) -> dict:
+    """The proximal terms of (13)–(14) summed over the nodes, for the distance reading: the
+    server's center w_k and the n clients' z (the start they are configured at, `_evaluate`),
+    each with weight ω ({} without `settings`: configured elsewhere, ω unknown)."""
+    if not settings or "prox_weight" not in settings:
+        return {}
+    omega = float(settings["prox_weight"])
+    return {"centers": omega * (np.asarray(w, float) + n * z), "weight": (n + 1) * omega}
 
 
 # ---- the server's loop --------------------------------------------------------------------------
@@ -245,6 +263,7 @@ class NewtonInner:
             raise FedModelError(f"NewtonInner: max_steps must be an integer ≥ 1, got {max_steps!r}")
         self.max_steps = int(max_steps)
         self._terms: tuple | None = None        # (executor, summed client ℓ1 weights)
+        self.last_reading: tuple | None = None  # (executor, point, distance reading): `reading`
 
     def __repr__(self) -> str:
         return f"NewtonInner(max_steps={self.max_steps})"
@@ -300,9 +319,10 @@ class NewtonInner:
         # only at its points (off the set, bounds read as active cancelled any gradient: no step)
         z = np.asarray(ex.call("server", "proxal_newton_start", x=w)["x"], float)
         value, grad, hessian, _ = self._evaluate(ex, z, settings)
+        prox = _prox_sums(w, z, len(ex.clients), settings)
         trace: list[float] = []
         for _ in range(self.max_steps):
-            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=tau)
+            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=tau, **prox)
             trace.append(step["certificate"])
             if not step["certificate"] > tau or not np.isfinite(value):
                 break
@@ -314,9 +334,20 @@ class NewtonInner:
                 break
             z, value, grad, hessian = found
         else:
-            trace.append(ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1,
-                                 tau=np.inf)["certificate"])
+            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
+            trace.append(step["certificate"])
+        if prox and not np.isfinite(step["gradient"]):     # (the reading at z: read only when τ_k is met)
+            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
+        self.last_reading = (ex, z, {key: step[key] for key in ("distance", "curvature", "gradient")})
         return z, trace, rho
+
+    def reading(self, ex, x: np.ndarray) -> dict | None:
+        """The distance reading of the last subproblem on `ex` (`proxal_certificate`) when it
+        ended at x: {"distance", "curvature", "gradient"} (distance ∞: none at x), else None."""
+        found = self.last_reading
+        if found is None or found[0] is not ex or not np.array_equal(found[1], x):
+            return None
+        return found[2]
 
     def _line_search(self, ex, z, value, direction, decrease, certificate, l1):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,
