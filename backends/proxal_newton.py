@@ -43,6 +43,7 @@ from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
+from . import proxal_certificate
 from .proxal_certificate import reading
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
@@ -199,7 +200,7 @@ def _server_step(program: NodeProgram, x, grad, hessian, l1, tau, centers=None, 
     certificate = float(np.max(np.abs(remainder), initial=0.0))
     H = unpack_symmetric(np.asarray(hessian, float), z.size) + program.hessian(z)
     found = {"distance": np.inf, "curvature": 0.0, "gradient": np.inf}
-    if weight is not None and (not certificate > tau or tau == np.inf):
+    if weight is not None and (not certificate > tau or tau in (0.0, np.inf)):
         found = reading(program, z, G, H, l1, np.asarray(centers, float), float(weight), _l1_remainder)
     if not np.isfinite(certificate) or certificate <= tau:
         return {"x": z, "certificate": certificate, "decrease": 0.0, **found}
@@ -216,7 +217,7 @@ def _start(program: NodeProgram, x) -> dict:
     return {"x": program.apply_prox(z, 0.0)[:program.n_shared] if program.merit_ir.prox_terms else z.copy()}
 
 
-PROCEDURES = (_evaluate, _terms, _server_step, _start)
+PROCEDURES = (_evaluate, _terms, _server_step, _start, *proxal_certificate.PROCEDURES)
 
 
 def server_sets(problem) -> list:

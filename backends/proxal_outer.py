@@ -231,15 +231,18 @@ def _near(backend, history: list[dict], ex=None, info: dict | None = None) -> bo
                                      or not history[-1].get("nodes_curvature", 0.0) > 0)
 
 
-def _distance_met(backend, history: list[dict], ex, info: dict) -> bool:
-    """The distance test beside (11): under Newton steps, where the server's summed Hessian
-    gives a reading (`proxal_certificate`), that bound ≤ MARGIN·dist_tol·‖w‖₂ (`_reach`) alone —
-    the step-history curvature and the nodes' (`_near`, `proxal_flat`) read 0.024 on a
-    collinear model whose least is 7.6e-8 and let it stop 0.75 off; else `_near`, modulo the
-    flat directions where it fails (`proxal_flat.near`)."""
+def _distance_met(backend, history: list[dict], ex, info: dict, x: np.ndarray) -> bool:
+    """The distance test beside (11), where the server has the summed Hessian (`proxal_certificate`)
+    its bound ≤ MARGIN·dist_tol·‖w‖₂ (`_reach`) alone: under Newton steps the subproblem's last
+    one, under Algorithm 2 the clients' asked at x where they fit (`confirmed`, a round trip).
+    The step-history curvature and the nodes' (`_near`, `proxal_flat`), which decide elsewhere,
+    read 0.024 on a collinear model whose least is 7.6e-8 and let it stop 0.75 off."""
     last, tol = history[-1], getattr(backend, "dist_tol", np.inf)
     if tol < np.inf and np.isfinite(last.get("newton_distance", np.inf)):
         return last["newton_distance"] <= MARGIN * tol * _reach(last)
+    found = proxal_certificate.confirmed(backend, ex, x, last, MARGIN * tol * _reach(last)) if tol < np.inf else None
+    if found is not None:
+        return found
     return _near(backend, history, ex, info) or proxal_flat.near(backend, ex, history, info, _near, curvature)
 
 
@@ -344,7 +347,7 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     if solved and last["primal_change"] + beta * tau <= beta * backend.eps1 \
             and last["multiplier_change"] <= beta * backend.eps2 \
             and settled(backend, last) and relative(backend, last) \
-            and _distance_met(backend, history, ex, info) \
+            and _distance_met(backend, history, ex, info, x) \
             and private_settled(backend, history, ex, _still, distance_left):
         return Status.CONVERGED
     found = verdict(history, backend.beta_growth, beta_cap(backend), backend.eps1, backend.eps2,
