@@ -75,13 +75,16 @@ def tau_for(tau: float, record: dict, target: float) -> float:
 
 
 def beta_for(backend, beta: float, record: dict, target: float) -> float:
-    """β_{k+1} where the reading refused the stop with the constraints met: a proximal step
+    """β_{k+1} where the reading refused the stop and no multiplier moved: a proximal step
     shrinks the distance along the least curvature μ by 1/(1 + βμ), so βμ ≥ 2·distance/target
-    lands the next outer iteration within half the test (up to beta_max; 0: no reading or β
-    already that large — the other rules decide). ×4 / ×100 a rise, the collinear model took
-    4 outer iterations to β = 3e4 and stopped there 0.75 off."""
+    lands the next outer iteration within half the test (up to beta_max; 0: no reading, β
+    already that large, or constraints in the augmented Lagrangian — the other rules decide:
+    newuser12's simplex, its equality's AL term at β 300 → 7e7, ran 50-step unsolved
+    subproblems, 843 round trips against 16). ×4 / ×100 a rise, the collinear model took 4
+    outer iterations to β = 3e4 and stopped there 0.75 off."""
     mu, distance = record.get("newton_curvature", 0.0), record.get("newton_distance", np.inf)
-    if not (mu > 0 and np.isfinite(distance) and target > 0 and distance > target):
+    if not (mu > 0 and np.isfinite(distance) and target > 0 and distance > target) \
+            or record.get("multiplier_change", 0.0) > 0:
         return 0.0
     wanted = min(2.0 * distance / (target * mu), backend.beta_max)
     return wanted if wanted > beta else 0.0
