@@ -63,7 +63,9 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   and (11)'s bound relative to the gradients at w (`relative`; δ = ∞: the paper's (11) alone).
   Near the stop τ_k is tightened to what these need, and β rises ×`beta_growth` when the constraints are
   met but the outer steps shrink by less than 10× (a flat objective, where the proximal weight
-  1/β_k sets the pace);
+  1/β_k sets the pace). Where the clients' Hessians fit, the distance is read from their sum
+  instead (`proxal_certificate`: one round trip at a point the other tests accept; refused,
+  the run goes on from the Newton point);
 - `anderson=m`: Anderson acceleration of the ADMM with memory m (backends/anderson.py): the
   server mixes the last m + 1 iterates with coefficients computed from the inner products of
   the clients' residuals; each client mixes its own (u_i, λ_i/ρ_i). (22) bounds ‖∇ℓ_k(w)‖∞ for
@@ -86,12 +88,13 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.executor import Rider
 from fedmodel.runtime.program import compile_programs
-from . import proxal_flat, proxal_newton, proxal_nodes, proxal_private
+from . import proxal_certificate, proxal_flat, proxal_newton, proxal_nodes, proxal_private
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star, user_metric, variable_sizes
 from .outcome import Outcome, Status
-from .proxal_admm import _stalled, client_rhos, no_consensus, penalties_note, server_step, went_nowhere
+from .proxal_admm import (_stalled, client_rhos, no_consensus, penalties_note, server_step, subproblem_residual,
+                          went_nowhere)
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
 from .watch import DivergenceWatch
 
@@ -290,7 +293,7 @@ class ProxAL(Backend):
                 local, info["client_constraints"] = False, f"held locally until outer iteration {k + 1}, " \
                     f"then in the augmented Lagrangian (local violation {max(failed.values(), default=0):.3g})"
             total_inner += len(trace)
-            true_residual = self._true_residual(ex, w_next) if self.check_certificate else None
+            true_residual = subproblem_residual(ex, w_next) if self.check_certificate else None
             certificate_log.append((tau, trace[-1]))
             # the history's report at w_{k+1} rides on the multipliers' update (after it, as
             # when it was a request of its own: one message per node; `Rider`)
@@ -320,6 +323,8 @@ class ProxAL(Backend):
             if stop:
                 status = stop
                 break
+            if k + 1 < self.max_outer:      # (a stop the clients' Hessians refused: their Newton point)
+                w = proxal_certificate.finish(ex, w)
             beta, last_change = next_beta(self, beta, dmu, last_change, history)
             checkpointer.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
                                   "last_change": last_change, "watch": dict(watch.smallest), "local": local,
@@ -387,14 +392,3 @@ class ProxAL(Backend):
             if certificate <= tau or _stalled(trace, self.inner_stall):             # (23)
                 break
         return w, trace, rho
-
-    @staticmethod
-    def _true_residual(ex, w) -> float | None:
-        """‖∇ℓ_k(w)‖∞ = ‖Σ_{i=0}^n ∇P_{i,k}(w)‖∞, which (23) bounds (Theorem 4.1); None when
-        the server has a prox term or a projection (then ∂ℓ_k is a set). A client's prox term
-        or projected set is not counted: the value is ∂ℓ_k's only where those are smooth at w
-        (a set inactive, a λ‖w‖₁ away from its kinks)."""
-        if ex.call("server", "node_terms")["prox_terms"]:
-            return None
-        grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})
-        return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))

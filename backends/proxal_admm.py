@@ -4,8 +4,8 @@ up unsolved (`_stalled`), and when the constraints the clients' solves hold
 (`client_constraints="local"`) go back to the augmented Lagrangian (`no_consensus`,
 `went_nowhere`), and the multipliers an outer run shows a solution would need
 (`needed_multipliers`, for `proxal_verdict.verdict`), and the server's step (18) with the
-residual (22) counts for it (`server_step`). (Out of backends/proxal.py and
-proxal_outer.py: both at the 400-line limit.)"""
+residual (22) counts for it (`server_step`), and the true ‖∇ℓ_k‖∞ (`subproblem_residual`).
+(Out of backends/proxal.py and proxal_outer.py: both at the 400-line limit.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -124,3 +124,14 @@ def penalties_note(rho: dict, rho_start: dict) -> str | None:
             "them while a client's iterate stays apart from the consensus, as when the sets the "
             "clients project on have no common point — the model may be infeasible "
             "(prob.solve('cvxpy') decides; fm.verify(res, prob.solve('cvxpy')) compares)")
+
+
+def subproblem_residual(ex, w) -> float | None:
+    """‖∇ℓ_k(w)‖∞ = ‖Σ_{i=0}^n ∇P_{i,k}(w)‖∞, which (23) bounds (Theorem 4.1; ProxAL's
+    `check_certificate` diagnostic); None when the server has a prox term or a projection (then
+    ∂ℓ_k is a set). A client's prox term or projected set is not counted: the value is ∂ℓ_k's
+    only where those are smooth at w (a set inactive, a λ‖w‖₁ away from its kinks)."""
+    if ex.call("server", "node_terms")["prox_terms"]:
+        return None
+    grads = ex.map("merit", {node: {"x": w} for node in ex.nodes})
+    return float(np.max(np.abs(sum(r["grad"] for r in grads.values())), initial=0.0))

@@ -7,7 +7,7 @@ merit's value, gradient and Hessian at the server's point z (one round trip: 1 +
 floats up, the d floats of z down; `proxal_newton_eval`); the server sums them, adds its own
 P_0 and takes a proximal Newton step (Lee, Sun, Saunders 2014):
 
-    u = argmin_u Gᵀ(u − z) + ½(u − z)ᵀH(u − z) + h(u)        (`_model_minimizer`, on the server)
+    u = argmin_u Gᵀ(u − z) + ½(u − z)ᵀH(u − z) + h(u)        (`proxal_newton_model`, on the server)
 
 with h the server's prox terms (λ‖w‖₁, the sets it projects on) plus the clients' λ_i‖w‖₁
 (their weights, summed, `proxal_newton_terms`); a backtracking (Armijo) line search on ℓ_k
@@ -43,14 +43,13 @@ from fedmodel.runtime.hessian_sum import hessian_sum
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
-from .proxal_newton_faces import face_minimizer
+from . import proxal_certificate
+from .proxal_certificate import reading
+from .proxal_newton_model import MODEL_TOL, model_minimizer
 from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
-MODEL_STEPS = 20_000    # the server's accelerated proximal-gradient iterations on the model at most
-MODEL_TOL = 1e-2        # the model's prox-gradient mapping to MODEL_TOL × min(τ_k, certificate)
-FACE_FIRST = 20         # the first of the model iterations (then 40, 80, …) that try the face's minimizer
 # d × d matrices a Newton step holds at once whatever n where replies are summed as they come
 # (the sum, a member's Hessian and copies, triangles, the server's H; tracemalloc's peak over a
 # subproblem at mnist-ball, d = 784: 7.6 at n = 5, 10.7 at 40, 12.0 at 200)
@@ -170,69 +169,32 @@ def _terms(program: NodeProgram) -> dict:
             "refusal": refusal}
 
 
-def _prox(program: NodeProgram, v: np.ndarray, t: float, l1: np.ndarray) -> np.ndarray:
-    """prox_{t h}(v), h = Σ_j l1_j|v_j| + the server's prox terms: soft-thresholding, then the
-    server's own prox (exact where they factor: ℓ1 with ℓ1, a ball, bounds; `apply_prox`)."""
-    v = np.sign(v) * np.maximum(np.abs(v) - t * l1, 0.0)
-    return program.apply_prox(v, t) if program.merit_ir.prox_terms else v
-
-
-def _model_minimizer(program: NodeProgram, z, G, H, l1, tol) -> np.ndarray:
-    """argmin_u Gᵀ(u − z) + ½(u − z)ᵀH(u − z) + h(u): a Cholesky solve without nonsmooth
-    terms; else FISTA with adaptive restart (O'Donoghue, Candès) to a prox-gradient mapping
-    ≤ tol, at most MODEL_STEPS iterations (an inexact minimizer still gives a descent direction
-    when it improves on the model at z; the line search checks it). On the server's linear sets
-    the minimizer on the face the iterates found is tried now and then (`proxal_newton_faces`:
-    an ill-conditioned model's FISTA crept for its 20,000 iterations a step)."""
-    smooth = not program.merit_ir.prox_terms and not np.any(l1)
-    if smooth:
-        try:
-            return z - np.linalg.solve(H, G) if np.all(np.isfinite(H)) else z
-        except np.linalg.LinAlgError:
-            pass
-    top = float(np.linalg.eigvalsh(H)[-1]) if H.size else 0.0
-    step = 1.0 / max(top, 1e-300)
-    u = _prox(program, z - step * G, step, l1)
-    y, theta, face_at = u.copy(), 1.0, FACE_FIRST
-    for k in range(MODEL_STEPS):
-        u_new = _prox(program, y - step * (G + H @ (y - z)), step, l1)
-        if float(np.max(np.abs(u_new - y), initial=0.0)) <= tol * step:
-            return u_new
-        if k == face_at and not np.any(l1):   # the face the iterates found, in one KKT solve
-            face_at *= 2                      # (at 20, 40, 80, … iterations: O(log) solves)
-            v = face_minimizer(program, z, G, H, u_new)
-            if v is not None and float(np.max(np.abs(
-                    _prox(program, v - step * (G + H @ (v - z)), step, l1) - v), initial=0.0)) <= tol * step:
-                return v
-        if float(np.dot(y - u_new, u_new - u)) > 0:     # restart: the momentum points uphill
-            y, theta = u_new.copy(), 1.0
-        else:
-            theta_new = 0.5 * (1 + np.sqrt(1 + 4 * theta * theta))
-            y = u_new + ((theta - 1) / theta_new) * (u_new - u)
-            theta = theta_new
-        u = u_new
-    return u
-
-
-@procedure("proxal_newton_step", {"x": "x", "grad": "x", "hessian": "tri", "l1": "x", "tau": "1"},
-           {"x": "x", "certificate": "1", "decrease": "1"}, local=True, read_only=True)
-def _server_step(program: NodeProgram, x, grad, hessian, l1, tau) -> dict:
+@procedure("proxal_newton_step", {"x": "x", "grad": "x", "hessian": "tri", "l1": "x", "tau": "1", "centers": "x",
+                                   "weight": "1"},
+           {"x": "x", "certificate": "1", "decrease": "1", "distance": "1", "curvature": "1", "gradient": "1"},
+           local=True, read_only=True)
+def _server_step(program: NodeProgram, x, grad, hessian, l1, tau, centers=None, weight=None) -> dict:
     """The server's part of a Newton step at z = x, given the clients' summed gradient and
     Hessian and ℓ1 weights: it adds its own P_0's, computes the certificate
     dist∞(0, ∇ℓ_k(z) + ∂h(z)) (upper bound, term by term) and, when it is above τ_k, the
     model's minimizer u with the predicted decrease Δ = Gᵀ(u − z) + h(u) − h(z) (< 0 for a
-    descent direction)."""
+    descent direction). With the nodes' prox `centers` and `weight` (Σ_j ω c_j, (n + 1)ω), at
+    a point that meets τ_k (or τ_k = ∞): the distance to the problem's minimizer at μ_k the
+    summed Hessian bounds (`proxal_certificate.reading`; else ∞, curvature 0)."""
     z, l1 = np.asarray(x, float), np.asarray(l1, float)
     _, g0 = program.value_grad(z, program.y)
     G = np.asarray(grad, float) + g0[:program.n_shared]
     remainder = program.prox_remainder(z, _l1_remainder(z, G, l1))
     certificate = float(np.max(np.abs(remainder), initial=0.0))
-    if not np.isfinite(certificate) or certificate <= tau:
-        return {"x": z, "certificate": certificate, "decrease": 0.0}
     H = unpack_symmetric(np.asarray(hessian, float), z.size) + program.hessian(z)
-    u = _model_minimizer(program, z, G, H, l1, MODEL_TOL * min(tau, certificate))
+    found = {"distance": np.inf, "curvature": 0.0, "gradient": np.inf}
+    if weight is not None and (not certificate > tau or tau in (0.0, np.inf)):
+        found = reading(program, z, G, H, l1, np.asarray(centers, float), float(weight), _l1_remainder)
+    if not np.isfinite(certificate) or certificate <= tau:
+        return {"x": z, "certificate": certificate, "decrease": 0.0, **found}
+    u = model_minimizer(program, z, G, H, l1, MODEL_TOL * min(tau, certificate))
     h = (lambda v: _prox_value(program, v) + float(l1 @ np.abs(v)))
-    return {"x": u, "certificate": certificate, "decrease": float(G @ (u - z)) + h(u) - h(z)}
+    return {"x": u, "certificate": certificate, "decrease": float(G @ (u - z)) + h(u) - h(z), **found}
 
 
 @procedure("proxal_newton_start", {"x": "x"}, {"x": "x"}, local=True, read_only=True)
@@ -243,7 +205,7 @@ def _start(program: NodeProgram, x) -> dict:
     return {"x": program.apply_prox(z, 0.0)[:program.n_shared] if program.merit_ir.prox_terms else z.copy()}
 
 
-PROCEDURES = (_evaluate, _terms, _server_step, _start, newton_set_multipliers)
+PROCEDURES = (_evaluate, _terms, _server_step, _start, newton_set_multipliers, *proxal_certificate.PROCEDURES)
 
 
 def matrices_held(n: int, streams: bool) -> int:
@@ -256,6 +218,16 @@ def server_sets(problem) -> list:
     """The clients' data-free balls and bounds the server projects on (`sets_to_server`;
     FedAvg's, `projecting.data_free_client_sets`)."""
     return data_free_client_sets(problem)
+
+
+def _prox_sums(w: np.ndarray, z: np.ndarray, n: int, settings: dict | None) -> dict:
+    """The proximal terms of (13)–(14) summed over the nodes, for the distance reading: the
+    server's center w_k and the n clients' z (the start they are configured at, `_evaluate`),
+    each with weight ω ({} without `settings`: configured elsewhere, ω unknown)."""
+    if not settings or "prox_weight" not in settings:
+        return {}
+    omega = float(settings["prox_weight"])
+    return {"centers": omega * (np.asarray(w, float) + n * z), "weight": (n + 1) * omega}
 
 
 # ---- the server's loop --------------------------------------------------------------------------
@@ -287,6 +259,7 @@ class NewtonInner:
         self.max_steps = int(max_steps)
         self._terms: tuple | None = None        # (executor, summed client ℓ1 weights)
         self._last: tuple | None = None         # (executor, last point, the clients' gradient there)
+        self.last_reading: tuple | None = None  # (executor, point, distance reading): `reading`
 
     def __repr__(self) -> str:
         return f"NewtonInner(max_steps={self.max_steps})"
@@ -343,9 +316,10 @@ class NewtonInner:
         # only at its points (off the set, bounds read as active cancelled any gradient: no step)
         z = np.asarray(ex.call("server", "proxal_newton_start", x=w)["x"], float)
         value, grad, hessian, _ = self._evaluate(ex, z, settings)
+        prox = _prox_sums(w, z, len(ex.clients), settings)
         trace: list[float] = []
         for _ in range(self.max_steps):
-            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=tau)
+            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=tau, **prox)
             trace.append(step["certificate"])
             if not step["certificate"] > tau or not np.isfinite(value):
                 break
@@ -357,10 +331,21 @@ class NewtonInner:
                 break
             z, value, grad, hessian = found
         else:
-            trace.append(ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1,
-                                 tau=np.inf)["certificate"])
+            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
+            trace.append(step["certificate"])
+        if prox and not np.isfinite(step["gradient"]):     # (the reading at z: read only when τ_k is met)
+            step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
+        self.last_reading = (ex, z, {key: step[key] for key in ("distance", "curvature", "gradient")})
         self._last = (ex, z, grad)
         return z, trace, rho
+
+    def reading(self, ex, x: np.ndarray) -> dict | None:
+        """The distance reading of the last subproblem on `ex` (`proxal_certificate`) when it
+        ended at x: {"distance", "curvature", "gradient"} (distance ∞: none at x), else None."""
+        found = self.last_reading
+        if found is None or found[0] is not ex or not np.array_equal(found[1], x):
+            return None
+        return found[2]
 
     def add_set_multipliers(self, ex, multipliers: dict) -> None:
         """The run's end (`ProxAL.conclude`): the multipliers of the sets the server projected
@@ -369,7 +354,7 @@ class NewtonInner:
             _, z, grad = self._last
             multipliers.update(ex.call("server", "proxal_newton_set_multipliers", x=z, grad=grad,
                                        l1=self._terms[1])["multipliers"])
-        self._last = self._terms = None     # (the run's executor and programs not kept past it)
+        self._last = self._terms = self.last_reading = None    # (the run's executor and programs not kept past it)
 
     def _line_search(self, ex, z, value, direction, decrease, certificate, l1):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,

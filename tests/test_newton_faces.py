@@ -1,5 +1,5 @@
 """NewtonInner's model minimizer finishes on the face of the server's linear sets
-(`proxal_newton_faces`): the exact QP minimizer from a point on the right face, and newuser12's
+(`proxal_newton_model.face_minimizer`): the exact QP minimizer from a point on the right face, and newuser12's
 stacking model with simplex weights (no answer in 120 s before: FISTA crept on a model of
 condition 2e9) in a few round trips."""
 import warnings
@@ -8,7 +8,7 @@ import cvxpy as cp
 import numpy as np
 
 import fedmodel as fm
-from fedmodel.backends.proxal_newton_faces import face_minimizer
+from fedmodel.backends.proxal_newton_model import face_minimizer
 from fedmodel.backends.proxal import ProxAL
 from fedmodel.backends.proxal_newton import NewtonInner
 from conftest import load_data

@@ -20,8 +20,9 @@ class _Stop(Exception):
 
 def _model():
     """Least squares on raw columns (means ±50, spreads 0.1–100) with an intercept, clients of 1,
-    7, 40 and 300 rows, ridge 1e-2: ProxAL takes 10 outer iterations and asks the nodes'
-    curvature three times (at outer 5, 7 and 9) and their flat directions once."""
+    7, 40 and 300 rows, ridge 1e-2: ProxAL took 10 outer iterations and asked the nodes'
+    curvature three times (at outer 5, 7 and 9) and their flat directions once; now 8, the
+    clients' Hessians asked at outer 7 and 8 (`proxal_certificate`)."""
     rng = np.random.default_rng(1)
     d = 5
     w = fm.Variable(d + 1, name="w")
@@ -38,7 +39,7 @@ def _model():
 
 def _summary(res, w):
     return (res.status, dict(res.iterations), res.info["communication"]["round_trips"],
-            res.info["communication"]["by_kind"].get("proxal_curvature"), res.value(w).tobytes())
+            res.info["communication"]["by_kind"].get("proxal_newton_eval"), res.value(w).tobytes())
 
 
 @pytest.mark.integration
@@ -47,8 +48,11 @@ def test_a_run_stopped_after_its_distance_test_asked_the_nodes_resumes_bit_for_b
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         full = _summary(prob.solve("proxal"), w)
-        assert full[3] >= 2 and full[1]["outer"] >= 9          # the memo is used, and late
-        for k in (6, 8, full[1]["outer"] - 1):
+        # (branch newtoncert: the clients' Hessians now decide the distance here — refused at
+        # outer 7, the run goes on from their Newton point, confirmed at outer 8 — and the nodes'
+        # curvature memo is not asked: this checks the resume across that refusal)
+        assert full[3] == 2 and full[1]["outer"] == 8
+        for k in (6, full[1]["outer"] - 1):
             path = tmp_path / f"run{k}.ckpt"
 
             def stop(record, k=k, seen=[]):
