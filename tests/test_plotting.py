@@ -125,11 +125,12 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_progress_bar_only_with_verbose_on_a_terminal(monkeypatch):
+def test_progress_bar_only_with_verbose(monkeypatch):
     prob, w = constrained_model(1, server_l1=False)
     make = lambda: backends.DALD(rho=2.0, max_iterations=5)      # noqa: E731
+    # off a terminal (a notebook, a log, a pipe) too: newuser12 (its line every 10 s, the last kept)
     for stream, verbose, shown in ((_Terminal(), True, True), (_Terminal(), False, False),
-                                   (io.StringIO(), True, False)):
+                                   (io.StringIO(), True, True), (io.StringIO(), False, False)):
         monkeypatch.setattr(sys, "stderr", stream)
         prob.solve(make(), verbose=verbose)
         text = stream.getvalue()

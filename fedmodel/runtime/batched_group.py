@@ -95,7 +95,7 @@ class Group(HeldRows):
     # -- plans ---------------------------------------------------------------------------------
     def plan(self, which: str) -> BatchedPlan:
         if which not in self._plans:   # built on first use: stacking data costs one pass over it
-            self._plans[which] = BatchedPlan([getattr(p, which) for p in self.programs], self._blocks)
+            self._plans[which] = BatchedPlan([getattr(p.compiled, which) for p in self.programs], self._blocks)
         return self._plans[which]
 
     def _inputs(self, X: np.ndarray, Y: np.ndarray) -> list[np.ndarray]:

@@ -50,7 +50,7 @@ class NodeRows(Group):
 
     def value(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         p = self.program
-        return np.array([float(p.value_plan(*p.compiled.values(np.asarray(X[0], float), np.asarray(Y[0], float)))[0])])
+        return np.array([float(p.compiled.value_plan(*p.compiled.values(np.asarray(X[0], float), np.asarray(Y[0], float)))[0])])
 
     def grad(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         # the gradient plan, as `Group.grad`: P_i's value (a logistic loss's log1p pass) is not

@@ -62,7 +62,6 @@ class NodeProgram:
     value_grad_plan = property(lambda self: self.compiled.value_grad_plan)
     objective_plan = property(lambda self: self.compiled.objective_plan)
     gradient_plan = property(lambda self: self.compiled.gradient_plan)
-    value_plan = property(lambda self: self.compiled.value_plan)
     quadratic = property(lambda self: self.compiled.quadratic)
     constraints = property(lambda self: self.compiled.constraints)
     all_constraints = property(lambda self: self.compiled.all_constraints)
