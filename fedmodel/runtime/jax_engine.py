@@ -210,6 +210,10 @@ class JaxGroup(Group):
         """∇P_i of every client from the jitted merit (XLA drops the unused value)."""
         return self.value_grad(X, Y)[1]
 
+    def value(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """P_i of every client from the jitted merit (the numbers its `value_grad` compares with)."""
+        return self.value_grad(X, Y)[0]
+
     def hessian(self, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """∇²P_i at z_i = (x_i, y_i) of the clients `rows` (default all): (k, N, N), N = n_x + n_y,
         by one jitted vmap of jax.hessian of the lowered merit `value_grad` uses (its device
