@@ -18,7 +18,7 @@ import pytest
 import fedmodel as fm
 from fedmodel.backends import proxal_certificate, proxal_outer
 
-from test_stillfix import _collinear
+from test_stillfix import _collinear, raw_power_plant
 
 
 def _solve(prob, backend=None):
@@ -123,20 +123,7 @@ def test_a_refused_reading_raises_beta_to_what_the_least_curvature_needs_and_tig
 def test_the_raw_power_plant_model_under_auto_converges_in_a_handful_of_outer_iterations():
     """newuser9's model (test_stillfix's) under auto: main converged 66 outer iterations; now 2
     outer (6 round trips), 9.3e-6 off (relative ‖·‖₂)."""
-    from fedmodel.datasets import data_file
-    from conftest import load_data
-    a = np.loadtxt(load_data(data_file, "regression/gal_uci/power-plant/data.txt"))
-    X, y = a[:, :4], a[:, 4]
-    rng = np.random.default_rng(1)
-    order = np.argsort(X[:, 0], kind="stable")
-    cuts = (np.cumsum(rng.dirichlet(0.7 * np.ones(8)))[:-1] * len(y)).astype(int)
-    w, prob = fm.Variable(5, name="w"), fm.Problem()
-    for idx in np.split(order, np.unique(np.clip(cuts, 2, len(y) - 2))):
-        c = prob.add_client()
-        c.minimize(fm.sum_squares(c.data(X[idx]) @ w[:4] + w[4] - c.data(y[idx])) / len(y))
-    prob.server.minimize(1e-3 * fm.sum_squares(w[:4]))
-    B = np.hstack([X, np.ones((len(y), 1))])
-    exact = np.linalg.solve(2 * B.T @ B / len(y) + 2e-3 * np.diag([1.0, 1, 1, 1, 0]), 2 * B.T @ y / len(y))
+    prob, w, exact = raw_power_plant()
     res = _solve(prob)
     assert res.status == "converged"
     assert np.max(np.abs(res.value(w) - exact)) <= 1e-4 * np.max(np.abs(exact))
