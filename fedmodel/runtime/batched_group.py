@@ -8,8 +8,7 @@ plans (`batched_plan.BatchedPlan`) and the stacked (n, d) arrays its forms last 
 reuses a stack while every client still holds exactly those row objects. It also evaluates the
 members' Hessians (`hessian`) and solves their Newton / exact local problems at once
 (`solve_newton`, `NodeProgram.solve_local`'s "newton" and "exact"). The helpers at the end
-(`in_group_order`, `read_only`, `private_stack`) read a group's stacks for the forms
-(`batched_procedures` and the backends' own).
+(`in_group_order`, `read_only`, `private_stack`) read a group's stacks for the forms.
 """
 from __future__ import annotations
 
@@ -20,13 +19,11 @@ from typing import Any, Callable
 import numpy as np
 
 from .batched_newton import NewtonMatrices, newton_batched, stack_fits
-from . import exact_step
+from . import exact_step, low_rank
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
 from .batched_held import HeldRows
-from . import low_rank
 from .program import NodeProgram
-
 
 
 def program_signature(program: NodeProgram) -> tuple:
