@@ -14,7 +14,7 @@ the section on backend="auto"):
    each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
 3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
 3b. A star whose Newton step's dense d × d matrices fit the dense Newton budget (14, n more on
-   an executor that gathers the replies before summing: `proxal_newton.matrices_held`), on a
+   an executor that gathers the replies before summing: `proxal_newton_model.matrices_held`), on a
    convex model with no private variables and no client prox term but λ‖w‖₁: ProxAL with its
    subproblems by federated Newton steps (`ProxAL(inner=NewtonInner())`,
    backends/proxal_newton.py): bench_rounds' suite 9–16 round trips against Algorithm 2's 24–49
@@ -64,7 +64,8 @@ from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
 from fedmodel.runtime import solvers
 from .common import variable_sizes
-from .proxal_newton import NewtonInner, matrices_held
+from .proxal_newton import NewtonInner
+from .proxal_newton_model import matrices_held
 
 # Clients from which FedADMM replaces ProxAL on models whose clients hold simple sets (a star)
 # where round trips are cheap: from there ProxAL's held-constraint steps take the more CPU
@@ -217,13 +218,16 @@ class Auto:
                 trip])
         traits.streams_sums = streams_sums(executor)
         newton = _newton_fits(problem, traits)
-        if newton:      # dear round trips too: fewer of them (Flower: lead, 2026-12-01)
+        secure = getattr(executor, "sum_only", False)      # SecAgg+: entries within ±8, quantized
+        if newton and not secure:      # dear round trips too: fewer of them (Flower: lead, 2026-12-01)
             return self._pick("proxal", {"inner": NewtonInner()}, cost, [
                 f"{newton}: ProxAL with its subproblems by federated Newton steps "
                 "(inner=NewtonInner(); each client sends its merit's gradient and Hessian a round "
                 "trip) takes the fewest round trips and the least CPU (bench_rounds: 9–16 round "
                 "trips on the ridge, logistic, ball and lasso rows, 67 on NP monks-1)", trip])
-        declined = [why for why in (_no_newton(problem, traits),) if why]   # (said in the reasons)
+        declined = [why for why in (_no_newton(problem, traits),) if why] or (   # (said in the reasons)
+            ["no Newton steps: secure aggregation (its sums bound and quantize each entry; not "
+             "measured with Hessians)"] if secure else [])
         many = MANY_CLIENTS
         simple = f"only simple sets ({_few(traits.sets)})" if traits.sets else "no constraints"
         if traits.general or traits.private:
@@ -316,7 +320,7 @@ def _newton_fits(problem, traits: Traits) -> str:
     """Why `NewtonInner` can run this model ("" where it cannot: private variables — an
     epigraph's slacks among them —, a client's prox term other than λ‖w‖₁ (`Traits.kinked`), a
     model not convex (DCP), or the d × d matrices a step holds beyond the dense budget:
-    `proxal_newton.matrices_held`, n more where the executor gathers the clients' replies)."""
+    `proxal_newton_model.matrices_held`, n more where the executor gathers the clients' replies)."""
     fits, why = _newton_reading(problem, traits)
     return why if fits else ""
 

@@ -12,8 +12,11 @@ is positive definite, with least eigenvalue μ:
 - without nonsmooth terms the Newton step ‖H⁻¹G‖₂ (exact for a quadratic φ: z − z* itself;
   to second order otherwise);
 - with them (λ‖w‖₁, the server's sets) ‖r‖₂/μ, r the element of G + ∂h(z) the certificate
-  reads term by term (`remainder`, `prox_remainder`): ‖z − z*‖ ≤ ‖r‖/μ for a
-  μ-strongly convex φ + h.
+  reads term by term (`remainder`, `prox_remainder`): ‖z − z*‖ ≤ ‖r‖/μ where φ + h is
+  μ-strongly convex along the segment to z*. μ is read at z: a curvature kink between z and z*
+  (an AL inequality's or a `pos(·)²` term switching off) makes it an estimate, not a bound —
+  the review's 1-d case ε/2(w + 3)² + 100 pos(w + 1)², ε = 1e-7, "converged" 2.0 off at the
+  kink (main: the same; a sweep of such models 6 of 18 wrong, main 18 of 18).
 Under Algorithm 2 (ADMM inner) the server asks the clients for their Hessians at a point (11) and
 the KKT tests accept, where they fit and say all (`confirm`: one round trip, booked); refused, the
 run goes on from the model's proximal Newton point (`finish`), whose subproblem starts at it.
@@ -33,6 +36,7 @@ import numpy as np
 from fedmodel.runtime import solvers
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
+from .proxal_newton_model import matrices_held
 
 NOISE = 1e-10       # least eigenvalue at most this × the largest: singular to round-off, no reading
 MARGIN = 0.5        # the distance read at most MARGIN × dist_tol·‖w‖₂ (a Newton step is exact to
@@ -114,7 +118,8 @@ def confirm(backend, ex, x: np.ndarray, record: dict) -> dict | None:
         return None
     if ex not in _RUNS:
         l1 = None
-        if solvers.dense_fits(ex.model_size, len(ex.clients) + 1):
+        held = matrices_held(len(ex.clients), getattr(ex, "streams_sums", False))
+        if solvers.dense_fits(ex.model_size, held):
             terms = ex.map("proxal_newton_terms", {node: {} for node in ex.nodes})
             scope = ex.map("proxal_newton_scope", {node: {} for node in ex.nodes})
             if not any(r["refusal"] for r in terms.values()) and not any(r["held"] for r in scope.values()):

@@ -45,15 +45,11 @@ from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
 from . import proxal_certificate
 from .proxal_certificate import reading
-from .proxal_newton_model import MODEL_TOL, model_minimizer
+from .proxal_newton_model import MODEL_TOL, matrices_held, model_minimizer
 from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
-# d × d matrices a Newton step holds at once whatever n where replies are summed as they come
-# (the sum, a member's Hessian and copies, triangles, the server's H; tracemalloc's peak over a
-# subproblem at mnist-ball, d = 784: 7.6 at n = 5, 10.7 at 40, 12.0 at 200)
-SERVER_MATRICES = 14
 TRIALS = 8              # shorter steps 2^-1 … 2^-TRIALS valued beside each full Newton step (one message)
 
 
@@ -208,12 +204,6 @@ def _start(program: NodeProgram, x) -> dict:
 PROCEDURES = (_evaluate, _terms, _server_step, _start, newton_set_multipliers, *proxal_certificate.PROCEDURES)
 
 
-def matrices_held(n: int, streams: bool) -> int:
-    """Dense d × d matrices a Newton step on n clients holds at once (`refusal`, `auto`): n more
-    where the executor gathers the replies before summing (`Executor.streams_sums`: Ray, Flower)."""
-    return SERVER_MATRICES + (0 if streams else n)
-
-
 def server_sets(problem) -> list:
     """The clients' data-free balls and bounds the server projects on (`sets_to_server`;
     FedAvg's, `projecting.data_free_client_sets`)."""
@@ -300,10 +290,10 @@ class NewtonInner:
 
     def solve_subproblem(self, ex, w: np.ndarray, tau: float, rho: dict,
                          settings: dict | None = None) -> tuple[np.ndarray, list, dict]:
-        """Step 3 of ProxAL's Algorithm 1 by proximal Newton steps from z = w_k to (23):
-        (z, the certificate at each accepted point, `rho` unchanged); `settings` (β_k, ω_k):
-        the clients configure P_{i,k} (center w_k) with the first evaluation. A FedModelError when the
-        model is out of scope (`refusal`). The run ends unsolved (its last certificate above τ_k,
+        """Step 3 of ProxAL's Algorithm 1 by proximal Newton steps from z = w_k projected on the
+        server's sets to (23): (z, the certificate at each accepted point, `rho` unchanged);
+        `settings` (β_k, ω_k): the clients configure P_{i,k} (center that z) with the first
+        evaluation. A FedModelError when the model is out of scope (`refusal`). The run ends unsolved (its last certificate above τ_k,
         which ProxAL reads as such) when a line search fails or `max_steps` pass."""
         if self._terms is None or self._terms[0] is not ex:
             reason = self.refusal(ex)

@@ -273,6 +273,8 @@ def test_newton_steps_only_where_the_hessians_fit(monkeypatch):
     assert "inner" in auto.Auto().choose(prob).settings
     dear = auto.Auto().choose(prob, executor=DearSerial())
     assert "inner" in dear.settings and "round trips dear" in dear.reasons[1]
+    secure = auto.Auto().choose(prob, executor=type("Secure", (DearSerial,), {"sum_only": True})())
+    assert "inner" not in secure.settings and "no Newton steps: secure aggregation" in " ".join(secure.reasons)
     monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 5 * 10 * 10)    # 14 matrices of d = 10 > 5
     beyond = auto.Auto().choose(prob)
     assert "inner" not in beyond.settings      # and the reasons say why (newuser12: they did not)

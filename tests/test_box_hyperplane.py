@@ -59,3 +59,13 @@ def test_the_optimality_residual_is_dykstra_s_on_the_tangent_cones(seed):
     cones = [lambda u, p=p: p.tangent(x, u) for p in pieces]
     expected = -dykstra(cones, -g)
     np.testing.assert_allclose(intersection_residual(pieces, x, g), expected, rtol=0, atol=1e-9)
+
+
+def test_dykstra_goes_on_while_its_increments_move():
+    """The review: on a ball ∩ a box, Dykstra's x stood still for dozens of cycles while its
+    increments moved, and the stop took it: [0.0924]*4, a point of the box, not the projection
+    (here the ball's own projection, inside the box)."""
+    from fedmodel.compiler.projection import Ball
+    v = np.array([0.8627, 0.9139, 0.9762, 0.8661])
+    x = project_intersection([Box(np.full(4, -np.inf), np.full(4, 0.1108)), Ball(0.1847)], v)
+    np.testing.assert_allclose(x, 0.1847 * v / np.linalg.norm(v), atol=1e-9)

@@ -9,7 +9,8 @@ import pytest
 import fedmodel as fm
 from fedmodel.backends import ProxAL
 from fedmodel.backends.auto import Auto, _newton_fits, describe
-from fedmodel.backends.proxal_newton import SERVER_MATRICES, NewtonInner, matrices_held
+from fedmodel.backends.proxal_newton import NewtonInner
+from fedmodel.backends.proxal_newton_model import SERVER_MATRICES, matrices_held
 from fedmodel.runtime import low_rank
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.executor import SerialExecutor, open_executor
@@ -132,3 +133,30 @@ def test_equal_client_balls_are_one_piece_of_the_servers_intersection():
         ["Ball1.0", "Ball2.0", "Box"]
     v = np.full(8, 3.0)
     np.testing.assert_allclose(term.prox(v, 1.0), v / np.linalg.norm(v), rtol=1e-9)
+
+
+def test_the_batched_executor_streams_the_nodes_outside_its_groups(monkeypatch):
+    """The review: nodes in no group (here every client has its own structure) went through the
+    gathering `Executor._summed` (n Hessians held at once) although the batched executor says it
+    streams; now one node at a time, the same sums."""
+    import fedmodel as fm
+    from fedmodel.runtime.batched import BatchedExecutor
+    from fedmodel.runtime.executor import Executor
+    rng = np.random.default_rng(0)
+    w, prob = fm.Variable(5, name="w"), fm.Problem()
+    for i in range(6):
+        c = prob.add_client()
+        X, y = rng.normal(size=(10 + i, 5)), rng.normal(size=10 + i)
+        c.minimize(fm.sum_squares(c.data(X) @ w - c.data(y)) + (i % 2) * 0.1 * fm.sum(fm.logistic(c.data(X) @ w))
+                   + (i % 3 == 0) * fm.sum(fm.exp(0.01 * w)))
+    gathered = []
+    original = Executor._summed
+
+    def spy(self, kind, payloads, fields):
+        gathered.append(len(payloads))
+        yield from original(self, kind, payloads, fields)
+    monkeypatch.setattr(Executor, "_summed", spy)
+    batched = prob.solve(executor=BatchedExecutor(min_group=50))
+    serial = prob.solve(executor="serial")
+    assert gathered == [] and batched.status == serial.status == "converged"
+    np.testing.assert_allclose(batched.value(w), serial.value(w), rtol=0, atol=1e-12)

@@ -243,7 +243,8 @@ class BatchedExecutor(Executor):
         """`Executor._summed`: a group of at least `min_group` members whose kind's form has a
         summed variant (`form.summed(group, members, payloads, fields)` → the members' sums of
         `fields`, or None where it does not cover them) yields those sums as one reply (its
-        memory one reply's, whatever the group's size); the other nodes as `map` serves them."""
+        memory one reply's, whatever the group's size); the other nodes one at a time, as the
+        serial executor does."""
         summed = getattr(BATCHED.get(kind), "summed", None)
         rest = dict(payloads)
         for group in self.groups if summed is not None else ():
@@ -257,8 +258,9 @@ class BatchedExecutor(Executor):
                 for member in members:
                     del rest[member]
                 yield members, out
-        if rest:
-            yield from super()._summed(kind, rest, fields)
+        for node, payload in rest.items():     # one at a time (the review: gathered, n Hessians held)
+            self.stats[(kind, "serial")] += 1
+            yield [node], self._dispatch(node, kind, payload)
 
     def _dispatch(self, node, kind, payload):
         group = self._group_of_member.get(node)
