@@ -135,6 +135,15 @@ def test_equal_client_balls_are_one_piece_of_the_servers_intersection():
     np.testing.assert_allclose(term.prox(v, 1.0), v / np.linalg.norm(v), rtol=1e-9)
 
 
+def test_equal_ellipsoids_are_one_piece_too():
+    """The review: an ellipsoid (a ball on column-scaled data) holds a tuple cache, which made
+    its key fail: five equal ones were five pieces."""
+    from fedmodel.compiler.intersections import _distinct
+    from fedmodel.compiler.projection import Ball, Ellipsoid
+    assert len(_distinct([Ellipsoid([1.0, 2.0, 3.0], 1.0)] * 5 + [Ellipsoid([1.0, 2.0, 4.0], 1.0)])) == 2
+    assert len(_distinct([Ball(1.0)] * 5)) == 1
+
+
 def test_the_batched_executor_streams_the_nodes_outside_its_groups(monkeypatch):
     """The review: nodes in no group (here every client has its own structure) went through the
     gathering `Executor._summed` (n Hessians held at once) although the batched executor says it

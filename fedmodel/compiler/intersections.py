@@ -76,7 +76,8 @@ def _distinct(pieces: list) -> list:
         if not isinstance(piece, projection.Parametric):
             try:
                 key = (type(piece).__name__, *((k, np.shape(v), np.asarray(v, float).tobytes())
-                                               for k, v in sorted(vars(piece).items())))
+                                               for k, v in sorted(vars(piece).items())
+                                               if not k.startswith("_")))   # (caches: derived)
             except (TypeError, ValueError):
                 key = None
         if key is None or key not in seen:
