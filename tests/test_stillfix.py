@@ -185,10 +185,14 @@ def test_a_nearly_collinear_column_beside_an_intercept_converges_where_verify_ag
     """main: "converged" 5.2e-2 (seed 0, spread 2) and 1.3e-2 (seed 3, spread 4) off — the
     standstill at β_max; now converged within 1e-4 (2.4e-5 and 1.7e-5 measured), τ_k tightened
     to the nodes' curvature."""
-    prob, w, exact = _collinear(seed, spread)
+    _converged_near("proxal", *_collinear(seed, spread))
+
+
+def _converged_near(backend: str, prob, w, exact) -> None:
+    """`backend` says "converged" within 1e-4 (max-entry relative) of the exact answer."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = prob.solve("proxal")
+        res = prob.solve(backend)
     assert res.status == "converged"
     assert np.max(np.abs(res.value(w) - exact)) <= 1e-4 * np.max(np.abs(exact))
 
@@ -213,18 +217,12 @@ def raw_power_plant():
     return prob, w, np.linalg.solve(2 * B.T @ B / len(y) + 2e-3 * np.diag([1.0, 1, 1, 1, 0]), 2 * B.T @ y / len(y))
 
 
-
 @pytest.mark.integration
 def test_raw_power_plant_with_an_intercept_converges_where_verify_agrees():
     """newuser9's model (Combined Cycle Power Plant, 8 clients of Dirichlet sizes sorted by
     temperature, intercept written `+ w[4]`, ridge on w[:4] only): main "converged" 61 outer,
     1.4e-2 from the normal equations; now converged within 1e-4 (1.7e-5 measured, 66 outer)."""
-    prob, w, exact = raw_power_plant()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = prob.solve("proxal")
-    assert res.status == "converged"
-    assert np.max(np.abs(res.value(w) - exact)) <= 1e-4 * np.max(np.abs(exact))
+    _converged_near("proxal", *raw_power_plant())
 
 
 def test_dald_s_tail_reads_the_larger_steps_of_the_window():

@@ -189,12 +189,12 @@ class AutoExecutor(Executor):
 class DefaultExecutor(AutoExecutor):
     """The executor of a run that names none (`executor=None`): serial below `DEFAULT_MIN_CLIENTS`
     clients, else the auto executor's pick without JAX on the CPU (batched where `MIN_GROUP`
-    clients share a structure; JAX only on a GPU). Each gives the serial executor's numbers
-    (ProxAL's Newton inner to round-off, ~1e-8: its clients' sums in another order). Batched
-    pays numba's load once a process (~0.5–1 s, docs/executors.md "the default"), which a short
-    run on few clients does not earn back;
-    JAX's compile on a CPU (seconds, for 1.05–1.3× per iteration at d = 784) is for users who
-    ask for it (`executor="auto"` or `"jax"`)."""
+    clients share a structure; JAX only on a GPU). Each gives the serial executor's numbers (a
+    server step that reads only the clients' sums: to round-off, ~1e-8, the sums in another
+    order). Batched pays numba's load once a process (~0.5–1 s, docs/executors.md "the
+    default"), which a short run on few clients does not earn back; JAX's compile on a CPU
+    (seconds, for 1.05–1.3× per iteration at d = 784) is for users who ask for it
+    (`executor="auto"` or `"jax"`)."""
 
     def __init__(self):
         super().__init__(cpu_jax=False)
