@@ -36,6 +36,7 @@ from flwr.supernode.nodestate import NodeStateFactory  # noqa: E402
 from flwr.supernode.start_client_internal import _insert_message  # noqa: E402
 
 from fedmodel import deploy  # noqa: E402
+from fedmodel.deploy import supernode  # noqa: E402
 from fedmodel.runtime.flower import client_app as capp, codec, driver, node_process  # noqa: E402
 from fedmodel.runtime.ledger import install, procedure  # noqa: E402
 from fedmodel.runtime.program import compile_programs  # noqa: E402
@@ -383,9 +384,9 @@ def test_node_process_exits_after_its_parent_even_if_the_interrupt_is_lost():
 def test_run_supernode_starts_the_node_process_only_for_process_isolation():
     """The Runtime API a `--isolation process` SuperNode serves (its --host/--port, TLS when
     it has a certificate), and none for Flower's default isolation."""
-    assert deploy._runtime_api(["--insecure", "--port", "9101"]) is None
-    assert deploy._runtime_api(["--isolation", "process", "--port", "9101"]) == ("127.0.0.1:9101", None)
-    assert deploy._runtime_api(["--isolation", "process", "--host", "0.0.0.0", "--port", "9", "--ssl-certfile",
+    assert supernode._runtime_api(["--insecure", "--port", "9101"]) is None
+    assert supernode._runtime_api(["--isolation", "process", "--port", "9101"]) == ("127.0.0.1:9101", None)
+    assert supernode._runtime_api(["--isolation", "process", "--host", "0.0.0.0", "--port", "9", "--ssl-certfile",
                                 "c.pem", "--ssl-ca-certfile", "ca.pem"]) == ("127.0.0.1:9", "ca.pem")
 
 
@@ -398,8 +399,8 @@ def test_deployment_supernodes_run_with_the_node_process(tmp_path):
     on = deploy.Deployment(model, 2, tmp_path / "on")
     off = deploy.Deployment(model, 2, tmp_path / "off", node_process=False)
     for name in on.names:
-        assert deploy._runtime_api(on.supernode_command(name)[4:]) is not None
-        assert deploy._runtime_api(off.supernode_command(name)[4:]) is None
+        assert supernode._runtime_api(on.supernode_command(name)[4:]) is not None
+        assert supernode._runtime_api(off.supernode_command(name)[4:]) is None
     assert all("--isolation process" in line for line in on.commands()[1:-1])
     assert deploy.SUPERLINK_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] == "1.0"
 

@@ -215,7 +215,7 @@ def test_the_flower_rooms_import_downwards():
 DYNAMIC_IMPORTS = {
     ("fedmodel", "__getattr__"): "the lazy table of fedmodel/__init__ (literal module names)",
     ("fedmodel.reproductions", "run"): "REPRODUCTIONS' table of literal module names",
-    ("fedmodel.deploy", "_solve"): "the generated app's own package (APP_PACKAGE, a constant)",
+    ("fedmodel.deploy.app", "_solve"): "the generated app's own package (APP_PACKAGE, a constant)",
     ("fedmodel.runtime.flower.client_app", "load_client_modules"):
         "the client host's FEDMODEL_CLIENT_MODULES (its own environment, never a message)",
 }

@@ -1,35 +1,7 @@
-"""Deployment on Flower: a model file becomes a Flower app; a real SuperLink and one SuperNode
-per client run as separate processes (`fedmodel deploy MODEL.py --clients N`, docs/flower.md).
-An application (it solves the model file's problem), on top of the runtime's `FlowerExecutor`.
-
-The model file defines `make_problem(n_clients) -> Problem` (or a module-level `problem`) and
-optionally `backend` (a name or a backend instance; default: `Problem.solve`'s),
-`solve_options` (a dict for `Problem.solve`) and `flower_options` (a dict for the
-`FlowerExecutor`: `secure_sum`, `max_restarts`). `Deployment.write_app` writes a Flower app around a copy of it:
-
-- `server.py`: `server_app` below. Flower starts it in the SuperLink's `flwr-serverapp`
-  process; it imports the model, builds the problem (loaders do not run there) and solves it
-  with a `FlowerExecutor` on the ServerApp's grid, then writes the result as JSON;
-- `client.py`: `client_app` of `fedmodel.runtime.flower.client_app`. Each SuperNode runs it for
-  its messages; a node learns which client it is from `--node-config 'fedmodel-client="c0"'`,
-  builds that client's program from the declarative spec the server sends, and reads the
-  client's data from its own files (`fedmodel-data="DIR"`: DIR/NAME.npy per data name;
-  `Deployment(data=...)`). The model file's loaders never run in a deployment (they are what a
-  serial run in one process uses).
-
-Each SuperNode runs with `--isolation process` and one long-lived fedmodel process serves all
-its messages (`runtime.flower.node_process`, started by `run_supernode`); the app's `client.py`
-is then not used (it is for `node_process=False`: Flower's `flwr-clientapp` per message).
-
-`Deployment.start` launches the processes on 127.0.0.1 (insecure, or TLS with a self-signed
-certificate: `tls=True`), `run` submits the
-app with `flwr run` and waits for the result, `close` ends every process it started by its
-process group id. `commands()` are the same commands for separate hosts.
-"""
+"""`Deployment`: a SuperLink and one SuperNode per client as processes on 127.0.0.1, the app
+written around the model file, its run and its end (the package docstring)."""
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import math
 import os
@@ -38,27 +10,18 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
 
-from .errors import FedModelError
-from .runtime.flower.codec import NODE_CACHE_KEY, NODE_DATA_KEY, NODE_NAME_KEY
-from .runtime.flower.driver import FlowerExecutor
+from ..errors import FedModelError
+from ..runtime.flower.codec import NODE_CACHE_KEY, NODE_DATA_KEY, NODE_NAME_KEY
+from .app import APP_PACKAGE, ServerApp, load_problem, model_module
+from .supernode import SUPERNODE_POLL_ENV
 
-try:
-    from flwr.app import Context
-    from flwr.serverapp import Grid, ServerApp
-except ImportError:     # optional extra: Deployment then says how to install it
-    ServerApp = None
-
-APP_PACKAGE = "fedmodel_app"
 # A SuperNode's SuperExec looks for a message to start a ClientApp for every 1 s by default
 # (flwr 1.42); this environment variable is Flower's knob for it, set on every process we start.
-# FEDMODEL_SUPERNODE_POLL is ours: `run_supernode` caps the SuperNode's hard-coded waits with it.
-POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05", "FEDMODEL_SUPERNODE_POLL": "0.2"}
-SUPERNODE_POLL_ENV = "FEDMODEL_SUPERNODE_POLL"
+# SUPERNODE_POLL_ENV is ours: `run_supernode` caps the SuperNode's hard-coded waits with it.
+POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05", SUPERNODE_POLL_ENV: "0.2"}
 # ... but the SuperLink's SuperExec only starts a ServerApp per `flwr run`: Flower's 1 s there
 # (at 0.05 s its polls cost the SuperLink ~20 requests a second for the whole deployment)
 SUPERLINK_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "1.0"}
@@ -70,94 +33,6 @@ FLOWER_SCRIPTS = {"flower-superlink": "flwr.superlink.cli:flower_superlink",
                   "flwr-serverapp": "flwr.superlink.cli:flwr_serverapp",
                   "flwr-clientapp": "flwr.supernode.cli:flwr_clientapp",
                   "flower-superexec": "flwr.supercore.cli:flower_superexec"}
-
-
-def model_module(path: str | os.PathLike, name: str = "fedmodel_model") -> Any:
-    """A model file (`fedmodel deploy`'s, `fedmodel run FILE`'s), the user's own, as a module
-    (its `if __name__ == "__main__"` block does not run)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_problem(module: Any, n_clients: int):
-    """The model file's problem: `make_problem(n_clients)` or its `problem`."""
-    if hasattr(module, "make_problem"):
-        return module.make_problem(n_clients)
-    if hasattr(module, "problem"):
-        return module.problem
-    raise FedModelError(f"model file {getattr(module, '__file__', module)!r} defines neither "
-                        "make_problem(n_clients) nor problem")
-
-
-def _serve(grid: "Grid", context: "Context") -> None:
-    """The ServerApp's main: solve the model with its clients on the SuperNodes, write the
-    result (and a progress line per round) as JSON; a failure is written there too, so the
-    launcher never waits for a result that will not come."""
-    out = Path(str(context.run_config["out"]))
-    try:
-        _solve(grid, context.run_config, out)
-    except Exception as err:
-        out.write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}))
-        raise
-
-
-def _solve(grid: "Grid", config: Any, out: Path) -> None:
-    model = importlib.import_module(f"{APP_PACKAGE}.model")
-    problem = load_problem(model, int(config["clients"]))
-    options = dict(getattr(model, "flower_options", {}))     # e.g. {"secure_sum": True}
-    unknown = set(options) - {"secure_sum", "max_restarts"}
-    if unknown:
-        raise FedModelError(f"flower_options in the model file: {sorted(unknown)} are not options "
-                            "of a deployment (allowed: secure_sum, max_restarts; the timeouts are "
-                            "`fedmodel deploy` flags)")
-    executor = FlowerExecutor(grid=grid, timeout=float(config["timeout"]),
-                              start_timeout=float(config["start-timeout"]),
-                              rejoin_timeout=float(config["rejoin-timeout"]), **options)
-    progress = out.with_suffix(".progress")
-    stamps: list[float] = []     # when each round ended (seconds per round, benchmarks)
-
-    def callback(record: dict) -> None:
-        stamps.append(time.perf_counter())
-        # (round trips so far and where they went: a run stopped early still tells)
-        line = {"objective": float(record.get("objective", float("nan"))),
-                "round_trips": executor.round_trips, "trips": dict(executor.trips),
-                "seconds": stamps[-1] - start,
-                "breakdown": executor.round_trip_breakdown()}
-        with open(progress, "a") as f:
-            f.write(json.dumps(line) + "\n")
-
-    start = time.perf_counter()
-    # (no `backend` in the model file: Problem.solve's default backend)
-    chosen = {"backend": model.backend} if hasattr(model, "backend") else {}
-    result = problem.solve(executor=executor, callback=callback, **chosen,
-                           **getattr(model, "solve_options", {}))
-    summary = {
-        "status": result.status, "objective": result.objective,
-        "max_violation": result.max_violation, "backend": result.backend,
-        "auto": result.info.get("auto"),        # what backend="auto" picked and why
-        "values": {label: value.tolist() for label, value in result.values_by_label().items()},
-        # (NaN where a round has no report, e.g. FedADMM's rounds(report=False))
-        "history": [float(h.get("objective", float("nan"))) for h in result.history],
-        "ledger": {"down": result.ledger.total("down"), "up": result.ledger.total("up")},
-        "wire_bytes": {"down": executor.wire_total("down"), "up": executor.wire_total("up")},
-        "round_trips": executor.round_trips, "trips": dict(executor.trips),
-        "faults": executor.faults,
-        "node_ids": executor.node_ids, "seconds": time.perf_counter() - start,
-        "round_ends": [t - start for t in stamps],
-        "secure_sum": executor.sum_only,
-        "breakdown": executor.round_trip_breakdown(),
-    }
-    out.write_text(json.dumps(summary, default=str))
-
-
-if ServerApp is not None:
-    server_app = ServerApp()
-    server_app.main()(_serve)
-else:
-    server_app = None
-
 
 # `flwr-clientapp` as WORKDIR/bin writes it: Flower's own `flwr_clientapp` (the same function),
 # loaded from its file without its package's __init__, which imports the whole SuperNode CLI
@@ -179,113 +54,6 @@ except (OSError, ImportError, AttributeError):     # another Flower layout: its 
 sys.exit(main())
 """
 
-
-class _CappedSleep:
-    """The `time` module, with `sleep` waiting at most `cap` seconds (`run_supernode`), and
-    ending early when `activity` is set (then cleared): the SuperNode's Runtime API stored
-    something its loop may be waiting for (a reply, a reply's object, a task's end)."""
-
-    def __init__(self, cap: float, activity: threading.Event | None = None):
-        self.cap, self.activity = cap, activity
-
-    def sleep(self, seconds: float) -> None:
-        if self.activity is None:
-            time.sleep(min(seconds, self.cap))
-        elif self.activity.wait(min(seconds, self.cap)):
-            self.activity.clear()       # (the loop looks again: a spurious wake costs a look)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
-def _on_stored(cls: type, names: tuple[str, ...], event: threading.Event) -> None:
-    """Set `event` after every call of these methods of `cls` (the SuperNode's node state: its
-    Runtime API storing what the node process pushed), so that the SuperNode's loop waiting
-    for a reply wakes at once instead of after its next sleep."""
-    for name in names:
-        method = getattr(cls, name, None)
-        if method is None or getattr(method, "_fedmodel_wakes", False):
-            continue
-
-        def stored(self, *args, _method=method, **kwargs):
-            try:
-                return _method(self, *args, **kwargs)
-            finally:
-                event.set()
-        stored._fedmodel_wakes = True
-        setattr(cls, name, stored)
-
-
-def run_supernode(argv: list[str], poll: float) -> None:
-    """`flower-supernode ARGV`, with the waits Flower 1.42 hard-codes in its SuperNode loop
-    (`flwr.supernode.start_client_internal`: 3 s between two pulls of an idle node, 0.5 s
-    between two looks for the ClientApp's reply) capped at `poll` seconds. These waits were
-    most of a deployment round trip (docs/flower.md, breakdown) and Flower offers no setting
-    for them; only that module's sleeps change, its protocol does not. Run as
-    `python -m fedmodel.deploy flower-supernode ARGS` (poll: env FEDMODEL_SUPERNODE_POLL).
-
-    With `--isolation process` (what `Deployment` passes) Flower starts no SuperExec and this
-    process starts fedmodel's node process instead (`runtime.flower.node_process`: one
-    long-lived ClientApp process serving every message of the node), supervised: it ends with
-    the SuperNode, and one that dies is logged and started again (`node_process.Supervisor`)."""
-    from flwr.supernode import start_client_internal
-    from flwr.supernode.cli import flower_supernode
-    from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
-
-    if not (math.isfinite(poll) and poll > 0):
-        raise FedModelError(f"{SUPERNODE_POLL_ENV} must be positive seconds, got {poll!r}")
-    activity = threading.Event()
-    _on_stored(InMemoryNodeState, ("store_message_and_object_tree", "store_object", "finish_task"),
-               activity)
-    start_client_internal.time = _CappedSleep(poll, activity)
-    supervisor = None
-    runtime = _runtime_api(argv)
-    if runtime is not None:
-        from .runtime.flower import node_process
-        address, ca = runtime
-        supervisor = node_process.Supervisor(
-            node_process.command(address, ca, os.getpid(), wake=True),
-            give_up=lambda: os.kill(os.getpid(), signal.SIGTERM), wake=True).start()
-        _wake_after_pull(start_client_internal, supervisor.wake)
-    sys.argv = ["flower-supernode", *argv]
-    try:
-        flower_supernode()
-    finally:
-        if supervisor is not None:
-            supervisor.stop()
-
-
-def _wake_after_pull(module: Any, wake: Callable[[], None]) -> None:
-    """Call `wake` whenever the SuperNode's loop (`module`: flwr 1.42's
-    `start_client_internal`) has pulled a message with all its objects from the SuperLink and
-    made its task: the node process claims it then, its objects already there."""
-    pull = module._pull_and_store_message
-
-    def pulled(*args: Any, **kwargs: Any) -> Any:
-        run_id = pull(*args, **kwargs)
-        if run_id is not None:
-            wake()
-        return run_id
-    module._pull_and_store_message = pulled
-
-
-def _runtime_api(argv: list[str]) -> tuple[str, str | None] | None:
-    """For a SuperNode command line with `--isolation process`: the address of its Runtime API
-    (`--host`, `--port`, Flower's defaults 127.0.0.1:9094) and the CA certificate that verifies
-    it (`--ssl-ca-certfile` when it serves TLS, else None); None for other isolation modes."""
-    import argparse
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--isolation", default="subprocess")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9094)
-    parser.add_argument("--ssl-certfile", default=None)
-    parser.add_argument("--ssl-ca-certfile", default=None)
-    args, _ = parser.parse_known_args(argv)
-    if args.isolation != "process":
-        return None
-    host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host   # (a wildcard bind)
-    host = f"[{host}]" if ":" in host else host
-    return f"{host}:{args.port}", (args.ssl_ca_certfile if args.ssl_certfile else None)
 
 
 def _free_port() -> int:
@@ -630,8 +398,3 @@ def _end(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
-
-if __name__ == "__main__":      # python -m fedmodel.deploy flower-supernode ARGS
-    if sys.argv[1:2] != ["flower-supernode"]:
-        raise SystemExit("usage: python -m fedmodel.deploy flower-supernode [flower-supernode args]")
-    run_supernode(sys.argv[2:], float(os.environ.get(SUPERNODE_POLL_ENV, POLL_ENV[SUPERNODE_POLL_ENV])))
