@@ -29,8 +29,8 @@ def __getattr__(name: str):
     import importlib
     lazy = {
         "Problem": ("fedmodel.problem", "Problem"),
-        "Client": ("fedmodel.problem", "Client"),
-        "Server": ("fedmodel.problem", "Server"),
+        "Client": ("fedmodel.blocks", "Client"),
+        "Server": ("fedmodel.blocks", "Server"),
         "Result": ("fedmodel.result", "Result"),
         "verify": ("fedmodel.verification", "verify"),
         "Report": ("fedmodel.verify_report", "Report"),
