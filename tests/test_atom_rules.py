@@ -20,7 +20,7 @@ from fedmodel.compiler.classify import DEGREE_RULES
 from fedmodel.compiler.codegen import NUMPY_VALUE
 from fedmodel.compiler.differentiate import DERIVATIVE_RULES
 from fedmodel.compiler.directions import DIRECTION_RULES
-from fedmodel.compiler.jax_codegen import JAX_RULES
+from fedmodel.compiler.jax_rules import JAX_RULES
 from fedmodel.compiler.per_record import RECORD_RULES
 from fedmodel.lowering.rules import NotApplicable, RuleTable
 from fedmodel.lowering.to_cvxpy import CVXPY_RULES
