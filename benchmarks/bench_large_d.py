@@ -41,6 +41,7 @@ CASES = {"mnist": dict(clients=10, radius=5.0, ridge=1e-3),
          "a9a": dict(rows=8000, clients=8, buckets=16384, radius=10.0, ridge=1e-3),
          "a9a-100k": dict(rows=4000, clients=4, buckets=99877, radius=10.0, ridge=1e-3)}
 SOLVERS = {"cvxpy": ("cvxpy", {}),
+           "auto": ("auto", {}),        # what `prob.solve()` picks (recorded in the row)
            "proxal": ("proxal", {}),
            "dald": ("dald", {}),
            "fedadmm": ("fedadmm", {}),
@@ -49,7 +50,7 @@ SOLVERS = {"cvxpy": ("cvxpy", {}),
 DEFAULT_SOLVERS = list(SOLVERS)
 # the d = 10⁵ case: CVXPY, ProxAL's default (verified at d = 16,507 since its local solves
 # take Newton inside the client balls) and one row per other backend that can verify
-CASE_SOLVERS = {"a9a-100k": ["cvxpy", "proxal", "proxal (accurate)", "dald", "fedadmm (accurate)"]}
+CASE_SOLVERS = {"a9a-100k": ["cvxpy", "auto", "proxal", "proxal (accurate)", "dald", "fedadmm (accurate)"]}
 
 
 def build(case: str):
@@ -92,10 +93,21 @@ def one(case: str, solver: str, out: str) -> None:
     record = {"case": case, "solver": solver, "seconds": seconds, "cpu_seconds": cpu, "status": res.status,
               "objective": float(res.objective), "violation": float(res.max_violation),
               "iterations": {k: int(v) for k, v in (res.iterations or {}).items()},
+              "round_trips": int(res.ledger.round_trips),
+              "picked": _picked(res),
               "rss_build_mb": before,
               "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
               "d": int(w.size)}
     Path(out + ".json").write_text(json.dumps(record))
+
+
+def _picked(res) -> str | None:
+    """What `auto` ran: the backend, and its subproblem solver where it named one."""
+    choice = res.info.get("auto")
+    if not choice:
+        return None
+    inner = choice["settings"].get("inner")
+    return choice["backend"] + (f" + {type(inner).__name__}" if inner is not None else "")
 
 
 def run(case: str, solver: str, timeout: float, workdir: str) -> dict:
@@ -153,9 +165,11 @@ def main(argv=None) -> None:
             for solver, record in records.items():
                 v = verdict(record, ref, CASES[case]["radius"]) if solver != "cvxpy" else \
                     {"distance": 0.0, "gap": 0.0, "verified": "w" in record}
-                rows.append((case, record.get("d"), solver, record["status"], record.get("seconds"),
+                status = record["status"] + (f" ({record['picked']})" if record.get("picked") else "")
+                iterations = dict(record.get("iterations") or {}, round_trips=record.get("round_trips"))
+                rows.append((case, record.get("d"), solver, status, record.get("seconds"),
                              record.get("rss_peak_mb"), record.get("rss_build_mb"), v,
-                             record.get("iterations"), ref.get("seconds"), record.get("cpu_seconds"),
+                             iterations, ref.get("seconds"), record.get("cpu_seconds"),
                              ref.get("cpu_seconds")))
                 print(_line(rows[-1]), flush=True)
     print(f"load after: {os.getloadavg()}")
