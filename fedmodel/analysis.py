@@ -24,6 +24,7 @@ class Node(Protocol):
     smooth: bool                # differentiable everywhere on its domain
     squares: bool               # the node is its argument squared (x², ‖x‖², x**2)
     smooth_when_squared: bool   # its only kink is one a square smooths out ([x]₊² is C¹)
+    curvature_jumps: bool       # C¹ but its second derivative jumps (huber at ±M)
 
     def monotonicity(self, index: int) -> str: ...
 
@@ -79,6 +80,24 @@ def elementwise_sign(value: Any) -> tuple[bool, bool]:
     if value is None:
         return (False, False)
     return (bool(np.all(value >= 0)), bool(np.all(value <= 0)))
+
+
+def curvature_jumps(expr: Node) -> bool:
+    """True when the expression's curvature can jump between two points: a C¹ atom that is not
+    C² (huber), a square of a kink ([x]₊²), or any nonsmooth atom. A Hessian read at one point
+    then bounds nothing beyond the next jump (the Newton readings of
+    `backends/proxal_certificate.landed`)."""
+    stack, seen = [expr], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or not node.args:
+            continue
+        seen.add(id(node))
+        if getattr(node, "curvature_jumps", False) or not node.smooth \
+                or node.squares and node.args[0].smooth_when_squared:
+            return True
+        stack.extend(node.args)
+    return False
 
 
 def is_smooth(expr: Node) -> bool:
