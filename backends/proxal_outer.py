@@ -18,7 +18,7 @@ from .proxal_admm import needed_multipliers
 from . import proxal_certificate
 from .proxal_certificate import MARGIN
 from .proxal_private import private_settled, slack_verdict
-from .proxal_verdict import RUNAWAY, beta_cap, runaway, verdict
+from .proxal_verdict import RUNAWAY, beta_cap, hints, runaway, verdict
 
 SOLVERS = ("auto", "newton", "exact", "lbfgs", "gd", "prox")
 
@@ -344,14 +344,14 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     found = newton(ex, x) if callable(newton) else None
     if found is not None:
         last.update(newton_distance=found["distance"], newton_curvature=found["curvature"],
-                    newton_gradient=found["gradient"])
+                    newton_gradient=found["gradient"], newton_flat=found.get("flat", 0.0))
     away = newton is not None and getattr(backend, "dist_tol", np.inf) < np.inf and runaway(history, backend.eps2)
     if solved and not away and last["primal_change"] + beta * tau <= beta * backend.eps1 \
             and last["multiplier_change"] <= beta * backend.eps2 \
             and settled(backend, last) and relative(backend, last) \
             and _distance_met(backend, history, ex, info, x) \
             and private_settled(backend, history, ex, _still, distance_left):
-        return Status.CONVERGED
+        return hints(backend, history, info, Status.CONVERGED)
     found = Status.DIVERGED if away else verdict(history, backend.beta_growth, beta_cap(backend), backend.eps1,
                                                  backend.eps2, getattr(backend, "known_feasible", False))
     if found == Status.DIVERGED:        # (feasible: no constraint to name)
@@ -361,7 +361,7 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
         violated = {name: v for r in replies.values() for name, v in r["violated"].items()}
         found, template = slack_verdict(found, {n for r in replies.values() for n in r["slack_met"]}, violated)
         _conclude(found, history, violated, info, template)
-    return found
+    return hints(backend, history, info, found)
 
 
 def _conclude(status: str, history: list[dict], violated: dict[str, float], info: dict,

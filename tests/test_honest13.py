@@ -4,6 +4,7 @@ above round-off (a ridge of 1e-10 … 1e-12 of the loss), and never where no min
 (status "diverged" with a hint). Each scenario failed on main 5da04c1 (numbers in
 docs/BENCHMARKS.md, branch honest13)."""
 import os
+import types
 import warnings
 
 import numpy as np
@@ -184,3 +185,25 @@ def test_a9a_one_class_clients_without_a_ridge_is_not_converged():
     res = prob.solve()
     assert res.status == "diverged"
     assert "no minimizer" in res.info["diverged"]
+
+
+def test_hints_flat_directions_at_converged_and_a_possible_runaway_at_the_cap():
+    """`hints`: a "converged" without a distance reading, the Hessian singular to round-off, says
+    so (info["flat"], a warning); a run that reaches max_outer going outward while the objective
+    falls says it may have no minimizer (info["no_minimizer"]); neither otherwise."""
+    backend = types.SimpleNamespace(eps2=1e-4, max_outer=7)
+    flat = [dict(_record(10.0, 0.0), newton_flat=1.0)]
+    info = {}
+    with pytest.warns(RuntimeWarning, match="singular to round-off along 1 direction"):
+        assert proxal_verdict.hints(backend, flat, info, "converged") == "converged"
+    assert "determined only up to" in info["flat"]
+    read = [dict(_record(10.0, 0.0, 1e-6, 1.0), newton_flat=0.0)]
+    info = {}
+    assert proxal_verdict.hints(backend, read, info, "converged") == "converged" and not info
+    outward = [_record(10.0 + k, 1.0, np.inf, 0.0, 1.0 / (k + 1)) for k in range(7)]
+    info = {}
+    with pytest.warns(RuntimeWarning, match="may have no minimizer"):
+        assert proxal_verdict.hints(backend, outward, info, None) is None
+    assert "from 10 to 16" in info["no_minimizer"]
+    info = {}
+    assert proxal_verdict.hints(backend, outward[:6], info, None) is None and not info      # (not at the cap)
