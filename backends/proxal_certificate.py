@@ -126,7 +126,7 @@ def _switches(program: NodeProgram) -> dict:
 
 
 PROCEDURES = (_scope, _switches)
-_RUNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # executor -> {"l1": …, "finish": …}
+_RUNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # executor -> {"l1", "finish", "asked"}
 
 
 _LANDINGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # executor -> {"switches", "l1"}

@@ -370,7 +370,7 @@ def _conclude(status: str, history: list[dict], violated: dict[str, float], info
     detected verdict; warns, attributed to the caller of the backend's `run`."""
     last = history[-1]
     message = (template or VERDICTS[status]).format(v=last["violation"], k=len(history), o=last["objective"],
-                                      m=needed_multipliers(history), s=_reach(last))
+                                      m=needed_multipliers(history))
     info[status] = f"stopped after {len(history)} outer iterations: {message}"
     if violated:
         info["violated"] = dict(sorted(violated.items(), key=lambda item: -item[1]))

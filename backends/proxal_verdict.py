@@ -14,9 +14,9 @@ STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeas
 UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
 RUNAWAY_OUTER = 6     # outer iterations of outward steps that the distance read does not explain: no minimizer
 FLAT = 1e-3          # (`runaway` without readings) the objective's fall, relative, over its window
-RUNAWAY = ("‖w‖₂ grew to {s:.4g} while the objective kept decreasing along a direction the answer recedes "
-           "in: the objective has no minimizer (separable data, a loss with no ridge?) — add a ridge "
-           "(λ‖w‖²) or a bound on w")      # ("diverged": `runaway`, proxal_outer's message)
+RUNAWAY = ("the iterates kept moving outward (‖w‖ growing) while the objective kept decreasing along a "
+           "direction the answer recedes in: the objective has no minimizer (separable data, a loss with no "
+           "ridge?) — add a ridge (λ‖w‖²) or a bound on w")      # ("diverged": `runaway`, proxal_outer's message)
 
 # β's cap on a violation that does not fall, on a model known to have a point (`beta_cap`), over beta_max:
 # cProx-AL on a ridge λ‖w‖² against w0 + w1 = 2 (its multiplier ~2λ) needed β ≈ 1e8 at λ = 1e7 and
@@ -123,9 +123,9 @@ FLAT_NOTE = ("the summed Hessian at the answer is singular to round-off along {n
              "(a curvature below ~1e-14 of the largest): the answer is determined only up to those "
              "directions, along which the objective changes by less than its round-off (a face of "
              "solutions, or a ridge too small to fix the point: raise it, or rescale the data)")
-MAYBE_RUNAWAY = ("‖w‖₂ grew from {a:.4g} to {b:.4g} over the last {k} outer iterations while the "
-                 "objective kept decreasing: it may have no minimizer (separable data, a loss with no "
-                 "ridge?) — add a ridge (λ‖w‖²) or a bound on w")
+MAYBE_RUNAWAY = ("over the last {k} outer iterations the iterates moved outward while the objective kept "
+                 "decreasing (‖w‖ ×{r:.3g} since the first outer iteration, in the run's units): it may have "
+                 "no minimizer (separable data, a loss with no ridge?) — add a ridge (λ‖w‖²) or a bound on w")
 
 
 def hints(backend, history: list[dict], info: dict, status: str | None) -> str | None:
@@ -143,8 +143,7 @@ def hints(backend, history: list[dict], info: dict, status: str | None) -> str |
         warnings.warn(info["flat"], RuntimeWarning, stacklevel=4)
     window = _outward(history, getattr(backend, "eps2", 0.0)) if status is None else None
     if window and len(history) >= getattr(backend, "max_outer", np.inf) and "newton_distance" in last:
-        info["no_minimizer"] = MAYBE_RUNAWAY.format(a=window[0]["size"] * window[0].get("metric", 1.0),
-                                                    b=last["size"] * last.get("metric", 1.0), k=len(window) - 1)
+        info["no_minimizer"] = MAYBE_RUNAWAY.format(k=len(window) - 1, r=last["size"] / max(history[0]["size"], 1e-300))
         warnings.warn(info["no_minimizer"], RuntimeWarning, stacklevel=4)
     return status
 

@@ -204,6 +204,6 @@ def test_hints_flat_directions_at_converged_and_a_possible_runaway_at_the_cap():
     info = {}
     with pytest.warns(RuntimeWarning, match="may have no minimizer"):
         assert proxal_verdict.hints(backend, outward, info, None) is None
-    assert "from 10 to 16" in info["no_minimizer"]
+    assert "×1.6 since the first" in info["no_minimizer"]
     info = {}
     assert proxal_verdict.hints(backend, outward[:6], info, None) is None and not info      # (not at the cap)
