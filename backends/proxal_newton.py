@@ -167,7 +167,8 @@ def _terms(program: NodeProgram) -> dict:
 
 @procedure("proxal_newton_step", {"x": "x", "grad": "x", "hessian": "tri", "l1": "x", "tau": "1", "centers": "x",
                                    "weight": "1"},
-           {"x": "x", "certificate": "1", "decrease": "1", "distance": "1", "curvature": "1", "gradient": "1"},
+           {"x": "x", "certificate": "1", "decrease": "1", "distance": "1", "curvature": "1", "gradient": "1",
+            "landing": "x", "flat": "1"},
            local=True, read_only=True)
 def _server_step(program: NodeProgram, x, grad, hessian, l1, tau, centers=None, weight=None) -> dict:
     """The server's part of a Newton step at z = x, given the clients' summed gradient and
@@ -325,7 +326,8 @@ class NewtonInner:
             trace.append(step["certificate"])
         if prox and not np.isfinite(step["gradient"]):     # (the reading at z: read only when τ_k is met)
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
-        self.last_reading = (ex, z, {key: step[key] for key in ("distance", "curvature", "gradient")})
+        self.last_reading = (ex, z, {key: step[key] for key in ("distance", "curvature", "gradient", "landing", "flat")
+                                     if key in step})
         self._last = (ex, z, grad)
         return z, trace, rho
 

@@ -18,7 +18,7 @@ from .proxal_admm import needed_multipliers
 from . import proxal_certificate
 from .proxal_certificate import MARGIN
 from .proxal_private import private_settled, slack_verdict
-from .proxal_verdict import beta_cap, verdict
+from .proxal_verdict import RUNAWAY, beta_cap, hints, runaway, verdict
 
 SOLVERS = ("auto", "newton", "exact", "lbfgs", "gd", "prox")
 
@@ -239,7 +239,8 @@ def _distance_met(backend, history: list[dict], ex, info: dict, x: np.ndarray) -
     read 0.024 on a collinear model whose least is 7.6e-8 and let it stop 0.75 off."""
     last, tol = history[-1], getattr(backend, "dist_tol", np.inf)
     if tol < np.inf and np.isfinite(last.get("newton_distance", np.inf)):
-        return last["newton_distance"] <= MARGIN * tol * _reach(last)
+        target = MARGIN * tol * _reach(last)      # (and where its step lands: `landed`)
+        return proxal_certificate.landed(backend, ex, x, last, target) is not False and last["newton_distance"] <= target
     found = proxal_certificate.confirmed(backend, ex, x, last, MARGIN * tol * _reach(last)) if tol < np.inf else None
     if found is not None:
         return found
@@ -334,8 +335,8 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     with that iteration's β_k, τ_k, ‖Δ(w, y)‖∞ and ‖Δμ‖∞ — it certifies a KKT point only if the
     subproblem was solved to τ_k (`solved`: (23) held; an inner loop stopped by max_inner
     leaves w barely moved and (11) would hold vacuously). Else the verdict (`verdict`):
-    "infeasible", "stalled" or "unbounded", with `info` saying why and naming every node's
-    constraints violated at x (message "proxal_violations"). `proxal_flat.near`: modulo N."""
+    "infeasible", "stalled" or "unbounded" ("diverged": `runaway`), with `info` saying why and
+    naming every node's constraints violated at x (message "proxal_violations"). `proxal_flat.near`: modulo N."""
     last = history[-1]
     beta, tau = last["beta"], last["tau"]
     proxal_flat.track(ex, history, x)
@@ -343,21 +344,24 @@ def outer_stop(backend, history: list[dict], ex, x: np.ndarray, info: dict,
     found = newton(ex, x) if callable(newton) else None
     if found is not None:
         last.update(newton_distance=found["distance"], newton_curvature=found["curvature"],
-                    newton_gradient=found["gradient"])
-    if solved and last["primal_change"] + beta * tau <= beta * backend.eps1 \
+                    newton_gradient=found["gradient"], newton_flat=found.get("flat", 0.0))
+    away = newton is not None and getattr(backend, "dist_tol", np.inf) < np.inf and runaway(history, backend.eps2)
+    if solved and not away and last["primal_change"] + beta * tau <= beta * backend.eps1 \
             and last["multiplier_change"] <= beta * backend.eps2 \
             and settled(backend, last) and relative(backend, last) \
             and _distance_met(backend, history, ex, info, x) \
             and private_settled(backend, history, ex, _still, distance_left):
-        return Status.CONVERGED
-    found = verdict(history, backend.beta_growth, beta_cap(backend), backend.eps1, backend.eps2,
-                    getattr(backend, "known_feasible", False))
+        return hints(backend, history, info, Status.CONVERGED)
+    found = Status.DIVERGED if away else verdict(history, backend.beta_growth, beta_cap(backend), backend.eps1,
+                                                 backend.eps2, getattr(backend, "known_feasible", False))
+    if found == Status.DIVERGED:        # (feasible: no constraint to name)
+        return _conclude(found, history, {}, info, RUNAWAY) or found
     if found:
         replies = ex.map("proxal_violations", {node: {"x": x, "tol": backend.eps2} for node in ex.nodes})
         violated = {name: v for r in replies.values() for name, v in r["violated"].items()}
         found, template = slack_verdict(found, {n for r in replies.values() for n in r["slack_met"]}, violated)
         _conclude(found, history, violated, info, template)
-    return found
+    return hints(backend, history, info, found)
 
 
 def _conclude(status: str, history: list[dict], violated: dict[str, float], info: dict,

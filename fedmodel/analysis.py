@@ -7,7 +7,7 @@ DAG. Leaves and atoms answer for themselves, so this module sits below the IR
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -24,6 +24,7 @@ class Node(Protocol):
     smooth: bool                # differentiable everywhere on its domain
     squares: bool               # the node is its argument squared (x², ‖x‖², x**2)
     smooth_when_squared: bool   # its only kink is one a square smooths out ([x]₊² is C¹)
+    curvature_jumps: bool       # C¹ but its second derivative jumps (huber at ±M)
 
     def monotonicity(self, index: int) -> str: ...
 
@@ -81,18 +82,29 @@ def elementwise_sign(value: Any) -> tuple[bool, bool]:
     return (bool(np.all(value >= 0)), bool(np.all(value <= 0)))
 
 
-def is_smooth(expr: Node) -> bool:
-    """True when every atom is differentiable on its domain."""
+def _atoms(expr: Node, children: Callable[[Node], Sequence[Node]] = lambda node: node.args):
+    """Every atom of `expr`'s DAG once (leaves skipped), descending to `children(node)`."""
     stack, seen = [expr], set()
     while stack:
         node = stack.pop()
         if id(node) in seen or not node.args:
             continue
         seen.add(id(node))
-        if not node.smooth:
-            return False
-        if node.squares and node.args[0].smooth_when_squared:  # [x]₊² is C¹: the inequality
-            stack.append(node.args[0].args[0])                # AL term is smooth
-            continue
-        stack.extend(node.args)
-    return True
+        yield node
+        stack.extend(children(node))
+
+
+def curvature_jumps(expr: Node) -> bool:
+    """True when the expression's curvature can jump between two points: a C¹ atom that is not
+    C² (huber), a square of a kink ([x]₊²), or any nonsmooth atom. A Hessian read at one point
+    then bounds nothing beyond the next jump (the Newton readings of
+    `backends/proxal_certificate.landed`)."""
+    return any(getattr(node, "curvature_jumps", False) or not node.smooth
+               or node.squares and node.args[0].smooth_when_squared for node in _atoms(expr))
+
+
+def is_smooth(expr: Node) -> bool:
+    """True when every atom is differentiable on its domain."""
+    # ([x]₊² is C¹: the inequality AL term is smooth, so a square of such a kink reads on below it)
+    return all(node.smooth for node in _atoms(expr, lambda node: (node.args[0].args[0],)
+                                              if node.squares and node.args[0].smooth_when_squared else node.args))

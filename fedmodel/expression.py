@@ -155,6 +155,7 @@ class Expression:
     smooth = True                 # differentiable everywhere on its domain
     squares = False               # the node is its argument squared (x², ‖x‖², x**2)
     smooth_when_squared = False   # its only kink is one a square smooths out ([x]₊² is C¹)
+    curvature_jumps = False       # C¹ but its second derivative jumps (huber at ±M)
 
     def monotonicity(self, index: int) -> str:
         """How the node's function moves with argument `index` (INCREASING, DECREASING, …)."""

@@ -312,7 +312,7 @@ class Huber(Elementwise):
     """x² for |x| ≤ M, 2M|x| − M² otherwise (CVXPY's definition); C¹."""
 
     display, curvature = "huber", CONVEX
-    even = nonneg = True
+    even = nonneg = curvature_jumps = True
 
     def __init__(self, x, M=1.0):
         self.M = float(M)
