@@ -32,6 +32,8 @@ clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off w
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from fedmodel.errors import FedModelError
@@ -45,17 +47,24 @@ from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
 from . import proxal_certificate
 from .proxal_certificate import reading
-from .proxal_newton_model import MODEL_TOL, matrices_held, model_minimizer
+from .proxal_newton_model import MODEL_TOL, TRIALS, matrices_held, model_minimizer, prox_value as _prox_value, server_value
 from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
-TRIALS = 8              # shorter steps 2^-1 … 2^-TRIALS valued beside each full Newton step (one message)
+# a full step that cut the certificate by this factor: the next full step is taken without the
+# shorter steps' values (each was a value of every client's merit: a third of NP adult's CPU)
+CONFIDENT = 2.0
 
 
 # ---- node steps ---------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
 def _upper(d: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.triu_indices(d)
+    """The upper triangle's (rows, columns), read-only and kept: `np.triu_indices` is O(d²) a
+    call (mnist-ball d = 784: 6 % of a Newton run rebuilt them for every reply)."""
+    i, j = np.triu_indices(d)
+    i.flags.writeable = j.flags.writeable = False
+    return i, j
 
 
 def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
@@ -65,15 +74,6 @@ def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
     H[i, j] = packed
     H[j, i] = packed
     return H
-
-
-def _prox_value(program: NodeProgram, x: np.ndarray) -> float:
-    """Σ of the node's prox terms' values at x (λ‖w‖₁; 0 for a set at a point in it)."""
-    if not program.merit_ir.prox_terms:
-        return 0.0
-    values = program.shared.unpack(x)
-    return float(sum(t.value(values[program.shared.variables.index(t.variable)])
-                     for t in program.merit_ir.prox_terms))
 
 
 @client_step("proxal_newton_eval", {"x": "x", "beta": "1", "prox_weight": "1", "direction": "x",
@@ -201,7 +201,7 @@ def _start(program: NodeProgram, x) -> dict:
     return {"x": program.apply_prox(z, 0.0)[:program.n_shared] if program.merit_ir.prox_terms else z.copy()}
 
 
-PROCEDURES = (_evaluate, _terms, _server_step, _start, newton_set_multipliers, *proxal_certificate.PROCEDURES)
+PROCEDURES = (_evaluate, _terms, _server_step, server_value, _start, newton_set_multipliers, *proxal_certificate.PROCEDURES)
 
 
 def server_sets(problem) -> list:
@@ -283,7 +283,7 @@ class NewtonInner:
             total = {"value": 0.0, "grad": np.zeros(d), "hessian": np.zeros(d * (d + 1) // 2),
                      "values": np.zeros(len(offsets if offsets is not None else ()))}
         mine = {k: v for k, v in request.items() if k not in (settings or {})}   # (ProxAL configured it)
-        server = ex.call("server", "proxal_newton_eval", **mine)
+        server = ex.call("server", "proxal_newton_value", **mine)
         values = np.asarray(total.get("values", ()), float) + np.asarray(server.get("values", ()), float)
         return (float(total["value"]) + server["value"], np.asarray(total["grad"], float),
                 np.asarray(total["hessian"], float), values)
@@ -308,6 +308,7 @@ class NewtonInner:
         value, grad, hessian, _ = self._evaluate(ex, z, settings)
         prox = _prox_sums(w, z, len(ex.clients), settings)
         trace: list[float] = []
+        full = False            # the last line search took the full step
         for _ in range(self.max_steps):
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=tau, **prox)
             trace.append(step["certificate"])
@@ -316,10 +317,14 @@ class NewtonInner:
             direction, decrease = step["x"] - z, step["decrease"]
             if not decrease < 0:            # the model sees no descent: round-off level
                 break
-            found = self._line_search(ex, z, value, direction, decrease, step["certificate"], l1)
+            # the shorter steps' values ride along unless the last step was a full one that cut
+            # the certificate by CONFIDENT (Newton's fast phase: a full step then passes)
+            trials = len(trace) < 2 or not full or trace[-1] > trace[-2] / CONFIDENT
+            found = self._line_search(ex, z, value, direction, decrease, step["certificate"], l1, trials)
             if found is None:
                 break
-            z, value, grad, hessian = found
+            full = found[0] is not None
+            z, value, grad, hessian = found[1:]
         else:
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
             trace.append(step["certificate"])
@@ -346,30 +351,36 @@ class NewtonInner:
                                        l1=self._terms[1])["multipliers"])
         self._last = self._terms = self.last_reading = None    # (the run's executor and programs not kept past it)
 
-    def _line_search(self, ex, z, value, direction, decrease, certificate, l1):
+    def _line_search(self, ex, z, value, direction, decrease, certificate, l1, trials: bool = True):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,
-        gradient, Hessian) with the values at the TRIALS shorter steps 2^-j in the same message;
-        if the full step fails, the shorter step of least value among those that pass is
-        evaluated (a second round trip), else the next TRIALS shorter ones. Returns the
-        accepted (z, value, grad, Hessian), or None. A full step within round-off of ℓ_k(z)
-        is accepted when its certificate is smaller (near the answer the values' differences
-        drown in round-off)."""
+        gradient, Hessian) with the values at the TRIALS shorter steps 2^-j in the same message
+        (`trials`; without them a failed full step costs a round trip more, at 1/2 with its
+        shorter steps); if the full step fails, the shorter step of least value among those
+        that pass is evaluated (a second round trip), else the next TRIALS shorter ones.
+        Returns (1.0 where the full step was taken else None, the accepted z, value, gradient,
+        Hessian), or None. A full step within round-off of ℓ_k(z) is accepted when its
+        certificate is smaller (near the answer the values' differences drown in round-off)."""
         t, shorter = 1.0, 0.5 ** np.arange(1, TRIALS + 1)
-        for _ in range(MAX_HALVINGS):
+        for _ in range(MAX_HALVINGS + (not trials)):
             trial = z + t * direction
-            found = self._evaluate(ex, trial, direction=direction, offsets=t * shorter - t)
+            found = self._evaluate(ex, trial, direction=direction, offsets=t * shorter - t) if trials or t < 1.0 \
+                else self._evaluate(ex, trial)
+            full = 1.0 if t == 1.0 else None
             if found[0] <= value + ARMIJO * t * decrease:
-                return (trial, *found[:3])
+                return (full, trial, *found[:3])
             if t == 1.0 and found[0] <= value + 1e-13 * max(1.0, abs(value)):
                 again = ex.call("server", "proxal_newton_step", x=trial, grad=found[1], hessian=found[2],
                                 l1=l1, tau=np.inf)["certificate"]
                 if again < certificate:
-                    return (trial, *found[:3])
+                    return (full, trial, *found[:3])
+            if not found[3].size:       # (no shorter steps asked: the next message asks them, from 1/2)
+                t = 0.5
+                continue
             steps = t * shorter
             passed = found[3] <= value + ARMIJO * steps * decrease
             if np.any(passed):
                 best = steps[passed][np.argmin(found[3][passed])]
                 trial = z + best * direction
-                return (trial, *self._evaluate(ex, trial)[:3])
+                return (None, trial, *self._evaluate(ex, trial)[:3])
             t = steps[-1] * 0.5
         return None
