@@ -32,7 +32,6 @@ clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off w
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 
@@ -48,6 +47,7 @@ from .projecting import data_free_client_sets
 from . import proxal_certificate
 from .proxal_certificate import reading
 from .proxal_newton_model import MODEL_TOL, TRIALS, matrices_held, model_minimizer, prox_value as _prox_value, server_value
+from .proxal_newton_model import unpack_symmetric, upper as _upper
 from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
@@ -58,24 +58,6 @@ CONFIDENT = 2.0
 
 
 # ---- node steps ---------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4)
-def _upper(d: int) -> tuple[np.ndarray, np.ndarray]:
-    """The upper triangle's (rows, columns), read-only and kept: `np.triu_indices` is O(d²) a
-    call (mnist-ball d = 784: 6 % of a Newton run rebuilt them for every reply)."""
-    i, j = np.triu_indices(d)
-    i.flags.writeable = j.flags.writeable = False
-    return i, j
-
-
-def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
-    """The d × d symmetric matrix of its upper triangle (as `_evaluate` sends it)."""
-    H = np.zeros((d, d))
-    i, j = _upper(d)
-    H[i, j] = packed
-    H[j, i] = packed
-    return H
-
-
 @client_step("proxal_newton_eval", {"x": "x", "beta": "1", "prox_weight": "1", "direction": "x",
                                     "offsets": f"<={TRIALS}"},
              {"value": "1", "grad": "x", "hessian": "tri", "values": f"<={TRIALS}"})
@@ -242,6 +224,8 @@ class NewtonInner:
     # and its β growth: the AL's outer iterations are what is left to save (NP adult n = 5: 14
     # outer iterations / 81 round trips at ×4, 10 / 61 at ×100; NP monks-1 15 / 90 → 8 / 67)
     beta_growth = 100.0
+    # β's cap for the rise on slow outer steps where the summed Hessian is singular (`slow_rise_cap`)
+    singular_beta_max = 1e7
 
     def __init__(self, max_steps: int = 50):
         if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
@@ -342,6 +326,15 @@ class NewtonInner:
             return None
         return found[2]
 
+    def slow_rise_cap(self) -> float:
+        """The largest β the outer loop's rise on slow steps may reach (`proxal_outer.next_beta`'s
+        contraction rule): `beta_max` where the last subproblem's summed Hessian was positive
+        definite (its reading's curvature > 0: a9a ×1e3 needs 1e12), else `singular_beta_max`:
+        no β bends a flat direction, and at large β the Newton steps wander along it (NP monks-1
+        n = 40: 3e6 → 3e8, two outer iterations of 14–15 steps, 37 of 109 round trips)."""
+        found = self.last_reading
+        return self.beta_max if found is not None and found[2]["curvature"] > 0 else self.singular_beta_max
+
     def add_set_multipliers(self, ex, multipliers: dict) -> None:
         """The run's end (`ProxAL.conclude`): the multipliers of the sets the server projected
         on, from the last subproblem's last point (`proxal_newton_sets`), into `multipliers`."""
@@ -384,3 +377,10 @@ class NewtonInner:
                 return (None, trial, *self._evaluate(ex, trial)[:3])
             t = steps[-1] * 0.5
         return None
+
+
+def slow_rise_cap(backend) -> float:
+    """β's cap for ProxAL's rise on slow outer steps (`proxal_outer.next_beta`): its Newton
+    inner's (`NewtonInner.slow_rise_cap`), ∞ with any other inner."""
+    inner = getattr(backend, "inner", None)
+    return inner.slow_rise_cap() if isinstance(inner, NewtonInner) else np.inf

@@ -12,6 +12,8 @@ face the model is an equality-constrained quadratic, minimized by one KKT solve,
 lies in the sets and meets the model's stop test."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from fedmodel.compiler.projection import ACTIVE, Box, Halfspace, Subspace
@@ -181,3 +183,21 @@ def node_value(program: NodeProgram, z: np.ndarray) -> float:
     """P + h of a node at z (its value plan: `value_grad`'s value, bit for bit)."""
     merit = program.compiled
     return float(merit.value_plan(*merit.values(z, program.y))[0]) + prox_value(program, z)
+
+
+@functools.lru_cache(maxsize=4)
+def upper(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The upper triangle's (rows, columns), read-only and kept: `np.triu_indices` is O(d²) a
+    call (mnist-ball d = 784: 6 % of a Newton run rebuilt them for every reply)."""
+    i, j = np.triu_indices(d)
+    i.flags.writeable = j.flags.writeable = False
+    return i, j
+
+
+def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
+    """The d × d symmetric matrix of its upper triangle (as `proxal_newton._evaluate` sends it)."""
+    H = np.zeros((d, d))
+    i, j = upper(d)
+    H[i, j] = packed
+    H[j, i] = packed
+    return H
