@@ -64,5 +64,7 @@ def _rank_k(upper: np.ndarray, pending: list[tuple[np.ndarray, np.ndarray]]) -> 
     for sign in (True, False):
         parts = [M for M, s in signed if s is sign and M.shape[1]]
         if parts:
-            dsyrk(1.0 if sign else -1.0, np.asfortranarray(np.hstack(parts)), beta=1.0, c=upper,
-                  overwrite_c=True)
+            found = dsyrk(1.0 if sign else -1.0, np.asfortranarray(np.hstack(parts)), beta=1.0, c=upper,
+                          overwrite_c=True)
+            if found is not upper:          # (in place for a Fortran float64 `upper`; else a copy)
+                upper[...] = found
