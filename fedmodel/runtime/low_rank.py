@@ -29,6 +29,8 @@ data. Beyond the dense budget (`solvers.DENSE_NEWTON_FLOATS`) this form is what 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..atoms.arithmetic import Multiply
@@ -207,22 +209,39 @@ def hessian(program, z: np.ndarray) -> "np.ndarray | None":
     lam = _diagonal(found, z, n)
     C = np.empty((r, r))
     block = max(1, HESSIAN_BLOCK_FLOATS // max(n, 1))   # (Q's columns dense a block at a time)
+    check, hv = _check_direction(n), None
     for start in range(0, r, block):
         V = Q.columns(start, min(start + block, r))
-        C[:, start:start + V.shape[1]] = Q.transpose_times(_times(program, z, V) - lam[:, None] * V)
+        last = start + block >= r and V.shape[1] < block      # (the check's direction rides on it)
+        HV = _times(program, z, np.column_stack([V, check]) if last else V)
+        if last:
+            HV, hv = HV[:, :-1], HV[:, -1]
+        C[:, start:start + V.shape[1]] = Q.transpose_times(HV - lam[:, None] * V)
     packed = pack(lam, 0.5 * (C + C.T))
-    if not _matches(program, z, packed):
+    if not _matches(program, z, packed, hv):
         program._low_rank = None
         return None
     return packed
 
 
-def _matches(program, z: np.ndarray, packed: np.ndarray) -> bool:
-    """The check (module docstring): ∇²P_i(z) v = λ∘v + Q C Qᵀ v on a random direction v."""
-    Q, n = basis_of(program), program.n_shared
+@functools.lru_cache(maxsize=8)
+def _check_direction(n: int) -> np.ndarray:
+    """The check's random direction (`_matches`), the same for every program of n unknowns
+    (read-only, made once: a generator per Hessian was a tenth of 1,000 tiny clients' sums)."""
     v = np.random.default_rng(n).standard_normal(n)
+    v.flags.writeable = False
+    return v
+
+
+def _matches(program, z: np.ndarray, packed: np.ndarray, hv: np.ndarray | None = None) -> bool:
+    """The check (module docstring): ∇²P_i(z) v = λ∘v + Q C Qᵀ v on a random direction v
+    (`hv`: ∇²P_i(z) v when the caller had it from the batched product that made C — one
+    Hessian-vector plan call less a Hessian)."""
+    Q, n = basis_of(program), program.n_shared
+    v = _check_direction(n)
     lam, C = unpack(packed)
-    hv, parts = program.hvp(z, v), (lam * v, Q.times(C @ Q.transpose_times(v)))
+    hv = program.hvp(z, v) if hv is None else hv
+    parts = (lam * v, Q.times(C @ Q.transpose_times(v)))
     scale = solvers.norm_inf(hv) + sum(solvers.norm_inf(p) for p in parts)
     return bool(solvers.norm_inf(hv - parts[0] - parts[1]) <= GUARD_TOL * scale)
 
