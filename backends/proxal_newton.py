@@ -383,11 +383,3 @@ class NewtonInner:
                 return (None, trial, *self._evaluate(ex, trial)[:3])
             t = steps[-1] * 0.5
         return None
-
-
-def slow_rise_cap(backend) -> float:
-    """β's cap for ProxAL's rise on slow outer steps (`proxal_outer.next_beta`): its Newton
-    inner's (`NewtonInner.slow_rise_cap`), ∞ with any other inner."""
-    inner = getattr(backend, "inner", None)
-    return inner.slow_rise_cap() if isinstance(inner, NewtonInner) else np.inf
-

@@ -18,7 +18,7 @@ from .proxal_admm import needed_multipliers
 from . import proxal_certificate
 from .proxal_certificate import MARGIN
 from .proxal_private import private_settled, slack_verdict
-from .proxal_verdict import RUNAWAY, beta_cap, hints, runaway, verdict
+from .proxal_verdict import RUNAWAY, beta_cap, hints, runaway, slow_rise_cap, verdict
 
 SOLVERS = ("auto", "newton", "exact", "lbfgs", "gd", "prox")
 
@@ -148,7 +148,7 @@ def next_beta(backend, beta: float, dmu: float, last_change: float,
             and change <= backend.eps2 and _solved(history[-1]) \
             and SLOW_CONTRACTION < contraction(history) < np.inf \
             and not _still(history, backend.dist_tol):
-        return min(backend.beta_growth * beta, backend.beta_max), change
+        return max(beta, min(backend.beta_growth * beta, slow_rise_cap(backend, history))), change
     return beta, change
 
 

@@ -34,6 +34,17 @@ def beta_cap(backend) -> float:
     return backend.beta_max * (FEASIBLE_HEADROOM if getattr(backend, "known_feasible", False) else 1.0)
 
 
+def slow_rise_cap(backend, history: list[dict]) -> float:
+    """The ceiling of β's rise on slow outer steps (`proxal_outer.next_beta`): `beta_max`, or the
+    inner's lower one (`NewtonInner.slow_rise_cap`: 1e7 where the summed Hessian was singular —
+    no β bends a flat direction, and at large β the Newton steps wander along it: NP monks-1
+    n = 40, 109 round trips) — but `beta_max` while the iterates run outward (`_outward`), so
+    that `runaway` still tells a model with no minimizer (a9a's one-class clients)."""
+    inner_cap = getattr(getattr(backend, "inner", None), "slow_rise_cap", None)
+    if inner_cap is None or _outward(history, getattr(backend, "eps2", 0.0)) is not None:
+        return backend.beta_max
+    return min(backend.beta_max, inner_cap())
+
 def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float,
             feasible: bool = False) -> str | None:
     """The verdict on a run from its outer records: "infeasible", "stalled", "unbounded" or None.

@@ -8,7 +8,8 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends import ProxAL
-from fedmodel.backends.proxal_newton import NewtonInner, slow_rise_cap
+from fedmodel.backends.proxal_newton import NewtonInner
+from fedmodel.backends.proxal_verdict import slow_rise_cap
 from fedmodel.backends.proxal_newton_model import model_minimizer
 from fedmodel.runtime import low_rank
 from fedmodel.runtime.batched import BatchedExecutor
@@ -132,12 +133,15 @@ def test_the_rank_k_sum_takes_negative_curvature():
 
 def test_the_slow_rise_cap_reads_the_hessian():
     """β's rise on slow outer steps stops at 1e7 where the last summed Hessian was singular (no
-    curvature read) and at `beta_max` where it was positive definite; ∞ for Algorithm 2."""
+    curvature read) and at `beta_max` where it was positive definite, or while the iterates run
+    outward (a model with no minimizer: `runaway` needs β to rise); `beta_max` for Algorithm 2."""
     inner = NewtonInner()
     backend = ProxAL(inner=inner)
-    assert slow_rise_cap(backend) == inner.singular_beta_max == 1e7
+    assert slow_rise_cap(backend, []) == inner.singular_beta_max == 1e7
     inner.last_reading = (None, None, {"distance": 1.0, "curvature": 1e-9, "gradient": 1.0})
-    assert slow_rise_cap(backend) == NewtonInner.beta_max == 1e12
+    assert slow_rise_cap(backend, []) == NewtonInner.beta_max == 1e12
     inner.last_reading = (None, None, {"distance": np.inf, "curvature": 0.0, "gradient": np.inf})
-    assert slow_rise_cap(backend) == 1e7
-    assert slow_rise_cap(ProxAL()) == np.inf
+    assert slow_rise_cap(backend, []) == 1e7
+    outward = [{"violation": 0.0, "step": 1.0, "objective": 10.0 - k, "size": 2.0 * k} for k in range(8)]
+    assert slow_rise_cap(backend, outward) == NewtonInner.beta_max
+    assert slow_rise_cap(ProxAL(), []) == ProxAL().beta_max
