@@ -33,7 +33,7 @@ def test_the_collinear_intercept_model_under_auto_converges_at_its_answer(seed):
     and 6.1e-6 off, 6 round trips (the Newton reading refuses the first stop; β from it)."""
     prob, w, exact = _collinear(seed, 1.0)
     res = _solve(prob)
-    assert res.info["auto"]["settings"]["inner"].__class__.__name__ == "NewtonInner"
+    assert res.info["auto"]["inner"] == res.info["inner"]["name"] == "newton"
     assert res.status == "converged"
     assert np.max(np.abs(res.value(w) - exact)) <= 1e-4 * np.max(np.abs(exact))
     assert np.isfinite(res.history[-1]["newton_distance"])
