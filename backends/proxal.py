@@ -100,6 +100,8 @@ from .outcome import Outcome, Status
 from .proxal_admm import (_stalled, client_rhos, no_consensus, penalties_note, server_step, subproblem_residual,
                           went_nowhere)
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
+# the presets (why each value: backends/proxal_presets.py), imported from here too
+from .proxal_presets import FAST_PROXAL, PAPER_PROXAL, PAPER_RULES
 from .watch import DivergenceWatch
 
 
@@ -111,9 +113,6 @@ from .watch import DivergenceWatch
 RHO_PERIOD = 3
 DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxAL)"
 NO_CONSENSUS = "(consensus)"     # `_admm`'s key in `failed` when ∩ X_i looks empty
-
-# the presets (why each value: backends/proxal_presets.py), imported from here too
-from .proxal_presets import FAST_PROXAL, PAPER_PROXAL, PAPER_RULES
 
 
 # ---- the backend ------------------------------------------------------------------------------
