@@ -13,15 +13,16 @@ the section on backend="auto"):
    graphs. Its Gauss-Seidel sweep goes in colour classes (`order="colour"`, one parallel batch
    each: 2 instead of n on a path). DP options there are refused (DP-ADMM needs a star).
 3. DP options (`epsilon_total`, `epsilon`, `delta`) run DP-ADMM with them.
-3b. A star whose Newton step's dense d × d matrices fit the dense Newton budget (14, n more on
-   an executor that gathers the replies before summing: `proxal_newton_model.matrices_held`), on a
-   convex model with no private variables and no client prox term but λ‖w‖₁: ProxAL with its
-   subproblems by federated Newton steps (`ProxAL(inner=NewtonInner())`,
-   backends/proxal_newton.py): bench_rounds' suite 9–16 round trips against Algorithm 2's 24–49
+3b. A star where federated Newton steps fit (`proxal_inner.newton_reading`, the rule ProxAL's
+   default inner solver reads: the step's dense d × d matrices within the dense Newton budget —
+   14, n more on an executor that gathers the replies before summing —, a convex model with no
+   private variables and no client prox term but λ‖w‖₁, no secure aggregation): ProxAL with its
+   defaults, whose subproblems then take Newton steps (backends/proxal_inner.py;
+   `res.info["inner"]`): bench_rounds' suite 9–16 round trips against Algorithm 2's 24–49
    at n = 5, 40, 200, NP monks-1 67 against 382, mnist-ball n = 5, 40, 200 24 / 24 / 27 against
    194 / 328 / 819, all verified, less CPU (docs/BENCHMARKS.md, branches newtoninner and
    newtonbig; lead, 2026-12-01). A refusal at its first subproblem (a node's reply the model did
-   not show) runs Algorithm 2. Where round trips are dear too: a Flower deployment on loopback
+   not show) runs Algorithm 2 (ProxAL's own fall-back). Where round trips are dear too: a Flower deployment on loopback
    (n = 5) reached CVXPY's ridge in 13 round trips, 41 s wall (FedADMM: 57 round trips, 56 s),
    NP adult in 65 round trips, 82 s (docs/flower.md).
 4. Otherwise, a star: ProxAL where some constraint is no simple set (it reads a client's data — Neyman-
@@ -62,10 +63,8 @@ from fedmodel.compiler.sets import simple_set
 from fedmodel.errors import FedModelError, SmoothnessError, TopologyError
 from fedmodel.problem import make_backend
 from fedmodel.runtime.executor import round_trip_estimate
-from fedmodel.runtime import solvers
-from .common import variable_sizes
-from .proxal_newton import NewtonInner
-from .proxal_newton_model import matrices_held
+from . import proxal_inner
+from .proxal_inner import few as _few
 
 # Clients from which FedADMM replaces ProxAL on models whose clients hold simple sets (a star)
 # where round trips are cheap: from there ProxAL's held-constraint steps take the more CPU
@@ -95,8 +94,6 @@ class Traits:
     prox: list[str] = field(default_factory=list)         # blocks with a λ‖w‖₁ term
     unsupported: list[str] = field(default_factory=list)  # nonsmooth terms without a prox
     private: list[str] = field(default_factory=list)      # clients with private variables
-    kinked: list[str] = field(default_factory=list)       # clients with a prox term other than λ‖w‖₁
-    streams_sums: bool = True       # the executor sums the clients' replies as they come (`choose` sets it)
 
 
 def describe(problem) -> Traits:
@@ -114,9 +111,6 @@ def describe(problem) -> Traits:
         traits.unsupported += [f"{where}: {expr}" for expr in classified.unsupported]
         if classified.prox:
             traits.prox.append(where)
-        if block.kind != "server" and any(t.kind != "norm1" or t.kinked is not None or t.constraint is not None
-                                          for t in classified.prox):
-            traits.kinked.append(where)
     traits.private = [c.name for c in problem.clients if c.private_variables]
     return traits
 
@@ -137,14 +131,6 @@ def round_trip_source(executor: Any) -> tuple[float, str]:
     return round_trip_estimate(executor)
 
 
-def streams_sums(executor: Any) -> bool:
-    """`Executor.streams_sums` of `executor` (an instance, a class, a registered name; None: the
-    default executor, serial or batched), read before the run: the class's, not started."""
-    if isinstance(executor, str) or executor is None:
-        executor = registry.lookup("executor", executor or "serial")
-    return bool(getattr(executor, "streams_sums", False))
-
-
 def is_star(problem, topology: Any) -> bool:
     """Whether a topology is a star (None is one): a server node joined to every client and no
     client–client edge — where backends with a server run (DALD's own test for Fed-DALD-CC)."""
@@ -158,15 +144,17 @@ def is_star(problem, topology: Any) -> bool:
 
 @dataclass
 class Choice:
-    """What `Auto` picked: a registered backend name, its options, and why (one reason a rule)."""
+    """What `Auto` picked: a registered backend name, its options, and why (one reason a rule);
+    for ProxAL, its inner solver ("newton" or "admm": `proxal_inner`; after the run, the one that ran)."""
     backend: str
     settings: dict[str, Any]
     reasons: list[str]
     round_trip_cost: float = 0.0
+    inner: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "settings": dict(self.settings),
-                "reasons": list(self.reasons), "round_trip_cost": self.round_trip_cost}
+        return {"backend": self.backend, "settings": dict(self.settings), "reasons": list(self.reasons),
+                "round_trip_cost": self.round_trip_cost, **({"inner": self.inner} if self.inner else {})}
 
 
 class Auto:
@@ -216,18 +204,16 @@ class Auto:
             return self._pick("dp-admm", dict(self.privacy), cost, [
                 f"differential privacy asked ({self.privacy}): DP-ADMM is the private backend",
                 trip])
-        traits.streams_sums = streams_sums(executor)
-        newton = _newton_fits(problem, traits)
-        secure = getattr(executor, "sum_only", False)      # SecAgg+: entries within ±8, quantized
-        if newton and not secure:      # dear round trips too: fewer of them (Flower: lead, 2026-12-01)
-            return self._pick("proxal", {"inner": NewtonInner()}, cost, [
-                f"{newton}: ProxAL with its subproblems by federated Newton steps "
-                "(inner=NewtonInner(); each client sends its merit's gradient and Hessian a round "
+        newton, why = proxal_inner.newton_reading(problem, executor)     # (ProxAL's default reads it too)
+        if newton:      # dear round trips too: fewer of them (Flower: lead, 2026-12-01)
+            choice = self._pick("proxal", {}, cost, [
+                f"{why}: ProxAL with its subproblems by federated Newton steps (its default "
+                "inner='auto'; each client sends its merit's gradient and Hessian a round "
                 "trip) takes the fewest round trips and the least CPU (bench_rounds: 9–16 round "
                 "trips on the ridge, logistic, ball and lasso rows, 67 on NP monks-1)", trip])
-        declined = [why for why in (_no_newton(problem, traits),) if why] or (   # (said in the reasons)
-            ["no Newton steps: secure aggregation (its sums bound and quantize each entry; not "
-             "measured with Hessians)"] if secure else [])
+            choice.inner = "newton"
+            return choice
+        declined = [f"no Newton steps: {why}"]      # (said in the reasons)
         many = MANY_CLIENTS
         simple = f"only simple sets ({_few(traits.sets)})" if traits.sets else "no constraints"
         if traits.general or traits.private:
@@ -252,12 +238,16 @@ class Auto:
         return self._proxal(reasons + declined, cost)
 
     def _proxal(self, reasons: list[str], cost: float) -> Choice:
-        """ProxAL, with more local work per round where round trips are dear."""
+        """ProxAL where Newton steps do not fit (its default inner then runs Algorithm 2, by the
+        same rule), with more local work per round where round trips are dear."""
         if cost < DEAR_ROUND_TRIP:
-            return self._pick("proxal", {}, cost, reasons)
-        return self._pick("proxal", {"local_tol_cap": DEAR_LOCAL_TOL_CAP}, cost, reasons + [
-            f"local subproblems solved tighter (local_tol_cap={DEAR_LOCAL_TOL_CAP:g}): more "
-            "local work per round, fewer round trips"])
+            choice = self._pick("proxal", {}, cost, reasons)
+        else:
+            choice = self._pick("proxal", {"local_tol_cap": DEAR_LOCAL_TOL_CAP}, cost, reasons + [
+                f"local subproblems solved tighter (local_tol_cap={DEAR_LOCAL_TOL_CAP:g}): more "
+                "local work per round, fewer round trips"])
+        choice.inner = "admm"
+        return choice
 
     def _graph(self, problem, topology, traits: Traits, cost: float, trip: str) -> Choice:
         """A graph that is no star: DALD (Fed-DALD-DC, a server block hosted on a client) with its
@@ -286,14 +276,6 @@ class Auto:
             result = make_backend(choice.backend, **choice.settings).solve(
                 problem, topology=topology, executor=executor, **options)
         except FedModelError as refusal:
-            if "inner" in choice.settings and str(refusal).startswith("ProxAL(inner=NewtonInner())"):
-                # (refused at its first subproblem, before any step) a client term Newton cannot sum
-                why = f"Newton steps refused ({str(refusal).split(': ', 1)[-1].split('; use')[0]})"
-                choice = self._proxal([why + ": ProxAL's Algorithm 2 runs it"], choice.round_trip_cost)
-                result = make_backend(choice.backend, **choice.settings).solve(
-                    problem, topology=topology, executor=executor, **options)
-                result.info["auto"] = choice.as_dict()
-                return result
             if choice.backend != "fedadmm":
                 raise
             # (FedADMM checks its nodes before its first round: nothing ran) ProxAL takes any
@@ -312,44 +294,10 @@ class Auto:
             result = make_backend(choice.backend, **choice.settings).solve(
                 problem, topology=topology, executor=executor, **options)
             result.info["auto_first_run"] = first
+        ran = result.info.get("inner", {}) if choice.backend == "proxal" else {}
+        if ran and ran["name"] != choice.inner:      # ProxAL's fall-back (a refusal at its first subproblem)
+            choice.inner = ran["name"]
+            choice.reasons.insert(0, ran["reason"])
         result.info["auto"] = choice.as_dict()
         return result
 
-
-def _newton_fits(problem, traits: Traits) -> str:
-    """Why `NewtonInner` can run this model ("" where it cannot: private variables — an
-    epigraph's slacks among them —, a client's prox term other than λ‖w‖₁ (`Traits.kinked`), a
-    model not convex (DCP), or the d × d matrices a step holds beyond the dense budget:
-    `proxal_newton_model.matrices_held`, n more where the executor gathers the clients' replies)."""
-    fits, why = _newton_reading(problem, traits)
-    return why if fits else ""
-
-
-def _no_newton(problem, traits: Traits) -> str:
-    """Why auto takes no Newton steps on this model ("" where it does), for its reasons."""
-    fits, why = _newton_reading(problem, traits)
-    return "" if fits else f"no Newton steps: {why}"
-
-
-def _newton_reading(problem, traits: Traits) -> tuple[bool, str]:
-    """(whether NewtonInner runs this model, why) — see `_newton_fits`."""
-    # (Newton's steps need a convex ℓ_k, and sum only λ‖w‖₁ of a client's prox terms)
-    if traits.private:
-        return False, f"private variables on clients {_few(traits.private)} (an epigraph's slacks among them)"
-    if traits.kinked:
-        return False, f"a client's prox term other than λ‖w‖₁ ({_few(traits.kinked)})"
-    if not problem.is_convex():
-        return False, "the model is not convex (DCP)"
-    d = sum(variable_sizes(problem))
-    held = matrices_held(traits.clients, traits.streams_sums)
-    if not solvers.dense_fits(d, held):
-        return False, (f"d = {d}, {traits.clients} clients: a step's {held} dense d × d matrices "
-                       f"({held * d * d:.3g} floats) are beyond the dense Newton budget "
-                       f"(fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = {solvers.DENSE_NEWTON_FLOATS:.3g})")
-    return True, f"d = {d}, {traits.clients} clients: a step's {held} dense d × d matrices fit the dense budget"
-
-
-def _few(items: list[str], shown: int = 3) -> str:
-    """At most `shown` items, then how many more (a reason stays one line)."""
-    more = f", … {len(items) - shown} more" if len(items) > shown else ""
-    return ", ".join(items[:shown]) + more

@@ -72,14 +72,18 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   ANY client states (u_i, λ_i) as long as the server's (18) used ũ_i = u_i + λ_i/ρ_i of the same
   states, so the mixed iterates keep (23) sound; restarts and a fall-back to plain ADMM keep the
   iteration convergent.
-- `inner=NewtonInner()` (backends/proxal_newton.py): step 3 by federated proximal Newton steps
-  (small d): a client gets the server's point (d floats), sends P_i's value, gradient and Hessian
-  triangle there (1 + d + d(d + 1)/2 floats, 8 line-search values; in the ledger). Client balls
-  and bounds go to the server's prox, the rest into the AL; β ×100 to 1e12. Refused: private
-  variables, client nonsmooth terms but λ‖w‖₁, Hessians beyond the dense budget (docs/BENCHMARKS.md).
+- `inner`: step 3's solver. "auto" (the default, backends/proxal_inner.py): federated Newton
+  steps where they fit, Algorithm 2 otherwise or where an Algorithm 2 option (rho, anderson, q,
+  max_inner, local_solver, …) is given; `res.info["inner"]` says which ran and why. "admm" or
+  None: Algorithm 2. "newton" / `NewtonInner()` (backends/proxal_newton.py): a client gets the
+  server's point (d floats), sends P_i's value, gradient and Hessian triangle there (1 + d +
+  d(d + 1)/2 floats, 8 line-search values; in the ledger). Client balls and bounds go to the
+  server's prox, the rest into the AL; β ×100 to 1e12. Refused: private variables, client
+  nonsmooth terms but λ‖w‖₁, Hessians beyond the dense budget (docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -88,7 +92,7 @@ import numpy as np
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.executor import Rider
 from fedmodel.runtime.program import compile_programs
-from . import proxal_certificate, proxal_flat, proxal_newton, proxal_nodes, proxal_private
+from . import proxal_certificate, proxal_flat, proxal_inner, proxal_newton, proxal_nodes, proxal_private
 from .anderson import MAX_MEMORY, ServerMixer
 from .base import Backend, Run, paper_preset
 from .common import check_choice, check_count, check_number, progress, require_star, user_metric, variable_sizes
@@ -96,6 +100,8 @@ from .outcome import Outcome, Status
 from .proxal_admm import (_stalled, client_rhos, no_consensus, penalties_note, server_step, subproblem_residual,
                           went_nowhere)
 from .proxal_outer import TAU_RULES, check_options, next_beta, next_tau, outer_record, outer_stop, start_point
+# the presets (why each value: backends/proxal_presets.py), imported from here too
+from .proxal_presets import FAST_PROXAL, PAPER_PROXAL, PAPER_RULES
 from .watch import DivergenceWatch
 
 
@@ -108,59 +114,15 @@ RHO_PERIOD = 3
 DIVERGENCE_HINT = "lower rho or beta, or start from a smaller w0 (backends.ProxAL)"
 NO_CONSENSUS = "(consensus)"     # `_admm`'s key in `failed` when ∩ X_i looks empty
 
-# Presets. `PAPER_PROXAL` is Algorithm 1 exactly as the paper runs its NP experiment
-# (β = 300, fixed ρ_i = 0.01, q = 0.9, s̄ = 1e-3, ε = (1e-3, 1e-3)); it needs 10³–10⁴ ADMM
-# iterations per outer step. `FAST_PROXAL` keeps the algorithm, the certificate (22)–(23) and the
-# stopping rule (11) and changes only parameters (docs/BENCHMARKS.md, ProxAL section):
-# - q = 0.3: the certificate ε_{t+1} + Σ ε̃_i ≤ τ_k contains the local tolerance ε_{t+1} = q^t
-#   itself, so every ADMM run needs at least log τ_k / log q iterations (65–110 for q = 0.9,
-#   10–12 for q = 0.3); Newton local solves make the tighter tolerance almost free;
-# - residual-balanced ρ_i from 0.1 (the certificate uses the ρ_i the server used, see
-#   backends/proxal_nodes.py);
-# - ε1 = 1e-5 (on the equilibrated model, docs/scaling.md): with ε1 = 1e-3 the built-in NP model
-#   stopped 3-6 % from CVXPY's minimizer (an objective flat along the ridge); 1e-5 lands within
-#   6e-4 there for ~3x the ADMM iterations (97 -> 294), and within 1e-5 on the canonical tests;
-# - ε2 = 1e-4: a violation of ε2 moves the objective by about |μ|·ε2; with the multipliers of
-#   the NP models (|μ| ≈ 10 on adult) ε2 = 1e-3 leaves gaps of ~1e-2, so answers do not verify
-#   at rtol 1e-3;
-# - beta_growth = 4 (β_max = 1e6): β rises between outer iterations only when the violation
-#   stalls (falls by less than 4×), the standard AL penalty update; iteration k uses its β_k in
-#   the multiplier step, the proximal weight and (11). On near-degenerate models (adult at
-#   n = 5: 36 → 6 outer iterations) it is what makes ProxAL fast; elsewhere β stays 300. On an
-#   infeasible model the violation then stalls at β_max and ProxAL stops after 3 such outer
-#   iterations (status "infeasible", info["infeasible"] and info["violated"]). β_max = 1e6, not
-#   1e4: on an active constraint of a flat objective the outer steps contract by 1/(1 + β_max μ)
-#   once β is capped (NP adult n = 5, μ ≈ 8e-6 equilibrated: 0.927 a step, 89 outer / 1,771
-#   round trips at 1e4; 16 / 390 at 1e6), and a barely feasible NP model ended "stalled" at 1e4
-#   (tests/test_proxal_flat.py). The cost: an infeasible verdict needs 2 more raises (adult
-#   n = 10: 6 outer / 135 round trips → 8 / 314); bench_rounds' synthetic rows never reach 1e4;
-# - anderson = 5 (module docstring): on the NP models it cuts the ADMM iterations 2–6×
-#   (docs/BENCHMARKS.md); ρ rebalances every RHO_PERIOD-th step, so the memory fills between.
-# - tau_rule = "progress", local_tol_cap = 0.1, client_sets = True (module docstring): the round
-#   trips to a verified point fall from 124–629 to 20–84 on bench_rounds' synthetic models at
-#   n = 5 and 40 (docs/BENCHMARKS.md, "ProxAL in ≤ 100 round trips"); client_constraints = "local":
-#   the NP models' from 211–374 to 56–133 (docs/BENCHMARKS.md, "Client constraints held locally").
-# - dist_tol = 1e-4 (module docstring): (11) alone, an absolute stationarity test, stopped
-#   "converged" 1-6 % away on a flat objective (a 10⁻³ ridge over many features).
-# `backends.ProxAL()` defaults equal FAST_PROXAL; `backends.ProxAL.paper()` is PAPER_PROXAL (its
-# fixed-ρ, fixed-β, no-Anderson options are spelled out so that changing defaults cannot touch it).
-PAPER_PROXAL = dict(beta=300.0, rho=0.01, s_bar=1e-3, q=0.9, tol=(1e-3, 1e-3), adaptive_rho=False,
-                    beta_growth=1.0, anderson=0)
-FAST_PROXAL = dict(beta=300.0, rho=0.1, s_bar=1e-3, q=0.3, adaptive_rho=True, tol=(1e-5, 1e-4),
-                   beta_growth=4.0, beta_max=1e6, anderson=5, tau_rule="progress", local_tol_cap=0.1,
-                   client_sets=True, dist_tol=1e-4, client_constraints="local")
-# the paper's outer schedule, local tolerances and client constraints, spelled out for
-# `ProxAL.paper()` (like its fixed ρ and β) so that changing the defaults cannot touch it
-_PAPER_RULES = dict(tau_rule="paper", local_tol_cap=float("inf"), client_sets=False, dist_tol=float("inf"),
-                    client_constraints="al")
-
 
 # ---- the backend ------------------------------------------------------------------------------
 class ProxAL(Backend):
-    """Algorithm 1 with Algorithm 2. Defaults: the fast robust setting (β = 300, adaptive ρ_i from
-    0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e6, Anderson memory 5, τ_k tied to the
-    measured progress, local tolerances ≤ τ_k/10, client sets projected; it equals
-    `FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting (fixed ρ_i = 0.01,
+    """Algorithm 1, its subproblems by `inner`: "auto" (default) federated Newton steps where
+    they fit, else Algorithm 2; "admm" (or None) Algorithm 2; "newton"; or a solver object
+    (module docstring, backends/proxal_inner.py). Algorithm 2's defaults: the fast robust setting (β = 300,
+    adaptive ρ_i from 0.1, q = 0.3, ε = (1e-5, 1e-4), β growth ×4 up to 1e6, Anderson memory 5,
+    τ_k tied to the measured progress, local tolerances ≤ τ_k/10, client sets projected; it
+    equals `FAST_PROXAL`); `ProxAL.paper()` is the paper's NP setting with Algorithm 2 (fixed ρ_i = 0.01,
     q = 0.9, fixed β, τ_k = s̄/(k+1)², ε_{t+1} = q^t, client constraints in the AL).
 
     >>> res = prob.solve(ProxAL(), topology=topologies.star(prob))  # doctest: +SKIP
@@ -173,16 +135,21 @@ class ProxAL(Backend):
     # Algorithm 2's client steps (with their vectorized forms), the verdict's report, the Newton inner's
     procedures = (*proxal_nodes.PROCEDURES, proxal_private._violations, *proxal_flat.PROCEDURES, *proxal_newton.PROCEDURES)
 
+    @proxal_inner.records_given      # (which options the caller gave: `proxal_inner.choose`)
     def __init__(self, beta: float = 300.0, rho: float = 0.1, s_bar: float = 1e-3, q: float = 0.3,
                  tol: tuple[float, float] = (1e-5, 1e-4), max_outer: int = 100,
                  max_inner: int = 1000, rho_rule: str = "constant", adaptive_rho: bool = True,
-                 local_solver: str = "auto", w0: Any = None, inner: Any = None,
+                 local_solver: str = "auto", w0: Any = None, inner: Any = "auto",
                  check_certificate: bool = False, beta_growth: float | None = None, beta_max: float | None = None,
                  anderson: int = 5, inner_stall: int = 50, tau_rule: str = "progress",
                  local_tol_cap: float = 0.1, client_sets: bool = True, dist_tol: float = 1e-4,
                  client_constraints: str = "local"):
-        beta_growth, beta_max = (getattr(inner, key, default) if value is None else value   # (NewtonInner: its own)
-                                 for key, value, default in (("beta_growth", beta_growth, 4.0), ("beta_max", beta_max, 1e6)))
+        inner = proxal_inner.normalized(inner)
+        # β growth and cap not given: the inner's own (NewtonInner's), else ×4 to 1e6 (`with_inner`)
+        self._inner_betas = tuple(key for key, value in (("beta_growth", beta_growth), ("beta_max", beta_max))
+                                  if value is None)
+        beta_growth, beta_max = (getattr(inner, key, FAST_PROXAL[key]) if value is None else value
+                                 for key, value in (("beta_growth", beta_growth), ("beta_max", beta_max)))
         options = check_options(beta, s_bar, tol, max_outer, beta_growth, beta_max, local_solver, w0)
         for key, value in options.items():         # beta, s_bar, eps1, eps2, max_outer, ..., w0
             setattr(self, key, value)
@@ -195,11 +162,8 @@ class ProxAL(Backend):
                                 f"got {anderson!r}")
         self.rho_rule = check_choice("rho_rule", rho_rule, ("constant", "samples"))
         self.adaptive_rho = bool(adaptive_rho)
-        if inner is not None and not callable(getattr(inner, "solve_subproblem", None)):
-            raise FedModelError(f"inner={inner!r} cannot solve ProxAL's subproblems; use "
-                                "inner=None (Algorithm 2) or inner=backends.FedADMM(...)")
         self.inner = inner
-        if inner is not None:       # its rounds run on this run's executor: its steps too
+        if inner not in (None, "auto"):       # its rounds run on this run's executor: its steps too
             self.procedures = type(self).procedures + tuple(getattr(inner, "procedures", ()))
         # diagnostic: at each ADMM stop also compute the true ‖∇ℓ_k(w)‖∞ (one extra round)
         self.check_certificate = bool(check_certificate)
@@ -222,10 +186,28 @@ class ProxAL(Backend):
     @classmethod
     def paper(cls, **overrides: Any) -> "ProxAL":
         """The paper's exact NP setting (`PAPER_PROXAL`: β = 300, fixed ρ_i = 0.01, q = 0.9, s̄ =
-        1e-3, ε = (1e-3, 1e-3), no β growth, no Anderson), `overrides` on top (`w0=`, `max_outer=`)."""
-        return paper_preset(cls(**{"inner_stall": 0, **_PAPER_RULES, **PAPER_PROXAL, **overrides}))   # the paper has no stall rule
+        1e-3, ε = (1e-3, 1e-3), no β growth, no Anderson) with Algorithm 2, `overrides` on top
+        (`w0=`, `max_outer=`; not `inner`: the paper's is Algorithm 2)."""
+        if "inner" in overrides:
+            raise FedModelError("ProxAL.paper() runs the paper's Algorithm 2; for another inner solver "
+                                "use ProxAL(inner=...)")
+        return paper_preset(cls(**{"inner_stall": 0, **PAPER_RULES, **PAPER_PROXAL, **overrides,  # (no stall rule)
+                                   "inner": None}))
+
+    def with_inner(self, inner: Any) -> "ProxAL":
+        """A copy that runs `inner` (None: Algorithm 2), with its β growth and cap where none was given."""
+        runner = copy.copy(self)
+        runner.inner, runner.procedures = inner, type(self).procedures + tuple(getattr(inner, "procedures", ()))
+        for key in self._inner_betas:
+            setattr(runner, key, getattr(inner, key, FAST_PROXAL[key]))
+        return runner
 
     # Algorithm 1 --------------------------------------------------------------------------------
+    def run(self, problem, topology=None, executor=None, **options) -> Outcome:
+        """`Backend.run` with the inner solver `inner` names, "auto" decided here
+        (`proxal_inner.run`: which ran and why in `info["inner"]`)."""
+        return proxal_inner.run(self, problem, topology, executor, options)
+
     def prepare(self, problem, topology):
         return require_star(problem, topology, self.name)
 
@@ -266,9 +248,12 @@ class ProxAL(Backend):
         local = self._holds_client_constraints()       # the clients' solves hold their constraints
         bar = progress(self.max_outer, verbose, "ProxAL")
         certificate_log, info, marks = [], {}, []     # marks: `_admm`'s, across its runs
+        inner = proxal_inner.name_of(self.inner)
         start = time.perf_counter()
         saved = checkpointer.restore(ex)               # resume: docs/checkpoints.md
         if saved:
+            if saved.get("inner", inner) != inner:      # (another inner's state: `proxal_inner.run`)
+                raise proxal_inner.InnerMismatch(saved["inner"], inner)
             w, rho, total_inner, last_change = saved["w"], saved["rho"], saved["total_inner"], saved["last_change"]
             certificate_log, history, beta = saved["certificate_log"], saved["history"], saved["beta"]
             local = saved.get("local", local)
@@ -327,7 +312,7 @@ class ProxAL(Backend):
                 w = proxal_certificate.finish(ex, w)
             beta, last_change = next_beta(self, beta, dmu, last_change, history)
             checkpointer.save(ex, k + 1, {"w": w, "rho": rho, "total_inner": total_inner, "beta": beta,
-                                  "last_change": last_change, "watch": dict(watch.smallest), "local": local,
+                                  "last_change": last_change, "watch": dict(watch.smallest), "local": local, "inner": inner,
                                   "certificate_log": certificate_log, "history": history,
                                   "flat": proxal_flat.memo(ex)})
         bar.close()

@@ -5,10 +5,11 @@ BLAS on one thread:
 
 1. **Cold first solve**: a fresh interpreter runs `import fedmodel`, `import fedmodel.backends`,
    builds NP monks-1 one-hot at n = 5 (the ProxAL Table 1 reproduction's loader and split) and
-   runs `prob.solve("proxal")` (the defaults); each phase timed in the child, `--repeats`
+   runs `prob.solve("proxal")` (the defaults: Newton steps where they fit, since branch
+   proxaldefault); each phase timed in the child, `--repeats`
    fresh processes (after one that writes the bytecode caches), the fastest kept. `--max-outer K` caps ProxAL's outer iterations (the
    default solve's round trips are item 2's business; the cap keeps the phases comparable).
-2. **Per ADMM step per client**: default ProxAL stopped after 1 and after 4 outer iterations
+2. **Per ADMM step per client**: default ProxAL with Algorithm 2 (`inner="admm"`) stopped after 1 and after 4 outer iterations
    (K1 < K2 ADMM iterations), on the serial and the batched executor; (CPU(4) − CPU(1)) /
    ((K2 − K1)·n) is one round of Algorithm 2 (the server's solve (18), every client's step
    (19)–(22), the messages, the outer steps' share) per client, set-up cancelled. Beside it
@@ -187,9 +188,10 @@ def least_squares_ball(n: int, d: int = 10, rows: int = 40, radius: float = 1.0)
 # ---- per step --------------------------------------------------------------------------------
 def _run(prob, executor: str, outer: int, **options) -> tuple[float, int, str]:
     """CPU seconds, ADMM iterations and where the clients' constraints were
-    (`info["client_constraints"]`) of default ProxAL stopped after `outer` outer iterations."""
+    (`info["client_constraints"]`) of default ProxAL with Algorithm 2 (`inner="admm"`: its
+    default inner takes Newton steps where they fit) stopped after `outer` outer iterations."""
     start = time.process_time()
-    res = prob.solve("proxal", executor=executor, max_outer=outer, **options)
+    res = prob.solve("proxal", executor=executor, max_outer=outer, inner="admm", **options)
     return time.process_time() - start, int(res.iterations["inner"]), \
         str(res.info.get("client_constraints") or "-")
 
@@ -350,14 +352,14 @@ def step_breakdown(executor: str = "serial", outer: int = 3) -> None:
     serve = proxal_nodes._admm_step.procedure.serve
     object.__setattr__(serve, "form", timed("ProxAL's step form (backends/proxal_nodes.py)", serve.form))
     prob = neyman_pearson(np_data("monks-1"), 5)
-    prob.solve("proxal", max_outer=outer, executor=executor)       # plans built, wrapped
+    prob.solve("proxal", max_outer=outer, executor=executor, inner="admm")       # plans built, wrapped
     empty, start = timed("-", lambda: None), clock()
     for _ in range(20000):
         empty()
     overhead = (clock() - start) / 20000
     spent.clear()
     start = clock()
-    res = prob.solve("proxal", max_outer=outer, executor=executor)
+    res = prob.solve("proxal", max_outer=outer, executor=executor, inner="admm")   # (Algorithm 2's steps)
     total = clock() - start
     steps = int(res.iterations["inner"]) * 5
     calls = sum(n for n, _ in spent.values())

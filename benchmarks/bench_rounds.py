@@ -68,15 +68,16 @@ from benchmarks.common import machine_info  # noqa: E402
 
 ROWS_PER_CLIENT, DIM = 20, 10
 BACKENDS = ("proxal", "cproxal", "dald", "fedadmm", "fedprox", "fedavg", "dp-admm")
-# beside the defaults, on request (--backends): ProxAL with the Newton inner solver, and
-# `backend="auto"` (what `prob.solve()` picks: its choice in the record's "auto")
-OPTIONS = {"proxal-newton": lambda: _proxal_newton(), "auto": lambda: "auto"}
+# beside the defaults, on request (--backends): ProxAL with the Newton inner solver, ProxAL with
+# Algorithm 2 (its default inner "auto" takes Newton steps where they fit: the record's "inner"
+# says which ran), and `backend="auto"` (what `prob.solve()` picks: its choice in the record's "auto")
+OPTIONS = {"proxal-newton": lambda: _proxal("newton"), "proxal-admm": lambda: _proxal("admm"),
+           "auto": lambda: "auto"}
 
 
-def _proxal_newton():
+def _proxal(inner: str):
     from backends.proxal import ProxAL
-    from backends.proxal_newton import NewtonInner
-    return ProxAL(inner=NewtonInner())
+    return ProxAL(inner=inner)
 CLIENTS = (5, 40, 200)
 
 
@@ -292,6 +293,8 @@ def run_case(model: str, n: int, backends: Iterable[str], timeout: float,
                 verified, failed = bool(report.ok), list(report.failed)
                 record.update(distance=float(report.solution_distance),
                               gap=float(report.objective_gap), notes=list(report.notes))
+            if "inner" in result.info:      # (ProxAL's inner solver: "newton" or "admm")
+                record["inner"] = result.info["inner"]["name"]
             if "auto" in result.info:
                 record["auto"] = {"backend": result.info["auto"]["backend"],
                                   "settings": {k: repr(v) for k, v in result.info["auto"]["settings"].items()}}
@@ -323,7 +326,7 @@ def _rounds_cell(r: dict) -> str:
 def _iterations_cell(r: dict) -> str:
     its = r.get("iterations") or {}
     if "outer" in its and "inner" in its and r["backend"] != "dald":
-        return f"{its['outer']} outer × {its['inner']} inner"
+        return f"{its['outer']} outer × {its['inner']} inner" + (f" ({r['inner']})" if "inner" in r else "")
     return ", ".join(f"{v} {k}" for k, v in its.items())
 
 

@@ -8,7 +8,6 @@ from typing import Callable
 
 import numpy as np
 
-from fedmodel.backends.proxal import FAST_PROXAL
 
 
 def neyman_pearson(n_clients: int = 5, threshold: float = 0.2, seed: int = 0,
@@ -62,11 +61,11 @@ MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 # --verify` checks the answer against CVXPY to 1e-3 relative in every measure, the solution's
 # distance included, so the options aim well inside it (measured on neyman-pearson, 5 clients,
 # equilibrated model; distances relative, ∞-norm):
-# - proxal: its defaults (FAST_PROXAL: ε = (1e-5, 1e-4) and the distance test dist_tol = 1e-4):
-#   4.7e-5, 92 round trips (5 outer, 82 ADMM iterations). ε = (1e-6, 1e-7), chosen when (11)
-#   alone stopped (2.9e-5 then; 32 outer, 716 inner), now lands 6.5e-6 away in 101 round trips:
-#   the distance test already asks 1e-4, and the tighter ε1 only adds an outer iteration
-#   (docs/BENCHMARKS.md, branch pxrounds);
+# - proxal: its defaults, passed as none (ProxAL(): Newton steps where they fit, else Algorithm 2
+#   with FAST_PROXAL; an Algorithm 2 option given would pick Algorithm 2, backends/proxal_inner.py).
+#   Algorithm 2 (ε = (1e-5, 1e-4), dist_tol = 1e-4): 4.7e-5, 92 round trips (5 outer, 82 ADMM
+#   iterations); ε = (1e-6, 1e-7), chosen when (11) alone stopped (2.9e-5 then; 32 outer, 716
+#   inner), landed 6.5e-6 away in 101 round trips (docs/BENCHMARKS.md, branch pxrounds);
 # - cproxal: ε = (1e-5, 1e-6): 2.3e-6;
 # - dald on a star: the defaults (adaptive ρ): 822 iterations, 1.1e-4;
 # - dald on any other graph (Fed-DALD-DC): ρ = 0.1, 3000 iterations. With ρ = 1 a 6-ring was
@@ -78,7 +77,7 @@ MODELS: dict[str, Callable] = {"neyman-pearson": neyman_pearson}
 #   BETA_FLOOR): 2ρ² = 0.02 left a ring at its cap and a complete graph "stalled" once the
 #   ball's variable was equilibrated too (compiler/set_scaling.py), and β = 2 was passed here;
 #   with the default, ring 244, complete 396 iterations, verified (β = 2: 227, 391).
-RUN_OPTIONS: dict[str, dict] = {"proxal": dict(FAST_PROXAL),
+RUN_OPTIONS: dict[str, dict] = {"proxal": {},
                                 "cproxal": {"tol": (1e-5, 1e-6)}}
 GRAPH_OPTIONS: dict[str, dict] = {"dald": {"rho": 0.1, "max_iterations": 3000}}
 # auto (the default): the options above for whichever backend it picks

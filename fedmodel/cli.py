@@ -49,6 +49,9 @@ def _run(args: argparse.Namespace) -> int:
                                       f"not on --topology {args.topology}; use --topology star, "
                                       f"or --backend dald (or auto) on a graph") from exc
     print(result)
+    inner = result.info.get("inner")
+    if isinstance(inner, dict):      # ProxAL's subproblem solver: which ran and why (backends/proxal_inner.py)
+        print(f"  inner          {inner['name']}: {inner['reason']}")
     ok = result.status == "converged"
     if args.verify:
         report = fm.verify(result)
@@ -182,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("example", nargs="?", default="neyman-pearson",
                      help="a built-in model (fedmodel examples) or a model file, e.g. examples/ring_lasso.py")
     run.add_argument("--backend", default="auto",
-                     help="auto (default: picked for the model), proxal, cvxpy, dald, …")
+                     help="auto (default: picked for the model), proxal (its subproblems by "
+                     "federated Newton steps where they fit, else Algorithm 2's ADMM), cvxpy, dald, …")
     run.add_argument("--topology", default=None, help="star, path, ring, complete, grid:ROWSxCOLS, "
                      "erdos_renyi:P or random_regular:DEGREE (default: star)")
     run.add_argument("--clients", type=_positive_int("client"), default=5)

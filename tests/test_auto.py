@@ -16,7 +16,7 @@ import pytest
 import fedmodel as fm
 from benchmarks import bench_rounds
 from fedmodel import topologies
-from fedmodel.backends import auto
+from fedmodel.backends import ProxAL, auto, proxal_inner
 from fedmodel.runtime.executor import SerialExecutor
 from tests.conftest import load_data
 
@@ -32,8 +32,9 @@ def trips(result) -> int:
 
 @pytest.fixture
 def no_newton(monkeypatch):
-    """The rules after the Newton pick (a model whose Newton step would not fit the budget)."""
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
+    """The rules after the Newton pick (a model whose Newton step would not fit the budget; the
+    rule ProxAL's default inner reads too)."""
+    monkeypatch.setattr(proxal_inner, "newton_reading", lambda problem, executor=None: (False, "off (the test)"))
 
 
 def _solve(prob, backend=None, **kwargs):
@@ -47,14 +48,14 @@ def test_default_solve_is_auto_and_says_why(capsys):
     prob, w = bench_rounds.ridge(5)
     res = _solve(prob)
     info = res.info["auto"]
-    assert info["backend"] == res.backend == "proxal" and info["settings"] == {"inner": info["settings"]["inner"]}
-    assert isinstance(info["settings"]["inner"], NewtonInner)
+    assert info["backend"] == res.backend == "proxal" and info["settings"] == {} and info["inner"] == "newton"
+    assert res.info["inner"]["name"] == "newton"        # ProxAL's default inner: the same rule
     assert info["reasons"][0].startswith("d = 10, 5 clients: a step's 14 dense d × d matrices fit the dense budget: ProxAL with")
     assert info["round_trip_cost"] == pytest.approx(1e-4)        # the serial executor's hint
     # the very run ProxAL with Newton steps makes, and it verifies, in fewer round trips than
     # Algorithm 2's 24 (31 before proxal.RHO_PERIOD = 3; 27 before configure rode on init)
     plain = _solve(prob, "proxal", inner=NewtonInner())
-    assert trips(res) == trips(plain) <= 12 < trips(_solve(prob, "proxal"))
+    assert trips(res) == trips(plain) <= 12 < trips(_solve(prob, "proxal", inner="admm"))
     np.testing.assert_allclose(res.value(w), plain.value(w), rtol=0, atol=1e-12)
     assert fm.verify(res, _solve(prob, "cvxpy")).ok
     assert str(_solve(prob, "auto").info["auto"]) == str(info)          # by name: the same
@@ -72,10 +73,10 @@ def test_data_reading_constraints_pick_proxal(monkeypatch):
     from fedmodel.builtin_models import neyman_pearson
     prob, _ = neyman_pearson(n_clients=3)
     newton = auto.Auto().choose(prob)
-    assert newton.backend == "proxal" and list(newton.settings) == ["inner"]
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
+    assert newton.backend == "proxal" and newton.settings == {} and newton.inner == "newton"
+    monkeypatch.setattr(proxal_inner, "newton_reading", lambda problem, executor=None: (False, "off (the test)"))
     choice = auto.Auto().choose(prob)
-    assert choice.backend == "proxal" and choice.settings == {}
+    assert choice.backend == "proxal" and choice.settings == {} and choice.inner == "admm"
     assert choice.reasons[0].startswith("constraints that are no simple set (client 'c0': np[c0]")
     traits = auto.describe(prob)
     assert (traits.clients, len(traits.general), traits.sets) == (3, 3, ["server: ball"])
@@ -225,7 +226,8 @@ def test_overrides_reach_the_picked_backend_only():
     prob, _ = bench_rounds.ridge(3)
     overrides = {"proxal": {"max_outer": 1}, "dald": {"rho": 0.1}}
     res = _solve(prob, "auto", overrides=overrides)
-    assert sorted(res.info["auto"]["settings"]) == ["inner", "max_outer"] and res.iterations["outer"] == 1
+    assert res.info["auto"]["settings"] == {"max_outer": 1} and res.iterations["outer"] == 1
+    assert res.info["auto"]["inner"] == res.info["inner"]["name"] == "newton"
 
 
 def test_monks1_picks_proxal():
@@ -236,7 +238,7 @@ def test_monks1_picks_proxal():
     X, y = load_data(proxal_table1.load, "monks-1")
     prob, _, _ = proxal_table1.build(X, y, 5)
     choice = auto.Auto().choose(prob)
-    assert choice.backend == "proxal" and "inner" in choice.settings      # Newton steps: 67 round trips, 382 without
+    assert choice.backend == "proxal" and choice.inner == "newton"      # Newton steps: 67 round trips, 382 without
 
 
 SUITE = [(model, n) for n in (5, 40) for model in ("ridge", "logistic", "logistic-ball", "lasso")]
@@ -270,18 +272,21 @@ def test_newton_steps_only_where_the_hessians_fit(monkeypatch):
     from fedmodel.backends import proxal_newton
     from fedmodel.runtime import solvers
     prob, w = bench_rounds.logistic_ball(5)
-    assert "inner" in auto.Auto().choose(prob).settings
+    assert auto.Auto().choose(prob).inner == "newton"
     dear = auto.Auto().choose(prob, executor=DearSerial())
-    assert "inner" in dear.settings and "round trips dear" in dear.reasons[1]
-    secure = auto.Auto().choose(prob, executor=type("Secure", (DearSerial,), {"sum_only": True})())
-    assert "inner" not in secure.settings and "no Newton steps: secure aggregation" in " ".join(secure.reasons)
+    assert dear.inner == "newton" and dear.settings == {} and "round trips dear" in dear.reasons[1]
+    secure_executor = type("Secure", (DearSerial,), {"sum_only": True})()
+    secure = auto.Auto().choose(prob, executor=secure_executor)
+    assert secure.inner == "admm" and "no Newton steps: secure aggregation" in " ".join(secure.reasons)
+    assert proxal_inner.choose(ProxAL(), prob, secure_executor)[0] is None     # ProxAL's default too
     monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 5 * 10 * 10)    # 14 matrices of d = 10 > 5
     beyond = auto.Auto().choose(prob)
-    assert "inner" not in beyond.settings      # and the reasons say why (newuser12: they did not)
+    assert beyond.inner == "admm"      # and the reasons say why (newuser12: they did not)
     assert beyond.reasons[-1].startswith("no Newton steps: d = 10, 5 clients: a step's 14 dense") \
         and "beyond the dense Newton budget (fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = 500)" in beyond.reasons[-1]
     monkeypatch.undo()
     monkeypatch.setattr(proxal_newton.NewtonInner, "refusal", lambda self, ex: "forced by the test")
     res = _solve(prob)
-    assert res.status == "converged" and "inner" not in res.info["auto"]["settings"]
+    assert res.status == "converged" and res.info["auto"]["inner"] == res.info["inner"]["name"] == "admm"
     assert res.info["auto"]["reasons"][0].startswith("Newton steps refused (forced by the test")
+    assert res.info["inner"]["reason"].startswith("Newton steps refused (forced by the test")

@@ -111,7 +111,7 @@ def test_least_squares_exact_matches_serial():
     """A quadratic merit: "exact" (one Newton step and one refinement on the cached Hessian),
     ragged clients; with the true-residual check (request "merit") at every outer iteration."""
     prob, _ = _least_squares(n=4, sizes=[5, 9, 12, 7])
-    serial, executors = _check_vectorized(prob, lambda: ProxAL(max_outer=4, check_certificate=True), "exact")
+    serial, executors = _check_vectorized(prob, lambda: ProxAL(max_outer=4, check_certificate=True, inner="admm"), "exact")
     assert all(r["true_residual"] is not None for r in serial.history)
     for ex in executors:          # the certificate's check: every client's ∇P_i by one group call
         assert ex.stats[("merit", "batched")] == len(ex.clients) * serial.iterations["outer"]
@@ -141,11 +141,11 @@ def test_groups_with_too_large_hessian_stacks_solve_per_client(monkeypatch, solv
     client (each client's own Newton solve): the same numbers, no batched solve."""
     import fedmodel.runtime.batched_newton as batched_newton
     prob, _ = _least_squares(n=3)
-    serial = prob.solve(ProxAL(max_outer=2), executor="serial")
+    serial = prob.solve(ProxAL(max_outer=2, inner="admm"), executor="serial")
     monkeypatch.setattr(batched_newton, "MAX_HESSIAN_FLOATS", 3 * D_LS ** 2 - 1)
     counts = solve_counts
     ex = BatchedExecutor()
-    assert_same_run(serial, prob.solve(ProxAL(max_outer=2), executor=ex))
+    assert_same_run(serial, prob.solve(ProxAL(max_outer=2, inner="admm"), executor=ex))
     assert ex.stats[("proxal_admm_step", "serial")] == 0 < ex.stats[("proxal_admm_step", "batched")]
     assert counts["batched"] == 0 < counts["own"]
 

@@ -90,7 +90,7 @@ def test_a_parameter_radius_is_read_again_under_newton_steps():
     for radius in (1.0, 0.3):
         r.value = radius
         res = prob.solve()
-        assert "inner" in res.info["auto"]["settings"]     # the Newton pick
+        assert res.info["auto"]["inner"] == res.info["inner"]["name"] == "newton"     # the Newton pick
         # the answer on the sphere ‖w‖ = r: w(μ) = (XᵀX/n + μ I)⁻¹ Xᵀy/n with ‖w(μ)‖ = r
         n = len(y)
         G, g = X.T @ X / n, X.T @ y / n

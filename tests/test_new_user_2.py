@@ -143,7 +143,7 @@ def test_proxal_diverging_over_sets_apart_says_the_model_may_be_infeasible():
         c = prob.add_client(f"c{i}")
         c.minimize(fm.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")))
         c.subject_to(w <= -1 if i == 0 else w >= 1)
-    proxal = fm.backends.ProxAL()
+    proxal = fm.backends.ProxAL(inner="admm")       # (Algorithm 2's residual balancing)
     proxal.checks_sets_meet = False
     with pytest.warns(RuntimeWarning, match="may be infeasible"):
         res = prob.solve(proxal)

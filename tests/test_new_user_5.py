@@ -9,7 +9,7 @@ import pytest
 from scipy.optimize import brentq
 
 import fedmodel as fm
-from fedmodel.backends import auto
+from fedmodel.backends import auto, proxal_inner
 
 
 def _tiny_clients(n: int, rows: int = 3, d: int = 5, radius: float = 1.0):
@@ -50,10 +50,10 @@ def test_auto_at_a_thousand_tiny_clients_picks_proxal(monkeypatch):
     their 1,001 Hessians fit the dense budget, Algorithm 2 beyond it."""
     prob, _, _, _ = _tiny_clients(1000)
     newton = auto.Auto().choose(prob)
-    assert newton.backend == "proxal" and list(newton.settings) == ["inner"]
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
+    assert newton.backend == "proxal" and newton.settings == {} and newton.inner == "newton"
+    monkeypatch.setattr(proxal_inner, "newton_reading", lambda problem, executor=None: (False, "off (the test)"))
     choice = auto.Auto().choose(prob)
-    assert choice.backend == "proxal" and choice.settings == {}
+    assert choice.backend == "proxal" and choice.settings == {} and choice.inner == "admm"
     assert choice.reasons[0].startswith("1000 clients, only simple sets (server: ")
     assert "none held by a client" in choice.reasons[0]
 

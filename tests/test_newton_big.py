@@ -1,14 +1,13 @@
 """Newton steps for many clients (issue 27 item 2): `map_sum` sums the replies as they come, a
 group's summed form adds its members' Hessians one at a time (`hessian_sum`), the dense
 budget counts what a step holds, and the sets the server projects report their multipliers."""
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
 import fedmodel as fm
 from fedmodel.backends import ProxAL
-from fedmodel.backends.auto import Auto, _newton_fits, describe
+from fedmodel.backends.auto import Auto
+from fedmodel.backends.proxal_inner import newton_reading
 from fedmodel.backends.proxal_newton import NewtonInner
 from fedmodel.backends.proxal_newton_model import SERVER_MATRICES, matrices_held
 from fedmodel.runtime import low_rank
@@ -90,11 +89,12 @@ def test_the_budget_counts_a_step_not_the_clients():
     assert matrices_held(200, True) == SERVER_MATRICES and matrices_held(40, False) == SERVER_MATRICES + 40
     for n in (40, 200):
         prob = _wide(n)
-        assert "fit the dense budget" in _newton_fits(prob, describe(prob))
-        assert not _newton_fits(prob, replace(describe(prob), streams_sums=False))
+        fits, why = newton_reading(prob)
+        assert fits and "fit the dense budget" in why
+        assert not newton_reading(prob, _Gathering)[0]
         for executor in (None, "serial", "batched", "auto", SerialExecutor()):
-            assert "inner" in Auto().choose(prob, executor=executor).settings, executor
-        assert "inner" not in Auto().choose(prob, executor=_Gathering).settings
+            assert Auto().choose(prob, executor=executor).inner == "newton", executor
+        assert Auto().choose(prob, executor=_Gathering).inner != "newton"      # (FedADMM: clients hold sets)
 
 
 def test_the_run_time_check_reads_the_executor():

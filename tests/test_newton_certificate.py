@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.backends import proxal_certificate, proxal_outer
+from fedmodel.backends import ProxAL, proxal_certificate, proxal_outer
 
 from test_stillfix import _collinear, raw_power_plant
 
@@ -33,7 +33,7 @@ def test_the_collinear_intercept_model_under_auto_converges_at_its_answer(seed):
     and 6.1e-6 off, 6 round trips (the Newton reading refuses the first stop; β from it)."""
     prob, w, exact = _collinear(seed, 1.0)
     res = _solve(prob)
-    assert res.info["auto"]["settings"]["inner"].__class__.__name__ == "NewtonInner"
+    assert res.info["auto"]["inner"] == res.info["inner"]["name"] == "newton"
     assert res.status == "converged"
     assert np.max(np.abs(res.value(w) - exact)) <= 1e-4 * np.max(np.abs(exact))
     assert np.isfinite(res.history[-1]["newton_distance"])
@@ -49,7 +49,7 @@ def test_the_collinear_intercept_model_under_algorithm_2_converges_at_its_answer
     converged 4.4e-9 / 2.3e-9 off, 54 / 53 round trips (without the Newton point: 4,722–8,638
     round trips to max_iterations)."""
     prob, w, exact = _collinear(seed, 1.0)
-    res = _solve(prob, "proxal")
+    res = _solve(prob, ProxAL(inner="admm"))
     assert res.status == "converged"
     assert np.max(np.abs(res.value(w) - exact)) <= 1e-4 * np.max(np.abs(exact))
     assert res.info["communication"]["by_kind"]["proxal_newton_eval"] == 2     # (refused, then confirmed)

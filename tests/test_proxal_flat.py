@@ -34,9 +34,10 @@ def flat():
     return prob, w, prob.solve("cvxpy")
 
 
-def test_defaults_reach_the_answer_on_a_flat_model(flat):
+@pytest.mark.parametrize("inner", ["auto", "admm"])     # the default (Newton steps here) and Algorithm 2
+def test_defaults_reach_the_answer_on_a_flat_model(flat, inner):
     prob, w, ref = flat
-    res = prob.solve("proxal")
+    res = prob.solve("proxal", inner=inner)
     distance = np.linalg.norm(res.value(w) - ref.value(w)) / np.linalg.norm(ref.value(w))
     assert res.status == "converged"
     assert distance < 2e-4                # (11) alone: "converged" 9.0e-3 away (main at 02f269d)
@@ -51,7 +52,7 @@ def test_a_capped_run_on_a_flat_model_does_not_claim_convergence(flat):
     prob, w, ref = flat
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = prob.solve(ProxAL(max_outer=8))
+        res = prob.solve(ProxAL(max_outer=8, inner="admm"))     # (Algorithm 2's slow steps here)
     assert res.status == "max_iterations"
     assert np.linalg.norm(res.value(w) - ref.value(w)) > 1e-3 * np.linalg.norm(ref.value(w))
 
@@ -133,8 +134,8 @@ def test_an_active_data_constraint_on_a_flat_model_is_solved_not_just_stationary
     assert ref.status == "converged" and max(ref.multipliers.values()) > 0.1      # active
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        stationary = prob.solve(ProxAL(dist_tol=float("inf")))
-        res = prob.solve("proxal")
+        stationary = prob.solve(ProxAL(dist_tol=float("inf"), inner="admm"))     # (Algorithm 2's stops)
+        res = prob.solve("proxal", inner="admm")
     far = fm.verify(stationary, reference=ref)
     assert stationary.status == "converged" and far.solution_distance > 5e-4
     report = fm.verify(res, reference=ref)

@@ -132,7 +132,7 @@ def test_client_balls_go_to_the_server():
     kinds = [m.kind for t in programs["server"].merit_ir.prox_terms for m in (t.members or (t,))]
     assert kinds == ["ball2"] * 3, kinds        # (their intersection, one set)
     assert not any(programs[c.name].constraints for c in prob.clients)
-    assert ProxAL().compile(prob)["server"].merit_ir.prox_terms == []       # Algorithm 2: kept
+    assert ProxAL(inner="admm").compile(prob)["server"].merit_ir.prox_terms == []       # Algorithm 2: kept
 
 
 def test_refusals_are_clear():
@@ -201,7 +201,7 @@ def test_review_cases_start_inside_the_sets_and_auto_keeps_newton_to_convex_mode
     v, bumpy = fm.Variable(2, name="v"), fm.Problem()
     for i in range(2):
         bumpy.add_client().minimize(fm.sum(fm.power(v, 4)) - 2 * fm.sum_squares(v) + 0.3 * fm.sum(v))
-    assert "inner" not in auto.Auto().choose(bumpy).settings
+    assert auto.Auto().choose(bumpy).inner == "admm"
     rng = np.random.default_rng(2)
     u, lasso = fm.Variable(3, name="u"), fm.Problem()
     for _ in range(3):
@@ -210,11 +210,11 @@ def test_review_cases_start_inside_the_sets_and_auto_keeps_newton_to_convex_mode
     lasso.server.minimize(2.0 * fm.norm1(u))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for backend in (ProxAL(), ProxAL(inner=NewtonInner())):
+        for backend in (ProxAL(inner="admm"), ProxAL(inner=NewtonInner())):
             res = lasso.solve(backend)
             assert res.status == "converged" and np.all(res.value(u) == 0) and res.iterations["outer"] <= 5
     kinked = fm.Problem()
     for _ in range(3):
         A, b = rng.standard_normal((8, 3)), rng.standard_normal(8)
         kinked.add_client().minimize(fm.sum_squares(A @ u - b) / 8 + 0.1 * fm.norm2(u))
-    assert "inner" not in auto.Auto().choose(kinked).settings
+    assert auto.Auto().choose(kinked).inner == "admm"

@@ -47,7 +47,7 @@ def test_a_run_stopped_after_its_distance_test_asked_the_nodes_resumes_bit_for_b
     prob, w = _model()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        full = _summary(prob.solve("proxal"), w)
+        full = _summary(prob.solve("proxal", inner="admm"), w)      # (Algorithm 2's distance test)
         # (branch newtoncert: the clients' Hessians now decide the distance here — refused at
         # outer 7, the run goes on from their Newton point, confirmed at outer 8 — and the nodes'
         # curvature memo is not asked: this checks the resume across that refusal)
@@ -60,5 +60,5 @@ def test_a_run_stopped_after_its_distance_test_asked_the_nodes_resumes_bit_for_b
                 if len(seen) == k:
                     raise _Stop
             with pytest.raises(_Stop):
-                prob.solve("proxal", checkpoint=path, checkpoint_every=1, callback=stop)
-            assert _summary(prob.solve("proxal", checkpoint=path, resume=True), w) == full, k
+                prob.solve("proxal", inner="admm", checkpoint=path, checkpoint_every=1, callback=stop)
+            assert _summary(prob.solve("proxal", inner="admm", checkpoint=path, resume=True), w) == full, k

@@ -151,8 +151,10 @@ def test_presets_are_the_documented_ones():
     paper = ProxAL.paper()     # the paper's algorithm is one preset away (issue 13, point 3)
     assert (paper.beta, paper.rho, paper.s_bar, paper.q, paper.adaptive_rho, paper.beta_growth,
             paper.anderson) == (300.0, 0.01, 1e-3, 0.9, False, 1.0, 0)
-    # `fedmodel run`: ProxAL's defaults, FAST_PROXAL (builtin_models)
-    assert backend_options("proxal") == FAST_PROXAL
+    # `fedmodel run`: ProxAL's defaults, given as none (an Algorithm 2 option given would pick
+    # Algorithm 2 over Newton steps: backends/proxal_inner.py), and the paper's inner is pinned
+    assert backend_options("proxal") == {}
+    assert paper.inner is None and ProxAL(**FAST_PROXAL).inner == ProxAL().inner == "auto"
     assert backend_options("dald") == {} and backend_options("dald", "ring")["rho"] == 0.1
 
 

@@ -166,11 +166,11 @@ def test_proxal_runs_the_newton_paths_iterations_and_serial_equals_batched(monke
     """The same outer and ADMM iterations, round trips and answer (to 1e-10) as with the
     Newton path; serial and batched agree to the executors' 1e-12 (tests/test_batched.py)."""
     prob, w = _ls_ball()
-    serial = prob.solve(ProxAL(), executor="serial")
-    batched = prob.solve(ProxAL(), executor=BatchedExecutor())
+    serial = prob.solve(ProxAL(inner="admm"), executor="serial")        # (Algorithm 2's local solves)
+    batched = prob.solve(ProxAL(inner="admm"), executor=BatchedExecutor())
     assert taken[0] > 0
     monkeypatch.setattr(exact_step, "applies", lambda *args: False)
-    newton = prob.solve(ProxAL(), executor="serial")
+    newton = prob.solve(ProxAL(inner="admm"), executor="serial")
     assert serial.status == newton.status == batched.status == "converged"
     assert serial.iterations == newton.iterations == batched.iterations
     assert serial.ledger.round_trips == newton.ledger.round_trips == batched.ledger.round_trips
@@ -222,7 +222,7 @@ def test_few_rows_clients_take_the_one_step_on_every_executor(taken):
         c = prob.add_client(f"c{i}")
         c.minimize(fm.sum_squares(c.data(X) @ w - c.data(rng.normal(size=4))) + 0.1 * fm.sum_squares(w))
     prob.server.subject_to(fm.sum(w) == 1.0)
-    options = dict(max_outer=2)
+    options = dict(max_outer=2, inner="admm")      # (Algorithm 2's local solves)
     serial = prob.solve(ProxAL(**options), executor="serial")
     by_serial, taken[0] = taken[0], 0
     batched = prob.solve(ProxAL(**options), executor=BatchedExecutor())

@@ -9,7 +9,7 @@ import pytest
 
 import fedmodel as fm
 from benchmarks import bench_rounds
-from fedmodel.backends import auto
+from fedmodel.backends import auto, proxal_inner
 from fedmodel.runtime import executor as executors
 from fedmodel.runtime.executor import SerialExecutor, round_trip_estimate
 from fedmodel.runtime.program import compile_programs
@@ -42,7 +42,7 @@ def _forget_measurements(monkeypatch):
 
 def test_a_measured_slow_executor_makes_auto_do_more_local_work(monkeypatch):
     # Algorithm 2's rule (a model beyond the Newton budget): Newton steps are picked at any cost
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")
+    monkeypatch.setattr(proxal_inner, "newton_reading", lambda problem, executor=None: (False, "off (the test)"))
     prob, _ = bench_rounds.logistic_ball(5)
     ex = SlowWire(delay=2.0)
     before = auto.Auto().choose(prob, executor=ex)          # the hint: cheap
@@ -77,7 +77,7 @@ def test_a_fast_probe_is_repeated_and_the_fastest_kept():
 
 
 def test_an_executor_measures_when_a_run_opens_it_and_auto_uses_it(monkeypatch):
-    monkeypatch.setattr(auto, "_newton_fits", lambda problem, traits: "")   # (as above)
+    monkeypatch.setattr(proxal_inner, "newton_reading", lambda problem, executor=None: (False, "off (the test)"))   # (as above)
     prob, _ = bench_rounds.logistic_ball(5)
     ex = SlowWireOnStart(delay=3.0)
     res = prob.solve("proxal", executor=ex, max_outer=1)

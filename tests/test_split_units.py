@@ -87,11 +87,11 @@ def test_in_larger_units_the_same_point_converged():
     off relatively, so the ×1 model is the reference.) Algorithm 2 is named: auto's Newton steps
     meet the budget to 6.8e-6 absolutely at ×1e3, where no absolute test would have failed."""
     prob, w = budget_model(1.0)
-    at_one = prob.solve("proxal")
+    at_one = prob.solve("proxal", inner="admm")
     big, w_big = budget_model(1e3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = big.solve("proxal")
+        res = big.solve("proxal", inner="admm")
     np.testing.assert_allclose(res.value(w_big), at_one.value(w), rtol=1e-6, atol=1e-8)
     assert res.status == "converged", res.info.get("message")
     assert res.certificate.relative_feasibility < 1e-6 < 1e-3 < res.max_violation

@@ -39,7 +39,7 @@ def _count_plans(monkeypatch):
 def test_serial_proxal_step_takes_the_gradient_plan_for_its_certificate(monkeypatch):
     counts = _count_plans(monkeypatch)
     prob, _ = neyman_pearson(3)
-    res = prob.solve("proxal", max_outer=2)
+    res = prob.solve("proxal", max_outer=2, inner="admm")    # (Algorithm 2's ADMM steps)
     steps = 3 * int(res.iterations["inner"])          # client steps (3 clients)
     # (22): one gradient evaluation per client step, by the gradient plan
     assert counts["gradient"] == steps

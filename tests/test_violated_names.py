@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
+from fedmodel.backends import ProxAL
 
 from test_epigraph_units import hinge, pinball
 
@@ -40,7 +41,12 @@ def _server_row(result) -> tuple[str, float]:
     return key, value
 
 
-@pytest.mark.parametrize("backend", ["dald", pytest.param("proxal", marks=pytest.mark.integration)])
+@pytest.mark.parametrize("backend", [
+    "dald", pytest.param(ProxAL(inner="admm"), id="proxal", marks=pytest.mark.integration),
+    # ProxAL's default (Newton steps) ends "diverged" on this infeasible model: no answer claimed,
+    # but no "infeasible" either (branch proxaldefault reports it to the Newton inner's owner)
+    pytest.param("proxal", id="proxal-default", marks=[pytest.mark.integration, pytest.mark.xfail(
+        strict=True, reason="ProxAL's default (Newton steps) says 'diverged' on this infeasible model")])])
 def test_an_affine_set_scaled_per_row_reports_its_own_units(backend):
     """The subspace's violation is max_k |a_k·w − b_k| at the returned point, in its units: ÷scale
     the same number at ×1e-6, 1 and 1e6 (it read 1e5, 0.1, 1e-7 of it: the copy's units)."""
