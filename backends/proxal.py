@@ -288,7 +288,9 @@ class ProxAL(Backend):
             dmu = max(r["dmu"] for r in changes.values())
             dw = max(float(np.max(np.abs(w_next - w), initial=0.0)),
                      max(r["dy"] for r in changes.values()))
-            if watch.check(k + 1, w=w_next, multiplier_change=dmu, certificate=trace[-1]):
+            # (the multipliers' step per unit of β: βc rises with β — ×100 an outer iteration under
+            # Newton steps — on an infeasible model too, which the verdict names, not the watch)
+            if watch.check(k + 1, w=w_next, multiplier_change=dmu / beta, certificate=trace[-1]):
                 status = watch.report(info, penalties_note(rho, rho_start))   # the last finite iterate kept
                 break
             previous, w = w, w_next
