@@ -262,6 +262,7 @@ class ProxAL(Backend):
         # Algorithm 2, or an inner backend's solver (e.g. FedADMM, whose trace holds upper bounds
         # on dist∞(0, ∂ℓ_k) — see FedADMM.solve_subproblem)
         subproblem = self._admm if self.inner is None else self.inner.solve_subproblem
+        proxal_certificate.forget(ex)
         for k in range(len(history), self.max_outer):
             tau = next_tau(self, k, history)                                      # step 2
             omega = 1.0 / ((n + 1) * beta)         # proximal weight of each P_{i,k} (13)–(14)
@@ -288,9 +289,9 @@ class ProxAL(Backend):
             dmu = max(r["dmu"] for r in changes.values())
             dw = max(float(np.max(np.abs(w_next - w), initial=0.0)),
                      max(r["dy"] for r in changes.values()))
-            # (the multipliers' step per unit of β: βc rises with β — ×100 an outer iteration under
-            # Newton steps — on an infeasible model too, which the verdict names, not the watch)
-            if watch.check(k + 1, w=w_next, multiplier_change=dmu / beta, certificate=trace[-1]):
+            # (the multipliers' step at the first β, as cProx-AL's: βc rises with β — ×100 an outer
+            # iteration under Newton steps — on an infeasible model too, which the verdict names)
+            if watch.check(k + 1, w=w_next, multiplier_change=dmu * self.beta / beta, certificate=trace[-1]):
                 status = watch.report(info, penalties_note(rho, rho_start))   # the last finite iterate kept
                 break
             previous, w = w, w_next

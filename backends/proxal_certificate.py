@@ -132,6 +132,13 @@ _RUNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # executor ->
 _LANDINGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # executor -> {"switches", "l1"}
 
 
+def forget(ex) -> None:
+    """A run's start: the readings' memory of the executor's last run is not this run's (one
+    executor may serve many runs — a persistent Ray cluster —: a smooth model's landing settings
+    skipped the next model's kink check, and an ℓ1 of another size crashed its step)."""
+    _RUNS.pop(ex, None)
+    _LANDINGS.pop(ex, None)
+
 def landed(backend, ex, x: np.ndarray, record: dict, target: float) -> bool | None:
     """The reading at x, in the record, checked where its Newton step lands, x_N (under
     NewtonInner; one round trip, booked: the problem's merit φ at μ_{k+1}, β_k, ω = 0, at x_N,

@@ -286,8 +286,8 @@ class NewtonInner:
             reason = self.refusal(ex)
             if reason:
                 self._terms = None
-                raise FedModelError(f"ProxAL(inner=NewtonInner()): {reason}; use the default inner "
-                                    "solver (ProxAL(), Algorithm 2)")
+                raise FedModelError(f"ProxAL(inner=NewtonInner()): {reason}; use inner='admm' "
+                                    "(Algorithm 2; ProxAL()'s default falls back to it)")
         l1 = self._terms[1]
         # from w_k's projection on the server's sets: the certificate reads a set's normal cone
         # only at its points (off the set, bounds read as active cancelled any gradient: no step)
@@ -333,11 +333,11 @@ class NewtonInner:
     def slow_rise_cap(self) -> float:
         """The largest β the outer loop's rise on slow steps may reach (`proxal_outer.next_beta`'s
         contraction rule): `beta_max` where the last subproblem's summed Hessian was positive
-        definite (its reading's curvature > 0: a9a ×1e3 needs 1e12), else `singular_beta_max`:
+        definite (a distance read: a9a ×1e3 needs 1e12), else `singular_beta_max`:
         no β bends a flat direction, and at large β the Newton steps wander along it (NP monks-1
         n = 40: 3e6 → 3e8, two outer iterations of 14–15 steps, 37 of 109 round trips)."""
         found = self.last_reading
-        return self.beta_max if found is not None and found[2]["curvature"] > 0 else self.singular_beta_max
+        return self.beta_max if found is not None and np.isfinite(found[2]["distance"]) else self.singular_beta_max
 
     def add_set_multipliers(self, ex, multipliers: dict) -> None:
         """The run's end (`ProxAL.conclude`): the multipliers of the sets the server projected

@@ -106,8 +106,8 @@ def _picked(res) -> str | None:
     choice = res.info.get("auto")
     if not choice:
         return None
-    inner = choice["settings"].get("inner")
-    return choice["backend"] + (f" + {type(inner).__name__}" if inner is not None else "")
+    inner = choice.get("inner") or res.info.get("inner", {}).get("name")
+    return choice["backend"] + (f" + {inner}" if inner else "")
 
 
 def run(case: str, solver: str, timeout: float, workdir: str) -> dict:
