@@ -45,7 +45,7 @@ from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
 from . import proxal_certificate
-from .proxal_certificate import reading
+from .proxal_certificate import beyond_kinks, reading_past_kinks
 from .proxal_newton_model import MODEL_TOL, TRIALS, matrices_held, model_minimizer, prox_value as _prox_value, server_value
 from .proxal_newton_model import unpack_symmetric, upper as _upper
 from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
@@ -135,10 +135,11 @@ def _trial_values(group: Group, request: dict, z: np.ndarray, Y: np.ndarray, row
     return np.array([at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials]) for r in rows])
 
 
-@procedure("proxal_newton_terms", {}, {"l1": "x", "refusal": "str"}, local=True, read_only=True)
+@procedure("proxal_newton_terms", {}, {"l1": "x", "refusal": "str", "constraints": "1"}, local=True, read_only=True)
 def _terms(program: NodeProgram) -> dict:
     """What the Newton inner needs to know of a node before its first step: its λ‖w‖₁ weights
-    per entry (a model term, no data) and why it cannot take part ("" when it can)."""
+    per entry (a model term, no data), why it cannot take part ("" when it can) and how many
+    constraints its augmented Lagrangian holds (`NewtonInner.jump_cap`)."""
     refusal = ""
     if program.n_private:
         refusal = f"node {program.name!r} has private variables"
@@ -146,7 +147,7 @@ def _terms(program: NodeProgram) -> dict:
                                           for t in program.merit_ir.prox_terms):
         refusal = f"client {program.name!r} has a nonsmooth term other than λ‖w‖₁"
     return {"l1": _l1_weights(program) if program.role == "client" else np.zeros(program.n_shared),
-            "refusal": refusal}
+            "refusal": refusal, "constraints": float(len(program.merit_ir.constraints))}
 
 
 @procedure("proxal_newton_step", {"x": "x", "grad": "x", "hessian": "tri", "l1": "x", "tau": "1", "centers": "x",
@@ -170,10 +171,14 @@ def _server_step(program: NodeProgram, x, grad, hessian, l1, tau, centers=None, 
     H = unpack_symmetric(np.asarray(hessian, float), z.size) + program.hessian(z)
     found = {"distance": np.inf, "curvature": 0.0, "gradient": np.inf}
     if weight is not None and (not certificate > tau or tau in (0.0, np.inf)):
-        found = reading(program, z, G, H, l1, np.asarray(centers, float), float(weight), _l1_remainder)
+        found = reading_past_kinks(program, z, G, H, l1, np.asarray(centers, float), float(weight), _l1_remainder)
     if not np.isfinite(certificate) or certificate <= tau:
         return {"x": z, "certificate": certificate, "decrease": 0.0, **found}
     u = model_minimizer(program, z, G, H, l1, MODEL_TOL * min(tau, certificate))
+    beyond = beyond_kinks(program, z, G, H, u)
+    if beyond is not None:
+        v = model_minimizer(program, z, *beyond, l1, MODEL_TOL * min(tau, certificate))
+        u = v if np.all(np.isfinite(v)) and float(G @ (v - z)) < 0 else u
     h = (lambda v: _prox_value(program, v) + float(l1 @ np.abs(v)))
     return {"x": u, "certificate": certificate, "decrease": float(G @ (u - z)) + h(u) - h(z), **found}
 
@@ -229,6 +234,9 @@ class NewtonInner:
     beta_growth = 100.0
     # β's cap for the rise on slow outer steps where the summed Hessian is singular (`slow_rise_cap`)
     singular_beta_max = 1e7
+    # and for the reading's β jump where a merit holds AL constraints: their gradient carries β × g(w)'s
+    # round-off (house prices, 2,000 rows, sum(w) ≥ 0: β 300 → 3e9, 3.1e-7 against τ 5.9e-8, 49 steps)
+    constrained_beta_max = 1e7
 
     def __init__(self, max_steps: int = 50):
         if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
@@ -252,7 +260,12 @@ class NewtonInner:
         replies = ex.map("proxal_newton_terms", {node: {} for node in ex.nodes})
         found = [r["refusal"] for r in replies.values() if r["refusal"]]
         self._terms = (ex, sum(replies[c]["l1"] for c in ex.clients) if ex.clients else np.zeros(d))
+        self._constrained = any(r["constraints"] for r in replies.values())
         return found[0] if found else ""
+
+    def jump_cap(self) -> float:
+        """β's cap for the distance reading's jump (`proxal_certificate.beta_for`)."""
+        return self.constrained_beta_max if getattr(self, "_constrained", False) else self.beta_max
 
     def _evaluate(self, ex, z: np.ndarray, settings: dict | None = None, direction=None,
                   offsets=None) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
