@@ -209,8 +209,9 @@ class Auto:
             choice = self._pick("proxal", {}, cost, [
                 f"{why}: ProxAL with its subproblems by federated Newton steps (its default "
                 "inner='auto'; each client sends its merit's gradient and Hessian a round "
-                "trip) takes the fewest round trips and the least CPU (bench_rounds: 9–16 round "
-                "trips on the ridge, logistic, ball and lasso rows, 67 on NP monks-1)", trip])
+                "trip) takes the fewest round trips and the least CPU (bench_rounds: 7–13 round "
+                "trips on the ridge, logistic, ball and lasso rows, 64 / 82 on NP monks-1 at n = "
+                "5 / 40)", trip])
             choice.inner = "newton"
             return choice
         declined = [f"no Newton steps: {why}"]      # (said in the reasons)
