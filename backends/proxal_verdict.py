@@ -14,9 +14,9 @@ STALL_OUTER = 3       # outer iterations at β_max with a flat violation: infeas
 UNBOUNDED_OUTER = 5   # outer iterations of equal objective decrease and step: unbounded
 RUNAWAY_OUTER = 6     # outer iterations of outward steps that the distance read does not explain: no minimizer
 FLAT = 1e-3          # (`runaway` without readings) the objective's fall, relative, over its window
-RUNAWAY = ("the iterates kept moving outward (‖w‖ growing) while the objective kept decreasing along a "
-           "direction the answer recedes in: the objective has no minimizer (separable data, a loss with no "
-           "ridge?) — add a ridge (λ‖w‖²) or a bound on w")      # ("diverged": `runaway`, proxal_outer's message)
+RUNAWAY = ("the iterates kept moving outward (‖w‖ growing) while the objective kept decreasing and "
+           "its Hessian went singular to round-off: the objective has no minimizer (separable data, a "
+           "loss with no ridge?) — add a ridge (λ‖w‖²) or a bound on w")      # ("diverged": `runaway`, proxal_outer's message)
 
 # β's cap on a violation that does not fall, on a model known to have a point (`beta_cap`), over beta_max:
 # cProx-AL on a ridge λ‖w‖² against w0 + w1 = 2 (its multiplier ~2λ) needed β ≈ 1e8 at λ = 1e7 and
@@ -44,6 +44,7 @@ def slow_rise_cap(backend, history: list[dict]) -> float:
     if inner_cap is None or _outward(history, getattr(backend, "eps2", 0.0)) is not None:
         return backend.beta_max
     return min(backend.beta_max, inner_cap())
+
 
 def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, eps2: float,
             feasible: bool = False) -> str | None:
@@ -137,7 +138,7 @@ def hints(backend, history: list[dict], info: dict, status: str | None) -> str |
     """`status` as it is, with what a user should know (info and a RuntimeWarning) under Newton
     steps: at "converged" without a distance reading (`proxal_certificate.reading`: a Hessian
     singular to round-off), the flat directions (info["flat"]; the dummy trap with a ridge of
-    1e-14 of its loss, 1.9e-15 of the largest curvature: the point along the trap is round-off);
+    1e-14 of its loss, 1.9e-15 of the largest curvature);
     at the last outer iteration, iterates that went outward while the objective fell
     (`_outward`, info["no_minimizer"]: MNIST 3 v 7, 200 rows, no ridge, ‖w‖ 133 → 1,455 in 100
     outer iterations with no reading, which `runaway` cannot tell from a slow approach)."""
