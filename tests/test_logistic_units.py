@@ -12,7 +12,6 @@ import warnings
 import numpy as np
 import pytest
 
-import fedmodel as fm
 from fedmodel.backends import ProxAL
 from fedmodel.compiler.scaling import equilibrate
 
