@@ -76,3 +76,21 @@ def test_balls_apart_end_infeasible_naming_them():
     assert res.iterations["outer"] <= 6
     assert len(res.info["violated"]) == desc["n"]
     assert min(res.info["violated"].values()) > 1.0
+
+
+def test_a_violation_unsolved_subproblems_sent_up_is_not_infeasibility():
+    """NP monks-1 n = 40 under Algorithm 2 (feasible: CVXPY solves it) ended "infeasible": at β_max
+    its subproblems went unsolved (certificate 327 against τ 4e-7) and the violation rose 1e-7 →
+    2e-3 in two outer iterations. Such a rise is not read as infeasibility; a violation that stays,
+    solved or not (balls apart), still is."""
+    from fedmodel.backends.proxal_verdict import verdict
+
+    def records(violations, certificate):
+        return [{"violation": v, "beta": 1e6, "certificate": certificate, "tau": 4e-7,
+                 "objective": 1.44, "multiplier_change": 1e6 * v, "primal_change": 1e-3} for v in violations]
+    rising = records([1e-7, 9e-8, 6e-8, 1.3e-7, 3.6e-5, 2.2e-3], certificate=327.0)
+    assert verdict(rising, 4.0, 1e6, 1e-5, 1e-4) != "infeasible"
+    staying = records([477.0] * 6, certificate=327.0)
+    assert verdict(staying, 4.0, 1e6, 1e-5, 1e-4) == "infeasible"
+    solved_rise = records([1e-7, 9e-8, 6e-8, 1.3e-7, 3.6e-5, 2.2e-3], certificate=1e-8)
+    assert verdict(solved_rise, 4.0, 1e6, 1e-5, 1e-4) == "infeasible"
