@@ -83,12 +83,19 @@ def name_of(inner: Any) -> str:
     return "admm" if inner is None else "newton" if isinstance(inner, NewtonInner) else type(inner).__name__
 
 
-def streams_sums(executor: Any) -> bool:
-    """`Executor.streams_sums` of `executor` (an instance, a class, a registered name; None: the
-    default executor, serial or batched), read before the run: the class's, not started."""
+def declared(executor: Any, flag: str) -> bool:
+    """An executor's flag (`streams_sums`, `sum_only`) read before the run, from an instance, a
+    class or a registered name (None: the default executor, serial or batched); a class's
+    property — FlowerExecutor's `sum_only`, set per instance — reads as its default, False."""
     if isinstance(executor, str) or executor is None:
         executor = registry.lookup("executor", executor or "serial")
-    return bool(getattr(executor, "streams_sums", False))
+    value = getattr(executor, flag, False)
+    return False if isinstance(value, property) else bool(value)
+
+
+def streams_sums(executor: Any) -> bool:
+    """`Executor.streams_sums` of `executor` (`declared`)."""
+    return declared(executor, "streams_sums")
 
 
 def newton_reading(problem, executor: Any = None) -> tuple[bool, str]:
@@ -109,7 +116,7 @@ def newton_reading(problem, executor: Any = None) -> tuple[bool, str]:
         return False, (f"d = {d}, {n} clients: a step's {held} dense d × d matrices "
                        f"({held * d * d:.3g} floats) are beyond the dense Newton budget "
                        f"(fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = {solvers.DENSE_NEWTON_FLOATS:.3g})")
-    if getattr(executor, "sum_only", False):       # SecAgg+: entries within ±8, quantized
+    if declared(executor, "sum_only"):       # SecAgg+: entries within ±8, quantized
         return False, "secure aggregation (its sums bound and quantize each entry; not measured with Hessians)"
     return True, f"d = {d}, {n} clients: a step's {held} dense d × d matrices fit the dense budget"
 
