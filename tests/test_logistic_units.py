@@ -43,22 +43,24 @@ def test_negated_data_takes_the_column_scales_of_the_data():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("backend", ["proxal", "fedadmm"])
+@pytest.mark.parametrize("backend", ["proxal-admm", "fedadmm", "proxal"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_logistic_on_columns_of_many_units_converges(seed, backend):
     """Converged, ≤ 1e-5 from CVXPY (max entry, relative), and the twin's run: iterations
-    within 1.5× and units∘w its answer to 1e-6. Before: max_iterations, 1.0 off."""
+    within 1.5× and units∘w its answer to 1e-6. Before: max_iterations, 1.0 off.
+    ProxAL's default (Newton steps) stops within its distance tolerance 1e-4, not at 1e-5:
+    measured 1.1e-6 / 8.8e-6 off CVXPY and 2.7e-8 / 1.2e-5 from its twin at seeds 1 / 2."""
     warnings.simplefilter("ignore")
     prob, w, units = logistic_model(seed)
     ref = prob.solve("cvxpy").value(w)
-    # (ProxAL's Algorithm 2: its default inner, Newton steps, lands 1.1e-5 off at seed 2, docs/BENCHMARKS.md)
-    backend = ProxAL(inner="admm") if backend == "proxal" else backend
+    tol, twin_tol = (1e-4, 1e-4) if backend == "proxal" else (1e-5, 1e-6)
+    backend = {"proxal-admm": ProxAL(inner="admm"), "proxal": ProxAL()}.get(backend, backend)
     res = prob.solve(backend)
     assert res.status == "converged"
-    assert np.max(np.abs(res.value(w) - ref)) <= 1e-5 * np.max(np.abs(ref))
+    assert np.max(np.abs(res.value(w) - ref)) <= tol * np.max(np.abs(ref))
     twin_prob, twin_w, _ = logistic_model(seed, unit_scaled=True)
     twin = twin_prob.solve(backend)
     trips = res.info["communication"]["round_trips"]
     assert trips <= 1.5 * twin.info["communication"]["round_trips"]
     got, want = units * res.value(w), twin.value(twin_w)
-    assert np.max(np.abs(got - want)) <= 1e-6 * np.max(np.abs(want))
+    assert np.max(np.abs(got - want)) <= twin_tol * np.max(np.abs(want))
