@@ -22,6 +22,7 @@ from fedmodel.runtime.auto_executor import DefaultExecutor
 from fedmodel.runtime.blas import run_blas_threads
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.executor import open_executor
+from fedmodel.runtime.ledger import Ledger
 from fedmodel.runtime.own_constraints import own_feasibility
 from fedmodel.runtime.program import compile_programs
 from .common import FRAMEWORK, gather_values, running
@@ -360,6 +361,8 @@ def finish_result(problem, backend_name: str, outcome: Outcome | dict[str, Any],
         _judge_steady_descent(outcome)
     if outcome.ledger is not None:      # round trips, floats and bytes per client (the ledger's)
         outcome.info["communication"] = outcome.ledger.summary([c.name for c in problem.clients])
+    else:       # no message sent (a centralized solve, a verdict before the run): `res.ledger`
+        outcome.ledger = Ledger()      # reads 0 round trips (newuser13), no communication line
     result = Result(status=outcome.status, values=values, objective=objective,
                     max_violation=violation, backend=backend_name,
                     iterations=outcome.iterations, multipliers=outcome.multipliers,

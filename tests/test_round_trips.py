@@ -356,3 +356,15 @@ def test_flower_counts_as_serial():
     assert serial.info["communication"]["round_trips"] == 3
     # Flower's own count of its batches adds the build, the local reports and the gathering
     assert trips > 3
+
+
+def test_a_result_without_messages_has_an_empty_ledger():
+    """res.ledger.round_trips reads 0, not AttributeError on None, for the centralized solve and
+    for a verdict decided before the run (newuser13: a user tabulating round trips crashed)."""
+    prob, w = _least_squares(n=2)
+    assert prob.solve("cvxpy").ledger.round_trips == 0
+    prob.clients[0].subject_to(fm.norm2(w) <= 1)
+    prob.server.subject_to(w[0] >= 2)           # sets apart: "infeasible" before any message
+    for backend in ("proxal", "fedadmm"):
+        res = prob.solve(backend)
+        assert res.status == "infeasible" and res.ledger.round_trips == 0
