@@ -31,6 +31,18 @@ from .reports import Reports
 # branch daldstall2): MG's NP models CVXPY solves (the multipliers' step ∝ k^-0.45) were "stalled"
 # at 10 (7 runs) and 30 (1); 50 was the least that called none of them; 100 for a margin
 STALL_HORIZON = 100.0
+# the stall rule's third test: the reported violation falling by this fraction over the last
+# window (its least-squares trend in log scale) is progress (`_stall`)
+VIOLATION_PROGRESS = 1e-3
+
+
+def _log_trend(values: Sequence[float]) -> float:
+    """The change of log(values) across the series by its least-squares line (positive values).
+
+    >>> round(_log_trend([1.0, 0.9, 0.81]), 3)
+    -0.211
+    """
+    return float(np.polyfit(np.arange(len(values)), np.log(values), 1)[0] * (len(values) - 1))
 
 
 class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
@@ -232,6 +244,13 @@ class DALD(Reports, FedDALDCC, FedDALDDC, Backend):
         if not reported or min(reported) <= floor:
             return None
         settled = max(h["dual_residual"] for h in history[-W:]) <= 1e-3 * recent
+        # iterates still moving with the violation's trend over the last window falling is
+        # progress, however slow: a multiplier that must grow large (wine's client bands
+        # mean(X_i w) ≥ 10 and ≤ 0, ‖w*‖ 75) climbs at β·violation a step — the signature above —
+        # while the violation wobbles down ~1 % a window: "stalled", "may be infeasible" at step
+        # 41 (newuser13; CVXPY solves it). An infeasible run's iterates settle
+        if not settled and len(reported) > 1 and _log_trend(reported) < -VIOLATION_PROGRESS:
+            return None
         infeasible = settled and self.solver not in ("gd", "prox-grad") and not getattr(self, "_has_point", False)
         return Status.INFEASIBLE if infeasible else Status.STALLED
 
