@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fedmodel.backends.dald import DALD
-from fedmodel.backends.dald.backend import STALL_HORIZON
+from fedmodel.backends.dald.stall import STALL_HORIZON
 from test_dald_stall_feasible import _first_verdict, _records   # (violation: the multipliers' step)
 
 
