@@ -158,7 +158,7 @@ class Group(HeldRows):
         if held:        # rounds of the rest's solver, held constraints' multipliers between
             chosen = self._held_rest(rows) if len(rows) >= self.HELD_ROWS else None
         if chosen in ("exact", "newton") and stack_fits(len(rows), self.n_x + self.n_y) and \
-                not low_rank.applies(self.programs[0]):     # (few data rows: each its Woodbury solve)
+                not any(low_rank.applies(self.programs[r]) for r in rows):   # (few rows: Woodbury, each)
             weight = np.broadcast_to(np.asarray(weight, float).reshape(-1, 1) if np.ndim(weight) == 1
                                      else np.asarray(weight, float), (len(rows), self.n_x))
             if held:
