@@ -71,7 +71,12 @@ paper's exact setting (`PAPER_PROXAL`). Options beyond the paper:
   the clients' residuals; each client mixes its own (u_i, λ_i/ρ_i). (22) bounds ‖∇ℓ_k(w)‖∞ for
   ANY client states (u_i, λ_i) as long as the server's (18) used ũ_i = u_i + λ_i/ρ_i of the same
   states, so the mixed iterates keep (23) sound; restarts and a fall-back to plain ADMM keep the
-  iteration convergent.
+  iteration convergent. A run whose certificate stalled (`_stalled`) without ever halving
+  (`went_nowhere`) also falls back, for the rest of that run: residual balancing's ρ_i changes
+  every RHO_PERIOD-th step each restart the mixer's memory and its growth test with it, and
+  mixed so, a run can cycle (constrained_model(0, ball=True): 513 → ~1e3 over 100 iterations,
+  every other outer iteration, β 300 → 7.7e4, then "diverged" 0.53 from CVXPY; plain ADMM
+  from there: 6e-4 ≤ τ 1e-3 in 55 more, converged 2.5e-7 off in 3 outer iterations).
 - `inner`: step 3's solver. "auto" (the default, backends/proxal_inner.py): federated Newton
   steps where they fit, Algorithm 2 otherwise or where an Algorithm 2 option (rho, anderson, q,
   max_inner, local_solver, …) is given; `res.info["inner"]` says which ran and why. "admm" or
@@ -341,7 +346,7 @@ class ProxAL(Backend):
         mixer = ServerMixer(self.anderson) if self.anderson else None
         mix, restart = np.zeros(0), False
         w = w_start
-        certificate, trace = np.inf, []
+        certificate, trace, plain = np.inf, [], 0
         # with a capped tolerance the clients solve (19) to ε_{t+1}/n (module docstring)
         split = max(len(clients), 1) if np.isfinite(self.local_tol_cap) else 1
         for t in range(self.max_inner):
@@ -373,10 +378,15 @@ class ProxAL(Backend):
                 break
             if not np.isfinite(certificate):      # blown up: the outer DivergenceWatch reports it
                 break
+            # a mixed run that stalled where it started (`went_nowhere`) goes on as plain ADMM, its
+            # states unmixed from here (`anderson=m` in the module docstring); `_stalled` then
+            # judges the plain part alone
+            if mixer and certificate > tau and _stalled(trace, self.inner_stall) and went_nowhere(trace):
+                mixer, plain = None, len(trace)
             if mixer and certificate > tau:   # the clients' next states, mixed (backends/anderson.py)
                 products = sum(r["products"] for r in replies.values())
                 mix, restart, u_tilde = mixer.step(u_tilde, products, changed=new_rho != rho)
             rho = new_rho
-            if certificate <= tau or _stalled(trace, self.inner_stall):             # (23)
+            if certificate <= tau or _stalled(trace[plain:], self.inner_stall):     # (23)
                 break
         return w, trace, rho

@@ -38,7 +38,7 @@ from fedmodel.constraints import Equality
 from fedmodel.runtime import solvers
 from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
-from .proxal_newton_model import matrices_held
+from .proxal_newton_model import matrices_held, unpack_symmetric
 
 NOISE = 1e-14       # least eigenvalue at most this × the largest (or ROUNDOFF·d ×: the summed
 ROUNDOFF = 8 * np.finfo(float).eps   # Hessian's and eigvalsh's round-off) singular, no reading
@@ -155,6 +155,28 @@ def beyond_kinks(program: NodeProgram, z: np.ndarray, G: np.ndarray, H: np.ndarr
     return G - g_here + g_there + there @ (z - u), H - here + there
 
 
+def across_client_kinks(ex, z: np.ndarray, grad: np.ndarray, hessian: np.ndarray, trial: np.ndarray,
+                        found: tuple, l1: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """`beyond_kinks` for the clients' merits, from a full step's reply (`NewtonInner._line_search`):
+    where the clients' summed curvature along the step d = trial − z at least doubled there (a
+    client's AL inequality, pos(·)² or huber switching on: `switches`), the model's step from
+    z with their branch at the trial point extended to z (gradient g(u) + H(u)(z − u), Hessian
+    H(u)), and its decrease along the true gradient (`grad` at z; < 0, else None). No round
+    trip: u's gradient and Hessian came with its value (`found`). Read at a feasible z the
+    model ignores the constraint: the full step goes past the kink and fails, and the shorter
+    steps creep up to it (house prices, 2,000 rows, the budget on a client: max_iterations
+    0.16 off after 632 round trips, as housefix measured it on the server)."""
+    d, size = trial - z, z.size
+    here, there = unpack_symmetric(np.asarray(hessian, float), size), unpack_symmetric(np.asarray(found[2], float), size)
+    if not float(d @ (there - here) @ d) > max(float(d @ here @ d), 0.0) or not _run(ex)["switches"]:
+        return None
+    branch = np.asarray(found[1], float) + there @ (z - trial)
+    step = ex.call("server", "proxal_newton_step", x=z, grad=branch, hessian=found[2], l1=l1, tau=0.0)
+    v = np.asarray(step["x"], float)
+    decrease = float(step["decrease"]) - float((branch - np.asarray(grad, float)) @ (v - z))   # (h's part as it was)
+    return (v, decrease) if np.all(np.isfinite(v)) and decrease < 0 and not np.array_equal(v, z) else None
+
+
 def _switches_on_server(program: NodeProgram) -> bool:
     """`switches` of the server's merit, cached on its program."""
     found = getattr(program, "_newton_switches", None)
@@ -178,6 +200,19 @@ def forget(ex) -> None:
     _RUNS.pop(ex, None)
     _LANDINGS.pop(ex, None)
 
+
+def _run(ex) -> dict:
+    """This run's {"switches": a node's merit can switch its curvature (`switches`), "l1": the
+    clients' ℓ1 weights summed}, asked once a run (local procedures, no data)."""
+    run = _LANDINGS.setdefault(ex, {})
+    if not run:
+        run["switches"] = any(r["switches"] for r in ex.map("proxal_newton_switches",
+                                                           {node: {} for node in ex.nodes}).values())
+        terms = ex.map("proxal_newton_terms", {node: {} for node in ex.nodes})
+        run["l1"] = sum(terms[c]["l1"] for c in ex.clients)
+    return run
+
+
 def landed(backend, ex, x: np.ndarray, record: dict, target: float) -> bool | None:
     """The reading at x, in the record, checked where its Newton step lands, x_N (under
     NewtonInner; one round trip, booked: the problem's merit φ at μ_{k+1}, β_k, ω = 0, at x_N,
@@ -198,12 +233,7 @@ def landed(backend, ex, x: np.ndarray, record: dict, target: float) -> bool | No
     found = reader(ex, x) if callable(reader) else None
     if found is None or "landing" not in found or not getattr(ex, "clients", None) or ex.lost:
         return None
-    run = _LANDINGS.setdefault(ex, {})
-    if not run:
-        run["switches"] = any(r["switches"] for r in ex.map("proxal_newton_switches",
-                                                           {node: {} for node in ex.nodes}).values())
-        terms = ex.map("proxal_newton_terms", {node: {} for node in ex.nodes})
-        run["l1"] = sum(terms[c]["l1"] for c in ex.clients)
+    run = _run(ex)
     met = record["newton_distance"] <= target
     mu, distance = record.get("newton_curvature", 0.0), record["newton_distance"]
     crawls = not met and np.isfinite(distance) and mu > 0 and record.get("multiplier_change", 0.0) == 0 \
@@ -220,10 +250,15 @@ def landed(backend, ex, x: np.ndarray, record: dict, target: float) -> bool | No
     there = ex.call("server", "proxal_newton_step", x=point, grad=total["grad"], hessian=total["hessian"],
                     l1=run["l1"], tau=np.inf, centers=np.zeros(x.size), weight=0.0)
     record["newton_landed"] = float(there["distance"])
-    # (with the multipliers moved, x_N's reading is of the merit at μ_{k+1} and x's at μ_k: their
-    # minimizers differ by the multipliers' step — NP seed 2 of bench_verdicts: 9.1e-5 at x_N,
-    # 2.3e-6 at x, verified 6.6e-8 off — so there only a curvature that fell refuses)
-    if met and (there["distance"] <= target or record.get("multiplier_change", 0.0) > 0
+    # (with the multipliers moved, x_N's reading is of the merit at μ_{k+1}, whose minimizer is
+    # where the next outer iteration goes, and x's at μ_k: ‖x − z_{k+1}‖ ≤ the two readings'
+    # sum, held to the promise 2·target = dist_tol·‖w‖ itself. Not waved through as before:
+    # Huber + halfspace, d = 1, said "converged" 8.9e-4 off with 9.6e-8 at x_N — the
+    # multipliers' error — against 5.4e-9, 9.5e-13 at x. Not x_N's alone against the target
+    # either: bench_verdicts' NP seed 2, 9.1e-5 at x_N against 8.6e-5 and 2.3e-6 at x, 4.7e-5
+    # off, took 5 more round trips)
+    moved = record.get("multiplier_change", 0.0) > 0
+    if met and (there["distance"] <= target or moved and distance + there["distance"] <= 2.0 * target
                 and not there["curvature"] < 0.5 * mu):
         return True
     if met:

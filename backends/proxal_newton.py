@@ -32,7 +32,6 @@ clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off w
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from fedmodel.errors import FedModelError
@@ -45,9 +44,9 @@ from fedmodel.runtime.ledger import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
 from . import proxal_certificate
-from .proxal_certificate import beyond_kinks, reading_past_kinks
-from .proxal_newton_model import MODEL_TOL, TRIALS, matrices_held, model_minimizer, prox_value as _prox_value, server_value
-from .proxal_newton_model import unpack_symmetric, upper as _upper
+from .proxal_certificate import across_client_kinks, beyond_kinks, reading_past_kinks
+from .proxal_newton_model import (MODEL_TOL, TRIALS, matrices_held, model_minimizer, prox_value as _prox_value,
+                                  server_value, unpack_symmetric, upper as _upper)
 from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
@@ -320,7 +319,7 @@ class NewtonInner:
             # the shorter steps' values ride along unless the last full step decreased ℓ as its
             # quadratic model predicted (Newton's fast phase: the next full step then passes)
             trials = not full or abs(full - 1.0) > CONFIDENT
-            found = self._line_search(ex, z, value, direction, decrease, step["certificate"], l1, trials)
+            found = self._line_search(ex, z, value, grad, hessian, direction, decrease, step["certificate"], l1, trials)
             if found is None:
                 break
             full = found[0]
@@ -339,9 +338,7 @@ class NewtonInner:
         """The distance reading of the last subproblem on `ex` (`proxal_certificate`) when it
         ended at x: {"distance", "curvature", "gradient"} (distance ∞: none at x), else None."""
         found = self.last_reading
-        if found is None or found[0] is not ex or not np.array_equal(found[1], x):
-            return None
-        return found[2]
+        return None if found is None or found[0] is not ex or not np.array_equal(found[1], x) else found[2]
 
     def slow_rise_cap(self) -> float:
         """The largest β the outer loop's rise on slow steps may reach (`proxal_outer.next_beta`'s
@@ -361,7 +358,7 @@ class NewtonInner:
                                        l1=self._terms[1])["multipliers"])
         self._last = self._terms = self.last_reading = None    # (the run's executor and programs not kept past it)
 
-    def _line_search(self, ex, z, value, direction, decrease, certificate, l1, trials: bool = True):
+    def _line_search(self, ex, z, value, grad, hessian, direction, decrease, certificate, l1, trials=True):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,
         gradient, Hessian) with the values at the TRIALS shorter steps 2^-j in the same message
         (`trials`; without them a failed full step costs a round trip more, at 1/2 with its
@@ -370,7 +367,8 @@ class NewtonInner:
         Returns (the full step's decrease over its model's Δ/2, None where a shorter step was
         taken; the accepted z, value, gradient, Hessian), or None. A full step within round-off
         of ℓ_k(z) is accepted when its certificate is smaller (near the answer the values'
-        differences drown in round-off)."""
+        differences drown in round-off). A failed full step across a client's kink: first their
+        branch's step (`across_client_kinks`, from z's `grad` and `hessian`)."""
         t, shorter = 1.0, 0.5 ** np.arange(1, TRIALS + 1)
         for _ in range(MAX_HALVINGS + (not trials)):
             trial = z + t * direction
@@ -385,6 +383,9 @@ class NewtonInner:
                                 l1=l1, tau=np.inf)["certificate"]
                 if again < certificate:
                     return (full, trial, *found[:3])
+            far = across_client_kinks(ex, z, grad, hessian, trial, found, l1) if t == 1.0 else None
+            if far is not None and (there := self._evaluate(ex, far[0]))[0] <= value + ARMIJO * far[1]:
+                return (None, far[0], *there[:3])
             if not found[3].size:       # (none asked: the next message asks them, from 1/2)
                 t = 0.5
                 continue
