@@ -102,3 +102,45 @@ def test_wine_balls_at_1e_6_every_backend_lands_and_verify_names_the_reference()
         elif not report.ok:     # CVXPY's absolute tolerances at ×1e-6: it must be named
             assert "the reference is the likely one off" in " ".join(report.notes)
     assert np.linalg.norm(answers[1e-6] - answers[1.0]) <= 1e-6 * np.linalg.norm(answers[1.0])
+
+
+BALLS_MODEL = '''
+import numpy as np
+import fedmodel as fm
+
+def make_problem(n_clients):
+    rng = np.random.default_rng(0)
+    X = np.hstack([np.ones((40 * n_clients, 1)), rng.normal(size=(40 * n_clients, 3))])
+    y = 3.0 + X[:, 1:] @ np.array([1.0, -0.5, 0.2]) + 0.1 * rng.normal(size=len(X))
+    w = fm.Variable(4, name="w")
+    prob = fm.Problem("balls")
+    for p in np.array_split(np.arange(len(X)), n_clients):
+        c = prob.add_client()
+        c.minimize(0.5 * fm.sum_squares(c.data(X[p]) @ w - c.data(y[p])) / len(X))
+        c.subject_to(fm.norm2(w) <= 2.0)
+    prob.server.subject_to(w[1] >= 0.0)
+    prob.server.minimize(1e-3 * fm.sum_squares(w))
+    return prob
+'''
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox"])
+def test_cli_runs_fedavg_on_balls_and_bounds_it_projects(tmp_path, capsys, name):
+    """`fedmodel run --backend fedavg` refused every constrained model ("no server step for
+    global constraints"), though its server step projects the server's sets and the clients'
+    data-free balls and bounds — `prob.solve("fedavg")` verifies on such models (newuser13:
+    client balls, server boxes and halfspaces, per-client bounds). It now runs them."""
+    from fedmodel import cli
+    path = tmp_path / "balls.py"
+    path.write_text(BALLS_MODEL)
+    code = cli.main(["run", str(path), "--backend", name, "--verify"])
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    assert "verdict (rtol 0.001): OK" in out.out
+
+
+def test_cli_still_refuses_fedavg_where_a_client_constraint_reads_its_data(capsys):
+    from fedmodel import cli
+    code = cli.main(["run", "--backend", "fedavg", "--verify"])     # Neyman-Pearson: data-reading
+    err = capsys.readouterr().err
+    assert code == 2 and "reads the client's data" in err and "--backend proxal" in err
