@@ -79,6 +79,7 @@ def _verify(result: Result, reference: Result | None, rtol: float, notes: list[s
     where: dict[str, str] = {}
     gap, distance = float("nan"), float("nan")
     answered = reference is not None and reference.status == "converged"
+    reference_off = 0.0     # the reference's own worst relative KKT measure, where beyond rtol
     if reference is not None and not answered:
         said = reference.info.get("cvxpy_status")
         notes.append(f"the reference ended {reference.status!r}" + (f" ({said})" if said else ""))
@@ -90,6 +91,7 @@ def _verify(result: Result, reference: Result | None, rtol: float, notes: list[s
                         reference_certificate.relative_feasibility,
                         reference_certificate.relative_complementarity)
             if not worst <= rtol:   # CVXPY's tolerances are absolute: data far from unit scale
+                reference_off = worst
                 notes.append(f"the reference itself fails its KKT check ({worst:.2g} relative): "
                              f"the {reference.backend} answer may be inaccurate, so the gap and "
                              "distance measure against an inexact point")
@@ -117,8 +119,19 @@ def _verify(result: Result, reference: Result | None, rtol: float, notes: list[s
         ok = _same_verdict(result, reference, notes, certificate, rtol)
         if not ok:
             failed.insert(0, "status")
-    if failed == ["solution distance"]:
-        kkt = max([measures[m] for m in KKT_MEASURES if m in measures], default=0.0)
+    kkt = max([measures[m] for m in KKT_MEASURES if m in measures], default=0.0)
+    if failed and set(failed) <= {"solution distance", "objective gap"} and reference_off and kkt <= rtol:
+        # the yardstick is the inexact one: CVXPY at data ×1e-6 with client balls (newuser13)
+        # stopped 8e-3 off, its KKT 6e-3, where every federated answer was 1e-6 off, its KKT
+        # 1e-9. Still NOT OK (a point that passes its KKT check can lie off on a flat
+        # direction), but the report says which side failed its own check.
+        notes.append(f"the {' and '.join(failed)} fail{'s' if len(failed) == 1 else ''} against a "
+                     f"reference that fails its own KKT check ({reference_off:.2g} relative) while "
+                     f"this result passes its own ({kkt:.2g}): the reference is the likely one off; "
+                     "confirm with a reference that passes its KKT check (fm.verify(result, "
+                     "reference=...), e.g. the same model solved in better-scaled units, or "
+                     "another backend's converged answer)")
+    elif failed == ["solution distance"]:
         if distance > FAR * max(kkt, rtol):
             notes.append("the objective and the KKT conditions agree with the reference and only "
                          f"the point differs ({distance:.2g}, {distance / max(kkt, rtol):.0f}× the "
