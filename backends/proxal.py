@@ -249,7 +249,9 @@ class ProxAL(Backend):
         rho = rho_start = client_rhos(ex, self.rho, self.rho_rule)
         watch = DivergenceWatch("ProxAL", DIVERGENCE_HINT)
         history, total_inner, status = [], 0, Status.MAX_ITERATIONS
-        beta, last_change = self.beta, np.inf          # β_k (see beta_growth), last ‖Δμ‖∞/β
+        # β_k (see beta_growth) and the last ‖Δμ‖∞/β; before the first, the inner's reading
+        # (`NewtonInner.first_change`: under Newton steps β may rise after the first)
+        beta, last_change = self.beta, getattr(self.inner, "first_change", np.inf)
         local = self._holds_client_constraints()       # the clients' solves hold their constraints
         bar = progress(self.max_outer, verbose, "ProxAL")
         certificate_log, info, marks = [], {}, []     # marks: `_admm`'s, across its runs

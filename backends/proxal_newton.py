@@ -12,23 +12,24 @@ P_0 and takes a proximal Newton step (Lee, Sun, Saunders 2014):
 with h the server's prox terms (λ‖w‖₁, the sets it projects on) plus the clients' λ_i‖w‖₁
 (their weights, summed, `proxal_newton_terms`); a backtracking (Armijo) line search on ℓ_k
 along d = u − z, each trial point one round trip whose reply is also the next step's Hessian.
-The certificate is (22)–(23)'s quantity itself, with no consensus residual (every client is at
-z): dist∞(0, ∇(Σ_i P_i + P_0)(z) + ∂h(z)), the clients' ℓ1 subgradients and the server's prox
-terms chosen term by term (`NodeProgram.prox_remainder`): an upper bound on the distance at a
-point of the server's sets — each subproblem starts from w_k projected on them
-(`proxal_newton_start`), and the steps stay there — so (23) certifies as Algorithm 2's does. Newton is indifferent to the conditioning of ℓ_k (the
-inequalities' AL terms are piecewise quadratic: semismooth; the line search keeps it globally
-convergent, ω > 0 makes ℓ_k strongly convex — for a convex model: on a nonconvex one an
-indefinite H gives no descent and the run stands still, so `backend="auto"` picks it only on
-convex models).
+The certificate is (22)–(23)'s quantity itself, with no consensus residual (every client is at z):
+dist∞(0, ∇(Σ_i P_i + P_0)(z) + ∂h(z)), the clients' ℓ1 subgradients and the server's prox terms
+chosen term by term (`NodeProgram.prox_remainder`): an upper bound on the distance at a point of
+the server's sets — each subproblem starts from w_k projected on them (`proxal_newton_start`), and
+the steps stay there — so (23) certifies as Algorithm 2's does. Newton is indifferent to the
+conditioning of ℓ_k (the inequalities' AL terms are piecewise quadratic: semismooth; the line
+search keeps it globally convergent, ω > 0 makes ℓ_k strongly convex — for a convex model: on a
+nonconvex one an indefinite H gives no descent and the run stands still, so `backend="auto"` picks
+it only on convex models).
 
 Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
 variables, clients' prox terms only λ‖w‖₁, and a step's dense d × d matrices within the dense
 Newton budget (`solvers.DENSE_NEWTON_FLOATS`, `matrices_held`: the clients' replies are summed as
-they come, `Executor.map_sum`; n of them more where an executor gathers them first). The clients' data-free balls and bounds go to the
-server (`sets_to_server`; `projecting.data_free_client_sets`, as FedAvg's), whose prox projects on
-them in the model step, as on sets without a smooth form (`program.moved_to_server`); the
-clients' other constraints are AL terms (`ProxAL._projects_client_sets` is off with an inner).
+they come, `Executor.map_sum`; n of them more where an executor gathers them first). The clients'
+data-free balls and bounds go to the server (`sets_to_server`; `projecting.data_free_client_sets`,
+as FedAvg's), whose prox projects on them in the model step, as on sets without a smooth form
+(`program.moved_to_server`); the clients' other constraints are AL terms
+(`ProxAL._projects_client_sets` is off with an inner).
 """
 from __future__ import annotations
 
@@ -223,14 +224,14 @@ class NewtonInner:
     # every Newton step went out to be cut back (bench_rounds' logistic-ball n = 200: 40 round trips)
     sets_to_server = True
     # ProxAL's β cap with this inner (its `beta_max=None`): Newton is indifferent to the proximal
-    # weight 1/β, so it may fall far below the objective's curvature. At ProxAL's 1e6 the a9a
-    # model with features ×1e3 (ridge 1e-9 relative) ran 100 outer iterations, steps shrinking
-    # 0.98 a step, "max_iterations" 6.6e-2 away; at 1e12 it converged (27 outer / 115 round
-    # trips at ×4 growth, 11 / 52 at ×100)
+    # weight 1/β, so it may fall far below the objective's curvature (a9a ×1e3, ridge 1e-9
+    # relative: max_iterations 6.6e-2 away at ProxAL's 1e6; converged at 1e12, 11 outer / 52 rt)
     beta_max = 1e12
-    # and its β growth: the AL's outer iterations are what is left to save (NP adult n = 5: 14
-    # outer iterations / 81 round trips at ×4, 10 / 61 at ×100; NP monks-1 15 / 90 → 8 / 67)
-    beta_growth = 100.0
+    # its β growth: the AL's outer iterations are what is left to save (NP adult n = 5: 14 outer
+    # / 81 round trips at ×4, 10 / 61 at ×100); and the constraint change "before" the first outer
+    # iteration (`next_beta`): 0, β may rise after the first already (adult 44 → 39 round trips;
+    # monks-1 n = 5 / 40: 64 / 82 → 58 / 74)
+    beta_growth, first_change = 100.0, 0.0
     # β's cap for the rise on slow outer steps where the summed Hessian is singular (`slow_rise_cap`)
     singular_beta_max = 1e7
     # and for the reading's β jump where a merit holds AL constraints: their gradient carries β × g(w)'s
