@@ -210,7 +210,7 @@ class Auto:
                 f"{why}: ProxAL with its subproblems by federated Newton steps (its default "
                 "inner='auto'; each client sends its merit's gradient and Hessian a round "
                 "trip) takes the fewest round trips and the least CPU (bench_rounds: 7–13 round "
-                "trips on the ridge, logistic, ball and lasso rows, 64 / 82 on NP monks-1 at n = "
+                "trips on the ridge, logistic, ball and lasso rows, 58 / 74 on NP monks-1 at n = "
                 "5 / 40)", trip])
             choice.inner = "newton"
             return choice
