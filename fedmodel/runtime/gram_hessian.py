@@ -2,10 +2,9 @@
 Mₖ = diag(tₖ) + Σ_j a_j b_jᵀ, formed by BLAS syrk on √|tₖ| ∘ Aₖ (sparse Aₖ by scipy.sparse),
 never by the Hessian-vector plan on the unit directions.
 
-`CompiledMerit.hessian` called its batched Hessian-vector plan ∇(∇P_i·v) on the identity: a
-loss of X w then costs X @ E (a full GEMM although X @ I = X) and Xᵀ (s ⊙ ·) (another, although
-the result is symmetric), ~4 m N² flops where the Gram product Xᵀ diag(s) X by syrk is m N²
-(MNIST, 1,240 rows × 784: 83 ms against 12 ms a Hessian).
+Today's path, the batched Hessian-vector plan ∇(∇P_i·v) on the identity, costs a loss of X w
+X @ E (a GEMM although X @ I = X) and Xᵀ (s ⊙ ·): ~4 m N² flops against syrk's m N² (MNIST's
+1,240 × 784: 54–61 against 15 ms a Hessian).
 
 The structure is read once per program from the Hessian-vector product's expression
 (`CompiledMerit._hvp_expressions`, one vector variable, nothing private):
@@ -24,9 +23,9 @@ The structure is read once per program from the Hessian-vector product's express
 - the first Hessian of every program is checked against today's Hessian-vector product on a
   random direction (`check_direction`); a mismatch drops the form for good (today's path).
 A product without data read so (a server's ridge and proximal terms) is formed the same way
-from N ≈ 320 on (`MIN_FLOPS`). Anything else (private or matrix variables, no Gram term, too little data:
-`MIN_FLOPS`) keeps today's path. Results are symmetrized as before (0.5 (H + Hᵀ)): bitwise symmetric, equal to
-today's to round-off (MNIST: 1e-16 relative).
+from N ≈ 320 on. Anything else (private or matrix variables, no Gram term, too little data:
+`MIN_FLOPS`) keeps today's path. Results are bitwise symmetric and today's to round-off (MNIST:
+1e-16 relative).
 """
 from __future__ import annotations
 
@@ -49,9 +48,7 @@ from .data_products import check_direction, data_product, is_constant, value_of
 # per Hessian (1,000 × 14 rows: 0.10 against 0.64 ms; 20 × 10: equal), but its analysis, plans
 # and first check cost ~1–2 ms a program, which a model of 1,000 tiny clients would pay for nothing
 MIN_FLOPS = 100_000
-# below this many unknowns a dense term is one GEMM Rᵀ (t ∘ R): syrk's blocking loses there
-# (adult's 3,256 × 14: 127 µs against GEMM's 85)
-SYRK_MIN_COLUMNS = 64
+SYRK_MIN_COLUMNS = 64   # below, one GEMM Rᵀ (t ∘ R): syrk loses there (3,256 × 14: 127 against 85 µs)
 GUARD_TOL = 1e-8      # relative mismatch on the random direction above which the form is refused
 _UNSET = object()
 
@@ -70,9 +67,8 @@ class _Term:
 
 
 class Structure:
-    """A program's Gram form: the plan of the weights and pairs, the terms, the plan of the rest
-    over unit directions (None: none, or read as diagonal plus pairs into `terms`) with its
-    blocks, and whether its first Hessian was checked."""
+    """A program's Gram form: the plan of the weights and pairs, the terms, the rest's plan over
+    unit directions (None: none) with its blocks, and whether its first Hessian was checked."""
 
     __slots__ = ("plan", "terms", "rest", "blocks", "checked")
 
@@ -158,9 +154,7 @@ def _analyse(compiled) -> "Structure | None":
 
 def _rows(A, scale):
     """A diag(s) (s None: A), sparse kept sparse (CSR)."""
-    if scale is None:
-        return A
-    return A.multiply(scale).tocsr() if hasattr(A, "toarray") else A * scale
+    return A if scale is None else A.multiply(scale).tocsr() if hasattr(A, "toarray") else A * scale
 
 
 class _Reader:
@@ -228,8 +222,15 @@ class _Reader:
 
     def linear(self, node, A):
         """Y linear in one u = A @ (s ∘ v) (A None: u = v itself): ("vector", t, pairs, (A, s))
-        for Y = t ∘ u + Σ a (bᵀu) (t None: no diagonal), ("scalar", b, None, (A, s)) for
-        Y = bᵀu; else None."""
+        for Y = t ∘ u + Σ a (bᵀu) (t None: no diagonal) with Y of u's shape, ("scalar", b,
+        None, (A, s)) for Y = bᵀu of shape (); else None."""
+        form = self._linear(node, A)
+        if form is None:
+            return None
+        u = (self.direction if A is None else A).shape[:1]
+        return form if node.shape == (u if form[0] == "vector" else ()) else None
+
+    def _linear(self, node, A):
         if node is self.direction:
             return ("vector", Constant(1.0), [], (None, 1.0)) if A is None else None
         product = data_product(node, self.direction)
