@@ -65,7 +65,7 @@ def test_gram_hessian_is_todays_on_logistic_least_squares_and_al_terms(kind, syr
         z = scale * rng.standard_normal(8)
         H = program.hessian(z)
         found = gram_hessian.structure(program.compiled)
-        assert found is not None and found.checked and found.rest is None
+        assert found is not None and found.rest is None
         rows = sorted(t.rows.shape[0] for t in found.terms if t.rows is not None)
         assert rows == [3, 60]        # the slice and the data (logistic, squares, NP: one term)
         assert sum(len(t.pairs) for t in found.terms) == 2     # NP's rank one, the ball's
@@ -127,6 +127,38 @@ def test_a_cross_term_beside_a_gram_term_stays_on_the_plan(monkeypatch):
     found = gram_hessian.structure(program.compiled)
     assert found is not None and found.rest is not None
     _agrees(H, _today(program, z))
+
+
+@pytest.mark.integration     # (~1.3 s)
+def test_a_pair_beside_the_data_under_a_vector_scale_is_kept(monkeypatch):
+    """Columns in units 1e0 … 1e5 (a vector column scale s) and a binding budget sum(w) ≤ 1 in
+    the same merit (cProx-AL's one program): s ∘ (Σ Xᵀ(·) + c (sᵀv)) keeps its rank-one s sᵀ beside the
+    Gram terms once they are taken out (it was dropped, and the first check, at an inactive
+    budget, passed: cProx-AL on house prices ended max_iterations)."""
+    from backends.cproxal import CentralizedProxAL
+    from fedmodel.runtime import compiled_merit
+    monkeypatch.setattr(gram_hessian, "MIN_FLOPS", 0)
+    rng = np.random.default_rng(0)
+    units = np.array([1e0, 1e2, 1e4, 1e5, 1.0])
+    w = fm.Variable(5, name="w")
+    prob = fm.Problem()
+    for i in range(2):
+        X = rng.standard_normal((120, 5)) * units + units
+        prob.add_client(f"c{i}").minimize(fm.sum_squares(X @ w - 1e3 * rng.standard_normal(120)) / 240)
+    prob.server.subject_to(fm.sum(w) <= 1.0)       # binds (unconstrained: sum 73)
+    seen = []
+    original = compiled_merit.CompiledMerit.hessian
+
+    def hessian(self, z):
+        H = original(self, z)
+        found = gram_hessian.structure(self)
+        seen.append(found is not None and [len(t.pairs) for t in found.terms if t.rows is None])
+        return H
+    monkeypatch.setattr(compiled_merit.CompiledMerit, "hessian", hessian)
+    res = prob.solve(CentralizedProxAL())
+    assert res.status == "converged" and seen and all(s == [1] for s in seen)
+    reference = prob.solve("cvxpy").value(w)
+    assert np.max(np.abs(res.value(w) - reference)) <= 1e-4 * np.max(np.abs(reference))
 
 
 def test_a_form_that_fails_its_check_is_dropped_for_good(monkeypatch):

@@ -20,8 +20,8 @@ The structure is read once per program from the Hessian-vector product's express
 - the rest of the product (the Gram terms taken out: proximal terms, cross terms, terms the rules
   do not read) is read the same way with u = v itself (diag(t) + Σ a bᵀ: a proximal weight, a
   ball's AL term), else keeps today's path: the batched plan on unit directions;
-- the first Hessian of every program is checked against today's Hessian-vector product on a
-  random direction (`check_direction`); a mismatch drops the form for good (today's path).
+- every Hessian is checked against today's Hessian-vector product on a random direction
+  (`check_direction`, one product: ~3 % of MNIST's); a mismatch drops the form for good.
 A product without data read so (a server's ridge and proximal terms) is formed the same way
 from N ≈ 320 on. Anything else (private or matrix variables, no Gram term, too little data:
 `MIN_FLOPS`) keeps today's path. Results are bitwise symmetric and today's to round-off (MNIST:
@@ -68,12 +68,12 @@ class _Term:
 
 class Structure:
     """A program's Gram form: the plan of the weights and pairs, the terms, the rest's plan over
-    unit directions (None: none) with its blocks, and whether its first Hessian was checked."""
+    unit directions (None: none) with its blocks."""
 
-    __slots__ = ("plan", "terms", "rest", "blocks", "checked")
+    __slots__ = ("plan", "terms", "rest", "blocks")
 
     def __init__(self, plan: Plan, terms: list[_Term], rest: "Plan | None", blocks: list):
-        self.plan, self.terms, self.rest, self.blocks, self.checked = plan, terms, rest, blocks, False
+        self.plan, self.terms, self.rest, self.blocks = plan, terms, rest, blocks
 
 
 def structure(compiled) -> "Structure | None":
@@ -100,56 +100,38 @@ def _analyse(compiled) -> "Structure | None":
     root, direction, n = products[0], directions[0], variables[0].size
     reader = _Reader(direction)
     grams: list[tuple] = []          # (Gram node, A, s, the scalar factors, (t, pairs))
-
-    def walk(node, factors):
-        if not reader.uses(node):
-            return
-        if isinstance(node, Add):
-            for a in node.args:
-                walk(a, factors)
-        elif isinstance(node, Multiply):
-            a, b = node.args
-            if reader.uses(a) != reader.uses(b):
-                dependent, free = (a, b) if reader.uses(a) else (b, a)
-                walk(dependent, factors + [free])
-        elif isinstance(node, Neg):
-            walk(node.args[0], factors + [Constant(-1.0)])
-        elif isinstance(node, MatMul):
-            found = reader.gram(node, factors, n)
-            if found is not None:
-                grams.append((node,) + found)
-
-    walk(root, [])
+    reader.walk(root, [], grams, n)
     if (sum(g[1].shape[0] for g in grams) + 1) * n * n < MIN_FLOPS:
         return None
     outputs: list = []
     terms: dict[tuple, _Term] = {}
-
-    def add_form(term: _Term, c, t, pairs) -> None:
-        if t is not None:
-            outputs.append(multiply(c, t))
-            term.weights.append(len(outputs) - 1)
-        for a, b in pairs:
-            outputs.extend([multiply(c, a), b])
-            term.pairs.append((len(outputs) - 2, len(outputs) - 1))
-
     for _, A, scale, factors, (t, pairs) in grams:
         A = reader.canonical(A)
         key = (id(A), id(scale) if not isinstance(scale, float) and scale.shape else None)
         if key not in terms:
             terms[key] = _Term(_rows(value_of(A), None if key[1] is None else value_of(scale)))
-        add_form(terms[key], functools.reduce(multiply, factors, Constant(1.0)), t, pairs)
+        _add_form(outputs, terms[key], functools.reduce(multiply, factors, Constant(1.0)), t, pairs)
     rest = _without(root, {id(g[0]) for g in grams}, {})
     form = reader.linear(rest, None) if rest is not None else None
     if form is not None and form[0] == "vector" and rest.shape == (n,):
         terms[None] = _Term(None)                   # the rest: diag(t) + Σ a bᵀ, no product
-        add_form(terms[None], Constant(1.0), form[1], form[2])
+        _add_form(outputs, terms[None], Constant(1.0), form[1], form[2])
         rest = None
     if not grams and rest is not None:
         return None                                 # (no data, and not diagonal plus pairs)
     rest_plan = Plan([rest], variables + directions, batched=directions) if rest is not None else None
     blocks = compiled.unit_blocks(rest_plan.batched_size) if rest_plan is not None else []
     return Structure(Plan(outputs, variables), list(terms.values()), rest_plan, blocks)
+
+
+def _add_form(outputs: list, term: _Term, c, t, pairs) -> None:
+    """The plan outputs of c·t (a weight) and of the pairs (c·a, b) of a term."""
+    if t is not None:
+        outputs.append(multiply(c, t))
+        term.weights.append(len(outputs) - 1)
+    for a, b in pairs:
+        outputs.extend([multiply(c, a), b])
+        term.pairs.append((len(outputs) - 2, len(outputs) - 1))
 
 
 def _rows(A, scale):
@@ -165,6 +147,25 @@ class _Reader:
         self._uses: dict[int, bool] = {}
         self._same: dict[tuple[int, int], bool] = {}
         self._canonical: list = []
+
+    def walk(self, node, factors: list, grams: list, n: int) -> None:
+        """The Gram terms (`gram`) on the product's linear path from `node` into `grams`."""
+        if not self.uses(node):
+            return
+        if isinstance(node, Add):
+            for a in node.args:
+                self.walk(a, factors, grams, n)
+        elif isinstance(node, Multiply):
+            a, b = node.args
+            if self.uses(a) != self.uses(b):
+                dependent, free = (a, b) if self.uses(a) else (b, a)
+                self.walk(dependent, factors + [free], grams, n)
+        elif isinstance(node, Neg):
+            self.walk(node.args[0], factors + [Constant(-1.0)], grams, n)
+        elif isinstance(node, MatMul):
+            found = self.gram(node, factors, n)
+            if found is not None:
+                grams.append((node,) + found)
 
     def uses(self, node) -> bool:
         """Whether the direction occurs in `node`."""
@@ -311,8 +312,8 @@ def _without(node, removed: set[int], memo: dict):
             elif isinstance(node, Add):
                 kept = [a for a in new if a is not None]
                 memo[id(node)] = broadcast_to(_add(kept), node.shape) if kept else None
-            elif isinstance(node, (Multiply, Neg)):
-                memo[id(node)] = None
+            elif isinstance(node, (Multiply, Neg)):     # (its other factor is direction-free)
+                memo[id(node)] = None if any(a is None for a in new) else node.with_args(*new)
             else:
                 raise _NoForm(node.display)
     return memo[id(node)]
@@ -339,11 +340,9 @@ def hessian(compiled, z: np.ndarray, values: list) -> "np.ndarray | None":
     H[np.diag_indices(n)] = np.diagonal(lower)
     if M is not None:
         H += 0.5 * (M + M.T)
-    if not found.checked:
-        if not _matches(compiled, z, H):
-            compiled._gram = None
-            return None
-        found.checked = True
+    if not _matches(compiled, z, H):        # (every Hessian: a term zero at one point, e.g.
+        compiled._gram = None               # an inactive constraint's, would pass a first check)
+        return None
     return H
 
 
