@@ -59,6 +59,7 @@ def _losses(kind):
 @pytest.mark.parametrize("syrk", [True, False])
 def test_gram_hessian_is_todays_on_logistic_least_squares_and_al_terms(kind, syrk, monkeypatch):
     monkeypatch.setattr(gram_hessian, "MIN_FLOPS", 0)
+    monkeypatch.setattr(gram_hessian, "MIN_COLUMNS", 0)
     monkeypatch.setattr(gram_hessian, "SYRK_MIN_COLUMNS", 0 if syrk else 10 ** 9)
     program, rng = _client(_losses(kind), 8)
     for scale in (0.1, 3.0):          # the AL terms inactive, then active (step(·) = 1)
@@ -94,6 +95,7 @@ def test_negative_and_mixed_weights_take_both_rank_k_updates():
 
 def test_structures_that_do_not_fit_keep_todays_path(monkeypatch):
     monkeypatch.setattr(gram_hessian, "MIN_FLOPS", 0)
+    monkeypatch.setattr(gram_hessian, "MIN_COLUMNS", 0)
 
     def cross_only(client, w, rng):     # (A w) ∘ (B w): no Aᵀ M A term
         A, B = (client.data(rng.standard_normal((30, 5)), name=n) for n in "AB")
@@ -117,6 +119,7 @@ def test_a_cross_term_beside_a_gram_term_stays_on_the_plan(monkeypatch):
     """logistic(A w) read as a Gram term; (A w) ∘ (B w) in the rest, by today's plan over
     the unit directions."""
     monkeypatch.setattr(gram_hessian, "MIN_FLOPS", 0)
+    monkeypatch.setattr(gram_hessian, "MIN_COLUMNS", 0)
 
     def build(client, w, rng):
         A, B = (client.data(rng.standard_normal((30, 5)), name=n) for n in "AB")
@@ -138,6 +141,7 @@ def test_a_pair_beside_the_data_under_a_vector_scale_is_kept(monkeypatch):
     from backends.cproxal import CentralizedProxAL
     from fedmodel.runtime import compiled_merit
     monkeypatch.setattr(gram_hessian, "MIN_FLOPS", 0)
+    monkeypatch.setattr(gram_hessian, "MIN_COLUMNS", 0)
     rng = np.random.default_rng(0)
     units = np.array([1e0, 1e2, 1e4, 1e5, 1.0])
     w = fm.Variable(5, name="w")
@@ -163,6 +167,7 @@ def test_a_pair_beside_the_data_under_a_vector_scale_is_kept(monkeypatch):
 
 def test_a_form_that_fails_its_check_is_dropped_for_good(monkeypatch):
     monkeypatch.setattr(gram_hessian, "MIN_FLOPS", 0)
+    monkeypatch.setattr(gram_hessian, "MIN_COLUMNS", 0)
     program, rng = _client(_losses("dense"), 8)
     z = rng.standard_normal(8)
     monkeypatch.setattr(gram_hessian, "_add_term", lambda term, outputs, upper, M, n: M)
