@@ -48,7 +48,7 @@ from .data_products import check_direction, data_product, is_constant, value_of
 # per Hessian (1,000 × 14 rows: 0.10 against 0.64 ms; 20 × 10: equal), but its analysis, plans
 # and first check cost ~1–2 ms a program, which a model of 1,000 tiny clients would pay for nothing
 MIN_FLOPS = 100_000
-# and this many unknowns: below, checking each Hessian costs what it saves (NP adult d = 14: 0.279 s vs 0.254)
+# and this many unknowns: below, checking each Hessian costs what it saves (NP adult, d = 14: even)
 MIN_COLUMNS = 64
 SYRK_MIN_COLUMNS = 64   # below, one GEMM Rᵀ (t ∘ R): syrk loses there (3,256 × 14: 127 against 85 µs)
 GUARD_TOL = 1e-8      # relative mismatch on the random direction above which the form is refused
@@ -96,14 +96,14 @@ class _NoForm(Exception):
 
 def _analyse(compiled) -> "Structure | None":
     variables = compiled.variables
-    if len(variables) != 1 or variables[0].ndim != 1 or compiled.private.size:
+    if len(variables) != 1 or variables[0].ndim != 1 or compiled.private.size or variables[0].size < MIN_COLUMNS:
         return None
     products, directions = compiled._hvp_expressions
     root, direction, n = products[0], directions[0], variables[0].size
     reader = _Reader(direction)
     grams: list[tuple] = []          # (Gram node, A, s, the scalar factors, (t, pairs))
     reader.walk(root, [], grams, n)
-    if n < MIN_COLUMNS or (sum(g[1].shape[0] for g in grams) + 1) * n * n < MIN_FLOPS:
+    if (sum(g[1].shape[0] for g in grams) + 1) * n * n < MIN_FLOPS:
         return None
     outputs: list = []
     terms: dict[tuple, _Term] = {}
