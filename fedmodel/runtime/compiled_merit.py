@@ -21,7 +21,7 @@ from ..compiler.merit import build_merit
 from ..constraints import Constraint
 from ..errors import FedModelError, SmoothnessError
 from ..expression import Parameter, Variable
-from . import solvers
+from . import gram_hessian, solvers
 
 # floats per direction-carrying intermediate of `CompiledMerit.hessian` (32 MB): its columns go
 # in blocks of directions that keep each intermediate (e.g. X V for data X) within it
@@ -92,6 +92,11 @@ class CompiledMerit:
         # of a serial ADMM step's ~5 evaluations)
         self._one_vector = not private.size and len(shared.variables) == 1 and \
             shared.variables[0].shape == (shared.size,)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_gram", None)            # derived (`gram_hessian.structure`): analysed again there
+        return state
 
     # ---- the Parameters: written from the node's state, never read back ------------------------
     def set_parameters(self, beta: float | None = None, prox_weight: float | None = None,
@@ -203,12 +208,23 @@ class CompiledMerit:
                 f"beyond the dense Newton budget (fedmodel.runtime.solvers.DENSE_NEWTON_FLOATS = "
                 f"{solvers.DENSE_NEWTON_FLOATS:.3g} floats); use a Hessian-free local solver "
                 "(method 'auto', 'newton-cg' or 'lbfgs')")
+        gram = gram_hessian.hessian(self, z, values) if n else None
+        if gram is not None:                # a loss of data products: Gram products (syrk)
+            return gram
         plan = self._hessian_plan
         if plan is None:                    # no rule over directions: one product per column
             H = np.column_stack([self.hvp(z, e) for e in np.eye(n)]) if n else np.zeros((0, 0))
             return 0.5 * (H + H.T)
+        H = self.dense_hessian(plan, values)
+        return 0.5 * (H + H.T)
+
+    def dense_hessian(self, plan: Plan, values: list[np.ndarray], blocks: list | None = None) -> np.ndarray:
+        """The matrix of a plan linear in the directions (`_hessian_plan`, or a part of the
+        Hessian-vector product) from the unit directions `blocks` (`unit_blocks`; default
+        `_hessian_plan`'s), not symmetrized."""
+        n = self._layout.size
         H = np.empty((n, n))
-        for start, k, directions in self._unit_directions:
+        for start, k, directions in self._unit_directions if blocks is None else blocks:
             out = plan(*values, *directions)
             if len(out) == 1 and plan.batched_outputs[0] and out[0].shape == (n, k):
                 H[:, start:start + k] = out[0]            # one vector variable: its columns
@@ -217,7 +233,7 @@ class CompiledMerit:
                 np.reshape(np.broadcast_to(o if carried else np.reshape(o, np.shape(o) + (1,)),
                                            v.shape + (k,)), (v.size, k))
                 for o, carried, v in zip(out, plan.batched_outputs, self.variables)])
-        return 0.5 * (H + H.T)
+        return H
 
     @functools.cached_property
     def _layout(self) -> Layout:
@@ -226,12 +242,17 @@ class CompiledMerit:
 
     @functools.cached_property
     def _unit_directions(self) -> list[tuple[int, int, list[np.ndarray]]]:
-        """The unit vectors e_j in blocks for `_hessian_plan`: (first column, k, the block's
-        directions per variable, each of shape var.shape + (k,)); at most
-        `HESSIAN_BLOCK_FLOATS` floats per direction-carrying intermediate of a block."""
-        layout, plan = self._layout, self._hessian_plan
+        """The unit vectors e_j in blocks for `_hessian_plan` (`unit_blocks`)."""
+        return self.unit_blocks(self._hessian_plan.batched_size)
+
+    def unit_blocks(self, batched_size: int) -> list[tuple[int, int, list[np.ndarray]]]:
+        """The unit vectors e_j in blocks for a plan over directions whose largest
+        direction-carrying intermediate holds `batched_size` floats a direction: (first column,
+        k, the block's directions per variable, each of shape var.shape + (k,)); at most
+        `HESSIAN_BLOCK_FLOATS` floats per such intermediate of a block."""
+        layout = self._layout
         n = layout.size
-        block = max(1, min(n, HESSIAN_BLOCK_FLOATS // max(plan.batched_size, 1)))
+        block = max(1, min(n, HESSIAN_BLOCK_FLOATS // max(batched_size, 1)))
         identity = _identity(n)
         return [(start, min(block, n - start),
                  [np.reshape(E, v.shape + (E.shape[1],)) for E, v in

@@ -29,16 +29,13 @@ data. Beyond the dense budget (`solvers.DENSE_NEWTON_FLOATS`) this form is what 
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from ..atoms.arithmetic import Multiply
-from ..atoms.linear import MatMul
 from ..compiler.codegen import Plan
 from ..expression import Constant, Leaf
 from . import solvers
 from .compiled_merit import HESSIAN_BLOCK_FLOATS
+from .data_products import check_direction, data_product
 
 # the low-rank form is taken when the data rows are at most this fraction of the unknowns:
 # beyond, the r × r work (O(N r²) per Hessian) nears the dense path's and m ≥ N keeps it bitwise
@@ -90,8 +87,9 @@ def _analyse(program) -> "_Structure | None":
         scales of the compiler's equilibration, or none) replaced by 0."""
         if id(node) not in memo:
             args = getattr(node, "args", ())
-            scale = _scale_of(args[1], direction) if isinstance(node, MatMul) else None
-            if scale is not None and isinstance(args[0], Constant) and args[0].ndim in (1, 2):
+            product = data_product(node, direction)
+            if product is not None and isinstance(args[0], Constant) and args[0].ndim in (1, 2):
+                scale = product[1]
                 matrices.setdefault((args[0].uid, id(scale)), (args[0], scale))
                 memo[id(node)] = Constant(np.zeros(node.shape))
             elif isinstance(node, Leaf):
@@ -109,19 +107,6 @@ def _analyse(program) -> "_Structure | None":
     if basis.shape[1] == 0 and n < DIAGONAL_MIN:    # a diagonal (no data, or all-zero data)
         return None
     return _Structure(Plan([diagonal], program.variables), direction, basis)
-
-
-def _scale_of(node, direction):
-    """s where `node` is s ∘ v of the direction v (1.0 for v itself) with s a constant; else None."""
-    if node is direction:
-        return 1.0
-    if isinstance(node, Multiply) and len(node.args) == 2:
-        a, b = node.args
-        if b is direction and isinstance(a, Constant):
-            a, b = b, a
-        if a is direction and isinstance(b, Constant) and b.ndim <= 1 and not hasattr(b.value, "toarray"):
-            return b
-    return None
 
 
 def _scaled(matrix, scale):
@@ -209,7 +194,7 @@ def hessian(program, z: np.ndarray) -> "np.ndarray | None":
     lam = _diagonal(found, z, n)
     C = np.empty((r, r))
     block = max(1, HESSIAN_BLOCK_FLOATS // max(n, 1))   # (Q's columns dense a block at a time)
-    check, hv = _check_direction(n), None
+    check, hv = check_direction(n), None
     for start in range(0, r, block):
         V = Q.columns(start, min(start + block, r))
         last = start + block >= r and V.shape[1] < block      # (the check's direction rides on it)
@@ -224,21 +209,12 @@ def hessian(program, z: np.ndarray) -> "np.ndarray | None":
     return packed
 
 
-@functools.lru_cache(maxsize=8)
-def _check_direction(n: int) -> np.ndarray:
-    """The check's random direction (`_matches`), the same for every program of n unknowns
-    (read-only, made once: a generator per Hessian was a tenth of 1,000 tiny clients' sums)."""
-    v = np.random.default_rng(n).standard_normal(n)
-    v.flags.writeable = False
-    return v
-
-
 def _matches(program, z: np.ndarray, packed: np.ndarray, hv: np.ndarray | None = None) -> bool:
     """The check (module docstring): ∇²P_i(z) v = λ∘v + Q C Qᵀ v on a random direction v
     (`hv`: ∇²P_i(z) v when the caller had it from the batched product that made C — one
     Hessian-vector plan call less a Hessian)."""
     Q, n = basis_of(program), program.n_shared
-    v = _check_direction(n)
+    v = check_direction(n)
     lam, C = unpack(packed)
     hv = program.hvp(z, v) if hv is None else hv
     parts = (lam * v, Q.times(C @ Q.transpose_times(v)))
