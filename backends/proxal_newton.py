@@ -47,7 +47,7 @@ from .projecting import data_free_client_sets
 from . import proxal_certificate
 from .proxal_certificate import across_client_kinks, beyond_kinks, reading_past_kinks
 from .proxal_newton_model import (MODEL_TOL, TRIALS, matrices_held, model_minimizer, prox_value as _prox_value,
-                                  server_value, unpack_symmetric, upper as _upper)
+                                  server_value, unpack_symmetric, upper_mask)
 from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
@@ -77,9 +77,9 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
     z, rows, X, Y = found
     values, G = group.value_grad(X, Y)
     H = group.hessian(X, Y, rows)
-    i, j = _upper(group.n_x)
+    upper = upper_mask(group.n_x)        # (the index pairs' order, a third of their time)
     replies = {m: {"value": float(values[r]) + _prox_value(group.programs[r], z), "grad": G[r, :group.n_x].copy(),
-                   "hessian": H[k][i, j]} for k, (m, r) in enumerate(zip(members, rows))}
+                   "hessian": H[k][upper]} for k, (m, r) in enumerate(zip(members, rows))}
     trials = _trial_values(group, payloads[members[0]], z, Y, rows)
     for k, m in enumerate(members if trials is not None else ()):
         replies[m]["values"] = trials[k]
@@ -93,9 +93,8 @@ def _evaluate_sum(group: Group, members: list[str], payloads: dict, fields) -> d
         return None
     z, rows, X, Y = found
     values, G = group.value_grad(X, Y)
-    i, j = _upper(group.n_x)
     total = {"value": float(sum(values[r] + _prox_value(group.programs[r], z) for r in rows)),
-             "grad": G[rows, :group.n_x].sum(axis=0), "hessian": hessian_sum(group, X, Y, rows)[i, j]}
+             "grad": G[rows, :group.n_x].sum(axis=0), "hessian": hessian_sum(group, X, Y, rows)[upper_mask(group.n_x)]}
     trials = _trial_values(group, payloads[members[0]], z, Y, rows)
     if trials is not None:
         total["values"] = trials.sum(axis=0)
