@@ -93,7 +93,7 @@ def one(case: str, solver: str, out: str) -> None:
     record = {"case": case, "solver": solver, "seconds": seconds, "cpu_seconds": cpu, "status": res.status,
               "objective": float(res.objective), "violation": float(res.max_violation),
               "iterations": {k: int(v) for k, v in (res.iterations or {}).items()},
-              "round_trips": int(res.ledger.round_trips) if res.ledger is not None else None,   # (CVXPY: none)
+              "round_trips": int(res.ledger.round_trips) if "communication" in res.info else None,  # (CVXPY: none)
               "picked": _picked(res),
               "rss_build_mb": before,
               "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

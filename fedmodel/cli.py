@@ -81,7 +81,11 @@ def _held_by_clients(prob) -> bool:
     server boxes and halfspaces, per-client bounds, verified) — this refused every constraint."""
     from fedmodel.backends.projecting import data_free_client_sets, projectable
     moved = data_free_client_sets(prob)
-    return any(not any(c is m for m in moved) for block in prob.clients for c in block.constraints) \
+
+    def held(c) -> bool:     # (a data-free constraint on a client's private variables is its own)
+        local = not c.expr.data_owners() and all(v.owner is not None for v in c.expr.variables())
+        return not local and not any(c is m for m in moved)
+    return any(held(c) for block in prob.clients for c in block.constraints) \
         or not all(projectable(c) for c in prob.server.constraints)
 
 

@@ -144,3 +144,19 @@ def test_cli_still_refuses_fedavg_where_a_client_constraint_reads_its_data(capsy
     code = cli.main(["run", "--backend", "fedavg", "--verify"])     # Neyman-Pearson: data-reading
     err = capsys.readouterr().err
     assert code == 2 and "reads the client's data" in err and "--backend proxal" in err
+
+
+def test_cli_runs_fedavg_with_a_bound_on_a_private_variable(tmp_path, capsys):
+    """A client's data-free bound on its own private variable is the client's own (review14:
+    `fedmodel run --backend fedavg` refused it as 'held at the client's iterate', while
+    prob.solve('fedavg') converges and verifies)."""
+    from fedmodel import cli
+    path = tmp_path / "half.py"
+    path.write_text(BALLS_MODEL.replace('        c.subject_to(fm.norm2(w) <= 2.0)\n', '''        s = c.variable(name="s")
+        c.minimize(fm.square(s - 1.0))
+        c.subject_to(fm.abs(s) <= 0.5)
+'''))
+    code = cli.main(["run", str(path), "--backend", "fedavg", "--verify"])
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    assert "verdict (rtol 0.001): OK" in out.out

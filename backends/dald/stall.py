@@ -16,8 +16,8 @@ from ..outcome import Status
 # branch daldstall2): MG's NP models CVXPY solves (the multipliers' step ∝ k^-0.45) were "stalled"
 # at 10 (7 runs) and 30 (1); 50 was the least that called none of them; 100 for a margin
 STALL_HORIZON = 100.0
-# the stall rule's third test: the reported violation falling by this fraction over the last
-# window (its least-squares trend in log scale) is progress (`_stall`)
+# the stall rule's test 5: iterates still moving with the reported violation falling by this
+# fraction over the last window (its least-squares trend in log scale) is progress (`_stall`)
 VIOLATION_PROGRESS = 1e-3
 
 
@@ -56,7 +56,12 @@ class StallRule:
            the tolerance;
         3. the model's constraints are violated at every reported point of the last window;
         4. no client's own inequality multiplier fell in the last window (`unwinding`, Fed-DALD-CC:
-           a constraint that holds at x_i but still acts; the residuals move again once it is 0).
+           a constraint that holds at x_i but still acts; the residuals move again once it is 0);
+        5. the iterates settled, or the violation's trend over the last window not falling
+           (VIOLATION_PROGRESS). The cost (review14): an infeasible model whose iterates drift
+           while its violation creeps down towards its least value gets its verdict late (two
+           clients' bands 5 … 15 apart: at steps 442 … 949 instead of 41) or reaches its cap
+           (20 apart: max_iterations) — slower, and still no "converged".
 
         A feasible model whose residuals oscillate (adaptive ρ, a constraint turning active)
         fails 1, 3 or 4 and runs on; one whose residuals fall slowly and oscillate, 2's rate.
