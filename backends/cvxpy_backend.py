@@ -165,7 +165,7 @@ class CVXPY(Backend):
         """One centralized solve (no executor, no nodes: `topology` and `executor` do not apply)."""
         refuse_unknown(self.name, unknown, RUN_OPTIONS)
         import cvxpy as cp
-        from fedmodel.lowering.problem import lower_problem, sharing
+        from fedmodel.lowering.problem import lower_problem
         cvx_problem, context, lowered = lower_problem(problem)
         if not cvx_problem.is_dcp():
             raise CurvatureError(
@@ -189,8 +189,7 @@ class CVXPY(Backend):
                 attempts.append(f"{solver}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
                 continue
             attempts.append(f"{solver}: {cvx_problem.status}")
-            candidates.append(self._snapshot(problem, cvx_problem, context, lowered, sharing(lowered),
-                                             variables))
+            candidates.append(self._snapshot(problem, cvx_problem, context, lowered, variables))
             if cvx_problem.status in FINAL:
                 break
         if not candidates and option_errors and len(option_errors) == len(attempts):
@@ -205,9 +204,7 @@ class CVXPY(Backend):
                              "solved": any(c["cvxpy_status"] in FINAL for c in candidates)})
 
     @staticmethod
-    def _snapshot(problem, cvx_problem, context, lowered, shares, variables) -> dict[str, Any]:
-        """The attempt's status, values and multipliers; a constraint lowered once for k equal
-        ones (`lower_problem`) gives each of them 1/k of its multiplier (the least-norm split)."""
+    def _snapshot(problem, cvx_problem, context, lowered, variables) -> dict[str, Any]:
         status = STATUS.get(cvx_problem.status, UNDECIDED)
         values, multipliers = {}, {}
         if status == Status.CONVERGED:
@@ -220,7 +217,7 @@ class CVXPY(Backend):
             for constraint in problem.constraints:
                 dual = lowered[constraint.name].dual_value
                 if dual is not None:
-                    dual = np.asarray(dual, dtype=float).reshape(constraint.shape) / shares[constraint.name]
+                    dual = np.asarray(dual, dtype=float).reshape(constraint.shape)
                     multipliers[constraint.name] = dual if isinstance(constraint, Equality) \
                         else np.maximum(dual, 0.0)
         stats = cvx_problem.solver_stats

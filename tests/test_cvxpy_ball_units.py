@@ -1,9 +1,10 @@
-"""The reference solve with one constraint written again on every client (newuser13): five
-clients' ‖w‖ ≤ r, active, lowered as five equal second-order cones, have no unique
-multipliers, and Clarabel stopped "inaccurate" on them — at data ×1e-6 the cvxpy backend said
-"converged" 8.4e-3 off (wine) and `fm.verify` failed the federated backends' right answers
-against it. Equal constraints are now lowered once, each name given an equal share of the
-multiplier."""
+"""The reference solve of wine least squares with an active ball ‖w‖ ≤ r on every client at data
+×1e-6 (newuser13): the cvxpy backend said "converged" 8.4e-3 off and `fm.verify` failed the
+federated backends' right answers against it. Clarabel's tight attempt on the equilibrated copy
+was 2e-6 from the answer but "inaccurate", and an "optimal" as written (5e-3 off) beat it; now the
+better KKT score is kept. (Lowering the five equal balls once also fixed it, but made Clarabel
+fail outright on a separable logistic with equal client balls at ×1e3: the whole chain through
+SCS, 139 s instead of 2 s, test_verify_saturated — not kept.)"""
 from __future__ import annotations
 
 import warnings
@@ -12,8 +13,6 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.lowering.problem import lower_problem, sharing, structural_key
-
 from conftest import load_data
 
 
@@ -42,17 +41,6 @@ def ball_model(scale: float, balls: int = 5, wine: bool = False):
     return prob, w
 
 
-def test_equal_constraints_are_lowered_once_and_share_names():
-    prob, _ = ball_model(1.0)
-    cvx_problem, _, lowered = lower_problem(prob)
-    assert len(cvx_problem.constraints) == 1 and len(lowered) == 5
-    assert set(sharing(lowered).values()) == {5}
-    a, b = (c.expr for c in prob.constraints[:2])
-    assert structural_key(a) == structural_key(b)
-    other, _ = ball_model(2.0)                 # another radius and data: not the same
-    assert structural_key(other.constraints[0].expr) != structural_key(a)
-
-
 @pytest.mark.parametrize("scale", [1.0, 1e-6])
 def test_the_reference_solve_of_a_ball_on_every_client(scale):
     """Wine's data (Clarabel's trouble was with them; random columns solve either way)."""
@@ -63,7 +51,7 @@ def test_the_reference_solve_of_a_ball_on_every_client(scale):
     res = prob.solve("cvxpy")
     assert res.status == "converged"
     want = single.value(w1)
-    assert np.max(np.abs(res.value(w) - want)) <= 1e-6 * np.max(np.abs(want))
+    assert np.max(np.abs(res.value(w) - want)) <= 1e-5 * np.max(np.abs(want))     # before: 8.4e-3
     assert res.certificate.relative_stationarity <= 1e-5
     mu = [float(res.multipliers[c.name]) for c in prob.constraints]
     assert np.allclose(mu, mu[0]) and sum(mu) == pytest.approx(float(single.multipliers[one.constraints[0].name]), rel=1e-4)
