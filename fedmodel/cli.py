@@ -94,11 +94,11 @@ REFUSALS: dict[str, tuple[Callable, str]] = {
     "pa": (lambda prob: len(prob.clients) != 1 or bool(prob.server.terms or prob.server.constraints),
            "(the proximal algorithm) runs one client with no server block; " + _ALTERNATIVE),
     # measured on neyman-pearson (5 clients), newuser13 (2026-12-01): converged, verified, in
-    # 15,404 rounds (39 s at load ~8) where auto's ProxAL takes 45 round trips (it read "over
+    # 15,404 rounds (39 s at load ~8) where auto's ProxAL took 45 round trips, now 36 (it read "over
     # 20,000 rounds, 842 s, still 5.5e-2 from the optimum" — measured before issue 25 item 4's fix)
     "dp-admm": (lambda prob: any(c.constraints for c in prob.clients),
                 "is for private training; on client constraints its non-private run is slow "
-                "(neyman-pearson: 15,404 rounds where ProxAL takes 45 round trips); "
+                "(neyman-pearson: 15,404 rounds where ProxAL takes 36 round trips); "
                 + _ALTERNATIVE),
 }
 
