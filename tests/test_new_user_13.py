@@ -9,7 +9,6 @@ off along a flat direction) but now says which side failed its own check.
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 
 import fedmodel as fm
 
-D = os.environ.get("FEDMODEL_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+from conftest import load_data
 
 
 def _ridge(ball: bool = True):
@@ -72,15 +71,12 @@ def test_an_answer_off_against_a_good_reference_is_not_excused():
 def test_wine_balls_at_1e_6_every_backend_lands_and_verify_names_the_reference():
     """The probe itself: wine (2,000 rows, z-scored + ones), 5 clients each with ||w|| <= 0.5/s,
     ridge 1e-3·s², data ×s. cproxal lands 9e-7 from the ×1 answer mapped at s = 1e-6 too."""
-    pd = pytest.importorskip("pandas")
-    files = [os.path.join(D, "regression", f"winequality-{c}.csv") for c in ("red", "white")]
-    if not all(os.path.exists(f) for f in files):
-        pytest.skip(f"wine files not in {D} (FEDMODEL_DATA)")
-    M = np.vstack([pd.read_csv(f, sep=";").values for f in files])
+    from fedmodel.datasets import load_regression
+    wine = load_data(load_regression, "winequality")      # red then white, as the probe read them
     rng = np.random.default_rng(0)
-    r = rng.permutation(len(M))[:2000]
-    X = np.hstack([np.ones((2000, 1)), (M[r, :-1] - M[r, :-1].mean(0)) / M[r, :-1].std(0)])
-    y = M[r, -1]
+    r = rng.permutation(len(wine.y))[:2000]
+    X = np.hstack([np.ones((2000, 1)), (wine.X[r] - wine.X[r].mean(0)) / wine.X[r].std(0)])
+    y = wine.y[r]
     parts = np.array_split(rng.permutation(2000), 5)
     answers = {}
     for s in (1.0, 1e-6):
