@@ -15,8 +15,8 @@ import numpy as np
 
 from fedmodel.constraints import Equality
 from fedmodel.errors import CurvatureError, FedModelError
+from fedmodel.never_met import never_met
 from .base import RUN_OPTIONS, Backend, finish_result, refuse_unknown
-from .never_met import never_met
 from .outcome import Outcome, Status
 
 # A reference solve should be more accurate than the federated answers it certifies: Clarabel's

@@ -16,7 +16,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends.cvxpy_backend import _honest
-from fedmodel.backends.never_met import never_met
+from fedmodel.never_met import never_met
 from fedmodel.backends.outcome import Outcome, Status
 from fedmodel.backends.verdicts import _warn_not_stationary
 

@@ -1,4 +1,4 @@
-"""A constraint no point can meet, read from its atoms' signs: `g(w) <= c` where g is positive
+"""A constraint no point can meet (read by the `cvxpy` backend before its solvers), read from its atoms' signs: `g(w) <= c` where g is positive
 at every point of its domain (built from eˣ and log(1 + eˣ), which never reach 0) and the
 constant c is ≤ 0 — Neyman-Pearson with a class-1 loss threshold 0. Its infimum 0 may be
 approached (separable data: w running off to infinity) but is never attained, so the model is
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.atoms.arithmetic import Add, Multiply
-from fedmodel.atoms.elementwise import Exp, Logistic
-from fedmodel.atoms.sums import Sum
-from fedmodel.constraints import Equality, Inequality
+from .atoms.arithmetic import Add, Multiply
+from .atoms.elementwise import Exp, Logistic
+from .atoms.sums import Sum
+from .constraints import Equality, Inequality
 
 POSITIVE_ATOMS = (Exp, Logistic)     # f(x) > 0 for every finite x
 
