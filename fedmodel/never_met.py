@@ -1,6 +1,6 @@
 """A constraint no point can meet, read from its atoms' signs (by the `cvxpy` backend before
-its solvers): `g(w) <= c` where g is positive at every point of its domain (built from eˣ and log(1 + eˣ), which never reach 0) and the
-constant c is ≤ 0 — Neyman-Pearson with a class-1 loss threshold 0. Its infimum 0 may be
+its solvers): `g(w) <= c` where g is positive at every point of its domain (built from eˣ and
+log(1 + eˣ), which never reach 0) and the constant c is ≤ 0 — Neyman-Pearson with a class-1 loss threshold 0. Its infimum 0 may be
 approached (separable data: w running off to infinity) but is never attained, so the model is
 infeasible; CVXPY's solvers fail or stop "inaccurate" on it (SCS's point read "converged" with
 a relative KKT residual of 1) after minutes of iterations. Read without evaluating client data."""
