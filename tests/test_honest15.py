@@ -1,6 +1,7 @@
-"""honest15 (issue 25 items 1–2): the reference never says "converged" at a point its own KKT
-check rejects, a constraint no point meets is "infeasible" by its atoms' signs, and ProxAL's
-rise of β on slow steps respects the cap its Newton inner keeps for AL constraints.
+"""honest15 (issue 25 items 1, 2, 4): the reference never says "converged" at a point its own
+KKT check rejects, a constraint no point meets is "infeasible" by its atoms' signs, ProxAL's
+rise of β on slow steps respects the cap its Newton inner keeps for AL constraints, and
+DP-ADMM's knob releases (privately, inside the budget) how many records its clip clips.
 
 Before: Neyman-Pearson with a class-1 loss threshold 0 (unattainable: logistic > 0) came back
 "converged" from CVXPY (SCS "optimal_inaccurate", relative feasibility 1.0); ProxAL() on
@@ -121,3 +122,36 @@ def test_proxal_on_separable_logistic_x1e3_lands_at_the_answer_or_says_why():
     exact = ref.value(w)
     assert np.max(np.abs(res.value(w) - exact)) <= 1e-3 * np.max(np.abs(exact))
     assert res.status == "converged" or "unsolved" in res.info
+
+
+def _least_squares(offset: float):
+    """Least squares on 3 clients of 200 rows (‖x‖ ≈ 1), y = x·w₀ + offset + noise, no
+    intercept: with an offset of 5 the residuals at any w stay ≈ 5 and most records' gradients
+    |x·w − y|·‖x‖/N·I_p exceed the default clip C = 1 (newuser13's wine with y = quality)."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(600, 4)) / 2.0
+    y = X @ np.array([1.0, -0.5, 0.3, 0.2]) + offset + 0.1 * rng.normal(size=600)
+    w, prob = fm.Variable(4, name="w"), fm.Problem()
+    for p in np.array_split(np.arange(600), 3):
+        c = prob.add_client()
+        c.minimize(0.5 * fm.sum_squares(c.data(X[p]) @ w - c.data(y[p])) / 600)
+    prob.server.minimize(1e-3 * fm.sum_squares(w))
+    return prob
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("offset, warned", [(5.0, True), (0.0, False)])
+def test_dp_admm_releases_how_many_records_it_clips_and_warns_when_most_are(offset, warned):
+    # main: no count, no warning, whatever the clip does to the answer
+    from fedmodel.backends import DPADMM
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        res = _least_squares(offset).solve(DPADMM(epsilon_total=8.0, seed=0, max_rounds=30))
+    clipped = res.info["privacy"]["clipped"]
+    assert set(clipped) == {"c0", "c1", "c2"} and all(0.0 <= f <= 1.0 for f in clipped.values())
+    assert (np.mean(list(clipped.values())) > 0.5) == warned
+    assert any("records' gradients are clipped" in str(m.message) for m in said) == warned
+    assert res.info["privacy"]["pld"][0] <= 8.0          # the count spent from the budget (test_dp_budget)
+    if not warned:      # non-private: nothing released, nothing counted
+        plain = _least_squares(offset).solve(DPADMM())
+        assert "clipped" not in plain.info["privacy"] and plain.status == "converged"
