@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "fedmodel.topologies")),
     ("compiler", ("fedmodel.compiler", "fedmodel.lowering")),
     ("problem", ("fedmodel.problem", "fedmodel.blocks", "fedmodel.result", "fedmodel.certificate",
-                 "fedmodel.second_order", "fedmodel.solution_set")),
+                 "fedmodel.second_order", "fedmodel.solution_set", "fedmodel.never_met")),
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("fedmodel.backends",)),
     ("applications", (ROOT_MODULE, "fedmodel.verification", "fedmodel.verify_report", "fedmodel.plotting",
