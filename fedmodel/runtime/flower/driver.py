@@ -42,7 +42,7 @@ import numpy as np
 
 from ...errors import FedModelError
 from ..executor import Executor, RemoteNode, check_sum_fields, declared_kind, run_on_node
-from ..ledger import MESSAGES, check_payload
+from ..messages import MESSAGES, check_payload
 from ..program import NodeProgram, ProgramSpec
 from ..replay import ReplayLog
 from . import secagg
