@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("applications", (ROOT_MODULE, "fedmodel.verification", "fedmodel.verify_report", "fedmodel.plotting",
                       "fedmodel.builtin_models",
                       "fedmodel.reproductions", "fedmodel.cli", "fedmodel.deploy",
-                      "fedmodel.datasets")),
+                      "fedmodel.datasets", "fedmodel.partitioners")),
 ]
 ALGORITHM_WORDS = re.compile(r"dald|admm|proxal|fedprox|fedavg|insa|dgd", re.IGNORECASE)
 
