@@ -50,7 +50,7 @@ def flower(tmp_path_factory):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    assert ex._thread is None
+    assert ex._simulation is None
 
 
 CASES = {

@@ -141,7 +141,7 @@ def test_a_flower_run_that_raises_ends_its_simulation_thread():
     ex = FlowerExecutor(timeout=60)
     with pytest.raises(Boom):
         prob.solve(backends.FedAvg(max_rounds=5), executor=ex, callback=_raise_at(1, Boom("x")))
-    assert ex._thread is None and all(p.holder is None for p in ex.programs.values())
+    assert ex._simulation is None and all(p.holder is None for p in ex.programs.values())
     assert [t for t in set(threading.enumerate()) - before if t.is_alive() and not t.daemon] == []
 
 

@@ -53,6 +53,10 @@ _NUMERIC = frozenset(wire.DTYPES)
 
 
 # ---- payload <-> Flower records -------------------------------------------------------------------
+class NodeTimeout(FedModelError):
+    """A client did not reply within the executor's timeout."""
+
+
 def encode(kind: str, payload: dict[str, Any], fields: dict[str, str] | None = None,
            extra: dict | None = None, pack: bool = True) -> "RecordDict":
     """One request or reply as a Flower RecordDict: Python bools/ints/floats/strings in a
