@@ -61,7 +61,7 @@ class Backend:
     # solve the equilibrated model (fedmodel/compiler/scaling.py) and report in the user's
     # units; False: the model as written (paper presets, whose constants are in the paper's units)
     scaling = True
-    # the node procedures its loop sends (`@procedure` functions or `ledger.Procedure`s),
+    # the node procedures its loop sends (`@procedure` functions or `messages.Procedure`s),
     # registered when the run opens its executor, with the framework's own (gathering values)
     procedures: tuple = ()
     framework_procedures: tuple = FRAMEWORK + (own_feasibility,)

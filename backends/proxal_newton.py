@@ -41,7 +41,7 @@ from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.hessian_sum import hessian_sum
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
 from . import proxal_certificate

@@ -6,7 +6,7 @@ item 1). On the batched and JAX executors the estimate is the one group request
 step), so the floor, and the run, are bit for bit as before; each member's init is its own."""
 from __future__ import annotations
 
-from fedmodel.runtime.ledger import with_forms
+from fedmodel.runtime.messages import with_forms
 from ..common import _curvature_batched
 from . import client, sampled
 
