@@ -41,7 +41,7 @@ import numpy as np
 import warnings
 
 from fedmodel.errors import FedModelError
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.privacy import clipped_records, gaussian_noise, record_count, sampled_clipped_gradient
 
 # a run whose released fraction of clipped records at its point (pooled over the clients) is above
