@@ -129,13 +129,14 @@ def _say(outcome: Outcome, key: str, message: str, status: Status | None = None)
     warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def infeasible_before_run(apart) -> Outcome:
+def infeasible_before_run(apart=None, never: str | None = None) -> Outcome:
     """The outcome of a run that never started because the nodes' data-free sets have no
-    common point (`compiler.feasibility.sets_apart`): "infeasible", as CVXPY says, with no point
-    and no iterations, naming the constraints (a Result, not an error: an infeasible model is a
-    model, and the same sets found apart during a run end as a Result too)."""
-    outcome = Outcome(Status.INFEASIBLE, values={}, info={"sets_apart": apart.names})
-    _say(outcome, "infeasible", apart.message)
+    common point (`apart`: `compiler.feasibility.sets_apart`) or a constraint can never hold by
+    its atoms' signs (`never`: `fedmodel.never_met`): "infeasible", as CVXPY says, with no
+    point and no iterations, naming the constraints (a Result, not an error: an infeasible model
+    is a model, and the same sets found apart during a run end as a Result too)."""
+    outcome = Outcome(Status.INFEASIBLE, values={}, info={} if apart is None else {"sets_apart": apart.names})
+    _say(outcome, "infeasible", apart.message if apart is not None else never)
     return outcome
 
 

@@ -1,5 +1,5 @@
-"""A constraint no point can meet, read from its atoms' signs (by the `cvxpy` backend before
-its solvers): `g(w) <= c` where g is positive at every point of its domain (built from eˣ and
+"""A constraint no point can meet, read from its atoms' signs (by every backend before its run,
+`Backend.solve`, and by the `cvxpy` backend before its solvers): `g(w) <= c` where g is positive at every point of its domain (built from eˣ and
 log(1 + eˣ), which never reach 0) and the constant c is ≤ 0 — Neyman-Pearson with a class-1 loss threshold 0. Its infimum 0 may be
 approached (separable data: w running off to infinity) but is never attained, so the model is
 infeasible; CVXPY's solvers fail or stop "inaccurate" on it (SCS's point read "converged" with
@@ -12,6 +12,7 @@ from .atoms.arithmetic import Add, Multiply
 from .atoms.elementwise import Exp, Logistic
 from .atoms.sums import Sum
 from .constraints import Equality, Inequality
+from .errors import DataError
 
 POSITIVE_ATOMS = (Exp, Logistic)     # f(x) > 0 for every finite x
 
@@ -39,7 +40,10 @@ def _constant(expr) -> np.ndarray | None:
     """The value of a constant expression (Parameters at their current values), else None."""
     if not expr.is_constant():
         return None
-    value = expr.value
+    try:
+        value = expr.value
+    except DataError:       # (data held on a client, e.g. a loader's on a Ray or Flower node)
+        return None
     return None if value is None else np.asarray(value, dtype=float)
 
 
