@@ -81,8 +81,12 @@ def test_same_structure_shares_the_plans_and_binds_each_clients_data():
     assert clients[1].value_grad_plan is not clients[0].value_grad_plan
     for program, (X, y) in zip(clients, datasets):
         _check_against_numpy(program, X, y)
-    # gradients, value + gradient plan, objective (×3 clients), then the Hessian's (×3)
-    assert family.rebound >= 3 * 3
+    # every derivation and plan the clients used was re-bound (and checked once), none compiled
+    # again: the gradients, the value + gradient and objective plans, the Hessian-vector
+    # product's expressions and its plans over one and over many directions
+    assert {"gradients", "value_grad", "objective", "hvp", "direction"} <= set(family.records)
+    assert all(r.shared and r.checked for r in family.records.values())
+    assert family.rebound == 3 * len(family.records)
     # each client's plans read its own data leaves, never the first client's
     for program in clients[1:]:
         mine = {leaf.uid for e in program.value_grad_plan.outputs for leaf in e.leaves()}

@@ -59,6 +59,7 @@ class Family:
 
     def __init__(self, template: "Binding", key: tuple):
         self._template = weakref.ref(template)
+        self.key = key
         self.records: dict[str, _Record] = {}
         self.members = 0
         self.rebound = 0     # derivations and plans re-bound (not derived or compiled again)
@@ -102,6 +103,7 @@ class Binding:
             if family is not self._family:
                 self._family, self._map = family, None
                 family.members += 1
+                self.key = family.key   # one key object per structure (memory: 10⁴ clients)
         return family
 
     @property

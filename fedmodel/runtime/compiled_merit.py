@@ -289,6 +289,7 @@ class CompiledMerit:
     def _hessian_plan(self) -> Plan | None:
         """The Hessian-vector product's plan over many directions (the directions are inputs
         after the variables), or None when one of its steps has no rule over directions."""
+        self._hvp_expressions        # (first: the shared plan is re-bound onto this node's own)
         return self._share.plan("hessian", _compile_hessian)
 
     def _direction_plan(self) -> tuple[Plan, list[Parameter]]:
