@@ -43,12 +43,13 @@ _DROPPED = ("_eig_cache",)    # value-dependent caches an atom keeps (QuadForm's
 
 
 class _Record:
-    """One derivation (or plan) of a structure, as its first program produced it."""
+    """One derivation (its output expressions) or plan of a structure, as its first program
+    produced it, with the nodes that derivation made (cloned for the other programs)."""
 
-    __slots__ = ("outputs", "new_nodes", "plan", "shared", "checked")
+    __slots__ = ("result", "new_nodes", "shared", "checked")
 
-    def __init__(self, outputs: list, new_nodes: list, plan: Any = None, shared: bool = True):
-        self.outputs, self.new_nodes, self.plan = outputs, new_nodes, plan
+    def __init__(self, result: Any, new_nodes: list, shared: bool = True):
+        self.result, self.new_nodes = result, new_nodes
         self.shared, self.checked = shared, False
 
 
@@ -116,38 +117,53 @@ class Binding:
             self._map = {id(t): own for t, own in zip(order, self.order)}
         return self._map
 
-    # ---- derived expressions --------------------------------------------------------------
+    # ---- derived expressions and plans -------------------------------------------------------
     def derive(self, name: str, build: Callable[[Any], list]) -> list:
         """`build(owner)` (a list of expressions derived from the sources and from earlier
         derivations of this binding), derived once per structure."""
+        added: list[int] = []
+        return self._shared("derive", name, build, lambda outputs: _record(outputs, self._known()),
+                            lambda record: self._clone(record, added), _same_graphs,
+                            lambda: self._forget(added))
+
+    def plan(self, name: str, build: Callable[[Any], Any]) -> Any:
+        """`build(owner)` (a `codegen.Plan` of this program's sources and derivations),
+        compiled once per structure and re-bound to each program's nodes."""
+        return self._shared("plan", name, build, lambda plan: _Record(plan, []),
+                            lambda record: record.result.rebound(_by_id(self._node_map())),
+                            _same_plans, lambda: None)
+
+    def _shared(self, kind: str, name: str, build: Callable, record_of: Callable,
+                rebind: Callable, same: Callable, undo: Callable) -> Any:
+        """The template's `build` result, recorded (`record_of`); for the other programs the
+        record re-bound to their nodes (`rebind`), checked against their own `build` the first
+        time (`same`; `undo` forgets a re-binding not used)."""
         family = self.family
         if family.template is self:
             record = family.records.get(name)
             if record is None:
-                outputs = build(self.owner)
-                family.records[name] = record = _record(outputs, self._known())
-            return record.outputs
+                family.records[name] = record = record_of(build(self.owner))
+            return record.result
         record = family.records.get(name)
         if record is None:
-            family.template.derive(name, build)
+            getattr(family.template, kind)(name, build)
             record = family.records[name]
-        if not record.shared:
+        if not record.shared or record.result is None:
             return build(self.owner)
-        added: list[int] = []
         try:
-            outputs = self._clone(record, added)
+            result = rebind(record)
         except KeyError:        # a node the template had and this program has not: compile alone
-            self._forget(added)
+            undo()
             return build(self.owner)
         if not record.checked:
             record.checked = True
             own = build(self.owner)
-            if not _same_graphs(outputs, own):
+            if not same(result, own):
                 record.shared = False
-                self._forget(added)
+                undo()
                 return own
         family.rebound += 1
-        return outputs
+        return result
 
     def _known(self) -> set[int]:
         """The template's nodes so far (its sources' and derivations'), by id."""
@@ -179,38 +195,7 @@ class Binding:
                 new.args = tuple([node_of[id(a)] for a in node.args])
             node_of[id(node)] = new
             added.append(id(node))
-        return [node_of[id(o)] for o in record.outputs]
-
-    # ---- plans ----------------------------------------------------------------------------
-    def plan(self, name: str, build: Callable[[Any], Any]) -> Any:
-        """`build(owner)` (a `codegen.Plan` of this program's sources and derivations),
-        compiled once per structure and re-bound to each program's nodes."""
-        family = self.family
-        if family.template is self:
-            record = family.records.get(name)
-            if record is None:
-                family.records[name] = record = _Record([], [], plan=build(self.owner))
-            return record.plan
-        record = family.records.get(name)
-        if record is None:
-            family.template.plan(name, build)
-            record = family.records[name]
-        if not record.shared or record.plan is None:
-            return build(self.owner)
-        node_of = self._node_map()
-        try:
-            plan = record.plan.rebound(lambda node: node_of[id(node)])
-        except KeyError:        # built on a derivation this program made alone
-            return build(self.owner)
-        if not record.checked:
-            record.checked = True
-            own = build(self.owner)
-            if not _same_plans(plan, own):
-                record.shared = False
-                return own
-        family.rebound += 1
-        return plan
-
+        return [node_of[id(o)] for o in record.result]
 
 def bind(owner: Any, sources: Sequence[Expression], inputs: Sequence[Leaf]) -> Binding:
     """The binding of the program `owner` (its sources: the expressions everything it derives
@@ -230,6 +215,10 @@ def _record(outputs: list, known: set[int]) -> _Record:
     shared = all(_shareable_leaf(n) for n in new_nodes if isinstance(n, Leaf))
     known.update(id(n) for n in new_nodes)
     return _Record(list(outputs), new_nodes, shared=shared)
+
+
+def _by_id(node_of: dict[int, Expression]) -> Callable[[Expression], Expression]:
+    return lambda node: node_of[id(node)]
 
 
 def _shareable_leaf(leaf: Leaf) -> bool:
