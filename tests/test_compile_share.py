@@ -188,3 +188,41 @@ def test_a_derivation_whose_clone_differs_is_not_shared():
     one = fm.Constant(np.ones(3))
     assert not shared_structure._same_graphs([one], [fm.Constant(np.zeros(3))])
     assert shared_structure._same_graphs([one], [fm.Constant(np.ones(3))])
+
+
+def _constrained(seeds):
+    """Clients with a private variable, an inequality and an equality (their multipliers, the
+    residual plans) and a logistic loss."""
+    w = fm.Variable(4, name="w")
+    prob = fm.Problem()
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        c = prob.add_client(f"c{seed}")
+        A = c.data(rng.normal(size=(6, 4)), name="A")
+        s = c.variable(name="s")
+        c.minimize(fm.mean(fm.logistic(A @ w)) + fm.square(s - 0.5))
+        c.subject_to((fm.sum_squares(w) <= 0.5).named(f"disk{seed}"))
+        c.subject_to((w[0] + s == 0.2).named(f"link{seed}"))
+    return prob
+
+
+def test_private_variables_and_constraints_share_and_match_the_client_alone():
+    programs = compile_programs(_constrained([0, 1, 2]))
+    shared = programs["c2"]
+    assert not shared.compiled._share.is_template
+    shared_structure.clear()
+    alone = compile_programs(_constrained([2]))["c2"]
+    assert alone.compiled._share.is_template
+    rng = np.random.default_rng(5)
+    for program in (shared, alone):
+        program.configure(beta=3.0, prox_weight=0.2, center=np.full(4, 0.1))
+        program.set_multipliers({"disk2": np.array(0.7), "link2": np.array(-0.3)})
+    for _ in range(3):
+        x, y = rng.normal(size=4), rng.normal(size=1)
+        a, b = shared.value_grad(x, y), alone.value_grad(x, y)
+        assert a[0] == b[0] and np.array_equal(a[1], b[1])
+        z = np.concatenate([x, y])
+        assert np.array_equal(shared.hessian(z), alone.hessian(z))
+        shared.y, alone.y = y, y
+        assert shared.report(x) == alone.report(x)
+        assert shared.violations(x) == alone.violations(x)
