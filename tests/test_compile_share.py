@@ -226,3 +226,17 @@ def test_private_variables_and_constraints_share_and_match_the_client_alone():
         shared.y, alone.y = y, y
         assert shared.report(x) == alone.report(x)
         assert shared.violations(x) == alone.violations(x)
+
+
+def test_the_first_programs_graphs_go_with_it():
+    """Freed, the first program of a structure takes its graphs (its data) along: the family's
+    records go, and the next program that needs a derivation leads a new family."""
+    datasets = [_data(s) for s in range(3)]
+    programs = compile_programs(_least_squares(datasets))
+    first, second, third = _clients(programs)
+    old = second.compiled._share.family
+    del programs, first
+    gc.collect()
+    assert not old.records and old.template is None
+    _check_against_numpy(third, *datasets[2])      # (its Hessian: derived in a new family)
+    assert third.compiled._share.family is not old

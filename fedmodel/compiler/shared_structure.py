@@ -55,8 +55,9 @@ class _Record:
 
 class Family:
     """The programs of one structure: the first one's (`template`) records by name. It lives
-    as long as that program (its graphs and data are the records'): `_FAMILIES` forgets it when
-    the program is freed, and the next program of the structure starts a new family."""
+    as long as that program (its graphs and data are the records'): when the program is freed
+    the records go and `_FAMILIES` forgets it; the next program of the structure starts a new
+    family."""
 
     def __init__(self, template: "Binding", key: tuple):
         self._template = weakref.ref(template)
@@ -64,16 +65,17 @@ class Family:
         self.records: dict[str, _Record] = {}
         self.members = 0
         self.rebound = 0     # derivations and plans re-bound (not derived or compiled again)
-        weakref.finalize(template.owner, _forget_family, key, id(self))
+        weakref.finalize(template.owner, _retire, key, self)
 
     @property
     def template(self) -> "Binding | None":
         return self._template()
 
 
-def _forget_family(key: tuple, family_id: int) -> None:
-    family = _FAMILIES.get(key)
-    if family is not None and id(family) == family_id:
+def _retire(key: tuple, family: Family) -> None:
+    """Its first program was freed: drop its graphs (the other programs keep only theirs)."""
+    family.records.clear()
+    if _FAMILIES.get(key) is family:
         del _FAMILIES[key]
 
 
