@@ -15,7 +15,8 @@ clients (docs/BENCHMARKS.md, "6,072 plans"). Here:
   key by value: constants of one entry (`multiply` folds them, `divide` inverts them) and
   plain `Constant` arrays (`neg` folds them), the latter by identity.
 - `Binding.derive` returns the derivation recorded for the structure's first program with its
-  nodes cloned onto this program's leaves (`Atom.with_args` without re-deriving or checking);
+  new nodes copied onto this program's leaves (as `Atom.with_args` copies a node; nothing is
+  derived or checked again);
   `Binding.plan` re-binds the first program's `codegen.Plan` (`Plan.rebound`: its steps on the
   cloned nodes, its constants this program's, its folded constants computed again from them).
   The same operations in the same order: results bit for bit as if compiled alone.
