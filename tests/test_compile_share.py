@@ -240,3 +240,27 @@ def test_the_first_programs_graphs_go_with_it():
     assert not old.records and old.template is None
     _check_against_numpy(third, *datasets[2])      # (its Hessian: derived in a new family)
     assert third.compiled._share.family is not old
+
+
+def test_a_derivation_that_folds_data_into_a_new_constant_is_not_shared():
+    """quad_form's derivative folds its fixed P into a new constant P + Pᵀ: that derivation is
+    each client's own (not shared), and each client's gradient is (P + Pᵀ) w of its own P."""
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    Ps = []
+    for seed in range(3):
+        B = np.random.default_rng(seed).normal(size=(3, 3))
+        Ps.append(B @ B.T + np.eye(3))
+        c = prob.add_client()
+        c.minimize(fm.quad_form(w, c.data(Ps[-1])))
+    prob.server.minimize(1e-2 * fm.sum_squares(w))
+    programs = compile_programs(prob)
+    clients = _clients(programs)
+    assert len({id(p.compiled._share.family) for p in clients}) == 1
+    record = clients[0].compiled._share.family.records["gradients"]
+    assert not record.shared and not record.checked     # refused when recorded, before any check
+    x = np.array([0.3, -1.0, 2.0])
+    for program, P in zip(clients, Ps):
+        value, g = program.value_grad(x, np.zeros(0))
+        assert value == pytest.approx(x @ P @ x, rel=1e-12)
+        np.testing.assert_allclose(g, (P + P.T) @ x, rtol=1e-12)
