@@ -37,8 +37,9 @@ import numpy as np
 
 from ..expression import Constant, Data, Expression, Leaf, Parameter, Variable, is_sparse, postorder
 
-_FAMILIES: dict[tuple, "Family"] = {}
-_CACHE_MAX = 4096   # structures kept; cleared when full (each keeps its first program's graphs)
+# structure key -> its family, held only by its first program (`Binding._own`): the entry goes
+# with that program, and with it the graphs (its data) the records hold
+_FAMILIES: "weakref.WeakValueDictionary[tuple, Family]" = weakref.WeakValueDictionary()
 _STANDARD = frozenset(("args", "shape"))
 _DROPPED = ("_eig_cache",)    # value-dependent caches an atom keeps (QuadForm's eigenvalues)
 
@@ -49,16 +50,15 @@ class _Record:
 
     __slots__ = ("result", "new_nodes", "shared", "checked")
 
-    def __init__(self, result: Any, new_nodes: list, shared: bool = True):
+    def __init__(self, result: Any, new_nodes: list | None, shared: bool = True):
         self.result, self.new_nodes = result, new_nodes
         self.shared, self.checked = shared, False
 
 
 class Family:
     """The programs of one structure: the first one's (`template`) records by name. It lives
-    as long as that program (its graphs and data are the records'): when the program is freed
-    the records go and `_FAMILIES` forgets it; the next program of the structure starts a new
-    family."""
+    as long as that program (its graphs and data are the records'; the other programs hold it
+    weakly): the next program of the structure after it starts a new family."""
 
     def __init__(self, template: "Binding", key: tuple):
         self._template = weakref.ref(template)
@@ -66,18 +66,26 @@ class Family:
         self.records: dict[str, _Record] = {}
         self.members = 0
         self.rebound = 0     # derivations and plans re-bound (not derived or compiled again)
-        weakref.finalize(template.owner, _retire, key, self)
+        self._settled = 0    # records whose new nodes are found (`settle`)
+        self._known: set[int] | None = None
 
     @property
     def template(self) -> "Binding | None":
         return self._template()
 
-
-def _retire(key: tuple, family: Family) -> None:
-    """Its first program was freed: drop its graphs (the other programs keep only theirs)."""
-    family.records.clear()
-    if _FAMILIES.get(key) is family:
-        del _FAMILIES[key]
+    def settle(self) -> None:
+        """Find each derivation's new nodes (not among the template's sources and earlier
+        derivations), in the order they were derived, and whether it may be shared: only once a
+        second program asks (a structure of one program never pays for it)."""
+        records = list(self.records.values())
+        if self._settled == len(records):
+            return
+        if self._known is None:
+            self._known = {id(n) for n in self.template.order}
+        for record in records[self._settled:]:
+            if record.new_nodes is None:
+                _settle(record, self._known)
+        self._settled = len(records)
 
 
 class Binding:
@@ -88,7 +96,8 @@ class Binding:
         self._owner = weakref.ref(owner)     # (the owner keeps its binding: no cycle)
         self.order = list(inputs) + postorder(list(sources))
         self.key = structure_key(self.order, len(inputs))
-        self._family: Family | None = None
+        self._family: "weakref.ref[Family] | None" = None
+        self._own: Family | None = None      # the family this program leads (held here only)
         self._map: dict[int, Expression] | None = None     # template node id -> own node
 
     owner = property(lambda self: self._owner(), doc="The program this binding is of.")
@@ -97,17 +106,14 @@ class Binding:
     def family(self) -> Family:
         """The family of this structure; a new one led by this program when there is none
         (the first program of the structure, or its first program was freed)."""
-        family = self._family
+        family = self._family() if self._family is not None else None
         if family is None or family.template is None:
             family = _FAMILIES.get(self.key)
             if family is None or family.template is None:
-                if len(_FAMILIES) >= _CACHE_MAX:
-                    _FAMILIES.clear()
-                family = _FAMILIES[self.key] = Family(self, self.key)
-            if family is not self._family:
-                self._family, self._map = family, None
-                family.members += 1
-                self.key = family.key   # one key object per structure (memory: 10⁴ clients)
+                family = self._own = _FAMILIES[self.key] = Family(self, self.key)
+            self._family, self._map = weakref.ref(family), None
+            family.members += 1
+            self.key = family.key   # one key object per structure (memory: 10⁴ clients)
         return family
 
     @property
@@ -125,7 +131,7 @@ class Binding:
         """`build(owner)` (a list of expressions derived from the sources and from earlier
         derivations of this binding), derived once per structure."""
         added: list[int] = []
-        return self._shared("derive", name, build, lambda outputs: _record(outputs, self._known()),
+        return self._shared("derive", name, build, lambda outputs: _Record(list(outputs), None),
                             lambda record: self._clone(record, added), _same_graphs,
                             lambda: self._forget(added))
 
@@ -151,6 +157,7 @@ class Binding:
         if record is None:
             getattr(family.template, kind)(name, build)
             record = family.records[name]
+        family.settle()
         if not record.shared or record.result is None:
             return build(self.owner)
         try:
@@ -167,13 +174,6 @@ class Binding:
                 return own
         family.rebound += 1
         return result
-
-    def _known(self) -> set[int]:
-        """The template's nodes so far (its sources' and derivations'), by id."""
-        known = getattr(self, "_known_ids", None)
-        if known is None:
-            known = self._known_ids = {id(n) for n in self.order}
-        return known
 
     def _forget(self, added: list[int]) -> None:
         """Drop clones that are not this program's nodes after all (a failed derivation)."""
@@ -211,13 +211,12 @@ def clear() -> None:
     _FAMILIES.clear()
 
 
-def _record(outputs: list, known: set[int]) -> _Record:
-    """The template's derivation: its nodes not seen before, in order (they are cloned for the
-    other programs), and whether it may be shared (no new leaf whose value may be data's)."""
-    new_nodes = [n for n in postorder(outputs) if id(n) not in known]
-    shared = all(_shareable_leaf(n) for n in new_nodes if isinstance(n, Leaf))
-    known.update(id(n) for n in new_nodes)
-    return _Record(list(outputs), new_nodes, shared=shared)
+def _settle(record: _Record, known: set[int]) -> None:
+    """A template's derivation: its nodes not seen before (`known`), in order (they are cloned
+    for the other programs), and whether it may be shared (no new leaf whose value may be data's)."""
+    record.new_nodes = [n for n in postorder(record.result) if id(n) not in known]
+    record.shared = all(_shareable_leaf(n) for n in record.new_nodes if isinstance(n, Leaf))
+    known.update(id(n) for n in record.new_nodes)
 
 
 def _by_id(node_of: dict[int, Expression]) -> Callable[[Expression], Expression]:
