@@ -19,8 +19,6 @@ import weakref
 
 import numpy as np
 
-from fedmodel.compiler.codegen import Plan
-from fedmodel.compiler.differentiate import grad
 from fedmodel.expression import Data
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
@@ -263,11 +261,8 @@ def gradient_scale(program: NodeProgram, x: np.ndarray) -> float:
     The equilibration (fedmodel/compiler/scaling.py) sizes the objective at the origin; where
     the loss saturates (logistic on separable data in large units) the gradients near the
     answer are ~10⁶ times smaller, and an absolute ε1 there certifies nothing."""
-    if program not in _GRADIENTS:
-        f = program.merit_ir.objective
-        shared = program.shared.variables
-        plan = Plan([grad(f, v) for v in shared], program.variables) if shared else None
-        _GRADIENTS[program] = (plan, None)
+    if program not in _GRADIENTS:      # (compiled once per structure: `compiled_merit`)
+        _GRADIENTS[program] = (program.compiled.objective_gradient_plan, None)
     plan, at_zero = _GRADIENTS[program]
     extra = sum(t.weight() for t in program.merit_ir.prox_terms if t.weight is not None)
     if plan is None:

@@ -85,7 +85,7 @@ def test_same_structure_shares_the_plans_and_binds_each_clients_data():
     # every derivation and plan the clients used was re-bound (and checked once), none compiled
     # again: the gradients, the value + gradient and objective plans, the Hessian-vector
     # product's expressions and its plans over one and over many directions
-    assert {"gradients", "value_grad", "objective", "hvp", "direction"} <= set(family.records)
+    assert {"gradients", "value_grad", "objective", "hvp", "direction"} <= {name for _, name in family.records}
     assert all(r.shared and r.checked for r in family.records.values())
     assert family.rebound == 3 * len(family.records)
     # each client's plans read its own data leaves, never the first client's
@@ -184,7 +184,7 @@ def test_a_derivation_whose_clone_differs_is_not_shared():
     (here, made by hand) stops the sharing of that derivation, and the program keeps its own."""
     datasets = [_data(s) for s in range(3)]
     clients = _clients(compile_programs(_least_squares(datasets)))
-    record = clients[0].compiled._share.family.records["gradients"]
+    record = clients[0].compiled._share.family.records["derive", "gradients"]
     assert record.shared and record.checked
     one = fm.Constant(np.ones(3))
     assert not shared_structure._same_graphs([one], [fm.Constant(np.zeros(3))])
@@ -236,7 +236,7 @@ def test_the_first_programs_graphs_go_with_it():
     programs = compile_programs(_least_squares(datasets))
     first, second, third = _clients(programs)
     old = weakref.ref(second.compiled._share.family)
-    graphs = weakref.ref(old().records["gradients"].result[0])
+    graphs = weakref.ref(old().records["derive", "gradients"].result[0])
     del programs, first
     gc.collect()
     assert old() is None and graphs() is None
@@ -259,7 +259,7 @@ def test_a_derivation_that_folds_data_into_a_new_constant_is_not_shared():
     programs = compile_programs(prob)
     clients = _clients(programs)
     assert len({id(p.compiled._share.family) for p in clients}) == 1
-    record = clients[0].compiled._share.family.records["gradients"]
+    record = clients[0].compiled._share.family.records["derive", "gradients"]
     assert not record.shared and not record.checked     # refused when recorded, before any check
     x = np.array([0.3, -1.0, 2.0])
     for program, P in zip(clients, Ps):

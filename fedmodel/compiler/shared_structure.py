@@ -63,7 +63,7 @@ class Family:
     def __init__(self, template: "Binding", key: tuple):
         self._template = weakref.ref(template)
         self.key = key
-        self.records: dict[str, _Record] = {}
+        self.records: dict[tuple[str, str], _Record] = {}    # by ("derive" or "plan", name)
         self.members = 0
         self.rebound = 0     # derivations and plans re-bound (not derived or compiled again)
         self._settled = 0    # records whose new nodes are found (`settle`)
@@ -147,16 +147,16 @@ class Binding:
         """The template's `build` result, recorded (`record_of`); for the other programs the
         record re-bound to their nodes (`rebind`), checked against their own `build` the first
         time (`same`; `undo` forgets a re-binding not used)."""
-        family = self.family
+        family, key = self.family, (kind, name)
         if family.template is self:
-            record = family.records.get(name)
+            record = family.records.get(key)
             if record is None:
-                family.records[name] = record = record_of(build(self.owner))
+                family.records[key] = record = record_of(build(self.owner))
             return record.result
-        record = family.records.get(name)
+        record = family.records.get(key)
         if record is None:
             getattr(family.template, kind)(name, build)
-            record = family.records[name]
+            record = family.records[key]
         family.settle()
         if not record.shared or record.result is None:
             return build(self.owner)

@@ -286,6 +286,18 @@ class CompiledMerit:
         return derived[:n], derived[n:]
 
     @functools.cached_property
+    def _objective_gradients(self) -> list:
+        return self._share.derive("objective_gradients", lambda cm: [grad(cm.ir.objective, v) for v in cm.shared.variables])
+
+    @functools.cached_property
+    def objective_gradient_plan(self) -> Plan | None:
+        """∇f_i per shared variable (the objective alone: no AL or proximal terms) over z, once
+        per structure (`_share`; its gradients derived first); None without shared variables."""
+        if not self.shared.variables or not self._objective_gradients:
+            return None
+        return self._share.plan("objective_gradient_plan", lambda cm: Plan(cm._objective_gradients, cm.variables))
+
+    @functools.cached_property
     def _hessian_plan(self) -> Plan | None:
         """The Hessian-vector product's plan over many directions (the directions are inputs
         after the variables), or None when one of its steps has no rule over directions."""
