@@ -17,6 +17,7 @@ from fedmodel.compiler.feasibility import sets_apart
 from fedmodel.compiler.scaling import equilibrate
 from fedmodel.errors import DataError, FedModelError
 from fedmodel.expression import Constant, Data, Parameter, is_sparse
+from fedmodel.never_met import never_met
 from fedmodel.result import Result
 from fedmodel.runtime.auto_executor import DefaultExecutor
 from fedmodel.runtime.blas import run_blas_threads
@@ -61,7 +62,7 @@ class Backend:
     # solve the equilibrated model (fedmodel/compiler/scaling.py) and report in the user's
     # units; False: the model as written (paper presets, whose constants are in the paper's units)
     scaling = True
-    # the node procedures its loop sends (`@procedure` functions or `ledger.Procedure`s),
+    # the node procedures its loop sends (`@procedure` functions or `messages.Procedure`s),
     # registered when the run opens its executor, with the framework's own (gathering values)
     procedures: tuple = ()
     framework_procedures: tuple = FRAMEWORK + (own_feasibility,)
@@ -100,8 +101,9 @@ class Backend:
         check_scaling(problem)
         start = time.perf_counter()
         apart = sets_apart(problem) if self.checks_sets_meet else None
-        if apart is not None:
-            return finish_result(problem, self.name, infeasible_before_run(apart),
+        never = never_met(problem) if self.checks_sets_meet and apart is None else None
+        if apart is not None or never is not None:      # (an algorithm would run to its cap)
+            return finish_result(problem, self.name, infeasible_before_run(apart, never),
                                  time.perf_counter() - start)
         with collection_paused():
             wanted = self.equilibrates() if scaling is None else bool(scaling) and self.equilibrates()

@@ -16,7 +16,7 @@ from fedmodel.errors import FedModelError
 from fedmodel.expression import Constant
 from fedmodel.runtime.batched_group import in_group_order, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 
 
 def require_star(problem, topology, backend: str):

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedmodel.compiler.feasibility import feasible_by_its_sets
 from fedmodel.runtime import local_solvers
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from . import proxal_flat, proxal_private
 from .base import Backend, Run, paper_preset

@@ -15,7 +15,8 @@ import numpy as np
 
 from fedmodel.constraints import Equality
 from fedmodel.errors import CurvatureError, FedModelError
-from .base import RUN_OPTIONS, Backend, refuse_unknown
+from fedmodel.never_met import never_met
+from .base import RUN_OPTIONS, Backend, finish_result, refuse_unknown
 from .outcome import Outcome, Status
 
 # A reference solve should be more accurate than the federated answers it certifies: Clarabel's
@@ -65,9 +66,18 @@ class CVXPY(Backend):
         written (the whole chain) and the better answer kept. On Neyman-Pearson monks-1 (no
         unique minimizer) Clarabel is 'optimal' in 3 s as written but inaccurate equilibrated,
         where ECOS and then SCS's 200,000 iterations took 89 s. A doubtful final answer
-        (`_doubtful`: "optimal" failing its KKT check, "infeasible") is checked the same way."""
+        (`_doubtful`: "optimal" failing its KKT check, "infeasible") is checked the same way.
+        A constraint no point meets by its atoms' signs (`never_met`) is "infeasible" at once;
+        "converged" only at a point that passes its own KKT check (`_honest`; at each return, not
+        in a wrapper: one frame more would move the warnings' `stacklevel`)."""
+        never = never_met(problem)
+        if never is not None:     # the solvers fail or stop inaccurate on it, after minutes
+            warnings.warn(f"cvxpy: {never}", RuntimeWarning, stacklevel=3)
+            return finish_result(problem, self.name, Outcome(
+                Status.INFEASIBLE, values={}, info={"infeasible": never, "solver": None,
+                                                    "cvxpy_status": None, "attempts": []}), 0.0)
         if self.solver is not None or scaling is False or not self.equilibrates():
-            return super().solve(problem, *args, scaling=scaling, **kwargs)
+            return _honest(super().solve(problem, *args, scaling=scaling, **kwargs))
         interior = copy.copy(self)
         interior.interior_only = True
         # said again if this answer is kept. Python's warnings state is process-wide
@@ -77,7 +87,7 @@ class CVXPY(Backend):
             warnings.simplefilter("always")
             first = Backend.solve(interior, problem, *args, scaling=scaling, **kwargs)
         if first.info.get("cvxpy_status") in FINAL and not _doubtful(first):
-            return _repeat(said, first)
+            return _honest(_repeat(said, first))
         if not first.info.get("cvxpy_status"):      # Clarabel raised on the copy: the whole chain
             # on it (Clarabel again, then ECOS, SCS; raw airfoil ×1e3, a weight Parameter, an
             # inactive ball, now an ellipsoid: Clarabel failed equilibrated, said "infeasible"
@@ -86,7 +96,7 @@ class CVXPY(Backend):
                 warnings.simplefilter("always")
                 first = Backend.solve(self, problem, *args, scaling=scaling, **kwargs)
             if first.info.get("cvxpy_status") in FINAL and not _doubtful(first):
-                return _repeat(said, first)
+                return _honest(_repeat(said, first))
         # where an attempt ended "optimal" but an inaccurate one at tighter tolerances had the
         # smaller KKT residual (kept), the model as written gets Clarabel only: its first-order
         # fallbacks took 43 s of SCS on a separable logistic with client balls
@@ -104,7 +114,8 @@ class CVXPY(Backend):
             kept = second if better else first
         elif not first.values:
             kept = second
-        elif second.status == Status.CONVERGED or second.info.get("cvxpy_status") not in FINAL:
+        elif second.status == Status.CONVERGED or "not_stationary" in second.info \
+                or second.info.get("cvxpy_status") not in FINAL:
             # an "optimal" as written does not beat a more accurate "inaccurate" equilibrated
             # answer: wine least squares with an active ball at data ×1e-6, Clarabel's tight
             # attempt on the copy 2e-6 from the answer, its "optimal" as written 5e-3 (newuser13)
@@ -112,8 +123,8 @@ class CVXPY(Backend):
         else:               # infeasible / unbounded as written, unless the first point refutes it
             kept = first if _refutes(first, second) else second
         if kept.status == Status.INFEASIBLE and first.info.get("cvxpy_status") not in FINAL:
-            return self._second_opinion(problem, kept, args, kwargs)
-        return _repeat(said if kept is first else said_again, kept)
+            return _honest(self._second_opinion(problem, kept, args, kwargs))
+        return _honest(_repeat(said if kept is first else said_again, kept))
 
     def _second_opinion(self, problem, verdict, args, kwargs):
         """An "infeasible" said of the model as written only (its equilibrated copy undecided)
@@ -286,6 +297,27 @@ def _repeat(said, result):
         registry = vars(sys.modules[module]).setdefault("__warningregistry__", {}) if module else None
         warnings.warn_explicit(message.message, message.category, message.filename, message.lineno,
                                module=module, registry=registry, source=message.source)
+    return result
+
+
+def _honest(result):
+    """`result`, "stalled" where it says "converged" at a point whose relative complementarity
+    (Σ μ|c| over the Lagrangian's size) is above TRUSTED: the reference every verify compares
+    with passes its own certificate, or says it does not (info["inaccurate"]). Its stationarity
+    is `verdicts`' not_stationary, its feasibility `finish_result`'s rule (absolute and relative:
+    the relative measure alone divides by the constraint's terms, ~0 where they vanish — a ball of
+    radius 0, Clarabel 2.5e-11 from the answer, reads 1)."""
+    cert = result.certificate
+    if result.status != Status.CONVERGED or cert is None or not cert.relative \
+            or not cert.relative_complementarity > TRUSTED:
+        return result
+    message = (f"cvxpy: the solver's answer ({result.info.get('cvxpy_status')!r}, result.info['attempts']) "
+               f"fails its own KKT check: relative complementarity {cert.relative_complementarity:.2g} "
+               f"(above {TRUSTED:g}): not an answer, 'stalled'. Its tolerances are absolute: rescale "
+               "the data, or try another solver (prob.solve('cvxpy', solver='SCS'))")
+    result.status = Status.STALLED
+    result.info["inaccurate"] = message
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
     return result
 
 

@@ -16,7 +16,7 @@ from fedmodel.compiler.canonical import PROJECT_ALL
 from fedmodel.compiler.intersections import check_boxes_meet, prox_conflict
 from fedmodel.compiler.sets import AFFINE, affine_multipliers, simple_set
 from fedmodel.errors import FedModelError
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import ProgramSpec, compile_programs
 
 

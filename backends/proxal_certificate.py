@@ -36,7 +36,7 @@ import numpy as np
 from fedmodel.analysis import curvature_jumps
 from fedmodel.constraints import Equality
 from fedmodel.runtime import solvers
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from .proxal_newton_model import matrices_held, unpack_symmetric
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from fedmodel.compiler.codegen import Plan
 from fedmodel.compiler.differentiate import grad
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from fedmodel.solution_set import FLAT_SIZE, jacobian, maps, null_space
 

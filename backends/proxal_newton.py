@@ -41,7 +41,7 @@ from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.hessian_sum import hessian_sum
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
 from . import proxal_certificate
@@ -347,7 +347,8 @@ class NewtonInner:
         no β bends a flat direction, and at large β the Newton steps wander along it (NP monks-1
         n = 40: 3e6 → 3e8, two outer iterations of 14–15 steps, 37 of 109 round trips)."""
         found = self.last_reading
-        return self.beta_max if found is not None and np.isfinite(found[2]["distance"]) else self.singular_beta_max
+        cap = self.beta_max if found is not None and np.isfinite(found[2]["distance"]) else self.singular_beta_max
+        return min(cap, self.jump_cap())
 
     def add_set_multipliers(self, ex, multipliers: dict) -> None:
         """The run's end (`ProxAL.conclude`): the multipliers of the sets the server projected

@@ -17,7 +17,7 @@ import functools
 import numpy as np
 
 from fedmodel.compiler.projection import ACTIVE, Box, Halfspace, Subspace
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 
 TRIALS = 8              # shorter steps 2^-1 … 2^-TRIALS valued beside each full Newton step (one message)

@@ -18,7 +18,7 @@ import numpy as np
 
 from fedmodel.compiler.sets import ZERO
 from fedmodel.runtime.active_set import l1_residual
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from .proxal_nodes import _normal_multipliers
 

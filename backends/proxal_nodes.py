@@ -26,7 +26,7 @@ from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
 from fedmodel.runtime import local_al
 from fedmodel.runtime.client_step import client_step
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from .anderson import MAX_MEMORY, ClientHistory
 from .proxal_private import _private_step, private_step

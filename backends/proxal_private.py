@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.compiler.slack import met_by_slack
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 
 

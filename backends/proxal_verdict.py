@@ -139,6 +139,16 @@ MAYBE_RUNAWAY = ("over the last {k} outer iterations the iterates moved outward 
                  "no minimizer (separable data, a loss with no ridge?) — add a ridge (λ‖w‖²) or a bound on w")
 
 
+# at the cap, the last outer iterations whose subproblems mostly ended above τ_k are named
+UNSOLVED_WINDOW = 10
+UNSOLVED_NOTE = ("{k} of the last {n} subproblems ended with their certificate (median {cert:.2g}, in the "
+                 "run's units) above τ_k ({tau:.2g}): their steps could not lower the gradient further "
+                 "at β = {beta:.3g} — round-off, where β times a constraint's round-off enters the "
+                 "augmented Lagrangian's gradient, or a loss saturated on data in large units. The last "
+                 "outer step was {step:.2g} of ‖w‖: the point may be near the answer but is not "
+                 "certified; check it with fm.verify(res, prob.solve('cvxpy')), or rescale the data")
+
+
 def hints(backend, history: list[dict], info: dict, status: str | None) -> str | None:
     """`status` as it is, with what a user should know (info and a RuntimeWarning) under Newton
     steps: at "converged" without a distance reading (`proxal_certificate.reading`: a Hessian
@@ -146,16 +156,25 @@ def hints(backend, history: list[dict], info: dict, status: str | None) -> str |
     1e-14 of its loss, 1.9e-15 of the largest curvature);
     at the last outer iteration, iterates that went outward while the objective fell
     (`_outward`, info["no_minimizer"]: MNIST 3 v 7, 200 rows, no ridge, ‖w‖ 133 → 1,455 in 100
-    outer iterations with no reading, which `runaway` cannot tell from a slow approach)."""
+    outer iterations with no reading, which `runaway` cannot tell from a slow approach), and
+    subproblems that mostly ended above τ_k (info["unsolved"]: separable logistic ×1e3 with one
+    sum constraint, certificates 2e-8 against τ_k 1e-10 for 80 outer iterations, honest15)."""
     last = history[-1]
     if status == Status.CONVERGED and last.get("newton_flat", 0.0) > 0 and not np.isfinite(
             last.get("newton_distance", 0.0)):
         info["flat"] = FLAT_NOTE.format(n=last["newton_flat"])
         warnings.warn(info["flat"], RuntimeWarning, stacklevel=4)
+    at_cap = status is None and len(history) >= getattr(backend, "max_outer", np.inf)
     window = _outward(history, getattr(backend, "eps2", 0.0)) if status is None else None
-    if window and len(history) >= getattr(backend, "max_outer", np.inf) and "newton_distance" in last:
+    if window and at_cap and "newton_distance" in last:
         info["no_minimizer"] = MAYBE_RUNAWAY.format(k=len(window) - 1, r=last["size"] / max(history[0]["size"], 1e-300))
         warnings.warn(info["no_minimizer"], RuntimeWarning, stacklevel=4)
+    unsolved = [r for r in history[-UNSOLVED_WINDOW:] if r.get("certificate", 0.0) > r.get("tau", np.inf)]
+    if at_cap and 2 * len(unsolved) >= min(len(history), UNSOLVED_WINDOW):
+        info["unsolved"] = UNSOLVED_NOTE.format(
+            k=len(unsolved), n=min(len(history), UNSOLVED_WINDOW), cert=np.median([r["certificate"] for r in unsolved]),
+            tau=last["tau"], beta=last.get("beta", np.nan), step=last.get("step", np.nan) / max(last.get("size", 0.0), 1e-300))
+        warnings.warn(info["unsolved"], RuntimeWarning, stacklevel=4)
     return status
 
 

@@ -17,8 +17,8 @@ from .watch import steady_descent
 # A "converged" point violating a constraint by more than CONVERGED_VIOLATION is not an answer
 # ("stalled") — unless it is within CONVERGED_VIOLATION of its constraint's terms' size (large
 # units); so is one with a relative KKT stationarity (`Certificate.relative_stationarity`)
-# above NOT_STATIONARY, with a warning (CVXPY's point and a paper preset's keep their
-# "converged": _warn_not_stationary). The violation must exceed it absolutely too: the relative
+# above NOT_STATIONARY, with a warning (a paper preset's point keeps its "converged":
+# _warn_not_stationary). The violation must exceed it absolutely too: the relative
 # one divides by the size of the constraint's terms at the point, which is near 0 for a linear
 # constraint whose terms cancel there (Table 4's LCQP: a 2.6e-6 violation read as > 1e-2), and
 # a false "stalled" on a right answer is worse than a biased point in tiny units let through
@@ -77,14 +77,16 @@ def _warn_not_stationary(backend_name: str, outcome: Outcome, stationarity: floa
                "flattens the steps it measures); tighten its tolerance, or check with "
                "prob.solve('cvxpy')")
     # A run's "converged" claims that the point answers the model: here it does not, so it ends
-    # "stalled". Kept "converged" (with the warning): CVXPY's, whose solver said "optimal" and
-    # whose point is the reference fm.verify measures against (verify says it fails its own KKT
-    # check), and a paper preset's, whose stop test at the paper's ε defines its convergence.
-    kept = backend_name == "cvxpy" or paper_stop
-    stop = "converged by its stop test" if backend_name == "cvxpy" else \
-        "converged by the paper's stop test (at the paper's tolerances)" if paper_stop else "met its stop test"
+    # "stalled" — CVXPY's too: the reference fm.verify measures against must not say "converged"
+    # at a point its own check rejects (SCS's "optimal_inaccurate" on Neyman-Pearson with
+    # threshold 0 read "converged" with a relative KKT residual of 1, honest15). Kept
+    # "converged" (with the warning): a paper preset's, whose stop test at the paper's ε
+    # defines its convergence.
+    kept = paper_stop
+    stop = "'s solver stopped ('optimal' or 'optimal_inaccurate')" if backend_name == "cvxpy" else \
+        " converged by the paper's stop test (at the paper's tolerances)" if paper_stop else " met its stop test"
     _say(outcome, "not_stationary",
-         f"{backend_name} {stop}, but the point is not a solution of the model: relative KKT "
+         f"{backend_name}{stop}, but the point is not a solution of the model: relative KKT "
          f"stationarity {stationarity:.3g} (result.certificate). {why}",
          status=None if kept else Status.STALLED)
 
@@ -127,13 +129,14 @@ def _say(outcome: Outcome, key: str, message: str, status: Status | None = None)
     warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def infeasible_before_run(apart) -> Outcome:
+def infeasible_before_run(apart=None, never: str | None = None) -> Outcome:
     """The outcome of a run that never started because the nodes' data-free sets have no
-    common point (`compiler.feasibility.sets_apart`): "infeasible", as CVXPY says, with no point
-    and no iterations, naming the constraints (a Result, not an error: an infeasible model is a
-    model, and the same sets found apart during a run end as a Result too)."""
-    outcome = Outcome(Status.INFEASIBLE, values={}, info={"sets_apart": apart.names})
-    _say(outcome, "infeasible", apart.message)
+    common point (`apart`: `compiler.feasibility.sets_apart`) or a constraint can never hold by
+    its atoms' signs (`never`: `fedmodel.never_met`): "infeasible", as CVXPY says, with no
+    point and no iterations, naming the constraints (a Result, not an error: an infeasible model
+    is a model, and the same sets found apart during a run end as a Result too)."""
+    outcome = Outcome(Status.INFEASIBLE, values={}, info={} if apart is None else {"sets_apart": apart.names})
+    _say(outcome, "infeasible", apart.message if apart is not None else never)
     return outcome
 
 
@@ -160,12 +163,12 @@ def _not_converged_at_a_saddle(problem, backend_name: str, outcome: Outcome, val
     """A nonconvex model's "converged" point at which the Lagrangian curves down along the active
     constraints (`fedmodel.second_order`, ≤ 182 model evaluations) is a saddle or a maximum, not
     a minimum: "stalled" (`quad_form(w, diag([1, −1, 1])) + c @ w`, unbounded below: six
-    backends said "converged" at its saddle with only the nonconvexity warning). Kept as for
-    `_warn_not_stationary`: CVXPY's and a paper preset's."""
+    backends said "converged" at its saddle with only the nonconvexity warning). Kept: a paper
+    preset's, as for `_warn_not_stationary` (CVXPY refuses a nonconvex model)."""
     curvature = negative_curvature(problem, values, certificate.lengths)
     if curvature is None or curvature <= NOT_STATIONARY:
         return
-    kept = backend_name == "cvxpy" or paper_stop
+    kept = paper_stop
     _say(outcome, "saddle",
          f"{backend_name} met its stop test at a stationary point where the model (not convex) "
          f"curves down along the active constraints ({curvature:.2g} of its pieces' curvature): a "

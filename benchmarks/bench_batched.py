@@ -45,7 +45,7 @@ else:
     from .common import blas_threads, machine_info
 
 import fedmodel as fm
-from fedmodel import backends, datasets
+from fedmodel import backends, datasets, partitioners
 from fedmodel.runtime.batched import BatchedExecutor
 
 LAMBDA = 1e-6       # small enough that the iterates move (λ only changes the prox threshold)
@@ -53,7 +53,7 @@ STEP = 0.1
 
 
 def build(n: int, data) -> fm.Problem:
-    parts = datasets.strided_split(data.y, n)
+    parts = partitioners.strided_split(data.y, n)
     total = sum(len(p) for p in parts)
     w = fm.Variable(data.X.shape[1], name="w")
     prob = fm.Problem(name=f"mnist37-n{n}")

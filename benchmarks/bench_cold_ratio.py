@@ -19,7 +19,16 @@ item 3; branch `cold`).
    (bench_cold's logistic-ball-50), serial executor, with CVXPY's solve of the same model
    beside it (CPU s, one solve in this process after a warm-up).
 
+3. **Many clients** (`--part many`): the power-plant least squares + ridge of
+   /work/briefs/repro/nu10_many_tiny_clients_slow.py (raw columns + ones, ridge 1e-2) over N
+   clients of R rows each (`--clients`, `--rows`; R = 0: 1–5 rows, rng 5, as the repro), cold
+   in a fresh interpreter each: `prob.solve()` with the CPU its `compile_programs` took and the
+   plans it compiled (`codegen.Plan.__init__`) against those re-bound from another client of
+   the same structure (`Plan.rebound`, `compiler.shared_structure`); `prob.solve("cvxpy")`; and
+   CVXPY on the same rows written as one matrix (the user's one-line CVXPY model).
+
     python benchmarks/bench_cold_ratio.py --part cold --repeats 2
+    python benchmarks/bench_cold_ratio.py --part many --clients 100 1000 --rows 3 0 --repeats 2
     python benchmarks/bench_cold_ratio.py --part steps --n 5 --repeats 2
 
 CPU seconds (`time.process_time`), BLAS on one thread; run it with `nice -n 10` on a shared
@@ -87,6 +96,94 @@ print(json.dumps({"phases": phases, "total": (marks[-1][1] - marks[0][1], marks[
                   "round_trips": res.info.get("communication", {}).get("round_trips")}))
 """
 
+MANY_CHILD = r"""
+import json, os, sys, time, warnings
+warnings.simplefilter("ignore")
+t0, c0 = time.perf_counter(), time.process_time()
+import numpy as np
+import fedmodel as fm
+import fedmodel.backends
+from fedmodel.compiler import codegen
+from fedmodel.runtime import program
+N, R, backend = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+a = np.loadtxt(os.path.join(os.environ.get("FEDMODEL_DATA", "/work/shared/data"),
+                            "regression/gal_uci/power-plant/data.txt"))
+X = np.hstack([a[:, :4], np.ones((len(a), 1))]); y = a[:, 4]
+sizes = np.random.default_rng(5).integers(1, 6, size=N) if R == 0 else np.full(N, R)
+rows = np.random.default_rng(0).permutation(len(a))[:sizes.sum()]
+counts = {"compiled": 0, "rebound": 0, "compile_programs": 0.0}
+init = codegen.Plan.__init__
+def counted(self, *args, **kwargs):
+    counts["compiled"] += 1
+    init(self, *args, **kwargs)
+codegen.Plan.__init__ = counted
+if hasattr(codegen.Plan, "rebound"):
+    rebound = codegen.Plan.rebound
+    def counted_rebound(self, *args):
+        counts["rebound"] += 1
+        return rebound(self, *args)
+    codegen.Plan.rebound = counted_rebound
+compile_programs = program.compile_programs
+def timed(*args, **kwargs):
+    start = time.process_time()
+    out = compile_programs(*args, **kwargs)
+    counts["compile_programs"] += time.process_time() - start
+    return out
+program.compile_programs = timed
+import fedmodel.backends.proxal as proxal_module
+proxal_module.compile_programs = timed
+t1, c1 = time.perf_counter(), time.process_time()
+if backend == "vector":
+    import cvxpy as cp
+    A, b, v = X[rows], y[rows], cp.Variable(5)
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(A @ v - b) / len(rows) + 1e-2 * cp.sum_squares(v)))
+    problem.solve()
+    status, objective, trips, x = problem.status, problem.value, None, v.value
+else:
+    w = fm.Variable(5, name="w")
+    prob = fm.Problem()
+    s = 0
+    for k in sizes:
+        p = rows[s:s + k]; s += k
+        c = prob.add_client()
+        c.minimize(fm.sum_squares(c.data(X[p]) @ w - c.data(y[p])) / len(rows))
+    prob.server.minimize(1e-2 * fm.sum_squares(w))
+    res = prob.solve() if backend == "default" else prob.solve(backend)
+    status, objective, x = str(res.status), res.objective, res.value(w)
+    trips = res.info.get("communication", {}).get("round_trips")
+t2, c2 = time.perf_counter(), time.process_time()
+A, b = X[rows], y[rows]
+x_star = np.linalg.solve(A.T @ A / len(rows) + 1e-2 * np.eye(5), A.T @ b / len(rows))
+print(json.dumps({"imports": c1 - c0, "model + solve": c2 - c1, "total": c2 - c0, "wall": t2 - t0,
+                  "status": status, "round_trips": trips, "fedmodel": fm.__file__,
+                  "distance": float(np.abs(x - x_star).max() / np.abs(x_star).max()), **counts}))
+"""
+
+
+def many(clients: list[int], rows: list[int], repeats: int) -> None:
+    """The many-clients table (module docstring, part 3)."""
+    print("| clients × rows | run | status | round trips | distance | plans compiled / re-bound "
+          "| compile_programs CPU s | model + solve CPU s | cold total CPU s | solve / prob.solve('cvxpy') "
+          "| solve / CVXPY one matrix |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    for n in clients:
+        for r in rows:
+            runs = {backend: min(_fresh(["-c", MANY_CHILD, str(n), str(r), backend], repeats),
+                                 key=lambda run: run["total"])
+                    for backend in ("default", "cvxpy", "vector")}
+            assert runs["default"]["fedmodel"] == sys.modules["fedmodel"].__file__, "another fedmodel in the child"
+            for backend, run in runs.items():
+                label = {"default": "prob.solve()", "cvxpy": "prob.solve('cvxpy')",
+                         "vector": "CVXPY, one matrix"}[backend]
+                ratios = "| |" if backend != "default" else \
+                    f"| {run['model + solve'] / runs['cvxpy']['model + solve']:.2f} | " \
+                    f"{run['model + solve'] / runs['vector']['model + solve']:.1f} |"
+                plans = f"{run['compiled']} / {run['rebound']}" if backend == "default" else ""
+                compiled = f"{run['compile_programs']:.3f}" if backend == "default" else ""
+                print(f"| {n} × {r or '1–5'} | {label} | {run['status']} | {run['round_trips'] or ''} | "
+                      f"{run['distance']:.1e} | {plans} | {compiled} | {run['model + solve']:.3f} | "
+                      f"{run['total']:.3f} {ratios}", flush=True)
+
+
 COLD_MODELS = {"monks-1": "NP monks-1 one-hot, n = 5", "adult-a": "NP adult, n = 5",
                "builtin": "fedmodel run (NP breast-cancer, n = 5)"}
 
@@ -145,7 +242,9 @@ def steps(ns: list[int], repeats: int, executor: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("cold", "steps", "both"), default="both")
+    parser.add_argument("--part", choices=("cold", "steps", "both", "many"), default="both")
+    parser.add_argument("--clients", type=int, nargs="+", default=[100, 1000], help="--part many")
+    parser.add_argument("--rows", type=int, nargs="+", default=[3], help="--part many (0: 1–5 rows)")
     parser.add_argument("--models", nargs="+", default=list(COLD_MODELS), choices=list(COLD_MODELS))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--n", type=int, nargs="+", default=[5])
@@ -159,6 +258,8 @@ def main() -> None:
         cold(args.models, args.repeats, args.newton)
     if args.part in ("steps", "both"):
         steps(args.n, args.repeats, args.executor)
+    if args.part == "many":
+        many(args.clients, args.rows, args.repeats)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

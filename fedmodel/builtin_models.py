@@ -41,7 +41,7 @@ def neyman_pearson_clients(X: np.ndarray, y: np.ndarray, n_clients: int, thresho
     `n_clients` clients (`seed`): minimize the mean class-0 logistic loss s.t. each client's
     class-1 loss ≤ `threshold`. Returns (problem, w, the clients' row sets)."""
     import fedmodel as fm
-    from fedmodel.datasets import per_class_equal_split
+    from fedmodel.partitioners import per_class_equal_split
     parts = per_class_equal_split(y, n_clients, seed=seed)
     w = fm.Variable(X.shape[1], name="w")
     prob = fm.Problem(name="neyman-pearson")

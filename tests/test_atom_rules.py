@@ -24,8 +24,9 @@ from fedmodel.compiler.jax_rules import JAX_RULES
 from fedmodel.compiler.per_record import RECORD_RULES
 from fedmodel.lowering.rules import NotApplicable, RuleTable
 from fedmodel.lowering.to_cvxpy import CVXPY_RULES
-from fedmodel.lowering.to_sympy import (EXPLICIT_RULES, SCALAR_RULES, SYMPY_RULES, _entry_by_entry,
-                                        _entrywise, _hadamard_power)
+from fedmodel.lowering.sympy_explicit import EXPLICIT_RULES, _entry_by_entry
+from fedmodel.lowering.sympy_forms import SCALAR_RULES
+from fedmodel.lowering.to_sympy import SYMPY_RULES, _entrywise, _hadamard_power
 from fedmodel.runtime.batched_plan import BATCHED_RULES
 
 TARGETS: dict[str, RuleTable] = {table.name: table for table in (

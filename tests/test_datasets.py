@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel import datasets as ds
+from fedmodel import datasets as ds, partitioners
 from conftest import missing_data
 
 
@@ -85,41 +85,41 @@ def test_checksum_mismatch_is_detected(tmp_path, monkeypatch):
 
 def test_per_class_equal_split_is_balanced_seeded_and_drops_leftovers():
     y = np.array([0] * 23 + [1] * 11)
-    parts = ds.per_class_equal_split(y, 5, seed=10)
+    parts = partitioners.per_class_equal_split(y, 5, seed=10)
     assert [np.bincount(y[p], minlength=2).tolist() for p in parts] == [[4, 2]] * 5
     everything = np.concatenate(parts)
     assert len(set(everything)) == len(everything) == 30                       # 3 + 1 dropped
-    again = ds.per_class_equal_split(y, 5, seed=10)
+    again = partitioners.per_class_equal_split(y, 5, seed=10)
     assert all(np.array_equal(a, b) for a, b in zip(parts, again))
-    other = ds.per_class_equal_split(y, 5, seed=11)
+    other = partitioners.per_class_equal_split(y, 5, seed=11)
     assert not all(np.array_equal(a, b) for a, b in zip(parts, other))
 
 
 def test_iid_label_skew_dirichlet_and_strided_splits():
-    iid = ds.iid_split(103, 10, seed=1)
+    iid = partitioners.iid_split(103, 10, seed=1)
     assert [len(p) for p in iid] == [10] * 10 and len(set(np.concatenate(iid))) == 100
-    assert sum(len(p) for p in ds.iid_split(103, 10, drop_leftover=False)) == 103
+    assert sum(len(p) for p in partitioners.iid_split(103, 10, drop_leftover=False)) == 103
     y = np.repeat(np.arange(10), 100)
-    shards = ds.label_skew_split(y, 20, classes_per_client=2, seed=0)
+    shards = partitioners.label_skew_split(y, 20, classes_per_client=2, seed=0)
     assert all(len(p) == 50 and len(np.unique(y[p])) <= 2 for p in shards)
     assert len(set(np.concatenate(shards))) == 1000
     y2 = np.repeat([0, 1, 2], 300)
-    skewed = ds.dirichlet_split(y2, 5, alpha=0.1, seed=0)
-    flat = ds.dirichlet_split(y2, 5, alpha=100.0, seed=0)
+    skewed = partitioners.dirichlet_split(y2, 5, alpha=0.1, seed=0)
+    flat = partitioners.dirichlet_split(y2, 5, alpha=100.0, seed=0)
     spread = lambda parts: np.mean([np.bincount(y2[p], minlength=3).max() / len(p) for p in parts])  # noqa: E731
     assert spread(skewed) > 0.6 > 0.45 > spread(flat)
     assert sum(len(p) for p in skewed) == 900
     y3 = np.array([0] * 80 + [1] * 80)
-    strided = ds.strided_split(y3, 4)
+    strided = partitioners.strided_split(y3, 4)
     counts = [np.bincount(y3[p], minlength=2).tolist() for p in strided]
     assert counts == [[20, 5], [5, 20], [20, 5], [5, 20]]
     assert len(set(np.concatenate(strided))) == 100
 
 
-@pytest.mark.parametrize("call", [lambda: ds.per_class_equal_split([0, 1, 1], 2),
-                                  lambda: ds.iid_split(5, 0),
-                                  lambda: ds.iid_split(3, 4),
-                                  lambda: ds.dirichlet_split([0, 1], 2, alpha=0.0),
+@pytest.mark.parametrize("call", [lambda: partitioners.per_class_equal_split([0, 1, 1], 2),
+                                  lambda: partitioners.iid_split(5, 0),
+                                  lambda: partitioners.iid_split(3, 4),
+                                  lambda: partitioners.dirichlet_split([0, 1], 2, alpha=0.0),
                                   lambda: ds.load_regression("nope")])
 def test_bad_arguments_raise_data_error(call):
     with pytest.raises(fm.DataError):

@@ -175,11 +175,11 @@ def test_flower_commands_run_this_python(tmp_path):
 
 _LOOKUP = """
 import json, sys
-from fedmodel.runtime import ledger
+from fedmodel.runtime import messages
 from fedmodel.runtime.flower.client_app import KindCache, served_kind
 declared = served_kind(sys.argv[2], KindCache(sys.argv[1]))
-print(json.dumps({"loaded": sorted(ledger._CATALOGUE["loaded"]), "name": declared.name,
-                  "provider": ledger.provider(sys.argv[2])}))
+print(json.dumps({"loaded": sorted(messages._CATALOGUE["loaded"]), "name": declared.name,
+                  "provider": messages.provider(sys.argv[2])}))
 """
 
 

@@ -105,10 +105,12 @@ def test_epsilon_total_alone_is_the_knob():
     assert 1.98 <= privacy["pld"][0] <= 2.0 and privacy["rdp"][0] >= privacy["pld"][0] * 0.95
     assert privacy["sample_rate"] == 0.5 and privacy["noise_multiplier"] > 0
     assert np.isfinite(res.objective)
-    # accounted as 40 Poisson-sampled rounds at the reported σ, by dp-accounting directly (its
-    # default grids); the same σ unsampled would spend 1.5 times more
-    event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
-        0.5, dp_accounting.GaussianDpEvent(privacy["noise_multiplier"])), 40)
+    # accounted as 40 Poisson-sampled rounds at the reported σ and the clipped records' count
+    # (one unsampled Gaussian release at σ, honest15), by dp-accounting directly (its default
+    # grids); the same σ unsampled would spend 1.5 times more
+    event = dp_accounting.ComposedDpEvent([dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        0.5, dp_accounting.GaussianDpEvent(privacy["noise_multiplier"])), 40),
+        dp_accounting.GaussianDpEvent(privacy["noise_multiplier"])])
     assert privacy["pld"][0] == pytest.approx(pld.PLDAccountant().compose(event).get_epsilon(1e-6), rel=1e-4)
     assert privacy["rdp"][0] == pytest.approx(
         dp_accounting.rdp.RdpAccountant().compose(event).get_epsilon(1e-6), rel=1e-9)
@@ -134,7 +136,8 @@ def test_constrained_clients_release_gaussian_values_accounted_as_one_gaussian()
     """Neyman-Pearson (a constraint that reads the client's class-1 records): the knob releases
     the gradient (σ_g) and the constraint's value (σ_c) with Gaussian noise; by hand, dp-accounting's
     PLD of the T-fold composition of both Gaussians equals the run's ε (≤ E), and
-    1/σ² = 1/σ_g² + 1/σ_c² with the value's share 0.25."""
+    1/σ² = 1/σ_g² + 1/σ_c² with the value's share 0.25 (and the clipped records' count, one
+    Gaussian release at σ)."""
     from test_dp_constraints import _np_model
     prob, _ = _np_model()
     res = prob.solve(DPADMM(epsilon_total=4.0, seed=1, max_rounds=40, constraint_share=0.25))
@@ -144,8 +147,8 @@ def test_constrained_clients_release_gaussian_values_accounted_as_one_gaussian()
     assert (1 / sigma_c ** 2) / (1 / sigma ** 2) == pytest.approx(0.25, rel=1e-12)
     one = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(sigma_g),
                                          dp_accounting.GaussianDpEvent(sigma_c)])
-    by_hand = pld.PLDAccountant(value_discretization_interval=1e-3).compose(
-        dp_accounting.SelfComposedDpEvent(one, 40)).get_epsilon(1e-6)
+    by_hand = pld.PLDAccountant(value_discretization_interval=1e-3).compose(dp_accounting.ComposedDpEvent(
+        [dp_accounting.SelfComposedDpEvent(one, 40), dp_accounting.GaussianDpEvent(sigma)])).get_epsilon(1e-6)
     assert privacy["pld"][0] == pytest.approx(by_hand, rel=5e-3) and privacy["pld"][0] <= 4.0
     assert privacy["formal"] and np.isfinite(res.objective)
 

@@ -100,7 +100,9 @@ def test_every_client_gets_the_reported_guarantee():
     privacy = res.info["privacy"]
     reported = privacy["pld"][0]
     assert budget * 0.99 <= reported <= budget
-    event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(privacy["gradient_noise"]), rounds)
+    event = dp_accounting.ComposedDpEvent([     # (and the clipped records' count, once at σ)
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(privacy["gradient_noise"]), rounds),
+        dp_accounting.GaussianDpEvent(privacy["noise_multiplier"])])
     independent = pld.PLDAccountant().compose(event).get_epsilon(1e-5)
     assert independent == pytest.approx(reported, rel=2e-3)
     for client, records in zip(("c0", "c1", "c2"), (60, 60, 1)):

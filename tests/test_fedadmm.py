@@ -369,7 +369,7 @@ def test_batched_rounds_with_every_client_leave_the_serial_client_states(name, m
     with every client's state — β_i, η_i, L̂_i, u_i, λ_i, the last round's diagnostics — and
     history as the serial executor leaves them."""
     from fedmodel.runtime.batched import BatchedExecutor
-    from fedmodel.runtime.ledger import BATCHED
+    from fedmodel.runtime.messages import BATCHED
     prob, w = logistic_model(m=6)
     monkeypatch.setitem(BATCHED, "fedadmm_round", lambda *a: pytest.fail("served by the per-node form"))
     runs, states = {}, {}

@@ -20,7 +20,7 @@ import pytest
 import fedmodel as fm
 from fedmodel.backends.proxal_newton import NewtonInner
 from fedmodel import backends, topologies
-from fedmodel.runtime.ledger import MESSAGES, PROCEDURES, install, procedure
+from fedmodel.runtime.messages import MESSAGES, PROCEDURES, install, procedure
 from test_ray import D, _model, _parts   # the same least-squares model and data as Ray's tests
 
 pytestmark = pytest.mark.integration     # Flower's simulation engine: CI runs it after the fast suite
@@ -50,7 +50,7 @@ def flower(tmp_path_factory):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    assert ex._thread is None
+    assert ex._simulation is None
 
 
 CASES = {

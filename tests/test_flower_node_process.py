@@ -38,7 +38,7 @@ from flwr.supernode.start_client_internal import _insert_message  # noqa: E402
 from fedmodel import deploy  # noqa: E402
 from fedmodel.deploy import supernode  # noqa: E402
 from fedmodel.runtime.flower import client_app as capp, codec, driver, node_process  # noqa: E402
-from fedmodel.runtime.ledger import install, procedure  # noqa: E402
+from fedmodel.runtime.messages import install, procedure  # noqa: E402
 from fedmodel.runtime.program import compile_programs  # noqa: E402
 from test_flower_wire import _model  # noqa: E402
 

@@ -18,7 +18,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.runtime import wire
-from fedmodel.runtime.ledger import install, procedure
+from fedmodel.runtime.messages import install, procedure
 from fedmodel.runtime.program import compile_programs
 from fedmodel.runtime.spec_codec import decode_spec, encode_spec
 

@@ -34,13 +34,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "fedmodel.topologies")),
     ("compiler", ("fedmodel.compiler", "fedmodel.lowering")),
     ("problem", ("fedmodel.problem", "fedmodel.blocks", "fedmodel.result", "fedmodel.certificate",
-                 "fedmodel.second_order", "fedmodel.solution_set")),
+                 "fedmodel.second_order", "fedmodel.solution_set", "fedmodel.never_met")),
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("fedmodel.backends",)),
     ("applications", (ROOT_MODULE, "fedmodel.verification", "fedmodel.verify_report", "fedmodel.plotting",
                       "fedmodel.builtin_models",
                       "fedmodel.reproductions", "fedmodel.cli", "fedmodel.deploy",
-                      "fedmodel.datasets")),
+                      "fedmodel.datasets", "fedmodel.partitioners")),
 ]
 ALGORITHM_WORDS = re.compile(r"dald|admm|proxal|fedprox|fedavg|insa|dgd", re.IGNORECASE)
 
@@ -199,13 +199,16 @@ FLOWER = "fedmodel.runtime.flower."
 
 def test_the_flower_rooms_import_downwards():
     """The Flower executor split by job (issue 26, item 4): the codec imports no other room,
-    SecAgg+ only the codec, the ClientApp never the driver (a SuperNode loads no server code),
-    nor does the node process that runs the ClientApp (issue 27, item 4),
+    SecAgg+, the driver's node membership and its timings only the codec (or nothing), the
+    ClientApp never the driver (a SuperNode loads no server code), nor does the node process
+    that runs the ClientApp (issue 27, item 4) or the simulation engine that starts ClientApps,
     and no module imports the former `flower_executor` (kept as a re-export for old imports)."""
     rooms = {m[len(FLOWER):]: sorted(t[len(FLOWER):] for t in _graph().successors(m) if t.startswith(FLOWER))
              for m in MODULES if m.startswith(FLOWER)}
     assert rooms == {"codec": [], "secagg": ["codec"], "client_app": ["codec", "secagg"],
-                     "node_process": ["client_app"], "driver": ["client_app", "codec", "secagg"]}
+                     "node_process": ["client_app"], "simulation": ["client_app"],
+                     "membership": ["codec"], "timings": [],
+                     "driver": ["codec", "membership", "secagg", "simulation", "timings"]}
     assert list(_graph().predecessors("fedmodel.runtime.flower_executor")) == []
 
 

@@ -12,7 +12,7 @@ import fedmodel as fm
 from fedmodel import backends
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.executor import Rider, SerialExecutor
-from fedmodel.runtime.ledger import install, procedure
+from fedmodel.runtime.messages import install, procedure
 from fedmodel.runtime.program import compile_programs
 from conftest import StopRun, stop_after
 
@@ -201,7 +201,7 @@ def test_a_rider_on_the_wire():
     pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedmodel[flower]')")
     from fedmodel.runtime.flower.codec import (array_limits, decode, encode, header, rider_of,
                                                split_rider, with_rider)
-    from fedmodel.runtime.ledger import MESSAGES
+    from fedmodel.runtime.messages import MESSAGES
     from fedmodel.runtime.wire import WireError
     z = np.arange(4.0)
     content = encode("merit", with_rider({"x": z}, {"x": 2 * z}), extra={"ride": ["report", True]})

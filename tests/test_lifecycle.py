@@ -15,7 +15,7 @@ import fedmodel as fm
 from fedmodel import backends
 from fedmodel.backends.outcome import Outcome, Status
 from fedmodel.runtime.executor import SerialExecutor, open_executor, run_on_node
-from fedmodel.runtime.ledger import lookup
+from fedmodel.runtime.messages import lookup
 from fedmodel.runtime.program import compile_programs
 
 D = 3
@@ -141,7 +141,7 @@ def test_a_flower_run_that_raises_ends_its_simulation_thread():
     ex = FlowerExecutor(timeout=60)
     with pytest.raises(Boom):
         prob.solve(backends.FedAvg(max_rounds=5), executor=ex, callback=_raise_at(1, Boom("x")))
-    assert ex._thread is None and all(p.holder is None for p in ex.programs.values())
+    assert ex._simulation is None and all(p.holder is None for p in ex.programs.values())
     assert [t for t in set(threading.enumerate()) - before if t.is_alive() and not t.daemon] == []
 
 
@@ -200,11 +200,11 @@ def test_importing_a_node_module_registers_nothing_and_lookup_finds_installed_st
     stable name, through the backends' declared `procedures`, and refuses any other name."""
     script = (
         "import fedmodel.backends.proxal_nodes, fedmodel.backends.fedadmm.client\n"
-        "from fedmodel.runtime import ledger\n"
-        "print(sorted(k for k in dict.keys(ledger.PROCEDURES) if not k in ledger.CORE_KINDS))\n"
-        "found = ledger.lookup('fedadmm_round')\n"
+        "from fedmodel.runtime import messages\n"
+        "print(sorted(k for k in dict.keys(messages.PROCEDURES) if not k in messages.CORE_KINDS))\n"
+        "found = messages.lookup('fedadmm_round')\n"
         "print(getattr(found, 'form', found).__module__)\n"   # (a client step: its form's module)
-        "try:\n    ledger.lookup('os.system')\nexcept ledger.FedModelError as e:\n    print('refused')\n")
+        "try:\n    messages.lookup('os.system')\nexcept messages.FedModelError as e:\n    print('refused')\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:3] == ["[]", "fedmodel.backends.fedadmm.client", "refused"]

@@ -6,7 +6,7 @@ import pytest
 import fedmodel as fm
 from fedmodel.backends import ProxAL
 from fedmodel.backends.fedadmm import FedADMM
-from fedmodel.runtime.ledger import PROCEDURES
+from fedmodel.runtime.messages import PROCEDURES
 
 from test_proxal import FAST, constrained_model
 

@@ -13,7 +13,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel import backends, topologies
-from fedmodel.runtime.ledger import install, procedure
+from fedmodel.runtime.messages import install, procedure
 from fedmodel.runtime.program import compile_programs
 
 pytestmark = pytest.mark.integration     # Ray: a local cluster, worker processes: CI runs it after the fast suite

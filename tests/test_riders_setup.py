@@ -10,7 +10,7 @@ import pytest
 
 from fedmodel import backends
 from fedmodel.runtime.executor import SerialExecutor
-from fedmodel.runtime.ledger import install
+from fedmodel.runtime.messages import install
 from fedmodel.runtime.program import compile_programs
 from test_ledger_riders import _history, _model
 

@@ -16,7 +16,7 @@ from fedmodel.backends.common import curvature_rows, group_curvature, local_curv
 from fedmodel.runtime.batched import BatchedExecutor
 from fedmodel.runtime.batched_group import Group
 from fedmodel.runtime.executor import SerialExecutor
-from fedmodel.runtime.ledger import STACKED
+from fedmodel.runtime.messages import STACKED
 from fedmodel.runtime.program import compile_programs
 
 from test_stacked_rounds_as_users_write import _model as users_model   # (logistic, ragged, private `b`)

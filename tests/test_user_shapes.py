@@ -83,15 +83,15 @@ def test_a_sparse_label_column_solves_as_the_dense_column():
 def test_partitioner_arguments_are_data_errors_that_name_the_argument():
     """ratio=0 crashed with numpy's 'slice step cannot be zero'; classes_per_client=0 was
     reported as 'n_clients must be a positive integer, got 0'; too many shards as '20 clients'."""
-    from fedmodel import datasets
+    from fedmodel import partitioners
     y = np.array([0, 0, 1, 1, 1, 0])
     with pytest.raises(fm.DataError, match="ratio must be a positive integer"):
-        datasets.strided_split(y, 2, ratio=0)
+        partitioners.strided_split(y, 2, ratio=0)
     with pytest.raises(fm.DataError, match="classes_per_client must be a positive integer"):
-        datasets.label_skew_split(y, 2, classes_per_client=0)
+        partitioners.label_skew_split(y, 2, classes_per_client=0)
     with pytest.raises(fm.DataError, match=r"20 shards \(5 clients × 4\)"):
-        datasets.label_skew_split(y, 5, classes_per_client=4)
-    assert sorted(np.concatenate(datasets.label_skew_split(y, 3, 2))) == list(range(6))
+        partitioners.label_skew_split(y, 5, classes_per_client=4)
+    assert sorted(np.concatenate(partitioners.label_skew_split(y, 3, 2))) == list(range(6))
 
 
 def test_an_mnist_split_that_does_not_exist_is_not_read_as_the_test_set():

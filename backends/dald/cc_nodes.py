@@ -20,7 +20,7 @@ import numpy as np
 from fedmodel.runtime.batched_group import Group, in_group_order, read_only
 from fedmodel.runtime.batched_procedures import common_value, request_rows, same_options
 from fedmodel.runtime.client_step import client_step
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from . import kernels
 from .local import SOLVE_OPTIONS, cc_states, init_state, local_argmin, own_multipliers
 

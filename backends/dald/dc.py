@@ -23,7 +23,7 @@ if TYPE_CHECKING:         # networkx is imported where a graph is built: a star 
     import networkx as nx
 from fedmodel.errors import TopologyError
 from fedmodel.runtime.executor import Executor, stack_replies
-from fedmodel.runtime.ledger import MESSAGES, check_payload
+from fedmodel.runtime.messages import MESSAGES, check_payload
 from ..common import progress
 from . import kernels
 from ..outcome import Outcome, Status

@@ -27,7 +27,7 @@ import numpy as np
 from fedmodel.runtime.batched_group import Group
 from fedmodel.runtime.batched_procedures import same_options
 from fedmodel.runtime.client_step import client_step
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from . import kernels
 from .dc_sweep import SWEEP, _dc_stacks, _group_dual
 from .local import SOLVE_OPTIONS, init_state, local_argmin, own_multipliers

@@ -12,7 +12,7 @@ import numpy as np
 
 from fedmodel.errors import FedModelError
 from fedmodel.runtime.batched_group import Group, in_group_order, read_only
-from fedmodel.runtime.ledger import MessageKind, Procedure
+from fedmodel.runtime.messages import MessageKind, Procedure
 from . import kernels
 from .local import SOLVE_OPTIONS
 

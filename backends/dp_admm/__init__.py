@@ -324,8 +324,9 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
             raise FedModelError(f"sample_rate={self.sample_rate:g}: clients whose constraints read their "
                                 "data release every record's terms each round; use sample_rate=1")
         run = copy.copy(self)
+        run.clip_counts = 1         # the clipped records' count at the end (`sampled.clipped_fraction`)
         run.noise_multiplier = calibrated_noise(self.epsilon_total, self.composition_delta,
-                                                self.max_rounds, self.sample_rate)
+                                                self.max_rounds, self.sample_rate, run.clip_counts)
         share = self.constraint_share if releases else 0.0
         run.gradient_noise = run.noise_multiplier / math.sqrt(1.0 - share)
         run.value_noise = run.noise_multiplier * math.sqrt(releases / share) if releases else None

@@ -185,30 +185,38 @@ def calibrated_epsilon(budget: float, delta: float, rounds: int,
 # 2016), a `PoissonSampledDpEvent(q, GaussianDpEvent(σ))`; T rounds are its T-fold composition
 # (add/remove neighbours, the relation Poisson subsampling amplifies).
 
-def sampled_gaussian_event(noise_multiplier: float, rate: float, rounds: int) -> dp_accounting.DpEvent:
+def sampled_gaussian_event(noise_multiplier: float, rate: float, rounds: int,
+                           counts: int = 0) -> dp_accounting.DpEvent:
     """`rounds` rounds of the sampled Gaussian mechanism (noise σ = `noise_multiplier`, Poisson
-    sampling rate q = `rate`; q = 1 is the plain Gaussian mechanism)."""
+    sampling rate q = `rate`; q = 1 is the plain Gaussian mechanism), composed with `counts`
+    releases of a count that one record moves by at most 1, each with N(0, σ²) noise and no
+    sampling (the clipped-record count, `sampled.clipped_fraction`)."""
     one = dp_accounting.GaussianDpEvent(noise_multiplier)
     if rate < 1.0:
         one = dp_accounting.PoissonSampledDpEvent(rate, one)
-    return dp_accounting.SelfComposedDpEvent(one, rounds)
+    event = dp_accounting.SelfComposedDpEvent(one, rounds)
+    if counts:
+        event = dp_accounting.ComposedDpEvent([event, dp_accounting.SelfComposedDpEvent(
+            dp_accounting.GaussianDpEvent(noise_multiplier), counts)])
+    return event
 
 
-def sampled_gaussian_epsilons(noise_multiplier: float, rate: float, rounds: int, delta: float
-                              ) -> dict[str, tuple[float, float]]:
-    """{"rdp": (ε, δ), "pld": (ε, δ)} of `rounds` sampled Gaussian rounds at `delta`."""
-    if rounds == 0:
+def sampled_gaussian_epsilons(noise_multiplier: float, rate: float, rounds: int, delta: float,
+                              counts: int = 0) -> dict[str, tuple[float, float]]:
+    """{"rdp": (ε, δ), "pld": (ε, δ)} of `rounds` sampled Gaussian rounds and `counts` count
+    releases (`sampled_gaussian_event`) at `delta`."""
+    if rounds == 0 and not counts:
         return {"rdp": (0.0, 0.0), "pld": (0.0, 0.0)}
-    event = sampled_gaussian_event(noise_multiplier, rate, rounds)
+    event = sampled_gaussian_event(noise_multiplier, rate, rounds, counts)
     return {"rdp": (rdp_epsilon(event, delta), delta), "pld": (pld_epsilon(event, delta), delta)}
 
 
-def calibrated_noise(budget: float, delta: float, rounds: int, rate: float) -> float:
+def calibrated_noise(budget: float, delta: float, rounds: int, rate: float, counts: int = 0) -> float:
     """The smallest noise multiplier σ (to 0.1 % relative) whose `rounds` sampled Gaussian rounds
-    at rate q have a PLD ε at `delta` ≤ `budget` (the noise `epsilon_total` asks for). Bisection
-    on log σ; the bracket is widened until it holds the answer."""
+    at rate q and `counts` count releases have a PLD ε at `delta` ≤ `budget` (the noise
+    `epsilon_total` asks for). Bisection on log σ; the bracket is widened until it holds the answer."""
     def spent(sigma: float) -> float:
-        return pld_epsilon(sampled_gaussian_event(sigma, rate, rounds), delta)
+        return pld_epsilon(sampled_gaussian_event(sigma, rate, rounds, counts), delta)
 
     low, high = 0.5, 2.0
     while spent(high) > budget:
@@ -230,15 +238,20 @@ class RunAccounting:
         eps, dlt = self.epsilon, self._round_delta()
         if rounds == 0:
             return composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
-        return composed(rounds * eps, rounds * eps * eps, rounds * eps * (math.expm1(eps) if eps < 700.0 else math.inf),
+        # with the clipped records' count (a Gaussian release at σ, unsampled: its own ε)
+        counts = getattr(self, "clip_counts", 0) if self.sampled else 0
+        terms = [(rounds, eps)] + ([(counts, sampled_gaussian_epsilons(
+            self.noise_multiplier, 1.0, 1, self.composition_delta)["pld"][0])] if counts else [])
+        return composed(sum(k * e for k, e in terms), sum(k * e * e for k, e in terms),
+                        sum(k * e * (math.expm1(e) if e < 700.0 else math.inf) for k, e in terms),
                         rounds * dlt, self.composition_delta)
 
     def accountant(self, rounds: int, shares: tuple[float, ...] = (1.0,)) -> dict[str, tuple[float, float]]:
         """The RDP and PLD accountants' ε at composition_delta after `rounds` rounds (`shares`:
         a round's releases)."""
-        if self.sampled:
+        if self.sampled:     # (with the clipped-record count where it was released)
             return sampled_gaussian_epsilons(self.noise_multiplier, self.sample_rate, rounds,
-                                             self.composition_delta)
+                                             self.composition_delta, getattr(self, "clip_counts", 0))
         return accountant_bounds(self._mechanism(), self.epsilon, rounds, self.composition_delta,
                                  self._round_delta(), shares)
 

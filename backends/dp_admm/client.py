@@ -35,7 +35,7 @@ from fedmodel.errors import FedModelError
 from fedmodel.runtime.batched_group import Group, in_group_order, private_stack, read_only
 from fedmodel.runtime.batched_records import group_record_gradients
 from fedmodel.runtime.client_step import client_step
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.privacy import (NoiseLog, gaussian_noise, laplace_noise, node_generator,
                                       record_count, record_sensitivity)
 from ..common import _curvature_at

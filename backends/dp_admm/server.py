@@ -24,7 +24,7 @@ from ..projecting import projects_affine, server_set_multipliers
 from .accounting import privacy_report
 from .constrained import has_local_terms
 from .pace import pace_message
-from .sampled import noise_ratio
+from .sampled import clipped_fraction, noise_ratio
 from ..outcome import Outcome, Status
 
 # The weight ω_p (`sampled.shrinkage`) below which the knob's run names the client in a warning:
@@ -205,7 +205,12 @@ class RoundLoop:
         bar.close()
         status = Status.BUDGET_EXHAUSTED if status == Status.MAX_ITERATIONS and last < self.max_rounds else status
         rounds = t if status != Status.DIVERGED else t - 1
+        # the clipped records' count at w, released (and accounted for, `_noised`) by a private sampled run
+        clipped = clipped_fraction(self, ex, clients, w) \
+            if getattr(self, "clip_counts", 0) and status != Status.DIVERGED else None
         info = self._info(ex, clients, Z, LAM, rho, records, t, history, shares) | diverged  # t rounds: z out
+        if clipped is not None:
+            info["privacy"]["clipped"] = clipped
         if weights is not None:
             info["privacy"]["shrinkage"] = weights
         info["rho_floor"] = rho_floor        # ρ^t = max(schedule, floor): `self.rho(t, floor)`

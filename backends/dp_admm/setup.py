@@ -6,9 +6,9 @@ item 1). On the batched and JAX executors the estimate is the one group request
 step), so the floor, and the run, are bit for bit as before; each member's init is its own."""
 from __future__ import annotations
 
-from fedmodel.runtime.ledger import with_forms
+from fedmodel.runtime.messages import with_forms
 from ..common import _curvature_batched
-from . import client
+from . import client, sampled
 
 
 def _init_batched(group, members: list[str], payloads: dict) -> dict[str, dict] | None:
@@ -29,4 +29,4 @@ def _init_batched(group, members: list[str], payloads: dict) -> dict[str, dict] 
 
 
 # every client step of DP-ADMM (`DPADMM.procedures`)
-PROCEDURES = (with_forms(client._client_init, batched=_init_batched), *client.PROCEDURES)
+PROCEDURES = (with_forms(client._client_init, batched=_init_batched), *client.PROCEDURES, sampled._clipped)

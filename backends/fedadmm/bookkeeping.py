@@ -4,7 +4,7 @@ client's β_i and η_i, the multipliers of its projected affine sets, and why Fe
 with it (`client` has the client steps)."""
 from __future__ import annotations
 
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from ..projecting import has_affine_sets, projected_multipliers
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.runtime.ledger import procedure
+from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from ..outcome import Status
 

@@ -25,6 +25,7 @@ from ..atoms import Atom
 from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Parameter, is_sparse, postorder
 from ..lowering.rules import MethodRules
+from .inline_steps import _fused_pairs, _inline
 
 # The numpy target: an atom's value is its own `numeric` method (the atom knows its math,
 # DESIGN.md); this table is how plans find it, and how tests/test_atom_rules.py checks that every
@@ -73,6 +74,8 @@ class Plan:
         template: list[Any] = [None] * len(self.inputs)
         params: list[tuple[int, Parameter]] = []
         constant_slots: set[int] = set()
+        constant_leaves: list[tuple[int, Constant]] = []   # where constants come from (`rebound`)
+        folds: list[tuple] = []
         key_to_slot: dict[tuple, int] = {}
         node_slot: dict[int, int] = {}
         steps: list[tuple] = []
@@ -101,6 +104,7 @@ class Plan:
                     if slot is None:
                         slot = new_slot(node.value)
                         constant_slots.add(slot)
+                        constant_leaves.append((slot, node))
                         if key:
                             key_to_slot[key] = slot
                 else:
@@ -128,6 +132,7 @@ class Plan:
                     value = numeric(*[template[s] for s in arg_slots])
                     slot = new_slot(value)
                     constant_slots.add(slot)
+                    folds.append((numeric, arg_slots, slot))
                 else:
                     slot = new_slot()
                     steps.append((numeric, arg_slots, slot))
@@ -144,6 +149,7 @@ class Plan:
         for slot in constant_slots - used:   # folded away into other constants: drop them
             template[slot] = None
         self._template = template
+        self._constant_leaves, self._folds = tuple(constant_leaves), tuple(folds)
         self._constant_slots = frozenset(constant_slots & used)
         self.n_steps = len(steps)
         self.structure_key = (
@@ -152,6 +158,36 @@ class Plan:
             tuple((slot, param.shape == ()) for slot, param in params), self._out_slots,
             tuple(sorted(slot_of_input[leaf.uid] for leaf in batched)))
         self._run = self._generate()
+
+    def rebound(self, node_of: Callable[[Expression], Expression]) -> "Plan":
+        """This plan for other expressions of the same structure (`node_of` maps each of its
+        nodes, leaves and inputs to theirs; `compiler.shared_structure`): their steps, their
+        Parameters, their constants, and the constants folded from them computed again (the
+        same operations); the generated code is this plan's. KeyError from `node_of` when a
+        node has no counterpart."""
+        new = object.__new__(Plan)
+        new.__dict__.update(self.__dict__)
+        new.outputs = [node_of(o) for o in self.outputs]
+        new.inputs = [node_of(leaf) for leaf in self.inputs]
+        # the step functions are the atoms' `numeric` methods: the same functions, bound to the
+        # counterpart nodes (which the batched executor and the Gram form read)
+        new._steps = tuple((fn.__func__.__get__(node_of(fn.__self__)), args, out)
+                           for fn, args, out in self._steps)
+        new._params = tuple((slot, node_of(p)) for slot, p in self._params)
+        template = [None] * len(self._template)
+        for slot, leaf in self._constant_leaves:
+            template[slot] = node_of(leaf).value
+        for fn, args, slot in self._folds:
+            template[slot] = fn.__func__(node_of(fn.__self__), *[template[a] for a in args])
+        for slot in range(len(template)):
+            if slot not in self._constant_slots:     # (folded away: dropped, as in `__init__`)
+                template[slot] = None
+        new._constant_leaves = tuple((slot, node_of(leaf)) for slot, leaf in self._constant_leaves)
+        new._folds = tuple((fn.__func__.__get__(node_of(fn.__self__)), args, slot)
+                           for fn, args, slot in self._folds)
+        new._template = template
+        new._run = new._generate()
+        return new
 
     def _batch_step(self, node: Expression, index: int, carried: tuple, sparse: list) -> str | None:
         """Record step `index`'s rule over directions (`carried`: which arguments carry them;
@@ -346,60 +382,6 @@ class Plan:
         """One line per step, for inspection."""
         return "\n".join(f"s{out} = {fn.__self__.display}({', '.join(f's{a}' for a in args)})"
                          for fn, args, out in self._steps)
-
-
-def _fused_pairs(steps: Sequence[tuple]) -> dict[int, tuple | None]:
-    """Steps that one kernel computes together: logistic(a) and sigmoid(a) of the same slot (a
-    logistic loss's value and derivative) share e^{−|a|} (`logistic_and_sigmoid`, bitwise the
-    same results). Maps the pair's first step to (kernel, (logistic slot, sigmoid slot)) and
-    its second to None (nothing left to emit there)."""
-    from ..atoms.elementwise import Logistic, Sigmoid, logistic_and_sigmoid
-    by_argument: dict[int, dict[type, tuple[int, int]]] = {}
-    for j, (fn, args, out) in enumerate(steps):
-        kind = type(fn.__self__)
-        if kind is Logistic or kind is Sigmoid:
-            by_argument.setdefault(args[0], {})[kind] = (j, out)
-    fused: dict[int, tuple | None] = {}
-    for found in by_argument.values():
-        if len(found) == 2:
-            (j_value, value), (j_slope, slope) = found[Logistic], found[Sigmoid]
-            fused[min(j_value, j_slope)] = (logistic_and_sigmoid, (value, slope))
-            fused[max(j_value, j_slope)] = None
-    return fused
-
-
-@functools.lru_cache(maxsize=None)
-def _inline_kinds() -> tuple:
-    """The atom classes `_inline` knows (imported once: an import statement per plan step was
-    ~5 % of compiling a Hessian plan)."""
-    from ..atoms import Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose
-    return Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose
-
-
-def _inline(node: Expression, args: list[str]) -> str | None:
-    """Python source computing `node.numeric(*args)` without a call, for the atoms that are a
-    single operator (the same operator their `numeric` applies, so results are identical).
-    A plan is mostly such steps on small arrays or scalars, where the call frame per step is
-    a visible share of the time (benchmarks/bench_gradient.py, m = 100)."""
-    Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose = _inline_kinds()
-    kind = type(node)
-    if kind is Add:      # (a long chain would exceed the Python compiler's recursion limit:
-        return " + ".join(args) if len(args) <= 64 else None   # Add.numeric, same order)
-    if kind is Multiply:
-        return f"{args[0]} * {args[1]}"
-    if kind is Neg:
-        return f"-{args[0]}"
-    if kind is MatMul:
-        return f"{args[0]} @ {args[1]}"
-    if kind is Transpose:
-        return f"{args[0]}.T"
-    if kind is Square:
-        return f"{args[0]} * {args[0]}"
-    if kind is Step and node.shape == ():
-        return f"(1.0 if {args[0]} > 0 else 0.0)"
-    if kind is Pos and node.shape == ():
-        return f"max({args[0]}, 0.0)"          # keeps a NaN, as np.maximum does
-    return None
 
 
 def _constant_kind(value: Any) -> int:

@@ -15,7 +15,19 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .rules import RuleTable
+
 Shape = tuple[int, ...]
+
+
+def no_rule(form: str) -> Callable[[Any], Exception]:
+    """The error of a rule table with no rule for a node (`RuleTable`'s default)."""
+    return lambda node: NotImplementedError(f"{node.display} has no {form} sympy lowering")
+
+
+# the formula of an entry-wise atom on scalars (registered in `to_sympy`, applied entry by entry
+# by the symbolic and explicit forms)
+SCALAR_RULES = RuleTable(no_rule("scalar"))
 
 
 def sympy_shape(shape: Shape) -> tuple[int, int] | None:

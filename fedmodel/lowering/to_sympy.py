@@ -5,29 +5,28 @@ Default (symbolic) form: variables and data become MatrixSymbols named after the
 object arrays of scalar sympy expressions (variables as entry symbols, data as numbers), which
 sympy can differentiate entry by entry; tests use it to check our derived gradients.
 
-Each atom class has its rules here, one table per form (`@sympy_rule(Add)` symbolic,
-`@explicit_rule(Add)` entry-wise, `@scalar_rule(Exp)` the scalar formula that elementwise
-atoms apply to each entry), found through the class MRO; the atoms know nothing of sympy.
+Each atom class has its rules, one table per form (`@sympy_rule(Add)` symbolic, here;
+`@explicit_rule(Add)` entry-wise, in `sympy_explicit`; `@scalar_rule(Exp)` the scalar formula
+that elementwise atoms apply to each entry, here), found through the class MRO; the atoms know
+nothing of sympy.
 sympy is imported when a rule first runs, so that `import fedmodel` stays light.
 """
 from __future__ import annotations
 
 import builtins
-from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from ..atoms import (Abs, Add, ArgmaxAbs, Atom, BroadcastTo, Clip, Exp, GreaterEqual, Huber, Index,
-                     IndexAdjoint, Log, Logistic, LogSumExp, MatMul, Maximum, Mean, Multiply, Neg,
-                     Norm1, Norm2, NormInf, Pos, Power, QuadForm, Reshape, Sigmoid, Sign, Softmax,
-                     Sqrt, Square, Step, Sum, SumSquares, SumTo, Transpose)
-from ..atoms.broadcasting import sum_to_shape
+from ..atoms import (Abs, Add, Atom, BroadcastTo, Clip, Exp, Huber, Index, Log, Logistic, LogSumExp,
+                     MatMul, Maximum, Mean, Multiply, Neg, Norm1, Norm2, Pos, Power, QuadForm, Reshape,
+                     Sigmoid, Sign, Sqrt, Square, Step, Sum, SumSquares, Transpose)
 from ..atoms.elementwise import Elementwise
-from ..atoms.indexing import hashable_key, numpy_key
+from ..atoms.indexing import hashable_key
 from ..expression import Constant, Data, Expression, Leaf, Parameter, Variable, postorder
 from .rules import RuleTable
-from .sympy_forms import as_scalar, broadcast, function, is_matrix, vectorize_sympy
+from .sympy_explicit import EXPLICIT_RULES, explicit_rule
+from .sympy_forms import SCALAR_RULES, as_scalar, broadcast, function, is_matrix, no_rule
 
 
 def symbol_names(leaves: list[Leaf]) -> dict[int, str]:
@@ -101,15 +100,8 @@ def to_sympy(expr: Expression, explicit: bool = False, symbols: dict | None = No
 
 
 # ---- rules --------------------------------------------------------------------------------
-def _no_rule(form: str) -> Callable[[Any], Exception]:
-    return lambda node: NotImplementedError(f"{node.display} has no {form} sympy lowering")
-
-
-SYMPY_RULES = RuleTable(_no_rule("symbolic"), "sympy")             # matrix expressions
-EXPLICIT_RULES = RuleTable(_no_rule("explicit"), "sympy explicit")  # object arrays of scalars
-SCALAR_RULES = RuleTable(_no_rule("scalar"))       # the formula of an entry-wise atom on scalars
-sympy_rule, explicit_rule, scalar_rule = (SYMPY_RULES.register, EXPLICIT_RULES.register,
-                                          SCALAR_RULES.register)
+SYMPY_RULES = RuleTable(no_rule("symbolic"), "sympy")             # matrix expressions
+sympy_rule, scalar_rule = SYMPY_RULES.register, SCALAR_RULES.register
 
 
 # -- scalar formulas (elementwise atoms; norms and squares of a scalar) --
@@ -300,139 +292,3 @@ def _broadcast_to(node: BroadcastTo, x: Any) -> Any:
 def _quad_form(node: QuadForm, x: Any, P: Any) -> Any:
     import sympy
     return as_scalar(sympy.Transpose(x) * P * x) if is_matrix(x) else P * x ** 2
-
-
-# -- explicit form (numpy object arrays of sympy scalars) --
-@explicit_rule(Elementwise, Maximum)
-def _entry_by_entry(node: Atom, *args: np.ndarray) -> np.ndarray:
-    return vectorize_sympy(partial(SCALAR_RULES, node), *args)
-
-
-@explicit_rule(Add)
-def _add_explicit(node: Add, *args: np.ndarray) -> np.ndarray:
-    out = args[0]
-    for a in args[1:]:
-        out = out + a
-    return np.asarray(out, dtype=object)
-
-
-@explicit_rule(Multiply)
-def _multiply_explicit(node: Multiply, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.asarray(a * b, dtype=object)
-
-
-@explicit_rule(MatMul)
-def _matmul_explicit(node: MatMul, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.asarray(np.dot(a, b), dtype=object)
-
-
-@explicit_rule(Transpose)
-def _transpose_explicit(node: Transpose, x: np.ndarray) -> np.ndarray:
-    return x.T
-
-
-@explicit_rule(Index)
-def _index_explicit(node: Index, x: np.ndarray) -> np.ndarray:
-    return np.asarray(x[numpy_key(node.key)], dtype=object)
-
-
-@explicit_rule(IndexAdjoint)
-def _scatter_explicit(node: IndexAdjoint, g: np.ndarray) -> np.ndarray:
-    import sympy
-    out = np.full(node.target, sympy.Integer(0), dtype=object)
-    np.add.at(out, numpy_key(node.key), g)   # repeated indices accumulate, as in numeric
-    return out
-
-
-@explicit_rule(Reshape)
-def _reshape_explicit(node: Reshape, x: np.ndarray) -> np.ndarray:
-    return np.reshape(x, node.target)
-
-
-@explicit_rule(BroadcastTo)
-def _broadcast_to_explicit(node: BroadcastTo, x: np.ndarray) -> np.ndarray:
-    return np.asarray(np.broadcast_to(x, node.target), dtype=object)
-
-
-@explicit_rule(SumTo)
-def _sum_to_explicit(node: SumTo, x: np.ndarray) -> np.ndarray:
-    return sum_to_shape(x, node.target)
-
-
-@explicit_rule(Sum)
-def _sum_explicit(node: Sum, x: np.ndarray) -> np.ndarray:
-    return np.asarray(np.sum(x, axis=node.axis), dtype=object)
-
-
-@explicit_rule(Mean)
-def _mean_explicit(node: Mean, x: np.ndarray) -> np.ndarray:
-    import sympy
-    return np.asarray(np.sum(x, axis=node.axis) * sympy.Rational(1, node.count), dtype=object)
-
-
-@explicit_rule(GreaterEqual)
-def _greater_equal_explicit(node: GreaterEqual, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    import sympy
-    return vectorize_sympy(lambda u, v: sympy.Piecewise((1, u >= v), (0, True)), a, b)
-
-
-@explicit_rule(SumSquares)
-def _sum_squares_explicit(node: SumSquares, x: np.ndarray) -> np.ndarray:
-    return np.asarray(np.sum(x * x), dtype=object)
-
-
-@explicit_rule(Norm1)
-def _norm1_explicit(node: Norm1, x: np.ndarray) -> np.ndarray:
-    import sympy
-    return np.asarray(np.sum(vectorize_sympy(sympy.Abs, x)), dtype=object)
-
-
-@explicit_rule(Norm2)
-def _norm2_explicit(node: Norm2, x: np.ndarray) -> np.ndarray:
-    import sympy
-    return np.asarray(sympy.sqrt(np.sum(x * x)), dtype=object)
-
-
-@explicit_rule(NormInf)
-def _norm_inf_explicit(node: NormInf, x: np.ndarray) -> np.ndarray:
-    import sympy
-    return np.asarray(sympy.Max(*[sympy.Abs(e) for e in np.ravel(x)]), dtype=object)
-
-
-@explicit_rule(ArgmaxAbs)
-def _argmax_abs_explicit(node: ArgmaxAbs, x: np.ndarray) -> np.ndarray:
-    import sympy
-    flat = [sympy.Abs(e) for e in np.ravel(x)]
-    out = []
-    for j, e in enumerate(np.ravel(x)):   # sign(x_j) where |x_j| is the first largest
-        first = sympy.And(*[flat[j] > flat[i] for i in range(j)],
-                          *[flat[j] >= flat[i] for i in range(j + 1, len(flat))])
-        out.append(sympy.Piecewise((sympy.sign(e), first), (0, True)))
-    return np.array(out, dtype=object).reshape(np.shape(x))
-
-
-@explicit_rule(QuadForm)
-def _quad_form_explicit(node: QuadForm, x: np.ndarray, P: np.ndarray) -> np.ndarray:
-    return np.asarray(np.dot(x, np.dot(P, x)), dtype=object)
-
-
-@explicit_rule(LogSumExp)
-def _log_sum_exp_explicit(node: LogSumExp, x: np.ndarray) -> np.ndarray:
-    import sympy
-    out = np.apply_along_axis(lambda r: sympy.log(sympy.Add(*[sympy.exp(e) for e in r])),
-                              node.axis, x) if node.axis is not None else \
-        sympy.log(sympy.Add(*[sympy.exp(e) for e in np.ravel(x)]))
-    return np.asarray(out, dtype=object)
-
-
-@explicit_rule(Softmax)
-def _softmax_explicit(node: Softmax, x: np.ndarray) -> np.ndarray:
-    import sympy
-
-    def soft(r):
-        exps = [sympy.exp(e) for e in r]
-        total = sympy.Add(*exps)
-        return np.array([e / total for e in exps], dtype=object)
-    if node.axis is None:
-        return soft(np.ravel(x)).reshape(np.shape(x))
-    return np.apply_along_axis(soft, node.axis, x)

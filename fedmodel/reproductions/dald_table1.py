@@ -69,7 +69,7 @@ def aio(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 def build_problem(X: np.ndarray, y: np.ndarray, nodes: int = 3, seed: int = 0):
     """The chain model of Exp. 1: node i minimizes its sum of squared errors (no 1/N)."""
     import fedmodel as fm
-    from fedmodel.datasets import iid_split
+    from fedmodel.partitioners import iid_split
     w = fm.Variable(X.shape[1], name="x")
     prob = fm.Problem(name="dald-table1")
     for i, rows in enumerate(iid_split(len(y), nodes, seed=seed, drop_leftover=False)):

@@ -89,7 +89,8 @@ class Experiment:
 
 
 def experiment(n: int, root=None) -> Experiment:
-    from fedmodel.datasets import load_mnist, load_mnist37, strided_split
+    from fedmodel.datasets import load_mnist, load_mnist37
+    from fedmodel.partitioners import strided_split
     train = load_mnist37(scale=False, root=root)
     b = np.where(train.y == 1, 1.0, -1.0)                   # y = 1 for digit 7
     parts = [b[rows, None] * train.X[rows] for rows in strided_split(train.y, n)]

@@ -61,7 +61,8 @@ def with_bias(X: np.ndarray) -> np.ndarray:
 def load(train_per_class: int = 1000, test_per_class: int = 100, clients: int = CLIENTS,
          seed: int = 0, root=None):
     """Client parts from the label-sorted shards (2 per client) and the test set."""
-    from fedmodel.datasets import label_skew_split, load_mnist
+    from fedmodel.datasets import load_mnist
+    from fedmodel.partitioners import label_skew_split
     train, test = load_mnist("train", root=root), load_mnist("test", root=root)
     X, y = balanced_subset(train.X, train.y, train_per_class)
     Xt, yt = balanced_subset(test.X, test.y, test_per_class)

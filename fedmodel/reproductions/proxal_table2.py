@@ -53,7 +53,7 @@ def _thin(X: np.ndarray, y: np.ndarray, fraction: int) -> tuple[np.ndarray, np.n
     deterministic 1/fraction subsample for the fast subset (fraction = 1: everything)."""
     if fraction == 1:
         return X, y
-    from fedmodel.datasets import per_class_equal_split
+    from fedmodel.partitioners import per_class_equal_split
     rows = per_class_equal_split(y, fraction, seed=10)[0]
     return X[rows], y[rows]
 
@@ -85,7 +85,7 @@ def build(data, n: int, r: float = THRESHOLD):
     """The fairness problem (32) on `n` clients (per-class equal split, seed 10) and the server;
     returns (problem, w, client row sets)."""
     import fedmodel as fm
-    from fedmodel.datasets import per_class_equal_split
+    from fedmodel.partitioners import per_class_equal_split
     (X, y), (X0, y0) = data
     parts = per_class_equal_split(y, n, seed=10)
     w = fm.Variable(X.shape[1], name="w")

@@ -8,7 +8,7 @@ engine (`engine="jax"`, `jax_engine.JaxEngine`: a `JaxGroup`, the merits by `jax
 `executor="jax"` is this executor with that engine). Everything else — grouping, stacked
 state, the client steps' forms, checks, ledger, `stats` — is the executor's, whatever the
 engine (`Engine` says what an engine provides; `ENGINES` names them). A request of a kind
-that has a batched form (`ledger.BATCHED`, registered with the node step) sent to two or more
+that has a batched form (`messages.BATCHED`, registered with the node step) sent to two or more
 members of a group is served for the whole group at once; everything else — other kinds,
 singleton groups, the server, options a batched form does not cover — goes through the serial
 per-node path (`run_on_node`), so every backend runs on it unchanged.
@@ -25,7 +25,7 @@ one or hands it over (`Group.forget`).
 
 Group requests (`Executor.map_stacked`: one request to many nodes, model-sized fields as one
 (n, d) block) to the nodes of one group are served by the kind's stacked form
-(`ledger.STACKED`) without building per-node payloads; the blocks are checked once and the
+(`messages.STACKED`) without building per-node payloads; the blocks are checked once and the
 ledger books the n messages from a count.
 
 The runtime's generic forms (`report`, `solve_local` with method "gd") live in
@@ -43,7 +43,7 @@ from ..errors import FedModelError
 from .batched_group import Group, program_signature
 from .executor import Executor, block_floats, run_on_node
 from .batched_procedures import GENERIC
-from .ledger import BATCHED, STACKED, install
+from .messages import BATCHED, STACKED, install
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """The runtime's generic batched forms and the building blocks of every batched form.
 
 A batched form serves one request kind for a whole `batched_group.Group` (see
-`ledger.procedure`); the runtime knows no algorithm, so it has only the generic forms of
+`messages.procedure`); the runtime knows no algorithm, so it has only the generic forms of
 `report` (objective of unconstrained clients), `solve_local` with method "gd", `merit` and
 `update_multipliers` (`GENERIC`, which the batched executor installs). The building blocks (`local_steps`, `request_rows`, `same_options`, `common_value`,
 `gradients_at`) serve the backends' own forms, which live
@@ -14,7 +14,7 @@ import numpy as np
 
 from . import kernels
 from .batched_group import Group, private_stack
-from .ledger import CORE, with_forms
+from .messages import CORE, with_forms
 
 CORE_BY_NAME = {procedure.name: procedure for procedure in CORE}
 

@@ -1,7 +1,7 @@
 """A client step written once, over rows of clients, and the engines that run it.
 
 A backend writes each client step once, as a *form* over a group of same-structure clients:
-`form(group, members, payloads) -> {member: reply}` (see `ledger.BATCHED`), reading and writing
+`form(group, members, payloads) -> {member: reply}` (see `messages.BATCHED`), reading and writing
 the clients' state as stacks (`Group.gather` / `Group.publish`), evaluating gradients, proxes
 and local solves for rows of clients (`Group.grad`, `Group.apply_prox`, `Group.solve_local`).
 Engines run that one function:
@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import FedModelError
 from . import exact_step
 from .batched_group import Group
-from .ledger import MessageKind, Procedure
+from .messages import MessageKind, Procedure
 from .program import NodeProgram
 
 

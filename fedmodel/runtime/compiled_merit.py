@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..atoms import add, multiply, sum as sum_
+from ..compiler import shared_structure
 from ..compiler.classify import polynomial_degree
 from ..compiler.codegen import Plan
 from ..compiler.differentiate import grad
@@ -79,10 +80,13 @@ class CompiledMerit:
                 f"node {name!r} has a nonsmooth term or constraint without a prox: "
                 + "; ".join(reasons))
         # the compiled plans of P_i with ∇P_i per variable, and of f_i: public (read them, do not
-        # replace them) because the batched executor stacks the plans of a group's clients
-        self.value_grad_plan = Plan([m.expression] + [grad(m.expression, v) for v in self.variables],
-                                    self.variables)
-        self.objective_plan = Plan([m.objective], self.variables)
+        # replace them) because the batched executor stacks the plans of a group's clients.
+        # Derived and compiled once per structure (`_share`), re-bound to this node's data
+        self._gradients = self._share.derive("gradients", lambda cm: [
+            grad(cm.ir.expression, v) for v in cm.variables])
+        self.value_grad_plan = self._share.plan("value_grad", lambda cm: Plan(
+            [cm.ir.expression] + cm._gradients, cm.variables))
+        self.objective_plan = self._share.plan("objective", lambda cm: Plan([cm.ir.objective], cm.variables))
         self.quadratic = _is_quadratic(self.value_grad_plan)
         self._hvp_directions = None   # see _direction_plan
         self._gradient_plan = self._value_plan = None   # see gradient_plan, value_plan
@@ -96,7 +100,17 @@ class CompiledMerit:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_gram", None)            # derived (`gram_hessian.structure`): analysed again there
+        state.pop("_share", None)           # another node's graphs (its data): never shipped
         return state
+
+    @functools.cached_property
+    def _share(self) -> shared_structure.Binding:
+        """This node's place among the nodes of its structure (`compiler.shared_structure`):
+        what it derives and compiles is done once per structure and re-bound to its data."""
+        m = self.ir
+        sources = [m.expression, m.objective] + [c.expr for c in self.constraints] + \
+            [c.expr for c in self.all_constraints]
+        return shared_structure.bind(self, sources, self.variables)
 
     # ---- the Parameters: written from the node's state, never read back ------------------------
     def set_parameters(self, beta: float | None = None, prox_weight: float | None = None,
@@ -158,7 +172,8 @@ class CompiledMerit:
         """The plan of P_i alone (no gradient), compiled on first use: trial points of a line
         search need only values (its output is `value_grad_plan`'s first, the same numbers)."""
         if self._value_plan is None:
-            self._value_plan = Plan(self.value_grad_plan.outputs[:1], self.variables)
+            self._value_plan = self._share.plan("value", lambda cm: Plan(
+                cm.value_grad_plan.outputs[:1], cm.variables))
         return self._value_plan
 
     @property
@@ -166,7 +181,8 @@ class CompiledMerit:
         """The plan of ∇P_i per variable without P_i itself, compiled on first use (its
         gradients are the merit plan's outputs, so its numbers are `value_grad_plan`'s)."""
         if self._gradient_plan is None:
-            self._gradient_plan = Plan(self.value_grad_plan.outputs[1:], self.variables)
+            self._gradient_plan = self._share.plan("gradient", lambda cm: Plan(
+                cm.value_grad_plan.outputs[1:], cm.variables))
         return self._gradient_plan
 
     # the constraint residual plans are compiled on first use (only a node with constraints
@@ -176,12 +192,13 @@ class CompiledMerit:
     @functools.cached_property
     def residuals(self) -> Plan:
         """The residuals of the constraints the augmented Lagrangian handles (`constraints`)."""
-        return Plan([c.expr for c in self.constraints], self.variables)
+        return self._share.plan("residuals", lambda cm: Plan([c.expr for c in cm.constraints], cm.variables))
 
     @functools.cached_property
     def all_residuals(self) -> Plan:
         """The residuals of the node's constraints as the user wrote them (`all_constraints`)."""
-        return Plan([c.expr for c in self.all_constraints], self.variables)
+        return self._share.plan("all_residuals", lambda cm: Plan(
+            [c.expr for c in cm.all_constraints], cm.variables))
 
     def flatten(self, parts: list) -> np.ndarray:
         """The per-variable gradients as one new flat vector (broadcast to each variable's shape)."""
@@ -262,27 +279,26 @@ class CompiledMerit:
     @functools.cached_property
     def _hvp_expressions(self) -> tuple[list, list[Parameter]]:
         """∇(∇P_i · v) per variable as expressions, with the direction v as Parameters (one per
-        variable), derived once from the merit plan's own gradients (`value_grad_plan`)."""
-        directions = [Parameter(v.shape, name=f"dir[{v.name}]") for v in self.variables]
-        gv = add(*[sum_(multiply(gi, di)) for gi, di in zip(self.value_grad_plan.outputs[1:], directions)])
-        return [grad(gv, v) for v in self.variables], directions
+        variable), derived once from the merit plan's own gradients (`value_grad_plan`), once
+        per structure (`_share`)."""
+        n = len(self.variables)
+        derived = self._share.derive("hvp", _derive_hvp)
+        return derived[:n], derived[n:]
 
     @functools.cached_property
     def _hessian_plan(self) -> Plan | None:
         """The Hessian-vector product's plan over many directions (the directions are inputs
         after the variables), or None when one of its steps has no rule over directions."""
-        products, directions = self._hvp_expressions
-        try:
-            return Plan(products, self.variables + directions, batched=directions)
-        except Unbatchable:
-            return None
+        self._hvp_expressions        # (first: the shared plan is re-bound onto this node's own)
+        return self._share.plan("hessian", _compile_hessian)
 
     def _direction_plan(self) -> tuple[Plan, list[Parameter]]:
         """The compiled Hessian-vector product ∇(∇P_i · v) with the direction v as Parameters
         (one per variable), built on first use: O(N) memory per product, whatever N."""
         if self._hvp_directions is None:
             products, directions = self._hvp_expressions
-            self._hvp_directions = (Plan(products, self.variables), directions)
+            plan = self._share.plan("direction", lambda cm: Plan(cm._hvp_expressions[0], cm.variables))
+            self._hvp_directions = (plan, directions)
         return self._hvp_directions
 
     def hvp(self, z: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -292,6 +308,22 @@ class CompiledMerit:
         for d, dv in zip(directions, layout.unpack(np.asarray(v, float))):
             d.value = dv
         return layout.pack(plan(*layout.unpack(z)))
+
+
+def _derive_hvp(merit: CompiledMerit) -> list:
+    """∇(∇P_i · v) per variable, then the directions v (Parameters), of `merit`."""
+    directions = [Parameter(v.shape, name=f"dir[{v.name}]") for v in merit.variables]
+    gv = add(*[sum_(multiply(gi, di)) for gi, di in zip(merit.value_grad_plan.outputs[1:], directions)])
+    return [grad(gv, v) for v in merit.variables] + directions
+
+
+def _compile_hessian(merit: CompiledMerit) -> Plan | None:
+    """The plan of `CompiledMerit._hessian_plan` (None when a step has no rule over directions)."""
+    products, directions = merit._hvp_expressions
+    try:
+        return Plan(products, merit.variables + directions, batched=directions)
+    except Unbatchable:
+        return None
 
 
 # polynomial degree ≤ 2 of a merit, by its value-gradient plan's structure (`Plan.structure_key`):

@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import registry
 from ..errors import FedModelError
-from .ledger import CORE_KINDS, MESSAGES, Ledger, MessageKind, allowed_sizes, check_payload, install, lookup
+from .ledger import Ledger
+from .messages import CORE_KINDS, MESSAGES, MessageKind, allowed_sizes, check_payload, install, lookup
 from .program import NodeProgram, ProgramSpec
 
 
@@ -247,7 +248,7 @@ class Executor:
         (scalars: shape (n,); "str" / "opaque" fields: a list). The ledger books n messages each
         way, as `map` would. This default splits the group request into per-node messages
         (`map`); the batched executor serves it as one block (the kind's stacked form,
-        `ledger.STACKED`). `split=False`: a request that no block form serves is not split but
+        `messages.STACKED`). `split=False`: a request that no block form serves is not split but
         answered with None (for kinds that only have a block form). `rider`: as in `map`, its
         replies stacked in `rider.replies`."""
         if rider is not None and not self.folds_riders:
@@ -485,13 +486,13 @@ class RemoteNode:
 
 def run_on_node(program: NodeProgram, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     """Serve one request on a node program (used by every executor, wherever the node lives):
-    by the procedure registered for `kind` (`ledger.lookup`; an unregistered kind is refused)."""
+    by the procedure registered for `kind` (`messages.lookup`; an unregistered kind is refused)."""
     return lookup(kind)(program, **payload)
 
 
 def open_executor(executor: Any, programs: dict[str, NodeProgram], procedures: Any) -> Executor:
     """The executor of one run (`make_executor`), started on `programs`, serving the run's
-    `procedures` (registered here, `ledger.install`; other kinds than these and the runtime's
+    `procedures` (registered here, `messages.install`; other kinds than these and the runtime's
     own are refused). Use it as `with open_executor(...) as ex:` so that it is closed — its
     programs handed back, actors and threads ended — however the run ends. A start that fails
     closes it before the error goes on."""

@@ -1,7 +1,8 @@
 """The Flower executor's former single module, kept as a re-export so that imports, entry points
 and deployed apps that name it (`fedmodel.runtime.flower_executor:FlowerExecutor`, an app's
 `client.py` written by an earlier `fedmodel deploy`: `...flower_executor import client_app`)
-keep working. The code lives in `fedmodel.runtime.flower` (codec, client_app, driver, secagg).
+keep working. The code lives in `fedmodel.runtime.flower` (codec, client_app, driver, simulation, membership,
+secagg, timings).
 """
 from .flower.client_app import (CLIENT_MODULES_ENV, client_app, load_client_modules, node_data,
                                 served_kind)

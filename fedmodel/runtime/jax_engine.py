@@ -43,7 +43,7 @@ import numpy as np
 from ..compiler.jax_codegen import JaxGroupPlan, float64, jax_modules
 from ..errors import FedModelError
 from .batched_group import Group
-from .ledger import MESSAGES
+from .messages import MESSAGES
 
 
 class JaxFallbackWarning(UserWarning):

@@ -29,7 +29,7 @@ from ..compiler.terms import flatten, summed_size
 from ..errors import FedModelError
 from . import solvers
 from .compiled_merit import CompiledMerit
-from .ledger import procedure
+from .messages import procedure
 
 CLEAR = 1e-3       # least violation / size of the constraint's terms read as clearly positive
 SETTLED = 1e-6     # λ²/F at which Newton has reached F's minimum (quadratic convergence: 1e-12)

@@ -68,6 +68,17 @@ def sampled_clipped_gradient(program, z: np.ndarray, grad: np.ndarray, bound: fl
     return grad + program.shared.pack(records.weighted_terms(parts, kept / rate - 1.0, adjoints))
 
 
+def clipped_records(program, z: np.ndarray, bound: float) -> int:
+    """How many of the node's records have a gradient term of L2 norm above `bound` at the shared
+    point z (flat): the count `sampled_clipped_gradient` clips there (0 without record terms).
+    Data-dependent: a caller releases it only with noise (one record moves it by at most 1)."""
+    records = _record_gradients(program)
+    if not records.products:
+        return 0
+    norms, _ = records.record_l2(program.shared.unpack(z))
+    return int(np.count_nonzero(norms > bound))
+
+
 def clipped_record_value(program, z: np.ndarray, bound: float, of) -> float:
     """The value of the scalar `of` at the shared point z (flat) with each record's term clipped to
     [−bound, bound]: replacing one record moves it by at most 2·bound. Raises `NotRecordSeparable`

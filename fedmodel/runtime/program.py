@@ -1,7 +1,7 @@
 """`NodeProgram`: the compiled unit of one node (a client or the server).
 
 It holds the node's data (inside its compiled merit), its private variables and multipliers
-(its state), and answers the requests declared in `ledger.MESSAGES`. Backends never hold a
+(its state), and answers the requests declared in `messages.MESSAGES`. Backends never hold a
 NodeProgram's data: they send requests through an executor and get model-sized replies.
 
 A NodeProgram is a façade over three parts, one job each:
@@ -114,7 +114,7 @@ class NodeProgram:
         """∇²P_i(z)·v without forming ∇²P_i."""
         return self.compiled.hvp(z, v)
 
-    # ---- requests (see ledger.MESSAGES) ------------------------------------------------------
+    # ---- requests (see messages.MESSAGES) ------------------------------------------------------
     def configure(self, beta: float, prox_weight: float, center: np.ndarray) -> dict:
         """Set β, the proximal weight ω on the shared variables and the center x̄; the private
         variables' center is their current value, with weight 1/β (they live in one block).

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import FedModelError
 from .executor import Executor, RemoteNode, run_on_node
-from .ledger import MESSAGES, PROCEDURES, Ledger, check_payload
+from .ledger import Ledger
+from .messages import MESSAGES, PROCEDURES, check_payload
 from .program import NodeProgram, ProgramSpec
 from .replay import ReplayLog
 

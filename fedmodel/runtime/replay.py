@@ -5,7 +5,7 @@ Node procedures are deterministic functions of their state and requests (random 
 generator in `program.state`), so a client rebuilt from its spec, given its last snapshot and
 sent again the state-changing requests since that snapshot (or since its build), holds the
 state it had before the fault. `ReplayLog` keeps, per node, that snapshot and those requests —
-only state-changing kinds: a request whose kind is declared `read_only` (`ledger.MESSAGES`)
+only state-changing kinds: a request whose kind is declared `read_only` (`messages.MESSAGES`)
 changes nothing and is never replayed — and one bookkeeping record per fault (`faults`: the
 node, the request kind, the executor's details, how many requests were replayed, when).
 What an executor does to bring a node back (a new actor, a rejoined SuperNode) is its own.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
-from .ledger import MESSAGES
+from .messages import MESSAGES
 
 
 class ReplayLog:

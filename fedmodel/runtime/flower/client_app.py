@@ -7,7 +7,7 @@ One ClientApp (`client_app`, module level; Flower's object path
   ClientApp rebuilds the block from fedmodel's own atom table and compiles the node program.
   Data the spec gives no array for is the client's own: the `.npy` files of the directory its
   node config names (`--node-config 'fedmodel-data="DIR"'`: DIR/NAME.npy per data name);
-- every other message carries one declared request (`ledger.MESSAGES`, `codec`). The ClientApp
+- every other message carries one declared request (`messages.MESSAGES`, `codec`). The ClientApp
   serves only kinds its installed fedmodel registers (`served_kind`: the installed backends'
   steps, loaded one backend at a time), checks the request against the kind's declaration
   (fields, shapes, sizes) before running anything, and refuses anything else with a logged
@@ -40,8 +40,8 @@ import numpy as np
 from ...errors import DataError, FedModelError
 from .. import wire
 from ..executor import check_sum_fields, run_on_node
-from .. import ledger
-from ..ledger import MESSAGES, PROCEDURES, MessageKind
+from .. import messages
+from ..messages import MESSAGES, PROCEDURES, MessageKind
 from ..program import NodeProgram
 from ..spec_codec import decode_spec
 from ..wire import WireError
@@ -157,19 +157,19 @@ def kind_cache(context: "Context | None") -> KindCache | None:
 
 def served_kind(kind: str, cache: KindCache | None = None) -> MessageKind:
     """The declaration of a request kind this client serves: one its installed fedmodel
-    registers (`ledger.MESSAGES` and `ledger.PROCEDURES`, which load the installed backends'
+    registers (`messages.MESSAGES` and `messages.PROCEDURES`, which load the installed backends'
     steps one backend at a time until the kind is found — first the backend `cache` remembers
     for it); anything else is refused (WireError), never imported. The one lookup of the
     ClientApp."""
     load_client_modules()
     remembered = cache.backend_of(kind) if cache is not None else None
     if remembered is not None:
-        ledger.load_backend(remembered)     # (an installed backend's name, or nothing loads)
+        messages.load_backend(remembered)     # (an installed backend's name, or nothing loads)
     if not (kind in MESSAGES and kind in PROCEDURES):
         raise WireError(f"request kind {kind[:80]!r} is not a procedure this client's fedmodel "
                         "registers; refused")
-    if cache is not None and remembered != ledger.provider(kind):
-        cache.remember(kind, ledger.provider(kind))
+    if cache is not None and remembered != messages.provider(kind):
+        cache.remember(kind, messages.provider(kind))
     return MESSAGES[kind]
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...errors import FedModelError
 from .. import wire
-from ..ledger import MessageKind, allowed_sizes, catalogue, check_payload
+from ..messages import MessageKind, allowed_sizes, catalogue, check_payload
 from ..program import ProgramSpec
 from ..spec_codec import encode_spec
 from ..wire import WireError
@@ -53,6 +53,10 @@ _NUMERIC = frozenset(wire.DTYPES)
 
 
 # ---- payload <-> Flower records -------------------------------------------------------------------
+class NodeTimeout(FedModelError):
+    """A client did not reply within the executor's timeout."""
+
+
 def encode(kind: str, payload: dict[str, Any], fields: dict[str, str] | None = None,
            extra: dict | None = None, pack: bool = True) -> "RecordDict":
     """One request or reply as a Flower RecordDict: Python bools/ints/floats/strings in a
@@ -248,7 +252,7 @@ def rider_of(meta: dict[str, Any]) -> tuple[str, bool] | None:
 def check_request(declared: MessageKind, payload: dict[str, Any], model_size: int) -> None:
     """Refuse a request that does not match its declaration before it is served: undeclared
     fields, numeric fields that are not numbers or not 0-/1-D, sizes beyond the declared ones
-    (`ledger.check_payload`)."""
+    (`messages.check_payload`)."""
     for key, value in payload.items():
         spec = declared.request.get(key)
         if spec in (None, "str", "opaque") or value is None:

@@ -1,7 +1,8 @@
 """Secure sums on Flower: fedmodel's requests through Flower's SecAgg+ protocol, both sides
 (docs/flower.md, "Secure aggregation").
 
-Server side (`FlowerExecutor.map_sum` with `secure_sum`): the request goes out as Flower FitIns
+Server side (`FlowerExecutor.map_sum` with `secure_sum`: `secure_map_sum`; its settings
+checked by `settings_of`): the request goes out as Flower FitIns
 (`to_fitins`), `secure_round` runs Flower's `SecAggPlusWorkflow` on the grid (setup, share
 keys, collect masked vectors, unmask) and returns only the sum. Client side: the ClientApp's
 train handler carries `secure_sum_mod` (Flower's `secaggplus_mod` for the messages of a secure
@@ -12,6 +13,7 @@ sum); between its stages the mod asks the ClientApp's handler to serve the reque
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -19,7 +21,9 @@ import numpy as np
 from ...errors import FedModelError
 from .. import wire
 from ..wire import WireError
-from .codec import ARRAYS, CONFIG, send_and_receive, wire_size
+from ..executor import check_sum_fields, declared_kind
+from ..messages import check_payload
+from .codec import ARRAYS, CONFIG, NodeTimeout, encode, send_and_receive, wire_size
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -174,3 +178,56 @@ def secure_round(settings: dict, grid: Any, executor: Any, kind: str, fitins: "F
     secagg_workflow(settings, executor.timeout)(counting, context)
     sums, _, seen = strategy.result
     return sums, counting.errors, seen
+
+
+# ---- the executor's secure sum -----------------------------------------------------------------------
+def settings_of(value: bool | dict | None, defaults: dict) -> dict | None:
+    """`FlowerExecutor.secure_sum`'s settings from what a user gave: None (plain sums) for
+    False / None, else `defaults` updated by the dict given, checked by Flower's workflow."""
+    if value is False or value is None:
+        return None
+    given = {} if value is True else value
+    if not isinstance(given, dict) or set(given) - set(defaults):
+        raise FedModelError(f"secure_sum must be True, False or a dict with keys from "
+                            f"{sorted(defaults)}, got {value!r}")
+    settings = {**defaults, **given}
+    try:        # Flower checks the ranges, shares and threshold (ValueError / TypeError)
+        secagg_workflow(settings, None)
+    except (ValueError, TypeError) as err:
+        raise FedModelError(f"secure_sum: {err}") from None
+    return settings
+
+
+def secure_map_sum(executor: Any, kind: str, nodes: list[str], common: dict, fields: list[str]) -> dict:
+    """`FlowerExecutor.map_sum` under `secure_sum`: one SecAgg+ run (`secure_round`, four round
+    trips) so that the server sees only Σ over `nodes` of the reply fields `fields`; the ledger
+    books the request and the summed fields of each reply."""
+    declared = declared_kind(kind)
+    executor._serve(nodes)
+    check_sum_fields(declared, fields)
+    local = [n for n in nodes if n not in executor.node_ids]
+    if local or len(nodes) < 2:
+        raise FedModelError(f"a secure sum needs at least two clients served by Flower, got "
+                            f"{nodes}" + (f" ({local} run here)" if local else ""))
+    floats = check_payload(declared, declared.request, common, executor.model_size, "request")
+    fitins = to_fitins(encode(kind, common, declared.request, {"sum": fields}, pack=False))
+    started = time.monotonic()
+    sums, failures, seen = executor._ask(
+        lambda grid: secure_round(executor.secure_sum, grid, executor, kind, fitins,
+                                  {executor.node_ids[n]: n for n in nodes}), 4 * executor.timeout)
+    missing = [n for n in nodes if executor.node_ids[n] not in seen]
+    if missing or sums is None:
+        # a client's own error (Flower's reason carries its text) or no reply in time
+        reasons = "".join(f"\n  {n}: {r.strip().splitlines()[-1] if r.strip() else r}"
+                          for n, r in failures.items())
+        raise (FedModelError if failures else NodeTimeout)(
+            f"client(s) {missing or nodes} did not complete the secure sum of {kind!r} "
+            f"({time.monotonic() - started:.3g} s; timeout {executor.timeout:g} s per SecAgg+ stage)" + reasons)
+    out = {field: np.asarray(total, float) * len(nodes) for field, total in zip(fields, sums)}  # (SecAgg+: the mean)
+    reply_floats = sum(int(np.size(v)) for v in out.values())
+    executor.ledger.exchange(kind, nodes)     # (one sum of the algorithm's; SecAgg+'s stages: `round_trips`)
+    for node in nodes:
+        executor.ledger.record("server", node, kind, floats)
+        executor.ledger.record(node, "server", kind, reply_floats)
+        executor.replay.record(node, kind, dict(common))
+    return out

@@ -1,0 +1,40 @@
+"""A constraint no point meets (`fedmodel.never_met`) is "infeasible" before any run, under every
+backend, not only the cvxpy reference (honest15 added the reading there; the federated backends
+ran Neyman-Pearson with threshold 0 to their caps: ProxAL's default 100 outer iterations, DALD
+1,000, both "max_iterations"). A bound held on a client (a loader's data, not here) is not read."""
+import warnings
+
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.builtin_models import neyman_pearson
+from fedmodel.never_met import never_met
+
+
+@pytest.mark.parametrize("backend", ["auto", "proxal", "dald", "fedavg"])
+def test_a_loss_bound_of_zero_is_infeasible_before_the_run(backend):
+    prob = neyman_pearson(threshold=0.0, radius=None, ridge=0.0)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = prob.solve(backend)
+    assert res.status == "infeasible"
+    assert res.ledger.round_trips == 0
+    assert "np[c0]" in res.info["infeasible"] and "can never hold" in res.info["infeasible"]
+    assert any("can never hold" in str(w.message) for w in caught)
+
+
+def test_a_positive_threshold_is_not_refused():
+    assert never_met(neyman_pearson(threshold=1e-3, radius=None, ridge=0.0)[0]) is None
+
+
+def test_a_bound_held_on_a_client_is_not_read_here():
+    """The bound is a loader's data (produced where the client's program runs): reading it here
+    raised RemoteDataError from every backend's pre-run check; it is 'not shown', not an error."""
+    w = fm.Variable(2, name="w")
+    prob = fm.Problem()
+    c = prob.add_client()
+    A = c.data(np.ones((3, 2)), name="A")
+    bound = c.data(loader=lambda: np.array(-1.0), shape=(), name="bound")
+    c.subject_to(fm.sum(fm.logistic(A @ w)) <= bound)
+    assert never_met(prob) is None
