@@ -4,10 +4,10 @@ issue 25 item 1): a rising ρ shrinks x̂'s steps by itself, and read as contrac
 rule now also reads the steps times their weight 2ρ² (`cc.distance_at`): 1.1e-5 at step 152."""
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 import fedmodel as fm
 from conftest import load_data
+from test_dald15_cproxal import _newton_reference
 
 
 def _hashed_logistic(rows=1000, buckets=300, clients=3, lam=1e-2, seed=3):
@@ -20,14 +20,7 @@ def _hashed_logistic(rows=1000, buckets=300, clients=3, lam=1e-2, seed=3):
     X = X[:, np.flatnonzero(np.asarray((X != 0).sum(0)).ravel() > 0)]
     N, d = X.shape
     s = np.where(data.y[r] > 0, 1.0, -1.0)
-    z = np.zeros(d)
-    for _ in range(30):
-        p = 1 / (1 + np.exp(s * (X @ z)))
-        g = -(X.T @ (s * p)) / N + 2 * lam * z
-        if np.abs(g).max() < 1e-13:
-            break
-        H = (X.T @ sp.diags(p * (1 - p)) @ X).toarray() / N + 2 * lam * np.eye(d)
-        z = z - np.linalg.solve(H, g)
+    z = _newton_reference(X, s, lam)
     w = fm.Variable(d, name="w")
     prob = fm.Problem()
     for q in np.array_split(np.arange(N), clients):
