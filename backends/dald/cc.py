@@ -47,6 +47,23 @@ def distance_left(steps: list[float], window: int = DIST_WINDOW) -> float:
     return s * rate / (1.0 - rate) if rate < 1.0 else float("inf")
 
 
+def distance_at(steps: list[float], weights: list[float], window: int = DIST_WINDOW) -> float:
+    """`distance_left` where ρ may have changed within the window: the larger of its reading of
+    the steps and of the steps times the weight 2ρ² they were taken at (then over the last
+    weight). A larger ρ shrinks x̂'s steps by itself, which the steps alone read as contraction
+    (a9a d = 16,507 as written, `scaling=False`: ρ∘ρ ×3–4 every other step, "converged" at step
+    107 2.6e-4 from CVXPY; branch dald15); weighted, they do not. At one ρ the two agree.
+
+    >>> distance_at([8.0, 4.0, 2.0], [1.0, 2.0, 4.0], window=2)     # shrinking by ρ's rise only
+    inf
+    """
+    plain = distance_left(steps, window)
+    if len(set(weights[-window - 1:])) <= 1:
+        return plain
+    weighted = [w * s for w, s in zip(weights, steps)]
+    return max(plain, distance_left(weighted, window) / weights[-1])
+
+
 def _weighted_sum(RHO2, A, uniform) -> np.ndarray:
     """Σ_i ρ_i∘ρ_i∘a_i over the rows of A."""
     if uniform:
@@ -125,7 +142,7 @@ class FedDALDCC:
         unwind_sent = 0.0
         # the distance rule (`dist_tol`): the outer steps ‖Δx̂‖₂, whose contraction bounds how
         # far x̂ still is from the answer (a flat objective has small residuals far from it)
-        steps, outer_start = [], xhat
+        steps, weights, outer_start = [], [], xhat      # (weights: 2ρ² of each step, `distance_at`)
         # spectral penalty (`spectral`): the server's mirror of every μ_i, and the iterates of the
         # step the next estimate compares with (X, λ̂, x̂, μ at k0)
         MU, anchor = np.zeros((len(clients), d)), None
@@ -142,6 +159,7 @@ class FedDALDCC:
             if server_beta.beta != beta:     # (a setting: checkpoints leave it out, `NodeState.SETTINGS`)
                 ex.call("server", "configure", beta=server_beta.beta, prox_weight=0.0, center=xhat)
             steps, outer_start = list(saved.get("steps", [])), xhat
+            weights = list(saved.get("weights", [1.0] * len(steps)))
             MU, anchor = saved.get("spectral", (MU, None))
             if saved.get("residual") is not None:
                 opts["residual"] = saved["residual"]
@@ -222,13 +240,14 @@ class FedDALDCC:
             # D ≤ 1e-6 stops at 102, 6.1e-5 away (bench_rounds' models: the same iterations)
             stiff = max(stiff, dual)
             steps.append(float(np.linalg.norm(xhat - outer_start)))
+            weights.append(float(twice_rho2.flat[0]))
             if inexact:
                 # the next solves' inexactness (`local.INEXACT`: "auto" nodes that take L-BFGS)
                 opts["residual"] = max(min(self.eps_primal, self.eps_dual), min(primal, dual))
             outer_start = xhat
             # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction,
             # in the user's units (`common.user_metric`: 1 with equal column scales)
-            near = self.dist_tol is None or not self.dual_updates or distance_left(steps) <= \
+            near = self.dist_tol is None or not self.dual_updates or distance_at(steps, weights) <= \
                 self.dist_tol * float(np.linalg.norm(xhat)) * user_metric(self.user_scales, xhat, sizes)
             gate = stiff if near else np.inf         # the stop tests' D
             # not with gd / prox-grad: a larger ρ would make their fixed step unstable
@@ -282,6 +301,7 @@ class FedDALDCC:
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2,
                        owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-DIST_WINDOW - 1:],
+                       weights=weights[-DIST_WINDOW - 1:],
                        penalty=(client_beta, owed_penalty, last_raise), server_beta=server_beta.state(),
                        spectral=(MU, anchor), residual=opts.get("residual"))
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
