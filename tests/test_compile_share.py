@@ -244,17 +244,21 @@ def test_the_first_programs_graphs_go_with_it():
     assert third.compiled._share.is_template
 
 
-def test_a_derivation_that_folds_data_into_a_new_constant_is_not_shared():
+@pytest.mark.parametrize("zeros_first", [0, 2])
+def test_a_derivation_that_folds_data_into_a_new_constant_is_not_shared(zeros_first):
     """quad_form's derivative folds its fixed P into a new constant P + Pᵀ: that derivation is
-    each client's own (not shared), and each client's gradient is (P + Pᵀ) w of its own P."""
+    each client's own (not shared), and each client's gradient is (P + Pᵀ) w of its own P —
+    also where the first clients' P + Pᵀ is all zeros (review15: a zero array was taken for a
+    structural one, passed the one check of the second client and went to the third, whose
+    gradient lost its quad_form term)."""
     w = fm.Variable(3, name="w")
     prob = fm.Problem()
     Ps = []
     for seed in range(3):
         B = np.random.default_rng(seed).normal(size=(3, 3))
-        Ps.append(B @ B.T + np.eye(3))
+        Ps.append(np.zeros((3, 3)) if seed < zeros_first else B @ B.T + np.eye(3))
         c = prob.add_client()
-        c.minimize(fm.quad_form(w, c.data(Ps[-1])))
+        c.minimize(fm.quad_form(w, c.data(Ps[-1])) + fm.sum_squares(w - 1.0))
     prob.server.minimize(1e-2 * fm.sum_squares(w))
     programs = compile_programs(prob)
     clients = _clients(programs)
@@ -264,5 +268,5 @@ def test_a_derivation_that_folds_data_into_a_new_constant_is_not_shared():
     x = np.array([0.3, -1.0, 2.0])
     for program, P in zip(clients, Ps):
         value, g = program.value_grad(x, np.zeros(0))
-        assert value == pytest.approx(x @ P @ x, rel=1e-12)
-        np.testing.assert_allclose(g, (P + P.T) @ x, rtol=1e-12)
+        assert value == pytest.approx(x @ P @ x + np.sum((x - 1) ** 2), rel=1e-12)
+        np.testing.assert_allclose(g, (P + P.T) @ x + 2 * (x - 1), rtol=1e-12)

@@ -21,7 +21,8 @@ clients (docs/BENCHMARKS.md, "6,072 plans"). Here:
   cloned nodes, its constants this program's, its folded constants computed again from them).
   The same operations in the same order: results bit for bit as if compiled alone.
 - A derivation that creates a leaf whose value could depend on data (a `Data` leaf, a new
-  non-zero array) is not shared. The first re-binding of each derivation and plan of a
+  array of more than one entry, zeros too: quad_form's P + Pᵀ is zero for a zero or
+  antisymmetric P of one client and not another's) is not shared. The first re-binding of each derivation and plan of a
   structure is also checked against the program's own derivation and compilation (same nodes,
   same leaves, bitwise the same constants); on a difference that derivation is no longer shared.
 
@@ -226,7 +227,8 @@ def _by_id(node_of: dict[int, Expression]) -> Callable[[Expression], Expression]
 def _shareable_leaf(leaf: Leaf) -> bool:
     """A leaf a derivation created that every program of the structure may have as is (a
     Parameter is made anew per program): a plain constant of one entry (from the key's own
-    values) or an array of zeros. A derived array of other values (`divide` by data) is not."""
+    values). A derived array (`divide` by data, quad_form's P + Pᵀ — all zeros for one client's
+    P, not for the next one's) is not."""
     if isinstance(leaf, Parameter):
         return True
     if type(leaf) is not Constant:
@@ -234,7 +236,7 @@ def _shareable_leaf(leaf: Leaf) -> bool:
     value = leaf.value
     if is_sparse(value):
         return False
-    return value.size <= 1 or not np.any(value)
+    return value.size <= 1
 
 
 # ---- the structural key ----------------------------------------------------------------------
