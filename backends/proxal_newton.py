@@ -343,9 +343,9 @@ class NewtonInner:
     def slow_rise_cap(self) -> float:
         """The largest β the outer loop's rise on slow steps may reach (`proxal_outer.next_beta`'s
         contraction rule): `beta_max` where the last subproblem's summed Hessian was positive
-        definite (a distance read: a9a ×1e3 needs 1e12), else `singular_beta_max`:
-        no β bends a flat direction, and at large β the Newton steps wander along it (NP monks-1
-        n = 40: 3e6 → 3e8, two outer iterations of 14–15 steps, 37 of 109 round trips)."""
+        definite (a distance read: a9a ×1e3 needs 1e12), else `singular_beta_max` (no β bends a
+        flat direction; NP monks-1 n = 40: 3e6 → 3e8 wandered, 37 of 109 round trips); never above
+        `jump_cap` (separable logistic ×1e3 at 3.1e8: a Hessian singular to round-off)."""
         found = self.last_reading
         cap = self.beta_max if found is not None and np.isfinite(found[2]["distance"]) else self.singular_beta_max
         return min(cap, self.jump_cap())

@@ -337,3 +337,16 @@ def load_diabetes() -> Dataset:
     from sklearn.datasets import load_diabetes as sklearn_diabetes
     bunch = sklearn_diabetes()
     return Dataset(np.asarray(bunch.data, float), np.asarray(bunch.target, float), "diabetes")
+
+
+_MOVED = frozenset(("per_class_equal_split", "iid_split", "label_skew_split", "dirichlet_split",
+                    "strided_split"))
+
+
+def __getattr__(name: str):
+    """The partitioners, which lived here, are `fedmodel.partitioners`'s; still importable from
+    this module (`from fedmodel.datasets import iid_split`)."""
+    if name in _MOVED:
+        from . import partitioners
+        return getattr(partitioners, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

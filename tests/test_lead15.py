@@ -38,3 +38,31 @@ def test_a_bound_held_on_a_client_is_not_read_here():
     bound = c.data(loader=lambda: np.array(-1.0), shape=(), name="bound")
     c.subject_to(fm.sum(fm.logistic(A @ w)) <= bound)
     assert never_met(prob) is None
+
+
+def test_a_flower_simulation_that_does_not_start_leaves_no_thread(monkeypatch):
+    """review15: a simulation that did not start within start_timeout left its engine thread
+    running (the split's `Simulation` raised before the executor held it, so close() had
+    nothing to stop); the old `_launch` ended it, as this does."""
+    import threading
+    import time
+    flwr_simulation = pytest.importorskip("flwr.simulation")
+    from fedmodel.runtime.flower.driver import FlowerExecutor
+    from fedmodel.runtime.program import compile_programs
+    monkeypatch.setattr(flwr_simulation, "run_simulation", lambda **kw: time.sleep(0.6))
+    w = fm.Variable(2, name="w")
+    prob = fm.Problem()
+    for i in range(2):
+        c = prob.add_client()
+        c.minimize(fm.sum_squares(w - c.data(np.full(2, float(i)))))
+    with pytest.raises(fm.FedModelError, match="did not start within 0.2 s"):
+        FlowerExecutor(start_timeout=0.2).start(compile_programs(prob))
+    assert not [t for t in threading.enumerate() if t.name == "fedmodel-flower"]
+
+
+def test_the_partitioners_are_still_importable_from_datasets():
+    """They moved to fedmodel.partitioners (datasets.py was over 400 lines); a user's
+    `from fedmodel.datasets import iid_split` keeps working (review15)."""
+    from fedmodel import partitioners
+    from fedmodel.datasets import iid_split, strided_split
+    assert iid_split is partitioners.iid_split and strided_split is partitioners.strided_split

@@ -65,7 +65,6 @@ class Family:
         self._template = weakref.ref(template)
         self.key = key
         self.records: dict[tuple[str, str], _Record] = {}    # by ("derive" or "plan", name)
-        self.members = 0
         self.rebound = 0     # derivations and plans re-bound (not derived or compiled again)
         self._settled = 0    # records whose new nodes are found (`settle`)
         self._known: set[int] | None = None
@@ -113,7 +112,6 @@ class Binding:
             if family is None or family.template is None:
                 family = self._own = _FAMILIES[self.key] = Family(self, self.key)
             self._family, self._map = weakref.ref(family), None
-            family.members += 1
             self.key = family.key   # one key object per structure (memory: 10⁴ clients)
         return family
 

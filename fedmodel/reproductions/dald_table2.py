@@ -8,7 +8,7 @@ Data: the 12,396 MNIST training 3s and 7s (mnist37_train.npz), raw 0–255 pixel
 pixels the L1 threshold λα would swamp the (1/N)-scaled steps at large n and FedProx could not
 reach the paper's 74 % at n = 1000, λ = 1e-2), b = +1 for 7, −1 for 3 (the sign convention does
 not change any accuracy: the model has no intercept and the L1 term is symmetric), no intercept.
-Partition: the paper's strided non-IID split read literally (R1, `datasets.strided_split`):
+Partition: the paper's strided non-IID split read literally (R1, `partitioners.strided_split`):
 even clients X3[i::n] ∪ X7[i::4n] (4:1), odd clients the reverse (1:4) — ≈ 5/8 of the samples.
 Accuracy: each client's model x_i on the MNIST test set's 3s and 7s (2,038 images; prediction
 7 iff a ᵀx_i > 0); mean (%) and population std (‱ = 0.01 %-points) over the n clients.

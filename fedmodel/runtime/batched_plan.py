@@ -30,7 +30,8 @@ import numpy as np
 
 from .. import atoms as A
 from ..atoms.elementwise import Elementwise
-from ..compiler.codegen import Plan, _fused_pairs
+from ..compiler.codegen import Plan
+from ..compiler.inline_steps import _fused_pairs
 from ..errors import FedModelError
 from ..expression import Parameter, is_sparse
 from ..lowering.rules import RuleTable
@@ -213,7 +214,7 @@ class BatchedPlan:
         """logistic(a) and sigmoid(a) of one per-client slot (a logistic loss's value and
         derivative) computed by one `logistic_and_sigmoid` at the first of the two steps (one
         e^{−|a|} instead of two, and one exp less: bitwise the separate results, as the serial
-        plans' `codegen._fused_pairs`); the second step then finds its result already there."""
+        plans' `inline_steps._fused_pairs`); the second step then finds its result already there."""
         step_of = {out: j for j, (_, _, out) in enumerate(first.steps)}
         for j, pair in _fused_pairs(first.steps).items():
             if pair is None:

@@ -62,10 +62,12 @@ class Simulation:
         try:
             ready = ready_box.get(timeout=start_timeout)
         except queue.Empty:
+            ready = None
+        if not ready:       # ended, not the thread left behind: a late ServerApp returns at once
+            self.stop()
             raise FedModelError(f"Flower's simulation did not start within {start_timeout:g} s "
-                                "(start_timeout)") from None
-        if not ready:
-            raise FedModelError(f"Flower's simulation failed to start: {self._failure_text()}")
+                                "(start_timeout)" if ready is None else
+                                f"Flower's simulation failed to start: {self._failure_text()}")
 
     def _failure_text(self) -> str:
         return repr(self._failure[0]) if self._failure else "it ended"
