@@ -301,15 +301,17 @@ def _repeat(said, result):
 
 
 def _honest(result):
-    """`result`, "stalled" where it says "converged" at a point whose relative complementarity
-    (Σ μ|c| over the Lagrangian's size) is above TRUSTED: the reference every verify compares
-    with passes its own certificate, or says it does not (info["inaccurate"]). Its stationarity
-    is `verdicts`' not_stationary, its feasibility `finish_result`'s rule (absolute and relative:
-    the relative measure alone divides by the constraint's terms, ~0 where they vanish — a ball of
-    radius 0, Clarabel 2.5e-11 from the answer, reads 1)."""
+    """`result`, "stalled" where it says "converged" from a solver's inaccurate answer (not
+    "optimal") whose relative complementarity (Σ μ|c| over the Lagrangian's size) is above
+    TRUSTED: the reference every verify compares with passes its own certificate, or says it does
+    not (info["inaccurate"]). An "optimal" answer is not judged by this ratio alone: at an optimum
+    of 0 the Lagrangian's size is ~1e-11 and a negligible Σ μ|c| reads 0.67 (min ‖w‖² s.t.
+    Σw ≥ 0, review15). Its stationarity is `verdicts`' not_stationary, its feasibility
+    `finish_result`'s rule (absolute and relative: the relative measure alone divides by the
+    constraint's terms, ~0 where they vanish — a ball of radius 0 — and reads 1)."""
     cert = result.certificate
     if result.status != Status.CONVERGED or cert is None or not cert.relative \
-            or not cert.relative_complementarity > TRUSTED:
+            or result.info.get("cvxpy_status") == "optimal" or not cert.relative_complementarity > TRUSTED:
         return result
     message = (f"cvxpy: the solver's answer ({result.info.get('cvxpy_status')!r}, result.info['attempts']) "
                f"fails its own KKT check: relative complementarity {cert.relative_complementarity:.2g} "
