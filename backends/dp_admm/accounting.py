@@ -244,7 +244,7 @@ class RunAccounting:
             self.noise_multiplier, 1.0, 1, self.composition_delta)["pld"][0])] if counts else [])
         return composed(sum(k * e for k, e in terms), sum(k * e * e for k, e in terms),
                         sum(k * e * (math.expm1(e) if e < 700.0 else math.inf) for k, e in terms),
-                        rounds * dlt, self.composition_delta)
+                        rounds * dlt + counts * self.composition_delta, self.composition_delta)
 
     def accountant(self, rounds: int, shares: tuple[float, ...] = (1.0,)) -> dict[str, tuple[float, float]]:
         """The RDP and PLD accountants' ε at composition_delta after `rounds` rounds (`shares`:
@@ -267,4 +267,8 @@ class RunAccounting:
         return "sampled_gaussian" if self.sampled else "gaussian" if self.variant == "outP" else "laplace"
 
     def _round_delta(self) -> float:
+        """δ̄ of a round's (ε̄, δ̄): OutP's calibration δ; the sampled Gaussian round's ε̄ is its
+        PLD ε at composition_delta (`sampled_gaussian_epsilons`); a Laplace round's is pure."""
+        if self.sampled and math.isfinite(self.epsilon):
+            return self.composition_delta
         return self.delta if self.variant == "outP" and math.isfinite(self.epsilon) else 0.0
