@@ -27,7 +27,7 @@ from fedmodel.lowering.to_cvxpy import CVXPY_RULES
 from fedmodel.lowering.sympy_explicit import EXPLICIT_RULES, _entry_by_entry
 from fedmodel.lowering.sympy_forms import SCALAR_RULES
 from fedmodel.lowering.to_sympy import SYMPY_RULES, _entrywise, _hadamard_power
-from fedmodel.runtime.batched_plan import BATCHED_RULES
+from fedmodel.runtime.batched_rules import BATCHED_RULES
 
 TARGETS: dict[str, RuleTable] = {table.name: table for table in (
     CVXPY_RULES, SYMPY_RULES, EXPLICIT_RULES, NUMPY_VALUE, DERIVATIVE_RULES, JAX_RULES,

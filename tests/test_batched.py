@@ -9,7 +9,8 @@ import fedmodel as fm
 from fedmodel.backends.proxal import ProxAL
 from fedmodel.runtime.batched import BatchedExecutor, NumpyEngine
 from fedmodel.runtime.batched_group import Group, program_signature
-from fedmodel.runtime.batched_plan import BatchedPlan, _block_diag
+from fedmodel.runtime.batched_plan import BatchedPlan
+from fedmodel.runtime.segments import block_diag
 from fedmodel.runtime.executor import SerialExecutor
 from fedmodel.runtime.program import compile_programs
 
@@ -396,6 +397,6 @@ def test_block_diagonal_matches_scipy_for_ragged_blocks():
              [rng.normal(size=3), rng.normal(size=2)]]           # vectors as rows
     for blocks in cases:
         dense = scipy.linalg.block_diag(*[b.reshape(1, -1) if b.ndim == 1 else b for b in blocks])
-        got = _block_diag(blocks)
+        got = block_diag(blocks)
         assert got.nnz == np.count_nonzero(dense)
         np.testing.assert_array_equal(got.toarray(), dense)

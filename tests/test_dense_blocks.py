@@ -8,7 +8,8 @@ import pytest
 import scipy.linalg
 
 import fedmodel as fm
-from fedmodel.runtime.batched_plan import BatchedPlan, _block_diag
+from fedmodel.runtime.batched_plan import BatchedPlan
+from fedmodel.runtime.segments import block_diag
 from fedmodel.runtime import dense_blocks
 from fedmodel.runtime.dense_blocks import ONE_THREAD, TASKS_PER_THREAD, THREADS, DenseBlocks
 from fedmodel.runtime.program import compile_programs
@@ -20,7 +21,7 @@ def test_products_equal_the_csr_matrix_bitwise_and_the_dense_matrix(d):
     sizes = [3, 0, 7, 1, 5, 4, 2]                       # ragged, an empty client, odd row counts
     blocks = [rng.normal(size=(m, d)) for m in sizes]
     dense = DenseBlocks.of(blocks)
-    csr = _block_diag(blocks)
+    csr = block_diag(blocks)
     full = scipy.linalg.block_diag(*blocks)
     assert dense.shape == csr.shape == full.shape and dense.T.shape == full.T.shape
     v, t = rng.normal(size=full.shape[1]), rng.normal(size=full.shape[0])
@@ -59,7 +60,7 @@ def _threaded(blocks, way: int = THREADS, threads: int = 2) -> tuple[DenseBlocks
 def test_products_on_threads_equal_one_thread_and_csr_bitwise(threads):
     rng = np.random.default_rng(threads)
     blocks = [rng.normal(size=(m, 10)) for m in rng.integers(0, 60, 400)]    # ragged, > PARALLEL_ENTRIES
-    csr = _block_diag(blocks)
+    csr = block_diag(blocks)
     chunks = DenseBlocks.of(blocks).chunks(threads)
     assert chunks[0] == 0 and chunks[-1] == len(blocks) and np.all(np.diff(chunks) > 0)
     assert len(chunks) == TASKS_PER_THREAD * threads + 1
@@ -159,7 +160,7 @@ def test_the_first_product_starts_the_threads_untimed(monkeypatch):
     rng = np.random.default_rng(5)
     rows = dense_blocks.PARALLEL_ENTRIES // 8 + 1
     blocks = [rng.normal(size=(m, 8)) for m in (rows // 3, rows // 3 + 1, rows // 3 + 2)]
-    dense, csr = DenseBlocks.of(blocks), _block_diag(blocks)
+    dense, csr = DenseBlocks.of(blocks), block_diag(blocks)
     v = rng.normal(size=dense.shape[1])
     np.testing.assert_array_equal(dense @ v, csr @ v)
     assert dense.faster._untimed == [True, False]     # the threads ran, untimed; way 0 not yet

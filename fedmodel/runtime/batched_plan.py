@@ -2,9 +2,9 @@
 
 Clients that share one model structure compile to plans with the same steps and different
 constants (their data). `BatchedPlan` takes those plans and runs each step once for all of
-them, on a *flat* representation: a per-client value of shape s_i is stored as the
-concatenation of the clients' raveled values (a segmented vector). This covers ragged client
-sizes (X_i: m_i × d with different m_i) without padding:
+them, on a *flat* representation (`segments`): a per-client value of shape s_i is stored as
+the concatenation of the clients' raveled values. Ragged client sizes (X_i: m_i × d with
+different m_i) need no padding; each atom's rule (`batched_rules`):
 
 - elementwise atoms act on the concatenation directly (entry i of every client at once);
 - broadcasting within a client: uniform shapes use a stacked view (n, *s); a per-client scalar
@@ -29,74 +29,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import atoms as A
-from ..atoms.elementwise import Elementwise
 from ..compiler.codegen import Plan
 from ..compiler.inline_steps import _fused_pairs
 from ..errors import FedModelError
 from ..expression import Parameter, is_sparse
-from ..lowering.rules import RuleTable
+from .batched_rules import BATCHED_RULES
 from .dense_blocks import DenseBlocks
+from .segments import Seg, block_diag, flat_constant
 
 
 _VALUE = attrgetter("_value")      # Parameter.value without the property call (1000s per step)
-
-
-class Seg:
-    """Per-client shapes of one slot and the offsets of their segments in the flat vector."""
-
-    def __init__(self, shapes: Sequence[tuple]):
-        self.shapes = [tuple(s) for s in shapes]
-        self.n = len(self.shapes)
-        self.sizes = np.array([int(np.prod(s)) for s in self.shapes], dtype=np.intp)
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.intp)
-        self.total = int(self.offsets[-1])
-        first = self.shapes[0]
-        self.uniform = first if all(s == first for s in self.shapes) else None
-        self.scalar = self.uniform == ()
-
-    def stack(self, flat: np.ndarray) -> np.ndarray:
-        return flat.reshape((self.n,) + self.uniform)
-
-    def split(self, flat: np.ndarray) -> list[np.ndarray]:
-        o = self.offsets
-        return [flat[o[i]:o[i + 1]].reshape(s) for i, s in enumerate(self.shapes)]
-
-    def segment_reduce(self, ufunc: np.ufunc, flat: np.ndarray, empty: float = 0.0) -> np.ndarray:
-        """ufunc-reduction of each client's segment → (n,)."""
-        if self.uniform is not None:
-            return ufunc.reduce(flat.reshape(self.n, -1), axis=1) if self.sizes[0] else \
-                np.full(self.n, empty)
-        out = np.full(self.n, empty)
-        keep = self.sizes > 0
-        if keep.any():
-            out[keep] = ufunc.reduceat(flat, self.offsets[:-1][keep])
-        return out
-
-    def repeat(self, per_client: np.ndarray) -> np.ndarray:
-        """Per-client scalars (n,) spread over each client's segment."""
-        return np.repeat(per_client, self.sizes)
-
-
-# scipy.sparse client data is multiplied as sparse (`BatchedPlan._sparse_block`); a step that
-# needs its entries one by one (an elementwise product with the data itself) densifies it only
-# up to this many entries over the group, else refuses (FedModelError, naming the serial executor)
-SPARSE_DENSIFY_MAX = 1_000_000
-
-
-def _flat_constant(cache: dict[int, np.ndarray], values: list, slot: int) -> np.ndarray:
-    """The clients' values of per-client constant `slot` as one flat vector, made on first use
-    and kept in `cache`."""
-    if slot not in cache:
-        if any(is_sparse(v) for v in values):
-            entries = sum(int(np.prod(v.shape)) for v in values)
-            if entries > SPARSE_DENSIFY_MAX:
-                raise FedModelError(
-                    f"the batched executor would densify sparse client data ({entries} entries "
-                    "over the group) for a step other than a product with it (X @ w, X.T @ r); "
-                    "solve with executor='serial', which keeps every step sparse")
-            values = [v.toarray() if is_sparse(v) else v for v in values]
-        cache[slot] = np.concatenate([np.ravel(v) for v in values]).astype(float)
-    return cache[slot]
 
 
 def _same_structure(plans: Sequence[Plan]) -> bool:
@@ -110,41 +52,6 @@ def plan_signature(plan: Plan) -> tuple:
     params = tuple((slot, p.shape) for slot, p in plan.params)
     return (steps, params, tuple(sorted(plan.constant_slots)), tuple(plan.out_slots),
             tuple(v.shape for v in plan.inputs))
-
-
-def _block_diag(blocks: list[np.ndarray]):
-    """diag(B_1, …, B_n) as CSR without the zero entries (2-D blocks; 1-D blocks as rows)."""
-    import scipy.sparse as sp
-    blocks = [b.reshape(1, -1) if b.ndim == 1 else b for b in blocks]
-    heights = np.array([b.shape[0] for b in blocks])
-    widths = np.array([b.shape[1] for b in blocks])
-    if len(set(widths.tolist())) > 1 and len(set(heights.tolist())) == 1:
-        return _block_diag([b.T for b in blocks]).T.tocsr()     # Xᵢᵀ blocks: via diag(Xᵢ)ᵀ
-    if len(set(widths.tolist())) == 1:
-        # equal widths (clients' X_i with m_i rows): one nonzero scan of the stacked rows, in
-        # row-major order, which is already CSR order
-        stacked = np.concatenate(blocks, axis=0) if blocks else np.zeros((0, 0))
-        rows, cols = np.nonzero(stacked)
-        owner = np.repeat(np.arange(len(blocks)), heights)
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=stacked.shape[0]))])
-        shape = (int(heights.sum()), int(widths.sum()))
-        # one index dtype for indices and indptr: scipy would otherwise convert them on every
-        # product (a copy of the index arrays, 3× the cost of the product itself)
-        index = np.int32 if max(len(rows), *shape) < 2**31 - 1 else np.int64
-        return sp.csr_matrix((stacked[rows, cols].astype(float),
-                              (cols + owner[rows] * int(widths[0])).astype(index),
-                              indptr.astype(index)), shape=shape)
-    row0 = np.concatenate([[0], np.cumsum(heights)])
-    col0 = np.concatenate([[0], np.cumsum(widths)])
-    rows, cols, data = [], [], []
-    for b, r, c in zip(blocks, row0, col0):
-        i, j = np.nonzero(b)
-        rows.append(i + r)
-        cols.append(j + c)
-        data.append(b[i, j])
-    coo = sp.coo_matrix((np.concatenate(data).astype(float), (np.concatenate(rows), np.concatenate(cols))),
-                        shape=(int(row0[-1]), int(col0[-1])))
-    return coo.tocsr()
 
 
 class BatchedPlan:
@@ -319,7 +226,7 @@ class BatchedPlan:
         return vals[slot] if slot in vals else self._value(slot, vals, self.seg.get(slot))
 
     def _const(self, slot: int) -> np.ndarray:
-        return _flat_constant(self._const_flat, self.common[slot], slot)
+        return flat_constant(self._const_flat, self.common[slot], slot)
 
     def _value(self, slot: int, vals: dict, seg: Seg | None):
         """Flat per-client value of a slot (a common constant is tiled when `seg` needs it)."""
@@ -363,7 +270,7 @@ class BatchedPlan:
                 out.append(lambda vals, v=value: v)
             elif isinstance(self.common.get(a), list):  # per-client constant (not self._const: a cycle)
                 out.append(lambda vals, a=a, cache=self._const_flat, values=self.common[a]:
-                           _flat_constant(cache, values, a))
+                           flat_constant(cache, values, a))
             else:
                 out.append(itemgetter(a))       # vals[a] (a C call: the most frequent of a step's calls)
         return out
@@ -448,7 +355,7 @@ class BatchedPlan:
             if self._bd[(key, "dense")][0] is not None:
                 return self._bd[(key, "dense")][0]
         if key not in self._bd:
-            self._bd[key] = (_block_diag(blocks), blocks)
+            self._bd[key] = (block_diag(blocks), blocks)
         return self._bd[key][0]
 
     def _sparse_block(self, values: list, transpose: bool):
@@ -491,109 +398,3 @@ class BatchedPlan:
                 results.append(np.ravel(np.broadcast_to(r, out_seg.shapes[i])))
             vals[out] = np.concatenate(results).astype(float) if results else np.zeros(0)
         return loop
-
-
-# ---- per-atom rules ---------------------------------------------------------------------------
-# rule(node, plan, nodes, args, kinds, out_seg, out, get) -> (name, op), or None where this step's
-# layout has no vectorized form: then the step runs client by client (`BatchedPlan._loop`).
-BATCHED_RULES = RuleTable(lambda node: FedModelError(
-    f"the batched plan has no rule for the atom {type(node).__name__} ({node.display})"),
-    name="batched")
-batched_rule = BATCHED_RULES.register
-
-
-@batched_rule(Elementwise, A.Neg)
-def _elementwise(node, plan, nodes, args, kinds, out_seg, out, get):
-    """Entry by entry on the concatenation (every client's entry i at once)."""
-    if len(args) != 1:
-        return None
-    fn, g = node.numeric, get[0]
-    return "elementwise", lambda vals: vals.__setitem__(out, fn(g(vals)))
-
-
-@batched_rule(A.Add, A.Multiply, A.Maximum, A.GreaterEqual)
-def _broadcasting(node, plan, nodes, args, kinds, out_seg, out, get):
-    return plan._broadcast_rule(node, args, kinds, out_seg, out, get)
-
-
-@batched_rule(A.Transpose, A.Reshape)
-def _view(node, plan, nodes, args, kinds, out_seg, out, get):
-    """Row-major: the flat vector of a reshape (or of a vector's transpose) is unchanged."""
-    if isinstance(node, A.Reshape) or len(node.args[0].shape) < 2:
-        g = get[0]
-        return "view", lambda vals: vals.__setitem__(out, g(vals))
-    return None
-
-
-@batched_rule(A.Sum, A.Mean)
-def _sum(node, plan, nodes, args, kinds, out_seg, out, get):
-    """Segment sums over all entries; row sums of the stacked view along an axis."""
-    mean = type(node) is A.Mean
-    seg, g = kinds[0][1], get[0]
-    if node.axis is None:
-        if mean:
-            counts = np.array([float(nd.count) for nd in nodes])
-            return "segment-mean", lambda vals: vals.__setitem__(
-                out, seg.segment_reduce(np.add, g(vals)) / counts)
-        return "segment-sum", lambda vals: vals.__setitem__(out, seg.segment_reduce(np.add, g(vals)))
-    if seg.uniform is not None:
-        axis = node.axis + 1
-        if not mean:
-            return "row-sum", lambda vals: vals.__setitem__(
-                out, np.add.reduce(seg.stack(g(vals)), axis=axis).ravel())
-        counts = np.array([float(nd.count) for nd in nodes]).reshape((-1,) + (1,) * len(out_seg.uniform))
-        return "row-mean", lambda vals: vals.__setitem__(
-            out, (np.add.reduce(seg.stack(g(vals)), axis=axis) / counts).ravel())
-    return None
-
-
-_SEGMENT_NORMS = {
-    A.SumSquares: lambda seg, v: seg.segment_reduce(np.add, v * v),
-    A.Norm1: lambda seg, v: seg.segment_reduce(np.add, np.abs(v)),
-    A.Norm2: lambda seg, v: np.sqrt(seg.segment_reduce(np.add, v * v)),
-    A.NormInf: lambda seg, v: seg.segment_reduce(np.maximum, np.abs(v), -np.inf)}
-
-
-@batched_rule(*_SEGMENT_NORMS)
-def _segment_norm(node, plan, nodes, args, kinds, out_seg, out, get):
-    if kinds[0][0] == "C":
-        return None
-    seg, g, norm = kinds[0][1], get[0], _SEGMENT_NORMS[type(node)]
-    if seg.scalar and type(node) is A.SumSquares:     # per-client scalars: v², what a reduction of one is
-        return "elementwise", lambda vals: vals.__setitem__(out, g(vals) * g(vals))
-    return "segment-norm", lambda vals: vals.__setitem__(out, norm(seg, g(vals)))
-
-
-@batched_rule(A.LogSumExp)
-def _log_sum_exp(node, plan, nodes, args, kinds, out_seg, out, get):
-    if node.axis is not None or kinds[0][0] == "C":
-        return None
-    seg, g = kinds[0][1], get[0]
-
-    def lse(vals):
-        x = g(vals)
-        top = seg.segment_reduce(np.maximum, x, -np.inf)
-        vals[out] = np.log(seg.segment_reduce(np.add, np.exp(x - seg.repeat(top)))) + top
-    return "segment-lse", lse
-
-
-@batched_rule(A.MatMul)
-def _matmul(node, plan, nodes, args, kinds, out_seg, out, get):
-    return plan._matmul_rule(nodes, args, kinds, out, get)
-
-
-@batched_rule(A.BroadcastTo)
-def _broadcast_to(node, plan, nodes, args, kinds, out_seg, out, get):
-    if not (kinds[0][0] == "B" and kinds[0][1].uniform is not None and out_seg.uniform is not None):
-        return None
-    seg, g, target, n = kinds[0][1], get[0], out_seg.uniform, plan.n
-    lead = (1,) * (len(target) - len(seg.uniform))
-    return "broadcast", lambda vals: vals.__setitem__(out, np.broadcast_to(
-        g(vals).reshape((n,) + lead + seg.uniform), (n,) + tuple(target)).ravel())
-
-
-@batched_rule(A.Index, A.IndexAdjoint, A.SumTo, A.ArgmaxAbs, A.QuadForm, A.Softmax)
-def _client_by_client(node, plan, nodes, args, kinds, out_seg, out, get):
-    """No vectorized form (yet): indexing and its adjoint, the sum back over broadcast axes,
-    argmax, quad_form and softmax run each client's own node (`loop`): right, not faster."""
-    return None

@@ -23,7 +23,8 @@ from ..compiler.per_record import RecordGradients
 from ..errors import FedModelError
 from ..expression import Expression, Leaf
 from .batched_group import Group
-from .batched_plan import BatchedPlan, Seg
+from .batched_plan import BatchedPlan
+from .segments import Seg
 from .client_step import NodeRows
 from .privacy import _record_gradients
 
