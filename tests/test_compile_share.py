@@ -270,3 +270,30 @@ def test_a_derivation_that_folds_data_into_a_new_constant_is_not_shared(zeros_fi
         value, g = program.value_grad(x, np.zeros(0))
         assert value == pytest.approx(x @ P @ x + np.sum((x - 1) ** 2), rel=1e-12)
         np.testing.assert_allclose(g, (P + P.T) @ x + 2 * (x - 1), rtol=1e-12)
+
+
+@pytest.mark.integration      # ~1–3 s each (CVXPY's reference)
+@pytest.mark.parametrize("units", [1e-3, 1e3])
+def test_a_user_model_of_many_uneven_sparse_clients_solves_to_cvxpys_answer(units):
+    """As a user writes it: 40 clients of 1–30 rows of sparse features (d = 30, ~20 % filled) in
+    other units, one objective each (mean logistic loss), a client ball and a server ridge, the
+    default `prob.solve()`. The clients share compiled plans (fewer structures than clients) and
+    the answer is CVXPY's, verified."""
+    rng = np.random.default_rng(3)
+    d = 30
+    w_true = rng.normal(size=d)
+    w = fm.Variable(d, name="w")
+    prob = fm.Problem()
+    for m in rng.integers(1, 31, size=40):
+        X = sp.random(m, d, density=0.2, random_state=rng, format="csr") * units
+        labels = np.where(X @ w_true / units + 0.3 * rng.normal(size=m) > 0, 1.0, -1.0)
+        c = prob.add_client()
+        c.minimize(fm.sum(fm.logistic(-fm.multiply(c.data(labels), c.data(X) @ w))) / m)
+        c.subject_to(fm.norm2(w) <= 5.0 / units)
+    prob.server.minimize(1e-3 * units ** 2 * fm.sum_squares(w))
+    families = {id(p.compiled._share.family) for p in _clients(compile_programs(prob))}
+    assert len(families) < 40
+    res, ref = prob.solve(), prob.solve("cvxpy")
+    assert res.status == "converged" and ref.status == "converged"
+    np.testing.assert_allclose(res.value(w), ref.value(w), rtol=1e-4, atol=1e-4 * np.linalg.norm(ref.value(w)))
+    assert fm.verify(res, ref).ok
