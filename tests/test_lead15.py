@@ -101,3 +101,30 @@ def test_the_sampled_gaussian_rounds_are_not_labelled_pure():
     assert p["per_round"][1] == delta
     assert p["basic"][1] == pytest.approx((p["rounds"] + 1) * delta)      # rounds + the count
     assert p["pld"][0] <= 1.0
+
+
+@pytest.mark.integration      # ~1.5 s at ×1e-3 (CVXPY's reference)
+@pytest.mark.parametrize("units", [1e-3, 1e3])
+def test_a_loss_bound_written_by_a_user_in_other_units(units):
+    """The same reading on a model written by hand, data in other units: a mean logistic loss
+    bounded by 0 is refused before the run; bounded by 0.7 (log 2 at w = 0 is 0.69) the model is
+    solved, to CVXPY's answer — the reading never refuses a feasible bound."""
+    rng = np.random.default_rng(1)
+    w = fm.Variable(4, name="w")
+
+    def model(bound):
+        prob = fm.Problem()
+        for _ in range(3):
+            X = rng.normal(size=(20, 4)) * units
+            y = np.where(X @ np.ones(4) > 0, 1.0, -1.0)
+            c = prob.add_client()
+            c.minimize(fm.sum_squares(c.data(X) @ w - c.data(y)) / 20)
+            c.subject_to(fm.sum(fm.logistic(-fm.multiply(c.data(y), c.data(X) @ w))) / 20 <= bound)
+        return prob
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        refused = model(0.0).solve()
+        feasible = model(0.7)
+        res, ref = feasible.solve(), feasible.solve("cvxpy")
+    assert refused.status == "infeasible" and refused.ledger.round_trips == 0
+    assert res.status == "converged" and fm.verify(res, ref).ok
