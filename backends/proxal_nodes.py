@@ -250,7 +250,7 @@ def _report(program: NodeProgram, x) -> dict:
 
 
 BEND = 1e-4                       # the relative step of the difference along x (`gradient_scale`)
-_GRADIENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # program → (plan, ‖∇f_i(0)‖∞)
+_AT_ZERO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # program → ‖∇f_i(0)‖∞
 
 
 def gradient_scale(program: NodeProgram, x: np.ndarray) -> float:
@@ -261,9 +261,7 @@ def gradient_scale(program: NodeProgram, x: np.ndarray) -> float:
     The equilibration (fedmodel/compiler/scaling.py) sizes the objective at the origin; where
     the loss saturates (logistic on separable data in large units) the gradients near the
     answer are ~10⁶ times smaller, and an absolute ε1 there certifies nothing."""
-    if program not in _GRADIENTS:      # (compiled once per structure: `compiled_merit`)
-        _GRADIENTS[program] = (program.compiled.objective_gradient_plan, None)
-    plan, at_zero = _GRADIENTS[program]
+    plan = program.compiled.objective_gradient_plan      # (compiled once per structure)
     extra = sum(t.weight() for t in program.merit_ir.prox_terms if t.weight is not None)
     if plan is None:
         return float(extra)
@@ -271,9 +269,9 @@ def gradient_scale(program: NodeProgram, x: np.ndarray) -> float:
     def size(z: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             return np.concatenate([np.ravel(g) for g in plan(*program._values(z, program.y))])
-    if at_zero is None:
-        at_zero = float(np.max(np.abs(size(np.zeros_like(x))), initial=0.0))
-        _GRADIENTS[program] = (plan, at_zero)
+    if program not in _AT_ZERO:
+        _AT_ZERO[program] = float(np.max(np.abs(size(np.zeros_like(x))), initial=0.0))
+    at_zero = _AT_ZERO[program]
     here = float(np.max(np.abs(size(x)), initial=0.0))
     bend = float(np.max(np.abs(size(x * (1 + BEND)) - size(x * (1 - BEND))), initial=0.0)) / (2 * BEND)
     floor = min(at_zero, bend) if np.isfinite(at_zero) else bend
