@@ -52,7 +52,7 @@ def _sigmoid(x: Any) -> Any:
 def logistic_and_sigmoid(x: Any) -> tuple[Any, Any]:
     """(log(1 + eˣ), 1/(1 + e^{−x})) sharing e^{−|x|}: bitwise what `_logistic` and `_sigmoid`
     return (the same operations in the same order). A logistic loss's value and gradient need
-    both at the same point; plans call this once for the pair (`inline_steps._fused_pairs`)."""
+    both at the same point; plans call this once for the pair (`inline_steps.fused_pairs`)."""
     if np.ndim(x) == 0:
         return _logistic(x), _sigmoid(x)
     e = np.abs(x, dtype=float)

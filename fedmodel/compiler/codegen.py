@@ -25,7 +25,7 @@ from ..atoms import Atom
 from ..errors import FedModelError
 from ..expression import Constant, Expression, Leaf, Parameter, is_sparse, postorder
 from ..lowering.rules import MethodRules
-from .inline_steps import _fused_pairs, _inline
+from .inline_steps import fused_pairs, inline_operator
 
 # The numpy target: an atom's value is its own `numeric` method (the atom knows its math,
 # DESIGN.md); this table is how plans find it, and how tests/test_atom_rules.py checks that every
@@ -302,7 +302,7 @@ class Plan:
             for a in args:
                 last_use[a] = j
         keep = set(self._out_slots)
-        fused = _fused_pairs(self._steps)
+        fused = fused_pairs(self._steps)
         for j, (fn, args, out) in enumerate(self._steps):
             arg_names = [name[a] for a in args]
             name[out] = out_name[out] = f"s{out}"
@@ -318,7 +318,7 @@ class Plan:
                 body.append(f"s{out} = " + (form.format(*arg_names) if form is not None else
                                             f"{bind(f'f{j}', 'directions', j)}({', '.join(arg_names)})"))
             else:
-                inline = _inline(fn.__self__, arg_names)
+                inline = inline_operator(fn.__self__, arg_names)
                 if inline is None:
                     inline = f"{bind(f'f{j}', 'fn', j)}({', '.join(arg_names)})"
                 body.append(f"s{out} = {inline}")

@@ -1,5 +1,5 @@
-"""How a plan step is emitted: the atoms that are one Python operator (`_inline`, no call), and
-the pairs of steps one kernel computes together (`_fused_pairs`). Read by `codegen.Plan._emit`
+"""How a plan step is emitted: the atoms that are one Python operator (`inline_operator`, no
+call), and the pairs of steps one kernel computes together (`fused_pairs`). Read by `codegen.Plan._emit`
 (and the batched executor's group plans, `runtime.batched_plan`)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Sequence
 from ..expression import Expression
 
 
-def _fused_pairs(steps: Sequence[tuple]) -> dict[int, tuple | None]:
+def fused_pairs(steps: Sequence[tuple]) -> dict[int, tuple | None]:
     """Steps that one kernel computes together: logistic(a) and sigmoid(a) of the same slot (a
     logistic loss's value and derivative) share e^{−|a|} (`logistic_and_sigmoid`, bitwise the
     same results). Maps the pair's first step to (kernel, (logistic slot, sigmoid slot)) and
@@ -30,19 +30,19 @@ def _fused_pairs(steps: Sequence[tuple]) -> dict[int, tuple | None]:
 
 
 @functools.lru_cache(maxsize=None)
-def _inline_kinds() -> tuple:
-    """The atom classes `_inline` knows (imported once: an import statement per plan step was
+def inline_kinds() -> tuple:
+    """The atom classes `inline_operator` knows (imported once: an import statement per step was
     ~5 % of compiling a Hessian plan)."""
     from ..atoms import Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose
     return Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose
 
 
-def _inline(node: Expression, args: list[str]) -> str | None:
+def inline_operator(node: Expression, args: list[str]) -> str | None:
     """Python source computing `node.numeric(*args)` without a call, for the atoms that are a
     single operator (the same operator their `numeric` applies, so results are identical).
     A plan is mostly such steps on small arrays or scalars, where the call frame per step is
     a visible share of the time (benchmarks/bench_gradient.py, m = 100)."""
-    Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose = _inline_kinds()
+    Add, MatMul, Multiply, Neg, Pos, Square, Step, Transpose = inline_kinds()
     kind = type(node)
     if kind is Add:      # (a long chain would exceed the Python compiler's recursion limit:
         return " + ".join(args) if len(args) <= 64 else None   # Add.numeric, same order)

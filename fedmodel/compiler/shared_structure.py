@@ -51,9 +51,9 @@ class _Record:
 
     __slots__ = ("result", "new_nodes", "shared", "checked")
 
-    def __init__(self, result: Any, new_nodes: list | None, shared: bool = True):
+    def __init__(self, result: Any, new_nodes: list | None):
         self.result, self.new_nodes = result, new_nodes
-        self.shared, self.checked = shared, False
+        self.shared, self.checked = True, False
 
 
 class Family:
@@ -187,22 +187,15 @@ class Binding:
                 new = Parameter(node.shape, name=node.name, nonneg=node.nonneg, nonpos=node.nonpos)
                 if node.value is not None:
                     new._assign(np.array(node.value))
-            elif isinstance(node, Leaf):       # a value-independent constant (`_record`)
+            elif isinstance(node, Leaf):       # a one-entry constant (`_shareable_leaf`)
                 new = node
             else:
-                new = object.__new__(type(node))
-                new.__dict__.update(node.__dict__)
+                new = node.with_args(*[node_of[id(a)] for a in node.args])
                 for cache in _DROPPED:
                     new.__dict__.pop(cache, None)
-                new.args = tuple([node_of[id(a)] for a in node.args])
             node_of[id(node)] = new
             added.append(id(node))
         return [node_of[id(o)] for o in record.result]
-
-def bind(owner: Any, sources: Sequence[Expression], inputs: Sequence[Leaf]) -> Binding:
-    """The binding of the program `owner` (its sources: the expressions everything it derives
-    comes from; its inputs: the variables its plans take, in order)."""
-    return Binding(owner, sources, inputs)
 
 
 def clear() -> None:

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import atoms as A
 from ..compiler.codegen import Plan
-from ..compiler.inline_steps import _fused_pairs
+from ..compiler.inline_steps import fused_pairs
 from ..errors import FedModelError
 from ..expression import Parameter, is_sparse
 from .batched_rules import BATCHED_RULES
@@ -121,9 +121,9 @@ class BatchedPlan:
         """logistic(a) and sigmoid(a) of one per-client slot (a logistic loss's value and
         derivative) computed by one `logistic_and_sigmoid` at the first of the two steps (one
         e^{−|a|} instead of two, and one exp less: bitwise the separate results, as the serial
-        plans' `inline_steps._fused_pairs`); the second step then finds its result already there."""
+        plans' `inline_steps.fused_pairs`); the second step then finds its result already there."""
         step_of = {out: j for j, (_, _, out) in enumerate(first.steps)}
-        for j, pair in _fused_pairs(first.steps).items():
+        for j, pair in fused_pairs(first.steps).items():
             if pair is None:
                 continue
             kernel, (value, slope) = pair

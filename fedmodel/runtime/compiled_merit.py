@@ -110,7 +110,7 @@ class CompiledMerit:
         m = self.ir
         sources = [m.expression, m.objective] + [c.expr for c in self.constraints] + \
             [c.expr for c in self.all_constraints]
-        return shared_structure.bind(self, sources, self.variables)
+        return shared_structure.Binding(self, sources, self.variables)
 
     # ---- the Parameters: written from the node's state, never read back ------------------------
     def set_parameters(self, beta: float | None = None, prox_weight: float | None = None,
@@ -293,8 +293,9 @@ class CompiledMerit:
     def objective_gradient_plan(self) -> Plan | None:
         """∇f_i per shared variable (the objective alone: no AL or proximal terms) over z, once
         per structure (`_share`; its gradients derived first); None without shared variables."""
-        if not self.shared.variables or not self._objective_gradients:
+        if not self.shared.variables:
             return None
+        self._objective_gradients    # (first: the shared plan is re-bound onto this node's own)
         return self._share.plan("objective_gradient_plan", lambda cm: Plan(cm._objective_gradients, cm.variables))
 
     @functools.cached_property
@@ -308,7 +309,7 @@ class CompiledMerit:
         """The compiled Hessian-vector product ∇(∇P_i · v) with the direction v as Parameters
         (one per variable), built on first use: O(N) memory per product, whatever N."""
         if self._hvp_directions is None:
-            products, directions = self._hvp_expressions
+            directions = self._hvp_expressions[1]     # (first: as for `_hessian_plan`)
             plan = self._share.plan("direction", lambda cm: Plan(cm._hvp_expressions[0], cm.variables))
             self._hvp_directions = (plan, directions)
         return self._hvp_directions

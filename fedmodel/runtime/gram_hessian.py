@@ -50,7 +50,7 @@ from .data_products import check_direction, data_product, is_constant, value_of
 MIN_FLOPS = 100_000
 # and this many unknowns: below, checking each Hessian costs what it saves (NP adult, d = 14: even)
 MIN_COLUMNS = 64
-SYRK_MIN_COLUMNS = 64   # below, one GEMM Rᵀ (t ∘ R): syrk loses there (3,256 × 14: 127 against 85 µs)
+SYRK_MIN_COLUMNS = MIN_COLUMNS  # below: one GEMM (3,256 × 14: syrk 127, GEMM 85 µs); tests lower both
 GUARD_TOL = 1e-8      # relative mismatch on the random direction above which the form is refused
 _UNSET = object()
 
@@ -323,7 +323,7 @@ def _without(node, removed: set[int], memo: dict):
 
 def hessian(compiled, z: np.ndarray, values: list) -> "np.ndarray | None":
     """∇²P_i(z) by Gram products (module docstring), or None when the program has no Gram form
-    (or its first Hessian failed the check: from then on today's path)."""
+    (or a Hessian failed the check: from then on today's path)."""
     found = structure(compiled)
     if found is None:
         return None
