@@ -18,6 +18,7 @@ from fedmodel.errors import CurvatureError, FedModelError
 from fedmodel.never_met import never_met
 from .base import RUN_OPTIONS, Backend, finish_result, refuse_unknown
 from .outcome import Outcome, Status
+from .verdicts import infeasible_before_run
 
 # A reference solve should be more accurate than the federated answers it certifies: Clarabel's
 # default tolerances (1e-8) leave ~1e-4 errors in the solution of exponential-cone models
@@ -72,10 +73,9 @@ class CVXPY(Backend):
         in a wrapper: one frame more would move the warnings' `stacklevel`)."""
         never = never_met(problem)
         if never is not None:     # the solvers fail or stop inaccurate on it, after minutes
-            warnings.warn(f"cvxpy: {never}", RuntimeWarning, stacklevel=3)
-            return finish_result(problem, self.name, Outcome(
-                Status.INFEASIBLE, values={}, info={"infeasible": never, "solver": None,
-                                                    "cvxpy_status": None, "attempts": []}), 0.0)
+            outcome = infeasible_before_run(never=never)      # (as every backend's `Backend.solve`)
+            outcome.info.update(solver=None, cvxpy_status=None, attempts=[])
+            return finish_result(problem, self.name, outcome, 0.0)
         if self.solver is not None or scaling is False or not self.equilibrates():
             return _honest(super().solve(problem, *args, scaling=scaling, **kwargs))
         interior = copy.copy(self)

@@ -13,6 +13,7 @@ from .atoms.elementwise import Exp, Logistic
 from .atoms.sums import Sum
 from .constraints import Equality, Inequality
 from .errors import DataError
+from .expression import is_sparse
 
 POSITIVE_ATOMS = (Exp, Logistic)     # f(x) > 0 for every finite x
 
@@ -44,7 +45,7 @@ def _constant(expr) -> np.ndarray | None:
         value = expr.value
     except DataError:       # (data held on a client, e.g. a loader's on a Ray or Flower node)
         return None
-    return None if value is None else np.asarray(value, dtype=float)
+    return None if value is None or is_sparse(value) else np.asarray(value, dtype=float)
 
 
 def never_met(problem) -> str | None:

@@ -128,3 +128,16 @@ def test_a_loss_bound_written_by_a_user_in_other_units(units):
         res, ref = feasible.solve(), feasible.solve("cvxpy")
     assert refused.status == "infeasible" and refused.ledger.round_trips == 0
     assert res.status == "converged" and fm.verify(res, ref).ok
+
+
+def test_a_sparse_data_factor_is_not_read():
+    """`fm.sum(fm.multiply(c.data(csr), fm.exp(w))) <= 0`: reading the sparse factor raised
+    numpy's 'setting an array element with a sequence' from every backend's pre-run check
+    (reread15); it is 'not shown' (a sufficient reading), as a client-held bound."""
+    import scipy.sparse as sp
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    c = prob.add_client()
+    c.minimize(fm.sum_squares(w))
+    c.subject_to(fm.sum(fm.multiply(c.data(sp.csr_array(np.eye(3))), fm.exp(w))) <= 0)
+    assert never_met(prob) is None
