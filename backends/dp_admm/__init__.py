@@ -170,6 +170,9 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         self.sample_rate = _number("sample_rate", sample_rate, 0.0, 1.0, closed=True)
         # σ of the sampled Gaussian rounds, and its gradient / constraint-value parts (`_noised`)
         self.noise_multiplier = self.gradient_noise = self.value_noise = None
+        # the clipped records' count (`sampled.clipped_fraction`) and its one release's PLD ε:
+        # set on a private run's copy (`_noised`)
+        self.clip_counts, self.count_epsilon = 0, 0.0
         self.shrink = bool(shrink)  # the clients' releases weighted by ω_p (`sampled.shrinkage`)
         self.knob_rho = None        # the knob's ρ (`knob_penalty`), set once the records are known
         if max_rounds is None:
@@ -324,7 +327,7 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
             raise FedModelError(f"sample_rate={self.sample_rate:g}: clients whose constraints read their "
                                 "data release every record's terms each round; use sample_rate=1")
         run = copy.copy(self)
-        run.clip_counts = 1         # the clipped records' count at the end (`sampled.clipped_fraction`)
+        run.clip_counts = 1         # released once, at the end
         run.noise_multiplier = calibrated_noise(self.epsilon_total, self.composition_delta,
                                                 self.max_rounds, self.sample_rate, run.clip_counts)
         share = self.constraint_share if releases else 0.0
@@ -332,6 +335,8 @@ class DPADMM(RoundLoop, RunAccounting, Backend):
         run.value_noise = run.noise_multiplier * math.sqrt(releases / share) if releases else None
         run.epsilon = sampled_gaussian_epsilons(run.noise_multiplier, self.sample_rate, 1,
                                                 self.composition_delta)["pld"][0]
+        run.count_epsilon = sampled_gaussian_epsilons(run.noise_multiplier, 1.0, 1,   # (unsampled)
+                                                      self.composition_delta)["pld"][0]
         return run
 
     def knob_penalty(self, records, d: int) -> float | None:

@@ -239,9 +239,8 @@ class RunAccounting:
         if rounds == 0:
             return composed(0.0, 0.0, 0.0, 0.0, self.composition_delta)
         # with the clipped records' count (a Gaussian release at σ, unsampled: its own ε)
-        counts = getattr(self, "clip_counts", 0) if self.sampled else 0
-        terms = [(rounds, eps)] + ([(counts, sampled_gaussian_epsilons(
-            self.noise_multiplier, 1.0, 1, self.composition_delta)["pld"][0])] if counts else [])
+        counts = self.clip_counts
+        terms = [(rounds, eps)] + ([(counts, self.count_epsilon)] if counts else [])
         return composed(sum(k * e for k, e in terms), sum(k * e * e for k, e in terms),
                         sum(k * e * (math.expm1(e) if e < 700.0 else math.inf) for k, e in terms),
                         rounds * dlt + counts * self.composition_delta, self.composition_delta)
@@ -251,7 +250,7 @@ class RunAccounting:
         a round's releases)."""
         if self.sampled:     # (with the clipped-record count where it was released)
             return sampled_gaussian_epsilons(self.noise_multiplier, self.sample_rate, rounds,
-                                             self.composition_delta, getattr(self, "clip_counts", 0))
+                                             self.composition_delta, self.clip_counts)
         return accountant_bounds(self._mechanism(), self.epsilon, rounds, self.composition_delta,
                                  self._round_delta(), shares)
 

@@ -207,7 +207,7 @@ class RoundLoop:
         rounds = t if status != Status.DIVERGED else t - 1
         # the clipped records' count at w, released (and accounted for, `_noised`) by a private sampled run
         clipped = clipped_fraction(self, ex, clients, w) \
-            if getattr(self, "clip_counts", 0) and status != Status.DIVERGED else None
+            if self.clip_counts and status != Status.DIVERGED else None
         info = self._info(ex, clients, Z, LAM, rho, records, t, history, shares) | diverged  # t rounds: z out
         if clipped is not None:
             info["privacy"]["clipped"] = clipped
