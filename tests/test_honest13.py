@@ -3,7 +3,6 @@
 above round-off (a ridge of 1e-10 … 1e-12 of the loss), and never where no minimizer exists
 (status "diverged" without a reading, else a hint at the cap). Each scenario failed on main 5da04c1 (numbers in
 docs/BENCHMARKS.md, branch honest13)."""
-import os
 import types
 import warnings
 
@@ -12,8 +11,9 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends import proxal_certificate, proxal_verdict
+from fedmodel.datasets import load_a9a, load_regression
+from conftest import load_data
 
-DATA = os.environ.get("FEDMODEL_DATA", "/work/shared/data")
 
 
 def _kinked(seed: int):
@@ -72,11 +72,9 @@ def test_switches_names_the_terms_whose_curvature_can_switch_off():
 def _abalone_trap(lam: float):
     """newuser12's dummy trap: intercept + all three sex levels + 7 numeric columns, a ridge λ on
     all but the intercept, 5 clients; the closed form by lstsq on the stacked system."""
-    rows = [line.split() for line in open(os.path.join(DATA, "regression", "abalone.data")) if line.strip()]
-    sex = np.array([r[0] for r in rows])
-    X = np.hstack([np.ones((len(rows), 1)), np.stack([(sex == level) * 1.0 for level in "FIM"], 1),
-                   np.array([[float(v) for v in r[1:8]] for r in rows])])
-    y, (N, d) = np.array([float(r[8]) for r in rows]), X.shape
+    data = load_data(load_regression, "abalone")    # sex one-hot F, I, M, then 7 numeric columns
+    X = np.hstack([np.ones((data.X.shape[0], 1)), data.X])
+    y, (N, d) = data.y, X.shape
     mask = np.r_[0.0, np.ones(d - 1)]
     exact = np.linalg.lstsq(np.vstack([X / np.sqrt(N), np.sqrt(lam) * np.diag(mask)]),
                             np.r_[y / np.sqrt(N), np.zeros(d)], rcond=None)[0]
@@ -89,7 +87,6 @@ def _abalone_trap(lam: float):
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "regression", "abalone.data")), reason="no abalone data")
 @pytest.mark.parametrize("lam", [1e-10, 1e-12])
 def test_the_dummy_trap_with_a_tiny_ridge_reaches_the_closed_form(lam):
     """Main: "converged" 0.12 off (the least eigenvalue, 1.8e-11 / 1.8e-13 of the largest, under
@@ -183,17 +180,15 @@ def test_runaway_reads_only_runs_without_a_reading():
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "libsvm", "a9a")), reason="no a9a data")
 def test_a9a_one_class_clients_without_a_ridge_is_not_converged():
     """newuser12's (a): 8 one-class clients, 2,000 a9a rows, no ridge (quasi-separable: no
     minimizer). Main: "converged" 0.17 from CVXPY's point, the objective below CVXPY's. Now
     "diverged" with the hint."""
-    from sklearn.datasets import load_svmlight_file
-    Xs, y = load_svmlight_file(os.path.join(DATA, "libsvm", "a9a"), n_features=123)
-    perm = np.random.default_rng(0).permutation(Xs.shape[0])[:2000]
-    X = np.hstack([np.ones((2000, 1)), Xs[perm].toarray()])
+    data = load_data(load_a9a, sparse=True)
+    perm = np.random.default_rng(0).permutation(data.X.shape[0])[:2000]
+    X = np.hstack([np.ones((2000, 1)), data.X[perm].toarray()])
     X = X[:, np.r_[True, X[:, 1:].std(0) > 0]]
-    yy = (y[perm] > 0).astype(int)
+    yy = data.y[perm]
     w, prob = fm.Variable(X.shape[1], name="w"), fm.Problem()
     for part in np.array_split(np.flatnonzero(yy == 1), 4) + np.array_split(np.flatnonzero(yy == 0), 4):
         client = prob.add_client()

@@ -9,7 +9,6 @@ failed on main 185121e (numbers in docs/BENCHMARKS.md, branch honest14):
 - Newton steps crept up to a client constraint's kink (house prices, the budget on a client):
   max_iterations 0.16 off after 632 round trips; the clients' branch past the kink now gives the
   step (`proxal_certificate.across_client_kinks`)."""
-import os
 import warnings
 
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.backends import ProxAL
-from tests.test_honest13 import DATA, _abalone_trap
+from tests.test_honest13 import _abalone_trap
 from tests.test_house_budget import distance, houses, kkt
 from tests.test_proxal import constrained_model
 
@@ -108,7 +107,6 @@ def test_newton_steps_cross_a_client_budgets_kink(rows, every):
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "regression", "abalone.data")), reason="no abalone data")
 def test_the_tiny_ridge_trap_says_what_it_cannot_vouch_for():
     """The dummy trap at λ = 1e-13 (issue 25 item 4, left as it is: a guard). The least
     curvature, 1.8e-14 of the largest, is below the reading's round-off floor, so the point is
