@@ -166,9 +166,11 @@ def across_client_kinks(ex, z: np.ndarray, grad: np.ndarray, hessian: np.ndarray
     model ignores the constraint: the full step goes past the kink and fails, and the shorter
     steps creep up to it (house prices, 2,000 rows, the budget on a client: max_iterations
     0.16 off after 632 round trips, as housefix measured it on the server)."""
+    if not _run(ex)["switches"]:        # (first: the d × d unpacking only where a kink can be)
+        return None
     d, size = trial - z, z.size
     here, there = unpack_symmetric(np.asarray(hessian, float), size), unpack_symmetric(np.asarray(found[2], float), size)
-    if not float(d @ (there - here) @ d) > max(float(d @ here @ d), 0.0) or not _run(ex)["switches"]:
+    if not float(d @ (there - here) @ d) > max(float(d @ here @ d), 0.0):
         return None
     branch = np.asarray(found[1], float) + there @ (z - trial)
     step = ex.call("server", "proxal_newton_step", x=z, grad=branch, hessian=found[2], l1=l1, tau=0.0)

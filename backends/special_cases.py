@@ -362,7 +362,7 @@ class DistributedGD(_DistributedPA):
             out.info["max_iterations"] = (
                 f"DGD reached max_rounds={self.max_iterations} with its clients' models still "
                 f"{spread:.3g} apart (the consensus residual): with a constant step (α = "
-                f"{out.info.get('step', self.step):g}) DGD settles in an O(α) neighbourhood of the "
+                f"{out.info['step']:g}) DGD settles in an O(α) neighbourhood of the "
                 "optimum, not at it, so more rounds do not remove that; a smaller step gets closer "
                 "in more rounds; prob.solve('dald') or prob.solve('proxal') solve the model")
         return out
