@@ -291,8 +291,7 @@ class CompiledMerit:
 
     @functools.cached_property
     def objective_gradient_plan(self) -> Plan | None:
-        """∇f_i per shared variable (the objective alone: no AL or proximal terms) over z, once
-        per structure (`_share`; its gradients derived first); None without shared variables."""
+        """∇f_i per shared variable (the objective alone) over z, once per structure; None without."""
         if not self.shared.variables:
             return None
         self._objective_gradients    # (first: the shared plan is re-bound onto this node's own)
