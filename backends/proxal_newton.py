@@ -244,6 +244,7 @@ class NewtonInner:
         self._terms: tuple | None = None        # (executor, summed client ℓ1 weights)
         self._last: tuple | None = None         # (executor, last point, the clients' gradient there)
         self.last_reading: tuple | None = None  # (executor, point, distance reading): `reading`
+        self._full: tuple | None = None         # (executor, the last line search's full-step ratio)
 
     def __repr__(self) -> str:
         return f"NewtonInner(max_steps={self.max_steps})"
@@ -307,7 +308,9 @@ class NewtonInner:
         value, grad, hessian, _ = self._evaluate(ex, z, settings)
         prox = _prox_sums(w, z, len(ex.clients), settings)
         trace: list[float] = []
-        full = None             # the last full step's decrease over its model's (None: shorter)
+        # the last full step's decrease over its model's (None: shorter; carried over from the
+        # run's last subproblem, whose Newton phase the next one starts in after the outer step)
+        full = self._full[1] if self._full is not None and self._full[0] is ex else None
         for _ in range(self.max_steps):
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=tau, **prox)
             trace.append(step["certificate"])
@@ -318,11 +321,12 @@ class NewtonInner:
                 break
             # the shorter steps' values ride along unless the last full step decreased ℓ as its
             # quadratic model predicted (Newton's fast phase: the next full step then passes)
-            trials = not full or abs(full - 1.0) > CONFIDENT
+            trials = not full or full < 1.0 - CONFIDENT
             found = self._line_search(ex, z, value, grad, hessian, direction, decrease, step["certificate"], l1, trials)
             if found is None:
                 break
             full = found[0]
+            self._full = (ex, full)
             z, value, grad, hessian = found[1:]
         else:
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
@@ -357,7 +361,7 @@ class NewtonInner:
             _, z, grad = self._last
             multipliers.update(ex.call("server", "proxal_newton_set_multipliers", x=z, grad=grad,
                                        l1=self._terms[1])["multipliers"])
-        self._last = self._terms = self.last_reading = None    # (the run's executor and programs not kept past it)
+        self._last = self._terms = self.last_reading = self._full = None    # (the run's executor and programs not kept past it)
 
     def _line_search(self, ex, z, value, grad, hessian, direction, decrease, certificate, l1, trials=True):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,
