@@ -52,10 +52,10 @@ from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1
 
 ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
-# a full step whose decrease was the quadratic model's Δ/2 within this fraction: the next full
-# step is asked without the shorter steps' values (each a value of every client's merit: a third
-# of NP adult's CPU). At 0.05 bench_verdicts' Newton rows keep main's round trips (0.1: np seed 0
-# 63 → 64; a certificate cut by 2× instead: 67, the next step across the AL's kink failing)
+# a full step whose decrease was the quadratic model's Δ/2 less this fraction or more (NP adult's
+# AL steps far from the constraint: 1.2–1.3×): the next full step is asked without the shorter
+# steps' values (each a value of every client's merit: NP adult's 20 trial batches → 5, CPU −17 %).
+# 0.05 keeps bench_verdicts' round trips (0.1: np seed 0 63 → 64; a certificate cut by 2×: 67)
 CONFIDENT = 0.05
 
 
@@ -244,7 +244,6 @@ class NewtonInner:
         self._terms: tuple | None = None        # (executor, summed client ℓ1 weights)
         self._last: tuple | None = None         # (executor, last point, the clients' gradient there)
         self.last_reading: tuple | None = None  # (executor, point, distance reading): `reading`
-        self._full: tuple | None = None         # (executor, the last line search's full-step ratio)
 
     def __repr__(self) -> str:
         return f"NewtonInner(max_steps={self.max_steps})"
@@ -308,9 +307,7 @@ class NewtonInner:
         value, grad, hessian, _ = self._evaluate(ex, z, settings)
         prox = _prox_sums(w, z, len(ex.clients), settings)
         trace: list[float] = []
-        # the last full step's decrease over its model's (None: shorter; carried over from the
-        # run's last subproblem, whose Newton phase the next one starts in after the outer step)
-        full = self._full[1] if self._full is not None and self._full[0] is ex else None
+        full = None             # the last full step's decrease over its model's (None: shorter)
         for _ in range(self.max_steps):
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=tau, **prox)
             trace.append(step["certificate"])
@@ -319,14 +316,13 @@ class NewtonInner:
             direction, decrease = step["x"] - z, step["decrease"]
             if not decrease < 0:            # the model sees no descent: round-off level
                 break
-            # the shorter steps' values ride along unless the last full step decreased ℓ as its
-            # quadratic model predicted (Newton's fast phase: the next full step then passes)
+            # the shorter steps' values ride along unless the last full step decreased ℓ at least as
+            # its quadratic model said (Newton's fast phase, or a model too curved: the next one passes)
             trials = not full or full < 1.0 - CONFIDENT
             found = self._line_search(ex, z, value, grad, hessian, direction, decrease, step["certificate"], l1, trials)
             if found is None:
                 break
             full = found[0]
-            self._full = (ex, full)
             z, value, grad, hessian = found[1:]
         else:
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
@@ -361,7 +357,7 @@ class NewtonInner:
             _, z, grad = self._last
             multipliers.update(ex.call("server", "proxal_newton_set_multipliers", x=z, grad=grad,
                                        l1=self._terms[1])["multipliers"])
-        self._last = self._terms = self.last_reading = self._full = None    # (the run's executor and programs not kept past it)
+        self._last = self._terms = self.last_reading = None    # (the run's executor and programs not kept past it)
 
     def _line_search(self, ex, z, value, grad, hessian, direction, decrease, certificate, l1, trials=True):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,
