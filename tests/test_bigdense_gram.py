@@ -69,7 +69,7 @@ def test_the_way_is_read_from_the_data():
     rng = np.random.default_rng(0)
     zero = _sparse_ish(rng, 200, 100, 0.3, range(30))
     rows = GramRows(zero, 64)
-    assert rows.kind == "syrk" and rows.columns.size == 70 and rows.rows.shape == (200, 70)
+    assert rows.kind == "syrk" and rows.columns.size == 70 and rows.rows is zero   # (not copied)
     assert GramRows(_sparse_ish(rng, 200, 100, 0.3, range(5)), 64).columns is None   # 95 % kept
     dense_csr = GramRows(sp.csr_matrix(zero), 64)
     assert dense_csr.kind == "chunks" and dense_csr.columns.size == 70
@@ -78,13 +78,21 @@ def test_the_way_is_read_from_the_data():
     assert GramRows(zero, 10 ** 9).kind == "gemm"
 
 
-def test_chunks_bound_the_dense_copy_and_give_the_same_numbers(monkeypatch):
+@pytest.mark.parametrize("csr", [False, True])
+def test_chunks_bound_the_dense_scratch_and_give_the_same_numbers(csr, monkeypatch):
+    """Rows a chunk at a time (CSR made dense, dense gathered over the nonzero columns): at
+    most n² floats of scratch when CHUNK_FLOATS is below it, the same numbers."""
+    monkeypatch.setattr(gram_products, "CHUNK_FLOATS", 0)
     rng = np.random.default_rng(3)
     X = _sparse_ish(rng, 500, 70, 0.3, range(10))
-    rows = GramRows(sp.csr_matrix(X), 0)
-    assert rows.kind == "chunks" and rows.chunk * 60 <= 70 * 70 and rows.chunk < 500
+    rows = GramRows(sp.csr_matrix(X) if csr else X, 0)
+    assert rows.kind == ("chunks" if csr else "syrk") and rows.columns.size == 60
+    assert rows.chunk * 60 <= 70 * 70 and rows.chunk < 500
     t = rng.uniform(-1.0, 1.0, 500)
     _close(_formed(rows, t), X.T @ (t[:, None] * X))
+    t = rng.uniform(0.1, 1.0, 500)                     # one sign: the scratch scaled in place
+    _close(_formed(rows, t), X.T @ (t[:, None] * X))
+    assert np.array_equal(rows.rows.toarray() if csr else rows.rows, X[:, rows.columns] if csr else X)
 
 
 def test_a_client_hessian_over_its_nonzero_columns_is_todays():

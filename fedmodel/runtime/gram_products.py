@@ -2,17 +2,20 @@
 its data allows, chosen once when the data is bound (`GramRows(R)`), never per Hessian:
 
 - dense R: BLAS dsyrk on √|t| ∘ R by sign (half a GEMM's flops) over the columns R has nonzeros
-  in, scattered into the upper triangle when they are at most `COMPACT_FRACTION` of the columns
-  (MNIST 3v7's pixels: 565 of 784 columns a client of 1,240 rows, syrk 11 → 6 ms; a zero column
-  adds nothing to the product);
+  in, when they are at most `COMPACT_FRACTION` of the columns (a zero column adds nothing to the
+  product; MNIST 3v7's pixels: 565 of 784 columns a client of 1,240 rows, syrk 11 → 6 ms), the
+  result scattered into the upper triangle. The columns are gathered `chunk` rows at a time
+  into the product's own scratch (√|t| ∘ R is a copy in any case: +0.3 ms at MNIST's size), so
+  the data is never held twice;
 - sparse R (scipy CSR), its nonzero columns at least `DENSE_DENSITY` full: the same syrk over
-  `chunk` rows at a time made dense (at most n² floats, one Hessian's: the whole matrix is never
-  densified). scipy.sparse's product of MNIST's rows as CSR takes 170 ms against 17 for syrk:
-  its flops are fewer (Σ nnz_r², 1/4 here) but each costs ~6 ns against BLAS's ~0.03;
+  `chunk` rows at a time made dense — the whole matrix is never densified. scipy.sparse's
+  product of MNIST's rows as CSR takes 170 ms against 17 for syrk: its flops are fewer (Σ nnz_r²,
+  1/4 here) but each costs ~6 ns against BLAS's ~0.03;
 - sparse R below that density: scipy.sparse's product (R diag(t))ᵀ R, dense d × d;
 - fewer than `syrk_min_columns` columns (gram_hessian's): one GEMM (3,256 × 14: syrk 127, GEMM
   85 µs), or scipy.sparse's product for CSR.
-Every way gives the dense product's numbers up to round-off (tests/test_bigdense_gram.py, 1e-12).
+A chunk is at most `CHUNK_FLOATS` or n² floats (one Hessian's), whichever is more. Every way
+gives the dense product's numbers up to round-off (tests/test_bigdense_gram.py, 1e-12).
 """
 from __future__ import annotations
 
@@ -25,12 +28,14 @@ COMPACT_FRACTION = 0.9
 #: (measured crossover, m × d = 1,240 × 784 and 2,000 × 2,000 at random sparsity: between 2 %
 #: (sparse 4× faster) and 5 % (dense 1.3–2× faster))
 DENSE_DENSITY = 0.035
+#: the floats of a chunk's dense scratch (or n², if more): 8 MB
+CHUNK_FLOATS = 1 << 20
 
 
 class GramRows:
-    """R (m × n, dense or CSR) as its Gram products take it: `kind` "syrk" (dense rows, maybe
-    compacted), "chunks" (CSR rows made dense `chunk` at a time), "sparse" or "gemm";
-    `columns` the kept columns (None: all)."""
+    """R (m × n, dense or CSR) as its Gram products take it: `kind` "syrk" (dense rows, over
+    `columns` gathered `chunk` rows at a time), "chunks" (CSR rows made dense `chunk` at a
+    time), "sparse" or "gemm"; `columns` the nonzero columns kept (None: all)."""
 
     __slots__ = ("rows", "columns", "kind", "shape", "chunk")
 
@@ -40,26 +45,28 @@ class GramRows:
         sparse = hasattr(R, "toarray")
         nonzero = np.flatnonzero(np.diff(R.tocsc().indptr) if sparse else np.any(R != 0, axis=0))
         self.columns = nonzero if nonzero.size <= COMPACT_FRACTION * n else None
-        self.chunk = m
         if not sparse:
             self.kind = "syrk" if n >= syrk_min_columns else "gemm"
         elif n >= syrk_min_columns and R.nnz >= DENSE_DENSITY * m * max(nonzero.size, 1):
             self.kind = "chunks"
-            self.chunk = max(1, n * n // max(nonzero.size, 1))
         else:
             self.kind = "sparse"
         if self.kind in ("gemm", "sparse"):
             self.columns = None
-        kept = R if self.columns is None else R[:, self.columns]
-        self.rows = kept.tocsr() if sparse else np.ascontiguousarray(kept, dtype=float)
+        width = n if self.columns is None else max(self.columns.size, 1)
+        self.chunk = m if self.kind == "syrk" and self.columns is None else \
+            max(1, max(CHUNK_FLOATS, n * n) // width)
+        if sparse:
+            self.rows = (R if self.columns is None else R[:, self.columns]).tocsr()
+        else:
+            self.rows = np.asarray(R, dtype=float)      # (the caller's array: not copied)
 
     def transpose_times(self, p: np.ndarray) -> np.ndarray:
         """Rᵀ p (length n)."""
-        found = self.rows.T @ p
-        if self.columns is None:
-            return found
+        if self.columns is None or not hasattr(self.rows, "toarray"):
+            return self.rows.T @ p
         full = np.zeros(self.shape[1])
-        full[self.columns] = found
+        full[self.columns] = self.rows.T @ p
         return full
 
     def add_weighted(self, upper: np.ndarray, t: np.ndarray, fresh: bool = False) -> "np.ndarray | None":
@@ -79,8 +86,14 @@ class GramRows:
         else:
             target = np.zeros((self.columns.size,) * 2, order="F")
         for start in range(0, self.shape[0], self.chunk):
-            part = R[start:start + self.chunk]
-            _syrk(target, part.toarray() if self.kind == "chunks" else part, t[start:start + self.chunk])
+            part, scratch = R[start:start + self.chunk], True
+            if self.kind == "chunks":
+                part = part.toarray()
+            elif self.columns is not None:
+                part = np.take(part, self.columns, axis=1)
+            else:
+                scratch = False
+            _syrk(target, part, t[start:start + self.chunk], scratch)
         if target is not upper:     # (sorted columns: the upper triangle lands in the upper)
             block = np.ix_(self.columns, self.columns)
             if fresh:
@@ -90,15 +103,20 @@ class GramRows:
         return None
 
 
-def _syrk(upper: np.ndarray, R: np.ndarray, t: np.ndarray) -> None:
+def _syrk(upper: np.ndarray, R: np.ndarray, t: np.ndarray, scratch: bool) -> None:
     """upper += Rᵀ diag(t) R (upper triangle, Fortran order, in place): the rows of t > 0 and
-    of t < 0 as two symmetric rank-k updates of √|t| ∘ R."""
+    of t < 0 as two symmetric rank-k updates of √|t| ∘ R (`scratch`: R is this call's own copy,
+    scaled in place)."""
     from scipy.linalg.blas import dsyrk     # (scipy: not at import time)
     for rows, sign in ((t > 0, 1.0), (t < 0, -1.0)):
         if not rows.any():
             continue
         every = rows.all()
-        B = np.multiply(R if every else R[rows], np.sqrt(np.abs(t if every else t[rows]))[:, None])
+        weights = np.sqrt(np.abs(t if every else t[rows]))[:, None]
+        if every and scratch:
+            B = np.multiply(R, weights, out=R)
+        else:
+            B = np.multiply(R if every else R[rows], weights)
         a, trans = (B, 1) if B.flags.f_contiguous else (np.ascontiguousarray(B).T, 0)
         found = dsyrk(sign, a, beta=1.0, c=upper, trans=trans, overwrite_c=True)
         if found is not upper:          # (in place for a Fortran float64 `upper`; else a copy)
