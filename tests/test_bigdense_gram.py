@@ -48,6 +48,7 @@ CASES = [  # (m, n, density, zero columns)
     (40, 70, 1.0, range(70)),            # all columns zero
     (7, 1, 1.0, ()),                     # d = 1
     (1, 1, 1.0, ()),
+    (0, 80, 0.5, ()),                    # no rows
 ]
 
 
