@@ -43,7 +43,8 @@ class GramRows:
         self.shape = R.shape
         m, n = R.shape
         sparse = hasattr(R, "toarray")
-        nonzero = np.flatnonzero(np.diff(R.tocsc().indptr) if sparse else np.any(R != 0, axis=0))
+        # (a stored zero of CSR counts as a nonzero: a kept column, never a lost one)
+        nonzero = np.flatnonzero(np.bincount(R.indices, minlength=n) if sparse else np.any(R, axis=0))
         self.columns = nonzero if nonzero.size <= COMPACT_FRACTION * n else None
         if not sparse:
             self.kind = "syrk" if n >= syrk_min_columns else "gemm"
