@@ -1,7 +1,8 @@
 """Gram products Rᵀ diag(t) R by the way a client's data allows (`runtime/gram_products.py`,
 issue 25 item 3): dense rows over their nonzero columns, CSR rows densified a chunk at a time,
 scipy.sparse's product, one GEMM — each equal to the plain dense product to 1e-12 relative,
-on sparse-ish dense arrays, CSR, 1-row clients, all-zero columns and d = 1.
+on sparse-ish dense arrays, CSR, 1-row clients, all-zero columns and d = 1; the symmetric
+matrix of an upper triangle by blocks equal to the plain sum.
 """
 import numpy as np
 import pytest
@@ -129,3 +130,13 @@ def test_a_client_hessian_over_its_nonzero_columns_is_todays():
 
 def test_thresholds_are_in_range():
     assert 0 < gram_products.COMPACT_FRACTION <= 1 and 0 < gram_products.DENSE_DENSITY < 1
+
+
+@pytest.mark.parametrize("n", [1, 129, 256, 257, 300, 784])
+def test_symmetric_by_blocks_is_the_plain_sum(n):
+    upper = np.asfortranarray(np.triu(np.random.default_rng(n).standard_normal((n, n))))
+    lower = upper.T
+    plain = lower + lower.T
+    plain[np.diag_indices(n)] = np.diagonal(lower)
+    H = gram_products.symmetric(upper)
+    assert np.array_equal(H, plain) and np.array_equal(H, H.T) and H.flags.c_contiguous

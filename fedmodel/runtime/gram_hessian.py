@@ -44,7 +44,7 @@ from ..errors import FedModelError
 from ..expression import Constant, Leaf
 from . import solvers
 from .data_products import check_direction, data_product, is_constant, value_of
-from .gram_products import GramRows
+from .gram_products import GramRows, symmetric
 
 # the form is taken when its Gram work Σ m_k N² is at least this many flops: it is never slower
 # per Hessian (1,000 × 14 rows: 0.10 against 0.64 ms; 20 × 10: equal), but its analysis, plans
@@ -340,9 +340,7 @@ def hessian(compiled, z: np.ndarray, values: list) -> "np.ndarray | None":
     outputs = found.plan(*values)
     for k, term in enumerate(found.terms):
         M = _add_term(term, outputs, upper, M, n, fresh=k == 0)
-    lower = upper.T
-    H = lower + lower.T
-    H[np.diag_indices(n)] = np.diagonal(lower)
+    H = symmetric(upper)
     if M is not None:
         H += 0.5 * (M + M.T)
     if not _matches(compiled, z, H):        # (every Hessian: a term zero at one point, e.g.
