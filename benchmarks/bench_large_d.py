@@ -22,10 +22,18 @@ an absolute stationarity test; its default now also estimates the distance left,
 
     python benchmarks/bench_large_d.py                 # every case (long: tens of minutes)
     python benchmarks/bench_large_d.py --cases mnist   # one case
+    python benchmarks/bench_large_d.py --cases mnist --solvers auto --reference-cache ~/.cache/fedmodel-bench
+                                                       # CVXPY once per case and data (opt-in cache)
+
+`--reference-cache DIR`: CVXPY's record and solution are kept in DIR under the case's name and
+a SHA-256 of its spec, `build`'s source and its data (`reference_key`), and read back instead of
+solving again (a reference that did not converge is not kept); the row says "(cached)" and its
+times and memory are those of the run that made it.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -53,18 +61,23 @@ DEFAULT_SOLVERS = list(SOLVERS)
 CASE_SOLVERS = {"a9a-100k": ["cvxpy", "auto", "proxal", "proxal (accurate)", "dald", "fedadmm (accurate)"]}
 
 
-def build(case: str):
-    """(problem, w) of a case."""
-    import fedmodel as fm
+def data(case: str):
+    """(X, y) of a case: X dense or scipy CSR, y ±1."""
     from fedmodel.datasets import hashed_pairs, load_a9a, load_mnist37
     spec = CASES[case]
     if case.startswith("a9a"):
-        data = load_a9a(sparse=True)
-        X = hashed_pairs(data.X[:spec["rows"]], spec["buckets"])
-        y = np.where(data.y[:spec["rows"]] > 0, 1.0, -1.0)
-    else:
-        data = load_mnist37()
-        X, y = data.X, np.where(data.y > 0, 1.0, -1.0)
+        found = load_a9a(sparse=True)
+        X = hashed_pairs(found.X[:spec["rows"]], spec["buckets"])
+        return X, np.where(found.y[:spec["rows"]] > 0, 1.0, -1.0)
+    found = load_mnist37()
+    return found.X, np.where(found.y > 0, 1.0, -1.0)
+
+
+def build(case: str):
+    """(problem, w) of a case."""
+    import fedmodel as fm
+    spec = CASES[case]
+    X, y = data(case)
     rows = X.shape[0]
     w = fm.Variable(X.shape[1], name="w")
     prob = fm.Problem(case)
@@ -133,6 +146,37 @@ def run(case: str, solver: str, timeout: float, workdir: str) -> dict:
     return record
 
 
+def reference_key(case: str) -> str:
+    """SHA-256 of a case's spec, model text and data: the reference cache's key (a changed
+    split, radius, ridge or data file gives another key)."""
+    import inspect
+    X, y = data(case)
+    digest = hashlib.sha256(json.dumps([case, CASES[case]], sort_keys=True).encode())
+    digest.update(inspect.getsource(build).encode())
+    parts = (X.data, X.indices, X.indptr, np.asarray(X.shape)) if hasattr(X, "indptr") else (X,)
+    for part in parts + (y,):
+        digest.update(np.ascontiguousarray(part).tobytes())
+    return digest.hexdigest()
+
+
+def cached_reference(case: str, timeout: float, workdir: str, cache: "str | None") -> dict:
+    """CVXPY's record of a case: from `cache` where it holds one for this case and data, else
+    solved (`run`) and, if it converged, stored there."""
+    if cache is None:
+        return run(case, "cvxpy", timeout, workdir)
+    folder = Path(cache).expanduser()
+    stem = folder / f"{case}-{reference_key(case)[:20]}"
+    if stem.with_suffix(".json").exists() and stem.with_suffix(".npy").exists():
+        record = json.loads(stem.with_suffix(".json").read_text())
+        return dict(record, w=np.load(stem.with_suffix(".npy")), cached=True)
+    record = run(case, "cvxpy", timeout, workdir)
+    if "w" in record and record["status"] == "converged":
+        folder.mkdir(parents=True, exist_ok=True)
+        np.save(stem.with_suffix(".npy"), record["w"])
+        stem.with_suffix(".json").write_text(json.dumps({k: v for k, v in record.items() if k != "w"}))
+    return record
+
+
 def verdict(record: dict, reference: dict, radius: float) -> dict:
     """Distance, objective gap and violation against CVXPY's solution; `verified` if all hold."""
     if "w" not in record or "w" not in reference:
@@ -146,17 +190,23 @@ def verdict(record: dict, reference: dict, radius: float) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--solvers", nargs="*", default=DEFAULT_SOLVERS, choices=list(SOLVERS))
+    parser.add_argument("--solvers", nargs="*", default=None, choices=list(SOLVERS),
+                        help="default: every solver (a case's own list where it has one)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per solve")
+    parser.add_argument("--reference-cache", metavar="DIR", default=None,
+                        help="keep CVXPY's solution per case and data in DIR and reuse it (module docstring)")
     args = parser.parse_args(argv)
+    explicit, solvers = args.solvers is not None, args.solvers or DEFAULT_SOLVERS
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         return
     print(f"load before: {os.getloadavg()}")
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for case in args.cases:
-            chosen = [s for s in args.solvers if s in CASE_SOLVERS.get(case, SOLVERS)]
-            records = {s: run(case, s, args.timeout, workdir) for s in ["cvxpy"] + [s for s in chosen if s != "cvxpy"]}
+            # (a case's own list applies to the default; solvers named on the command line all run)
+            chosen = solvers if explicit else [s for s in solvers if s in CASE_SOLVERS.get(case, SOLVERS)]
+            records = {"cvxpy": cached_reference(case, args.timeout, workdir, args.reference_cache)}
+            records.update({s: run(case, s, args.timeout, workdir) for s in chosen if s != "cvxpy"})
             ref = records["cvxpy"]
             if "w" in ref:
                 size = float(np.linalg.norm(ref["w"]))
@@ -165,7 +215,8 @@ def main(argv=None) -> None:
             for solver, record in records.items():
                 v = verdict(record, ref, CASES[case]["radius"]) if solver != "cvxpy" else \
                     {"distance": 0.0, "gap": 0.0, "verified": "w" in record}
-                status = record["status"] + (f" ({record['picked']})" if record.get("picked") else "")
+                status = record["status"] + (f" ({record['picked']})" if record.get("picked") else "") + \
+                    (" (cached)" if record.get("cached") else "")
                 iterations = dict(record.get("iterations") or {}, round_trips=record.get("round_trips"))
                 rows.append((case, record.get("d"), solver, status, record.get("seconds"),
                              record.get("rss_peak_mb"), record.get("rss_build_mb"), v,

@@ -170,7 +170,7 @@ def test_a_form_that_fails_its_check_is_dropped_for_good(monkeypatch):
     monkeypatch.setattr(gram_hessian, "MIN_COLUMNS", 0)
     program, rng = _client(_losses("dense"), 8)
     z = rng.standard_normal(8)
-    monkeypatch.setattr(gram_hessian, "_add_term", lambda term, outputs, upper, M, n: M)
+    monkeypatch.setattr(gram_hessian, "_add_term", lambda term, outputs, upper, M, n, fresh: M)
     H = program.hessian(z)              # the data terms left out: the check refuses it
     assert program.compiled._gram is None
     np.testing.assert_array_equal(H, _today(program, z))

@@ -308,3 +308,43 @@ def test_a_reference_that_fails_its_own_kkt_check_is_named():
     assert not report.ok and "solution distance" in report.failed
     assert "the reference itself fails its KKT check" in str(report)
     assert "the reference itself" not in str(fm.verify(good, good))
+
+
+
+def _nearly_flat() -> tuple[fm.Problem, np.ndarray, np.ndarray]:
+    """Least squares whose columns 1 and 2 differ by 1e-5 (condition ~1e10 along [1, −1]): the
+    problem, its exact solution and that nearly flat direction."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=20)
+    A = np.column_stack([a, a + 1e-5 * rng.normal(size=20), rng.normal(size=20)])
+    b = A @ W_TRUE + 0.1 * rng.normal(size=20)
+    w = fm.Variable(3, name="w")
+    prob = fm.Problem()
+    prob.add_client().minimize(fm.sum_squares(prob.clients[0].data(A, name="A") @ w - b))
+    return prob, np.linalg.lstsq(A, b, rcond=None)[0], np.array([1.0, -1.0, 0.0])
+
+
+def _converged_at(prob: fm.Problem, point: np.ndarray) -> fm.Result:
+    """`point` reported "converged" as a backend would (objective and certificate evaluated)."""
+    outcome = {"status": "converged", "iterations": {}, "history": [], "multipliers": {},
+               "values": {prob.variables()[0].uid: point}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return finish_result(prob, "by hand", outcome, 0.0)
+
+
+def test_where_only_the_distance_fails_the_sharper_point_is_not_blamed_alone():
+    """A reference 1e-2 off along a nearly flat direction (its objective within 1e-9, its KKT
+    residuals ~1e-5 relative) against the exact answer (KKT ~1e-13): still NOT OK — either
+    point may lie off along such a direction — but the report says the result's residuals are
+    far below the reference's instead of calling the answer close but not within rtol (softmax
+    on wine ×1e3: CVXPY 1.3e-3 off, ProxAL 1.8e-6, and verify blamed ProxAL)."""
+    prob, solution, flat = _nearly_flat()
+    exact_point = _converged_at(prob, solution)
+    off_point = _converged_at(prob, solution + 1e-2 * np.max(np.abs(solution)) * flat)
+    report = fm.verify(exact_point, off_point)
+    assert not report.ok and report.failed == ["solution distance"], str(report)
+    assert "far below the reference's" in str(report)
+    assert "the answer is close, but not within rtol" not in str(report)
+    backwards = fm.verify(off_point, exact_point)    # the off point against the exact one
+    assert not backwards.ok and "far below the reference's" not in str(backwards)

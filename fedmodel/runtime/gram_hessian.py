@@ -1,6 +1,7 @@
 """Dense Hessians of losses of data products as Gram products: ∇²P_i = R + Σ_k Aₖᵀ Mₖ Aₖ with
-Mₖ = diag(tₖ) + Σ_j a_j b_jᵀ, formed by BLAS syrk on √|tₖ| ∘ Aₖ (sparse Aₖ by scipy.sparse),
-never by the Hessian-vector plan on the unit directions.
+Mₖ = diag(tₖ) + Σ_j a_j b_jᵀ, formed by BLAS syrk on √|tₖ| ∘ Aₖ over Aₖ's nonzero columns (or
+the product its data allows, chosen when the data is bound: `gram_products`), never by the
+Hessian-vector plan on the unit directions.
 
 Today's path, the batched Hessian-vector plan ∇(∇P_i·v) on the identity, costs a loss of X w
 X @ E (a GEMM although X @ I = X) and Xᵀ (s ⊙ ·): ~4 m N² flops against syrk's m N² (MNIST's
@@ -43,6 +44,7 @@ from ..errors import FedModelError
 from ..expression import Constant, Leaf
 from . import solvers
 from .data_products import check_direction, data_product, is_constant, value_of
+from .gram_products import GramRows, symmetric
 
 # the form is taken when its Gram work Σ m_k N² is at least this many flops: it is never slower
 # per Hessian (1,000 × 14 rows: 0.10 against 0.64 ms; 20 × 10: equal), but its analysis, plans
@@ -50,14 +52,14 @@ from .data_products import check_direction, data_product, is_constant, value_of
 MIN_FLOPS = 100_000
 # and this many unknowns: below, checking each Hessian costs what it saves (NP adult, d = 14: even)
 MIN_COLUMNS = 64
-SYRK_MIN_COLUMNS = MIN_COLUMNS  # below: one GEMM (3,256 × 14: syrk 127, GEMM 85 µs); tests lower both
+SYRK_MIN_COLUMNS = MIN_COLUMNS  # below: one GEMM (`gram_products`); tests lower both
 GUARD_TOL = 1e-8      # relative mismatch on the random direction above which the form is refused
 _UNSET = object()
 
 
 class _Term:
-    """One data matrix's share: its rows R = A diag(s) (`rows`; None for the direction itself,
-    the rest's diagonal), its weight outputs (summed: several terms on the same data take one
+    """One data matrix's share: its rows R = A diag(s) (`rows`, a `GramRows`: the product its
+    data allows; None for the direction itself, the rest's diagonal), its weight outputs (summed: several terms on the same data take one
     product) and rank-one pairs (a, b) as output indices."""
 
     __slots__ = ("rows", "weights", "pairs")
@@ -136,9 +138,10 @@ def _add_form(outputs: list, term: _Term, c, t, pairs) -> None:
         term.pairs.append((len(outputs) - 2, len(outputs) - 1))
 
 
-def _rows(A, scale):
-    """A diag(s) (s None: A), sparse kept sparse (CSR)."""
-    return A if scale is None else A.multiply(scale).tocsr() if hasattr(A, "toarray") else A * scale
+def _rows(A, scale) -> GramRows:
+    """A diag(s) (s None: A), sparse kept sparse (CSR), as its Gram products take it."""
+    R = A if scale is None else A.multiply(scale).tocsr() if hasattr(A, "toarray") else A * scale
+    return GramRows(R, SYRK_MIN_COLUMNS)
 
 
 class _Reader:
@@ -335,11 +338,9 @@ def hessian(compiled, z: np.ndarray, values: list) -> "np.ndarray | None":
     M = compiled.dense_hessian(found.rest, values, found.blocks) if found.rest is not None else None
     upper = np.zeros((n, n), order="F")
     outputs = found.plan(*values)
-    for term in found.terms:
-        M = _add_term(term, outputs, upper, M, n)
-    lower = upper.T
-    H = lower + lower.T
-    H[np.diag_indices(n)] = np.diagonal(lower)
+    for k, term in enumerate(found.terms):
+        M = _add_term(term, outputs, upper, M, n, fresh=k == 0)
+    H = symmetric(upper)
     if M is not None:
         H += 0.5 * (M + M.T)
     if not _matches(compiled, z, H):        # (every Hessian: a term zero at one point, e.g.
@@ -348,10 +349,10 @@ def hessian(compiled, z: np.ndarray, values: list) -> "np.ndarray | None":
     return H
 
 
-def _add_term(term: _Term, outputs: list, upper: np.ndarray, M, n: int):
-    """One term's Rᵀ diag(t) R (dense and wide: into `upper` by syrk; sparse or narrow: into
-    the full matrix M, made on first use and returned) and its rank-one pairs (Rᵀa)(Rᵀb)ᵀ
-    (their symmetric part into `upper`, by syr2)."""
+def _add_term(term: _Term, outputs: list, upper: np.ndarray, M, n: int, fresh: bool):
+    """One term's Rᵀ diag(t) R (into `upper`, all zeros if `fresh`, or for sparse and narrow
+    rows into the full matrix M, made on first use and returned: `GramRows.add_weighted`) and
+    its rank-one pairs (Rᵀa)(Rᵀb)ᵀ (their symmetric part into `upper`, by syr2)."""
     from scipy.linalg.blas import dsyr2     # (scipy: not at import time)
     R = term.rows
     m = n if R is None else R.shape[0]
@@ -361,34 +362,17 @@ def _add_term(term: _Term, outputs: list, upper: np.ndarray, M, n: int):
             t += outputs[i]
         if R is None:
             upper[np.diag_indices(n)] += t
-        elif hasattr(R, "toarray") or n < SYRK_MIN_COLUMNS:
-            G = R.T @ (R.multiply(t[:, None]).tocsr() if hasattr(R, "toarray") else t[:, None] * R)
-            G = G.toarray() if hasattr(G, "toarray") else G
-            M = G if M is None else M.__iadd__(G)
         else:
-            _syrk(upper, R, t)
+            G = R.add_weighted(upper, t, fresh)
+            if G is not None:
+                M = G if M is None else M.__iadd__(G)
     for i, j in term.pairs:
         p, q = (np.array(np.broadcast_to(outputs[k], (m,)), dtype=float) for k in (i, j))
-        found = dsyr2(0.5, p if R is None else R.T @ p, q if R is None else R.T @ q, a=upper,
-                      overwrite_a=True)
+        found = dsyr2(0.5, p if R is None else R.transpose_times(p),
+                      q if R is None else R.transpose_times(q), a=upper, overwrite_a=True)
         if found is not upper:
             upper[...] = found
     return M
-
-
-def _syrk(upper: np.ndarray, R: np.ndarray, t: np.ndarray) -> None:
-    """upper += Rᵀ diag(t) R (upper triangle, Fortran order, in place): the rows of t > 0 and
-    of t < 0 as two symmetric rank-k updates of √|t| ∘ R."""
-    from scipy.linalg.blas import dsyrk     # (scipy: not at import time)
-    for rows, sign in ((t > 0, 1.0), (t < 0, -1.0)):
-        if not rows.any():
-            continue
-        every = rows.all()
-        B = np.multiply(R if every else R[rows], np.sqrt(np.abs(t if every else t[rows]))[:, None])
-        a, trans = (B, 1) if B.flags.f_contiguous else (np.ascontiguousarray(B).T, 0)
-        found = dsyrk(sign, a, beta=1.0, c=upper, trans=trans, overwrite_c=True)
-        if found is not upper:          # (in place for a Fortran float64 `upper`; else a copy)
-            upper[...] = found
 
 
 def _matches(compiled, z: np.ndarray, H: np.ndarray) -> bool:

@@ -1,0 +1,51 @@
+"""Lead, 2026-12-01 (third session): the multipliers of a client's sets at large d."""
+from __future__ import annotations
+
+import numpy as np
+
+import fedmodel as fm
+from backends import proxal_nodes
+from fedmodel.compiler.codegen import Plan
+
+
+def _central_differences(plan: Plan, x: np.ndarray) -> np.ndarray:
+    step = 1e-6 * max(1.0, float(np.max(np.abs(x))))
+    columns = []
+    for j in range(x.size):
+        up, down = x.copy(), x.copy()
+        up[j] += step
+        down[j] -= step
+        columns.append((np.concatenate([np.ravel(v) for v in plan(up)])
+                        - np.concatenate([np.ravel(v) for v in plan(down)])) / (2 * step))
+    return np.column_stack(columns)
+
+
+def test_the_sets_jacobian_by_rows_agrees_with_central_differences():
+    w = fm.Variable(5, name="w")
+    constraints = [fm.norm2(w) <= 2.0, w <= np.arange(5.0), fm.sum_squares(w) <= 3.0,
+                   np.arange(15.0).reshape(3, 5) @ w >= -1]
+    x = np.random.default_rng(0).normal(size=5)
+    plan = Plan([c.expr for c in constraints], [w])
+    jacobian = proxal_nodes._jacobian(constraints, w, x, plan, rows=10)
+    assert np.allclose(jacobian, _central_differences(plan, x), rtol=1e-7, atol=1e-7)
+    many_rows = [np.arange(60.0).reshape(12, 5) @ w <= 1]      # 12 rows on 5 unknowns: by columns
+    plan = Plan([c.expr for c in many_rows], [w])
+    assert np.allclose(proxal_nodes._jacobian(many_rows, w, x, plan, rows=12),
+                       np.arange(60.0).reshape(12, 5), rtol=1e-7)
+
+
+def test_a_ball_at_large_d_takes_a_few_plan_calls(monkeypatch):
+    """The ball's multiplier at d = 20,000 from one transposed-Jacobian call (central
+    differences made 40,001 plan calls: 101 of the 174 s of the a9a d = 10⁵ solve, bigdense),
+    and it is the KKT one: ∇(‖w‖² − r²) = 2w, so normal = 2νw gives ν back."""
+    d = 20_000
+    w = fm.Variable(d, name="w")
+    ball = fm.sum_squares(w) <= 1.0
+    x = np.random.default_rng(1).normal(size=d)
+    x /= np.linalg.norm(x)                                  # on the sphere: active
+    calls = []
+    original = Plan.__call__
+    monkeypatch.setattr(Plan, "__call__", lambda self, *a: calls.append(1) or original(self, *a))
+    nu = proxal_nodes._normal_multipliers([ball], w, x, 2 * 0.75 * x)[ball.name]
+    assert len(calls) <= 3
+    assert abs(float(nu) - 0.75) < 1e-9
