@@ -1,10 +1,12 @@
 """Lead, 2026-12-01 (third session): the multipliers of a client's sets at large d."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 import fedmodel as fm
-from backends import proxal_nodes
+from fedmodel.backends import proxal_nodes
 from fedmodel.compiler.codegen import Plan
 
 
@@ -35,7 +37,7 @@ def test_the_sets_jacobian_by_rows_agrees_with_central_differences():
 
 
 def test_a_ball_at_large_d_takes_a_few_plan_calls(monkeypatch):
-    """The ball's multiplier at d = 20,000 from one transposed-Jacobian call (central
+    """The ball's multiplier at d = 20,000 from one transposed-Jacobian call and its check (central
     differences made 40,001 plan calls: 101 of the 174 s of the a9a d = 10⁵ solve, bigdense),
     and it is the KKT one: ∇(‖w‖² − r²) = 2w, so normal = 2νw gives ν back."""
     d = 20_000
@@ -47,5 +49,23 @@ def test_a_ball_at_large_d_takes_a_few_plan_calls(monkeypatch):
     original = Plan.__call__
     monkeypatch.setattr(Plan, "__call__", lambda self, *a: calls.append(1) or original(self, *a))
     nu = proxal_nodes._normal_multipliers([ball], w, x, 2 * 0.75 * x)[ball.name]
-    assert len(calls) <= 3
+    assert len(calls) <= 4        # the value, the row, the row's check along one direction (2)
     assert abs(float(nu) - 0.75) < 1e-9
+
+
+def test_at_a_kink_the_rows_are_central_differences():
+    """An ℓ∞ ball's tied corner (projection clips two coordinates to exactly r) and a
+    Euclidean ball at its centre: a derivative rule picks one piece (ν = 1, the normal fitted
+    with residual 1) or gives nan (with a RuntimeWarning); central differences average the
+    pieces, and ν = 2 fits the normal exactly (review16)."""
+    w = fm.Variable(4, name="w")
+    corner = fm.norm_inf(w) <= 1
+    nu = proxal_nodes._normal_multipliers([corner], w, np.array([1.0, 1.0, 0.5, 0.0]),
+                                          np.array([1.0, 1.0, 0.0, 0.0]))[corner.name]
+    assert abs(float(nu) - 2.0) < 1e-6
+    ball = fm.norm2(w) <= 1
+    plan = Plan([ball.expr], [w])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jacobian = proxal_nodes._jacobian([ball], w, np.zeros(4), plan, rows=1)
+    assert np.all(np.isfinite(jacobian))
