@@ -342,7 +342,7 @@ class FedDALDCC:
         client = (X[both] - X0[both], grad[both] - G0[both])
         new = spectral.penalty(tau, client, (np.broadcast_to(xhat - XHAT0, X.shape), MU0 - MU))
         peak = spectral.client_peak(peak, client)
-        if server:     # (without server terms Σμ_i is 0 but for rounding)
+        if server:     # the server holds a block (terms, sets, moved client sets)
             # not below `spectral.floor` (τ already below it stays or rises): the server's gradient is
             # −Σμ_i (its step (14) with (15)), its change against Δx̂ per client gives its curvature
             server_change = ((xhat - XHAT0)[None, :], (MU0 - MU).sum(axis=0)[None, :] / len(X))

@@ -9,8 +9,8 @@ the curvature of each side; the penalty τ = √(α̂·β̂) (α̂ alone when th
 curvature — no server terms, Σμ_i ≡ 0) balances them, as the optimal fixed penalty does for
 quadratics. The coordinator has every quantity (it sends x̂, receives x_i, mirrors μ_i): no
 extra message. An estimate is used only when the changes correlate (`CORRELATION`), else τ stays.
-Not in Xu et al.: with server terms the rule never lowers τ below `floor` (clients flat in many
-directions drive α̂ down with τ itself).
+Not in Xu et al.: where the server holds a block (terms, sets, or client sets moved there) the
+rule never lowers τ below `floor` (clients flat in many directions drive α̂ down with τ itself).
 """
 from __future__ import annotations
 
