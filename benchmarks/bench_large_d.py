@@ -147,11 +147,12 @@ def run(case: str, solver: str, timeout: float, workdir: str) -> dict:
 
 
 def reference_key(case: str) -> str:
-    """SHA-256 of a case's spec, model text and data: the reference cache's key (a changed
-    split, radius, ridge or data file gives another key)."""
+    """SHA-256 of a case's spec, model text, data and CVXPY's version: the reference cache's key
+    (a changed split, radius, ridge, data file or solver gives another key)."""
     import inspect
+    import cvxpy
     X, y = data(case)
-    digest = hashlib.sha256(json.dumps([case, CASES[case]], sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps([case, CASES[case], cvxpy.__version__], sort_keys=True).encode())
     digest.update(inspect.getsource(build).encode())
     parts = (X.data, X.indices, X.indptr, np.asarray(X.shape)) if hasattr(X, "indptr") else (X,)
     for part in parts + (y,):

@@ -128,10 +128,6 @@ def test_a_client_hessian_over_its_nonzero_columns_is_todays():
         _close(H, today)
 
 
-def test_thresholds_are_in_range():
-    assert 0 < gram_products.COMPACT_FRACTION <= 1 and 0 < gram_products.DENSE_DENSITY < 1
-
-
 @pytest.mark.parametrize("n", [1, 129, 256, 257, 300, 784])
 def test_symmetric_by_blocks_is_the_plain_sum(n):
     upper = np.asfortranarray(np.triu(np.random.default_rng(n).standard_normal((n, n))))
