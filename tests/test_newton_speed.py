@@ -98,6 +98,7 @@ def test_a_confident_full_step_asks_no_shorter_steps(monkeypatch):
 def test_the_low_rank_check_rides_on_the_batched_product(monkeypatch):
     """The packed Hessian's check direction comes out of the product that makes C (no
     Hessian-vector plan call of its own) and the packed form is the dense Hessian."""
+    monkeypatch.setattr(low_rank, "MIN_UNKNOWNS", 0)      # the packed form at d = 12
     prob, _ = logistic(n=3, d=12, rows=3, seed=4)
     with _opened(prob, BatchedExecutor()) as ex:
         program = ex.groups[0].programs[0]
@@ -113,8 +114,9 @@ def test_the_low_rank_check_rides_on_the_batched_product(monkeypatch):
                                rtol=1e-12, atol=1e-12 * np.abs(dense).max())
 
 
-def test_the_rank_k_sum_takes_negative_curvature():
+def test_the_rank_k_sum_takes_negative_curvature(monkeypatch):
     """Clients with a concave data term (C of both signs) sum to the dense Hessians' sum."""
+    monkeypatch.setattr(low_rank, "MIN_UNKNOWNS", 0)      # the packed form at d = 12
     rng = np.random.default_rng(5)
     prob, w = fm.Problem(name="signs"), fm.Variable(12, name="w")
     for i in range(4):
