@@ -33,10 +33,8 @@ class DALD(Reports, StallRule, FedDALDCC, FedDALDDC, Backend):
     the GD / prox-grad solver layer with W = 1, as in the paper; and, not in the paper,
     ε_pri = ε_dual = 1e-6 (paper 1e-5), `adaptive_rho` (Fed-DALD-CC: ρ rescaled by the spectral
     penalty rule of Xu et al. 2017 (`spectral`: curvature estimates from the iterates the
-    coordinator already has, no extra message; where the server holds a block (terms, sets, or
-    client balls moved there) never lowered below `spectral.floor`) for the first ADAPT_UNTIL
-    outer steps, with exact local solves only (a larger ρ would make the fixed gd / prox-grad
-    step unstable); a given ρ is the initial value; Fed-DALD-DC:
+    coordinator already has, no extra message) for the first ADAPT_UNTIL outer steps, with exact local solves only (a larger ρ
+    would make the fixed gd / prox-grad step unstable); a given ρ is the initial value; Fed-DALD-DC:
     each edge's ρ from its ends' curvatures, at most the given ρ, `dc.edge_rho`) and
     `stall_window` (constrained models: "infeasible" / "stalled"), `one_message` (Fed-DALD-CC:
     Step 2 sent with the next solve request, one round trip per iteration, the same iterates)

@@ -145,7 +145,7 @@ class FedDALDCC:
         steps, weights, outer_start = [], [], xhat      # (weights: 2ρ² of each step, `distance_at`)
         # spectral penalty (`spectral`): the server's mirror of every μ_i, and the iterates of the
         # step the next estimate compares with (X, λ̂, x̂, μ at k0)
-        MU, anchor, peak = np.zeros((len(clients), d)), None, 0.0
+        MU, anchor = np.zeros((len(clients), d)), None
         watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
         if saved:
             k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
@@ -160,7 +160,7 @@ class FedDALDCC:
                 ex.call("server", "configure", beta=server_beta.beta, prox_weight=0.0, center=xhat)
             steps, outer_start = list(saved.get("steps", [])), xhat
             weights = list(saved.get("weights", [1.0] * len(steps)))
-            MU, anchor, peak = (saved.get("spectral", (MU, None)) + (0.0,))[:3]
+            MU, anchor = saved.get("spectral", (MU, None))
             if saved.get("residual") is not None:
                 opts["residual"] = saved["residual"]
         while total < self.max_iterations:
@@ -256,8 +256,7 @@ class FedDALDCC:
             if self.adaptive_rho and self.dual_updates and k - last_raise <= ADAPT_UNTIL and \
                     self.solver not in ("gd", "prox-grad"):
                 if PENALTY_RULE == "spectral":
-                    factor, MU, anchor, peak = self._spectral(k, X, xhat, sent, MU, anchor, twice_rho2, member, peak,
-                                                                  server_used)
+                    factor, MU, anchor = self._spectral(k, X, xhat, sent, MU, anchor, twice_rho2, member)
                 else:
                     # Boyd et al.'s residuals: the clients' RMS ‖x_i − x̂‖₂ against 2ρ²‖Δx̂‖₂
                     spread = float(np.sqrt(np.mean(np.sum(np.square(X - xhat), axis=1))))
@@ -296,7 +295,7 @@ class FedDALDCC:
             if adapt_beta and k % PENALTY_EVERY == 0 and client_beta * owed_penalty * PENALTY_RAISE <= \
                     beta * PENALTY_CAP and penalty_slow(history, floor=self.eps_primal):
                 owed_penalty *= PENALTY_RAISE
-                anchor, peak, last_raise = None, 0.0, k     # (no spectral estimate across a change of P_i)
+                anchor, last_raise = None, k     # (no spectral estimate across a change of P_i)
             if server_beta.slow(k, primal, self.eps_primal):
                 ex.call("server", "configure", beta=server_beta.raise_at(k), prox_weight=0.0, center=xhat)
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
@@ -304,7 +303,7 @@ class FedDALDCC:
                        owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-DIST_WINDOW - 1:],
                        weights=weights[-DIST_WINDOW - 1:],
                        penalty=(client_beta, owed_penalty, last_raise), server_beta=server_beta.state(),
-                       spectral=(MU, anchor, peak), residual=opts.get("residual"))
+                       spectral=(MU, anchor), residual=opts.get("residual"))
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
             self._settle(ex, clients, xhat)     # ρ_i, owed_factor, changes no result: not sent)
         self._complete(ex, clients, pending, has_server, callback, bar)     # (by itself)
@@ -318,8 +317,7 @@ class FedDALDCC:
                        info=info)
 
     @staticmethod
-    def _spectral(k: int, X, xhat, sent, MU, anchor, twice_rho2, member: np.ndarray, peak: float,
-                  server: bool):
+    def _spectral(k: int, X, xhat, sent, MU, anchor, twice_rho2, member: np.ndarray):
         """The spectral rule's factor for ρ∘ρ after outer step k (`spectral.penalty`, every
         `spectral.EVERY` steps; 1 in between), the server's mirror of μ_i after this step's (15),
         and the estimate's anchor (X, λ̂, x̂, μ at the step the next estimate compares with).
@@ -330,24 +328,18 @@ class FedDALDCC:
         grad = MU + weight * (sent - X)                 # λ̂_i: client i's gradient at x_i
         MU = MU + weight * (xhat - X) * member[:, None]     # (15), as the clients do it
         if anchor is not None and k % spectral.EVERY:
-            return 1.0, MU, anchor, peak
+            return 1.0, MU, anchor
         now = (X, grad, xhat, MU, member)
         if anchor is None:
-            return 1.0, MU, now, peak
+            return 1.0, MU, now
         X0, G0, XHAT0, MU0, member0 = anchor
         both = member & member0
         if not both.any():
-            return 1.0, MU, now, peak
+            return 1.0, MU, now
         tau = float(np.mean(weight))
-        client = (X[both] - X0[both], grad[both] - G0[both])
-        new = spectral.penalty(tau, client, (np.broadcast_to(xhat - XHAT0, X.shape), MU0 - MU))
-        peak = spectral.client_peak(peak, client)
-        if server:     # the server holds a block (terms, sets, moved client sets)
-            # not below `spectral.floor` (τ already below it stays or rises): the server's gradient is
-            # −Σμ_i (its step (14) with (15)), its change against Δx̂ per client gives its curvature
-            server_change = ((xhat - XHAT0)[None, :], (MU0 - MU).sum(axis=0)[None, :] / len(X))
-            new = max(new, min(tau, spectral.floor(peak, server_change)))
-        return (new / tau if np.isfinite(new) and new > 0.0 else 1.0), MU, now, peak
+        new = spectral.penalty(tau, (X[both] - X0[both], grad[both] - G0[both]),
+                               (np.broadcast_to(xhat - XHAT0, X.shape), MU0 - MU))
+        return (new / tau if np.isfinite(new) and new > 0.0 else 1.0), MU, now
 
     def _settle(self, ex, clients, xhat) -> float:
         """Step 2 owed to the clients (`one_message`), sent on its own: (15) and their own
