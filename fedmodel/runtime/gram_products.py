@@ -45,6 +45,8 @@ class GramRows:
         self.shape = R.shape
         m, n = R.shape
         sparse = hasattr(R, "toarray")
+        if sparse:      # (the model hands canonical float64 CSR; any other sparse input as that)
+            R = R.tocsr().astype(float, copy=False)
         # (a stored zero of CSR counts as a nonzero: a kept column, never a lost one)
         nonzero = np.flatnonzero(np.bincount(R.indices, minlength=n) if sparse else np.any(R, axis=0))
         self.columns = nonzero if nonzero.size <= COMPACT_FRACTION * n else None
