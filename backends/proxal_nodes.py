@@ -260,8 +260,11 @@ def _jacobian(constraints, variable, x: np.ndarray, plan, rows: int) -> np.ndarr
         if np.all(np.isfinite(jacobian)) and np.allclose(jacobian @ direction, differenced,
                                                          rtol=1e-5, atol=1e-5 * size):
             return jacobian
+    unit = np.zeros(flat.size)
     for j in range(flat.size):
-        jacobian[:, j] = along(np.eye(1, flat.size, j).ravel())
+        unit[j] = 1.0
+        jacobian[:, j] = along(unit)
+        unit[j] = 0.0
     return jacobian
 
 

@@ -26,9 +26,9 @@ an absolute stationarity test; its default now also estimates the distance left,
                                                        # CVXPY once per case and data (opt-in cache)
 
 `--reference-cache DIR`: CVXPY's record and solution are kept in DIR under the case's name and
-a SHA-256 of its spec, `build`'s source and its data (`reference_key`), and read back instead of
-solving again (a reference that did not converge is not kept); the row says "(cached)" and its
-times and memory are those of the run that made it.
+a SHA-256 of its spec, `build`'s source, its data and CVXPY's version (`reference_key`), and read
+back instead of solving again (a reference that did not converge is not kept); the row says
+"(cached)" and its times and memory are those of the run that made it.
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 
 import fedmodel as fm
 from fedmodel.backends import proxal_nodes
@@ -69,3 +70,25 @@ def test_at_a_kink_the_rows_are_central_differences():
         warnings.simplefilter("error")
         jacobian = proxal_nodes._jacobian([ball], w, np.zeros(4), plan, rows=1)
     assert np.all(np.isfinite(jacobian))
+
+
+@pytest.mark.parametrize("units", [1e-3, 1.0, 1e3])
+def test_a_users_infinity_ball_multipliers_match_cvxpy_in_any_units(units):
+    """As a user writes it: three clients pulling w towards a corner of their ‖w‖∞ ≤ r, the data
+    in other units (the radius with them). The projection clips two coordinates to exactly r —
+    the tie where a derivative rule took one piece and halved ν (review16). ProxAL's answer and
+    each client's multiplier against CVXPY's, and verify."""
+    rng = np.random.default_rng(0)
+    w = fm.Variable(4, name="w")
+    prob = fm.Problem()
+    for i in range(3):
+        A = rng.normal(size=(20, 4)) * units
+        c = prob.add_client(f"c{i}")
+        c.minimize(fm.sum_squares(c.data(A, name="A") @ w - A @ np.array([3.0, -3.0, 0.1, 0.0])) / 20)
+        c.subject_to(fm.norm_inf(w) <= 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res, ref = prob.solve("proxal"), prob.solve("cvxpy")
+    assert res.status == "converged" and fm.verify(res, ref).ok
+    for name, mu in ref.multipliers.items():
+        assert abs(float(res.multipliers[name]) - float(mu)) <= 1e-3 * abs(float(mu))

@@ -59,8 +59,9 @@ _UNSET = object()
 
 class _Term:
     """One data matrix's share: its rows R = A diag(s) (`rows`, a `GramRows`: the product its
-    data allows; None for the direction itself, the rest's diagonal), its weight outputs (summed: several terms on the same data take one
-    product) and rank-one pairs (a, b) as output indices."""
+    data allows; None for the direction itself, the rest's diagonal), its weight outputs
+    (summed: several terms on the same data take one product) and rank-one pairs (a, b) as
+    output indices."""
 
     __slots__ = ("rows", "weights", "pairs")
 

@@ -8,7 +8,7 @@ its data allows, chosen once when the data is bound (`GramRows(R)`), never per H
   into the product's own scratch (√|t| ∘ R is a copy in any case: +0.3 ms at MNIST's size), so
   the data is never held twice;
 - sparse R (scipy CSR), its nonzero columns at least `DENSE_DENSITY` full: the same syrk over
-  `chunk` rows at a time made dense — the whole matrix is never densified. scipy.sparse's
+  `chunk` rows at a time made dense — never more than a chunk's floats (one Hessian's) at once. scipy.sparse's
   product of MNIST's rows as CSR takes 170 ms against 17 for syrk: its flops are fewer (Σ nnz_r²,
   1/4 here) but each costs ~6 ns against BLAS's ~0.03;
 - sparse R below that density: scipy.sparse's product (R diag(t))ᵀ R, dense d × d;
