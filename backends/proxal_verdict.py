@@ -71,7 +71,7 @@ def verdict(history: list[dict], growth: float, beta_max: float, eps1: float, ep
         # (not from a violation that unsolved subproblems sent up: at β_max NP monks-1 n = 40 under
         # Algorithm 2, feasible, rose 1e-7 → 2e-3 in two outer iterations, certificate 327 against
         # τ 4e-7; a violation that stays — balls apart — is read whether solved or not)
-        unsolved = any(r.get("certificate", 0.0) > r.get("tau", np.inf) for r in history[-STALL_OUTER:])
+        unsolved = bool(_unsolved(history[-STALL_OUTER:]))
         blown_up = unsolved and recent[-1] > 10 * min(recent)
         if not blown_up and recent[-1] > eps2 and (all(b > 0.99 * a for a, b in zip(recent, recent[1:]))
                                                or _positive_limit(recent) > max(eps2, 0.9 * recent[-1])):
@@ -165,17 +165,22 @@ def hints(backend, history: list[dict], info: dict, status: str | None) -> str |
         info["flat"] = FLAT_NOTE.format(n=last["newton_flat"])
         warnings.warn(info["flat"], RuntimeWarning, stacklevel=4)
     at_cap = status is None and len(history) >= getattr(backend, "max_outer", np.inf)
-    window = _outward(history, getattr(backend, "eps2", 0.0)) if status is None else None
-    if window and at_cap and "newton_distance" in last:
+    window = _outward(history, getattr(backend, "eps2", 0.0)) if at_cap else None
+    if window and "newton_distance" in last:
         info["no_minimizer"] = MAYBE_RUNAWAY.format(k=len(window) - 1, r=last["size"] / max(history[0]["size"], 1e-300))
         warnings.warn(info["no_minimizer"], RuntimeWarning, stacklevel=4)
-    unsolved = [r for r in history[-UNSOLVED_WINDOW:] if r.get("certificate", 0.0) > r.get("tau", np.inf)]
+    unsolved = _unsolved(history[-UNSOLVED_WINDOW:]) if at_cap else []
     if at_cap and 2 * len(unsolved) >= min(len(history), UNSOLVED_WINDOW):
         info["unsolved"] = UNSOLVED_NOTE.format(
             k=len(unsolved), n=min(len(history), UNSOLVED_WINDOW), cert=np.median([r["certificate"] for r in unsolved]),
             tau=last["tau"], beta=last.get("beta", np.nan), step=last.get("step", np.nan) / max(last.get("size", 0.0), 1e-300))
         warnings.warn(info["unsolved"], RuntimeWarning, stacklevel=4)
     return status
+
+
+def _unsolved(records: list[dict]) -> list[dict]:
+    """The outer iterations whose subproblem ended with its certificate above its τ_k."""
+    return [r for r in records if r.get("certificate", 0.0) > r.get("tau", np.inf)]
 
 
 def _positive_limit(values: list[float]) -> float:
