@@ -97,7 +97,7 @@ print(json.dumps({"phases": phases, "total": (marks[-1][1] - marks[0][1], marks[
 """
 
 MANY_CHILD = r"""
-import json, os, sys, time, warnings
+import json, sys, time, warnings
 warnings.simplefilter("ignore")
 t0, c0 = time.perf_counter(), time.process_time()
 import numpy as np
@@ -106,11 +106,11 @@ import fedmodel.backends
 from fedmodel.compiler import codegen
 from fedmodel.runtime import program
 N, R, backend = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-a = np.loadtxt(os.path.join(os.environ.get("FEDMODEL_DATA", "/work/shared/data"),
-                            "regression/gal_uci/power-plant/data.txt"))
-X = np.hstack([a[:, :4], np.ones((len(a), 1))]); y = a[:, 4]
+from fedmodel.datasets import load_regression
+found = load_regression("power-plant")
+X = np.hstack([found.X, np.ones((len(found.y), 1))]); y = found.y
 sizes = np.random.default_rng(5).integers(1, 6, size=N) if R == 0 else np.full(N, R)
-rows = np.random.default_rng(0).permutation(len(a))[:sizes.sum()]
+rows = np.random.default_rng(0).permutation(len(y))[:sizes.sum()]
 counts = {"compiled": 0, "rebound": 0, "compile_programs": 0.0}
 init = codegen.Plan.__init__
 def counted(self, *args, **kwargs):

@@ -310,7 +310,6 @@ def test_a_reference_that_fails_its_own_kkt_check_is_named():
     assert "the reference itself" not in str(fm.verify(good, good))
 
 
-
 def _nearly_flat() -> tuple[fm.Problem, np.ndarray, np.ndarray]:
     """Least squares whose columns 1 and 2 differ by 1e-5 (condition ~1e10 along [1, −1]): the
     problem, its exact solution and that nearly flat direction."""
