@@ -11,8 +11,6 @@ gradient and Hessian, and a damped Newton method minimizes it (phase 1).
 
 It replies one number: a lower bound on its constraints' least violation, relative to the size
 of their terms, when that is clearly positive (else 0) — nothing else about its data.
-The answer is kept for a warm re-solve (`_remembered`: ~3.5 ms a client of NP adult, 8 % of its
-solve): the node program is compiled again each solve, its data leaves are the same objects.
 
 What it claims (sound for convex constraints, not complete): at the point Newton ends on, F's
 decrease still possible is ≈ λ²/2 (λ² = gᵀH⁻¹g, the Newton decrement: exact for a quadratic,
@@ -24,15 +22,11 @@ without a smooth form are left out: a subset without a common point is enough to
 """
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from ..compiler.codegen import Plan
-from ..compiler.shared_structure import structure_key
 from ..compiler.terms import flatten, summed_size
 from ..errors import FedModelError
-from ..expression import Constant, Data, Leaf, Parameter, is_sparse, postorder
 from . import solvers
 from .compiled_merit import CompiledMerit
 from .messages import procedure
@@ -48,7 +42,7 @@ def own_feasibility(program) -> dict:
     """The client's reply: {"violation": a lower bound on its constraints' least violation
     relative to the size of their terms, when clearly positive (> CLEAR), else 0;
     "constraint": the name of the one violated most at the least-violating point ("" if 0)}."""
-    found = _remembered(program)
+    found = least_violation(program)
     if found is None or found[0] <= CLEAR:
         return {"violation": 0.0, "constraint": ""}
     return {"violation": float(found[0]), "constraint": found[1]}
@@ -71,51 +65,6 @@ def least_violation(program) -> tuple[float, str] | None:
     bound = np.sqrt(2.0 * max(value - decrement, 0.0) / rows)
     named, size = _most_violated(program, merit.constraints, z)
     return (bound / size, named) if size > 0 else None
-
-
-# id of the client's first data leaf (by uid) -> (a weak reference to it, the fingerprint,
-# least_violation's answer, the other data leaves: kept alive so that their ids in the
-# fingerprint stay theirs); the entry goes with that leaf. (Not a WeakKeyDictionary: it
-# compares keys with ==, which builds a constraint of two expressions.)
-_ANSWERS: dict[int, tuple] = {}
-
-
-def _remembered(program) -> tuple[float, str] | None:
-    """`least_violation(program)`, computed again only when what it reads changed: the
-    constraints' graph and names, their data leaves (by identity: `Data` is immutable), every
-    other constant and Parameter (by value) and the start (program.y)."""
-    constraints = program.all_constraints
-    order = program.variables + postorder([c.expr for c in constraints])
-    data = sorted((node for node in order if isinstance(node, Data)), key=lambda d: d.uid)
-    if not data:
-        return least_violation(program)
-    graph = tuple(part[:1] + part[2:] if part[0] == "const-id" else part   # (values: below)
-                  for part in structure_key(order, len(program.variables)))
-    key = (graph, program.n_shared,
-           tuple((type(c), c.name) for c in constraints), np.asarray(program.y, float).tobytes(),
-           tuple(_value_part(node) for node in order if isinstance(node, Leaf)))
-    anchor = id(data[0])
-    kept = _ANSWERS.get(anchor)
-    if kept is not None and kept[0]() is data[0] and kept[1] == key:
-        return kept[2]
-    found = least_violation(program)
-    _ANSWERS[anchor] = (weakref.ref(data[0], lambda _, i=anchor: _ANSWERS.pop(i, None)), key,
-                        found, data[1:])
-    return found
-
-
-def _value_part(leaf) -> tuple:
-    if isinstance(leaf, Data):
-        return ("data", id(leaf))     # (immutable; `_ANSWERS` keeps the leaf alive)
-    if isinstance(leaf, Parameter):
-        return ("param", None if leaf.value is None else np.asarray(leaf.value, float).tobytes())
-    if isinstance(leaf, Constant):
-        value = leaf.value
-        if is_sparse(value):
-            return ("sparse", value.shape, value.data.tobytes(), value.indices.tobytes(),
-                    value.indptr.tobytes())
-        return ("const", value.shape, value.dtype.str, np.ascontiguousarray(value).tobytes())
-    return ("leaf",)          # a variable: its place is in the structure key
 
 
 def _phase_one(program, constraints: list) -> CompiledMerit | None:
