@@ -92,3 +92,27 @@ def test_a_users_infinity_ball_multipliers_match_cvxpy_in_any_units(units):
     assert res.status == "converged" and fm.verify(res, ref).ok
     for name, mu in ref.multipliers.items():
         assert abs(float(res.multipliers[name]) - float(mu)) <= 1e-3 * abs(float(mu))
+
+
+def test_data_changed_in_place_between_solves_is_read_again():
+    """A user's array passed to `c.data` stays theirs: changed in place, the next `prob.solve()`
+    reads it. Here the change makes the client's Neyman-Pearson constraint impossible (its loss
+    on ±A is at least log 2 > 0.5): "infeasible" before the run (one round trip), as CVXPY says.
+    (The clients' own-constraint check is made each solve: adult50's cache of it, keyed by the
+    data leaf's identity, missed an in-place change when called directly — reread16 — and is
+    taken out.)"""
+    rng = np.random.default_rng(0)
+    w, prob = fm.Variable(4, name="w"), fm.Problem(name="np")
+    A = rng.standard_normal((5, 4)) + 1.0
+    X1 = np.vstack([A, A])
+    c = prob.add_client("c1")
+    c.minimize(fm.mean(fm.logistic(c.data(rng.standard_normal((12, 4)), name="X0") @ w)))
+    c.subject_to((fm.mean(fm.logistic(-(c.data(X1, name="X1") @ w))) <= 0.5).named("np[c1]"))
+    prob.server.minimize(1e-3 * fm.sum_squares(w))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert prob.solve().status == "converged"
+        X1[5:] = -A
+        again = prob.solve()
+        assert again.status == "infeasible" and again.info["communication"]["round_trips"] == 1
+        assert prob.solve("cvxpy").status == "infeasible"
