@@ -28,8 +28,6 @@ import weakref
 
 import numpy as np
 
-from fedmodel.compiler.codegen import Plan
-from fedmodel.compiler.differentiate import grad
 from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from fedmodel.solution_set import FLAT_SIZE, jacobian, maps, null_space
@@ -160,8 +158,7 @@ def _curvature(program: NodeProgram, x) -> dict:
         return {"least": None, "flat": None}
     if program not in _PLANS:
         basis = np.asarray(_flat(program)["basis"], dtype=float).reshape(n, -1)
-        _PLANS[program] = (Plan([grad(program.merit_ir.objective, v) for v in program.shared.variables],
-                                program.variables), _complement(basis))
+        _PLANS[program] = (program.compiled.objective_gradient_plan, _complement(basis))
     (plan, seen), y = _PLANS[program], program.y
 
     def gradient(z):
