@@ -271,7 +271,7 @@ def _leaf_part(node: Leaf, i: int, n_inputs: int, first_value: dict[int, int]) -
         return ("sparse", type(node), value.shape, value.dtype.str, same)
     if value.size <= 1:
         return ("scalar", type(node), value.shape, value.dtype.str, value.tobytes(), same)
-    if type(node) is Constant or not isinstance(node, Data):
+    if not isinstance(node, Data):
         return ("const-id", id(value), same)
     return ("data", type(node), value.shape, value.dtype.str, same)
 
