@@ -13,6 +13,11 @@ from typing import Any, Callable
 from ...errors import FedModelError
 from .client_app import client_app
 
+# how long `stop` waits for the simulation's thread: a ServerApp that started returns at once,
+# one still starting takes its start (Flower, then Ray); a run stuck before it is left behind
+# (a daemon thread) rather than hanging the caller
+STOP_TIMEOUT = 60.0
+
 try:
     from flwr.serverapp import ServerApp
 except ImportError:     # optional extra: make_executor("flower") then says how to install it
@@ -95,4 +100,4 @@ class Simulation:
         """End the simulation: its ServerApp returns; Flower then stops its workers and the Ray
         it started."""
         self._jobs.put(None)
-        self._thread.join()
+        self._thread.join(timeout=STOP_TIMEOUT)
