@@ -231,8 +231,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
                           else (near_zero,))]
                 relative = min(found, key=lambda r: float(np.max(np.abs(r), initial=0.0)))
         remainders.append(relative)
-        held.append(np.broadcast_to(np.any([near_zero == 0 for t in prox_terms if t.variable is var],
-                                           axis=0), np.shape(x)))
+        held.append(_held(x, near_zero, tiny, [t for t in prox_terms if t.variable is var]))
         stationarity = max(stationarity, float(np.max(np.abs(remainder), initial=0.0)))
         # the floor stands for gradients that vanish at a perfect fit; where the loss saturates
         # (separable data in large units) the gradients at 0 exceed those near x by orders of
@@ -249,9 +248,10 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
         if ratio > relative_stationarity:
             relative_stationarity, worst_variable = ratio, var.label
     # the distance the remainder allows through the curvature (`newton_distance`): where it is
-    # cheap and exact — no constraints, the only nonsmooth terms ℓ1 norms (their zeros held)
-    if not constraints and all(t.kind == "norm1" for t in prox_terms) and pieces \
-            and not classified.unsupported:
+    # cheap and exact — no constraints but bounds on variables, the only nonsmooth terms ℓ1
+    # norms (the bounds met and the ℓ1 zeros held)
+    if not any(canonicals) and all(t.kind == "norm1" or t.box is not None for t in prox_terms) \
+            and pieces and not classified.unsupported:
         def gradient(at: list[np.ndarray]) -> list[np.ndarray]:
             out, total = iter(plan(*at)[len(pieces):]), [np.zeros(v.shape) for v in variables]
             for idx in members:
@@ -282,6 +282,19 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
                        relative_feasibility=relative_feasibility,
                        relative_complementarity=relative_complementarity,
                        objective_scale=objective_scale, lengths=lengths, worst=worst)
+
+
+def _held(x: np.ndarray, near_zero: np.ndarray, tiny: float, terms: list) -> np.ndarray:
+    """The entries of x that the Newton distance holds: an ℓ1 term's zeros, a box's bounds met
+    (within `tiny`)."""
+    held = np.zeros(np.shape(x), dtype=bool)
+    for term in terms:
+        if term.box is not None:
+            lower, upper = (np.broadcast_to(np.asarray(b, float), np.shape(x)) for b in term.box)
+            held |= (x <= lower + tiny) | (x >= upper - tiny)
+        else:
+            held |= near_zero == 0
+    return held
 
 
 def _ratio(value: float, scale: float) -> float:

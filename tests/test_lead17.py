@@ -164,3 +164,30 @@ def test_the_newton_distance_reads_rounding_at_exact_answers_and_flags_moved_one
         flat = vectors[:, 0] / s
         moved = exact + 1e-2 * np.abs(exact).max() * flat / np.abs(flat).max()
         assert prob.kkt_certificate({w.uid: moved}, {}).relative_stationarity > 1e-3, trial
+
+
+def test_bounds_are_held_by_the_newton_distance_nonnegative_least_squares_in_other_units():
+    """nu17: power-plant features ×1e3 beside an intercept of ones, w ≥ 0 on the server. CVXPY
+    said "optimal" 2.9e-2 from the answer and verify passed it; ProxAL's right answer (2.6e-7)
+    then failed verify against it. The bounds met are held, the free entries read."""
+    from fedmodel.datasets import load_regression
+    data = load_data(load_regression, "power-plant")
+    X = np.hstack([data.X * 1e3, np.ones((len(data.y), 1))])
+    y = np.asarray(data.y, float) * 1e3
+    w, prob = fm.Variable(X.shape[1], name="w"), fm.Problem()
+    for rows in np.array_split(np.random.default_rng(0).permutation(len(y)), 5):
+        c = prob.add_client()
+        c.minimize(fm.sum_squares(c.data(X[rows]) @ w - c.data(y[rows])) / len(y))
+    prob.server.subject_to(w >= 0)
+    s = np.abs(X).max(0)
+    v = cp.Variable(X.shape[1])
+    cp.Problem(cp.Minimize(cp.sum_squares((X / s) @ v - y) / len(y)), [v >= 0]).solve(
+        solver="CLARABEL", tol_gap_abs=1e-13, tol_gap_rel=1e-13, tol_feas=1e-13, max_iter=500)
+    answer = v.value / s
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref, res = prob.solve("cvxpy"), prob.solve()
+    for found in (ref, res):
+        assert found.status == "converged"
+        assert np.abs(found.value(w) - answer).max() <= 1e-5 * np.abs(answer).max()
+    assert fm.verify(res, ref).ok
