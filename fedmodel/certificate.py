@@ -62,7 +62,7 @@ from .compiler.intersections import merge_sets
 from .compiler.scaling import column_scales
 from .compiler.differentiate import grad
 from .constraints import Constraint, Equality
-from .newton_distance import relative_distance
+from .newton_distance import held_entries, relative_distance, summed_gradients
 from .expression import Constant, Expression, Variable
 from .result import Certificate
 
@@ -231,7 +231,7 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
                           else (near_zero,))]
                 relative = min(found, key=lambda r: float(np.max(np.abs(r), initial=0.0)))
         remainders.append(relative)
-        held.append(_held(x, near_zero, tiny, [t for t in prox_terms if t.variable is var]))
+        held.append(held_entries(x, near_zero, tiny, [t for t in prox_terms if t.variable is var]))
         stationarity = max(stationarity, float(np.max(np.abs(remainder), initial=0.0)))
         # the floor stands for gradients that vanish at a perfect fit; where the loss saturates
         # (separable data in large units) the gradients at 0 exceed those near x by orders of
@@ -252,14 +252,8 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     # norms (the bounds met and the ℓ1 zeros held)
     if not any(canonicals) and all(t.kind == "norm1" or t.box is not None for t in prox_terms) \
             and pieces and not classified.unsupported:
-        def gradient(at: list[np.ndarray]) -> list[np.ndarray]:
-            out, total = iter(plan(*at)[len(pieces):]), [np.zeros(v.shape) for v in variables]
-            for idx in members:
-                for i in idx:
-                    total[i] = total[i] + np.broadcast_to(np.asarray(next(out), float), variables[i].shape)
-            return total
-        far = relative_distance(gradient, inputs, remainders, held,
-                                [weights.get(v.uid) for v in variables], list(natural))
+        far = relative_distance(summed_gradients(plan, len(pieces), members, variables), inputs,
+                                remainders, held, [weights.get(v.uid) for v in variables], list(natural))
         if far > relative_stationarity:
             relative_stationarity = far
             worst_variable = worst_variable or variables[0].label
@@ -282,19 +276,6 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
                        relative_feasibility=relative_feasibility,
                        relative_complementarity=relative_complementarity,
                        objective_scale=objective_scale, lengths=lengths, worst=worst)
-
-
-def _held(x: np.ndarray, near_zero: np.ndarray, tiny: float, terms: list) -> np.ndarray:
-    """The entries of x that the Newton distance holds: an ℓ1 term's zeros, a box's bounds met
-    (within `tiny`)."""
-    held = np.zeros(np.shape(x), dtype=bool)
-    for term in terms:
-        if term.box is not None:
-            lower, upper = (np.broadcast_to(np.asarray(b, float), np.shape(x)) for b in term.box)
-            held |= (x <= lower + tiny) | (x >= upper - tiny)
-        else:
-            held |= near_zero == 0
-    return held
 
 
 def _ratio(value: float, scale: float) -> float:

@@ -87,3 +87,28 @@ def relative_distance(gradient: Callable[[list[np.ndarray]], list[np.ndarray]],
         worst = max(worst, moved / size if size > 0 else (np.inf if moved > 0 else 0.0))
         at_ += k
     return worst
+
+
+def held_entries(x: np.ndarray, near_zero: np.ndarray, tiny: float, terms: list) -> np.ndarray:
+    """The entries of x the distance holds, for the prox `terms` of its variable: an ℓ1 term's
+    zeros (`near_zero` == 0), a box's bounds met (within `tiny`)."""
+    held = np.zeros(np.shape(x), dtype=bool)
+    for term in terms:
+        if term.box is not None:
+            lower, upper = (np.broadcast_to(np.asarray(b, float), np.shape(x)) for b in term.box)
+            held |= (x <= lower + tiny) | (x >= upper - tiny)
+        else:
+            held |= near_zero == 0
+    return held
+
+
+def summed_gradients(plan, skip: int, members: list[list[int]], variables: list) -> Callable:
+    """inputs → per variable the sum of `plan`'s gradient outputs (those after the first `skip`,
+    one per piece and each of its variables `members`): the certificate's ∇ of the smooth part."""
+    def gradient(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        out, total = iter(plan(*inputs)[skip:]), [np.zeros(v.shape) for v in variables]
+        for idx in members:
+            for i in idx:
+                total[i] = total[i] + np.broadcast_to(np.asarray(next(out), float), variables[i].shape)
+        return total
+    return gradient
