@@ -26,7 +26,9 @@ from fedmodel.runtime.program import NodeProgram
 TRIALS = 8              # shorter steps 2^-1 … 2^-TRIALS valued beside each full Newton step (one message)
 MODEL_STEPS = 20_000    # the server's accelerated proximal-gradient iterations on the model at most
 MODEL_TOL = 1e-2        # the model's prox-gradient mapping to MODEL_TOL × min(τ_k, certificate)
-SEARCH = 24             # the face search's passes at most (a KKT solve each), 2d + 8 to d = 200
+SEARCH = 24             # a model minimizer's face searches take at most 4·SEARCH passes (KKT solves),
+FACE_FLOPS = 3e7        # ... and at most FACE_FLOPS / (d + 1)³ of them (at least 2); 2d + 8 a search
+MOVES = 64              # FISTA restarted from an improving face point at most MOVES times
 FACE_FIRST = 20         # the first of the model iterations (then 40, 80, …) that try the face's minimizer
 # d × d matrices a Newton step holds at once whatever n where replies are summed as they come
 # (the sum, a member's Hessian and copies, triangles, the server's H; tracemalloc's peak over a
@@ -78,23 +80,27 @@ def active_faces(program, u: np.ndarray, l1: np.ndarray | None = None
 
 
 def face_minimizer(program, z: np.ndarray, G: np.ndarray, H: np.ndarray, u: np.ndarray,
-                   l1: np.ndarray | None = None) -> np.ndarray | None:
+                   l1: np.ndarray | None = None, passes: int = SEARCH) -> tuple[np.ndarray | None, int]:
     """argmin of Gᵀ(v − z) + ½(v − z)ᵀH(v − z) + h(v) over the face of h holding u (E v = E u,
     h linear there: `active_faces`), by an active-set search from u (feature-sign search, Lee,
     Battle, Raina, Ng 2007, with bounds): where the face's minimizer changes the sign of an ℓ1
     entry or crosses a bound, the model falls along the segment to it, so go to where the first
     such entry reaches 0 or its bound and hold it there; at a face's minimizer, free the entry
-    whose exact coordinate step lowers the model most; at most SEARCH passes. Kept where it
-    lies in the sets and its model value is at most u's; else None."""
+    whose exact coordinate step lowers the model most; at most `passes` passes (a KKT solve
+    each). Kept where it lies in the sets and its model value is at most u's, else None; and
+    the passes taken."""
     v = target = u
-    for _ in range(2 * u.size + 8 if u.size <= 200 else SEARCH):
+    for used in range(1, passes + 1):
         face = active_faces(program, v, l1)
         if face is None:
-            return None
+            return None, used
         E, weights, lower, upper = face
         c, d, k = weights * np.sign(v), z.size, E.shape[0]
         kkt = np.block([[H, E.T], [E, np.zeros((k, k))]])
-        target = np.linalg.lstsq(kkt, np.concatenate([H @ z - G - c, E @ v]), rcond=None)[0][:d]
+        target = _kkt_solve(kkt, np.concatenate([H @ z - G - c, E @ v]))[:d]
+        bound = (np.count_nonzero(E, axis=1) == 1) & (E.max(axis=1, initial=0.0) == 1.0)
+        fixed = np.argmax(E[bound], axis=1)
+        target[fixed] = v[fixed]        # the held entries exactly (the solve leaves ~1e-16 there)
         step = target - v
         with np.errstate(divide="ignore", invalid="ignore"):
             to_zero = np.where((c != 0) & (np.sign(target) != np.sign(v)), -v / step, np.inf)
@@ -117,19 +123,28 @@ def face_minimizer(program, z: np.ndarray, G: np.ndarray, H: np.ndarray, u: np.n
         v = freed
     else:
         target = v
-    start, v = v, target
-    bound = (np.count_nonzero(E, axis=1) == 1) & (E.max(axis=1, initial=0.0) == 1.0)
-    fixed = np.argmax(E[bound], axis=1)
-    v[fixed] = start[fixed]             # the bounds exactly (the solve leaves ~1e-16 there)
+    v = target
     inside = program.apply_prox(v, 0.0)[:d]          # the sets' projection (t = 0)
     if not np.all(np.isfinite(v)) or np.max(np.abs(inside - v), initial=0.0) > \
             1e-12 * max(1.0, float(np.max(np.abs(v), initial=0.0))):
-        return None
+        return None, used
 
     def model(x: np.ndarray) -> float:
         h = prox_value(program, x) + (0.0 if l1 is None else float(np.dot(l1, np.abs(x))))
         return float(G @ (x - z) + 0.5 * (x - z) @ H @ (x - z)) + h
-    return inside if model(inside) <= model(u) else None
+    return (inside if model(inside) <= model(u) else None), used
+
+
+def _kkt_solve(kkt: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """kkt⁻¹ rhs by LU; least squares where it is singular (a bound held twice: an ℓ1 zero at
+    a bound, rows repeated)."""
+    try:
+        out = np.linalg.solve(kkt, rhs)
+        if np.all(np.isfinite(out)):
+            return out
+    except np.linalg.LinAlgError:
+        pass
+    return np.linalg.lstsq(kkt, rhs, rcond=None)[0]
 
 
 def _coordinate_step(z, G, H, weights, lower, upper, v) -> np.ndarray | None:
@@ -196,18 +211,20 @@ def model_minimizer(program, z, G, H, l1, tol) -> np.ndarray:
     step = 1.0 / max(top, 1e-300)
     u = _prox(program, z - step * G, step, l1)
     y, theta, face_at, moves = u.copy(), 1.0, FACE_FIRST, 0
+    budget = max(2, min(4 * SEARCH, int(FACE_FLOPS / (z.size + 1) ** 3)))   # KKT solves in all
     for k in range(MODEL_STEPS):
         u_new = _prox(program, y - step * (G + H @ (y - z)), step, l1)
         if float(np.max(np.abs(u_new - y), initial=0.0)) <= tol * step:
             return u_new
-        if k == face_at:                      # the face the iterates found, in one KKT solve
-            face_at *= 2                      # (at 20, 40, 80, … iterations: O(log) solves)
-            v = face_minimizer(program, z, G, H, u_new, l1)
+        if k == face_at and budget > 0:       # the face the iterates found, by KKT solves
+            face_at *= 2                      # (at 20, 40, 80, … iterations: O(log) searches)
+            v, used = face_minimizer(program, z, G, H, u_new, l1, min(budget, 2 * z.size + 8))
+            budget -= used
             if v is not None:
                 if float(np.max(np.abs(_prox(program, v - step * (G + H @ (v - z)), step, l1) - v),
                                 initial=0.0)) <= tol * step:
                     return v
-                if moves < z.size:            # an active-set step: on from v, its face next
+                if moves < MOVES:             # an active-set step: on from v, its face next
                     moves, face_at = moves + 1, k + 1
                     u, y, theta = v, v.copy(), 1.0
                     continue

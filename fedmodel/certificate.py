@@ -30,6 +30,8 @@ of ten leaves them unchanged for models homogeneous in the data:
   where smaller, the curvature at x along x, Σ_k ‖∇_v(∇P_k(x)·x)‖∞, the same for a quadratic;
   the larger of that ratio and the same one in column-scaled units (x = D u, D the compiler's
   per-column equilibration of `X @ x`), so that columns in other units are seen one by one;
+  and, where affordable and exact, the Newton distance H⁻¹r per variable over its size
+  (`newton_distance`: a small r along a flat direction hides a far point);
 - relative feasibility: per constraint, its violation over the size of its terms at x (the
   largest entry of Σ_t |t(x)| over the canonical terms t of `lhs − rhs`), a term c·v linear in
   a variable counting at least |c| times v's length (below), so that a bound met at 0 has a size;
@@ -62,7 +64,7 @@ from .compiler.intersections import merge_sets
 from .compiler.scaling import column_scales
 from .compiler.differentiate import grad
 from .constraints import Constraint, Equality
-from .newton_distance import held_entries, relative_distance, summed_gradients
+from .newton_distance import affordable, held_entries, relative_distance, summed_gradients
 from .expression import Constant, Expression, Variable
 from .result import Certificate
 
@@ -251,12 +253,11 @@ def kkt_certificate(variables: list[Variable], objective_terms: list[Expression]
     # cheap and exact — no constraints but bounds on variables, the only nonsmooth terms ℓ1
     # norms (the bounds met and the ℓ1 zeros held)
     if not any(canonicals) and all(t.kind == "norm1" or t.box is not None for t in prox_terms) \
-            and pieces and not classified.unsupported:
-        far = relative_distance(summed_gradients(plan, len(pieces), members, variables), inputs,
-                                remainders, held, [weights.get(v.uid) for v in variables], list(natural))
+            and pieces and not classified.unsupported and affordable(objective_terms, inputs):
+        far, where = relative_distance(summed_gradients(plan, len(pieces), members, variables), inputs,
+                                       remainders, held, [weights.get(v.uid) for v in variables], list(natural))
         if far > relative_stationarity:
-            relative_stationarity = far
-            worst_variable = worst_variable or variables[0].label
+            relative_stationarity, worst_variable = far, variables[where].label
     relative_feasibility, worst_constraint = 0.0, None
     for constraint, violation, size in violations:
         # a term c·v linear in a variable counts at least |c| times v's natural length: a bound

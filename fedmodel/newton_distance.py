@@ -12,12 +12,15 @@ gap, 4.7e6, is 2e-5 of the objective's change from the origin, 2e11: the objecti
 see it either). For a quadratic x − s is the answer exactly (the free entries' face held), to
 second order otherwise: the backends' own distance rules (ProxAL's Newton reading) read the same.
 
-H comes from central differences of the compiled gradients, one pair per entry, in the
-column-scaled coordinates x = D u (D the compiler's equilibration: a column in units 1e6 beside
-one of ones otherwise puts the real flat direction under the round-off cutoff); directions whose
-curvature is below FLAT of the largest are left out (their remainder is round-off, or the model
-is flat there and the distance rule of verify decides). Measured only where it is cheap and
-exact: models without constraints (the ℓ1 terms' zeros held), at most MAX_ENTRIES entries.
+H comes from forward differences of the compiled gradients (exact for a quadratic), one
+gradient per entry, in the column-scaled coordinates x = D u (D the compiler's equilibration),
+then Jacobi-scaled (diag(H)^-½ on both sides: a separate intercept variable has no column scale,
+and beside features in units 1e3 its direction fell under the cutoff, review17a D2); directions
+whose curvature is below FLAT of the largest are left out (their remainder is round-off, or the
+model is flat there and the distance rule of verify decides). Read only where it is exact and
+affordable: models whose only constraints are bounds on variables (the bounds met and the ℓ1
+terms' zeros held), at most MAX_ENTRIES entries, and entries × data floats ≤ MAX_WORK (one
+gradient over 50,000 rows × 64 columns costs ~0.1 s: 64 of them per solve were 3–16 s).
 """
 from __future__ import annotations
 
@@ -25,68 +28,73 @@ from typing import Callable
 
 import numpy as np
 
-MAX_ENTRIES = 64    # entries of all variables together; above, no reading (n gradient pairs)
-STEP = 1e-4         # the central difference's step, relative to the scaled point's size
-FLAT = 1e-9         # curvature below FLAT × the largest (scaled) is no reading
+MAX_ENTRIES = 64    # entries of all variables together; above, no reading (n gradients)
+MAX_WORK = 5e7      # entries × the model's data floats; above, no reading
+STEP = 1e-4         # the difference's step, relative to the scaled point's size
+FLAT = 1e-9         # curvature below FLAT × the largest (Jacobi-scaled) is no reading
 
 
 def relative_distance(gradient: Callable[[list[np.ndarray]], list[np.ndarray]],
                       inputs: list[np.ndarray], remainders: list[np.ndarray], held: list[np.ndarray],
-                      scales: list[np.ndarray | None], lengths: list[float]) -> float:
-    """max over variables v of ‖s_v‖∞ / max(‖x_v‖∞, ℓ_v) at `inputs` x (one array per variable),
-    s = H⁻¹r: `gradient(inputs)` the smooth Lagrangian's gradients, `remainders` r per variable,
-    `held` (bool, per variable) the entries that do not move (an ℓ1 term's zeros), `scales` the
-    column scales D per variable (None: 1), `lengths` ℓ_v the variables' natural lengths. 0 where
-    there is nothing to read (too many entries, no free entry, not convex there)."""
+                      scales: list[np.ndarray | None], lengths: list[float]) -> tuple[float, int | None]:
+    """(max over variables v of ‖s_v‖∞ / max(‖x_v‖∞, ℓ_v), that v's index) at `inputs` x (one
+    array per variable), s = H⁻¹r: `gradient(inputs)` the smooth Lagrangian's gradients,
+    `remainders` r per variable, `held` (bool, per variable) the entries that do not move (an ℓ1
+    term's zeros, bounds met), `scales` the column scales D per variable (None: 1), `lengths` ℓ_v
+    the variables' natural lengths. (0, None) where there is nothing to read (too many entries,
+    no free entry, not convex there, a step off the domain)."""
     shapes = [np.shape(x) for x in inputs]
     sizes = [int(np.prod(s)) for s in shapes]
     n = sum(sizes)
     if n == 0 or n > MAX_ENTRIES:
-        return 0.0
+        return 0.0, None
     d = np.concatenate([np.ones(k) if s is None else np.broadcast_to(np.asarray(s, float), shape).ravel()
                         for k, s, shape in zip(sizes, scales, shapes)])
     x = np.concatenate([np.ravel(v) for v in inputs])
     free = ~np.concatenate([np.ravel(h) for h in held])
     r = np.concatenate([np.ravel(v) for v in remainders])[free] * d[free]
     if not np.any(free) or not np.all(np.isfinite(r)):
-        return 0.0
+        return 0.0, None
     h = STEP * max(float(np.max(np.abs(x / d))), 1.0)
 
-    def at(u: np.ndarray) -> list[np.ndarray]:
+    def flat_gradient(u: np.ndarray) -> np.ndarray:
         z, out, at_ = x + d * u, [], 0
         for k, shape in zip(sizes, shapes):
             out.append(z[at_:at_ + k].reshape(shape))
             at_ += k
-        return out
+        return np.concatenate([np.ravel(g) for g in gradient(out)])
     H = np.zeros((n, n))
     with np.errstate(all="ignore"):
         try:
+            here = flat_gradient(np.zeros(n))
             for j in np.flatnonzero(free):
                 e = np.zeros(n)
                 e[j] = h
-                up = np.concatenate([np.ravel(g) for g in gradient(at(e))])
-                down = np.concatenate([np.ravel(g) for g in gradient(at(-e))])
-                H[:, j] = d * (up - down) / (2 * h)
+                H[:, j] = d * (flat_gradient(e) - here) / h
         except (ArithmeticError, ValueError):
-            return 0.0
+            return 0.0, None
     H = H[np.ix_(free, free)]
     H = (H + H.T) / 2
     if not np.all(np.isfinite(H)):
-        return 0.0
-    values, vectors = np.linalg.eigh(H)
+        return 0.0, None
+    diagonal = np.diag(H)
+    jacobi = np.where(diagonal > 0, 1.0 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0)), 1.0)
+    values, vectors = np.linalg.eigh(jacobi[:, None] * H * jacobi[None, :])
     top = float(np.max(np.abs(values), initial=0.0))
     if not top > 0 or values[0] < -FLAT * top * 1e3:   # not convex here: no reading
-        return 0.0
+        return 0.0, None
     keep = values > FLAT * top
     step = np.zeros(n)
-    step[free] = d[free] * (vectors[:, keep] @ ((vectors[:, keep].T @ r) / values[keep]))
-    worst, at_ = 0.0, 0
-    for k, xi, length in zip(sizes, inputs, lengths):
+    step[free] = d[free] * jacobi * (vectors[:, keep] @ ((vectors[:, keep].T @ (jacobi * r)) / values[keep]))
+    worst, where, at_ = 0.0, None, 0
+    for i, (k, xi, length) in enumerate(zip(sizes, inputs, lengths)):
         size = max(float(np.max(np.abs(xi), initial=0.0)), length)
         moved = float(np.max(np.abs(step[at_:at_ + k]), initial=0.0))
-        worst = max(worst, moved / size if size > 0 else (np.inf if moved > 0 else 0.0))
+        far = moved / size if size > 0 else (np.inf if moved > 0 else 0.0)
+        if far > worst:
+            worst, where = far, i
         at_ += k
-    return worst
+    return worst, where
 
 
 def held_entries(x: np.ndarray, near_zero: np.ndarray, tiny: float, terms: list) -> np.ndarray:
@@ -112,3 +120,12 @@ def summed_gradients(plan, skip: int, members: list[list[int]], variables: list)
                 total[i] = total[i] + np.broadcast_to(np.asarray(next(out), float), variables[i].shape)
         return total
     return gradient
+
+
+def affordable(objective_terms: list, inputs: list[np.ndarray]) -> bool:
+    """Whether the reading's gradients (one per entry) stay within MAX_WORK: entries × the
+    floats of the objective's data and constants."""
+    from .expression import Constant, postorder
+    floats = sum(int(np.size(leaf.value)) for leaf in postorder(list(objective_terms))
+                 if isinstance(leaf, Constant))
+    return sum(int(np.size(x)) for x in inputs) * floats <= MAX_WORK

@@ -34,7 +34,7 @@ def test_the_face_s_minimizer_is_the_qp_s_from_a_point_on_its_face():
         solver="CLARABEL", tol_gap_abs=1e-14, tol_gap_rel=1e-14, tol_feas=1e-14)
     exact = np.clip(np.where(np.abs(v.value) < 1e-9, 0.0, v.value), 0, 0.4)
     on_face = np.where(exact == 0, 0.0, np.where(exact > 0.4 - 1e-9, 0.4, 0.2))   # the same bounds
-    found = face_minimizer(_server(prob), z, G, H, on_face)
+    found, _ = face_minimizer(_server(prob), z, G, H, on_face)
     np.testing.assert_allclose(found, exact, atol=1e-6)
     assert np.all(found[exact == 0] == 0.0)
 
@@ -43,7 +43,7 @@ def test_a_ball_is_no_face():
     w, prob = fm.Variable(3, name="w"), fm.Problem()
     prob.add_client().minimize(fm.sum_squares(w))
     prob.server.subject_to(fm.norm2(w) <= 1)
-    assert face_minimizer(_server(prob), np.zeros(3), np.ones(3), np.eye(3), np.zeros(3)) is None
+    assert face_minimizer(_server(prob), np.zeros(3), np.ones(3), np.eye(3), np.zeros(3))[0] is None
 
 
 def test_stacking_weights_on_the_simplex_converge_in_a_few_round_trips():
