@@ -150,6 +150,25 @@ def test_other_backends_and_settings_on_a_kept_model_equal_a_fresh_one():
         _same(res, _solve(fresh_prob, *args, **kwargs), w, w_fresh)
 
 
+def test_a_solve_inside_a_callback_compiles_its_own():
+    """A solve of the same Problem while its kept programs run (a callback's) shares none of
+    them: both equal a fresh Problem's solve."""
+    data = _data()
+    prob, w, _ = _model(data)
+    _solve(prob)
+    inner = []
+
+    def callback(record):
+        if not inner:
+            inner.append(_solve(prob))
+    outer = _solve(prob, callback=callback)
+    fresh_prob, w_fresh, _ = _model(data)
+    fresh = _solve(fresh_prob)
+    assert inner and inner[0].status == "converged"
+    _same(outer, fresh, w, w_fresh)
+    assert inner[0].objective == fresh.objective and inner[0].ledger.rounds == fresh.ledger.rounds
+
+
 def test_a_kept_program_holds_no_run_state():
     """After a solve the kept programs are back at their compile's state: no chord Hessian."""
     prob, _, _ = _model(_data())

@@ -13,7 +13,6 @@ A NodeProgram is a façade over three parts, one job each:
 """
 from __future__ import annotations
 
-import copy
 import functools
 from typing import Any
 
@@ -57,29 +56,6 @@ class NodeProgram:
         state = dict(self.__dict__, holder=None)
         state.pop("_low_rank", None)        # derived (`low_rank.structure`): analysed again there
         return state
-
-    def pristine(self) -> tuple:
-        """The state its compile left (`restart` returns to it): the node's state and the
-        values of the merit's own Parameters (β, ω, centers, multipliers, local penalties)."""
-        m = self.compiled.ir
-        params = [m.beta, m.prox_weight, m.private_weight, *m.centers.values(),
-                  *m.multipliers.values(), *m.local_penalties.values()]
-        return self.node_state.to_plain(), [(p, p.value) for p in params]
-
-    def restart(self, pristine: tuple) -> None:
-        """Back to `pristine` (a warm re-solve of an unchanged model reuses the program,
-        `runtime.solve_cache`): its state, its merit's Parameters, and nothing a run derived —
-        memoized evaluations, the kept Hessian and factor, the packed or Gram forms' analyses
-        (a failed check turns them off for the rest of a run)."""
-        state, params = pristine
-        self.node_state = NodeState(**{k: copy.deepcopy(v) for k, v in state.items()})
-        for parameter, value in params:
-            parameter._assign(value)
-        self._factor_cache = self._hessian_key = None
-        self.holder = None
-        self.__dict__.pop("_low_rank", None)
-        self.compiled.__dict__.pop("_gram", None)
-        self.compiled.forget()
 
     # ---- the parts, as the executors and backends read them -----------------------------------
     merit_ir = property(lambda self: self.compiled.ir, doc="The merit's IR (`compiler.merit.Merit`).")
@@ -388,6 +364,7 @@ class ProgramSpec:
         return program
 
 
+@solve_cache.reused      # (a warm re-solve of an unchanged model: its last programs, restarted)
 def compile_programs(problem, project: bool = True, client_sets: bool = False,
                      client_constraints: bool = False, to_server: list = ()) -> dict[str, "NodeProgram | ProgramSpec"]:
     """One NodeProgram per block (server first, then clients in order). With `project`, simple
@@ -401,13 +378,6 @@ def compile_programs(problem, project: bool = True, client_sets: bool = False,
     shared = problem.shared_variables()
     moved = [] if client_sets else moved_to_server(problem)
     moved += [c for c in to_server if not any(c is m for m in moved)]
-    options = (project, client_sets, client_constraints, tuple(moved))    # (held by the key)
-    return solve_cache.programs(problem, options, lambda: _compile(problem, shared, moved, project,
-                                                                   client_sets, client_constraints))
-
-
-def _compile(problem, shared: list, moved: list, project: bool, client_sets: bool,
-             client_constraints: bool) -> dict:
     programs: dict = {}
     with collection_paused():
         for block in problem.blocks:

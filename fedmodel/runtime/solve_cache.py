@@ -13,7 +13,7 @@ bytes. Nothing is keyed by an array's identity alone: an array changed in place,
 given a new value, a constraint added all give another key, and the solve computes everything
 again (tests/test_adult17.py). Hashing costs ~0.7 ms per MB of data (SHA-256, this machine).
 
-A kept program is restarted (`NodeProgram.restart`) to the state its compile left before it is
+A kept program is restarted (`restart`) to the state its compile left before it is
 handed to the next run, and again when its run ends (so a kept program holds no run's state —
 chord Hessians, factors). The answer of a client's own-constraint check before the run
 (`runtime.own_constraints`) is kept on a kept program only (`kept`), by its start point.
@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
+import functools
 import hashlib
+import inspect
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -216,8 +219,8 @@ def solving(problem) -> Iterator[Cache | None]:
         if cache is not None:
             cache.in_use = False
             for programs in cache.programs.values():
-                for name, program in programs.items():
-                    program.restart(cache.pristine[id(program)])
+                for program in programs.values():
+                    restart(program, cache.pristine[id(program)])
 
 
 def equilibrated(cache: Cache | None, problem, build: Callable[[Any], Any]) -> Any:
@@ -238,8 +241,13 @@ def programs(problem, options: tuple, build: Callable[[], dict]) -> dict:
     cache = _ACTIVE.get()
     if cache is None or (cache.work is not None and cache.work is not problem):
         return build()
-    kept = cache.programs.get(options)
-    if kept is not None:
+    try:
+        kept = cache.programs.get(options)
+    except TypeError:          # (an option that is no key: compiled each solve)
+        return build()
+    if kept is not None:       # (restarted here too: a second run of one solve, ProxAL's fall-back)
+        for program in kept.values():
+            restart(program, cache.pristine[id(program)])
         return dict(kept)
     if cache.work is None:     # (the first compile of this solve names the problem it is on)
         scaled = cache.scaled.problem if cache.scaled is not None else None
@@ -247,12 +255,51 @@ def programs(problem, options: tuple, build: Callable[[], dict]) -> dict:
             return build()
         cache.work = problem
     built = build()
-    if all(hasattr(p, "restart") for p in built.values()):
+    if all(hasattr(p, "node_state") for p in built.values()):      # (no `ProgramSpec`)
         cache.programs[options] = dict(built)
         for program in built.values():
-            cache.pristine[id(program)] = program.pristine()
+            cache.pristine[id(program)] = pristine(program)
             _KEPT.add(program)
     return built
+
+
+def reused(compile_programs: Callable[..., dict]) -> Callable[..., dict]:
+    """`compile_programs(problem, ...)` through `programs`, keyed by its other arguments (a
+    list, e.g. the constraints the server holds, as a tuple of them: held by the key)."""
+    signature = inspect.signature(compile_programs)
+
+    @functools.wraps(compile_programs)
+    def compile(problem, *args, **kwargs) -> dict:
+        bound = signature.bind(problem, *args, **kwargs)
+        bound.apply_defaults()
+        options = tuple((name, tuple(value) if isinstance(value, list) else value)
+                        for name, value in list(bound.arguments.items())[1:])
+        return programs(problem, options, lambda: compile_programs(problem, *args, **kwargs))
+    return compile
+
+
+def pristine(program) -> tuple:
+    """The state a `NodeProgram`'s compile left (`restart` returns to it): its node state and
+    the values of its merit's own Parameters (β, ω, centers, multipliers, local penalties)."""
+    m = program.compiled.ir
+    params = [m.beta, m.prox_weight, m.private_weight, *m.centers.values(),
+              *m.multipliers.values(), *m.local_penalties.values()]
+    return program.node_state.to_plain(), [(p, p.value) for p in params]
+
+
+def restart(program, state: tuple) -> None:
+    """`program` back at `state` (`pristine`): its node state, its merit's Parameters, and
+    nothing a run derived — memoized evaluations, the kept Hessian and its factor, the packed
+    and Gram forms' analyses (a failed check turns them off for the rest of a run)."""
+    plain, params = state
+    program.node_state = type(program.node_state)(**{k: copy.deepcopy(v) for k, v in plain.items()})
+    for parameter, value in params:
+        parameter._assign(value)
+    program._factor_cache = program._hessian_key = None
+    program.holder = None
+    program.__dict__.pop("_low_rank", None)
+    program.compiled.__dict__.pop("_gram", None)
+    program.compiled.forget()
 
 
 def _is_original(cache: Cache, problem) -> bool:
