@@ -31,6 +31,7 @@ import copy
 import functools
 import hashlib
 import inspect
+import threading
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -42,10 +43,11 @@ MAX_DATA_BYTES = 1 << 26     # 64 MB of data arrays: a larger model is not kept
 MAX_BLOCKS = 1_000           # blocks: a larger model is not kept
 _ATTRIBUTE = "_solve_cache"  # the Problem's attribute holding its `Cache`
 _STANDARD = frozenset(("args", "shape", "_eig_cache"))      # (an atom's derived cache)
-_SKIP = frozenset(("lhs", "rhs", "expr", "_value", "_solved_value", "_array", "problem_id"))   # (a start)
+_SKIP = frozenset(("lhs", "rhs", "expr", "_value", "_solved_value", "_array", "problem_id"))
 
 _ACTIVE: contextvars.ContextVar["Cache | None"] = contextvars.ContextVar("solve_cache", default=None)
 _KEPT: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_LOCK = threading.Lock()      # (a Cache is taken by one solve at a time: two threads, one Problem)
 
 
 class Uncacheable(Exception):
@@ -88,7 +90,7 @@ def content_key(problem) -> bytes:
     h = hashlib.sha256()
     slots: dict[int, int] = {}
     feed = lambda *parts: h.update(repr(parts).encode())     # noqa: E731
-    feed("slacks", [v.uid for v in problem.slacks], sorted(problem._constraint_names.items()))
+    feed("problem", problem.name, [v.uid for v in problem.slacks], sorted(problem._constraint_names.items()))
     for block in problem.blocks:
         feed("block", type(block).__name__, block.name, getattr(block, "weight", None),
              [_variable(v) for v in block.private_variables],
@@ -185,33 +187,38 @@ def _small(problem) -> bool:
 
 
 def cache_of(problem) -> Cache | None:
-    """The Problem's `Cache` for this solve: the last one when its content key is this one's
-    and no run uses it, else a new one (None: the model is not kept, see the module docstring)."""
+    """The Problem's `Cache` for this solve, marked in use: the last one when its content key
+    is this one's and no run uses it, else a new one (kept on the Problem unless the last one is
+    in use); None when the model is not kept (module docstring)."""
     try:
         key = content_key(problem) if _small(problem) else None
     except Uncacheable:
         key = None
-    old: Cache | None = problem.__dict__.get(_ATTRIBUTE)
-    if old is not None and old.key == key and not old.in_use:
-        return old
-    if key is None:
-        return None
-    if old is not None and not old.in_use:
-        old._drop()
-    cache = Cache(key)
-    if old is None or not old.in_use:
-        problem.__dict__[_ATTRIBUTE] = cache
-    return cache
+    with _LOCK:
+        old: Cache | None = problem.__dict__.get(_ATTRIBUTE)
+        if old is not None and old.key == key and not old.in_use:
+            old.in_use = True
+            return old
+        if key is None:
+            if old is not None and not old.in_use:      # (a model no longer kept: freed)
+                old._drop()
+                del problem.__dict__[_ATTRIBUTE]
+            return None
+        cache = Cache(key)
+        cache.in_use = True
+        if old is None or not old.in_use:
+            if old is not None:
+                old._drop()
+            problem.__dict__[_ATTRIBUTE] = cache
+        return cache
 
 
 @contextlib.contextmanager
 def solving(problem) -> Iterator[Cache | None]:
     """The extent of one solve of `problem`: its `Cache` (or None), whose programs the
     solve's `compile_programs` reuses (`programs`); when it ends, they are restarted."""
-    cache = cache_of(problem)
+    cache = cache_of(problem)      # (in use from here)
     token = _ACTIVE.set(cache)
-    if cache is not None:
-        cache.in_use = True
     try:
         yield cache
     finally:
