@@ -169,6 +169,21 @@ def test_a_solve_inside_a_callback_compiles_its_own():
     assert inner[0].objective == fresh.objective and inner[0].ledger.rounds == fresh.ledger.rounds
 
 
+def test_a_fall_back_within_one_solve_equals_a_fresh_problems(monkeypatch):
+    """ProxAL's default falls back to Algorithm 2 when Newton steps are refused at the first
+    subproblem (forced here): the second run of the solve gets its programs restarted."""
+    from fedmodel.backends.proxal_newton import NewtonInner
+    monkeypatch.setattr(NewtonInner, "refusal", lambda self, ex: "forced by the test")
+    data = _data()
+    prob, w, _ = _model(data)
+    runs = [_solve(prob, "proxal") for _ in range(2)]
+    fresh_prob, w_fresh, _ = _model(data)
+    fresh = _solve(fresh_prob, "proxal")
+    assert fresh.info["inner"]["name"] == "admm"
+    for res in runs:
+        _same(res, fresh, w, w_fresh)
+
+
 def test_a_kept_program_holds_no_run_state():
     """After a solve the kept programs are back at their compile's state: no chord Hessian."""
     prob, _, _ = _model(_data())
