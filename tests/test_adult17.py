@@ -184,15 +184,25 @@ def test_a_fall_back_within_one_solve_equals_a_fresh_problems(monkeypatch):
         _same(res, fresh, w, w_fresh)
 
 
-def test_a_kept_program_holds_no_run_state():
-    """After a solve the kept programs are back at their compile's state: no chord Hessian."""
+def test_a_kept_program_is_restarted_when_handed_to_the_next_run(monkeypatch):
+    """Between solves a kept program holds its run's state (as an executor's programs do for
+    the caller who holds it); the next solve gets it back at its compile's state."""
     prob, _, _ = _model(_data())
     _solve(prob)
     cache = prob.__dict__[solve_cache._ATTRIBUTE]
     programs = [p for kept in cache.programs.values() for p in kept.values()]
-    assert programs and all(p.node_state.hessian is None and p.node_state.beta is None
-                            for p in programs)
-    assert all(solve_cache.kept(p) for p in programs)
+    assert len(programs) == 3 and all(solve_cache.kept(p) for p in programs)
+    assert all(p.node_state.beta is not None for p in programs if p.role == "client")
+    restarted = []
+    restart = solve_cache.restart
+
+    def spy(program, state):
+        restart(program, state)
+        restarted.append(program.node_state.beta is None and program.node_state.hessian is None
+                         and not program.node_state.procedures)
+    monkeypatch.setattr(solve_cache, "restart", spy)
+    _solve(prob)
+    assert restarted == [True] * 3
 
 
 def test_the_content_key_reads_values_not_identities():

@@ -293,8 +293,7 @@ class NodeProgram:
     def set_multipliers(self, multipliers: dict[str, np.ndarray], checked: bool = True) -> None:
         """Set the multipliers of the named constraints (the node's state and its merit).
         `checked=False`: the caller's values are finite float arrays of the constraints' shapes,
-        ≥ 0 (a local solve's rounds, `local_al.solve_rows`): written without the Parameter
-        setter's checks."""
+        ≥ 0 (a local solve's rounds, `local_al.solve_rows`), written without the setter's checks."""
         mu = self.node_state.mu
         for name, value in multipliers.items():
             mu[name] = np.asarray(value, float)

@@ -14,8 +14,9 @@ given a new value, a constraint added all give another key, and the solve comput
 again (tests/test_adult17.py). Hashing costs ~0.7 ms per MB of data (SHA-256, this machine).
 
 A kept program is restarted (`restart`) to the state its compile left before it is
-handed to the next run, and again when its run ends (so a kept program holds no run's state —
-chord Hessians, factors). The answer of a client's own-constraint check before the run
+handed to the next run. Between solves it holds what its last run left (its state, as the
+programs of an executor the caller holds do; its chord Hessian's factor, derived, is dropped:
+at most one n × n matrix a client is kept). The answer of a client's own-constraint check before the run
 (`runtime.own_constraints`) is kept on a kept program only (`kept`), by its start point.
 
 Only models held here and of moderate size are kept (`MAX_DATA_BYTES`, `MAX_BLOCKS`): beyond,
@@ -216,18 +217,18 @@ def cache_of(problem) -> Cache | None:
 @contextlib.contextmanager
 def solving(problem) -> Iterator[Cache | None]:
     """The extent of one solve of `problem`: its `Cache` (or None), whose programs the
-    solve's `compile_programs` reuses (`programs`); when it ends, they are restarted."""
+    solve's `compile_programs` reuses (`programs`, restarted when handed to a run)."""
     cache = cache_of(problem)      # (in use from here)
     token = _ACTIVE.set(cache)
     try:
         yield cache
     finally:
         _ACTIVE.reset(token)
-        if cache is not None:
-            cache.in_use = False
+        if cache is not None:      # (the programs keep the run's state, as on an executor
+            cache.in_use = False   # the caller holds; only a derived factor is let go)
             for programs in cache.programs.values():
                 for program in programs.values():
-                    restart(program, cache.pristine[id(program)])
+                    program._factor_cache = None
 
 
 def equilibrated(cache: Cache | None, problem, build: Callable[[Any], Any]) -> Any:
