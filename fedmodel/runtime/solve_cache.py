@@ -70,11 +70,8 @@ class Cache:
 
     def equilibrated(self, problem, build: Callable[[Any], Any]) -> Any:
         """`build(problem)` (the equilibrated copy), the last solve's when kept."""
-        if not self.scaled_done:
+        if not self.scaled_done:      # (a kept copy is not released: `release`)
             self.scaled, self.scaled_done = build(problem), True
-        elif self.scaled is not None:          # (`ScaledModel.release` cut its blocks' link)
-            for block in self.scaled.problem.blocks:
-                block.problem = self.scaled.problem
         return self.scaled
 
     def _drop(self) -> None:
@@ -84,6 +81,7 @@ class Cache:
             for program in programs.values():
                 _KEPT.discard(program)
         self.programs.clear()
+        self.pristine.clear()
 
 
 def content_key(problem) -> bytes:
