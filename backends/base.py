@@ -20,11 +20,11 @@ from fedmodel.expression import Constant, Data, Parameter, is_sparse
 from fedmodel.never_met import never_met
 from fedmodel.result import Result
 from fedmodel.runtime.auto_executor import DefaultExecutor
-from fedmodel.runtime.blas import run_blas_threads
 from fedmodel.runtime.checkpoint import NO_CHECKPOINT, Checkpointer
 from fedmodel.runtime.executor import open_executor
 from fedmodel.runtime.ledger import Ledger
 from fedmodel.runtime.own_constraints import own_feasibility
+from fedmodel.runtime import blas, solve_cache
 from fedmodel.runtime.program import compile_programs
 from .common import FRAMEWORK, gather_values, running
 from .outcome import Outcome, Status
@@ -105,31 +105,31 @@ class Backend:
         if apart is not None or never is not None:      # (an algorithm would run to its cap)
             return finish_result(problem, self.name, infeasible_before_run(apart, never),
                                  time.perf_counter() - start)
-        with collection_paused():
-            wanted = self.equilibrates() if scaling is None else bool(scaling) and self.equilibrates()
-            model = equilibrate(problem) if wanted else None
-        work, runner = problem, self
-        if model is not None:      # the run sees the equilibrated copy, in its units
-            work, runner = model.problem, copy.copy(self)
-            runner.user_scales = model.shared_scales()
-            for option in ("w0", "x0"):     # a start point (ProxAL's w0, DALD's x0) in its units
-                if getattr(self, option, None) is not None:
-                    setattr(runner, option, model.shared_to_scaled(getattr(self, option)))
-            if callback is not None:
-                callback = functools.partial(_in_user_units, callback, model)
-        checkpointer = Checkpointer.create(self, work, checkpoint, checkpoint_every, resume)
-        try:
-            finished = checkpointer.finished()       # resuming a run that had already finished
-            if finished is not None:
-                outcome = Outcome.of(finished)
-            else:
-                outcome = Outcome.of(runner.run(work, topology=topology, executor=executor,
-                                                callback=callback, verbose=verbose,
-                                                checkpointer=checkpointer))
-                checkpointer.finish(outcome.as_dict())
-        finally:
-            if model is not None:
-                model.release()
+        with solve_cache.solving(problem) as kept:    # a warm re-solve reuses (`solve_cache`)
+            with collection_paused():
+                wanted = self.equilibrates() if scaling is None else bool(scaling) and self.equilibrates()
+                model = solve_cache.equilibrated(kept, problem, equilibrate) if wanted else None
+            work, runner = problem, self
+            if model is not None:      # the run sees the equilibrated copy, in its units
+                work, runner = model.problem, copy.copy(self)
+                runner.user_scales = model.shared_scales()
+                for option in ("w0", "x0"):     # a start point (ProxAL's w0, DALD's x0) in its units
+                    if getattr(self, option, None) is not None:
+                        setattr(runner, option, model.shared_to_scaled(getattr(self, option)))
+                if callback is not None:
+                    callback = functools.partial(_in_user_units, callback, model)
+            checkpointer = Checkpointer.create(self, work, checkpoint, checkpoint_every, resume)
+            try:
+                finished = checkpointer.finished()       # resuming a run that had already finished
+                if finished is not None:
+                    outcome = Outcome.of(finished)
+                else:
+                    outcome = Outcome.of(runner.run(work, topology=topology, executor=executor,
+                                                    callback=callback, verbose=verbose,
+                                                    checkpointer=checkpointer))
+                    checkpointer.finish(outcome.as_dict())
+            finally:
+                solve_cache.release(kept, model)
         if model is not None:
             outcome = Outcome.of(model.outcome_to_user(outcome.as_dict()))
         wall_time = time.perf_counter() - start
@@ -147,7 +147,7 @@ class Backend:
         run = Run(self.prepare(problem, topology), callback, verbose, checkpointer)
         programs = self.compile(problem)
         served = tuple(self.framework_procedures) + tuple(self.procedures)
-        with run_blas_threads(), open_executor(self.executor_for(executor), programs, served) as ex, \
+        with blas.run_blas_threads(), open_executor(self.executor_for(executor), programs, served) as ex, \
                 running(ex):
             alone, pooled = ({}, False) if not self.checks_own_constraints() else \
                 own_constraints_meet(problem, ex)

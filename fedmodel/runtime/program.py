@@ -23,7 +23,7 @@ from ..compiler.merit import LOCAL_PENALTY
 from ..collector import collection_paused, freeze_setup
 from ..constraints import Constraint, Equality
 from ..expression import Data, Variable
-from . import local_al, local_solvers, low_rank
+from . import local_al, local_solvers, low_rank, solve_cache
 from .compiled_merit import CompiledMerit, Layout
 from .node_state import NodeState
 
@@ -293,8 +293,7 @@ class NodeProgram:
     def set_multipliers(self, multipliers: dict[str, np.ndarray], checked: bool = True) -> None:
         """Set the multipliers of the named constraints (the node's state and its merit).
         `checked=False`: the caller's values are finite float arrays of the constraints' shapes,
-        ≥ 0 (a local solve's rounds, `local_al.solve_rows`): written without the Parameter
-        setter's checks."""
+        ≥ 0 (a local solve's rounds, `local_al.solve_rows`), written without the setter's checks."""
         mu = self.node_state.mu
         for name, value in multipliers.items():
             mu[name] = np.asarray(value, float)
@@ -364,6 +363,7 @@ class ProgramSpec:
         return program
 
 
+@solve_cache.reused      # (a warm re-solve of an unchanged model: its last programs, restarted)
 def compile_programs(problem, project: bool = True, client_sets: bool = False,
                      client_constraints: bool = False, to_server: list = ()) -> dict[str, "NodeProgram | ProgramSpec"]:
     """One NodeProgram per block (server first, then clients in order). With `project`, simple
