@@ -14,6 +14,7 @@ import fedmodel as fm
 from conftest import load_data
 from fedmodel.backends.dald import cc, spectral
 from fedmodel.backends.dald.cc import distance_at, distance_left
+from test_proxal_user_metric import power_plant_with_intercept
 
 
 def test_distance_reads_the_steps_since_before_a_rise_of_rho():
@@ -59,30 +60,10 @@ def test_floor_holds_the_server_curvature_beside_the_largest_client_estimate():
     assert spectral.client_peak(0.1, noisy) == 0.1
 
 
-def _power_plant():
-    """tests/test_proxal_user_metric.py's model: raw power-plant columns + ones, clients of 1 …
-    5,000 rows, ridge 1e-2; the answer by the normal equations."""
-    from fedmodel.datasets import data_file
-    a = np.loadtxt(load_data(data_file, "regression/gal_uci/power-plant/data.txt"))
-    X, y = np.hstack([a[:, :4], np.ones((len(a), 1))]), a[:, 4]
-    perm, start, parts = np.random.default_rng(0).permutation(len(a)), 0, []
-    for size in (1, 7, 40, 300, 5000):
-        parts.append(perm[start:start + size])
-        start += size
-    w = fm.Variable(5, name="w")
-    prob = fm.Problem()
-    for p in parts:
-        c = prob.add_client()
-        c.minimize(fm.sum_squares(c.data(X[p]) @ w - c.data(y[p])) / 5348)
-    prob.server.minimize(1e-2 * fm.sum_squares(w))
-    A, b = X[np.concatenate(parts)], y[np.concatenate(parts)]
-    return prob, w, np.linalg.solve(A.T @ A / 5348 + 1e-2 * np.eye(5), A.T @ b / 5348)
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("step, factor", [(380, 100.0), (350, 190.0), (390, 100.0)])
 def test_dald_not_converged_on_a_creeping_point_after_a_late_rise_of_rho(monkeypatch, step, factor):
-    """The power-plant model without the floor (main's trajectory: the weight 2ρ² 5.4e-3 from step
+    """tests/test_proxal_user_metric.py's power-plant model without the floor (main's trajectory: the weight 2ρ² 5.4e-3 from step
     ~135) and the spectral rule's factor replaced from step − 40 on: 1 but ×factor at `step`
     (adaptive ρ past ADAPT_UNTIL). main said "converged" 11–14 steps later 2.7e-4 / 7.1e-4 /
     2.0e-4 from the normal equations; now max_iterations at 1,000 (2.3e-4 / 6.4e-4 / 1.7e-4)."""
@@ -94,7 +75,7 @@ def test_dald_not_converged_on_a_creeping_point_after_a_late_rise_of_rho(monkeyp
         out = rule(k, *args)
         return out if k < step - 40 else (factor if k == step else 1.0, *out[1:])
     monkeypatch.setattr(cc.FedDALDCC, "_spectral", staticmethod(forced))
-    prob, w, exact = _power_plant()
+    prob, w, exact = power_plant_with_intercept()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = prob.solve("dald")

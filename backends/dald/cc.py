@@ -14,7 +14,7 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
 from ..common import complete_record, progress, stacked_report, user_metric, variable_sizes
 from . import kernels, spectral
-from .distance import distance_at, distance_left, kept
+from .distance import distance_at, distance_left, kept, last_change
 from .penalty import PENALTY_CAP, PENALTY_EVERY, PENALTY_RAISE, PENALTY_RULE, ServerPenalty, balance, penalty_slow
 from ..outcome import Outcome, Status
 
@@ -104,6 +104,7 @@ class FedDALDCC:
         # the distance rule (`dist_tol`): the outer steps ‖Δx̂‖₂, whose contraction bounds how
         # far x̂ still is from the answer (a flat objective has small residuals far from it)
         steps, weights, outer_start = [], [], xhat      # (weights: 2ρ² of each step, `distance_at`)
+        changed = None          # the index of the last step at a weight unlike the current one
         # spectral penalty (`spectral`): the server's mirror of every μ_i, and the iterates of the
         # step the next estimate compares with (X, λ̂, x̂, μ at k0)
         # (reads: the largest client estimate and the server's curvature, `spectral.floor`)
@@ -122,6 +123,7 @@ class FedDALDCC:
                 ex.call("server", "configure", beta=server_beta.beta, prox_weight=0.0, center=xhat)
             steps, outer_start = list(saved.get("steps", [])), xhat
             weights = list(saved.get("weights", [1.0] * len(steps)))
+            changed = last_change(weights) if weights else None
             MU, anchor, reads = (saved.get("spectral", (MU, None)) + ((0.0, 0.0),))[:3]
             if saved.get("residual") is not None:
                 opts["residual"] = saved["residual"]
@@ -203,13 +205,15 @@ class FedDALDCC:
             stiff = max(stiff, dual)
             steps.append(float(np.linalg.norm(xhat - outer_start)))
             weights.append(float(twice_rho2.flat[0]))
+            if len(weights) > 1 and weights[-1] != weights[-2]:
+                changed = len(weights) - 2
             if inexact:
                 # the next solves' inexactness (`local.INEXACT`: "auto" nodes that take L-BFGS)
                 opts["residual"] = max(min(self.eps_primal, self.eps_dual), min(primal, dual))
             outer_start = xhat
             # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction,
             # in the user's units (`common.user_metric`: 1 with equal column scales)
-            near = self.dist_tol is None or not self.dual_updates or distance_at(steps, weights) <= \
+            near = self.dist_tol is None or not self.dual_updates or distance_at(steps, weights, changed=changed) <= \
                 self.dist_tol * float(np.linalg.norm(xhat)) * user_metric(self.user_scales, xhat, sizes)
             gate = stiff if near else np.inf         # the stop tests' D
             # not with gd / prox-grad: a larger ρ would make their fixed step unstable
@@ -263,8 +267,8 @@ class FedDALDCC:
                 ex.call("server", "configure", beta=server_beta.raise_at(k), prox_weight=0.0, center=xhat)
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2,
-                       owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-kept(weights):],
-                       weights=weights[-kept(weights):],
+                       owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-kept(weights, changed=changed):],
+                       weights=weights[-kept(weights, changed=changed):],
                        penalty=(client_beta, owed_penalty, last_raise), server_beta=server_beta.state(),
                        spectral=(MU, anchor, reads), residual=opts.get("residual"))
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
