@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "fedmodel.topologies")),
     ("compiler", ("fedmodel.compiler", "fedmodel.lowering")),
     ("problem", ("fedmodel.problem", "fedmodel.blocks", "fedmodel.result", "fedmodel.certificate",
+                 "fedmodel.newton_distance",
                  "fedmodel.second_order", "fedmodel.solution_set", "fedmodel.never_met")),
     ("runtime", ("fedmodel.runtime",)),
     ("backends", ("fedmodel.backends",)),
