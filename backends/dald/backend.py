@@ -110,7 +110,7 @@ class DALD(Reports, StallRule, FedDALDCC, FedDALDDC, Backend):
         # iteration instead of two (the paper's box sends them apart; DALD.paper() does)
         self.one_message = bool(one_message)
         # Fed-DALD-CC's stop also needs x̂ within dist_tol·‖x̂‖₂ of the answer, estimated from the
-        # contraction of the last outer steps (`cc.distance_left`); None: the paper's test alone
+        # contraction of the last outer steps (`distance.distance_left`); None: the paper's test alone
         self.dist_tol = None if dist_tol is None else float(dist_tol)
         self.dual_updates = True          # False: distributed PA / FedProx (μ ≡ 0), see special_cases
         self.require_consensus = True     # outer stop also needs ‖C‖∞ ≤ ε_pri

@@ -14,54 +14,15 @@ from fedmodel.runtime.checkpoint import NO_CHECKPOINT
 from fedmodel.runtime.executor import Rider
 from ..common import complete_record, progress, stacked_report, user_metric, variable_sizes
 from . import kernels, spectral
+from .distance import distance_at, distance_left, kept, last_change
 from .penalty import PENALTY_CAP, PENALTY_EVERY, PENALTY_RAISE, PENALTY_RULE, ServerPenalty, balance, penalty_slow
 from ..outcome import Outcome, Status
+
+__all__ = ["FedDALDCC", "distance_at", "distance_left"]     # (the distance rule's home is `distance`)
 
 ADAPT_UNTIL = 200      # adaptive ρ: outer iterations that may change it (then fixed: convergence)
 ADAPT_RANGE = 1e4      # ... and ρ∘ρ stays within [1/ADAPT_RANGE, ADAPT_RANGE] × its initial value
 LARGEST = float(np.finfo(float).max)     # `_stall_reads`' probe: the largest finite violation
-DIST_WINDOW = 10       # outer steps over which the distance rule reads the contraction of x̂
-
-
-def distance_left(steps: list[float], window: int = DIST_WINDOW) -> float:
-    """An estimate of ‖x̂ − x̂*‖₂ from the last `window` + 1 outer steps ‖Δx̂‖₂ of a linearly
-    converging run: the tail s·r/(1 − r) of a geometric series, r the steps' mean contraction
-    over the window (geometric mean: ADMM's steps need not shrink at every step) and s the
-    largest of the window's last half (ADMM's steps come in bursts: slopes ~1e-3 beside an
-    intercept ~1e4, the steps 5.4e-8, 2.2e-8, 2.3e-8, then 6.6e-9 — the last alone put the tail
-    at 8e-9 where 2.2e-7 was left, and DALD stopped "converged" with the slopes 1.5e-3 off);
-    inf while the window is not full or the steps do not shrink, 0 once they are 0.
-
-    >>> distance_left([8.0, 4.0, 2.0], window=2)
-    2.0
-    >>> distance_left([1.0, 1.0, 1.0], window=2)
-    inf
-    """
-    if len(steps) <= window:
-        return float("inf")
-    first, last = steps[-window - 1], steps[-1]
-    if last <= 0.0:
-        return 0.0
-    rate = (last / first) ** (1.0 / window) if first > 0.0 else 1.0
-    s = max(steps[-max(window // 2, 1):])
-    return s * rate / (1.0 - rate) if rate < 1.0 else float("inf")
-
-
-def distance_at(steps: list[float], weights: list[float], window: int = DIST_WINDOW) -> float:
-    """`distance_left` where ρ may have changed within the window: the larger of its reading of
-    the steps and of the steps times the weight 2ρ² they were taken at (then over the last
-    weight). A larger ρ shrinks x̂'s steps by itself, which the steps alone read as contraction
-    (a9a d = 16,507 as written, `scaling=False`: ρ∘ρ ×3–4 every other step, "converged" at step
-    107 2.6e-4 from CVXPY; branch dald15); weighted, they do not. At one ρ the two agree.
-
-    >>> distance_at([8.0, 4.0, 2.0], [1.0, 2.0, 4.0], window=2)     # shrinking by ρ's rise only
-    inf
-    """
-    plain = distance_left(steps, window)
-    if len(set(weights[-window - 1:])) <= 1:
-        return plain
-    weighted = [w * s for w, s in zip(weights, steps)]
-    return max(plain, distance_left(weighted, window) / weights[-1])
 
 
 def _weighted_sum(RHO2, A, uniform) -> np.ndarray:
@@ -143,9 +104,11 @@ class FedDALDCC:
         # the distance rule (`dist_tol`): the outer steps ‖Δx̂‖₂, whose contraction bounds how
         # far x̂ still is from the answer (a flat objective has small residuals far from it)
         steps, weights, outer_start = [], [], xhat      # (weights: 2ρ² of each step, `distance_at`)
+        changed = None          # the index of the last step at a weight unlike the current one
         # spectral penalty (`spectral`): the server's mirror of every μ_i, and the iterates of the
         # step the next estimate compares with (X, λ̂, x̂, μ at k0)
-        MU, anchor = np.zeros((len(clients), d)), None
+        # (reads: the largest client estimate and the server's curvature, `spectral.floor`)
+        MU, anchor, reads = np.zeros((len(clients), d)), None, (0.0, 0.0)
         watch, saved = self._resume(ckpt, ex)   # docs/checkpoints.md
         if saved:
             k, total, xhat, X, mu_sum = saved["k"], saved["total"], saved["xhat"], saved["x"], saved["mu_sum"]
@@ -160,7 +123,8 @@ class FedDALDCC:
                 ex.call("server", "configure", beta=server_beta.beta, prox_weight=0.0, center=xhat)
             steps, outer_start = list(saved.get("steps", [])), xhat
             weights = list(saved.get("weights", [1.0] * len(steps)))
-            MU, anchor = saved.get("spectral", (MU, None))
+            changed = last_change(weights) if weights else None
+            MU, anchor, reads = (saved.get("spectral", (MU, None)) + ((0.0, 0.0),))[:3]
             if saved.get("residual") is not None:
                 opts["residual"] = saved["residual"]
         while total < self.max_iterations:
@@ -241,13 +205,15 @@ class FedDALDCC:
             stiff = max(stiff, dual)
             steps.append(float(np.linalg.norm(xhat - outer_start)))
             weights.append(float(twice_rho2.flat[0]))
+            if len(weights) > 1 and weights[-1] != weights[-2]:
+                changed = len(weights) - 2
             if inexact:
                 # the next solves' inexactness (`local.INEXACT`: "auto" nodes that take L-BFGS)
                 opts["residual"] = max(min(self.eps_primal, self.eps_dual), min(primal, dual))
             outer_start = xhat
             # ... and, with `dist_tol`, x̂ within dist_tol·‖x̂‖₂ of the answer by the steps' contraction,
             # in the user's units (`common.user_metric`: 1 with equal column scales)
-            near = self.dist_tol is None or not self.dual_updates or distance_at(steps, weights) <= \
+            near = self.dist_tol is None or not self.dual_updates or distance_at(steps, weights, changed=changed) <= \
                 self.dist_tol * float(np.linalg.norm(xhat)) * user_metric(self.user_scales, xhat, sizes)
             gate = stiff if near else np.inf         # the stop tests' D
             # not with gd / prox-grad: a larger ρ would make their fixed step unstable
@@ -256,7 +222,8 @@ class FedDALDCC:
             if self.adaptive_rho and self.dual_updates and k - last_raise <= ADAPT_UNTIL and \
                     self.solver not in ("gd", "prox-grad"):
                 if PENALTY_RULE == "spectral":
-                    factor, MU, anchor = self._spectral(k, X, xhat, sent, MU, anchor, twice_rho2, member)
+                    factor, MU, anchor, reads = self._spectral(k, X, xhat, sent, MU, anchor, twice_rho2, member, reads,
+                                                                  server_used)
                 else:
                     # Boyd et al.'s residuals: the clients' RMS ‖x_i − x̂‖₂ against 2ρ²‖Δx̂‖₂
                     spread = float(np.sqrt(np.mean(np.sum(np.square(X - xhat), axis=1))))
@@ -295,15 +262,15 @@ class FedDALDCC:
             if adapt_beta and k % PENALTY_EVERY == 0 and client_beta * owed_penalty * PENALTY_RAISE <= \
                     beta * PENALTY_CAP and penalty_slow(history, floor=self.eps_primal):
                 owed_penalty *= PENALTY_RAISE
-                anchor, last_raise = None, k     # (no spectral estimate across a change of P_i)
+                anchor, reads, last_raise = None, (0.0, reads[1]), k     # (no spectral estimate across a change of P_i)
             if server_beta.slow(k, primal, self.eps_primal):
                 ex.call("server", "configure", beta=server_beta.raise_at(k), prox_weight=0.0, center=xhat)
             self._save(ckpt, ex, k, watch, k=k, total=total, xhat=xhat, x=X, mu_sum=mu_sum, history=history,
                        rho2=RHO2, total_rho2=total_rho2, twice_rho2=twice_rho2,
-                       owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-DIST_WINDOW - 1:],
-                       weights=weights[-DIST_WINDOW - 1:],
+                       owed=(owed, owed_factor, dmu_sent), unwind=unwind_sent, steps=steps[-kept(weights, changed=changed):],
+                       weights=weights[-kept(weights, changed=changed):],
                        penalty=(client_beta, owed_penalty, last_raise), server_beta=server_beta.state(),
-                       spectral=(MU, anchor), residual=opts.get("residual"))
+                       spectral=(MU, anchor, reads), residual=opts.get("residual"))
         if owed:          # the clients' μ_i end as in the two-message loop (a last rescale of
             self._settle(ex, clients, xhat)     # ρ_i, owed_factor, changes no result: not sent)
         self._complete(ex, clients, pending, has_server, callback, bar)     # (by itself)
@@ -317,29 +284,37 @@ class FedDALDCC:
                        info=info)
 
     @staticmethod
-    def _spectral(k: int, X, xhat, sent, MU, anchor, twice_rho2, member: np.ndarray):
+    def _spectral(k: int, X, xhat, sent, MU, anchor, twice_rho2, member: np.ndarray, reads: tuple,
+                  server: bool):
         """The spectral rule's factor for ρ∘ρ after outer step k (`spectral.penalty`, every
         `spectral.EVERY` steps; 1 in between), the server's mirror of μ_i after this step's (15),
         and the estimate's anchor (X, λ̂, x̂, μ at the step the next estimate compares with).
         λ̂_i = μ_i + 2ρ_i²(x̂_sent − x_i) is the gradient (13) certifies at x_i. A step some client
         skipped (partial participation, `member` False) has no new gradient: the client side's
-        estimate reads the clients that took part in both steps compared."""
+        estimate reads the clients that took part in both steps compared. `reads`: the largest
+        client estimate and the server's curvature so far (`spectral.floor`), returned updated."""
         weight = np.broadcast_to(twice_rho2, X.shape)
         grad = MU + weight * (sent - X)                 # λ̂_i: client i's gradient at x_i
         MU = MU + weight * (xhat - X) * member[:, None]     # (15), as the clients do it
         if anchor is not None and k % spectral.EVERY:
-            return 1.0, MU, anchor
+            return 1.0, MU, anchor, reads
         now = (X, grad, xhat, MU, member)
         if anchor is None:
-            return 1.0, MU, now
+            return 1.0, MU, now, reads
         X0, G0, XHAT0, MU0, member0 = anchor
         both = member & member0
         if not both.any():
-            return 1.0, MU, now
+            return 1.0, MU, now, reads
         tau = float(np.mean(weight))
-        new = spectral.penalty(tau, (X[both] - X0[both], grad[both] - G0[both]),
-                               (np.broadcast_to(xhat - XHAT0, X.shape), MU0 - MU))
-        return (new / tau if np.isfinite(new) and new > 0.0 else 1.0), MU, now
+        client = (X[both] - X0[both], grad[both] - G0[both])
+        new = spectral.penalty(tau, client, (np.broadcast_to(xhat - XHAT0, X.shape), MU0 - MU))
+        peak, m = spectral.client_peak(reads[0], client), reads[1]
+        if server:     # (without server terms Σμ_i is 0 but for rounding)
+            # not below `spectral.floor` (τ already below it stays or rises): the server's gradient is
+            # −Σμ_i (its step (14) with (15)), its change against Δx̂ per client gives its curvature
+            m = spectral.server_curvature(m, ((xhat - XHAT0)[None, :], (MU0 - MU).sum(axis=0)[None, :] / len(X)))
+            new = max(new, min(tau, spectral.floor(peak, m)))
+        return (new / tau if np.isfinite(new) and new > 0.0 else 1.0), MU, now, (peak, m)
 
     def _settle(self, ex, clients, xhat) -> float:
         """Step 2 owed to the clients (`one_message`), sent on its own: (15) and their own

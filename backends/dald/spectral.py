@@ -9,6 +9,8 @@ the curvature of each side; the penalty τ = √(α̂·β̂) (α̂ alone when th
 curvature — no server terms, Σμ_i ≡ 0) balances them, as the optimal fixed penalty does for
 quadratics. The coordinator has every quantity (it sends x̂, receives x_i, mirrors μ_i): no
 extra message. An estimate is used only when the changes correlate (`CORRELATION`), else τ stays.
+Not in Xu et al.: with server terms the rule never lowers τ below `floor` (clients flat in many
+directions drive α̂ down with τ itself).
 """
 from __future__ import annotations
 
@@ -16,6 +18,11 @@ import numpy as np
 
 CORRELATION = 0.2      # ε_cor of the paper: an estimate whose changes correlate less is not used
 EVERY = 2              # T_f: outer steps between two estimates
+# `floor`'s share of √(peak·m̂): peak is read at the first iterates, where a logistic loss curves
+# most (σ(1 − σ) ≤ ¼ at margin 0), and overstates the clients' curvature L at the answer q-fold
+# (a9a d = 16,507 q ≈ 1.6, MNIST 3v7 d = 784 q ≈ 4): ½ keeps the floor within 2× of √(L·m/n)
+# for q in [1, 16]. Measured: a9a 688 steps at 1 (MNIST-ball n = 5: 396, main 212), 883 at ½ (229)
+FLOOR_SHARE = 0.5
 
 
 def curvature(dx: np.ndarray, dg: np.ndarray) -> tuple[float, float]:
@@ -53,3 +60,43 @@ def penalty(tau: float, client: tuple[np.ndarray, np.ndarray], server: tuple[np.
     if beta_cor > correlation:
         return beta
     return tau
+
+
+def client_peak(peak: float, client: tuple[np.ndarray, np.ndarray], correlation: float = CORRELATION) -> float:
+    """The largest correlated client estimate α̂ of the run so far (`peak` before this one)."""
+    alpha, alpha_cor = curvature(*client)
+    return max(peak, alpha) if alpha_cor > correlation else peak
+
+
+def server_curvature(held: float, server: tuple[np.ndarray, np.ndarray], correlation: float = CORRELATION) -> float:
+    """m̂, the server's curvature per client, from Δx̂ against the change of its gradient −Σμ_i
+    over n (one row); `held` (the last correlated one, 0 before any) where this pair does not
+    correlate — as τ itself is kept then: the server's terms do not change, an uncorrelated pair
+    is noise. (Raw power-plant data with an intercept: 6 estimates in steps 43–53 correlating
+    0.02–0.18 took the floor to 0, τ slipped to 0.0025 under it, and a late raise by α̂ alone,
+    ×190 over steps 197–201, was then frozen; DALD said "converged" 5.8e-3 off, branch dald16.)
+
+    >>> dx = np.ones((1, 4))
+    >>> server_curvature(0.0, (dx, 0.01 * dx)), server_curvature(0.02, (dx, -dx))
+    (0.01, 0.02)
+    """
+    beta, beta_cor = curvature(*server)
+    return beta if beta_cor > correlation else held
+
+
+def floor(peak: float, m: float) -> float:
+    """The least τ the rule may lower τ to: FLOOR_SHARE·√(peak·m̂), m̂ the server's curvature per
+    client (`server_curvature`); 0 before both are read (no server terms: Σμ_i ≡ 0, m̂ = 0).
+
+    Not in Xu et al.: where the clients' Hessians are flat in many directions (a9a + hashed
+    pairs, d = 16,507, rank ≤ 1,000 rows a client), their moves run along those directions (x_i
+    moves ~1/τ there, ~1/L along curvature L), so α̂ follows τ down (0.12, 0.07, 0.02, … 1.6e-3
+    over 6 estimates, then √(α̂β̂) to 3.3e-4) while the slow mode is the stiff one: the clients'
+    differences in μ_i settle as L/(L + τ) a step, the common mode as nτ/(c + nτ), c ≥ m its
+    curvature (server term plus the clients', n clients). The best fixed τ for the two,
+    √(L·c/n), is at least √(L·m/n); peak stands for L (`client_peak`, FLOOR_SHARE).
+
+    >>> floor(0.16, 0.01) == FLOOR_SHARE * 0.04
+    True
+    """
+    return FLOOR_SHARE * float(np.sqrt(peak * m)) if peak > 0.0 and m > 0.0 else 0.0
