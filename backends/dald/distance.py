@@ -85,7 +85,8 @@ def distance_at(steps: list[float], weights: list[float], window: int = DIST_WIN
     recent = [w * s for w, s in zip(weights[-h:], steps[-h:])]
     start = max(min(c - SINCE, len(steps) - 1 - window), 0)
     length = sum(max(1.0, now / w) for w in weights[start + 1:c + 1]) + (len(steps) - 1 - c)
-    since = _tail(weights[start] * steps[start], recent, length) / now
+    # (after a fall of the weight the steps grow by themselves: the plain reading already waits)
+    since = _tail(weights[start] * steps[start], recent, length) / now if weights[c] < now else 0.0
     if c < len(steps) - 1 - window:           # (one weight over the window)
         return max(plain, since)
     inside = _tail(weights[-window - 1] * steps[-window - 1], recent, window) / now
