@@ -74,6 +74,13 @@ class Problem:
     def __repr__(self) -> str:
         return f"Problem({self.name!r}, clients={len(self.clients)})"
 
+    def __getstate__(self) -> dict:
+        """A pickled or copied Problem leaves its last solve's kept programs behind
+        (`runtime.solve_cache`: they hold closures and are keyed by the originals' ids)."""
+        state = dict(self.__dict__)
+        state.pop("_solve_cache", None)
+        return state
+
     # ---- blocks ---------------------------------------------------------------------------
     def add_client(self, name: str | None = None, weight: float | None = None) -> Client:
         name = name if name is not None else f"c{len(self.clients)}"

@@ -222,8 +222,10 @@ class FedDALDCC:
             if self.adaptive_rho and self.dual_updates and k - last_raise <= ADAPT_UNTIL and \
                     self.solver not in ("gd", "prox-grad"):
                 if PENALTY_RULE == "spectral":
+                    # (the floor with server terms only: a ball alone on the server took logistic
+                    # from converged in 765 steps to the cap, review17b)
                     factor, MU, anchor, reads = self._spectral(k, X, xhat, sent, MU, anchor, twice_rho2, member, reads,
-                                                                  server_used)
+                                                                  bool(problem.server.terms))
                 else:
                     # Boyd et al.'s residuals: the clients' RMS ‖x_i − x̂‖₂ against 2ρ²‖Δx̂‖₂
                     spread = float(np.sqrt(np.mean(np.sum(np.square(X - xhat), axis=1))))

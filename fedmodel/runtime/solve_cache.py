@@ -124,14 +124,17 @@ def _graph(h, expr, slots: dict[int, int]) -> None:
 def _leaf(node: Leaf) -> tuple:
     if isinstance(node, Variable):
         return _variable(node)
+    # the leaf's identity (uid) too: kept programs read the leaf objects they were compiled with,
+    # so a term rebuilt on a new Parameter of the same value (and the old one changed later)
+    # reused them stale (review17b: "stalled", objective 1.27 where a fresh Problem has 0.786)
     if isinstance(node, Parameter):
-        return ("param", node.shape, node.sign(), node.value is None)
+        return ("param", node.uid, node.shape, node.sign(), node.value is None)
     if isinstance(node, Data):
         if node.remote:
             raise Uncacheable("data held by a worker")
-        return ("data", node.name, node.owner)
+        return ("data", node.uid, node.name, node.owner)
     if isinstance(node, Constant):
-        return ("const",)
+        return ("const", node.uid)
     raise Uncacheable(f"a leaf of type {type(node).__name__}")
 
 
@@ -223,10 +226,12 @@ def solving(problem) -> Iterator[Cache | None]:
     finally:
         _ACTIVE.reset(token)
         if cache is not None:      # (the programs keep the run's state, as on an executor
-            cache.in_use = False   # the caller holds; only a derived factor is let go)
-            for programs in cache.programs.values():
-                for program in programs.values():
-                    program._factor_cache = None
+            for programs in cache.programs.values():   # the caller holds; what a run derived
+                for program in programs.values():      # is let go: the factor, the packed and
+                    program._factor_cache = None       # Gram forms — a copy of the client's
+                    program.__dict__.pop("_low_rank", None)    # rows, `restart` drops it anyway)
+                    program.compiled.__dict__.pop("_gram", None)
+            cache.in_use = False
 
 
 def equilibrated(cache: Cache | None, problem, build: Callable[[Any], Any]) -> Any:
