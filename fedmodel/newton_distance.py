@@ -28,6 +28,8 @@ from typing import Callable
 
 import numpy as np
 
+from .expression import Constant, postorder
+
 MAX_ENTRIES = 64    # entries of all variables together; above, no reading (n gradients)
 MAX_WORK = 5e7      # entries × the model's data floats; above, no reading
 STEP = 1e-4         # the difference's step, relative to the scaled point's size
@@ -125,7 +127,6 @@ def summed_gradients(plan, skip: int, members: list[list[int]], variables: list)
 def affordable(objective_terms: list, inputs: list[np.ndarray]) -> bool:
     """Whether the reading's gradients (one per entry) stay within MAX_WORK: entries × the
     floats of the objective's data and constants."""
-    from .expression import Constant, postorder
     floats = sum(int(np.size(leaf.value)) for leaf in postorder(list(objective_terms))
                  if isinstance(leaf, Constant))
     return sum(int(np.size(x)) for x in inputs) * floats <= MAX_WORK
