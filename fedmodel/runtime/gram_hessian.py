@@ -4,8 +4,8 @@ the product its data allows, chosen when the data is bound: `gram_products`), ne
 Hessian-vector plan on the unit directions.
 
 Today's path, the batched Hessian-vector plan ∇(∇P_i·v) on the identity, costs a loss of X w
-X @ E (a GEMM although X @ I = X) and Xᵀ (s ⊙ ·): ~4 m N² flops against syrk's m N² (MNIST's
-1,240 × 784: 54–61 against 15 ms a Hessian).
+X @ E (a GEMM although X @ I = X) and Xᵀ (s ⊙ ·): ~4 m N² flops against syrk's m N² (MNIST:
+54–61 against 15 ms a Hessian).
 
 The structure is read once per program from the Hessian-vector product's expression
 (`CompiledMerit._hvp_expressions`, one vector variable, nothing private):
@@ -21,12 +21,18 @@ The structure is read once per program from the Hessian-vector product's express
 - the rest of the product (the Gram terms taken out: proximal terms, cross terms, terms the rules
   do not read) is read the same way with u = v itself (diag(t) + Σ a bᵀ: a proximal weight, a
   ball's AL term), else keeps today's path: the batched plan on unit directions;
-- every Hessian is checked against today's Hessian-vector product on a random direction
-  (`check_direction`, one product: ~3 % of MNIST's); a mismatch drops the form for good.
+- every Hessian is checked against today's Hessian-vector product ∇(∇P_i·v) on a random
+  direction v (`check_direction`), computed from the product's own expression as the same
+  plan's last output (its forward pass, e.g. X w and the loss's derivatives, shared with the
+  weights: NP adult's check 0.15 → ~0.05 ms, so d = 14 takes the form: 0.48 → 0.40 ms a
+  Hessian); a mismatch drops the form for good. Every Hessian, not the first of a program: a
+  term zero at one point (an inactive constraint's AL term, a dropped pair) passes a check
+  there (cProx-AL on house prices, tests/test_gram_hessian.py).
 A product without data read so (a server's ridge and proximal terms) is formed the same way
 from N ≈ 320 on. Anything else (private or matrix variables, no Gram term, too little data:
 `MIN_FLOPS`) keeps today's path. Results are bitwise symmetric and today's to round-off (MNIST:
-1e-16 relative).
+1e-16 relative). The analysis is kept across the solves of a kept program, its rows are not
+(`release`).
 """
 from __future__ import annotations
 
@@ -44,41 +50,50 @@ from ..errors import FedModelError
 from ..expression import Constant, Leaf
 from . import solvers
 from .data_products import check_direction, data_product, is_constant, value_of
-from .gram_products import GramRows, symmetric
+from .gram_products import GramRows, add_term, symmetric
 
 # the form is taken when its Gram work Σ m_k N² is at least this many flops: it is never slower
 # per Hessian (1,000 × 14 rows: 0.10 against 0.64 ms; 20 × 10: equal), but its analysis, plans
 # and first check cost ~1–2 ms a program, which a model of 1,000 tiny clients would pay for nothing
 MIN_FLOPS = 100_000
-# and this many unknowns: below, checking each Hessian costs what it saves (NP adult, d = 14: even)
-MIN_COLUMNS = 64
-SYRK_MIN_COLUMNS = MIN_COLUMNS  # below: one GEMM (`gram_products`); tests lower both
+# and this many unknowns (64 while the check was a pass of its own: it cost what d = 14 saved;
+# sharing the pass, the form is faster from d = 2, m = 5·10⁴ (3.5 against 5.1 ms) to d = 63)
+MIN_COLUMNS = 1
+SYRK_MIN_COLUMNS = 64  # below: one GEMM (`gram_products`); tests lower it
 GUARD_TOL = 1e-8      # relative mismatch on the random direction above which the form is refused
 _UNSET = object()
 
 
 class _Term:
     """One data matrix's share: its rows R = A diag(s) (`rows`, a `GramRows`: the product its
-    data allows; None for the direction itself, the rest's diagonal), its weight outputs
-    (summed: several terms on the same data take one product) and rank-one pairs (a, b) as
-    output indices."""
+    data allows; None between solves, `release`) of the expressions (A, s) (`source`; None: the
+    direction itself, the rest's diagonal), its weight outputs (summed: several terms on the
+    same data take one product) and rank-one pairs (a, b) as output indices."""
 
-    __slots__ = ("rows", "weights", "pairs")
+    __slots__ = ("source", "rows", "weights", "pairs")
 
-    def __init__(self, rows):
-        self.rows = rows
+    def __init__(self, source):
+        self.source = source
+        self.rows = None if source is None else _rows(*source)
         self.weights: list[int] = []
         self.pairs: list[tuple[int, int]] = []
+
+    def gram_rows(self) -> "GramRows | None":
+        """`rows`, made again from `source` after a `release`."""
+        if self.rows is None and self.source is not None:
+            self.rows = _rows(*self.source)
+        return self.rows
 
 
 class Structure:
     """A program's Gram form: the plan of the weights and pairs, the terms, the rest's plan over
     unit directions (None: none) with its blocks."""
 
-    __slots__ = ("plan", "terms", "rest", "blocks")
+    __slots__ = ("plan", "terms", "rest", "blocks", "direction")
 
-    def __init__(self, plan: Plan, terms: list[_Term], rest: "Plan | None", blocks: list):
+    def __init__(self, plan: Plan, terms: list[_Term], rest: "Plan | None", blocks: list, direction):
         self.plan, self.terms, self.rest, self.blocks = plan, terms, rest, blocks
+        self.direction = direction
 
 
 def structure(compiled) -> "Structure | None":
@@ -91,6 +106,22 @@ def structure(compiled) -> "Structure | None":
             found = None
         compiled._gram = found
     return found
+
+
+def decline(compiled) -> None:
+    """No Gram form for this `CompiledMerit`: a merit of a few Hessians (a client's phase one,
+    `own_constraints`: 1–5) would pay the analysis (~1.2 ms at NP adult) for ~0.1 ms each."""
+    compiled._gram = None
+
+
+def release(compiled) -> None:
+    """Let go of the rows (A diag(s): a copy of the client's data) of a program's Gram form
+    between solves, keeping its analysis (~1.2 ms a client at NP adult): a kept program
+    (`solve_cache`) is reused only for the same data; its next Hessian makes them again."""
+    found = compiled.__dict__.get("_gram")
+    if found is not None:
+        for term in found.terms:
+            term.rows = None
 
 
 class _NoForm(Exception):
@@ -114,7 +145,7 @@ def _analyse(compiled) -> "Structure | None":
         A = reader.canonical(A)
         key = (id(A), id(scale) if not isinstance(scale, float) and scale.shape else None)
         if key not in terms:
-            terms[key] = _Term(_rows(value_of(A), None if key[1] is None else value_of(scale)))
+            terms[key] = _Term((A, None if key[1] is None else scale))
         _add_form(outputs, terms[key], functools.reduce(multiply, factors, Constant(1.0)), t, pairs)
     rest = _without(root, {id(g[0]) for g in grams}, {})
     form = reader.linear(rest, None) if rest is not None else None
@@ -126,7 +157,10 @@ def _analyse(compiled) -> "Structure | None":
         return None                                 # (no data, and not diagonal plus pairs)
     rest_plan = Plan([rest], variables + directions, batched=directions) if rest is not None else None
     blocks = compiled.unit_blocks(rest_plan.batched_size) if rest_plan is not None else []
-    return Structure(Plan(outputs, variables), list(terms.values()), rest_plan, blocks)
+    # the check's product (`_matches`) is the plan's last output: one pass over the data with
+    # the weights (X w and the loss's derivatives once), the direction its Parameter
+    return Structure(Plan(outputs + [root], variables), list(terms.values()), rest_plan, blocks,
+                     direction)
 
 
 def _add_form(outputs: list, term: _Term, c, t, pairs) -> None:
@@ -139,8 +173,10 @@ def _add_form(outputs: list, term: _Term, c, t, pairs) -> None:
         term.pairs.append((len(outputs) - 2, len(outputs) - 1))
 
 
-def _rows(A, scale) -> GramRows:
-    """A diag(s) (s None: A), sparse kept sparse (CSR), as its Gram products take it."""
+def _rows(node, scale_node) -> GramRows:
+    """A diag(s) of the constant expressions A, s (s None: A), sparse kept sparse (CSR), as its
+    Gram products take it."""
+    A, scale = value_of(node), None if scale_node is None else value_of(scale_node)
     R = A if scale is None else A.multiply(scale).tocsr() if hasattr(A, "toarray") else A * scale
     return GramRows(R, SYRK_MIN_COLUMNS)
 
@@ -338,48 +374,27 @@ def hessian(compiled, z: np.ndarray, values: list) -> "np.ndarray | None":
     # sparse and narrow products: M) are symmetrized as today's (0.5 (M + Mᵀ))
     M = compiled.dense_hessian(found.rest, values, found.blocks) if found.rest is not None else None
     upper = np.zeros((n, n), order="F")
+    found.direction.value = check_direction(n)
     outputs = found.plan(*values)
     for k, term in enumerate(found.terms):
         M = _add_term(term, outputs, upper, M, n, fresh=k == 0)
     H = symmetric(upper)
     if M is not None:
         H += 0.5 * (M + M.T)
-    if not _matches(compiled, z, H):        # (every Hessian: a term zero at one point, e.g.
-        compiled._gram = None               # an inactive constraint's, would pass a first check)
+    if not _matches(outputs[-1], H, check_direction(n)):     # (every Hessian: module docstring)
+        compiled._gram = None
         return None
     return H
 
 
 def _add_term(term: _Term, outputs: list, upper: np.ndarray, M, n: int, fresh: bool):
-    """One term's Rᵀ diag(t) R (into `upper`, all zeros if `fresh`, or for sparse and narrow
-    rows into the full matrix M, made on first use and returned: `GramRows.add_weighted`) and
-    its rank-one pairs (Rᵀa)(Rᵀb)ᵀ (their symmetric part into `upper`, by syr2)."""
-    from scipy.linalg.blas import dsyr2     # (scipy: not at import time)
-    R = term.rows
-    m = n if R is None else R.shape[0]
-    if term.weights:
-        t = np.array(np.broadcast_to(outputs[term.weights[0]], (m,)), dtype=float)
-        for i in term.weights[1:]:
-            t += outputs[i]
-        if R is None:
-            upper[np.diag_indices(n)] += t
-        else:
-            G = R.add_weighted(upper, t, fresh)
-            if G is not None:
-                M = G if M is None else M.__iadd__(G)
-    for i, j in term.pairs:
-        p, q = (np.array(np.broadcast_to(outputs[k], (m,)), dtype=float) for k in (i, j))
-        found = dsyr2(0.5, p if R is None else R.transpose_times(p),
-                      q if R is None else R.transpose_times(q), a=upper, overwrite_a=True)
-        if found is not upper:
-            upper[...] = found
-    return M
+    """One term's products into `upper` or M (`gram_products.add_term`), M returned."""
+    pairs = [(outputs[i], outputs[j]) for i, j in term.pairs]
+    return add_term(term.gram_rows(), [outputs[i] for i in term.weights], pairs, upper, M, n, fresh)
 
 
-def _matches(compiled, z: np.ndarray, H: np.ndarray) -> bool:
-    """The check (module docstring): H v = ∇²P_i(z) v by today's Hessian-vector plan."""
-    v = check_direction(z.size)
-    hv = compiled.hvp(z, v)
+def _matches(hv: np.ndarray, H: np.ndarray, v: np.ndarray) -> bool:
+    """The check (module docstring): H v = ∇²P_i(z) v by today's Hessian-vector product."""
     Hv = H @ v
     scale = solvers.norm_inf(hv) + solvers.norm_inf(Hv)
     return bool(solvers.norm_inf(hv - Hv) <= GUARD_TOL * scale)
