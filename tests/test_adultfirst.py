@@ -10,20 +10,7 @@ import pytest
 import fedmodel as fm
 from fedmodel.runtime import gram_hessian, own_constraints
 from fedmodel.runtime.program import compile_programs
-
-
-def _today(program, z):
-    kept = program.compiled.__dict__.get("_gram")
-    program.compiled._gram = None
-    try:
-        return program.hessian(z)
-    finally:
-        program.compiled._gram = kept
-
-
-def _agrees(H, reference):
-    assert np.array_equal(H, H.T)
-    assert np.max(np.abs(H - reference)) <= 1e-12 * np.max(np.abs(reference))
+from test_gram_hessian import _agrees, _today
 
 
 def _np_model(n=3, m=400, d=14, seed=0, same=None):
