@@ -28,6 +28,7 @@ import numpy as np
 
 from ..compiler.codegen import Plan
 from ..compiler.terms import flatten, summed_size
+from ..constraints import Equality
 from ..errors import FedModelError
 from . import gram_hessian, solve_cache, solvers
 from .compiled_merit import CompiledMerit
@@ -148,6 +149,8 @@ def _past_the_root(merit: CompiledMerit, n_x: int, z: np.ndarray, step: np.ndarr
     far = 4.0 * value / slope if slope > 0 else 0.0
     if not 2.0 < far <= FURTHEST:     # (not beyond the first trial, nor far off; NaN neither)
         return None
+    if any(isinstance(c, Equality) for c in merit.constraints):
+        return None                   # (F = 0 then needs c_E = 0 to the bit: a trial wasted)
     trial = z + far * step
     with np.errstate(all="ignore"):   # (a trial out of the domain is only refused)
         found = merit.value_grad(trial[:n_x], trial[n_x:])[0]
