@@ -119,6 +119,11 @@ class Binding:
     def is_template(self) -> bool:
         return self.family.template is self
 
+    def counterparts(self) -> dict[int, Expression]:
+        """A copy of the map from the template's nodes (by id) to this program's own: its
+        sources and the clones of the derivations re-bound so far (`clone_onto` extends it)."""
+        return dict(self._node_map())
+
     def _node_map(self) -> dict[int, Expression]:
         if self._map is None:
             order = self.family.template.order

@@ -124,7 +124,7 @@ def _rebound(compiled):
     if not isinstance(found, Structure):
         return _UNSET
     products, directions = compiled._hvp_expressions      # (first: its clones join the map)
-    node_of = dict(share._node_map())
+    node_of = share.counterparts()
     own = functools.partial(shared_structure.clone_onto, node_of=node_of)
     try:
         if own(found.plan.outputs[-1]) is not products[0] or own(found.direction) is not directions[0]:
