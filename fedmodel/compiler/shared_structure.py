@@ -119,6 +119,11 @@ class Binding:
     def is_template(self) -> bool:
         return self.family.template is self
 
+    def counterparts(self) -> dict[int, Expression]:
+        """A copy of the map from the template's nodes (by id) to this program's own: its
+        sources and the clones of the derivations re-bound so far (`clone_onto` extends it)."""
+        return dict(self._node_map())
+
     def _node_map(self) -> dict[int, Expression]:
         if self._map is None:
             order = self.family.template.order
@@ -196,6 +201,25 @@ class Binding:
             node_of[id(node)] = new
             added.append(id(node))
         return [node_of[id(o)] for o in record.result]
+
+
+def clone_onto(node: Expression, node_of: dict[int, Expression]) -> Expression:
+    """`node`'s counterpart in `node_of` (template node id -> a program's own node), its nodes
+    not there copied onto their arguments' counterparts (as `Binding.derive` clones a
+    derivation's) and added; KeyError for a leaf another program may not share
+    (`_shareable_leaf`) — a reading made on the template's nodes, re-bound."""
+    found = node_of.get(id(node))
+    if found is None:
+        if isinstance(node, Leaf):
+            if isinstance(node, Parameter) or not _shareable_leaf(node):
+                raise KeyError(id(node))
+            found = node
+        else:
+            found = node.with_args(*[clone_onto(a, node_of) for a in node.args])
+            for cache in _DROPPED:
+                found.__dict__.pop(cache, None)
+        node_of[id(node)] = found
+    return found
 
 
 def clear() -> None:

@@ -108,6 +108,33 @@ class GramRows:
         return None
 
 
+def add_term(R: "GramRows | None", weights: list, pairs: list, upper: np.ndarray, M, n: int,
+             fresh: bool):
+    """One Gram term Rᵀ (diag(Σ weights) + Σ a bᵀ) R (R None: the identity) at a point:
+    Rᵀ diag(t) R into `upper` (all zeros if `fresh`; for sparse and narrow rows into the full
+    matrix M, made on first use and returned: `GramRows.add_weighted`), the pairs (a, b) as
+    (Rᵀa)(Rᵀb)ᵀ, their symmetric part into `upper` by syr2."""
+    from scipy.linalg.blas import dsyr2     # (scipy: not at import time)
+    m = n if R is None else R.shape[0]
+    if weights:
+        t = np.array(np.broadcast_to(weights[0], (m,)), dtype=float)
+        for w in weights[1:]:
+            t += w
+        if R is None:
+            upper[np.diag_indices(n)] += t
+        else:
+            G = R.add_weighted(upper, t, fresh)
+            if G is not None:
+                M = G if M is None else M.__iadd__(G)
+    for a, b in pairs:
+        p, q = (np.array(np.broadcast_to(x, (m,)), dtype=float) for x in (a, b))
+        found = dsyr2(0.5, p if R is None else R.transpose_times(p),
+                      q if R is None else R.transpose_times(q), a=upper, overwrite_a=True)
+        if found is not upper:
+            upper[...] = found
+    return M
+
+
 def _syrk(upper: np.ndarray, R: np.ndarray, t: np.ndarray, scratch: bool) -> None:
     """upper += Rᵀ diag(t) R (upper triangle, Fortran order, in place): the rows of t > 0 and
     of t < 0 as two symmetric rank-k updates of √|t| ∘ R (`scratch`: R is this call's own copy,

@@ -22,12 +22,15 @@ without a smooth form are left out: a subset without a common point is enough to
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..compiler.codegen import Plan
 from ..compiler.terms import flatten, summed_size
+from ..constraints import Equality
 from ..errors import FedModelError
-from . import solve_cache, solvers
+from . import gram_hessian, solve_cache, solvers
 from .compiled_merit import CompiledMerit
 from .messages import procedure
 
@@ -35,6 +38,13 @@ CLEAR = 1e-3       # least violation / size of the constraint's terms read as cl
 SETTLED = 1e-6     # λ²/F at which Newton has reached F's minimum (quadratic convergence: 1e-12)
 NEWTON_STEPS = 50  # phase 1 steps at most (a few on the models of bench_verdicts)
 DENSE = 200        # z's size up to which a step solves with the dense Hessian (else CG)
+FURTHEST = 8.0     # Newton steps at most to the trial past c's root (`_past_the_root`)
+
+# program -> its phase-one merit when that merit leads its structure's family
+# (`shared_structure`, which holds a family only as long as its first program): the other
+# clients' phase-one merits re-bind its derivations and plans instead of deriving and compiling
+# their own (NP adult n = 5: 5 × 7 plans). Held beside the program, never pickled with it
+_TEMPLATES: "weakref.WeakKeyDictionary[object, CompiledMerit]" = weakref.WeakKeyDictionary()
 
 
 @procedure("own_feasibility", {}, {"violation": "1", "constraint": "str"}, read_only=True)
@@ -89,6 +99,9 @@ def _phase_one(program, constraints: list) -> CompiledMerit | None:
             merit = CompiledMerit(f"{program.name}/own", [], chosen, program.shared, program.private)
         except (FedModelError, ValueError):
             continue
+        if merit._share.is_template:
+            _TEMPLATES[program] = merit
+        gram_hessian.decline(merit)
         return merit if merit.constraints else None
     return None
 
@@ -109,6 +122,9 @@ def _newton(merit: CompiledMerit, n_x: int, z: np.ndarray) -> tuple[np.ndarray, 
         # Armijo backtracking from t = 2: Newton on ½c² takes half the step to c's root (and so
         # halves c each step, 8 steps on a feasible NP client where the double step takes 1-2)
         t, slope = 2.0, float(-g @ step)
+        feasible = _past_the_root(merit, n_x, z, step, value, slope)
+        if feasible is not None:
+            return feasible, 0.0, 0.0
         while t > 1e-10:
             trial = z + t * step
             new, new_g = merit.value_grad(trial[:n_x], trial[n_x:])
@@ -119,6 +135,26 @@ def _newton(merit: CompiledMerit, n_x: int, z: np.ndarray) -> tuple[np.ndarray, 
             break
         z, value, g = trial, new, new_g
     return z, value, max(decrement, 0.0)
+
+
+def _past_the_root(merit: CompiledMerit, n_x: int, z: np.ndarray, step: np.ndarray, value: float,
+                   slope: float) -> np.ndarray | None:
+    """A point of F = 0 beyond the Newton step, or None. Along the step, F's linear model
+    2F·(1 − t·slope/(2F)) puts c's root at t = 2F/slope (one constraint; the Newton step's
+    c∇²c shortens it: t ≈ 1.2–1.9 where the step itself is t = 1); a convex c lies above its
+    tangent, so the root is further and c rarely reaches 0 there. Twice as far the tangent
+    says −c: NP adult's clients reach F = 0 one or two Newton steps earlier (3 Hessians of
+    4–5), monks-1's at the first step. Only a feasible point is taken: otherwise the steps are
+    today's, bit for bit (an infeasible client's claim never reads this trial)."""
+    far = 4.0 * value / slope if slope > 0 else 0.0
+    if not 2.0 < far <= FURTHEST:     # (not beyond the first trial, nor far off; NaN neither)
+        return None
+    if any(isinstance(c, Equality) for c in merit.constraints):
+        return None                   # (F = 0 then needs c_E = 0 to the bit: a trial wasted)
+    trial = z + far * step
+    with np.errstate(all="ignore"):   # (a trial out of the domain is only refused)
+        found = merit.value_grad(trial[:n_x], trial[n_x:])[0]
+    return trial if found <= 0.0 else None
 
 
 def _direction(merit: CompiledMerit, z: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, bool]:

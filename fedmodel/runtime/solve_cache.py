@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..expression import Constant, Data, Leaf, Parameter, Variable, is_sparse, postorder
+from . import gram_hessian
 
 MAX_DATA_BYTES = 1 << 26     # 64 MB of data arrays: a larger model is not kept
 MAX_BLOCKS = 1_000           # blocks: a larger model is not kept
@@ -230,7 +231,7 @@ def solving(problem) -> Iterator[Cache | None]:
                 for program in programs.values():      # is let go: the factor, the packed and
                     program._factor_cache = None       # Gram forms — a copy of the client's
                     program.__dict__.pop("_low_rank", None)    # rows, `restart` drops it anyway)
-                    program.compiled.__dict__.pop("_gram", None)
+                    gram_hessian.release(program.compiled)
             cache.in_use = False
 
 
@@ -301,7 +302,8 @@ def pristine(program) -> tuple:
 def restart(program, state: tuple) -> None:
     """`program` back at `state` (`pristine`): its node state, its merit's Parameters, and
     nothing a run derived — memoized evaluations, the kept Hessian and its factor, the packed
-    and Gram forms' analyses (a failed check turns them off for the rest of a run)."""
+    form's analysis, the Gram form's rows (its analysis is kept: the data is the same) or its
+    refusal (a failed check turns it off for the rest of a run)."""
     plain, params = state
     program.node_state = type(program.node_state)(**{k: copy.deepcopy(v) for k, v in plain.items()})
     for parameter, value in params:
@@ -309,7 +311,9 @@ def restart(program, state: tuple) -> None:
     program._factor_cache = program._hessian_key = None
     program.holder = None
     program.__dict__.pop("_low_rank", None)
-    program.compiled.__dict__.pop("_gram", None)
+    if program.compiled.__dict__.get("_gram") is None:     # (a failed check: tried again)
+        program.compiled.__dict__.pop("_gram", None)
+    gram_hessian.release(program.compiled)                  # (a form's analysis is kept)
     program.compiled.forget()
 
 
