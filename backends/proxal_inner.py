@@ -4,7 +4,8 @@ otherwise, decided when the run starts. The rule (`newton_reading`) is the one
 `backend="auto"` reads for its reasons too (backends/auto.py).
 
 Newton steps fit a convex model (DCP: on a nonconvex one an indefinite Hessian gives no
-descent) with no private variables (an epigraph's slacks among them) and no client prox term
+descent) with no private variables but epigraph slacks, which their clients eliminate
+(`proxal_newton_slacks`: the hinge SVM, pinball, LAD; β ×4, cap 1e6, `for_slacks`), no client prox term
 but λ‖w‖₁, whose step's dense d × d matrices are within the dense Newton budget
 (`proxal_newton_model.matrices_held`: n more where the executor gathers the clients' replies
 before summing), on an executor that is not sum-only (secure aggregation bounds and quantizes

@@ -22,7 +22,10 @@ each subproblem's end) for the multiplier update, the outer tests and the next p
 `refusal` tells the structure from the model (slacks only of the epigraph rewrite, each row's
 constraint reading one slack of its shape); anything else keeps Algorithm 2.
 
-Measured (docs/BENCHMARKS.md, branch hinge): bcw's hinge SVM, n = 5.
+Measured (docs/BENCHMARKS.md, branch hinge): bcw's hinge SVM, n = 5, under `prob.solve()`:
+converged and verified in 276 round trips (80 Newton steps, 10 outer), where Algorithm 2 ran to
+max_iterations after 14,483. Its CPU is the slack solves' (a few gradient evaluations per point,
+trial points included): 88 s against main's 82 s, at load ~4.
 """
 from __future__ import annotations
 
