@@ -37,10 +37,10 @@ from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from .proxal_newton_model import prox_value, upper_mask
 
-# ProxAL's β growth and cap where clients eliminate slacks (`proxal_inner.for_slacks`): NewtonInner's
-# ×100 makes ψ's kinks too steep for Newton (bcw's SVM: subproblems at β 3e4 ran their 50 steps,
-# max_iterations after 21,639 round trips; ×4: converged, 276); a prototype's subproblems at β ≥ 6.5e5
-# ran to their step cap (docs/BENCHMARKS.md, branch hinge)
+# ProxAL's β growth and cap where clients eliminate slacks (`proxal_inner.for_slacks`): bcw's SVM at
+# ×4 converged in 276 round trips; NewtonInner's ×100 steepens ψ's kinks faster (not re-measured on
+# the final code, docs/BENCHMARKS.md, branch hinge); a prototype's subproblems at β ≥ 6.5e5 ran to
+# their step cap, hence 1e6
 SLACK_BETAS = (4.0, 1e6)
 SLACK_STEPS = 60        # Newton steps on the slacks' derivatives at most (finite: a few per piece)
 SLACK_TOL = 1e-13       # ... to |∂P/∂t_e| ≤ SLACK_TOL × (the row's scale of ∂P/∂t), or round-off
