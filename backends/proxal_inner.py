@@ -4,7 +4,8 @@ otherwise, decided when the run starts. The rule (`newton_reading`) is the one
 `backend="auto"` reads for its reasons too (backends/auto.py).
 
 Newton steps fit a convex model (DCP: on a nonconvex one an indefinite Hessian gives no
-descent) with no private variables (an epigraph's slacks among them) and no client prox term
+descent) with no private variables but epigraph slacks, which their clients eliminate
+(`proxal_newton_slacks`: the hinge SVM, pinball, LAD; β ×4, cap 1e6, `for_slacks`), no client prox term
 but λ‖w‖₁, whose step's dense d × d matrices are within the dense Newton budget
 (`proxal_newton_model.matrices_held`: n more where the executor gathers the clients' replies
 before summing), on an executor that is not sum-only (secure aggregation bounds and quantizes
@@ -20,6 +21,7 @@ records which inner wrote it, and a resumed default run takes that one (`InnerMi
 """
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from typing import Any, Callable
@@ -34,6 +36,7 @@ from .common import variable_sizes
 from .outcome import Outcome
 from .proxal_newton import NewtonInner
 from .proxal_newton_model import matrices_held
+from .proxal_newton_slacks import SLACK_BETAS, block_refusal
 
 # the names `inner` takes besides a solver object ("admm" and None: Algorithm 2)
 NAMES = ("auto", "admm", "newton")
@@ -100,9 +103,9 @@ def streams_sums(executor: Any) -> bool:
 
 def newton_reading(problem, executor: Any = None) -> tuple[bool, str]:
     """(whether Newton steps fit this model on `executor`, why): module docstring."""
-    private = [c.name for c in problem.clients if c.private_variables]
+    private = [f"{c.name} ({why})" for c in problem.clients if (why := block_refusal(c))]
     if private:
-        return False, f"private variables on clients {few(private)} (an epigraph's slacks among them)"
+        return False, f"private variables on clients {few(private)}"
     kinked = [f"client {c.name!r}" for c in problem.clients
               if any(t.kind != "norm1" or t.kinked is not None or t.constraint is not None
                      for t in classify_objective(c.terms).prox)]
@@ -141,6 +144,7 @@ def run(backend, problem, topology: Any, executor: Any, options: dict) -> Outcom
     """`Backend.run` of `backend` with the inner solver `choose` picks, and the default's
     fall-backs (module docstring); the choice in `outcome.info["inner"]`."""
     inner, why = choose(backend, problem, executor)
+    inner = for_slacks(inner, problem)
     try:
         outcome = Backend.run(backend.with_inner(inner), problem, topology, executor, **options)
     except FedModelError as error:
@@ -151,6 +155,17 @@ def run(backend, problem, topology: Any, executor: Any, options: dict) -> Outcom
         outcome = Backend.run(backend.with_inner(inner), problem, topology, executor, **options)
     outcome.info["inner"] = {"name": name_of(inner), "reason": why}
     return outcome
+
+
+def for_slacks(inner: Any, problem) -> Any:
+    """`inner`, or where it is a NewtonInner and clients eliminate epigraph slacks
+    (`proxal_newton_slacks`), a copy with their β growth and cap (`SLACK_BETAS`): ProxAL takes
+    them where its caller gave none (`ProxAL.with_inner`)."""
+    if not isinstance(inner, NewtonInner) or not any(c.private_variables for c in problem.clients):
+        return inner
+    out = copy.copy(inner)
+    out.beta_growth, out.beta_max = SLACK_BETAS
+    return out
 
 
 def _fallback(backend, inner: Any, error: FedModelError) -> tuple[Any, str] | None:

@@ -23,8 +23,9 @@ nonconvex one an indefinite H gives no descent and the run stands still, so `bac
 it only on convex models).
 
 Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
-variables, clients' prox terms only λ‖w‖₁, and a step's dense d × d matrices within the dense
-Newton budget (`solvers.DENSE_NEWTON_FLOATS`, `matrices_held`: the clients' replies are summed as
+variables but epigraph slacks, which their clients eliminate (`proxal_newton_slacks`; then the
+exact line search, `proxal_newton_search`), clients' prox terms only λ‖w‖₁, and a step's dense
+d × d matrices within the dense Newton budget (`solvers.DENSE_NEWTON_FLOATS`, `matrices_held`: the clients' replies are summed as
 they come, `Executor.map_sum`; n of them more where an executor gathers them first). The clients'
 data-free balls and bounds go to the server (`sets_to_server`; `projecting.data_free_client_sets`,
 as FedAvg's), whose prox projects on them in the model step, as on sets without a smooth form
@@ -44,13 +45,13 @@ from fedmodel.runtime.hessian_sum import hessian_sum
 from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from .projecting import data_free_client_sets
-from . import proxal_certificate
+from . import proxal_certificate, proxal_newton_slacks as slacks
 from .proxal_certificate import across_client_kinks, beyond_kinks, reading_past_kinks
 from .proxal_newton_model import (MODEL_TOL, TRIALS, matrices_held, model_minimizer, prox_value as _prox_value,
                                   server_value, unpack_symmetric, upper_mask)
+from .proxal_newton_search import ARMIJO, POINTS, exact_search, server_slopes
 from .proxal_newton_sets import l1_remainder as _l1_remainder, l1_weights as _l1_weights, newton_set_multipliers
 
-ARMIJO = 1e-4           # sufficient decrease: ℓ(z + t d) ≤ ℓ(z) + ARMIJO·t·Δ
 MAX_HALVINGS = 4        # batches of TRIALS shorter steps per Newton step before the run gives up
 # a full step whose decrease was the quadratic model's Δ/2 less this fraction or more (NP adult's
 # AL steps far from the constraint: 1.2–1.3×): the next full step is asked without the shorter
@@ -61,20 +62,19 @@ CONFIDENT = 0.05
 
 # ---- node steps ---------------------------------------------------------------------------------
 @client_step("proxal_newton_eval", {"x": "x", "beta": "1", "prox_weight": "1", "direction": "x",
-                                    "offsets": f"<={TRIALS}"},
-             {"value": "1", "grad": "x", "hessian": "tri", "values": f"<={TRIALS}"})
+                                    "offsets": f"<={POINTS}"},
+             {"value": "1", "grad": "x", "hessian": "tri", "values": f"<={POINTS}", "slopes": f"<={POINTS}"})
 def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dict] | None:
     """P_i(z) + λ_i‖z‖₁, ∇P_i(z) and the upper triangle of ∇²P_i(z) of the members at the one z
-    they were sent (None, served one by one, when they were sent different points). With
-    `beta` and `prox_weight` the client first configures P_{i,k} (13) with center z, as
-    "configure" would (ProxAL's outer step and the subproblem's first evaluation: one message).
-    With `direction` d and `offsets` o_j also P_i + λ_i‖·‖₁ at z + o_j·d (`values`: the line
-    search's shorter steps, in the same message; they must be the same for every member).
-    Summed over the members instead: `_evaluate_sum`."""
-    found = _configured(group, members, payloads)
-    if found is None:
+    they were sent (None, served one by one, when they were sent different points); with
+    `beta` and `prox_weight` P_{i,k} (13) configured first, center z (one message); with
+    `direction` d and `offsets` o_j (the same for every member) also P_i + λ_i‖·‖₁ at z + o_j·d
+    (`values`; and `slopes` where clients eliminate slacks). Summed: `_evaluate_sum`."""
+    if (found := _configured(group, members, payloads)) is None:
         return None
     z, rows, X, Y = found
+    if group.n_y:                        # clients eliminating their epigraph slacks
+        return slacks.group_replies(group, members, rows, z, payloads[members[0]], summed=False)
     values, G = group.value_grad(X, Y)
     H = group.hessian(X, Y, rows)
     upper = upper_mask(group.n_x)        # (the index pairs' order, a third of their time)
@@ -88,10 +88,11 @@ def _evaluate(group: Group, members: list[str], payloads: dict) -> dict[str, dic
 
 def _evaluate_sum(group: Group, members: list[str], payloads: dict, fields) -> dict | None:
     """`_evaluate`'s replies summed over the members (`map_sum` on the batched executor)."""
-    found = _configured(group, members, payloads)
-    if found is None:
+    if (found := _configured(group, members, payloads)) is None:
         return None
     z, rows, X, Y = found
+    if group.n_y:
+        return slacks.group_replies(group, members, rows, z, payloads[members[0]], summed=True)
     values, G = group.value_grad(X, Y)
     total = {"value": float(sum(values[r] + _prox_value(group.programs[r], z) for r in rows)),
              "grad": G[rows, :group.n_x].sum(axis=0), "hessian": hessian_sum(group, X, Y, rows)[upper_mask(group.n_x)]}
@@ -106,8 +107,7 @@ _evaluate.summed = _evaluate_sum        # (`BatchedExecutor._summed`)
 
 def _configured(group: Group, members: list[str], payloads: dict):
     """(z, rows, X, Y) of a request `_evaluate` covers, P_{i,k} configured first; else None."""
-    z = common_value(payloads, members, "x")
-    first = payloads[members[0]]
+    z, first = common_value(payloads, members, "x"), payloads[members[0]]
     if z is None or (first.get("direction") is not None and (
             any(payloads[m].get("direction") is None for m in members)
             or common_value(payloads, members, "direction") is None
@@ -134,19 +134,19 @@ def _trial_values(group: Group, request: dict, z: np.ndarray, Y: np.ndarray, row
     return np.array([at[:, r] + np.array([_prox_value(group.programs[r], x) for x in trials]) for r in rows])
 
 
-@procedure("proxal_newton_terms", {}, {"l1": "x", "refusal": "str", "constraints": "1"}, local=True, read_only=True)
+@procedure("proxal_newton_terms", {}, {"l1": "x", "refusal": "str", "constraints": "1", "slacks": "1"},
+           local=True, read_only=True)
 def _terms(program: NodeProgram) -> dict:
     """What the Newton inner needs to know of a node before its first step: its λ‖w‖₁ weights
     per entry (a model term, no data), why it cannot take part ("" when it can) and how many
-    constraints its augmented Lagrangian holds (`NewtonInner.jump_cap`)."""
-    refusal = ""
-    if program.n_private:
-        refusal = f"node {program.name!r} has private variables"
-    elif program.role == "client" and any(t.kind != "norm1" or t.kinked is not None or t.constraint is not None
+    constraints its augmented Lagrangian holds (`NewtonInner.jump_cap`), and its slacks."""
+    refusal = slacks.program_refusal(program)
+    if not refusal and program.role == "client" and any(t.kind != "norm1" or t.kinked is not None or t.constraint is not None
                                           for t in program.merit_ir.prox_terms):
         refusal = f"client {program.name!r} has a nonsmooth term other than λ‖w‖₁"
     return {"l1": _l1_weights(program) if program.role == "client" else np.zeros(program.n_shared),
-            "refusal": refusal, "constraints": float(len(program.merit_ir.constraints))}
+            "refusal": refusal, "constraints": float(len(program.merit_ir.constraints)),
+            "slacks": float(program.n_private)}
 
 
 @procedure("proxal_newton_step", {"x": "x", "grad": "x", "hessian": "tri", "l1": "x", "tau": "1", "centers": "x",
@@ -190,7 +190,8 @@ def _start(program: NodeProgram, x) -> dict:
     return {"x": program.apply_prox(z, 0.0)[:program.n_shared] if program.merit_ir.prox_terms else z.copy()}
 
 
-PROCEDURES = (_evaluate, _terms, _server_step, server_value, _start, newton_set_multipliers, *proxal_certificate.PROCEDURES)
+PROCEDURES = (_evaluate, _terms, slacks.settle, server_slopes, _server_step, server_value, _start,
+              newton_set_multipliers, *proxal_certificate.PROCEDURES)
 
 
 def server_sets(problem) -> list:
@@ -200,9 +201,8 @@ def server_sets(problem) -> list:
 
 
 def _prox_sums(w: np.ndarray, z: np.ndarray, n: int, settings: dict | None) -> dict:
-    """The proximal terms of (13)–(14) summed over the nodes, for the distance reading: the
-    server's center w_k and the n clients' z (the start they are configured at, `_evaluate`),
-    each with weight ω ({} without `settings`: configured elsewhere, ω unknown)."""
+    """The proximal terms of (13)–(14) summed over the nodes, for the distance reading: centers
+    w_k (server) and z (clients, `_evaluate`), weight ω each ({} without `settings`)."""
     if not settings or "prox_weight" not in settings:
         return {}
     omega = float(settings["prox_weight"])
@@ -245,8 +245,7 @@ class NewtonInner:
         self._last: tuple | None = None         # (executor, last point, the clients' gradient there)
         self.last_reading: tuple | None = None  # (executor, point, distance reading): `reading`
 
-    def __repr__(self) -> str:
-        return f"NewtonInner(max_steps={self.max_steps})"
+    __repr__ = lambda self: f"NewtonInner(max_steps={self.max_steps})"  # noqa: E731
 
     def refusal(self, ex) -> str:
         """Why this run's nodes cannot take Newton steps ("" when they can): beyond the dense
@@ -260,6 +259,7 @@ class NewtonInner:
         found = [r["refusal"] for r in replies.values() if r["refusal"]]
         self._terms = (ex, sum(replies[c]["l1"] for c in ex.clients) if ex.clients else np.zeros(d))
         self._constrained = any(r["constraints"] for r in replies.values())
+        self._slacks = [c for c in ex.clients if replies[c]["slacks"]]
         return found[0] if found else ""
 
     def jump_cap(self) -> float:
@@ -291,9 +291,9 @@ class NewtonInner:
                          settings: dict | None = None) -> tuple[np.ndarray, list, dict]:
         """Step 3 of ProxAL's Algorithm 1 by proximal Newton steps from z = w_k projected on the
         server's sets to (23): (z, the certificate at each accepted point, `rho` unchanged);
-        `settings` (β_k, ω_k): the clients configure P_{i,k} (center that z) with the first
-        evaluation. A FedModelError when the model is out of scope (`refusal`). The run ends unsolved (its last certificate above τ_k,
-        which ProxAL reads as such) when a line search fails or `max_steps` pass."""
+        `settings` (β_k, ω_k): the clients configure P_{i,k} with the first evaluation. A
+        FedModelError when the model is out of scope (`refusal`). It ends unsolved (certificate
+        above τ_k) when a line search fails or `max_steps` pass."""
         if self._terms is None or self._terms[0] is not ex:
             reason = self.refusal(ex)
             if reason:
@@ -316,10 +316,10 @@ class NewtonInner:
             direction, decrease = step["x"] - z, step["decrease"]
             if not decrease < 0:            # the model sees no descent: round-off level
                 break
-            # the shorter steps' values ride along unless the last full step decreased ℓ at least as
-            # its quadratic model said (Newton's fast phase, or a model too curved: the next one passes)
+            # the shorter steps' values ride along unless the last full step decreased ℓ as its model said
             trials = not full or full < 1.0 - CONFIDENT
-            found = self._line_search(ex, z, value, grad, hessian, direction, decrease, step["certificate"], l1, trials)
+            found = exact_search(ex, z, value, grad, direction, decrease, l1) if self._slacks else None
+            found = found or self._line_search(ex, z, value, grad, hessian, direction, decrease, step["certificate"], l1, trials)
             if found is None:
                 break
             full = found[0]
@@ -327,6 +327,8 @@ class NewtonInner:
         else:
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
             trace.append(step["certificate"])
+        if self._slacks:        # the clients' slacks at their minimizer at z (the outer step reads them)
+            ex.map("proxal_newton_settle", {c: {"x": z} for c in self._slacks})
         if prox and not np.isfinite(step["gradient"]):     # (the reading at z: read only when τ_k is met)
             step = ex.call("server", "proxal_newton_step", x=z, grad=grad, hessian=hessian, l1=l1, tau=np.inf, **prox)
         self.last_reading = (ex, z, {key: step[key] for key in ("distance", "curvature", "gradient", "landing", "flat")
@@ -362,14 +364,12 @@ class NewtonInner:
     def _line_search(self, ex, z, value, grad, hessian, direction, decrease, certificate, l1, trials=True):
         """Armijo backtracking along `direction` from z: the full step z + d evaluated (value,
         gradient, Hessian) with the values at the TRIALS shorter steps 2^-j in the same message
-        (`trials`; without them a failed full step costs a round trip more, at 1/2 with its
-        shorter steps); if the full step fails, the shorter step of least value among those
-        that pass is evaluated (a second round trip), else the next TRIALS shorter ones.
-        Returns (the full step's decrease over its model's Δ/2, None where a shorter step was
-        taken; the accepted z, value, gradient, Hessian), or None. A full step within round-off
-        of ℓ_k(z) is accepted when its certificate is smaller (near the answer the values'
-        differences drown in round-off). A failed full step across a client's kink: first their
-        branch's step (`across_client_kinks`, from z's `grad` and `hessian`)."""
+        (`trials`; else a failed full step costs a round trip more); if it fails, the passing
+        shorter step of least value is evaluated, else the next TRIALS shorter ones. Returns
+        (the full step's decrease over its model's Δ/2, None for a shorter step; the accepted z,
+        value, gradient, Hessian), or None. A full step within round-off of ℓ_k(z) passes when
+        its certificate is smaller; a failed one across a client's kink first tries their
+        branch's step (`across_client_kinks`)."""
         t, shorter = 1.0, 0.5 ** np.arange(1, TRIALS + 1)
         for _ in range(MAX_HALVINGS + (not trials)):
             trial = z + t * direction
