@@ -154,3 +154,22 @@ def test_unsettled_rows_are_finished_by_fista_as_on_one_node():
                                         x0=np.zeros(D), tol=1e-12)["x"]
         np.testing.assert_allclose(Z[j], alone, rtol=0, atol=1e-8)
     assert local_solvers.choose(programs["c0"], "fista") == "fista"
+
+
+def test_a_ball_group_s_certificate_is_stacked_and_each_client_s(monkeypatch):
+    """The normal cones in the certificate (22) of ball clients at the server's w: one stacked
+    computation (main: each client's `constraint_remainder`), each row the client's own to
+    round-off — w on the sphere (the cone counts) and inside it."""
+    from fedmodel.runtime.program import NodeProgram
+    prob, _ = _clients(4)
+    programs = compile_programs(prob, client_sets=True)
+    names = [f"c{i}" for i in range(4)]
+    group = Group(names, [programs[m] for m in names])
+    R = np.random.default_rng(2).normal(size=(4, D))
+    for x, cone in ((-0.3 * R[0] / np.linalg.norm(R[0]), True), (np.full(D, 0.01), False)):
+        want = np.array([programs[m].constraint_remainder(x, R[j]) for j, m in enumerate(names)])
+        with monkeypatch.context() as patched:
+            patched.setattr(NodeProgram, "constraint_remainder", lambda *a: pytest.fail("per client"))
+            got = group.constraint_remainder(np.arange(4), x, R)
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+        assert np.array_equal(got, R) != cone

@@ -52,6 +52,19 @@ def radius(program: Any) -> float | None:
     return terms[0].pieces[0].radius
 
 
+def radii(group: Any, rows: np.ndarray) -> np.ndarray | None:
+    """The radii (k,) of the clients `rows` of a group (a `batched_group.Group`) when each has
+    one ball (`radius`) and their solves hold no constraint (`local_names`, read on the
+    first as the group's forms do); else None. Kept in the group's memo: a compiled ball's
+    radius does not change (a Parameter's is no `Ball` piece: `radius` is None)."""
+    known = group.memo.get("ball_radii")
+    if known is None:
+        known = group.memo["ball_radii"] = np.array(
+            [np.nan if (r := radius(p)) is None else r for p in group.programs], dtype=float)
+    out = known[rows]
+    return None if np.isnan(out).any() or group.programs[rows[0]].local_names else out
+
+
 def uniform(weight: np.ndarray) -> np.ndarray | None:
     """The one weight per row of `weight` ((k,) or (k, n)), or None when a row's differ."""
     W = np.asarray(weight, float)
@@ -226,8 +239,8 @@ def solve_rows(group: Any, chosen: str, Z0: np.ndarray, rows: np.ndarray, linear
         return None
     programs = [group.programs[i] for i in rows]
     k, n = len(rows), group.n_x
-    radii = [radius(p) for p in programs]     # (a group's signature does not tell a set's kind)
-    if None in radii or not stack_fits(k, n):
+    r = radii(group, rows)      # (each row's: a group's signature does not tell a set's kind)
+    if r is None or not stack_fits(k, n):
         return None
     w = uniform(np.broadcast_to(np.asarray(weight, float).reshape(k, -1), (k, n)))
     if w is None:
@@ -243,7 +256,7 @@ def solve_rows(group: Any, chosen: str, Z0: np.ndarray, rows: np.ndarray, linear
         full[rows[idx]] = Z[idx]
         return group.hessian(full, np.zeros((group.n, 0)), rows[idx])
     spectra = Spectra(programs, hessians, chord=not programs[0].quadratic)
-    Z, steps, residual, settled = solve(fun_grad, spectra, Z0, w, np.array(radii, dtype=float), tol, max_steps)
+    Z, steps, residual, settled = solve(fun_grad, spectra, Z0, w, r, tol, max_steps)
     left = np.flatnonzero(~settled)
     if len(left):
         tols = np.broadcast_to(np.asarray(tol, float), (k,))[left]
