@@ -22,7 +22,7 @@ import numpy as np
 from fedmodel.expression import Data
 from fedmodel.runtime.batched_group import Group, broadcast_rows, private_stack
 from fedmodel.runtime.batched_procedures import common_value, same_options
-from fedmodel.runtime import local_al
+from fedmodel.runtime import ball_newton, local_al
 from fedmodel.runtime.client_step import client_step
 from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
@@ -125,8 +125,13 @@ def _admm_step(group: Group, members: list[str], payloads: dict) -> dict[str, di
     # of ℓ_k (∂ of an indicator is empty there), so (22) alone "solved" runs whose w stood
     # outside X_i (issue 25: w ≥ 1 from w = 0, certificate 0 at t = 0). ρ_i dist∞(w, X_i) is
     # the gradient of X_i's Moreau envelope with weight ρ_i: added, (23) asks dist ≤ τ_k/ρ_i.
-    eps_tilde = eps_tilde + rho * np.array([_outside(group.programs[i], w, Y_new[j], primal[j])
-                                            for j, i in enumerate(rows)])
+    radii = ball_newton.radii(group, rows)
+    if radii is not None:       # one ball a client: `_outside`'s distance, stacked
+        far = np.abs(w - ball_newton.project(np.broadcast_to(w, (k, n_x)), radii)).max(axis=1, initial=0.0)
+        outside = np.minimum(far, primal)
+    else:
+        outside = np.array([_outside(group.programs[i], w, Y_new[j], primal[j]) for j, i in enumerate(rows)])
+    eps_tilde = eps_tilde + rho * outside
     if opts.get("adaptive", 0.0):
         previous = np.array([s["w"] for s in states], dtype=float).reshape(k, n_x)
         dual = rho * np.abs(w - previous).max(axis=1, initial=0.0)

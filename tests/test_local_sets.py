@@ -73,8 +73,8 @@ def test_an_inactive_ball_is_solved_by_newton_in_few_evaluations(monkeypatch):
 
 
 def test_a_minimizer_outside_the_ball_falls_back_to_projected_steps():
-    """Warm start inside, the smooth minimizer outside: Newton's point is refused (it is not
-    in the set) and FISTA solves the constrained problem: on the sphere, KKT residual ≤ tol."""
+    """Warm start inside, the smooth minimizer outside: the constrained problem is solved
+    (Newton inside the ball, `ball_newton`; main: FISTA): on the sphere, KKT residual ≤ tol."""
     program = _client(radius=0.2, spread=0.5)
     out = _solve(program, np.zeros(D), 1e-8)
     assert abs(np.linalg.norm(out["x"]) - 0.2) <= 1e-9
@@ -83,7 +83,8 @@ def test_a_minimizer_outside_the_ball_falls_back_to_projected_steps():
 
 def test_a_ball_active_at_the_warm_start_is_not_tried_by_newton(monkeypatch):
     """A warm start on the sphere with the gradient pointing out (the normal cone active):
-    projected steps from the start, no Newton matrix formed; the same answer as from 0."""
+    no smooth Newton matrix (`newton_matrix`) formed — Newton inside the ball (`ball_newton`)
+    from the start; the same answer as from 0."""
     program = _client(radius=0.2, spread=0.5)
     start = _solve(program, np.zeros(D), 1e-8)["x"]
     formed = []

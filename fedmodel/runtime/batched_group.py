@@ -6,9 +6,8 @@ shape) and serves each group with one numpy computation. A `Group` holds the mem
 plans (`batched_plan.BatchedPlan`) and the stacked (n, d) arrays its forms last wrote: it hands
 *row views* of them to the clients' state (`Group.sync`) only when the state is read, and
 reuses a stack while every client still holds exactly those row objects. It also evaluates the
-members' Hessians (`hessian`) and solves their Newton / exact local problems at once
-(`solve_newton`, `NodeProgram.solve_local`'s "newton" and "exact"). The helpers at the end
-(`in_group_order`, `read_only`, `private_stack`) read a group's stacks for the forms.
+members' Hessians (`hessian`) and solves their local problems at once (`solve_local`). The
+helpers at the end (`in_group_order`, `read_only`, `private_stack`) read a group's stacks.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .batched_newton import NewtonMatrices, newton_batched, stack_fits
-from . import exact_step, low_rank
+from . import ball_newton, exact_step, low_rank
 from .batched_plan import BatchedPlan, plan_signature
 from ..errors import FedModelError
 from .batched_held import HeldRows
@@ -146,14 +145,13 @@ class Group(HeldRows):
                     residual: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`NodeProgram.solve_local` for the clients `rows` from Z0 (k, N) = (x, y) rows:
         (Z, steps, ‖∇‖∞) per client. Newton and exact solves of a stack that fits
-        (`batched_newton.stack_fits`) are one batched solve (`solve_newton`); any other method
-        (prox, L-BFGS, GD, Newton-CG) runs each client's own solver. `linear`, `anchor`: (n_x,)
+        (`batched_newton.stack_fits`) are one batched solve (`solve_newton`), prox solves of ball
+        clients one `ball_newton` solve; others run each client's own solver. `linear`, `anchor`: (n_x,)
         or (k, n_x); `weight`: a number, (k,) or (k, n_x); `tol`: a number or (k,) (each
         client's own). The members' `y` are not written. `residual=False` (the caller does not
         read ‖∇‖∞: NaN where not evaluated) lets a quadratic's "exact" take one step
         (`exact_step`)."""
-        rows = np.asarray(rows, dtype=np.intp)
-        chosen = self.local_method(method)
+        rows, chosen = np.asarray(rows, dtype=np.intp), self.local_method(method)
         held = chosen == "local-al"
         if held:        # rounds of the rest's solver, held constraints' multipliers between
             chosen = self._held_rest(rows) if len(rows) >= self.HELD_ROWS else None
@@ -168,8 +166,10 @@ class Group(HeldRows):
             if found is not None:
                 return found
             return self.solve_newton(Z0, rows, linear, weight, anchor, tol, chosen, max_steps)
-        return self._solve_each(Z0, rows, linear, weight, anchor, tol, method, max_steps, lr,
-                                exact=not residual and exact_step.applies(self, rows, chosen))
+        found = ball_newton.solve_rows(self, chosen, Z0, rows, linear, weight, anchor, tol, max_steps)
+        return found if found is not None else self._solve_each(
+            Z0, rows, linear, weight, anchor, tol, method, max_steps, lr,
+            exact=not residual and exact_step.applies(self, rows, chosen))
 
     def _solve_each(self, Z0, rows, linear, weight, anchor, tol, method, max_steps, lr,
                     exact: bool = False):

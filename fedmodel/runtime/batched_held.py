@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import local_al, local_solvers
+from . import ball_newton, local_al, local_solvers
 from .batched_plan import BatchedPlan
 
 
@@ -52,10 +52,13 @@ class HeldRows:
         """`NodeProgram.constraint_remainder(x, r)` of the clients `rows` at the common point x
         (n_x,), R (k, n_x) their gradients: the held constraints' values and Jacobians of the
         whole group by its batched plans (`held_constraints`) and their normal cones at once
-        (`local_al.remainder_rows`), then each client's prox terms."""
+        (`local_al.remainder_rows`), then each client's prox terms (one ball a client, no held
+        constraint: the balls' normal cones stacked, `ball_newton.remainder`)."""
         rows = np.asarray(rows, dtype=np.intp)
         R = np.array(R, dtype=float)
         if not self._holding(rows):
+            if (radii := ball_newton.radii(self, rows)) is not None:     # one ball each: stacked
+                return ball_newton.remainder(np.broadcast_to(np.asarray(x, float), R.shape), R, radii)
             return np.array([self.programs[i].constraint_remainder(x, r) for i, r in zip(rows, R)]
                             ).reshape(R.shape)
         X = np.broadcast_to(np.asarray(x, float), (self.n, self.n_x))

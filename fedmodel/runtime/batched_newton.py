@@ -44,7 +44,7 @@ def newton_batched(fun_grad: StackFunGrad, direction: Directions, Z0: np.ndarray
     Z = np.array(Z0, dtype=float)
     k = len(Z)
     value, G = fun_grad(Z, None)
-    residual = _norm_inf(G)
+    residual = norm_rows(G)
     steps = np.zeros(k, dtype=int)
     fresh = np.zeros(k, dtype=bool)
     running = np.ones(k, dtype=bool)
@@ -56,22 +56,26 @@ def newton_batched(fun_grad: StackFunGrad, direction: Directions, Z0: np.ndarray
             D, slope = direction(Z, G, active, fresh), np.zeros(k)
             idx = np.flatnonzero(active)    # (finished rows keep D = 0: no step off their point)
             D[idx], slope[idx] = descent(G[idx], D[idx])
-            new_Z, new_value, new_G, stuck = _backtrack(fun_grad, Z, value, G, residual, D, slope, active)
-            gained = progress(new_value, value, _norm_inf(new_G), residual)
+            new_Z, new_value, new_G, stuck = backtrack_rows(fun_grad, Z, value, G, residual, D, slope, active)
+            gained = progress(new_value, value, norm_rows(new_G), residual)
             running &= ~((stuck | ~gained) & fresh)     # no descent (or gain) with a fresh H: it stops
             moved = active & running        # (with a chord H it stays where it is: H is refreshed)
             Z[moved], value[moved], G[moved] = new_Z[moved], new_value[moved], new_G[moved]
-            new_residual = _norm_inf(G)
+            new_residual = norm_rows(G)
             fresh[moved] = stale(new_residual[moved], residual[moved])
             residual[moved] = new_residual[moved]
             steps[moved] += 1
     return Z, steps, residual
 
 
-def _backtrack(fun_grad: StackFunGrad, Z: np.ndarray, value: np.ndarray, G: np.ndarray,
-               residual: np.ndarray, D: np.ndarray, slope: np.ndarray, active: np.ndarray) -> tuple:
+def backtrack_rows(fun_grad: StackFunGrad, Z: np.ndarray, value: np.ndarray, G: np.ndarray,
+                   residual: np.ndarray, D: np.ndarray, slope: np.ndarray, active: np.ndarray,
+                   measure: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> tuple:
     """Each active client's halving line search along its D: its accepted point, value and
-    gradient (the old ones where none was accepted), and which clients found no step."""
+    gradient (the old ones where none was accepted), and which clients found no step.
+    `measure(C, G)`: the residual per row that `accepted` compares (default ‖G‖∞; a
+    constrained solve's prox residual, `ball_newton`)."""
+    measure = measure or (lambda C, cG: norm_rows(cG))
     t = np.ones(len(Z))
     searching = active.copy()
     stuck = np.zeros(len(Z), dtype=bool)
@@ -79,7 +83,7 @@ def _backtrack(fun_grad: StackFunGrad, Z: np.ndarray, value: np.ndarray, G: np.n
     while searching.any():
         C = Z + t[:, None] * D
         cv, cG = fun_grad(C, searching)
-        ok = searching & accepted(cv, value, t, slope, _norm_inf(cG), residual)
+        ok = searching & accepted(cv, value, t, slope, measure(C, cG), residual)
         new_Z[ok], new_value[ok], new_G[ok] = C[ok], cv[ok], cG[ok]
         searching &= ~ok
         t[searching] *= 0.5
@@ -89,7 +93,7 @@ def _backtrack(fun_grad: StackFunGrad, Z: np.ndarray, value: np.ndarray, G: np.n
     return new_Z, new_value, new_G, stuck
 
 
-def _norm_inf(G: np.ndarray) -> np.ndarray:
+def norm_rows(G: np.ndarray) -> np.ndarray:
     """‖g_j‖∞ per row (NaN propagates, as `solvers.norm_inf`)."""
     return np.abs(G).max(axis=1) if G.shape[1] else np.zeros(len(G))
 

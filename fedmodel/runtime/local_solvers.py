@@ -7,13 +7,14 @@ steps, residual)` with z = (x, y) the solution and residual its ‖∇‖∞ (or
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import FedModelError
-from . import local_al, low_rank, solvers
+from . import ball_newton, local_al, low_rank, solvers
 from .active_set import feature_sign, l1_residual
 
 # a `program.NodeProgram` (which imports this module: the layer test allows no cycle)
@@ -40,9 +41,10 @@ class LocalProblem:
 def _prox(program: NodeProgram, lp: LocalProblem):
     """A merit whose Hessian is c·I (`_closed_form`): one prox step. Prox terms all λ‖w‖₁ (and
     not too many unknowns): exact feature-sign search for a
-    quadratic merit, proximal Newton otherwise; prox terms all sets, none active at the warm
-    start: Newton on the smooth part, kept if it ends inside the sets (`_inside`); FISTA for
-    other terms or when those fail."""
+    quadratic merit, proximal Newton otherwise; one Euclidean ball: Newton inside the ball
+    (`ball_newton`, with k = 1: the batched executor's stacked code); other sets, none active
+    at the warm start: Newton on the smooth part, kept if it ends inside the sets (`_inside`);
+    FISTA for other terms or when those fail (from the ball Newton's point)."""
     terms = program.merit_ir.prox_terms
     z0 = lp.z0
     closed = _closed_form(program, lp)
@@ -55,14 +57,26 @@ def _prox(program: NodeProgram, lp: LocalProblem):
         if exact is not None:
             return exact
     tried = 0
-    if terms and all(t.constraint is not None for t in terms):
+    ball = ball_newton.solve_one(program, lp) if terms and terms[0].kind == "ball2" else None
+    if ball is not None:        # one ball: Newton inside it (the batched executor's code, k = 1)
+        z, tried, residual, settled = ball
+        if settled:
+            return z, tried, residual
+        lp = dataclasses.replace(lp, z0=z)
+    elif terms and all(t.constraint is not None for t in terms):
         found, tried = _inside(program, lp)
         if found is not None:
             return found
-    lipschitz = float(np.max(lp.weight_x, initial=1.0))
-    z, steps, residual = solvers.prox_gradient(lp.fun_grad, program.apply_prox, z0, lp.tol, lipschitz,
-                                               max_steps=100_000)
+    z, steps, residual = _fista(program, lp)
     return z, steps + tried, residual
+
+
+def _fista(program: NodeProgram, lp: LocalProblem):
+    """FISTA (`solvers.prox_gradient`) on the smooth part and the prox terms; the end of
+    "prox" when its Newton solvers do not settle (also for a group's unsettled rows)."""
+    lipschitz = float(np.max(lp.weight_x, initial=1.0))
+    return solvers.prox_gradient(lp.fun_grad, program.apply_prox, lp.z0, lp.tol, lipschitz,
+                                 max_steps=100_000)
 
 
 def _closed_form(program: NodeProgram, lp: LocalProblem) -> tuple | None:
@@ -172,6 +186,7 @@ def _lbfgs(program: NodeProgram, lp: LocalProblem):
 
 SOLVERS: dict[str, Callable[[NodeProgram, LocalProblem], tuple]] = {
     "prox": _prox,
+    "fista": _fista,
     "exact": _newton_with(fresh_matrices=False, exact=True),
     "newton": _newton_with(fresh_matrices=True, exact=False),
     "exact-cg": _newton_cg_with(exact=True),
