@@ -23,8 +23,8 @@ nonconvex one an indefinite H gives no descent and the run stands still, so `bac
 it only on convex models).
 
 Scope (refused with a FedModelError naming the reason, `NewtonInner.refusal`): no private
-variables but epigraph slacks, which their clients eliminate (`proxal_newton_slacks`; then the
-exact line search, `proxal_newton_search`), clients' prox terms only λ‖w‖₁, and a step's dense
+variables but epigraph slacks, which their clients eliminate (`proxal_newton_slacks`; when all
+do, the exact line search on their slopes, `proxal_newton_search`), clients' prox terms only λ‖w‖₁, and a step's dense
 d × d matrices within the dense Newton budget (`solvers.DENSE_NEWTON_FLOATS`, `matrices_held`: the clients' replies are summed as
 they come, `Executor.map_sum`; n of them more where an executor gathers them first). The clients'
 data-free balls and bounds go to the server (`sets_to_server`; `projecting.data_free_client_sets`,
@@ -318,7 +318,7 @@ class NewtonInner:
                 break
             # the shorter steps' values ride along unless the last full step decreased ℓ as its model said
             trials = not full or full < 1.0 - CONFIDENT
-            found = exact_search(ex, z, value, grad, direction, decrease, l1) if self._slacks else None
+            found = exact_search(ex, z, value, grad, direction, decrease, l1) if len(self._slacks) == len(ex.clients) > 0 else None
             found = found or self._line_search(ex, z, value, grad, hessian, direction, decrease, step["certificate"], l1, trials)
             if found is None:
                 break

@@ -33,6 +33,7 @@ import numpy as np
 
 from fedmodel.constraints import Inequality
 from fedmodel.errors import FedModelError
+from fedmodel.runtime import solvers
 from fedmodel.runtime.messages import procedure
 from fedmodel.runtime.program import NodeProgram
 from .proxal_newton_model import prox_value, upper_mask
@@ -72,6 +73,9 @@ def block_refusal(block) -> str:
 def program_refusal(program: NodeProgram) -> str:
     """`refusal` of a node program, naming it (`proxal_newton._terms`)."""
     why = refusal(list(program.private.variables), list(program.all_constraints))
+    size = program.n_shared + program.n_private
+    if not why and program.n_private and not solvers.dense_fits(size):   # (`reduced` forms it whole)
+        why = f"its {size} × {size} Hessian with its slacks is beyond the dense Newton budget"
     return f"node {program.name!r}: {why}" if why else ""
 
 

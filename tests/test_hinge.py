@@ -101,3 +101,39 @@ def test_bcw_hinge_svm_verified_within_300_round_trips():
     assert res.info["communication"]["round_trips"] <= 300
     assert np.max(np.abs(res.value(w) - ref.value(w))) <= 1e-4 * np.max(np.abs(ref.value(w)))
     assert fm.verify(res, ref).ok
+
+
+def _mixed():
+    """A hinge client (it eliminates its slacks) beside a logistic one (no slacks)."""
+    rng = np.random.default_rng(3)
+    w, prob, truth = fm.Variable(5, name="w"), fm.Problem(), rng.standard_normal(5)
+    for i in range(2):
+        X = rng.standard_normal((20, 5))
+        y = np.sign(X @ truth + 0.3 * rng.standard_normal(20))
+        c = prob.add_client(f"c{i}")
+        margin = c.data(y) * (c.data(X) @ w)
+        c.minimize(fm.mean(fm.pos(1 - margin) if i == 0 else fm.logistic(-margin)) / 2)
+    prob.server.minimize(0.05 * fm.sum_squares(w))
+    return prob, w
+
+
+def test_a_client_without_slacks_beside_one_with_them():
+    """The exact line search reads every client's slopes, which only slack-eliminating clients
+    send: with a client without slacks the run takes the other search (review18: KeyError)."""
+    prob, w = _mixed()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res, ref = prob.solve(), prob.solve("cvxpy")
+    assert res.status == "converged" and res.info["inner"]["name"] == "newton"
+    assert fm.verify(res, ref).ok
+
+
+def test_slacks_beyond_the_dense_budget_keep_algorithm_2(monkeypatch):
+    """A client's reduced Hessian is formed from its whole (d + m)² Hessian: beyond the dense
+    budget NewtonInner refuses it, naming why, and ProxAL runs Algorithm 2 (review18: 3.2 GB at
+    m = 20,000 rows)."""
+    from fedmodel.runtime import solvers
+    monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 15 ** 2)    # d = 5 fits, d + 15 rows not
+    prob, _ = svm()
+    program, _ = _client_program(prob)
+    assert "beyond the dense Newton budget" in slacks.program_refusal(program)

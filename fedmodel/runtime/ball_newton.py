@@ -155,13 +155,15 @@ def model_steps(Z: np.ndarray, G: np.ndarray, lam: np.ndarray, V: np.ndarray, r:
     outside = (norm2 > r * r) & (r > 0) & regular
     if outside.any():                   # Newton on 1/‖u(μ)‖ − 1/r from μ = 0: increasing
         mu = np.zeros(len(Z))
-        for _ in range(SECULAR_STEPS):
+        going = outside.copy()          # a row stops when it converges, so its numbers do not
+        for _ in range(SECULAR_STEPS):  # depend on the other rows of the stack (serial: k = 1)
             s = np.sqrt(norm2)
             cubic = np.einsum("ij,ij->i", coef * coef, 1.0 / (lam + mu[:, None]))
-            mu += np.where(outside, norm2 * (s / np.where(r > 0, r, 1.0) - 1.0) / cubic, 0.0)
-            coef = b / (lam + mu[:, None])
+            mu += np.where(going, norm2 * (s / np.where(r > 0, r, 1.0) - 1.0) / cubic, 0.0)
+            coef = np.where(going[:, None], b / (lam + mu[:, None]), coef)
             norm2 = np.einsum("ij,ij->i", coef, coef)
-            if not (outside & (np.abs(np.sqrt(norm2) - r) > 1e-14 * r)).any():
+            going &= np.abs(np.sqrt(norm2) - r) > 1e-14 * r
+            if not going.any():
                 break
     coef[r == 0] = 0.0                  # the point {0}
     D = np.matmul(V, (-coef - p)[:, :, None])[:, :, 0]
@@ -242,7 +244,8 @@ def solve_rows(group: Any, chosen: str, Z0: np.ndarray, rows: np.ndarray, linear
     r = radii(group, rows)      # (each row's: a group's signature does not tell a set's kind)
     if r is None or not stack_fits(k, n):
         return None
-    w = uniform(np.broadcast_to(np.asarray(weight, float).reshape(k, -1), (k, n)))
+    weight = np.asarray(weight, float)
+    w = uniform(np.broadcast_to(weight if weight.ndim == 0 else weight.reshape(k, -1), (k, n)))
     if w is None:
         return None
     W = np.broadcast_to(w[:, None], (k, n))

@@ -43,7 +43,8 @@ FURTHEST = 8.0     # Newton steps at most to the trial past c's root (`_past_the
 # program -> its phase-one merit when that merit leads its structure's family
 # (`shared_structure`, which holds a family only as long as its first program): the other
 # clients' phase-one merits re-bind its derivations and plans instead of deriving and compiling
-# their own (NP adult n = 5: 5 × 7 plans). Held beside the program, never pickled with it
+# their own (NP adult n = 5: 5 × 7 plans). Held beside the program, never pickled with it; never
+# read: it only keeps the template alive while its program lives
 _TEMPLATES: "weakref.WeakKeyDictionary[object, CompiledMerit]" = weakref.WeakKeyDictionary()
 
 
