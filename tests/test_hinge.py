@@ -117,6 +117,7 @@ def _mixed():
     return prob, w
 
 
+@pytest.mark.integration
 def test_a_client_without_slacks_beside_one_with_them():
     """The exact line search reads every client's slopes, which only slack-eliminating clients
     send: with a client without slacks the run takes the other search (review18: KeyError)."""
