@@ -81,7 +81,7 @@ BCW = os.path.join(os.environ.get("FEDMODEL_DATA", "/work/shared/data"),
                    "uci121/breast-cancer-wisc/breast-cancer-wisc_R.dat")
 
 
-@pytest.mark.integration
+@pytest.mark.slow      # (85 s CPU: by hand, `pytest -m slow`; the random SVM above covers the path in CI)
 @pytest.mark.skipif(not os.path.exists(BCW), reason="bcw data not present (FEDMODEL_DATA)")
 def test_bcw_hinge_svm_verified_within_300_round_trips():
     """On main: ProxAL's Algorithm 2, max_iterations after 14,483 round trips (docs/BENCHMARKS.md)."""
