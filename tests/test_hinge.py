@@ -129,10 +129,10 @@ def test_a_client_without_slacks_beside_one_with_them():
     assert fm.verify(res, ref).ok
 
 
-def test_slacks_beyond_the_dense_budget_keep_algorithm_2(monkeypatch):
+def test_slacks_beyond_the_dense_budget_are_refused_naming_why(monkeypatch):
     """A client's reduced Hessian is formed from its whole (d + m)² Hessian: beyond the dense
-    budget NewtonInner refuses it, naming why, and ProxAL runs Algorithm 2 (review18: 3.2 GB at
-    m = 20,000 rows)."""
+    budget the client refuses the elimination, naming why (NewtonInner's refusal at the run's
+    start: ProxAL falls back to Algorithm 2; review18: 3.2 GB at m = 20,000 rows)."""
     from fedmodel.runtime import solvers
     monkeypatch.setattr(solvers, "DENSE_NEWTON_FLOATS", 15 ** 2)    # d = 5 fits, d + 15 rows not
     prob, _ = svm()
