@@ -7,8 +7,7 @@ steps, residual)` with z = (x, y) the solution and residual its ‖∇‖∞ (or
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -62,7 +61,7 @@ def _prox(program: NodeProgram, lp: LocalProblem):
         z, tried, residual, settled = ball
         if settled:
             return z, tried, residual
-        lp = dataclasses.replace(lp, z0=z)
+        lp = replace(lp, z0=z)
     elif terms and all(t.constraint is not None for t in terms):
         found, tried = _inside(program, lp)
         if found is not None:
